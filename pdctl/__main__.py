@@ -1,0 +1,3 @@
+from pdctl.cli.app import main
+
+main()

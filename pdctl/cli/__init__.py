@@ -1,0 +1,1 @@
+"""The CLI layer: the only code that reads files and the environment, prints and exits."""

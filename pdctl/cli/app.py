@@ -1,0 +1,86 @@
+"""The CLI root: registers one command per module and owns the single error boundary."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from pdctl import __version__
+from pdctl.cli import (
+    init_cmd,
+    render_cmd,
+    schema_cmd,
+    validate_cmd,
+)
+
+app = typer.Typer(
+    name="pdctl",
+    help="Deploy vLLM from one declarative spec: processes over SSH (phase 0), Kubernetes "
+    "(phase 1), prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"pdctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+) -> None:
+    """pdctl: vLLM deployments from bare metal to Kubernetes."""
+    from pdctl.cli import state
+
+    state.DEBUG = debug
+
+
+@app.command("version")
+def version_cmd() -> None:
+    """Print the pdctl version."""
+    typer.echo(f"pdctl {__version__}")
+
+
+for module in (init_cmd, validate_cmd, render_cmd, schema_cmd):
+    module.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
+    from pdctl.errors import PdctlError
+
+    try:
+        app(standalone_mode=False)
+    except PdctlError as exc:
+        from pdctl.cli import state
+
+        if state.DEBUG:
+            raise
+        sys.stderr.write(f"error: {exc.line()}\n")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.UsageError) else 1)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        raise

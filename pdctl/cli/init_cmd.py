@@ -1,0 +1,40 @@
+"""`pdctl init`: write a commented example spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pdctl.errors import SpecError, UsageError
+
+PHASES = {0: "init-phase0.yaml", 1: "init-phase1.yaml", 2: "init-phase2.yaml", 3: "init-phase3.yaml"}
+
+
+def example_text(phase: int) -> str:
+    from pdctl.render.template import templates_dir
+
+    return (templates_dir() / PHASES[phase]).read_text(encoding="utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("init")
+    def init(
+        phase: int = typer.Option(0, "--phase", "-p", help="Phase of the example: 0, 1, 2 or 3."),
+        output: Optional[Path] = typer.Option(
+            None, "--output", "-o", help="Write to this file instead of stdout."
+        ),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    ) -> None:
+        """Write a commented example spec for a phase (stdout, or -o FILE)."""
+        if phase not in PHASES:
+            raise UsageError(f"--phase must be 0, 1, 2 or 3 (got {phase})")
+        text = example_text(phase)
+        if output is None:
+            typer.echo(text, nl=False)
+            return
+        if output.exists() and not force:
+            raise SpecError(f"{output} exists", fix="use --force to overwrite it")
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}", err=True)

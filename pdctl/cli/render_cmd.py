@@ -1,0 +1,69 @@
+"""`pdctl render`: print the artifacts (a YAML stream or scripts), or write them to a folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pdctl.cli.options import PHASE, SPEC, TARGET
+
+
+def write_bundle(bundle, out: Path) -> None:
+    """Write every artifact under `out` atomically: all files appear, or none change."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".pdctl-render-", dir=out.parent))
+    try:
+        for artifact in bundle:
+            path = tmp / artifact.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(artifact.text, encoding="utf-8")
+            os.chmod(path, 0o755 if artifact.executable else 0o644)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("render")
+    def render(
+        spec: str = SPEC,
+        output: Optional[Path] = typer.Option(
+            None, "--output", "-o", help="Write the bundle as files under this folder."
+        ),
+        phase: Optional[int] = PHASE,
+        target: Optional[str] = TARGET,
+    ) -> None:
+        """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
+        from pdctl.cli.options import check_phase_target
+        from pdctl.cli.specfile import plan_from
+        from pdctl.errors import SpecError
+        from pdctl.render import render as render_plan
+
+        check_phase_target(phase, target)
+        plan, source = plan_from(spec, phase, target)
+        try:
+            bundle = render_plan(plan)
+        except SpecError as exc:
+            raise source.locate(exc) from None
+        if output is None:
+            sys.stdout.write(bundle.stream())
+            return
+        if output.exists() and not (output / ".pdctl-bundle").exists() and any(output.iterdir()):
+            raise SpecError(
+                f"{output} exists and is not a pdctl bundle folder",
+                fix="choose an empty or new folder",
+            )
+        from pdctl.render.bundle import Artifact, Bundle
+
+        marker = Artifact(".pdctl-bundle", f"{plan.name}\n")
+        write_bundle(Bundle(bundle.kind, (*bundle.artifacts, marker)), output)
+        typer.echo(f"wrote {len(bundle.artifacts)} files to {output}", err=True)

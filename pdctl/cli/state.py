@@ -1,0 +1,3 @@
+"""Process-wide CLI options set by the root callback."""
+
+DEBUG = False

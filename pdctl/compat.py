@@ -1,0 +1,118 @@
+"""The one compatibility table: what a pinned vLLM version has (flags, connectors, KV keys,
+image, CUDA major, minimum driver). Pure; the flag lists ship inside the package."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from pdctl.errors import SpecError
+
+Version = tuple[int, int, int]
+
+# Versions whose full `vllm serve` flag list ships in pdctl/data (dumped from the wheels).
+FLAG_LISTS: tuple[Version, ...] = ((0, 23, 0), (0, 33, 0))
+
+# KVTransferConfig fields (vllm/config/kv_transfer.py; extra="forbid" rejects anything else).
+KV_KEYS_ALL = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    }
+)
+KV_KEYS_UNTIL_0_23 = frozenset({"kv_buffer_size", "kv_rank", "kv_parallel_size", "kv_ip"})
+
+# Connector registry (vllm/distributed/kv_transfer/kv_connector/factory.py).
+CONNECTORS_0_23 = frozenset(
+    {
+        "ExampleConnector", "ExampleHiddenStatesConnector", "P2pNcclConnector",
+        "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector", "MultiConnector",
+        "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector",
+        "MooncakeStoreConnector", "FlexKVConnectorV1", "SimpleCPUOffloadConnector",
+        "HF3FSKVConnector",
+    }
+)
+CONNECTORS_0_33 = (CONNECTORS_0_23 - {"P2pNcclConnector"}) | {
+    "NixlPullConnector",
+    "NixlPushConnector",
+    "HiSparseConnector",
+}
+P2P_NCCL_REMOVED: Version = (0, 24, 0)
+CUDA13_FROM: Version = (0, 24, 0)
+
+
+def parse_version(text: str) -> Version:
+    major, minor, patch = (int(p) for p in text.split("."))
+    return (major, minor, patch)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one pinned vLLM version offers."""
+
+    version: str
+    image: str
+    pip: str
+    cuda_major: int
+    min_driver: str
+    connectors: frozenset[str]
+    kv_keys: frozenset[str]
+    flags: frozenset[str]
+    flags_from: str
+
+    def has_flag(self, flag: str) -> bool:
+        name = flag.split("=", 1)[0].replace("_", "-")
+        return name in self.flags
+
+    def require_connector(self, connector: str, path: str = "disaggregation.connector") -> None:
+        if connector in self.connectors:
+            return
+        if connector == "P2pNcclConnector":
+            raise SpecError(
+                "P2pNcclConnector was removed in vLLM 0.24.0",
+                path=path,
+                fix="pin engine.version <= 0.23.0 or use connector nixl or mooncake",
+            )
+        raise SpecError(
+            f"vLLM {self.version} has no KV connector {connector}",
+            path=path,
+            fix="choose one of " + ", ".join(sorted(self.connectors)),
+        )
+
+
+@cache
+def _flag_list(version: Version) -> frozenset[str]:
+    name = "vllm_flags_{}.{}.{}.txt".format(*version)
+    text = resources.files("pdctl").joinpath("data", name).read_text()
+    return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
+
+
+@cache
+def release(version: str) -> Release:
+    """The compatibility facts for a vLLM version X.Y.Z."""
+    v = parse_version(version)
+    # The nearest dumped flag list at or below v (the oldest list for older versions).
+    known = [k for k in FLAG_LISTS if k <= v] or [FLAG_LISTS[0]]
+    flags_from = max(known)
+    old = v < P2P_NCCL_REMOVED
+    cuda13 = v >= CUDA13_FROM
+    return Release(
+        version=version,
+        image=f"vllm/vllm-openai:v{version}",
+        pip=f"vllm=={version}",
+        cuda_major=13 if cuda13 else 12,
+        # CUDA 13.0 needs R580 (>= 580.65.06); CUDA 12.9 builds need >= 575.51.03.
+        min_driver="580.65.06" if cuda13 else "575.51.03",
+        connectors=CONNECTORS_0_23 if old else CONNECTORS_0_33,
+        kv_keys=KV_KEYS_ALL | KV_KEYS_UNTIL_0_23 if old else KV_KEYS_ALL,
+        flags=_flag_list(flags_from),
+        flags_from="{}.{}.{}".format(*flags_from),
+    )

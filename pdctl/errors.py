@@ -1,0 +1,63 @@
+"""One error family. The CLI turns each into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+
+class PdctlError(Exception):
+    """Base of every error pdctl reports to a user (exit code 1 unless a subclass says else)."""
+
+    exit_code = 1
+
+    def line(self) -> str:
+        return str(self)
+
+
+class SpecError(PdctlError):
+    """The spec (or a command-line value) is wrong: where, what, and how to fix it. Exit 2."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "",
+        file: str = "",
+        line: int | None = None,
+        fix: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.file = file
+        self.line_no = line
+        self.fix = fix
+
+    def located(self, file: str, line: int | None) -> SpecError:
+        """A copy that names the file and line (keeps a line already known)."""
+        return SpecError(
+            self.message,
+            path=self.path,
+            file=file,
+            line=self.line_no if self.line_no is not None else line,
+            fix=self.fix,
+        )
+
+    def line(self) -> str:
+        where = self.file
+        if where and self.line_no is not None:
+            where = f"{where}:{self.line_no}"
+        text = f"{where}: " if where else ""
+        if self.path:
+            text += f"{self.path}: "
+        text += self.message
+        if self.fix:
+            text += f"; {self.fix}"
+        return text
+
+    def __str__(self) -> str:
+        return self.line()
+
+
+class UsageError(SpecError):
+    """A bad command-line value (exit 2)."""

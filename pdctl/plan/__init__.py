@@ -1,0 +1,69 @@
+"""The plan layer: spec (+ optional facts) -> Plan. Every decision lives here; no I/O."""
+
+from __future__ import annotations
+
+from pdctl.compat import release as release_for
+from pdctl.errors import SpecError
+from pdctl.plan.model import Instance, Plan, SecretEnv, Target
+from pdctl.plan.place import Chooser, first_free
+from pdctl.plan.serve import serve_instances
+from pdctl.spec.model import Spec
+
+__all__ = ["Instance", "Plan", "SecretEnv", "make_plan", "target_of"]
+
+
+def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
+    chosen = target or spec.target
+    if chosen is None:
+        if phase == 0:
+            chosen = "hosts"
+        elif phase == 2:
+            chosen = "hosts" if spec.hosts else "kubernetes"
+        else:
+            chosen = "kubernetes"
+    if phase == 0 and chosen != "hosts":
+        raise SpecError("phase 0 runs on hosts only", path="target", fix="use phase 1 for Kubernetes")
+    if phase in (1, 3) and chosen != "kubernetes":
+        raise SpecError(
+            f"phase {phase} runs on Kubernetes only", path="target", fix="drop `target` or use phase 0/2"
+        )
+    return chosen  # type: ignore[return-value]
+
+
+def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
+    out = []
+    for ref, exported in ((spec.secrets.hf_token, "HF_TOKEN"), (spec.secrets.api_key, "VLLM_API_KEY")):
+        if ref is None:
+            continue
+        default = f"{spec.name}-{exported.lower().replace('_', '-')}"
+        out.append(SecretEnv(exported, ref.env, ref.secret_name or default, ref.secret_key))
+    return tuple(out)
+
+
+def make_plan(
+    spec: Spec,
+    phase: int | None = None,
+    target: str | None = None,
+    choose: Chooser = first_free,
+) -> Plan:
+    """Decide everything. `phase`/`target` override the spec's; `choose` picks GPU sets."""
+    phase = spec.phase if phase is None else phase
+    tgt = target_of(spec, phase, target)
+    rel = release_for(spec.engine.version)
+    image = spec.engine.image or rel.image
+    if phase in (0, 1):
+        instances = serve_instances(spec, rel, phase, tgt, choose)
+    else:
+        from pdctl.plan.pd import pd_instances
+
+        instances = pd_instances(spec, rel, phase, tgt, choose)
+    return Plan(
+        spec=spec,
+        phase=phase,
+        target=tgt,
+        release=rel,
+        image=image,
+        instances=instances,
+        secrets=secret_envs(spec),
+        served_name=spec.model.served_name or spec.model.name,
+    )

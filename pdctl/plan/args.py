@@ -1,0 +1,89 @@
+"""`vllm serve` arguments for one instance, checked against the pinned version's flags."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from pdctl.compat import Release
+from pdctl.errors import SpecError
+from pdctl.spec.model import Spec
+
+
+def engine_args(
+    spec: Spec,
+    release: Release,
+    *,
+    port: int,
+    tensor_parallel: int,
+    pipeline_parallel: int = 1,
+    gpu_memory_utilization: float | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    enforce_eager: bool = False,
+    enable_prefix_caching: bool | None = None,
+    extra: Iterable[tuple[str, str]] = (),
+    role_args: tuple[str, ...] = (),
+    role_path: str = "serve",
+    host: str = "0.0.0.0",
+) -> tuple[str, ...]:
+    """The serve arguments after `vllm serve` (the model is the positional first argument).
+
+    `extra` holds (flag, value) pairs added by the plan (KV transfer etc.); value "" = a switch.
+    """
+    m = spec.model
+    args: list[str] = [m.name, "--host", host, "--port", str(port)]
+    if m.served_name:
+        args += ["--served-model-name", m.served_name]
+    if tensor_parallel > 1:
+        args += ["--tensor-parallel-size", str(tensor_parallel)]
+    if pipeline_parallel > 1:
+        args += ["--pipeline-parallel-size", str(pipeline_parallel)]
+    if gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", _fraction(gpu_memory_utilization)]
+    if m.max_model_len is not None:
+        args += ["--max-model-len", str(m.max_model_len)]
+    if m.dtype != "auto":
+        args += ["--dtype", m.dtype]
+    if m.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", m.kv_cache_dtype]
+    if m.trust_remote_code:
+        args.append("--trust-remote-code")
+    if m.revision:
+        args += ["--revision", m.revision]
+    if max_num_seqs is not None:
+        args += ["--max-num-seqs", str(max_num_seqs)]
+    if max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+    if enforce_eager:
+        args.append("--enforce-eager")
+    if enable_prefix_caching is True:
+        args.append("--enable-prefix-caching")
+    elif enable_prefix_caching is False:
+        args.append("--no-enable-prefix-caching")
+    for flag, value in extra:
+        args.append(flag)
+        if value != "":
+            args.append(value)
+    args += check_user_flags(spec.engine.extra_args, release, "engine.extraArgs")
+    args += check_user_flags(role_args, release, f"{role_path}.extraArgs")
+    return tuple(args)
+
+
+def _fraction(value: float) -> str:
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def check_user_flags(args: tuple[str, ...], release: Release, path: str) -> list[str]:
+    """User-given extra args: every `--flag` must exist in the pinned vLLM version."""
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and not release.has_flag(arg):
+            name = arg.split("=", 1)[0]
+            close = difflib.get_close_matches(name, sorted(release.flags), n=1, cutoff=0.75)
+            fix = f"did you mean {close[0]!r}?" if close else "see `vllm serve --help`"
+            raise SpecError(
+                f"{name} is not a `vllm serve` flag in vLLM {release.version}",
+                path=f"{path}[{i}]",
+                fix=fix,
+            )
+    return list(args)

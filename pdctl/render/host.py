@@ -1,0 +1,159 @@
+"""Bare-metal artifacts: start and stop scripts per unit (engine, router, ...) per host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdctl import __version__
+from pdctl.plan.model import Instance, Plan
+from pdctl.render.bundle import Artifact
+from pdctl.render.template import render_template
+from pdctl.spec.model import Host
+
+GRACE_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One process pdctl starts on a host: an engine, the router, a mooncake master."""
+
+    name: str
+    role: str
+    host: Host
+    port: int
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    setup: str
+    image: str | None = None
+    gpus: tuple[int, ...] = ()
+    publish: tuple[str, ...] = ()
+
+
+def deploy_dir(plan: Plan, host: Host) -> str:
+    base = host.data_dir.rstrip("/")
+    return f"{base}/{plan.name}"
+
+
+def unit_hash(unit: Unit) -> str:
+    """A short digest of everything that makes a unit what it is (for change detection)."""
+    data = [unit.command, unit.env, unit.image, unit.gpus, unit.publish, unit.setup, unit.port]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def header(plan: Plan, unit: Unit, what: str) -> list[str]:
+    return [
+        f"Rendered by pdctl {__version__} from spec {plan.name!r} (phase {plan.phase}): "
+        f"{what} {unit.name} ({unit.role}) on host {unit.host.name}.",
+        "Do not edit: change the spec and render again.",
+        f"pdctl-hash: {unit_hash(unit)}",
+    ]
+
+
+def engine_setup(plan: Plan, host: Host) -> str:
+    """Shell that prepares the engine's Python environment for the host's runtime."""
+    rel = plan.release
+    if host.runtime == "conda":
+        return render_template(
+            "setup-conda.sh.j2",
+            conda_env=host.conda_env or f"pdctl-vllm-{rel.version}",
+            package="vllm",
+            version=rel.version,
+            pip=rel.pip,
+        )
+    if host.runtime == "venv":
+        return render_template(
+            "setup-venv.sh.j2",
+            venv=host.venv or f"~/.pdctl/venv/vllm-{rel.version}",
+            executable="vllm",
+            install=plan.spec.engine.device == "cuda",
+            pip=rel.pip,
+        )
+    return ""
+
+
+def engine_unit(plan: Plan, inst: Instance) -> Unit:
+    assert inst.host is not None
+    host = inst.host
+    if host.runtime == "docker":
+        return Unit(
+            name=inst.name,
+            role=inst.role,
+            host=host,
+            port=inst.port,
+            command=inst.args,
+            env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"),
+            setup="",
+            image=plan.image,
+            gpus=inst.gpus,
+            publish=(f"{inst.port}:{inst.container_port or inst.port}",),
+        )
+    return Unit(
+        name=inst.name,
+        role=inst.role,
+        host=host,
+        port=inst.port,
+        command=("vllm", "serve", *inst.args),
+        env=inst.env,
+        setup=engine_setup(plan, host),
+    )
+
+
+def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
+    base = f"hosts/{unit.host.name}/{unit.name}"
+    common = dict(
+        deploy_dir=deploy_dir(plan, unit.host),
+        unit=unit.name,
+        port=unit.port,
+        grace_seconds=GRACE_SECONDS,
+        deployment=plan.name,
+    )
+    if unit.image is not None:
+        labels = [
+            f"pdctl.io/deployment={plan.name}",
+            f"pdctl.io/unit={unit.name}",
+            f"pdctl.io/role={unit.role}",
+            f"pdctl.io/hash={unit_hash(unit)}",
+            "app.kubernetes.io/managed-by=pdctl",
+        ]
+        start = render_template(
+            "docker-start.sh.j2",
+            header=header(plan, unit, "container"),
+            hash=unit_hash(unit),
+            labels=labels,
+            gpus=",".join(map(str, unit.gpus)),
+            publish=unit.publish,
+            hf_cache=unit.host.hf_cache,
+            secret_names=[s.name for s in plan.secrets],
+            env=unit.env,
+            image=unit.image,
+            args=unit.command,
+            **common,
+        )
+        stop = render_template("docker-stop.sh.j2", header=header(plan, unit, "container"), **common)
+    else:
+        env = unit.env
+        if unit.role in ("serve", "prefill", "decode"):
+            env = (("HF_HOME", unit.host.hf_cache),) + env
+        start = render_template(
+            "process-start.sh.j2",
+            header=header(plan, unit, "process"),
+            setup=unit.setup,
+            env=env,
+            command=unit.command,
+            **common,
+        )
+        stop = render_template("process-stop.sh.j2", header=header(plan, unit, "process"), **common)
+    return [
+        Artifact(f"{base}/start.sh", start, executable=True),
+        Artifact(f"{base}/stop.sh", stop, executable=True),
+    ]
+
+
+def host_artifacts(plan: Plan, units: Sequence[Unit]) -> list[Artifact]:
+    out: list[Artifact] = []
+    for unit in units:
+        out.extend(unit_artifacts(plan, unit))
+    return out

@@ -1,0 +1,245 @@
+"""Kubernetes objects built as data (dicts) and dumped once; phase 1 lives here, and the
+pieces (pod template, probes, volumes) are shared with phases 2 and 3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from pdctl import __version__
+from pdctl.plan.model import Instance, Plan
+from pdctl.render.bundle import Artifact
+
+Obj = dict[str, Any]
+CACHE_MOUNT = "/root/.cache/huggingface"
+GIB = 1024**3
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, no aliases, multi-line strings as literals."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump(obj: Obj) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def doc_header(plan: Plan) -> str:
+    return (
+        f"# Rendered by pdctl {__version__} from spec {plan.name!r} (phase {plan.phase}).\n"
+        "# Do not edit: change the spec and render again.\n"
+    )
+
+
+def metadata(plan: Plan, name: str, component: str, namespaced: bool = True) -> Obj:
+    meta: Obj = {"name": name}
+    if namespaced:
+        meta["namespace"] = plan.spec.kubernetes.namespace
+    meta["labels"] = plan.labels(component)
+    return meta
+
+
+def selector(plan: Plan, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/instance": plan.spec.name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def shm_size(plan: Plan, tensor_parallel: int) -> str:
+    if plan.spec.kubernetes.shm_size:
+        return plan.spec.kubernetes.shm_size
+    return f"{2 + 4 * (tensor_parallel - 1)}Gi"
+
+
+def namespace_obj(plan: Plan) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(plan, plan.spec.kubernetes.namespace, "namespace", namespaced=False),
+    }
+
+
+def pvc_name(plan: Plan) -> str:
+    st = plan.spec.kubernetes.storage
+    if st.type == "existingClaim":
+        assert st.claim_name
+        return st.claim_name
+    return f"{plan.name}-model-cache"
+
+
+def pvc_obj(plan: Plan) -> Obj:
+    st = plan.spec.kubernetes.storage
+    spec: Obj = {
+        "accessModes": [st.access_mode],
+        "resources": {"requests": {"storage": st.size}},
+        "volumeMode": "Filesystem",
+    }
+    if st.storage_class:
+        spec["storageClassName"] = st.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(plan, pvc_name(plan), "model-cache"),
+        "spec": spec,
+    }
+
+
+def service_obj(plan: Plan, name: str, component: str, port: int, target: str = "http") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(plan, name, component),
+        "spec": {
+            "type": plan.spec.kubernetes.service_type,
+            "selector": selector(plan, component),
+            "ports": [{"name": "http", "port": port, "targetPort": target, "protocol": "TCP"}],
+        },
+    }
+
+
+def probe(path: str, port: str, period: int, failures: int, timeout: int = 5) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def env_list(plan: Plan, inst: Instance) -> list[Obj]:
+    out: list[Obj] = []
+    for secret in plan.secrets:
+        out.append(
+            {
+                "name": secret.name,
+                "valueFrom": {
+                    "secretKeyRef": {"name": secret.secret_name, "key": secret.secret_key}
+                },
+            }
+        )
+    out += [{"name": k, "value": v} for k, v in inst.env]
+    return out
+
+
+def resources(plan: Plan, gpu: dict[str, str]) -> Obj:
+    r = plan.spec.kubernetes.resources
+    amounts = {"cpu": r.cpu, "memory": r.memory, **gpu}
+    return {"limits": dict(amounts), "requests": dict(amounts)}
+
+
+def engine_container(
+    plan: Plan, inst: Instance, gpu: dict[str, str], port: int = 8000, name: str = "vllm"
+) -> Obj:
+    k8s = plan.spec.kubernetes
+    load_failures = max(1, k8s.startup_timeout_minutes * 60 // 10)
+    return {
+        "name": name,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm", "serve"],
+        "args": list(inst.args),
+        "env": env_list(plan, inst),
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "resources": resources(plan, gpu),
+        "volumeMounts": [
+            {"name": "model-cache", "mountPath": CACHE_MOUNT},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+        # Model download and load take minutes: the startup probe allows for it, then
+        # readiness and liveness take over.
+        "startupProbe": probe("/health", "http", 10, load_failures),
+        "readinessProbe": probe("/health", "http", 5, 3),
+        "livenessProbe": probe("/health", "http", 10, 6),
+    }
+
+
+def volumes(plan: Plan, tensor_parallel: int) -> list[Obj]:
+    st = plan.spec.kubernetes.storage
+    cache: Obj
+    if st.type == "emptyDir":
+        cache = {"name": "model-cache", "emptyDir": {"sizeLimit": st.size}}
+    else:
+        cache = {"name": "model-cache", "persistentVolumeClaim": {"claimName": pvc_name(plan)}}
+    shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan, tensor_parallel)}}
+    return [cache, shm]
+
+
+def pod_spec(plan: Plan, containers: list[Obj], tensor_parallel: int, **extra: Any) -> Obj:
+    k8s = plan.spec.kubernetes
+    spec: Obj = {}
+    spec.update(extra)
+    spec["containers"] = containers
+    spec["terminationGracePeriodSeconds"] = 60
+    if k8s.node_selector:
+        spec["nodeSelector"] = dict(sorted(k8s.node_selector.items()))
+    if k8s.tolerations:
+        spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in k8s.tolerations
+        ]
+    if k8s.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in k8s.image_pull_secrets]
+    spec["volumes"] = volumes(plan, tensor_parallel)
+    return spec
+
+
+def deployment_obj(
+    plan: Plan, name: str, component: str, replicas: int, pod: Obj, pod_labels: dict | None = None
+) -> Obj:
+    labels = {**plan.labels(component), **(pod_labels or {})}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(plan, name, component),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector(plan, component)},
+            # GPUs are scarce: replace pods one at a time instead of surging extra ones.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def gpu_request(count: int) -> dict[str, str]:
+    return {"nvidia.com/gpu": str(count)} if count else {}
+
+
+def common_objects(plan: Plan) -> list[Obj]:
+    objs: list[Obj] = []
+    if plan.spec.kubernetes.create_namespace:
+        objs.append(namespace_obj(plan))
+    if plan.spec.kubernetes.storage.type == "pvc":
+        objs.append(pvc_obj(plan))
+    return objs
+
+
+def phase1_objects(plan: Plan) -> list[Obj]:
+    (inst,) = plan.instances
+    objs = common_objects(plan)
+    objs.append(service_obj(plan, plan.name, "serve", 8000))
+    container = engine_container(plan, inst, gpu_request(inst.gpu_count))
+    pod = pod_spec(plan, [container], inst.tensor_parallel)
+    objs.append(deployment_obj(plan, f"{plan.name}-serve", "serve", inst.replicas, pod))
+    return objs
+
+
+def artifacts(plan: Plan, objs: list[Obj]) -> list[Artifact]:
+    head = doc_header(plan)
+    out = []
+    for i, obj in enumerate(objs):
+        name = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        out.append(Artifact(name, "---\n" + head + dump(obj)))
+    return out

@@ -1,0 +1,144 @@
+"""Spec text -> a validated Spec, or one SpecError that names file, line, field and fix."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from pdctl.errors import SpecError
+from pdctl.spec.model import Spec
+from pdctl.spec.source import Loc, Source, dotted, parse
+
+
+def load_text(text: str, file: str = "<stdin>") -> tuple[Spec, Source]:
+    """Parse and validate spec text. Raises SpecError located at file:line."""
+    data, source = parse(text, file)
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"the spec must be a mapping of keys (got {_kind(data)})",
+            file=file,
+            line=source.lines.get(()),
+            fix="start from `pdctl init > spec.yaml`",
+        )
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise _to_spec_error(exc, source) from None
+    except SpecError as exc:
+        raise source.locate(exc) from None
+    return spec, source
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    return f"a string ({value!r})"
+
+
+def _to_spec_error(exc: ValidationError, source: Source) -> SpecError:
+    # The first error in document order is the one a user fixes first.
+    errors = exc.errors(include_url=False)
+    # A misspelt key also makes the real key "missing": report the misspelling.
+    typo_parents = {_clean(e["loc"])[:-1] for e in errors if e["type"] == "extra_forbidden"}
+    errors = [
+        e for e in errors if not (e["type"] == "missing" and _clean(e["loc"])[:-1] in typo_parents)
+    ] or errors
+    errors.sort(key=lambda e: source.line_of(_clean(e["loc"])) or 0)
+    err = errors[0]
+    loc = _clean(err["loc"])
+    message, fix = _explain(err, loc)
+    return SpecError(
+        message, path=dotted(loc), file=source.file, line=source.line_of(loc), fix=fix
+    )
+
+
+def _clean(loc: tuple) -> Loc:
+    """Drop pydantic's union-member and validator tags from a location."""
+    out: list[str | int] = []
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or part.startswith("function-")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _explain(err: dict, loc: Loc) -> tuple[str, str]:
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    if kind == "missing":
+        return "a required field is missing", f"add `{loc[-1]}:`" if loc else ""
+    if kind == "extra_forbidden":
+        allowed = sorted(_allowed_keys(loc[:-1]))
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        if close:
+            return f"unknown key {loc[-1]!r}", f"did you mean {close[0]!r}?"
+        return f"unknown key {loc[-1]!r}", "allowed keys: " + ", ".join(allowed)
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
+                "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()))
+        return f"must be {sign} {bound} (got {got!r})", ""
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')} (got {got!r})", ""
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be a whole number (got {_kind(got)})", ""
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number (got {_kind(got)})", ""
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (got {_kind(got)})", ""
+    if kind in ("string_type",):
+        return f"must be a string (got {_kind(got)})", "quote the value"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"must be a mapping of keys (got {_kind(got)})", ""
+    if kind in ("tuple_type", "list_type"):
+        return f"must be a list (got {_kind(got)})", "write it as [a, b] or one '- item' per line"
+    if kind == "string_too_short":
+        return "must not be empty", ""
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"])), ""
+    return err["msg"], ""
+
+
+def _allowed_keys(loc: Loc) -> set[str]:
+    """The camelCase keys the model at loc accepts."""
+    model: Any = Spec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return set()
+        field = next(
+            (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part),
+            None,
+        )
+        if field is None:
+            return set()
+        model = _inner_model(field.annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {f.alias or n for n, f in model.model_fields.items()}
+    return set()
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, tuple, list, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _inner_model(arg)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,341 @@
+"""The pdctl spec: frozen pydantic models. Docs and the JSON Schema are generated from these."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section
+from pdctl.spec.pd import Decode, Disaggregation, Prefill, Router
+
+VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
+
+
+class Model(Section):
+    """What to serve."""
+
+    name: str = Field(
+        min_length=1,
+        description="Hugging Face model id (org/name) or an absolute path to a model directory "
+        "on the hosts / in the model-cache volume.",
+    )
+    served_name: str | None = Field(
+        None, description="Name clients use in requests (`--served-model-name`). Default: `name`."
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        le=10_000_000,
+        description="Longest sequence (prompt + output) in tokens (`--max-model-len`). "
+        "Default: the model's own limit.",
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        "auto", description="Weight and activation dtype (`--dtype`)."
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="KV-cache dtype (`--kv-cache-dtype`); fp8 halves KV memory."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow the model's own Python code (`--trust-remote-code`)."
+    )
+    revision: str | None = Field(None, description="Model revision: branch, tag or commit.")
+    config: str | None = Field(
+        None,
+        description="Local path to the model's `config.json` for `pdctl plan` (capacity "
+        "planning). Relative paths are relative to the spec file.",
+    )
+    params_billion: float | None = Field(
+        None,
+        gt=0,
+        description="Parameter count in billions, for capacity planning when the model is "
+        "not in pdctl's table and `config` gives no count.",
+    )
+
+
+class Engine(Section):
+    """The vLLM engine: the pinned version drives image tags, pip pins and what flags exist."""
+
+    version: str = Field(
+        "0.33.0",
+        description="vLLM version X.Y.Z. Pins the image `vllm/vllm-openai:vX.Y.Z` and the pip "
+        "package `vllm==X.Y.Z`, and selects which flags and KV connectors exist.",
+    )
+    image: str | None = Field(
+        None, description="Container image override. Default: `vllm/vllm-openai:v<version>`."
+    )
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda",
+        description="`cuda` for NVIDIA GPUs; `cpu` runs vLLM's CPU build from a prepared Python "
+        "environment (host runtime `venv`), for tests and small models. No GPUs are assigned.",
+    )
+    extra_args: tuple[str, ...] = Field(
+        (), description="Extra `vllm serve` arguments appended to every instance."
+    )
+    env: dict[EnvName, str] = Field(
+        {},
+        description="Extra environment variables for every engine process. Not for secrets: "
+        "use `secrets`.",
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not VERSION.match(value):
+            raise ValueError(f"{value!r} is not a version X.Y.Z (e.g. '0.33.0')")
+        major, minor, _ = (int(p) for p in value.split("."))
+        if (major, minor) < (0, 10):
+            raise ValueError(f"vLLM {value} is older than 0.10.0, which pdctl does not support")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if SECRET_LIKE.search(key):
+                raise ValueError(
+                    f"{key} looks like a secret; secrets never go in the spec: use "
+                    "`secrets.hfToken` / `secrets.apiKey` (a reference to an env var or Secret)"
+                )
+        return value
+
+
+class SecretRef(Section):
+    """A secret, by reference only: its value never appears in the spec or rendered files."""
+
+    env: EnvName = Field(
+        ...,
+        description="On hosts: the local environment variable `pdctl up` reads the value from; "
+        "it is written to a 0600 file on the host, never on a command line.",
+    )
+    secret_name: DnsLabel | None = Field(
+        None,
+        description="On Kubernetes: the name of an existing Secret holding the value. "
+        "Default: `<name>-<env in lower case with '-'>`.",
+    )
+    secret_key: str = Field("token", description="On Kubernetes: the key inside the Secret.")
+
+
+class Secrets(Section):
+    """Secrets by reference."""
+
+    hf_token: SecretRef | None = Field(
+        None, description="Hugging Face token for gated models (exported as `HF_TOKEN`)."
+    )
+    api_key: SecretRef | None = Field(
+        None,
+        description="API key the engines require from clients (exported as `VLLM_API_KEY`, "
+        "never passed as `--api-key`).",
+    )
+
+
+class Host(Section):
+    """A machine reached over SSH (phases 0 and 2 on bare metal)."""
+
+    name: DnsLabel = Field(..., description="Short name used in file and process names.")
+    address: str = Field(..., min_length=1, description="IP address or DNS name for SSH.")
+    port: int = Field(22, ge=1, le=65535, description="SSH port.")
+    user: str | None = Field(
+        None, description="SSH user. Default: your local user name (as ssh does)."
+    )
+    identity_file: str | None = Field(
+        None, description="SSH private key on the machine running pdctl. Default: ssh-agent "
+        "and ~/.ssh keys."
+    )
+    gpus: tuple[int, ...] = Field(
+        (),
+        description="GPU indices pdctl may use on this host (as `nvidia-smi` numbers them). "
+        "Empty only with `engine.device: cpu`.",
+    )
+    instances: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="How many engine instances this host runs. Default: as many as its GPUs "
+        "hold, until the replicas are placed.",
+    )
+    runtime: Literal["conda", "docker", "venv"] = Field(
+        "conda",
+        description="`conda`: a conda env with pip-installed vLLM; `docker`: `docker run` of "
+        "the pinned image; `venv`: an existing Python environment (see `venv`).",
+    )
+    conda_env: str | None = Field(
+        None, description="Conda environment name. Default: `pdctl-vllm-<version>`."
+    )
+    venv: str | None = Field(
+        None,
+        description="Runtime `venv`: path of the Python environment whose `bin/vllm` runs the "
+        "engine (created with the pinned vLLM if it does not exist).",
+    )
+    data_dir: str = Field(
+        "~/.pdctl",
+        description="Folder on the host for scripts, pid files, logs and the env file. "
+        "`~/` means the SSH user's home.",
+    )
+    hf_cache: str = Field(
+        "~/.cache/huggingface", description="Hugging Face cache folder on the host."
+    )
+    address_for_peers: str | None = Field(
+        None,
+        description="Address other hosts use to reach this one (KV transfer, router). "
+        "Default: `address`.",
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"GPU indices repeat: {list(value)}")
+        if any(g < 0 or g > 63 for g in value):
+            raise ValueError(f"GPU indices must be 0..63 (got {list(value)})")
+        return value
+
+    @field_validator("data_dir", "hf_cache", "venv")
+    @classmethod
+    def _abs_or_home(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith("/") or value.startswith("~/")):
+            raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+        return value
+
+
+class Toleration(Section):
+    """A Kubernetes toleration."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class Storage(Section):
+    """Where the model cache lives on Kubernetes."""
+
+    type: Literal["pvc", "emptyDir", "existingClaim"] = Field(
+        "pvc",
+        description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use `claimName`; "
+        "`emptyDir`: a scratch volume (the model downloads at every start).",
+    )
+    size: Quantity = Field("100Gi", description="PVC size (or emptyDir size limit).")
+    storage_class: str | None = Field(None, description="PVC storageClassName.")
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"] = Field(
+        "ReadWriteOnce",
+        description="PVC access mode. With more than one replica use ReadWriteMany, or each "
+        "replica's node must be the same.",
+    )
+    claim_name: DnsLabel | None = Field(None, description="Existing PVC name (type `existingClaim`).")
+
+    @model_validator(mode="after")
+    def _claim(self) -> Storage:
+        if self.type == "existingClaim" and not self.claim_name:
+            raise ValueError("type existingClaim needs `claimName`")
+        return self
+
+
+class Resources(Section):
+    """CPU and memory per pod (requests = limits)."""
+
+    cpu: Quantity = Field("8", description="CPU per engine pod.")
+    memory: Quantity = Field("64Gi", description="Memory per engine pod.")
+
+
+class Kubernetes(Section):
+    """Kubernetes settings (phases 1-3)."""
+
+    namespace: DnsLabel = Field("default", description="Namespace for every object.")
+    create_namespace: bool = Field(False, description="Render the Namespace object too.")
+    storage: Storage = Field(default_factory=Storage, description="Model cache volume.")
+    node_selector: dict[str, str] = Field({}, description="Node selector for engine pods.")
+    tolerations: tuple[Toleration, ...] = Field((), description="Tolerations for engine pods.")
+    image_pull_secrets: tuple[DnsLabel, ...] = Field(
+        (), description="Names of Secrets for pulling images."
+    )
+    resources: Resources = Field(default_factory=Resources, description="CPU and memory per pod.")
+    shm_size: Quantity | None = Field(
+        None,
+        description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "
+        "Default: 2Gi, plus 4Gi per extra tensor-parallel rank.",
+    )
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP", description="Type of the Service in front of the engines."
+    )
+    startup_timeout_minutes: int = Field(
+        30, ge=1, le=600, description="How long the startupProbe waits for the model to load."
+    )
+
+
+class Serve(Section):
+    """The serving shape for phases 0 and 1: identical engine instances."""
+
+    replicas: int = Field(1, ge=1, le=10_000, description="Number of engine instances.")
+    tensor_parallel: int = Field(
+        1, ge=1, le=64, description="GPUs per instance for tensor parallelism."
+    )
+    pipeline_parallel: int = Field(1, ge=1, le=64, description="Pipeline-parallel stages.")
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use. Default: vLLM's own (0.92 since "
+        "0.2x; 0.9 before).",
+    )
+    max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="`--max-num-batched-tokens`."
+    )
+    port: int = Field(
+        8000,
+        ge=1024,
+        le=65535,
+        description="HTTP port of the first instance on a host; further instances take the "
+        "next ports.",
+    )
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
+    enable_prefix_caching: bool | None = Field(
+        None, description="Prefix caching on/off. Default: vLLM's (on)."
+    )
+    extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
+
+
+class Spec(Section):
+    """A pdctl deployment spec."""
+
+    name: DnsLabel = Field(
+        ..., description="Deployment name (DNS-1123); prefixes every object, process and file."
+    )
+    phase: Literal[0, 1, 2, 3] = Field(
+        0,
+        description="0: processes on hosts; 1: Kubernetes workload; 2: prefill/decode "
+        "disaggregation; 3: PD with HAMi-sliced decode.",
+    )
+    target: Literal["hosts", "kubernetes"] | None = Field(
+        None,
+        description="Where phase 2 runs. Default: `hosts` for phase 0, `kubernetes` for phases "
+        "1 and 3; for phase 2 `hosts` when `hosts` is given, else `kubernetes`.",
+    )
+    model: Model
+    engine: Engine = Field(default_factory=Engine)
+    secrets: Secrets = Field(default_factory=Secrets)
+    hosts: tuple[Host, ...] = Field((), description="Hosts for bare-metal phases.")
+    kubernetes: Kubernetes = Field(default_factory=Kubernetes)
+    serve: Serve | None = Field(None, description="Serving shape for phases 0 and 1.")
+    prefill: Prefill | None = Field(None, description="Prefill instances (phases 2 and 3).")
+    decode: Decode | None = Field(None, description="Decode instances (phases 2 and 3).")
+    disaggregation: Disaggregation | None = Field(
+        None, description="KV-transfer connector between prefill and decode (phases 2 and 3)."
+    )
+    router: Router = Field(
+        default_factory=Router,
+        description="The request router (the 'conductor') in front of prefill and decode.",
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _unique_hosts(cls, value: tuple[Host, ...]) -> tuple[Host, ...]:
+        seen: set[str] = set()
+        for host in value:
+            if host.name in seen:
+                raise ValueError(f"host name {host.name!r} is used twice")
+            seen.add(host.name)
+        return value
