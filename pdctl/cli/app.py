@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
 from pdctl import __version__
-from pdctl.cli import (
-    init_cmd,
-    render_cmd,
-    schema_cmd,
-    validate_cmd,
+
+# One module per command; each has `register(app)`. Command modules import heavy clients
+# (paramiko, docker, kubernetes) only inside the command functions.
+COMMAND_MODULES = (
+    "pdctl.cli.init_cmd",
+    "pdctl.cli.validate_cmd",
+    "pdctl.cli.render_cmd",
+    "pdctl.cli.schema_cmd",
 )
 
 app = typer.Typer(
@@ -50,8 +54,8 @@ def version_cmd() -> None:
     typer.echo(f"pdctl {__version__}")
 
 
-for module in (init_cmd, validate_cmd, render_cmd, schema_cmd):
-    module.register(app)
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:

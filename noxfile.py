@@ -1,0 +1,58 @@
+"""Developer tasks: `nox` runs lint, typecheck, tests and e2e; `nox -s bench` the benchmarks."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests", "e2e"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = None  # the interpreter nox runs under
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over the code, shellcheck over every rendered script (via the tests)."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "pdctl", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".", "mypy>=1.10", "types-PyYAML", "types-paramiko")
+    session.run("mypy", "pdctl")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests (real sshd/dockerd when .ci/run started them)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "not e2e", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def e2e(session: nox.Session) -> None:
+    """End-to-end tests: a real vLLM (CPU build) started by `pdctl up` over SSH."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "e2e", *session.posargs, success_codes=[0, 5])
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Regenerate docs/spec-reference.md from the models."""
+    session.install("-e", ".")
+    session.run("python", "-m", "pdctl.docgen", "docs/spec-reference.md")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: writes benchmarks/RESULTS.md."""
+    session.install("-e", ".[test]")
+    session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def golden(session: nox.Session) -> None:
+    """Rewrite the golden files after an intended rendering change (review the diff)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests/test_golden.py", "--update-golden")
