@@ -1,0 +1,42 @@
+"""Shared test helpers: example specs, rendering, script checks, golden files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+K8S_VERSION = "1.29.0"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="Rewrite tests/golden/* from the renderer."
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def check_scripts(files: dict[str, str], tmp: Path) -> None:
+    """bash -n and shellcheck (warnings and errors) over rendered scripts."""
+    paths = []
+    for rel, text in files.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        paths.append(str(path))
+    for path in paths:
+        subprocess.run(["bash", "-n", path], check=True, capture_output=True, text=True)
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    result = subprocess.run(
+        ["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
