@@ -127,4 +127,4 @@ serve: {}
     start = bundle["hosts/h/evil-serve-0/start.sh"]
     assert "'/models/it'\"'\"'s; rm -rf $HOME'" in start
     assert "export WEIRD='$(reboot) '\"'\"'x'\"'\"' \"y\"'" in start
-    assert "deploy_dir='/data/x y'/evil" in start
+    assert "deploy_dir='/data/x y/evil'" in start
