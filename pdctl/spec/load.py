@@ -85,6 +85,9 @@ def _explain(err: dict, loc: Loc) -> tuple[str, str]:
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         if close:
             return f"unknown key {loc[-1]!r}", f"did you mean {close[0]!r}?"
+        elsewhere = _nested_match(loc[:-1], str(loc[-1]))
+        if elsewhere:
+            return f"unknown key {loc[-1]!r}", f"did you mean {elsewhere!r} (in another section)?"
         return f"unknown key {loc[-1]!r}", "allowed keys: " + ", ".join(allowed)
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
@@ -112,24 +115,44 @@ def _explain(err: dict, loc: Loc) -> tuple[str, str]:
     return err["msg"], ""
 
 
-def _allowed_keys(loc: Loc) -> set[str]:
-    """The camelCase keys the model at loc accepts."""
+def _nested_match(loc: Loc, key: str) -> str | None:
+    """A key that belongs one level deeper, e.g. top-level `replicas` -> `serve.replicas`."""
+    model = _model_at(loc)
+    if model is None:
+        return None
+    candidates: list[str] = []
+    for name, field in model.model_fields.items():
+        inner = _inner_model(field.annotation)
+        if inner is not None:
+            candidates += [f"{field.alias or name}.{f.alias or n}" for n, f in inner.model_fields.items()]
+    by_leaf = {c.rsplit(".", 1)[1]: c for c in reversed(candidates)}
+    close = difflib.get_close_matches(key, list(by_leaf), n=1, cutoff=0.8)
+    return by_leaf[close[0]] if close else None
+
+
+def _model_at(loc: Loc) -> Any:
     model: Any = Spec
     for part in loc:
         if isinstance(part, int):
             continue
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return set()
+            return None
         field = next(
             (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part),
             None,
         )
         if field is None:
-            return set()
+            return None
         model = _inner_model(field.annotation)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return {f.alias or n for n, f in model.model_fields.items()}
-    return set()
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _allowed_keys(loc: Loc) -> set[str]:
+    """The camelCase keys the model at loc accepts."""
+    model = _model_at(loc)
+    if model is None:
+        return set()
+    return {f.alias or n for n, f in model.model_fields.items()}
 
 
 def _inner_model(annotation: Any) -> Any:
