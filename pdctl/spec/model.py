@@ -203,10 +203,12 @@ class Host(Section):
 class Toleration(Section):
     """A Kubernetes toleration."""
 
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Exists"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    key: str | None = Field(None, description="Taint key to tolerate (empty: every key).")
+    operator: Literal["Exists", "Equal"] = Field("Exists", description="Match on key only, or key and value.")
+    value: str | None = Field(None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to tolerate (empty: all)."
+    )
 
 
 class Storage(Section):

@@ -1,0 +1,115 @@
+"""Generate docs/spec-reference.md from the spec models (the one source of truth).
+
+`python -m pdctl.docgen docs/spec-reference.md` rewrites it; a test fails when it is stale."""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from pdctl.spec.model import Spec
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a!r}`".replace("'", '"') for a in args)
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " \\| ".join(names) + (" (optional)" if type(None) in args else "")
+    if origin in (tuple, list):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return f"map of {_type_name(args[0])} to {_type_name(args[1])}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "**required**"
+    if field.default_factory is not None:
+        return "(section defaults)"
+    value = field.default
+    if value is None or value is PydanticUndefined:
+        return "—"
+    if value == () or value == {}:
+        return "empty"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
+
+
+def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    seen: list[type[BaseModel]] = []
+
+    def visit(model: type[BaseModel]) -> None:
+        if model in seen:
+            return
+        seen.append(model)
+        for field in model.model_fields.values():
+            for inner in _inner(field.annotation):
+                visit(inner)
+
+    visit(root)
+    return seen
+
+
+def _inner(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        out += _inner(arg)
+    return out
+
+
+def reference() -> str:
+    lines = [
+        "# Spec reference",
+        "",
+        "<!-- Generated from pdctl/spec/*.py by `python -m pdctl.docgen docs/spec-reference.md`;",
+        "     do not edit by hand (a test fails when this file is stale). -->",
+        "",
+        "Keys are camelCase. Unknown keys are errors (with a \"did you mean\"). The JSON Schema of",
+        "the same models: `pdctl schema`.",
+        "",
+    ]
+    for model in _models(Spec):
+        doc = (model.__doc__ or "").strip().splitlines()[0]
+        lines += [f"## {model.__name__}", "", doc, "", "| key | type | default | meaning |",
+                  "|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            key = field.alias or name
+            desc = field.description or " ".join(
+                (m.__doc__ or "").strip().splitlines()[0] for m in _inner(field.annotation)[:1]
+            )
+            desc = desc.replace("|", "\\|").replace("\n", " ")
+            lines.append(
+                f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | {desc} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    text = reference()
+    if len(argv) > 1:
+        with open(argv[1], "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
