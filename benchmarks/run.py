@@ -1,0 +1,257 @@
+"""pdctl benchmarks: `nox -s bench` or `python benchmarks/run.py [--rounds N] [--only ...]`.
+
+Every figure is a ratio of two commands measured side by side in the same run (interleaved
+rounds, medians), because absolute times drift on shared machines. Writes the markdown table
+to benchmarks/RESULTS.md (or --output) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import specs
+import timing
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCALE = (1, 10, 100, 1000)
+SECTIONS = ("render", "help", "scale", "memory", "fleet")
+
+
+@dataclass
+class Row:
+    """One line of the summary table."""
+
+    key: str
+    what: str
+    pdctl: str
+    reference: str
+    ratio: str
+    target: str
+    ok: bool | None  # None: not measured
+
+    def markdown(self) -> str:
+        verdict = {True: "pass", False: "**FAIL**", None: "not measured"}[self.ok]
+        cells = (self.key, self.what, self.pdctl, self.reference, self.ratio, self.target, verdict)
+        return "| " + " | ".join(cells) + " |"
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    sections: list[str]  # extra markdown (curves, details)
+    notes: list[str]
+
+
+def pdctl_exe() -> str:
+    """The pdctl of the interpreter running this script (the same environment)."""
+    beside = Path(sys.executable).parent / "pdctl"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("pdctl")
+    if not found:
+        sys.exit("pdctl is not installed in this environment: pip install -e .")
+    return found
+
+
+def render_vs_kustomize(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
+    spec = ROOT / "examples" / "phase1-k8s.yaml"
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        report.rows.append(Row("1", "cold `pdctl render` phase 1 example vs `kubectl kustomize`",
+                               "-", "-", "-", "<= 1.5", None))
+        report.notes.append("1: not measured: kubectl is not on PATH.")
+        return
+    stream = subprocess.run([pdctl, "render", str(spec)], check=True, capture_output=True,
+                            text=True).stdout
+    folder = specs.write_kustomization(stream, tmp / "kustomize")
+    built = subprocess.run([kubectl, "kustomize", str(folder)], check=True, capture_output=True,
+                           text=True).stdout
+    same = _objects(built) == _objects(stream)
+    stats = timing.interleaved(
+        {"pdctl": [pdctl, "render", str(spec)], "kustomize": [kubectl, "kustomize", str(folder)]},
+        rounds,
+    )
+    ratio = stats["pdctl"].median / stats["kustomize"].median
+    report.rows.append(Row(
+        "1", "cold `pdctl render examples/phase1-k8s.yaml` vs `kubectl kustomize` (same objects, "
+        "plain files)", _fig(stats["pdctl"]), _fig(stats["kustomize"]), f"{ratio:.2f}",
+        "<= 1.5", ratio <= 1.5,
+    ))
+    if not same:
+        report.notes.append("1: kubectl kustomize built objects that differ from pdctl's.")
+
+
+def _objects(stream: str) -> list:
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(stream) if d]
+    return sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"]))
+
+
+def help_vs_python(pdctl: str, rounds: int, report: Report) -> None:
+    stats = timing.interleaved(
+        {"pdctl": [pdctl, "--help"], "python": [sys.executable, "-c", "pass"]}, rounds
+    )
+    ratio = stats["pdctl"].median / stats["python"].median
+    report.rows.append(Row(
+        "2", "`pdctl --help` vs `python -c pass` (same environment)", _fig(stats["pdctl"]),
+        _fig(stats["python"]), f"{ratio:.2f}", "<= 4", ratio <= 4,
+    ))
+
+
+def scale(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
+    paths = {n: specs.write_spec(specs.scale_spec(n, "mixed"), tmp / f"scale-{n}.yaml")
+             for n in SCALE}
+    stats = timing.interleaved({str(n): [pdctl, "render", str(p)] for n, p in paths.items()},
+                               rounds)
+    inproc = {n: _inproc(p) for n, p in paths.items()}
+    one = stats["1"].median
+    lines = [
+        "### Render scale (phase 0, single-GPU serve replicas, 8 per host, conda/docker/venv "
+        "hosts in turn)",
+        "",
+        "| instances | hosts | files | output | `pdctl render` (cold process) | ratio to 1 | "
+        "in-process load + plan + render | per instance |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in SCALE:
+        s, ip = stats[str(n)], inproc[n]
+        lines.append(
+            f"| {n} | {-(-n // specs.GPUS_PER_HOST)} | {ip['artifacts']} | "
+            f"{ip['bytes'] / 1024:.0f} KiB | {_fig(s)} | {s.median / one:.2f} | "
+            f"{ip['total'] * 1000:.1f} ms (load {ip['load'] * 1000:.1f}, plan "
+            f"{ip['plan'] * 1000:.1f}, render {ip['render'] * 1000:.1f}) | "
+            f"{ip['total'] / n * 1e6:.0f} µs |"
+        )
+    report.sections.append("\n".join(lines))
+    big = stats[str(SCALE[-1])].median
+    ratio = big / one
+    report.rows.append(Row(
+        "3", f"`pdctl render`, {SCALE[-1]} instances vs 1 instance (cold process)",
+        _fig(stats[str(SCALE[-1])]), _fig(stats["1"]), f"{ratio:.2f}", "<= 10, and <= 1 s",
+        ratio <= 10 and big <= 1.0,
+    ))
+
+
+def _inproc(path: Path) -> dict:
+    out = subprocess.run([sys.executable, str(HERE / "inproc.py"), str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def memory(pdctl: str, tmp: Path, report: Report) -> None:
+    big = specs.write_spec(specs.scale_spec(SCALE[-1], "mixed"), tmp / "memory-big.yaml")
+    one = specs.write_spec(specs.scale_spec(1, "mixed"), tmp / "memory-one.yaml")
+    # Peak RSS barely varies between runs: the highest of three is reported.
+    rss_big = max(timing.max_rss_kib([pdctl, "render", str(big)]) for _ in range(3))
+    rss_one = max(timing.max_rss_kib([pdctl, "render", str(one)]) for _ in range(3))
+    rss_py = max(timing.max_rss_kib([sys.executable, "-c", "pass"]) for _ in range(3))
+    report.rows.append(Row(
+        "5", f"peak memory (max RSS) of `pdctl render`, {SCALE[-1]} instances vs 1 instance",
+        f"{rss_big / 1024:.1f} MiB", f"{rss_one / 1024:.1f} MiB", f"{rss_big / rss_one:.2f}",
+        "report", True,
+    ))
+    report.notes.append(
+        f"5: for scale, `python -c pass` peaks at {rss_py / 1024:.1f} MiB here; the "
+        f"{SCALE[-1]}-instance render writes "
+        f"{_inproc(big)['bytes'] / 1024 / 1024:.1f} MiB of scripts to stdout."
+    )
+
+
+def fleet(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
+    import fleet as fleet_bench
+
+    fleet_bench.measure(pdctl, rounds, tmp, report)
+
+
+def _fig(stats: timing.Stats) -> str:
+    return f"{timing.ms(stats.median)} (IQR {timing.ms(stats.spread)})"
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    kubectl = shutil.which("kubectl")
+    kver = ""
+    if kubectl:
+        out = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True)
+        kver = out.stdout.splitlines()[0] if out.stdout else ""
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs; "
+        f"Python {platform.python_version()} ({sys.executable}); {kver}; load average "
+        f"{load[0]:.2f} at start"
+    )
+
+
+def markdown(report: Report, rounds: int, started: str) -> str:
+    head = [
+        "# pdctl benchmarks",
+        "",
+        "Written by `python benchmarks/run.py` (`nox -s bench`); see docs/performance.md. "
+        "Every ratio compares two commands measured in the same run, interleaved round by "
+        f"round ({rounds} rounds each, medians; IQR = interquartile range).",
+        "",
+        f"Machine: {started}.",
+        "",
+        "| # | measurement | pdctl | reference | ratio | target | verdict |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    body = [r.markdown() for r in sorted(report.rows, key=lambda r: r.key)]
+    tail: list[str] = []
+    for section in report.sections:
+        tail += ["", section]
+    if report.notes:
+        tail += ["", "Notes:", ""] + [f"- {n}" for n in report.notes]
+    return "\n".join(head + body + tail) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=20, help="interleaved rounds per comparison")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: "
+                    + ", ".join(SECTIONS))
+    ap.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
+    args = ap.parse_args()
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    pdctl = pdctl_exe()
+    started = machine()
+    report = Report([], [], [])
+    tmp = Path(tempfile.mkdtemp(prefix="pdctl-bench-"))
+    try:
+        for name in only:
+            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+            if name == "render":
+                render_vs_kustomize(pdctl, args.rounds, tmp, report)
+            elif name == "help":
+                help_vs_python(pdctl, args.rounds, report)
+            elif name == "scale":
+                scale(pdctl, max(5, args.rounds // 2), tmp, report)
+            elif name == "memory":
+                memory(pdctl, tmp, report)
+            elif name == "fleet":
+                fleet(pdctl, max(3, args.rounds // 4), tmp, report)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = markdown(report, args.rounds, started)
+    args.output.write_text(text, encoding="utf-8")
+    print(text)
+    failed = [r.key for r in report.rows if r.ok is False]
+    if failed:
+        print(f"[bench] targets missed: {', '.join(failed)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
