@@ -1,0 +1,94 @@
+"""Capacity planning for vLLM, in closed form: does the model fit, how much KV cache, which
+memory fraction, how many decode slices per GPU, how fast (roofline), what P:D ratio.
+
+Everything here is pure: no files, environment, clock or network. Callers pass the model's
+HF `config.json` as a dict (the CLI reads the file), GPU figures come from `find_gpu`.
+Sizes are bytes (int) unless a name ends in `_mib`. Docs: docs/capacity.md.
+
+Stable public API (other modules call these; signatures only grow keyword arguments):
+
+    model = model_config(name, hf_config=None, params_billion=None)   # ModelConfig
+    model = spec_model_config(spec.model, hf_config=None)   # the same, from the spec
+    gpu = find_gpu("H200")   # Gpu; SpecError if unknown
+
+    shape = Shape(tp=2, pp=1, dtype="auto", kv_cache_dtype="fp8", max_model_len=8192)
+    # max_num_seqs / max_num_batched_tokens None = vLLM's defaults for the GPU's size
+    shape = spec_shape(spec, "serve" | "prefill" | "decode")              # Shape from the spec
+
+    fit = model_fit(model, shape)            # ModelFit: for preflight, no GPU needed
+    fit.weights          # weight bytes on one GPU (heaviest PP stage, split over TP)
+    fit.kv_per_token     # KV bytes per token on one GPU
+    fit.kv_per_sequence  # KV bytes of one max_model_len sequence on one GPU
+    fit.need_bytes       # weights + overheads + one sequence: the least total x util
+
+    mem = instance_memory(model, gpu.usable_bytes, util, shape)   # InstanceMemory
+    mem.kv_available, mem.kv_tokens, mem.concurrency, mem.fits, mem.min_util
+
+    sl = decode_slice(model, gpu.memory_mib, shape, per_gpu=2, percent=None, mib=None)
+    sl.slice_mib                 # HAMi `nvidia.com/gpumem` for one decode instance
+    sl.gpu_memory_utilization    # the --gpu-memory-utilization to pass inside the slice
+    sl.min_slice_mib, sl.max_per_gpu, sl.kv_tokens, sl.fits
+    slice_util(slice_mib)        # util inside any slice size
+
+    weights_bytes_per_gpu(model, tp, pp, dtype); kv_bytes_per_token(model, tp, pp, kv, dtype)
+    smallest_fit(model, total_bytes, shape, util) -> Shape | None
+    alternatives(model, total_bytes, shape, util) -> tuple[Alternative, ...]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pdctl.capacity.fit import (
+    Alternative,
+    ModelFit,
+    Shape,
+    alternatives,
+    instance_memory,
+    model_fit,
+    smallest_fit,
+)
+from pdctl.capacity.gpus import GPUS, Gpu, custom_gpu, find_gpu
+from pdctl.capacity.memory import (
+    DEFAULT_UTIL,
+    InstanceMemory,
+    Overhead,
+    kv_bytes_per_token,
+    weights_bytes_per_gpu,
+)
+from pdctl.capacity.models import BUILTIN, ModelConfig, model_config
+from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
+
+if TYPE_CHECKING:
+    from pdctl.spec.model import Model, Spec
+
+
+def spec_model_config(model: Model, hf_config: dict[str, Any] | None = None) -> ModelConfig:
+    """ModelConfig for the spec's `model` section: `hf_config` (the parsed `model.config`
+    file, read by the caller), else the built-in table by `model.name`; `model.paramsBillion`
+    overrides the parameter count. SpecError (path `model.config`) when nothing is known."""
+    return model_config(model.name, hf_config, model.params_billion)
+
+
+def spec_shape(spec: Spec, role: str = "serve") -> Shape:
+    """The Shape of one role of the spec: `serve` (phases 0/1), `prefill` or `decode`."""
+    section: Any = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}[role]
+    tp = section.tensor_parallel if section is not None else 1
+    pp = getattr(section, "pipeline_parallel", 1) if section is not None else 1
+    seqs = section.max_num_seqs if section is not None else None
+    tokens = section.max_num_batched_tokens if section is not None else None
+    eager = section.enforce_eager if section is not None else False
+    return Shape(
+        tp=tp, pp=pp, dtype=spec.model.dtype, kv_cache_dtype=spec.model.kv_cache_dtype,
+        max_model_len=spec.model.max_model_len, max_num_seqs=seqs,
+        max_num_batched_tokens=tokens, enforce_eager=eager,
+    )
+
+
+__all__ = [
+    "BUILTIN", "DEFAULT_UTIL", "GPUS", "Alternative", "DecodeSlice", "Gpu", "InstanceMemory",
+    "ModelConfig", "ModelFit", "Overhead", "Shape", "alternatives", "custom_gpu",
+    "decode_slice", "find_gpu", "instance_memory", "kv_bytes_per_token", "model_config",
+    "model_fit", "slice_util", "smallest_fit", "spec_model_config", "spec_shape",
+    "weights_bytes_per_gpu",
+]

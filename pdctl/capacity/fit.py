@@ -1,0 +1,167 @@
+"""Does a model fit: per-instance memory for a shape, the smallest TP, the nearest fitting shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pdctl.capacity.gpus import GIB
+from pdctl.capacity.memory import (
+    DEFAULT_UTIL,
+    MAX_UTIL,
+    InstanceMemory,
+    default_batching,
+    kv_bytes_per_token,
+    overhead,
+    weights_bytes_per_gpu,
+)
+from pdctl.capacity.models import ModelConfig
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one instance runs: parallelism, dtypes, limits (vLLM flags of the same names)."""
+
+    tp: int = 1
+    pp: int = 1
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None  # None: the model's own limit
+    max_num_seqs: int | None = None  # None: vLLM's default for the GPU's memory size
+    max_num_batched_tokens: int | None = None  # None: the same
+    enforce_eager: bool = False
+
+    def model_len(self, model: ModelConfig) -> int:
+        return self.max_model_len or model.max_position
+
+    def batching(self, total_bytes: int | None) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs), vLLM's defaults filled in for a GPU (or
+        slice) of `total_bytes`; without a GPU the large-GPU defaults (the larger overhead)."""
+        tokens, seqs = default_batching(total_bytes if total_bytes is not None else 80 * GIB)
+        return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """The model-only numbers preflight needs, per GPU of the heaviest stage.
+
+    `need_bytes` = weights + overheads + one max-length sequence of KV: the least
+    `total x --gpu-memory-utilization` a GPU (or slice) must give one instance.
+    """
+
+    weights: int
+    kv_per_token: int
+    max_model_len: int
+    overhead: int
+
+    @property
+    def kv_per_sequence(self) -> int:
+        return self.kv_per_token * self.max_model_len
+
+    @property
+    def need_bytes(self) -> int:
+        return self.weights + self.overhead + self.kv_per_sequence
+
+
+def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
+    """Weights and KV per GPU for `shape` (no GPU needed)."""
+    tokens, seqs = shape.batching(None)
+    over = overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs, shape.enforce_eager)
+    return ModelFit(
+        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
+        kv_per_token=kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype,
+                                        shape.dtype),
+        max_model_len=shape.model_len(model),
+        overhead=over.total,
+    )
+
+
+def instance_memory(
+    model: ModelConfig, total_bytes: int, util: float, shape: Shape
+) -> InstanceMemory:
+    """Memory of one instance whose GPUs (or slices) report `total_bytes`, at `util`."""
+    block = 64 if model.is_mla else 16
+    tokens, seqs = shape.batching(total_bytes)
+    return InstanceMemory(
+        total=total_bytes,
+        util=util,
+        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
+        overhead=overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs,
+                          shape.enforce_eager),
+        kv_per_token=kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype,
+                                        shape.dtype),
+        max_model_len=shape.model_len(model),
+        block_size=block,
+    )
+
+
+def valid_tp(model: ModelConfig, tp: int) -> bool:
+    """vLLM needs TP to divide the attention heads, and KV heads to divide or be divided."""
+    if model.heads % tp:
+        return False
+    if model.is_mla:
+        return True
+    return model.kv_heads % tp == 0 or tp % model.kv_heads == 0
+
+
+def smallest_fit(
+    model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
+    gpus_per_node: int = 8,
+) -> Shape | None:
+    """The smallest TP (then PP across nodes) at which one max-length sequence fits, or None.
+
+    Tries TP = 1, 2, 4, 8 (up to `gpus_per_node`), then PP = 2, 3, 4 ... 8 with full-node TP.
+    """
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and valid_tp(model, t)]
+    for tp in tps:
+        candidate = replace(shape, tp=tp, pp=1)
+        if instance_memory(model, total_bytes, util, candidate).fits:
+            return candidate
+    top = tps[-1] if tps else 1
+    for pp in range(2, 9):
+        candidate = replace(shape, tp=top, pp=pp)
+        if instance_memory(model, total_bytes, util, candidate).fits:
+            return candidate
+    return None
+
+
+def longest_len(model: ModelConfig, total_bytes: int, util: float, shape: Shape) -> int:
+    """The longest max_model_len (a multiple of 1024, else of 16) that fits at `shape`."""
+    mem = instance_memory(model, total_bytes, util, replace(shape, max_model_len=16))
+    tokens = mem.kv_tokens
+    return tokens // 1024 * 1024 if tokens >= 1024 else tokens
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A nearby shape that fits, and what changes."""
+
+    change: str
+    shape: Shape
+    kv_tokens: int
+
+
+def alternatives(
+    model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
+    gpus_per_node: int = 8,
+) -> tuple[Alternative, ...]:
+    """Fitting shapes nearest to `shape`, least change first: a higher memory fraction, fp8 KV,
+    a shorter max_model_len, more TP (or PP)."""
+    out: list[Alternative] = []
+
+    def add(change: str, candidate: Shape, at: float) -> None:
+        mem = instance_memory(model, total_bytes, at, candidate)
+        if mem.fits:
+            out.append(Alternative(change, candidate, mem.kv_tokens))
+
+    if util < MAX_UTIL:
+        add(f"--gpu-memory-utilization {MAX_UTIL}", shape, MAX_UTIL)
+    if not shape.kv_cache_dtype.startswith("fp8") and not model.is_mla:
+        add("--kv-cache-dtype fp8 (half the KV bytes)", replace(shape, kv_cache_dtype="fp8"), util)
+    length = longest_len(model, total_bytes, util, shape)
+    if 0 < length < shape.model_len(model):
+        add(f"--max-model-len {length}", replace(shape, max_model_len=length), util)
+    bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node)
+    if bigger is not None and (bigger.tp, bigger.pp) != (shape.tp, shape.pp):
+        label = f"tensorParallel {bigger.tp}" + (f", pipeline {bigger.pp}" if bigger.pp > 1 else "")
+        add(label, bigger, util)
+    return tuple(out)

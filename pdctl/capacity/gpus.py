@@ -1,0 +1,100 @@
+"""Built-in GPU table: memory, memory bandwidth and dense BF16 tensor throughput."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.errors import SpecError
+
+MIB = 1024**2
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU model.
+
+    `memory_mib` is the total nvidia-smi / NVML reports. `usable_mib` is what CUDA reports as
+    total (`cudaMemGetInfo`, what vLLM multiplies by `--gpu-memory-utilization`): a few hundred
+    MiB less, kept by the driver. `bandwidth_gbs` is HBM/GDDR bandwidth in GB/s (1e9 B/s),
+    `bf16_tflops` dense BF16 tensor throughput (no sparsity) in TFLOP/s.
+    """
+
+    name: str
+    memory_mib: int
+    usable_mib: int
+    bandwidth_gbs: float
+    bf16_tflops: float
+    source: str = ""
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.usable_mib * MIB
+
+    @property
+    def ridge(self) -> float:
+        """FLOP per byte where compute and bandwidth limits meet (roofline ridge point)."""
+        return self.bf16_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
+
+
+# usable_mib: measured where a vLLM log shows `total_gpu_memory` (H100: 79.22 GiB), else
+# memory_mib minus 0.54% (the H100 ratio).
+def _usable(total_mib: int) -> int:
+    return int(total_mib * 0.99463)
+
+
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in (
+        Gpu("H100-SXM", 81559, 81121, 3350, 989.4, "NVIDIA H100 datasheet; vLLM log 79.22 GiB"),
+        Gpu("H100-PCIe", 81559, 81121, 2000, 756.0, "NVIDIA H100 datasheet (PCIe)"),
+        Gpu("H200", 143771, _usable(143771), 4800, 989.4, "NVIDIA H200 datasheet; nvidia-smi"),
+        Gpu("A100-80GB", 81920, _usable(81920), 2039, 312.0, "NVIDIA A100 datasheet (SXM)"),
+        Gpu("A100-40GB", 40960, _usable(40960), 1555, 312.0, "NVIDIA A100 datasheet"),
+        Gpu("L40S", 46068, _usable(46068), 864, 362.0, "NVIDIA L40S datasheet"),
+        Gpu("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
+        Gpu("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),
+        Gpu("RTX-4090", 24564, _usable(24564), 1008, 165.2, "NVIDIA Ada whitepaper"),
+    )
+}
+
+_ALIASES = {"h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gbhbm3": "H100-SXM",
+            "h100pcie": "H100-PCIe", "h200": "H200", "h200sxm": "H200", "h200nvl": "H200",
+            "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm480gb": "A100-80GB",
+            "a100sxm80gb": "A100-80GB", "a10040gb": "A100-40GB", "a100sxm440gb": "A100-40GB",
+            "a100pcie40gb": "A100-40GB", "l40s": "L40S", "l4": "L4", "a10g": "A10G",
+            "rtx4090": "RTX-4090", "4090": "RTX-4090", "geforcertx4090": "RTX-4090"}
+
+
+def _key(name: str) -> str:
+    text = name.lower().replace("nvidia", "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def find_gpu(name: str) -> Gpu:
+    """A GPU by name as users or nvidia-smi write it ('H200', 'NVIDIA H100 80GB HBM3', ...).
+
+    Raises SpecError listing the known names when the name is not in the table.
+    """
+    key = _key(name)
+    for gpu in GPUS.values():
+        if _key(gpu.name) == key:
+            return gpu
+    if key in _ALIASES:
+        return GPUS[_ALIASES[key]]
+    for alias in sorted(_ALIASES, key=len, reverse=True):  # 'NVIDIA H200 141GB' -> H200
+        if key.startswith(alias) and len(alias) >= 3:
+            return GPUS[_ALIASES[alias]]
+    raise SpecError(
+        f"unknown GPU type {name!r}",
+        path="gpu.type",
+        fix=f"use one of {', '.join(GPUS)}, or give the memory (`--gpu-memory-gib`)",
+    )
+
+
+def custom_gpu(memory_gib: float, base: Gpu | None = None) -> Gpu:
+    """A GPU with the given memory; speed figures from `base` (default H100-SXM)."""
+    ref = base or GPUS["H100-SXM"]
+    mib = int(memory_gib * 1024)
+    return Gpu(f"{ref.name} ({memory_gib:g} GiB)" if base else f"{memory_gib:g} GiB GPU",
+               mib, _usable(mib), ref.bandwidth_gbs, ref.bf16_tflops, "given memory")

@@ -1,0 +1,187 @@
+"""Per-GPU memory of one vLLM instance: weights, KV cache per token, overheads, KV capacity.
+
+Every function is pure and closed-form. Sizes are bytes (int) unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pdctl.capacity.gpus import GIB, MIB
+from pdctl.capacity.models import ModelConfig
+
+DEFAULT_UTIL = 0.92  # vLLM's --gpu-memory-utilization default in the pinned versions
+MAX_UTIL = 0.95  # above this vLLM leaves too little for the CUDA context and the allocator
+BLOCK_SIZE = 16  # vLLM's default KV block (tokens); capacity is a whole number of blocks
+
+
+def dtype_bytes(dtype: str, model: ModelConfig) -> int:
+    """Bytes per value of weights/activations for `--dtype` (auto: the model's, fp32 -> bf16)."""
+    if dtype in ("float", "float32"):
+        return 4
+    return 2
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, dtype: str, model: ModelConfig) -> int:
+    """Bytes per KV value: 1 for fp8 KV caches, else the activation dtype's."""
+    if kv_cache_dtype.startswith("fp8"):
+        return 1
+    return dtype_bytes(dtype, model)
+
+
+def stage_layers(model: ModelConfig, pp: int) -> int:
+    """Layers on the pipeline stage with the most layers (that stage sets the limit)."""
+    return math.ceil(model.layers / pp)
+
+
+def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto") -> int:
+    """Weight bytes on the most loaded GPU: the heaviest pipeline stage split over TP ranks.
+
+    Linear layers use the checkpoint's quantized width (`weight_bits`, experts
+    `expert_weight_bits`); embeddings and lm_head stay at the activation dtype. vLLM shards
+    embeddings and lm_head over TP ranks too. With PP > 1 the first stage holds the input
+    embedding and the last the lm_head; the stage with ceil(layers / pp) layers is counted with
+    the larger of the two.
+    """
+    act = dtype_bytes(dtype, model)
+    layer_params = model.params - model.embed_params - model.expert_params
+    linear_bits = model.weight_bits if model.weight_bits < 16 else act * 8
+    expert_bits = model.expert_weight_bits if model.expert_weight_bits < 16 else act * 8
+    per_layer = (layer_params * linear_bits + model.expert_params * expert_bits) / 8 / model.layers
+    layers = stage_layers(model, pp)
+    embed = model.embed_params * act
+    if pp > 1:
+        tied = model.embed_params <= model.vocab * model.hidden
+        embed = embed if tied else embed / 2
+    return int((per_layer * layers + embed) / tp)
+
+
+def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
+    """KV heads on one TP rank: split across ranks, replicated (1 each) when fewer than ranks."""
+    return max(1, model.kv_heads // tp)
+
+
+def kv_bytes_per_token(
+    model: ModelConfig, tp: int = 1, pp: int = 1, kv_cache_dtype: str = "auto", dtype: str = "auto"
+) -> int:
+    """KV-cache bytes one token takes on one GPU (the heaviest pipeline stage).
+
+    Standard and GQA attention: 2 (K and V) x layers x kv_heads_per_gpu x head_dim x bytes.
+    MLA (DeepSeek): one latent of kv_lora_rank + qk_rope_head_dim per layer, the same on every
+    TP rank (not split). fp8 KV caches take 1 byte per value.
+    """
+    layers = stage_layers(model, pp)
+    width = kv_dtype_bytes(kv_cache_dtype, dtype, model)
+    if model.mla_latent is not None:
+        return layers * model.mla_latent * width
+    return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * width
+
+
+def tokens_in(available_bytes: int, per_token: int, block_size: int = BLOCK_SIZE) -> int:
+    """KV tokens that fit in `available_bytes`: whole blocks of `block_size` tokens, as vLLM."""
+    if available_bytes <= 0 or per_token <= 0:
+        return 0
+    return available_bytes // (per_token * block_size) * block_size
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Per-GPU memory besides weights and KV: estimates, not measurements.
+
+    activation: PyTorch peak of vLLM's profiling forward pass over `max_num_batched_tokens`
+    tokens (MLP and attention intermediates, x1.4 for allocator slack) or of the sampler over
+    `max_num_seqs` rows of fp32 logits, whichever is larger. non_torch: CUDA context, cuBLAS
+    workspaces, and with TP > 1 NCCL and custom all-reduce buffers. cuda_graphs: captured
+    decode graphs (0 with --enforce-eager).
+    """
+
+    activation: int
+    non_torch: int
+    cuda_graphs: int
+
+    @property
+    def total(self) -> int:
+        return self.activation + self.non_torch + self.cuda_graphs
+
+
+def default_batching(usable_bytes: int, gpu_name: str = "") -> tuple[int, int]:
+    """vLLM's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs) for a GPU size."""
+    if usable_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def overhead(
+    model: ModelConfig,
+    tp: int = 1,
+    pp: int = 1,
+    dtype: str = "auto",
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    enforce_eager: bool = False,
+) -> Overhead:
+    """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`)."""
+    act = dtype_bytes(dtype, model)
+    mlp = model.mlp_width
+    width = (2 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp
+             + 3 * mlp / tp)
+    forward = int(max_num_batched_tokens * width * act * 1.4)
+    sampler = int(max_num_seqs * model.vocab * 4 * 2)
+    non_torch = int(0.75 * GIB) + (int(1.8 * GIB) if tp > 1 else 0)
+    graphs = 0 if enforce_eager else int(256 * MIB + 8 * MIB * stage_layers(model, pp))
+    return Overhead(max(forward, sampler), non_torch, graphs)
+
+
+@dataclass(frozen=True)
+class InstanceMemory:
+    """One instance's memory on its most loaded GPU, at a memory fraction `util`."""
+
+    total: int  # what CUDA reports as the GPU's (or the HAMi slice's) total
+    util: float
+    weights: int
+    overhead: Overhead
+    kv_per_token: int
+    max_model_len: int
+    block_size: int = BLOCK_SIZE
+
+    @property
+    def budget(self) -> int:
+        """total x util: what vLLM may use."""
+        return int(self.total * self.util)
+
+    @property
+    def kv_available(self) -> int:
+        """Budget left for the KV cache: vLLM's 'Available KV cache memory'."""
+        return self.budget - self.weights - self.overhead.total
+
+    @property
+    def kv_tokens(self) -> int:
+        """vLLM's 'GPU KV cache size: N tokens'."""
+        return tokens_in(self.kv_available, self.kv_per_token, self.block_size)
+
+    @property
+    def kv_per_sequence(self) -> int:
+        """KV bytes of one sequence of max_model_len tokens."""
+        return self.kv_per_token * self.max_model_len
+
+    @property
+    def concurrency(self) -> float:
+        """Max-length sequences that fit at once (vLLM's 'Maximum concurrency')."""
+        return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
+
+    @property
+    def fits(self) -> bool:
+        """Weights, overheads and at least one max-length sequence fit in the budget."""
+        return self.kv_tokens >= self.max_model_len
+
+    @property
+    def min_util(self) -> float:
+        """The smallest memory fraction that still holds one max-length sequence."""
+        need = self.weights + self.overhead.total + self.kv_per_sequence
+        return math.ceil(need / self.total * 100) / 100
+
+    def util_for_tokens(self, tokens: int) -> float:
+        """The memory fraction that gives `tokens` KV tokens (rounded up to 0.01)."""
+        need = self.weights + self.overhead.total + self.kv_per_token * tokens
+        return math.ceil(need / self.total * 100) / 100

@@ -1,0 +1,144 @@
+"""HF config dict -> ModelConfig: shapes, parameter counts (dense, MoE, MLA) and weight widths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.capacity.models import BUILTIN, ModelConfig
+from pdctl.errors import SpecError
+
+
+def _get(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        value = config.get(key)
+        if value is not None:
+            return value
+    return default
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model under `text_config` / `llm_config`."""
+    for key in ("text_config", "llm_config", "language_config"):
+        inner = config.get(key)
+        if isinstance(inner, dict) and "num_hidden_layers" in inner:
+            merged = {**inner}
+            if "quantization_config" in config and "quantization_config" not in merged:
+                merged["quantization_config"] = config["quantization_config"]
+            return merged
+    return config
+
+
+def weight_bits(quant: dict[str, Any] | None) -> tuple[float, float, str | None]:
+    """(bits for linear layers, bits for expert layers, method) from `quantization_config`."""
+    if not quant:
+        return 16.0, 16.0, None
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":  # gpt-oss: experts in 4-bit with one 8-bit scale per 32 values
+        return 16.0, 4.25, method
+    bits = quant.get("bits") or quant.get("w_bit") or quant.get("num_bits")
+    if bits is None:
+        groups = quant.get("config_groups") or {}
+        for group in groups.values() if isinstance(groups, dict) else ():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and weights.get("num_bits"):
+                bits = weights["num_bits"]
+                break
+    if bits is None:
+        bits = 8 if "fp8" in method or "int8" in method or "w8" in method else 16
+    bits = float(bits)
+    if bits < 8:  # group scales (and zeros): about 0.25 bit per weight at group size 128
+        bits += 0.25
+    return bits, bits, method or None
+
+
+def parse_config(
+    name: str, raw: dict[str, Any], params_billion: float | None, *, from_table: bool = False
+) -> ModelConfig:
+    """Read the shapes from a HF config dict; compute total and active parameters."""
+    config = _text_config(raw)
+    try:
+        layers = int(config["num_hidden_layers"])
+        hidden = int(config["hidden_size"])
+        heads = int(config["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        raise SpecError(
+            "config.json lacks num_hidden_layers / hidden_size / num_attention_heads",
+            path="model.config",
+            fix="point `model.config` at the model's HF config.json",
+        ) from None
+    kv_heads = int(_get(config, "num_key_value_heads", default=heads))
+    head_dim = int(_get(config, "head_dim", default=hidden // heads))
+    vocab = int(_get(config, "vocab_size", default=32000))
+    intermediate = int(_get(config, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
+    max_position = int(_get(config, "max_position_embeddings", "seq_length", default=4096))
+    tie = bool(config.get("tie_word_embeddings", False))
+
+    kv_lora = config.get("kv_lora_rank")
+    mla_latent = None
+    if kv_lora:
+        rope = int(_get(config, "qk_rope_head_dim", default=64))
+        nope = int(_get(config, "qk_nope_head_dim", default=128))
+        v_dim = int(_get(config, "v_head_dim", default=128))
+        q_lora = config.get("q_lora_rank")
+        mla_latent = int(kv_lora) + rope
+        q = hidden * heads * (nope + rope) if not q_lora else (
+            hidden * q_lora + q_lora * heads * (nope + rope))
+        kv_b = int(kv_lora) * heads * (nope + v_dim)
+        attn = q + hidden * mla_latent + kv_b + heads * v_dim * hidden
+    else:
+        bias = (heads + 2 * kv_heads) * head_dim if config.get("attention_bias") else 0
+        attn = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden + bias
+
+    experts = int(_get(config, "num_local_experts", "n_routed_experts", "num_experts", default=0))
+    per_token = int(_get(config, "num_experts_per_tok", "experts_per_token", default=0))
+    moe_inter = int(_get(config, "moe_intermediate_size", default=intermediate))
+    shared = int(_get(config, "n_shared_experts", default=0)) * moe_inter + int(
+        _get(config, "shared_expert_intermediate_size", default=0))
+    dense_layers = int(_get(config, "first_k_dense_replace", default=0)) if experts else layers
+    moe_layers = layers - dense_layers
+
+    dense_mlp = 3 * hidden * intermediate
+    expert_one = 3 * hidden * moe_inter
+    router = hidden * experts
+    other_per_moe_layer = router + 3 * hidden * shared
+    norms = 2 * hidden
+    embed = vocab * hidden * (1 if tie else 2)
+
+    expert_total = moe_layers * experts * expert_one
+    non_expert = (layers * (attn + norms) + dense_layers * dense_mlp
+                  + moe_layers * other_per_moe_layer + embed + hidden)
+    params = float(non_expert + expert_total)
+    active = float(non_expert + moe_layers * per_token * expert_one)
+    if params_billion:
+        scale = params_billion * 1e9 / params
+        params, active, expert_total = params * scale, active * scale, int(expert_total * scale)
+        embed = int(embed * scale)
+
+    bits, expert_bits, method = weight_bits(config.get("quantization_config"))
+    window = config.get("sliding_window")
+    dtype = str(_get(config, "torch_dtype", "dtype", default="bfloat16"))
+    return ModelConfig(
+        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+        head_dim=head_dim, vocab=vocab, intermediate=intermediate, max_position=max_position,
+        params=params, active_params=active, expert_params=float(expert_total),
+        embed_params=float(embed),
+        experts=experts, experts_per_token=per_token, mla_latent=mla_latent,
+        moe_intermediate=moe_inter if experts else 0, shared_intermediate=shared,
+        dense_layers=dense_layers if experts else layers,
+        sliding_window=int(window) if isinstance(window, int) and window > 0 else None,
+        torch_dtype=dtype, weight_bits=bits, expert_weight_bits=expert_bits,
+        quantization=method, from_table=from_table,
+    )
+
+
+def nearest_dense(params_billion: float) -> str:
+    """The built-in dense model whose size is closest to `params_billion` (for shape guesses)."""
+    best, best_gap = "llama-3.1-8b", float("inf")
+    for key, config in BUILTIN.items():
+        if any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+            continue
+        params = parse_config(key, config, None).params / 1e9
+        gap = abs(params - params_billion) / params_billion
+        if gap < best_gap:
+            best, best_gap = key, gap
+    return best
