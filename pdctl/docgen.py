@@ -81,14 +81,20 @@ def reference() -> str:
         "<!-- Generated from pdctl/spec/*.py by `python -m pdctl.docgen docs/spec-reference.md`;",
         "     do not edit by hand (a test fails when this file is stale). -->",
         "",
-        "Keys are camelCase. Unknown keys are errors (with a \"did you mean\"). The JSON Schema of",
+        'Keys are camelCase. Unknown keys are errors (with a "did you mean"). The JSON Schema of',
         "the same models: `pdctl schema`.",
         "",
     ]
     for model in _models(Spec):
         doc = (model.__doc__ or "").strip().splitlines()[0]
-        lines += [f"## {model.__name__}", "", doc, "", "| key | type | default | meaning |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"## {model.__name__}",
+            "",
+            doc,
+            "",
+            "| key | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         for name, field in model.model_fields.items():
             key = field.alias or name
             desc = field.description or " ".join(

@@ -54,6 +54,9 @@ def test_every_command_help_works() -> None:
     for name, command in group.commands.items():  # type: ignore[attr-defined]
         assert command.help, f"command {name} has no help text"
         result = subprocess.run(
-            [sys.executable, "-m", "pdctl", name, "--help"], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-m", "pdctl", name, "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         )
         assert result.returncode == 0, result.stderr

@@ -20,7 +20,12 @@ from tests.conftest import K8S_VERSION, check_scripts
 
 dns = st.from_regex(r"[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,4})?", fullmatch=True)
 model_name = st.sampled_from(
-    ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "/models/my model", "o'brien/x"]
+    [
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "/models/my model",
+        "o'brien/x",
+    ]
 )
 
 

@@ -31,7 +31,9 @@ def test_artifacts_pass_their_checks(example: Path, tmp_path: Path) -> None:
         docs = [d for d in yaml.safe_load_all(bundle.stream()) if d is not None]
         assert docs
         for doc in docs:
-            if doc["apiVersion"].startswith(("v1", "apps/", "batch/", "policy/", "networking.k8s.io")):
+            if doc["apiVersion"].startswith(
+                ("v1", "apps/", "batch/", "policy/", "networking.k8s.io")
+            ):
                 kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     else:
         scripts = {a.path: a.text for a in bundle if a.path.endswith(".sh")}

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from pdctl.errors import SpecError, UsageError
 
-PHASES = {0: "init-phase0.yaml", 1: "init-phase1.yaml", 2: "init-phase2.yaml", 3: "init-phase3.yaml"}
+PHASES = {
+    0: "init-phase0.yaml",
+    1: "init-phase1.yaml",
+    2: "init-phase2.yaml",
+    3: "init-phase3.yaml",
+}
 
 
 def example_text(phase: int) -> str:
@@ -22,7 +26,7 @@ def register(app: typer.Typer) -> None:
     @app.command("init")
     def init(
         phase: int = typer.Option(0, "--phase", "-p", help="Phase of the example: 0, 1, 2 or 3."),
-        output: Optional[Path] = typer.Option(
+        output: Path | None = typer.Option(
             None, "--output", "-o", help="Write to this file instead of stdout."
         ),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),

@@ -7,7 +7,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -36,11 +35,11 @@ def register(app: typer.Typer) -> None:
     @app.command("render")
     def render(
         spec: str = SPEC,
-        output: Optional[Path] = typer.Option(
+        output: Path | None = typer.Option(
             None, "--output", "-o", help="Write the bundle as files under this folder."
         ),
-        phase: Optional[int] = PHASE,
-        target: Optional[str] = TARGET,
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
         from pdctl.cli.options import check_phase_target

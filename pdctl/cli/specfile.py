@@ -16,7 +16,9 @@ def read_spec(path: str) -> tuple[Spec, Source]:
         return load_text(sys.stdin.read(), "<stdin>")
     p = Path(path)
     if not p.exists():
-        raise SpecError("no such file", file=path, fix="check the path, or create one with `pdctl init`")
+        raise SpecError(
+            "no such file", file=path, fix="check the path, or create one with `pdctl init`"
+        )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
     try:

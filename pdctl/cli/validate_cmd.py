@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from pdctl.cli.options import PHASE, SPEC, TARGET
@@ -13,8 +11,8 @@ def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
         spec: str = SPEC,
-        phase: Optional[int] = PHASE,
-        target: Optional[str] = TARGET,
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
     ) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad."""
         from pdctl.cli.options import check_phase_target

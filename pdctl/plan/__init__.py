@@ -22,17 +22,24 @@ def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
         else:
             chosen = "kubernetes"
     if phase == 0 and chosen != "hosts":
-        raise SpecError("phase 0 runs on hosts only", path="target", fix="use phase 1 for Kubernetes")
+        raise SpecError(
+            "phase 0 runs on hosts only", path="target", fix="use phase 1 for Kubernetes"
+        )
     if phase in (1, 3) and chosen != "kubernetes":
         raise SpecError(
-            f"phase {phase} runs on Kubernetes only", path="target", fix="drop `target` or use phase 0/2"
+            f"phase {phase} runs on Kubernetes only",
+            path="target",
+            fix="drop `target` or use phase 0/2",
         )
     return chosen  # type: ignore[return-value]
 
 
 def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
     out = []
-    for ref, exported in ((spec.secrets.hf_token, "HF_TOKEN"), (spec.secrets.api_key, "VLLM_API_KEY")):
+    for ref, exported in (
+        (spec.secrets.hf_token, "HF_TOKEN"),
+        (spec.secrets.api_key, "VLLM_API_KEY"),
+    ):
         if ref is None:
             continue
         default = f"{spec.name}-{exported.lower().replace('_', '-')}"

@@ -40,6 +40,8 @@ class Instance:
     replicas: int = 1
     extra_ports: tuple[tuple[str, int], ...] = ()
     container_port: int | None = None
+    # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def endpoint(self) -> str:

@@ -58,7 +58,8 @@ def place(spec: Spec, groups: Sequence[Group], choose: Chooser = first_free) -> 
             host = _pick_host(hosts, group, free, used_count, cpu)
             if host is None:
                 raise SpecError(
-                    _shortage(spec, groups, group, index, cpu), path=group.path,
+                    _shortage(spec, groups, group, index, cpu),
+                    path=group.path,
                     fix="add hosts or GPUs, lower the replicas, or lower tensorParallel",
                 )
             gpus = () if cpu else choose(host, free[host.name], group.gpus)

@@ -132,7 +132,9 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
             args=unit.command,
             **common,
         )
-        stop = render_template("docker-stop.sh.j2", header=header(plan, unit, "container"), **common)
+        stop = render_template(
+            "docker-stop.sh.j2", header=header(plan, unit, "container"), **common
+        )
     else:
         env = unit.env
         if unit.role in ("serve", "prefill", "decode"):

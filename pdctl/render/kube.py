@@ -173,7 +173,10 @@ def volumes(plan: Plan, tensor_parallel: int) -> list[Obj]:
         cache = {"name": "model-cache", "emptyDir": {"sizeLimit": st.size}}
     else:
         cache = {"name": "model-cache", "persistentVolumeClaim": {"claimName": pvc_name(plan)}}
-    shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan, tensor_parallel)}}
+    shm = {
+        "name": "shm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan, tensor_parallel)},
+    }
     return [cache, shm]
 
 
@@ -207,7 +210,10 @@ def deployment_obj(
             "replicas": replicas,
             "selector": {"matchLabels": selector(plan, component)},
             # GPUs are scarce: replace pods one at a time instead of surging extra ones.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }

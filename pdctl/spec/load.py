@@ -59,9 +59,7 @@ def _to_spec_error(exc: ValidationError, source: Source) -> SpecError:
     err = errors[0]
     loc = _clean(err["loc"])
     message, fix = _explain(err, loc)
-    return SpecError(
-        message, path=dotted(loc), file=source.file, line=source.line_of(loc), fix=fix
-    )
+    return SpecError(message, path=dotted(loc), file=source.file, line=source.line_of(loc), fix=fix)
 
 
 def _clean(loc: tuple) -> Loc:
@@ -74,7 +72,7 @@ def _clean(loc: tuple) -> Loc:
     return tuple(out)
 
 
-def _explain(err: dict, loc: Loc) -> tuple[str, str]:
+def _explain(err: Any, loc: Loc) -> tuple[str, str]:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     got = err.get("input")
@@ -90,8 +88,12 @@ def _explain(err: dict, loc: Loc) -> tuple[str, str]:
             return f"unknown key {loc[-1]!r}", f"did you mean {elsewhere!r} (in another section)?"
         return f"unknown key {loc[-1]!r}", "allowed keys: " + ", ".join(allowed)
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
-                "less_than": "<"}[kind]
+        sign = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[kind]
         bound = next(iter(ctx.values()))
         return f"must be {sign} {bound} (got {got!r})", ""
     if kind == "literal_error":
@@ -124,7 +126,9 @@ def _nested_match(loc: Loc, key: str) -> str | None:
     for name, field in model.model_fields.items():
         inner = _inner_model(field.annotation)
         if inner is not None:
-            candidates += [f"{field.alias or name}.{f.alias or n}" for n, f in inner.model_fields.items()]
+            candidates += [
+                f"{field.alias or name}.{f.alias or n}" for n, f in inner.model_fields.items()
+            ]
     by_leaf = {c.rsplit(".", 1)[1]: c for c in reversed(candidates)}
     close = difflib.get_close_matches(key, list(by_leaf), n=1, cutoff=0.8)
     return by_leaf[close[0]] if close else None

@@ -141,8 +141,9 @@ class Host(Section):
         None, description="SSH user. Default: your local user name (as ssh does)."
     )
     identity_file: str | None = Field(
-        None, description="SSH private key on the machine running pdctl. Default: ssh-agent "
-        "and ~/.ssh keys."
+        None,
+        description="SSH private key on the machine running pdctl. Default: ssh-agent "
+        "and ~/.ssh keys.",
     )
     gpus: tuple[int, ...] = Field(
         (),
@@ -204,7 +205,9 @@ class Toleration(Section):
     """A Kubernetes toleration."""
 
     key: str | None = Field(None, description="Taint key to tolerate (empty: every key).")
-    operator: Literal["Exists", "Equal"] = Field("Exists", description="Match on key only, or key and value.")
+    operator: Literal["Exists", "Equal"] = Field(
+        "Exists", description="Match on key only, or key and value."
+    )
     value: str | None = Field(None, description="Taint value (operator Equal).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to tolerate (empty: all)."
@@ -216,8 +219,8 @@ class Storage(Section):
 
     type: Literal["pvc", "emptyDir", "existingClaim"] = Field(
         "pvc",
-        description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use `claimName`; "
-        "`emptyDir`: a scratch volume (the model downloads at every start).",
+        description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use "
+        "`claimName`; `emptyDir`: a scratch volume (the model downloads at every start).",
     )
     size: Quantity = Field("100Gi", description="PVC size (or emptyDir size limit).")
     storage_class: str | None = Field(None, description="PVC storageClassName.")
@@ -226,7 +229,9 @@ class Storage(Section):
         description="PVC access mode. With more than one replica use ReadWriteMany, or each "
         "replica's node must be the same.",
     )
-    claim_name: DnsLabel | None = Field(None, description="Existing PVC name (type `existingClaim`).")
+    claim_name: DnsLabel | None = Field(
+        None, description="Existing PVC name (type `existingClaim`)."
+    )
 
     @model_validator(mode="after")
     def _claim(self) -> Storage:
