@@ -33,10 +33,20 @@ KV_KEYS_UNTIL_0_23 = frozenset({"kv_buffer_size", "kv_rank", "kv_parallel_size",
 # Connector registry (vllm/distributed/kv_transfer/kv_connector/factory.py).
 CONNECTORS_0_23 = frozenset(
     {
-        "ExampleConnector", "ExampleHiddenStatesConnector", "P2pNcclConnector",
-        "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector", "MultiConnector",
-        "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector",
-        "MooncakeStoreConnector", "FlexKVConnectorV1", "SimpleCPUOffloadConnector",
+        "ExampleConnector",
+        "ExampleHiddenStatesConnector",
+        "P2pNcclConnector",
+        "LMCacheConnectorV1",
+        "LMCacheMPConnector",
+        "NixlConnector",
+        "MultiConnector",
+        "MoRIIOConnector",
+        "OffloadingConnector",
+        "DecodeBenchConnector",
+        "MooncakeConnector",
+        "MooncakeStoreConnector",
+        "FlexKVConnectorV1",
+        "SimpleCPUOffloadConnector",
         "HF3FSKVConnector",
     }
 )
@@ -46,7 +56,43 @@ CONNECTORS_0_33 = (CONNECTORS_0_23 - {"P2pNcclConnector"}) | {
     "HiSparseConnector",
 }
 P2P_NCCL_REMOVED: Version = (0, 24, 0)
+# First release whose PyPI wheel (and image) is built against CUDA 13 (Requires-Dist
+# nvidia-*-cu13 instead of -cu12; see docs/phase2-bare-metal.md "Versions").
 CUDA13_FROM: Version = (0, 24, 0)
+# Minimum Linux driver per CUDA major (NVIDIA CUDA release notes: 13.0 -> R580, 12.9 -> R575).
+MIN_DRIVER = {12: "575.51.03", 13: "580.65.06"}
+# Mooncake's transfer-engine wheel must match the engine's CUDA major (a mismatch fails with
+# `libcudart.so.<major>: cannot open shared object file`); `non-cuda` for CPU engines.
+MOONCAKE_VERSION = "0.3.13.post1"  # the newest version published in all three variants
+MOONCAKE_PACKAGE = {
+    12: "mooncake-transfer-engine",
+    13: "mooncake-transfer-engine-cuda13",
+    0: "mooncake-transfer-engine-non-cuda",
+}
+# NIXL for pip/conda engines (the vllm/vllm-openai images ship it already).
+NIXL_PIP = "nixl==1.5.1"
+# The request router on bare metal ("conductor"): PyPI `vllm-router`, flags checked against
+# its 0.1.17 `--help` (tests/pd/data/vllm_router_help.txt).
+ROUTER_VERSION = "0.1.17"
+
+
+@dataclass(frozen=True)
+class LlmdPins:
+    """The llm-d version set pdctl renders for Kubernetes (phases 2 and 3), pinned together."""
+
+    sidecar_image: str = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.8.0"
+    epp_image: str = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0"
+    sidecar_connector: str = "nixlv2"
+    epp_config_api: str = "llm-d.ai/v1alpha1"
+    pool_api: str = "inference.networking.k8s.io/v1"
+    prefill_role: str = "kv_producer"
+    decode_role: str = "kv_both"
+    epp_grpc_port: int = 9002
+    epp_health_port: int = 9003
+    epp_metrics_port: int = 9090
+
+
+LLMD = LlmdPins()
 
 
 def parse_version(text: str) -> Version:
@@ -67,6 +113,14 @@ class Release:
     kv_keys: frozenset[str]
     flags: frozenset[str]
     flags_from: str
+
+    def mooncake_pip(self, device: str = "cuda") -> str:
+        """The mooncake-transfer-engine wheel matching this release's CUDA major."""
+        package = MOONCAKE_PACKAGE[0 if device == "cpu" else self.cuda_major]
+        return f"{package}=={MOONCAKE_VERSION}"
+
+    def has_kv_key(self, key: str) -> bool:
+        return key in self.kv_keys
 
     def has_flag(self, flag: str) -> bool:
         name = flag.split("=", 1)[0].replace("_", "-")
@@ -91,7 +145,7 @@ class Release:
 @cache
 def _flag_list(version: Version) -> frozenset[str]:
     name = "vllm_flags_{}.{}.{}.txt".format(*version)
-    text = resources.files("pdctl").joinpath("data", name).read_text()
+    text = resources.files("pdctl").joinpath("data").joinpath(name).read_text()
     return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
 
 
@@ -110,7 +164,7 @@ def release(version: str) -> Release:
         pip=f"vllm=={version}",
         cuda_major=13 if cuda13 else 12,
         # CUDA 13.0 needs R580 (>= 580.65.06); CUDA 12.9 builds need >= 575.51.03.
-        min_driver="580.65.06" if cuda13 else "575.51.03",
+        min_driver=MIN_DRIVER[13 if cuda13 else 12],
         connectors=CONNECTORS_0_23 if old else CONNECTORS_0_33,
         kv_keys=KV_KEYS_ALL | KV_KEYS_UNTIL_0_23 if old else KV_KEYS_ALL,
         flags=_flag_list(flags_from),

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from pdctl.compat import ROUTER_VERSION
 from pdctl.spec.base import Section
+
+_SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Role(Section):
@@ -15,7 +20,11 @@ class Role(Section):
     replicas: int = Field(1, ge=1, le=10_000, description="Number of instances.")
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs per instance (TP).")
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="Fraction of GPU (or slice) memory vLLM may use."
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of GPU (or, in phase 3, of the slice's) memory vLLM may use. "
+        "Default: vLLM's own; for HAMi slices pdctl computes it from the slice size.",
     )
     max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
     max_num_batched_tokens: int | None = Field(
@@ -25,11 +34,31 @@ class Role(Section):
         None,
         ge=1024,
         le=65535,
-        description="HTTP port of the first instance of this role on a host (bare metal). "
-        "Default: 8100 for prefill, 8200 for decode.",
+        description="HTTP port of the first instance of this role on a host (bare metal); "
+        "further instances on the host take the next ports. Default: 8100 for prefill, 8200 "
+        "for decode. On Kubernetes the ports are fixed (llm-d: prefill 8000, decode 8200 "
+        "behind the sidecar on 8000).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
+    env: dict[str, str] = Field(
+        {},
+        description="Extra environment for this role's engines (added to `engine.env`), e.g. "
+        "`VLLM_CPU_OMP_THREADS_BIND`. Not for secrets.",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if _SECRET_LIKE.search(key):
+                raise ValueError(
+                    f"{key} looks like a secret; secrets never go in the spec: use "
+                    "`secrets.hfToken` / `secrets.apiKey`"
+                )
+        return value
 
 
 class Prefill(Role):
@@ -39,18 +68,22 @@ class Prefill(Role):
 class Share(Section):
     """HAMi GPU slice for each decode instance (phase 3)."""
 
-    per_gpu: int = Field(
-        2, ge=1, le=16, description="Decode slices packed on one physical GPU."
-    )
+    per_gpu: int = Field(2, ge=1, le=16, description="Decode slices packed on one physical GPU.")
     gpu_memory_percent: int | None = Field(
         None,
         ge=1,
         le=100,
         description="Slice size as a percentage of the GPU's memory "
-        "(`nvidia.com/gpumem-percentage`). Default: 100 / perGpu.",
+        "(`nvidia.com/gpumem-percentage`). Default: 100 / perGpu (rounded down).",
     )
     gpu_memory_mib: int | None = Field(
         None, ge=256, description="Slice size in MiB (`nvidia.com/gpumem`); instead of percent."
+    )
+    gpu_total_mib: int | None = Field(
+        None,
+        ge=1024,
+        description="Memory of one physical GPU in MiB (e.g. 143771 for an H200), so pdctl can "
+        "size percentage slices, check MiB packings and pick the utilization. Default: unknown.",
     )
     gpu_cores_percent: int | None = Field(
         None, ge=1, le=100, description="Share of the GPU's SMs (`nvidia.com/gpucores`)."
@@ -60,6 +93,12 @@ class Share(Section):
     )
     policy: Literal["binpack", "spread"] | None = Field(
         None, description="HAMi GPU scheduler policy (`hami.io/gpu-scheduler-policy`)."
+    )
+    enforce_eager: bool | None = Field(
+        None,
+        description="Run sliced decode with `--enforce-eager` (no CUDA graphs, whose "
+        "profiling can overshoot a slice). Default: on when the slice is known to be smaller "
+        "than 24 GiB.",
     )
     allow_tensor_parallel: bool = Field(
         False,
@@ -84,7 +123,23 @@ class Store(Section):
     """Mooncake shared KV store (`MooncakeStoreConnector` + `mooncake_master`)."""
 
     enabled: bool = Field(False, description="Run mooncake_master and add the store connector.")
-    host: str | None = Field(None, description="Host (by name) that runs mooncake_master.")
+    host: str | None = Field(
+        None, description="Host (by name) that runs mooncake_master. Default: the router's host."
+    )
+    rpc_port: int = Field(50051, ge=1024, le=65535, description="mooncake_master RPC port.")
+    metrics_port: int = Field(
+        9003, ge=1024, le=65535, description="mooncake_master admin/metrics HTTP port."
+    )
+    metadata_port: int = Field(
+        8080,
+        ge=1024,
+        le=65535,
+        description="Port of the master's embedded HTTP metadata server for the transfer engines.",
+    )
+    global_segment_gib: int = Field(
+        4, ge=1, le=4096, description="Memory each engine contributes to the pool, GiB."
+    )
+    local_buffer_gib: int = Field(1, ge=1, le=1024, description="Local transfer buffer, GiB.")
 
 
 class Disaggregation(Section):
@@ -96,23 +151,111 @@ class Disaggregation(Section):
         "or bare metal).",
     )
     protocol: Literal["tcp", "rdma"] = Field(
-        "tcp", description="Transport for mooncake (and NIXL's UCX): `rdma` needs RDMA NICs."
+        "tcp", description="Transport for mooncake: `rdma` needs RDMA NICs."
     )
     device_name: str | None = Field(
-        None, description="RDMA device(s) for mooncake, e.g. `mlx5_0` (protocol rdma)."
+        None, description="RDMA device(s) for mooncake, e.g. `mlx5_0,mlx5_1` (protocol rdma)."
     )
     kv_buffer_device: Literal["cuda", "cpu"] | None = Field(
-        None, description="Where the connector stages KV (`kv_buffer_device`). Default: the "
-        "engine device."
+        None,
+        description="Where the connector stages KV (`kv_buffer_device`). Default: the "
+        "engine device.",
+    )
+    kv_port: int = Field(
+        21001,
+        ge=1024,
+        le=65000,
+        description="p2p-nccl: first ZMQ port on a host; each instance takes a block of "
+        "tensorParallel ports (`kv_port + tp_rank`).",
+    )
+    gpu_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="p2p-nccl: memory of one GPU, to size the decode `kv_buffer_size` (10% of "
+        "it, the upstream rule of thumb). Default: 8e9 bytes, the upstream example.",
+    )
+    bootstrap_port: int = Field(
+        8998,
+        ge=1024,
+        le=65535,
+        description="mooncake: first `VLLM_MOONCAKE_BOOTSTRAP_PORT` on a host (one per "
+        "prefill instance).",
+    )
+    side_channel_port: int = Field(
+        5600,
+        ge=1024,
+        le=65535,
+        description="nixl: first `VLLM_NIXL_SIDE_CHANNEL_PORT` on a host; each instance takes "
+        "a block of tensorParallel ports.",
     )
     store: Store = Field(default_factory=Store, description="Mooncake shared KV store.")
 
+    @model_validator(mode="after")
+    def _checks(self) -> Disaggregation:
+        if self.store.enabled and self.connector != "mooncake":
+            raise ValueError("store.enabled needs connector mooncake")
+        if self.device_name is not None and self.protocol != "rdma":
+            raise ValueError("deviceName applies to protocol rdma only")
+        return self
+
 
 class Router(Section):
-    """The request router ("conductor") that sends each request to prefill, then decode."""
+    """The request router ("conductor") that sends each request to prefill, then decode.
+
+    On hosts it is `vllm-router`; on Kubernetes the llm-d endpoint picker (EPP) plays the role.
+    """
 
     port: int = Field(8000, ge=1024, le=65535, description="Port clients send requests to.")
     host: str | None = Field(
         None, description="Host (by name) that runs the router. Default: the first host."
     )
-    version: str = Field("0.1.17", description="Pinned `vllm-router` package version.")
+    version: str = Field(ROUTER_VERSION, description="Pinned `vllm-router` package version.")
+    venv: str | None = Field(
+        None,
+        description="Python environment holding `bin/vllm-router` (created with the pinned "
+        "version if missing). Default: `~/.pdctl/venv/vllm-router-<version>`.",
+    )
+    policy: Literal["random", "round_robin", "cache_aware", "power_of_two", "consistent_hash"] = (
+        Field("round_robin", description="`--policy` for prefill and decode.")
+    )
+    health_check_interval_secs: int = Field(
+        3,
+        ge=1,
+        le=600,
+        description="How often the router checks engines (`--health-check-interval-secs`); "
+        "its default of 60 s sends traffic to a dead engine for minutes.",
+    )
+    discovery_port: int = Field(
+        30001,
+        ge=1024,
+        le=65535,
+        description="p2p-nccl: ZMQ port where engines register (`--vllm-discovery-address`).",
+    )
+    metrics_port: int = Field(
+        29000, ge=1024, le=65535, description="Router Prometheus port (`--prometheus-port`)."
+    )
+    wait_minutes: int = Field(
+        60,
+        ge=1,
+        le=1440,
+        description="How long the router waits for every engine's /health before it starts.",
+    )
+    gateway: str | None = Field(
+        None,
+        description="Kubernetes: name of an existing Gateway; pdctl renders an HTTPRoute from "
+        "it to the InferencePool.",
+    )
+
+    @field_validator("venv")
+    @classmethod
+    def _abs_or_home(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith("/") or value.startswith("~/")):
+            raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.match(r"^\d+\.\d+\.\d+$", value):
+            raise ValueError(f"{value!r} is not a version X.Y.Z (e.g. '0.1.17')")
+        return value

@@ -1,0 +1,118 @@
+"""Every port a bare-metal PD deployment listens on, who connects to it, and clash checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.errors import SpecError
+from pdctl.plan.model import Plan
+from pdctl.plan.pd import pd_shape
+from pdctl.plan.router import Service, services
+
+# Ranges that are not pdctl's choice but must be open between engine hosts.
+MOONCAKE_TE_RANGE = (15000, 17000)  # transfer-engine handshake (P2PHANDSHAKE, MC_MIN/MAX_RPC_PORT)
+EPHEMERAL = "32768-60999"  # Linux ip_local_port_range default: random ZMQ/UCX/NCCL ports
+
+
+@dataclass(frozen=True)
+class PortRule:
+    """One line of the firewall list."""
+
+    host: str
+    address: str
+    ports: str  # "8100" or "21001-21002"
+    opened_to: str  # who connects
+    purpose: str
+    source: str  # the spec field that sets it ("" for ranges pdctl does not choose)
+
+
+def _span(first: int, count: int) -> str:
+    return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
+def port_rules(plan: Plan) -> tuple[PortRule, ...]:
+    """The firewall list for hosts, checked for clashes between everything pdctl starts."""
+    dis = pd_shape(plan.spec, plan.phase).dis
+    rules: list[PortRule] = []
+    used: dict[tuple[str, int], str] = {}
+
+    def take(host, first: int, count: int, owner: str, path: str) -> None:
+        for port in range(first, first + count):
+            clash = used.get((host.name, port))
+            if clash is not None:
+                raise SpecError(
+                    f"port {port} on host {host.name} is used by {clash} and {owner}",
+                    path=path,
+                    fix="move one of them to a free port range",
+                )
+            used[(host.name, port)] = owner
+
+    def add(host, first: int, count: int, opened_to: str, purpose: str, path: str) -> None:
+        take(host, first, count, purpose, path)
+        address = host.address_for_peers or host.address
+        rules.append(PortRule(host.name, address, _span(first, count), opened_to, purpose, path))
+
+    engine_hosts = sorted({i.host.name for i in plan.instances if i.host is not None})
+    all_engines = "engine hosts (" + ", ".join(engine_hosts) + ")"
+    for inst in plan.instances:
+        assert inst.host is not None
+        path = f"{inst.role}.port"
+        add(inst.host, inst.port, 1, "router", f"{inst.name} HTTP (vLLM API)", path)
+        extra = dict(inst.extra_ports)
+        if "kv" in extra:
+            add(
+                inst.host, extra["kv"], inst.tensor_parallel, all_engines,
+                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)", "disaggregation.kvPort",
+            )
+        if "bootstrap" in extra:
+            add(
+                inst.host, extra["bootstrap"], 1, "router, decode hosts",
+                f"{inst.name} Mooncake bootstrap", "disaggregation.bootstrapPort",
+            )
+        if "nixl-side-channel" in extra:
+            add(
+                inst.host, extra["nixl-side-channel"], inst.tensor_parallel, all_engines,
+                f"{inst.name} NIXL side channel", "disaggregation.sideChannelPort",
+            )
+    for svc in services(plan):
+        rules += _service_rules(svc, plan, take)
+    hosts = {i.host.name: i.host for i in plan.instances if i.host is not None}
+    for name in engine_hosts:
+        host = hosts[name]
+        address = host.address_for_peers or host.address
+        if dis.connector == "mooncake":
+            rules.append(PortRule(
+                name, address, "{}-{}".format(*MOONCAKE_TE_RANGE), all_engines,
+                "Mooncake transfer-engine handshake (random port in range)", "",
+            ))
+        transport = {"p2p-nccl": "NCCL sockets", "mooncake": "Mooncake ZMQ side channel",
+                     "nixl": "UCX"}[dis.connector]
+        rules.append(PortRule(
+            name, address, EPHEMERAL, all_engines, f"{transport} (random ephemeral ports)", "",
+        ))
+    return tuple(rules)
+
+
+def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
+    spec = plan.spec
+    address = svc.host.address_for_peers or svc.host.address
+    out = []
+    if svc.role == "router":
+        r = spec.router
+        items = [(r.port, "clients", "router HTTP (OpenAI API; /liveness)", "router.port"),
+                 (r.metrics_port, "monitoring", "router Prometheus metrics", "router.metricsPort")]
+        if pd_shape(spec, plan.phase).dis.connector == "p2p-nccl":
+            items.append((r.discovery_port, "engine hosts", "router ZMQ discovery (P2pNccl "
+                          "registration)", "router.discoveryPort"))
+    else:
+        st = pd_shape(spec, plan.phase).dis.store
+        p = "disaggregation.store."
+        items = [(st.rpc_port, "engine hosts", "mooncake_master RPC", p + "rpcPort"),
+                 (st.metadata_port, "engine hosts", "mooncake_master HTTP metadata server",
+                  p + "metadataPort"),
+                 (st.metrics_port, "monitoring", "mooncake_master metrics and /health",
+                  p + "metricsPort")]
+    for port, opened_to, purpose, path in items:
+        take(svc.host, port, 1, purpose, path)
+        out.append(PortRule(svc.host.name, address, str(port), opened_to, purpose, path))
+    return out

@@ -1,0 +1,108 @@
+"""`--kv-transfer-config` documents per connector, checked against the pinned vLLM version."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pdctl.compat import Release
+from pdctl.errors import SpecError
+from pdctl.spec.pd import Disaggregation
+
+CONNECTOR_CLASS = {
+    "p2p-nccl": "P2pNcclConnector",
+    "mooncake": "MooncakeConnector",
+    "nixl": "NixlConnector",
+}
+ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+# p2p-nccl producers in PUT_ASYNC mode send and keep no buffer; upstream uses 1e1 for them.
+P2P_PRODUCER_BUFFER = 10
+P2P_DEFAULT_BUFFER = 8_000_000_000  # the upstream decode example (10% of an 80 GB GPU)
+
+
+def connector_classes(dis: Disaggregation) -> list[str]:
+    """Every vLLM connector class a deployment uses."""
+    names = [CONNECTOR_CLASS[dis.connector]]
+    if dis.store.enabled:
+        names += ["MultiConnector", "MooncakeStoreConnector"]
+    return names
+
+
+def require_connectors(dis: Disaggregation, release: Release) -> None:
+    for name in connector_classes(dis):
+        release.require_connector(name, path="disaggregation.connector")
+
+
+def p2p_config(
+    dis: Disaggregation, role: str, *, kv_port: int, http_port: int, proxy: tuple[str, int]
+) -> dict[str, Any]:
+    if role == "prefill":
+        buffer: float = P2P_PRODUCER_BUFFER
+    elif dis.gpu_memory_gib is not None:
+        buffer = int(dis.gpu_memory_gib * 1e9 * 0.1)
+    else:
+        buffer = P2P_DEFAULT_BUFFER
+    return {
+        "kv_connector": "P2pNcclConnector",
+        "kv_role": ROLES[role],
+        "kv_buffer_size": buffer,
+        "kv_port": kv_port,
+        # proxy_ip + ":" + proxy_port is concatenated by vLLM: both must be strings.
+        "kv_connector_extra_config": {
+            "proxy_ip": proxy[0],
+            "proxy_port": str(proxy[1]),
+            "http_port": str(http_port),
+            "send_type": "PUT_ASYNC",
+        },
+    }
+
+
+def mooncake_config(dis: Disaggregation, role: str) -> dict[str, Any]:
+    extra: dict[str, Any] = {"mooncake_protocol": dis.protocol}
+    if dis.device_name:
+        extra["device_name"] = dis.device_name
+    direct = {
+        "kv_connector": "MooncakeConnector",
+        "kv_role": ROLES[role],
+        "kv_connector_extra_config": extra,
+    }
+    if not dis.store.enabled:
+        return direct
+    store = {
+        "kv_connector": "MooncakeStoreConnector",
+        "kv_role": "kv_both" if role == "prefill" else "kv_consumer",
+    }
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": ROLES[role],
+        "kv_connector_extra_config": {"connectors": [direct, store]},
+    }
+
+
+def nixl_config(kv_role: str, buffer_device: str | None) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": kv_role}
+    if buffer_device is not None:
+        cfg["kv_buffer_device"] = buffer_device
+    return cfg
+
+
+def check_kv_keys(cfg: dict[str, Any], release: Release) -> None:
+    """Every key (nested MultiConnector documents too) must exist in the pinned version."""
+    for key in cfg:
+        if not release.has_kv_key(key):
+            raise SpecError(
+                f"--kv-transfer-config key {key} does not exist in vLLM {release.version}",
+                path="engine.version",
+                fix="pin an engine.version that has it, or choose another connector",
+            )
+    for nested in cfg.get("kv_connector_extra_config", {}).get("connectors", []):
+        check_kv_keys(nested, release)
+
+
+def kv_json(cfg: dict[str, Any]) -> str:
+    return json.dumps(cfg, separators=(",", ":"))
+
+
+def kv_args(cfg: dict[str, Any], release: Release) -> list[tuple[str, str]]:
+    check_kv_keys(cfg, release)
+    return [("--kv-transfer-config", kv_json(cfg))]

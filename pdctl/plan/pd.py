@@ -1,0 +1,294 @@
+"""Plans for phases 2 and 3: prefill and decode engine instances with KV transfer."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from pdctl.compat import LLMD, Release
+from pdctl.errors import SpecError
+from pdctl.plan.args import engine_args
+from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config, require_connectors
+from pdctl.plan.model import Instance, Target
+from pdctl.plan.place import Chooser, Group, Slot, place
+from pdctl.plan.slice import plan_slice
+from pdctl.spec.model import Host, Spec
+from pdctl.spec.pd import Decode, Disaggregation, Prefill, Role
+
+GIB = 1024**3
+K8S_PREFILL_PORT = 8000
+K8S_DECODE_PORT = 8200  # behind the llm-d routing sidecar on 8000
+K8S_SIDE_CHANNEL_PORT = 5600
+
+
+@dataclass(frozen=True)
+class Shape:
+    prefill: Prefill
+    decode: Decode
+    dis: Disaggregation
+
+
+def pd_shape(spec: Spec, phase: int) -> Shape:
+    for section in ("prefill", "decode"):
+        if getattr(spec, section) is None:
+            raise SpecError(
+                f"phase {phase} needs a `{section}` section",
+                path=section,
+                fix=f"add `{section}: {{replicas: 1, tensorParallel: 1}}`",
+            )
+    assert spec.prefill is not None and spec.decode is not None
+    return Shape(spec.prefill, spec.decode, spec.disaggregation or Disaggregation())
+
+
+def router_host(spec: Spec) -> Host:
+    """The host that runs the router (and, by default, mooncake_master)."""
+    name = spec.router.host
+    if name is None:
+        if not spec.hosts:
+            raise SpecError("no hosts", path="hosts", fix="add at least one host")
+        return spec.hosts[0]
+    return find_host(spec, name, "router.host")
+
+
+def find_host(spec: Spec, name: str, path: str) -> Host:
+    for host in spec.hosts:
+        if host.name == name:
+            return host
+    known = ", ".join(h.name for h in spec.hosts) or "none"
+    raise SpecError(f"no host named {name!r} (hosts: {known})", path=path, fix="name a host")
+
+
+def peer_address(host: Host) -> str:
+    return host.address_for_peers or host.address
+
+
+def pd_instances(
+    spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
+) -> tuple[Instance, ...]:
+    shape = pd_shape(spec, phase)
+    require_connectors(shape.dis, release)
+    if target == "kubernetes":
+        return kube_instances(spec, release, phase, shape)
+    return host_instances(spec, release, shape, choose)
+
+
+def _check_device(spec: Spec, dis: Disaggregation) -> None:
+    if spec.engine.device == "cpu" and dis.connector != "nixl":
+        raise SpecError(
+            f"connector {dis.connector} needs CUDA engines",
+            path="disaggregation.connector",
+            fix="use connector nixl (with kvBufferDevice cpu) for engine.device cpu",
+        )
+
+
+def _env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    merged = {**spec.engine.env, **role.env}
+    for key, value in pairs:
+        merged.setdefault(key, value)
+    return tuple(sorted(merged.items()))
+
+
+def _args(
+    spec: Spec, release: Release, role: Role, path: str, port: int, kv: dict, **over
+) -> tuple[str, ...]:
+    extra = list(kv_args(kv, release))
+    for flag in over.pop("switches", ()):
+        extra.append((flag, ""))
+    return engine_args(
+        spec,
+        release,
+        port=port,
+        tensor_parallel=role.tensor_parallel,
+        gpu_memory_utilization=over.pop("gpu_memory_utilization", role.gpu_memory_utilization),
+        max_num_seqs=role.max_num_seqs,
+        max_num_batched_tokens=role.max_num_batched_tokens,
+        enforce_eager=over.pop("enforce_eager", role.enforce_eager),
+        extra=extra,
+        role_args=role.extra_args,
+        role_path=path,
+    )
+
+
+def _placement_spec(spec: Spec, total: int) -> Spec:
+    """CPU engines: a host holds an even share of the instances unless `instances` says."""
+    if spec.engine.device != "cpu":
+        return spec
+    share = math.ceil(total / len(spec.hosts))
+    hosts = tuple(
+        h if h.instances is not None else h.model_copy(update={"instances": share})
+        for h in spec.hosts
+    )
+    return spec.model_copy(update={"hosts": hosts})
+
+
+def host_instances(
+    spec: Spec, release: Release, shape: Shape, choose: Chooser
+) -> tuple[Instance, ...]:
+    dis = shape.dis
+    _check_device(spec, dis)
+    for i, host in enumerate(spec.hosts):
+        if host.runtime == "docker":
+            raise SpecError(
+                "phase 2 on hosts runs engines as processes: KV transfer needs the host's "
+                "network and ports that `docker run -p` does not give",
+                path=f"hosts[{i}].runtime",
+                fix="use runtime conda or venv on this host",
+            )
+    cpu = spec.engine.device == "cpu"
+    roles: list[tuple[str, Role]] = [("prefill", shape.prefill), ("decode", shape.decode)]
+    groups = [
+        Group(
+            name,
+            role.replicas,
+            0 if cpu else role.tensor_parallel,
+            role.port or (8100 if name == "prefill" else 8200),
+            f"{name}.replicas",
+        )
+        for name, role in roles
+    ]
+    total = shape.prefill.replicas + shape.decode.replicas
+    slots = place(_placement_spec(spec, total), groups, choose)
+    proxy = (peer_address(router_host(spec)), spec.router.discovery_port)
+    blocks: dict[str, int] = {}  # next free offset per host: kv ports / side-channel ports
+    bootstraps: dict[str, int] = {}  # next bootstrap offset per host
+    out = []
+    for slot in slots:
+        role = shape.prefill if slot.role == "prefill" else shape.decode
+        host = next(h for h in spec.hosts if h.name == slot.host.name)
+        offset = blocks.get(host.name, 0)
+        blocks[host.name] = offset + role.tensor_parallel
+        name = f"{spec.name}-{slot.role}-{slot.index}"
+        pairs: list[tuple[str, str]] = [("VLLM_HOST_IP", peer_address(host))]
+        if slot.gpus:
+            pairs.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
+        extra_ports: list[tuple[str, int]] = []
+        files: tuple[tuple[str, str], ...] = ()
+        if dis.connector == "p2p-nccl":
+            kv_port = dis.kv_port + offset
+            extra_ports.append(("kv", kv_port))
+            kv = p2p_config(dis, slot.role, kv_port=kv_port, http_port=slot.port, proxy=proxy)
+        elif dis.connector == "mooncake":
+            kv = mooncake_config(dis, slot.role)
+            if slot.role == "prefill":
+                k = bootstraps.get(host.name, 0)
+                bootstraps[host.name] = k + 1
+                boot = dis.bootstrap_port + k
+                pairs.append(("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(boot)))
+                extra_ports.append(("bootstrap", boot))
+            if dis.store.enabled:
+                path = f"{host.data_dir.rstrip('/')}/{spec.name}/{name}/mooncake.json"
+                pairs.append(("MOONCAKE_CONFIG_PATH", path))
+                pairs.append(("MC_TCP_BIND_ADDRESS", peer_address(host)))
+                files = (("mooncake.json", store_json(spec, host)),)
+        else:
+            side = dis.side_channel_port + offset
+            pairs += [
+                ("VLLM_NIXL_SIDE_CHANNEL_HOST", peer_address(host)),
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side)),
+            ]
+            extra_ports.append(("nixl-side-channel", side))
+            device = dis.kv_buffer_device or ("cpu" if cpu else None)
+            kv = nixl_config("kv_producer" if slot.role == "prefill" else "kv_consumer", device)
+        out.append(
+            Instance(
+                name=name,
+                role=slot.role,  # type: ignore[arg-type]
+                index=slot.index,
+                port=slot.port,
+                args=_args(spec, release, role, slot.role, slot.port, kv),
+                env=_env(spec, role, *pairs),
+                host=host,
+                gpus=slot.gpus,
+                gpu_count=len(slot.gpus),
+                tensor_parallel=role.tensor_parallel,
+                extra_ports=tuple(extra_ports),
+                files=files,
+            )
+        )
+    return tuple(out)
+
+
+def store_json(spec: Spec, host: Host) -> str:
+    """The MOONCAKE_CONFIG_PATH document for MooncakeStoreConnector on one host."""
+    dis = spec.disaggregation
+    assert dis is not None
+    store = dis.store
+    master = master_host(spec)
+    doc = {
+        "local_hostname": peer_address(host),
+        "metadata_server": f"http://{peer_address(master)}:{store.metadata_port}/metadata",
+        "master_server_address": f"{peer_address(master)}:{store.rpc_port}",
+        "global_segment_size": store.global_segment_gib * GIB,
+        "local_buffer_size": store.local_buffer_gib * GIB,
+        "protocol": dis.protocol,
+        "device_name": dis.device_name or "",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def master_host(spec: Spec) -> Host:
+    dis = spec.disaggregation
+    if dis is not None and dis.store.host is not None:
+        return find_host(spec, dis.store.host, "disaggregation.store.host")
+    return router_host(spec)
+
+
+def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
+    dis = shape.dis
+    if dis.connector != "nixl":
+        raise SpecError(
+            f"phase {phase} on Kubernetes renders llm-d, which pdctl wires with NIXL "
+            f"(not {dis.connector})",
+            path="disaggregation.connector",
+            fix="use connector nixl, or render phase 2 with --target hosts",
+        )
+    pre, dec = shape.prefill, shape.decode
+    cpu = spec.engine.device == "cpu"
+    side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
+    buffer = dis.kv_buffer_device or ("cpu" if cpu else None)
+    prefill = Instance(
+        name=f"{spec.name}-prefill",
+        role="prefill",
+        index=0,
+        port=K8S_PREFILL_PORT,
+        args=_args(
+            spec, release, pre, "prefill", K8S_PREFILL_PORT, nixl_config(LLMD.prefill_role, buffer)
+        ),
+        env=_env(spec, pre, side),
+        gpu_count=0 if cpu else pre.tensor_parallel,
+        tensor_parallel=pre.tensor_parallel,
+        replicas=pre.replicas,
+        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+    )
+    over: dict = {}
+    if phase == 3:
+        sl = plan_slice(dec)
+        over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
+        over["enforce_eager"] = sl.enforce_eager
+        if dec.tensor_parallel > 1:
+            over["switches"] = ("--disable-custom-all-reduce",)
+    decode = Instance(
+        name=f"{spec.name}-decode",
+        role="decode",
+        index=0,
+        port=K8S_DECODE_PORT,
+        args=_args(
+            spec,
+            release,
+            dec,
+            "decode",
+            K8S_DECODE_PORT,
+            nixl_config(LLMD.decode_role, buffer),
+            **over,
+        ),
+        env=_env(spec, dec, side),
+        gpu_count=0 if cpu else dec.tensor_parallel,
+        tensor_parallel=dec.tensor_parallel,
+        replicas=dec.replicas,
+        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+    )
+    return (prefill, decode)
+
+
+__all__ = ["Slot", "pd_instances", "pd_shape", "router_host", "master_host", "peer_address"]

@@ -1,0 +1,294 @@
+"""Kubernetes phases 2 and 3, llm-d style: prefill and decode Deployments (decode behind the
+routing sidecar), an InferencePool, the endpoint picker (EPP) and, in phase 3, HAMi slices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.compat import LLMD
+from pdctl.plan.model import Instance, Plan
+from pdctl.plan.pd import K8S_DECODE_PORT, K8S_PREFILL_PORT
+from pdctl.plan.slice import plan_slice
+from pdctl.render.kube import (
+    Obj,
+    common_objects,
+    deployment_obj,
+    dump,
+    engine_container,
+    gpu_request,
+    metadata,
+    pod_spec,
+    selector,
+)
+
+POOL_LABEL = "pdctl.io/pool"
+ROLE_LABEL = "llm-d.ai/role"
+HAMI_SCHEDULER = "hami-scheduler"
+EPP_CONFIG = "epp-config.yaml"
+
+
+def pool_labels(plan: Plan) -> dict[str, str]:
+    return {POOL_LABEL: plan.name, "inference.networking.k8s.io/engine-type": "vllm"}
+
+
+def _pod_ip_env() -> Obj:
+    return {
+        "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    }
+
+
+def _vllm_container(plan: Plan, inst: Instance, gpu: dict[str, str], port: int) -> Obj:
+    container = engine_container(plan, inst, gpu, port=port)
+    container["env"].append(_pod_ip_env())
+    for name, number in inst.extra_ports:
+        container["ports"].append({"name": name, "containerPort": number, "protocol": "TCP"})
+    return container
+
+
+def sidecar_container() -> Obj:
+    """llm-d's routing proxy as a native sidecar (an initContainer that keeps running)."""
+    return {
+        "name": "routing-proxy",
+        "image": LLMD.sidecar_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            f"--port={K8S_PREFILL_PORT}",
+            f"--vllm-port={K8S_DECODE_PORT}",
+            f"--kv-connector={LLMD.sidecar_connector}",
+            "--secure-proxy=false",
+        ],
+        "ports": [{"name": "sidecar", "containerPort": K8S_PREFILL_PORT, "protocol": "TCP"}],
+        "restartPolicy": "Always",
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+    }
+
+
+def _with_annotations(obj: Obj, annotations: dict[str, str]) -> Obj:
+    if annotations:
+        obj["spec"]["template"]["metadata"]["annotations"] = dict(sorted(annotations.items()))
+    return obj
+
+
+def prefill_deployment(plan: Plan, inst: Instance) -> Obj:
+    gpu = gpu_request(inst.gpu_count)
+    extra: dict[str, Any] = {}
+    if plan.phase == 3 and gpu:
+        # Whole GPUs under HAMi: all of each GPU's memory, so no decode slice lands beside it.
+        gpu["nvidia.com/gpumem-percentage"] = "100"
+        extra["schedulerName"] = HAMI_SCHEDULER
+    container = _vllm_container(plan, inst, gpu, K8S_PREFILL_PORT)
+    pod = pod_spec(plan, [container], inst.tensor_parallel, **extra)
+    labels = {**pool_labels(plan), ROLE_LABEL: "prefill"}
+    return deployment_obj(plan, inst.name, "prefill", inst.replicas, pod, labels)
+
+
+def decode_deployment(plan: Plan, inst: Instance) -> Obj:
+    gpu = gpu_request(inst.gpu_count)
+    extra: dict[str, Any] = {}
+    annotations: dict[str, str] = {}
+    if plan.phase == 3:
+        assert plan.spec.decode is not None and plan.spec.decode.share is not None
+        share = plan.spec.decode.share
+        sl = plan_slice(plan.spec.decode)
+        gpu = {"nvidia.com/gpu": str(max(1, inst.tensor_parallel))}
+        if sl.memory_mib is not None:
+            gpu["nvidia.com/gpumem"] = str(sl.memory_mib)
+        else:
+            gpu["nvidia.com/gpumem-percentage"] = str(sl.memory_percent)
+        if sl.cores_percent is not None:
+            gpu["nvidia.com/gpucores"] = str(sl.cores_percent)
+        extra["schedulerName"] = HAMI_SCHEDULER
+        if share.gpu_type:
+            annotations["nvidia.com/use-gputype"] = share.gpu_type
+        if share.policy:
+            annotations["hami.io/gpu-scheduler-policy"] = share.policy
+    extra["initContainers"] = [sidecar_container()]
+    container = _vllm_container(plan, inst, gpu, K8S_DECODE_PORT)
+    pod = pod_spec(plan, [container], inst.tensor_parallel, **extra)
+    labels = {**pool_labels(plan), ROLE_LABEL: "decode"}
+    obj = deployment_obj(plan, inst.name, "decode", inst.replicas, pod, labels)
+    return _with_annotations(obj, annotations)
+
+
+def inference_pool(plan: Plan) -> Obj:
+    return {
+        "apiVersion": LLMD.pool_api,
+        "kind": "InferencePool",
+        "metadata": metadata(plan, plan.name, "inference-pool"),
+        "spec": {
+            "selector": {"matchLabels": {POOL_LABEL: plan.name}},
+            "targetPorts": [{"number": K8S_PREFILL_PORT}],
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": f"{plan.name}-epp",
+                "port": {"number": LLMD.epp_grpc_port},
+                "failureMode": "FailOpen",
+            },
+        },
+    }
+
+
+def epp_config() -> Obj:
+    """Prefix-cache, queue and KV-cache-utilization scoring; P/D split by a prefix decider."""
+    scorers = [
+        {"pluginRef": "prefix-cache-scorer", "weight": 2},
+        {"pluginRef": "queue-scorer", "weight": 1},
+        {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+        {"pluginRef": "max-score-picker"},
+    ]
+    return {
+        "apiVersion": LLMD.epp_config_api,
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "prefix-cache-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "prefill-filter"},
+            {"type": "decode-filter"},
+            {"type": "max-score-picker"},
+            {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 16}},
+            {
+                "type": "disagg-profile-handler",
+                "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}},
+            },
+        ],
+        "schedulingProfiles": [
+            {"name": "prefill", "plugins": [{"pluginRef": "prefill-filter"}, *scorers]},
+            {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}, *scorers]},
+        ],
+    }
+
+
+def epp_objects(plan: Plan) -> list[Obj]:
+    name = f"{plan.name}-epp"
+    ns = plan.spec.kubernetes.namespace
+    read = ["get", "list", "watch"]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(plan, name, "epp"),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+            {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
+             "verbs": read},
+            {"apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
+             "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(plan, name, "epp"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+    }
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(plan, name, "epp"),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(plan, name, "epp"),
+        "data": {EPP_CONFIG: dump(epp_config())},
+    }
+    ports = [
+        ("grpc-ext-proc", LLMD.epp_grpc_port, "http2"),
+        ("grpc-health", LLMD.epp_health_port, "http2"),
+        ("http-metrics", LLMD.epp_metrics_port, "http"),
+    ]
+    container = {
+        "name": "epp",
+        "image": LLMD.epp_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            f"--pool-name={plan.name}",
+            f"--pool-namespace={ns}",
+            "--pool-group=inference.networking.k8s.io",
+            f"--config-file=/config/{EPP_CONFIG}",
+            f"--grpc-port={LLMD.epp_grpc_port}",
+            f"--grpc-health-port={LLMD.epp_health_port}",
+            f"--metrics-port={LLMD.epp_metrics_port}",
+        ],
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p, _ in ports],
+        "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "limits": {"cpu": "4", "memory": "4Gi"},
+        },
+        "readinessProbe": {
+            "grpc": {"port": LLMD.epp_health_port, "service": "inference-extension"},
+            "periodSeconds": 5,
+        },
+        "livenessProbe": {
+            "grpc": {"port": LLMD.epp_health_port, "service": "inference-extension"},
+            "periodSeconds": 10,
+        },
+        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
+    }
+    pod = {
+        "serviceAccountName": name,
+        "containers": [container],
+        "terminationGracePeriodSeconds": 30,
+        "volumes": [{"name": "config", "configMap": {"name": name}}],
+    }
+    # One replica: the picker's in-flight load accounting is per process.
+    deployment = deployment_obj(plan, name, "epp", 1, pod)
+    deployment["spec"]["strategy"] = {"type": "Recreate"}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(plan, name, "epp"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(plan, "epp"),
+            "ports": [
+                {"name": n, "port": p, "targetPort": n, "protocol": "TCP", "appProtocol": a}
+                for n, p, a in ports
+            ],
+        },
+    }
+    return [account, role, binding, config, deployment, service]
+
+
+def http_route(plan: Plan, gateway: str) -> Obj:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(plan, plan.name, "route"),
+        "spec": {
+            "parentRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway}
+            ],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [
+                        {
+                            "group": "inference.networking.k8s.io",
+                            "kind": "InferencePool",
+                            "name": plan.name,
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def pd_objects(plan: Plan) -> list[Obj]:
+    prefill = next(i for i in plan.instances if i.role == "prefill")
+    decode = next(i for i in plan.instances if i.role == "decode")
+    objs = common_objects(plan)
+    objs += epp_objects(plan)
+    objs.append(inference_pool(plan))
+    if plan.spec.router.gateway:
+        objs.append(http_route(plan, plan.spec.router.gateway))
+    objs.append(prefill_deployment(plan, prefill))
+    objs.append(decode_deployment(plan, decode))
+    return objs
