@@ -16,6 +16,10 @@ COMMAND_MODULES = (
     "pdctl.cli.validate_cmd",
     "pdctl.cli.render_cmd",
     "pdctl.cli.schema_cmd",
+    "pdctl.cli.up_cmd",
+    "pdctl.cli.down_cmd",
+    "pdctl.cli.status_cmd",
+    "pdctl.cli.logs_cmd",
 )
 
 app = typer.Typer(

@@ -1,0 +1,50 @@
+"""`pdctl down`: stop and remove exactly what `pdctl up` started; twice is harmless."""
+
+from __future__ import annotations
+
+import typer
+
+from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.up_cmd import ACCEPT_NEW, CONTEXT, IDENTITY, KNOWN_HOSTS, KUBECONFIG
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("down")
+    def down(
+        spec: str = SPEC,
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+        known_hosts: str | None = KNOWN_HOSTS,
+        accept_new_host_keys: bool = ACCEPT_NEW,
+        identity: str | None = IDENTITY,
+        kubeconfig: str | None = KUBECONFIG,
+        context: str | None = CONTEXT,
+    ) -> None:
+        """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
+        from rich.console import Console
+
+        from pdctl.cli.up_cmd import kube_api, load, ssh_options
+
+        console = Console(highlight=False, log_path=False)
+        plan, bundle = load(spec, phase, target)
+        if plan.target == "kubernetes":
+            from pdctl.targets.kube import KubeTarget
+
+            tgt = KubeTarget(kube_api(kubeconfig, context), plan.name,
+                             plan.spec.kubernetes.namespace, say=lambda m: console.log(m))
+            deleted = tgt.delete()
+            console.print(f"deleted {len(deleted)} objects" if deleted else "nothing to delete")
+            return
+        from pdctl.targets.hosts import HostsTarget
+
+        hosts = HostsTarget(plan, bundle, ssh_options(known_hosts, accept_new_host_keys, identity),
+                            say=lambda m: console.log(m))
+        try:
+            stopped = hosts.down()
+        finally:
+            hosts.close()
+        for host, unit in stopped:
+            console.print(f"stopped {unit} on {host}")
+        if not stopped:
+            console.print("nothing was running")
+        console.print(f"removed the deployment folder of {plan.name!r} on every host")

@@ -1,0 +1,61 @@
+"""`pdctl status`: one row per instance: where, role, pid/container/pod, health, model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import typer
+
+from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.up_cmd import ACCEPT_NEW, CONTEXT, IDENTITY, KNOWN_HOSTS, KUBECONFIG
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("status")
+    def status(
+        spec: str = SPEC,
+        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+        known_hosts: str | None = KNOWN_HOSTS,
+        accept_new_host_keys: bool = ACCEPT_NEW,
+        identity: str | None = IDENTITY,
+        kubeconfig: str | None = KUBECONFIG,
+        context: str | None = CONTEXT,
+    ) -> None:
+        """Show every instance of SPEC and whether it is healthy."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from pdctl.cli.up_cmd import kube_api, load, ssh_options
+        from pdctl.errors import UsageError
+
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        plan, bundle = load(spec, phase, target)
+        if plan.target == "kubernetes":
+            from pdctl.targets.kube import KubeTarget
+
+            tgt = KubeTarget(kube_api(kubeconfig, context), plan.name,
+                             plan.spec.kubernetes.namespace)
+            rows = tgt.status()
+        else:
+            from pdctl.targets.hosts import HostsTarget
+
+            hosts = HostsTarget(plan, bundle,
+                                ssh_options(known_hosts, accept_new_host_keys, identity))
+            try:
+                rows = [asdict(r) for r in hosts.status()]
+            finally:
+                hosts.close()
+        if output == "json":
+            typer.echo(json.dumps({"name": plan.name, "instances": rows}, indent=2))
+            return
+        table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
+        columns = list(rows[0]) if rows else ["host", "unit", "role", "state"]
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(str(row.get(c, "")) for c in columns))
+        Console(highlight=False).print(table)

@@ -1,0 +1,188 @@
+"""`pdctl up`: render, show what will change where, confirm, apply, wait until healthy.
+
+Also holds the options and target set-up that `down`, `status` and `logs` share.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import typer
+
+from pdctl.cli.options import PHASE, SPEC, TARGET
+
+KNOWN_HOSTS = typer.Option(
+    None,
+    "--known-hosts",
+    help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
+    envvar="PDCTL_KNOWN_HOSTS",
+)
+ACCEPT_NEW = typer.Option(
+    False,
+    "--accept-new-host-keys",
+    help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
+    "always refused).",
+)
+IDENTITY = typer.Option(
+    None, "--identity", "-i", help="SSH private key for hosts that set no identityFile.",
+    envvar="PDCTL_SSH_IDENTITY",
+)
+KUBECONFIG = typer.Option(None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG).")
+CONTEXT = typer.Option(None, "--context", help="kubeconfig context.")
+
+
+def load(spec: str, phase: int | None, target: str | None) -> tuple[Any, Any]:
+    """Plan and render SPEC exactly as `pdctl render` does."""
+    from pdctl.cli.options import check_phase_target
+    from pdctl.cli.specfile import plan_from
+    from pdctl.errors import SpecError
+    from pdctl.render import render
+
+    check_phase_target(phase, target)
+    plan, source = plan_from(spec, phase, target)
+    try:
+        return plan, render(plan)
+    except SpecError as exc:
+        raise source.locate(exc) from None
+
+
+def ssh_options(known_hosts: str | None, accept_new: bool, identity: str | None) -> Any:
+    from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
+
+    return SshOptions(
+        known_hosts=known_hosts or DEFAULT_KNOWN_HOSTS,
+        accept_new_host_keys=accept_new,
+        identity_file=identity,
+    )
+
+
+def kube_api(kubeconfig: str | None, context: str | None) -> Any:
+    from pdctl.targets.kube import api_client
+
+    return api_client(kubeconfig, context)
+
+
+def read_secrets(plan: Any) -> dict[str, str]:
+    """Secret values from the local environment (the only place they come from)."""
+    from pdctl.errors import PdctlError
+
+    values = {}
+    for secret in plan.secrets:
+        value = os.environ.get(secret.source)
+        if value is None:
+            raise PdctlError(
+                f"secret {secret.name}: environment variable {secret.source} is not set; "
+                f"export it before `pdctl up`"
+            )
+        values[secret.name] = value
+    return values
+
+
+def print_changes(console: Any, changes: list[Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="plan", show_lines=False)
+    for col in ("host", "unit", "role", "action", "why"):
+        table.add_column(col)
+    styles = {"start": "green", "restart": "yellow", "stop": "red", "keep": "dim"}
+    for c in changes:
+        table.add_row(c.host, c.unit, c.role, f"[{styles[c.action]}]{c.action}[/]", c.why)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("up")
+    def up(
+        spec: str = SPEC,
+        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and stop."),
+        keep_going: bool = typer.Option(
+            False, "--keep-going", help="On a failure, leave the healthy instances running."
+        ),
+        timeout: int = typer.Option(
+            900, "--timeout", help="Seconds each stage may take to become healthy."
+        ),
+        parallel: int = typer.Option(8, "--parallel", help="Hosts worked on at once."),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+        known_hosts: str | None = KNOWN_HOSTS,
+        accept_new_host_keys: bool = ACCEPT_NEW,
+        identity: str | None = IDENTITY,
+        kubeconfig: str | None = KUBECONFIG,
+        context: str | None = CONTEXT,
+    ) -> None:
+        """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
+        from rich.console import Console
+
+        console = Console(highlight=False, log_path=False)
+        plan, bundle = load(spec, phase, target)
+        if plan.target == "kubernetes":
+            _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context)
+            return
+        secrets = {} if dry_run else read_secrets(plan)
+        from pdctl.targets.hosts import HostsTarget, UpFailed, endpoints
+
+        tgt = HostsTarget(
+            plan,
+            bundle,
+            ssh_options(known_hosts, accept_new_host_keys, identity),
+            parallel=parallel,
+            say=lambda msg: console.log(msg),
+        )
+        try:
+            changes = tgt.changes()
+            print_changes(console, changes)
+            todo = [c for c in changes if c.action != "keep"]
+            if not todo:
+                console.print("nothing to change: every instance is running the current spec")
+            if dry_run:
+                return
+            if todo and not yes and not typer.confirm("apply these changes?", default=False):
+                raise typer.Abort()
+            try:
+                failures = tgt.up(changes, secrets, timeout=timeout, keep_going=keep_going)
+            except UpFailed as exc:
+                report_failures(console, exc.failures)
+                console.print(f"stopped what this run started: {', '.join(exc.stopped) or '-'}")
+                raise typer.Exit(1) from None
+            if failures:
+                report_failures(console, failures)
+            console.print("[bold]ready.[/] send requests to:")
+            for url in endpoints(plan, tgt.desired()):
+                console.print(f"  {url}  (model {plan.served_name})")
+            if failures:
+                raise typer.Exit(1)
+        finally:
+            tgt.close()
+
+
+def report_failures(console: Any, failures: list[Any]) -> None:
+    for f in failures:
+        console.print(f"[red]FAILED[/] {f.unit} on host {f.host}: {f.why}")
+        if f.log.strip():
+            console.print("  last lines of its log:")
+            for line in f.log.rstrip().splitlines()[-20:]:
+                console.print(f"  | {line}", markup=False)
+
+
+def _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context) -> None:  # type: ignore[no-untyped-def]
+    from pdctl.targets.kube import KubeTarget, objects_of
+
+    tgt = KubeTarget(kube_api(kubeconfig, context) if not dry_run else None, plan.name,
+                     plan.spec.kubernetes.namespace, say=lambda msg: console.log(msg))
+    objs = objects_of(bundle)
+    if dry_run:
+        for obj in objs:
+            console.print(f"apply {obj['kind']}/{obj['metadata']['name']}")
+        return
+    changes = tgt.changes(objs)
+    for action, kind, name in changes:
+        console.print(f"{action:8} {kind}/{name}")
+    if not any(a != "unchanged" for a, _, _ in changes):
+        console.print("nothing to change")
+    elif not yes and not typer.confirm("apply these changes?", default=False):
+        raise typer.Abort()
+    tgt.apply(objs)
+    tgt.wait(objs, timeout)
+    console.print("[bold]applied.[/]")
