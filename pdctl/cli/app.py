@@ -16,6 +16,8 @@ COMMAND_MODULES = (
     "pdctl.cli.validate_cmd",
     "pdctl.cli.render_cmd",
     "pdctl.cli.schema_cmd",
+    "pdctl.cli.plan_cmd",
+    "pdctl.cli.preflight_cmd",
     "pdctl.cli.up_cmd",
     "pdctl.cli.down_cmd",
     "pdctl.cli.status_cmd",

@@ -1,0 +1,49 @@
+"""Preflight rules: (plan, facts) -> findings. Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.check import host as h
+from pdctl.check.cluster import cluster
+from pdctl.check.finding import Finding, Status, worst
+from pdctl.check.fit import fit, model_of, weights_total
+from pdctl.check.topology import host_topology
+from pdctl.facts.model import Facts
+from pdctl.plan.model import Plan
+from pdctl.plan.topology import plan_hosts
+
+__all__ = ["Finding", "Status", "run_checks", "worst"]
+
+
+def run_checks(plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None) -> tuple[
+    Finding, ...
+]:
+    """Every finding for the plan: hosts (or the cluster) first, model fit last."""
+    model, why = model_of(plan, hf_config)
+    weights = weights_total(plan, model) if model is not None else None
+    out: list[Finding] = []
+    gpu = plan.spec.engine.device != "cpu"
+    if plan.target == "kubernetes":
+        out += cluster(plan, facts.cluster)
+    for host in plan_hosts(plan):
+        index = next(i for i, x in enumerate(plan.spec.hosts) if x.name == host.name)
+        hf = facts.host(host.name)
+        found = h.reach(host, hf)
+        if found or hf is None:
+            out += found
+            continue
+        insts = [i for i in plan.instances if i.host is not None and i.host.name == host.name]
+        if gpu and any(i.gpus for i in insts):
+            out += h.gpus(host, hf, insts, index)
+            out += h.driver(host, hf, plan)
+            out += h.mig(host, hf, insts)
+            if not hf.gpu_error:
+                out += host_topology(host, hf, plan, insts, index)
+        out += h.rdma(host, hf, plan, insts)
+        out += h.shm(host, hf, insts)
+        out += h.runtime(host, hf, plan)
+        out += h.disk(host, hf, weights)
+        out += h.ports(host, hf, insts)
+    out += fit(plan, facts, model, why)
+    return tuple(out)

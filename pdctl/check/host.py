@@ -1,0 +1,226 @@
+"""Host rules: reachability, GPUs present, driver, MIG mode, /dev/shm, runtime, ports. Pure."""
+
+from __future__ import annotations
+
+from pdctl.check.finding import Finding, gib, gpu_list
+from pdctl.compat import parse_version
+from pdctl.facts.model import HostFacts
+from pdctl.plan.model import Instance, Plan
+from pdctl.spec.model import Host
+
+GATHER = "gather it live, or record it with --record"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
+    if hf is None:
+        return [Finding("FAIL", "host.facts", host.name, "no facts for this host",
+                        "a folder named after the host in the recording",
+                        "record it: pdctl preflight SPEC --record DIR")]
+    if hf.error:
+        return [Finding("FAIL", "host.reach", host.name, hf.error, "an SSH connection",
+                        "check address, port, user and key; known_hosts must hold its key")]
+    return []
+
+
+def needed_gpus(instances: list[Instance]) -> tuple[int, ...]:
+    return tuple(sorted({g for i in instances for g in i.gpus}))
+
+
+def gpus(host: Host, hf: HostFacts, instances: list[Instance], index: int) -> list[Finding]:
+    need = needed_gpus(instances)
+    if hf.gpu_error:
+        return [Finding("FAIL", "gpu.driver", host.name, hf.gpu_error,
+                        f"NVIDIA GPUs {gpu_list(need)} with a working driver",
+                        "install the NVIDIA driver (or set engine.device: cpu)")]
+    if hf.gpus is None:
+        return [Finding("WARN", "gpu.count", host.name, "GPU inventory: " + hf.why_missing("gpus"),
+                        f"GPUs {gpu_list(need)}", "record query-gpu.csv or nvml.json")]
+    present = {g.index for g in hf.gpus}
+    lacking = [g for g in need if g not in present]
+    names = sorted({g.name for g in hf.gpus})
+    found = f"{len(hf.gpus)} GPUs (" + ", ".join(names) + ")" if hf.gpus else "no GPUs"
+    if hf.gpus:
+        found += f" indices {gpu_list(sorted(present))}"
+    out = []
+    if lacking:
+        out.append(Finding("FAIL", "gpu.count", host.name, found,
+                           f"GPUs {gpu_list(need)} (hosts[{index}].gpus)",
+                           f"list only GPUs the host has in hosts[{index}].gpus"))
+    else:
+        out.append(Finding("PASS", "gpu.count", host.name, found, f"GPUs {gpu_list(need)}"))
+    busy = [g for g in hf.gpus if g.index in need and g.memory_mib
+            and g.memory_used_mib > 0.05 * g.memory_mib]
+    for g in busy:
+        out.append(Finding("WARN", "gpu.busy", host.name,
+                           f"GPU {g.index}: {g.memory_used_mib} MiB of {g.memory_mib} MiB in use",
+                           "free GPUs (under 5% used)",
+                           "stop what runs there (nvidia-smi shows it) or choose other GPUs"))
+    return out
+
+
+def driver(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
+    rel = plan.release
+    want = f">= {rel.min_driver} (CUDA {rel.cuda_major}, vLLM {rel.version})"
+    if hf.gpu_error:
+        return []
+    if not hf.driver:
+        return [Finding("WARN", "gpu.driver", host.name, "driver version not gathered", want,
+                        GATHER)]
+    out = []
+    if _version(hf.driver) < _version(rel.min_driver):
+        out.append(Finding("FAIL", "gpu.driver", host.name, f"driver {hf.driver}", want,
+                           "upgrade the NVIDIA driver, or pin an older engine.version"))
+    else:
+        cuda = f", CUDA {hf.cuda}" if hf.cuda else ""
+        out.append(Finding("PASS", "gpu.driver", host.name, f"driver {hf.driver}{cuda}", want))
+    if hf.kernel_module and hf.kernel_module != hf.driver:
+        out.append(Finding("FAIL", "gpu.driver", host.name,
+                           f"kernel module {hf.kernel_module}, user-space driver {hf.driver}",
+                           "the same version", "reboot (or reload the nvidia modules)"))
+    return out
+
+
+def mig(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
+    need = set(needed_gpus(instances))
+    gpus = [g for g in hf.gpus or () if g.index in need]
+    if not gpus:
+        return []
+    enabled = [g.index for g in gpus if g.mig_mode == "Enabled"]
+    pending = [g.index for g in gpus if g.mig_pending and g.mig_pending != g.mig_mode]
+    if enabled:
+        return [Finding("FAIL", "gpu.mig", host.name, f"MIG enabled on GPUs {gpu_list(enabled)}",
+                        "MIG disabled on whole GPUs the plan uses",
+                        "nvidia-smi -i N -mig 0 (then reset the GPU), or choose other GPUs")]
+    if pending:
+        return [Finding("WARN", "gpu.mig", host.name,
+                        f"MIG mode change pending on GPUs {gpu_list(pending)}",
+                        "no pending MIG change", "reset the GPUs or reboot")]
+    modes = sorted({g.mig_mode or "not supported" for g in gpus})
+    return [Finding("PASS", "gpu.mig", host.name, "MIG " + "/".join(modes).lower(),
+                    "MIG disabled (whole GPUs)")]
+
+
+def shm(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
+    tp = max((i.tensor_parallel for i in instances), default=1)
+    need_gib = max(1, tp)
+    want = f">= {need_gib} GiB (1 GiB per tensor-parallel rank)"
+    if hf.shm is None:
+        return [Finding("WARN", "host.shm", host.name, "/dev/shm: " + hf.why_missing("df-shm.txt"),
+                        want, GATHER)]
+    size = hf.shm.total_kib
+    if size < need_gib * 1024**2:
+        status = "FAIL" if tp > 1 and size < 256 * 1024 else "WARN"
+        return [Finding(status, "host.shm", host.name, f"/dev/shm {gib(size)}", want,
+                        "mount -o remount,size=16G /dev/shm (NCCL and vLLM use it)")]
+    return [Finding("PASS", "host.shm", host.name, f"/dev/shm {gib(size)}", want)]
+
+
+def runtime(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
+    if host.runtime == "docker":
+        d = hf.docker
+        if d is None:
+            return [Finding("WARN", "host.runtime", host.name, "docker: not gathered",
+                            "docker with the NVIDIA runtime", GATHER)]
+        if not d.ok:
+            return [Finding("FAIL", "host.runtime", host.name, f"docker: {d.error}",
+                            "a running docker daemon the SSH user may use",
+                            "install docker, start it, add the user to group docker")]
+        if "nvidia" not in d.runtimes:
+            return [Finding("WARN", "host.runtime", host.name,
+                            f"docker {d.version}, runtimes {', '.join(d.runtimes) or 'none'}",
+                            "the nvidia runtime (nvidia-container-toolkit) for --gpus",
+                            "install nvidia-container-toolkit; nvidia-ctk runtime configure "
+                            "--runtime=docker; restart docker")]
+        return [Finding("PASS", "host.runtime", host.name,
+                        f"docker {d.version} with runtime nvidia", "docker + nvidia runtime")]
+    if host.runtime == "conda":
+        if hf.conda is None:
+            return [Finding("WARN", "host.runtime", host.name, "conda: not gathered", "conda",
+                            GATHER)]
+        if hf.conda_error or not hf.conda:
+            return [Finding("FAIL", "host.runtime", host.name,
+                            f"conda: {hf.conda_error or 'not found'}",
+                            "conda on the PATH of non-interactive SSH shells",
+                            "install Miniforge and put its bin on PATH (e.g. in ~/.bashrc "
+                            "before the interactive check), or use runtime docker or venv")]
+        return [Finding("PASS", "host.runtime", host.name, f"conda {hf.conda}", "conda")]
+    if host.runtime == "venv" and host.venv:
+        want = f"a Python environment at {host.venv} with bin/vllm"
+        if hf.venv is None:
+            return [Finding("WARN", "host.runtime", host.name, "venv: not gathered", want,
+                            GATHER)]
+        python = hf.venv.splitlines()[0] if hf.venv else ""
+        if "python: missing" in hf.venv or not python.startswith("Python"):
+            return [Finding("WARN", "host.runtime", host.name, f"no Python at {host.venv}", want,
+                            "create it (python3 -m venv) and pip install the pinned vllm")]
+        if "vllm: missing" in hf.venv:
+            return [Finding("WARN", "host.runtime", host.name,
+                            f"{python} at {host.venv}, no bin/vllm", want,
+                            f"{host.venv}/bin/pip install {plan.release.pip}")]
+        return [Finding("PASS", "host.runtime", host.name, f"{python} with vllm", want)]
+    return []
+
+
+def ports(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
+    wanted = sorted({p for i in instances for p in (i.port, *(q for _, q in i.extra_ports))})
+    if not wanted:
+        return []
+    if hf.listening is None:
+        return [Finding("WARN", "host.ports", host.name, "ports: " + hf.why_missing("ports.txt"),
+                        f"ports {gpu_list(wanted)} free", GATHER)]
+    taken = [p for p in wanted if p in hf.listening]
+    if taken:
+        return [Finding("FAIL", "host.ports", host.name, f"in use: {gpu_list(taken)}",
+                        f"ports {gpu_list(wanted)} free",
+                        "stop what listens there (`pdctl down` if it is this deployment) or "
+                        "change the port in the spec")]
+    return [Finding("PASS", "host.ports", host.name, f"ports {gpu_list(wanted)} free",
+                    f"ports {gpu_list(wanted)} free")]
+
+
+def rdma(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance]) -> list[Finding]:
+    d = plan.spec.disaggregation
+    if d is None or d.protocol != "rdma" or not any(i.role in ("prefill", "decode")
+                                                    for i in instances):
+        return []
+    want = "an RDMA device with an ACTIVE port"
+    names = [n.strip() for n in (d.device_name or "").split(",") if n.strip()]
+    if names:
+        want = f"RDMA device {', '.join(names)} with an ACTIVE port"
+    if hf.rdma_devices is None:
+        return [Finding("WARN", "host.rdma", host.name, "RDMA devices: not gathered", want,
+                        GATHER)]
+    active = sorted({p.device for p in hf.rdma_ports if p.state == "ACTIVE"})
+    ok = [n for n in (names or active) if n in active]
+    found = (f"devices {', '.join(hf.rdma_devices)}; active: {', '.join(active) or 'none'}"
+             if hf.rdma_devices else "no RDMA devices (/sys/class/infiniband empty)")
+    if not ok or (names and len(ok) < len(names)):
+        return [Finding("WARN", "host.rdma", host.name, found, want,
+                        "set disaggregation.protocol: tcp, or bring an RDMA port up")]
+    return [Finding("PASS", "host.rdma", host.name, found, want)]
+
+
+def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
+    if weights is None:
+        return []
+    cached = (hf.model_cached_kib or 0) * 1024
+    need = max(0, int(weights * 1.05) - cached)
+    want = f">= {gib(need, 'B')} free for the model ({gib(weights, 'B')} of weights"
+    want += f", {gib(cached, 'B')} cached)" if cached else ")"
+    if hf.cache_disk is None:
+        return [Finding("WARN", "host.disk", host.name,
+                        "model cache disk: " + hf.why_missing("df-cache.txt"), want, GATHER)]
+    avail = hf.cache_disk.avail_kib * 1024
+    found = f"{gib(avail, 'B')} free on {hf.cache_disk.mount}"
+    if avail < need:
+        return [Finding("FAIL", "host.disk", host.name, found, want,
+                        "free space or point hosts[].hfCache at a larger disk")]
+    return [Finding("PASS", "host.disk", host.name, found, want)]
+
+
+__all__ = ["driver", "disk", "gpus", "mig", "parse_version", "ports", "rdma", "reach",
+           "runtime", "shm"]

@@ -1,0 +1,151 @@
+"""`pdctl preflight`: can this spec run here, and will it use the GPUs well?"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pdctl.cli.options import PHASE, SPEC, TARGET
+
+STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+
+def _hf_config(plan: Any, spec_path: str) -> dict[str, Any] | None:
+    from pdctl.errors import SpecError
+
+    ref = plan.spec.model.config
+    if not ref:
+        return None
+    path = Path(ref)
+    if not path.is_absolute() and spec_path != "-":
+        path = Path(spec_path).parent / path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecError(f"cannot read {path}: {exc}", path="model.config") from None
+    return data if isinstance(data, dict) else None
+
+
+def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    from pdctl.probe import gather, steps
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return gather(plan, options)
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"), console=console, transient=True,
+    ) as progress:
+        tasks = {
+            name: progress.add_task(f"gathering {name}", total=total, last="")
+            for name, total in steps(plan, options).items()
+        }
+
+        def step(host: str, file: str) -> None:
+            if host in tasks:
+                progress.update(tasks[host], advance=1, last=file)
+
+        return gather(plan, options, step)
+
+
+def _table(findings: Any, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(show_lines=False, header_style="bold")
+    for col in ("status", "check", "host/node", "found", "expected", "fix"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        table.add_row(f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found,
+                      f.expected, f.fix)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("preflight")
+    def preflight(
+        spec: str = SPEC,
+        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        record: Path | None = typer.Option(
+            None, "--record", help="Save every raw output gathered under DIR (one folder per "
+            "host, _kubernetes/ for the cluster)."),
+        replay: Path | None = typer.Option(
+            None, "--replay", help="Check a recording (DIR from --record, or real outputs "
+            "named like it) instead of gathering."),
+        local: list[str] = typer.Option(
+            [], "--local", help="Probe host NAME on this machine, without SSH (repeatable). "
+            "Hosts with address `localhost` are probed locally too."),
+        known_hosts: str = typer.Option(
+            "~/.ssh/known_hosts", "--known-hosts", help="known_hosts file for host keys."),
+        accept_new: bool = typer.Option(
+            False, "--accept-new-host-keys", help="Trust and record unknown host keys "
+            "(a changed key is still refused)."),
+        remote_path: list[str] = typer.Option(
+            [], "--remote-path", help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
+            "conda outside the non-interactive PATH; repeatable)."),
+        concurrency: int = typer.Option(8, "--concurrency", min=1, max=256,
+                                        help="Hosts probed at once."),
+        kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file."),
+        context: str | None = typer.Option(None, "--context", help="kubeconfig context."),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+    ) -> None:
+        """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
+        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit. Exit 1 when anything FAILs."""
+        from rich.console import Console
+
+        from pdctl.check import run_checks, worst
+        from pdctl.cli.options import check_phase_target
+        from pdctl.cli.specfile import plan_from
+        from pdctl.errors import UsageError
+        from pdctl.facts import CLUSTER, facts_from
+        from pdctl.plan.topology import plan_hosts
+        from pdctl.probe import Options
+        from pdctl.probe import record as rec
+
+        check_phase_target(phase, target)
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        if record is not None and replay is not None:
+            raise UsageError("--record and --replay exclude each other")
+        plan, source = plan_from(spec, phase, target)
+        hf_config = _hf_config(plan, spec)
+        names = tuple(h.name for h in plan_hosts(plan))
+        if replay is not None:
+            raw = rec.read(replay, names)
+            if plan.target == "kubernetes" and CLUSTER not in raw:
+                raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
+        else:
+            options = Options(
+                known_hosts=known_hosts, accept_new_host_keys=accept_new,
+                local=frozenset(local), remote_path=tuple(remote_path),
+                concurrency=concurrency, kubeconfig=kubeconfig, context=context,
+            )
+            raw = _gather(plan, options, quiet=output == "json")
+            if record is not None:
+                rec.write(record, raw)
+                typer.echo(f"recorded raw outputs under {record}", err=True)
+        facts = facts_from(raw)
+        findings = run_checks(plan, facts, hf_config)
+        status = worst(findings)
+        counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
+        if output == "json":
+            doc = {
+                "spec": plan.name, "phase": plan.phase, "target": plan.target,
+                "status": status, "counts": counts,
+                "findings": [f.__dict__ for f in findings],
+            }
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            console = Console(width=None if sys.stdout.isatty() else 200)
+            _table(findings, console)
+            console.print(f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
+                          f": {status}")
+        if status == "FAIL":
+            sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)

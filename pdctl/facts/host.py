@@ -1,0 +1,196 @@
+"""HostFacts from the raw outputs of one host (a mapping file name -> text). Pure.
+
+File names are those of a recording folder; a failed command is recorded as `<name>.err`
+('exit N' and its stderr); an unreachable host as `ssh.err`."""
+
+from __future__ import annotations
+
+import json
+
+from pdctl.facts.gpu import (
+    NvmlDump,
+    parse_proc_version,
+    parse_query_gpu,
+    parse_smi_header,
+    query_driver,
+    with_topology,
+)
+from pdctl.facts.model import Gpu, HostFacts, Missing
+from pdctl.facts.system import (
+    command_failure,
+    parse_conda,
+    parse_df,
+    parse_docker_info,
+    parse_du,
+    parse_ib_listing,
+    parse_ib_ports,
+    parse_listening,
+)
+from pdctl.facts.topo import parse_nvlink, parse_p2p, parse_topo_matrix
+
+QUERY = "query-gpu.csv"
+TOPO = "topo-m.txt"
+P2P_R = "topo-p2p-r.txt"
+P2P_W = "topo-p2p-w.txt"
+NVLINK = "nvlink-s.txt"
+PROC = "proc-driver-version.txt"
+SMI = "nvidia-smi.txt"
+NVML = "nvml.json"
+IB = "sys-class-infiniband.txt"
+IB_PORTS = "infiniband-ports.txt"
+SHM = "df-shm.txt"
+CACHE = "df-cache.txt"
+MODEL = "du-model.txt"
+DOCKER = "docker-info.json"
+CONDA = "conda-version.txt"
+PORTS = "ports.txt"
+HOSTNAME = "hostname.txt"
+VENV = "venv.txt"
+SSH = "ssh.err"
+
+KNOWN = (QUERY, TOPO, P2P_R, P2P_W, NVLINK, PROC, SMI, NVML, IB, IB_PORTS, SHM, CACHE, MODEL,
+         DOCKER, CONDA, PORTS, HOSTNAME, VENV)
+
+
+def _fail(raw: dict[str, str], name: str) -> str:
+    if name + ".err" in raw:
+        return command_failure(raw[name + ".err"])
+    return ""
+
+
+def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
+    if nvml is not None and nvml.error and not raw.get(QUERY):
+        # NVML failed; nvidia-smi tells more when it ran.
+        smi = raw.get(QUERY + ".err", "")
+        if "couldn't communicate with the NVIDIA driver" in smi:
+            return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
+        return nvml.error
+    err = raw.get(QUERY + ".err", "")
+    if not err:
+        return ""
+    if "couldn't communicate with the NVIDIA driver" in err:
+        return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
+    reason = command_failure(err)
+    if reason.startswith("not installed"):
+        return "no NVIDIA driver: nvidia-smi not found"
+    return "nvidia-smi failed: " + reason
+
+
+def _conda_error(raw: dict[str, str]) -> str:
+    err = raw.get(CONDA + ".err", "")
+    if "not-on-path" in err:
+        path = err.split("not-on-path", 1)[1].split()[0]
+        return f"{path} exists but conda is not on the PATH of non-interactive shells"
+    return _fail(raw, CONDA)
+
+
+def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
+    """Everything `raw` tells about host `name`; absent facts stay None with a reason."""
+    if SSH in raw:
+        return HostFacts(name=name, error=raw[SSH].strip() or "unreachable")
+    missing: list[Missing] = []
+    nvml = NvmlDump(raw[NVML]) if raw.get(NVML) else None
+    gpus: tuple[Gpu, ...] | None = None
+    driver = cuda = ""
+    links: tuple[tuple[int, int, str], ...] = ()
+    p2p_r: tuple[tuple[int, int, str], ...] = ()
+    p2p_w: tuple[tuple[int, int, str], ...] = ()
+    if raw.get(QUERY):
+        gpus = parse_query_gpu(raw[QUERY])
+        driver = query_driver(raw[QUERY])
+    if nvml is not None and not nvml.error:
+        from_nvml = nvml.gpus()
+        if gpus is None:
+            gpus = from_nvml
+        else:  # NVML adds NUMA and NVLink counts the CSV lacks
+            by_index = {g.index: g for g in from_nvml}
+            from dataclasses import replace
+
+            gpus = tuple(
+                replace(
+                    g,
+                    numa=by_index[g.index].numa if g.index in by_index else None,
+                    nvlinks=by_index[g.index].nvlinks if g.index in by_index else None,
+                )
+                for g in gpus
+            )
+        driver = driver or nvml.driver()
+        cuda = nvml.cuda()
+        links, p2p_r, p2p_w = nvml.links(), nvml.p2p("r"), nvml.p2p("w")
+    gpu_error = "" if gpus is not None else _gpu_error(raw, nvml)
+    if gpus is None and not gpu_error:
+        missing.append(Missing("gpus", "no GPU inventory recorded (query-gpu.csv or nvml.json)"))
+    if raw.get(SMI):
+        d, c = parse_smi_header(raw[SMI])
+        driver, cuda = driver or d, cuda or c
+    nics: tuple[str, ...] = ()
+    if raw.get(TOPO):
+        matrix = parse_topo_matrix(raw[TOPO])
+        links = matrix.links or links
+        nics = matrix.nics
+        if gpus is not None:
+            gpus = with_topology(gpus, matrix.numa, matrix.cpus)
+    if raw.get(P2P_R):
+        p2p_r = parse_p2p(raw[P2P_R])
+    if raw.get(P2P_W):
+        p2p_w = parse_p2p(raw[P2P_W])
+    if raw.get(NVLINK) and gpus is not None:
+        from dataclasses import replace
+
+        counts = parse_nvlink(raw[NVLINK])
+        gpus = tuple(replace(g, nvlinks=counts.get(g.index, g.nvlinks)) for g in gpus)
+    for n in (TOPO, P2P_R, P2P_W):
+        if not raw.get(n) and gpus:
+            missing.append(Missing(n, _fail(raw, n) or "not gathered"))
+    rdma = None
+    if IB in raw:
+        rdma = parse_ib_listing(raw[IB])
+    elif IB + ".err" in raw:
+        rdma = ()  # no /sys/class/infiniband: no RDMA devices
+    else:
+        missing.append(Missing(IB, "not gathered"))
+    docker = None
+    if DOCKER in raw:
+        docker = parse_docker_info(raw[DOCKER])
+        if not docker.ok and raw.get(DOCKER + ".err"):
+            docker = type(docker)(ok=False, error=command_failure(raw[DOCKER + ".err"]))
+    elif DOCKER + ".err" in raw:
+        from pdctl.facts.model import Docker
+
+        docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
+    conda = parse_conda(raw[CONDA]) if CONDA in raw else None
+    if conda is None and CONDA + ".err" in raw:
+        conda = ""
+    for n in (SHM, CACHE, PORTS):
+        if n not in raw:
+            missing.append(Missing(n, _fail(raw, n) or "not gathered"))
+    return HostFacts(
+        name=name,
+        hostname=raw.get(HOSTNAME, "").strip(),
+        gpu_error=gpu_error,
+        driver=driver,
+        kernel_module=parse_proc_version(raw[PROC]) if raw.get(PROC) else "",
+        cuda=cuda,
+        gpus=gpus,
+        links=links,
+        p2p_read=p2p_r,
+        p2p_write=p2p_w,
+        nics=nics,
+        rdma_devices=rdma,
+        rdma_ports=parse_ib_ports(raw[IB_PORTS]) if raw.get(IB_PORTS) else (),
+        shm=parse_df(raw[SHM]) if raw.get(SHM) else None,
+        cache_disk=parse_df(raw[CACHE]) if raw.get(CACHE) else None,
+        model_cached_kib=parse_du(raw[MODEL]) if MODEL in raw else None,
+        docker=docker,
+        conda=conda,
+        conda_error=_conda_error(raw),
+        venv=raw[VENV].strip() if VENV in raw else None,
+        listening=parse_listening(raw[PORTS]) if PORTS in raw else None,
+        missing=tuple(missing),
+    )
+
+
+def dump_json(facts: HostFacts) -> str:
+    from dataclasses import asdict
+
+    return json.dumps(asdict(facts), indent=1, sort_keys=True)

@@ -1,0 +1,79 @@
+"""Topology-aware GPU choice from preflight facts: tensor-parallel groups inside one NVLink
+island and one NUMA node; a new instance next to (NVLink) the GPUs already placed on the host,
+so prefill/decode pairs on one host transfer over NVLink. Pure and deterministic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+from pdctl.facts.model import Facts, HostFacts, is_nvlink, link_rank
+from pdctl.plan.model import Plan
+from pdctl.plan.place import Chooser, first_free
+from pdctl.spec.model import Host
+
+MAX_CANDIDATES = 20_000
+
+
+def group_score(facts: HostFacts, gpus: Sequence[int], used: Sequence[int] = ()) -> tuple:
+    """Sort key for a GPU set (smaller is better)."""
+    pairs = list(combinations(gpus, 2))
+    levels = [facts.link(a, b) for a, b in pairs]
+    all_nvlink = all(is_nvlink(lv) for lv in levels)
+    worst = max((link_rank(lv) for lv in levels), default=(0, 0))
+    numa = {g.numa for g in (facts.gpu(i) for i in gpus) if g is not None}
+    one_numa = len(numa) <= 1
+    near = sum(1 for a in gpus for b in used if is_nvlink(facts.link(a, b)))
+    return (not all_nvlink, not one_numa, worst, -near, tuple(sorted(gpus)))
+
+
+def best_group(facts: HostFacts, free: Sequence[int], count: int,
+               used: Sequence[int] = ()) -> tuple[int, ...] | None:
+    """The best `count` GPUs out of `free` (None when too few, or too many to compare)."""
+    if count > len(free) or count <= 0:
+        return None
+    if count == 1 and not used:
+        return (free[0],)
+    sets = []
+    for i, combo in enumerate(combinations(free, count)):
+        if i >= MAX_CANDIDATES:
+            return None
+        sets.append(combo)
+    return min(sets, key=lambda s: group_score(facts, s, used))
+
+
+def describe(facts: HostFacts, gpus: Sequence[int]) -> str:
+    """'NV18' / 'SYS' ...: the worst link inside a GPU set ('' for one GPU or unknown)."""
+    levels = [facts.link(a, b) for a, b in combinations(gpus, 2)]
+    if not levels or any(not lv for lv in levels):
+        return ""
+    return max(levels, key=link_rank)
+
+
+class TopologyChooser:
+    """A `Chooser` for make_plan(choose=...): uses facts where a host has them, else the
+    listed order (first_free)."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+
+    def __call__(self, host: Host, free: Sequence[int], count: int) -> tuple[int, ...]:
+        hf = self.facts.host(host.name)
+        if hf is None or not hf.links:
+            return first_free(host, free, count)
+        used = [g for g in host.gpus if g not in free]
+        chosen = best_group(hf, list(free), count, used)
+        return tuple(sorted(chosen)) if chosen is not None else first_free(host, free, count)
+
+
+def chooser(facts: Facts) -> Chooser:
+    return TopologyChooser(facts)
+
+
+def plan_hosts(plan: Plan) -> tuple[Host, ...]:
+    """The hosts a preflight looks at: those with instances, and the router's host."""
+    if plan.target == "kubernetes":
+        return ()
+    used = {h.name for h in plan.hosts_used()}
+    router = getattr(plan.spec.router, "host", None)
+    return tuple(h for h in plan.spec.hosts if h.name in used or h.name == router)

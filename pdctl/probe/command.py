@@ -1,0 +1,78 @@
+"""The shell commands a probe runs on a host, by the name of the file their output is
+recorded in. The same commands run locally and over SSH; no Python is needed on the host."""
+
+from __future__ import annotations
+
+from pdctl.facts import host as f
+from pdctl.render.template import quote, quote_path
+from pdctl.spec.model import Host, Spec
+
+FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id,mig.mode.current"
+QUERY = (
+    f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
+    f" || nvidia-smi --query-gpu={FIELDS} --format=csv"
+)
+IB_PORTS = (
+    "for p in /sys/class/infiniband/*/ports/*; do [ -r \"$p/state\" ] || continue; "
+    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
+    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
+)
+
+
+def model_dir(spec: Spec, host: Host) -> str:
+    """Where the model's files are on the host, shell-quoted."""
+    name = spec.model.name
+    if name.startswith("/"):
+        return quote(name)
+    return quote_path(host.hf_cache.rstrip("/") + "/hub/models--" + name.replace("/", "--"))
+
+
+def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
+    """file name -> shell command, in the order they run."""
+    cache = quote_path(host.hf_cache)
+    out: dict[str, str] = {f.HOSTNAME: "hostname"}
+    if gpus:
+        out.update(
+            {
+                f.QUERY: QUERY,
+                f.TOPO: "nvidia-smi topo -m",
+                f.P2P_R: "nvidia-smi topo -p2p r",
+                f.P2P_W: "nvidia-smi topo -p2p w",
+                f.NVLINK: "nvidia-smi nvlink -s",
+                f.PROC: "cat /proc/driver/nvidia/version",
+            }
+        )
+    out.update(
+        {
+            f.IB: "ls -la /sys/class/infiniband",
+            f.IB_PORTS: IB_PORTS,
+            f.SHM: "df -Pk /dev/shm",
+            f.CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
+            f.MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
+            f.PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
+        }
+    )
+    if host.runtime == "docker":
+        out[f.DOCKER] = "docker info --format '{{json .}}'"
+    elif host.runtime == "venv" and host.venv:
+        v = quote_path(host.venv)
+        out[f.VENV] = (
+            f'v={v}; "$v/bin/python" --version 2>&1 || echo "python: missing"; '
+            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi'
+        )
+    elif host.runtime == "conda":
+        out[f.CONDA] = (
+            "if command -v conda >/dev/null; then conda --version; exit; fi; "
+            "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
+            'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
+            "echo 'conda: command not found' >&2; exit 127"
+        )
+    return out
+
+
+def prefix(path: tuple[str, ...] = ()) -> str:
+    """What every command starts with: C locale, and extra PATH entries when asked."""
+    text = "export LC_ALL=C; "
+    if path:
+        text += "export PATH=" + ":".join(quote_path(p) for p in path) + ':"$PATH"; '
+    return text

@@ -1,0 +1,43 @@
+"""Recordings: one folder per host holding the raw outputs (and `_kubernetes/` for a cluster).
+A folder of real outputs named as in fixtures/gpu/h200x2/ replays as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdctl.errors import PdctlError
+from pdctl.facts import host as f
+
+MARKERS = (f.QUERY, f.TOPO, f.NVML, f.SMI, f.PROC, f.SSH, f.QUERY + ".err")
+
+
+def write(root: Path, raw: dict[str, dict[str, str]]) -> None:
+    for folder, files in sorted(raw.items()):
+        d = root / folder
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in sorted(files.items()):
+            (d / name).write_text(text, encoding="utf-8")
+
+
+def _read_folder(d: Path) -> dict[str, str]:
+    return {
+        p.name: p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted(d.iterdir())
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Raw outputs per folder. A DIR holding the files itself (no host folders) stands for
+    the one host of a one-host plan."""
+    if not root.is_dir():
+        raise PdctlError(f"{root}: no such recording folder (make one with --record {root})")
+    if any((root / m).is_file() for m in MARKERS) and not any((root / h).is_dir() for h in hosts):
+        if len(hosts) != 1:
+            raise PdctlError(
+                f"{root} holds the outputs of one host, but the plan uses {len(hosts)} hosts; "
+                "put each host's files in a folder named after the host"
+            )
+        return {hosts[0]: _read_folder(root)}
+    out = {p.name: _read_folder(p) for p in sorted(root.iterdir()) if p.is_dir()}
+    return out

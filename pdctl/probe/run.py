@@ -1,0 +1,98 @@
+"""Run the probe commands on one host, locally or over one SSH connection, and collect the
+raw outputs: file name -> stdout, or `<name>.err` ('exit N' + stderr) when a command fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pdctl.facts import host as f
+from pdctl.probe.command import prefix
+
+Step = Callable[[str, str], None]  # (host name, file name) after each command
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to reach hosts. `local`: host names probed on this machine without SSH."""
+
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new_host_keys: bool = False
+    local: frozenset[str] = frozenset()
+    remote_path: tuple[str, ...] = ()
+    concurrency: int = 8
+    timeout: float = 60.0
+    connect_timeout: float = 10.0
+    kubeconfig: str | None = None
+    context: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _record(raw: dict[str, str], name: str, rc: int, out: str, err: str) -> None:
+    if rc == 0:
+        raw[name] = out
+    else:
+        raw[name + ".err"] = f"exit {rc}\n{err.strip() or out.strip()}\n"
+
+
+def run_local(name: str, cmds: dict[str, str], options: Options, step: Step | None) -> dict[
+    str, str
+]:
+    """This machine: NVML first (no driver is a recorded answer), then the same commands."""
+    from pdctl.probe.nvml import dump
+
+    raw: dict[str, str] = {f.NVML: dump()}
+    if step:
+        step(name, f.NVML)
+    env = dict(os.environ)
+    env.update(options.env)
+    for file, cmd in cmds.items():
+        try:
+            proc = subprocess.run(  # noqa: S603 - a fixed command table, values quoted
+                ["bash", "-c", prefix(options.remote_path) + cmd],
+                capture_output=True,
+                text=True,
+                timeout=options.timeout,
+                env=env,
+            )
+            _record(raw, file, proc.returncode, proc.stdout, proc.stderr)
+        except subprocess.TimeoutExpired:
+            _record(raw, file, 124, "", f"timed out after {options.timeout:.0f}s")
+        if step:
+            step(name, file)
+    return raw
+
+
+def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> dict[str, str]:
+    """One connection to `host`, reused for every command. Connection failures are data."""
+    from pdctl.errors import PdctlError
+    from pdctl.targets.ssh import Connection, SshOptions
+
+    ssh = SshOptions(
+        known_hosts=options.known_hosts,
+        accept_new_host_keys=options.accept_new_host_keys,
+        connect_timeout=options.connect_timeout,
+    )
+    conn = Connection(host, ssh)
+    try:
+        conn.connect()
+    except PdctlError as exc:
+        if step:
+            for file in cmds:
+                step(host.name, file)
+        return {f.SSH: str(exc) + "\n"}
+    raw: dict[str, str] = {}
+    try:
+        for file, cmd in cmds.items():
+            try:
+                res = conn.run(prefix(options.remote_path) + cmd, timeout=options.timeout)
+                _record(raw, file, res.rc, res.out, res.err)
+            except Exception as exc:  # a channel that times out or breaks: record it
+                _record(raw, file, 255, "", f"{type(exc).__name__}: {exc}")
+            if step:
+                step(host.name, file)
+    finally:
+        conn.close()
+    return raw
