@@ -37,10 +37,14 @@ class Gpu:
         return self.bf16_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
 
 
-# usable_mib: measured where a vLLM log shows `total_gpu_memory` (H100: 79.22 GiB), else
-# memory_mib minus 0.54% (the H100 ratio).
+# usable_mib: CUDA's total where measured or shown in a vLLM log (`total_gpu_memory`):
+# H100 79.22 GiB (vllm PR #10511), H200 143155.94 MiB (torch.cuda.mem_get_info on our H200),
+# A100 40GB 39.38 GiB (vllm #16570). Else the driver keeps about 512 MiB (438-635 seen).
+RESERVED_MIB = 512
+
+
 def _usable(total_mib: int) -> int:
-    return int(total_mib * 0.99463)
+    return total_mib - RESERVED_MIB
 
 
 GPUS: dict[str, Gpu] = {
@@ -48,9 +52,9 @@ GPUS: dict[str, Gpu] = {
     for g in (
         Gpu("H100-SXM", 81559, 81121, 3350, 989.4, "NVIDIA H100 datasheet; vLLM log 79.22 GiB"),
         Gpu("H100-PCIe", 81559, 81121, 2000, 756.0, "NVIDIA H100 datasheet (PCIe)"),
-        Gpu("H200", 143771, _usable(143771), 4800, 989.4, "NVIDIA H200 datasheet; nvidia-smi"),
+        Gpu("H200", 143771, 143155, 4800, 989.4, "NVIDIA H200 datasheet; measured CUDA total"),
         Gpu("A100-80GB", 81920, _usable(81920), 2039, 312.0, "NVIDIA A100 datasheet (SXM)"),
-        Gpu("A100-40GB", 40960, _usable(40960), 1555, 312.0, "NVIDIA A100 datasheet"),
+        Gpu("A100-40GB", 40960, 40325, 1555, 312.0, "NVIDIA A100 datasheet; vLLM log 39.38 GiB"),
         Gpu("L40S", 46068, _usable(46068), 864, 362.0, "NVIDIA L40S datasheet"),
         Gpu("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
         Gpu("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),

@@ -1,0 +1,104 @@
+"""Honest advice on packing decode instances on one GPU, from our H200 measurement.
+
+fixtures/gpu/h200x2/decode_share.txt: two decode processes of one model on one H200 time-slice
+it. Two at batch 64 gave 0.91x the tokens/s of ONE process at batch 64, and 0.50x of one
+process at batch 128. So a second copy of the same model adds no throughput to a busy GPU:
+raise --max-num-seqs in one instance first. Packing pays only when one instance cannot fill
+its batch: too little traffic, or several different models (or adapters) sharing a GPU.
+When the KV cache is what caps the batch, a second copy makes it worse (it halves the KV and
+duplicates the weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PACKED_VS_SAME_BATCH = 0.91  # 2 procs at B each vs 1 proc at B, aggregate tokens/s
+PACKED_VS_DOUBLE_BATCH = 0.50  # 2 procs at B each vs 1 proc at 2B
+BUSY = 0.8  # demand at or above this share of one instance's batch counts as busy
+LOW = 0.5  # demand below this share leaves one instance mostly idle
+
+
+@dataclass(frozen=True)
+class Advice:
+    """case: busy | low-traffic | kv-limited | unknown-traffic; pack: packing pays here."""
+
+    case: str
+    pack: bool
+    lines: tuple[str, ...]
+
+
+def packing_advice(
+    kv_batch: int,
+    target_batch: int,
+    demand: float | None,
+    per_gpu: int = 1,
+) -> Advice:
+    """Advice for one decode instance that could run on a whole GPU.
+
+    kv_batch: sequences of the workload's context the KV cache of ONE instance on the whole
+    GPU holds; target_batch: the batch wanted (max-num-seqs, or what the TPOT target allows);
+    demand: sequences decoding at once (Little's law: rate x output tokens x TPOT), or None;
+    per_gpu: decode instances the spec packs on one GPU.
+    """
+    measured = (
+        f"measured on an H200: 2 co-located decode processes at batch B give "
+        f"{PACKED_VS_SAME_BATCH:.2f}x the tokens/s of one at B and {PACKED_VS_DOUBLE_BATCH:.2f}x "
+        "of one at 2B (they time-slice the GPU)"
+    )
+    batch = min(kv_batch, target_batch)
+    lines: list[str] = []
+    if kv_batch < target_batch and (demand is None or demand > kv_batch):
+        lines.append(
+            f"kv-limited: the KV cache holds {kv_batch} sequences of this context, below the "
+            f"batch of {target_batch} the GPU could serve; a second copy of the model on this "
+            "GPU would halve the KV again and duplicate the weights, so do not pack it; "
+            "`--kv-cache-dtype fp8` doubles the sequences, a larger TP or GPU adds KV; "
+            "only a different, smaller model gains from the idle compute"
+        )
+        lines.append(measured)
+        return Advice("kv-limited", False, tuple(lines))
+    if demand is None:
+        lines.append(
+            f"no traffic given (set workload.requestsPerSecond): one instance can batch "
+            f"{batch} sequences; raise --max-num-seqs in one instance before packing"
+        )
+        lines.append(measured)
+        if per_gpu > 1:
+            lines.append(
+                f"decode.share.perGpu={per_gpu}: worth it only if each instance cannot fill "
+                f"its batch (low traffic, or different models per slice)"
+            )
+        return Advice("unknown-traffic", False, tuple(lines))
+    if demand >= BUSY * batch:
+        lines.append(
+            f"busy: about {demand:.0f} sequences decode at once, one instance batches {batch}; "
+            f"do not pack: raise --max-num-seqs to {batch} in one instance per GPU and add "
+            "GPUs for the rest"
+        )
+        lines.append(measured)
+        if per_gpu > 1:
+            lines.append(
+                f"decode.share.perGpu={per_gpu} packs copies of one busy model: expect about "
+                f"{PACKED_VS_DOUBLE_BATCH:.2f}x the tokens/s of one instance with their "
+                "combined batch; use perGpu 1"
+            )
+        return Advice("busy", False, tuple(lines))
+    if demand < LOW * batch:
+        lines.append(
+            f"low-traffic: only about {demand:.1f} sequences decode at once while one instance "
+            f"could batch {batch}; the GPU idles, so packing pays: give this decode a slice "
+            "sized for its demand and let other models (or adapters) use the rest"
+        )
+        lines.append(
+            "packing several copies of THIS model adds no throughput (they split the same "
+            "traffic); pack different models, one spec each with decode.share"
+        )
+        lines.append(measured)
+        return Advice("low-traffic", True, tuple(lines))
+    lines.append(
+        f"moderate: about {demand:.0f} of {batch} batch slots in use; one instance per GPU "
+        "still gives the most tokens/s; packing pays only for different models"
+    )
+    lines.append(measured)
+    return Advice("moderate", False, tuple(lines))

@@ -1,0 +1,266 @@
+"""The whole capacity plan of a spec: every role's memory, speed, slices, P:D ratio, advice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pdctl.capacity.advice import Advice, packing_advice
+from pdctl.capacity.fit import (
+    Alternative,
+    Shape,
+    alternatives,
+    instance_memory,
+    smallest_fit,
+)
+from pdctl.capacity.gpus import MIB, Gpu
+from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory
+from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.roofline import (
+    DecodeEstimate,
+    best_batch,
+    decode_step,
+    prefill_tokens_per_s,
+    ridge_batch,
+)
+from pdctl.capacity.slice import DecodeSlice, decode_slice
+
+if TYPE_CHECKING:
+    from pdctl.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The workload: mean prompt and output lengths, rate, latency targets (all optional)."""
+
+    prompt_tokens: int = 1024
+    output_tokens: int = 256
+    requests_per_second: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    @property
+    def context(self) -> int:
+        """Tokens a finished sequence holds (what the KV cache must keep)."""
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def mean_context(self) -> int:
+        """Mean tokens a decoding sequence holds (what a decode step reads)."""
+        return self.prompt_tokens + self.output_tokens // 2
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """One role (serve, prefill or decode) of the spec on its GPU (or slice)."""
+
+    role: str
+    replicas: int
+    shape: Shape
+    util: float  # the memory fraction evaluated: the spec's, else the recommendation
+    util_from_spec: bool
+    recommended_util: float | None  # None: does not fit at any safe fraction
+    memory: InstanceMemory
+    smallest: Shape | None
+    alternatives: tuple[Alternative, ...]
+    batch: int  # decode batch for the speed figures
+    decode: DecodeEstimate
+    prefill_tokens_per_s: float
+    slice: DecodeSlice | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits and (self.slice is None or self.slice.fits)
+
+
+@dataclass(frozen=True)
+class PdRatio:
+    """Prefill and decode instances for the traffic (or per decode instance, without a rate)."""
+
+    prefill_s_per_request: float  # GPU-instance seconds of prefill per request
+    decode_s_per_request: float  # instance seconds of decode per request at the batch
+    prefill_per_decode: float
+    prefill_instances: int | None
+    decode_instances: int | None
+    decode_concurrency: float | None  # sequences decoding at once (Little's law)
+    ttft_ok: bool | None
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    model: ModelConfig
+    gpu: Gpu
+    phase: int
+    traffic: Traffic
+    roles: tuple[RolePlan, ...]
+    pd: PdRatio
+    advice: Advice
+
+    def role(self, name: str) -> RolePlan | None:
+        return next((r for r in self.roles if r.role == name), None)
+
+
+def _recommended(model: ModelConfig, total: int, shape: Shape) -> float | None:
+    for util in (DEFAULT_UTIL, MAX_UTIL):
+        if instance_memory(model, total, util, shape).fits:
+            return util
+    return None
+
+
+def _role(
+    model: ModelConfig, gpu: Gpu, role: str, section: Any, shape: Shape, traffic: Traffic
+) -> RolePlan:
+    share = getattr(section, "share", None) if role == "decode" else None
+    spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
+    sl = None
+    if share is not None:
+        sl = decode_slice(model, gpu.memory_mib, shape, share.per_gpu, share.gpu_memory_percent,
+                          share.gpu_memory_mib)
+        total = sl.slice_mib * MIB
+        recommended: float | None = sl.gpu_memory_utilization
+    else:
+        total = gpu.usable_bytes
+        recommended = _recommended(model, total, shape)
+    util = spec_util or recommended or DEFAULT_UTIL
+    mem = instance_memory(model, total, util, shape)
+    seqs = shape.batching(total)[1]
+    kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
+    batch = best_batch(model, gpu, shape, traffic.mean_context,
+                       max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms)
+    return RolePlan(
+        role=role,
+        replicas=section.replicas if section is not None else 1,
+        shape=shape,
+        util=util,
+        util_from_spec=spec_util is not None,
+        recommended_util=recommended,
+        memory=mem,
+        smallest=smallest_fit(model, gpu.usable_bytes, shape),
+        alternatives=() if mem.fits else alternatives(model, total, shape, util),
+        batch=batch,
+        decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
+        prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
+        slice=sl,
+    )
+
+
+def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
+    pre_s = traffic.prompt_tokens / prefill.prefill_tokens_per_s
+    dec_s = traffic.output_tokens * decode.decode.step_expected_s / max(1, decode.batch)
+    rate = traffic.requests_per_second
+    ttft_ok = None if traffic.ttft_ms is None else pre_s * 1000 <= traffic.ttft_ms
+    if rate is None:
+        return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok)
+    concurrency = rate * traffic.output_tokens * decode.decode.step_expected_s
+    return PdRatio(
+        pre_s, dec_s, pre_s / dec_s,
+        prefill_instances=max(1, math.ceil(rate * pre_s / 0.8)),  # keep prefill 80% busy
+        decode_instances=max(1, math.ceil(rate * dec_s)),
+        decode_concurrency=concurrency,
+        ttft_ok=ttft_ok,
+    )
+
+
+def plan_capacity(
+    spec: Spec, model: ModelConfig, gpu: Gpu, traffic: Traffic, shapes: dict[str, Shape]
+) -> CapacityPlan:
+    """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
+    `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`."""
+    if spec.phase in (0, 1):
+        roles = (_role(model, gpu, "serve", spec.serve, shapes["serve"], traffic),)
+        pre = dec = roles[0]
+    else:
+        pre = _role(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic)
+        dec = _role(model, gpu, "decode", spec.decode, shapes["decode"], traffic)
+        roles = (pre, dec)
+    pd = _pd(pre, dec, traffic)
+    whole = instance_memory(model, gpu.usable_bytes, DEFAULT_UTIL, replace(dec.shape))
+    kv_batch = whole.kv_tokens // traffic.context
+    # The batch that keeps the GPU busy: up to the roofline ridge (or what the TPOT allows).
+    cap = dec.shape.batching(gpu.usable_bytes)[1]
+    if traffic.tpot_ms is None:
+        cap = min(cap, ridge_batch(model, gpu, dec.shape))
+    target = best_batch(model, gpu, dec.shape, traffic.mean_context, cap, traffic.tpot_ms)
+    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
+    per_gpu = share.per_gpu if share is not None else 1
+    demand = None
+    if pd.decode_concurrency is not None:  # per decode instance on whole GPUs
+        demand = pd.decode_concurrency / max(1, math.ceil(dec.replicas / per_gpu))
+    advice = packing_advice(kv_batch, target, demand, per_gpu)
+    return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice)
+
+
+def _gib(value: float) -> float:
+    return round(value / 1024**3, 2)
+
+
+def _shape(shape: Shape) -> dict[str, Any]:
+    return {"tensorParallel": shape.tp, "pipelineParallel": shape.pp,
+            "kvCacheDtype": shape.kv_cache_dtype, "maxModelLen": shape.max_model_len}
+
+
+def role_dict(r: RolePlan) -> dict[str, Any]:
+    """One role as plain JSON-able data (bytes as ints, GiB rounded to 0.01)."""
+    m = r.memory
+    out: dict[str, Any] = {
+        "role": r.role, "replicas": r.replicas, **_shape(r.shape),
+        "maxModelLen": m.max_model_len,
+        "weightsBytesPerGpu": m.weights, "weightsGib": _gib(m.weights),
+        "kvBytesPerToken": m.kv_per_token, "kvBytesPerSequence": m.kv_per_sequence,
+        "activationGib": _gib(m.overhead.activation), "nonTorchGib": _gib(m.overhead.non_torch),
+        "cudaGraphsGib": _gib(m.overhead.cuda_graphs),
+        "totalGib": _gib(m.total), "gpuMemoryUtilization": r.util,
+        "utilFromSpec": r.util_from_spec, "recommendedGpuMemoryUtilization": r.recommended_util,
+        "minGpuMemoryUtilization": m.min_util, "kvAvailableGib": _gib(m.kv_available),
+        "kvTokens": m.kv_tokens, "concurrencyAtMaxModelLen": round(m.concurrency, 2),
+        "fits": r.fits,
+        "smallestFit": _shape(r.smallest) if r.smallest else None,
+        "alternatives": [{"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens}
+                         for a in r.alternatives],
+        "decode": {"batch": r.batch, "context": r.decode.context,
+                   "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
+                   "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
+                   "tokensPerSecond": round(r.decode.tokens_per_s, 1),
+                   "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1)},
+        "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1),
+    }
+    if r.slice is not None:
+        s = r.slice
+        out["slice"] = {"sliceMib": s.slice_mib, "perGpu": s.per_gpu,
+                        "gpuMemoryUtilization": s.gpu_memory_utilization,
+                        "minSliceMib": s.min_slice_mib, "maxPerGpu": s.max_per_gpu,
+                        "kvTokens": s.kv_tokens, "concurrency": s.concurrency, "fits": s.fits}
+    return out
+
+
+def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
+    """The whole plan as plain JSON-able data (what `pdctl plan --output json` prints)."""
+    model, gpu, pd = plan.model, plan.gpu, plan.pd
+    return {
+        "model": {"name": model.name, "paramsBillion": round(model.params / 1e9, 2),
+                  "activeParamsBillion": round(model.active_params / 1e9, 2),
+                  "layers": model.layers, "kvHeads": model.kv_heads, "headDim": model.head_dim,
+                  "mlaLatent": model.mla_latent, "experts": model.experts,
+                  "quantization": model.quantization,
+                  "source": "table" if model.from_table else (
+                      f"paramsBillion, shapes of {model.shapes_from}" if model.shapes_from
+                      else "config")},
+        "gpu": {"name": gpu.name, "memoryMib": gpu.memory_mib, "usableMib": gpu.usable_mib,
+                "bandwidthGBs": gpu.bandwidth_gbs, "bf16Tflops": gpu.bf16_tflops},
+        "phase": plan.phase,
+        "traffic": {"promptTokens": plan.traffic.prompt_tokens,
+                    "outputTokens": plan.traffic.output_tokens,
+                    "requestsPerSecond": plan.traffic.requests_per_second,
+                    "ttftMs": plan.traffic.ttft_ms, "tpotMs": plan.traffic.tpot_ms},
+        "roles": [role_dict(r) for r in plan.roles],
+        "pd": {"prefillPerDecode": round(pd.prefill_per_decode, 3),
+               "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
+               "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
+               "prefillInstances": pd.prefill_instances, "decodeInstances": pd.decode_instances,
+               "decodeConcurrency": None if pd.decode_concurrency is None
+               else round(pd.decode_concurrency, 1),
+               "ttftOk": pd.ttft_ok},
+        "advice": {"case": plan.advice.case, "pack": plan.advice.pack,
+                   "lines": list(plan.advice.lines)},
+    }

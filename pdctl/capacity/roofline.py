@@ -1,0 +1,111 @@
+"""Roofline speed estimates: decode is memory-bandwidth bound, prefill is compute bound.
+
+Lower bounds use the datasheet peaks. "Expected" figures divide by the efficiencies we
+measured on an H200 (fixtures/gpu/h200x2/decode_share.txt): a decode-like pass over 7.5 GB of
+bf16 weights reached 3.7 TB/s of the 4.8 TB/s peak (77%) at batch 1-16, and about half of the
+peak FLOP/s at batch 256. Communication between TP ranks is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.capacity.fit import Shape
+from pdctl.capacity.gpus import Gpu
+from pdctl.capacity.memory import dtype_bytes, kv_bytes_per_token, weights_bytes_per_gpu
+from pdctl.capacity.models import ModelConfig
+
+BANDWIDTH_EFFICIENCY = 0.77  # measured: 3.70 of 4.8 TB/s on one H200 (decode_share, B=1..16)
+COMPUTE_EFFICIENCY = 0.5  # measured: B=256 step 3.72 ms vs 1.95 ms of peak-FLOP time
+PREFILL_MFU = 0.5  # share of peak FLOP/s a prefill reaches (typical for large prompts)
+
+
+def weights_read_per_step(model: ModelConfig, shape: Shape, batch: int) -> float:
+    """Weight bytes one decode step reads on one GPU. For MoE only the experts the batch
+    routes to are read: per layer E x (1 - (1 - k/E)^B) distinct experts in expectation."""
+    total = weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype)
+    if not model.is_moe or model.expert_params <= 0:
+        return float(total)
+    share_expert = model.expert_params / model.params
+    expert_bytes = total * share_expert  # close enough: experts dominate MoE weights
+    k, e = model.experts_per_token, model.experts
+    touched = 1.0 - (1.0 - k / e) ** max(1, batch)
+    return total - expert_bytes + expert_bytes * touched
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
+    """One decode step of `batch` sequences with `context` tokens each, on one instance."""
+
+    batch: int
+    context: int
+    bytes_read: float  # per GPU: weights read + KV read
+    flops: float  # per GPU
+    step_bound_s: float  # lower bound: max(bytes / peak bandwidth, flops / peak FLOP/s)
+    step_expected_s: float  # with the measured efficiencies
+
+    @property
+    def tokens_per_s_bound(self) -> float:
+        return self.batch / self.step_bound_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Expected decode tokens/s of the instance (all sequences together)."""
+        return self.batch / self.step_expected_s
+
+    @property
+    def tpot_ms(self) -> float:
+        """Expected time per output token of each sequence, in ms."""
+        return self.step_expected_s * 1000
+
+
+def decode_step(
+    model: ModelConfig, gpu: Gpu, shape: Shape, batch: int, context: int
+) -> DecodeEstimate:
+    """Decode step time: (weights per GPU + KV read) / HBM bandwidth, or FLOPs / peak."""
+    kv = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
+    bytes_read = weights_read_per_step(model, shape, batch) + batch * context * kv
+    # 2 FLOPs per active parameter per token, plus attention: 4 x layers x heads x head_dim x ctx
+    attn = 4 * model.layers * model.heads * model.head_dim * context
+    flops = batch * (2 * model.active_params + attn) / (shape.tp * shape.pp)
+    bw = gpu.bandwidth_gbs * 1e9
+    peak = gpu.bf16_tflops * 1e12
+    bound = max(bytes_read / bw, flops / peak)
+    expected = max(bytes_read / (bw * BANDWIDTH_EFFICIENCY), flops / (peak * COMPUTE_EFFICIENCY))
+    return DecodeEstimate(batch, context, bytes_read, flops, bound, expected)
+
+
+def prefill_tokens_per_s(model: ModelConfig, gpu: Gpu, shape: Shape, prompt: int) -> float:
+    """Prefill throughput of one instance (all its GPUs) from FLOPs at PREFILL_MFU.
+
+    FLOPs per prompt token = 2 x active params + attention 2 x layers x heads x head_dim x
+    prompt (causal: half of 4 x ... x prompt)."""
+    per_token = 2 * model.active_params + 2 * model.layers * model.heads * model.head_dim * prompt
+    gpus = shape.tp * shape.pp
+    return gpu.bf16_tflops * 1e12 * PREFILL_MFU * gpus / per_token
+
+
+def ridge_batch(model: ModelConfig, gpu: Gpu, shape: Shape) -> int:
+    """The batch at which a decode step stops being bandwidth bound (weights only): about
+    ridge x bytes per weight / 2, since each weight read serves `batch` multiply-adds."""
+    width = dtype_bytes(shape.dtype, model) if model.weight_bits >= 16 else model.weight_bits / 8
+    return max(1, int(gpu.ridge * width / 2))
+
+
+def best_batch(
+    model: ModelConfig, gpu: Gpu, shape: Shape, context: int, max_batch: int,
+    tpot_ms: float | None = None,
+) -> int:
+    """The largest batch (<= max_batch) whose expected step time meets `tpot_ms` (if given)."""
+    if tpot_ms is None:
+        return max(1, max_batch)
+    lo, hi = 1, max(1, max_batch)
+    if decode_step(model, gpu, shape, 1, context).tpot_ms > tpot_ms:
+        return 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if decode_step(model, gpu, shape, mid, context).tpot_ms <= tpot_ms:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,128 @@
+"""`pdctl plan`: capacity planning for a spec, in closed form (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pdctl.cli.options import SPEC
+
+
+def _read_config(path: str, spec_file: str) -> dict[str, Any]:
+    """Read `model.config` (relative to the spec file) as a dict; SpecError when unusable."""
+    from pdctl.errors import SpecError
+
+    base = Path.cwd() if spec_file == "-" else Path(spec_file).resolve().parent
+    file = Path(path).expanduser()
+    file = file if file.is_absolute() else base / file
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"no such file: {file}", path="model.config",
+                        fix="give the path of the model's config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"cannot read {file} as JSON: {exc}", path="model.config") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{file} is not a JSON object", path="model.config")
+    return data
+
+
+def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, str]:
+    """The GPU from options, else the spec (hardware, decode.share.gpuType), else assumed."""
+    from pdctl.capacity import custom_gpu, find_gpu
+
+    hardware = getattr(spec, "hardware", None)
+    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
+    origin = "--gpu"
+    if name is None and hardware is not None and hardware.gpu:
+        name, origin = hardware.gpu, "hardware.gpu"
+    if memory_gib is None and hardware is not None:
+        memory_gib = hardware.gpu_memory_gib
+    if name is None and share is not None and share.gpu_type:
+        name, origin = share.gpu_type, "decode.share.gpuType"
+    if name is not None:
+        gpu = find_gpu(name)
+        return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
+    if memory_gib:
+        return custom_gpu(memory_gib), "--gpu-memory-gib"
+    return find_gpu("H100-SXM"), "assumed: pass --gpu"
+
+
+def _traffic(spec: Any, prompt: int | None, output: int | None, rate: float | None,
+             ttft: float | None, tpot: float | None) -> Any:
+    from pdctl.capacity.report import Traffic
+
+    w = getattr(spec, "workload", None)
+    base = Traffic() if w is None else Traffic(w.prompt_tokens, w.output_tokens,
+                                              w.requests_per_second, w.ttft_ms, w.tpot_ms)
+    return Traffic(
+        prompt if prompt is not None else base.prompt_tokens,
+        output if output is not None else base.output_tokens,
+        rate if rate is not None else base.requests_per_second,
+        ttft if ttft is not None else base.ttft_ms,
+        tpot if tpot is not None else base.tpot_ms,
+    )
+
+
+def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None = None,
+          prompt: int | None = None, output: int | None = None, rate: float | None = None,
+          ttft: float | None = None, tpot: float | None = None) -> tuple[Any, str]:
+    """Read the spec (and its model.config) and plan its capacity."""
+    from pdctl.capacity import spec_model_config, spec_shape
+    from pdctl.capacity.report import plan_capacity
+    from pdctl.cli.specfile import read_spec
+    from pdctl.errors import SpecError
+
+    spec, source = read_spec(spec_file)
+    try:
+        config = _read_config(spec.model.config, spec_file) if spec.model.config else None
+        model = spec_model_config(spec.model, config)
+        device, origin = _gpu(spec, gpu, gpu_memory_gib)
+        roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
+        shapes = {role: spec_shape(spec, role) for role in roles}
+        traffic = _traffic(spec, prompt, output, rate, ttft, tpot)
+        return plan_capacity(spec, model, device, traffic, shapes), origin
+    except SpecError as exc:
+        raise source.locate(exc) from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        spec: str = SPEC,
+        gpu: str | None = typer.Option(
+            None, "--gpu", help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
+            "L40S, L4, A10G, RTX-4090. Default: the spec's, else H100-SXM."),
+        gpu_memory_gib: float | None = typer.Option(
+            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."),
+        prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1,
+                                                    help="Mean prompt length (default 1024)."),
+        output_tokens: int | None = typer.Option(None, "--output-tokens", min=1,
+                                                    help="Mean output length (default 256)."),
+        rate: float | None = typer.Option(None, "--rate", min=0.0001,
+                                             help="Requests per second, all instances."),
+        ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
+        tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
+        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    ) -> None:
+        """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed."""
+        from pdctl.errors import UsageError
+
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        result, origin = build(spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
+                               ttft_ms, tpot_ms)
+        if output == "json":
+            from pdctl.capacity.report import plan_dict
+
+            data = plan_dict(result)
+            data["gpu"]["from"] = origin
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+            return
+        from pdctl.cli.plan_table import show
+
+        show(result, origin)

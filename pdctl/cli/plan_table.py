@@ -1,0 +1,122 @@
+"""The rich tables `pdctl plan` prints. rich is imported inside `show` only."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+GIB = 1024**3
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f} GiB"
+
+
+def _bytes(value: int) -> str:
+    return f"{value:,} B ({value / 1024:,.0f} KiB)" if value >= 1024 else f"{value} B"
+
+
+def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
+    m, s = r.memory, r.shape
+    util = f"{r.util:.2f}" + (" (spec)" if r.util_from_spec else " (recommended)")
+    if r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util:
+        util += f"; recommended {r.recommended_util:.2f}"
+    smallest = (f"TP {r.smallest.tp}" + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
+                if r.smallest else "none up to 8 GPUs x 8 stages")
+    return [
+        ("GPUs per instance", f"{s.tp * s.pp} (TP {s.tp}, PP {s.pp})", "tensorParallel x PP"),
+        ("weights / GPU", _gib(m.weights), "params x bytes/param / TP (heaviest PP stage)"),
+        ("KV / token / GPU", _bytes(m.kv_per_token),
+         "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"),
+        (f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
+         "KV / token x maxModelLen"),
+        ("activation + graphs + other", f"{_gib(m.overhead.activation)} + "
+         f"{_gib(m.overhead.cuda_graphs)} + {_gib(m.overhead.non_torch)}",
+         "estimates: profiling peak, CUDA graphs, CUDA context/NCCL"),
+        ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
+        ("--gpu-memory-utilization", util, f"least that fits one sequence: {m.min_util:.2f}"),
+        ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
+        ("KV capacity", f"{m.kv_tokens:,} tokens", "KV memory / KV per token, whole blocks"),
+        ("concurrency at maxModelLen", f"{m.concurrency:.2f}x", "KV capacity / maxModelLen"),
+        ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
+        ("smallest fit on this GPU", smallest, "TP 1, 2, 4, 8, then PP across nodes"),
+    ]
+
+
+def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
+    s = r.slice
+    if s is None:
+        return []
+    return [
+        ("HAMi slice (nvidia.com/gpumem)", f"{s.slice_mib:,} MiB", "decode.share"),
+        ("slices per GPU", f"{s.per_gpu} (room for {s.max_per_gpu} minimal)",
+         "GPU memory / smallest slice"),
+        ("smallest slice", f"{s.min_slice_mib:,} MiB",
+         "(weights + overheads + one sequence) / util, + 1 GiB headroom"),
+        ("util inside slice", f"{s.gpu_memory_utilization:.2f}",
+         "(slice - 1 GiB) / slice, at most 0.90"),
+    ]
+
+
+def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
+    d = r.decode
+    if r.role == "prefill":
+        return [("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
+                ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
+                ("decode tokens/s", "-", "batch / step"),
+                ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}",
+                 "50% of peak FLOP/s / FLOPs per token")]
+    return [
+        ("decode batch", f"{r.batch} x {d.context:,} tokens", "min(max-num-seqs, KV, TPOT)"),
+        ("decode step", f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
+         "(weights + KV read) / HBM bandwidth"),
+        ("decode tokens/s", f"{d.tokens_per_s:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
+         "batch / step"),
+        ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}",
+         "50% of peak FLOP/s / FLOPs per token"),
+    ]
+
+
+def show(plan: Any, origin: str) -> None:
+    """Print the capacity plan as tables, then the P:D ratio and the packing advice."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    model, gpu = plan.model, plan.gpu
+    source = "built-in table" if model.from_table else (
+        f"paramsBillion, shapes of {model.shapes_from} (KV estimated)" if model.shapes_from
+        else "model.config")
+    active = (f", {model.active_params / 1e9:.1f}B active" if model.is_moe else "")
+    console.print(f"[bold]{model.name}[/]: {model.params / 1e9:.2f}B params{active} "
+                  f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
+                  f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
+                  f"phase {plan.phase}")
+    for title, rows_of in (("memory per GPU", lambda r: _memory_rows(r) + _slice_rows(r)),
+                           ("speed (roofline)", _speed_rows)):
+        table = Table(title=title, title_justify="left")
+        table.add_column("")
+        for r in plan.roles:
+            table.add_column(f"{r.role} x{r.replicas}", justify="right")
+        table.add_column("how", style="dim")
+        per_role = [rows_of(r) for r in plan.roles]
+        for i, (label, _, how) in enumerate(per_role[0]):
+            table.add_row(label, *[rows[i][1] for rows in per_role], how)
+        console.print(table)
+    for r in plan.roles:
+        if not r.fits:
+            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}.")
+            for alt in r.alternatives:
+                console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
+    pd, t = plan.pd, plan.traffic
+    line = (f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
+            f"{pd.prefill_per_decode:.2f} prefill instances per decode instance")
+    if pd.prefill_instances is not None:
+        line += (f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
+                 f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)")
+    if pd.ttft_ok is not None:
+        line += f"; TTFT target {'met' if pd.ttft_ok else 'NOT met'} by prefill compute alone"
+    console.print(line)
+    console.print(f"[bold]packing advice ({plan.advice.case}):[/]")
+    for text in plan.advice.lines:
+        console.print(f"  - {text}")
