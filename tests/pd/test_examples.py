@@ -1,0 +1,210 @@
+"""Every phase 2/3 example renders at every target it supports, and its artifacts pass the
+checks: vLLM flags and KV keys of the pinned version, vllm-router flags, shell, Kubernetes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.conftest import ROOT, check_scripts
+from tests.pd.check import check_engine_flags, check_kube_docs, check_router_flags
+
+PD_EXAMPLES = sorted((ROOT / "examples").glob("phase[23]-*.yaml"))
+SHAPES = {
+    "phase2-p2p-nccl",
+    "phase2-mooncake-tcp",
+    "phase2-mooncake-rdma",
+    "phase2-mooncake-store",
+    "phase2-nixl-hosts",
+    "phase2-llmd",
+    "phase3-hami",
+}
+
+
+def plan_of(example: Path, **kw):
+    spec, _ = load_text(example.read_text(), example.name)
+    return make_plan(spec, **kw)
+
+
+def variants(example: Path) -> list[dict]:
+    """The spec's own phase/target, plus the other renderings its sections allow."""
+    spec, _ = load_text(example.read_text(), example.name)
+    out: list[dict] = [{}]
+    nixl = spec.disaggregation is None or spec.disaggregation.connector == "nixl"
+    if spec.phase == 2 and spec.hosts and nixl:
+        out.append({"target": "kubernetes"})
+    if nixl and spec.decode is not None and spec.decode.share is not None and spec.phase == 2:
+        out.append({"phase": 3})
+    if spec.phase == 3:
+        out.append({"phase": 2, "target": "kubernetes"})
+    return out
+
+
+CASES = [(e, v) for e in PD_EXAMPLES for v in variants(e)]
+
+
+def test_one_example_per_shape() -> None:
+    assert {p.stem for p in PD_EXAMPLES} >= SHAPES
+
+
+@pytest.mark.parametrize(
+    ("example", "over"), CASES, ids=[f"{e.stem}-{v}" for e, v in CASES]
+)
+def test_example_renders_and_passes_checks(example: Path, over: dict, tmp_path: Path) -> None:
+    plan = plan_of(example, **over)
+    bundle = render(plan)
+    assert bundle.stream() == render(plan_of(example, **over)).stream()  # deterministic
+    check_engine_flags(plan)
+    if bundle.kind == "kubernetes":
+        docs = [d for d in yaml.safe_load_all(bundle.stream()) if d is not None]
+        check_kube_docs(docs)
+    else:
+        check_router_flags(plan)
+        scripts = {a.path: a.text for a in bundle if a.path.endswith(".sh")}
+        assert any(p.endswith("/run.sh") for p in scripts)
+        check_scripts(scripts, tmp_path)
+        assert "ports.md" in bundle.paths()
+        for artifact in bundle:
+            if artifact.path.endswith(".sh"):
+                assert artifact.executable
+
+
+def test_p2p_nccl_shape() -> None:
+    plan = plan_of(ROOT / "examples/phase2-p2p-nccl.yaml")
+    import json
+
+    by_name = {i.name: i for i in plan.instances}
+    pre = by_name["llama-p2p-prefill-0"]
+    cfg = json.loads(pre.args[pre.args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector"] == "P2pNcclConnector" and cfg["kv_role"] == "kv_producer"
+    extra = cfg["kv_connector_extra_config"]
+    assert extra == {
+        "proxy_ip": "10.0.0.10",
+        "proxy_port": "30001",
+        "http_port": str(pre.port),
+        "send_type": "PUT_ASYNC",
+    }
+    assert pre.args[pre.args.index("--port") + 1] == extra["http_port"]
+    # TP 2 prefill takes kv_port and kv_port+1; the next instance starts after them.
+    dec = by_name["llama-p2p-decode-0"]
+    dcfg = json.loads(dec.args[dec.args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_port"] == 21001 and dcfg["kv_port"] == 21003
+    assert dcfg["kv_buffer_size"] == 8_000_000_000  # 10% of gpuMemoryGib 80
+    assert dict(pre.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert dict(dec.env)["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_router_command_per_connector() -> None:
+    from pdctl.plan.router import router_service
+
+    p2p = router_service(plan_of(ROOT / "examples/phase2-p2p-nccl.yaml")).command
+    assert "--vllm-discovery-address" in p2p and "--prefill" not in p2p
+    mc = router_service(plan_of(ROOT / "examples/phase2-mooncake-tcp.yaml"))
+    cmd = mc.command
+    assert cmd[cmd.index("--kv-connector") + 1] == "mooncake"
+    i = cmd.index("--prefill")
+    assert cmd[i + 1 : i + 3] == ("http://10.0.0.10:8100", "8998")
+    assert cmd[cmd.index("--health-check-interval-secs") + 1] == "3"
+    assert mc.api_key and mc.health.endswith("/liveness")
+    nixl = router_service(plan_of(ROOT / "examples/phase2-nixl-hosts.yaml"))
+    assert nixl.command[nixl.command.index("--kv-connector") + 1] == "nixl"
+    assert nixl.venv == "/opt/vllm-router" and not nixl.api_key
+
+
+def test_store_wires_master_multiconnector_and_config() -> None:
+    import json
+
+    plan = plan_of(ROOT / "examples/phase2-mooncake-store.yaml")
+    bundle = render(plan)
+    master = bundle["hosts/gpu-a/qwen-store-mooncake-master/run.sh"]
+    assert "--enable_http_metadata_server=true" in master and "--rpc_port=50051" in master
+    conf = json.loads(bundle["hosts/gpu-b/qwen-store-decode-0/mooncake.json"])
+    assert conf["master_server_address"] == "10.0.0.10:50051"
+    assert conf["local_hostname"] == "10.0.0.11"
+    start = bundle["hosts/gpu-b/qwen-store-decode-0/start.sh"]
+    assert 'MOONCAKE_CONFIG_PATH="$HOME"/.pdctl/qwen-store/qwen-store-decode-0/mooncake.json' in (
+        start
+    )
+    dec = next(i for i in plan.instances if i.name == "qwen-store-decode-0")
+    cfg = json.loads(dec.args[dec.args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector"] == "MultiConnector"
+    inner = [c["kv_connector"] for c in cfg["kv_connector_extra_config"]["connectors"]]
+    assert inner == ["MooncakeConnector", "MooncakeStoreConnector"]
+    assert bundle.paths().index("hosts/gpu-a/qwen-store-mooncake-master/start.sh") == 0
+    assert bundle.paths()[-2].endswith("qwen-store-router/run.sh")
+
+
+def test_mooncake_bootstrap_ports_distinct_per_host() -> None:
+    plan = plan_of(ROOT / "examples/phase2-mooncake-tcp.yaml")
+    boots = [dict(i.env).get("VLLM_MOONCAKE_BOOTSTRAP_PORT") for i in plan.instances]
+    assert boots == ["8998", "8999", None, None]
+    for inst in plan.instances:
+        assert dict(inst.env)["VLLM_HOST_IP"] == inst.host.address
+    setup = render(plan)["hosts/gpu-a/qwen-mooncake-prefill-0/start.sh"]
+    assert "mooncake-transfer-engine-cuda13==" in setup  # vLLM 0.33.0 is CUDA 13
+
+
+def test_ports_md_lists_every_listening_port() -> None:
+    bundle = render(plan_of(ROOT / "examples/phase2-mooncake-rdma.yaml"))
+    ports = bundle["ports.md"]
+    for needle in ("| 8100 |", "| 8998 |", "| 8999 |", "| 8000 |", "15000-17000", "| 29000 |"):
+        assert needle in ports, needle
+    assert "192.168.100.11" in ports  # addressForPeers, not the SSH address
+
+
+def test_llmd_objects() -> None:
+    bundle = render(plan_of(ROOT / "examples/phase2-llmd.yaml"))
+    docs = [d for d in yaml.safe_load_all(bundle.stream()) if d]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    pool = by[("InferencePool", "qwen-llmd")]
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    assert pool["spec"]["endpointPickerRef"]["name"] == "qwen-llmd-epp"
+    decode = by[("Deployment", "qwen-llmd-decode")]["spec"]["template"]
+    (sidecar,) = decode["spec"]["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert "--vllm-port=8200" in sidecar["args"] and "--secure-proxy=false" in sidecar["args"]
+    assert "--kv-connector=nixlv2" in sidecar["args"]
+    vllm = decode["spec"]["containers"][0]
+    assert vllm["args"][vllm["args"].index("--port") + 1] == "8200"
+    env = {e["name"]: e for e in vllm["env"]}
+    side = env["VLLM_NIXL_SIDE_CHANNEL_HOST"]
+    assert side["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    pool_sel = pool["spec"]["selector"]["matchLabels"]
+    for role in ("prefill", "decode"):
+        labels = by[("Deployment", f"qwen-llmd-{role}")]["spec"]["template"]["metadata"]["labels"]
+        assert labels["llm-d.ai/role"] == role
+        assert set(pool_sel.items()) <= set(labels.items())
+    config = yaml.safe_load(by[("ConfigMap", "qwen-llmd-epp")]["data"]["epp-config.yaml"])
+    assert config["kind"] == "EndpointPickerConfig"
+    types = {p["type"] for p in config["plugins"]}
+    assert {"prefix-cache-scorer", "queue-scorer", "kv-cache-utilization-scorer"} <= types
+    assert {"disagg-profile-handler", "prefill-filter", "decode-filter"} <= types
+    refs = {p["pluginRef"] for prof in config["schedulingProfiles"] for p in prof["plugins"]}
+    assert refs <= {p.get("name", p["type"]) for p in config["plugins"]}
+    assert ("HTTPRoute", "qwen-llmd") in by
+
+
+def test_phase3_decode_is_a_hami_slice() -> None:
+    bundle = render(plan_of(ROOT / "examples/phase3-hami.yaml"))
+    docs = [d for d in yaml.safe_load_all(bundle.stream()) if d]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    dec = by[("Deployment", "qwen-hami-decode")]["spec"]["template"]
+    assert dec["spec"]["schedulerName"] == "hami-scheduler"
+    assert dec["metadata"]["annotations"] == {
+        "hami.io/gpu-scheduler-policy": "binpack",
+        "nvidia.com/use-gputype": "H200",
+    }
+    limits = dec["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+    assert limits["nvidia.com/gpumem-percentage"] == "50"
+    assert limits["nvidia.com/gpucores"] == "50"
+    args = dec["spec"]["containers"][0]["args"]
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.9"
+    pre = by[("Deployment", "qwen-hami-prefill")]["spec"]["template"]["spec"]
+    assert pre["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "initContainers" not in pre
