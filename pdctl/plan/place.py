@@ -54,14 +54,18 @@ def place(spec: Spec, groups: Sequence[Group], choose: Chooser = first_free) -> 
     _check_hosts(spec, groups, cpu)
     slots: list[Slot] = []
     for group in groups:
+        # Within a group a host only ever loses room, so the search resumes where the last
+        # one ended: linear in instances + hosts, not their product.
+        start = 0
         for index in range(group.replicas):
-            host = _pick_host(hosts, group, free, used_count, cpu)
-            if host is None:
+            start = _pick_host(hosts, start, group, free, used_count, cpu)
+            if start == len(hosts):
                 raise SpecError(
                     _shortage(spec, groups, group, index, cpu),
                     path=group.path,
                     fix="add hosts or GPUs, lower the replicas, or lower tensorParallel",
                 )
+            host = hosts[start]
             gpus = () if cpu else choose(host, free[host.name], group.gpus)
             for g in gpus:
                 free[host.name].remove(g)
@@ -119,13 +123,16 @@ def _capacity(host: Host, cpu: bool) -> int:
     return 1 if cpu else 1_000_000
 
 
-def _pick_host(hosts, group: Group, free, used_count, cpu: bool) -> Host | None:
-    for host in hosts:
+def _pick_host(hosts, start: int, group: Group, free, used_count, cpu: bool) -> int:
+    """The index of the first host from `start` with room for one more of `group`
+    (len(hosts) when none has)."""
+    for i in range(start, len(hosts)):
+        host = hosts[i]
         if used_count[host.name] >= _capacity(host, cpu):
             continue
         if cpu or len(free[host.name]) >= group.gpus:
-            return host
-    return None
+            return i
+    return len(hosts)
 
 
 def _shortage(spec: Spec, groups, group: Group, index: int, cpu: bool) -> str:
