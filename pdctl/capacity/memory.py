@@ -48,7 +48,13 @@ def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: s
     layer_params = model.params - model.embed_params - model.expert_params
     linear_bits = model.weight_bits if model.weight_bits < 16 else act * 8
     expert_bits = model.expert_weight_bits if model.expert_weight_bits < 16 else act * 8
-    per_layer = (layer_params * linear_bits + model.expert_params * expert_bits) / 8 / model.layers
+    expert_params = model.expert_params
+    if model.quantization == "mxfp4" and model.moe_intermediate:
+        # vLLM pads each rank's mxfp4 expert width to a multiple of 256 for its kernels
+        # (gpt-oss 2880 -> 3072); "Model loading took 64.38 GiB" for gpt-oss-120b (vllm#33155)
+        width = model.moe_intermediate / tp
+        expert_params *= math.ceil(width / 256) * 256 / width
+    per_layer = (layer_params * linear_bits + expert_params * expert_bits) / 8 / model.layers
     layers = stage_layers(model, pp)
     embed = model.embed_params * act
     if pp > 1:
@@ -90,9 +96,10 @@ class Overhead:
     """Per-GPU memory besides weights and KV: estimates, not measurements.
 
     activation: PyTorch peak of vLLM's profiling forward pass over `max_num_batched_tokens`
-    tokens (MLP and attention intermediates, x1.4 for allocator slack) or of the sampler over
-    `max_num_seqs` rows of fp32 logits, whichever is larger. non_torch: CUDA context, cuBLAS
-    workspaces, and with TP > 1 NCCL and custom all-reduce buffers. cuda_graphs: captured
+    tokens (MLP and attention intermediates, x1.4 for allocator slack) or of its sampler run
+    over `max_num_seqs` rows of vocab logits (about 25 bytes a logit), whichever is larger.
+    non_torch: CUDA context, cuBLAS workspaces, and with TP > 1 NCCL and custom all-reduce
+    buffers. cuda_graphs: captured
     decode graphs (0 with --enforce-eager).
     """
 
@@ -127,7 +134,9 @@ def overhead(
     width = (2 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp
              + 3 * mlp / tp)
     forward = int(max_num_batched_tokens * width * act * 1.4)
-    sampler = int(max_num_seqs * model.vocab * 4 * 2)
+    # The sampler's profiling run over max_num_seqs rows of vocab logits with top-p/top-k:
+    # fp32 logits, sorted copy, int64 indices, probabilities, cumulative sum: ~25 B a value.
+    sampler = int(max_num_seqs * model.vocab * 25)
     non_torch = int(0.75 * GIB) + (int(1.8 * GIB) if tp > 1 else 0)
     graphs = 0 if enforce_eager else int(256 * MIB + 8 * MIB * stage_layers(model, pp))
     return Overhead(max(forward, sampler), non_torch, graphs)

@@ -108,7 +108,10 @@ def parse_config(
     non_expert = (layers * (attn + norms) + dense_layers * dense_mlp
                   + moe_layers * other_per_moe_layer + embed + hidden)
     params = float(non_expert + expert_total)
-    active = float(non_expert + moe_layers * per_token * expert_one)
+    # Per token a decode step uses every weight except the unused embedding rows (the input
+    # embedding of an untied model is one row per token) and the unrouted experts.
+    unused_embed = 0 if tie else vocab * hidden
+    active = float(non_expert - unused_embed + moe_layers * per_token * expert_one)
     if params_billion:
         scale = params_billion * 1e9 / params
         params, active, expert_total = params * scale, active * scale, int(expert_total * scale)

@@ -21,9 +21,12 @@ PREFILL_MFU = 0.5  # share of peak FLOP/s a prefill reaches (typical for large p
 
 
 def weights_read_per_step(model: ModelConfig, shape: Shape, batch: int) -> float:
-    """Weight bytes one decode step reads on one GPU. For MoE only the experts the batch
-    routes to are read: per layer E x (1 - (1 - k/E)^B) distinct experts in expectation."""
+    """Weight bytes one decode step reads on one GPU: all but the input embedding (one row per
+    token). For MoE only the experts the batch routes to are read: per layer
+    E x (1 - (1 - k/E)^B) distinct experts in expectation."""
     total = weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype)
+    if model.embed_params > model.vocab * model.hidden:  # untied: input embedding not read
+        total -= model.vocab * model.hidden * dtype_bytes(shape.dtype, model) / shape.tp
     if not model.is_moe or model.expert_params <= 0:
         return float(total)
     share_expert = model.expert_params / model.params
