@@ -56,9 +56,11 @@ CONNECTORS_0_33 = (CONNECTORS_0_23 - {"P2pNcclConnector"}) | {
     "HiSparseConnector",
 }
 P2P_NCCL_REMOVED: Version = (0, 24, 0)
-# First release whose PyPI wheel (and image) is built against CUDA 13 (Requires-Dist
-# nvidia-*-cu13 instead of -cu12; see docs/phase2-bare-metal.md "Versions").
-CUDA13_FROM: Version = (0, 24, 0)
+# First release whose PyPI wheel is CUDA 13. Checked from PyPI metadata (`pip install --dry-run
+# --no-deps --report`): vLLM 0.19.0 pins torch==2.10.0, whose wheel requires nvidia-*-cu12
+# (CUDA 12.8); vLLM 0.20.0 pins torch==2.11.0, whose wheel requires nvidia-*-cu13. vLLM
+# 0.22.0+ also requires nvidia-cutlass-dsl[cu13].
+CUDA13_FROM: Version = (0, 20, 0)
 # Minimum Linux driver per CUDA major (NVIDIA CUDA release notes: 13.0 -> R580, 12.9 -> R575).
 MIN_DRIVER = {12: "575.51.03", 13: "580.65.06"}
 # Mooncake's transfer-engine wheel must match the engine's CUDA major (a mismatch fails with

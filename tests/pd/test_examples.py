@@ -208,3 +208,19 @@ def test_phase3_decode_is_a_hami_slice() -> None:
     pre = by[("Deployment", "qwen-hami-prefill")]["spec"]["template"]["spec"]
     assert pre["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "initContainers" not in pre
+
+
+@pytest.mark.parametrize("phase", [2, 3])
+def test_init_specs_render(phase: int, tmp_path: Path) -> None:
+    text = (ROOT / "templates" / f"init-phase{phase}.yaml").read_text()
+    spec, _ = load_text(text, f"init-phase{phase}.yaml")
+    wheres = [{}, {"phase": 3}] if phase == 3 else [{}, {"target": "kubernetes"}, {"phase": 3}]
+    for over in wheres:
+        plan = make_plan(spec, **over)
+        bundle = render(plan)
+        check_engine_flags(plan)
+        if bundle.kind == "kubernetes":
+            check_kube_docs([d for d in yaml.safe_load_all(bundle.stream()) if d])
+        else:
+            check_router_flags(plan)
+            check_scripts({a.path: a.text for a in bundle if a.path.endswith(".sh")}, tmp_path)

@@ -1,0 +1,108 @@
+"""Generated PD specs: they render (at hosts, Kubernetes and phase 3) or fail with one
+SpecError, and everything rendered passes the checks of the pinned versions."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdctl.errors import SpecError
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.pd.check import check_engine_flags, check_kube_docs, check_router_flags
+
+
+@st.composite
+def pd_specs(draw) -> dict:
+    version = draw(st.sampled_from(["0.23.0", "0.33.0"]))
+    connector = draw(st.sampled_from(["p2p-nccl", "mooncake", "nixl"]))
+    cpu = connector == "nixl" and draw(st.booleans())
+    n_hosts = draw(st.integers(1, 3))
+    hosts = []
+    for i in range(n_hosts):
+        host = {
+            "name": f"h{i}",
+            "address": f"10.0.0.{i + 1}",
+            "runtime": draw(st.sampled_from(["conda", "venv"])),
+        }
+        if not cpu:
+            host["gpus"] = list(range(2 * draw(st.integers(1, 4))))
+        if draw(st.booleans()):
+            host["addressForPeers"] = f"192.168.0.{i + 1}"
+        hosts.append(host)
+    dis: dict = {"connector": connector}
+    if connector == "mooncake":
+        dis["protocol"] = draw(st.sampled_from(["tcp", "rdma"]))
+        if dis["protocol"] == "rdma" and draw(st.booleans()):
+            dis["deviceName"] = "mlx5_0"
+        if draw(st.booleans()):
+            dis["store"] = {"enabled": True}
+    spec: dict = {
+        "name": "gen",
+        "phase": 2,
+        "model": {"name": "org/model", "maxModelLen": draw(st.sampled_from([2048, 8192]))},
+        "engine": {"version": version, "device": "cpu" if cpu else "cuda"},
+        "hosts": hosts,
+        "prefill": {
+            "replicas": draw(st.integers(1, 3)),
+            "tensorParallel": draw(st.sampled_from([1, 2])),
+        },
+        "decode": {
+            "replicas": draw(st.integers(1, 3)),
+            "tensorParallel": draw(st.sampled_from([1, 2])),
+            "share": {"perGpu": draw(st.integers(1, 4))},
+        },
+        "disaggregation": dis,
+    }
+    if draw(st.booleans()):
+        spec["secrets"] = {"apiKey": {"env": "VLLM_API_KEY"}, "hfToken": {"env": "HF_TOKEN"}}
+    if draw(st.booleans()):
+        spec["decode"]["enforceEager"] = True
+    return spec
+
+
+def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
+    dis = spec["disaggregation"]
+    if dis["connector"] == "p2p-nccl" and spec["engine"]["version"] != "0.23.0":
+        return err.path == "disaggregation.connector" and "removed in vLLM 0.24.0" in err.message
+    if target == "kubernetes" and dis["connector"] != "nixl":
+        return err.path == "disaggregation.connector"
+    if phase == 3 and spec["decode"]["tensorParallel"] > 1:
+        return err.path == "decode.tensorParallel"
+    return err.path.endswith(".replicas")  # not enough GPUs on the hosts
+
+
+def check_bundle(plan, bundle) -> None:
+    check_engine_flags(plan)
+    if bundle.kind == "kubernetes":
+        check_kube_docs([d for d in yaml.safe_load_all(bundle.stream()) if d])
+        return
+    check_router_flags(plan)
+    with tempfile.TemporaryDirectory() as tmp:
+        for artifact in bundle:
+            if artifact.path.endswith(".sh"):
+                path = Path(tmp) / artifact.path.replace("/", "_")
+                path.write_text(artifact.text)
+                subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=pd_specs(), where=st.sampled_from([(2, "hosts"), (2, "kubernetes"), (3, None)]))
+def test_generated_specs_render_or_fail_cleanly(spec: dict, where: tuple) -> None:
+    phase, target = where
+    loaded, _ = load_text(yaml.safe_dump(spec), "gen.yaml")
+    try:
+        plan = make_plan(loaded, phase=phase, target=target)
+        bundle = render(plan)
+    except SpecError as err:
+        assert expected_error(spec, phase, target or "kubernetes", err), err.line()
+        return
+    check_bundle(plan, bundle)
+    again = render(make_plan(loaded, phase=phase, target=target))
+    assert [(a.path, a.text) for a in again] == [(a.path, a.text) for a in bundle]
