@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 def spec_model_config(model: Model, hf_config: dict[str, Any] | None = None) -> ModelConfig:
     """ModelConfig for the spec's `model` section: `hf_config` (the parsed `model.config`
     file, read by the caller), else the built-in table by `model.name`; `model.paramsBillion`
-    overrides the parameter count. SpecError (path `model.config`) when nothing is known."""
+    overrides the parameter count. SpecError (path `model.name`) when nothing is known."""
     return model_config(model.name, hf_config, model.params_billion)
 
 

@@ -91,7 +91,6 @@ def find_gpu(name: str) -> Gpu:
             return GPUS[_ALIASES[alias]]
     raise SpecError(
         f"unknown GPU type {name!r}",
-        path="gpu.type",
         fix=f"use one of {', '.join(GPUS)}, or give the memory (`--gpu-memory-gib`)",
     )
 

@@ -238,7 +238,7 @@ def model_config(
     `params_billion` overrides the computed parameter count. With only `params_billion` (no
     config, not in the table) the shapes (layers, KV heads...) are borrowed from the built-in
     dense model of the nearest size, and `shapes_from` names it: KV figures are then estimates.
-    Raises SpecError (path `model.config`) when no source is given.
+    Raises SpecError (path `model.name`) when no source is given.
     """
     from pdctl.capacity.params import nearest_dense, parse_config
 
@@ -251,7 +251,7 @@ def model_config(
         return replace(model, shapes_from=donor)
     raise SpecError(
         f"pdctl does not know the architecture of {name!r}",
-        path="model.config",
+        path="model.name",
         fix="set `model.config` to the model's local config.json (exact figures), or "
         "`model.paramsBillion` (weights exact, KV estimated); built-in models: "
         + ", ".join(sorted(BUILTIN)),

@@ -31,9 +31,13 @@ def _read_config(path: str, spec_file: str) -> dict[str, Any]:
     return data
 
 
+_PATHS = {"hardware.gpu": "hardware.gpu", "decode.share.gpuType": "decode.share.gpuType"}
+
+
 def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, str]:
     """The GPU from options, else the spec (hardware, decode.share.gpuType), else assumed."""
     from pdctl.capacity import custom_gpu, find_gpu
+    from pdctl.errors import SpecError, UsageError
 
     hardware = getattr(spec, "hardware", None)
     share = getattr(spec.decode, "share", None) if spec.decode is not None else None
@@ -45,7 +49,12 @@ def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, st
     if name is None and share is not None and share.gpu_type:
         name, origin = share.gpu_type, "decode.share.gpuType"
     if name is not None:
-        gpu = find_gpu(name)
+        try:
+            gpu = find_gpu(name)
+        except SpecError as exc:
+            if origin == "--gpu":
+                raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
+            raise SpecError(exc.message, path=_PATHS[origin], fix=exc.fix) from None
         return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
     if memory_gib:
         return custom_gpu(memory_gib), "--gpu-memory-gib"
@@ -75,7 +84,7 @@ def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None =
     from pdctl.capacity import spec_model_config, spec_shape
     from pdctl.capacity.report import plan_capacity
     from pdctl.cli.specfile import read_spec
-    from pdctl.errors import SpecError
+    from pdctl.errors import SpecError, UsageError
 
     spec, source = read_spec(spec_file)
     try:
@@ -86,6 +95,8 @@ def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None =
         shapes = {role: spec_shape(spec, role) for role in roles}
         traffic = _traffic(spec, prompt, output, rate, ttft, tpot)
         return plan_capacity(spec, model, device, traffic, shapes), origin
+    except UsageError:
+        raise
     except SpecError as exc:
         raise source.locate(exc) from None
 

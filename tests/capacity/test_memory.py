@@ -111,7 +111,7 @@ def test_hf_config_dict_is_used_over_the_table() -> None:
 def test_unknown_model_asks_for_config_or_params() -> None:
     with pytest.raises(SpecError) as err:
         model_config("acme/secret-13b")
-    assert err.value.path == "model.config"
+    assert err.value.path == "model.name"
     assert "model.paramsBillion" in err.value.fix and "model.config" in err.value.fix
 
 

@@ -1,0 +1,136 @@
+"""`pdctl plan SPEC`: a table and JSON for every example; located one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdctl.cli.app import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+SPEC = """\
+name: demo
+model:
+  name: {model}
+  maxModelLen: 8192{extra}
+hosts:
+  - name: gpu-a
+    address: 10.0.0.10
+    gpus: [0, 1]
+serve:
+  replicas: 1
+  tensorParallel: 2
+"""
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["pdctl", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_there_are_examples_of_every_phase() -> None:
+    assert {p.name.split("-")[0] for p in EXAMPLES} >= {"phase0", "phase1"}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
+    code, out, err = run(["plan", str(example)], capsys)
+    assert code == 0, err
+    assert "KV capacity" in out and "--gpu-memory-utilization" in out
+    assert "packing advice" in out and "P:D" in out
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_plan_json_for_every_example(example: Path, capsys) -> None:
+    code, out, err = run(["plan", str(example), "--output", "json", "--gpu", "H200"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["gpu"]["name"] == "H200"
+    roles = {r["role"]: r for r in data["roles"]}
+    assert set(roles) in ({"serve"}, {"prefill", "decode"})
+    for role in roles.values():
+        assert role["kvBytesPerToken"] > 0 and role["weightsBytesPerGpu"] > 0
+        assert role["kvTokens"] % 16 == 0
+        assert 0 < role["gpuMemoryUtilization"] <= 1
+    if "slice" in roles.get("decode", {}):
+        sl = roles["decode"]["slice"]
+        assert sl["sliceMib"] * sl["perGpu"] <= data["gpu"]["memoryMib"]
+        assert sl["gpuMemoryUtilization"] == roles["decode"]["gpuMemoryUtilization"]
+    assert data["advice"]["case"] in ("busy", "low-traffic", "kv-limited", "unknown-traffic",
+                                      "moderate")
+
+
+def test_workload_options_give_instance_counts(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="meta-llama/Llama-3.1-8B-Instruct", extra=""))
+    code, out, err = run(["plan", str(spec), "-o", "json", "--gpu", "H100", "--rate", "20",
+                          "--prompt-tokens", "2000", "--output-tokens", "500",
+                          "--tpot-ms", "30", "--ttft-ms", "500"], capsys)
+    assert code == 0, err
+    pd = json.loads(out)["pd"]
+    assert pd["prefillInstances"] >= 1 and pd["decodeInstances"] >= 1
+    assert pd["decodeConcurrency"] > 0 and pd["ttftOk"] is True
+    role = json.loads(out)["roles"][0]
+    assert role["decode"]["stepMsExpected"] <= 30
+
+
+def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 10, "hidden_size": 1024, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "intermediate_size": 4096, "vocab_size": 32000}))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="acme/tiny", extra="\n  config: m/config.json"))
+    code, out, err = run(["plan", str(spec), "-o", "json"], capsys)
+    assert code == 0, err
+    role = json.loads(out)["roles"][0]
+    assert role["kvBytesPerToken"] == 2 * 10 * 1 * 128 * 2  # 2 KV heads / TP 2 = 1 per GPU
+    assert json.loads(out)["model"]["source"] == "config"
+
+
+def test_unknown_model_is_one_located_line(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="acme/secret-13b", extra=""))
+    code, out, err = run(["plan", str(spec)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{spec}:3: model.name: " in err
+    assert "model.paramsBillion" in err
+
+
+def test_missing_config_file_is_located(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="acme/x", extra="\n  config: nope/config.json"))
+    code, _, err = run(["plan", str(spec)], capsys)
+    assert code == 2 and ":5: model.config: no such file" in err
+
+
+def test_unknown_gpu_and_bad_output(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="Qwen/Qwen3-8B", extra=""))
+    code, _, err = run(["plan", str(spec), "--gpu", "TPU-v5"], capsys)
+    assert code == 2 and "unknown GPU type" in err and "H200" in err
+    code, _, err = run(["plan", str(spec), "-o", "yaml"], capsys)
+    assert code == 2 and "--output" in err
+
+
+def test_does_not_fit_names_the_nearest_fit(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.format(model="meta-llama/Llama-3.1-70B-Instruct", extra=""))
+    code, out, err = run(["plan", str(spec), "--gpu", "L40S"], capsys)
+    assert code == 0, err
+    assert "does not fit" in out and "nearest that fits" in out
