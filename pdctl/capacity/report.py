@@ -115,10 +115,18 @@ def _role(
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
     sl = None
     if share is not None:
-        sl = decode_slice(model, gpu.memory_mib, shape, share.per_gpu, share.gpu_memory_percent,
-                          share.gpu_memory_mib)
+        gpu_mib = getattr(share, "gpu_total_mib", None) or gpu.memory_mib
+        share_eager = getattr(share, "enforce_eager", None)
+        sl = decode_slice(model, gpu_mib, shape, share.per_gpu, share.gpu_memory_percent,
+                          share.gpu_memory_mib, share_eager, spec_util)
+        if spec_util is not None:  # what the slice's own formula would give
+            recommended: float | None = decode_slice(
+                model, gpu_mib, shape, share.per_gpu, share.gpu_memory_percent,
+                share.gpu_memory_mib, share_eager).gpu_memory_utilization
+        else:
+            recommended = sl.gpu_memory_utilization
         total = sl.slice_mib * MIB
-        recommended: float | None = sl.gpu_memory_utilization
+        shape = replace(shape, enforce_eager=sl.enforce_eager)
     else:
         total = gpu.usable_bytes
         recommended = _recommended(model, total, shape)
@@ -229,6 +237,7 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         s = r.slice
         out["slice"] = {"sliceMib": s.slice_mib, "perGpu": s.per_gpu,
                         "gpuMemoryUtilization": s.gpu_memory_utilization,
+                        "enforceEager": s.enforce_eager,
                         "minSliceMib": s.min_slice_mib, "maxPerGpu": s.max_per_gpu,
                         "kvTokens": s.kv_tokens, "concurrency": s.concurrency, "fits": s.fits}
     return out

@@ -1,40 +1,57 @@
 """Phase 3: the HAMi slice a decode instance needs, slices per GPU, util inside the slice.
 
 Inside a HAMi slice CUDA reports the slice as the GPU's total, so vLLM's
-`--gpu-memory-utilization` is a fraction of the slice. We leave `SLICE_HEADROOM_MIB` of the
-slice unused (HAMi-core's own ~300 MiB plus the CUDA context, which is used before vLLM's
-free-memory check) and never go above `SLICE_MAX_UTIL` (vLLM's CUDA-graph profiling can
-overshoot a slice's cap: vllm#40937).
+`--gpu-memory-utilization` is a fraction of the slice. The fraction is the one render passes
+(`pdctl.plan.slice.slice_utilization`: the slice minus HAMi-core's 300 MiB, 1536 MiB for CUDA
+graphs unless eager, 512 MiB per extra TP rank; at most 0.90), so the plan and the rendered
+flags agree. Slices under 24 GiB run eager by default (as render does).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdctl.capacity.fit import Shape, instance_memory, model_fit
 from pdctl.capacity.gpus import MIB
 from pdctl.capacity.models import ModelConfig
+from pdctl.errors import SpecError
 
-SLICE_HEADROOM_MIB = 1024
-SLICE_MAX_UTIL = 0.90
 SLICE_STEP_MIB = 256
+SMALL_SLICE_MIB = 24 * 1024  # render's default: eager below this
 
 
-def slice_util(slice_mib: int) -> float:
-    """--gpu-memory-utilization inside a slice of `slice_mib`: (slice - headroom) / slice,
-    rounded down to 0.01, at most SLICE_MAX_UTIL."""
-    if slice_mib <= SLICE_HEADROOM_MIB:
+def slice_util(slice_mib: int, tensor_parallel: int = 1, enforce_eager: bool = False) -> float:
+    """--gpu-memory-utilization inside a slice of `slice_mib` (render's formula); 0.0 when the
+    slice is too small to leave vLLM half of itself."""
+    from pdctl.plan.slice import slice_utilization
+
+    try:
+        return slice_utilization(slice_mib, tensor_parallel, enforce_eager)
+    except SpecError:
         return 0.0
-    return min(SLICE_MAX_UTIL, math.floor((slice_mib - SLICE_HEADROOM_MIB) / slice_mib * 100) / 100)
 
 
-def slice_for(need_bytes: int) -> int:
-    """Smallest slice (MiB, a multiple of 256) whose `slice_util` share holds `need_bytes`."""
-    need_mib = need_bytes / MIB
-    mib = max(need_mib / SLICE_MAX_UTIL, need_mib + SLICE_HEADROOM_MIB)
-    mib = math.ceil(mib / SLICE_STEP_MIB) * SLICE_STEP_MIB
-    while int(mib * MIB * slice_util(mib)) < need_bytes:  # rounding of the util: step up
+def eager_in(slice_mib: int, shape: Shape, share_eager: bool | None = None) -> bool:
+    """Whether the decode instance in this slice runs eager (no CUDA graphs), as render decides."""
+    if shape.enforce_eager:
+        return True
+    if share_eager is not None:
+        return share_eager
+    return slice_mib < SMALL_SLICE_MIB
+
+
+def slice_for(model: ModelConfig, shape: Shape, share_eager: bool | None = None) -> int:
+    """Smallest slice (MiB, a multiple of 256) that holds weights, overheads and one
+    max-length sequence at the slice's own util."""
+    mib = SLICE_STEP_MIB
+    need = model_fit(model, replace(shape, enforce_eager=True)).need_bytes
+    mib = max(mib, math.ceil(need / MIB / 0.9 / SLICE_STEP_MIB) * SLICE_STEP_MIB)
+    for _ in range(4096):
+        eager = eager_in(mib, shape, share_eager)
+        fit = model_fit(model, replace(shape, enforce_eager=eager))
+        if mib * MIB * slice_util(mib, shape.tp, eager) >= fit.need_bytes:
+            return mib
         mib += SLICE_STEP_MIB
     return mib
 
@@ -44,16 +61,17 @@ class DecodeSlice:
     """One decode instance on a HAMi slice (per GPU of the instance when TP > 1).
 
     slice_mib: the slice (`nvidia.com/gpumem`); per_gpu: slices on one physical GPU;
-    gpu_memory_utilization: the flag value inside the slice; kv_tokens / concurrency: KV
-    capacity in the slice (concurrency = max-length sequences); min_slice_mib: the smallest
-    slice that holds weights, overheads and one max-length sequence; max_per_gpu: how many
-    such minimal slices one GPU holds; fits: the slice holds at least one max-length
-    sequence and `per_gpu` slices fit on the GPU.
+    gpu_memory_utilization: the flag value inside the slice; enforce_eager: CUDA graphs off;
+    kv_tokens / concurrency: KV capacity in the slice (concurrency = max-length sequences);
+    min_slice_mib: the smallest slice that holds weights, overheads and one max-length
+    sequence; max_per_gpu: how many such minimal slices one GPU holds; fits: the slice holds at
+    least one max-length sequence and `per_gpu` slices fit on the GPU.
     """
 
     slice_mib: int
     per_gpu: int
     gpu_memory_utilization: float
+    enforce_eager: bool
     kv_tokens: int
     concurrency: float
     min_slice_mib: int
@@ -62,7 +80,7 @@ class DecodeSlice:
 
     @property
     def fits(self) -> bool:
-        return (self.slice_mib >= self.min_slice_mib
+        return (self.slice_mib >= self.min_slice_mib and self.gpu_memory_utilization > 0
                 and self.slice_mib * self.per_gpu <= self.gpu_mib)
 
 
@@ -86,16 +104,22 @@ def decode_slice(
     per_gpu: int = 2,
     percent: int | None = None,
     mib: int | None = None,
+    share_eager: bool | None = None,
+    util: float | None = None,
 ) -> DecodeSlice:
-    """Size, util and KV capacity of a decode instance on a slice of a `gpu_mib` GPU."""
+    """Size, util and KV capacity of a decode instance on a slice of a `gpu_mib` GPU.
+
+    `util` overrides the computed fraction (the spec's decode.gpuMemoryUtilization)."""
     size = slice_size(gpu_mib, per_gpu, percent, mib)
-    util = slice_util(size)
-    mem = instance_memory(model, size * MIB, util, shape)
-    minimum = slice_for(model_fit(model, shape).need_bytes)
+    eager = eager_in(size, shape, share_eager)
+    fraction = util if util is not None else slice_util(size, shape.tp, eager)
+    mem = instance_memory(model, size * MIB, fraction, replace(shape, enforce_eager=eager))
+    minimum = slice_for(model, shape, share_eager)
     return DecodeSlice(
         slice_mib=size,
         per_gpu=per_gpu,
-        gpu_memory_utilization=util,
+        gpu_memory_utilization=fraction,
+        enforce_eager=eager,
         kv_tokens=mem.kv_tokens,
         concurrency=round(mem.concurrency, 2),
         min_slice_mib=minimum,

@@ -6,7 +6,6 @@ import pytest
 
 from pdctl.capacity import Shape, decode_slice, find_gpu, model_config, slice_util
 from pdctl.capacity.advice import packing_advice
-from pdctl.capacity.gpus import MIB
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import decode_step, prefill_tokens_per_s
 from pdctl.capacity.slice import slice_for
@@ -14,18 +13,21 @@ from pdctl.capacity.slice import slice_for
 H200 = find_gpu("H200")
 
 
-def test_slice_util_leaves_headroom_and_caps() -> None:
-    assert slice_util(71885) == 0.90  # cap
-    assert slice_util(8192) == 0.87  # (8192 - 1024) / 8192 = 0.875 -> 0.87
-    assert slice_util(1024) == 0.0
+def test_slice_util_is_renders_formula() -> None:
+    # pdctl.plan.slice: (slice - 300 MiB - 1536 MiB unless eager) / slice, at most 0.90
+    assert slice_util(71885) == 0.90
+    assert slice_util(16384, enforce_eager=True) == 0.90  # (16384 - 300) / 16384, capped
+    assert slice_util(16384) == 0.88  # (16384 - 1836) / 16384 = 0.887 -> 0.88
+    assert slice_util(1024) == 0.0  # too small: less than half left to vLLM
 
 
-def test_slice_for_holds_the_need() -> None:
-    for need in (1, 5 * 1024**3, 20 * 1024**3 + 123):
-        mib = slice_for(need)
-        assert mib % 256 == 0
-        assert mib * MIB * slice_util(mib) >= need
-        assert mib == 256 or (mib - 256) * MIB * slice_util(mib - 256) < need  # smallest
+def test_slice_for_is_the_smallest_that_holds_one_sequence() -> None:
+    model = model_config("qwen3-8b")
+    shape = Shape(max_model_len=8192)
+    mib = slice_for(model, shape)
+    assert mib % 256 == 0
+    assert decode_slice(model, 143771, shape, per_gpu=1, mib=mib).fits
+    assert not decode_slice(model, 143771, shape, per_gpu=1, mib=mib - 256).fits
 
 
 def test_two_llama_8b_slices_on_an_h200() -> None:
