@@ -21,6 +21,7 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
     util = f"{r.util:.2f}" + (" (spec)" if r.util_from_spec else " (recommended)")
     if r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util:
         util += f"; recommended {r.recommended_util:.2f}"
+    util += f"; least {m.min_util:.2f}"
     smallest = (f"TP {r.smallest.tp}" + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
                 if r.smallest else "none up to 8 GPUs x 8 stages")
     return [
@@ -34,7 +35,8 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
          f"{_gib(m.overhead.cuda_graphs)} + {_gib(m.overhead.non_torch)}",
          "estimates: profiling peak, CUDA graphs, CUDA context/NCCL"),
         ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
-        ("--gpu-memory-utilization", util, f"least that fits one sequence: {m.min_util:.2f}"),
+        ("--gpu-memory-utilization", util,
+         "least = weights + overheads + one sequence, over total"),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
         ("KV capacity", f"{m.kv_tokens:,} tokens", "KV memory / KV per token, whole blocks"),
         ("concurrency at maxModelLen", f"{m.concurrency:.2f}x", "KV capacity / maxModelLen"),
