@@ -43,12 +43,13 @@ def unit_hash(unit: Unit) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def header(plan: Plan, unit: Unit, what: str) -> list[str]:
+def header(plan: Plan, unit: Unit, what: str, digest: str | None = None) -> list[str]:
+    """The comment lines atop a unit's scripts; `digest` is unit_hash(unit) when known."""
     return [
         f"Rendered by pdctl {__version__} from spec {plan.name!r} (phase {plan.phase}): "
         f"{what} {unit.name} ({unit.role}) on host {unit.host.name}.",
         "Do not edit: change the spec and render again.",
-        f"pdctl-hash: {unit_hash(unit)}",
+        f"pdctl-hash: {digest or unit_hash(unit)}",
     ]
 
 
@@ -110,18 +111,19 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
         grace_seconds=GRACE_SECONDS,
         deployment=plan.name,
     )
+    digest = unit_hash(unit)  # once per unit: it dumps and hashes the whole command
     if unit.image is not None:
         labels = [
             f"pdctl.io/deployment={plan.name}",
             f"pdctl.io/unit={unit.name}",
             f"pdctl.io/role={unit.role}",
-            f"pdctl.io/hash={unit_hash(unit)}",
+            f"pdctl.io/hash={digest}",
             "app.kubernetes.io/managed-by=pdctl",
         ]
         start = render_template(
             "docker-start.sh.j2",
-            header=header(plan, unit, "container"),
-            hash=unit_hash(unit),
+            header=header(plan, unit, "container", digest),
+            hash=digest,
             labels=labels,
             gpus=",".join(map(str, unit.gpus)),
             publish=unit.publish,
@@ -133,7 +135,7 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
             **common,
         )
         stop = render_template(
-            "docker-stop.sh.j2", header=header(plan, unit, "container"), **common
+            "docker-stop.sh.j2", header=header(plan, unit, "container", digest), **common
         )
     else:
         env = unit.env
@@ -141,13 +143,15 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
             env = (("HF_HOME", unit.host.hf_cache),) + env
         start = render_template(
             "process-start.sh.j2",
-            header=header(plan, unit, "process"),
+            header=header(plan, unit, "process", digest),
             setup=unit.setup,
             env=env,
             command=unit.command,
             **common,
         )
-        stop = render_template("process-stop.sh.j2", header=header(plan, unit, "process"), **common)
+        stop = render_template(
+            "process-stop.sh.j2", header=header(plan, unit, "process", digest), **common
+        )
     return [
         Artifact(f"{base}/start.sh", start, executable=True),
         Artifact(f"{base}/stop.sh", stop, executable=True),
