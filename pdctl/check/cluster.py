@@ -14,6 +14,11 @@ BUILTIN_GROUPS = frozenset({
     "admissionregistration.k8s.io", "apiextensions.k8s.io", "certificates.k8s.io",
     "discovery.k8s.io", "node.k8s.io", "events.k8s.io", "apiregistration.k8s.io",
 })
+HINTS = {
+    "inference.networking.k8s.io": "the Gateway API Inference Extension CRDs (InferencePool v1)",
+    "gateway.networking.k8s.io": "the Gateway API CRDs (standard channel)",
+    "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)",
+}
 FALLBACK_PHASE2 = (("inference.networking.k8s.io", "InferencePool"),)
 
 
@@ -97,9 +102,10 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
     for n in registered:
         sick = [d.id for d in n.hami_devices or () if not d.health]
         if sick:
-            out.append(Finding("FAIL", "hami.health", n.name,
+            out.append(Finding("WARN", "hami.health", n.name,
                                f"unhealthy: {', '.join(sick)}", "every device health: true",
-                               "check the device plugin's log on the node"))
+                               "HAMi skips these devices; check the device plugin's log "
+                               "on the node"))
         else:
             devs = n.hami_devices or ()
             out.append(Finding("PASS", "hami.health", n.name,
@@ -123,11 +129,11 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
                 w = ws[0]
                 out.append(Finding("PASS", "hami.workloads", f"{w.namespace}/{w.name}",
                                    f"{w.kind} {w.ready}/{w.desired} ready", "all ready"))
-    out += _slices(plan, registered)
+    out += _slices(plan, registered, c.nodes)
     return out
 
 
-def _slices(plan: Plan, registered: list[Node]) -> list[Finding]:
+def _slices(plan: Plan, registered: list[Node], nodes: tuple[Node, ...]) -> list[Finding]:
     decode = plan.spec.decode
     share = decode.share if decode is not None else None
     if decode is None or share is None:
@@ -145,10 +151,13 @@ def _slices(plan: Plan, registered: list[Node]) -> list[Finding]:
             sizes.append(size)
             slots += min(d.count, d.devmem // size if size else 0, share.per_gpu)
     prefill_gpus = sum(i.gpu_count * i.replicas for i in plan.instances if i.role == "prefill")
+    plain = sum(n.allocatable_gpus for n in nodes if _usable(n) and not n.hami_devices)
+    prefill_on_hami = max(0, prefill_gpus - plain)  # whole GPUs that must come from HAMi nodes
     need = decode.replicas
     found = f"{slots} decode slices of {min(sizes) if sizes else 0} MiB on healthy devices"
-    want = f"{need} decode slices ({share.per_gpu} per GPU) besides {prefill_gpus} prefill GPUs"
-    free_slots = slots - prefill_gpus * share.per_gpu
+    want = (f"{need} decode slices ({share.per_gpu} per GPU) besides {prefill_on_hami} "
+            "prefill GPUs on HAMi nodes")
+    free_slots = slots - prefill_on_hami * share.per_gpu
     if free_slots < need:
         return [Finding("FAIL", "hami.slices", "cluster", found, want,
                         "raise decode.share.perGpu, add GPUs, or lower decode.replicas")]
@@ -171,8 +180,7 @@ def crds(plan: Plan, c: ClusterFacts) -> list[Finding]:
         else:
             out.append(Finding("FAIL", "cluster.crds", "cluster", f"no CRD for {kind}.{group}",
                                f"CRD {kind} ({group})",
-                               "install it (llm-d: Gateway API Inference Extension CRDs; "
-                               "LeaderWorkerSet: the lws release manifests)"))
+                               "install " + HINTS.get(group, f"the CRD defining {kind}")))
     return out
 
 
@@ -181,9 +189,10 @@ def drivers(plan: Plan, c: ClusterFacts) -> list[Finding]:
     old = [f"{n.name} ({n.driver})" for n in c.nodes
            if n.driver and _version(n.driver) < _version(rel.min_driver)]
     if old:
-        return [Finding("FAIL", "cluster.driver", "cluster", "old drivers: " + ", ".join(old),
+        return [Finding("WARN", "cluster.driver", "cluster", "old drivers: " + ", ".join(old),
                         f">= {rel.min_driver} (CUDA {rel.cuda_major})",
-                        "upgrade the driver on those nodes or pin an older engine.version")]
+                        "keep engine pods off those nodes (kubernetes.nodeSelector), upgrade "
+                        "their driver, or pin an older engine.version")]
     return []
 
 

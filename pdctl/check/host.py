@@ -52,6 +52,11 @@ def gpus(host: Host, hf: HostFacts, instances: list[Instance], index: int) -> li
                            f"list only GPUs the host has in hosts[{index}].gpus"))
     else:
         out.append(Finding("PASS", "gpu.count", host.name, found, f"GPUs {gpu_list(need)}"))
+    unused = [g for g in host.gpus if g not in present and g not in need]
+    if unused and not lacking:
+        out.append(Finding("WARN", "gpu.count", host.name, found,
+                           f"every GPU in hosts[{index}].gpus present",
+                           f"drop {gpu_list(unused)} from hosts[{index}].gpus"))
     busy = [g for g in hf.gpus if g.index in need and g.memory_mib
             and g.memory_used_mib > 0.05 * g.memory_mib]
     for g in busy:

@@ -18,7 +18,21 @@ def _numa(hf: HostFacts, gpus: tuple[int, ...]) -> str:
     return "NUMA " + ",".join(map(str, nodes)) if nodes else ""
 
 
-def tp_links(host: Host, hf: HostFacts, inst: Instance, instances: list[Instance],
+def suggested(host: Host, hf: HostFacts, instances: list[Instance]) -> dict[str, tuple[int, ...]]:
+    """GPU sets a topology-aware placement gives the host's instances, in plan order."""
+    free = [g for g in host.gpus if hf.gpu(g) is not None]
+    out: dict[str, tuple[int, ...]] = {}
+    for inst in instances:
+        used = [g for g in host.gpus if g not in free]
+        best = best_group(hf, free, len(inst.gpus), used) if inst.gpus else None
+        if best is None:
+            break
+        out[inst.name] = tuple(sorted(best))
+        free = [g for g in free if g not in best]
+    return out
+
+
+def tp_links(host: Host, hf: HostFacts, inst: Instance, best: tuple[int, ...] | None,
              index: int) -> list[Finding]:
     gpus = inst.gpus
     if len(gpus) < 2 or hf.gpus is None:
@@ -32,9 +46,6 @@ def tp_links(host: Host, hf: HostFacts, inst: Instance, instances: list[Instance
                         want, "record nvidia-smi topo -m")]
     numa = _numa(hf, gpus)
     found = f"GPUs {gpu_list(gpus)}: {level}" + (f", {numa}" if numa else "")
-    others = {g for i in instances if i is not inst for g in i.gpus}
-    free = [g for g in host.gpus if g not in others and hf.gpu(g) is not None]
-    best = best_group(hf, free, len(gpus))
     better = best is not None and group_score(hf, best)[:3] < group_score(hf, gpus)[:3]
     if better and best is not None:
         best_numa = _numa(hf, best)
@@ -90,8 +101,9 @@ def p2p(host: Host, hf: HostFacts, where: str, gpus_a: tuple[int, ...],
 def host_topology(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance],
                   index: int) -> list[Finding]:
     out: list[Finding] = []
+    best = suggested(host, hf, instances)
     for inst in instances:
-        out += tp_links(host, hf, inst, instances, index)
+        out += tp_links(host, hf, inst, best.get(inst.name), index)
     for inst in instances:
         if len(inst.gpus) > 1:
             out += p2p(host, hf, f"{host.name}/{inst.name}", inst.gpus, None,

@@ -40,6 +40,10 @@ def register(app: typer.Typer) -> None:
         ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
+        facts: Path | None = typer.Option(
+            None, "--facts", help="A preflight recording (pdctl preflight --record DIR): "
+            "place tensor-parallel groups and prefill/decode pairs by GPU topology."
+        ),
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
         from pdctl.cli.options import check_phase_target
@@ -48,7 +52,18 @@ def register(app: typer.Typer) -> None:
         from pdctl.render import render as render_plan
 
         check_phase_target(phase, target)
-        plan, source = plan_from(spec, phase, target)
+        if facts is None:
+            plan, source = plan_from(spec, phase, target)
+        else:
+            from pdctl.cli.specfile import read_spec
+            from pdctl.facts import facts_from
+            from pdctl.plan.topology import chooser
+            from pdctl.probe.record import read
+
+            names = tuple(h.name for h in read_spec(spec)[0].hosts)
+            plan, source = plan_from(
+                spec, phase, target, choose=chooser(facts_from(read(facts, names)))
+            )
         try:
             bundle = render_plan(plan)
         except SpecError as exc:

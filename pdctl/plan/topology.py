@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import combinations
+from math import comb
 
 from pdctl.facts.model import Facts, HostFacts, is_nvlink, link_rank
 from pdctl.plan.model import Plan
@@ -15,31 +16,56 @@ from pdctl.spec.model import Host
 MAX_CANDIDATES = 20_000
 
 
-def group_score(facts: HostFacts, gpus: Sequence[int], used: Sequence[int] = ()) -> tuple:
-    """Sort key for a GPU set (smaller is better)."""
-    pairs = list(combinations(gpus, 2))
-    levels = [facts.link(a, b) for a, b in pairs]
+Links = dict[tuple[int, int], str]
+
+
+def link_map(facts: HostFacts) -> Links:
+    out: Links = {}
+    for a, b, level in facts.links:
+        out[(a, b)] = out[(b, a)] = level
+    return out
+
+
+def group_score(facts: HostFacts, gpus: Sequence[int], used: Sequence[int] = (),
+                links: Links | None = None) -> tuple:
+    """Sort key for a GPU set (smaller is better): all NVLink, one NUMA node, the worst link,
+    NVLink neighbours among `used` GPUs, then the lowest indices."""
+    lm = links if links is not None else link_map(facts)
+    levels = [lm.get((a, b), "") for a, b in combinations(gpus, 2)]
     all_nvlink = all(is_nvlink(lv) for lv in levels)
     worst = max((link_rank(lv) for lv in levels), default=(0, 0))
     numa = {g.numa for g in (facts.gpu(i) for i in gpus) if g is not None}
-    one_numa = len(numa) <= 1
-    near = sum(1 for a in gpus for b in used if is_nvlink(facts.link(a, b)))
-    return (not all_nvlink, not one_numa, worst, -near, tuple(sorted(gpus)))
+    near = sum(1 for a in gpus for b in used if is_nvlink(lm.get((a, b), "")))
+    return (not all_nvlink, len(numa) > 1, worst, -near, tuple(sorted(gpus)))
+
+
+def _greedy(facts: HostFacts, free: Sequence[int], count: int, used: Sequence[int],
+            links: Links) -> list[tuple[int, ...]]:
+    """One grown set per seed GPU: add the GPU whose worst link into the set is best."""
+    out = []
+    for seed in free:
+        group = [seed]
+        while len(group) < count:
+            rest = [g for g in free if g not in group]
+            group.append(min(rest, key=lambda g: (
+                max(link_rank(links.get((g, x), "")) for x in group), g)))
+        out.append(tuple(sorted(group)))
+    return out
 
 
 def best_group(facts: HostFacts, free: Sequence[int], count: int,
                used: Sequence[int] = ()) -> tuple[int, ...] | None:
-    """The best `count` GPUs out of `free` (None when too few, or too many to compare)."""
+    """The best `count` GPUs out of `free` (None when there are too few)."""
     if count > len(free) or count <= 0:
         return None
     if count == 1 and not used:
         return (free[0],)
-    sets = []
-    for i, combo in enumerate(combinations(free, count)):
-        if i >= MAX_CANDIDATES:
-            return None
-        sets.append(combo)
-    return min(sets, key=lambda s: group_score(facts, s, used))
+    links = link_map(facts)
+    if comb(len(free), count) <= MAX_CANDIDATES:
+        sets: list[tuple[int, ...]] = list(combinations(free, count))
+    else:
+        sets = _greedy(facts, free, count, used, links)
+    return min(sets, key=lambda s: group_score(facts, s, used, links))
 
 
 def describe(facts: HostFacts, gpus: Sequence[int]) -> str:

@@ -34,6 +34,7 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
     if gpus:
         out.update(
             {
+                f.SMI: "nvidia-smi",
                 f.QUERY: QUERY,
                 f.TOPO: "nvidia-smi topo -m",
                 f.P2P_R: "nvidia-smi topo -p2p r",

@@ -1,0 +1,147 @@
+"""Checks over recorded facts: real H200 outputs, a PCIe-only host, a host with no driver."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pdctl.check import run_checks, worst
+from pdctl.facts import facts_from, host_facts
+from pdctl.facts.model import Facts, Port
+from pdctl.plan import make_plan
+from pdctl.spec import load_text
+from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
+
+H200 = "  - {name: g, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /opt/v}"
+PCIE = "  - {name: g, address: 10.0.0.1, gpus: [0, 1, 2, 3], runtime: docker}"
+
+
+def test_h200_tp2_passes_gpu_and_topology_checks() -> None:
+    found = findings(spec_text(H200), {"g": raw_of(FIX / "h200x2")})
+    status = {f.check: f.status for f in found}
+    assert status["gpu.count"] == status["gpu.driver"] == status["gpu.mig"] == "PASS"
+    (tp,) = by_check(found, "tp.nvlink")
+    assert tp.status == "PASS" and "NV18" in tp.found and "NUMA 0" in tp.found
+    (p2p,) = by_check(found, "p2p")
+    assert p2p.status == "PASS"
+    (fit,) = by_check(found, "model.fit")
+    assert fit.status == "PASS"
+    # The shared recording has no df/ports: reported, not guessed.
+    assert by_check(found, "host.shm")[0].status == "WARN"
+    assert worst(found) == "WARN"
+
+
+def test_live_h200_recording_all_pass_but_runtime() -> None:
+    found = findings(spec_text(H200.replace("/opt/v", "/opt/torch/.venv")),
+                     {"g": raw_of(FIX / "h200x2-live" / "h200x2")})
+    assert {f.check for f in found if f.status != "PASS"} == {"host.runtime"}
+
+
+def test_missing_gpu_index_fails() -> None:
+    hosts = "  - {name: g, address: 10.0.0.1, gpus: [0, 1, 2, 3], runtime: venv, venv: /v}"
+    found = findings(spec_text(hosts, "{replicas: 2, tensorParallel: 2}"),
+                     {"g": raw_of(FIX / "h200x2")})
+    (count,) = by_check(found, "gpu.count")
+    assert count.status == "FAIL" and "hosts[0].gpus" in count.expected
+    found = findings(spec_text(hosts), {"g": raw_of(FIX / "h200x2")})  # uses 0,1 only
+    assert [f.status for f in by_check(found, "gpu.count")] == ["PASS", "WARN"]
+
+
+def test_pcie_only_host() -> None:
+    serve = "{replicas: 2, tensorParallel: 2, port: 8000}"
+    found = findings(spec_text(PCIE, serve), {"g": raw_of(FIX / "pcie4")})
+    tp = by_check(found, "tp.nvlink")
+    # first_free puts GPUs 0,1 together: SYS across NUMA nodes; 0,2 share a PCIe switch.
+    assert tp[0].status == "WARN" and "GPUs 0,1: SYS" in tp[0].found
+    assert "use GPUs 0,2 (PIX, NUMA 0)" in tp[0].fix
+    p2p = by_check(found, "p2p")
+    assert p2p[0].status == "WARN" and "CNS" in p2p[0].found
+    status = {f.check: f.status for f in found}
+    assert status["host.shm"] == "FAIL"  # 64 MiB /dev/shm with TP=2
+    assert status["host.runtime"] == "WARN"  # docker without the nvidia runtime
+    assert status["host.ports"] == "FAIL"  # 8000 is taken
+    assert status["host.disk"] == "FAIL"  # 9.8 GiB free for 15 GiB of weights
+    assert status["model.fit"] == "PASS"
+    assert worst(found) == "FAIL"
+
+
+def test_pcie_best_set_is_pass_when_placed_by_topology() -> None:
+    from pdctl.plan.topology import chooser
+
+    spec, _ = load_text(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), "s.yaml")
+    facts = facts_from({"g": raw_of(FIX / "pcie4")})
+    plan = make_plan(spec, choose=chooser(facts))
+    assert [i.gpus for i in plan.instances] == [(0, 2), (1, 3)]
+    tp = by_check(run_checks(plan, facts), "tp.nvlink")
+    assert [f.status for f in tp] == ["WARN", "WARN"]  # still PCIe, but no better set exists
+    assert all("no NVLink-joined set" in f.fix for f in tp)
+
+
+def test_no_driver_host() -> None:
+    found = findings(spec_text(H200.replace("venv, venv: /opt/v", "conda")),
+                     {"g": raw_of(FIX / "nodriver")})
+    (drv,) = by_check(found, "gpu.driver")
+    assert drv.status == "FAIL" and "no NVIDIA driver" in drv.found
+    assert not by_check(found, "tp.nvlink")
+    assert by_check(found, "host.runtime")[0].status == "PASS"  # conda 24.7.1
+
+
+def _facts_with(**changes) -> Facts:
+    hf = host_facts("g", raw_of(FIX / "h200x2"))
+    return Facts(hosts=(replace(hf, **changes),))
+
+
+def _check(text: str, facts: Facts):
+    spec, _ = load_text(text, "s.yaml")
+    return run_checks(make_plan(spec), facts)
+
+
+def test_old_driver_and_module_mismatch() -> None:
+    found = _check(spec_text(H200), _facts_with(driver="550.54.15", kernel_module="550.54.14"))
+    drv = by_check(found, "gpu.driver")
+    assert [f.status for f in drv] == ["FAIL", "FAIL"]
+    assert "580.65.06" in drv[0].expected
+    # an engine built for CUDA 12 needs its own minimum, from the compatibility table
+    from pdctl.compat import release
+
+    rel = release("0.15.0")
+    assert rel.cuda_major == 12
+    old = _check(spec_text(H200).replace("'0.33.0'", "'0.15.0'"), _facts_with(driver="450.1"))
+    assert rel.min_driver in by_check(old, "gpu.driver")[0].expected
+
+
+def test_mig_enabled_fails() -> None:
+    hf = host_facts("g", raw_of(FIX / "h200x2"))
+    gpus = tuple(replace(g, mig_mode="Enabled") for g in hf.gpus or ())
+    found = _check(spec_text(H200), Facts(hosts=(replace(hf, gpus=gpus),)))
+    assert by_check(found, "gpu.mig")[0].status == "FAIL"
+
+
+def test_model_too_big_fails_last() -> None:
+    text = spec_text(H200, "{replicas: 2, tensorParallel: 1}",
+                     model="meta-llama/Llama-3.1-70B-Instruct")
+    found = findings(text, {"g": raw_of(FIX / "h200x2")})
+    assert found[-1].check == "model.fit" and found[-1].status == "FAIL"
+    assert "tensorParallel" in found[-1].fix
+
+
+def test_rdma_protocol_without_devices_warns() -> None:
+    text = (FIX.parents[2] / "examples" / "phase2-mooncake-rdma.yaml").read_text()
+    spec, _ = load_text(text, "s.yaml")
+    plan = make_plan(spec)
+    raw = {h.name: raw_of(FIX / "h200x2") for h in plan.hosts_used()}
+    rdma = by_check(run_checks(plan, facts_from(raw)), "host.rdma")
+    assert rdma and all(f.status == "WARN" and "tcp" in f.fix for f in rdma)
+    active = {name: host_facts(name, files) for name, files in raw.items()}
+    facts = Facts(hosts=tuple(
+        replace(hf, rdma_devices=("mlx5_0", "mlx5_1"),
+                rdma_ports=(Port("mlx5_0", 1, "ACTIVE", "InfiniBand"),
+                            Port("mlx5_1", 1, "ACTIVE", "InfiniBand")))
+        for hf in active.values()))
+    assert all(f.status == "PASS" for f in by_check(run_checks(plan, facts), "host.rdma"))
+
+
+def test_unreachable_and_unrecorded_hosts_fail() -> None:
+    found = findings(spec_text(H200), {"g": {"ssh.err": "host g: cannot connect\n"}})
+    assert [(f.check, f.status) for f in found[:1]] == [("host.reach", "FAIL")]
+    found = findings(spec_text(H200), {})
+    assert found[0].check == "host.facts" and found[0].status == "FAIL"
