@@ -115,6 +115,8 @@ def register(app: typer.Typer) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         from rich.console import Console
 
+        from pdctl.errors import PdctlError
+
         console = Console(highlight=False, log_path=False)
         plan, bundle = load(spec, phase, target)
         if plan.target == "kubernetes":
@@ -145,14 +147,15 @@ def register(app: typer.Typer) -> None:
             except UpFailed as exc:
                 report_failures(console, exc.failures)
                 console.print(f"stopped what this run started: {', '.join(exc.stopped) or '-'}")
-                raise typer.Exit(1) from None
+                raise PdctlError(f"up failed: {exc.line()}") from None
             if failures:
                 report_failures(console, failures)
             console.print("[bold]ready.[/] send requests to:")
             for url in endpoints(plan, tgt.desired()):
                 console.print(f"  {url}  (model {plan.served_name})")
             if failures:
-                raise typer.Exit(1)
+                names = ", ".join(f.unit for f in failures)
+                raise PdctlError(f"up failed for {names} (--keep-going left the others running)")
         finally:
             tgt.close()
 

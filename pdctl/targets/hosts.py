@@ -215,10 +215,14 @@ class HostsTarget:
     def down(self) -> list[tuple[str, str]]:
         """Stop every unit in the deployment folder of every host, then remove the folder."""
         self.connect()
+        stage = {(d.host.name, d.name): d.stage for d in self.desired()}
 
         def one(ops: HostOps) -> list[tuple[str, str]]:
             stopped = []
-            for obs in ops.observe():
+            found = ops.observe()
+            # Reverse start order: the router before the engines, stores last.
+            found.sort(key=lambda o: (-stage.get((o.host, o.name), 1), o.name))
+            for obs in found:
                 ops.stop(obs.name)
                 stopped.append((ops.name, obs.name))
             ops.remove_all(ops.conn.host.data_dir)

@@ -17,7 +17,7 @@ d=%(dir)s
 for u in "$d"/*/; do
   u=${u%%/}; n=${u##*/}
   [ -f "$u/stop.sh" ] || continue
-  h=$(sed -n 's/^# pdctl-hash: //p' "$u/start.sh" 2>/dev/null | head -n 1)
+  h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
   s=stopped; p=-
   if [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -11,11 +12,10 @@ from pdctl.render.bundle import Artifact, Bundle
 from pdctl.spec.model import Host
 
 Action = Literal["start", "restart", "keep", "stop"]
-HASH = re.compile(r"^# pdctl-hash: (\S+)$", re.M)
 WHAT = re.compile(r": (?:process|container) (\S+) \(([^)]+)\) on host (\S+)\.")
 ENGINE_ROLES = ("serve", "prefill", "decode")
 # Start order: stores first, then engines, then the router in front of them.
-ORDER = {"mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
+ORDER = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class Desired:
     def health_path(self) -> str | None:
         if self.port is None:
             return None
-        return "/health"
+        # vllm-router's own /health reflects cached worker state; /liveness is its own.
+        return "/liveness" if self.role == "router" else "/health"
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
         start = next((a for a in files if a.path.endswith("/start.sh")), None)
         if start is None:
             continue
-        digest = HASH.search(start.text)
         what = WHAT.search(start.text)
         role = what.group(2) if what else "serve"
         port = ports.get(unit)
@@ -85,12 +85,17 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
                 host=hosts[host_name],
                 name=unit,
                 role=role,
-                hash=digest.group(1) if digest else "",
+                hash=script_digest(start.text),
                 port=port,
                 files=tuple(files),
             )
         )
     return sorted(out, key=lambda d: (d.stage, d.host.name, d.name))
+
+
+def script_digest(text: str) -> str:
+    """The start script's digest: any rendered difference (args, env, setup) is a change."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def host_files(bundle: Bundle, host: str) -> list[Artifact]:

@@ -1,0 +1,197 @@
+"""`pdctl up/status/logs/down` over real SSH (tests/services.sh hosts) with a stand-in engine.
+
+The stand-in (fake_vllm.py) serves /health and /v1/models, so these tests exercise the whole
+path fast: host-key checks, SFTP upload, secrets file, start/stop scripts, port-forwarded
+health probes, idempotence, restarts after a spec change, failure reports and cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_with, write_spec
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: object) -> dict:
+    names = [h.name for h in env.hosts]
+    if "node1" not in names:
+        pytest.skip("needs the network-namespace test host node1 (two hosts, one port)")
+    chosen = [env.host("lo1"), env.host("node1")]
+    return {
+        "name": "fake",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "secrets": {"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
+        "hosts": [host_entry(env, h, data, venv=str(venv)) for h in chosen],
+        "serve": {"replicas": 2, "port": port, **serve},
+    }
+
+
+def known(env: SshEnv) -> list[str]:
+    return ["--known-hosts", env.known_hosts]
+
+
+@pytest.fixture
+def deployed(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+    port = free_port()
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, port))
+    secret = {"PDCTL_TEST_HF_TOKEN": "hf_test_not_a_real_token_1234"}
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60", env=secret)
+    yield spec, port, secret, up
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv, tmp_path: Path):
+    spec, port, secret, up = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "send requests to" in up.stdout
+    assert f":{port}/v1" in up.stdout
+    status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+    assert status.returncode == 0, status.stderr
+    rows = json.loads(status.stdout)["instances"]
+    assert len(rows) == 2
+    assert {r["health"] for r in rows} == {"healthy"}
+    assert {r["model"] for r in rows} == {"stand-in"}
+    assert all(r["pid"].isdigit() for r in rows)
+
+
+def test_secrets_file_is_0600_and_nothing_is_wider(deployed, tmp_path: Path):
+    spec, port, secret, up = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    value = secret["PDCTL_TEST_HF_TOKEN"]
+    deploy = tmp_path / "lo1" / "fake"
+    assert stat.S_IMODE(deploy.stat().st_mode) == 0o700
+    env_file = deploy / "secrets.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert value in env_file.read_text()
+    for path in deploy.rglob("*"):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+        if path.is_file() and path != env_file:
+            assert value not in path.read_text(errors="replace"), path
+    assert processes_with(value) == []
+    assert value not in up.stdout + up.stderr
+
+
+def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
+    spec, port, secret, up = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    pids = {r["unit"]: r["pid"] for r in json.loads(
+        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to change" in again.stdout
+    after = {r["unit"]: r["pid"] for r in json.loads(
+        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    assert after == pids
+
+
+def test_spec_change_restarts_only_the_affected_instance(deployed, ssh_env: SshEnv, tmp_path):
+    spec, port, secret, up = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    before = {r["unit"]: r["pid"] for r in json.loads(
+        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    import yaml
+
+    data = yaml.safe_load(spec.read_text())
+    data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only host 2's unit changes
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    dry = pdctl("up", str(spec), "--dry-run", *known(ssh_env))
+    assert "restart" in dry.stdout and "keep" in dry.stdout, dry.stdout
+    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = {r["unit"]: r for r in json.loads(
+        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    assert after["fake-serve-0"]["pid"] == before["fake-serve-0"]
+    assert after["fake-serve-1"]["pid"] != before["fake-serve-1"]
+    assert after["fake-serve-1"]["health"] == "healthy"
+
+
+def test_logs_show_the_engine_output(deployed, ssh_env: SshEnv):
+    spec, port, secret, up = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    out = pdctl("logs", str(spec), "fake-serve-0", *known(ssh_env))
+    assert out.returncode == 0, out.stderr
+    assert "fake-vllm serving stand-in" in out.stdout
+    missing = pdctl("logs", str(spec), "nope", *known(ssh_env))
+    assert missing.returncode == 2 and "fake-serve-0" in missing.stderr
+
+
+def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_path):
+    port = free_port()
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, port))
+    secret = {"PDCTL_TEST_HF_TOKEN": "x"}
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert listening(port)
+    down = pdctl("down", str(spec), *known(ssh_env))
+    assert down.returncode == 0, down.stderr
+    assert "stopped fake-serve-0" in down.stdout
+    assert not listening(port) and not listening(port + 1)
+    assert not (tmp_path / "lo1").exists()
+    assert processes_with(str(fake_venv)) == []
+    again = pdctl("down", str(spec), *known(ssh_env))
+    assert again.returncode == 0 and "nothing was running" in again.stdout
+
+
+def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv, tmp_path):
+    port = free_port()
+    data = two_host_spec(ssh_env, fake_venv, tmp_path, port)
+    data["model"]["name"] = "/nonexistent/model"
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "30",
+               env={"PDCTL_TEST_HF_TOKEN": "x"})
+    assert up.returncode == 1
+    assert "model path /nonexistent/model does not exist" in up.stdout
+    assert "FAILED" in up.stdout
+    assert processes_with(str(fake_venv)) == []
+    assert not listening(port)
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_missing_secret_fails_before_anything_starts(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env))
+    assert up.returncode == 1
+    assert "PDCTL_TEST_HF_TOKEN is not set" in up.stderr
+    assert not (tmp_path / "lo1").exists()
+
+
+def test_unknown_host_key_is_refused(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty))
+    assert dry.returncode == 1
+    assert "unknown host key" in dry.stderr and "--accept-new-host-keys" in dry.stderr
+    accepted = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty),
+                     "--accept-new-host-keys")
+    assert accepted.returncode == 0, accepted.stderr
+    assert len(empty.read_text().splitlines()) == 2
+    # now known: accepted without the flag
+    assert pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty)).returncode == 0
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    lines = Path(ssh_env.known_hosts).read_text().splitlines()
+    by_name = {line.split()[0]: line.split() for line in lines}
+    lo1 = by_name["[127.0.0.1]:2222"]
+    other = next(v for k, v in by_name.items() if k != "[127.0.0.1]:2222")
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{lo1[0]} {other[1]} {other[2]}\n")  # lo1 with another host's key
+    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(wrong),
+                "--accept-new-host-keys")
+    assert dry.returncode == 1
+    assert "does not match" in dry.stderr

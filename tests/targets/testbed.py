@@ -1,0 +1,116 @@
+"""The test bed for target tests: the real sshd test hosts that tests/services.sh starts, a
+stand-in engine, and helpers. Tests skip (with the reason) when the services are not running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class TestHost:
+    name: str
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class SshEnv:
+    hosts: tuple[TestHost, ...]
+    key: str
+    known_hosts: str
+
+    def host(self, name: str) -> TestHost:
+        return next(h for h in self.hosts if h.name == name)
+
+
+def ssh_env_or_skip() -> SshEnv:
+    hosts_file = os.environ.get("PDCTL_TEST_SSH_HOSTS")
+    key = os.environ.get("PDCTL_TEST_SSH_KEY")
+    known = os.environ.get("PDCTL_TEST_KNOWN_HOSTS")
+    if not (hosts_file and key and known and os.path.exists(hosts_file)):
+        pytest.skip("no SSH test hosts: run `RUN=... tests/services.sh start` and source $RUN/env")
+    hosts = []
+    for line in Path(hosts_file).read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            hosts.append(TestHost(parts[0], parts[1], int(parts[2])))
+    return SshEnv(tuple(hosts), key, known)
+
+
+@pytest.fixture(scope="session")
+def ssh_env() -> SshEnv:
+    return ssh_env_or_skip()
+
+
+def host_entry(env: SshEnv, host: TestHost, data_dir: Path, **extra: object) -> dict:
+    entry = {
+        "name": host.name,
+        "address": host.address,
+        "port": host.port,
+        "user": "root",
+        "identityFile": env.key,
+        "runtime": "venv",
+        "dataDir": str(data_dir / host.name),
+    }
+    entry.update(extra)
+    return entry
+
+
+def write_spec(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def pdctl(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (as a user would)."""
+    full_env = dict(os.environ, COLUMNS="200", **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "pdctl", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def fake_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 'Python environment' whose bin/vllm is the stand-in engine."""
+    root = tmp_path_factory.mktemp("fakevenv")
+    (root / "bin").mkdir()
+    target = root / "bin" / "vllm"
+    shutil.copy(HERE / "fake_vllm.py", target)
+    target.chmod(0o755)
+    return root
+
+
+def listening(port: int) -> bool:
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+def processes_with(text: str) -> list[str]:
+    """Command lines (from /proc) that contain `text`, excluding this test process."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        cmd = raw.replace(b"\0", b" ").decode("utf-8", "replace")
+        if text in cmd:
+            found.append(f"{pid}: {cmd}")
+    return found
