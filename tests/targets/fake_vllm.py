@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
         print("usage: vllm serve MODEL [options]", file=sys.stderr)
         return 2
     model, rest = argv[1], argv[2:]
-    opts = dict(zip(rest[::2], rest[1::2]))
+    opts = dict(zip(rest[::2], rest[1::2], strict=False))
     port = int(opts.get("--port", "8000"))
     name = opts.get("--served-model-name", model)
     if model.startswith("/") and not os.path.exists(model):

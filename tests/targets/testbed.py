@@ -72,7 +72,9 @@ def write_spec(path: Path, spec: dict) -> Path:
     return path
 
 
-def pdctl(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def pdctl(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (as a user would)."""
     full_env = dict(os.environ, COLUMNS="200", **(env or {}))
     return subprocess.run(
