@@ -138,14 +138,16 @@ def test_rendered_scripts_run(tmp_path: Path) -> None:
             subprocess.run(["bash", str(deploy / unit / "start.sh")], env=env, check=True,
                            capture_output=True, text=True, timeout=60)
         url = f"http://127.0.0.1:{ports[2]}/liveness"
-        for _ in range(120):
+        for _ in range(360):  # generous: the machine may be busy
             try:
                 urllib.request.urlopen(url, timeout=2)
                 break
             except OSError:
                 time.sleep(0.5)
         else:
-            raise AssertionError((deploy / "tiny-pd-router/log").read_text())
+            logs = {u: (deploy / u / "log").read_text() for u in units
+                    if (deploy / u / "log").exists()}
+            raise AssertionError(f"router never answered on {url}: {logs}")
         router = json.loads((marks / "router").read_text())
         # The router started only after both engines were up.
         assert router["engines_seen"] == [f"engine-{ports[0]}", f"engine-{ports[1]}"]
