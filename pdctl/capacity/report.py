@@ -175,6 +175,7 @@ def plan_capacity(
 ) -> CapacityPlan:
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
     `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`."""
+    roles: tuple[RolePlan, ...]
     if spec.phase in (0, 1):
         roles = (_role(model, gpu, "serve", spec.serve, shapes["serve"], traffic),)
         pre = dec = roles[0]
