@@ -134,3 +134,35 @@ def test_does_not_fit_names_the_nearest_fit(capsys, tmp_path: Path) -> None:
     code, out, err = run(["plan", str(spec), "--gpu", "L40S"], capsys)
     assert code == 0, err
     assert "does not fit" in out and "nearest that fits" in out
+
+
+def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
+    # pdctl/spec/workload.py sections; the lead wires them into Spec as `hardware`/`workload`.
+    from types import SimpleNamespace
+
+    from pdctl.cli.plan_cmd import _gpu, _traffic
+    from pdctl.errors import SpecError
+    from pdctl.spec.workload import Hardware, Workload
+
+    work = Workload.model_validate({"promptTokens": 4000, "requestsPerSecond": 3, "tpotMs": 40})
+    spec = SimpleNamespace(hardware=Hardware.model_validate({"gpu": "L40S"}), workload=work,
+                           decode=None)
+    gpu, origin = _gpu(spec, None, None)
+    assert gpu.name == "L40S" and origin == "hardware.gpu"
+    assert _gpu(spec, "H200", None)[0].name == "H200"  # the option wins
+    traffic = _traffic(spec, None, 100, None, None, None)
+    assert (traffic.prompt_tokens, traffic.output_tokens, traffic.requests_per_second,
+            traffic.tpot_ms) == (4000, 100, 3, 40)
+    bad = SimpleNamespace(hardware=Hardware(gpu="Z80"), workload=None, decode=None)
+    with pytest.raises(SpecError) as err:
+        _gpu(bad, None, None)
+    assert err.value.path == "hardware.gpu"
+
+
+def test_spec_from_stdin(capsys, monkeypatch, tmp_path: Path) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(SPEC.format(model="Qwen/Qwen3-8B", extra="")))
+    code, out, err = run(["plan", "-", "-o", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["model"]["name"] == "Qwen/Qwen3-8B"
