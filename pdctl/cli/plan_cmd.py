@@ -12,8 +12,10 @@ import typer
 from pdctl.cli.options import SPEC
 
 
-def _read_config(path: str, spec_file: str) -> dict[str, Any]:
-    """Read `model.config` (relative to the spec file) as a dict; SpecError when unusable."""
+def read_model_config(path: str, spec_file: str) -> dict[str, Any]:
+    """Read `model.config` (relative to the spec file; '-' = stdin: relative to the working
+    folder) as a dict, for `pdctl.capacity.spec_model_config`. SpecError when unusable.
+    Other commands (preflight) may call this: capacity functions themselves do no I/O."""
     from pdctl.errors import SpecError
 
     base = Path.cwd() if spec_file == "-" else Path(spec_file).resolve().parent
@@ -88,7 +90,7 @@ def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None =
 
     spec, source = read_spec(spec_file)
     try:
-        config = _read_config(spec.model.config, spec_file) if spec.model.config else None
+        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
         device, origin = _gpu(spec, gpu, gpu_memory_gib)
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
