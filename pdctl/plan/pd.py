@@ -89,9 +89,25 @@ def _env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, st
     return tuple(sorted(merged.items()))
 
 
+# Flags pdctl sets itself for PD; a second copy in extraArgs would fight it.
+OWNED_FLAGS = ("--kv-transfer-config", "--port", "--host")
+
+
+def _check_owned(args: tuple[str, ...], path: str) -> None:
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0].replace("_", "-") in OWNED_FLAGS:
+            raise SpecError(
+                f"{arg.split('=', 1)[0]} is set by pdctl for prefill/decode",
+                path=f"{path}[{i}]",
+                fix="remove it; use the disaggregation and port fields instead",
+            )
+
+
 def _args(
     spec: Spec, release: Release, role: Role, path: str, port: int, kv: dict, **over
 ) -> tuple[str, ...]:
+    _check_owned(spec.engine.extra_args, "engine.extraArgs")
+    _check_owned(role.extra_args, f"{path}.extraArgs")
     extra = list(kv_args(kv, release))
     for flag in over.pop("switches", ()):
         extra.append((flag, ""))

@@ -158,8 +158,8 @@ class Disaggregation(Section):
     )
     kv_buffer_device: Literal["cuda", "cpu"] | None = Field(
         None,
-        description="Where the connector stages KV (`kv_buffer_device`). Default: the "
-        "engine device.",
+        description="nixl: where the connector stages KV (`kv_buffer_device`). Default: the "
+        "engine device (`cpu` is written out for CPU engines).",
     )
     kv_port: int = Field(
         21001,
@@ -196,6 +196,8 @@ class Disaggregation(Section):
             raise ValueError("store.enabled needs connector mooncake")
         if self.device_name is not None and self.protocol != "rdma":
             raise ValueError("deviceName applies to protocol rdma only")
+        if self.kv_buffer_device is not None and self.connector != "nixl":
+            raise ValueError("kvBufferDevice applies to connector nixl only")
         return self
 
 

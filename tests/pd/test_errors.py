@@ -86,6 +86,8 @@ def _spec(tmp_path: Path, example: Path, change) -> object:
         (P2P, lambda d: d["router"].update(port=8100), "router.port", "port 8100"),
         (P2P, lambda d: d["engine"].update(device="cpu"), "disaggregation.connector", "CUDA"),
         (P2P, lambda d: d.pop("decode"), "decode", "needs a `decode` section"),
+        (P2P, lambda d: d["decode"].update(extraArgs=["--max-num-seqs", "8", "--port=9"]),
+         "decode.extraArgs[2]", "set by pdctl"),
         (HAMI, lambda d: d["decode"]["share"].update(gpuCoresPercent=60), "decode.share."
          "gpuCoresPercent", "60%"),
         (HAMI, lambda d: d["decode"]["share"].update(gpuMemoryPercent=None, gpuMemoryMib=80000),
