@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section
 from pdctl.spec.pd import Decode, Disaggregation, Prefill, Router
+from pdctl.spec.workload import Hardware, Workload
 
 VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
@@ -335,6 +336,13 @@ class Spec(Section):
     router: Router = Field(
         default_factory=Router,
         description="The request router (the 'conductor') in front of prefill and decode.",
+    )
+
+    hardware: Hardware | None = Field(
+        None, description="The GPUs the deployment runs on, for `pdctl plan`."
+    )
+    workload: Workload | None = Field(
+        None, description="Expected traffic, for `pdctl plan` (P:D ratio, batch, advice)."
     )
 
     @field_validator("hosts")
