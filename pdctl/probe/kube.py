@@ -11,22 +11,29 @@ from pdctl.facts.cluster import HAMI_COMPONENTS
 SELECTOR = "app.kubernetes.io/component in ({})".format(",".join(HAMI_COMPONENTS))
 
 
-def _list(api_client: Any, items: Any, kind: str, api_version: str) -> str:
-    data = api_client.sanitize_for_serialization(items)
+def _json(response: Any) -> dict[str, Any]:
+    """The API server's own JSON (no client-side model validation in between)."""
+    data = json.loads(response.data)
+    return data if isinstance(data, dict) else {}
+
+
+def _list(response: Any, kind: str, api_version: str) -> str:
+    data = _json(response)
     for item in data.get("items", []):
         item.setdefault("kind", kind)
         item.setdefault("apiVersion", api_version)
     return json.dumps(data, indent=1, sort_keys=True)
 
 
-def _crds(api_client: Any, crds: Any) -> str:
+def _crds(response: Any) -> str:
     # Names, groups and kinds only: full CRD schemas are large and not needed.
     items = [
         {
-            "metadata": {"name": c.metadata.name},
-            "spec": {"group": c.spec.group, "names": {"kind": c.spec.names.kind}},
+            "metadata": {"name": c.get("metadata", {}).get("name", "")},
+            "spec": {"group": c.get("spec", {}).get("group", ""),
+                     "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")}},
         }
-        for c in crds.items
+        for c in _json(response).get("items", [])
     ]
     return json.dumps({"kind": "List", "items": items}, indent=1, sort_keys=True)
 
@@ -48,10 +55,14 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
     api = client.ApiClient()
     raw: dict[str, str] = {}
     calls = {
-        "nodes.json": lambda: _list(api, client.CoreV1Api(api).list_node(), "Node", "v1"),
+        "nodes.json": lambda: _list(
+            client.CoreV1Api(api).list_node(_preload_content=False), "Node", "v1"
+        ),
         "workloads.json": lambda: _workloads(api, client),
         "crds.json": lambda: _crds(
-            api, client.ApiextensionsV1Api(api).list_custom_resource_definition()
+            client.ApiextensionsV1Api(api).list_custom_resource_definition(
+                _preload_content=False
+            )
         ),
     }
     for name, call in calls.items():
@@ -66,15 +77,16 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
 
 def _workloads(api: Any, client: Any) -> str:
     apps = client.AppsV1Api(api)
-    deployments = api.sanitize_for_serialization(
-        apps.list_deployment_for_all_namespaces(label_selector=SELECTOR)
-    )
-    daemonsets = api.sanitize_for_serialization(
-        apps.list_daemon_set_for_all_namespaces(label_selector=SELECTOR)
+    lists = (
+        ("Deployment", apps.list_deployment_for_all_namespaces),
+        ("DaemonSet", apps.list_daemon_set_for_all_namespaces),
     )
     items = []
-    for kind, data in (("Deployment", deployments), ("DaemonSet", daemonsets)):
-        for item in data.get("items", []):
+    for kind, call in lists:
+        for item in _json(call(label_selector=SELECTOR, _preload_content=False)).get("items", []):
+            labels = item.get("metadata", {}).get("labels") or {}
+            if labels.get("app.kubernetes.io/component") not in HAMI_COMPONENTS:
+                continue  # servers that ignore the selector
             item["kind"] = kind
             item["apiVersion"] = "apps/v1"
             items.append(item)

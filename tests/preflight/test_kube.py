@@ -1,0 +1,163 @@
+"""Cluster facts from recorded node JSON (GPU feature discovery labels, HAMi registration in
+both encodings), HAMi workloads and CRDs; and gathering them through the real kubernetes
+client from kmock's API emulator seeded with the same objects."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdctl.check import run_checks
+from pdctl.facts import CLUSTER, facts_from
+from pdctl.plan import make_plan
+from pdctl.spec import load_text
+from tests.conftest import ROOT
+from tests.preflight.conftest import FIX, json_findings, pdctl, raw_of
+
+K8S = FIX / "k8s"
+
+
+def _plan(name: str, **edits: str):
+    text = (ROOT / "examples" / name).read_text()
+    for old, new in edits.items():
+        text = text.replace(old, new)
+    spec, _ = load_text(text, name)
+    return make_plan(spec)
+
+
+def _facts():
+    return facts_from({CLUSTER: raw_of(K8S / CLUSTER)})
+
+
+def _status(found, check: str) -> list[str]:
+    return [f.status for f in found if f.check == check]
+
+
+def test_phase1_whole_gpus() -> None:
+    found = run_checks(_plan("phase1-k8s.yaml"), _facts())
+    assert _status(found, "cluster.gpus") == ["PASS"]
+    assert _status(found, "cluster.driver") == ["WARN"]  # gpu-c runs driver 535
+    assert _status(found, "model.fit") == ["PASS"]
+    text = (ROOT / "examples" / "phase1-k8s.yaml").read_text()
+    assert "replicas: 2" in text
+    many = run_checks(_plan("phase1-k8s.yaml", **{"replicas: 2": "replicas: 13"}), _facts())
+    assert _status(many, "cluster.gpus") == ["FAIL"]
+
+
+def test_phase3_hami() -> None:
+    found = run_checks(_plan("phase3-hami.yaml"), _facts())
+    health = {f.where: f.status for f in found if f.check == "hami.health"}
+    assert health == {"gpu-a": "PASS", "gpu-b": "WARN"}  # gpu-b has an unhealthy device
+    assert _status(found, "hami.workloads") == ["PASS", "PASS"]
+    (slices,) = [f for f in found if f.check == "hami.slices"]
+    assert slices.status == "PASS" and slices.found.startswith("6 decode slices")
+    decode = [f for f in found if f.check == "model.fit" and "decode" in f.where]
+    assert decode and decode[0].found.startswith("HAMi slice 71885 MiB")
+
+
+def test_phase3_without_hami_fails() -> None:
+    facts = _facts()
+    cluster = facts.cluster
+    assert cluster is not None
+    bare = replace(cluster, nodes=tuple(replace(n, hami_devices=None) for n in cluster.nodes),
+                   workloads=())
+    found = run_checks(_plan("phase3-hami.yaml"), replace(facts, cluster=bare))
+    assert _status(found, "hami.register") == ["FAIL"]
+
+
+def test_phase2_crds() -> None:
+    found = run_checks(_plan("phase2-llmd.yaml"), _facts())
+    crds = {f.found.split()[-1] if f.status == "FAIL" else f.found.split()[0]: f.status
+            for f in found if f.check == "cluster.crds"}
+    assert crds["InferencePool.inference.networking.k8s.io"] == "PASS"
+    assert "FAIL" not in [v for k, v in crds.items() if "InferencePool" in k]
+
+
+def test_cli_replay_cluster() -> None:
+    proc = pdctl("preflight", str(ROOT / "examples" / "phase3-hami.yaml"), "--replay", str(K8S),
+                 "-o", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert {f["check"] for f in json_findings(proc)} >= {"cluster.gpus", "hami.slices"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SERVER = """
+import asyncio, json, sys, kmock
+fix = sys.argv[2]
+async def main():
+    async with kmock.KubernetesEmulator() as km, kmock.Server(km, port=int(sys.argv[1])):
+        for n in json.load(open(fix + "/nodes.json"))["items"]:
+            km.objects["v1/nodes", None, n["metadata"]["name"]] = n
+        for w in json.load(open(fix + "/workloads.json"))["items"]:
+            plural = "deployments" if w["kind"] == "Deployment" else "daemonsets"
+            meta = w["metadata"]
+            km.objects["apps/v1/" + plural, meta["namespace"], meta["name"]] = w
+        for c in json.load(open(fix + "/crds.json"))["items"]:
+            km.objects["apiextensions.k8s.io/v1/customresourcedefinitions", None,
+                       c["metadata"]["name"]] = c
+        print("serving", flush=True)
+        await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def apiserver(tmp_path: Path):
+    pytest.importorskip("kmock")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(K8S / CLUSTER)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving" in line, line + proc.stdout.read()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        }))
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_gather_from_api_server_matches_recorded_json(apiserver: Path, tmp_path: Path) -> None:
+    spec = str(ROOT / "examples" / "phase3-hami.yaml")
+    rec = tmp_path / "rec"
+    live = pdctl("preflight", spec, "--kubeconfig", str(apiserver), "--record", str(rec),
+                 "-o", "json")
+    assert live.returncode in (0, 1), live.stderr
+    assert sorted(p.name for p in (rec / CLUSTER).iterdir()) == [
+        "crds.json", "nodes.json", "workloads.json"]
+    replay = pdctl("preflight", spec, "--replay", str(K8S), "-o", "json")
+    assert json_findings(live) == json_findings(replay)
+
+
+def test_no_kubeconfig_is_a_finding(tmp_path: Path) -> None:
+    proc = pdctl("preflight", str(ROOT / "examples" / "phase1-k8s.yaml"), "--kubeconfig",
+                 str(tmp_path / "missing"), "-o", "json")
+    assert proc.returncode == 1
+    (reach,) = [f for f in json_findings(proc) if f["check"] == "cluster.reach"]
+    assert reach["status"] == "FAIL" and "kube" in reach["found"].lower()
