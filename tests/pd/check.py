@@ -84,8 +84,9 @@ def check_inference_pool(doc: dict) -> None:
 
 
 def check_http_route(doc: dict) -> None:
-    """No HTTPRoute CRD is available offline: check the Gateway API v1 shape by hand."""
+    """HTTPRoute against Gateway API v1.6.1's CRD (standard channel), plus what pdctl means."""
     assert doc["apiVersion"] == "gateway.networking.k8s.io/v1"
+    jsonschema.validate(doc, crd_schema("HTTPRoute", "v1"))
     assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
     assert set(doc["spec"]) <= {"parentRefs", "hostnames", "rules"}
     for parent in doc["spec"]["parentRefs"]:
