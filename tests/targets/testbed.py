@@ -116,3 +116,20 @@ def processes_with(text: str) -> list[str]:
         if text in cmd:
             found.append(f"{pid}: {cmd}")
     return found
+
+
+def processes_in(folder: Path) -> list[str]:
+    """Processes whose working folder is under `folder` (start.sh runs units from their
+    folder, and every child process inherits it, even renamed ones like VLLM::EngineCore)."""
+    found = []
+    prefix = str(folder)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(prefix):
+            found.append(f"{pid}: {cwd}")
+    return found

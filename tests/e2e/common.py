@@ -1,0 +1,62 @@
+"""Specs and checks shared by the e2e tests."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+from tests.e2e.conftest import VllmCpu
+from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in
+
+# vllm_cpu.md: eager mode, float32, a 1 GiB KV cache, offline; one core per engine.
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+START_TIMEOUT = "600"
+PROMPT = ("the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy "
+          "dog vllm cpu deploy prefill decode cache token model server request router host "
+          "engine spec plan render apply health metric port")
+
+
+def model_section(vllm: VllmCpu, name: str | None = None) -> dict:
+    return {"name": name or str(vllm.model), "servedName": "tiny", "maxModelLen": 256,
+            "dtype": "float32"}
+
+
+def host(env: SshEnv, vllm: VllmCpu, data: Path, name: str = "lo1") -> dict:
+    return host_entry(env, env.host(name), data, venv=str(vllm.venv))
+
+
+def known(env: SshEnv) -> list[str]:
+    return ["--known-hosts", env.known_hosts]
+
+
+def up(spec: Path, env: SshEnv, extra_env: dict[str, str] | None = None):
+    return pdctl("up", str(spec), "--yes", "--timeout", START_TIMEOUT, *known(env),
+                 env=extra_env, timeout=900)
+
+
+def printed_urls(output: str) -> list[str]:
+    return re.findall(r"(http://\S+/v1)\s", output)
+
+
+def complete(base_url: str, prompt: str = PROMPT, max_tokens: int = 8) -> dict:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).encode()
+    req = urllib.request.Request(f"{base_url}/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.read().decode()
+
+
+def assert_nothing_left(data_dir: Path, ports: list[int]) -> None:
+    """No process runs from the deployment's folders, no port listens, no file remains."""
+    assert processes_in(data_dir) == []
+    for port in ports:
+        assert not listening(port), f"port {port} still listening"
+    assert not data_dir.exists(), sorted(str(p) for p in data_dir.rglob("*"))
