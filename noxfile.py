@@ -34,7 +34,7 @@ def tests(session: nox.Session) -> None:
 def e2e(session: nox.Session) -> None:
     """End-to-end tests: a real vLLM (CPU build) started by `pdctl up` over SSH."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "e2e", *session.posargs, success_codes=[0, 5])
+    session.run("pytest", "-m", "e2e", *session.posargs)
 
 
 @nox.session(python=PYTHON)
