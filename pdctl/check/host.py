@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdctl.check.finding import Finding, gib, gpu_list
+from pdctl.check.finding import Finding, Status, gib, gpu_list
 from pdctl.compat import parse_version
 from pdctl.facts.model import HostFacts
 from pdctl.plan.model import Instance, Plan
@@ -118,7 +118,7 @@ def shm(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
                         want, GATHER)]
     size = hf.shm.total_kib
     if size < need_gib * 1024**2:
-        status = "FAIL" if tp > 1 and size < 256 * 1024 else "WARN"
+        status: Status = "FAIL" if tp > 1 and size < 256 * 1024 else "WARN"
         return [Finding(status, "host.shm", host.name, f"/dev/shm {gib(size)}", want,
                         "mount -o remount,size=16G /dev/shm (NCCL and vLLM use it)")]
     return [Finding("PASS", "host.shm", host.name, f"/dev/shm {gib(size)}", want)]
