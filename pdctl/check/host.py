@@ -170,8 +170,10 @@ def runtime(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     return []
 
 
-def ports(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
-    wanted = sorted({p for i in instances for p in (i.port, *(q for _, q in i.extra_ports))})
+def ports(host: Host, hf: HostFacts, instances: list[Instance],
+          extra: tuple[int, ...] = ()) -> list[Finding]:
+    wanted = sorted({p for i in instances for p in (i.port, *(q for _, q in i.extra_ports))}
+                    | set(extra))
     if not wanted:
         return []
     if hf.listening is None:

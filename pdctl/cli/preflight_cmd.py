@@ -117,6 +117,9 @@ def register(app: typer.Typer) -> None:
         plan, source = plan_from(spec, phase, target)
         hf_config = _hf_config(plan, spec)
         names = tuple(h.name for h in plan_hosts(plan))
+        unknown = sorted(set(local) - {h.name for h in plan.spec.hosts})
+        if unknown:
+            raise UsageError(f"--local {unknown[0]}: no host of that name in the spec")
         if replay is not None:
             raw = rec.read(replay, names)
             if plan.target == "kubernetes" and CLUSTER not in raw:
@@ -146,6 +149,6 @@ def register(app: typer.Typer) -> None:
             console = Console(width=None if sys.stdout.isatty() else 200)
             _table(findings, console)
             console.print(f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
-                          f": {status}")
+                          f": {status}", highlight=False)
         if status == "FAIL":
             sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)

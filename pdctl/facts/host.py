@@ -6,6 +6,7 @@ File names are those of a recording folder; a failed command is recorded as `<na
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from pdctl.facts.gpu import (
     NvmlDump,
@@ -15,7 +16,7 @@ from pdctl.facts.gpu import (
     query_driver,
     with_topology,
 )
-from pdctl.facts.model import Gpu, HostFacts, Missing
+from pdctl.facts.model import Docker, Gpu, HostFacts, Missing
 from pdctl.facts.system import (
     command_failure,
     parse_conda,
@@ -104,8 +105,6 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
             gpus = from_nvml
         else:  # NVML adds NUMA and NVLink counts the CSV lacks
             by_index = {g.index: g for g in from_nvml}
-            from dataclasses import replace
-
             gpus = tuple(
                 replace(
                     g,
@@ -135,8 +134,6 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
     if raw.get(P2P_W):
         p2p_w = parse_p2p(raw[P2P_W])
     if raw.get(NVLINK) and gpus is not None:
-        from dataclasses import replace
-
         counts = parse_nvlink(raw[NVLINK])
         gpus = tuple(replace(g, nvlinks=counts.get(g.index, g.nvlinks)) for g in gpus)
     for n in (TOPO, P2P_R, P2P_W):
@@ -153,10 +150,8 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
     if DOCKER in raw:
         docker = parse_docker_info(raw[DOCKER])
         if not docker.ok and raw.get(DOCKER + ".err"):
-            docker = type(docker)(ok=False, error=command_failure(raw[DOCKER + ".err"]))
+            docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
     elif DOCKER + ".err" in raw:
-        from pdctl.facts.model import Docker
-
         docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
     conda = parse_conda(raw[CONDA]) if CONDA in raw else None
     if conda is None and CONDA + ".err" in raw:
