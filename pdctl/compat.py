@@ -80,10 +80,20 @@ ROUTER_VERSION = "0.1.17"
 
 @dataclass(frozen=True)
 class LlmdPins:
-    """The llm-d version set pdctl renders for Kubernetes (phases 2 and 3), pinned together."""
+    """The llm-d version set pdctl renders for Kubernetes (phases 2 and 3), pinned together.
 
-    sidecar_image: str = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.8.0"
-    epp_image: str = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.8.0"
+    llm-d-router v0.10.0 (2026-08-17) is the first release under the new image names; its release
+    publishes both images with the release tag. Checked in that tag: the sidecar's
+    `--vllm-port` (deprecated alias of `--model-server-port`), `--kv-connector=nixlv2` and
+    `--secure-proxy`; the EPP's `--pool-*`, `--config-file`, port and `--metrics-endpoint-auth`
+    flags; `llm-d.ai/v1alpha1` EndpointPickerConfig; every plugin type pdctl names; gRPC
+    health services `liveness` and `readiness`; disagg-profile-handler setting the prefill
+    header itself (no separate headers handler).
+    """
+
+    version: str = "v0.10.0"
+    sidecar_image: str = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"
+    epp_image: str = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
     sidecar_connector: str = "nixlv2"
     epp_config_api: str = "llm-d.ai/v1alpha1"
     pool_api: str = "inference.networking.k8s.io/v1"

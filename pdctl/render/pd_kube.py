@@ -215,6 +215,8 @@ def epp_objects(plan: Plan) -> list[Obj]:
             f"--grpc-port={LLMD.epp_grpc_port}",
             f"--grpc-health-port={LLMD.epp_health_port}",
             f"--metrics-port={LLMD.epp_metrics_port}",
+            # Namespaced RBAC only: metrics auth would need a ClusterRole for TokenReviews.
+            "--metrics-endpoint-auth=false",
         ],
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p, _ in ports],
         "resources": {
@@ -222,11 +224,12 @@ def epp_objects(plan: Plan) -> list[Obj]:
             "limits": {"cpu": "4", "memory": "4Gi"},
         },
         "readinessProbe": {
-            "grpc": {"port": LLMD.epp_health_port, "service": "inference-extension"},
-            "periodSeconds": 5,
+            "grpc": {"port": LLMD.epp_health_port, "service": "readiness"},
+            "periodSeconds": 2,
         },
         "livenessProbe": {
-            "grpc": {"port": LLMD.epp_health_port, "service": "inference-extension"},
+            "grpc": {"port": LLMD.epp_health_port, "service": "liveness"},
+            "initialDelaySeconds": 5,
             "periodSeconds": 10,
         },
         "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
