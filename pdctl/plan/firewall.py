@@ -71,7 +71,7 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
             )
         if "nixl-side-channel" in extra:
             add(
-                inst.host, extra["nixl-side-channel"], inst.tensor_parallel, all_engines,
+                inst.host, extra["nixl-side-channel"], 1, all_engines,
                 f"{inst.name} NIXL side channel", "disaggregation.sideChannelPort",
             )
     for svc in services(plan):

@@ -166,8 +166,8 @@ def host_instances(
     total = shape.prefill.replicas + shape.decode.replicas
     slots = place(_placement_spec(spec, total), groups, choose)
     proxy = (peer_address(router_host(spec)), spec.router.discovery_port)
-    blocks: dict[str, int] = {}  # next free offset per host: kv ports / side-channel ports
-    bootstraps: dict[str, int] = {}  # next bootstrap offset per host
+    blocks: dict[str, int] = {}  # next free p2p-nccl kv_port offset per host
+    singles: dict[str, int] = {}  # next offset per host: bootstrap / NIXL side-channel port
     out = []
     for slot in slots:
         role = shape.prefill if slot.role == "prefill" else shape.decode
@@ -187,8 +187,8 @@ def host_instances(
         elif dis.connector == "mooncake":
             kv = mooncake_config(dis, slot.role)
             if slot.role == "prefill":
-                k = bootstraps.get(host.name, 0)
-                bootstraps[host.name] = k + 1
+                k = singles.get(host.name, 0)
+                singles[host.name] = k + 1
                 boot = dis.bootstrap_port + k
                 pairs.append(("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(boot)))
                 extra_ports.append(("bootstrap", boot))
@@ -198,7 +198,10 @@ def host_instances(
                 pairs.append(("MC_TCP_BIND_ADDRESS", peer_address(host)))
                 files = (("mooncake.json", store_json(spec, host)),)
         else:
-            side = dis.side_channel_port + offset
+            # One side channel per engine (vLLM adds the DP index, not the TP rank).
+            k = singles.get(host.name, 0)
+            singles[host.name] = k + 1
+            side = dis.side_channel_port + k
             pairs += [
                 ("VLLM_NIXL_SIDE_CHANNEL_HOST", peer_address(host)),
                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side)),
@@ -237,6 +240,7 @@ def store_json(spec: Spec, host: Host) -> str:
         "master_server_address": f"{peer_address(master)}:{store.rpc_port}",
         "global_segment_size": store.global_segment_gib * GIB,
         "local_buffer_size": store.local_buffer_gib * GIB,
+        "mode": "embedded",
         "protocol": dis.protocol,
         "device_name": dis.device_name or "",
     }

@@ -185,8 +185,8 @@ class Disaggregation(Section):
         5600,
         ge=1024,
         le=65535,
-        description="nixl: first `VLLM_NIXL_SIDE_CHANNEL_PORT` on a host; each instance takes "
-        "a block of tensorParallel ports.",
+        description="nixl: first `VLLM_NIXL_SIDE_CHANNEL_PORT` on a host; each further "
+        "instance on the host takes the next port.",
     )
     store: Store = Field(default_factory=Store, description="Mooncake shared KV store.")
 
