@@ -111,6 +111,13 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
             out.append(Finding("PASS", "hami.health", n.name,
                                f"{len(devs)} GPUs registered, healthy "
                                f"(split {max(d.count for d in devs)})", "healthy devices"))
+    odd = sorted({f"{n.name}: {d.mode}" for n in registered for d in n.hami_devices or ()
+                  if d.mode not in ("", "hami-core")})
+    if odd:
+        out.append(Finding("WARN", "hami.mode", "cluster", "device mode " + ", ".join(odd),
+                           "hami-core (memory-capped slices, what decode.share sizes)",
+                           "set operatingmode: hami-core for these nodes in the "
+                           "hami-device-plugin ConfigMap, or keep decode off them"))
     if c.workloads is None:
         out.append(Finding("WARN", "hami.workloads", "cluster",
                            "HAMi workloads: not gathered", "hami-scheduler, hami-device-plugin"))

@@ -206,3 +206,44 @@ def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int], cpus: dict[int, s
         )
         for g in gpus
     )
+
+
+def parse_smi_list(text: str) -> tuple[Gpu, ...]:
+    """`nvidia-smi -L`: index, name and UUID of each GPU (MIG devices are skipped)."""
+    out = []
+    for line in strip_ansi(text).splitlines():
+        m = re.match(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)", line)
+        if m:
+            out.append(Gpu(index=int(m.group(1)), name=m.group(2), uuid=m.group(3)))
+    return tuple(out)
+
+
+def parse_smi_memory(text: str) -> dict[str, dict[str, int]]:
+    """`nvidia-smi -q -d MEMORY`: FB memory (MiB) per PCI bus id: total, reserved, used, free."""
+    out: dict[str, dict[str, int]] = {}
+    bus = ""
+    section = ""
+    for line in strip_ansi(text).splitlines():
+        m = re.match(r"^GPU ([0-9A-Fa-f:.]+)\s*$", line)
+        if m:
+            bus, section = m.group(1), ""
+            out[bus] = {}
+            continue
+        if line.startswith("    ") and not line.startswith("        "):
+            section = line.strip()
+            continue
+        kv = re.match(r"^\s+(\w+)\s+:\s+(\d+) MiB", line)
+        if bus and section == "FB Memory Usage" and kv:
+            out[bus][kv.group(1).lower()] = int(kv.group(2))
+    return out
+
+
+def parse_mig_profiles(text: str) -> tuple[tuple[int, str, int, int, float], ...]:
+    """`nvidia-smi mig -lgip`: (gpu, profile name, profile id, total instances, memory GiB)."""
+    out = []
+    for line in strip_ansi(text).splitlines():
+        m = re.match(r"^\|\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s", line)
+        if m:
+            out.append((int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(5)),
+                        float(m.group(6))))
+    return tuple(out)

@@ -10,9 +10,12 @@ from dataclasses import replace
 
 from pdctl.facts.gpu import (
     NvmlDump,
+    parse_mig_profiles,
     parse_proc_version,
     parse_query_gpu,
     parse_smi_header,
+    parse_smi_list,
+    parse_smi_memory,
     query_driver,
     with_topology,
 )
@@ -36,6 +39,9 @@ P2P_W = "topo-p2p-w.txt"
 NVLINK = "nvlink-s.txt"
 PROC = "proc-driver-version.txt"
 SMI = "nvidia-smi.txt"
+SMI_L = "nvidia-smi-L.txt"
+SMI_MEMORY = "q-memory-compute-clock.txt"
+MIG_PROFILES = "mig-lgip.txt"
 NVML = "nvml.json"
 IB = "sys-class-infiniband.txt"
 IB_PORTS = "infiniband-ports.txt"
@@ -49,8 +55,8 @@ HOSTNAME = "hostname.txt"
 VENV = "venv.txt"
 SSH = "ssh.err"
 
-KNOWN = (QUERY, TOPO, P2P_R, P2P_W, NVLINK, PROC, SMI, NVML, IB, IB_PORTS, SHM, CACHE, MODEL,
-         DOCKER, CONDA, PORTS, HOSTNAME, VENV)
+KNOWN = (SMI_L, SMI_MEMORY, MIG_PROFILES, QUERY, TOPO, P2P_R, P2P_W, NVLINK, PROC, SMI, NVML,
+         IB, IB_PORTS, SHM, CACHE, MODEL, DOCKER, CONDA, PORTS, HOSTNAME, VENV)
 
 
 def _fail(raw: dict[str, str], name: str) -> str:
@@ -116,6 +122,13 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         driver = driver or nvml.driver()
         cuda = nvml.cuda()
         links, p2p_r, p2p_w = nvml.links(), nvml.p2p("r"), nvml.p2p("w")
+    if gpus is None and raw.get(SMI_L):  # `nvidia-smi -L` (+ `-q -d MEMORY`) as a last resort
+        gpus = parse_smi_list(raw[SMI_L])
+        memory = list(parse_smi_memory(raw.get(SMI_MEMORY, "")).items())
+        if len(memory) == len(gpus):
+            gpus = tuple(replace(g, pci_bus_id=bus, memory_mib=m.get("total", 0),
+                                 memory_used_mib=m.get("used", 0))
+                         for g, (bus, m) in zip(gpus, memory, strict=True))
     gpu_error = "" if gpus is not None else _gpu_error(raw, nvml)
     if gpus is None and not gpu_error:
         missing.append(Missing("gpus", "no GPU inventory recorded (query-gpu.csv or nvml.json)"))
@@ -181,6 +194,8 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         conda_error=_conda_error(raw),
         venv=raw[VENV].strip() if VENV in raw else None,
         listening=parse_listening(raw[PORTS]) if PORTS in raw else None,
+        mig_profiles=tuple(sorted({name for _, name, _, _, _ in
+                                   parse_mig_profiles(raw.get(MIG_PROFILES, ""))})),
         missing=tuple(missing),
     )
 

@@ -100,6 +100,7 @@ class HostFacts:
     conda_error: str = ""
     venv: str | None = None  # `python --version` and `vllm: PATH|missing` lines
     listening: tuple[int, ...] | None = None
+    mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

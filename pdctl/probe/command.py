@@ -40,6 +40,7 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
                 f.P2P_R: "nvidia-smi topo -p2p r",
                 f.P2P_W: "nvidia-smi topo -p2p w",
                 f.NVLINK: "nvidia-smi nvlink -s",
+                f.MIG_PROFILES: "nvidia-smi mig -lgip",
                 f.PROC: "cat /proc/driver/nvidia/version",
             }
         )

@@ -73,11 +73,16 @@ def test_phase3_without_hami_fails() -> None:
 
 
 def test_phase2_crds() -> None:
-    found = run_checks(_plan("phase2-llmd.yaml"), _facts())
-    crds = {f.found.split()[-1] if f.status == "FAIL" else f.found.split()[0]: f.status
-            for f in found if f.check == "cluster.crds"}
-    assert crds["InferencePool.inference.networking.k8s.io"] == "PASS"
-    assert "FAIL" not in [v for k, v in crds.items() if "InferencePool" in k]
+    plan = _plan("phase2-llmd.yaml")
+    crds = [f for f in run_checks(plan, _facts()) if f.check == "cluster.crds"]
+    assert any(f.status == "PASS" and f.found.startswith("InferencePool.") for f in crds)
+    assert all("InferencePool" not in f.found for f in crds if f.status == "FAIL")
+    facts = _facts()
+    assert facts.cluster is not None
+    none = replace(facts, cluster=replace(facts.cluster, crds=()))
+    failed = [f for f in run_checks(plan, none) if f.check == "cluster.crds"]
+    assert any(f.status == "FAIL" and "InferencePool" in f.found for f in failed)
+    assert all(f.status == "FAIL" for f in failed)
 
 
 def test_cli_replay_cluster() -> None:
@@ -161,3 +166,17 @@ def test_no_kubeconfig_is_a_finding(tmp_path: Path) -> None:
     assert proc.returncode == 1
     (reach,) = [f for f in json_findings(proc) if f["check"] == "cluster.reach"]
     assert reach["status"] == "FAIL" and "kube" in reach["found"].lower()
+
+
+def test_phase3_mig_mode_devices_warn() -> None:
+    facts = _facts()
+    cluster = facts.cluster
+    assert cluster is not None
+    nodes = tuple(replace(n, hami_devices=tuple(replace(d, mode="mig")
+                                                for d in n.hami_devices or ()) or None)
+                  for n in cluster.nodes)
+    found = run_checks(_plan("phase3-hami.yaml"), replace(facts, cluster=replace(cluster,
+                                                                               nodes=nodes)))
+    (mode,) = [f for f in found if f.check == "hami.mode"]
+    assert mode.status == "WARN" and "gpu-a: mig" in mode.found
+    assert not [f for f in run_checks(_plan("phase3-hami.yaml"), facts) if f.check == "hami.mode"]

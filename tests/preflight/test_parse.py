@@ -178,3 +178,31 @@ def test_host_facts_from_every_folder(folder: str) -> None:
         return
     assert hf.gpus and hf.driver and hf.links
     assert all(g.numa is not None for g in hf.gpus)
+
+
+def test_smi_list_memory_and_mig_profiles() -> None:
+    from pdctl.facts.gpu import parse_mig_profiles, parse_smi_list, parse_smi_memory
+
+    gpus = parse_smi_list((H200 / "nvidia-smi-L.txt").read_text())
+    assert [(g.index, g.name) for g in gpus] == [(0, "NVIDIA H200"), (1, "NVIDIA H200")]
+    assert gpus[0].uuid == "GPU-7796f0af-7857-d621-a943-f854d3ee2fd5"
+    mem = parse_smi_memory((H200 / "q-memory-compute-clock.txt").read_text())
+    assert mem["00000000:00:07.0"] == {"total": 143771, "reserved": 616, "used": 0,
+                                       "free": 143156}
+    profiles = parse_mig_profiles((H200 / "mig-lgip.txt").read_text())
+    assert len(profiles) == 14
+    assert (0, "3g.71gb", 9, 2, 69.75) in profiles and (1, "7g.141gb", 0, 1, 140.0) in profiles
+
+
+def test_list_and_memory_stand_in_for_the_csv() -> None:
+    raw = {k: v for k, v in raw_of(H200).items() if k not in ("query-gpu.csv", "nvml.json")}
+    hf = host_facts("h", raw)
+    assert hf.gpus is not None and [g.memory_mib for g in hf.gpus] == [143771, 143771]
+    assert "7g.141gb" in hf.mig_profiles and hf.driver == "580.159.04"
+
+
+def test_decode_share_is_a_measurement_not_a_probe_output() -> None:
+    """decode_share.txt (README: 'a measurement, not a fixture') is never read as a fact."""
+    hf = host_facts("h", raw_of(H200))
+    assert hf == host_facts("h", {k: v for k, v in raw_of(H200).items()
+                                  if k != "decode_share.txt"})
