@@ -33,6 +33,11 @@ def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
     if not root.is_dir():
         raise PdctlError(f"{root}: no such recording folder (make one with --record {root})")
     if any((root / m).is_file() for m in MARKERS) and not any((root / h).is_dir() for h in hosts):
+        if not hosts:
+            raise PdctlError(
+                f"{root} holds the outputs of one host, but the plan runs on Kubernetes; "
+                f"a cluster recording is a folder with {CLUSTER}/ in it"
+            )
         if len(hosts) != 1:
             raise PdctlError(
                 f"{root} holds the outputs of one host, but the plan uses {len(hosts)} hosts; "
