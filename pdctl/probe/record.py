@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdctl.errors import PdctlError
+from pdctl.facts import CLUSTER
 from pdctl.facts import host as f
 
 MARKERS = (f.QUERY, f.TOPO, f.NVML, f.SMI, f.PROC, f.SSH, f.QUERY + ".err")
