@@ -94,3 +94,9 @@ def test_render_facts_places_tp_groups_by_topology(tmp_path: Path) -> None:
     assert "device=0,2" in placed.stdout and "device=1,3" in placed.stdout
     assert pdctl("render", str(spec)).stdout == plain.stdout  # deterministic without facts
     assert pdctl("render", str(spec), "--facts", str(rep)).stdout == placed.stdout
+
+
+def test_host_folder_for_a_kubernetes_plan_is_refused() -> None:
+    proc = pdctl("preflight", str(FIX.parents[2] / "examples" / "phase1-k8s.yaml"), "--replay",
+                 str(FIX / "pcie4"))
+    assert proc.returncode == 1 and "_kubernetes/" in proc.stderr
