@@ -1,0 +1,206 @@
+"""The Docker target (docker SDK): engine containers owned by pdctl, found by labels.
+
+Every container carries `pdctl.io/deployment`, `pdctl.io/unit`, `pdctl.io/role` and
+`pdctl.io/hash` (the unit's spec digest): `up` leaves a running container whose hash matches,
+replaces one whose hash differs, and never touches a container without this deployment's
+label. The client is `docker.DockerClient(base_url=...)`: the local socket, or
+`ssh://user@host` (the SDK's paramiko transport). docker is imported lazily.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdctl.errors import PdctlError
+from pdctl.render.host import GRACE_SECONDS, Unit, unit_hash
+from pdctl.targets.state import Change
+
+DEPLOYMENT = "pdctl.io/deployment"
+
+
+def client_for(base_url: str) -> Any:
+    import docker
+
+    try:
+        return docker.DockerClient(base_url=base_url, use_ssh_client=False)
+    except docker.errors.DockerException as exc:
+        raise PdctlError(f"cannot reach the Docker engine at {base_url}: {exc}") from None
+
+
+def labels(deployment: str, unit: Unit) -> dict[str, str]:
+    return {
+        DEPLOYMENT: deployment,
+        "pdctl.io/unit": unit.name,
+        "pdctl.io/role": unit.role,
+        "pdctl.io/hash": unit_hash(unit),
+        "app.kubernetes.io/managed-by": "pdctl",
+    }
+
+
+def run_options(deployment: str, unit: Unit, secrets: dict[str, str], network: str) -> dict:
+    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, cache."""
+    from docker.types import DeviceRequest
+
+    assert unit.image is not None, f"{unit.name} is not a container unit"
+    opts: dict[str, Any] = {
+        "image": unit.image,
+        "command": list(unit.command),
+        "name": unit.name,
+        "labels": labels(deployment, unit),
+        "environment": {**dict(unit.env), **secrets},
+        # vLLM's workers share tensors through shared memory: the host's IPC namespace.
+        "ipc_mode": "host",
+        "detach": True,
+        "volumes": {unit.host.hf_cache.replace("~", "/root", 1):
+                    {"bind": "/root/.cache/huggingface", "mode": "rw"}},
+    }
+    if unit.gpus:
+        opts["device_requests"] = [
+            DeviceRequest(device_ids=[str(g) for g in unit.gpus], capabilities=[["gpu"]])
+        ]
+    if network == "host":
+        opts["network_mode"] = "host"
+    else:
+        opts["ports"] = {
+            f"{container}/tcp": int(host) for host, container in
+            (mapping.split(":", 1) for mapping in unit.publish)
+        }
+    return opts
+
+
+@dataclass
+class DockerTarget:
+    client: Any
+    deployment: str
+    network: str = "bridge"  # "host": no port publishing; the engine's port is the host's
+    say: Callable[[str], None] = lambda _m: None
+    stop_seconds: int = GRACE_SECONDS  # SIGTERM, then SIGKILL after this long
+    started: list[str] = field(default_factory=list)
+
+    def containers(self) -> list[Any]:
+        selector = {"label": f"{DEPLOYMENT}={self.deployment}"}
+        found = self.client.containers.list(all=True, filters=selector)
+        return [c for c in found if c.labels.get(DEPLOYMENT) == self.deployment]
+
+    def changes(self, units: list[Unit]) -> list[Change]:
+        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+        out = []
+        for unit in units:
+            c = live.get(unit.name)
+            host = unit.host.name
+            if c is None:
+                out.append(Change(host, unit.name, unit.role, "start", "new"))
+            elif c.labels.get("pdctl.io/hash") != unit_hash(unit):
+                out.append(Change(host, unit.name, unit.role, "restart", "spec changed"))
+            elif c.status != "running":
+                out.append(Change(host, unit.name, unit.role, "start", f"container {c.status}"))
+            else:
+                out.append(Change(host, unit.name, unit.role, "keep", "unchanged, running"))
+        wanted = {u.name for u in units}
+        for name, c in live.items():
+            if name not in wanted:
+                out.append(Change("-", str(name), c.labels.get("pdctl.io/role", "-"), "stop",
+                                  "no longer in the spec"))
+        return out
+
+    def apply(self, units: list[Unit], changes: list[Change], secrets: dict[str, str]) -> None:
+        """Remove what is gone or changed, create and start what is new or changed."""
+        import docker
+
+        by_name = {u.name: u for u in units}
+        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+        for change in changes:
+            if change.action in ("stop", "restart") or (
+                change.action == "start" and change.unit in live
+            ):
+                self._remove(live[change.unit])
+            if change.action not in ("start", "restart"):
+                continue
+            unit = by_name[change.unit]
+            self._refuse_foreign(unit.name)
+            try:
+                container = self.client.containers.create(
+                    **run_options(self.deployment, unit, secrets, self.network)
+                )
+            except docker.errors.ImageNotFound:
+                raise PdctlError(f"{unit.name}: image {unit.image} is not on the Docker host "
+                                 "(pull or load it there first)") from None
+            self.started.append(unit.name)
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                # A container that failed to start stays in state Created: remove it.
+                container.remove(force=True)
+                raise PdctlError(f"{unit.name}: the container did not start: "
+                                 f"{exc.explanation or exc}") from None
+            self.say(f"started container {unit.name} ({container.short_id})")
+
+    def _refuse_foreign(self, name: str) -> None:
+        import docker
+
+        try:
+            other = self.client.containers.get(name)
+        except docker.errors.NotFound:
+            return
+        raise PdctlError(f"a container named {name} exists that this deployment did not create "
+                         f"(labels {other.labels}); remove or rename it")
+
+    def _remove(self, container: Any) -> None:
+        if container.labels.get(DEPLOYMENT) != self.deployment:
+            raise PdctlError(f"refusing to remove {container.name}: not this deployment's")
+        if container.status == "running":
+            container.stop(timeout=self.stop_seconds)
+        container.remove(force=True)
+        self.say(f"removed container {container.name}")
+
+    def wait_running(self, names: list[str], seconds: float, probe: Callable[[str], bool]) -> None:
+        """Until `probe(name)` is true for each; a container that exits fails at once with its
+        last log lines."""
+        deadline = time.monotonic() + seconds
+        pending = list(names)
+        while pending:
+            for name in list(pending):
+                c = self.client.containers.get(name)
+                if c.status in ("exited", "dead"):
+                    code = c.attrs["State"].get("ExitCode")
+                    raise PdctlError(f"{name}: the container exited (status {code}); "
+                                     f"last log lines:\n{self.tail(name, 20)}")
+                if probe(name):
+                    pending.remove(name)
+            if pending and time.monotonic() > deadline:
+                raise PdctlError(f"{pending[0]}: not healthy after {int(seconds)} s; last log "
+                                 f"lines:\n{self.tail(pending[0], 20)}")
+            if pending:
+                time.sleep(1)
+
+    def rollback(self) -> None:
+        """Remove the containers this run created (after a failure or Ctrl-C)."""
+        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+        for name in reversed(self.started):
+            if name in live:
+                self._remove(live[name])
+
+    def down(self) -> list[str]:
+        gone = []
+        for c in self.containers():
+            self._remove(c)
+            gone.append(c.name)
+        return gone
+
+    def status(self) -> list[dict[str, str]]:
+        rows = []
+        for c in self.containers():
+            rows.append({
+                "unit": c.labels.get("pdctl.io/unit", c.name),
+                "role": c.labels.get("pdctl.io/role", "-"),
+                "container": c.short_id,
+                "state": c.status,
+                "hash": c.labels.get("pdctl.io/hash", ""),
+            })
+        return sorted(rows, key=lambda r: r["unit"])
+
+    def tail(self, name: str, lines: int = 100) -> str:
+        return self.client.containers.get(name).logs(tail=lines).decode("utf-8", "replace")

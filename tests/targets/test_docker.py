@@ -1,0 +1,172 @@
+"""The docker SDK target against the real dockerd (tests/services.sh), with a stand-in engine
+image built locally from busybox-static (no registry is reachable)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import tarfile
+
+import pytest
+
+from pdctl.errors import PdctlError
+from pdctl.render.host import Unit
+from pdctl.spec.model import Host
+from pdctl.targets.docker import DockerTarget, client_for
+from pdctl.targets.health import probe
+
+IMAGE = "pdctl-test/engine:1"
+ENGINE_SH = """#!/bin/sh
+# Stand-in for `vllm serve` args: MODEL --port P --served-model-name N
+model=$1; shift
+port=8000; name=$model
+while [ $# -gt 0 ]; do
+  case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
+  shift
+done
+case $model in /missing*)
+  echo "OSError: stand-in: model path $model does not exist" >&2; exit 1;;
+esac
+mkdir -p /www/v1
+: > /www/health
+printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$name" > /www/v1/models
+echo "stand-in engine serving $name on port $port"
+exec httpd -f -p "$port" -h /www
+"""
+
+
+def add(tar: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o755,
+        kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.mode, info.type, info.linkname, info.size = mode, kind, link, len(data)
+    tar.addfile(info, io.BytesIO(data) if data else None)
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
+    if not url:
+        pytest.skip("no test dockerd: run `RUN=... tests/services.sh start` and source $RUN/env")
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("busybox-static is not installed (apt-get install busybox-static)")
+    client = client_for(url)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
+            add(tar, d, kind=tarfile.DIRTYPE)
+        with open(busybox, "rb") as fh:
+            add(tar, "bin/busybox", fh.read())
+        for tool in ("sh", "httpd", "mkdir", "printf", "echo"):
+            add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
+        add(tar, "engine.sh", ENGINE_SH.encode())
+    client.api.import_image_from_data(
+        buf.getvalue(), repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1],
+        changes=['ENV PATH=/bin', 'ENTRYPOINT ["/bin/sh", "/engine.sh"]'],
+    )
+    yield client
+    client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+HOST = Host(name="local", address="127.0.0.1", runtime="docker", hfCache="/tmp/pdctl-test-hf")
+
+
+def unit(name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()) -> Unit:
+    return Unit(name=name, role="serve", host=HOST, port=port,
+                command=(model, "--port", str(port), "--served-model-name", "tiny"),
+                env=(("VLLM_LOGGING_LEVEL", "INFO"),), setup="", image=IMAGE, gpus=gpus,
+                publish=(f"{port}:{port}",))
+
+
+def healthy(port: int) -> bool:
+    return probe(lambda: socket.create_connection(("127.0.0.1", port), timeout=5), "tiny").ok
+
+
+@pytest.fixture
+def target(docker_client, request):
+    tgt = DockerTarget(docker_client, f"t-{request.node.name[:40].replace('_', '-')}",
+                       network="host", stop_seconds=1)  # busybox httpd as PID 1 ignores TERM
+    yield tgt
+    tgt.down()
+
+
+def test_up_creates_labelled_containers_and_is_idempotent(target):
+    port = free_port()
+    units = [unit(f"{target.deployment}-serve-0", port)]
+    changes = target.changes(units)
+    assert [c.action for c in changes] == ["start"]
+    target.apply(units, changes, {"HF_TOKEN": "hf_docker_secret"})
+    target.wait_running([units[0].name], 60, lambda _n: healthy(port))
+    (c,) = target.containers()
+    assert c.labels["pdctl.io/deployment"] == target.deployment
+    assert c.labels["pdctl.io/role"] == "serve"
+    assert len(c.labels["pdctl.io/hash"]) == 16
+    assert c.attrs["HostConfig"]["IpcMode"] == "host"
+    assert "stand-in engine serving tiny" in target.tail(c.name)
+    # the secret is an env var of the container, never a command-line argument
+    assert "hf_docker_secret" not in " ".join(c.attrs["Config"]["Cmd"])
+    assert [ch.action for ch in target.changes(units)] == ["keep"]
+
+
+def test_spec_change_replaces_only_the_changed_container(target):
+    p0, p1 = free_port(), free_port()
+    units = [unit(f"{target.deployment}-a", p0), unit(f"{target.deployment}-b", p1)]
+    target.apply(units, target.changes(units), {})
+    ids = {c.name: c.id for c in target.containers()}
+    changed = [units[0], unit(f"{target.deployment}-b", p1, model="tiny2")]
+    changes = target.changes(changed)
+    assert [c.action for c in changes] == ["keep", "restart"]
+    target.apply(changed, changes, {})
+    after = {c.name: c.id for c in target.containers()}
+    assert after[units[0].name] == ids[units[0].name]
+    assert after[units[1].name] != ids[units[1].name]
+
+
+def test_removed_unit_is_stopped_and_down_removes_all(target):
+    units = [unit(f"{target.deployment}-{n}", free_port()) for n in "ab"]
+    target.apply(units, target.changes(units), {})
+    changes = target.changes(units[:1])
+    assert [c.action for c in changes] == ["keep", "stop"]
+    target.apply(units[:1], changes, {})
+    assert [c.name for c in target.containers()] == [units[0].name]
+    assert target.down() == [units[0].name]
+    assert target.containers() == []
+    assert target.down() == []
+
+
+def test_engine_that_exits_is_reported_with_its_error(target):
+    name = f"{target.deployment}-bad"
+    units = [unit(name, free_port(), model="/missing/model")]
+    target.apply(units, target.changes(units), {})
+    with pytest.raises(PdctlError, match="model path /missing/model does not exist"):
+        target.wait_running([name], 60, lambda _n: False)
+    target.rollback()
+    assert target.containers() == []
+
+
+def test_gpu_request_without_gpus_fails_cleanly(target):
+    name = f"{target.deployment}-gpu"
+    units = [unit(name, free_port(), gpus=(0,))]
+    with pytest.raises(PdctlError, match="did not start"):
+        target.apply(units, target.changes(units), {})
+    assert target.containers() == []  # the Created container was removed
+
+
+def test_foreign_container_is_never_touched(target, docker_client):
+    name = f"{target.deployment}-x"
+    other = docker_client.containers.create(IMAGE, ["tiny"], name=name)
+    try:
+        with pytest.raises(PdctlError, match="did not create"):
+            target.apply([unit(name, free_port())], target.changes([unit(name, 1)]), {})
+        assert target.down() == []
+        assert docker_client.containers.get(name).id == other.id
+    finally:
+        other.remove(force=True)
