@@ -19,6 +19,25 @@ from tests.pd.check import check_engine_flags, check_kube_docs, check_router_fla
 
 
 @st.composite
+def shares(draw) -> dict:
+    share: dict = {"perGpu": draw(st.integers(1, 4))}
+    size = draw(st.sampled_from(["default", "percent", "mib"]))
+    if size == "percent":
+        share["gpuMemoryPercent"] = draw(st.integers(5, 100))
+    elif size == "mib":
+        share["gpuMemoryMib"] = draw(st.integers(2048, 90000))
+    if draw(st.booleans()):
+        share["gpuTotalMib"] = draw(st.sampled_from([81559, 143771]))
+    if draw(st.booleans()):
+        share["gpuCoresPercent"] = draw(st.integers(10, 100))
+    if draw(st.booleans()):
+        share["allowTensorParallel"] = True
+    if draw(st.booleans()):
+        share["policy"] = draw(st.sampled_from(["binpack", "spread"]))
+    return share
+
+
+@st.composite
 def pd_specs(draw) -> dict:
     version = draw(st.sampled_from(["0.23.0", "0.33.0"]))
     connector = draw(st.sampled_from(["p2p-nccl", "mooncake", "nixl"]))
@@ -56,7 +75,7 @@ def pd_specs(draw) -> dict:
         "decode": {
             "replicas": draw(st.integers(1, 3)),
             "tensorParallel": draw(st.sampled_from([1, 2])),
-            "share": {"perGpu": draw(st.integers(1, 4))},
+            "share": draw(shares()),
         },
         "disaggregation": dis,
     }
@@ -73,8 +92,19 @@ def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
         return err.path == "disaggregation.connector" and "removed in vLLM 0.24.0" in err.message
     if target == "kubernetes" and dis["connector"] != "nixl":
         return err.path == "disaggregation.connector"
-    if phase == 3 and spec["decode"]["tensorParallel"] > 1:
+    share = spec["decode"]["share"]
+    if phase == 3 and spec["decode"]["tensorParallel"] > 1 and not share.get("allowTensorParallel"):
         return err.path == "decode.tensorParallel"
+    if phase == 3 and err.path.startswith("decode.share"):
+        n = share["perGpu"]
+        pct = share.get("gpuMemoryPercent", 100 // n)
+        return {
+            "decode.share.gpuMemoryPercent": "gpuMemoryMib" not in share and n * pct > 100,
+            "decode.share.gpuMemoryMib": n * share.get("gpuMemoryMib", 0)
+            > share.get("gpuTotalMib", 10**9),
+            "decode.share.gpuCoresPercent": n * share.get("gpuCoresPercent", 0) > 100,
+            "decode.share": "less than half" in err.message,
+        }.get(err.path, False)
     return err.path.endswith(".replicas")  # not enough GPUs on the hosts
 
 
