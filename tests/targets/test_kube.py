@@ -1,0 +1,168 @@
+"""The Kubernetes target against the `kmock` emulator (an in-memory API server over HTTP).
+
+No kube-apiserver can run on these machines. kmock stores objects and answers REST calls, but
+has no controllers, no defaulting, no real server-side apply (PATCH on a missing object is a
+404, so pdctl's create fallback runs), ignores label selectors (pdctl filters by labels again
+itself, which these tests check), and cannot create cluster-scoped objects (Namespaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, objects_of, rolled_out
+from tests.targets.testbed import pdctl
+
+ROOT = Path(__file__).resolve().parents[2]
+kmock = pytest.importorskip("kmock")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """kmock served on a free port from a background thread."""
+    found: dict = {}
+    stop = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            async with kmock.KubernetesEmulator() as km, kmock.Server(km, port=0) as srv:
+                found["url"] = str(srv.url).rstrip("/")
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if "url" in found:
+            break
+        threading.Event().wait(0.05)
+    yield found["url"]
+    stop.set()
+    thread.join(5)
+
+
+@pytest.fixture
+def api(server):
+    from kubernetes import client
+
+    return client.ApiClient(client.Configuration(host=server))
+
+
+def phase1(name: str, replicas: int = 1) -> tuple:
+    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
+    data["name"] = name
+    data["kubernetes"]["createNamespace"] = False  # kmock cannot create cluster-scoped objects
+    data["serve"]["replicas"] = replicas
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    plan = make_plan(spec)
+    return plan, objects_of(render(plan))
+
+
+def test_apply_creates_then_changes_nothing(api):
+    plan, objs = phase1("kapply")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    assert {a for a, _, _ in tgt.changes(objs)} == {"create"}
+    tgt.apply(objs)
+    assert {a for a, _, _ in tgt.changes(objs)} == {"unchanged"}
+    dep = tgt.get("Deployment", "kapply-serve")
+    assert dep["metadata"]["annotations"][HASH_ANNOTATION]
+    assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
+    tgt.delete()
+
+
+def test_spec_change_updates_only_that_object(api):
+    plan, objs = phase1("kupdate")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply(objs)
+    _, changed = phase1("kupdate", replicas=3)
+    actions = {(k, a) for a, k, _ in tgt.changes(changed)}
+    assert ("Deployment", "update") in actions
+    assert ("Service", "unchanged") in actions
+    tgt.apply(changed)
+    assert tgt.get("Deployment", "kupdate-serve")["spec"]["replicas"] == 3
+    assert {a for a, _, _ in tgt.changes(changed)} == {"unchanged"}
+    tgt.delete()
+
+
+def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
+    plan, objs = phase1("kprune")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    ns = plan.spec.kubernetes.namespace
+    foreign = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "someone-else", "namespace": ns,
+                            "labels": {"app.kubernetes.io/instance": "other"}},
+               "spec": {"ports": [{"port": 80}]}}
+    tgt._call("POST", tgt._path("Service"), foreign)
+    tgt.apply(objs)
+    without_service = [o for o in objs if o["kind"] != "Service"]
+    assert ("prune", "Service", "kprune") in tgt.changes(without_service)
+    tgt.apply(without_service)
+    assert tgt.get("Service", "kprune") is None
+    assert tgt.get("Service", "someone-else") is not None  # another owner's object stays
+    tgt.delete()
+    assert tgt.get("Service", "someone-else") is not None
+    tgt._call("DELETE", tgt._path("Service", "someone-else"))
+
+
+def test_delete_by_label_twice_is_harmless(api):
+    plan, objs = phase1("kdelete")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply(objs)
+    assert len(tgt.delete()) == 3
+    assert tgt.owned() == []
+    assert tgt.delete() == []
+
+
+def test_wait_for_rollout(api):
+    plan, objs = phase1("kwait")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply(objs)
+    from pdctl.errors import PdctlError
+
+    with pytest.raises(PdctlError, match="not rolled out"):
+        tgt.wait(objs, timeout=0.5, poll=0.1)  # no controller: never rolls out
+    # Act as the Deployment controller would.
+    path = tgt._path("Deployment", "kwait-serve")
+    status = {"status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                         "availableReplicas": 1, "readyReplicas": 1}}
+    tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
+    assert rolled_out(tgt.get("Deployment", "kwait-serve"))
+    tgt.wait(objs, timeout=5, poll=0.1)
+    rows = tgt.status()
+    assert rows[0]["unit"] == "kwait-serve" and rows[0]["health"] == "healthy"
+    tgt.delete()
+
+
+def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
+    plan, objs = phase1("kcli")
+    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply(objs)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+    }))
+    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
+    data["name"] = "kcli"
+    data["kubernetes"]["createNamespace"] = False
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    status = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
+    assert status.returncode == 0, status.stderr
+    assert '"unit": "kcli-serve"' in status.stdout
+    down = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
+    assert down.returncode == 0, down.stderr
+    assert "deleted 3 objects" in down.stdout
+    again = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
+    assert "nothing to delete" in again.stdout
