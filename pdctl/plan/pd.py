@@ -225,7 +225,16 @@ def host_instances(
                 files=files,
             )
         )
+    _check_ports(spec, release, tuple(out))
     return tuple(out)
+
+
+def _check_ports(spec: Spec, release: Release, instances: tuple[Instance, ...]) -> None:
+    """Clashes between engines, router and mooncake_master ports fail at plan time (validate)."""
+    from pdctl.plan.firewall import port_rules
+    from pdctl.plan.model import Plan
+
+    port_rules(Plan(spec, 2, "hosts", release, "", instances))
 
 
 def store_json(spec: Spec, host: Host) -> str:
