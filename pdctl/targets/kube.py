@@ -117,7 +117,7 @@ class KubeTarget:
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         return self._call("GET", self._path(kind, name, namespace))
 
-    def list(self, kind: str) -> list[dict[str, Any]]:
+    def list_kind(self, kind: str) -> list[dict[str, Any]]:
         data = self._call("GET", self._path(kind), query=[("labelSelector", self.selector)])
         # Filter again here: never touch an object without this deployment's labels, even
         # when a server ignores the selector.
@@ -133,7 +133,7 @@ class KubeTarget:
         """(kind, name) of every object with this deployment's labels."""
         out = []
         for kind in PRUNABLE:
-            for obj in self.list(kind):
+            for obj in self.list_kind(kind):
                 out.append((kind, obj["metadata"]["name"]))
         return out
 
@@ -204,7 +204,7 @@ class KubeTarget:
     # -- status / logs ------------------------------------------------------------------------
     def status(self) -> list[dict[str, str]]:
         rows = []
-        for dep in self.list("Deployment"):
+        for dep in self.list_kind("Deployment"):
             st = dep.get("status") or {}
             spec = dep.get("spec") or {}
             labels = (dep.get("metadata") or {}).get("labels") or {}
@@ -242,8 +242,9 @@ class KubeTarget:
         core = client.CoreV1Api(self.api)
         for name in names if not follow else names[:1]:
             if follow:
-                stream = core.read_namespaced_pod_log(name, self.namespace, follow=True,
-                                                      tail_lines=lines, _preload_content=False)
+                stream: Any = core.read_namespaced_pod_log(
+                    name, self.namespace, follow=True, tail_lines=lines, _preload_content=False
+                )
                 for chunk in stream.stream():
                     write(chunk.decode("utf-8", "replace"))
                 return
