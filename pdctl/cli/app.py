@@ -69,7 +69,8 @@ def main() -> None:
     from pdctl.errors import PdctlError
 
     try:
-        app(standalone_mode=False)
+        # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
+        rc = app(standalone_mode=False)
     except PdctlError as exc:
         from pdctl.cli import state
 
@@ -94,3 +95,4 @@ def main() -> None:
         if isinstance(exc, click.exceptions.Exit):
             sys.exit(exc.exit_code)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
