@@ -6,20 +6,16 @@ import json
 import math
 from dataclasses import dataclass
 
-from pdctl.compat import LLMD, Release
+from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import engine_args
 from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config, require_connectors
 from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, Slot, place
-from pdctl.plan.slice import plan_slice
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Decode, Disaggregation, Prefill, Role
 
 GIB = 1024**3
-K8S_PREFILL_PORT = 8000
-K8S_DECODE_PORT = 8200  # behind the llm-d routing sidecar on 8000
-K8S_SIDE_CHANNEL_PORT = 5600
 
 
 @dataclass(frozen=True)
@@ -69,6 +65,8 @@ def pd_instances(
     shape = pd_shape(spec, phase)
     require_connectors(shape.dis, release)
     if target == "kubernetes":
+        from pdctl.plan.llmd import kube_instances
+
         return kube_instances(spec, release, phase, shape)
     return host_instances(spec, release, shape, choose)
 
@@ -82,7 +80,7 @@ def _check_device(spec: Spec, dis: Disaggregation) -> None:
         )
 
 
-def _env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+def role_env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
     merged = {**spec.engine.env, **role.env}
     for key, value in pairs:
         merged.setdefault(key, value)
@@ -103,7 +101,7 @@ def _check_owned(args: tuple[str, ...], path: str) -> None:
             )
 
 
-def _args(
+def role_args(
     spec: Spec, release: Release, role: Role, path: str, port: int, kv: dict, **over
 ) -> tuple[str, ...]:
     _check_owned(spec.engine.extra_args, "engine.extraArgs")
@@ -215,8 +213,8 @@ def host_instances(
                 role=slot.role,  # type: ignore[arg-type]
                 index=slot.index,
                 port=slot.port,
-                args=_args(spec, release, role, slot.role, slot.port, kv),
-                env=_env(spec, role, *pairs),
+                args=role_args(spec, release, role, slot.role, slot.port, kv),
+                env=role_env(spec, role, *pairs),
                 host=host,
                 gpus=slot.gpus,
                 gpu_count=len(slot.gpus),
@@ -261,63 +259,6 @@ def master_host(spec: Spec) -> Host:
     if dis is not None and dis.store.host is not None:
         return find_host(spec, dis.store.host, "disaggregation.store.host")
     return router_host(spec)
-
-
-def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
-    dis = shape.dis
-    if dis.connector != "nixl":
-        raise SpecError(
-            f"phase {phase} on Kubernetes renders llm-d, which pdctl wires with NIXL "
-            f"(not {dis.connector})",
-            path="disaggregation.connector",
-            fix="use connector nixl, or render phase 2 with --target hosts",
-        )
-    pre, dec = shape.prefill, shape.decode
-    cpu = spec.engine.device == "cpu"
-    side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
-    buffer = dis.kv_buffer_device or ("cpu" if cpu else None)
-    prefill = Instance(
-        name=f"{spec.name}-prefill",
-        role="prefill",
-        index=0,
-        port=K8S_PREFILL_PORT,
-        args=_args(
-            spec, release, pre, "prefill", K8S_PREFILL_PORT, nixl_config(LLMD.prefill_role, buffer)
-        ),
-        env=_env(spec, pre, side),
-        gpu_count=0 if cpu else pre.tensor_parallel,
-        tensor_parallel=pre.tensor_parallel,
-        replicas=pre.replicas,
-        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
-    )
-    over: dict = {}
-    if phase == 3:
-        sl = plan_slice(dec)
-        over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
-        over["enforce_eager"] = sl.enforce_eager
-        if dec.tensor_parallel > 1:
-            over["switches"] = ("--disable-custom-all-reduce",)
-    decode = Instance(
-        name=f"{spec.name}-decode",
-        role="decode",
-        index=0,
-        port=K8S_DECODE_PORT,
-        args=_args(
-            spec,
-            release,
-            dec,
-            "decode",
-            K8S_DECODE_PORT,
-            nixl_config(LLMD.decode_role, buffer),
-            **over,
-        ),
-        env=_env(spec, dec, side),
-        gpu_count=0 if cpu else dec.tensor_parallel,
-        tensor_parallel=dec.tensor_parallel,
-        replicas=dec.replicas,
-        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
-    )
-    return (prefill, decode)
 
 
 __all__ = ["Slot", "pd_instances", "pd_shape", "router_host", "master_host", "peer_address"]

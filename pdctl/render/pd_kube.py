@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.compat import LLMD
+from pdctl.plan.llmd import K8S_DECODE_PORT, K8S_PREFILL_PORT
 from pdctl.plan.model import Instance, Plan
-from pdctl.plan.pd import K8S_DECODE_PORT, K8S_PREFILL_PORT
 from pdctl.plan.slice import plan_slice
 from pdctl.render.kube import (
     Obj,

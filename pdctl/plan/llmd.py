@@ -1,0 +1,72 @@
+"""Kubernetes instances for phases 2 and 3 (llm-d): one prefill and one decode pod template."""
+
+from __future__ import annotations
+
+from pdctl.compat import LLMD, Release
+from pdctl.errors import SpecError
+from pdctl.plan.kv import nixl_config
+from pdctl.plan.model import Instance
+from pdctl.plan.pd import Shape, role_args, role_env
+from pdctl.plan.slice import plan_slice
+from pdctl.spec.model import Spec
+
+K8S_PREFILL_PORT = 8000
+K8S_DECODE_PORT = 8200  # behind the llm-d routing sidecar on 8000
+K8S_SIDE_CHANNEL_PORT = 5600
+
+
+def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
+    dis = shape.dis
+    if dis.connector != "nixl":
+        raise SpecError(
+            f"phase {phase} on Kubernetes renders llm-d, which pdctl wires with NIXL "
+            f"(not {dis.connector})",
+            path="disaggregation.connector",
+            fix="use connector nixl, or render phase 2 with --target hosts",
+        )
+    pre, dec = shape.prefill, shape.decode
+    cpu = spec.engine.device == "cpu"
+    side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
+    buffer = dis.kv_buffer_device or ("cpu" if cpu else None)
+    prefill = Instance(
+        name=f"{spec.name}-prefill",
+        role="prefill",
+        index=0,
+        port=K8S_PREFILL_PORT,
+        args=role_args(
+            spec, release, pre, "prefill", K8S_PREFILL_PORT, nixl_config(LLMD.prefill_role, buffer)
+        ),
+        env=role_env(spec, pre, side),
+        gpu_count=0 if cpu else pre.tensor_parallel,
+        tensor_parallel=pre.tensor_parallel,
+        replicas=pre.replicas,
+        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+    )
+    over: dict = {}
+    if phase == 3:
+        sl = plan_slice(dec)
+        over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
+        over["enforce_eager"] = sl.enforce_eager
+        if dec.tensor_parallel > 1:
+            over["switches"] = ("--disable-custom-all-reduce",)
+    decode = Instance(
+        name=f"{spec.name}-decode",
+        role="decode",
+        index=0,
+        port=K8S_DECODE_PORT,
+        args=role_args(
+            spec,
+            release,
+            dec,
+            "decode",
+            K8S_DECODE_PORT,
+            nixl_config(LLMD.decode_role, buffer),
+            **over,
+        ),
+        env=role_env(spec, dec, side),
+        gpu_count=0 if cpu else dec.tensor_parallel,
+        tensor_parallel=dec.tensor_parallel,
+        replicas=dec.replicas,
+        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+    )
+    return (prefill, decode)
