@@ -162,6 +162,9 @@ def register(app: typer.Typer) -> None:
 
 def report_failures(console: Any, failures: list[Any]) -> None:
     for f in failures:
+        if f.unit == "-":
+            console.print(f"[red]{f.why}[/]")
+            continue
         console.print(f"[red]FAILED[/] {f.unit} on host {f.host}: {f.why}")
         if f.log.strip():
             console.print("  last lines of its log:")

@@ -40,7 +40,10 @@ class UpFailed(PdctlError):
         self.failures = failures
         self.stopped = stopped
         first = failures[0]
-        super().__init__(f"{first.unit} on host {first.host} failed: {first.why}")
+        if first.unit == "-":
+            super().__init__(first.why)
+        else:
+            super().__init__(f"{first.unit} on host {first.host} failed: {first.why}")
 
 
 @dataclass
@@ -136,8 +139,8 @@ class HostsTarget:
                 self.ops[host].upload(files, f"hosts/{host}")
             for stage in sorted({d.stage for d in desired.values()}):
                 todo = units(("start", "restart"), stage)
+                started.extend(todo)  # before starting: an interrupt mid-start stops them too
                 results = self.map(self._start, todo)
-                started.extend(todo)
                 for d, (ok, text) in zip(todo, results, strict=True):
                     if not ok:
                         failures.append(self._failure(d, f"start script failed: {_last(text)}"))

@@ -8,6 +8,7 @@ exist fails the way vLLM does: an error line on stderr and exit status 1.
 import json
 import os
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -22,6 +23,10 @@ def main(argv: list[str]) -> int:
     if model.startswith("/") and not os.path.exists(model):
         print(f"OSError: fake-vllm: model path {model} does not exist", file=sys.stderr)
         return 1
+    if os.environ.get("FAKE_VLLM_HANG"):  # alive but never healthy (for interrupt tests)
+        print("fake-vllm: loading forever", flush=True)
+        while True:
+            time.sleep(60)
     body = json.dumps({"object": "list", "data": [{"id": name, "object": "model"}]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
