@@ -170,9 +170,49 @@ def memory(pdctl: str, tmp: Path, report: Report) -> None:
 
 
 def fleet(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
+    import statistics
+
     import fleet as fleet_bench
 
-    fleet_bench.measure(pdctl, rounds, tmp, report)
+    result = fleet_bench.measure(pdctl, rounds, tmp)
+    one, many = fleet_bench.SIZES
+    rows = (
+        ("4a", "up", "`pdctl up`", "<= 1.5"),
+        ("4b", "preflight", "`pdctl preflight`", "<= 1.5"),
+        ("4c", "preflight+bashrc", "`pdctl preflight`, hosts whose ~/.bashrc runs `pyenv init`",
+         "report"),
+    )
+    for key, cmd, label, target in rows:
+        what = f"{label}, {many} SSH hosts vs 1 host (wall time)"
+        stats = result.stats(cmd)
+        if len(stats) < 2:
+            why = result.missing.get(cmd.split("+")[0], "no result")
+            report.rows.append(Row(key, what, "-", "-", "-", target, None))
+            report.notes.append(f"{key}: not measured: {why}.")
+            continue
+        ratio = stats[many].median / stats[one].median
+        ok = ratio <= 1.5 if target != "report" else True
+        report.rows.append(Row(key, what, _fig(stats[many]), _fig(stats[one]), f"{ratio:.2f}",
+                               target, ok))
+    if result.runs:
+        lines = [
+            "### Fleet: where the time goes (medians per run)",
+            "",
+            "Hosts: real sshd daemons, each in a network namespace of its own, all on this "
+            f"machine's {os.cpu_count()} CPUs; engine: benchmarks/stand_in_vllm.py. "
+            "pdctl CPU: the pdctl process; sshd-side CPU: every SSH session's shell and "
+            "commands on the hosts.",
+            "",
+            "| command | hosts | wall | pdctl CPU | sshd-side CPU |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for (cmd, n), samples in sorted(result.runs.items()):
+            med = {k: statistics.median(getattr(x, k) for x in samples)
+                   for k in ("wall", "client_cpu", "server_cpu")}
+            lines.append(f"| {cmd} | {n} | {timing.ms(med['wall'])} | "
+                         f"{timing.ms(med['client_cpu'])} | {timing.ms(med['server_cpu'])} |")
+        report.sections.append("\n".join(lines))
+    report.notes.extend(result.notes)
 
 
 def _fig(stats: timing.Stats) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,14 +41,15 @@ class Stats:
         return q[2] - q[0]
 
 
-def run_once(argv: Argv, env: Mapping[str, str] | None = None, cwd: str | None = None) -> float:
-    """Seconds to run argv to completion (stdout and stderr discarded); fails loudly."""
+def run_once(
+    argv: Argv, env: Mapping[str, str] | None = None, ok: Sequence[int] = (0,)
+) -> float:
+    """Seconds to run argv to completion (output discarded); fails loudly on an exit status
+    not in `ok`."""
     start = time.perf_counter()
-    proc = subprocess.run(
-        list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd
-    )
+    proc = subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         raise RuntimeError(
             f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}"
         )
@@ -73,18 +75,27 @@ def interleaved(
     return {label: Stats(tuple(ts)) for label, ts in runs.items()}
 
 
+def run_usage(
+    argv: Argv, env: Mapping[str, str] | None = None, ok: Sequence[int] = (0,)
+) -> tuple[float, os.struct_rusage]:
+    """Wall seconds and the kernel's resource usage (CPU, peak RSS) of one run of argv."""
+    with tempfile.TemporaryFile() as err, open(os.devnull, "wb") as null:
+        start = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdout=null, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in ok:
+            err.seek(0)
+            text = err.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {text}")
+    return wall, usage
+
+
 def max_rss_kib(argv: Argv, env: Mapping[str, str] | None = None) -> int:
     """Peak resident memory (KiB) of one run of argv, from the kernel's rusage of that child."""
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(list(argv), stdout=null, stderr=subprocess.PIPE, env=env)
-        assert proc.stderr is not None
-        err = proc.stderr.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err.decode()}")
-    return int(usage.ru_maxrss)
+    return int(run_usage(argv, env)[1].ru_maxrss)
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
