@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_with, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    host_entry,
+    listening,
+    pdctl,
+    processes_in,
+    processes_with,
+    write_spec,
+)
 
 
 def free_port() -> int:
@@ -43,18 +51,33 @@ def known(env: SshEnv) -> list[str]:
     return ["--known-hosts", env.known_hosts]
 
 
-@pytest.fixture
-def deployed(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+def deploy(env: SshEnv, venv: Path, data: Path):
     port = free_port()
-    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, port))
+    spec = write_spec(data / "spec.yaml", two_host_spec(env, venv, data, port))
     secret = {"PDCTL_TEST_HF_TOKEN": "hf_test_not_a_real_token_1234"}
-    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60", env=secret)
+    up = pdctl("up", str(spec), "--yes", *known(env), "--timeout", "60", env=secret)
+    return spec, port, secret, up
+
+
+@pytest.fixture(scope="module")
+def deployed(ssh_env: SshEnv, fake_venv: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One deployment shared by the tests that only read it."""
+    data = tmp_path_factory.mktemp("deployed")
+    spec, port, secret, up = deploy(ssh_env, fake_venv, data)
+    yield spec, port, secret, up, data
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+@pytest.fixture
+def own_deployment(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+    """A deployment for a test that changes it."""
+    spec, port, secret, up = deploy(ssh_env, fake_venv, tmp_path)
     yield spec, port, secret, up
     pdctl("down", str(spec), *known(ssh_env))
 
 
-def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv, tmp_path: Path):
-    spec, port, secret, up = deployed
+def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv):
+    spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
     assert "send requests to" in up.stdout
     assert f":{port}/v1" in up.stdout
@@ -67,8 +90,8 @@ def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv, t
     assert all(r["pid"].isdigit() for r in rows)
 
 
-def test_secrets_file_is_0600_and_nothing_is_wider(deployed, tmp_path: Path):
-    spec, port, secret, up = deployed
+def test_secrets_file_is_0600_and_nothing_is_wider(deployed):
+    spec, port, secret, up, tmp_path = deployed
     assert up.returncode == 0, up.stdout + up.stderr
     value = secret["PDCTL_TEST_HF_TOKEN"]
     deploy = tmp_path / "lo1" / "fake"
@@ -85,7 +108,7 @@ def test_secrets_file_is_0600_and_nothing_is_wider(deployed, tmp_path: Path):
 
 
 def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
-    spec, port, secret, up = deployed
+    spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
     pids = {r["unit"]: r["pid"] for r in json.loads(
         pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
@@ -97,8 +120,8 @@ def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
     assert after == pids
 
 
-def test_spec_change_restarts_only_the_affected_instance(deployed, ssh_env: SshEnv, tmp_path):
-    spec, port, secret, up = deployed
+def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env, tmp_path):
+    spec, port, secret, up = own_deployment
     assert up.returncode == 0, up.stdout + up.stderr
     before = {r["unit"]: r["pid"] for r in json.loads(
         pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
@@ -119,7 +142,7 @@ def test_spec_change_restarts_only_the_affected_instance(deployed, ssh_env: SshE
 
 
 def test_logs_show_the_engine_output(deployed, ssh_env: SshEnv):
-    spec, port, secret, up = deployed
+    spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
     out = pdctl("logs", str(spec), "fake-serve-0", *known(ssh_env))
     assert out.returncode == 0, out.stderr
@@ -140,7 +163,7 @@ def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_p
     assert "stopped fake-serve-0" in down.stdout
     assert not listening(port) and not listening(port + 1)
     assert not (tmp_path / "lo1").exists()
-    assert processes_with(str(fake_venv)) == []
+    assert processes_in(tmp_path) == []
     again = pdctl("down", str(spec), *known(ssh_env))
     assert again.returncode == 0 and "nothing was running" in again.stdout
 
@@ -155,7 +178,7 @@ def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv,
     assert up.returncode == 1
     assert "model path /nonexistent/model does not exist" in up.stdout
     assert "FAILED" in up.stdout
-    assert processes_with(str(fake_venv)) == []
+    assert processes_in(tmp_path) == []
     assert not listening(port)
     pdctl("down", str(spec), *known(ssh_env))
 
@@ -226,5 +249,5 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
     assert proc.returncode == 1, out
     assert "interrupted (Ctrl-C)" in out
     assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
-    assert processes_with(str(fake_venv)) == []
+    assert processes_in(tmp_path) == []
     pdctl("down", str(spec), *known(ssh_env))
