@@ -90,6 +90,30 @@ def render_vs_kustomize(pdctl: str, rounds: int, tmp: Path, report: Report) -> N
     ))
     if not same:
         report.notes.append("1: kubectl kustomize built objects that differ from pdctl's.")
+    report.sections.append(breakdown(spec, rounds))
+
+
+def breakdown(spec: Path, rounds: int) -> str:
+    """Each stage's best time over fresh processes (benchmarks/breakdown.py)."""
+    best: dict[str, float] = {}
+    start = min(timing.run_once([sys.executable, "-c", "pass"]) for _ in range(rounds))
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, str(HERE / "breakdown.py"), str(spec)], check=True,
+                             capture_output=True, text=True).stdout
+        for stage, seconds in json.loads(out).items():
+            best[stage] = min(best.get(stage, seconds), seconds)
+    lines = [
+        "### Where a cold `pdctl render` of the phase 1 example goes (best of "
+        f"{rounds} fresh processes per stage)",
+        "",
+        "| stage | time |",
+        "|---|---:|",
+        f"| interpreter start (`python -c pass`) | {start * 1000:.1f} ms |",
+    ]
+    lines += [f"| {stage} | {seconds * 1000:.1f} ms |" for stage, seconds in best.items()]
+    total = start + sum(best.values())
+    lines.append(f"| **sum** | **{total * 1000:.1f} ms** |")
+    return "\n".join(lines)
 
 
 def _objects(stream: str) -> list:

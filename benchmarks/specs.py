@@ -66,3 +66,21 @@ def write_kustomization(stream: str, folder: Path) -> Path:
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
     return folder
+
+
+def main() -> None:
+    """For reproducing a figure by hand (see docs/performance.md):
+    `python benchmarks/specs.py scale N > spec.yaml` writes the N-instance spec;
+    `pdctl render SPEC | python benchmarks/specs.py kustomization DIR` writes the plain files."""
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "scale":
+        sys.stdout.write(yaml.safe_dump(scale_spec(int(sys.argv[2]), "mixed"), sort_keys=False))
+    elif len(sys.argv) == 3 and sys.argv[1] == "kustomization":
+        write_kustomization(sys.stdin.read(), Path(sys.argv[2]))
+    else:
+        sys.exit("usage: specs.py scale N | specs.py kustomization DIR")
+
+
+if __name__ == "__main__":
+    main()
