@@ -143,9 +143,7 @@ def test_wait_for_rollout(api):
     tgt.delete()
 
 
-def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
-    plan, objs = phase1("kcli")
-    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply(objs)
+def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
@@ -154,10 +152,34 @@ def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
         "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
     }))
     data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
-    data["name"] = "kcli"
+    data["name"] = name
     data["kubernetes"]["createNamespace"] = False
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
+    return spec, kubeconfig
+
+
+def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
+    spec, kubeconfig = write_kube_files(server, tmp_path, "kup")
+    dry = pdctl("up", str(spec), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "apply Deployment/kup-serve" in dry.stdout
+    # kmock has no controller, so the rollout never completes: up applies, then times out.
+    up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
+    assert up.returncode == 1
+    assert "create   Deployment/kup-serve" in up.stdout
+    assert "Deployment/kup-serve not rolled out" in up.stderr
+    tgt = KubeTarget(api, "kup", "vllm-inference")
+    assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
+    again = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
+    assert "nothing to change" in again.stdout
+    tgt.delete()
+
+
+def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
+    plan, objs = phase1("kcli")
+    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply(objs)
+    spec, kubeconfig = write_kube_files(server, tmp_path, "kcli")
     status = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
     assert status.returncode == 0, status.stderr
     assert '"unit": "kcli-serve"' in status.stdout
