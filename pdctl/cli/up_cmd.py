@@ -143,7 +143,8 @@ def register(app: typer.Typer) -> None:
             if todo and not yes and not typer.confirm("apply these changes?", default=False):
                 raise typer.Abort()
             try:
-                failures = tgt.up(changes, secrets, timeout=timeout, keep_going=keep_going)
+                with console.status("applying; waiting for /health and /v1/models ..."):
+                    failures = tgt.up(changes, secrets, timeout=timeout, keep_going=keep_going)
             except UpFailed as exc:
                 report_failures(console, exc.failures)
                 console.print(f"stopped what this run started: {', '.join(exc.stopped) or '-'}")
@@ -169,7 +170,7 @@ def report_failures(console: Any, failures: list[Any]) -> None:
         if f.log.strip():
             console.print("  last lines of its log:")
             for line in f.log.rstrip().splitlines()[-20:]:
-                console.print(f"  | {line}", markup=False)
+                console.print(f"  | {line}", markup=False, soft_wrap=True)
 
 
 def _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context) -> None:  # type: ignore[no-untyped-def]

@@ -43,7 +43,9 @@ class UpFailed(PdctlError):
         if first.unit == "-":
             super().__init__(first.why)
         else:
-            super().__init__(f"{first.unit} on host {first.host} failed: {first.why}")
+            last = _last(first.log)[:300]
+            super().__init__(f"{first.unit} on host {first.host} failed: {first.why}"
+                             + (f"; its log ends: {last}" if last else ""))
 
 
 @dataclass

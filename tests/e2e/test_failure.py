@@ -30,6 +30,9 @@ def test_engine_that_cannot_start_fails_up_with_its_own_error(vllm_cpu, ssh_env,
     # the engine's own error line (huggingface_hub rejects the path as a repo id)
     assert f"'{missing}'" in out and "Error" in out, out
     assert "stopped what this run started: e2efail-serve-0" in out
+    # the one-line error names the engine's own last log line
+    assert "e2efail-serve-0 on host lo1 failed" in result.stderr
+    assert "its log ends:" in result.stderr and f"'{missing}'" in result.stderr
     assert processes_in(tmp_path / "lo1") == []
     pdctl("down", str(spec), *known(ssh_env))
     assert_nothing_left(tmp_path / "lo1", [PORT])

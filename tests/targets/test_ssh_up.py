@@ -177,6 +177,7 @@ def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv,
                env={"PDCTL_TEST_HF_TOKEN": "x"})
     assert up.returncode == 1
     assert "model path /nonexistent/model does not exist" in up.stdout
+    assert "its log ends: OSError: fake-vllm: model path" in up.stderr
     assert "FAILED" in up.stdout
     assert processes_in(tmp_path) == []
     assert not listening(port)
