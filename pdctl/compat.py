@@ -83,12 +83,14 @@ class LlmdPins:
     """The llm-d version set pdctl renders for Kubernetes (phases 2 and 3), pinned together.
 
     llm-d-router v0.10.0 (2026-08-17) is the first release under the new image names; its release
-    publishes both images with the release tag. Checked in that tag: the sidecar's
-    `--vllm-port` (deprecated alias of `--model-server-port`), `--kv-connector=nixlv2` and
-    `--secure-proxy`; the EPP's `--pool-*`, `--config-file`, port and `--metrics-endpoint-auth`
-    flags; `llm-d.ai/v1alpha1` EndpointPickerConfig; every plugin type pdctl names; gRPC
-    health services `liveness` and `readiness`; disagg-profile-handler setting the prefill
-    header itself (no separate headers handler).
+    publishes both images with the release tag. Checked in that tag (the extracted facts are
+    in tests/pd/data/llmd_v0.10.0.json): the sidecar's `--model-server-port` (`--vllm-port` is
+    only its deprecated alias there), `--kv-connector=nixlv2` and `--secure-proxy`; the EPP's
+    `--pool-*`, `--config-file`, port and `--metrics-endpoint-auth` flags; `llm-d.ai/v1alpha1`
+    EndpointPickerConfig; every plugin type pdctl names (the approx-prefix-cache-producer that
+    prefix-cache-scorer consumes is auto-created); gRPC health services `liveness` and
+    `readiness`; disagg-profile-handler setting the prefill header itself (no separate headers
+    handler); the chart's EPP Service `appProtocol: kubernetes.io/h2c` and its RBAC.
     """
 
     version: str = "v0.10.0"

@@ -18,6 +18,7 @@ ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # p2p-nccl producers in PUT_ASYNC mode send and keep no buffer; upstream uses 1e1 for them.
 P2P_PRODUCER_BUFFER = 10
 P2P_DEFAULT_BUFFER = 8_000_000_000  # the upstream decode example (10% of an 80 GB GPU)
+GIB = 1024**3  # disaggregation.gpuMemoryGib is in GiB; kv_buffer_size is in bytes
 
 
 def connector_classes(dis: Disaggregation) -> list[str]:
@@ -39,7 +40,7 @@ def p2p_config(
     if role == "prefill":
         buffer: float = P2P_PRODUCER_BUFFER
     elif dis.gpu_memory_gib is not None:
-        buffer = int(dis.gpu_memory_gib * 1e9 * 0.1)
+        buffer = int(dis.gpu_memory_gib * GIB * 0.1)
     else:
         buffer = P2P_DEFAULT_BUFFER
     return {

@@ -54,7 +54,8 @@ def sidecar_container() -> Obj:
         "imagePullPolicy": "IfNotPresent",
         "args": [
             f"--port={K8S_PREFILL_PORT}",
-            f"--vllm-port={K8S_DECODE_PORT}",
+            # --vllm-port is only a deprecated alias of this flag at the pinned llm-d-router.
+            f"--model-server-port={K8S_DECODE_PORT}",
             f"--kv-connector={LLMD.sidecar_connector}",
             "--secure-proxy=false",
         ],
@@ -198,9 +199,12 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "metadata": metadata(plan, name, "epp"),
         "data": {EPP_CONFIG: dump(epp_config())},
     }
+    # gRPC is HTTP/2 over plain TCP to the Service: Kubernetes' standard appProtocol for it is
+    # `kubernetes.io/h2c` (what llm-d-router's chart sets on 9002); a bare `http2` is not one
+    # Gateway implementations have to understand.
     ports = [
-        ("grpc-ext-proc", LLMD.epp_grpc_port, "http2"),
-        ("grpc-health", LLMD.epp_health_port, "http2"),
+        ("grpc-ext-proc", LLMD.epp_grpc_port, "kubernetes.io/h2c"),
+        ("grpc-health", LLMD.epp_health_port, "kubernetes.io/h2c"),
         ("http-metrics", LLMD.epp_metrics_port, "http"),
     ]
     container = {

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
+from pdctl.errors import SpecError
 from pdctl.spec.base import Section
 
 _SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
@@ -108,8 +109,13 @@ class Share(Section):
 
     @model_validator(mode="after")
     def _one_size(self) -> Share:
+        # SpecError (not ValueError): load_text locates it, and the line names field and fix.
         if self.gpu_memory_percent is not None and self.gpu_memory_mib is not None:
-            raise ValueError("give gpuMemoryPercent or gpuMemoryMib, not both")
+            raise SpecError(
+                "give gpuMemoryPercent or gpuMemoryMib, not both",
+                path="decode.share.gpuMemoryMib",
+                fix="remove gpuMemoryMib to size slices by percent, or gpuMemoryPercent",
+            )
         return self
 
 
@@ -171,8 +177,9 @@ class Disaggregation(Section):
     gpu_memory_gib: float | None = Field(
         None,
         gt=0,
-        description="p2p-nccl: memory of one GPU, to size the decode `kv_buffer_size` (10% of "
-        "it, the upstream rule of thumb). Default: 8e9 bytes, the upstream example.",
+        description="p2p-nccl: memory of one GPU in GiB, to size the decode `kv_buffer_size` "
+        "(10% of it in bytes, the upstream rule of thumb). Default: 8e9 bytes, the upstream "
+        "example.",
     )
     bootstrap_port: int = Field(
         8998,
@@ -193,11 +200,23 @@ class Disaggregation(Section):
     @model_validator(mode="after")
     def _checks(self) -> Disaggregation:
         if self.store.enabled and self.connector != "mooncake":
-            raise ValueError("store.enabled needs connector mooncake")
+            raise SpecError(
+                f"store.enabled needs connector mooncake (connector is {self.connector})",
+                path="disaggregation.store.enabled",
+                fix="set disaggregation.connector: mooncake, or remove the store",
+            )
         if self.device_name is not None and self.protocol != "rdma":
-            raise ValueError("deviceName applies to protocol rdma only")
+            raise SpecError(
+                f"deviceName applies to protocol rdma only (protocol is {self.protocol})",
+                path="disaggregation.deviceName",
+                fix="set disaggregation.protocol: rdma, or remove deviceName",
+            )
         if self.kv_buffer_device is not None and self.connector != "nixl":
-            raise ValueError("kvBufferDevice applies to connector nixl only")
+            raise SpecError(
+                f"kvBufferDevice applies to connector nixl only (connector is {self.connector})",
+                path="disaggregation.kvBufferDevice",
+                fix="remove kvBufferDevice, or use connector nixl",
+            )
         return self
 
 

@@ -29,6 +29,46 @@ def router_flags() -> frozenset[str]:
 
 
 @cache
+def llmd_facts() -> dict:
+    """Interfaces of the pinned llm-d-router (v0.10.0), extracted from its tag."""
+    return json.loads((DATA / "llmd_v0.10.0.json").read_text())
+
+
+def _flag_names(args: list[str]) -> list[str]:
+    return [a[2:].split("=", 1)[0] for a in args if a.startswith("--")]
+
+
+def check_llmd(docs: list[dict]) -> None:
+    """Sidecar and EPP flags exist (and are not deprecated) at the pinned llm-d-router; the EPP
+    config names only registered plugin types; probes and Service match the EPP's servers."""
+    facts = llmd_facts()
+    sidecar_ok = set(facts["sidecar_flags"]) - set(facts["sidecar_deprecated_flags"])
+    epp_ok = set(facts["epp_flags"]) - set(facts["epp_deprecated_flags"])
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            pod = doc["spec"]["template"]["spec"]
+            for c in pod.get("initContainers", []):
+                if c["name"] == "routing-proxy":
+                    for flag in _flag_names(c["args"]):
+                        assert flag in sidecar_ok, f"sidecar flag --{flag} (pinned llm-d-router)"
+            for c in pod["containers"]:
+                if c["name"] == "epp":
+                    for flag in _flag_names(c["args"]):
+                        assert flag in epp_ok, f"EPP flag --{flag} (pinned llm-d-router)"
+                    for probe in ("readinessProbe", "livenessProbe"):
+                        service = c[probe]["grpc"]["service"]
+                        assert service in facts["epp_grpc_health_services"], service
+        elif doc["kind"] == "ConfigMap" and "epp-config.yaml" in doc.get("data", {}):
+            config = yaml.safe_load(doc["data"]["epp-config.yaml"])
+            assert config["apiVersion"] in facts["epp_config_api_versions"]
+            for plugin in config["plugins"]:
+                assert plugin["type"] in facts["plugin_types"], plugin["type"]
+        elif doc["kind"] == "Service" and doc["metadata"]["name"].endswith("-epp"):
+            (ext,) = [p for p in doc["spec"]["ports"] if p["name"] == "grpc-ext-proc"]
+            assert ext["appProtocol"] == facts["epp_ext_proc_app_protocol"]
+
+
+@cache
 def crd_schema(kind: str, version: str) -> dict:
     for path in CRDS.glob("*.yaml"):
         crd = yaml.safe_load(path.read_text())
@@ -111,3 +151,4 @@ def check_kube_docs(docs: list[dict]) -> None:
         else:
             raise AssertionError(f"unchecked kind {doc['kind']} {doc['apiVersion']}")
     assert {"InferencePool", "Deployment", "Service", "ConfigMap"} <= kinds
+    check_llmd(docs)

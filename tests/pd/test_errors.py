@@ -122,3 +122,25 @@ def test_store_needs_mooncake() -> None:
     with pytest.raises(SpecError) as err:
         load_text(text, "spec.yaml")
     assert "store.enabled needs connector mooncake" in err.value.line()
+
+
+NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
+
+
+@pytest.mark.parametrize(
+    ("example", "change", "where"),
+    [
+        (NIXL, lambda d: d["disaggregation"].update(store={"enabled": True}),
+         "disaggregation.store.enabled: store.enabled needs connector mooncake"),
+        (NIXL, lambda d: d["disaggregation"].update(connector="mooncake", deviceName="mlx5_0"),
+         "disaggregation.deviceName: deviceName applies to protocol rdma only"),
+        (P2P, lambda d: d["disaggregation"].update(kvBufferDevice="cpu"),
+         "disaggregation.kvBufferDevice: kvBufferDevice applies to connector nixl only"),
+        (HAMI, lambda d: d["decode"]["share"].update(gpuMemoryMib=40000),
+         "decode.share.gpuMemoryMib: give gpuMemoryPercent or gpuMemoryMib, not both"),
+    ],
+)
+def test_cross_field_errors_name_the_field_and_a_fix(tmp_path, example, change, where) -> None:
+    line = one_line_error(cli("validate", str(edited(example, tmp_path, change))))
+    assert "spec.yaml:" in line and where in line
+    assert "; " in line.split(where, 1)[1]  # a fix follows the message

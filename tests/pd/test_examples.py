@@ -94,7 +94,7 @@ def test_p2p_nccl_shape() -> None:
     dec = by_name["llama-p2p-decode-0"]
     dcfg = json.loads(dec.args[dec.args.index("--kv-transfer-config") + 1])
     assert cfg["kv_port"] == 21001 and dcfg["kv_port"] == 21003
-    assert dcfg["kv_buffer_size"] == 8_000_000_000  # 10% of gpuMemoryGib 80
+    assert dcfg["kv_buffer_size"] == 8_589_934_592  # 10% of gpuMemoryGib 80, in bytes (GiB)
     assert dict(pre.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert dict(dec.env)["CUDA_VISIBLE_DEVICES"] == "2"
 
@@ -167,7 +167,8 @@ def test_llmd_objects() -> None:
     decode = by[("Deployment", "qwen-llmd-decode")]["spec"]["template"]
     (sidecar,) = decode["spec"]["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
-    assert "--vllm-port=8200" in sidecar["args"] and "--secure-proxy=false" in sidecar["args"]
+    assert "--model-server-port=8200" in sidecar["args"]
+    assert "--secure-proxy=false" in sidecar["args"]
     assert "--kv-connector=nixlv2" in sidecar["args"]
     vllm = decode["spec"]["containers"][0]
     assert vllm["args"][vllm["args"].index("--port") + 1] == "8200"
