@@ -5,7 +5,15 @@ from __future__ import annotations
 import typer
 
 from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.up_cmd import ACCEPT_NEW, CONTEXT, IDENTITY, KNOWN_HOSTS, KUBECONFIG
+from pdctl.cli.up_cmd import (
+    ACCEPT_NEW,
+    CONTEXT,
+    DOCKER_NETWORK,
+    DOCKER_URL,
+    IDENTITY,
+    KNOWN_HOSTS,
+    KUBECONFIG,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,6 +27,8 @@ def register(app: typer.Typer) -> None:
         identity: str | None = IDENTITY,
         kubeconfig: str | None = KUBECONFIG,
         context: str | None = CONTEXT,
+        docker_url: list[str] | None = DOCKER_URL,
+        docker_network: str = DOCKER_NETWORK,
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
         from rich.console import Console
@@ -34,6 +44,14 @@ def register(app: typer.Typer) -> None:
                              plan.spec.kubernetes.namespace, say=lambda m: console.log(m))
             deleted = tgt.delete()
             console.print(f"deleted {len(deleted)} objects" if deleted else "nothing to delete")
+            return
+        if docker_url:
+            from pdctl.cli.up_cmd import containers
+
+            removed = containers(plan, docker_url, docker_network).down()
+            for host, name in removed:
+                console.print(f"removed container {name} on {host}")
+            console.print("nothing was running" if not removed else "done")
             return
         from pdctl.targets.hosts import HostsTarget
 

@@ -8,7 +8,15 @@ from dataclasses import asdict
 import typer
 
 from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.up_cmd import ACCEPT_NEW, CONTEXT, IDENTITY, KNOWN_HOSTS, KUBECONFIG
+from pdctl.cli.up_cmd import (
+    ACCEPT_NEW,
+    CONTEXT,
+    DOCKER_NETWORK,
+    DOCKER_URL,
+    IDENTITY,
+    KNOWN_HOSTS,
+    KUBECONFIG,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +31,8 @@ def register(app: typer.Typer) -> None:
         identity: str | None = IDENTITY,
         kubeconfig: str | None = KUBECONFIG,
         context: str | None = CONTEXT,
+        docker_url: list[str] | None = DOCKER_URL,
+        docker_network: str = DOCKER_NETWORK,
     ) -> None:
         """Show every instance of SPEC and whether it is healthy."""
         from rich.console import Console
@@ -40,6 +50,10 @@ def register(app: typer.Typer) -> None:
             tgt = KubeTarget(kube_api(kubeconfig, context), plan.name,
                              plan.spec.kubernetes.namespace)
             rows = tgt.status()
+        elif docker_url:
+            from pdctl.cli.up_cmd import containers
+
+            rows = containers(plan, docker_url, docker_network).status()
         else:
             from pdctl.targets.hosts import HostsTarget
 

@@ -28,6 +28,16 @@ IDENTITY = typer.Option(
     None, "--identity", "-i", help="SSH private key for hosts that set no identityFile.",
     envvar="PDCTL_SSH_IDENTITY",
 )
+DOCKER_URL = typer.Option(
+    None,
+    "--docker-url",
+    help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
+    "SDK (unix:///var/run/docker.sock, tcp://..., ssh://user@host) instead of scripts over SSH. "
+    "Repeat per host.",
+)
+DOCKER_NETWORK = typer.Option(
+    "bridge", "--docker-network", help="With --docker-url: bridge (publish ports) or host."
+)
 KUBECONFIG = typer.Option(None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG).")
 CONTEXT = typer.Option(None, "--context", help="kubeconfig context.")
 
@@ -111,6 +121,8 @@ def register(app: typer.Typer) -> None:
         identity: str | None = IDENTITY,
         kubeconfig: str | None = KUBECONFIG,
         context: str | None = CONTEXT,
+        docker_url: list[str] | None = DOCKER_URL,
+        docker_network: str = DOCKER_NETWORK,
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         from rich.console import Console
@@ -123,6 +135,10 @@ def register(app: typer.Typer) -> None:
             _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context)
             return
         secrets = {} if dry_run else read_secrets(plan)
+        if docker_url:
+            _up_containers(console, plan, docker_url, docker_network, secrets, yes, dry_run,
+                           timeout)
+            return
         from pdctl.targets.hosts import HostsTarget, UpFailed, endpoints
 
         tgt = HostsTarget(
@@ -171,6 +187,33 @@ def report_failures(console: Any, failures: list[Any]) -> None:
             console.print("  last lines of its log:")
             for line in f.log.rstrip().splitlines()[-20:]:
                 console.print(f"  | {line}", markup=False, soft_wrap=True)
+
+
+def containers(plan: Any, urls: list[str], network: str, say: Any = None) -> Any:
+    from pdctl.errors import UsageError
+    from pdctl.targets.containers import ContainerHosts, parse_urls
+
+    if network not in ("bridge", "host"):
+        raise UsageError(f"--docker-network must be bridge or host (got {network!r})")
+    return ContainerHosts(plan, parse_urls(urls), network, say=say or (lambda _m: None))
+
+
+def _up_containers(console, plan, urls, network, secrets, yes, dry_run, timeout) -> None:  # type: ignore[no-untyped-def]
+    tgt = containers(plan, urls, network, lambda msg: console.log(msg))
+    changes = tgt.changes()
+    print_changes(console, changes)
+    todo = [c for c in changes if c.action != "keep"]
+    if not todo:
+        console.print("nothing to change: every instance is running the current spec")
+    if dry_run:
+        return
+    if todo and not yes and not typer.confirm("apply these changes?", default=False):
+        raise typer.Abort()
+    with console.status("applying; waiting for /health and /v1/models ..."):
+        tgt.up(changes, secrets, timeout)
+    console.print("[bold]ready.[/] send requests to:")
+    for url in tgt.endpoints():
+        console.print(f"  {url}  (model {plan.served_name})")
 
 
 def _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context) -> None:  # type: ignore[no-untyped-def]

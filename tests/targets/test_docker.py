@@ -26,6 +26,8 @@ while [ $# -gt 0 ]; do
   case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
   shift
 done
+# host networking in tests: listen on the host port pdctl publishes (STANDIN_PORT)
+port=${STANDIN_PORT:-$port}
 case $model in /missing*)
   echo "OSError: stand-in: model path $model does not exist" >&2; exit 1;;
 esac
@@ -170,3 +172,37 @@ def test_foreign_container_is_never_touched(target, docker_client):
         assert docker_client.containers.get(name).id == other.id
     finally:
         other.remove(force=True)
+
+
+def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
+    """`pdctl up --docker-url HOST=URL`: the same plan, containers made by the docker SDK."""
+    import yaml
+
+    from tests.targets.testbed import pdctl
+
+    port = free_port()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "sdk",
+        "phase": 0,
+        "model": {"name": "tiny", "servedName": "tiny"},
+        "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
+        "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
+        "serve": {"port": port},
+    }))
+    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
+           "--docker-network", "host"]
+    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"http://127.0.0.1:{port}/v1" in up.stdout
+        again = pdctl("up", str(spec), "--yes", *url)
+        assert "nothing to change" in again.stdout, again.stdout + again.stderr
+        status = pdctl("status", str(spec), "-o", "json", *url)
+        assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
+    finally:
+        down = pdctl("down", str(spec), *url)
+    assert down.returncode == 0, down.stderr
+    assert "removed container sdk-serve-0 on local" in down.stdout
+    left = docker_client.containers.list(all=True, filters={"label": "pdctl.io/deployment=sdk"})
+    assert left == []
