@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """Escape control characters (a newline in a YAML key, say) so an error stays one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 class PdctlError(Exception):
     """Base of every error pdctl reports to a user (exit code 1 unless a subclass says else)."""
@@ -9,7 +18,7 @@ class PdctlError(Exception):
     exit_code = 1
 
     def line(self) -> str:
-        return str(self)
+        return one_line(str(self))
 
 
 class SpecError(PdctlError):
@@ -53,7 +62,7 @@ class SpecError(PdctlError):
         text += self.message
         if self.fix:
             text += f"; {self.fix}"
-        return text
+        return one_line(text)
 
     def __str__(self) -> str:
         return self.line()

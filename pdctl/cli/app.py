@@ -64,13 +64,33 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+def _click_exception_modules() -> list:
+    """click's exception modules: typer's vendored copy (typer >= 0.22) and/or click itself."""
+    found = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
+
+
+def _usage_line(exc: Exception, errors: object) -> str:
+    """One line for a click error: what is wrong, and where the help is."""
+    message = " ".join(str(exc.format_message()).split()).rstrip(".")  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, errors.UsageError) and ctx is not None:  # type: ignore[attr-defined]
+        return f"{message}; see `{ctx.command_path} --help`"
+    return message
+
+
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
     from pdctl.errors import PdctlError
 
     try:
         # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="pdctl")
     except PdctlError as exc:
         from pdctl.cli import state
 
@@ -86,13 +106,13 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else 1)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
+        for errors in _click_exception_modules():
+            exit_type = getattr(errors, "Exit", None)
+            if exit_type is not None and isinstance(exc, exit_type):
+                sys.exit(exc.exit_code)
+            if isinstance(exc, errors.ClickException):
+                sys.stderr.write(f"error: {_usage_line(exc, errors)}\n")
+                sys.exit(2 if isinstance(exc, errors.UsageError) else 1)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pdctl.errors import SpecError, UsageError
+from pdctl.errors import PdctlError, UsageError
 
 PHASES = {
     0: "init-phase0.yaml",
@@ -38,7 +38,12 @@ def register(app: typer.Typer) -> None:
         if output is None:
             typer.echo(text, nl=False)
             return
+        if output.is_dir():
+            raise UsageError(f"--output {output} is a folder", fix="give a file name")
         if output.exists() and not force:
-            raise SpecError(f"{output} exists", fix="use --force to overwrite it")
-        output.write_text(text, encoding="utf-8")
+            raise UsageError(f"{output} exists", fix="use --force to overwrite it")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise PdctlError(f"cannot write {output}: {exc.strerror or exc}") from None
         typer.echo(f"wrote {output}", err=True)

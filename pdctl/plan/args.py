@@ -74,9 +74,36 @@ def _fraction(value: float) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
+# Flags pdctl sets itself (a second copy would win silently and break ports, placement or the
+# router) or that would put a secret on a command line (visible in `ps` and rendered files).
+MANAGED = {
+    "--host": "pdctl binds engines to 0.0.0.0 itself",
+    "--port": "set the port in the spec (serve.port, prefill.port, decode.port)",
+    "--uds": "pdctl's health checks and router need the TCP port",
+    "--model": "set model.name",
+    "--served-model-name": "set model.servedName",
+    "--tensor-parallel-size": "set tensorParallel (pdctl places GPUs from it)",
+    "--pipeline-parallel-size": "set pipelineParallel (pdctl places GPUs from it)",
+    "--api-key": "use secrets.apiKey (exported as VLLM_API_KEY from a 0600 file or a Secret)",
+    "--hf-token": "use secrets.hfToken (exported as HF_TOKEN from a 0600 file or a Secret)",
+}
+SECRET_FLAGS = ("--api-key", "--hf-token")
+SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+
+
 def check_user_flags(args: tuple[str, ...], release: Release, path: str) -> list[str]:
-    """User-given extra args: every `--flag` must exist in the pinned vLLM version."""
+    """User-given extra args: every `--flag` must exist in the pinned vLLM version, and none
+    may be one pdctl manages (MANAGED)."""
     for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        long = SHORT.get(name, name.replace("_", "-") if name.startswith("--") else name)
+        if long in MANAGED:
+            what = (
+                "would put a secret on the command line (visible in `ps`)"
+                if long in SECRET_FLAGS
+                else "is set by pdctl"
+            )
+            raise SpecError(f"{name} {what}", path=f"{path}[{i}]", fix=MANAGED[long])
         if arg.startswith("--") and not release.has_flag(arg):
             name = arg.split("=", 1)[0]
             close = difflib.get_close_matches(name, sorted(release.flags), n=1, cutoff=0.75)

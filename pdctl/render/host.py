@@ -75,6 +75,12 @@ def engine_setup(plan: Plan, host: Host) -> str:
     return ""
 
 
+def model_dir(plan: Plan) -> str | None:
+    """A model given as a host path must be mounted into the container at the same path."""
+    name = plan.spec.model.name
+    return name.rstrip("/") or None if name.startswith("/") else None
+
+
 def engine_unit(plan: Plan, inst: Instance) -> Unit:
     assert inst.host is not None
     host = inst.host
@@ -128,6 +134,7 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
             gpus=",".join(map(str, unit.gpus)),
             publish=unit.publish,
             hf_cache=unit.host.hf_cache,
+            model_dir=model_dir(plan),
             secret_names=[s.name for s in plan.secrets],
             env=unit.env,
             image=unit.image,

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# Patterns are used with fullmatch: `$` would also accept one trailing newline ("a\n").
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+# Control characters (newline, tab, NUL, ESC, ...) have no place in any spec value: a newline
+# would end a comment line in a rendered script and start a command.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Section(BaseModel):
@@ -24,9 +28,33 @@ class Section(BaseModel):
         use_attribute_docstrings=False,
     )
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_characters(cls, value: Any) -> Any:
+        _check_text(value)
+        return value
+
+
+def _check_text(value: Any) -> None:
+    """Reject control characters in any string, also inside lists and mappings (keys too)."""
+    if isinstance(value, str):
+        bad = CONTROL.search(value)
+        if bad:
+            raise ValueError(
+                f"{value!r} holds a control character ({bad.group()!r}); write it on one line "
+                "without tabs or newlines"
+            )
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _check_text(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key)
+            _check_text(item)
+
 
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not DNS1123_LABEL.match(value):
+    if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits and "
             "'-', starting and ending with a letter or digit"
@@ -35,7 +63,7 @@ def _dns_label(value: str) -> str:
 
 
 def _env_name(value: str) -> str:
-    if not ENV_NAME.match(value):
+    if not ENV_NAME.fullmatch(value):
         raise ValueError(
             f"{value!r} is not an environment variable name: use letters, digits and '_', "
             "not starting with a digit"
@@ -44,7 +72,7 @@ def _env_name(value: str) -> str:
 
 
 def _quantity(value: str) -> str:
-    if not QUANTITY.match(str(value)):
+    if not QUANTITY.fullmatch(str(value)):
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity: write e.g. '8', '500m', '16Gi' or '64G'"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -11,7 +12,20 @@ from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section
 from pdctl.spec.pd import Decode, Disaggregation, Prefill, Router
 from pdctl.spec.workload import Hardware, Workload
 
-VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+# Values that reach a command line as one argument must not look like an option ("-...").
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+CONDA_ENV = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
+_DNS_PART = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"{_DNS_PART}(\.{_DNS_PART})*\.?")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+# Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
+RESERVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
+    "HF_HOME": "set hosts[].hfCache (on Kubernetes the model-cache volume is mounted at "
+    "/root/.cache/huggingface)",
+}
 SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
 
 
@@ -55,6 +69,21 @@ class Model(Section):
         "not in pdctl's table and `config` gives no count.",
     )
 
+    @field_validator("name", "served_name", "revision")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        return _argument(value)
+
+    @field_validator("name")
+    @classmethod
+    def _model_path(cls, value: str) -> str:
+        if value.startswith("/") and ("," in value or ":" in value):
+            raise ValueError(
+                f"{value!r}: a model folder with ':' or ',' cannot be mounted into a container; "
+                "rename the folder"
+            )
+        return value
+
 
 class Engine(Section):
     """The vLLM engine: the pinned version drives image tags, pip pins and what flags exist."""
@@ -84,17 +113,29 @@ class Engine(Section):
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        if not VERSION.match(value):
+        if not VERSION.fullmatch(value):
             raise ValueError(f"{value!r} is not a version X.Y.Z (e.g. '0.33.0')")
         major, minor, _ = (int(p) for p in value.split("."))
         if (major, minor) < (0, 10):
             raise ValueError(f"vLLM {value} is older than 0.10.0, which pdctl does not support")
         return value
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not IMAGE.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not an image reference: write e.g. 'vllm/vllm-openai:v0.33.0' or "
+                "'registry.example.com:5000/vllm@sha256:...'"
+            )
+        return value
+
     @field_validator("env")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by pdctl: {RESERVED_ENV[key]}")
             if SECRET_LIKE.search(key):
                 raise ValueError(
                     f"{key} looks like a secret; secrets never go in the spec: use "
@@ -117,6 +158,15 @@ class SecretRef(Section):
         "Default: `<name>-<env in lower case with '-'>`.",
     )
     secret_key: str = Field("token", description="On Kubernetes: the key inside the Secret.")
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_key(cls, value: str) -> str:
+        if not SECRET_KEY.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Secret key: use letters, digits, '-', '_' and '.'"
+            )
+        return value
 
 
 class Secrets(Section):
@@ -199,6 +249,52 @@ class Host(Section):
     def _abs_or_home(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith("/") or value.startswith("~/")):
             raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+        return value
+
+    @field_validator("hf_cache")
+    @classmethod
+    def _no_colon(cls, value: str) -> str:
+        if ":" in value or "," in value:
+            raise ValueError(
+                f"{value!r} holds ':' or ',', which `docker run -v` reads as separators; "
+                "choose a folder without them"
+            )
+        return value
+
+    @field_validator("address", "address_for_peers")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            pass
+        if len(value) > 253 or not HOSTNAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not an IP address or a DNS name (e.g. 10.0.0.10 or gpu-a.lan)"
+            ) from None
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        if value is not None and not USER.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a user name: use letters, digits, '.', '_' and '-', "
+                "not starting with '-'"
+            )
+        return value
+
+    @field_validator("conda_env")
+    @classmethod
+    def _conda_env(cls, value: str | None) -> str | None:
+        if value is not None and not CONDA_ENV.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a conda environment name: use letters, digits, '.', '_' "
+                "and '-', not starting with '-' or '.'"
+            )
         return value
 
 
@@ -354,3 +450,13 @@ class Spec(Section):
                 raise ValueError(f"host name {host.name!r} is used twice")
             seen.add(host.name)
         return value
+
+
+def _argument(value: str | None) -> str | None:
+    """A value passed as one command-line argument: it must not read as an option."""
+    if value is not None and (value.startswith("-") or value != value.strip()):
+        raise ValueError(
+            f"{value!r} starts with '-' or has spaces around it, so a command line would "
+            "misread it; remove them"
+        )
+    return value
