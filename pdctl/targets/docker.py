@@ -54,9 +54,9 @@ def run_options(deployment: str, unit: Unit, secrets: dict[str, str], network: s
         # vLLM's workers share tensors through shared memory: the host's IPC namespace.
         "ipc_mode": "host",
         "detach": True,
-        "volumes": {unit.host.hf_cache.replace("~", "/root", 1):
-                    {"bind": "/root/.cache/huggingface", "mode": "rw"}},
     }
+    if unit.host.hf_cache.startswith("/"):  # a `~/` path names a home the SDK cannot resolve
+        opts["volumes"] = {unit.host.hf_cache: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
     if unit.gpus:
         opts["device_requests"] = [
             DeviceRequest(device_ids=[str(g) for g in unit.gpus], capabilities=[["gpu"]])
