@@ -80,6 +80,20 @@ def _check_device(spec: Spec, dis: Disaggregation) -> None:
         )
 
 
+def _check_p2p_tensor_parallel(shape: Shape) -> None:
+    """P2pNcclConnector pairs ranks one to one: prefill rank r sends its KV shard to the decode's
+    `kv_port + r` (vLLM 0.23.0 p2p_nccl_connector.py), so unequal TP sends shards to the wrong
+    engine or to no one. Mooncake and NIXL map different TP sizes themselves."""
+    pre, dec = shape.prefill.tensor_parallel, shape.decode.tensor_parallel
+    if shape.dis.connector == "p2p-nccl" and pre != dec:
+        raise SpecError(
+            f"p2p-nccl needs the same tensorParallel on prefill ({pre}) and decode ({dec}): "
+            "P2pNcclConnector sends prefill rank r's KV to the decode's kv_port + r",
+            path="decode.tensorParallel",
+            fix=f"set decode.tensorParallel: {pre}, or use connector mooncake or nixl",
+        )
+
+
 def role_env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
     merged = {**spec.engine.env, **role.env}
     for key, value in pairs:
@@ -141,6 +155,7 @@ def host_instances(
 ) -> tuple[Instance, ...]:
     dis = shape.dis
     _check_device(spec, dis)
+    _check_p2p_tensor_parallel(shape)
     for i, host in enumerate(spec.hosts):
         if host.runtime == "docker":
             raise SpecError(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
@@ -90,13 +91,42 @@ def test_p2p_nccl_shape() -> None:
         "send_type": "PUT_ASYNC",
     }
     assert pre.args[pre.args.index("--port") + 1] == extra["http_port"]
-    # TP 2 prefill takes kv_port and kv_port+1; the next instance starts after them.
     dec = by_name["llama-p2p-decode-0"]
     dcfg = json.loads(dec.args[dec.args.index("--kv-transfer-config") + 1])
-    assert cfg["kv_port"] == 21001 and dcfg["kv_port"] == 21003
+    assert cfg["kv_port"] == 21001 and dcfg["kv_port"] == 21002
     assert dcfg["kv_buffer_size"] == 8_589_934_592  # 10% of gpuMemoryGib 80, in bytes (GiB)
-    assert dict(pre.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert dict(dec.env)["CUDA_VISIBLE_DEVICES"] == "2"
+    assert cfg["kv_buffer_size"] == 10  # PUT_ASYNC producer
+    assert dict(pre.env)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert dict(dec.env)["CUDA_VISIBLE_DEVICES"] == "1"
+    assert dict(by_name["llama-p2p-decode-1"].env)["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_p2p_nccl_tp2_takes_a_block_of_kv_ports() -> None:
+    """Rank r of an engine listens on kv_port + r: a TP 2 instance takes two ports."""
+    import json
+
+    text = (ROOT / "examples/phase2-p2p-nccl.yaml").read_text()
+    text = text.replace("gpus: [0, 1, 3, 2]", "gpus: [0, 1, 2, 3, 4, 5]")
+    text = text.replace("tensorParallel: 1", "tensorParallel: 2")
+    plan = make_plan(load_text(text, "spec.yaml")[0])
+    ports = {
+        i.name: json.loads(i.args[i.args.index("--kv-transfer-config") + 1])["kv_port"]
+        for i in plan.instances
+    }
+    assert ports == {"llama-p2p-prefill-0": 21001, "llama-p2p-decode-0": 21003,
+                     "llama-p2p-decode-1": 21005}
+    assert [dict(i.env)["CUDA_VISIBLE_DEVICES"] for i in plan.instances] == ["0,1", "2,3", "4,5"]
+
+
+def test_p2p_nccl_needs_equal_tensor_parallel() -> None:
+    text = (ROOT / "examples/phase2-p2p-nccl.yaml").read_text()
+    text = text.replace("prefill: {replicas: 1, tensorParallel: 1", "prefill: {replicas: 1, "
+                        "tensorParallel: 2")
+    with pytest.raises(SpecError) as err:
+        make_plan(load_text(text, "spec.yaml")[0])
+    assert err.value.path == "decode.tensorParallel"
+    assert "same tensorParallel on prefill (2) and decode (1)" in err.value.message
+    assert "decode.tensorParallel: 2" in err.value.fix
 
 
 def test_router_command_per_connector() -> None:

@@ -92,6 +92,9 @@ def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
         return err.path == "disaggregation.connector" and "removed in vLLM 0.24.0" in err.message
     if target == "kubernetes" and dis["connector"] != "nixl":
         return err.path == "disaggregation.connector"
+    tps = (spec["prefill"]["tensorParallel"], spec["decode"]["tensorParallel"])
+    if dis["connector"] == "p2p-nccl" and tps[0] != tps[1]:
+        return err.path == "decode.tensorParallel" and "same tensorParallel" in err.message
     share = spec["decode"]["share"]
     if phase == 3 and spec["decode"]["tensorParallel"] > 1 and not share.get("allowTensorParallel"):
         return err.path == "decode.tensorParallel"
