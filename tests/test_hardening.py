@@ -70,7 +70,7 @@ def test_the_base_spec_is_good() -> None:
 # (case, field overrides, error path, phrase)
 BAD = [
     # A newline in a value once ended a comment line in start.sh and ran the rest as a command.
-    ("conda-newline", dict(conda='"x\\ntouch /tmp/pwned"'), "hosts[0].condaEnv", "control"),
+    ("conda-newline", dict(conda='"x\\ntouch /tmp/pwned"'), "hosts[0].condaEnv", "conda env"),
     ("version-newline", dict(version='"0.33.0\\n"'), "engine.version", "control"),
     ("host-newline", dict(host='"gpu-a\\n"'), "hosts[0].name", "DNS-1123"),
     ("env-key-newline", dict(env='{"FOO\\n": bar}'), "engine.env", "variable name"),
@@ -227,3 +227,50 @@ def test_init_output_errors_are_one_line(
     target.write_text("mine\n")
     code, _, err = run(["init", "-o", str(target)], capsys)
     assert code == 2 and "--force" in err and target.read_text() == "mine\n"
+
+
+K8S = "name: d\nphase: 1\nmodel: {name: x}\nserve: {}\nkubernetes: %s\n"
+
+
+@pytest.mark.parametrize(
+    ("kube", "path", "phrase"),
+    [
+        (
+            "{tolerations: [{key: a, operator: Exists, value: b}]}",
+            "kubernetes.tolerations[0]",
+            "takes no `value`",
+        ),
+        (
+            "{tolerations: [{operator: Equal, value: b}]}",
+            "kubernetes.tolerations[0]",
+            "needs operator Exists",
+        ),
+        ("{nodeSelector: {'bad key!': x}}", "kubernetes.nodeSelector", "label key"),
+        ("{nodeSelector: {gpu: 'NVIDIA H100'}}", "kubernetes.nodeSelector.gpu", "label value"),
+        ("{resources: {memory: 64}}", "kubernetes.resources.memory", "no unit"),
+        ("{shmSize: 8}", "kubernetes.shmSize", "no unit"),
+        ("{storage: {size: '100'}}", "kubernetes.storage.size", "no unit"),
+    ],
+)
+def test_kubernetes_values_the_api_server_would_refuse(kube: str, path: str, phrase: str) -> None:
+    err = plan_error(K8S % kube)
+    assert err.path.startswith(path), err.line()
+    assert phrase in err.message
+
+
+def test_cpu_may_be_a_plain_number() -> None:
+    spec, _ = load_text(K8S % "{resources: {cpu: 0.5, memory: 2Gi}, shmSize: 8Gi}", "s.yaml")
+    text = render(make_plan(spec)).stream()
+    assert "cpu: '0.5'" in text and "memory: 2Gi" in text and "sizeLimit: 8Gi" in text
+
+
+def test_one_machine_listed_twice_is_refused() -> None:
+    text = spec_text().replace(
+        "serve:", "  - {name: gpu-b, address: 10.0.0.10, gpus: [2, 3]}\nserve:"
+    )
+    err = plan_error(text)
+    assert err.path == "hosts" and "same machine" in err.message
+    # Same address, another SSH port: another machine (e.g. a forwarded port).
+    load_text(
+        text.replace("address: 10.0.0.10, gpus", "address: 10.0.0.10, port: 2222, gpus"), "s.yaml"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
 # Patterns are used with fullmatch: `$` would also accept one trailing newline ("a\n").
@@ -81,4 +81,25 @@ def _quantity(value: str) -> str:
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-Quantity = Annotated[str, AfterValidator(_quantity)]
+
+
+def _number_to_text(value: Any) -> Any:
+    """`cpu: 8` or `memory: 0.5` in YAML are numbers; Kubernetes takes them as quantities."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) or (isinstance(value, float) and value == value):
+        return format(value, "g") if isinstance(value, float) else str(value)
+    return value
+
+
+def _size(value: str) -> str:
+    if not re.search(r"[kMGTPE]i?$", value):
+        raise ValueError(
+            f"{value!r} has no unit, so Kubernetes reads it as bytes: write e.g. '16Gi' or '64G'"
+        )
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_number_to_text), AfterValidator(_quantity)]
+# A memory or disk size: a quantity with a unit (a bare `8` would be 8 bytes).
+Size = Annotated[Quantity, AfterValidator(_size)]

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section
+from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section, Size
 from pdctl.spec.pd import Decode, Disaggregation, Prefill, Router
+from pdctl.spec.value import (
+    Address,
+    Argument,
+    CondaEnv,
+    HostDir,
+    Image,
+    LabelKey,
+    LabelValue,
+    MountableDir,
+    SecretKey,
+    UserName,
+    mountable,
+)
 from pdctl.spec.workload import Hardware, Workload
 
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
-# Values that reach a command line as one argument must not look like an option ("-...").
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
-CONDA_ENV = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
-USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
-_DNS_PART = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME = re.compile(rf"{_DNS_PART}(\.{_DNS_PART})*\.?")
-SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 # Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
 RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
@@ -32,12 +37,12 @@ SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", r
 class Model(Section):
     """What to serve."""
 
-    name: str = Field(
+    name: Argument = Field(
         min_length=1,
         description="Hugging Face model id (org/name) or an absolute path to a model directory "
         "on the hosts / in the model-cache volume.",
     )
-    served_name: str | None = Field(
+    served_name: Argument | None = Field(
         None, description="Name clients use in requests (`--served-model-name`). Default: `name`."
     )
     max_model_len: int | None = Field(
@@ -56,7 +61,7 @@ class Model(Section):
     trust_remote_code: bool = Field(
         False, description="Allow the model's own Python code (`--trust-remote-code`)."
     )
-    revision: str | None = Field(None, description="Model revision: branch, tag or commit.")
+    revision: Argument | None = Field(None, description="Model revision: branch, tag or commit.")
     config: str | None = Field(
         None,
         description="Local path to the model's `config.json` for `pdctl plan` (capacity "
@@ -69,20 +74,10 @@ class Model(Section):
         "not in pdctl's table and `config` gives no count.",
     )
 
-    @field_validator("name", "served_name", "revision")
-    @classmethod
-    def _not_an_option(cls, value: str | None) -> str | None:
-        return _argument(value)
-
     @field_validator("name")
     @classmethod
     def _model_path(cls, value: str) -> str:
-        if value.startswith("/") and ("," in value or ":" in value):
-            raise ValueError(
-                f"{value!r}: a model folder with ':' or ',' cannot be mounted into a container; "
-                "rename the folder"
-            )
-        return value
+        return mountable(value) if value.startswith("/") else value
 
 
 class Engine(Section):
@@ -93,7 +88,7 @@ class Engine(Section):
         description="vLLM version X.Y.Z. Pins the image `vllm/vllm-openai:vX.Y.Z` and the pip "
         "package `vllm==X.Y.Z`, and selects which flags and KV connectors exist.",
     )
-    image: str | None = Field(
+    image: Image | None = Field(
         None, description="Container image override. Default: `vllm/vllm-openai:v<version>`."
     )
     device: Literal["cuda", "cpu"] = Field(
@@ -118,16 +113,6 @@ class Engine(Section):
         major, minor, _ = (int(p) for p in value.split("."))
         if (major, minor) < (0, 10):
             raise ValueError(f"vLLM {value} is older than 0.10.0, which pdctl does not support")
-        return value
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        if value is not None and not IMAGE.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not an image reference: write e.g. 'vllm/vllm-openai:v0.33.0' or "
-                "'registry.example.com:5000/vllm@sha256:...'"
-            )
         return value
 
     @field_validator("env")
@@ -157,16 +142,7 @@ class SecretRef(Section):
         description="On Kubernetes: the name of an existing Secret holding the value. "
         "Default: `<name>-<env in lower case with '-'>`.",
     )
-    secret_key: str = Field("token", description="On Kubernetes: the key inside the Secret.")
-
-    @field_validator("secret_key")
-    @classmethod
-    def _secret_key(cls, value: str) -> str:
-        if not SECRET_KEY.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a Secret key: use letters, digits, '-', '_' and '.'"
-            )
-        return value
+    secret_key: SecretKey = Field("token", description="On Kubernetes: the key inside the Secret.")
 
 
 class Secrets(Section):
@@ -186,9 +162,9 @@ class Host(Section):
     """A machine reached over SSH (phases 0 and 2 on bare metal)."""
 
     name: DnsLabel = Field(..., description="Short name used in file and process names.")
-    address: str = Field(..., min_length=1, description="IP address or DNS name for SSH.")
+    address: Address = Field(..., min_length=1, description="IP address or DNS name for SSH.")
     port: int = Field(22, ge=1, le=65535, description="SSH port.")
-    user: str | None = Field(
+    user: UserName | None = Field(
         None, description="SSH user. Default: your local user name (as ssh does)."
     )
     identity_file: str | None = Field(
@@ -213,23 +189,23 @@ class Host(Section):
         description="`conda`: a conda env with pip-installed vLLM; `docker`: `docker run` of "
         "the pinned image; `venv`: an existing Python environment (see `venv`).",
     )
-    conda_env: str | None = Field(
+    conda_env: CondaEnv | None = Field(
         None, description="Conda environment name. Default: `pdctl-vllm-<version>`."
     )
-    venv: str | None = Field(
+    venv: HostDir | None = Field(
         None,
         description="Runtime `venv`: path of the Python environment whose `bin/vllm` runs the "
         "engine (created with the pinned vLLM if it does not exist).",
     )
-    data_dir: str = Field(
+    data_dir: HostDir = Field(
         "~/.pdctl",
         description="Folder on the host for scripts, pid files, logs and the env file. "
         "`~/` means the SSH user's home.",
     )
-    hf_cache: str = Field(
+    hf_cache: MountableDir = Field(
         "~/.cache/huggingface", description="Hugging Face cache folder on the host."
     )
-    address_for_peers: str | None = Field(
+    address_for_peers: Address | None = Field(
         None,
         description="Address other hosts use to reach this one (KV transfer, router). "
         "Default: `address`.",
@@ -244,71 +220,27 @@ class Host(Section):
             raise ValueError(f"GPU indices must be 0..63 (got {list(value)})")
         return value
 
-    @field_validator("data_dir", "hf_cache", "venv")
-    @classmethod
-    def _abs_or_home(cls, value: str | None) -> str | None:
-        if value is not None and not (value.startswith("/") or value.startswith("~/")):
-            raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
-        return value
-
-    @field_validator("hf_cache")
-    @classmethod
-    def _no_colon(cls, value: str) -> str:
-        if ":" in value or "," in value:
-            raise ValueError(
-                f"{value!r} holds ':' or ',', which `docker run -v` reads as separators; "
-                "choose a folder without them"
-            )
-        return value
-
-    @field_validator("address", "address_for_peers")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            pass
-        if len(value) > 253 or not HOSTNAME.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not an IP address or a DNS name (e.g. 10.0.0.10 or gpu-a.lan)"
-            ) from None
-        return value
-
-    @field_validator("user")
-    @classmethod
-    def _user(cls, value: str | None) -> str | None:
-        if value is not None and not USER.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a user name: use letters, digits, '.', '_' and '-', "
-                "not starting with '-'"
-            )
-        return value
-
-    @field_validator("conda_env")
-    @classmethod
-    def _conda_env(cls, value: str | None) -> str | None:
-        if value is not None and not CONDA_ENV.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a conda environment name: use letters, digits, '.', '_' "
-                "and '-', not starting with '-' or '.'"
-            )
-        return value
-
 
 class Toleration(Section):
     """A Kubernetes toleration."""
 
-    key: str | None = Field(None, description="Taint key to tolerate (empty: every key).")
+    key: LabelKey | None = Field(None, description="Taint key to tolerate (empty: every key).")
     operator: Literal["Exists", "Equal"] = Field(
         "Exists", description="Match on key only, or key and value."
     )
-    value: str | None = Field(None, description="Taint value (operator Equal).")
+    value: LabelValue | None = Field(None, description="Taint value (operator Equal).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to tolerate (empty: all)."
     )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Toleration:
+        # The API server's rules (core/v1 validation of tolerations).
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no `value`; use operator Equal, or drop it")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without `key` needs operator Exists")
+        return self
 
 
 class Storage(Section):
@@ -319,7 +251,7 @@ class Storage(Section):
         description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use "
         "`claimName`; `emptyDir`: a scratch volume (the model downloads at every start).",
     )
-    size: Quantity = Field("100Gi", description="PVC size (or emptyDir size limit).")
+    size: Size = Field("100Gi", description="PVC size (or emptyDir size limit).")
     storage_class: str | None = Field(None, description="PVC storageClassName.")
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"] = Field(
         "ReadWriteOnce",
@@ -341,7 +273,7 @@ class Resources(Section):
     """CPU and memory per pod (requests = limits)."""
 
     cpu: Quantity = Field("8", description="CPU per engine pod.")
-    memory: Quantity = Field("64Gi", description="Memory per engine pod.")
+    memory: Size = Field("64Gi", description="Memory per engine pod.")
 
 
 class Kubernetes(Section):
@@ -350,13 +282,16 @@ class Kubernetes(Section):
     namespace: DnsLabel = Field("default", description="Namespace for every object.")
     create_namespace: bool = Field(False, description="Render the Namespace object too.")
     storage: Storage = Field(default_factory=Storage, description="Model cache volume.")
-    node_selector: dict[str, str] = Field({}, description="Node selector for engine pods.")
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        {}, description="Node selector for engine pods."
+    )
+
     tolerations: tuple[Toleration, ...] = Field((), description="Tolerations for engine pods.")
     image_pull_secrets: tuple[DnsLabel, ...] = Field(
         (), description="Names of Secrets for pulling images."
     )
     resources: Resources = Field(default_factory=Resources, description="CPU and memory per pod.")
-    shm_size: Quantity | None = Field(
+    shm_size: Size | None = Field(
         None,
         description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "
         "Default: 2Gi, plus 4Gi per extra tensor-parallel rank.",
@@ -445,18 +380,16 @@ class Spec(Section):
     @classmethod
     def _unique_hosts(cls, value: tuple[Host, ...]) -> tuple[Host, ...]:
         seen: set[str] = set()
+        machines: dict[tuple[str, int], str] = {}
         for host in value:
             if host.name in seen:
                 raise ValueError(f"host name {host.name!r} is used twice")
             seen.add(host.name)
+            # Two entries for one machine would hand out its GPUs and ports twice.
+            other = machines.setdefault((host.address.lower(), host.port), host.name)
+            if other != host.name:
+                raise ValueError(
+                    f"hosts {other} and {host.name} are the same machine ({host.address} port "
+                    f"{host.port}); list it once, with all the GPUs pdctl may use"
+                )
         return value
-
-
-def _argument(value: str | None) -> str | None:
-    """A value passed as one command-line argument: it must not read as an option."""
-    if value is not None and (value.startswith("-") or value != value.strip()):
-        raise ValueError(
-            f"{value!r} starts with '-' or has spaces around it, so a command line would "
-            "misread it; remove them"
-        )
-    return value

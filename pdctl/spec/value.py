@@ -1,0 +1,131 @@
+"""Checked value types for spec fields that reach a command line, a script or an API object.
+
+Patterns use fullmatch (`$` would accept a trailing newline). A value passed as one argument
+must never read as an option ("-..."): `--privileged` as an image, `-oProxyCommand=...` as an
+address."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from pdctl.spec.base import DNS1123_LABEL
+
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+CONDA_ENV = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
+_DNS_PART = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"{_DNS_PART}(\.{_DNS_PART})*\.?")
+LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+
+
+def argument(value: str) -> str:
+    """A value passed as one command-line argument: it must not read as an option."""
+    if value.startswith("-") or value != value.strip():
+        raise ValueError(
+            f"{value!r} starts with '-' or has spaces around it, so a command line would "
+            "misread it; remove them"
+        )
+    return value
+
+
+def image(value: str) -> str:
+    if not IMAGE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an image reference: write e.g. 'vllm/vllm-openai:v0.33.0' or "
+            "'registry.example.com:5000/vllm@sha256:...'"
+        )
+    return value
+
+
+def conda_env(value: str) -> str:
+    if not CONDA_ENV.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a conda environment name: use letters, digits, '.', '_' "
+            "and '-', not starting with '-' or '.'"
+        )
+    return value
+
+
+def user(value: str) -> str:
+    if not USER.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a user name: use letters, digits, '.', '_' and '-', "
+            "not starting with '-'"
+        )
+    return value
+
+
+def address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value) > 253 or not HOSTNAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an IP address or a DNS name (e.g. 10.0.0.10 or gpu-a.lan)"
+        )
+    return value
+
+
+def secret_key(value: str) -> str:
+    if not SECRET_KEY.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Secret key: use letters, digits, '-', '_' and '.'")
+    return value
+
+
+def label_key(key: str) -> str:
+    """A Kubernetes label or taint key: [DNS-subdomain prefix '/'] name."""
+    prefix, _, name = key.rpartition("/")
+    ok = bool(LABEL_NAME.fullmatch(name)) and (
+        not prefix
+        or (len(prefix) <= 253 and all(DNS1123_LABEL.fullmatch(p) for p in prefix.split(".")))
+    )
+    if not ok:
+        raise ValueError(
+            f"{key!r} is not a Kubernetes label key: [prefix/]name, e.g. "
+            "'nvidia.com/gpu.product' (name: letters, digits, '-', '_', '.', at most 63)"
+        )
+    return key
+
+
+def label_value(value: str) -> str:
+    if value and not LABEL_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a label value: at most 63 letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def host_dir(value: str) -> str:
+    if not (value.startswith("/") or value.startswith("~/")):
+        raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+    return value
+
+
+def mountable(value: str) -> str:
+    """A host folder `docker run -v` can take: ':' and ',' are its separators."""
+    if ":" in value or "," in value:
+        raise ValueError(
+            f"{value!r} holds ':' or ',', which `docker run -v` reads as separators; "
+            "choose a folder without them"
+        )
+    return value
+
+
+Argument = Annotated[str, AfterValidator(argument)]
+Image = Annotated[str, AfterValidator(image)]
+CondaEnv = Annotated[str, AfterValidator(conda_env)]
+UserName = Annotated[str, AfterValidator(user)]
+Address = Annotated[str, AfterValidator(address)]
+SecretKey = Annotated[str, AfterValidator(secret_key)]
+LabelKey = Annotated[str, AfterValidator(label_key)]
+LabelValue = Annotated[str, AfterValidator(label_value)]
+HostDir = Annotated[str, AfterValidator(host_dir)]
+MountableDir = Annotated[str, AfterValidator(host_dir), AfterValidator(mountable)]
