@@ -11,7 +11,10 @@ from pdctl.plan.router import Service, services
 
 # Ranges that are not pdctl's choice but must be open between engine hosts.
 MOONCAKE_TE_RANGE = (15000, 17000)  # transfer-engine handshake (P2PHANDSHAKE, MC_MIN/MAX_RPC_PORT)
-EPHEMERAL = "32768-60999"  # Linux ip_local_port_range default: random ZMQ/UCX/NCCL ports
+EPHEMERAL = "32768-60999"  # Linux ip_local_port_range default: random UCX/NCCL ports
+# MooncakeConnector binds its ZMQ side channel with pyzmq's bind_to_random_port, whose default
+# range is 49152-65535 (above the Linux ephemeral range), so its rule spans both.
+MOONCAKE_RANDOM = "32768-65535"
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,13 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
                 name, address, "{}-{}".format(*MOONCAKE_TE_RANGE), all_engines,
                 "Mooncake transfer-engine handshake (random port in range)", "",
             ))
-        transport = {"p2p-nccl": "NCCL sockets", "mooncake": "Mooncake ZMQ side channel",
-                     "nixl": "UCX"}[dis.connector]
-        rules.append(PortRule(
-            name, address, EPHEMERAL, all_engines, f"{transport} (random ephemeral ports)", "",
-        ))
+        span, transport = {
+            "p2p-nccl": (EPHEMERAL, "NCCL sockets (random ephemeral ports)"),
+            "mooncake": (MOONCAKE_RANDOM, "Mooncake ZMQ side channel (pyzmq random port "
+                         "49152-65535) and other random ephemeral ports"),
+            "nixl": (EPHEMERAL, "UCX (random ephemeral ports)"),
+        }[dis.connector]
+        rules.append(PortRule(name, address, span, all_engines, transport, ""))
     return tuple(rules)
 
 
