@@ -245,10 +245,12 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
     while not all(p.exists() and p.read_text().strip() for p in pids):
         __import__("time").sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=120)
-    out = "".join(lines) + rest
-    assert proc.returncode == 1, out
-    assert "interrupted (Ctrl-C)" in out
-    assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
-    assert processes_in(tmp_path) == []
-    pdctl("down", str(spec), *known(ssh_env))
+    try:
+        rest, _ = proc.communicate(timeout=120)
+        out = "".join(lines) + rest
+        assert proc.returncode == 1, out
+        assert "interrupted (Ctrl-C)" in out
+        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
+        assert processes_in(tmp_path) == []
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
