@@ -163,6 +163,28 @@ class Fleet:
         self.hosts.clear()
 
 
+def stop_leftovers(folder: Path) -> list[int]:
+    """Stop processes working under `folder` (stand-in engines a failed `pdctl down` left
+    behind: start.sh runs each unit from its folder), by PID. Returns their PIDs."""
+    found = []
+    prefix = str(folder.resolve())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == prefix or cwd.startswith(prefix + "/"):
+            found.append(int(pid))
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
+
+
 def _cleanup_network(host: BenchHost) -> None:
     subprocess.run(["ip", "netns", "del", host.ns], capture_output=True)
     subprocess.run(["ip", "link", "del", host.veth], capture_output=True)
@@ -283,6 +305,23 @@ def measure(pdctl: str, rounds: int, tmp: Path) -> FleetResult:
     root = tmp / "fleet"
     venv = stand_in_venv(root)
     env = dict(os.environ, COLUMNS="200")
+    try:
+        _measure(pdctl, rounds, root, venv, env, result)
+        left = stop_leftovers(root / "data")
+        if left:
+            result.notes.append(f"4: stopped {len(left)} stand-in engines `pdctl down` left.")
+    except (RuntimeError, OSError) as exc:  # a host that would not start, a failed command
+        why = " ".join(str(exc).split())[:300]
+        for cmd in ("up", "preflight", "preflight+bashrc"):
+            if not any(c == cmd for c, _ in result.runs):
+                result.missing.setdefault(cmd, why)
+        stop_leftovers(root / "data")
+    return result
+
+
+def _measure(
+    pdctl: str, rounds: int, root: Path, venv: Path, env: dict, result: FleetResult
+) -> None:
     for plain in (True, False):
         if not plain and "preflight" in result.missing:
             break
@@ -303,7 +342,6 @@ def measure(pdctl: str, rounds: int, tmp: Path) -> FleetResult:
                         sample = _timed(cmd[n], env, fleet, ok=(0, 1))
                         if r:
                             result.runs.setdefault((name, n), []).append(sample)
-    return result
 
 
 def _timed(argv: list[str], env: dict, fleet: Fleet, ok: tuple[int, ...] = (0,)) -> Sample:

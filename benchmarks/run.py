@@ -210,7 +210,7 @@ def fleet(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
         what = f"{label}, {many} SSH hosts vs 1 host (wall time)"
         stats = result.stats(cmd)
         if len(stats) < 2:
-            why = result.missing.get(cmd.split("+")[0], "no result")
+            why = result.missing.get(cmd) or result.missing.get(cmd.split("+")[0], "no result")
             report.rows.append(Row(key, what, "-", "-", "-", target, None))
             report.notes.append(f"{key}: not measured: {why}.")
             continue
