@@ -264,6 +264,17 @@ def epp_objects(plan: Plan) -> list[Obj]:
 
 
 def http_route(plan: Plan, gateway: str) -> Obj:
+    rule: Obj = {
+        "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+        "backendRefs": [
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": plan.name}
+        ],
+    }
+    timeout = plan.spec.router.request_timeout
+    if timeout is not None:
+        # Long generations outlive Envoy-based Gateways' default route timeout (llm-d's chart
+        # sets 300s too).
+        rule["timeouts"] = {"request": timeout}
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
@@ -272,18 +283,7 @@ def http_route(plan: Plan, gateway: str) -> Obj:
             "parentRefs": [
                 {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway}
             ],
-            "rules": [
-                {
-                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                    "backendRefs": [
-                        {
-                            "group": "inference.networking.k8s.io",
-                            "kind": "InferencePool",
-                            "name": plan.name,
-                        }
-                    ],
-                }
-            ],
+            "rules": [rule],
         },
     }
 

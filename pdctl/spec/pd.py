@@ -266,12 +266,27 @@ class Router(Section):
         description="Kubernetes: name of an existing Gateway; pdctl renders an HTTPRoute from "
         "it to the InferencePool.",
     )
+    request_timeout: str | None = Field(
+        "300s",
+        description="Kubernetes: the HTTPRoute's `timeouts.request` (Gateway API duration, e.g. "
+        "`300s`, `1h`), as llm-d's chart sets it; without it some Gateways cut long answers "
+        "(Envoy's default route timeout is 15 s). `null` leaves it out (llm-d's chart does on "
+        "GKE).",
+    )
 
     @field_validator("venv")
     @classmethod
     def _abs_or_home(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith("/") or value.startswith("~/")):
             raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+        return value
+
+    @field_validator("request_timeout")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        # Gateway API Duration (GEP-2257), as the HTTPRoute CRD's pattern checks it.
+        if value is not None and not re.match(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$", value):
+            raise ValueError(f"{value!r} is not a Gateway API duration (e.g. '300s', '1h')")
         return value
 
     @field_validator("version")

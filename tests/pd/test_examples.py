@@ -219,7 +219,23 @@ def test_llmd_objects() -> None:
     assert {"disagg-profile-handler", "prefill-filter", "decode-filter"} <= types
     refs = {p["pluginRef"] for prof in config["schedulingProfiles"] for p in prof["plugins"]}
     assert refs <= {p.get("name", p["type"]) for p in config["plugins"]}
-    assert ("HTTPRoute", "qwen-llmd") in by
+    route = by[("HTTPRoute", "qwen-llmd")]
+    assert route["spec"]["rules"][0]["timeouts"] == {"request": "300s"}  # llm-d chart default
+
+
+def test_http_route_timeout_can_be_left_out() -> None:
+    text = (ROOT / "examples/phase2-llmd.yaml").read_text()
+    text = text.replace("router: {gateway: llm-d-inference-gateway}",
+                        "router: {gateway: llm-d-inference-gateway, requestTimeout: null}")
+    docs = [d for d in yaml.safe_load_all(render(make_plan(load_text(text, "s.yaml")[0])).stream())
+            if d]
+    (route,) = [d for d in docs if d["kind"] == "HTTPRoute"]
+    assert "timeouts" not in route["spec"]["rules"][0]
+    check_kube_docs(docs)
+    bad = text.replace("requestTimeout: null", "requestTimeout: 5min")
+    with pytest.raises(SpecError) as err:
+        load_text(bad, "s.yaml")
+    assert err.value.path == "router.requestTimeout"
 
 
 def test_phase3_decode_is_a_hami_slice() -> None:
