@@ -274,3 +274,20 @@ def test_one_machine_listed_twice_is_refused() -> None:
     load_text(
         text.replace("address: 10.0.0.10, gpus", "address: 10.0.0.10, port: 2222, gpus"), "s.yaml"
     )
+
+
+def test_stdin_that_is_not_utf8_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfename: d\n")))
+    code, out, err = run(["validate", "-"], capsys)
+    assert code == 2 and err == "error: <stdin>: is not UTF-8 text\n" and out == ""
+
+
+def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
+    err = plan_error(
+        spec_text().replace("gpus: [0, 1]", "gpus: [0]").replace("replicas: 1", "replicas: 2")
+    )
+    assert "needs 1 free GPU on one host" in err.message and "1 GPUs" not in err.message

@@ -13,7 +13,11 @@ from pdctl.spec import Source, Spec, load_text
 def read_spec(path: str) -> tuple[Spec, Source]:
     """Load SPEC (a file, or '-' for stdin). Every failure is one located SpecError."""
     if path == "-":
-        return load_text(sys.stdin.read(), "<stdin>")
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError("is not UTF-8 text", file="<stdin>") from None
+        return load_text(text, "<stdin>")
     p = Path(path)
     if not p.exists():
         raise SpecError(

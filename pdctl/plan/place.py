@@ -101,8 +101,8 @@ def _check_hosts(spec: Spec, groups: Sequence[Group], cpu: bool) -> None:
             width = next(iter(widths))
             if len(host.gpus) % width:
                 raise SpecError(
-                    f"host {host.name} lists {len(host.gpus)} GPUs, which instances of "
-                    f"{width} GPUs (tensorParallel x pipelineParallel) cannot divide",
+                        f"host {host.name} lists {_gpus(len(host.gpus))}, which instances of "
+                    f"{_gpus(width)} (tensorParallel x pipelineParallel) cannot divide",
                     path=f"hosts[{i}].gpus",
                     fix=f"list a multiple of {width} GPUs on {host.name}",
                 )
@@ -110,8 +110,8 @@ def _check_hosts(spec: Spec, groups: Sequence[Group], cpu: bool) -> None:
             need = host.instances * min(widths)
             if need > len(host.gpus):
                 raise SpecError(
-                    f"host {host.name}: {host.instances} instances of {min(widths)} GPUs need "
-                    f"{need} GPUs but it lists {len(host.gpus)}",
+                    f"host {host.name}: {host.instances} instances of {_gpus(min(widths))} need "
+                    f"{_gpus(need)} but it lists {len(host.gpus)}",
                     path=f"hosts[{i}].instances",
                     fix=f"lower instances or list more GPUs on {host.name}",
                 )
@@ -145,6 +145,11 @@ def _shortage(spec: Spec, groups, group: Group, index: int, cpu: bool) -> str:
     listed = ", ".join(f"{h.name}: {len(h.gpus)}" for h in spec.hosts)
     total = sum(g.replicas * g.gpus for g in groups)
     return (
-        f"{group.role} instance {index + 1} of {group.replicas} needs {group.gpus} free GPUs on "
-        f"one host; the plan needs {total} GPUs in all, hosts list {listed}"
+        f"{group.role} instance {index + 1} of {group.replicas} needs {group.gpus} free "
+        f"{'GPU' if group.gpus == 1 else 'GPUs'} on one host; the plan needs {_gpus(total)} in "
+        f"all, hosts list {listed}"
     )
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
