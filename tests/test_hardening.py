@@ -291,3 +291,16 @@ def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
         spec_text().replace("gpus: [0, 1]", "gpus: [0]").replace("replicas: 1", "replicas: 2")
     )
     assert "needs 1 free GPU on one host" in err.message and "1 GPUs" not in err.message
+
+
+def test_a_target_from_the_command_line_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    code, _, err = run(["render", str(spec), "--target", "kubernetes"], capsys)
+    assert code == 2
+    assert err == (
+        f"error: {spec}: --target kubernetes: phase 0 runs on hosts only; "
+        "use phase 1 for Kubernetes\n"
+    )

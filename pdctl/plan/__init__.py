@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdctl.compat import release as release_for
-from pdctl.errors import SpecError
+from pdctl.errors import SpecError, UsageError
 from pdctl.plan.model import Instance, Plan, SecretEnv, Target
 from pdctl.plan.place import Chooser, first_free
 from pdctl.plan.serve import serve_instances
@@ -13,6 +13,7 @@ __all__ = ["Instance", "Plan", "SecretEnv", "make_plan", "target_of"]
 
 
 def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
+    """The target: `target` (the command line's --target) over the spec's, else by phase."""
     chosen = target or spec.target
     if chosen is None:
         if phase == 0:
@@ -21,17 +22,16 @@ def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
             chosen = "hosts" if spec.hosts else "kubernetes"
         else:
             chosen = "kubernetes"
+    wrong = None
     if phase == 0 and chosen != "hosts":
-        raise SpecError(
-            "phase 0 runs on hosts only", path="target", fix="use phase 1 for Kubernetes"
-        )
-    if phase in (1, 3) and chosen != "kubernetes":
-        raise SpecError(
-            f"phase {phase} runs on Kubernetes only",
-            path="target",
-            fix="drop `target` or use phase 0/2",
-        )
-    return chosen  # type: ignore[return-value]
+        wrong, fix = "phase 0 runs on hosts only", "use phase 1 for Kubernetes"
+    elif phase in (1, 3) and chosen != "kubernetes":
+        wrong, fix = f"phase {phase} runs on Kubernetes only", "use phase 0 or 2 for hosts"
+    if wrong is None:
+        return chosen  # type: ignore[return-value]
+    if target is not None:
+        raise UsageError(f"--target {target}: {wrong}", fix=fix)
+    raise SpecError(f"{wrong} (target: {chosen})", path="target", fix=f"drop `target`, or {fix}")
 
 
 def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
