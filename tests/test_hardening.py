@@ -304,3 +304,27 @@ def test_a_target_from_the_command_line_is_named_as_such(
         f"error: {spec}: --target kubernetes: phase 0 runs on hosts only; "
         "use phase 1 for Kubernetes\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "phrase"),
+    [
+        ({"runtime": "conda"}, "hosts[0].runtime", "CUDA build of vLLM"),
+        ({"runtime": "docker"}, "engine.image", "CPU image"),
+        ({"phase": 1}, "engine.image", "CPU image"),
+    ],
+)
+def test_cpu_engines_are_not_given_cuda_builds(change: dict, path: str, phrase: str) -> None:
+    text = spec_text().replace('  version: "0.33.0"', "  device: cpu")
+    if "runtime" in change:
+        text = text.replace("runtime: conda", f"runtime: {change['runtime']}")
+    else:
+        text = "phase: 1\n" + text
+    err = plan_error(text)
+    assert err.path == path and phrase in err.message, err.line()
+    # With a CPU image the container runtimes are fine.
+    if path == "engine.image":
+        spec, _ = load_text(
+            text.replace("  device: cpu", "  device: cpu\n  image: my/vllm-cpu:1"), "s.yaml"
+        )
+        make_plan(spec)

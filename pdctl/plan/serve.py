@@ -20,6 +20,27 @@ def serve_shape(spec: Spec, phase: int) -> Serve:
     return spec.serve
 
 
+def check_cpu(spec: Spec, target: Target) -> None:
+    """vLLM's CPU build is not what pdctl installs or pulls by default (pip `vllm` and the
+    `vllm/vllm-openai` image are CUDA builds): say so at plan time, not at start."""
+    docker = target == "kubernetes" or any(h.runtime == "docker" for h in spec.hosts)
+    if docker and spec.engine.image is None:
+        raise SpecError(
+            "engine.device cpu needs a CPU image: the default vllm/vllm-openai is a CUDA build",
+            path="engine.image",
+            fix="set engine.image to a vLLM CPU image you built or pulled",
+        )
+    if target == "hosts":
+        for i, host in enumerate(spec.hosts):
+            if host.runtime == "conda":
+                raise SpecError(
+                    f"host {host.name}: engine.device cpu cannot use runtime conda, which "
+                    "pip-installs the CUDA build of vLLM",
+                    path=f"hosts[{i}].runtime",
+                    fix="use runtime venv with `venv:` pointing at a prepared CPU build",
+                )
+
+
 def serve_instances(
     spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
 ) -> tuple[Instance, ...]:
@@ -27,6 +48,7 @@ def serve_instances(
     width = shape.tensor_parallel * shape.pipeline_parallel
     if spec.engine.device == "cpu":
         width = 0
+        check_cpu(spec, target)
 
     def args(port: int) -> tuple[str, ...]:
         return engine_args(
