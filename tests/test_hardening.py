@@ -328,3 +328,9 @@ def test_cpu_engines_are_not_given_cuda_builds(change: dict, path: str, phrase: 
             text.replace("  device: cpu", "  device: cpu\n  image: my/vllm-cpu:1"), "s.yaml"
         )
         make_plan(spec)
+
+
+@pytest.mark.parametrize("name", ["7b", "a" * 51])
+def test_deployment_name_fits_service_names(name: str) -> None:
+    err = plan_error(spec_text().replace("name: demo", f"name: {name}"))
+    assert err.path == "name" and "starts with a letter" in err.message

@@ -25,6 +25,7 @@ from pdctl.spec.value import (
 from pdctl.spec.workload import Hardware, Workload
 
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+NAME_MAX = 50
 # Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
 RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
@@ -341,7 +342,8 @@ class Spec(Section):
     """A pdctl deployment spec."""
 
     name: DnsLabel = Field(
-        ..., description="Deployment name (DNS-1123); prefixes every object, process and file."
+        ..., description="Deployment name: a DNS-1123 label that starts with a letter, at most 50 "
+        "characters; prefixes every object, process and file.",
     )
     phase: Literal[0, 1, 2, 3] = Field(
         0,
@@ -375,6 +377,17 @@ class Spec(Section):
     workload: Workload | None = Field(
         None, description="Expected traffic, for `pdctl plan` (P:D ratio, batch, advice)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, value: str) -> str:
+        # It names Services (DNS-1035: a letter first, at most 63 with suffixes such as -epp).
+        if not value[0].isalpha() or len(value) > NAME_MAX:
+            raise ValueError(
+                f"{value!r}: a deployment name starts with a letter and has at most {NAME_MAX} "
+                "characters, since it names Kubernetes Services with suffixes (e.g. <name>-epp)"
+            )
+        return value
 
     @field_validator("hosts")
     @classmethod
