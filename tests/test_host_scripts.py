@@ -173,3 +173,119 @@ def test_conda_setup_finds_conda_off_path(tmp_path: Path) -> None:
         text=True,
     )
     assert res.returncode == 1 and "pdctl: conda not found" in res.stderr
+
+
+# ---- docker: start.sh / stop.sh against the real test dockerd ------------------------------
+
+DOCKER_SPEC = """\
+name: scrt
+model: {{name: stand-in}}
+engine: {{device: cpu, image: "{image}"}}
+hosts:
+  - {{name: lo, address: 127.0.0.1, runtime: docker, dataDir: {data}, hfCache: {data}/hf}}
+serve: {{port: {port}}}
+"""
+SLEEPER = "pdctl-test/sleeper:3"
+# Sleeps (ignoring the serve arguments) and ends at once on SIGTERM.
+ENTRYPOINT = """ENTRYPOINT ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 300 & wait", "engine"]"""
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    import io
+    import tarfile
+
+    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
+    if not url:
+        pytest.skip("no test dockerd: run `RUN=... tests/services.sh start` and source $RUN/env")
+    busybox = shutil.which("busybox")
+    if busybox is None or shutil.which("docker") is None:
+        pytest.skip("needs the docker CLI and busybox-static")
+    env = {**os.environ, "DOCKER_HOST": url}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("bin/busybox")
+        data = Path(busybox).read_bytes()
+        info.mode, info.size = 0o755, len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for tool in ("sh", "sleep"):
+            link = tarfile.TarInfo(f"bin/{tool}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+    subprocess.run(
+        ["docker", "import", "--change", ENTRYPOINT, "-", SLEEPER],
+        input=buf.getvalue(),
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return env
+
+
+def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = DOCKER_SPEC.format(image=SLEEPER, data=tmp_path / "data", port=port)
+    spec, _ = load_text(text, "spec.yaml")
+    bundle = render(make_plan(spec))
+    start, stop = tmp_path / "start.sh", tmp_path / "stop.sh"
+    start.write_text(bundle["hosts/lo/scrt-serve-0/start.sh"])
+    stop.write_text(bundle["hosts/lo/scrt-serve-0/stop.sh"])
+
+    def sh(path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(path)], env=dockerd, capture_output=True, text=True)
+
+    def names() -> list[str]:
+        out = subprocess.run(
+            ["docker", "ps", "-a", "--format", "{{.Names}}"],
+            env=dockerd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return out.split()
+
+    subprocess.run(["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, capture_output=True)
+    try:
+        # Someone else's container under the unit's name: neither script removes it.
+        subprocess.run(
+            ["docker", "create", "--name", "scrt-serve-0", SLEEPER],
+            env=dockerd,
+            check=True,
+            capture_output=True,
+        )
+        res = sh(start)
+        assert res.returncode == 1 and "pdctl did not create" in res.stderr
+        res = sh(stop)
+        assert res.returncode == 1 and "not created by this deployment" in res.stderr
+        assert "scrt-serve-0" in names()
+        subprocess.run(
+            ["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, check=True, capture_output=True
+        )
+        # Its own: started once, found running the second time, removed by stop.sh.
+        assert sh(start).returncode == 0
+        assert "already running" in sh(start).stdout
+        labels = subprocess.run(
+            [
+                "docker",
+                "inspect",
+                "-f",
+                '{{index .Config.Labels "pdctl.io/deployment"}}',
+                "scrt-serve-0",
+            ],
+            env=dockerd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert labels == "scrt"
+        res = sh(stop)
+        assert res.returncode == 0 and "stopped scrt-serve-0" in res.stdout
+        assert "scrt-serve-0" not in names()
+        res = sh(stop)
+        assert res.returncode == 0 and "is not running" in res.stdout
+    finally:
+        subprocess.run(["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, capture_output=True)
