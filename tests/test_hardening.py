@@ -334,3 +334,18 @@ def test_cpu_engines_are_not_given_cuda_builds(change: dict, path: str, phrase: 
 def test_deployment_name_fits_service_names(name: str) -> None:
     err = plan_error(spec_text().replace("name: demo", f"name: {name}"))
     assert err.path == "name" and "starts with a letter" in err.message
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [("0.23.0", "--no-enable-prefix-caching"), ("0.33.0", "--disable-prefix-caching")],
+)
+def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str) -> None:
+    """vLLM 0.33.0's parser has no --no-enable-prefix-caching (pdctl/data flag dump)."""
+    text = spec_text(version=f'"{version}"').replace(
+        "replicas: 1", "replicas: 1\n  enablePrefixCaching: false"
+    )
+    spec, _ = load_text(text, "s.yaml")
+    plan = make_plan(spec)
+    assert flag in plan.instances[0].args
+    assert plan.release.has_flag(flag)

@@ -60,7 +60,9 @@ def engine_args(
     if enable_prefix_caching is True:
         args.append("--enable-prefix-caching")
     elif enable_prefix_caching is False:
-        args.append("--no-enable-prefix-caching")
+        # vLLM <= 0.23 has the BooleanOptionalAction form; 0.33 only the --disable- alias.
+        off = "--no-enable-prefix-caching"
+        args.append(off if release.has_flag(off) else "--disable-prefix-caching")
     for flag, value in extra:
         args.append(flag)
         if value != "":
