@@ -349,3 +349,16 @@ def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str)
     plan = make_plan(spec)
     assert flag in plan.instances[0].args
     assert plan.release.has_flag(flag)
+
+
+def test_render_stdin_with_facts_reads_the_spec_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(spec_text().encode())))
+    code, out, err = run(["render", "-", "--facts", str(facts)], capsys)
+    assert code == 0, err
+    assert out.startswith("#### hosts/gpu-a/demo-serve-0/start.sh\n")

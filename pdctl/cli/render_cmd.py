@@ -101,15 +101,16 @@ def register(app: typer.Typer) -> None:
         if facts is None:
             plan, source = plan_from(spec, phase, target)
         else:
-            from pdctl.cli.specfile import read_spec
+            from pdctl.cli.specfile import plan_spec, read_spec
             from pdctl.facts import facts_from
             from pdctl.plan.topology import chooser
             from pdctl.probe.record import read
 
-            names = tuple(h.name for h in read_spec(spec)[0].hosts)
-            plan, source = plan_from(
-                spec, phase, target, choose=chooser(facts_from(read(facts, names)))
-            )
+            # Read SPEC once: `-` (stdin) cannot be read twice.
+            loaded, source = read_spec(spec)
+            names = tuple(h.name for h in loaded.hosts)
+            choose = chooser(facts_from(read(facts, names)))
+            plan = plan_spec(loaded, source, phase, target, choose=choose)
         try:
             bundle = render_plan(plan)
         except SpecError as exc:

@@ -39,7 +39,14 @@ def plan_from(
 ) -> tuple[Plan, Source]:
     """Load SPEC and plan it; plan errors are located in the spec file."""
     spec, source = read_spec(path)
+    return plan_spec(spec, source, phase, target, **kwargs), source
+
+
+def plan_spec(
+    spec: Spec, source: Source, phase: int | None = None, target: str | None = None, **kwargs
+) -> Plan:
+    """Plan a spec already read (SPEC `-` can be read only once); errors located in it."""
     try:
-        return make_plan(spec, phase=phase, target=target, **kwargs), source
+        return make_plan(spec, phase=phase, target=target, **kwargs)
     except SpecError as exc:
         raise source.locate(exc) from None
