@@ -362,3 +362,9 @@ def test_render_stdin_with_facts_reads_the_spec_once(
     code, out, err = run(["render", "-", "--facts", str(facts)], capsys)
     assert code == 0, err
     assert out.startswith("#### hosts/gpu-a/demo-serve-0/start.sh\n")
+
+
+def test_ports_past_65535_are_a_spec_error() -> None:
+    text = spec_text().replace("replicas: 1", "replicas: 2\n  port: 65535")
+    err = plan_error(text)
+    assert err.path == "serve.port" and "65536" in err.message and "65534" in err.fix

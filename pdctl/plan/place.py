@@ -73,6 +73,13 @@ def place(spec: Spec, groups: Sequence[Group], choose: Chooser = first_free) -> 
             k = per_role_on_host.get((host.name, group.role), 0)
             per_role_on_host[(host.name, group.role)] = k + 1
             port = group.base_port + k
+            if port > 65535:
+                raise SpecError(
+                    f"{group.role} instance {k + 1} on host {host.name} would listen on port "
+                    f"{port}, above 65535",
+                    path=group.path.rsplit(".", 1)[0] + ".port",
+                    fix=f"lower the port to at most {65535 - k}",
+                )
             clash = used_ports[host.name].get(port)
             if clash:
                 raise SpecError(
