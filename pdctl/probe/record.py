@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdctl.errors import PdctlError
+from pdctl.errors import PdctlError, UsageError
 from pdctl.facts import CLUSTER
 from pdctl.facts import host as f
 
@@ -21,18 +21,25 @@ def write(root: Path, raw: dict[str, dict[str, str]]) -> None:
 
 
 def _read_folder(d: Path) -> dict[str, str]:
-    return {
-        p.name: p.read_text(encoding="utf-8", errors="replace")
-        for p in sorted(d.iterdir())
-        if p.is_file() and not p.name.startswith(".")
-    }
+    try:
+        return {
+            p.name: p.read_text(encoding="utf-8", errors="replace")
+            for p in sorted(d.iterdir())
+            if p.is_file() and not p.name.startswith(".")
+        }
+    except OSError as exc:
+        raise UsageError(f"cannot read recording folder {d}: {exc.strerror or exc}",
+                         fix="give a folder made by `pdctl preflight --record DIR`") from None
 
 
 def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """Raw outputs per folder. A DIR holding the files itself (no host folders) stands for
     the one host of a one-host plan."""
+    # A folder named on the command line: missing or unreadable is a usage error (exit 2).
     if not root.is_dir():
-        raise PdctlError(f"{root}: no such recording folder (make one with --record {root})")
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise UsageError(f"recording folder {root} {what}",
+                         fix=f"make one with `pdctl preflight --record {root}`")
     if any((root / m).is_file() for m in MARKERS) and not any((root / h).is_dir() for h in hosts):
         if not hosts:
             raise PdctlError(
@@ -45,5 +52,9 @@ def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
                 "put each host's files in a folder named after the host"
             )
         return {hosts[0]: _read_folder(root)}
-    out = {p.name: _read_folder(p) for p in sorted(root.iterdir()) if p.is_dir()}
-    return out
+    try:
+        folders = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError as exc:
+        raise UsageError(f"cannot read recording folder {root}: {exc.strerror or exc}",
+                         fix="check its permissions") from None
+    return {p.name: _read_folder(p) for p in folders}

@@ -100,3 +100,19 @@ def test_host_folder_for_a_kubernetes_plan_is_refused() -> None:
     proc = pdctl("preflight", str(FIX.parents[2] / "examples" / "phase1-k8s.yaml"), "--replay",
                  str(FIX / "pcie4"))
     assert proc.returncode == 1 and "_kubernetes/" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "preflight"])
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_missing_recording_folder_is_a_one_line_usage_error(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    folder = tmp_path / "nonexistent"
+    if kind == "file":
+        folder.write_text("not a folder\n")
+    option = "--facts" if command == "render" else "--replay"
+    proc = pdctl(command, str(LIVE / "spec.yaml"), option, str(folder))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(folder) in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
