@@ -37,9 +37,22 @@ def deploy_dir(plan: Plan, host: Host) -> str:
     return f"{base}/{plan.name}"
 
 
+ENGINE_ROLES = ("serve", "prefill", "decode")
+
+
+def start_env(unit: Unit) -> tuple[tuple[str, str], ...]:
+    """The environment a process unit's start.sh exports: an engine gets HF_HOME (its cache)."""
+    if unit.image is None and unit.role in ENGINE_ROLES:
+        return (("HF_HOME", unit.host.hf_cache),) + unit.env
+    return unit.env
+
+
 def unit_hash(unit: Unit) -> str:
-    """A short digest of everything that makes a unit what it is (for change detection)."""
-    data = [unit.command, unit.env, unit.image, unit.gpus, unit.publish, unit.setup, unit.port]
+    """A short digest of everything that makes a unit what it is (for change detection): the
+    final environment of its start script, and a container's cache mount."""
+    cache = unit.host.hf_cache if unit.image is not None else None
+    data = [unit.command, start_env(unit), unit.image, unit.gpus, unit.publish, unit.setup,
+            unit.port, cache]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -145,14 +158,11 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
             "docker-stop.sh.j2", header=header(plan, unit, "container", digest), **common
         )
     else:
-        env = unit.env
-        if unit.role in ("serve", "prefill", "decode"):
-            env = (("HF_HOME", unit.host.hf_cache),) + env
         start = render_template(
             "process-start.sh.j2",
             header=header(plan, unit, "process", digest),
             setup=unit.setup,
-            env=env,
+            env=start_env(unit),
             command=unit.command,
             **common,
         )
