@@ -7,11 +7,16 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Artifact
+from pdctl.render.template import render_template
 from pdctl.targets.health import Health, probe
 from pdctl.targets.ssh import Connection, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
-OBSERVE = r"""
+# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder. A recorded pid
+# counts as running only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2,
+# rendered into this script): a process of its group runs in the unit's folder. A stale pid
+# file (after a crash or reboot, the number reused by someone else) reads as stopped.
+OBSERVE_BODY = r"""
 d=%(dir)s
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
@@ -21,7 +26,8 @@ for u in "$d"/*/; do
   s=stopped; p=-
   if [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")
-    if kill -0 -- "-$p" 2>/dev/null; then s=running; fi
+    unit_dir=$u
+    if owned "$p"; then s=running; fi
   elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
     c=$(cut -c1-12 "$u/container-id")
     if [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ]; then
@@ -31,6 +37,12 @@ for u in "$d"/*/; do
   printf '%%s\t%%s\t%%s\t%%s\n' "$n" "${h:--}" "$s" "$p"
 done
 """
+
+
+def observe_script(folder: str) -> str:
+    """The observe script for a deployment folder (an absolute path on the host)."""
+    owned = render_template("process-owned.sh.j2")
+    return owned + OBSERVE_BODY % {"dir": shlex.quote(folder)}
 
 
 class HostOps:
@@ -50,7 +62,7 @@ class HostOps:
         return f"{self.dir}/{unit}"
 
     def observe(self) -> list[Observed]:
-        res = self.conn.run(OBSERVE % {"dir": shlex.quote(self.dir)}, timeout=60)
+        res = self.conn.run(observe_script(self.dir), timeout=60)
         if res.rc != 0:
             raise PdctlError(f"host {self.name}: cannot read {self.dir}: {res.err.strip()}")
         return parse_observed(self.name, res.out)
