@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
-from pdctl.render.host import Unit, engine_unit
-from pdctl.targets.docker import DockerTarget, client_for
+from pdctl.render.host import Unit, engine_unit, model_dir
+from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.health import probe
 from pdctl.targets.state import Change
 
@@ -57,8 +57,11 @@ class ContainerHosts:
     def connect(self) -> None:
         for host, url in self.urls.items():
             if host not in self.targets:
-                self.targets[host] = DockerTarget(client_for(url), self.plan.name,
-                                                  network=self.network, say=self.say)
+                client = client_for(url)
+                self.targets[host] = DockerTarget(
+                    client, self.plan.name, network=self.network, say=self.say,
+                    home=docker_home(client, url), model_dir=model_dir(self.plan),
+                )
 
     def changes(self) -> list[Change]:
         self.connect()

@@ -9,6 +9,7 @@ label. The client is `docker.DockerClient(base_url=...)`: the local socket, or
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,34 @@ def client_for(base_url: str) -> Any:
         raise PdctlError(f"cannot reach the Docker engine at {base_url}: {exc}") from None
 
 
+def docker_home(client: Any, base_url: str) -> str | None:
+    """The home folder on the Docker host, for `~/` paths (the rendered script's "$HOME"):
+    this machine's for a local socket, the SSH user's for ssh://; None where unknown (tcp://)."""
+    scheme = base_url.split("://", 1)[0] if "://" in base_url else "unix"
+    if scheme in ("unix", "npipe"):
+        return os.path.expanduser("~")
+    if scheme == "ssh":
+        # The SDK's own paramiko connection to the host (docker.transport.sshconn).
+        ssh = getattr(getattr(client.api, "_custom_adapter", None), "ssh_client", None)
+        if ssh is not None:
+            _stdin, out, _err = ssh.exec_command('printf %s "$HOME"', timeout=30)
+            home = out.read().decode("utf-8", "replace").strip()
+            if home.startswith("/"):
+                return home
+    return None
+
+
+def host_path(path: str, home: str | None, what: str) -> str:
+    """`path` on the Docker host, with a leading `~/` resolved against `home`."""
+    if path.startswith("/"):
+        return path.rstrip("/") or "/"
+    if home is None:
+        raise PdctlError(f"{what} {path}: cannot tell the home folder on this Docker host; "
+                         "give an absolute path in the spec")
+    rest = path[1:].strip("/")
+    return home.rstrip("/") + (f"/{rest}" if rest else "")
+
+
 def labels(deployment: str, unit: Unit) -> dict[str, str]:
     return {
         DEPLOYMENT: deployment,
@@ -40,8 +69,17 @@ def labels(deployment: str, unit: Unit) -> dict[str, str]:
     }
 
 
-def run_options(deployment: str, unit: Unit, secrets: dict[str, str], network: str) -> dict:
-    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, cache."""
+def run_options(
+    deployment: str,
+    unit: Unit,
+    secrets: dict[str, str],
+    network: str,
+    home: str | None = None,
+    model_dir: str | None = None,
+) -> dict:
+    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, and the
+    mounts of docker-start.sh.j2: the host's HF cache (read-write) at the image's cache, and a
+    model given as a host path (read-only) at the same path."""
     from docker.types import DeviceRequest
 
     assert unit.image is not None, f"{unit.name} is not a container unit"
@@ -55,8 +93,11 @@ def run_options(deployment: str, unit: Unit, secrets: dict[str, str], network: s
         "ipc_mode": "host",
         "detach": True,
     }
-    if unit.host.hf_cache.startswith("/"):  # a `~/` path names a home the SDK cannot resolve
-        opts["volumes"] = {unit.host.hf_cache: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
+    cache = host_path(unit.host.hf_cache, home, f"host {unit.host.name}: hfCache")
+    volumes = {cache: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
+    if model_dir:
+        volumes[model_dir] = {"bind": model_dir, "mode": "ro"}
+    opts["volumes"] = volumes
     if unit.gpus:
         opts["device_requests"] = [
             DeviceRequest(device_ids=[str(g) for g in unit.gpus], capabilities=[["gpu"]])
@@ -78,6 +119,8 @@ class DockerTarget:
     network: str = "bridge"  # "host": no port publishing; the engine's port is the host's
     say: Callable[[str], None] = lambda _m: None
     stop_seconds: int = GRACE_SECONDS  # SIGTERM, then SIGKILL after this long
+    home: str | None = None  # the Docker host's home folder (docker_home), for `~/` paths
+    model_dir: str | None = None  # a model given as a host path (render.host.model_dir)
     started: list[str] = field(default_factory=list)
 
     def containers(self) -> list[Any]:
@@ -123,7 +166,8 @@ class DockerTarget:
             self._refuse_foreign(unit.name)
             try:
                 container = self.client.containers.create(
-                    **run_options(self.deployment, unit, secrets, self.network)
+                    **run_options(self.deployment, unit, secrets, self.network, self.home,
+                                 self.model_dir)
                 )
             except docker.errors.ImageNotFound:
                 raise PdctlError(f"{unit.name}: image {unit.image} is not on the Docker host "

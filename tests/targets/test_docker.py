@@ -3,7 +3,9 @@ image built locally from busybox-static (no registry is reachable)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import shutil
 import socket
@@ -14,7 +16,7 @@ import pytest
 from pdctl.errors import PdctlError
 from pdctl.render.host import Unit
 from pdctl.spec.model import Host
-from pdctl.targets.docker import DockerTarget, client_for
+from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
 from pdctl.targets.health import probe
 
 IMAGE = "pdctl-test/engine:1"
@@ -46,6 +48,58 @@ def add(tar: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o755,
     tar.addfile(info, io.BytesIO(data) if data else None)
 
 
+ENTRYPOINT = ["/bin/sh", "/engine.sh"]
+CHANGES = ["ENV PATH=/bin", f"ENTRYPOINT {json.dumps(ENTRYPOINT)}", "LABEL pdctl.test=engine"]
+
+
+def engine_rootfs(busybox: str) -> bytes:
+    """The stand-in's root filesystem as a tar; the same bytes every run (fixed mtimes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
+            add(tar, d, kind=tarfile.DIRTYPE)
+        with open(busybox, "rb") as fh:
+            add(tar, "bin/busybox", fh.read())
+        for tool in ("sh", "httpd", "mkdir", "printf", "echo"):
+            add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
+        add(tar, "engine.sh", ENGINE_SH.encode())
+    return buf.getvalue()
+
+
+def ensure_engine_image(client, rootfs: bytes) -> str:
+    """Import the stand-in once per content: it is tagged by a digest of the rootfs and the
+    image settings, and a run whose image is already there imports nothing. Returns the tag."""
+    import docker
+
+    digest = hashlib.sha256(rootfs + json.dumps(CHANGES).encode()).hexdigest()[:16]
+    repo, tag = IMAGE.split(":")
+    content_tag = f"{repo}:c-{digest}"
+    try:
+        image = client.images.get(content_tag)
+    except docker.errors.ImageNotFound:
+        client.api.import_image_from_data(rootfs, repository=repo, tag=f"c-{digest}",
+                                          changes=CHANGES)
+        image = client.images.get(content_tag)
+    image.tag(repo, tag)  # the name the tests use (moves from an older content's image)
+    remove_stale_engine_images(client)
+    return content_tag
+
+
+def remove_stale_engine_images(client) -> None:
+    """Untagged copies of the stand-in (older runs re-imported it each time); only ours:
+    dangling images with the stand-in's entrypoint, none in use by a container."""
+    import docker
+
+    for image in client.images.list(filters={"dangling": True}):
+        config = image.attrs.get("Config") or {}
+        if config.get("Entrypoint") != ENTRYPOINT:
+            continue
+        try:
+            client.images.remove(image.id)
+        except docker.errors.APIError:
+            pass  # a container still uses it
+
+
 @pytest.fixture(scope="module")
 def docker_client():
     url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
@@ -55,21 +109,20 @@ def docker_client():
     if busybox is None:
         pytest.skip("busybox-static is not installed (apt-get install busybox-static)")
     client = client_for(url)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
-            add(tar, d, kind=tarfile.DIRTYPE)
-        with open(busybox, "rb") as fh:
-            add(tar, "bin/busybox", fh.read())
-        for tool in ("sh", "httpd", "mkdir", "printf", "echo"):
-            add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
-        add(tar, "engine.sh", ENGINE_SH.encode())
-    client.api.import_image_from_data(
-        buf.getvalue(), repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1],
-        changes=['ENV PATH=/bin', 'ENTRYPOINT ["/bin/sh", "/engine.sh"]'],
-    )
+    ensure_engine_image(client, engine_rootfs(busybox))
     yield client
     client.close()
+
+
+def test_engine_image_is_imported_once_per_content(docker_client):
+    """A second run with the same stand-in imports nothing and leaves no untagged copies."""
+    before = {i.id for i in docker_client.images.list(all=True)}
+    content_tag = ensure_engine_image(docker_client, engine_rootfs(shutil.which("busybox")))
+    assert {i.id for i in docker_client.images.list(all=True)} <= before
+    assert docker_client.images.get(content_tag).id == docker_client.images.get(IMAGE).id
+    stale = [i for i in docker_client.images.list(filters={"dangling": True})
+             if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT]
+    assert stale == []
 
 
 def free_port() -> int:
@@ -162,6 +215,38 @@ def test_gpu_request_without_gpus_fails_cleanly(target):
     assert target.containers() == []  # the Created container was removed
 
 
+def test_hf_cache_and_model_path_are_mounted_as_the_script_does(docker_client, tmp_path):
+    """Like docker-start.sh.j2: the host's HF cache (default `~/.cache/huggingface`, `~` the
+    Docker host's home) at /root/.cache/huggingface, and a model path read-only at its path."""
+    home, model = tmp_path / "home", tmp_path / "model"
+    model.mkdir()
+    tgt = DockerTarget(docker_client, "t-mounts", network="host", stop_seconds=1,
+                       home=str(home), model_dir=str(model))
+    host = Host(name="local", address="127.0.0.1", runtime="docker")  # the default hfCache
+    port = free_port()
+    u = Unit(name="t-mounts-serve-0", role="serve", host=host, port=port,
+             command=(str(model), "--port", str(port), "--served-model-name", "tiny"),
+             env=(), setup="", image=IMAGE, publish=(f"{port}:{port}",))
+    try:
+        tgt.apply([u], tgt.changes([u]), {})
+        (c,) = tgt.containers()
+        mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
+        cache = mounts["/root/.cache/huggingface"]
+        assert (cache["Source"], cache["RW"]) == (str(home / ".cache/huggingface"), True)
+        assert (mounts[str(model)]["Source"], mounts[str(model)]["RW"]) == (str(model), False)
+    finally:
+        tgt.down()
+
+
+def test_docker_home_is_known_for_a_local_socket_and_asked_for_otherwise(docker_client):
+    url = os.environ["PDCTL_TEST_DOCKER_HOST"]
+    assert docker_home(docker_client, url) == os.path.expanduser("~")
+    assert docker_home(docker_client, "tcp://10.0.0.1:2375") is None
+    assert host_path("~/.cache/huggingface", "/home/u", "hfCache") == "/home/u/.cache/huggingface"
+    with pytest.raises(PdctlError, match="give an absolute path"):
+        host_path("~/.cache/huggingface", None, "host a: hfCache")
+
+
 def test_foreign_container_is_never_touched(target, docker_client):
     name = f"{target.deployment}-x"
     other = docker_client.containers.create(IMAGE, ["tiny"], name=name)
@@ -181,11 +266,13 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
     from tests.targets.testbed import pdctl
 
     port = free_port()
+    model = tmp_path / "model"  # a model given as a host path is mounted read-only
+    model.mkdir()
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "sdk",
         "phase": 0,
-        "model": {"name": "tiny", "servedName": "tiny"},
+        "model": {"name": str(model), "servedName": "tiny"},
         "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
         "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
         "serve": {"port": port},
@@ -200,6 +287,12 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert "nothing to change" in again.stdout, again.stdout + again.stderr
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
+        (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})
+        mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in c.attrs["Mounts"]}
+        assert mounts == {
+            "/root/.cache/huggingface": (os.path.expanduser("~/.cache/huggingface"), True),
+            str(model): (str(model), False),
+        }
     finally:
         down = pdctl("down", str(spec), *url)
     assert down.returncode == 0, down.stderr
