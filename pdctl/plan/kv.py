@@ -8,6 +8,7 @@ from typing import Any
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.spec.pd import Disaggregation
+from pdctl.spec.value import url_host
 
 CONNECTOR_CLASS = {
     "p2p-nccl": "P2pNcclConnector",
@@ -48,9 +49,10 @@ def p2p_config(
         "kv_role": ROLES[role],
         "kv_buffer_size": buffer,
         "kv_port": kv_port,
-        # proxy_ip + ":" + proxy_port is concatenated by vLLM: both must be strings.
+        # proxy_ip + ":" + proxy_port is concatenated by vLLM: both must be strings, and an
+        # IPv6 proxy_ip needs its brackets.
         "kv_connector_extra_config": {
-            "proxy_ip": proxy[0],
+            "proxy_ip": url_host(proxy[0]),
             "proxy_port": str(proxy[1]),
             "http_port": str(http_port),
             "send_type": "PUT_ASYNC",

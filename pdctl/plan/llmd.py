@@ -13,6 +13,8 @@ from pdctl.spec.model import Spec
 K8S_PREFILL_PORT = 8000
 K8S_DECODE_PORT = 8200  # behind the llm-d routing sidecar on 8000
 K8S_SIDE_CHANNEL_PORT = 5600
+# Set by the renderer from the pod IP (pd_kube), so not in the instance's env pairs.
+OWNED_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
 
 
 def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
@@ -28,15 +30,27 @@ def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tu
     cpu = spec.engine.device == "cpu"
     side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
     buffer = dis.kv_buffer_device or ("cpu" if cpu else None)
+    pre_over: dict = {}
+    if phase == 3 and not cpu and pre.tensor_parallel > 1:
+        # Prefill keeps whole GPUs, but HAMi's device plugin preloads HAMi-core into every
+        # container it allocates for, and custom all-reduce's CUDA IPC fails under it (HAMi
+        # #1947; whole-GPU TP 8 also crashed in HAMi-core, HAMi #1764): use NCCL's all-reduce.
+        pre_over["switches"] = ("--disable-custom-all-reduce",)
     prefill = Instance(
         name=f"{spec.name}-prefill",
         role="prefill",
         index=0,
         port=K8S_PREFILL_PORT,
         args=role_args(
-            spec, release, pre, "prefill", K8S_PREFILL_PORT, nixl_config(LLMD.prefill_role, buffer)
+            spec,
+            release,
+            pre,
+            "prefill",
+            K8S_PREFILL_PORT,
+            nixl_config(LLMD.prefill_role, buffer),
+            **pre_over,
         ),
-        env=role_env(spec, pre, side),
+        env=role_env(spec, pre, "prefill", side, owned=OWNED_ENV),
         gpu_count=0 if cpu else pre.tensor_parallel,
         tensor_parallel=pre.tensor_parallel,
         replicas=pre.replicas,
@@ -63,7 +77,7 @@ def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tu
             nixl_config(LLMD.decode_role, buffer),
             **over,
         ),
-        env=role_env(spec, dec, side),
+        env=role_env(spec, dec, "decode", side, owned=OWNED_ENV),
         gpu_count=0 if cpu else dec.tensor_parallel,
         tensor_parallel=dec.tensor_parallel,
         replicas=dec.replicas,

@@ -14,6 +14,7 @@ from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, Slot, place
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Decode, Disaggregation, Prefill, Role
+from pdctl.spec.value import host_port
 
 GIB = 1024**3
 
@@ -80,6 +81,23 @@ def _check_device(spec: Spec, dis: Disaggregation) -> None:
         )
 
 
+def _check_p2p_ipv4(spec: Spec, dis: Disaggregation) -> None:
+    """P2pNcclEngine binds and announces `tcp://{VLLM_HOST_IP}:{port}` without brackets and
+    without ZMQ's IPV6 option (vLLM 0.23.0 p2p_nccl_engine.py), so IPv6 peers cannot work."""
+    if dis.connector != "p2p-nccl":
+        return
+    for i, host in enumerate(spec.hosts):
+        if ":" in peer_address(host):
+            field = "addressForPeers" if host.address_for_peers else "address"
+            raise SpecError(
+                f"p2p-nccl needs IPv4 peer addresses ({peer_address(host)} is IPv6): vLLM's "
+                "P2pNcclEngine builds its ZMQ address as host:port without brackets",
+                path=f"hosts[{i}].{field}",
+                fix="set hosts[].addressForPeers to an IPv4 address, or use connector "
+                "mooncake or nixl",
+            )
+
+
 def _check_p2p_tensor_parallel(shape: Shape) -> None:
     """P2pNcclConnector pairs ranks one to one: prefill rank r sends its KV shard to the decode's
     `kv_port + r` (vLLM 0.23.0 p2p_nccl_connector.py), so unequal TP sends shards to the wrong
@@ -94,11 +112,36 @@ def _check_p2p_tensor_parallel(shape: Shape) -> None:
         )
 
 
-def role_env(spec: Spec, role: Role, *pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
-    merged = {**spec.engine.env, **role.env}
-    for key, value in pairs:
-        merged.setdefault(key, value)
-    return tuple(sorted(merged.items()))
+# Variables pdctl sets on prefill/decode engines from the placement, and the spec field that
+# sets them instead.
+PD_ENV = {
+    "CUDA_VISIBLE_DEVICES": "the GPUs it places (hosts[].gpus)",
+    "VLLM_HOST_IP": "hosts[].addressForPeers (or address)",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "hosts[].addressForPeers (or address; on Kubernetes the "
+    "pod IP)",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "disaggregation.sideChannelPort",
+    "VLLM_MOONCAKE_BOOTSTRAP_PORT": "disaggregation.bootstrapPort",
+    "MOONCAKE_CONFIG_PATH": "disaggregation.store (pdctl writes mooncake.json)",
+    "MC_TCP_BIND_ADDRESS": "hosts[].addressForPeers (or address)",
+}
+
+
+def role_env(
+    spec: Spec, role: Role, path: str, *pairs: tuple[str, str], owned: tuple[str, ...] = ()
+) -> tuple[tuple[str, str], ...]:
+    """engine.env + <role>.env + pdctl's placement values. A user value for a variable pdctl
+    sets (in `pairs`, or `owned` when the renderer sets it) is a spec error: it would silently
+    point KV transfer at the wrong address, port or GPU."""
+    ours = dict(pairs)
+    for field, env in (("engine.env", spec.engine.env), (f"{path}.env", role.env)):
+        for key in env:
+            if key in ours or key in owned:
+                raise SpecError(
+                    f"{key} is set by pdctl for {path} engines",
+                    path=f"{field}.{key}",
+                    fix=f"remove {key}; pdctl sets it from {PD_ENV.get(key, 'the placement')}",
+                )
+    return tuple(sorted({**spec.engine.env, **role.env, **ours}.items()))
 
 
 # Flags pdctl sets itself for PD; a second copy in extraArgs would fight it.
@@ -155,6 +198,7 @@ def host_instances(
 ) -> tuple[Instance, ...]:
     dis = shape.dis
     _check_device(spec, dis)
+    _check_p2p_ipv4(spec, dis)
     _check_p2p_tensor_parallel(shape)
     for i, host in enumerate(spec.hosts):
         if host.runtime == "docker":
@@ -229,7 +273,7 @@ def host_instances(
                 index=slot.index,
                 port=slot.port,
                 args=role_args(spec, release, role, slot.role, slot.port, kv),
-                env=role_env(spec, role, *pairs),
+                env=role_env(spec, role, slot.role, *pairs),
                 host=host,
                 gpus=slot.gpus,
                 gpu_count=len(slot.gpus),
@@ -256,10 +300,11 @@ def store_json(spec: Spec, host: Host) -> str:
     assert dis is not None
     store = dis.store
     master = master_host(spec)
+    metadata = host_port(peer_address(master), store.metadata_port)
     doc = {
         "local_hostname": peer_address(host),
-        "metadata_server": f"http://{peer_address(master)}:{store.metadata_port}/metadata",
-        "master_server_address": f"{peer_address(master)}:{store.rpc_port}",
+        "metadata_server": f"http://{metadata}/metadata",
+        "master_server_address": host_port(peer_address(master), store.rpc_port),
         "global_segment_size": store.global_segment_gib * GIB,
         "local_buffer_size": store.local_buffer_gib * GIB,
         "mode": "embedded",

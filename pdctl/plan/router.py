@@ -9,6 +9,7 @@ from pdctl.compat import MOONCAKE_PACKAGE, MOONCAKE_VERSION
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.pd import master_host, pd_shape, peer_address, router_host
 from pdctl.spec.model import Host
+from pdctl.spec.value import host_port
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Service:
 
 def engine_url(inst: Instance) -> str:
     assert inst.host is not None
-    return f"http://{peer_address(inst.host)}:{inst.port}"
+    return f"http://{host_port(peer_address(inst.host), inst.port)}"
 
 
 def router_service(plan: Plan) -> Service:

@@ -20,19 +20,13 @@ from pdctl.spec.value import (
     MountableDir,
     SecretKey,
     UserName,
+    engine_env,
     mountable,
 )
 from pdctl.spec.workload import Hardware, Workload
 
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 NAME_MAX = 50
-# Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
-RESERVED_ENV = {
-    "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
-    "HF_HOME": "set hosts[].hfCache (on Kubernetes the model-cache volume is mounted at "
-    "/root/.cache/huggingface)",
-}
-SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
 
 
 class Model(Section):
@@ -119,15 +113,7 @@ class Engine(Section):
     @field_validator("env")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if key in RESERVED_ENV:
-                raise ValueError(f"{key} is set by pdctl: {RESERVED_ENV[key]}")
-            if SECRET_LIKE.search(key):
-                raise ValueError(
-                    f"{key} looks like a secret; secrets never go in the spec: use "
-                    "`secrets.hfToken` / `secrets.apiKey` (a reference to an env var or Secret)"
-                )
-        return value
+        return engine_env(value)
 
 
 class SecretRef(Section):

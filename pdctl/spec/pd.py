@@ -9,10 +9,12 @@ from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
-from pdctl.spec.base import Section
+from pdctl.spec.base import EnvName, Section
+from pdctl.spec.value import engine_env
 
-_SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
+VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+DURATION = re.compile(r"([0-9]{1,5}(h|m|s|ms)){1,4}")  # Gateway API Duration (GEP-2257)
 
 
 class Role(Section):
@@ -42,24 +44,18 @@ class Role(Section):
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
-    env: dict[str, str] = Field(
+    env: dict[EnvName, str] = Field(
         {},
         description="Extra environment for this role's engines (added to `engine.env`), e.g. "
-        "`VLLM_CPU_OMP_THREADS_BIND`. Not for secrets.",
+        "`VLLM_CPU_OMP_THREADS_BIND`. Not for secrets, nor for the variables pdctl sets "
+        "(`CUDA_VISIBLE_DEVICES`, `HF_HOME`, `VLLM_HOST_IP`, the NIXL side channel and "
+        "Mooncake bootstrap/store variables).",
     )
 
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not an environment variable name")
-            if _SECRET_LIKE.search(key):
-                raise ValueError(
-                    f"{key} looks like a secret; secrets never go in the spec: use "
-                    "`secrets.hfToken` / `secrets.apiKey`"
-                )
-        return value
+        return engine_env(value)
 
 
 class Prefill(Role):
@@ -285,13 +281,13 @@ class Router(Section):
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
         # Gateway API Duration (GEP-2257), as the HTTPRoute CRD's pattern checks it.
-        if value is not None and not re.match(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$", value):
+        if value is not None and not DURATION.fullmatch(value):
             raise ValueError(f"{value!r} is not a Gateway API duration (e.g. '300s', '1h')")
         return value
 
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        if not re.match(r"^\d+\.\d+\.\d+$", value):
+        if not VERSION.fullmatch(value):
             raise ValueError(f"{value!r} is not a version X.Y.Z (e.g. '0.1.17')")
         return value

@@ -21,6 +21,13 @@ _DNS_PART = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"{_DNS_PART}(\.{_DNS_PART})*\.?")
 LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+# Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
+RESERVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
+    "HF_HOME": "set hosts[].hfCache (on Kubernetes the model-cache volume is mounted at "
+    "/root/.cache/huggingface)",
+}
+SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
 
 
 def argument(value: str) -> str:
@@ -71,6 +78,35 @@ def address(value: str) -> str:
             f"{value!r} is not an IP address or a DNS name (e.g. 10.0.0.10 or gpu-a.lan)"
         )
     return value
+
+
+def engine_env(value: dict[str, str]) -> dict[str, str]:
+    """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no variable
+    pdctl sets itself, no secrets."""
+    for key in value:
+        if key in RESERVED_ENV:
+            raise ValueError(f"{key} is set by pdctl: {RESERVED_ENV[key]}")
+        if SECRET_LIKE.search(key):
+            raise ValueError(
+                f"{key} looks like a secret; secrets never go in the spec: use "
+                "`secrets.hfToken` / `secrets.apiKey` (a reference to an env var or Secret)"
+            )
+    return value
+
+
+def url_host(host: str) -> str:
+    """The host part of `host:port` or a URL: an IPv6 address goes in brackets."""
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]"
+    except ValueError:
+        pass
+    return host
+
+
+def host_port(host: str, port: int | str) -> str:
+    """`host:port` for a URL or a connector address (`[2001:db8::1]:8100` for IPv6)."""
+    return f"{url_host(host)}:{port}"
 
 
 def secret_key(value: str) -> str:
