@@ -29,6 +29,11 @@ def register(app: typer.Typer) -> None:
         context: str | None = CONTEXT,
         docker_url: list[str] | None = DOCKER_URL,
         docker_network: str = DOCKER_NETWORK,
+        delete_volumes: bool = typer.Option(
+            False, "--delete-volumes",
+            help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
+            "cache: weights are downloaded again on the next `up`). Kept by default.",
+        ),
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
         from rich.console import Console
@@ -42,8 +47,10 @@ def register(app: typer.Typer) -> None:
 
             tgt = KubeTarget(kube_api(kubeconfig, context), plan.name,
                              plan.spec.kubernetes.namespace, say=lambda m: console.log(m))
-            deleted = tgt.delete()
+            deleted = tgt.delete(volumes=delete_volumes)
             console.print(f"deleted {len(deleted)} objects" if deleted else "nothing to delete")
+            for kind, name in tgt.kept:
+                console.print(f"kept {kind} {name}; --delete-volumes removes it")
             return
         if docker_url:
             from pdctl.cli.up_cmd import containers

@@ -35,6 +35,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "InferencePool": ("/apis/inference.networking.k8s.io/v1", "inferencepools", True),
 }
 PRUNABLE = [k for k in RESOURCES if k != "Namespace"]
+KEPT_KINDS = ("PersistentVolumeClaim",)  # `down` keeps data unless told to delete volumes
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -76,6 +77,7 @@ class KubeTarget:
     say: Callable[[str], None] = lambda _m: None
     timeout: float = 30.0
     _found: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete()
 
     @property
     def selector(self) -> str:
@@ -192,10 +194,16 @@ class KubeTarget:
                                  f"see `pdctl status` and `pdctl logs`")
             time.sleep(poll)
 
-    def delete(self) -> list[tuple[str, str]]:
-        """Delete every object with this deployment's labels (twice is harmless)."""
+    def delete(self, volumes: bool = False) -> list[tuple[str, str]]:
+        """Delete every object with this deployment's labels (twice is harmless), except its
+        PersistentVolumeClaims (the downloaded weights) unless `volumes`: those it keeps are
+        in `self.kept`."""
         gone = []
+        self.kept = []
         for kind, name in reversed(self.owned()):
+            if kind in KEPT_KINDS and not volumes:
+                self.kept.append((kind, name))
+                continue
             self._call("DELETE", self._path(kind, name))
             self.say(f"deleted {kind}/{name}")
             gone.append((kind, name))

@@ -77,7 +77,7 @@ def test_apply_creates_then_changes_nothing(api):
     dep = tgt.get("Deployment", "kapply-serve")
     assert dep["metadata"]["annotations"][HASH_ANNOTATION]
     assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
-    tgt.delete()
+    tgt.delete(volumes=True)
 
 
 def test_spec_change_updates_only_that_object(api):
@@ -91,7 +91,7 @@ def test_spec_change_updates_only_that_object(api):
     tgt.apply(changed)
     assert tgt.get("Deployment", "kupdate-serve")["spec"]["replicas"] == 3
     assert {a for a, _, _ in tgt.changes(changed)} == {"unchanged"}
-    tgt.delete()
+    tgt.delete(volumes=True)
 
 
 def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
@@ -109,7 +109,7 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
     tgt.apply(without_service)
     assert tgt.get("Service", "kprune") is None
     assert tgt.get("Service", "someone-else") is not None  # another owner's object stays
-    tgt.delete()
+    tgt.delete(volumes=True)
     assert tgt.get("Service", "someone-else") is not None
     tgt._call("DELETE", tgt._path("Service", "someone-else"))
 
@@ -118,9 +118,22 @@ def test_delete_by_label_twice_is_harmless(api):
     plan, objs = phase1("kdelete")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
     tgt.apply(objs)
-    assert len(tgt.delete()) == 3
+    assert len(tgt.delete(volumes=True)) == 3
     assert tgt.owned() == []
-    assert tgt.delete() == []
+    assert tgt.delete(volumes=True) == []
+
+
+def test_delete_keeps_the_model_cache_claim_unless_asked(api):
+    """The PVC holds the downloaded weights: `down` keeps it; --delete-volumes removes it."""
+    plan, objs = phase1("kkeep")
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply(objs)
+    assert sorted(k for k, _ in tgt.delete()) == ["Deployment", "Service"]
+    assert tgt.kept == [("PersistentVolumeClaim", "kkeep-model-cache")]
+    assert tgt.owned() == [("PersistentVolumeClaim", "kkeep-model-cache")]
+    assert tgt.delete() == [] and tgt.kept == [("PersistentVolumeClaim", "kkeep-model-cache")]
+    assert tgt.delete(volumes=True) == [("PersistentVolumeClaim", "kkeep-model-cache")]
+    assert tgt.owned() == [] and tgt.kept == []
 
 
 def test_wait_for_rollout(api):
@@ -140,7 +153,7 @@ def test_wait_for_rollout(api):
     tgt.wait(objs, timeout=5, poll=0.1)
     rows = tgt.status()
     assert rows[0]["unit"] == "kwait-serve" and rows[0]["health"] == "healthy"
-    tgt.delete()
+    tgt.delete(volumes=True)
 
 
 def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
@@ -173,7 +186,7 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
     again = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
     assert "nothing to change" in again.stdout
-    tgt.delete()
+    tgt.delete(volumes=True)
 
 
 def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
@@ -185,6 +198,13 @@ def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
     assert '"unit": "kcli-serve"' in status.stdout
     down = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
     assert down.returncode == 0, down.stderr
-    assert "deleted 3 objects" in down.stdout
-    again = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
-    assert "nothing to delete" in again.stdout
+    assert "deleted 2 objects" in down.stdout
+    assert "kept PersistentVolumeClaim kcli-model-cache; --delete-volumes removes it" in down.stdout
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    assert tgt.owned() == [("PersistentVolumeClaim", "kcli-model-cache")]
+    again = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig), "--delete-volumes")
+    assert "deleted 1 objects" in again.stdout, again.stdout + again.stderr
+    assert "kept" not in again.stdout
+    assert tgt.owned() == []
+    last = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
+    assert "nothing to delete" in last.stdout
