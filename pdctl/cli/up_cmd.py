@@ -107,6 +107,10 @@ def register(app: typer.Typer) -> None:
         spec: str = SPEC,
         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and stop."),
+        offline: bool = typer.Option(
+            False, "--offline", help="With --dry-run: do not connect to hosts; list what the "
+            "spec would start (without comparing with what runs there).",
+        ),
         keep_going: bool = typer.Option(
             False, "--keep-going", help="On a failure, leave the healthy instances running."
         ),
@@ -127,10 +131,15 @@ def register(app: typer.Typer) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         from rich.console import Console
 
-        from pdctl.errors import PdctlError
+        from pdctl.errors import PdctlError, UsageError
 
+        if offline and not dry_run:
+            raise UsageError("--offline works only with --dry-run", fix="add --dry-run")
         console = Console(highlight=False, log_path=False)
         plan, bundle = load(spec, phase, target)
+        if offline:
+            print_offline(console, plan, bundle, bool(docker_url))
+            return
         if plan.target == "kubernetes":
             _up_kube(console, plan, bundle, yes, dry_run, timeout, kubeconfig, context)
             return
@@ -140,6 +149,7 @@ def register(app: typer.Typer) -> None:
                            timeout)
             return
         from pdctl.targets.hosts import HostsTarget, UpFailed, endpoints
+        from pdctl.targets.ssh import Unreachable
 
         tgt = HostsTarget(
             plan,
@@ -149,7 +159,11 @@ def register(app: typer.Typer) -> None:
             say=lambda msg: console.log(msg),
         )
         try:
-            changes = tgt.changes()
+            try:
+                changes = tgt.changes()
+            except Unreachable as exc:
+                hint = "show the plan without connecting: --dry-run --offline"
+                raise PdctlError(f"{exc.line()}; check the address, or {hint}") from None
             print_changes(console, changes)
             todo = [c for c in changes if c.action != "keep"]
             if not todo:
@@ -175,6 +189,26 @@ def register(app: typer.Typer) -> None:
                 raise PdctlError(f"up failed for {names} (--keep-going left the others running)")
         finally:
             tgt.close()
+
+
+def print_offline(console: Any, plan: Any, bundle: Any, containers: bool) -> None:
+    """`up --dry-run --offline`: what the spec starts, read from the render alone."""
+    from dataclasses import replace
+
+    if plan.target == "kubernetes":
+        from pdctl.targets.kube import objects_of
+
+        for obj in objects_of(bundle):
+            console.print(f"apply {obj['kind']}/{obj['metadata']['name']}")
+        return
+    from pdctl.targets.state import desired_units, diff
+
+    changes = [replace(c, why="not compared (--offline)")
+               for c in diff(desired_units(plan, bundle), [])]
+    print_changes(console, changes)
+    where = "Docker hosts" if containers else "hosts"
+    console.print(f"offline: the {where} were not contacted; without --offline, `up` compares "
+                  "with what runs there and keeps what is current")
 
 
 def report_failures(console: Any, failures: list[Any]) -> None:

@@ -29,6 +29,17 @@ class SshOptions:
     identity_file: str | None = None
 
 
+class Unreachable(PdctlError):
+    """A host that pdctl cannot connect or log in to (network, SSH handshake, credentials)."""
+
+
+def _cause(exc: BaseException) -> str:
+    """The reason in a few words: `timed out`, `Connection refused`, paramiko's message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).strip().rstrip(".") or type(exc).__name__
+
+
 @dataclass
 class Result:
     rc: int
@@ -107,12 +118,14 @@ class Connection:
                     f"not in {self.options.known_hosts}; refusing to connect. Check the key "
                     "and add it (ssh-keyscan), or pass --accept-new-host-keys"
                 ) from None
-            raise PdctlError(f"host {self.host.name}: SSH failed: {exc}") from None
+            where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise Unreachable(f"{where}: cannot log in as {self.host.user or _local_user()}: "
+                                  f"{_cause(exc)}") from None
+            raise Unreachable(f"{where}: cannot connect: {_cause(exc)}") from None
         except (TimeoutError, OSError) as exc:
-            raise PdctlError(
-                f"host {self.host.name}: cannot connect to {self.host.address}:{self.host.port}: "
-                f"{exc}"
-            ) from None
+            where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
+            raise Unreachable(f"{where}: cannot connect: {_cause(exc)}") from None
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
