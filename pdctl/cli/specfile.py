@@ -14,7 +14,8 @@ def read_spec(path: str) -> tuple[Spec, Source]:
     """Load SPEC (a file, or '-' for stdin). Every failure is one located SpecError."""
     if path == "-":
         try:
-            text = sys.stdin.buffer.read().decode("utf-8")
+            stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests) has none
+            text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
         except UnicodeDecodeError:
             raise SpecError("is not UTF-8 text", file="<stdin>") from None
         return load_text(text, "<stdin>")

@@ -43,12 +43,6 @@ class Instance:
     # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
     files: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def endpoint(self) -> str:
-        """host:port others use to reach this instance (hosts only)."""
-        assert self.host is not None
-        return f"{self.host.address_for_peers or self.host.address}:{self.port}"
-
 
 @dataclass(frozen=True)
 class Plan:
