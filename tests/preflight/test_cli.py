@@ -62,7 +62,8 @@ def test_usage_errors(tmp_path: Path) -> None:
     proc = pdctl("preflight", str(LIVE / "spec.yaml"), "-o", "yaml")
     assert proc.returncode == 2 and "--output" in proc.stderr
     proc = pdctl("preflight", str(LIVE / "spec.yaml"), "--replay", str(tmp_path / "none"))
-    assert proc.returncode == 1 and "no such recording folder" in proc.stderr
+    assert proc.returncode == 2 and "recording folder" in proc.stderr and "does not exist" in (
+        proc.stderr)
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
