@@ -1,3 +1,3 @@
-from pdctl.cli.app import main
+from pdctl.cli.entry import main
 
 main()

@@ -84,6 +84,27 @@ def _usage_line(exc: Exception, errors: object) -> str:
     return message
 
 
+def root_help() -> str:
+    """`pdctl --help` exactly as typer prints it at 80 columns (`pdctl.cli.entry` serves a
+    stored copy of it without importing typer)."""
+    import contextlib
+    import io
+    import os
+
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            app(["--help"], standalone_mode=False, prog_name="pdctl")
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+    return out.getvalue()
+
+
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
     from pdctl.errors import PdctlError
@@ -108,6 +129,9 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
         for errors in _click_exception_modules():
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pdctl`: the help, not an error
+                sys.stdout.write(root_help())
+                sys.exit(0)
             exit_type = getattr(errors, "Exit", None)
             if exit_type is not None and isinstance(exc, exit_type):
                 sys.exit(exc.exit_code)
