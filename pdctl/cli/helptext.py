@@ -2,7 +2,37 @@
 importing typer, pydantic or any command (about 100 ms less). Generated; a test keeps it equal
 to what typer prints: `python -m pdctl.cli.helptext` rewrites it."""
 
-ROOT_HELP = "Usage: pdctl [OPTIONS] COMMAND [ARGS]...\n\n  Deploy vLLM from one declarative spec: processes over SSH (phase 0),\n  Kubernetes (phase 1), prefill/decode disaggregation (phase 2) and HAMi-\n  sliced decode (phase 3).\n\nOptions:\n  --version  Print the version.\n  --debug    Show tracebacks on errors.\n  --help     Show this message and exit.\n\nCommands:\n  version    Print the pdctl version.\n  init       Write a commented example spec for a phase (stdout, or -o...\n  validate   Check SPEC: one line per problem (file:line: field: what;...\n  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n  schema     Print the spec's JSON Schema (for editors:...\n  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n  preflight  Check hosts or the cluster against SPEC before deploying:...\n  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n  down       Stop SPEC's processes, containers or Kubernetes objects and...\n  status     Show every instance of SPEC and whether it is healthy.\n  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
+ROOT_HELP = (
+    'Usage: pdctl [OPTIONS] COMMAND [ARGS]...\n'
+    '\n'
+    '  Deploy vLLM from one declarative spec: processes over SSH (phase 0),\n'
+    '  Kubernetes (phase 1), prefill/decode disaggregation (phase 2) and HAMi-\n'
+    '  sliced decode (phase 3).\n'
+    '\n'
+    'Options:\n'
+    '  --version  Print the version.\n'
+    '  --debug    Show tracebacks on errors.\n'
+    '  --help     Show this message and exit.\n'
+    '\n'
+    'Commands:\n'
+    '  version    Print the pdctl version.\n'
+    '  init       Write a commented example spec for a phase (stdout, or -o...\n'
+    '  validate   Check SPEC: one line per problem (file:line: field: what;...\n'
+    '  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n'
+    "  schema     Print the spec's JSON Schema (for editors:...\n"
+    '  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n'
+    '  preflight  Check hosts or the cluster against SPEC before deploying:...\n'
+    "  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n"
+    "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
+    '  status     Show every instance of SPEC and whether it is healthy.\n'
+    "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
+)
+
+
+def as_source(text: str) -> str:
+    """The text as a parenthesised run of one string literal per line."""
+    lines = "".join(f"\n    {line!r}" for line in text.splitlines(keepends=True))
+    return f"({lines}\n)"
 
 
 if __name__ == "__main__":
@@ -11,6 +41,6 @@ if __name__ == "__main__":
     from pdctl.cli.app import root_help
 
     path = Path(__file__)
-    head, _, tail = path.read_text().partition("ROOT_HELP = ")
-    rest = tail.split("\n", 1)[1]
-    path.write_text(head + "ROOT_HELP = " + repr(root_help()) + "\n" + rest)
+    head, _, tail = path.read_text().partition("ROOT_HELP = (")
+    rest = tail.split("\n)\n", 1)[1]
+    path.write_text(head + "ROOT_HELP = " + as_source(root_help()) + "\n" + rest)
