@@ -40,8 +40,10 @@ class Source:
 
     def line_of_dotted(self, path: str) -> int | None:
         for loc, line in sorted(self.lines.items(), key=lambda kv: -len(kv[0])):
-            if path == dotted(loc) or path.startswith(dotted(loc) + ".") or path.startswith(
-                dotted(loc) + "["
+            if (
+                path == dotted(loc)
+                or path.startswith(dotted(loc) + ".")
+                or path.startswith(dotted(loc) + "[")
             ):
                 if loc:
                     return line
