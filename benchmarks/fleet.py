@@ -6,7 +6,7 @@ engines can all listen on the spec's one port and pdctl's port-forwarded health 
 reach the right one, as on 8 machines. (Loopback addresses alone would make the 8 engines
 share one port.) Needs root, /usr/sbin/sshd, ssh-keygen and `ip netns`.
 
-The engine is benchmarks/stand_in_vllm.py (answers /health and /v1/models at once), put
+The engine is tests/targets/fake_vllm.py (answers /health and /v1/models at once), put
 into a prepared venv, so the figures are pdctl's own work: SSH connections, upload, start
 scripts and the health wait.
 """
@@ -213,7 +213,8 @@ def stand_in_venv(root: Path) -> Path:
     venv = root / "venv"
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     exe = venv / "bin" / "vllm"
-    body = (HERE / "stand_in_vllm.py").read_text()
+    # The tests' stand-in engine (the same program `tests/targets` deploys).
+    body = (HERE.parent / "tests" / "targets" / "fake_vllm.py").read_text()
     exe.write_text(f"#!{sys.executable}\n{body}")
     exe.chmod(0o755)
     python = venv / "bin" / "python"  # preflight checks the environment has a Python

@@ -223,7 +223,7 @@ def fleet(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
             "### Fleet: where the time goes (medians per run)",
             "",
             "Hosts: real sshd daemons, each in a network namespace of its own, all on this "
-            f"machine's {os.cpu_count()} CPUs; engine: benchmarks/stand_in_vllm.py. "
+            f"machine's {os.cpu_count()} CPUs; engine: tests/targets/fake_vllm.py. "
             "pdctl CPU: the pdctl process; sshd-side CPU: every SSH session's shell and "
             "commands on the hosts.",
             "",
