@@ -40,3 +40,22 @@ def check_scripts(files: dict[str, str], tmp: Path) -> None:
         ["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run `pdctl ARGV` in this process through the real entry point: (exit code, out, err)."""
+    import sys
+
+    from pdctl.cli.app import main
+
+    old = sys.argv
+    sys.argv = ["pdctl", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.cli.app import main
+from tests.conftest import run_cli
 
 GOOD = """\
 name: demo
@@ -157,18 +158,7 @@ CASES = [
 ]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["pdctl", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 @pytest.mark.parametrize(("case", "text", "where", "phrase"), CASES, ids=[c[0] for c in CASES])

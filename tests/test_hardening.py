@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.cli.app import main
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.conftest import run_cli
 
 BASE = """\
 name: demo
@@ -142,18 +142,7 @@ def test_docker_mounts_a_model_folder_given_as_a_path() -> None:
 # ---- the CLI ---------------------------------------------------------------------------
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["pdctl", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.cli.app import main
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -28,18 +28,7 @@ serve:
 """
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["pdctl", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def test_there_are_examples_of_every_phase() -> None:
