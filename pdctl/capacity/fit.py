@@ -105,19 +105,22 @@ def valid_tp(model: ModelConfig, tp: int) -> bool:
 
 def smallest_fit(
     model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = 8, max_tp: int = 16, max_pp: int = 8,
 ) -> Shape | None:
     """The smallest TP (then PP across nodes) at which one max-length sequence fits, or None.
 
-    Tries TP = 1, 2, 4, 8 (up to `gpus_per_node`), then PP = 2, 3, 4 ... 8 with full-node TP.
+    Tries TP = 1, 2, 4, 8 (up to `gpus_per_node` and `max_tp`; only a TP vLLM accepts for the
+    model's heads), then PP = 2, 3, 4 ... 8 at the largest of those TPs. `max_tp` 1 is for
+    HAMi slices, where `validate` refuses TP > 1 unless `allowTensorParallel` is set.
     """
-    tps = [t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and valid_tp(model, t)]
+    tps = [t for t in (1, 2, 4, 8, 16)
+           if t <= min(gpus_per_node, max_tp) and valid_tp(model, t)]
     for tp in tps:
         candidate = replace(shape, tp=tp, pp=1)
         if instance_memory(model, total_bytes, util, candidate).fits:
             return candidate
     top = tps[-1] if tps else 1
-    for pp in range(2, 9):
+    for pp in range(2, max_pp + 1):
         candidate = replace(shape, tp=top, pp=pp)
         if instance_memory(model, total_bytes, util, candidate).fits:
             return candidate
@@ -142,7 +145,7 @@ class Alternative:
 
 def alternatives(
     model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = 8, max_tp: int = 16, max_pp: int = 8,
 ) -> tuple[Alternative, ...]:
     """Fitting shapes nearest to `shape`, least change first: a higher memory fraction, fp8 KV,
     a shorter max_model_len, more TP (or PP)."""
@@ -160,7 +163,7 @@ def alternatives(
     length = longest_len(model, total_bytes, util, shape)
     if 0 < length < shape.model_len(model):
         add(f"--max-model-len {length}", replace(shape, max_model_len=length), util)
-    bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node)
+    bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node, max_tp, max_pp)
     if bigger is not None and (bigger.tp, bigger.pp) != (shape.tp, shape.pp):
         label = f"tensorParallel {bigger.tp}" + (f", pipeline {bigger.pp}" if bigger.pp > 1 else "")
         add(label, bigger, util)

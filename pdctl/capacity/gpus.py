@@ -101,3 +101,17 @@ def custom_gpu(memory_gib: float, base: Gpu | None = None) -> Gpu:
     mib = int(memory_gib * 1024)
     return Gpu(f"{ref.name} ({memory_gib:g} GiB)" if base else f"{memory_gib:g} GiB GPU",
                mib, _usable(mib), ref.bandwidth_gbs, ref.bf16_tflops, "given memory")
+
+
+def gpu_notes(gpu: Gpu, assumed: bool = False) -> tuple[str, ...]:
+    """Warnings about what the plan assumed of the GPU (shown in plan's table and JSON)."""
+    if assumed:
+        return (f"no GPU given: planned for an {gpu.name} ({gpu.memory_mib:,} MiB); "
+                "pass --gpu or set hardware.gpu",)
+    if gpu.source == "given memory":
+        return (f"GPU not in pdctl's table: CUDA total assumed {gpu.usable_mib:,} MiB "
+                f"({RESERVED_MIB} MiB below the {gpu.memory_mib:,} MiB given) and speed "
+                "figures borrowed from " + (gpu.name.split(" (")[0] if "(" in gpu.name
+                                            else "H100-SXM")
+                + "; name a known GPU (hardware.gpu) for exact figures",)
+    return ()

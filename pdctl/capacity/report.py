@@ -96,6 +96,12 @@ class CapacityPlan:
     roles: tuple[RolePlan, ...]
     pd: PdRatio
     advice: Advice
+    warnings: tuple[str, ...] = ()  # what the plan assumed (no GPU given, unknown GPU, ...)
+
+    @property
+    def fits(self) -> bool:
+        """Every role fits (what `pdctl plan` turns into its exit code)."""
+        return all(r.fits for r in self.roles)
 
     def role(self, name: str) -> RolePlan | None:
         return next((r for r in self.roles if r.role == name), None)
@@ -114,6 +120,10 @@ def _role(
     share = getattr(section, "share", None) if role == "decode" else None
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
     sl = None
+    # Suggestions obey validate's rules: no TP > 1 (and no PP) on HAMi slices unless allowed.
+    max_tp, max_pp = 16, 8
+    if share is not None and not getattr(share, "allow_tensor_parallel", False):
+        max_tp, max_pp = 1, 1
     if share is not None:
         gpu_mib = getattr(share, "gpu_total_mib", None) or gpu.memory_mib
         share_eager = getattr(share, "enforce_eager", None)
@@ -144,8 +154,9 @@ def _role(
         util_from_spec=spec_util is not None,
         recommended_util=recommended,
         memory=mem,
-        smallest=smallest_fit(model, gpu.usable_bytes, shape),
-        alternatives=() if mem.fits else alternatives(model, total, shape, util),
+        smallest=smallest_fit(model, gpu.usable_bytes, shape, max_tp=max_tp, max_pp=max_pp),
+        alternatives=() if mem.fits else alternatives(model, total, shape, util, max_tp=max_tp,
+                                                      max_pp=max_pp),
         batch=batch,
         decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
@@ -273,4 +284,6 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
                "ttftOk": pd.ttft_ok},
         "advice": {"case": plan.advice.case, "pack": plan.advice.pack,
                    "lines": list(plan.advice.lines)},
+        "fits": plan.fits,
+        "warnings": list(plan.warnings),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,10 @@ def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, st
         return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
     if memory_gib:
         return custom_gpu(memory_gib), "--gpu-memory-gib"
-    return find_gpu("H100-SXM"), "assumed: pass --gpu"
+    return find_gpu("H100-SXM"), ASSUMED
+
+
+ASSUMED = "assumed: pass --gpu"
 
 
 def _traffic(spec: Any, prompt: int | None, output: int | None, rate: float | None,
@@ -77,6 +81,31 @@ def _traffic(spec: Any, prompt: int | None, output: int | None, rate: float | No
         ttft if ttft is not None else base.ttft_ms,
         tpot if tpot is not None else base.tpot_ms,
     )
+
+
+def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
+    from pdctl.capacity.gpus import gpu_notes
+
+    return gpu_notes(gpu, assumed)
+
+
+def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
+    """Lines `file: warning: role: does not fit ...` for each role of SPEC that does not fit
+    on the spec's own GPU (hardware.gpu / gpuMemoryGib / decode.share.gpuType). Nothing when
+    the spec names no GPU or pdctl does not know the model (validate must not fail on that).
+    `validate` prints these; `render` should too (and refuse them under --strict)."""
+    from pdctl.capacity.verdict import does_not_fit
+    from pdctl.errors import SpecError
+
+    try:
+        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
+        device, origin = _gpu(spec, None, None)
+        if origin == ASSUMED:
+            return []
+        lines = does_not_fit(spec, config, device)
+    except SpecError:
+        return []
+    return [f"{spec_file}: warning: {line}" for line in lines]
 
 
 def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None = None,
@@ -96,7 +125,9 @@ def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None =
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
         shapes = {role: spec_shape(spec, role) for role in roles}
         traffic = _traffic(spec, prompt, output, rate, ttft, tpot)
-        return plan_capacity(spec, model, device, traffic, shapes), origin
+        result = plan_capacity(spec, model, device, traffic, shapes)
+        notes = gpu_warnings(device, origin == ASSUMED)
+        return replace(result, warnings=result.warnings + notes), origin
     except UsageError:
         raise
     except SpecError as exc:
@@ -121,8 +152,14 @@ def register(app: typer.Typer) -> None:
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
         output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        from_log: str | None = typer.Option(
+            None, "--from-log", help="A vLLM start-up log: show predicted vs observed memory "
+            "per term (weights, activation, CUDA graphs, KV memory, KV tokens)."),
     ) -> None:
-        """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed."""
+        """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
+
+        Exit 0 when every role fits, 1 when one does not (the table says what would fit),
+        2 when the spec or an option is wrong."""
         from pdctl.errors import UsageError
 
         if output not in ("table", "json"):
@@ -134,8 +171,32 @@ def register(app: typer.Typer) -> None:
 
             data = plan_dict(result)
             data["gpu"]["from"] = origin
+            if from_log is not None:
+                data["fromLog"] = _compare(result, from_log)
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
-            return
-        from pdctl.cli.plan_table import show
+        else:
+            from pdctl.cli.plan_table import show, show_comparison
 
-        show(result, origin)
+            show(result, origin)
+            if from_log is not None:
+                show_comparison(_compare(result, from_log))
+        if not result.fits:
+            raise typer.Exit(1)
+
+
+def _compare(result: Any, log_file: str) -> dict[str, Any]:
+    """Read a vLLM log (the only I/O) and compare it with the plan's first role."""
+    from pdctl.capacity.fromlog import compare, parse_log
+    from pdctl.errors import UsageError
+
+    try:
+        text = Path(log_file).expanduser().read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"--from-log: cannot read {log_file}: {exc.strerror}",
+                         fix="give the path of a vLLM start-up log") from None
+    observed = parse_log(text)
+    if observed.empty:
+        raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
+                         fix="pass the log of `vllm serve` from its start to "
+                         "'GPU KV cache size'")
+    return compare(result, observed)

@@ -105,9 +105,12 @@ def show(plan: Any, origin: str) -> None:
         for i, (label, _, how) in enumerate(per_role[0]):
             table.add_row(label, *[rows[i][1] for rows in per_role], how)
         console.print(table)
+    for text in plan.warnings:
+        console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:
         if not r.fits:
-            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}.")
+            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
+                          "would refuse to start it (exit code 1).")
             for alt in r.alternatives:
                 console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
     pd, t = plan.pd, plan.traffic
@@ -122,3 +125,34 @@ def show(plan: Any, origin: str) -> None:
     console.print(f"[bold]packing advice ({plan.advice.case}):[/]")
     for text in plan.advice.lines:
         console.print(f"  - {text}")
+
+
+def show_comparison(data: dict[str, Any]) -> None:
+    """Print `--from-log`: predicted vs observed per memory term."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    title = f"predicted vs the log ({data['role']}"
+    title += f", vLLM {data['version']})" if data["version"] else ")"
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("term", "left"), ("predicted", "right"), ("observed", "right"),
+                          ("error", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for t in data["terms"]:
+        fmt = (lambda v: f"{v:,.2f} GiB") if t["unit"] == "GiB" else (lambda v: f"{v:,}")
+        seen = "-" if t["observed"] is None else fmt(t["observed"])
+        err = "-" if t["errorPct"] is None else f"{t['errorPct']:+.1f}%"
+        table.add_row(t["term"], fmt(t["predicted"]), seen, err)
+    console.print(table)
+    if data["conditions"]:
+        console.print("predicted under the log's conditions: " + "; ".join(data["conditions"]))
+    if data["graphsCapturedGib"] is not None:
+        console.print(f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
+                      "GiB (taken from what util leaves over)")
+    pinned = data["observedUnderPlan"]
+    if pinned is not None:
+        console.print(f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
+                      f"plan's shape holds {pinned['kvTokens']:,} tokens"
+                      f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
+                      "sequence)")

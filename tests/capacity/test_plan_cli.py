@@ -121,7 +121,7 @@ def test_does_not_fit_names_the_nearest_fit(capsys, tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.format(model="meta-llama/Llama-3.1-70B-Instruct", extra=""))
     code, out, err = run(["plan", str(spec), "--gpu", "L40S"], capsys)
-    assert code == 0, err
+    assert code == 1, err  # a role that does not fit is exit 1
     assert "does not fit" in out and "nearest that fits" in out
 
 

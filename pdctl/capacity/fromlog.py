@@ -1,0 +1,225 @@
+"""Read vLLM's start-up lines from a log and compare them with pdctl's prediction, per term.
+
+`parse_log(text)` is pure (the CLI reads the file). It understands the V1 lines
+(`Model loading took`, `Available KV cache memory`, `GPU KV cache size`, `Estimated CUDA graph
+memory`, `Graph capturing finished ... took`, the engine config line) and the older V0 ones
+(`Loading model weights took`, `Memory profiling ...` summaries, `# GPU blocks`). With several
+workers vLLM sizes the cache by the smallest figure, so the smallest "Available" is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pdctl.capacity.gpus import GIB
+
+if TYPE_CHECKING:
+    from pdctl.capacity.report import CapacityPlan
+
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a vLLM start-up log printed (GiB as printed; None where the log has no line)."""
+
+    version: str | None = None
+    model: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_cache_dtype: str | None = None
+    enforce_eager: bool | None = None
+    util: float | None = None
+    total_gib: float | None = None
+    weights_gib: float | None = None
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    graphs_gib: float | None = None  # the profiler's estimate (counted before the KV cache)
+    graphs_actual_gib: float | None = None  # "Graph capturing finished ... took"
+    kv_available_gib: float | None = None
+    kv_tokens: int | None = None
+    block_size: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.kv_available_gib is None and self.kv_tokens is None and self.weights_gib is None
+
+
+_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("weights_gib", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B"),
+    ("kv_available_gib", r"Available KV cache memory: " + _NUM + r" ?GiB"),
+    ("kv_tokens", r"GPU KV cache size: " + _NUM + r" tokens"),
+    ("graphs_gib", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB"),
+    ("graphs_actual_gib", r"Graph capturing finished in [0-9.]+ secs?, took " + _NUM + r" ?GiB"),
+    ("total_gib", r"total_gpu_memory(?: \(|=)" + _NUM + r" ?GiB"),
+    ("util", r"gpu_memory_utilization(?: \(|=|': )" + _NUM),
+    ("non_torch_gib", r"non_torch_memory(?: takes |=)" + _NUM + r" ?GiB"),
+    ("activation_gib", r"PyTorch activation peak memory takes " + _NUM + r" ?GiB"),
+    (
+        "kv_available_gib",
+        r"(?:the rest of the memory reserved for KV Cache is|kv_cache_size=) ?" + _NUM + r" ?GiB",
+    ),
+    ("version", r"Initializing an? (?:V[01] )?LLM engine \(v([0-9][^)]*)\)"),
+    ("version", r"vLLM API server version ([0-9][0-9a-z.+]*)"),
+    ("model", r"with config: model='([^']+)'"),
+    ("model", r"non-default args: \{[^}]*'model': '([^']+)'"),
+    ("tp", r"tensor_parallel_size=([0-9]+)"),
+    ("tp", r"'tensor_parallel_size': ([0-9]+)"),
+    ("pp", r"pipeline_parallel_size=([0-9]+)"),
+    ("pp", r"'pipeline_parallel_size': ([0-9]+)"),
+    ("max_model_len", r"max_seq_len=([0-9]+)"),
+    ("max_model_len", r"Using max model len ([0-9]+)"),
+    ("max_model_len", r"'max_model_len': ([0-9]+)"),
+    ("max_num_batched_tokens", r"max_num_batched_tokens=([0-9]+)"),
+    ("max_num_batched_tokens", r"'max_num_batched_tokens': ([0-9]+)"),
+    ("kv_cache_dtype", r"kv_cache_dtype=([a-z0-9_]+)"),
+    ("kv_cache_dtype", r"'kv_cache_dtype': '([a-z0-9_]+)'"),
+    ("enforce_eager", r"enforce_eager=(True|False)"),
+    ("enforce_eager", r"'enforce_eager': (True|False)"),
+    ("block_size", r"Block size is set to ([0-9]+)"),
+)
+_INTS = {"kv_tokens", "tp", "pp", "max_model_len", "max_num_batched_tokens", "block_size"}
+_MIN = {"kv_available_gib", "kv_tokens"}  # several workers: vLLM uses the smallest
+_BLOCKS = re.compile(r"# GPU blocks: ([0-9]+)")
+
+
+def parse_log(text: str) -> Observed:
+    """The start-up figures of a vLLM log (see module doc)."""
+    found: dict[str, Any] = {}
+    for field, pattern in _PATTERNS:
+        for match in re.finditer(pattern, text):
+            raw = match.group(1)
+            value: Any
+            if field in _INTS:
+                value = int(_f(raw))
+            elif field == "enforce_eager":
+                value = raw == "True"
+            elif field in ("version", "model", "kv_cache_dtype"):
+                value = raw
+            else:
+                value = _f(raw)
+            if field in _MIN and field in found:
+                found[field] = min(found[field], value)
+            elif field in ("weights_gib", "graphs_gib") and field in found:
+                found[field] = max(found[field], value)  # the most loaded worker
+            elif field not in found:
+                found[field] = value
+    if "kv_tokens" not in found and (blocks := _BLOCKS.search(text)):
+        found["kv_tokens"] = int(blocks.group(1)) * found.get("block_size", 16)
+    return Observed(**found)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One memory term: pdctl's prediction and the log's figure (bytes; None if not printed)."""
+
+    name: str
+    predicted: float
+    observed: float | None
+    unit: str = "GiB"
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.observed is None or self.observed == 0:
+            return None
+        return (self.predicted - self.observed) / self.observed * 100
+
+
+def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict[str, Any]:
+    """Predicted vs observed per term, predicted under the LOG's conditions (TP, PP,
+    max-model-len, util, KV dtype, eager, batched tokens and CUDA's total when printed), so
+    the terms compare like with like; `conditions` lists where the log differs from the plan.
+    """
+    from pdctl.capacity.fit import instance_memory
+
+    chosen = next((r for r in plan.roles if r.role == role), None) or next(
+        (r for r in plan.roles if seen.tp is not None and r.shape.tp == seen.tp), plan.roles[0]
+    )
+    shape, util = chosen.shape, chosen.util
+    total = chosen.memory.total
+    changes: list[str] = []
+
+    def differs(label: str, ours: Any, theirs: Any) -> bool:
+        if theirs is not None and theirs != ours:
+            changes.append(f"{label}: plan {ours}, log {theirs}")
+            return True
+        return False
+
+    if differs("tensorParallel", shape.tp, seen.tp):
+        shape = replace(shape, tp=seen.tp or 1)
+    if differs("pipelineParallel", shape.pp, seen.pp):
+        shape = replace(shape, pp=seen.pp or 1)
+    if differs("maxModelLen", chosen.memory.max_model_len, seen.max_model_len):
+        shape = replace(shape, max_model_len=seen.max_model_len)
+    if seen.kv_cache_dtype and differs("kvCacheDtype", shape.kv_cache_dtype, seen.kv_cache_dtype):
+        shape = replace(shape, kv_cache_dtype=seen.kv_cache_dtype)
+    if differs("enforceEager", shape.enforce_eager, seen.enforce_eager):
+        shape = replace(shape, enforce_eager=bool(seen.enforce_eager))
+    if seen.max_num_batched_tokens and differs(
+        "maxNumBatchedTokens", shape.batching(total)[0], seen.max_num_batched_tokens
+    ):
+        shape = replace(shape, max_num_batched_tokens=seen.max_num_batched_tokens)
+    if seen.util is not None and differs("gpuMemoryUtilization", util, seen.util):
+        util = seen.util
+    if seen.total_gib is not None and abs(seen.total_gib * GIB - total) > 0.01 * GIB:
+        changes.append(f"CUDA total: plan {total / GIB:.2f} GiB, log {seen.total_gib:.2f} GiB")
+        total = int(seen.total_gib * GIB)
+    mem = instance_memory(plan.model, total, util, shape)
+    g = GIB
+    terms = [
+        Term("weights", mem.weights / g, seen.weights_gib),
+        Term("activation (profile peak)", mem.overhead.activation / g, seen.activation_gib),
+        Term("non-torch (context, NCCL)", mem.overhead.non_torch / g, seen.non_torch_gib),
+        Term(
+            "CUDA graphs",
+            mem.overhead.cuda_graphs / g,
+            seen.graphs_gib if seen.graphs_gib is not None else None,
+        ),
+        Term("KV cache memory", mem.kv_available / g, seen.kv_available_gib),
+        Term(
+            "KV cache tokens",
+            float(mem.kv_tokens),
+            None if seen.kv_tokens is None else float(seen.kv_tokens),
+            "tokens",
+        ),
+    ]
+    pinned = None
+    if seen.kv_available_gib is not None:
+        # what the observed KV memory holds under the plan's own shape
+        kv = int(seen.kv_available_gib * g)
+        per_seq = chosen.memory.kv_per_sequence
+        pinned = {
+            "kvAvailableGib": seen.kv_available_gib,
+            "kvTokens": kv
+            // (chosen.memory.kv_per_token * chosen.memory.block_size)
+            * chosen.memory.block_size,
+            "fits": kv >= per_seq,
+        }
+    return {
+        "role": chosen.role,
+        "version": seen.version,
+        "model": seen.model,
+        "conditions": changes,
+        "terms": [
+            {
+                "term": t.name,
+                "unit": t.unit,
+                "predicted": round(t.predicted, 2) if t.unit == "GiB" else int(t.predicted),
+                "observed": None
+                if t.observed is None
+                else (round(t.observed, 2) if t.unit == "GiB" else int(t.observed)),
+                "errorPct": None if t.error_pct is None else round(t.error_pct, 1),
+            }
+            for t in terms
+        ],
+        "graphsCapturedGib": seen.graphs_actual_gib,
+        "observedUnderPlan": pinned,
+    }
