@@ -41,3 +41,37 @@ class Bundle:
         for artifact in self:
             parts.append(f"#### {artifact.path}\n{artifact.text}")
         return "\n".join(parts)
+
+
+MANIFEST_HEADER = "# files pdctl render -o wrote here; the next render removes the ones it drops"
+
+
+def manifest(paths: list[str] | tuple[str, ...]) -> str:
+    """The text of a bundle folder's file list (`.pdctl-files`): one relative path a line."""
+    return MANIFEST_HEADER + "\n" + "".join(f"{p}\n" for p in sorted(set(paths)))
+
+
+def bad_path(path: str) -> str | None:
+    """Why `path` cannot be a file inside a bundle folder (None when it can): it must be
+    relative, with no empty, `.` or `..` parts and no control characters."""
+    if not path or path.startswith("/"):
+        return "not a relative path"
+    if any(ord(ch) < 32 or ch == "\x7f" for ch in path):
+        return "has a control character"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "has an empty, . or .. part"
+    return None
+
+
+def parse_manifest(text: str) -> tuple[str, ...]:
+    """The paths of a `.pdctl-files` text; ValueError("line N: PATH: why") for a line that does
+    not name a file inside the folder (a damaged or planted list)."""
+    paths = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line or line.startswith("#"):
+            continue
+        why = bad_path(line)
+        if why is not None:
+            raise ValueError(f"line {number}: {line!r}: {why}")
+        paths.append(line)
+    return tuple(paths)
