@@ -1,13 +1,24 @@
-"""Health of one engine or router: `/health` 200 and the model listed in `/v1/models`.
+"""Health of one engine or router: `/health` 200, the model listed in `/v1/models`, and the
+port held by the unit itself (not by another process that answers like vLLM).
 
 Requests go over the SSH connection (port forwarding), so nothing needs curl on the host.
+With `secrets.apiKey` the engines answer 401 on /v1/* without `Authorization: Bearer <key>`
+(vLLM leaves /health open): the probe sends the key in that header, from pdctl's memory,
+never on a command line.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from pdctl.errors import one_line
+from pdctl.render.template import render_template
+
+API_KEY_ENV = "VLLM_API_KEY"  # the secret's name in secrets.env; vLLM reads this variable
 
 
 @dataclass(frozen=True)
@@ -15,15 +26,22 @@ class Health:
     ok: bool
     detail: str
     models: tuple[str, ...] = ()
+    foreign: bool = False  # another process holds the port: waiting will not help
 
 
 def http_get(
-    channel: Any, path: str, host: str = "127.0.0.1", timeout: float = 10.0
+    channel: Any,
+    path: str,
+    host: str = "127.0.0.1",
+    timeout: float = 10.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """One HTTP/1.0 GET over an open socket-like channel; returns (status, body)."""
     channel.settimeout(timeout)
     try:
         request = f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: */*\r\nConnection: close\r\n"
+        for name, value in (headers or {}).items():
+            request += f"{name}: {value}\r\n"
         channel.sendall((request + "\r\n").encode())
         chunks = []
         while True:
@@ -50,21 +68,73 @@ def model_ids(body: str) -> tuple[str, ...]:
         return ()
 
 
-def probe(open_channel: Any, model: str, health_path: str = "/health") -> Health:
-    """`open_channel()` returns a fresh channel to the server each time it is called."""
+def probe(
+    open_channel: Any,
+    model: str,
+    health_path: str = "/health",
+    api_key: str | None = None,
+    owner: Callable[[], str | None] | None = None,
+) -> Health:
+    """`open_channel()` returns a fresh channel to the server each time it is called.
+
+    `api_key`: sent as `Authorization: Bearer` to /v1/models. `owner()`, called once the port
+    answers, names another process that holds the port (None when the unit holds it)."""
     try:
         status, _ = http_get(open_channel(), health_path)
     except Exception as exc:  # connection refused, reset, timeout: not up yet
         return Health(False, f"no answer ({type(exc).__name__})")
+    problem = owner() if owner is not None else None
+    if problem:
+        return Health(False, problem, foreign=True)
     if status != 200:
         return Health(False, f"{health_path} answered {status}")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        status, body = http_get(open_channel(), "/v1/models")
+        status, body = http_get(open_channel(), "/v1/models", headers=headers)
     except Exception as exc:
         return Health(False, f"/v1/models: no answer ({type(exc).__name__})")
+    if status == 401 and api_key:
+        return Health(False, "/v1/models answered 401: it refused the API key (secrets.apiKey)")
+    if status == 401:
+        return Health(False, "/v1/models answered 401: it requires an API key, and none is "
+                      "known (set secrets.apiKey in the spec)")
     if status != 200:
         return Health(False, f"/v1/models answered {status}")
     models = model_ids(body)
     if model not in models:
         return Health(False, f"model {model!r} not listed (got {list(models)})", models)
     return Health(True, "healthy", models)
+
+
+def api_key_of(secrets_env: str) -> str | None:
+    """The API key in a secrets.env (`NAME=<shell-quoted value>` lines, as `up` writes it)."""
+    for line in secrets_env.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name == API_KEY_ENV:
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                return None
+            return words[0] if len(words) == 1 else None
+    return None
+
+
+def port_owner_script(unit_dir: str, unit: str, port: int) -> str:
+    """The script that lists who listens on `port` (templates/port-owner.sh.j2)."""
+    return render_template("port-owner.sh.j2", unit_dir=unit_dir, unit=unit, port=port)
+
+
+def port_problem(listing: str, port: int, host: str, unit: str) -> str | None:
+    """From the port-owner script's output: the line naming another holder of the port, or
+    None when only the unit listens there (or no one does)."""
+    for line in listing.splitlines():
+        verdict, _, rest = line.partition("\t")
+        pid, _, cmd = rest.partition("\t")
+        if verdict == "other":
+            who = f"pid {pid}, {cmd.strip()!r}" if cmd.strip() else f"pid {pid}"
+            return one_line(f"port {port} on host {host} is held by another process ({who}), "
+                            f"not by {unit}")
+        if verdict == "hidden":
+            return (f"port {port} on host {host} is held by another process (one this SSH user "
+                    f"cannot see), not by {unit}")
+    return None

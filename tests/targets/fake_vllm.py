@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """A stand-in for `vllm serve` (tests only): serves /health and /v1/models like vLLM.
 
-Usage: vllm serve MODEL --port P [--served-model-name N] [...]. A MODEL path that does not
-exist fails the way vLLM does: an error line on stderr and exit status 1.
+Usage: vllm serve MODEL --port P [--served-model-name N] [--api-key K] [...]. A MODEL path
+that does not exist fails the way vLLM does: an error line on stderr and exit status 1.
+
+An API key (`--api-key`, else the environment variable VLLM_API_KEY, as vLLM reads them) is
+enforced as vLLM's AuthenticationMiddleware does: requests under /v1, /v2 and /inference
+without `Authorization: Bearer <key>` get 401; /health and /metrics stay open.
 """
 
 import json
@@ -10,6 +14,8 @@ import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+AUTHENTICATED = ("/v1", "/v2", "/inference")
 
 
 def main(argv: list[str]) -> int:
@@ -27,11 +33,23 @@ def main(argv: list[str]) -> int:
         print("fake-vllm: loading forever", flush=True)
         while True:
             time.sleep(60)
+    api_key = opts.get("--api-key") or os.environ.get("VLLM_API_KEY") or None
     body = json.dumps({"object": "list", "data": [{"id": name, "object": "model"}]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
+        def authorized(self) -> bool:
+            path = self.path.split("?", 1)[0]
+            if api_key is None or not path.startswith(AUTHENTICATED):
+                return True
+            return self.headers.get("Authorization", "") == f"Bearer {api_key}"
+
         def do_GET(self) -> None:
-            if self.path == "/health":
+            if not self.authorized():
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error": "Unauthorized"}')
+            elif self.path == "/health":
                 self.send_response(200)
                 self.end_headers()
             elif self.path == "/v1/models":

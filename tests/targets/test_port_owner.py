@@ -1,0 +1,87 @@
+"""A port already held by another process must not pass for the unit's engine.
+
+Another server on the unit's port that answers /health and /v1/models like vLLM (the stand-in
+engine itself, started outside pdctl) used to make `up` report the unit healthy while the unit
+had died on `address already in use`. The probe now checks, on the host, that the listener
+belongs to the unit (its process group); `up` fails with one line naming the holder, exit 1,
+and leaves the other process alone.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, processes_in, write_spec
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
+    return write_spec(data / "spec.yaml", {
+        "name": "own",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+        "serve": {"replicas": 1, "port": port},
+    })
+
+
+@pytest.fixture
+def squatter(ssh_env: SshEnv, tmp_path: Path):
+    """Another process on a free port of host lo1 (this machine's loopback, where lo1's sshd
+    runs) answering /health and /v1/models like vLLM, for the same model."""
+    port = free_port()
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "fake_vllm.py"), "serve", "stand-in", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder,
+        env={"PATH": os.environ["PATH"]}, start_new_session=True,
+    )
+    try:
+        while True:  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "the squatting server exited"
+                time.sleep(0.05)
+        yield proc, port
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path, squatter):
+    proc, port = squatter
+    spec = spec_for(ssh_env, fake_venv, tmp_path, port)
+    known = ["--known-hosts", ssh_env.known_hosts]
+    try:
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        out = up.stdout + up.stderr
+        assert up.returncode == 1, out
+        assert "own-serve-0 on lo1: healthy" not in out
+        (line,) = up.stderr.strip().splitlines()
+        expected = (f"port {port} on host lo1 is held by another process (pid {proc.pid}, "
+                    f"'{sys.executable} {HERE / 'fake_vllm.py'} serve stand-in --port {port}'), "
+                    "not by own-serve-0")
+        assert expected in line, line
+        assert line.startswith("error: up failed: own-serve-0 on host lo1 failed: "), line
+        assert proc.poll() is None, "pdctl stopped the other process"
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # still serving
+        assert processes_in(tmp_path / "lo1") == []  # the unit was rolled back
+    finally:
+        pdctl("down", str(spec), *known)
+
