@@ -90,7 +90,12 @@ class LlmdPins:
     EndpointPickerConfig; every plugin type pdctl names (the approx-prefix-cache-producer that
     prefix-cache-scorer consumes is auto-created); gRPC health services `liveness` and
     `readiness`; disagg-profile-handler setting the prefill header itself (no separate headers
-    handler); the chart's EPP Service `appProtocol: kubernetes.io/h2c` and its RBAC.
+    handler); the chart's EPP Service `appProtocol: kubernetes.io/h2c` and its RBAC; the
+    sidecar's `--enable-ssrf-protection` with `--inference-pool ns/name` and `--pool-group`
+    (an allow-list of the pool's pod IPs and names, built by listing and watching the
+    InferencePool and its pods: pkg/sidecar/proxy/allowlist.go); the EPP's metrics auth
+    (TokenReview + SubjectAccessReview, a ClusterRole: config/charts/routerlib/templates/
+    _rbac.yaml); both images run as user 65532.
     """
 
     version: str = "v0.10.0"
@@ -98,6 +103,7 @@ class LlmdPins:
     epp_image: str = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
     sidecar_connector: str = "nixlv2"
     epp_config_api: str = "llm-d.ai/v1alpha1"
+    pool_group: str = "inference.networking.k8s.io"
     pool_api: str = "inference.networking.k8s.io/v1"
     prefill_role: str = "kv_producer"
     decode_role: str = "kv_both"

@@ -9,12 +9,38 @@ from pdctl.plan.model import Instance
 from pdctl.plan.pd import Shape, role_args, role_env
 from pdctl.plan.slice import plan_slice
 from pdctl.spec.model import Spec
+from pdctl.spec.value import label_value
 
 K8S_PREFILL_PORT = 8000
 K8S_DECODE_PORT = 8200  # behind the llm-d routing sidecar on 8000
 K8S_SIDE_CHANNEL_PORT = 5600
 # Set by the renderer from the pod IP (pd_kube), so not in the instance's env pairs.
 OWNED_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
+GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
+
+
+def gateway_pod_labels(spec: Spec) -> dict[str, str]:
+    """The labels of the pods that may send requests to the decode pods (with networkPolicy)."""
+    k8s = spec.kubernetes
+    if k8s.gateway_pod_labels:
+        return dict(sorted(k8s.gateway_pod_labels.items()))
+    gateway = spec.router.gateway
+    fix = "set kubernetes.gatewayPodLabels to the labels of your Gateway's proxy pods"
+    if not gateway:
+        raise SpecError(
+            "networkPolicy needs to know which pods may send requests to the decode pods",
+            path="kubernetes.networkPolicy",
+            fix=f"set router.gateway, or {fix}",
+        )
+    try:
+        label_value(gateway)
+    except ValueError:
+        raise SpecError(
+            f"the Gateway name {gateway!r} cannot be the label value that selects its pods",
+            path="kubernetes.gatewayPodLabels",
+            fix=fix,
+        ) from None
+    return {GATEWAY_NAME_LABEL: gateway}
 
 
 def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
@@ -26,6 +52,8 @@ def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tu
             path="disaggregation.connector",
             fix="use connector nixl, or render phase 2 with --target hosts",
         )
+    if spec.kubernetes.network_policy:
+        gateway_pod_labels(spec)  # refuse a policy that would lock every client out
     pre, dec = shape.prefill, shape.decode
     cpu = spec.engine.device == "cpu"
     side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))

@@ -140,6 +140,21 @@ def resources(plan: Plan, gpu: dict[str, str]) -> Obj:
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
+def container_security(non_root: bool = False) -> Obj:
+    """No privilege escalation, no capability (vLLM needs none: CUDA, NCCL, CUDA IPC and NIXL
+    over UCX's cuda_ipc/cuda_copy/tcp run without any), the runtime's seccomp filter.
+    `non_root` for llm-d-router's images, which run as user 65532 (Dockerfile.epp and
+    Dockerfile.sidecar at v0.10.0); vLLM's image runs as root."""
+    ctx: Obj = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if non_root:
+        ctx["runAsNonRoot"] = True
+    return ctx
+
+
 def engine_container(
     plan: Plan, inst: Instance, gpu: dict[str, str], port: int = 8000, name: str = "vllm"
 ) -> Obj:
@@ -163,6 +178,7 @@ def engine_container(
         "startupProbe": probe("/health", "http", 10, load_failures),
         "readinessProbe": probe("/health", "http", 5, 3),
         "livenessProbe": probe("/health", "http", 10, 6),
+        "securityContext": container_security(),
     }
 
 
@@ -184,6 +200,8 @@ def pod_spec(plan: Plan, containers: list[Obj], tensor_parallel: int, **extra: A
     k8s = plan.spec.kubernetes
     spec: Obj = {}
     spec.update(extra)
+    # Engines call no Kubernetes API: no token in reach of the model's code.
+    spec.setdefault("automountServiceAccountToken", False)
     spec["containers"] = containers
     spec["terminationGracePeriodSeconds"] = 60
     if k8s.node_selector:

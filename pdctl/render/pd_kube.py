@@ -12,6 +12,7 @@ from pdctl.plan.slice import plan_slice
 from pdctl.render.kube import (
     Obj,
     common_objects,
+    container_security,
     deployment_obj,
     dump,
     engine_container,
@@ -20,6 +21,14 @@ from pdctl.render.kube import (
     pod_spec,
     selector,
 )
+from pdctl.render.kube_security import (
+    metrics_rbac,
+    sidecar_account,
+    sidecar_rbac,
+    token_mount,
+    token_volume,
+)
+from pdctl.render.netpol import network_policies
 
 POOL_LABEL = "pdctl.io/pool"
 ROLE_LABEL = "llm-d.ai/role"
@@ -46,8 +55,10 @@ def _vllm_container(plan: Plan, inst: Instance, gpu: dict[str, str], port: int) 
     return container
 
 
-def sidecar_container() -> Obj:
-    """llm-d's routing proxy as a native sidecar (an initContainer that keeps running)."""
+def sidecar_container(plan: Plan) -> Obj:
+    """llm-d's routing proxy as a native sidecar (an initContainer that keeps running). It
+    forwards a prompt to the prefill pod named by the request's x-prefiller-host-port header,
+    so it sends only to the pods of its own InferencePool (SSRF protection)."""
     return {
         "name": "routing-proxy",
         "image": LLMD.sidecar_image,
@@ -58,6 +69,9 @@ def sidecar_container() -> Obj:
             f"--model-server-port={K8S_DECODE_PORT}",
             f"--kv-connector={LLMD.sidecar_connector}",
             "--secure-proxy=false",
+            "--enable-ssrf-protection=true",
+            f"--inference-pool={plan.spec.kubernetes.namespace}/{plan.name}",
+            f"--pool-group={LLMD.pool_group}",
         ],
         "ports": [{"name": "sidecar", "containerPort": K8S_PREFILL_PORT, "protocol": "TCP"}],
         "restartPolicy": "Always",
@@ -65,7 +79,8 @@ def sidecar_container() -> Obj:
             "requests": {"cpu": "250m", "memory": "256Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+        "securityContext": container_security(non_root=True),
+        "volumeMounts": [token_mount()],
     }
 
 
@@ -108,9 +123,11 @@ def decode_deployment(plan: Plan, inst: Instance) -> Obj:
             annotations["nvidia.com/use-gputype"] = share.gpu_type
         if share.policy:
             annotations["hami.io/gpu-scheduler-policy"] = share.policy
-    extra["initContainers"] = [sidecar_container()]
+    extra["serviceAccountName"] = sidecar_account(plan)
+    extra["initContainers"] = [sidecar_container(plan)]
     container = _vllm_container(plan, inst, gpu, K8S_DECODE_PORT)
     pod = pod_spec(plan, [container], inst.tensor_parallel, **extra)
+    pod["volumes"].append(token_volume())
     labels = {**pool_labels(plan), ROLE_LABEL: "decode"}
     obj = deployment_obj(plan, inst.name, "decode", inst.replicas, pod, labels)
     return _with_annotations(obj, annotations)
@@ -175,10 +192,12 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "metadata": metadata(plan, name, "epp"),
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": read},
-            {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
-             "verbs": read},
-            {"apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
-             "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read},
+            {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": read},
+            {
+                "apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
+                "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                "verbs": read,
+            },
         ],
     }
     binding = {
@@ -214,13 +233,13 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "args": [
             f"--pool-name={plan.name}",
             f"--pool-namespace={ns}",
-            "--pool-group=inference.networking.k8s.io",
+            f"--pool-group={LLMD.pool_group}",
             f"--config-file=/config/{EPP_CONFIG}",
             f"--grpc-port={LLMD.epp_grpc_port}",
             f"--grpc-health-port={LLMD.epp_health_port}",
             f"--metrics-port={LLMD.epp_metrics_port}",
-            # Namespaced RBAC only: metrics auth would need a ClusterRole for TokenReviews.
-            "--metrics-endpoint-auth=false",
+            # Scrapers need a token allowed to get /metrics (the metrics-reader ClusterRole).
+            "--metrics-endpoint-auth=true",
         ],
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p, _ in ports],
         "resources": {
@@ -237,9 +256,12 @@ def epp_objects(plan: Plan) -> list[Obj]:
             "periodSeconds": 10,
         },
         "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
+        "securityContext": container_security(non_root=True),
     }
     pod = {
         "serviceAccountName": name,
+        # The picker watches the pool and its pods, and reviews metrics tokens.
+        "automountServiceAccountToken": True,
         "containers": [container],
         "terminationGracePeriodSeconds": 30,
         "volumes": [{"name": "config", "configMap": {"name": name}}],
@@ -260,7 +282,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
             ],
         },
     }
-    return [account, role, binding, config, deployment, service]
+    return [account, role, binding, *metrics_rbac(plan, name), config, deployment, service]
 
 
 def http_route(plan: Plan, gateway: str) -> Obj:
@@ -293,9 +315,12 @@ def pd_objects(plan: Plan) -> list[Obj]:
     decode = next(i for i in plan.instances if i.role == "decode")
     objs = common_objects(plan)
     objs += epp_objects(plan)
+    objs += sidecar_rbac(plan)
     objs.append(inference_pool(plan))
     if plan.spec.router.gateway:
         objs.append(http_route(plan, plan.spec.router.gateway))
     objs.append(prefill_deployment(plan, prefill))
     objs.append(decode_deployment(plan, decode))
+    if plan.spec.kubernetes.network_policy:
+        objs += network_policies(plan, {POOL_LABEL: plan.name})
     return objs

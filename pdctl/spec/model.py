@@ -289,6 +289,29 @@ class Kubernetes(Section):
     startup_timeout_minutes: int = Field(
         30, ge=1, le=600, description="How long the startupProbe waits for the model to load."
     )
+    network_policy: bool = Field(
+        False,
+        description="Phases 2 and 3 (llm-d): render NetworkPolicies for the engine pods. Decode "
+        "pods take the routing sidecar's port 8000 only from the Gateway's proxy pods "
+        "(`gatewayPodLabels`/`gatewayNamespace`) and the endpoint picker (which scrapes "
+        "metrics there); vLLM's 8200 is reached by the sidecar over localhost only. Engine "
+        "pods of the deployment reach each other on every port (NIXL's side channel and UCX "
+        "connections). Needs a CNI that enforces NetworkPolicy. Phase 1 renders none.",
+    )
+    gateway_namespace: DnsLabel | None = Field(
+        None,
+        description="With `networkPolicy`: the namespace the Gateway's proxy pods run in "
+        "(Envoy Gateway: `envoy-gateway-system`). Default: `namespace`, where Istio, kgateway "
+        "and agentgateway run them beside the Gateway.",
+    )
+    gateway_pod_labels: dict[LabelKey, LabelValue] = Field(
+        {},
+        description="With `networkPolicy`: labels of the Gateway's proxy pods, the only pods "
+        "that may send requests to the decode pods. Default: "
+        "`gateway.networking.k8s.io/gateway-name: <router.gateway>`, the label Istio, "
+        "kgateway and agentgateway put on them (Envoy Gateway: "
+        "`gateway.envoyproxy.io/owning-gateway-name: <gateway>`).",
+    )
 
 
 class Serve(Section):

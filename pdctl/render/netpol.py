@@ -1,0 +1,47 @@
+"""NetworkPolicies for the llm-d engine pods (kubernetes.networkPolicy): who may reach them."""
+
+from __future__ import annotations
+
+from pdctl.plan.llmd import K8S_PREFILL_PORT, gateway_pod_labels
+from pdctl.plan.model import Plan
+from pdctl.render.kube import Obj, metadata, selector
+
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set on every Namespace by the API server
+
+
+def _peer(namespace: str, labels: dict[str, str]) -> Obj:
+    return {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: namespace}},
+        "podSelector": {"matchLabels": labels},
+    }
+
+
+def _policy(plan: Plan, component: str, ingress: list[Obj]) -> Obj:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(plan, f"{plan.name}-{component}", component),
+        "spec": {
+            "podSelector": {"matchLabels": selector(plan, component)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def network_policies(plan: Plan, pool: dict[str, str]) -> list[Obj]:
+    """Decode: the sidecar's 8000 from the Gateway's proxy pods and the EPP (it scrapes
+    metrics on the pool's target port); prefill: 8000 from the EPP. Pool pods reach each other
+    on every port: the decode sidecar sends prefill requests, vLLM's NIXL side channel and
+    UCX's transfer connections use ports that vary. vLLM's 8200 in the decode pod is left to
+    the sidecar (localhost, which no NetworkPolicy filters). Kubelet probes come from the node,
+    which NetworkPolicy always lets in."""
+    ns = plan.spec.kubernetes.namespace
+    gateway_ns = plan.spec.kubernetes.gateway_namespace or ns
+    epp = {"podSelector": {"matchLabels": selector(plan, "epp")}}
+    peers = {"podSelector": {"matchLabels": pool}}
+    sidecar = [{"port": K8S_PREFILL_PORT, "protocol": "TCP"}]
+    gateway = _peer(gateway_ns, gateway_pod_labels(plan.spec))
+    decode = [{"from": [gateway, epp], "ports": sidecar}, {"from": [peers]}]
+    prefill = [{"from": [epp], "ports": sidecar}, {"from": [peers]}]
+    return [_policy(plan, "prefill", prefill), _policy(plan, "decode", decode)]
