@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters, and the ones that reorder or break a line on a terminal (bidi marks,
+# embeddings, overrides and isolates; line and paragraph separators).
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+MAX_MESSAGE = 400  # characters of a message an error line quotes in full
 
 
 def one_line(text: str) -> str:
-    """Escape control characters (a newline in a YAML key, say) so an error stays one line."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    """Escape control characters (a newline in a YAML key, say) so an error stays one line
+    and reads as it is."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    """The head and tail of an overlong message (one quoting a 4,000-character value)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 60]} ... {text[-50:]}"
 
 
 class PdctlError(Exception):
@@ -18,7 +31,7 @@ class PdctlError(Exception):
     exit_code = 1
 
     def line(self) -> str:
-        return one_line(str(self))
+        return one_line(shorten(str(self)))
 
 
 class SpecError(PdctlError):
@@ -58,10 +71,10 @@ class SpecError(PdctlError):
             where = f"{where}:{self.line_no}"
         text = f"{where}: " if where else ""
         if self.path:
-            text += f"{self.path}: "
-        text += self.message
+            text += f"{shorten(self.path, 200)}: "
+        text += shorten(self.message)
         if self.fix:
-            text += f"; {self.fix}"
+            text += f"; {shorten(self.fix)}"
         return one_line(text)
 
     def __str__(self) -> str:

@@ -107,36 +107,49 @@ def root_help() -> str:
 
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
+    from pdctl.cli.entry import exit_now as _exit
+    from pdctl.cli.entry import fail as _fail
+    from pdctl.cli.entry import output_error, output_failed
     from pdctl.errors import PdctlError
 
+    if sys.stdout is None:  # started with `>&-`
+        _fail("error: standard output is closed; redirect it to a file or /dev/null", 2)
     try:
         # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
         rc = app(standalone_mode=False, prog_name="pdctl")
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not at interpreter exit
     except PdctlError as exc:
         from pdctl.cli import state
 
         if state.DEBUG:
             raise
-        sys.stderr.write(f"error: {exc.line()}\n")
-        sys.exit(exc.exit_code)
+        _fail(f"error: {exc.line()}", exc.exit_code)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except typer.Abort:
-        sys.stderr.write("aborted\n")
-        sys.exit(130)
+        _fail("aborted", 130)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        _fail("interrupted", 130)
+    except OSError as exc:  # writing the output: stdout on a full disk, or a closed pipe
+        if not output_error(exc):
+            raise
+        from pdctl.cli import state
+
+        if state.DEBUG:
+            raise
+        output_failed(exc)
     except Exception as exc:  # click usage errors (typer >= 0.22 vendors click as typer._click)
         for errors in _click_exception_modules():
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pdctl`: the help, not an error
                 sys.stdout.write(root_help())
-                sys.exit(0)
+                _exit(0)
             exit_type = getattr(errors, "Exit", None)
             if exit_type is not None and isinstance(exc, exit_type):
-                sys.exit(exc.exit_code)
+                _exit(exc.exit_code)
             if isinstance(exc, errors.ClickException):
-                sys.stderr.write(f"error: {_usage_line(exc, errors)}\n")
-                sys.exit(2 if isinstance(exc, errors.UsageError) else 1)
+                _fail(
+                    f"error: {_usage_line(exc, errors)}",
+                    2 if isinstance(exc, errors.UsageError) else 1,
+                )
         raise
-    sys.exit(rc if isinstance(rc, int) else 0)
+    _exit(rc if isinstance(rc, int) else 0)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from pdctl.errors import SpecError
 from pdctl.plan import Plan, make_plan
 from pdctl.spec import Source, Spec, load_text
+from pdctl.spec.source import MAX_SPEC_BYTES, too_big
+
+MAX_CONFIG_BYTES = 2 * 1024 * 1024  # a model's config.json is a few KiB
 
 
 def read_spec(path: str) -> tuple[Spec, Source]:
     """Load SPEC (a file, or '-' for stdin). Every failure is one located SpecError."""
     if path == "-":
-        try:
-            stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests) has none
-            text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
-        except UnicodeDecodeError:
-            raise SpecError("is not UTF-8 text", file="<stdin>") from None
-        return load_text(text, "<stdin>")
+        return load_text(_read_stdin(), "<stdin>")
     p = Path(path)
     if not p.exists():
         raise SpecError(
@@ -26,13 +26,67 @@ def read_spec(path: str) -> tuple[Spec, Source]:
         )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
+    return load_text(read_bounded(p, MAX_SPEC_BYTES, path), path)
+
+
+def _read_stdin() -> str:
+    stream = sys.stdin
+    if stream is None:
+        raise SpecError(
+            "standard input is closed", file="<stdin>", fix="pipe the spec in, or give its path"
+        )
+    raw = getattr(stream, "buffer", None)  # a text-only stdin (tests) has none
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("is not UTF-8 text", file=path) from None
+        data = raw.read(MAX_SPEC_BYTES + 1) if raw is not None else stream.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", file=path) from None
-    return load_text(text, path)
+        raise SpecError(f"cannot read: {exc.strerror or exc}", file="<stdin>") from None
+    return _text(data, MAX_SPEC_BYTES, "<stdin>")
+
+
+def read_bounded(path: Path, limit: int, name: str) -> str:
+    """A UTF-8 file of at most `limit` bytes (a spec, a model config). Reads at most limit + 1
+    bytes, so `/dev/zero` or a huge file is refused without being read."""
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(limit + 1)
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    return _text(data, limit, name)
+
+
+def _text(data: bytes | str, limit: int, name: str) -> str:
+    if len(data) > limit:
+        raise too_big(name, limit)
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("is not UTF-8 text", file=name) from None
+
+
+def read_model_config(ref: str, spec_file: str) -> dict[str, Any]:
+    """`model.config`: a model's config.json, relative to the spec file (or, for a spec read
+    from stdin, the working folder), at most MAX_CONFIG_BYTES. One SpecError when unusable."""
+    base = Path.cwd() if spec_file in ("-", "<stdin>") else Path(spec_file).resolve().parent
+    file = Path(ref).expanduser()
+    file = file if file.is_absolute() else base / file
+    if not file.is_file():
+        what = "is a directory" if file.is_dir() else "no such file"
+        raise SpecError(
+            f"{what}: {file}", path="model.config", fix="give the path of the model's config.json"
+        )
+    try:
+        data = json.loads(read_bounded(file, MAX_CONFIG_BYTES, str(file)))
+    except SpecError as exc:
+        raise SpecError(f"{file}: {exc.message}", path="model.config", fix=exc.fix) from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; ints past 4,300 digits
+        raise SpecError(
+            f"cannot read {file} as JSON: {str(exc)[:200]}", path="model.config"
+        ) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{file} is not a JSON object", path="model.config")
+    return data
 
 
 def plan_from(

@@ -12,9 +12,15 @@ from pydantic.alias_generators import to_camel
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-# Control characters (newline, tab, NUL, ESC, ...) have no place in any spec value: a newline
-# would end a comment line in a rendered script and start a command.
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters (newline, tab, NUL, ESC, C1 controls, ...) have no place in any spec
+# value: a newline would end a comment line in a rendered script and start a command. Nor do
+# the characters that reorder or break a line as a terminal or editor shows it: the bidi
+# marks, embeddings, overrides and isolates (an `rm` that reads as `mr`) and the Unicode line
+# and paragraph separators.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# The longest string any spec field takes; fields of a narrower kind have their own bound
+# (DNS labels 63, model names 1,024, image references 512: docs/spec.md lists them).
+MAX_TEXT = 4096
 
 
 class Section(BaseModel):
@@ -29,6 +35,8 @@ class Section(BaseModel):
         # Build validators once, for the whole Spec, when the first spec is validated (not once
         # per section class at import and again inside Spec): about half the start-up cost.
         defer_build=True,
+        # `.inf`, `.nan` and `1e999` are floats in YAML; no field means them.
+        allow_inf_nan=False,
     )
 
     @field_validator("*", mode="after")
@@ -39,13 +47,17 @@ class Section(BaseModel):
 
 
 def _check_text(value: Any) -> None:
-    """Reject control characters in any string, also inside lists and mappings (keys too)."""
+    """Reject control and bidi characters and overlong text in any string, also inside lists
+    and mappings (keys too)."""
     if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise ValueError(f"is {len(value):,} characters long, more than {MAX_TEXT:,}")
         bad = CONTROL.search(value)
         if bad:
+            shown = value if len(value) <= 60 else value[:55] + "..."
             raise ValueError(
-                f"{value!r} holds a control character ({bad.group()!r}); write it on one line "
-                "without tabs or newlines"
+                f"{shown!r} holds the control character U+{ord(bad.group()):04X}; write it on "
+                "one line, without tabs, newlines or direction marks"
             )
     elif isinstance(value, (tuple, list)):
         for item in value:

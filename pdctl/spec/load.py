@@ -27,7 +27,7 @@ def load_text(text: str, file: str = "<stdin>") -> tuple[Spec, Source]:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise _to_spec_error(exc, source) from None
+        raise _to_spec_error(exc, source, data) from None
     except SpecError as exc:
         raise source.locate(exc) from None
     return spec, source
@@ -43,31 +43,47 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({value})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
-    return f"a string ({value!r})"
+        return f"a number ({_show(value)})"
+    return f"a string ({_show(value)})"
 
 
-def _to_spec_error(exc: ValidationError, source: Source) -> SpecError:
+def _show(value: Any, limit: int = 60) -> str:
+    """repr(value), shortened: an error line quotes what it got, not 4,000 characters of it."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else "a huge number"
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-1]}"
+
+
+def _to_spec_error(exc: ValidationError, source: Source, data: Any) -> SpecError:
     # The first error in document order is the one a user fixes first.
     errors = exc.errors(include_url=False)
+    for e in errors:
+        e["loc"] = _clean(e["loc"], data)
     # A misspelt key also makes the real key "missing": report the misspelling.
-    typo_parents = {_clean(e["loc"])[:-1] for e in errors if e["type"] == "extra_forbidden"}
+    typo_parents = {e["loc"][:-1] for e in errors if e["type"] == "extra_forbidden"}
     errors = [
-        e for e in errors if not (e["type"] == "missing" and _clean(e["loc"])[:-1] in typo_parents)
+        e for e in errors if not (e["type"] == "missing" and e["loc"][:-1] in typo_parents)
     ] or errors
-    errors.sort(key=lambda e: source.line_of(_clean(e["loc"])) or 0)
+    errors.sort(key=lambda e: source.line_of(e["loc"]) or 0)
     err = errors[0]
-    loc = _clean(err["loc"])
+    loc = err["loc"]
     message, fix = _explain(err, loc)
     return SpecError(message, path=dotted(loc), file=source.file, line=source.line_of(loc), fix=fix)
 
 
-def _clean(loc: tuple) -> Loc:
-    """Drop pydantic's union-member and validator tags from a location."""
+def _clean(loc: tuple, data: Any) -> Loc:
+    """Drop pydantic's union-member and validator tags from a location. A part that is a key
+    (or index) of the spec's data is the user's, whatever it looks like (`a[0]`, `function-x`)."""
     out: list[str | int] = []
+    node = data
     for part in loc:
-        if isinstance(part, str) and ("[" in part or part.startswith("function-")):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and ("[" in part or part.startswith("function-")):
             continue
+        else:
+            node = None
         out.append(part)
     return tuple(out)
 
@@ -78,15 +94,19 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
     got = err.get("input")
     if kind == "missing":
         return "a required field is missing", f"add `{loc[-1]}:`" if loc else ""
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc:
+        key = _show(loc[-1])
         allowed = sorted(_allowed_keys(loc[:-1]))
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         if close:
-            return f"unknown key {loc[-1]!r}", f"did you mean {close[0]!r}?"
+            return f"unknown key {key}", f"did you mean {close[0]!r}?"
         elsewhere = _nested_match(loc[:-1], str(loc[-1]))
         if elsewhere:
-            return f"unknown key {loc[-1]!r}", f"did you mean {elsewhere!r} (in another section)?"
-        return f"unknown key {loc[-1]!r}", "allowed keys: " + ", ".join(allowed)
+            return (
+                f"unknown key {_show(loc[-1])}",
+                f"did you mean {elsewhere!r} (in another section)?",
+            )
+        return f"unknown key {key}", "allowed keys: " + ", ".join(allowed)
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         sign = {
             "greater_than_equal": ">=",
@@ -95,11 +115,15 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
             "less_than": "<",
         }[kind]
         bound = next(iter(ctx.values()))
-        return f"must be {sign} {bound} (got {got!r})", ""
+        return f"must be {sign} {bound} (got {_show(got)})", ""
     if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')} (got {got!r})", ""
+        return f"must be one of {ctx.get('expected')} (got {_show(got)})", ""
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number (got {_kind(got)})", ""
+    if kind == "finite_number":
+        return f"must be a finite number (got {_show(got)})", "write a number, not .inf or .nan"
+    if kind in ("float_type", "float_parsing") and type(got) is int:
+        return "is too large a number", ""
     if kind in ("float_type", "float_parsing"):
         return f"must be a number (got {_kind(got)})", ""
     if kind in ("bool_type", "bool_parsing"):

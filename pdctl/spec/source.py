@@ -1,4 +1,8 @@
-"""YAML text -> plain data plus the line of every key and list item (for error messages)."""
+"""YAML text -> plain data plus the line of every key and list item (for error messages).
+
+A spec is small, so hostile YAML is refused by size, not survived: the text, the nesting
+depth, the length of one value and the number of nodes built (aliases and `<<` merges
+expanded, so an alias bomb stops at the budget) are all bounded."""
 
 from __future__ import annotations
 
@@ -10,6 +14,15 @@ import yaml
 from pdctl.errors import SpecError
 
 Loc = tuple[str | int, ...]
+
+MAX_SPEC_BYTES = 256 * 1024  # the spec of a 10,000-instance fleet is about 160 KiB
+MAX_DEPTH = 32  # mappings and lists inside each other; a spec needs about 6
+MAX_NODES = 100_000  # keys, values and list items built, aliases and merges expanded
+MAX_SCALAR = 4096  # characters in one key or value
+# The pure-Python parser re-reads a bad spec for its error message only when it is this small
+# (it is about 30x slower than libyaml): above it libyaml's own message is reported.
+_RECHECK_BYTES = 16 * 1024
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 def dotted(loc: Loc) -> str:
@@ -54,15 +67,18 @@ class Source:
 
 
 def parse(text: str, file: str) -> tuple[Any, Source]:
-    """Parse one YAML document; SpecError (with the line) on syntax errors and duplicate keys."""
+    """Parse one YAML document; SpecError (with the line) on syntax errors, duplicate keys and
+    documents past the bounds above."""
     if not text.strip():
         raise SpecError(
             "the spec is empty", file=file, line=1, fix="start from `pdctl init > spec.yaml`"
         )
+    if len(text) > MAX_SPEC_BYTES:
+        raise too_big(file)
     loader = None
     lines: dict[Loc, int] = {}
     try:
-        loader, node = _compose(text)
+        loader, node = _compose(text, file)
         if node is None:
             raise SpecError(
                 "the spec holds no YAML document (only comments?)",
@@ -71,17 +87,17 @@ def parse(text: str, file: str) -> tuple[Any, Source]:
                 fix="start from `pdctl init > spec.yaml`",
             )
         lines[()] = node.start_mark.line + 1
-        data = _build(loader, node, (), lines, file)
+        data = _Builder(loader, lines, file).build(node, ())
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = exc.problem or exc.context or "invalid YAML"
-        if exc.context and exc.problem:
-            what = f"{exc.context}, {exc.problem}"
+        raise _syntax_error(exc, file) from None
+    except yaml.reader.ReaderError as exc:
+        char = exc.character
+        code = ord(char) if isinstance(char, str) else int(char)
         raise SpecError(
-            f"YAML syntax error: {what}",
+            f"character U+{code:04X} is not allowed in YAML",
             file=file,
-            line=mark.line + 1 if mark else None,
-            fix="check indentation, colons and quotes on this line",
+            line=text.count("\n", 0, exc.position) + 1,
+            fix="remove it, or write it as an escape in a double-quoted string",
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"YAML error: {exc}", file=file) from None
@@ -91,51 +107,165 @@ def parse(text: str, file: str) -> tuple[Any, Source]:
     return data, Source(file=file, lines=lines)
 
 
-def _compose(text: str) -> tuple[Any, yaml.Node | None]:
+def too_big(file: str, limit: int = MAX_SPEC_BYTES) -> SpecError:
+    """A file past its size bound (a spec; `model.config`)."""
+    return SpecError(
+        f"is larger than {limit // 1024:,} KiB, more than pdctl reads",
+        file=file,
+        fix="check that this is the right file",
+    )
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
+    mark = exc.problem_mark or exc.context_mark
+    what = exc.problem or exc.context or "invalid YAML"
+    if exc.context and exc.problem:
+        what = f"{exc.context}, {exc.problem}"
+    return SpecError(
+        f"YAML syntax error: {what}",
+        file=file,
+        line=mark.line + 1 if mark else None,
+        fix="check indentation, colons and quotes on this line",
+    )
+
+
+def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     """The document's node tree, composed by libyaml when PyYAML has it (about 8x faster than
-    the pure-Python parser on a 1,000-instance spec). On a YAML error the pure-Python parser
-    runs again, so error messages and lines never depend on whether libyaml is present."""
+    the pure-Python parser on a 1,000-instance spec). On a YAML error in a small spec the
+    pure-Python parser runs again, so error messages and lines do not depend on whether
+    libyaml is present. Composing shares an alias's node, so it does not expand anything."""
     fast = getattr(yaml, "CSafeLoader", None)
     if fast is not None:
         loader = fast(text)
         try:
             return loader, loader.get_single_node()
-        except yaml.YAMLError:
+        except yaml.YAMLError as exc:
             loader.dispose()
+            if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml stops at 1,000
+                raise _too_deep(file, exc.problem_mark) from None  # type: ignore[attr-defined]
+            if len(text) > _RECHECK_BYTES:
+                raise
     loader = yaml.SafeLoader(text)
     try:
         return loader, loader.get_single_node()
     except yaml.YAMLError:
         loader.dispose()
         raise
+    except RecursionError:  # the pure-Python composer recurses once per level
+        loader.dispose()
+        raise _too_deep(file, None) from None
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, lines: dict, file: str) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
-        out: dict[Any, Any] = {}
+def _too_deep(file: str, mark: Any) -> SpecError:
+    return SpecError(
+        f"is nested more than {MAX_DEPTH} levels deep",
+        file=file,
+        line=mark.line + 1 if mark is not None else None,
+        fix="a spec nests mappings and lists a few levels deep: check the brackets",
+    )
+
+
+class _Builder:
+    """Node tree -> plain data, counting what it builds."""
+
+    def __init__(self, loader: Any, lines: dict[Loc, int], file: str) -> None:
+        self.loader = loader
+        self.lines = lines
+        self.file = file
+        self.nodes = 0
+
+    def refuse(self, node: yaml.Node, loc: Loc, what: str, fix: str = "") -> SpecError:
+        return SpecError(
+            what, path=dotted(loc), file=self.file, line=node.start_mark.line + 1, fix=fix
+        )
+
+    def count(self, node: yaml.Node, loc: Loc) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.refuse(
+                node,
+                loc,
+                f"the spec expands to more than {MAX_NODES:,} keys, values and list items",
+                "a spec needs far fewer: check its anchors (&) and aliases (*)",
+            )
+        if len(loc) > MAX_DEPTH:
+            raise _too_deep(self.file, node.start_mark)
+
+    def build(self, node: yaml.Node, loc: Loc) -> Any:
+        self.count(node, loc)
+        if isinstance(node, yaml.MappingNode):
+            return self.mapping(node, loc)
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                self.lines[loc + (i,)] = item.start_mark.line + 1
+                items.append(self.build(item, loc + (i,)))
+            return items
+        return self.scalar(node, loc)
+
+    def scalar(self, node: yaml.Node, loc: Loc) -> Any:
+        if len(node.value) > MAX_SCALAR:
+            raise self.refuse(
+                node,
+                loc,
+                f"a value of {len(node.value):,} characters is longer than the "
+                f"{MAX_SCALAR:,} pdctl reads",
+                "shorten it",
+            )
+        return self.loader.construct_object(node, deep=True)
+
+    def key(self, node: yaml.Node, loc: Loc) -> str:
+        key = self.scalar(node, loc) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(key, str):
+            shown = repr(key) if key is not None else f"a {type(node).__name__[:-4].lower()}"
+            raise self.refuse(node, loc, f"keys must be strings (got {shown})")
+        return key
+
+    def mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[str, Any]:
+        """A mapping; `<<: *anchor` (or a list of anchors) merges mappings in, YAML 1.1 style:
+        the mapping's own keys win, then earlier merged mappings over later ones."""
+        out: dict[str, Any] = {}
+        merged: list[yaml.MappingNode] = []
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            if key_node.tag == _MERGE:
+                merged += self.merge_sources(value_node, loc)
+                continue
+            key = self.key(key_node, loc)
             line = key_node.start_mark.line + 1
-            if not isinstance(key, str):
-                raise SpecError(
-                    f"keys must be strings (got {key!r})", path=dotted(loc), file=file, line=line
-                )
             if key in out:
                 raise SpecError(
                     f"duplicate key {key!r}",
                     path=dotted(loc + (key,)),
-                    file=file,
+                    file=self.file,
                     line=line,
                     fix="keep one of the two entries",
                 )
-            lines[loc + (key,)] = line
-            out[key] = _build(loader, value_node, loc + (key,), lines, file)
+            self.lines[loc + (key,)] = line
+            out[key] = self.build(value_node, loc + (key,))
+        for source in merged:
+            for key_node, value_node in source.value:
+                if key_node.tag == _MERGE:
+                    continue  # merge_sources already brought its nested merges in
+                key = self.key(key_node, loc)
+                if key in out:
+                    continue
+                self.lines[loc + (key,)] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, loc + (key,))
         return out
-    if isinstance(node, yaml.SequenceNode):
-        items = []
-        for i, item in enumerate(node.value):
-            lines[loc + (i,)] = item.start_mark.line + 1
-            items.append(_build(loader, item, loc + (i,), lines, file))
-        return items
-    return loader.construct_object(node, deep=True)
+
+    def merge_sources(self, node: yaml.Node, loc: Loc) -> list[yaml.MappingNode]:
+        """The mappings `<<:` names, each followed by the ones it merges itself."""
+        self.count(node, loc)
+        sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        out: list[yaml.MappingNode] = []
+        for source in sources:
+            if not isinstance(source, yaml.MappingNode):
+                raise self.refuse(
+                    source, loc, "`<<:` merges a mapping or a list of mappings", "use `<<: *name`"
+                )
+            self.count(source, loc)
+            out.append(source)
+            for key_node, value_node in source.value:
+                if key_node.tag == _MERGE:
+                    out += self.merge_sources(value_node, loc + ("<<",))
+        return out

@@ -28,10 +28,16 @@ RESERVED_ENV = {
     "/root/.cache/huggingface)",
 }
 SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
+# Length bounds by kind of value (every other string: base.MAX_TEXT). A Hugging Face id is at
+# most 96 + 1 + 96 characters; a local model folder is a path, so it gets room.
+MAX_ARGUMENT = 1024  # model names, served names, revisions
+MAX_IMAGE = 512  # Docker caps a repository name at 255 and a tag at 128
 
 
 def argument(value: str) -> str:
     """A value passed as one command-line argument: it must not read as an option."""
+    if len(value) > MAX_ARGUMENT:
+        raise ValueError(f"is {len(value):,} characters long, more than {MAX_ARGUMENT:,}")
     if value.startswith("-") or value != value.strip():
         raise ValueError(
             f"{value!r} starts with '-' or has spaces around it, so a command line would "
@@ -41,6 +47,8 @@ def argument(value: str) -> str:
 
 
 def image(value: str) -> str:
+    if len(value) > MAX_IMAGE:
+        raise ValueError(f"is {len(value):,} characters long, more than {MAX_IMAGE}")
     if not IMAGE.fullmatch(value):
         raise ValueError(
             f"{value!r} is not an image reference: write e.g. 'vllm/vllm-openai:v0.33.0' or "
