@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from pdctl.errors import SpecError
@@ -64,18 +65,30 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
         extra = dict(inst.extra_ports)
         if "kv" in extra:
             add(
-                inst.host, extra["kv"], inst.tensor_parallel, all_engines,
-                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)", "disaggregation.kvPort",
+                inst.host,
+                extra["kv"],
+                inst.tensor_parallel,
+                all_engines,
+                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)",
+                "disaggregation.kvPort",
             )
         if "bootstrap" in extra:
             add(
-                inst.host, extra["bootstrap"], 1, "router, decode hosts",
-                f"{inst.name} Mooncake bootstrap", "disaggregation.bootstrapPort",
+                inst.host,
+                extra["bootstrap"],
+                1,
+                "router, decode hosts",
+                f"{inst.name} Mooncake bootstrap",
+                "disaggregation.bootstrapPort",
             )
         if "nixl-side-channel" in extra:
             add(
-                inst.host, extra["nixl-side-channel"], 1, all_engines,
-                f"{inst.name} NIXL side channel", "disaggregation.sideChannelPort",
+                inst.host,
+                extra["nixl-side-channel"],
+                1,
+                all_engines,
+                f"{inst.name} NIXL side channel",
+                "disaggregation.sideChannelPort",
             )
     for svc in services(plan):
         rules += _service_rules(svc, plan, take)
@@ -84,14 +97,23 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
         host = hosts[name]
         address = host.address_for_peers or host.address
         if dis.connector == "mooncake":
-            rules.append(PortRule(
-                name, address, "{}-{}".format(*MOONCAKE_TE_RANGE), all_engines,
-                "Mooncake transfer-engine handshake (random port in range)", "",
-            ))
+            rules.append(
+                PortRule(
+                    name,
+                    address,
+                    "{}-{}".format(*MOONCAKE_TE_RANGE),
+                    all_engines,
+                    "Mooncake transfer-engine handshake (random port in range)",
+                    "",
+                )
+            )
         span, transport = {
             "p2p-nccl": (EPHEMERAL, "NCCL sockets (random ephemeral ports)"),
-            "mooncake": (MOONCAKE_RANDOM, "Mooncake ZMQ side channel (pyzmq random port "
-                         "49152-65535) and other random ephemeral ports"),
+            "mooncake": (
+                MOONCAKE_RANDOM,
+                "Mooncake ZMQ side channel (pyzmq random port "
+                "49152-65535) and other random ephemeral ports",
+            ),
             "nixl": (EPHEMERAL, "UCX (random ephemeral ports)"),
         }[dis.connector]
         rules.append(PortRule(name, address, span, all_engines, transport, ""))
@@ -100,24 +122,51 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
 
 def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
     spec = plan.spec
-    address = svc.host.address_for_peers or svc.host.address
+    peers = svc.host.address_for_peers or svc.host.address
     out = []
+    items: list[tuple[int, str, str, str, str]] = []
     if svc.role == "router":
         r = spec.router
-        items = [(r.port, "clients", "router HTTP (OpenAI API; /liveness)", "router.port"),
-                 (r.metrics_port, "monitoring", "router Prometheus metrics", "router.metricsPort")]
+        local = ipaddress.ip_address(svc.address).is_loopback
+        clients = "this host only (an SSH tunnel or a proxy)" if local else "clients"
+        monitoring = "this host only" if local else "monitoring"
+        where = svc.address + " (`router.listen`)"
+        items = [
+            (r.port, where, clients, "router HTTP (OpenAI API; /liveness)", "router.port"),
+            (r.metrics_port, where, monitoring, "router Prometheus metrics", "router.metricsPort"),
+        ]
         if pd_shape(spec, plan.phase).dis.connector == "p2p-nccl":
-            items.append((r.discovery_port, "engine hosts", "router ZMQ discovery (P2pNccl "
-                          "registration)", "router.discoveryPort"))
+            items.append(
+                (
+                    r.discovery_port,
+                    peers,
+                    "engine hosts",
+                    "router ZMQ discovery (P2pNccl registration)",
+                    "router.discoveryPort",
+                )
+            )
     else:
         st = pd_shape(spec, plan.phase).dis.store
         p = "disaggregation.store."
-        items = [(st.rpc_port, "engine hosts", "mooncake_master RPC", p + "rpcPort"),
-                 (st.metadata_port, "engine hosts", "mooncake_master HTTP metadata server",
-                  p + "metadataPort"),
-                 (st.metrics_port, "monitoring", "mooncake_master metrics and /health",
-                  p + "metricsPort")]
-    for port, opened_to, purpose, path in items:
+        items = [
+            (st.rpc_port, svc.address, "engine hosts", "mooncake_master RPC", p + "rpcPort"),
+            # 0.3.13.post1 binds it on every address, whatever the host flag says.
+            (
+                st.metadata_port,
+                "every address (0.0.0.0)",
+                "engine hosts",
+                "mooncake_master HTTP metadata server",
+                p + "metadataPort",
+            ),
+            (
+                st.metrics_port,
+                svc.address,
+                "monitoring",
+                "mooncake_master metrics and /health",
+                p + "metricsPort",
+            ),
+        ]
+    for port, address, opened_to, purpose, path in items:
         take(svc.host, port, 1, purpose, path)
         out.append(PortRule(svc.host.name, address, str(port), opened_to, purpose, path))
     return out

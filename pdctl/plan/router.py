@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from pdctl.compat import MOONCAKE_PACKAGE, MOONCAKE_VERSION
+from pdctl.errors import SpecError
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.pd import master_host, pd_shape, peer_address, router_host
-from pdctl.spec.model import Host
+from pdctl.spec.model import Host, Spec
 from pdctl.spec.value import host_port
 
 
@@ -25,6 +27,7 @@ class Service:
     pip: str
     executable: str
     health: str  # URL that answers 200 on the service host when it is up
+    address: str  # where it listens for other hosts or clients (ports.md)
     wait_urls: tuple[str, ...] = ()  # health URLs that must answer before it starts
     api_key: bool = False  # export OPENAI_API_KEY from the engines' VLLM_API_KEY
 
@@ -34,22 +37,107 @@ def engine_url(inst: Instance) -> str:
     return f"http://{host_port(peer_address(inst.host), inst.port)}"
 
 
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def bind_address(spec: Spec, host: Host, what: str) -> str:
+    """The address a listener on `host` binds so that the other hosts reach it: the host's peer
+    address, which must be an IP (vllm-router's metrics and ZMQ discovery, mooncake_master)."""
+    address = peer_address(host)
+    if _is_ip(address):
+        return address
+    index = next(i for i, h in enumerate(spec.hosts) if h.name == host.name)
+    field = "addressForPeers" if host.address_for_peers else "address"
+    raise SpecError(
+        f"{what} binds to host {host.name}'s peer address, and {address!r} is not an IP address",
+        path=f"hosts[{index}].{field}",
+        fix=f"set hosts[{index}].addressForPeers to the IP address the other hosts reach "
+        f"{host.name} on",
+    )
+
+
+def on_one_host(plan: Plan) -> bool:
+    """The router, every engine and mooncake_master run on the same host."""
+    names = {i.host.name for i in plan.instances if i.host is not None}
+    names.add(router_host(plan.spec).name)
+    if pd_shape(plan.spec, plan.phase).dis.store.enabled:
+        names.add(master_host(plan.spec).name)
+    return len(names) == 1
+
+
+def router_listen(plan: Plan) -> str:
+    """The router's bind address: `router.listen`; loopback when everything is on one host;
+    else the router host's peer address. Never 0.0.0.0 unless the spec says so."""
+    spec = plan.spec
+    if spec.router.listen is not None:
+        return spec.router.listen
+    if on_one_host(plan):
+        return "127.0.0.1"
+    host = router_host(spec)
+    address = peer_address(host)
+    if not _is_ip(address):
+        raise SpecError(
+            f"the router listens on host {host.name}'s peer address by default, and "
+            f"{address!r} is not an IP address (vllm-router binds IP addresses)",
+            path="router.listen",
+            fix=f"set router.listen to the IP address of {host.name} that clients reach",
+        )
+    return address
+
+
+def _check_api_key(plan: Plan, listen: str) -> None:
+    """vllm-router 0.1.17 authenticates no client and forwards with the engines' key: a key
+    behind a router anyone can reach protects nothing, so a default that does so is refused."""
+    spec = plan.spec
+    if spec.secrets.api_key is None or spec.router.listen is not None:
+        return
+    if ipaddress.ip_address(listen).is_loopback:
+        return
+    raise SpecError(
+        "secrets.apiKey protects the engines, but vllm-router 0.1.17 has no client "
+        "authentication and forwards with the key: anyone who reaches "
+        f"{host_port(listen, spec.router.port)} is authenticated",
+        path="router.listen",
+        fix="set router.listen to an address only trusted clients reach (127.0.0.1 with an "
+        "SSH tunnel or a proxy in front), or remove secrets.apiKey",
+    )
+
+
+def local_address(listen: str) -> str:
+    """Where a process on the same host reaches a listener bound to `listen`."""
+    ip = ipaddress.ip_address(listen)
+    if ip.is_unspecified:
+        return "::1" if ip.version == 6 else "127.0.0.1"
+    return listen
+
+
 def router_service(plan: Plan) -> Service:
     spec = plan.spec
     dis = pd_shape(spec, plan.phase).dis
     router = spec.router
     host = router_host(spec)
+    listen = router_listen(plan)
+    _check_api_key(plan, listen)
     prefills = [i for i in plan.instances if i.role == "prefill"]
     decodes = [i for i in plan.instances if i.role == "decode"]
     args: list[str] = [
         "vllm-router",
-        "--host", "0.0.0.0",
-        "--port", str(router.port),
+        "--host",
+        listen,
+        "--port",
+        str(router.port),
         "--vllm-pd-disaggregation",
     ]
     if dis.connector == "p2p-nccl":
-        # Engines register themselves over ZMQ (P2pNcclConnector's proxy protocol).
-        args += ["--vllm-discovery-address", f"0.0.0.0:{router.discovery_port}"]
+        # Engines register themselves over ZMQ (P2pNcclConnector's proxy protocol) at the
+        # router host's peer address (their kv_transfer_config proxy_ip).
+        disc = bind_address(spec, host, "the router's ZMQ discovery (router.discoveryPort)")
+        args += ["--vllm-discovery-address", host_port(disc, router.discovery_port)]
     else:
         for inst in prefills:
             args += ["--prefill", engine_url(inst)]
@@ -60,12 +148,19 @@ def router_service(plan: Plan) -> Service:
             args += ["--decode", engine_url(inst)]
         args += ["--kv-connector", dis.connector]
     args += [
-        "--policy", router.policy,
-        "--health-check-interval-secs", str(router.health_check_interval_secs),
-        "--health-failure-threshold", "2",
-        "--health-success-threshold", "1",
-        "--prometheus-host", "0.0.0.0",
-        "--prometheus-port", str(router.metrics_port),
+        "--policy",
+        router.policy,
+        "--health-check-interval-secs",
+        str(router.health_check_interval_secs),
+        "--health-failure-threshold",
+        "2",
+        "--health-success-threshold",
+        "1",
+        # Metrics name every engine URL: they listen where clients reach the router.
+        "--prometheus-host",
+        listen,
+        "--prometheus-port",
+        str(router.metrics_port),
     ]
     return Service(
         name=f"{spec.name}-router",
@@ -76,7 +171,8 @@ def router_service(plan: Plan) -> Service:
         venv=router.venv or f"~/.pdctl/venv/vllm-router-{router.version}",
         pip=f"vllm-router=={router.version}",
         executable="vllm-router",
-        health=f"http://127.0.0.1:{router.port}/liveness",
+        health=f"http://{host_port(local_address(listen), router.port)}/liveness",
+        address=listen,
         wait_urls=tuple(engine_url(i) + "/health" for i in (*prefills, *decodes)),
         api_key=spec.secrets.api_key is not None,
     )
@@ -90,23 +186,30 @@ def master_service(plan: Plan) -> Service | None:
     store = dis.store
     # The master needs no GPU: the non-CUDA wheel carries the same mooncake_master binary.
     package = f"{MOONCAKE_PACKAGE[0]}=={MOONCAKE_VERSION}"
+    host = master_host(spec)
+    # The engines on every host reach it at its peer address; bind there, not everywhere.
+    # (mooncake_master 0.3.13.post1 still binds its HTTP metadata server on all addresses.)
+    address = bind_address(spec, host, "mooncake_master")
     return Service(
         name=f"{spec.name}-mooncake-master",
         role="master",
-        host=master_host(spec),
+        host=host,
         port=store.rpc_port,
         command=(
             "mooncake_master",
+            f"--rpc_address={address}",
             f"--rpc_port={store.rpc_port}",
+            f"--metrics_host={address}",
             f"--metrics_port={store.metrics_port}",
             "--enable_http_metadata_server=true",
-            "--http_metadata_server_host=0.0.0.0",
+            f"--http_metadata_server_host={address}",
             f"--http_metadata_server_port={store.metadata_port}",
         ),
         venv=f"~/.pdctl/venv/mooncake-{MOONCAKE_VERSION}",
         pip=package,
         executable="mooncake_master",
-        health=f"http://127.0.0.1:{store.metrics_port}/health",
+        health=f"http://{host_port(address, store.metrics_port)}/health",
+        address=address,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 
 from pdctl.compat import NIXL_PIP
@@ -12,6 +13,7 @@ from pdctl.plan.router import Service, services
 from pdctl.render.bundle import Artifact
 from pdctl.render.host import Unit, engine_unit, header, unit_artifacts
 from pdctl.render.template import render_template
+from pdctl.spec.value import host_port
 
 
 def kv_setup(plan: Plan) -> str:
@@ -69,7 +71,57 @@ def service_artifacts(plan: Plan, svc: Service) -> list[Artifact]:
     ]
 
 
-def ports_doc(plan: Plan, rules: tuple[PortRule, ...], order: list[str]) -> str:
+def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:
+    """Who can use the router, said plainly: vllm-router 0.1.17 checks no client."""
+    router = next(s for s in svcs if s.role == "router")
+    where = host_port(router.address, plan.spec.router.port)
+    lines = [
+        "## Who can reach the router",
+        "",
+        f"vllm-router listens on {where} (`router.listen`; Prometheus metrics on port "
+        f"{plan.spec.router.metrics_port} of the same address).",
+        "vllm-router 0.1.17 has no client authentication: in PD mode it drops the client's",
+        "`Authorization` header and sends its own to the engines.",
+    ]
+    if plan.spec.secrets.api_key is not None:
+        lines += [
+            "Here the engines require `secrets.apiKey`, and the router sends that key with every",
+            f"request: anyone who reaches {where} is authenticated to the engines.",
+        ]
+    else:
+        lines.append(f"Anyone who reaches {where} can use the model.")
+    if ipaddress.ip_address(router.address).is_loopback:
+        host = router.host
+        login = f"{host.user}@{host.address}" if host.user else host.address
+        lines.append(
+            "It listens on loopback: reach it through an SSH tunnel "
+            f"(`ssh -N -L {plan.spec.router.port}:{where} {login}`) or a "
+            "proxy on the host."
+        )
+    else:
+        lines.append(
+            "Open its port only to trusted clients, or set `router.listen: "
+            "127.0.0.1` and put an authenticating proxy in front."
+        )
+    guard = "check the key themselves" if plan.spec.secrets.api_key else "check no key"
+    lines += [
+        "",
+        f"The engines listen on every address (`--host 0.0.0.0`) and {guard}:",
+        "open their ports to the router and engine hosts only (the table above).",
+    ]
+    if any(s.role == "master" for s in svcs):
+        lines += [
+            "",
+            "mooncake_master has no authentication either; mooncake 0.3.13.post1 binds its",
+            "HTTP metadata server on every address whatever `--http_metadata_server_host`",
+            "says, so keep its ports behind the firewall.",
+        ]
+    return [*lines, ""]
+
+
+def ports_doc(
+    plan: Plan, rules: tuple[PortRule, ...], order: list[str], svcs: tuple[Service, ...] = ()
+) -> str:
     lines = [
         f"# Ports for {plan.name} (phase {plan.phase}, bare metal)",
         "",
@@ -83,7 +135,10 @@ def ports_doc(plan: Plan, rules: tuple[PortRule, ...], order: list[str]) -> str:
             f"| {r.host} | {r.address} | {r.ports} | {r.opened_to} | {r.purpose} | "
             f"{('`' + r.source + '`') if r.source else '-'} |"
         )
-    lines += ["", "## Start order", ""]
+    lines.append("")
+    if svcs:
+        lines += access_doc(plan, svcs)
+    lines += ["## Start order", ""]
     lines += [f"{i}. {name}" for i, name in enumerate(order, 1)]
     lines += [
         "",
@@ -111,5 +166,5 @@ def pd_host_artifacts(plan: Plan) -> list[Artifact]:
     for svc in routers:
         out += service_artifacts(plan, svc)
         order.append(f"{svc.host.name}/{svc.name}")
-    out.append(Artifact("ports.md", ports_doc(plan, rules, order)))
+    out.append(Artifact("ports.md", ports_doc(plan, rules, order, svcs)))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -226,6 +227,16 @@ class Router(Section):
     host: str | None = Field(
         None, description="Host (by name) that runs the router. Default: the first host."
     )
+    listen: str | None = Field(
+        None,
+        description="Bare metal: the IP address `vllm-router` listens on for clients (`--host`; "
+        "its Prometheus metrics listen there too). vllm-router 0.1.17 has no client "
+        "authentication and, in PD mode, sends the engines' API key itself: whoever reaches "
+        "this address is authenticated to the engines. Default: the router host's "
+        "`addressForPeers` (or `address`), or `127.0.0.1` when the router and every engine "
+        "run on one host. `0.0.0.0` (every address) only when you write it. With "
+        "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it.",
+    )
     version: str = Field(ROUTER_VERSION, description="Pinned `vllm-router` package version.")
     venv: str | None = Field(
         None,
@@ -275,6 +286,20 @@ class Router(Section):
     def _abs_or_home(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith("/") or value.startswith("~/")):
             raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _ip(cls, value: str | None) -> str | None:
+        # vllm-router parses --prometheus-host as an IP and falls back to 0.0.0.0 on anything
+        # else (src/metrics.rs), so a host name would silently open the metrics to everyone.
+        if value is not None:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not an IP address (e.g. 127.0.0.1, 10.0.0.10 or ::1)"
+                ) from None
         return value
 
     @field_validator("request_timeout")
