@@ -38,10 +38,10 @@ def network_policies(plan: Plan, pool: dict[str, str]) -> list[Obj]:
     which NetworkPolicy always lets in."""
     ns = plan.spec.kubernetes.namespace
     gateway_ns = plan.spec.kubernetes.gateway_namespace or ns
-    epp = {"podSelector": {"matchLabels": selector(plan, "epp")}}
-    peers = {"podSelector": {"matchLabels": pool}}
-    sidecar = [{"port": K8S_PREFILL_PORT, "protocol": "TCP"}]
+    epp: Obj = {"podSelector": {"matchLabels": selector(plan, "epp")}}
+    peers: Obj = {"podSelector": {"matchLabels": pool}}
+    sidecar: list[Obj] = [{"port": K8S_PREFILL_PORT, "protocol": "TCP"}]
     gateway = _peer(gateway_ns, gateway_pod_labels(plan.spec))
-    decode = [{"from": [gateway, epp], "ports": sidecar}, {"from": [peers]}]
-    prefill = [{"from": [epp], "ports": sidecar}, {"from": [peers]}]
+    decode: list[Obj] = [{"from": [gateway, epp], "ports": sidecar}, {"from": [peers]}]
+    prefill: list[Obj] = [{"from": [epp], "ports": sidecar}, {"from": [peers]}]
     return [_policy(plan, "prefill", prefill), _policy(plan, "decode", decode)]
