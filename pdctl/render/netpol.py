@@ -1,7 +1,8 @@
-"""NetworkPolicies for the llm-d engine pods (kubernetes.networkPolicy): who may reach them."""
+"""NetworkPolicies for the llm-d pods (kubernetes.networkPolicy): who may reach them."""
 
 from __future__ import annotations
 
+from pdctl.compat import LLMD
 from pdctl.plan.llmd import K8S_PREFILL_PORT, gateway_pod_labels
 from pdctl.plan.model import Plan
 from pdctl.render.kube import Obj, metadata, selector
@@ -34,8 +35,9 @@ def network_policies(plan: Plan, pool: dict[str, str]) -> list[Obj]:
     metrics on the pool's target port); prefill: 8000 from the EPP. Pool pods reach each other
     on every port: the decode sidecar sends prefill requests, vLLM's NIXL side channel and
     UCX's transfer connections use ports that vary. vLLM's 8200 in the decode pod is left to
-    the sidecar (localhost, which no NetworkPolicy filters). Kubelet probes come from the node,
-    which NetworkPolicy always lets in."""
+    the sidecar (localhost, which no NetworkPolicy filters). EPP: its ext-proc port from the
+    Gateway's proxy pods, its metrics port from anyone (each scrape needs an authorized token).
+    Kubelet probes come from the node, which NetworkPolicy always lets in."""
     ns = plan.spec.kubernetes.namespace
     gateway_ns = plan.spec.kubernetes.gateway_namespace or ns
     epp: Obj = {"podSelector": {"matchLabels": selector(plan, "epp")}}
@@ -44,4 +46,12 @@ def network_policies(plan: Plan, pool: dict[str, str]) -> list[Obj]:
     gateway = _peer(gateway_ns, gateway_pod_labels(plan.spec))
     decode: list[Obj] = [{"from": [gateway, epp], "ports": sidecar}, {"from": [peers]}]
     prefill: list[Obj] = [{"from": [epp], "ports": sidecar}, {"from": [peers]}]
-    return [_policy(plan, "prefill", prefill), _policy(plan, "decode", decode)]
+    picker: list[Obj] = [
+        {"from": [gateway], "ports": [{"port": LLMD.epp_grpc_port, "protocol": "TCP"}]},
+        {"ports": [{"port": LLMD.epp_metrics_port, "protocol": "TCP"}]},
+    ]
+    return [
+        _policy(plan, "epp", picker),
+        _policy(plan, "prefill", prefill),
+        _policy(plan, "decode", decode),
+    ]

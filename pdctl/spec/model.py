@@ -291,12 +291,13 @@ class Kubernetes(Section):
     )
     network_policy: bool = Field(
         False,
-        description="Phases 2 and 3 (llm-d): render NetworkPolicies for the engine pods. Decode "
-        "pods take the routing sidecar's port 8000 only from the Gateway's proxy pods "
-        "(`gatewayPodLabels`/`gatewayNamespace`) and the endpoint picker (which scrapes "
-        "metrics there); vLLM's 8200 is reached by the sidecar over localhost only. Engine "
-        "pods of the deployment reach each other on every port (NIXL's side channel and UCX "
-        "connections). Needs a CNI that enforces NetworkPolicy. Phase 1 renders none.",
+        description="Phases 2 and 3 (llm-d): render NetworkPolicies for the engine pods and "
+        "the endpoint picker (EPP). Decode pods take the routing sidecar's port 8000 only from "
+        "the Gateway's proxy pods (`gatewayPodLabels`/`gatewayNamespace`) and the EPP (which "
+        "scrapes metrics there); vLLM's 8200 is reached by the sidecar over localhost only. "
+        "Engine pods of the deployment reach each other on every port (NIXL's side channel "
+        "and UCX connections); the EPP's ext-proc port takes the Gateway's pods only. Needs a "
+        "CNI that enforces NetworkPolicy. Phase 1 renders none.",
     )
     gateway_namespace: DnsLabel | None = Field(
         None,

@@ -321,6 +321,8 @@ def allowed(policy: dict, labels: dict, namespace: str, port: int, own_ns: str) 
         ports = [p["port"] for p in rule.get("ports", [])]
         if ports and port not in ports:
             continue
+        if "from" not in rule:
+            return True  # every source
         for peer in rule["from"]:
             ns_sel = peer.get("namespaceSelector")
             ns_ok = (
@@ -357,6 +359,11 @@ def test_network_policy_admits_only_gateway_epp_and_pool(example: Path) -> None:
     assert allowed(prefill, epp, ns, 8000, ns)
     assert not allowed(prefill, gateway, ns, 8000, ns)
     assert not allowed(prefill, stranger, ns, 5600, ns)
+    picker = one(docs, "NetworkPolicy", "-epp")
+    assert matches(picker["spec"]["podSelector"], epp)
+    assert allowed(picker, gateway, ns, 9002, ns)
+    assert not allowed(picker, stranger, ns, 9002, ns)
+    assert allowed(picker, stranger, "monitoring", 9090, ns)  # a token is checked instead
 
 
 def test_network_policy_gateway_peer_is_configurable() -> None:
