@@ -6,11 +6,20 @@ Also holds the options and target set-up that `down`, `status` and `logs` share.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import (
+    DOCKER_CERT_PATH,
+    DOCKER_TLS,
+    INSECURE_DOCKER,
+    PHASE,
+    SPEC,
+    TARGET,
+)
 
 KNOWN_HOSTS = typer.Option(
     None,
@@ -57,13 +66,17 @@ def load(spec: str, phase: int | None, target: str | None) -> tuple[Any, Any]:
         raise source.locate(exc) from None
 
 
-def ssh_options(known_hosts: str | None, accept_new: bool, identity: str | None) -> Any:
+def ssh_options(
+    known_hosts: str | None, accept_new: bool, identity: str | None, dry_run: bool = False
+) -> Any:
+    """SSH options; a dry run trusts new keys (with accept_new) without writing known_hosts."""
     from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
 
     return SshOptions(
         known_hosts=known_hosts or DEFAULT_KNOWN_HOSTS,
         accept_new_host_keys=accept_new,
         identity_file=identity,
+        write_known_hosts=not dry_run,
     )
 
 
@@ -112,7 +125,9 @@ def register(app: typer.Typer) -> None:
             "spec would start (without comparing with what runs there).",
         ),
         keep_going: bool = typer.Option(
-            False, "--keep-going", help="On a failure, leave the healthy instances running."
+            False, "--keep-going", help="On a failure, undo only the failed instances (stop a "
+            "new one, bring back the previous version of a replaced one) and go on with the "
+            "rest; still exit 1. Without it a failure undoes the whole run.",
         ),
         timeout: int = typer.Option(
             900, "--timeout", help="Seconds each stage may take to become healthy."
@@ -127,6 +142,9 @@ def register(app: typer.Typer) -> None:
         context: str | None = CONTEXT,
         docker_url: list[str] | None = DOCKER_URL,
         docker_network: str = DOCKER_NETWORK,
+        docker_tls: bool = DOCKER_TLS,
+        docker_cert_path: str | None = DOCKER_CERT_PATH,
+        insecure_docker: bool = INSECURE_DOCKER,
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         from rich.console import Console
@@ -145,8 +163,13 @@ def register(app: typer.Typer) -> None:
             return
         secrets = {} if dry_run else read_secrets(plan)
         if docker_url:
+            from pdctl.cli.options import docker_access
+
+            access = docker_access(docker_tls, docker_cert_path, insecure_docker,
+                                   ssh_options(known_hosts, accept_new_host_keys, identity,
+                                               dry_run))
             _up_containers(console, plan, docker_url, docker_network, secrets, yes, dry_run,
-                           timeout)
+                           timeout, access)
             return
         from pdctl.targets.hosts import HostsTarget, UpFailed, endpoints
         from pdctl.targets.ssh import Unreachable
@@ -154,7 +177,7 @@ def register(app: typer.Typer) -> None:
         tgt = HostsTarget(
             plan,
             bundle,
-            ssh_options(known_hosts, accept_new_host_keys, identity),
+            ssh_options(known_hosts, accept_new_host_keys, identity, dry_run),
             parallel=parallel,
             say=lambda msg: console.log(msg),
         )
@@ -173,20 +196,24 @@ def register(app: typer.Typer) -> None:
             if todo and not yes and not typer.confirm("apply these changes?", default=False):
                 raise typer.Abort()
             try:
-                with console.status("applying; waiting for /health and /v1/models ..."):
-                    failures = tgt.up(changes, secrets, timeout=timeout, keep_going=keep_going)
+                with console.status("applying; waiting for /health and /v1/models ..."), \
+                        ctrl_c(tgt.interrupt, tgt.hurry):
+                    outcome = tgt.up(changes, secrets, timeout=timeout, keep_going=keep_going)
             except UpFailed as exc:
                 report_failures(console, exc.failures)
-                console.print(f"stopped what this run started: {', '.join(exc.stopped) or '-'}")
+                report_undo(console, exc.outcome)
                 raise PdctlError(f"up failed: {exc.line()}") from None
+            failures = outcome.failures
             if failures:
                 report_failures(console, failures)
+                report_undo(console, outcome)
             console.print("[bold]ready.[/] send requests to:")
             for url in endpoints(plan, tgt.desired()):
                 console.print(f"  {url}  (model {plan.served_name})")
             if failures:
                 names = ", ".join(f.unit for f in failures)
-                raise PdctlError(f"up failed for {names} (--keep-going left the others running)")
+                raise PdctlError(f"up failed for {names} (--keep-going went on with the others); "
+                                 f"{outcome.summary()}")
         finally:
             tgt.close()
 
@@ -211,6 +238,37 @@ def print_offline(console: Any, plan: Any, bundle: Any, containers: bool) -> Non
                   "with what runs there and keeps what is current")
 
 
+@contextmanager
+def ctrl_c(interrupt: Any, hurry: Any) -> Iterator[None]:
+    """While applying, Ctrl-C does not cut a remote step in half: the first sets `interrupt`
+    (the run is undone after the current step), the second `hurry` (undo without waiting
+    for health), a third raises KeyboardInterrupt (undo abandoned, reported as unknown)."""
+    import signal
+
+    def handler(_signum: int, _frame: Any) -> None:
+        if not interrupt.is_set():
+            interrupt.set()
+        elif not hurry.is_set():
+            hurry.set()
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def report_undo(console: Any, outcome: Any) -> None:
+    """How the run left what it had changed: restored, stopped, or not undone (and why)."""
+    console.print(f"stopped what this run started: {', '.join(outcome.stopped) or '-'}")
+    for what in outcome.restored:
+        console.print(f"restored {what}")
+    for what in outcome.left:
+        console.print(f"[red]NOT undone[/] {what}")
+
+
 def report_failures(console: Any, failures: list[Any]) -> None:
     for f in failures:
         if f.unit == "-":
@@ -223,17 +281,19 @@ def report_failures(console: Any, failures: list[Any]) -> None:
                 console.print(f"  | {line}", markup=False, soft_wrap=True)
 
 
-def containers(plan: Any, urls: list[str], network: str, say: Any = None) -> Any:
+def containers(plan: Any, urls: list[str], network: str, say: Any = None,
+               access: Any = None) -> Any:
     from pdctl.errors import UsageError
     from pdctl.targets.containers import ContainerHosts, parse_urls
 
     if network not in ("bridge", "host"):
         raise UsageError(f"--docker-network must be bridge or host (got {network!r})")
-    return ContainerHosts(plan, parse_urls(urls), network, say=say or (lambda _m: None))
+    return ContainerHosts(plan, parse_urls(urls), network, say=say or (lambda _m: None),
+                          **({"access": access} if access is not None else {}))
 
 
-def _up_containers(console, plan, urls, network, secrets, yes, dry_run, timeout) -> None:  # type: ignore[no-untyped-def]
-    tgt = containers(plan, urls, network, lambda msg: console.log(msg))
+def _up_containers(console, plan, urls, network, secrets, yes, dry_run, timeout, access) -> None:  # type: ignore[no-untyped-def]
+    tgt = containers(plan, urls, network, lambda msg: console.log(msg), access)
     changes = tgt.changes()
     print_changes(console, changes)
     todo = [c for c in changes if c.action != "keep"]

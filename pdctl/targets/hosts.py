@@ -1,14 +1,13 @@
 """The bare-metal target: apply a hosts bundle over SSH (phases 0 and 2).
 
 `up`: connect (one SSH connection per host, bounded parallelism), read what runs, diff against
-the bundle, stop what is gone or changed, upload, start by stage (stores, engines, router),
-wait for health. On a failure: report the unit and its last log lines, stop what this run
-started (all of it, or with keep_going only the failed units), raise.
+the bundle, then roll the changes out unit by unit and undo them on a failure (rollout.py).
+`down` and `status` work on the hosts they can reach and say which they could not.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,33 +18,15 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.remote import HostOps
-from pdctl.targets.ssh import Connection, SshOptions
-from pdctl.targets.state import Change, Desired, Observed, desired_units, diff, host_files
+from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
+from pdctl.targets.ssh import Connection, HostLost, SshOptions
+from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
+
+__all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 Say = Callable[[str], None]
-
-
-@dataclass
-class UnitFailure:
-    host: str
-    unit: str
-    why: str
-    log: str
-
-
-class UpFailed(PdctlError):
-    def __init__(self, failures: list[UnitFailure], stopped: list[str]) -> None:
-        self.failures = failures
-        self.stopped = stopped
-        first = failures[0]
-        if first.unit == "-":
-            super().__init__(first.why)
-        else:
-            last = _last(first.log)[:300]
-            super().__init__(f"{first.unit} on host {first.host} failed: {first.why}"
-                             + (f"; its log ends: {last}" if last else ""))
 
 
 @dataclass
@@ -68,19 +49,37 @@ class HostsTarget:
     parallel: int = 8
     say: Say = lambda _msg: None
     ops: dict[str, HostOps] = field(default_factory=dict)
+    # Set by the CLI's SIGINT handler: the first Ctrl-C (undo this run), the second (undo
+    # without waiting for health).
+    interrupt: threading.Event = field(default_factory=threading.Event)
+    hurry: threading.Event = field(default_factory=threading.Event)
+    # Hosts that `connect(tolerate=True)`, `down` or `status` could not reach: name -> why.
+    unreachable: dict[str, str] = field(default_factory=dict)
 
     # -- connections ---------------------------------------------------------------------
-    def connect(self, host_names: Iterable[str] | None = None) -> None:
+    def connect(self, host_names: Iterable[str] | None = None, tolerate: bool = False) -> None:
+        """Connect to the hosts (all of them unless named). A host that cannot be reached
+        raises (the first one), or with `tolerate` is recorded in `unreachable`."""
         hosts = [h for h in self.plan.spec.hosts if host_names is None or h.name in host_names]
-        hosts = [h for h in hosts if h.name not in self.ops]
+        hosts = [h for h in hosts if h.name not in self.ops and h.name not in self.unreachable]
 
         def one(host):  # type: ignore[no-untyped-def]
-            conn = Connection(host, self.options).connect()
-            return HostOps(conn, deploy_dir(self.plan, host))
+            try:
+                conn = Connection(host, self.options).connect()
+                return HostOps(conn, deploy_dir(self.plan, host))
+            except PdctlError as exc:
+                return (host.name, exc)
 
-        for ops in self.map(one, hosts):
-            self.ops[ops.name] = ops
-            self.say(f"connected to {ops.name} ({ops.conn.host.address})")
+        errors: list[PdctlError] = []
+        for res in self.map(one, hosts):
+            if isinstance(res, tuple):
+                self.unreachable[res[0]] = res[1].line()
+                errors.append(res[1])
+                continue
+            self.ops[res.name] = res
+            self.say(f"connected to {res.name} ({res.conn.host.address})")
+        if errors and not tolerate:
+            raise errors[0]
 
     def close(self) -> None:
         for ops in self.ops.values():
@@ -94,13 +93,28 @@ class HostsTarget:
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items)))) as pool:
             return list(pool.map(fn, items))
 
+    def reachable(self) -> list[HostOps]:
+        return [ops for name, ops in self.ops.items() if name not in self.unreachable]
+
     # -- reading state ---------------------------------------------------------------------
     def desired(self) -> list[Desired]:
         return desired_units(self.plan, self.bundle)
 
-    def observed(self) -> list[Observed]:
+    def observed(self, tolerate: bool = False) -> list[Observed]:
+        """What runs on every connected host; with `tolerate` a host lost meanwhile is
+        recorded in `unreachable` instead of raising."""
+
+        def one(ops: HostOps) -> list[Observed]:
+            try:
+                return ops.observe()
+            except HostLost as exc:
+                if not tolerate:
+                    raise
+                self.unreachable[ops.name] = exc.line()
+                return []
+
         out: list[Observed] = []
-        for rows in self.map(lambda ops: ops.observe(), list(self.ops.values())):
+        for rows in self.map(one, self.reachable()):
             out.extend(rows)
         return out
 
@@ -116,136 +130,61 @@ class HostsTarget:
         timeout: float = 900.0,
         keep_going: bool = False,
         poll: float = 2.0,
-    ) -> list[UnitFailure]:
-        """Apply `changes`; returns failures when keep_going, else raises UpFailed."""
-        desired = {(d.host.name, d.name): d for d in self.desired()}
-        started: list[Desired] = []
-        failures: list[UnitFailure] = []
-
-        def units(actions: tuple[str, ...], stage: int | None = None) -> list[Desired]:
-            out = [desired[(c.host, c.unit)] for c in changes if c.action in actions]
-            return [d for d in out if stage is None or d.stage == stage]
-
-        try:
-            touched = sorted({c.host for c in changes if c.action != "keep"})
-            self.map(lambda h: self.ops[h].prepare(secrets), touched)
-            for c in changes:
-                if c.action in ("stop", "restart"):
-                    _, text = self.ops[c.host].stop(c.unit)
-                    self.say(f"{c.unit} on {c.host}: {_last(text) or 'stopped'}")
-                    if c.action == "stop":
-                        self.ops[c.host].remove_unit(c.unit)
-            for host in touched:
-                todo = [d for d in units(("start", "restart")) if d.host.name == host]
-                files = host_files(self.bundle, host) + [f for d in todo for f in d.files]
-                self.ops[host].upload(files, f"hosts/{host}")
-            for stage in sorted({d.stage for d in desired.values()}):
-                todo = units(("start", "restart"), stage)
-                started.extend(todo)  # before starting: an interrupt mid-start stops them too
-                results = self.map(self._start, todo)
-                for d, (ok, text) in zip(todo, results, strict=True):
-                    if not ok:
-                        failures.append(self._failure(d, f"start script failed: {_last(text)}"))
-                bad = {(f.host, f.unit) for f in failures}
-                waiting = [d for d in todo + units(("keep",), stage)
-                           if (d.host.name, d.name) not in bad]
-                failures.extend(self.wait_healthy(waiting, timeout, poll))
-                if failures and not keep_going:
-                    break
-        except KeyboardInterrupt:
-            failures.append(UnitFailure("-", "-", "interrupted (Ctrl-C)", ""))
-            stopped = self._rollback(started, failures, keep_going=False)
-            raise UpFailed(failures, stopped) from None
-        if failures:
-            stopped = self._rollback(started, failures, keep_going)
-            if not keep_going:
-                raise UpFailed(failures, stopped)
-        return failures
-
-    def _start(self, d: Desired) -> tuple[bool, str]:
-        self.say(f"starting {d.name} ({d.role}) on {d.host.name}")
-        return self.ops[d.host.name].start(d.name)
-
-    def _failure(self, d: Desired, why: str) -> UnitFailure:
-        return UnitFailure(d.host.name, d.name, why, self.ops[d.host.name].tail(d.name))
-
-    def _rollback(
-        self, started: list[Desired], failures: list[UnitFailure], keep_going: bool
-    ) -> list[str]:
-        failed = {(f.host, f.unit) for f in failures}
-        victims = [d for d in started if not keep_going or (d.host.name, d.name) in failed]
-        for d in reversed(victims):
-            self.ops[d.host.name].stop(d.name)
-            self.say(f"stopped {d.name} on {d.host.name}")
-        return [d.name for d in victims]
-
-    def wait_healthy(self, units: list[Desired], timeout: float, poll: float) -> list[UnitFailure]:
-        """Poll until every unit is healthy; a unit whose process died fails at once."""
-        deadline = time.monotonic() + timeout
-        pending = list(units)
-        failures: list[UnitFailure] = []
-        last: dict[str, str] = {}
-        while pending:
-            for d in list(pending):
-                ops = self.ops[d.host.name]
-                if d.port is None:
-                    if ops.alive(d.name):
-                        pending.remove(d)
-                        self.say(f"{d.name} on {d.host.name}: running")
-                    else:
-                        pending.remove(d)
-                        failures.append(self._failure(d, "the process exited"))
-                    continue
-                health = ops.probe(d.port, self.plan.served_name, d.health_path or "/health")
-                if health.ok:
-                    pending.remove(d)
-                    self.say(f"{d.name} on {d.host.name}: healthy")
-                    continue
-                if last.get(d.name) != health.detail:
-                    last[d.name] = health.detail
-                if not ops.alive(d.name):
-                    pending.remove(d)
-                    why = "the process exited before it became healthy"
-                    failures.append(self._failure(d, why))
-            if pending and time.monotonic() > deadline:
-                for d in pending:
-                    why = f"not healthy after {int(timeout)} s ({last.get(d.name, 'no answer')})"
-                    failures.append(self._failure(d, why))
-                break
-            if pending:
-                time.sleep(poll)
-        return failures
+    ) -> Outcome:
+        """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
+        run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
+        rollout = Rollout(self, timeout, keep_going, poll, self.interrupt, self.hurry)
+        outcome = rollout.run(changes, secrets)
+        if outcome.interrupted or (outcome.failures and not keep_going):
+            raise UpFailed(outcome)
+        return outcome
 
     # -- down / status / logs ------------------------------------------------------------
     def down(self) -> list[tuple[str, str]]:
-        """Stop every unit in the deployment folder of every host, then remove the folder."""
-        self.connect()
+        """Stop every unit in the deployment folder of every reachable host, then remove the
+        folder. Hosts that cannot be reached (or are lost meanwhile) land in `unreachable`."""
+        self.connect(tolerate=True)
         stage = {(d.host.name, d.name): d.stage for d in self.desired()}
 
         def one(ops: HostOps) -> list[tuple[str, str]]:
-            stopped = []
-            found = ops.observe()
-            # Reverse start order: the router before the engines, stores last.
-            found.sort(key=lambda o: (-stage.get((o.host, o.name), 1), o.name))
-            for obs in found:
-                ops.stop(obs.name)
-                stopped.append((ops.name, obs.name))
-            ops.remove_all(ops.conn.host.data_dir)
+            stopped: list[tuple[str, str]] = []
+            try:
+                found = ops.observe()
+                # Reverse start order: the router before the engines, stores last.
+                found.sort(key=lambda o: (-stage.get((o.host, o.name), 1), o.name))
+                for obs in found:
+                    ops.stop(obs.name)
+                    stopped.append((ops.name, obs.name))
+                ops.remove_all(ops.conn.host.data_dir)
+            except HostLost as exc:
+                self.unreachable[ops.name] = exc.line()
             return stopped
 
         out: list[tuple[str, str]] = []
-        for rows in self.map(one, list(self.ops.values())):
+        for rows in self.map(one, self.reachable()):
             out.extend(rows)
         return out
 
+    def left_on(self, host: str) -> list[str]:
+        """The spec's units on a host (what may still run where pdctl could not look)."""
+        return [d.name for d in self.desired() if d.host.name == host]
+
     def status(self) -> list[StatusRow]:
-        self.connect()
+        """One row per unit; units of an unreachable host read `unreachable`."""
+        self.connect(tolerate=True)
         desired = {(d.host.name, d.name): d for d in self.desired()}
-        observed = {(o.host, o.name): o for o in self.observed()}
+        observed = {(o.host, o.name): o for o in self.observed(tolerate=True)}
         rows = []
         for key in sorted(set(desired) | set(observed)):
             d, o = desired.get(key), observed.get(key)
             role = d.role if d else "-"
+            endpoint = ""
+            if d and d.port is not None:
+                endpoint = f"http://{d.host.address}:{d.port}"
+            if key[0] in self.unreachable:
+                rows.append(StatusRow(key[0], key[1], role, "-", "unknown", "unreachable", "",
+                                      endpoint))
+                continue
             state = "running" if o and o.running else ("stopped" if o else "not started")
             health, models = "-", ""
             if d and d.port is not None and o and o.running:
@@ -257,9 +196,6 @@ class HostsTarget:
                 state += " (outdated)"
             if d is None:
                 state += " (not in spec)"
-            endpoint = ""
-            if d and d.port is not None:
-                endpoint = f"http://{d.host.address}:{d.port}"
             pid = o.pid if o else "-"
             rows.append(StatusRow(key[0], key[1], role, pid, state, health, models, endpoint))
         return rows
@@ -277,7 +213,3 @@ def endpoints(plan: Plan, desired: list[Desired]) -> list[str]:
     chosen = routers or [d for d in desired if d.role == "serve" and d.port]
     return [f"http://{d.host.address}:{d.port}/v1" for d in chosen]
 
-
-def _last(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Artifact
 from pdctl.render.template import render_template
-from pdctl.targets.health import Health, probe
-from pdctl.targets.ssh import Connection, makedirs, put_file
+from pdctl.targets.health import (
+    API_KEY_ENV,
+    Health,
+    api_key_of,
+    port_owner_script,
+    port_problem,
+    probe,
+)
+from pdctl.targets.ssh import Connection, HostLost, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
 # Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder. A recorded pid
@@ -38,6 +47,24 @@ for u in "$d"/*/; do
 done
 """
 
+# Before a unit is replaced, its scripts (every file but the runtime ones) are copied to
+# `<unit>/previous/`; a failed replacement copies them back and starts that version again.
+SAVE_PREVIOUS = r"""
+u=%(dir)s
+rm -rf -- "$u/previous"
+mkdir -m 700 -- "$u/previous"
+for f in "$u"/*; do
+  [ -f "$f" ] || continue
+  case ${f##*/} in pid|log|container-id|*.pdctl-tmp) continue ;; esac
+  cp -p -- "$f" "$u/previous/"
+done
+"""
+RESTORE_PREVIOUS = r"""
+u=%(dir)s
+[ -f "$u/previous/start.sh" ] || { echo "no previous version kept in $u/previous" >&2; exit 1; }
+cp -p -- "$u"/previous/* "$u/"
+"""
+
 
 def observe_script(folder: str) -> str:
     """The observe script for a deployment folder (an absolute path on the host)."""
@@ -53,6 +80,8 @@ class HostOps:
         self.dir = conn.expand(deploy_dir)
         if not self.dir.startswith("/") or self.dir.rstrip("/").count("/") < 1:
             raise PdctlError(f"host {conn.host.name}: unsafe deployment folder {self.dir!r}")
+        self._api_key: str | None = None  # the engines' API key, once known (see api_key)
+        self._key_known = False
 
     @property
     def name(self) -> str:
@@ -62,15 +91,15 @@ class HostOps:
         return f"{self.dir}/{unit}"
 
     def observe(self) -> list[Observed]:
-        res = self.conn.run(observe_script(self.dir), timeout=60)
+        res = self.conn.run(observe_script(self.dir), timeout=60, step="reading what runs")
         if res.rc != 0:
             raise PdctlError(f"host {self.name}: cannot read {self.dir}: {res.err.strip()}")
         return parse_observed(self.name, res.out)
 
     def prepare(self, secrets: dict[str, str]) -> None:
         """The deployment folder (0700) and its secrets file (0600, only when there are any)."""
-        sftp = self.conn.sftp()
-        try:
+        self._api_key, self._key_known = secrets.get(API_KEY_ENV), True
+        with self.sftp("writing the deployment folder") as sftp:
             makedirs(sftp, self.dir, 0o700)
             path = f"{self.dir}/secrets.env"
             if secrets:
@@ -81,34 +110,70 @@ class HostOps:
                     sftp.remove(path)
                 except FileNotFoundError:
                     pass
-        finally:
-            sftp.close()
 
     def upload(self, files: list[Artifact], prefix: str) -> None:
         """Write artifacts whose paths start with `prefix` into the deployment folder."""
-        sftp = self.conn.sftp()
-        try:
+        with self.sftp("uploading scripts") as sftp:
             for artifact in files:
                 rel = artifact.path[len(prefix):].lstrip("/")
                 path = f"{self.dir}/{rel}"
                 makedirs(sftp, path.rsplit("/", 1)[0], 0o700)
                 mode = 0o700 if artifact.executable else 0o600
                 put_file(sftp, path, artifact.text.encode(), mode)
+
+    @contextmanager
+    def sftp(self, step: str) -> Iterator[Any]:
+        """An SFTP session; a timeout or a dropped connection becomes HostLost naming `step`,
+        any other failure one PdctlError line."""
+        import paramiko
+
+        sftp = self.conn.sftp(step)
+        try:
+            yield sftp
+        except (TimeoutError, EOFError, paramiko.SSHException) as exc:
+            raise self.conn.fail(step, exc) from None
+        except OSError as exc:
+            transport = sftp.get_channel().get_transport()
+            if not transport.is_active():
+                raise self.conn.fail(step, exc) from None
+            why = exc.strerror or str(exc)
+            raise PdctlError(f"{self.conn.where()}: {step}: {why}") from None
         finally:
-            sftp.close()
+            try:
+                sftp.close()
+            except Exception:  # closing a dead session: nothing left to do
+                pass
 
     def start(self, unit: str) -> tuple[bool, str]:
-        res = self.conn.run(f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}", timeout=1800)
+        res = self.conn.run(f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}",
+                            timeout=1800, step=f"starting {unit}")
         return res.rc == 0, (res.out + res.err).strip()
 
     def stop(self, unit: str) -> tuple[bool, str]:
         script = self.unit_dir(unit) + "/stop.sh"
         quoted = shlex.quote(script)
-        res = self.conn.run(f"[ ! -f {quoted} ] || bash {quoted}", timeout=600)
+        res = self.conn.run(f"[ ! -f {quoted} ] || bash {quoted}", timeout=600,
+                            step=f"stopping {unit}")
         return res.rc == 0, (res.out + res.err).strip()
 
+    def save_previous(self, unit: str) -> None:
+        """Keep the unit's current scripts in `<unit>/previous/` (before replacing them)."""
+        script = SAVE_PREVIOUS % {"dir": shlex.quote(self.unit_dir(unit))}
+        res = self.conn.run(script, timeout=60, step=f"keeping the running version of {unit}")
+        if res.rc != 0:
+            raise PdctlError(f"{self.conn.where()}: cannot keep the running version of {unit}: "
+                             f"{res.err.strip()}")
+
+    def restore_previous(self, unit: str) -> None:
+        """Put the scripts kept by save_previous back in place."""
+        script = RESTORE_PREVIOUS % {"dir": shlex.quote(self.unit_dir(unit))}
+        res = self.conn.run(script, timeout=60, step=f"restoring the previous version of {unit}")
+        if res.rc != 0:
+            raise PdctlError(f"{self.conn.where()}: cannot restore {unit}: {res.err.strip()}")
+
     def remove_unit(self, unit: str) -> None:
-        self.conn.run(f"rm -rf -- {shlex.quote(self.unit_dir(unit))}", timeout=60)
+        self.conn.run(f"rm -rf -- {shlex.quote(self.unit_dir(unit))}", timeout=60,
+                      step=f"removing {unit}")
 
     def remove_all(self, data_dir: str) -> None:
         """Remove the deployment folder, and the data folder too when it is then empty."""
@@ -116,6 +181,7 @@ class HostOps:
         self.conn.run(
             f"rm -rf -- {shlex.quote(self.dir)}; rmdir -- {shlex.quote(base)} 2>/dev/null || true",
             timeout=60,
+            step="removing the deployment folder",
         )
 
     def alive(self, unit: str) -> bool:
@@ -130,7 +196,12 @@ class HostOps:
             f"if [ -f {shlex.quote(log)} ]; then tail -n {lines} {shlex.quote(log)}; "
             f"else docker logs --tail {lines} {shlex.quote(unit)} 2>&1 || true; fi"
         )
-        return self.conn.run(cmd, timeout=60).out
+        try:
+            return self.conn.run(cmd, timeout=60, step=f"reading the log of {unit}").out
+        except HostLost:
+            raise
+        except PdctlError as exc:  # a log too slow to read: say so instead of failing
+            return exc.line()
 
     def follow(self, unit: str, write: Any, lines: int = 50) -> None:
         log = self.unit_dir(unit) + "/log"
@@ -140,5 +211,29 @@ class HostOps:
         )
         self.conn.stream(cmd, write)
 
-    def probe(self, port: int, model: str, path: str = "/health") -> Health:
-        return probe(lambda: self.conn.open_channel(port), model, path)
+    def probe(
+        self, port: int, model: str, path: str = "/health", unit: str | None = None
+    ) -> Health:
+        """Health of the server on `port`; with `unit`, the port must be that unit's."""
+
+        def owner() -> str | None:
+            assert unit is not None
+            script = port_owner_script(self.unit_dir(unit), unit, port)
+            res = self.conn.run(script, timeout=60, step="checking who holds the port")
+            return port_problem(res.out, port, self.name, unit)
+
+        return probe(lambda: self.conn.open_channel(port), model, path,
+                     api_key=self.api_key(), owner=owner if unit is not None else None)
+
+    def api_key(self) -> str | None:
+        """The API key the engines require (secrets.apiKey): the one `up` wrote, else the one
+        in the host's 0600 secrets file (what the running engines read), read over SFTP."""
+        if not self._key_known:
+            with self.sftp("reading the secrets file") as sftp:
+                try:
+                    with sftp.open(f"{self.dir}/secrets.env", "r") as fh:
+                        text = fh.read().decode("utf-8", "replace")
+                except FileNotFoundError:
+                    text = ""  # no secrets file: no key
+            self._api_key, self._key_known = api_key_of(text), True
+        return self._api_key

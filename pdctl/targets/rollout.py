@@ -1,0 +1,372 @@
+"""`up` on bare metal: roll a change plan out unit by unit, and undo it on a failure.
+
+Forward, before any stage: units no longer in the spec are stopped (their folders stay until
+the end, so they can be started again). Then per stage (stores, engines, router): units new
+to the host (or found stopped) are started together and waited for, with the stage's kept
+units; then each unit whose scripts changed is replaced, one at a time: its files are kept
+in `<unit>/previous/`, the running version is stopped (the new one needs its port), the new
+files are uploaded and started, and pdctl waits until it is healthy. Last, once everything is
+healthy, the folders of removed units are deleted.
+
+On a failure or Ctrl-C (without keep_going) the whole run is undone, newest first: units it
+started are stopped; units it replaced get their previous version back from `previous/`;
+units it stopped are started again; then pdctl waits until what it restarted is healthy.
+With keep_going only a failed unit is undone and the rollout goes on. A host that stops
+answering fails its units; what runs there cannot be stopped, and the report names it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from pdctl.errors import PdctlError
+from pdctl.targets.ssh import HostLost
+from pdctl.targets.state import Change, Desired, host_files
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.remote import HostOps
+
+Kind = Literal["started", "replaced", "stopped"]
+
+
+@dataclass
+class UnitFailure:
+    host: str
+    unit: str
+    why: str
+    log: str
+
+
+@dataclass
+class Outcome:
+    """What a rollout did: failures, and how each failed or undone unit was left."""
+
+    failures: list[UnitFailure] = field(default_factory=list)
+    interrupted: bool = False
+    stopped: list[str] = field(default_factory=list)  # started by this run, stopped again
+    restored: list[str] = field(default_factory=list)  # "unit (healthy)": previous version back
+    left: list[str] = field(default_factory=list)  # "unit on host: why" (could not be undone)
+
+    def summary(self) -> str:
+        parts = []
+        if self.restored:
+            parts.append("restored " + ", ".join(self.restored))
+        if self.stopped:
+            parts.append("stopped what this run started: " + ", ".join(self.stopped))
+        if self.left:
+            parts.append("NOT undone: " + "; ".join(self.left))
+        return "; ".join(parts) or "nothing had been changed"
+
+
+class UpFailed(PdctlError):
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.failures = outcome.failures
+        self.stopped = outcome.stopped
+        if outcome.interrupted:
+            head = "interrupted (Ctrl-C)"
+        else:
+            first = outcome.failures[0]
+            if first.unit == "-" or first.why.startswith(f"host {first.host} "):
+                head = first.why
+            else:
+                head = f"{first.unit} on host {first.host} failed: {first.why}"
+                last = last_line(first.log)[:300]
+                head += f"; its log ends: {last}" if last else ""
+        super().__init__(f"{head}; {outcome.summary()}")
+
+
+@dataclass
+class Done:
+    unit: Desired
+    kind: Kind
+    undone: bool = False
+
+
+class Rollout:
+    def __init__(
+        self,
+        target: HostsTarget,
+        timeout: float,
+        keep_going: bool,
+        poll: float,
+        interrupt: threading.Event,
+        hurry: threading.Event,
+    ) -> None:
+        self.t = target
+        self.say = target.say
+        self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
+        self.interrupt, self.hurry = interrupt, hurry
+        self.done: list[Done] = []
+        self.lost: set[str] = set()
+        self.out = Outcome()
+
+    # -- forward ---------------------------------------------------------------------------
+    def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
+        desired = {(d.host.name, d.name): d for d in self.t.desired()}
+        gone = {(c.host, c.unit): c for c in changes if c.action == "stop"}
+
+        def pick(action: str, stage: int) -> list[Desired]:
+            units = [desired[(c.host, c.unit)] for c in changes if c.action == action]
+            return [d for d in units if d.stage == stage]
+
+        try:
+            touched = sorted({c.host for c in changes if c.action != "keep"})
+            self.each_host(touched, lambda ops: self.prepare(ops, secrets))
+            for c in gone.values():
+                if not self.halted():
+                    self.stop_removed(c)
+            for stage in sorted({d.stage for d in desired.values()}):
+                if self.halted():
+                    break
+                self.start_new(pick("start", stage), pick("keep", stage))
+                for d in pick("restart", stage):
+                    if self.halted():
+                        break
+                    self.replace(d)
+            if self.interrupt.is_set():
+                self.out.interrupted = True
+                self.say("interrupted (Ctrl-C): undoing this run (Ctrl-C again: do not wait "
+                         "for health)")
+            if self.out.interrupted or (self.out.failures and not self.keep_going):
+                self.undo(self.done)
+            else:
+                for c in gone.values():
+                    self.remove(c)
+        except KeyboardInterrupt:  # Ctrl-C a third time: stop undoing, say what is unknown
+            self.out.interrupted = True
+            for item in self.done:
+                if not item.undone:
+                    self.out.left.append(f"{item.unit.name} on {item.unit.host.name}: "
+                                         "unknown (undo abandoned; see `pdctl status`)")
+        return self.out
+
+    def halted(self) -> bool:
+        return self.interrupt.is_set() or (bool(self.out.failures) and not self.keep_going)
+
+    def prepare(self, ops: HostOps, secrets: dict[str, str]) -> None:
+        ops.prepare(secrets)
+        ops.upload(host_files(self.t.bundle, ops.name), f"hosts/{ops.name}")
+
+    def each_host(self, hosts: list[str], fn: Callable[..., None]) -> None:
+        def one(host: str) -> None:
+            self.guard(host, "-", lambda: fn(self.t.ops[host]))
+
+        self.t.map(one, hosts)
+
+    def stop_removed(self, c: Change) -> None:
+        ops = self.t.ops[c.host]
+        unit = Desired(ops.conn.host, c.unit, c.role, "", None)
+        self.done.append(Done(unit, "stopped"))
+        if self.guard(c.host, c.unit, lambda: self.stop(unit)):
+            self.say(f"{c.unit} on {c.host}: stopped (no longer in the spec)")
+
+    def remove(self, c: Change) -> None:
+        if self.guard(c.host, c.unit, lambda: self.t.ops[c.host].remove_unit(c.unit)):
+            self.say(f"removed {c.unit} on {c.host}")
+
+    def start_new(self, new: list[Desired], kept: list[Desired]) -> None:
+        hosts = sorted({d.host.name for d in new})
+
+        def upload(host: str) -> None:
+            files = [f for d in new if d.host.name == host for f in d.files]
+            self.guard(host, "-", lambda: self.t.ops[host].upload(files, f"hosts/{host}"))
+
+        self.t.map(upload, hosts)
+        for d in new:
+            if d.host.name in self.lost:
+                why = f"not started: host {d.host.name} was lost"
+                self.out.failures.append(UnitFailure(d.host.name, d.name, why, ""))
+        todo = [d for d in new if d.host.name not in self.lost]
+        kept = [d for d in kept if d.host.name not in self.lost]
+        self.done.extend(Done(d, "started") for d in todo)  # before starting: Ctrl-C undoes them
+        oks = self.t.map(lambda d: self.guard(d.host.name, d.name, lambda: self.start(d)), todo)
+        started = [d for d, ok in zip(todo, oks, strict=True) if ok]
+        failures, _ = self.wait_healthy(started + kept, self.interrupt)
+        self.out.failures.extend(failures)
+        if self.keep_going and failures:
+            failed = {(f.host, f.unit) for f in failures}
+            self.undo([i for i in self.done if (i.unit.host.name, i.unit.name) in failed])
+
+    def replace(self, d: Desired) -> None:
+        ops = self.t.ops[d.host.name]
+        self.say(f"replacing {d.name} on {d.host.name} (the running version is kept in "
+                 f"{d.name}/previous)")
+        if not self.guard(d.host.name, d.name, lambda: ops.save_previous(d.name)):
+            return
+        item = Done(d, "replaced")
+        self.done.append(item)
+
+        def swap() -> None:
+            self.stop(d)
+            self.say(f"{d.name} on {d.host.name}: stopped the running version")
+            ops.upload(list(d.files), f"hosts/{d.host.name}")
+            self.start(d)
+
+        if self.guard(d.host.name, d.name, swap):
+            failures, _ = self.wait_healthy([d], self.interrupt)
+            self.out.failures.extend(failures)
+        if self.keep_going and any(f.unit == d.name for f in self.out.failures):
+            self.undo([item])
+
+    # -- one unit ----------------------------------------------------------------------------
+    def start(self, d: Desired) -> None:
+        self.say(f"starting {d.name} ({d.role}) on {d.host.name}")
+        ok, text = self.t.ops[d.host.name].start(d.name)
+        if not ok:
+            raise PdctlError(f"start script failed: {last_line(text)}")
+
+    def stop(self, d: Desired) -> None:
+        ok, text = self.t.ops[d.host.name].stop(d.name)
+        if not ok:
+            raise PdctlError(f"cannot stop it: {last_line(text)}")
+
+    def guard(self, host: str, unit: str, fn: Callable[[], object]) -> bool:
+        """Run fn; a failure is recorded against the unit (a lost host against all of it)."""
+        if host in self.lost:
+            self.out.failures.append(UnitFailure(host, unit, f"host {host} was lost", ""))
+            return False
+        try:
+            fn()
+            return True
+        except HostLost as exc:
+            self.lost.add(host)
+            self.out.failures.append(UnitFailure(host, unit, exc.line(), ""))
+        except PdctlError as exc:
+            self.out.failures.append(UnitFailure(host, unit, exc.line(), self.tail(host, unit)))
+        return False
+
+    def tail(self, host: str, unit: str) -> str:
+        if unit == "-" or host in self.lost:
+            return ""
+        try:
+            return self.t.ops[host].tail(unit)
+        except HostLost:
+            self.lost.add(host)
+            return ""
+
+    # -- undo ----------------------------------------------------------------------------------
+    def undo(self, items: list[Done]) -> None:
+        """Stop what `items` started (newest first), then bring back what they replaced or
+        stopped, and wait for that to be healthy (unless Ctrl-C is pressed again)."""
+        items = [i for i in items if not i.undone]
+        back: list[Done] = []
+        for item in reversed(items):
+            d, host = item.unit, item.unit.host.name
+            item.undone = True
+            if host in self.lost:
+                still = "it may still be running" if item.kind != "stopped" else "not started"
+                self.out.left.append(f"{d.name} on {host}: host lost, {still}")
+                continue
+            if item.kind == "stopped":
+                back.append(item)
+                continue
+            try:
+                self.stop(d)
+            except HostLost as exc:
+                self.lost.add(host)
+                self.out.left.append(f"{d.name} on {host}: {exc.line()}")
+                continue
+            except PdctlError as exc:
+                self.out.left.append(f"{d.name} on {host}: {exc.line()}")
+                continue
+            if item.kind == "started":
+                self.out.stopped.insert(0, d.name)
+                self.say(f"stopped {d.name} on {host}")
+            else:
+                back.append(item)
+        restarted = [i for i in reversed(back) if self.bring_back(i)]
+        failures, unfinished = self.wait_healthy([i.unit for i in restarted], self.hurry)
+        why = {f.unit: f.why for f in failures}
+        for item in restarted:
+            name, state = item.unit.name, "healthy" if item.unit.port else "running"
+            if name in why:
+                state = f"not healthy: {why[name]}"
+            elif item.unit in unfinished:
+                state = "not waited for: Ctrl-C"
+            if item.kind == "replaced":
+                self.out.restored.append(f"the previous version of {name} ({state})")
+            else:
+                self.out.restored.append(f"{name}, which this run had stopped ({state})")
+
+    def bring_back(self, item: Done) -> bool:
+        d, host = item.unit, item.unit.host.name
+        ops = self.t.ops[host]
+        try:
+            if item.kind == "replaced":
+                ops.restore_previous(d.name)
+            self.start(d)
+            return True
+        except HostLost as exc:
+            self.lost.add(host)
+            self.out.left.append(f"{d.name} on {host}: {exc.line()}")
+        except PdctlError as exc:
+            self.out.left.append(f"{d.name} on {host}: not running: {exc.line()}")
+        return False
+
+    # -- health ----------------------------------------------------------------------------
+    def wait_healthy(
+        self, units: list[Desired], stop: threading.Event
+    ) -> tuple[list[UnitFailure], list[Desired]]:
+        """Poll until every unit is healthy; a unit whose process died fails at once. Returns
+        the failures and the units still pending when `stop` was set."""
+        deadline = time.monotonic() + self.timeout
+        pending = list(units)
+        failures: list[UnitFailure] = []
+        last: dict[str, str] = {}
+        served = self.t.plan.served_name
+        while pending:
+            for d in list(pending):
+                if d not in pending:
+                    continue
+                ops = self.t.ops[d.host.name]
+                try:
+                    if d.port is not None:
+                        health = ops.probe(d.port, served, d.health_path or "/health",
+                                           unit=d.name)
+                        if health.ok:
+                            pending.remove(d)
+                            self.say(f"{d.name} on {d.host.name}: healthy")
+                            continue
+                        last[d.name] = health.detail
+                        if health.foreign:  # another process holds the port: waiting won't help
+                            pending.remove(d)
+                            failures.append(UnitFailure(d.host.name, d.name, health.detail,
+                                                        self.tail(d.host.name, d.name)))
+                            continue
+                    if ops.alive(d.name):
+                        if d.port is None:
+                            pending.remove(d)
+                            self.say(f"{d.name} on {d.host.name}: running")
+                        continue
+                except HostLost as exc:
+                    self.lost.add(d.host.name)
+                    for other in [p for p in pending if p.host.name == d.host.name]:
+                        pending.remove(other)
+                        failures.append(UnitFailure(other.host.name, other.name, exc.line(), ""))
+                    continue
+                pending.remove(d)
+                why = "the process exited" + (" before it became healthy" if d.port else "")
+                failures.append(UnitFailure(d.host.name, d.name, why, self.tail(d.host.name,
+                                                                                d.name)))
+            if pending and time.monotonic() > deadline:
+                for d in pending:
+                    seen = last.get(d.name, "no answer")
+                    why = f"not healthy after {int(self.timeout)} s ({seen})"
+                    failures.append(UnitFailure(d.host.name, d.name, why,
+                                                self.tail(d.host.name, d.name)))
+                return failures, []
+            if pending and stop.wait(self.poll):
+                return failures, pending
+        return failures, []
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
