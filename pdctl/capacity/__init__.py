@@ -57,6 +57,7 @@ from pdctl.capacity.memory import (
     weights_bytes_per_gpu,
 )
 from pdctl.capacity.models import BUILTIN, ModelConfig, model_config
+from pdctl.capacity.profile import PINNED
 from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
 
 if TYPE_CHECKING:
@@ -78,10 +79,11 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     seqs = section.max_num_seqs if section is not None else None
     tokens = section.max_num_batched_tokens if section is not None else None
     eager = section.enforce_eager if section is not None else False
+    engine = getattr(getattr(spec, "engine", None), "version", None) or PINNED
     return Shape(
         tp=tp, pp=pp, dtype=spec.model.dtype, kv_cache_dtype=spec.model.kv_cache_dtype,
         max_model_len=spec.model.max_model_len, max_num_seqs=seqs,
-        max_num_batched_tokens=tokens, enforce_eager=eager,
+        max_num_batched_tokens=tokens, enforce_eager=eager, engine=engine,
     )
 
 

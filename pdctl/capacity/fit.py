@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pdctl.capacity.gpus import GIB
@@ -9,12 +10,15 @@ from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     MAX_UTIL,
     InstanceMemory,
+    KvLayout,
     default_batching,
     kv_bytes_per_token,
     overhead,
+    stage_layers,
     weights_bytes_per_gpu,
 )
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.profile import GRAPHS_COUNTED_FROM, PINNED, mla_block, version
 
 
 @dataclass(frozen=True)
@@ -29,14 +33,17 @@ class Shape:
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU's memory size
     max_num_batched_tokens: int | None = None  # None: the same
     enforce_eager: bool = False
+    gpu: str = ""  # the GPU model's name: vLLM's defaults and the interconnect depend on it
+    engine: str = PINNED  # the vLLM version: the profiler's behaviour changed across versions
 
     def model_len(self, model: ModelConfig) -> int:
         return self.max_model_len or model.max_position
 
-    def batching(self, total_bytes: int | None) -> tuple[int, int]:
+    def batching(self, total_bytes: int | None, model_len: int = 0) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs), vLLM's defaults filled in for a GPU (or
-        slice) of `total_bytes`; without a GPU the large-GPU defaults (the larger overhead)."""
-        tokens, seqs = default_batching(total_bytes if total_bytes is not None else 80 * GIB)
+        slice) of `total_bytes` named `self.gpu`; without a GPU the large-GPU defaults."""
+        tokens, seqs = default_batching(total_bytes if total_bytes is not None else 80 * GIB,
+                                        self.gpu, self.engine, model_len)
         return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
 
 
@@ -64,8 +71,9 @@ class ModelFit:
 
 def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
     """Weights and KV per GPU for `shape` (no GPU needed)."""
-    tokens, seqs = shape.batching(None)
-    over = overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs, shape.enforce_eager)
+    tokens, seqs = shape.batching(None, shape.model_len(model))
+    over = overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs, shape.enforce_eager,
+                    shape.gpu, shape.engine)
     return ModelFit(
         weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
         kv_per_token=kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype,
@@ -79,18 +87,30 @@ def instance_memory(
     model: ModelConfig, total_bytes: int, util: float, shape: Shape
 ) -> InstanceMemory:
     """Memory of one instance whose GPUs (or slices) report `total_bytes`, at `util`."""
-    block = 64 if model.is_mla else 16
-    tokens, seqs = shape.batching(total_bytes)
+    block = mla_block(shape.gpu) if model.is_mla else 16
+    length = shape.model_len(model)
+    tokens, seqs = shape.batching(total_bytes, length)
+    per_token = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
+    layout = None
+    if model.sliding_layers and model.sliding_window:
+        layers = stage_layers(model, shape.pp)
+        sliding = min(layers, math.ceil(model.sliding_layers / shape.pp))
+        layout = KvLayout(layer_bytes=per_token // layers, full_layers=layers - sliding,
+                          sliding_layers=sliding, window=model.sliding_window,
+                          in_flight=tokens * (2 if shape.pp == 1 else shape.pp),
+                          block_size=block,
+                          per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM)
+        per_token = layout.layer_bytes * max(1, layout.full_layers)
     return InstanceMemory(
         total=total_bytes,
         util=util,
         weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
         overhead=overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs,
-                          shape.enforce_eager),
-        kv_per_token=kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype,
-                                        shape.dtype),
-        max_model_len=shape.model_len(model),
+                          shape.enforce_eager, shape.gpu, shape.engine),
+        kv_per_token=per_token,
+        max_model_len=length,
         block_size=block,
+        layout=layout,
     )
 
 

@@ -59,6 +59,8 @@ GPUS: dict[str, Gpu] = {
         Gpu("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
         Gpu("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),
         Gpu("RTX-4090", 24564, _usable(24564), 1008, 165.2, "NVIDIA Ada whitepaper"),
+        Gpu("RTX-3090", 24576, 24145, 936, 71.0, "NVIDIA Ampere whitepaper; vLLM log 23.58 GiB"),
+        Gpu("RTX-4060", 8188, _usable(8188), 272, 60.0, "NVIDIA Ada whitepaper"),
     )
 }
 
@@ -67,7 +69,8 @@ _ALIASES = {"h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gbhbm3": "H100-SXM
             "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm480gb": "A100-80GB",
             "a100sxm80gb": "A100-80GB", "a10040gb": "A100-40GB", "a100sxm440gb": "A100-40GB",
             "a100pcie40gb": "A100-40GB", "l40s": "L40S", "l4": "L4", "a10g": "A10G",
-            "rtx4090": "RTX-4090", "4090": "RTX-4090", "geforcertx4090": "RTX-4090"}
+            "rtx4090": "RTX-4090", "4090": "RTX-4090", "geforcertx4090": "RTX-4090",
+            "rtx3090": "RTX-3090", "3090": "RTX-3090", "rtx4060": "RTX-4060"}
 
 
 def _key(name: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pdctl.capacity.gpus import GIB, MIB
+from pdctl.capacity import profile
 from pdctl.capacity.models import ModelConfig
 
 DEFAULT_UTIL = 0.92  # vLLM's --gpu-memory-utilization default in the pinned versions
@@ -93,30 +93,33 @@ def tokens_in(available_bytes: int, per_token: int, block_size: int = BLOCK_SIZE
 
 @dataclass(frozen=True)
 class Overhead:
-    """Per-GPU memory besides weights and KV: estimates, not measurements.
+    """Per-GPU memory besides weights and KV: estimates, not measurements (see
+    `pdctl.capacity.profile` for each term's form and docs/capacity.md for vLLM's lines).
 
-    activation: PyTorch peak of vLLM's profiling forward pass over `max_num_batched_tokens`
-    tokens (MLP and attention intermediates, x1.4 for allocator slack) or of its sampler run
-    over `max_num_seqs` rows of vocab logits (about 25 bytes a logit), whichever is larger.
-    non_torch: CUDA context, cuBLAS workspaces, and with TP > 1 NCCL and custom all-reduce
-    buffers. cuda_graphs: captured
-    decode graphs (0 with --enforce-eager).
+    activation: the profile run's transient peak (forward pass over max_num_batched_tokens,
+    or the sampler over max_num_seqs x vocab logits). non_torch: CUDA context, and with
+    TP > 1 the all-reduce buffers (NVLink or PCIe). cuda_graphs: vLLM's estimate of the
+    graph pool (0 with --enforce-eager). graphs_counted: whether the engine takes the graphs
+    out of the KV budget (vLLM 0.21 and later); before, they came out of the margin.
     """
 
     activation: int
     non_torch: int
     cuda_graphs: int
+    graphs_counted: bool = True
 
     @property
     def total(self) -> int:
-        return self.activation + self.non_torch + self.cuda_graphs
+        """What comes out of total x util before the KV cache."""
+        return self.activation + self.non_torch + (self.cuda_graphs if self.graphs_counted else 0)
 
 
-def default_batching(usable_bytes: int, gpu_name: str = "") -> tuple[int, int]:
-    """vLLM's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs) for a GPU size."""
-    if usable_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
-        return 8192, 1024
-    return 2048, 256
+def default_batching(
+    usable_bytes: int, gpu_name: str = "", engine: str | None = None, model_len: int = 0
+) -> tuple[int, int]:
+    """vLLM's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs); see
+    `pdctl.capacity.profile.default_batching`."""
+    return profile.default_batching(usable_bytes, gpu_name, engine, model_len)
 
 
 def overhead(
@@ -127,19 +130,77 @@ def overhead(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     enforce_eager: bool = False,
+    gpu_name: str = "",
+    engine: str | None = None,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`)."""
     act = dtype_bytes(dtype, model)
-    mlp = model.mlp_width
-    width = (2 * model.hidden + (model.heads + 2 * model.kv_heads) * model.head_dim / tp
-             + 3 * mlp / tp)
-    forward = int(max_num_batched_tokens * width * act * 1.4)
-    # The sampler's profiling run over max_num_seqs rows of vocab logits with top-p/top-k:
-    # fp32 logits, sorted copy, int64 indices, probabilities, cumulative sum: ~25 B a value.
-    sampler = int(max_num_seqs * model.vocab * 25)
-    non_torch = int(0.75 * GIB) + (int(1.8 * GIB) if tp > 1 else 0)
-    graphs = 0 if enforce_eager else int(256 * MIB + 8 * MIB * stage_layers(model, pp))
-    return Overhead(max(forward, sampler), non_torch, graphs)
+    last_stage_sampler = max_num_seqs  # the sampler runs on the last PP stage only
+    activation = profile.activation_bytes(
+        model, tp, max_num_batched_tokens, last_stage_sampler, act, engine
+    )
+    return Overhead(
+        activation=activation,
+        non_torch=profile.non_torch_bytes(tp, pp, gpu_name),
+        cuda_graphs=profile.graph_bytes(model, stage_layers(model, pp), max_num_seqs,
+                                        enforce_eager),
+        graphs_counted=profile.graphs_counted(engine),
+    )
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How vLLM's KV cache manager lays out one GPU's cache (v1/core/kv_cache_utils.py).
+
+    layer_bytes: one token of one layer. Full-attention layers keep every token; sliding-
+    window (or chunked-local) layers keep at most window - 1 + in-flight tokens a request.
+    With both kinds vLLM makes groups of `group` layers that share one block pool: a block
+    is `group` layers x block_size tokens; a request takes blocks from every group.
+    """
+
+    layer_bytes: int
+    full_layers: int
+    sliding_layers: int = 0
+    window: int = 0
+    in_flight: int = 0
+    block_size: int = BLOCK_SIZE
+    per_request: bool = True  # report tokens as concurrency x max_model_len (0.21 and later)
+
+    @property
+    def group(self) -> int:
+        if self.full_layers and self.sliding_layers:
+            return min(self.full_layers, self.sliding_layers)
+        return self.full_layers or self.sliding_layers or 1
+
+    def blocks_per_request(self, length: int) -> int:
+        full = math.ceil(self.full_layers / self.group) * math.ceil(length / self.block_size)
+        if not self.sliding_layers:
+            return full
+        held = min(self.window - 1 + self.in_flight, length)
+        sliding = math.ceil(held / self.block_size) + 1
+        return full + math.ceil(self.sliding_layers / self.group) * sliding
+
+    def request_bytes(self, length: int) -> int:
+        """KV bytes one request of `length` tokens needs (vLLM's `max_memory_usage_bytes`)."""
+        page = self.layer_bytes * self.block_size
+        full = self.full_layers * math.ceil(length / self.block_size) * page
+        if not self.sliding_layers:
+            return full
+        held = min(self.window - 1 + self.in_flight, length)
+        return full + self.sliding_layers * (math.ceil(held / self.block_size) + 1) * page
+
+    def tokens(self, available: int, length: int) -> int:
+        """vLLM's 'GPU KV cache size': concurrency at max_model_len x max_model_len."""
+        if available <= 0 or self.layer_bytes <= 0 or length <= 0:
+            return 0
+        blocks = available // (self.layer_bytes * self.block_size * self.group)
+        if not self.sliding_layers:
+            return blocks * self.block_size
+        if not self.per_request:  # older engines: the pool split evenly between groups
+            groups = math.ceil(self.full_layers / self.group) + math.ceil(
+                self.sliding_layers / self.group)
+            return blocks * self.block_size // groups
+        return int(blocks / self.blocks_per_request(length) * length)
 
 
 @dataclass(frozen=True)
@@ -153,11 +214,12 @@ class InstanceMemory:
     kv_per_token: int
     max_model_len: int
     block_size: int = BLOCK_SIZE
+    layout: KvLayout | None = None  # None: every layer full attention, kv_per_token a token
 
     @property
     def budget(self) -> int:
-        """total x util: what vLLM may use."""
-        return int(self.total * self.util)
+        """total x util: what vLLM may use (vLLM rounds up: `request_memory`)."""
+        return math.ceil(self.total * self.util)
 
     @property
     def kv_available(self) -> int:
@@ -167,11 +229,15 @@ class InstanceMemory:
     @property
     def kv_tokens(self) -> int:
         """vLLM's 'GPU KV cache size: N tokens'."""
+        if self.layout is not None:
+            return self.layout.tokens(self.kv_available, self.max_model_len)
         return tokens_in(self.kv_available, self.kv_per_token, self.block_size)
 
     @property
     def kv_per_sequence(self) -> int:
-        """KV bytes of one sequence of max_model_len tokens."""
+        """KV bytes of one sequence of max_model_len tokens (sliding layers: their window)."""
+        if self.layout is not None:
+            return self.layout.request_bytes(self.max_model_len)
         return self.kv_per_token * self.max_model_len
 
     @property
@@ -181,8 +247,9 @@ class InstanceMemory:
 
     @property
     def fits(self) -> bool:
-        """Weights, overheads and at least one max-length sequence fit in the budget."""
-        return self.kv_tokens >= self.max_model_len
+        """Weights, overheads and one max-length sequence fit: vLLM's start-up check
+        (`_check_enough_kv_cache_memory`: available >= one request's KV bytes)."""
+        return self.kv_available >= self.kv_per_sequence and self.kv_available > 0
 
     @property
     def min_util(self) -> float:

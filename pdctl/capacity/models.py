@@ -28,6 +28,7 @@ _DEEPSEEK_V3 = {
     "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"},
 }
 _GPT_OSS = {
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
     "hidden_size": 2880, "intermediate_size": 2880, "num_attention_heads": 64,
     "num_key_value_heads": 8, "head_dim": 64, "experts_per_token": 4, "vocab_size": 201088,
     "max_position_embeddings": 131072, "sliding_window": 128, "tie_word_embeddings": False,
@@ -132,6 +133,11 @@ BUILTIN: dict[str, dict[str, Any]] = {
                     "first_k_dense_replace": 1, "vocab_size": 102400,
                     "max_position_embeddings": 163840, "tie_word_embeddings": False,
                     "torch_dtype": "bfloat16"},
+    "mistral-small-3.2-24b": {"hidden_size": 5120, "intermediate_size": 32768,
+                              "num_hidden_layers": 40, "num_attention_heads": 32,
+                              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+                              "max_position_embeddings": 131072, "tie_word_embeddings": False,
+                              "torch_dtype": "bfloat16"},
     "deepseek-v3": _DEEPSEEK_V3,
     "deepseek-r1": _DEEPSEEK_V3,
     "gpt-oss-20b": {**_GPT_OSS, "num_hidden_layers": 24, "num_local_experts": 32},
@@ -140,11 +146,15 @@ BUILTIN: dict[str, dict[str, Any]] = {
 
 # Name suffixes that do not change the architecture or the weights.
 _NEUTRAL_SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-0324", "-0528",
-                     "-v0.1", "-v0.2", "-v0.3")
+                     "-2506", "-v0.1", "-v0.2", "-v0.3")
 _ALIASES = {"meta-llama-3-8b": "llama-3-8b", "meta-llama-3-70b": "llama-3-70b",
             "meta-llama-3.1-8b": "llama-3.1-8b", "meta-llama-3.1-70b": "llama-3.1-70b",
             "deepseek-coder-v2-lite": "deepseek-v2-lite", "deepseek-coder-v2": "deepseek-v2",
-            "deepseek-v2.5": "deepseek-v2", "deepseek-v3.1": "deepseek-v3"}
+            "deepseek-v2.5": "deepseek-v2", "deepseek-v3.1": "deepseek-v3",
+            "deepseek-r1-distill-qwen-14b": "qwen2.5-14b", "qwen2-7b": "qwen2.5-7b",
+            "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
+            "deepseek-r1-distill-llama-8b": "llama-3.1-8b",
+            "deepseek-r1-distill-llama-70b": "llama-3.3-70b"}
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,7 @@ class ModelConfig:
     dense_layers: int = 0
     mla_latent: int | None = None
     sliding_window: int | None = None
+    sliding_layers: int = 0  # layers with sliding-window (or chunked-local) attention
     torch_dtype: str = "bfloat16"
     weight_bits: float = 16.0
     expert_weight_bits: float = 16.0

@@ -51,6 +51,29 @@ def weight_bits(quant: dict[str, Any] | None) -> tuple[float, float, str | None]
     return bits, bits, method or None
 
 
+def sliding_layers(config: dict[str, Any], layers: int) -> tuple[int | None, int]:
+    """(window, how many layers use it): `layer_types` (gpt-oss, Qwen3-style configs),
+    Gemma's `sliding_window_pattern` (every Nth layer global) or Gemma 2's alternation,
+    Llama 4's `attention_chunk_size` (3 of 4 layers chunked), else a plain
+    `sliding_window` on every layer (Mistral v0.1) unless `use_sliding_window` is false."""
+    window = config.get("sliding_window") or config.get("attention_chunk_size")
+    if not isinstance(window, int) or window <= 0 or config.get("use_sliding_window") is False:
+        return None, 0
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        kinds = kinds[:layers]
+        return window, sum(1 for k in kinds if "sliding" in str(k) or "chunk" in str(k))
+    pattern = config.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        return window, layers - layers // pattern
+    model_type = str(config.get("model_type", ""))
+    if model_type.startswith("gemma2"):
+        return window, layers // 2
+    if "attention_chunk_size" in config and not config.get("sliding_window"):
+        return window, layers - layers // 4
+    return window, layers
+
+
 def parse_config(
     name: str, raw: dict[str, Any], params_billion: float | None, *, from_table: bool = False
 ) -> ModelConfig:
@@ -118,7 +141,7 @@ def parse_config(
         embed = int(embed * scale)
 
     bits, expert_bits, method = weight_bits(config.get("quantization_config"))
-    window = config.get("sliding_window")
+    window, sliding = sliding_layers(config, layers)
     dtype = str(_get(config, "torch_dtype", "dtype", default="bfloat16"))
     return ModelConfig(
         name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
@@ -128,7 +151,7 @@ def parse_config(
         experts=experts, experts_per_token=per_token, mla_latent=mla_latent,
         moe_intermediate=moe_inter if experts else 0, shared_intermediate=shared,
         dense_layers=dense_layers if experts else layers,
-        sliding_window=int(window) if isinstance(window, int) and window > 0 else None,
+        sliding_window=window, sliding_layers=sliding,
         torch_dtype=dtype, weight_bits=bits, expert_weight_bits=expert_bits,
         quantization=method, from_table=from_table,
     )

@@ -117,6 +117,7 @@ def _recommended(model: ModelConfig, total: int, shape: Shape) -> float | None:
 def _role(
     model: ModelConfig, gpu: Gpu, role: str, section: Any, shape: Shape, traffic: Traffic
 ) -> RolePlan:
+    shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
     sl = None

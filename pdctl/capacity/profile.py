@@ -1,0 +1,162 @@
+"""What vLLM's start-up profile takes before the KV cache, term by term, per engine version.
+
+vLLM 0.33.0 (`vllm/v1/worker/gpu_worker.py` `determine_available_memory`):
+
+    requested = ceil(total x gpu_memory_utilization)            (v1/worker/utils.py)
+    non_kv    = weights + non-torch growth + (torch peak - torch allocated)
+                of one profile run                             (utils/mem_utils.py)
+    kv        = requested - non_kv - CUDA-graph estimate        (graphs: since 0.21)
+
+The profile run (`gpu_model_runner.py` `profile_run`) is one forward pass over
+max_num_batched_tokens dummy tokens, then the sampler over max_num_seqs rows of logits
+(and, for multimodal models, the encoder over its budget first). docs/capacity.md cites the
+lines. Every figure here is an estimate calibrated on real logs (tests/capacity/vllm_logs.py);
+`pdctl plan --from-log` shows where one went wrong.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pdctl.capacity.gpus import GIB, MIB
+from pdctl.capacity.models import ModelConfig
+
+PINNED = "0.33.0"
+V1_FROM = (0, 8)  # the V1 engine is the default from vLLM 0.8
+GRAPHS_COUNTED_FROM = (0, 21)  # CUDA-graph memory profiled before the KV cache since 0.21
+CHUNKED_V0_FROM_LEN = 32768  # V0 turned chunked prefill on by itself from this length
+
+# The one GPU-model list with NVLink between cards (SXM/HGX boards); others talk over PCIe.
+_NVLINK = ("h100sxm", "h100", "h200", "a10080gb", "a100sxm", "a10040gb", "b200", "gb200", "h20")
+
+
+def version(text: str | None) -> tuple[int, int]:
+    """(major, minor) of a vLLM version string; the pinned one when unknown."""
+    match = re.match(r"v?(\d+)\.(\d+)", text or PINNED)
+    if match is None:
+        return version(PINNED)
+    return int(match.group(1)), int(match.group(2))
+
+
+def is_v1(engine: str | None) -> bool:
+    """The V1 engine (0.8 and later; logs that say `V0 LLM engine` use `engine: 0.7`)."""
+    return version(engine) >= V1_FROM
+
+
+def _key(gpu_name: str) -> str:
+    return "".join(ch for ch in gpu_name.lower().replace("nvidia", "") if ch.isalnum())
+
+
+def nvlink(gpu_name: str) -> bool:
+    """Whether cards of this GPU model are normally joined by NVLink (SXM boards)."""
+    key = _key(gpu_name)
+    if "pcie" in key:
+        return False
+    return any(key.startswith(k) for k in _NVLINK)
+
+
+def default_batching(
+    total_bytes: int, gpu_name: str = "", engine: str | None = None, model_len: int = 0
+) -> tuple[int, int]:
+    """vLLM's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs).
+
+    V1 (engine/arg_utils.py `get_batch_defaults`, 0.33.0): >= 160 GiB: 16384 / 1024;
+    >= 70 GiB and not an A100: 8192 / 1024; else 2048 / 256. The A100 rule needs the name:
+    an A100-80GB gets 2048 / 256. V0 (before 0.8): without chunked prefill (max_model_len
+    below 32768) one batch holds a whole max-length prompt: max(max_model_len, 2048) / 256.
+    """
+    if not is_v1(engine):
+        if model_len and model_len < CHUNKED_V0_FROM_LEN:
+            return max(model_len, 2048), 256
+        return 2048, 256
+    if total_bytes >= 160 * GIB:
+        return 16384, 1024
+    if total_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def forward_bytes(model: ModelConfig, tp: int, tokens: int, act: int, engine: str | None) -> int:
+    """Peak of the dummy forward pass over `tokens` tokens on one GPU.
+
+    The widest point of a layer is the MLP: the residual and hidden states (2 x hidden) plus
+    the gate/up output and its activation (3 x MLP width / TP); attention (q, k, v) is
+    narrower. V0 ran eager PyTorch with unfused intermediates: x1.4 (calibrated on V0 logs
+    that print "PyTorch activation peak memory"); V1 compiles and fuses them.
+    """
+    mlp = 3 * model.mlp_width / tp
+    attn = (model.heads + 2 * model.kv_heads) * model.head_dim / tp
+    width = 2 * model.hidden + max(mlp, attn)
+    factor = 1.0 if is_v1(engine) else 1.05
+    if model.is_moe and model.experts_per_token:
+        # fused MoE keeps every routed expert's output (top-k x hidden) until the reduce
+        width = max(width, 2 * model.hidden + model.experts_per_token * model.hidden)
+    return int(tokens * width * act * factor)
+
+
+# Bytes per vocab logit of the sampler's profiling run over max_num_seqs rows with top-k and
+# top-p set (logits in bf16 and fp32, probabilities, a sorted copy with int64 indices, the
+# cumulative sum, masks). Calibrated on logs that print the torch peak directly: vLLM 0.11
+# on an H100 (1024 rows; Llama-3.1-8B 4.76 GiB, Qwen3 5.56 GiB, gpt-oss 7.38 GiB: 38.4-38.9
+# bytes a logit, llm-d-benchmark config_explorer) and V0 (256 rows, 1.26-1.42 GiB: 39-41).
+SAMPLER_BYTES_PER_LOGIT = 38.6
+
+
+def sampler_bytes(model: ModelConfig, seqs: int, engine: str | None) -> int:
+    """The profile's sampler run: max_num_seqs rows of vocab logits."""
+    return int(seqs * model.vocab * SAMPLER_BYTES_PER_LOGIT)
+
+
+def activation_bytes(
+    model: ModelConfig, tp: int, tokens: int, seqs: int, act: int, engine: str | None
+) -> int:
+    """The profile run's transient peak: the forward pass or the sampler, the larger."""
+    return max(forward_bytes(model, tp, tokens, act, engine), sampler_bytes(model, seqs, engine))
+
+
+# Non-torch growth measured by vLLM 0.11 on H100: 0.13 GiB at TP 1, 0.54-0.55 GiB at TP 2
+# (llm-d-benchmark); V0 on PCIe cards printed 0.03-0.35 GiB, 0.25 GiB at TP 2 (vllm#13061).
+CONTEXT_BYTES = int(0.13 * GIB)  # growth outside torch during the profile (cuBLAS, kernels)
+NVLINK_TP_BYTES = int(0.42 * GIB)  # TP > 1 over NVLink: custom all-reduce + NCCL buffers
+PCIE_TP_BYTES = int(0.12 * GIB)  # TP > 1 over PCIe: NCCL ring buffers only
+
+
+def non_torch_bytes(tp: int, pp: int, gpu_name: str) -> int:
+    """Memory outside PyTorch's allocator: context, and with TP > 1 the all-reduce buffers.
+
+    A flat 1.8 GiB for TP > 1 (pdctl before) was far too high on PCIe cards: vLLM's
+    custom all-reduce needs NVLink (P2P) and NCCL's PCIe ring buffers are small.
+    """
+    extra = 0
+    if tp > 1:
+        extra = NVLINK_TP_BYTES if nvlink(gpu_name) else PCIE_TP_BYTES
+    if pp > 1:
+        extra += PCIE_TP_BYTES  # the point-to-point NCCL group between stages
+    return CONTEXT_BYTES + extra
+
+
+def graph_bytes(model: ModelConfig, layers: int, seqs: int, eager: bool) -> int:
+    """CUDA-graph pool vLLM estimates before the KV cache (`Estimated CUDA graph memory`).
+
+    Logs show 0.09-0.36 GiB: a fixed part plus a little per layer captured, more with the
+    number of capture sizes (up to max_num_seqs, capped at 512).
+    """
+    if eager:
+        return 0
+    sizes = min(seqs, 512)
+    return int(48 * MIB + layers * 1.5 * MIB + sizes * 0.2 * MIB)
+
+
+def graphs_counted(engine: str | None) -> bool:
+    """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later)."""
+    return version(engine) >= GRAPHS_COUNTED_FROM
+
+
+def mla_block(gpu_name: str) -> int:
+    """MLA KV block size vLLM picks: FlashMLA on Hopper/Blackwell uses 64, Triton MLA 16."""
+    key = _key(gpu_name)
+    return 64 if any(key.startswith(k) for k in ("h100", "h200", "h20", "b200", "gb200")) else 16
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
