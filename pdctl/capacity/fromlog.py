@@ -67,7 +67,14 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
         "kv_available_gib",
         r"(?:the rest of the memory reserved for KV Cache is|kv_cache_size=) ?" + _NUM + r" ?GiB",
     ),
+    ("total_gib", r"Free memory on device \([0-9.]+/" + _NUM + r" ?GiB\)"),
+    ("util", r"Desired GPU memory utilization is \(" + _NUM),
+    ("activation_gib", _NUM + r" ?GiB for peak activation"),
+    ("graphs_gib", _NUM + r" ?GiB for CUDAGraph memory"),
+    ("activation_gib", r"torch peak memory increase:? " + _NUM + r" ?GiB"),
+    ("non_torch_gib", r"non-torch forward increase memory:? " + _NUM + r" ?GiB"),
     ("version", r"Initializing an? (?:V[01] )?LLM engine \(v([0-9][^)]*)\)"),
+    ("version", r"[ \u2580-\u259f]version (\d+\.\d+[0-9a-z.+]*)"),
     ("version", r"vLLM API server version ([0-9][0-9a-z.+]*)"),
     ("model", r"with config: model='([^']+)'"),
     ("model", r"non-default args: \{[^}]*'model': '([^']+)'"),
@@ -88,7 +95,7 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
 )
 _INTS = {"kv_tokens", "tp", "pp", "max_model_len", "max_num_batched_tokens", "block_size"}
 _MIN = {"kv_available_gib", "kv_tokens"}  # several workers: vLLM uses the smallest
-_BLOCKS = re.compile(r"# GPU blocks: ([0-9]+)")
+_BLOCKS = re.compile(r"(?:GPU|cuda) blocks: ([0-9]+)")
 
 
 def parse_log(text: str) -> Observed:
@@ -153,6 +160,8 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             return True
         return False
 
+    if seen.version and differs("vLLM", shape.engine, seen.version):
+        shape = replace(shape, engine=seen.version)
     if differs("tensorParallel", shape.tp, seen.tp):
         shape = replace(shape, tp=seen.tp or 1)
     if differs("pipelineParallel", shape.pp, seen.pp):
@@ -193,15 +202,19 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
     ]
     pinned = None
     if seen.kv_available_gib is not None:
-        # what the observed KV memory holds under the plan's own shape
+        # what the observed KV memory holds under the plan's own shape (pin it: set the
+        # util that gives this memory, or compare with the plan's own figure)
         kv = int(seen.kv_available_gib * g)
-        per_seq = chosen.memory.kv_per_sequence
+        planned = chosen.memory
+        held = (
+            planned.layout.tokens(kv, planned.max_model_len)
+            if planned.layout is not None
+            else kv // (planned.kv_per_token * planned.block_size) * planned.block_size
+        )
         pinned = {
             "kvAvailableGib": seen.kv_available_gib,
-            "kvTokens": kv
-            // (chosen.memory.kv_per_token * chosen.memory.block_size)
-            * chosen.memory.block_size,
-            "fits": kv >= per_seq,
+            "kvTokens": held,
+            "fits": kv >= planned.kv_per_sequence,
         }
     return {
         "role": chosen.role,

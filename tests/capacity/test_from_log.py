@@ -1,0 +1,141 @@
+"""`pdctl plan SPEC --from-log vllm.log`: vLLM's start-up lines, predicted vs observed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pdctl.capacity.fromlog import parse_log
+from tests.conftest import run_cli
+
+# vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
+# dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log), lines trimmed.
+V1_LOG = """\
+(APIServer pid=2739) INFO 09-04 01:28:28 [api_server.py:1805] vLLM API server version 0.10.1.1
+(APIServer pid=2739) INFO 09-04 01:28:28 [utils.py:326] non-default args: {'model_tag': \
+'Qwen2-7B-Instruct', 'port': 8081, 'model': 'Qwen2-7B-Instruct', 'max_model_len': 16384, \
+'gpu_memory_utilization': 0.5}
+(APIServer pid=2739) INFO 09-04 01:28:44 [scheduler.py:222] Chunked prefill is enabled with \
+max_num_batched_tokens=2048.
+(EngineCore_0 pid=2881) INFO 09-04 01:29:05 [gpu_model_runner.py:2007] Model loading took \
+14.2488 GiB and 2.993822 seconds
+(EngineCore_0 pid=2881) INFO 09-04 01:29:25 [gpu_worker.py:276] Available KV cache memory: \
+24.83 GiB
+(EngineCore_0 pid=2881) INFO 09-04 01:29:26 [kv_cache_utils.py:849] GPU KV cache size: \
+464,848 tokens
+(EngineCore_0 pid=2881) INFO 09-04 01:29:29 [gpu_model_runner.py:2708] Graph capturing \
+finished in 3 secs, took 0.50 GiB
+"""
+
+# V0 (0.7/0.8) prints one summary per worker; vLLM sizes the cache by the smallest.
+V0_LOG = """\
+INFO 03-29 15:52:45 [model_runner.py:1146] Model loading took 3.2637 GB and 18.05 seconds
+(VllmWorkerProcess pid=9) INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can \
+use total_gpu_memory (39.38GiB) x gpu_memory_utilization (0.95) = 37.41GiB
+(VllmWorkerProcess pid=9) INFO 04-15 00:05:58 [worker.py:267] model weights take 3.26GiB; \
+non_torch_memory takes 0.34GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the \
+memory reserved for KV Cache is 31.30GiB.
+INFO 04-15 00:05:58 [worker.py:267] model weights take 3.26GiB; non_torch_memory takes \
+0.43GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved for KV \
+Cache is 31.21GiB.
+INFO 03-29 15:53:07 [executor_base.py:111] # cuda blocks: 1395, # CPU blocks: 2340
+"""
+
+SPEC = """\
+name: demo
+model:
+  name: Qwen/Qwen2-7B-Instruct
+  maxModelLen: 16384
+hosts:
+  - name: gpu-a
+    address: 10.0.0.10
+    gpus: [0]
+serve:
+  replicas: 1
+  tensorParallel: 1
+  gpuMemoryUtilization: 0.5
+hardware: {gpu: A100-80GB}
+"""
+
+
+def test_parse_v1_lines() -> None:
+    seen = parse_log(V1_LOG)
+    assert seen.version == "0.10.1.1" and seen.util == 0.5 and seen.max_model_len == 16384
+    assert seen.max_num_batched_tokens == 2048
+    assert (seen.weights_gib, seen.kv_available_gib, seen.kv_tokens) == (14.2488, 24.83, 464848)
+    assert seen.graphs_actual_gib == 0.5 and not seen.empty
+
+
+def test_parse_v0_summary_takes_the_smallest_worker() -> None:
+    seen = parse_log(V0_LOG)
+    assert (seen.total_gib, seen.util) == (39.38, 0.95)
+    assert seen.kv_available_gib == 31.21  # the smaller of the two workers
+    assert seen.activation_gib == 2.51 and seen.non_torch_gib == 0.34
+    assert seen.kv_tokens == 1395 * 16  # V0 prints blocks of 16 tokens
+
+
+def test_parse_033_one_line_capacity_and_startup_summary() -> None:
+    # vLLM 0.33 prints capacity and concurrency on one line, and a start-up summary
+    text = (
+        "INFO [gpu_worker.py:789] Free memory on device (30.27/31.4 GiB) on startup. "
+        "Desired GPU memory utilization is (0.92, 28.88 GiB). Actual usage is 15.03 GiB "
+        "for consumed memory (weights + non-torch), 1.59 GiB for peak activation, and "
+        "0.09 GiB for CUDAGraph memory.\n"
+        "INFO [kv_cache_utils.py:1148] GPU KV cache size: 619,202 tokens, Maximum "
+        "concurrency for 262,144 tokens per request: 2.36x\n"
+    )
+    seen = parse_log(text)
+    assert (seen.total_gib, seen.util, seen.activation_gib, seen.graphs_gib) == (
+        31.4,
+        0.92,
+        1.59,
+        0.09,
+    )
+    assert seen.kv_tokens == 619202
+
+
+def test_plan_from_log_shows_each_term(capsys, tmp_path: Path) -> None:
+    spec, log = tmp_path / "s.yaml", tmp_path / "vllm.log"
+    spec.write_text(SPEC)
+    log.write_text(V1_LOG)
+    code, out, err = run_cli(["plan", str(spec), "--from-log", str(log)], capsys)
+    assert code == 0, err
+    assert "predicted vs the log (serve, vLLM 0.10.1.1)" in out
+    for term in (
+        "weights",
+        "activation",
+        "non-torch",
+        "CUDA graphs",
+        "KV cache memory",
+        "KV cache tokens",
+    ):
+        assert term in out
+    assert "464,848" in out and "CUDA graphs captured after the KV cache: 0.50 GiB" in out
+
+
+def test_plan_from_log_json_predicts_under_the_logs_conditions(capsys, tmp_path: Path) -> None:
+    spec, log = tmp_path / "s.yaml", tmp_path / "vllm.log"
+    spec.write_text(SPEC.replace("gpuMemoryUtilization: 0.5", "gpuMemoryUtilization: 0.9"))
+    log.write_text(V1_LOG)
+    code, out, err = run_cli(["plan", str(spec), "-o", "json", "--from-log", str(log)], capsys)
+    assert code == 0, err
+    data = json.loads(out)["fromLog"]
+    assert "gpuMemoryUtilization: plan 0.9, log 0.5" in data["conditions"]
+    assert any(c.startswith("vLLM: plan 0.33.0, log 0.10.1.1") for c in data["conditions"])
+    terms = {t["term"]: t for t in data["terms"]}
+    assert terms["KV cache tokens"]["observed"] == 464848
+    assert terms["weights"]["observed"] == 14.25
+    # predicted at util 0.5 (the log's), not the spec's 0.9: within 5% of what vLLM printed
+    assert abs(terms["KV cache memory"]["errorPct"]) < 5, terms
+    assert data["observedUnderPlan"]["kvAvailableGib"] == 24.83
+
+
+def test_from_log_errors_are_one_line(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    code, _, err = run_cli(["plan", str(spec), "--from-log", str(tmp_path / "nope.log")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--from-log: cannot read" in err
+    empty = tmp_path / "other.log"
+    empty.write_text("INFO something else entirely\n")
+    code, _, err = run_cli(["plan", str(spec), "--from-log", str(empty)], capsys)
+    assert code == 2 and "has none of vLLM's start-up memory lines" in err
