@@ -1,11 +1,14 @@
-"""Host rules: reachability, GPUs present, driver, MIG mode, /dev/shm, runtime, ports. Pure."""
+"""Host rules: reachability, GPUs present, driver, MIG mode, /dev/shm, runtime (and the
+system libraries Mooncake loads), ports. Pure."""
 
 from __future__ import annotations
 
 from pdctl.check.finding import Finding, Status, gib, gpu_list
 from pdctl.compat import parse_version
+from pdctl.facts.host import LIBS
 from pdctl.facts.model import HostFacts
 from pdctl.plan.model import Instance, Plan
+from pdctl.plan.router import install_hint, mooncake_libraries
 from pdctl.spec.model import Host
 
 GATHER = "gather it live, or record it with --record"
@@ -125,6 +128,32 @@ def shm(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
 
 
 def runtime(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
+    """The environment the units run in: the Python runtime, then the system libraries."""
+    return _python(host, hf, plan) + libraries(host, hf, plan)
+
+
+def libraries(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
+    """The system libraries the Mooncake wheels load on this host, even for protocol tcp."""
+    need = mooncake_libraries(plan, host)
+    if not need:
+        return []
+    want = ", ".join(need) + " (mooncake-transfer-engine loads them, even for protocol tcp)"
+    if hf.libraries is None:
+        return [Finding("WARN", "host.libs", host.name,
+                        "system libraries: " + hf.why_missing(LIBS), want, GATHER)]
+    found = dict(hf.libraries)
+    missing = [lib for lib in need if found.get(lib) is False]
+    unknown = [lib for lib in need if lib not in found]
+    if missing:
+        return [Finding("FAIL", "host.libs", host.name, "missing: " + ", ".join(missing), want,
+                        install_hint(missing))]
+    if unknown:
+        return [Finding("WARN", "host.libs", host.name, "not checked: " + ", ".join(unknown),
+                        want, GATHER)]
+    return [Finding("PASS", "host.libs", host.name, "found: " + ", ".join(need), want)]
+
+
+def _python(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     if host.runtime == "docker":
         d = hf.docker
         if d is None:
@@ -229,5 +258,5 @@ def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
     return [Finding("PASS", "host.disk", host.name, found, want)]
 
 
-__all__ = ["driver", "disk", "gpus", "mig", "parse_version", "ports", "rdma", "reach",
-           "runtime", "shm"]
+__all__ = ["driver", "disk", "gpus", "libraries", "mig", "parse_version", "ports", "rdma",
+           "reach", "runtime", "shm"]

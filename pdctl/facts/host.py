@@ -53,10 +53,33 @@ CONDA = "conda-version.txt"
 PORTS = "ports.txt"
 HOSTNAME = "hostname.txt"
 VENV = "venv.txt"
+LIBS = "libraries.txt"
 SSH = "ssh.err"
 
-KNOWN = (SMI_L, SMI_MEMORY, MIG_PROFILES, QUERY, TOPO, P2P_R, P2P_W, NVLINK, PROC, SMI, NVML,
-         IB, IB_PORTS, SHM, CACHE, MODEL, DOCKER, CONDA, PORTS, HOSTNAME, VENV)
+KNOWN = (
+    SMI_L,
+    SMI_MEMORY,
+    MIG_PROFILES,
+    QUERY,
+    TOPO,
+    P2P_R,
+    P2P_W,
+    NVLINK,
+    PROC,
+    SMI,
+    NVML,
+    IB,
+    IB_PORTS,
+    SHM,
+    CACHE,
+    MODEL,
+    DOCKER,
+    CONDA,
+    PORTS,
+    HOSTNAME,
+    VENV,
+    LIBS,
+)
 
 
 def _fail(raw: dict[str, str], name: str) -> str:
@@ -89,6 +112,18 @@ def _conda_error(raw: dict[str, str]) -> str:
         path = err.split("not-on-path", 1)[1].split()[0]
         return f"{path} exists but conda is not on the PATH of non-interactive shells"
     return _fail(raw, CONDA)
+
+
+def parse_libraries(text: str) -> tuple[tuple[str, bool], ...] | None:
+    """`<soname> yes|no` lines of the library probe; None when it found no ldconfig."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts[:1] == ["ldconfig:"]:
+            return None
+        if len(parts) == 2 and parts[1] in ("yes", "no"):
+            out.append((parts[0], parts[1] == "yes"))
+    return tuple(out)
 
 
 def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
@@ -126,9 +161,15 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         gpus = parse_smi_list(raw[SMI_L])
         memory = list(parse_smi_memory(raw.get(SMI_MEMORY, "")).items())
         if len(memory) == len(gpus):
-            gpus = tuple(replace(g, pci_bus_id=bus, memory_mib=m.get("total", 0),
-                                 memory_used_mib=m.get("used", 0))
-                         for g, (bus, m) in zip(gpus, memory, strict=True))
+            gpus = tuple(
+                replace(
+                    g,
+                    pci_bus_id=bus,
+                    memory_mib=m.get("total", 0),
+                    memory_used_mib=m.get("used", 0),
+                )
+                for g, (bus, m) in zip(gpus, memory, strict=True)
+            )
     gpu_error = "" if gpus is not None else _gpu_error(raw, nvml)
     if gpus is None and not gpu_error:
         missing.append(Missing("gpus", "no GPU inventory recorded (query-gpu.csv or nvml.json)"))
@@ -172,6 +213,10 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
     for n in (SHM, CACHE, PORTS):
         if n not in raw:
             missing.append(Missing(n, _fail(raw, n) or "not gathered"))
+    libraries = parse_libraries(raw[LIBS]) if LIBS in raw else None
+    if libraries is None:
+        why = "no ldconfig on the host" if LIBS in raw else _fail(raw, LIBS) or "not gathered"
+        missing.append(Missing(LIBS, why))
     return HostFacts(
         name=name,
         hostname=raw.get(HOSTNAME, "").strip(),
@@ -194,8 +239,10 @@ def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         conda_error=_conda_error(raw),
         venv=raw[VENV].strip() if VENV in raw else None,
         listening=parse_listening(raw[PORTS]) if PORTS in raw else None,
-        mig_profiles=tuple(sorted({name for _, name, _, _, _ in
-                                   parse_mig_profiles(raw.get(MIG_PROFILES, ""))})),
+        mig_profiles=tuple(
+            sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
+        ),
+        libraries=libraries,
         missing=tuple(missing),
     )
 

@@ -13,6 +13,43 @@ from pdctl.plan.pd import master_host, pd_shape, peer_address, router_host
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.value import host_port
 
+# System libraries the mooncake-transfer-engine 0.3.13.post1 wheels load (ELF NEEDED entries),
+# even for protocol tcp, and the packages that ship them: Debian/Ubuntu (apt; `curl` pulls
+# libcurl4, named libcurl4t64 from Ubuntu 24.04 on) and RHEL/Fedora (dnf).
+LIBRARY_PACKAGES = {
+    "libibverbs.so.1": ("libibverbs1", "libibverbs"),
+    "libnuma.so.1": ("libnuma1", "numactl-libs"),
+    "libcurl.so.4": ("curl", "libcurl"),
+    "libmlx5.so.1": ("ibverbs-providers", "libibverbs"),
+}
+# mooncake_master of the non-CUDA wheel; the CUDA wheels' engine.so and store.so add libmlx5.
+MASTER_LIBRARIES = ("libibverbs.so.1", "libnuma.so.1", "libcurl.so.4")
+ENGINE_LIBRARIES = (*MASTER_LIBRARIES, "libmlx5.so.1")
+
+
+def mooncake_libraries(plan: Plan, host: Host) -> tuple[str, ...]:
+    """The system libraries the Mooncake processes pdctl starts on `host` need ('' none)."""
+    if plan.target != "hosts" or plan.phase != 2:
+        return ()
+    dis = pd_shape(plan.spec, plan.phase).dis
+    if dis.connector != "mooncake":
+        return ()
+    if any(i.host is not None and i.host.name == host.name for i in plan.instances):
+        return ENGINE_LIBRARIES
+    if dis.store.enabled and master_host(plan.spec).name == host.name:
+        return MASTER_LIBRARIES
+    return ()
+
+
+def install_hint(missing: tuple[str, ...] | list[str]) -> str:
+    """The apt and dnf commands that install `missing` libraries."""
+    apt = dict.fromkeys(LIBRARY_PACKAGES[lib][0] for lib in missing)
+    dnf = dict.fromkeys(LIBRARY_PACKAGES[lib][1] for lib in missing)
+    return (
+        f"sudo apt-get install -y {' '.join(apt)} (Debian/Ubuntu) or "
+        f"sudo dnf install -y {' '.join(dnf)} (RHEL/Fedora)"
+    )
+
 
 @dataclass(frozen=True)
 class Service:

@@ -4,6 +4,7 @@ recorded in. The same commands run locally and over SSH; no Python is needed on 
 from __future__ import annotations
 
 from pdctl.facts import host as f
+from pdctl.plan.router import ENGINE_LIBRARIES
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -13,10 +14,25 @@ QUERY = (
     f" || nvidia-smi --query-gpu={FIELDS} --format=csv"
 )
 IB_PORTS = (
-    "for p in /sys/class/infiniband/*/ports/*; do [ -r \"$p/state\" ] || continue; "
+    'for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
     'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
     '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
 )
+
+
+def libraries_command(names: tuple[str, ...]) -> str:
+    """`<soname> yes|no` per library: in the linker cache (`ldconfig -p`, also where /sbin is
+    not on a user's PATH) or in a folder of LD_LIBRARY_PATH. POSIX sh: the login shell runs it."""
+    return (
+        'PATH="$PATH:/sbin:/usr/sbin"; '
+        "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
+        "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
+        f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
+        'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
+        "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
+        'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
+        'echo "$l $f"; done'
+    )
 
 
 def model_dir(spec: Spec, host: Host) -> str:
@@ -54,6 +70,9 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
             f.PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
         }
     )
+    dis = spec.disaggregation
+    if spec.phase == 2 and dis is not None and dis.connector == "mooncake":
+        out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
     if host.runtime == "docker":
         out[f.DOCKER] = "docker info --format '{{json .}}'"
     elif host.runtime == "venv" and host.venv:

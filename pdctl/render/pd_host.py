@@ -9,32 +9,51 @@ from pdctl.compat import NIXL_PIP
 from pdctl.plan.firewall import PortRule, port_rules
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.pd import pd_shape
-from pdctl.plan.router import Service, services
+from pdctl.plan.router import (
+    LIBRARY_PACKAGES,
+    MASTER_LIBRARIES,
+    Service,
+    mooncake_libraries,
+    services,
+)
 from pdctl.render.bundle import Artifact
 from pdctl.render.host import Unit, engine_unit, header, unit_artifacts
 from pdctl.render.template import render_template
 from pdctl.spec.value import host_port
 
 
-def kv_setup(plan: Plan) -> str:
+def library_check(what: str, libraries: tuple[str, ...]) -> str:
+    """Shell that stops with one line (and the apt/dnf command) when a library is missing."""
+    rows = [(lib, *LIBRARY_PACKAGES[lib]) for lib in libraries]
+    return render_template("mooncake-libs.sh.j2", what=what, libraries=rows)
+
+
+def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
     """Shell that makes sure the engine's environment has the connector's library."""
     dis = pd_shape(plan.spec, plan.phase).dis
     install = plan.spec.engine.device == "cuda"
     if dis.connector == "mooncake":
-        pip, module = plan.release.mooncake_pip(plan.spec.engine.device), "mooncake"
+        # engine.so needs libcudart, which `import torch` loads first (vLLM imports it so).
+        pip = plan.release.mooncake_pip(plan.spec.engine.device)
+        check = "import torch; from mooncake.engine import TransferEngine"
     elif dis.connector == "nixl":
-        pip, module = NIXL_PIP, "nixl"
+        pip, check = NIXL_PIP, "import nixl"
     else:
         return ""  # P2pNcclConnector ships inside vLLM
     return render_template(
-        "setup-kv.sh.j2", connector=dis.connector, pip=pip, module=module, install=install
+        "setup-kv.sh.j2",
+        connector=dis.connector,
+        pip=pip,
+        check=check,
+        install=install,
+        libraries=library_check(pip.split("==")[0], libraries) if libraries else "",
     )
 
 
 def engine_artifacts(plan: Plan, inst: Instance) -> list[Artifact]:
     assert inst.host is not None
     unit = engine_unit(plan, inst)
-    extra = kv_setup(plan)
+    extra = kv_setup(plan, mooncake_libraries(plan, inst.host))
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
     out = unit_artifacts(plan, unit)
@@ -47,6 +66,8 @@ def service_artifacts(plan: Plan, svc: Service) -> list[Artifact]:
     setup = render_template(
         "setup-venv.sh.j2", venv=svc.venv, executable=svc.executable, install=True, pip=svc.pip
     )
+    if svc.role == "master":
+        setup = library_check(svc.executable, MASTER_LIBRARIES) + setup
     unit = Unit(
         name=svc.name,
         role=svc.role,
