@@ -13,11 +13,21 @@ from pdctl.capacity.slice import slice_for
 H200 = find_gpu("H200")
 
 
+def _render_util(mib: int, eager: bool = False) -> float:
+    # pdctl.plan.slice: (slice - HAMi-core - CUDA graphs unless eager) / slice, floored to
+    # 0.01 and capped (the constants live there; this restates the formula independently)
+    import math
+
+    from pdctl.plan import slice as plan_slice
+
+    head = plan_slice.HAMI_CORE_MIB + (0 if eager else plan_slice.CUDA_GRAPH_MIB)
+    return min(plan_slice.MAX_UTILIZATION, math.floor((mib - head) / mib * 100) / 100)
+
+
 def test_slice_util_is_renders_formula() -> None:
-    # pdctl.plan.slice: (slice - 300 MiB - 1536 MiB unless eager) / slice, at most 0.90
-    assert slice_util(71885) == 0.90
-    assert slice_util(16384, enforce_eager=True) == 0.90  # (16384 - 300) / 16384, capped
-    assert slice_util(16384) == 0.88  # (16384 - 1836) / 16384 = 0.887 -> 0.88
+    assert slice_util(71885) == _render_util(71885)
+    assert slice_util(16384, enforce_eager=True) == _render_util(16384, eager=True)
+    assert slice_util(16384) == _render_util(16384)
     assert slice_util(1024) == 0.0  # too small: less than half left to vLLM
 
 
@@ -33,7 +43,7 @@ def test_slice_for_is_the_smallest_that_holds_one_sequence() -> None:
 def test_two_llama_8b_slices_on_an_h200() -> None:
     sl = decode_slice(model_config("llama-3.1-8b"), H200.memory_mib, Shape(max_model_len=8192))
     assert sl.per_gpu == 2 and sl.slice_mib == 143771 // 2
-    assert sl.gpu_memory_utilization == 0.90
+    assert sl.gpu_memory_utilization == _render_util(143771 // 2)
     assert sl.fits and sl.kv_tokens > 300_000
     assert sl.max_per_gpu >= 6  # ~21 GiB minimal slices
     explicit = decode_slice(model_config("llama-3.1-8b"), H200.memory_mib,
