@@ -1,7 +1,8 @@
 """Phase 0 on Docker hosts through the docker SDK (`pdctl up --docker-url HOST=URL`).
 
-One DockerTarget per host (the local socket, tcp:// or ssh://user@host); health is probed on
-the host's published port from where pdctl runs.
+One DockerTarget per host (the local socket, ssh://user@host, or tcp:// with TLS: see
+docker_transport, which checks every URL before anything connects); health is probed on the
+host's published port from where pdctl runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.host import Unit, engine_unit, model_dir
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
+from pdctl.targets.docker_transport import DockerAccess, check
 from pdctl.targets.health import probe
 from pdctl.targets.state import Change
 
@@ -34,6 +36,7 @@ class ContainerHosts:
     urls: dict[str, str]
     network: str = "bridge"
     say: Callable[[str], None] = lambda _m: None
+    access: DockerAccess = field(default_factory=DockerAccess)
     targets: dict[str, DockerTarget] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -46,6 +49,11 @@ class ContainerHosts:
                                  f"{inst.host.runtime}, not docker")
             if inst.host.name not in self.urls:
                 raise UsageError(f"--docker-url: no URL for host {inst.host.name}")
+        names = {h.name for h in self.plan.spec.hosts}
+        for host, url in self.urls.items():
+            if host not in names:
+                raise UsageError(f"--docker-url {host}={url}: the spec has no host {host}")
+            check(host, url, self.access)
 
     def units(self) -> dict[str, list[Unit]]:
         out: dict[str, list[Unit]] = {}
@@ -57,7 +65,8 @@ class ContainerHosts:
     def connect(self) -> None:
         for host, url in self.urls.items():
             if host not in self.targets:
-                client = client_for(url)
+                spec_host = next((h for h in self.plan.spec.hosts if h.name == host), None)
+                client = client_for(url, self.access, host, spec_host)
                 self.targets[host] = DockerTarget(
                     client, self.plan.name, network=self.network, say=self.say,
                     home=docker_home(client, url), model_dir=model_dir(self.plan),

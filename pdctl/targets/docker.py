@@ -3,8 +3,8 @@
 Every container carries `pdctl.io/deployment`, `pdctl.io/unit`, `pdctl.io/role` and
 `pdctl.io/hash` (the unit's spec digest): `up` leaves a running container whose hash matches,
 replaces one whose hash differs, and never touches a container without this deployment's
-label. The client is `docker.DockerClient(base_url=...)`: the local socket, or
-`ssh://user@host` (the SDK's paramiko transport). docker is imported lazily.
+label. The client comes from docker_transport (the local socket, ssh:// over pdctl's SSH
+connection, or tcp:// with TLS). docker is imported lazily.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from pdctl.targets.state import Change
 DEPLOYMENT = "pdctl.io/deployment"
 
 
-def client_for(base_url: str) -> Any:
-    import docker
+def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
+    """A docker.DockerClient for `base_url`, as docker_transport allows and secures it
+    (default: no TLS options, so plain tcp:// is refused)."""
+    from pdctl.targets.docker_transport import DockerAccess, connect
 
-    try:
-        return docker.DockerClient(base_url=base_url, use_ssh_client=False)
-    except docker.errors.DockerException as exc:
-        raise PdctlError(f"cannot reach the Docker engine at {base_url}: {exc}") from None
+    return connect(name, base_url, access or DockerAccess(), host)
 
 
 def docker_home(client: Any, base_url: str) -> str | None:
