@@ -17,7 +17,10 @@ def _bytes(value: int) -> str:
 
 
 def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
+    from pdctl.capacity.profile import nvlink
+
     m, s = r.memory, r.shape
+    batched, seqs = s.batching(m.total, m.max_model_len)
     util = f"{r.util:.2f}" + (" (spec)" if r.util_from_spec else " (recommended)")
     if r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util:
         util += f"; recommended {r.recommended_util:.2f}"
@@ -28,12 +31,18 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         ("GPUs per instance", f"{s.tp * s.pp} (TP {s.tp}, PP {s.pp})", "tensorParallel x PP"),
         ("weights / GPU", _gib(m.weights), "params x bytes/param / TP (heaviest PP stage)"),
         ("KV / token / GPU", _bytes(m.kv_per_token),
-         "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"),
+         "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
+         + (f"; full-attention layers only ({m.layout.sliding_layers} sliding-window layers "
+            f"keep {m.layout.window} tokens)" if m.layout is not None else "")),
         (f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
-         "KV / token x maxModelLen"),
+         "KV / token x maxModelLen (+ the sliding window's blocks)"),
         ("activation + graphs + other", f"{_gib(m.overhead.activation)} + "
-         f"{_gib(m.overhead.cuda_graphs)} + {_gib(m.overhead.non_torch)}",
-         "estimates: profiling peak, CUDA graphs, CUDA context/NCCL"),
+         f"{_gib(m.overhead.cuda_graphs)}"
+         + ("" if m.overhead.graphs_counted else " (not counted)")
+         + f" + {_gib(m.overhead.non_torch)}",
+         f"vLLM {s.engine} profile: max(forward over {batched:,} tokens, sampler over "
+         f"{seqs:,} x vocab); CUDA graphs; CUDA context"
+         + ((" + NVLink" if nvlink(s.gpu) else " + PCIe") + " all-reduce" if s.tp > 1 else "")),
         ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
         ("--gpu-memory-utilization", util,
          "least = weights + overheads + one sequence, over total"),

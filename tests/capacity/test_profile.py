@@ -1,0 +1,79 @@
+"""The start-up terms of pdctl.capacity.profile, each against what vLLM does."""
+
+from __future__ import annotations
+
+from pdctl.capacity import instance_memory, model_config
+from pdctl.capacity.fit import Shape
+from pdctl.capacity.gpus import GIB, find_gpu
+from pdctl.capacity.profile import (
+    default_batching,
+    graphs_counted,
+    mla_block,
+    non_torch_bytes,
+    nvlink,
+    sampler_bytes,
+)
+
+
+def test_batching_defaults_follow_vllm_per_gpu() -> None:
+    # vllm/engine/arg_utils.py get_batch_defaults (0.33.0): the A100 keeps 2048 / 256
+    assert default_batching(find_gpu("A100-80GB").usable_bytes, "A100-80GB") == (2048, 256)
+    assert default_batching(find_gpu("H100").usable_bytes, "H100-SXM") == (8192, 1024)
+    assert default_batching(find_gpu("H200").usable_bytes, "H200") == (8192, 1024)
+    assert default_batching(180 * GIB, "B200") == (16384, 1024)
+    assert default_batching(find_gpu("L4").usable_bytes, "L4") == (2048, 256)
+    # V0 without chunked prefill profiled a whole max-length prompt
+    assert default_batching(24 * GIB, "RTX-3090", "0.6.4", 29000) == (29000, 256)
+
+
+def test_gpt_oss_20b_on_an_a100_uses_the_a100_defaults() -> None:
+    # the issue: an A100 planned with 1024 sequences lost ~10% of its KV memory
+    model, gpu = model_config("openai/gpt-oss-20b"), find_gpu("A100-80GB")
+    a100 = instance_memory(model, gpu.usable_bytes, 0.65, Shape(max_model_len=131072, gpu=gpu.name))
+    as_if_h100 = instance_memory(
+        model, gpu.usable_bytes, 0.65, Shape(max_model_len=131072, gpu="H100-SXM")
+    )
+    assert a100.overhead.activation < as_if_h100.overhead.activation / 3
+    assert a100.kv_available > as_if_h100.kv_available + 4 * GIB
+
+
+def test_sampler_scales_with_sequences_and_vocabulary() -> None:
+    llama = model_config("llama-3.1-8b")
+    assert abs(sampler_bytes(llama, 1024, "0.33.0") - 4 * sampler_bytes(llama, 256, "0.33.0")) < 4
+    # vLLM 0.11 on an H100 printed 4.76 GiB for Llama-3.1-8B at 1024 sequences
+    assert abs(sampler_bytes(llama, 1024, "0.11.0") / GIB - 4.76) < 0.1
+
+
+def test_all_reduce_buffers_depend_on_the_interconnect() -> None:
+    assert nvlink("H100-SXM") and nvlink("A100-80GB") and nvlink("H200")
+    assert not nvlink("L4") and not nvlink("RTX-4090") and not nvlink("H100-PCIe")
+    assert not nvlink("A100-80GB PCIe")
+    pcie, sxm = non_torch_bytes(2, 1, "L4"), non_torch_bytes(2, 1, "H100-SXM")
+    assert non_torch_bytes(1, 1, "L4") < pcie < sxm < 1 * GIB  # not a flat 1.8 GiB
+
+
+def test_cuda_graphs_come_out_of_the_kv_budget_from_0_21() -> None:
+    assert graphs_counted("0.33.0") and graphs_counted("0.23.0")
+    assert not graphs_counted("0.11.0") and not graphs_counted("0.6.5")
+    model = model_config("qwen3-8b")
+    new = instance_memory(model, 80 * GIB, 0.9, Shape(max_model_len=8192, engine="0.33.0"))
+    old = instance_memory(model, 80 * GIB, 0.9, Shape(max_model_len=8192, engine="0.11.0"))
+    assert new.kv_available == old.kv_available - new.overhead.cuda_graphs
+    eager = instance_memory(model, 80 * GIB, 0.9, Shape(max_model_len=8192, enforce_eager=True))
+    assert eager.overhead.cuda_graphs == 0
+
+
+def test_gpt_oss_sliding_layers_keep_only_their_window() -> None:
+    model = model_config("openai/gpt-oss-120b")
+    assert model.sliding_layers == 18 and model.sliding_window == 128
+    mem = instance_memory(model, 80 * GIB, 0.9, Shape(max_model_len=131072, gpu="H100-SXM"))
+    assert mem.layout is not None and mem.layout.full_layers == 18
+    full = 2 * 36 * 8 * 64 * 2  # every layer full: 73,728 B a token
+    assert mem.kv_per_token == full // 2
+    # the window keeps window - 1 + in-flight tokens (2 x 8192 batched with async scheduling)
+    assert full * 131072 * 0.5 < mem.kv_per_sequence < full * 131072 * 0.6
+
+
+def test_mla_block_size_by_gpu() -> None:
+    assert mla_block("H100-SXM") == 64 and mla_block("H200") == 64
+    assert mla_block("A100-80GB") == 16 and mla_block("L4") == 16
