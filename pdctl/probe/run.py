@@ -37,9 +37,9 @@ def _record(raw: dict[str, str], name: str, rc: int, out: str, err: str) -> None
         raw[name + ".err"] = f"exit {rc}\n{err.strip() or out.strip()}\n"
 
 
-def run_local(name: str, cmds: dict[str, str], options: Options, step: Step | None) -> dict[
-    str, str
-]:
+def run_local(
+    name: str, cmds: dict[str, str], options: Options, step: Step | None
+) -> dict[str, str]:
     """This machine: NVML first (no driver is a recorded answer), then the same commands."""
     from pdctl.probe.nvml import dump
 
@@ -66,8 +66,10 @@ def run_local(name: str, cmds: dict[str, str], options: Options, step: Step | No
 
 
 def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> dict[str, str]:
-    """One connection to `host`, reused for every command. Connection failures are data."""
-    from pdctl.errors import PdctlError
+    """One connection to `host`, reused for every command. Connection failures (and refused
+    host keys: the same rules as `up`, pdctl.targets.host_keys) are data; a usage error (a
+    known_hosts line that does not parse, a missing identity file) is raised."""
+    from pdctl.errors import PdctlError, UsageError
     from pdctl.targets.ssh import Connection, SshOptions
 
     ssh = SshOptions(
@@ -78,6 +80,8 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
     conn = Connection(host, ssh)
     try:
         conn.connect()
+    except UsageError:
+        raise
     except PdctlError as exc:
         if step:
             for file in cmds:

@@ -96,8 +96,11 @@ def probe(
     if status == 401 and api_key:
         return Health(False, "/v1/models answered 401: it refused the API key (secrets.apiKey)")
     if status == 401:
-        return Health(False, "/v1/models answered 401: it requires an API key, and none is "
-                      "known (set secrets.apiKey in the spec)")
+        return Health(
+            False,
+            "/v1/models answered 401: it requires an API key, and none is "
+            "known (set secrets.apiKey in the spec)",
+        )
     if status != 200:
         return Health(False, f"/v1/models answered {status}")
     models = model_ids(body)
@@ -132,9 +135,12 @@ def port_problem(listing: str, port: int, host: str, unit: str) -> str | None:
         pid, _, cmd = rest.partition("\t")
         if verdict == "other":
             who = f"pid {pid}, {cmd.strip()!r}" if cmd.strip() else f"pid {pid}"
-            return one_line(f"port {port} on host {host} is held by another process ({who}), "
-                            f"not by {unit}")
+            return one_line(
+                f"port {port} on host {host} is held by another process ({who}), not by {unit}"
+            )
         if verdict == "hidden":
-            return (f"port {port} on host {host} is held by another process (one this SSH user "
-                    f"cannot see), not by {unit}")
+            return (
+                f"port {port} on host {host} is held by another process (one this SSH user "
+                f"cannot see), not by {unit}"
+            )
     return None

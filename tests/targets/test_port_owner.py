@@ -28,14 +28,17 @@ def free_port() -> int:
 
 
 def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
-    return write_spec(data / "spec.yaml", {
-        "name": "own",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-        "serve": {"replicas": 1, "port": port},
-    })
+    return write_spec(
+        data / "spec.yaml",
+        {
+            "name": "own",
+            "phase": 0,
+            "model": {"name": "stand-in", "servedName": "stand-in"},
+            "engine": {"device": "cpu"},
+            "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            "serve": {"replicas": 1, "port": port},
+        },
+    )
 
 
 @pytest.fixture
@@ -47,8 +50,11 @@ def squatter(ssh_env: SshEnv, tmp_path: Path):
     folder.mkdir()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "fake_vllm.py"), "serve", "stand-in", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder,
-        env={"PATH": os.environ["PATH"]}, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=folder,
+        env={"PATH": os.environ["PATH"]},
+        start_new_session=True,
     )
     try:
         while True:  # until it listens
@@ -74,9 +80,11 @@ def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path,
         assert up.returncode == 1, out
         assert "own-serve-0 on lo1: healthy" not in out
         (line,) = up.stderr.strip().splitlines()
-        expected = (f"port {port} on host lo1 is held by another process (pid {proc.pid}, "
-                    f"'{sys.executable} {HERE / 'fake_vllm.py'} serve stand-in --port {port}'), "
-                    "not by own-serve-0")
+        expected = (
+            f"port {port} on host lo1 is held by another process (pid {proc.pid}, "
+            f"'{sys.executable} {HERE / 'fake_vllm.py'} serve stand-in --port {port}'), "
+            "not by own-serve-0"
+        )
         assert expected in line, line
         assert line.startswith("error: up failed: own-serve-0 on host lo1 failed: "), line
         assert proc.poll() is None, "pdctl stopped the other process"
@@ -84,4 +92,3 @@ def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path,
         assert processes_in(tmp_path / "lo1") == []  # the unit was rolled back
     finally:
         pdctl("down", str(spec), *known)
-

@@ -48,7 +48,9 @@ def engine_with_key(tmp_path: Path):
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "fake_vllm.py"), "serve", "m", "--port", str(port)],
         env={"VLLM_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
     )
     try:
         while True:  # until it listens (no timing assertion: it either comes up or fails)
@@ -87,8 +89,9 @@ def test_up_with_api_key_is_healthy_and_the_key_stays_off_command_lines(
     spec = write_spec(tmp_path / "spec.yaml", one_host_spec(ssh_env, fake_venv, tmp_path, port))
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "30",
-                   env={"PDCTL_TEST_API_KEY": KEY})
+        up = pdctl(
+            "up", str(spec), "--yes", *known, "--timeout", "30", env={"PDCTL_TEST_API_KEY": KEY}
+        )
         assert up.returncode == 0, up.stdout + up.stderr
         assert "auth-serve-0 on lo1: healthy" in up.stdout
         assert KEY not in up.stdout + up.stderr
