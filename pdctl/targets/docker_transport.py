@@ -74,6 +74,8 @@ def check(name: str, url: str, access: DockerAccess) -> None:
             "unauthenticated: pdctl would send HF_TOKEN and the API key in clear",
             fix=TLS_FIX,
         )
+    if kind == "tcp" and access.tls:
+        tls_config(access)  # the certificate files, checked before anything connects
 
 
 def tls_config(access: DockerAccess) -> Any:

@@ -120,7 +120,7 @@ def test_an_unknown_host_key_is_refused(lo1, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     access = DockerAccess(ssh=SshOptions(known_hosts=str(empty), identity_file=key))
-    with pytest.raises(PdctlError, match="unknown host key, not in .*known_hosts; refusing"):
+    with pytest.raises(PdctlError, match="unknown host key"):
         connect("lo1", f"ssh://root@{address}:{port}", access)
     assert empty.read_text() == ""
 

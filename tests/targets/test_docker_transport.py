@@ -104,10 +104,11 @@ def test_urls_other_than_unix_ssh_and_secured_tcp_are_usage_errors(url: str, phr
         check("local", url, DockerAccess())
 
 
-def test_unix_and_ssh_need_no_tls() -> None:
+def test_unix_and_ssh_need_no_tls(tmp_path: Path) -> None:
     check("local", "unix:///var/run/docker.sock", DockerAccess())
     check("local", "ssh://ubuntu@10.0.0.1", DockerAccess())
-    check("local", "tcp://10.0.0.1:2376", DockerAccess(tls=True))
+    certs = str(make_certs(tmp_path))
+    check("local", "tcp://10.0.0.1:2376", DockerAccess(tls=True, cert_path=certs))
     check("local", "tcp://10.0.0.1:2375", DockerAccess(insecure=True))
 
 
@@ -157,6 +158,8 @@ def test_an_engine_certificate_from_another_ca_is_refused(tls_engine, tmp_path: 
 
 
 def test_missing_certificates_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no CA certificate"):  # before anything connects
+        check("local", "tcp://127.0.0.1:1", DockerAccess(tls=True, cert_path=str(tmp_path)))
     with pytest.raises(UsageError, match="no CA certificate"):
         connect("local", "tcp://127.0.0.1:1", DockerAccess(tls=True, cert_path=str(tmp_path)))
     certs = make_certs(tmp_path / "certs")
