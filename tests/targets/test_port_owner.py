@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.targets.test_docker import IMAGE, docker_client  # noqa: F401 - a fixture
 from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, processes_in, write_spec
 
 
@@ -42,9 +43,9 @@ def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
 
 
 @pytest.fixture
-def squatter(ssh_env: SshEnv, tmp_path: Path):
-    """Another process on a free port of host lo1 (this machine's loopback, where lo1's sshd
-    runs) answering /health and /v1/models like vLLM, for the same model."""
+def squatter(tmp_path: Path):
+    """Another process on a free port of this machine's loopback (where the sshd of test host
+    lo1 runs) answering /health and /v1/models like vLLM, for the same model."""
     port = free_port()
     folder = tmp_path / "elsewhere"
     folder.mkdir()
@@ -92,3 +93,56 @@ def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path,
         assert processes_in(tmp_path / "lo1") == []  # the unit was rolled back
     finally:
         pdctl("down", str(spec), *known)
+
+
+@pytest.fixture
+def host_network_container(docker_client, tmp_path: Path):  # noqa: F811 - the fixture
+    """A container of the stand-in engine image in the host's network, listening on a free
+    port, and a unit folder whose `container-id` names it (as docker-start.sh writes it)."""
+    client = docker_client
+    url = os.environ["PDCTL_TEST_DOCKER_HOST"]
+    port = free_port()
+    name = f"pdctl-port-owner-{port}"
+    container = client.containers.run(
+        IMAGE, ["m", "--port", str(port)], name=name, network_mode="host", detach=True
+    )
+    unit = tmp_path / name
+    unit.mkdir()
+    (unit / "container-id").write_text(container.id + "\n")
+    try:
+        while True:  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                container.reload()
+                assert container.status in ("created", "running"), container.logs()
+                time.sleep(0.05)
+        yield unit, name, port, url
+    finally:
+        container.remove(force=True)
+
+
+def test_a_containers_listener_is_the_units_and_another_is_not(host_network_container, squatter):
+    """The port-owner script (what the probe runs on a host) for a container unit: the
+    container's own process is the unit's; another process on the unit's port is not."""
+    from pdctl.targets.health import port_owner_script, port_problem
+
+    unit, name, port, url = host_network_container
+    env = {"PATH": os.environ["PATH"], "DOCKER_HOST": url}
+
+    def listing(p: int) -> str:
+        script = port_owner_script(str(unit), name, p)
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    mine = listing(port)
+    assert mine.startswith("unit\t"), mine
+    assert port_problem(mine, port, "local", name) is None
+    proc, other_port = squatter
+    theirs = listing(other_port)
+    assert theirs.startswith(f"other\t{proc.pid}\t"), theirs
+    assert port_problem(theirs, other_port, "local", name).startswith(
+        f"port {other_port} on host local is held by another process (pid {proc.pid}, "
+    )
