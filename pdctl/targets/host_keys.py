@@ -116,10 +116,11 @@ def load(path: str, keys: Any = None) -> KnownHosts:
 
 def _key(key_type: str, blob: bytes, where: str) -> Any:
     import paramiko
+    from paramiko.pkey import UnknownKeyType
 
     try:
         return paramiko.PKey.from_type_string(key_type, blob)
-    except paramiko.UnknownKeyType:
+    except UnknownKeyType:
         return None  # a type paramiko cannot use (OpenSSH skips unknown types too)
     except (paramiko.SSHException, ValueError, TypeError, IndexError):
         raise UsageError(
