@@ -25,7 +25,6 @@ import errno
 import fcntl
 import os
 import secrets
-import shutil
 import socket
 import stat
 import time
@@ -110,7 +109,10 @@ def write(bundle: Bundle, name: str, out: Path, say: Callable[[str], None]) -> W
             started = True
             _commit(root, stage, out, paths, old)
         finally:
-            shutil.rmtree(stage, dir_fd=root, ignore_errors=True)
+            try:
+                _rmtree(root, stage)
+            except OSError:
+                pass
         kept = _count_unlisted(out, paths) if old is None else 0
         return Written(len(paths), len(set(old or ()) - set(paths)), kept)
     except OSError as exc:
@@ -133,6 +135,8 @@ def _lock(root: int, out: Path) -> None:
             f"{out}: another pdctl render is writing this folder now; try again "
             "when it has finished"
         ) from None
+    except OSError:
+        pass  # a filesystem without locks (some network mounts): write unlocked
 
 
 def _walk(root: int, parts: list[str], out: Path, create: bool = False) -> int | None:
@@ -340,6 +344,21 @@ def _remove(root: int, path: str, out: Path) -> None:
             os.close(fd)
 
 
+def _rmtree(parent: int, name: str) -> None:
+    """Remove the folder parent/name and everything in it, never following a link."""
+    fd = os.open(name, _DIR, dir_fd=parent)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    _rmtree(fd, entry.name)
+                else:
+                    os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
 def _stage_owner(root: int, entry: str) -> tuple[int, str, float] | None:
     """(pid, host, started) of a staging folder pdctl made; None for anything else."""
     try:
@@ -386,7 +405,7 @@ def _remove_stale_stages(root: int, out: Path, say: Callable[[str], None]) -> No
         pid, host, started = owner
         if _alive(pid, host) and now - started < STALE_SECONDS:
             continue
-        shutil.rmtree(entry, dir_fd=root)
+        _rmtree(root, entry)
         say(f"removed {out}/{entry}, left by a pdctl render that did not finish (pid {pid})")
 
 

@@ -129,12 +129,17 @@ def _negotiated(client: Callable[[str], Any], url: str, how: str) -> Any:
     from docker.utils import version_lt
 
     try:
-        server = client(MINIMUM_DOCKER_API_VERSION).api.version(api_version=False)["ApiVersion"]
-        return client(
-            server if version_lt(server, DEFAULT_DOCKER_API_VERSION) else DEFAULT_DOCKER_API_VERSION
-        )
+        probe = client(MINIMUM_DOCKER_API_VERSION)
+        server = probe.api.version(api_version=False)["ApiVersion"]
+        best = server if version_lt(server, DEFAULT_DOCKER_API_VERSION) else None
+        made = client(best or DEFAULT_DOCKER_API_VERSION)
     except (docker.errors.DockerException, requests.RequestException, KeyError) as exc:
         raise PdctlError(f"cannot reach the Docker engine at {url}{how}: {exc}") from None
+    adapter = getattr(probe.api, "_custom_adapter", None)
+    if hasattr(adapter, "ssh_client"):
+        adapter.ssh_client = None  # shared with `made`: close only the probe's channels
+    probe.close()
+    return made
 
 
 def _over_ssh(name: str, url: str, access: DockerAccess, host: Any) -> Any:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError
+from pdctl.targets.docker import docker_home
 from pdctl.targets.docker_transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
@@ -177,6 +178,8 @@ def test_a_host_key_in_known_hosts_reaches_the_engine_over_ssh(
         paramiko_client = client.api._custom_adapter.ssh_client
         assert paramiko_client is not None  # the SDK's channels run on pdctl's connection
         assert paramiko_client.get_host_keys().lookup(f"[127.0.0.1]:{docker_sshd.port}")
+        # `~/` on this Docker host is the SSH user's home, asked over the same connection.
+        assert docker_home(client, f"ssh://root@127.0.0.1:{docker_sshd.port}") == "/root"
     finally:
         client.close()
 
