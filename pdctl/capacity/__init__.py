@@ -11,8 +11,10 @@ Stable public API (other modules call these; signatures only grow keyword argume
     model = spec_model_config(spec.model, hf_config=None)   # the same, from the spec
     gpu = find_gpu("H200")   # Gpu; SpecError if unknown
 
-    shape = Shape(tp=2, pp=1, dtype="auto", kv_cache_dtype="fp8", max_model_len=8192)
-    # max_num_seqs / max_num_batched_tokens None = vLLM's defaults for the GPU's size
+    shape = Shape(tp=2, pp=1, dtype="auto", kv_cache_dtype="fp8", max_model_len=8192,
+                  gpu="H100-SXM", engine="0.33.0")
+    # max_num_seqs / max_num_batched_tokens None = vLLM's defaults for that GPU; `gpu` also
+    # picks NVLink or PCIe all-reduce buffers and the MLA block; `engine` the profiler's rules
     shape = spec_shape(spec, "serve" | "prefill" | "decode")              # Shape from the spec
 
     fit = model_fit(model, shape)            # ModelFit: for preflight, no GPU needed
@@ -31,8 +33,10 @@ Stable public API (other modules call these; signatures only grow keyword argume
     slice_util(slice_mib)        # util inside any slice size
 
     weights_bytes_per_gpu(model, tp, pp, dtype); kv_bytes_per_token(model, tp, pp, kv, dtype)
-    smallest_fit(model, total_bytes, shape, util) -> Shape | None
-    alternatives(model, total_bytes, shape, util) -> tuple[Alternative, ...]
+    smallest_fit(model, total_bytes, shape, util, max_tp=16) -> Shape | None
+    alternatives(model, total_bytes, shape, util, max_tp=16) -> tuple[Alternative, ...]
+    verdict.does_not_fit(spec, hf_config, gpu) -> tuple[str, ...]   # validate/render warnings
+    fromlog.parse_log(text) -> Observed; fromlog.compare(plan, observed) -> dict
 """
 
 from __future__ import annotations
