@@ -14,8 +14,11 @@ def register(app: typer.Typer) -> None:
         phase: int | None = PHASE,
         target: str | None = TARGET,
         strict: bool = typer.Option(
-            False, "--strict", help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), instead of warning."),
+            False,
+            "--strict",
+            help="Refuse (exit 1) a spec with a role that does not fit on "
+            "its GPU (hardware.gpu), instead of warning.",
+        ),
     ) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
 
