@@ -135,7 +135,7 @@ def _negotiated(client: Callable[[str], Any], url: str, how: str) -> Any:
         made = client(best or DEFAULT_DOCKER_API_VERSION)
     except (docker.errors.DockerException, requests.RequestException, KeyError) as exc:
         raise PdctlError(f"cannot reach the Docker engine at {url}{how}: {exc}") from None
-    adapter = getattr(probe.api, "_custom_adapter", None)
+    adapter: Any = getattr(probe.api, "_custom_adapter", None)
     if hasattr(adapter, "ssh_client"):
         adapter.ssh_client = None  # shared with `made`: close only the probe's channels
     probe.close()
