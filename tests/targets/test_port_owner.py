@@ -146,3 +146,28 @@ def test_a_containers_listener_is_the_units_and_another_is_not(host_network_cont
     assert port_problem(theirs, other_port, "local", name).startswith(
         f"port {other_port} on host local is held by another process (pid {proc.pid}, "
     )
+
+
+def test_a_listener_this_user_cannot_see_is_another_process(squatter, tmp_path):
+    """As an SSH user who cannot read the holder's /proc entries (another user's process), the
+    listener is still not the unit's: the problem says it cannot be seen."""
+    import shutil
+
+    from pdctl.targets.health import port_owner_script, port_problem
+
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser to run the script as another user")
+    proc, port = squatter
+    script = port_owner_script(str(tmp_path / "u-0"), "u-0", port)
+    res = subprocess.run(
+        ["runuser", "-u", "nobody", "--", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "hidden\t-\t-\n"
+    assert port_problem(res.stdout, port, "h", "u-0") == (
+        f"port {port} on host h is held by another process (one this SSH user cannot see), "
+        "not by u-0"
+    )
