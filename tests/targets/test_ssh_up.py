@@ -202,6 +202,9 @@ def test_unknown_host_key_is_refused(ssh_env, fake_venv, tmp_path):
     accepted = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty),
                      "--accept-new-host-keys")
     assert accepted.returncode == 0, accepted.stderr
+    assert empty.read_text() == ""  # a dry run trusts new keys for that run only
+    recorded = pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys")
+    assert recorded.returncode == 0, recorded.stderr
     assert len(empty.read_text().splitlines()) == 2
     # now known: accepted without the flag
     assert pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty)).returncode == 0
