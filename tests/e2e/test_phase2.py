@@ -26,6 +26,7 @@ from tests.targets.testbed import pdctl, write_spec
 pytestmark = pytest.mark.e2e
 PREFILL, DECODE, ROUTER, METRICS = 18710, 18720, 18730, 18731
 UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
+API_KEY = "sk-e2e-pd-key-0f3a"  # secrets.apiKey: engines require it, the router sends it
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +44,11 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
         "decode": {"replicas": 1, "port": DECODE, "enforceEager": True,
                    "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}, "extraArgs": ["--block-size", "32"]},
         "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
+        "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
         "router": {"port": ROUTER, "metricsPort": METRICS, "venv": str(vllm_cpu.router),
                    "healthCheckIntervalSecs": 2},
     })
-    result = up(spec, ssh_env)
+    result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, data, result
     pdctl("down", str(spec), *known(ssh_env))
 
@@ -79,6 +81,23 @@ def test_status_lists_prefill_decode_and_router(pd, ssh_env):
     rows = {r["role"]: r for r in json.loads(status.stdout)["instances"]}
     assert set(rows) == {"prefill", "decode", "router"}
     assert {r["health"] for r in rows.values()} == {"healthy"}
+
+
+def test_engines_require_the_api_key(pd):
+    """secrets.apiKey reached vLLM: /v1 without the key is refused, with it answered; /health
+    stays open (what pdctl's probes and the router's health checks rely on)."""
+    import urllib.error
+    import urllib.request
+
+    for port in (PREFILL, DECODE):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get(f"http://127.0.0.1:{port}/v1/models")
+        assert refused.value.code == 401
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models",
+                                     headers={"Authorization": f"Bearer {API_KEY}"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+        get(f"http://127.0.0.1:{port}/health")
 
 
 def test_down_stops_all_three(pd, ssh_env):
