@@ -1,8 +1,10 @@
 """The Kubernetes target: server-side apply (field manager `pdctl`), prune, rollout wait, delete.
 
-Objects are found by the labels every rendered object carries
-(`app.kubernetes.io/instance=<name>`, `app.kubernetes.io/managed-by=pdctl`). Calls go through
-the official `kubernetes` client's ApiClient as plain REST (no discovery needed).
+Which kinds exist, where their REST paths are and whether they are namespaced comes from the
+cluster's API discovery (pdctl.targets.discovery), read once per run. Objects are found by
+the labels every rendered object carries (`app.kubernetes.io/instance=<name>`,
+`app.kubernetes.io/managed-by=pdctl`) and the hash annotation pdctl writes when it applies.
+Calls go through the official `kubernetes` client's ApiClient as plain REST.
 """
 
 from __future__ import annotations
@@ -18,24 +20,36 @@ import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Bundle
+from pdctl.targets.discovery import ApiError, Discovery, Resource, split
+from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
 
 FIELD_MANAGER = "pdctl"
 HASH_ANNOTATION = "pdctl.io/hash"
+# On cluster-scoped objects: the namespace of the deployment that applied them (two
+# deployments of one name in two namespaces must not prune each other's ClusterRoles).
+NAMESPACE_ANNOTATION = "pdctl.io/namespace"
 
-# kind -> (API prefix, plural, namespaced). Order = apply order; deletes go in reverse.
-RESOURCES: dict[str, tuple[str, str, bool]] = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
-    "Service": ("/api/v1", "services", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
-    "LeaderWorkerSet": ("/apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets", True),
-    "InferencePool": ("/apis/inference.networking.k8s.io/v1", "inferencepools", True),
-}
-PRUNABLE = [k for k in RESOURCES if k != "Namespace"]
-KEPT_KINDS = ("PersistentVolumeClaim",)  # `down` keeps data unless told to delete volumes
+# Apply order by kind (after Helm's install order): the namespace, policies, accounts,
+# configuration, storage and RBAC, Services, then workloads; a kind not named here (a custom
+# resource such as InferencePool or HTTPRoute) comes last, in bundle order. Deletes go in reverse.
+# fmt: off
+APPLY_ORDER = (
+    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
+    "ServiceAccount", "Secret", "ConfigMap", "StorageClass", "PersistentVolume",
+    "PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+    "Role", "RoleBinding", "Service", "DaemonSet", "Pod", "ReplicaSet", "Deployment",
+    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
+)
+# fmt: on
+# Never pruned or deleted: deleting either deletes everything in it or of its kind.
+NEVER_DELETED = (("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition"))
+KEPT_KINDS = (("", "PersistentVolumeClaim"),)  # `down` keeps data unless told to delete volumes
+# A kind not in the bundle whose listing answers one of these is not one pdctl could use.
+NOT_LISTABLE = (403, 404, 405)
+
+
+def rank(kind: str) -> int:
+    return APPLY_ORDER.index(kind) if kind in APPLY_ORDER else len(APPLY_ORDER)
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -50,13 +64,13 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
 
 
 def objects_of(bundle: Bundle) -> list[dict[str, Any]]:
+    """The bundle's objects in apply order (stable: bundle order within a kind's rank)."""
     objs = []
     for artifact in bundle:
         for doc in yaml.safe_load_all(artifact.text):
             if doc:
                 objs.append(doc)
-    order = list(RESOURCES)
-    return sorted(objs, key=lambda o: order.index(o["kind"]) if o["kind"] in order else 99)
+    return sorted(objs, key=lambda o: rank(o["kind"]))
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -76,35 +90,58 @@ class KubeTarget:
     namespace: str
     say: Callable[[str], None] = lambda _m: None
     timeout: float = 30.0
-    _found: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete()
+    discovery: Discovery = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.discovery = Discovery(lambda path: self._call("GET", path))
 
     @property
     def selector(self) -> str:
         return f"app.kubernetes.io/instance={self.name},app.kubernetes.io/managed-by=pdctl"
 
     # -- REST ------------------------------------------------------------------------------
-    def _path(self, kind: str, name: str | None = None, namespace: str | None = None) -> str:
-        if kind not in RESOURCES:
-            raise PdctlError(f"pdctl cannot apply objects of kind {kind}")
-        prefix, plural, namespaced = RESOURCES[kind]
-        path = prefix
-        if namespaced:
-            path += f"/namespaces/{namespace or self.namespace}"
-        path += f"/{plural}"
-        return path + (f"/{name}" if name else "")
+    def resource(self, kind: str, api_version: str | None = None) -> Resource:
+        found = (
+            self.discovery.find(api_version, kind) if api_version else self.discovery.by_kind(kind)
+        )
+        if found is None:
+            raise PdctlError(
+                self.discovery.missing([{"apiVersion": api_version or "v1", "kind": kind}]) or kind
+            )
+        return found
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
-        """One REST call; None on 404, PdctlError on other failures."""
+    def _path(
+        self,
+        kind: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        api_version: str | None = None,
+    ) -> str:
+        return self.resource(kind, api_version).path(namespace or self.namespace, name)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One REST call; None on 404, ApiError on other failures."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         method, url, headers, body, _ = self.api.param_serialize(
-            method, path, query_params=query or [], header_params=headers, body=body,
+            method,
+            path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
             auth_settings=["BearerToken"],
         )
         try:
-            resp = self.api.call_api(method, url, header_params=headers, body=body,
-                                     _request_timeout=self.timeout)
+            resp = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self.timeout
+            )
         except Exception as exc:  # connection refused, TLS, timeout
             raise PdctlError(f"Kubernetes API: {method} {path}: {exc}") from None
         data = resp.read()
@@ -112,71 +149,132 @@ class KubeTarget:
             return None
         if resp.status >= 300:
             text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-            raise PdctlError(f"Kubernetes API: {method} {path}: {resp.status} {resp.reason}: "
-                             f"{text[:300]}")
+            raise ApiError(
+                f"Kubernetes API: {method} {path}: {resp.status} {resp.reason}: {text[:300]}",
+                resp.status,
+            )
         return json.loads(data) if data else {}
 
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        return self._call("GET", self._path(kind, name, namespace))
+    def get(
+        self, kind: str, name: str, namespace: str | None = None, api_version: str | None = None
+    ) -> dict[str, Any] | None:
+        return self._call("GET", self._path(kind, name, namespace, api_version))
 
-    def list_kind(self, kind: str) -> list[dict[str, Any]]:
-        data = self._call("GET", self._path(kind), query=[("labelSelector", self.selector)])
+    def list_kind(self, kind: str, api_version: str | None = None) -> list[dict[str, Any]]:
+        return self._list(self.resource(kind, api_version))
+
+    def _list(self, res: Resource) -> list[dict[str, Any]]:
+        data = self._call("GET", res.path(self.namespace), query=[("labelSelector", self.selector)])
         # Filter again here: never touch an object without this deployment's labels, even
         # when a server ignores the selector.
-        return [o for o in (data or {}).get("items") or [] if self.owns(o)]
+        return [o for o in (data or {}).get("items") or [] if self.owns(o, res.namespaced)]
 
-    def owns(self, obj: dict[str, Any]) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return (labels.get("app.kubernetes.io/instance") == self.name
-                and labels.get("app.kubernetes.io/managed-by") == "pdctl")
+    def owns(self, obj: dict[str, Any], namespaced: bool = True) -> bool:
+        """This deployment's labels, and applied by pdctl itself: the hash annotation, no owner
+        (a controller copies labels into Pods and Endpoints, never the annotation)."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        notes = meta.get("annotations") or {}
+        return (
+            labels.get("app.kubernetes.io/instance") == self.name
+            and labels.get("app.kubernetes.io/managed-by") == "pdctl"
+            and HASH_ANNOTATION in notes
+            and not meta.get("ownerReferences")
+            and (namespaced or notes.get(NAMESPACE_ANNOTATION) == self.namespace)
+        )
 
     # -- plan / apply / prune ----------------------------------------------------------------
+    def require_served(self, objs: list[dict[str, Any]]) -> None:
+        """Every kind in `objs` is served, or one line naming what to install (before
+        anything is applied)."""
+        line = self.discovery.missing(objs)
+        if line:
+            raise PdctlError(line)
+
+    def _candidates(self, objs: list[dict[str, Any]]) -> list[Resource]:
+        """Every kind pdctl could have created: the bundle's kinds, then every discovered kind
+        that can be listed, created and deleted; one version per (group, kind)."""
+        found: dict[tuple[str, str], Resource] = {}
+        for obj in objs:
+            res = self.discovery.find(obj["apiVersion"], obj["kind"])
+            if res is not None:
+                found.setdefault((res.group, res.kind), res)
+        for res in self.discovery.everything():
+            if {"list", "create", "delete"} <= res.verbs:
+                found.setdefault((res.group, res.kind), res)
+        kept = (r for k, r in found.items() if k not in NEVER_DELETED)
+        return sorted(kept, key=lambda r: (rank(r.kind), r.group, r.kind))
+
+    def owned_objects(self, objs: list[dict[str, Any]] | None = None) -> list[tuple[Resource, str]]:
+        """(resource, name) of every object this deployment applied, in apply order."""
+        objs = objs or []
+        bundle_kinds = {split(o["apiVersion"])[0] + "/" + o["kind"] for o in objs}
+        out: list[tuple[Resource, str]] = []
+        for res in self._candidates(objs):
+            try:
+                items = self._list(res)
+            except ApiError as exc:
+                if exc.status in NOT_LISTABLE and f"{res.group}/{res.kind}" not in bundle_kinds:
+                    continue  # not allowed to list it here: not allowed to have created it
+                raise
+            out.extend((res, o["metadata"]["name"]) for o in items)
+        return out
+
     def owned(self) -> list[tuple[str, str]]:
         """(kind, name) of every object with this deployment's labels."""
-        out = []
-        for kind in PRUNABLE:
-            for obj in self.list_kind(kind):
-                out.append((kind, obj["metadata"]["name"]))
-        return out
+        return [(res.kind, name) for res, name in self.owned_objects()]
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+        return split(obj["apiVersion"])[0], obj["kind"], obj["metadata"]["name"]
 
     def changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
         """(action, kind, name): create, update, unchanged, or prune."""
+        self.require_served(objs)
         out = []
-        wanted = set()
         for obj in objs:
             kind, meta = obj["kind"], obj["metadata"]
-            wanted.add((kind, meta["name"]))
-            live = self.get(kind, meta["name"], meta.get("namespace"))
+            live = self.get(kind, meta["name"], meta.get("namespace"), obj["apiVersion"])
             if live is None:
                 out.append(("create", kind, meta["name"]))
                 continue
             live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION)
             action = "unchanged" if live_hash == object_hash(obj) else "update"
             out.append((action, kind, meta["name"]))
-        for kind, name in self.owned():
-            if (kind, name) not in wanted:
-                out.append(("prune", kind, name))
+        wanted = {self._key(o) for o in objs}
+        for res, name in self.owned_objects(objs):
+            if (res.group, res.kind, name) not in wanted:
+                out.append(("prune", res.kind, name))
         return out
 
     def apply(self, objs: list[dict[str, Any]]) -> None:
-        """Server-side apply each object (field manager pdctl, force), then prune the rest."""
-        wanted = set()
-        for obj in objs:
+        """Server-side apply each object (field manager pdctl, force) in apply order, then prune
+        the rest in reverse order. Nothing is applied unless every kind is served."""
+        self.require_served(objs)
+        for obj in sorted(objs, key=lambda o: rank(o["kind"])):
             kind, meta = obj["kind"], obj["metadata"]
-            wanted.add((kind, meta["name"]))
+            res = self.resource(kind, obj["apiVersion"])
             body = with_hash(obj)
-            path = self._path(kind, meta["name"], meta.get("namespace"))
+            if not res.namespaced:
+                body["metadata"]["annotations"][NAMESPACE_ANNOTATION] = self.namespace
+            namespace = meta.get("namespace") or self.namespace
             query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-            done = self._call("PATCH", path, body, query, "application/apply-patch+yaml")
+            done = self._call(
+                "PATCH",
+                res.path(namespace, meta["name"]),
+                body,
+                query,
+                "application/apply-patch+yaml",
+            )
             if done is None:
                 # A real API server creates on apply; servers without apply-create get a POST.
-                self._call("POST", self._path(kind, None, meta.get("namespace")), body,
-                           [("fieldManager", FIELD_MANAGER)])
+                self._call("POST", res.path(namespace), body, [("fieldManager", FIELD_MANAGER)])
             self.say(f"applied {kind}/{meta['name']}")
-        for kind, name in self.owned():
-            if (kind, name) not in wanted:
-                self._call("DELETE", self._path(kind, name))
-                self.say(f"pruned {kind}/{name}")
+        wanted = {self._key(o) for o in objs}
+        for res, name in reversed(self.owned_objects(objs)):
+            if (res.group, res.kind, name) not in wanted:
+                self._call("DELETE", res.path(self.namespace, name))
+                self.say(f"pruned {res.kind}/{name}")
 
     def wait(self, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
         """Wait until every Deployment has rolled out (updated, available, observed)."""
@@ -184,14 +282,16 @@ class KubeTarget:
         pending = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
         while pending:
             for name in list(pending):
-                if rolled_out(self.get("Deployment", name)):
+                if rolled_out(self.get("Deployment", name, api_version="apps/v1")):
                     pending.remove(name)
                     self.say(f"Deployment/{name} rolled out")
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise PdctlError(f"Deployment/{pending[0]} not rolled out after {int(timeout)} s; "
-                                 f"see `pdctl status` and `pdctl logs`")
+                raise PdctlError(
+                    f"Deployment/{pending[0]} not rolled out after {int(timeout)} s; "
+                    f"see `pdctl status` and `pdctl logs`"
+                )
             time.sleep(poll)
 
     def delete(self, volumes: bool = False) -> list[tuple[str, str]]:
@@ -200,73 +300,24 @@ class KubeTarget:
         in `self.kept`."""
         gone = []
         self.kept = []
-        for kind, name in reversed(self.owned()):
-            if kind in KEPT_KINDS and not volumes:
-                self.kept.append((kind, name))
+        for res, name in reversed(self.owned_objects()):
+            if (res.group, res.kind) in KEPT_KINDS and not volumes:
+                self.kept.append((res.kind, name))
                 continue
-            self._call("DELETE", self._path(kind, name))
-            self.say(f"deleted {kind}/{name}")
-            gone.append((kind, name))
+            self._call("DELETE", res.path(self.namespace, name))
+            self.say(f"deleted {res.kind}/{name}")
+            gone.append((res.kind, name))
         return gone
 
-    # -- status / logs ------------------------------------------------------------------------
+    # -- status / logs (pdctl.targets.kube_status) -----------------------------------------
+    def pods(self) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        return (self._call("GET", path, query=[("labelSelector", self.selector)]) or {}).get(
+            "items", []
+        )
+
     def status(self) -> list[dict[str, str]]:
-        rows = []
-        for dep in self.list_kind("Deployment"):
-            st = dep.get("status") or {}
-            spec = dep.get("spec") or {}
-            labels = (dep.get("metadata") or {}).get("labels") or {}
-            rows.append({
-                "node": "-",
-                "unit": dep["metadata"]["name"],
-                "role": labels.get("app.kubernetes.io/component", "-"),
-                "pod": f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready",
-                "health": "healthy" if rolled_out(dep) else "not ready",
-            })
-        for pod in (self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods",
-                              query=[("labelSelector", self.selector)]) or {}).get("items", []):
-            st = pod.get("status") or {}
-            labels = pod["metadata"].get("labels") or {}
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in st.get("conditions") or [])
-            rows.append({
-                "node": (pod.get("spec") or {}).get("nodeName", "-"),
-                "unit": pod["metadata"]["name"],
-                "role": labels.get("app.kubernetes.io/component", "-"),
-                "pod": st.get("phase", "-"),
-                "health": "healthy" if ready else "not ready",
-            })
-        return rows
+        return status_rows(self.list_kind("Deployment", "apps/v1"), self.pods())
 
     def logs(self, unit: str | None, lines: int, follow: bool, write: Callable[[str], Any]) -> None:
-        pods = (self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods",
-                           query=[("labelSelector", self.selector)]) or {}).get("items", [])
-        names = [p["metadata"]["name"] for p in pods
-                 if unit is None or p["metadata"]["name"].startswith(unit)]
-        if not names:
-            raise PdctlError(f"no pods of {self.name!r} match {unit or 'any unit'}")
-        from kubernetes import client
-
-        core = client.CoreV1Api(self.api)
-        for name in names if not follow else names[:1]:
-            if follow:
-                stream: Any = core.read_namespaced_pod_log(
-                    name, self.namespace, follow=True, tail_lines=lines, _preload_content=False
-                )
-                for chunk in stream.stream():
-                    write(chunk.decode("utf-8", "replace"))
-                return
-            write(core.read_namespaced_pod_log(name, self.namespace, tail_lines=lines))
-
-
-def rolled_out(dep: dict[str, Any] | None) -> bool:
-    if not dep:
-        return False
-    meta, spec, st = dep.get("metadata") or {}, dep.get("spec") or {}, dep.get("status") or {}
-    want = spec.get("replicas", 1)
-    return (
-        st.get("observedGeneration", 0) >= meta.get("generation", 1)
-        and st.get("updatedReplicas", 0) == want
-        and st.get("availableReplicas", 0) == want
-        and st.get("replicas", 0) == want
-    )
+        pod_logs(self, unit, lines, follow, write)

@@ -1,3 +1,218 @@
-"""Fixtures for target tests (see testbed.py)."""
+"""Fixtures for target tests (see testbed.py), and the kmock API server of the Kubernetes tests.
+
+kmock answers API discovery (`/api`, `/apis`, `/apis/<group>/<version>`) from the resources
+declared on it. `CLUSTER` declares what a Kubernetes 1.29 API server lists there (its
+APIResourceList entries: name, kind, namespaced, verbs, shortNames, categories, and the
+subresources such as `pods/log`, which pdctl must skip); custom resources are declared from the
+real CRDs in tests/data/crds, as the API server does for an installed CRD. kmock keeps objects
+per group version, so each group is declared in one version (a CRD's storage version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 from tests.targets.testbed import fake_venv, ssh_env  # noqa: F401
+
+CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
+
+ALL = "create delete deletecollection get list patch update watch"
+NO_COLLECTION = "create delete get list patch update watch"
+# [group/version], then per resource: plural Kind N(amespaced)|C(luster) verbs shortNames
+# subresources categories
+CLUSTER = """
+[v1]
+bindings Binding N create - - -
+componentstatuses ComponentStatus C get,list cs - -
+configmaps ConfigMap N ALL cm - -
+endpoints Endpoints N ALL ep - -
+events Event N ALL ev - -
+limitranges LimitRange N ALL limits - -
+namespaces Namespace C NO_COLLECTION ns finalize,status -
+nodes Node C ALL no proxy,status -
+persistentvolumeclaims PersistentVolumeClaim N ALL pvc status -
+persistentvolumes PersistentVolume C ALL pv status -
+pods Pod N ALL po attach,binding,ephemeralcontainers,eviction,exec,log,portforward,proxy,status all
+podtemplates PodTemplate N ALL - - -
+replicationcontrollers ReplicationController N ALL rc scale,status all
+resourcequotas ResourceQuota N ALL quota status -
+secrets Secret N ALL - - -
+serviceaccounts ServiceAccount N ALL sa token -
+services Service N ALL svc proxy,status all
+[admissionregistration.k8s.io/v1]
+mutatingwebhookconfigurations MutatingWebhookConfiguration C ALL - - api-extensions
+validatingwebhookconfigurations ValidatingWebhookConfiguration C ALL - - api-extensions
+[apiextensions.k8s.io/v1]
+customresourcedefinitions CustomResourceDefinition C ALL crd,crds status api-extensions
+[apiregistration.k8s.io/v1]
+apiservices APIService C ALL - status api-extensions
+[apps/v1]
+controllerrevisions ControllerRevision N ALL - - -
+daemonsets DaemonSet N ALL ds status all
+deployments Deployment N ALL deploy scale,status all
+replicasets ReplicaSet N ALL rs scale,status all
+statefulsets StatefulSet N ALL sts scale,status all
+[authentication.k8s.io/v1]
+selfsubjectreviews SelfSubjectReview C create - - -
+tokenreviews TokenReview C create - - -
+[authorization.k8s.io/v1]
+localsubjectaccessreviews LocalSubjectAccessReview N create - - -
+selfsubjectaccessreviews SelfSubjectAccessReview C create - - -
+selfsubjectrulesreviews SelfSubjectRulesReview C create - - -
+subjectaccessreviews SubjectAccessReview C create - - -
+[autoscaling/v2]
+horizontalpodautoscalers HorizontalPodAutoscaler N ALL hpa status all
+[batch/v1]
+cronjobs CronJob N ALL cj status all
+jobs Job N ALL - status all
+[certificates.k8s.io/v1]
+certificatesigningrequests CertificateSigningRequest C ALL csr approval,status -
+[coordination.k8s.io/v1]
+leases Lease N ALL - - -
+[discovery.k8s.io/v1]
+endpointslices EndpointSlice N ALL - - -
+[events.k8s.io/v1]
+events Event N ALL ev - -
+[flowcontrol.apiserver.k8s.io/v1]
+flowschemas FlowSchema C ALL - status -
+prioritylevelconfigurations PriorityLevelConfiguration C ALL - status -
+[networking.k8s.io/v1]
+ingressclasses IngressClass C ALL - - -
+ingresses Ingress N ALL ing status -
+networkpolicies NetworkPolicy N ALL netpol - -
+[node.k8s.io/v1]
+runtimeclasses RuntimeClass C ALL - - -
+[policy/v1]
+poddisruptionbudgets PodDisruptionBudget N ALL pdb status -
+[rbac.authorization.k8s.io/v1]
+clusterrolebindings ClusterRoleBinding C ALL - - -
+clusterroles ClusterRole C ALL - - -
+rolebindings RoleBinding N ALL - - -
+roles Role N ALL - - -
+[scheduling.k8s.io/v1]
+priorityclasses PriorityClass C ALL pc - -
+[storage.k8s.io/v1]
+csidrivers CSIDriver C ALL - - -
+csinodes CSINode C ALL - - -
+csistoragecapacities CSIStorageCapacity N ALL - - -
+storageclasses StorageClass C ALL sc - -
+volumeattachments VolumeAttachment C ALL - status -
+"""
+VERBS = {"ALL": ALL, "NO_COLLECTION": NO_COLLECTION}
+
+
+def builtin_resources() -> dict[str, dict[str, Any]]:
+    """'group/version/plural' -> kmock ResourceInfo fields, from CLUSTER."""
+    out = {}
+    gv = ""
+    for line in CLUSTER.strip().splitlines():
+        if line.startswith("["):
+            gv = line.strip("[]")
+            continue
+        plural, kind, scope, verbs, short, subs, cats = line.split()
+        out[f"{gv}/{plural}"] = {
+            "kind": kind,
+            "singular": kind.lower(),
+            "namespaced": scope == "N",
+            "verbs": VERBS.get(verbs, verbs.replace(",", " ")).split(),
+            "shortnames": [] if short == "-" else short.split(","),
+            "subresources": [] if subs == "-" else subs.split(","),
+            "categories": [] if cats == "-" else cats.split(","),
+        }
+    return out
+
+
+def crd_resources(crd_file: Path) -> dict[str, dict[str, Any]]:
+    """What the API server lists for an installed CRD, in its storage version."""
+    crd = yaml.safe_load(crd_file.read_text())
+    spec, names = crd["spec"], crd["spec"]["names"]
+    version = next(v for v in spec["versions"] if v.get("storage"))
+    return {
+        f"{spec['group']}/{version['name']}/{names['plural']}": {
+            "kind": names["kind"],
+            "singular": names.get("singular", names["kind"].lower()),
+            "namespaced": spec["scope"] == "Namespaced",
+            "verbs": ALL.split(),
+            "shortnames": names.get("shortNames", []),
+            "categories": names.get("categories", []),
+            "subresources": sorted(version.get("subresources") or {}),
+        }
+    }
+
+
+def installed_crds() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        out.update(crd_resources(path))
+    return out
+
+
+@dataclass
+class KubeServer:
+    url: str
+    emulator: Any  # kmock.KubernetesEmulator: .objects holds what was stored
+    log: list[tuple[str, str]]  # (method, path) of every request, in order
+
+    def paths(self, method: str = "GET") -> list[str]:
+        return [path for m, path in self.log if m == method]
+
+
+@contextmanager
+def kube_server(resources: dict[str, dict[str, Any]]) -> Iterator[KubeServer]:
+    """kmock serving `resources` (and their discovery) on a free port from a thread."""
+    kmock = pytest.importorskip("kmock")
+    log: list[tuple[str, str]] = []
+
+    class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+        """kmock matching each request against every earlier one makes a long session
+        quadratic; this one logs requests itself and keeps only the current one."""
+
+        async def _handle(self, request: Any) -> Any:
+            log.append((request.method.value, request.url.path))
+            try:
+                return await super()._handle(request)
+            finally:
+                self._requests[:] = self._requests[-1:]
+
+    found: dict = {}
+    stop = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            async with Emulator() as km, kmock.Server(km, port=0) as srv:
+                for key, info in resources.items():
+                    km.resources[key] = kmock.ResourceInfo(**info)
+                found["server"] = KubeServer(str(srv.url).rstrip("/"), km, log)
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if "server" in found:
+            break
+        threading.Event().wait(0.05)
+    try:
+        yield found["server"]
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[KubeServer]:
+    """A kmock cluster serving the built-in API of Kubernetes 1.29, the Gateway API HTTPRoute
+    and the Gateway API Inference Extension InferencePool."""
+    with kube_server({**builtin_resources(), **installed_crds()}) as srv:
+        yield srv

@@ -1,15 +1,15 @@
 """The Kubernetes target against the `kmock` emulator (an in-memory API server over HTTP).
 
-No kube-apiserver can run on these machines. kmock stores objects and answers REST calls, but
-has no controllers, no defaulting, no real server-side apply (PATCH on a missing object is a
+No kube-apiserver can run on these machines. kmock stores objects and answers REST calls and
+API discovery (seeded with a real cluster's resource lists in conftest.py), but has no
+controllers, no defaulting, no real server-side apply (PATCH on a missing object is a
 404, so pdctl's create fallback runs), ignores label selectors (pdctl filters by labels again
-itself, which these tests check), and cannot create cluster-scoped objects (Namespaces).
+itself, which these tests check), and cannot create Namespaces (its URL parsing takes
+`/api/v1/namespaces/<name>` for a namespace, not an object).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,33 +22,12 @@ from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, objects_of, rolled_o
 from tests.targets.testbed import pdctl
 
 ROOT = Path(__file__).resolve().parents[2]
-kmock = pytest.importorskip("kmock")
 
 
-@pytest.fixture(scope="module")
-def server():
-    """kmock served on a free port from a background thread."""
-    found: dict = {}
-    stop = threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            async with kmock.KubernetesEmulator() as km, kmock.Server(km, port=0) as srv:
-                found["url"] = str(srv.url).rstrip("/")
-                while not stop.is_set():
-                    await asyncio.sleep(0.05)
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if "url" in found:
-            break
-        threading.Event().wait(0.05)
-    yield found["url"]
-    stop.set()
-    thread.join(5)
+@pytest.fixture
+def server(cluster):
+    """The kmock cluster of conftest.py (the built-in API and its discovery)."""
+    return cluster.url
 
 
 @pytest.fixture
@@ -98,10 +77,16 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
     plan, objs = phase1("kprune")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
     ns = plan.spec.kubernetes.namespace
-    foreign = {"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "someone-else", "namespace": ns,
-                            "labels": {"app.kubernetes.io/instance": "other"}},
-               "spec": {"ports": [{"port": 80}]}}
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "someone-else",
+            "namespace": ns,
+            "labels": {"app.kubernetes.io/instance": "other"},
+        },
+        "spec": {"ports": [{"port": 80}]},
+    }
     tgt._call("POST", tgt._path("Service"), foreign)
     tgt.apply(objs)
     without_service = [o for o in objs if o["kind"] != "Service"]
@@ -146,8 +131,15 @@ def test_wait_for_rollout(api):
         tgt.wait(objs, timeout=0.5, poll=0.1)  # no controller: never rolls out
     # Act as the Deployment controller would.
     path = tgt._path("Deployment", "kwait-serve")
-    status = {"status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                         "availableReplicas": 1, "readyReplicas": 1}}
+    status = {
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "availableReplicas": 1,
+            "readyReplicas": 1,
+        }
+    }
     tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
     assert rolled_out(tgt.get("Deployment", "kwait-serve"))
     tgt.wait(objs, timeout=5, poll=0.1)
@@ -158,12 +150,18 @@ def test_wait_for_rollout(api):
 
 def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+            }
+        )
+    )
     data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
     data["name"] = name
     data["kubernetes"]["createNamespace"] = False
