@@ -18,8 +18,15 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+_LONG_WORD = re.compile(r"\S{81,}")
+
+
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
-    """The head and tail of an overlong message (one quoting a 4,000-character value)."""
+    """An overlong message made short: a long unbroken run (a 4,000-character value it quotes)
+    keeps its head and tail, and so does a message still past the limit."""
+    if len(text) <= limit:
+        return text
+    text = _LONG_WORD.sub(lambda m: f"{m.group()[:60]}...{m.group()[-12:]}", text)
     if len(text) <= limit:
         return text
     return f"{text[: limit - 60]} ... {text[-50:]}"

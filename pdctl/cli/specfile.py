@@ -65,27 +65,35 @@ def _text(data: bytes | str, limit: int, name: str) -> str:
         raise SpecError("is not UTF-8 text", file=name) from None
 
 
-def read_model_config(ref: str, spec_file: str) -> dict[str, Any]:
+def read_model_config(ref: str, spec_file: str, source: Source | None = None) -> dict[str, Any]:
     """`model.config`: a model's config.json, relative to the spec file (or, for a spec read
-    from stdin, the working folder), at most MAX_CONFIG_BYTES. One SpecError when unusable."""
+    from stdin, the working folder), at most MAX_CONFIG_BYTES. One SpecError when unusable,
+    located in the spec when its source is given."""
+    try:
+        return _model_config(ref, spec_file)
+    except SpecError as exc:
+        raise (source.locate(exc) if source is not None else exc) from None
+
+
+def _model_config(ref: str, spec_file: str) -> dict[str, Any]:
     base = Path.cwd() if spec_file in ("-", "<stdin>") else Path(spec_file).resolve().parent
     file = Path(ref).expanduser()
     file = file if file.is_absolute() else base / file
+    fix = "give the path of the model's config.json"
     if not file.is_file():
-        what = "is a directory" if file.is_dir() else "no such file"
-        raise SpecError(
-            f"{what}: {file}", path="model.config", fix="give the path of the model's config.json"
-        )
+        what = "no such file" if not file.exists() else "not a regular file"
+        raise SpecError(f"{what}: {file}", path="model.config", fix=fix)
     try:
         data = json.loads(read_bounded(file, MAX_CONFIG_BYTES, str(file)))
     except SpecError as exc:
         raise SpecError(f"{file}: {exc.message}", path="model.config", fix=exc.fix) from None
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError; ints past 4,300 digits
-        raise SpecError(
-            f"cannot read {file} as JSON: {str(exc)[:200]}", path="model.config"
-        ) from None
+    except RecursionError:
+        raise SpecError(f"{file} is nested too deeply", path="model.config", fix=fix) from None
+    except ValueError as exc:  # JSONDecodeError; an int past 4,300 digits
+        what = str(exc) if isinstance(exc, json.JSONDecodeError) else "a number is too long"
+        raise SpecError(f"cannot read {file} as JSON: {what}", path="model.config") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{file} is not a JSON object", path="model.config")
+        raise SpecError(f"{file} is not a JSON object", path="model.config", fix=fix)
     return data
 
 

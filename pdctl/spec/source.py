@@ -217,7 +217,8 @@ class _Builder:
     def key(self, node: yaml.Node, loc: Loc) -> str:
         key = self.scalar(node, loc) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(key, str):
-            shown = repr(key) if key is not None else f"a {type(node).__name__[:-4].lower()}"
+            scalar = isinstance(node, yaml.ScalarNode)
+            shown = repr(key) if scalar else "a " + getattr(node, "id", "collection")
             raise self.refuse(node, loc, f"keys must be strings (got {shown})")
         return key
 
