@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import (
+    DOCKER_CERT_PATH,
+    DOCKER_TLS,
+    INSECURE_DOCKER,
+    PHASE,
+    SPEC,
+    TARGET,
+)
 from pdctl.cli.up_cmd import (
     ACCEPT_NEW,
     CONTEXT,
@@ -29,6 +36,9 @@ def register(app: typer.Typer) -> None:
         context: str | None = CONTEXT,
         docker_url: list[str] | None = DOCKER_URL,
         docker_network: str = DOCKER_NETWORK,
+        docker_tls: bool = DOCKER_TLS,
+        docker_cert_path: str | None = DOCKER_CERT_PATH,
+        insecure_docker: bool = INSECURE_DOCKER,
         delete_volumes: bool = typer.Option(
             False, "--delete-volumes",
             help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
@@ -53,13 +63,17 @@ def register(app: typer.Typer) -> None:
                 console.print(f"kept {kind} {name}; --delete-volumes removes it")
             return
         if docker_url:
+            from pdctl.cli.options import docker_access
             from pdctl.cli.up_cmd import containers
 
-            removed = containers(plan, docker_url, docker_network).down()
+            access = docker_access(docker_tls, docker_cert_path, insecure_docker,
+                                   ssh_options(known_hosts, accept_new_host_keys, identity))
+            removed = containers(plan, docker_url, docker_network, access=access).down()
             for host, name in removed:
                 console.print(f"removed container {name} on {host}")
             console.print("nothing was running" if not removed else "done")
             return
+        from pdctl.errors import PdctlError
         from pdctl.targets.hosts import HostsTarget
 
         hosts = HostsTarget(plan, bundle, ssh_options(known_hosts, accept_new_host_keys, identity),
@@ -70,6 +84,18 @@ def register(app: typer.Typer) -> None:
             hosts.close()
         for host, unit in stopped:
             console.print(f"stopped {unit} on {host}")
-        if not stopped:
-            console.print("nothing was running")
-        console.print(f"removed the deployment folder of {plan.name!r} on every host")
+        if not hosts.unreachable:
+            if not stopped:
+                console.print("nothing was running")
+            console.print(f"removed the deployment folder of {plan.name!r} on every host")
+            return
+        done = sorted({h.name for h in plan.spec.hosts} - set(hosts.unreachable))
+        if done:
+            console.print(f"removed the deployment folder of {plan.name!r} on {', '.join(done)}")
+        left = []
+        for host, why in sorted(hosts.unreachable.items()):
+            units = ", ".join(hosts.left_on(host)) or "-"
+            console.print(f"[red]NOT stopped[/] on {host}: {units} ({why})", soft_wrap=True)
+            left.append(f"{host} ({units})")
+        raise PdctlError(f"down could not reach {'; '.join(left)}: these may still be running; "
+                         "run `pdctl down` again when the host answers")

@@ -7,7 +7,14 @@ from dataclasses import asdict
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import (
+    DOCKER_CERT_PATH,
+    DOCKER_TLS,
+    INSECURE_DOCKER,
+    PHASE,
+    SPEC,
+    TARGET,
+)
 from pdctl.cli.up_cmd import (
     ACCEPT_NEW,
     CONTEXT,
@@ -33,17 +40,21 @@ def register(app: typer.Typer) -> None:
         context: str | None = CONTEXT,
         docker_url: list[str] | None = DOCKER_URL,
         docker_network: str = DOCKER_NETWORK,
+        docker_tls: bool = DOCKER_TLS,
+        docker_cert_path: str | None = DOCKER_CERT_PATH,
+        insecure_docker: bool = INSECURE_DOCKER,
     ) -> None:
         """Show every instance of SPEC and whether it is healthy."""
         from rich.console import Console
         from rich.table import Table
 
         from pdctl.cli.up_cmd import kube_api, load, ssh_options
-        from pdctl.errors import UsageError
+        from pdctl.errors import PdctlError, UsageError
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         plan, bundle = load(spec, phase, target)
+        unreachable: dict[str, str] = {}
         if plan.target == "kubernetes":
             from pdctl.targets.kube import KubeTarget
 
@@ -51,9 +62,12 @@ def register(app: typer.Typer) -> None:
                              plan.spec.kubernetes.namespace)
             rows = tgt.status()
         elif docker_url:
+            from pdctl.cli.options import docker_access
             from pdctl.cli.up_cmd import containers
 
-            rows = containers(plan, docker_url, docker_network).status()
+            access = docker_access(docker_tls, docker_cert_path, insecure_docker,
+                                   ssh_options(known_hosts, accept_new_host_keys, identity))
+            rows = containers(plan, docker_url, docker_network, access=access).status()
         else:
             from pdctl.targets.hosts import HostsTarget
 
@@ -63,8 +77,16 @@ def register(app: typer.Typer) -> None:
                 rows = [asdict(r) for r in hosts.status()]
             finally:
                 hosts.close()
+            unreachable = hosts.unreachable
+        failed = None
+        if unreachable:  # the rows say `unreachable`; the exit status and stderr say why
+            failed = PdctlError("cannot reach " + "; ".join(unreachable.values()))
         if output == "json":
-            typer.echo(json.dumps({"name": plan.name, "instances": rows}, indent=2))
+            gone = [{"host": h, "error": why} for h, why in sorted(unreachable.items())]
+            typer.echo(json.dumps({"name": plan.name, "instances": rows, "unreachable": gone},
+                                  indent=2))
+            if failed:
+                raise failed
             return
         table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
         columns = list(rows[0]) if rows else ["host", "unit", "role", "state"]
@@ -73,3 +95,5 @@ def register(app: typer.Typer) -> None:
         for row in rows:
             table.add_row(*(str(row.get(c, "")) for c in columns))
         Console(highlight=False).print(table)
+        if failed:
+            raise failed

@@ -117,19 +117,10 @@ class Rollout:
             return [d for d in units if d.stage == stage]
 
         try:
-            touched = sorted({c.host for c in changes if c.action != "keep"})
-            self.each_host(touched, lambda ops: self.prepare(ops, secrets))
-            for c in gone.values():
-                if not self.halted():
-                    self.stop_removed(c)
-            for stage in sorted({d.stage for d in desired.values()}):
-                if self.halted():
-                    break
-                self.start_new(pick("start", stage), pick("keep", stage))
-                for d in pick("restart", stage):
-                    if self.halted():
-                        break
-                    self.replace(d)
+            try:
+                self.forward(changes, secrets, pick, gone)
+            except PdctlError as exc:  # not tied to a unit: still undo what was done
+                self.out.failures.append(UnitFailure("-", "-", exc.line(), ""))
             if self.interrupt.is_set():
                 self.out.interrupted = True
                 self.say("interrupted (Ctrl-C): undoing this run (Ctrl-C again: do not wait "
@@ -146,6 +137,27 @@ class Rollout:
                     self.out.left.append(f"{item.unit.name} on {item.unit.host.name}: "
                                          "unknown (undo abandoned; see `pdctl status`)")
         return self.out
+
+    def forward(
+        self,
+        changes: list[Change],
+        secrets: dict[str, str],
+        pick: Callable[[str, int], list[Desired]],
+        gone: dict[tuple[str, str], Change],
+    ) -> None:
+        touched = sorted({c.host for c in changes if c.action != "keep"})
+        self.each_host(touched, lambda ops: self.prepare(ops, secrets))
+        for c in gone.values():
+            if not self.halted():
+                self.stop_removed(c)
+        for stage in sorted({d.stage for d in self.t.desired()}):
+            if self.halted():
+                break
+            self.start_new(pick("start", stage), pick("keep", stage))
+            for d in pick("restart", stage):
+                if self.halted():
+                    break
+                self.replace(d)
 
     def halted(self) -> bool:
         return self.interrupt.is_set() or (bool(self.out.failures) and not self.keep_going)
@@ -315,7 +327,9 @@ class Rollout:
         self, units: list[Desired], stop: threading.Event
     ) -> tuple[list[UnitFailure], list[Desired]]:
         """Poll until every unit is healthy; a unit whose process died fails at once. Returns
-        the failures and the units still pending when `stop` was set."""
+        the failures and the units still pending when `stop` was set (or, in the forward
+        rollout without keep_going, when one failed: the run is undone anyway)."""
+        forward = stop is self.interrupt and not self.keep_going
         deadline = time.monotonic() + self.timeout
         pending = list(units)
         failures: list[UnitFailure] = []
@@ -351,6 +365,10 @@ class Rollout:
                         pending.remove(other)
                         failures.append(UnitFailure(other.host.name, other.name, exc.line(), ""))
                     continue
+                except PdctlError as exc:  # the host answers, but not this question
+                    pending.remove(d)
+                    failures.append(UnitFailure(d.host.name, d.name, exc.line(), ""))
+                    continue
                 pending.remove(d)
                 why = "the process exited" + (" before it became healthy" if d.port else "")
                 failures.append(UnitFailure(d.host.name, d.name, why, self.tail(d.host.name,
@@ -362,7 +380,7 @@ class Rollout:
                     failures.append(UnitFailure(d.host.name, d.name, why,
                                                 self.tail(d.host.name, d.name)))
                 return failures, []
-            if pending and stop.wait(self.poll):
+            if pending and (stop.wait(self.poll) or (forward and failures)):
                 return failures, pending
         return failures, []
 
