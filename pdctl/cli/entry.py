@@ -14,9 +14,7 @@ _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EPIPE, errno.EB
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if sys.stdout is None:  # started with `>&-`: the app reports it
-        args = ["(closed stdout)"]
+    args = sys.argv[1:] if sys.stdout is not None else None  # `>&-`: the app reports it
     try:
         if args in ([], ["--help"]) and shutil.get_terminal_size((80, 24)).columns >= 80:
             from pdctl.cli.helptext import ROOT_HELP
