@@ -45,10 +45,17 @@ def alias_bombs() -> list[Case]:
         f"a{i}: &a{i} {{{', '.join(f'k{j}: *a{i - 1}' for j in range(9))}}}" for i in range(1, 10)
     ]
     out.append(Case("mapping-bomb", "\n".join(rows) + "\n", "expands to more than"))
-    # `<<` merges: each level merges the one before twice, 40 levels.
+    # `<<` merges: each level merges the one before twice; one mapping of 2,000 keys merged
+    # 20,000 times (a merge is taken once, so neither costs more than the document).
     rows = ["m0: &m0 {k0: 1}"]
-    rows += [f"m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}], k{i}: 1}}" for i in range(1, 41)]
-    out.append(Case("merge-bomb", "\n".join(rows) + "\n", "expands to more than"))
+    rows += [f"m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}], k{i}: 1}}" for i in range(1, 31)]
+    out.append(Case("merge-twice-30", "\n".join(rows) + "\n", "unknown key 'm0'", 1))
+    rows = ["m0: &m0 {k0: 1}"]
+    rows += [f"m{i}: &m{i} {{<<: *m{i - 1}, k{i}: 1}}" for i in range(1, 41)]
+    out.append(Case("merge-chain-40", "\n".join(rows) + "\n", "nested more than 32"))
+    wide = "{" + ", ".join(f"k{i}: 1" for i in range(2000)) + "}"
+    many = "[" + ", ".join(["*b"] * 20_000) + "]"
+    out.append(Case("merge-wide", f"b: &b {wide}\nx: {{<<: {many}}}\n", "unknown key 'b'", 1))
     # A bomb inside one field's value, and one as a (complex) key: no extra top-level keys.
     items = ["&b0 [y, y, y, y, y, y, y, y, y, y]"]
     items += [f"&b{i} [{', '.join([f'*b{i - 1}'] * 10)}]" for i in range(1, 6)]
@@ -57,7 +64,7 @@ def alias_bombs() -> list[Case]:
     out.append(Case("bomb-in-extra-args", inner, "expands to more than", 4))
     out.append(Case("bomb-as-key", BASE + f"? {bomb}\n: 1\n", "keys must be strings", 8))
     out.append(Case("cyclic-alias", "name: &a [*a]\n", "nested more than 32 levels", 1))
-    out.append(Case("cyclic-merge", "a: &m {<<: *m}\n", "nested more than 32 levels", 1))
+    out.append(Case("cyclic-merge", "a: &m {<<: *m}\n", "unknown key 'a'", 1))
     return out
 
 

@@ -227,9 +227,10 @@ class _Builder:
         the mapping's own keys win, then earlier merged mappings over later ones."""
         out: dict[str, Any] = {}
         merged: list[yaml.MappingNode] = []
+        seen: set[int] = {id(node)}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                merged += self.merge_sources(value_node, loc)
+                merged += self.merge_sources(value_node, loc, seen)
                 continue
             key = self.key(key_node, loc)
             line = key_node.start_mark.line + 1
@@ -254,8 +255,10 @@ class _Builder:
                 out[key] = self.build(value_node, loc + (key,))
         return out
 
-    def merge_sources(self, node: yaml.Node, loc: Loc) -> list[yaml.MappingNode]:
-        """The mappings `<<:` names, each followed by the ones it merges itself."""
+    def merge_sources(self, node: yaml.Node, loc: Loc, seen: set[int]) -> list[yaml.MappingNode]:
+        """The mappings `<<:` names, each followed by the ones it merges itself. A mapping
+        merged again (`<<: [*a, *a]`, or itself) adds nothing, so each is taken once: merging
+        costs at most the size of the document, however the merges repeat."""
         self.count(node, loc)
         sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
         out: list[yaml.MappingNode] = []
@@ -265,8 +268,11 @@ class _Builder:
                     source, loc, "`<<:` merges a mapping or a list of mappings", "use `<<: *name`"
                 )
             self.count(source, loc)
+            if id(source) in seen:
+                continue
+            seen.add(id(source))
             out.append(source)
             for key_node, value_node in source.value:
                 if key_node.tag == _MERGE:
-                    out += self.merge_sources(value_node, loc + ("<<",))
+                    out += self.merge_sources(value_node, loc + ("<<",), seen)
         return out
