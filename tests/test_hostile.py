@@ -248,3 +248,14 @@ def test_anchors_aliases_and_merges_still_work() -> None:
 
 def test_error_lines_escape_bidi_and_line_separators() -> None:
     assert one_line("a\u202eb\u2028c\x85d\u2066e") == "a\\u202eb\\u2028c\\x85d\\u2066e"
+
+
+@pytest.mark.parametrize(
+    "option", [("--gpu-memory-gib", "nan"), ("--gpu-memory-gib", "inf"), ("--rate", "inf"),
+               ("--gpu-memory-gib", "-1"), ("--tpot-ms", "nan"), ("--from-log", "/dev/zero")])
+def test_plan_options_are_bounded(option: tuple[str, str], capsys: Any) -> None:
+    """Non-finite numbers in plan's options and an endless --from-log: one line, exit 2."""
+    code, _, err = run_cli(["plan", str(ROOT / "examples" / "phase0-conda.yaml"), *option],
+                           capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and option[0] in err

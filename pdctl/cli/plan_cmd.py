@@ -17,21 +17,9 @@ def read_model_config(path: str, spec_file: str) -> dict[str, Any]:
     """Read `model.config` (relative to the spec file; '-' = stdin: relative to the working
     folder) as a dict, for `pdctl.capacity.spec_model_config`. SpecError when unusable.
     Other commands (preflight) may call this: capacity functions themselves do no I/O."""
-    from pdctl.errors import SpecError
+    from pdctl.cli.specfile import read_model_config as read_bounded_config
 
-    base = Path.cwd() if spec_file == "-" else Path(spec_file).resolve().parent
-    file = Path(path).expanduser()
-    file = file if file.is_absolute() else base / file
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"no such file: {file}", path="model.config",
-                        fix="give the path of the model's config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read {file} as JSON: {exc}", path="model.config") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{file} is not a JSON object", path="model.config")
-    return data
+    return read_bounded_config(path, spec_file)
 
 
 _PATHS = {"hardware.gpu": "hardware.gpu", "decode.share.gpuType": "decode.share.gpuType"}
@@ -164,6 +152,8 @@ def register(app: typer.Typer) -> None:
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
+        _finite(("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
+                ("--tpot-ms", tpot_ms))
         result, origin = build(spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
                                ttft_ms, tpot_ms)
         if output == "json":
@@ -184,17 +174,35 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
+def _finite(*options: tuple[str, float | None]) -> None:
+    """Refuse inf, nan and numbers not above 0 in the float options (typer takes them)."""
+    import math
+
+    from pdctl.errors import UsageError
+
+    for name, value in options:
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            raise UsageError(f"{name} must be a finite number above 0 (got {value})")
+
+
+MAX_LOG_BYTES = 64 * 1024 * 1024  # a start-up log is KiBs; a whole day's log may be MiBs
+
+
 def _compare(result: Any, log_file: str) -> dict[str, Any]:
     """Read a vLLM log (the only I/O) and compare it with the plan's first role."""
     from pdctl.capacity.fromlog import compare, parse_log
     from pdctl.errors import UsageError
 
     try:
-        text = Path(log_file).expanduser().read_text(encoding="utf-8", errors="replace")
+        with Path(log_file).expanduser().open("rb") as stream:
+            data = stream.read(MAX_LOG_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"--from-log: cannot read {log_file}: {exc.strerror}",
                          fix="give the path of a vLLM start-up log") from None
-    observed = parse_log(text)
+    if len(data) > MAX_LOG_BYTES:
+        raise UsageError(f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
+                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
+    observed = parse_log(data.decode("utf-8", errors="replace"))
     if observed.empty:
         raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
                          fix="pass the log of `vllm serve` from its start to "

@@ -14,20 +14,11 @@ from pdctl.cli.options import PHASE, SPEC, TARGET
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
-def _hf_config(plan: Any, spec_path: str) -> dict[str, Any] | None:
-    from pdctl.errors import SpecError
+def _hf_config(plan: Any, spec_path: str, source: Any) -> dict[str, Any] | None:
+    from pdctl.cli.specfile import read_model_config
 
     ref = plan.spec.model.config
-    if not ref:
-        return None
-    path = Path(ref)
-    if not path.is_absolute() and spec_path != "-":
-        path = Path(spec_path).parent / path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}", path="model.config") from None
-    return data if isinstance(data, dict) else None
+    return read_model_config(ref, spec_path, source) if ref else None
 
 
 def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
@@ -115,7 +106,7 @@ def register(app: typer.Typer) -> None:
         if record is not None and replay is not None:
             raise UsageError("--record and --replay exclude each other")
         plan, source = plan_from(spec, phase, target)
-        hf_config = _hf_config(plan, spec)
+        hf_config = _hf_config(plan, spec, source)
         names = tuple(h.name for h in plan_hosts(plan))
         unknown = sorted(set(local) - {h.name for h in plan.spec.hosts})
         if unknown:

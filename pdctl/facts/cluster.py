@@ -170,11 +170,15 @@ def cluster_facts(raw: dict[str, str]) -> ClusterFacts:
             reason = raw.get(name + ".err", "not gathered").strip() or "not gathered"
             missing.append(Missing(name, reason))
             continue
-        data = json.loads(raw[name])
-        if name == "nodes.json":
-            nodes = tuple(parse_node(n) for n in data.get("items", []))
-        elif name == "workloads.json":
-            workloads = parse_workloads(data)
-        else:
-            crds = parse_crds(data)
+        try:
+            data = json.loads(raw[name])
+            if name == "nodes.json":
+                nodes = tuple(parse_node(n) for n in data.get("items", []))
+            elif name == "workloads.json":
+                workloads = parse_workloads(data)
+            else:
+                crds = parse_crds(data)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
+                OverflowError) as exc:  # a damaged recording: say which file, never crash
+            missing.append(Missing(name, f"unreadable output ({type(exc).__name__})"))
     return ClusterFacts(nodes=nodes, workloads=workloads, crds=crds, missing=tuple(missing))

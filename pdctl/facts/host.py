@@ -5,7 +5,9 @@ File names are those of a recording folder; a failed command is recorded as `<na
 
 from __future__ import annotations
 
+import csv
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from pdctl.facts.gpu import (
@@ -126,10 +128,49 @@ def parse_libraries(text: str) -> tuple[tuple[str, bool], ...] | None:
     return tuple(out)
 
 
+# What a damaged output can raise in a parser (a replayed recording, a tool printing garbage).
+PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
+                OverflowError, csv.Error)
+
+
+def _nvml_all(text: str) -> None:
+    dump = NvmlDump(text)
+    if not dump.error:
+        dump.gpus(), dump.driver(), dump.cuda(), dump.links(), dump.p2p("r"), dump.p2p("w")
+
+
+PARSERS: dict[str, Callable[[str], object]] = {
+    QUERY: lambda t: (parse_query_gpu(t), query_driver(t)),
+    NVML: _nvml_all, SMI_L: parse_smi_list, SMI_MEMORY: parse_smi_memory, SMI: parse_smi_header,
+    TOPO: parse_topo_matrix, P2P_R: parse_p2p, P2P_W: parse_p2p, NVLINK: parse_nvlink,
+    IB: parse_ib_listing, IB_PORTS: parse_ib_ports, DOCKER: parse_docker_info,
+    CONDA: parse_conda, LIBS: parse_libraries, PROC: parse_proc_version, SHM: parse_df,
+    CACHE: parse_df, MODEL: parse_du, PORTS: parse_listening, MIG_PROFILES: parse_mig_profiles,
+}
+
+
 def host_facts(name: str, raw: dict[str, str]) -> HostFacts:
-    """Everything `raw` tells about host `name`; absent facts stay None with a reason."""
+    """Everything `raw` tells about host `name`; absent facts stay None with a reason. An output
+    its parser cannot read is left out and named in `missing`, never an exception."""
     if SSH in raw:
         return HostFacts(name=name, error=raw[SSH].strip() or "unreachable")
+    unreadable = []
+    for file, parse in PARSERS.items():
+        if raw.get(file):
+            try:
+                parse(raw[file])
+            except PARSE_ERRORS as exc:
+                unreadable.append(Missing(file, f"unreadable output ({type(exc).__name__})"))
+    if unreadable:
+        raw = {k: v for k, v in raw.items() if k not in {m.name for m in unreadable}}
+    try:
+        facts = _host_facts(name, raw)
+    except PARSE_ERRORS as exc:  # the outputs parse one by one but do not fit together
+        return HostFacts(name=name, error=f"recorded outputs do not fit together ({exc!r:.200})")
+    return replace(facts, missing=facts.missing + tuple(unreadable)) if unreadable else facts
+
+
+def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
     missing: list[Missing] = []
     nvml = NvmlDump(raw[NVML]) if raw.get(NVML) else None
     gpus: tuple[Gpu, ...] | None = None

@@ -101,6 +101,7 @@ class HostFacts:
     venv: str | None = None  # `python --version` and `vllm: PATH|missing` lines
     listening: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
+    libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

@@ -20,16 +20,28 @@ def write(root: Path, raw: dict[str, dict[str, str]]) -> None:
             (d / name).write_text(text, encoding="utf-8")
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a recorded output; `nvidia-smi -q` of 8 GPUs is ~200 KiB
+
+
 def _read_folder(d: Path) -> dict[str, str]:
     try:
         return {
-            p.name: p.read_text(encoding="utf-8", errors="replace")
+            p.name: _read_file(p)
             for p in sorted(d.iterdir())
             if p.is_file() and not p.name.startswith(".")
         }
     except OSError as exc:
         raise UsageError(f"cannot read recording folder {d}: {exc.strerror or exc}",
                          fix="give a folder made by `pdctl preflight --record DIR`") from None
+
+
+def _read_file(p: Path) -> str:
+    with p.open("rb") as stream:
+        data = stream.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise UsageError(f"recording file {p} is larger than {MAX_FILE_BYTES >> 20} MiB",
+                         fix="give a folder made by `pdctl preflight --record DIR`")
+    return data.decode("utf-8", errors="replace")
 
 
 def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
