@@ -82,14 +82,20 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     on the spec's own GPU (hardware.gpu / gpuMemoryGib / decode.share.gpuType). Nothing when
     the spec names no GPU or pdctl does not know the model (validate must not fail on that).
     `validate` prints these; `render` should too (and refuse them under --strict)."""
-    from pdctl.capacity.verdict import does_not_fit
     from pdctl.errors import SpecError
 
+    hardware = getattr(spec, "hardware", None)
+    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
+    named = hardware is not None and (hardware.gpu or hardware.gpu_memory_gib)
+    if not (named or (share is not None and share.gpu_type)):
+        return []  # no GPU named: nothing to check against (and nothing to import)
     try:
-        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         device, origin = _gpu(spec, None, None)
         if origin == ASSUMED:
             return []
+        from pdctl.capacity.verdict import does_not_fit
+
+        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         lines = does_not_fit(spec, config, device)
     except SpecError:
         return []

@@ -25,6 +25,9 @@ def register(app: typer.Typer) -> None:
             help="A preflight recording (pdctl preflight --record DIR): "
             "place tensor-parallel groups and prefill/decode pairs by GPU topology.",
         ),
+        strict: bool = typer.Option(
+            False, "--strict", help="Refuse (exit 1) a spec with a role that does not fit on "
+            "its GPU (hardware.gpu), instead of warning."),
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
         from pdctl.cli.options import check_phase_target
@@ -50,6 +53,7 @@ def register(app: typer.Typer) -> None:
             bundle = render_plan(plan)
         except SpecError as exc:
             raise source.locate(exc) from None
+        _warn(spec, plan, strict)
         if output is None:
             sys.stdout.write(bundle.stream())
             return
@@ -64,3 +68,18 @@ def register(app: typer.Typer) -> None:
                 f"kept {done.kept_unlisted} other files in {output}: the bundle there came from "
                 "an older pdctl that kept no list of its files; remove the ones you do not need"
             )
+
+
+def _warn(spec_file: str, plan: object, strict: bool) -> None:
+    """The plan's notes and capacity warnings on stderr, as `validate` prints them; --strict
+    refuses a role that does not fit before anything is written."""
+    from pdctl.cli.plan_cmd import capacity_warnings
+
+    for note in plan.notes:  # type: ignore[attr-defined]
+        typer.echo(f"{spec_file}: warning: {note}", err=True)
+    warnings = capacity_warnings(plan.spec, spec_file)  # type: ignore[attr-defined]
+    for line in warnings:
+        typer.echo(line, err=True)
+    if warnings and strict:
+        typer.echo(f"{spec_file}: refused (--strict): a role does not fit on its GPU", err=True)
+        raise typer.Exit(1)

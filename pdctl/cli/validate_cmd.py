@@ -31,6 +31,8 @@ def register(app: typer.Typer) -> None:
         check_phase_target(phase, target)
         parsed, source = read_spec(spec)
         plan = plan_spec(parsed, source, phase, target)
+        for note in plan.notes:
+            typer.echo(f"{spec}: warning: {note}", err=True)
         warnings = capacity_warnings(parsed, spec)
         for line in warnings:
             typer.echo(line, err=True)

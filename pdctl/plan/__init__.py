@@ -7,6 +7,7 @@ from pdctl.errors import SpecError, UsageError
 from pdctl.plan.model import Instance, Plan, SecretEnv, Target
 from pdctl.plan.place import Chooser, first_free
 from pdctl.plan.serve import serve_instances
+from pdctl.plan.slice import slice_notes
 from pdctl.spec.model import Spec
 
 __all__ = ["Instance", "Plan", "SecretEnv", "make_plan", "target_of"]
@@ -73,4 +74,5 @@ def make_plan(
         instances=instances,
         secrets=secret_envs(spec),
         served_name=spec.model.served_name or spec.model.name,
+        notes=slice_notes(spec.decode) if phase == 3 else (),
     )

@@ -54,7 +54,7 @@ class Plan:
     instances: tuple[Instance, ...]
     secrets: tuple[SecretEnv, ...] = ()
     served_name: str = ""
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # warnings: planned, but not what it says
 
     @property
     def name(self) -> str:

@@ -141,3 +141,16 @@ def _check_packing(share: Share, percent: int | None) -> None:
             path="decode.share.gpuCoresPercent",
             fix=f"lower perGpu or use at most {100 // n}% per slice",
         )
+
+
+def slice_notes(decode: Decode | None) -> tuple[str, ...]:
+    """Warnings about a phase 3 decode share that plans but will not do what it says."""
+    share = decode.share if decode is not None else None
+    if share is None or share.gpu_cores_percent is None:
+        return ()
+    return (
+        f"decode.share.gpuCoresPercent: {share.gpu_cores_percent}% is a placement hint, not a "
+        "bound: HAMi-core's SM limit did not slow cuBLAS matrix products, eager or in CUDA "
+        "graphs, on an H200 (tests/fixtures/gpu/hami-h200), and decode time is matrix "
+        "products; only the memory of a slice is isolated (docs/phase3-hami.md)",
+    )

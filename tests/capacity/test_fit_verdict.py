@@ -122,3 +122,27 @@ def test_suggested_tp_always_divides_the_heads() -> None:
         assert best is None or model.heads % best.tp == 0
         for alt in alternatives(model, gib * GIB, shape):
             assert model.heads % alt.shape.tp == 0, alt
+
+
+def test_render_warns_and_strict_refuses_before_writing(capsys, tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "meta-llama/Llama-3.1-8B-Instruct", 29000, "hardware: {gpu: L4}\n")
+    code, out, err = run_cli(["render", spec], capsys)
+    assert code == 0 and "start.sh" in out
+    assert f"{spec}: warning: serve: does not fit on an L4" in err
+    folder = tmp_path / "bundle"
+    code, out, err = run_cli(["render", spec, "--strict", "-o", str(folder)], capsys)
+    assert code == 1 and "refused (--strict)" in err
+    assert not folder.exists()  # nothing half-written
+    fits = _spec(tmp_path, "Qwen/Qwen3-8B", 8192, "hardware: {gpu: H100}\n")
+    code, _, err = run_cli(["render", fits, "--strict"], capsys)
+    assert code == 0 and "warning" not in err
+
+
+def test_gpu_cores_percent_is_a_warning_from_validate_and_render(capsys) -> None:
+    """Measured on an H200: HAMi-core's SM limit does not slow GEMMs (tests/fixtures/gpu/
+    hami-h200), so a gpuCoresPercent is said to be a placement hint, not a bound."""
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "phase3-hami.yaml")
+    for command in ("validate", "render"):
+        code, _, err = run_cli([command, example], capsys)
+        assert code == 0
+        assert "warning: decode.share.gpuCoresPercent: 50% is a placement hint" in err, command
