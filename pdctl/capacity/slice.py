@@ -4,8 +4,8 @@ Inside a HAMi slice CUDA reports the slice as the GPU's total, so vLLM's
 `--gpu-memory-utilization` is a fraction of the slice. The fraction is the one render passes
 (`pdctl.plan.slice.slice_utilization`: the slice minus 768 MiB for the CUDA context as HAMi-core
 counts it, 1536 MiB for CUDA graphs unless eager, 512 MiB per extra TP rank; at most 0.95), so
-the plan and the rendered
-flags agree. Slices under 24 GiB run eager by default (as render does).
+the plan and the rendered flags agree. Slices under 24 GiB run eager by default (as render
+does).
 """
 
 from __future__ import annotations
