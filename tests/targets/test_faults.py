@@ -299,3 +299,88 @@ def test_engine_killed_during_a_replacement_brings_the_previous_back(
         set_env(spec, GOOD="1")
         pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
     assert processes_in(tmp_path) == []
+
+
+def wait_until_serving(spec: Path, env: SshEnv) -> None:
+    """Until status says every unit is healthy (a restored unit may still be starting)."""
+    for _ in range(100):
+        rc, data = status(spec, env.known_hosts)
+        if rc == 0 and all(r["health"] == "healthy" for r in data["instances"]):
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("when", [
+    "replacing fake-serve-0",  # before its running version is stopped
+    "stopped the running version",  # between stopping it and starting the new one
+    "starting fake-serve-0",  # while the new one starts and is waited for
+    "twice",  # once while waiting, again while the previous version comes back
+])
+def test_ctrl_c_during_a_replacement_brings_the_previous_version_back(
+    when: str, ssh_env, fake_venv, tmp_path
+):
+    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
+    try:
+        set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
+        up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
+        up.wait_for("starting fake-serve-0" if when == "twice" else when)
+        up.proc.send_signal(signal.SIGINT)
+        if when == "twice":
+            up.wait_for("interrupted (Ctrl-C): undoing this run")
+            up.proc.send_signal(signal.SIGINT)
+        rc, out, err = up.finish()
+        assert rc == 1, out + err
+        line = one_error_line(err)
+        assert line.startswith("error: up failed: interrupted (Ctrl-C); restored the previous "
+                               "version of fake-serve-0 ("), line
+        state = line.split("restored the previous version of fake-serve-0 (", 1)[1]
+        if when == "twice":  # told not to wait: it says so, unless it was healthy at once
+            assert state.startswith(("healthy)", "not waited for: Ctrl-C)")), line
+        else:
+            assert state.startswith("healthy)"), line
+        set_env(spec, GOOD="1")
+        wait_until_serving(spec, ssh_env)
+        assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
+        assert_good_version_serves(spec, ssh_env, tmp_path)
+    finally:
+        set_env(spec, GOOD="1")
+        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
+    assert processes_in(tmp_path) == []
+
+
+def test_ctrl_c_while_reading_the_hosts_changes_nothing(ssh_env, fake_venv, tmp_path):
+    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
+    try:
+        set_env(spec, CHANGED="1")
+        up = Up(spec, ssh_env.known_hosts)
+        up.wait_for("connected to")
+        up.proc.send_signal(signal.SIGINT)
+        rc, out, err = up.finish()
+        assert rc == 130 and "Traceback" not in err, out + err
+        set_env(spec, GOOD="1")
+        assert pids(spec, ssh_env) == before
+        assert_good_version_serves(spec, ssh_env, tmp_path)
+    finally:
+        set_env(spec, GOOD="1")
+        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
+
+
+def test_keep_going_undoes_each_failed_unit_and_goes_on(ssh_env, fake_venv, tmp_path):
+    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
+    try:
+        data = yaml.safe_load(spec.read_text())
+        data["model"]["name"] = "/nonexistent/model"
+        bad = write_spec(tmp_path / "bad.yaml", data)
+        up = pdctl("up", str(bad), "--yes", "--keep-going", "--known-hosts", ssh_env.known_hosts,
+                   env=SECRET)
+        assert up.returncode == 1, up.stdout + up.stderr
+        line = one_error_line(up.stderr)
+        assert line.startswith("error: up failed for fake-serve-0, fake-serve-1 "
+                               "(--keep-going went on with the others); restored the previous "
+                               "version of fake-serve-0 (healthy), the previous version of "
+                               "fake-serve-1 (healthy)"), line
+        assert up.stdout.count("FAILED") == 2
+        assert_good_version_serves(spec, ssh_env, tmp_path)
+    finally:
+        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
+    assert processes_in(tmp_path) == []
