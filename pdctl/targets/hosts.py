@@ -189,9 +189,13 @@ class HostsTarget:
             health, models = "-", ""
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
-                h = self.ops[key[0]].probe(d.port, self.plan.served_name, path)
-                health = "healthy" if h.ok else h.detail
-                models = ",".join(h.models)
+                try:
+                    h = self.ops[key[0]].probe(d.port, self.plan.served_name, path, unit=key[1])
+                    health = "healthy" if h.ok else h.detail
+                    models = ",".join(h.models)
+                except HostLost as exc:  # lost while probing: say so, keep the other rows
+                    self.unreachable[key[0]] = exc.line()
+                    health = "unreachable"
             if d and o and o.hash != d.hash:
                 state += " (outdated)"
             if d is None:

@@ -123,8 +123,9 @@ class Rollout:
                 self.out.failures.append(UnitFailure("-", "-", exc.line(), ""))
             if self.interrupt.is_set():
                 self.out.interrupted = True
-                self.say("interrupted (Ctrl-C): undoing this run (Ctrl-C again: do not wait "
-                         "for health)")
+                self.say(
+                    "interrupted (Ctrl-C): undoing this run (Ctrl-C again: do not wait for health)"
+                )
             if self.out.interrupted or (self.out.failures and not self.keep_going):
                 self.undo(self.done)
             else:
@@ -134,8 +135,10 @@ class Rollout:
             self.out.interrupted = True
             for item in self.done:
                 if not item.undone:
-                    self.out.left.append(f"{item.unit.name} on {item.unit.host.name}: "
-                                         "unknown (undo abandoned; see `pdctl status`)")
+                    self.out.left.append(
+                        f"{item.unit.name} on {item.unit.host.name}: "
+                        "unknown (undo abandoned; see `pdctl status`)"
+                    )
         return self.out
 
     def forward(
@@ -208,8 +211,10 @@ class Rollout:
 
     def replace(self, d: Desired) -> None:
         ops = self.t.ops[d.host.name]
-        self.say(f"replacing {d.name} on {d.host.name} (the running version is kept in "
-                 f"{d.name}/previous)")
+        self.say(
+            f"replacing {d.name} on {d.host.name} (the running version is kept in "
+            f"{d.name}/previous)"
+        )
         if not self.guard(d.host.name, d.name, lambda: ops.save_previous(d.name)):
             return
         item = Done(d, "replaced")
@@ -342,8 +347,7 @@ class Rollout:
                 ops = self.t.ops[d.host.name]
                 try:
                     if d.port is not None:
-                        health = ops.probe(d.port, served, d.health_path or "/health",
-                                           unit=d.name)
+                        health = ops.probe(d.port, served, d.health_path or "/health", unit=d.name)
                         if health.ok:
                             pending.remove(d)
                             self.say(f"{d.name} on {d.host.name}: healthy")
@@ -351,8 +355,14 @@ class Rollout:
                         last[d.name] = health.detail
                         if health.foreign:  # another process holds the port: waiting won't help
                             pending.remove(d)
-                            failures.append(UnitFailure(d.host.name, d.name, health.detail,
-                                                        self.tail(d.host.name, d.name)))
+                            failures.append(
+                                UnitFailure(
+                                    d.host.name,
+                                    d.name,
+                                    health.detail,
+                                    self.tail(d.host.name, d.name),
+                                )
+                            )
                             continue
                     if ops.alive(d.name):
                         if d.port is None:
@@ -371,14 +381,16 @@ class Rollout:
                     continue
                 pending.remove(d)
                 why = "the process exited" + (" before it became healthy" if d.port else "")
-                failures.append(UnitFailure(d.host.name, d.name, why, self.tail(d.host.name,
-                                                                                d.name)))
+                failures.append(
+                    UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
+                )
             if pending and time.monotonic() > deadline:
                 for d in pending:
                     seen = last.get(d.name, "no answer")
                     why = f"not healthy after {int(self.timeout)} s ({seen})"
-                    failures.append(UnitFailure(d.host.name, d.name, why,
-                                                self.tail(d.host.name, d.name)))
+                    failures.append(
+                        UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
+                    )
                 return failures, []
             if pending and (stop.wait(self.poll) or (forward and failures)):
                 return failures, pending

@@ -80,8 +80,9 @@ def start_fault_host(env: SshEnv, tmp: Path, name: str = "faulty") -> FaultHost:
     address = f"{net}.2"
     d = tmp / f"sshd-{ns}"
     d.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
+    )
     shutil.copy(env.key + ".pub", d / "authorized_keys")
     (d / "sshd.conf").write_text(
         f"Port 22\nListenAddress {address}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n"
@@ -96,8 +97,10 @@ def start_fault_host(env: SshEnv, tmp: Path, name: str = "faulty") -> FaultHost:
     ip = ["ip"]
     subprocess.run([*ip, "netns", "add", ns], check=True)
     try:
-        subprocess.run([*ip, "link", "add", veth, "type", "veth", "peer", "name", "eth0",
-                        "netns", ns], check=True)
+        subprocess.run(
+            [*ip, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+            check=True,
+        )
         subprocess.run([*ip, "addr", "add", f"{net}.1/24", "dev", veth], check=True)
         subprocess.run([*ip, "link", "set", veth, "up"], check=True)
         subprocess.run([*ip, "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0"], check=True)
@@ -105,15 +108,16 @@ def start_fault_host(env: SshEnv, tmp: Path, name: str = "faulty") -> FaultHost:
         subprocess.run([*ip, "-n", ns, "link", "set", "lo", "up"], check=True)
         sshd = subprocess.Popen(
             ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd.conf")],
-            stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "w"), start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(d / "sshd.log", "w"),
+            start_new_session=True,
         )
     except BaseException:
         subprocess.run([*ip, "netns", "del", ns])
         raise
     fault = FaultHost(TestHost(name, address, 22), ns, veth, str(known), sshd)
     for _ in range(100):
-        probe = subprocess.run(["bash", "-c", f"echo > /dev/tcp/{address}/22"],
-                               capture_output=True)
+        probe = subprocess.run(["bash", "-c", f"echo > /dev/tcp/{address}/22"], capture_output=True)
         if probe.returncode == 0:
             break
         time.sleep(0.1)

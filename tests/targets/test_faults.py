@@ -129,9 +129,20 @@ class Up:
 
     def __init__(self, spec: Path, known_hosts: str, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", "--known-hosts",
-             known_hosts, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pdctl",
+                "up",
+                str(spec),
+                "--yes",
+                "--known-hosts",
+                known_hosts,
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, **SECRET, "COLUMNS": "200"},
         )
         self.lines: list[str] = []
@@ -179,8 +190,9 @@ def test_host_lost_mid_up_is_one_line_and_the_rest_is_stopped(
         rc, out, err = up.finish()
         line = one_error_line(err)
         assert rc == 1, out + err
-        assert line.startswith(f"error: up failed: host faulty ({fault_host.host.address}:22): "
-                               "connection lost while "), line
+        assert line.startswith(
+            f"error: up failed: host faulty ({fault_host.host.address}:22): connection lost while "
+        ), line
         assert "stopped what this run started: fake-serve-0" in line
         assert "NOT undone: fake-serve-1 on faulty: host lost, it may still be running" in line
         # Nothing orphaned that the message does not name: only fake-serve-1 on the lost host.
@@ -265,16 +277,16 @@ def test_bad_update_after_a_good_one_restores_the_previous_version(ssh_env, fake
         assert after["fake-serve-0"] != before["fake-serve-0"]  # the good version, restarted
         assert_good_version_serves(spec, ssh_env, tmp_path)
         kept = tmp_path / "lo1" / "fake" / "fake-serve-0" / "previous" / "start.sh"
-        assert kept.read_text() == (tmp_path / "lo1" / "fake" / "fake-serve-0" / "start.sh"
-                                    ).read_text()
+        assert (
+            kept.read_text()
+            == (tmp_path / "lo1" / "fake" / "fake-serve-0" / "start.sh").read_text()
+        )
     finally:
         pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
     assert processes_in(tmp_path) == []
 
 
-def test_engine_killed_during_a_replacement_brings_the_previous_back(
-    ssh_env, fake_venv, tmp_path
-):
+def test_engine_killed_during_a_replacement_brings_the_previous_back(ssh_env, fake_venv, tmp_path):
     spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
     try:
         set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
@@ -289,8 +301,9 @@ def test_engine_killed_during_a_replacement_brings_the_previous_back(
         rc, out, err = up.finish()
         assert rc == 1, out + err
         line = one_error_line(err)
-        assert "fake-serve-0 on host lo1 failed: the process exited before it became healthy" \
-            in line, line
+        assert (
+            "fake-serve-0 on host lo1 failed: the process exited before it became healthy" in line
+        ), line
         assert "restored the previous version of fake-serve-0 (healthy)" in line, line
         set_env(spec, GOOD="1")
         assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
@@ -310,12 +323,15 @@ def wait_until_serving(spec: Path, env: SshEnv) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("when", [
-    "replacing fake-serve-0",  # before its running version is stopped
-    "stopped the running version",  # between stopping it and starting the new one
-    "starting fake-serve-0",  # while the new one starts and is waited for
-    "twice",  # once while waiting, again while the previous version comes back
-])
+@pytest.mark.parametrize(
+    "when",
+    [
+        "replacing fake-serve-0",  # before its running version is stopped
+        "stopped the running version",  # between stopping it and starting the new one
+        "starting fake-serve-0",  # while the new one starts and is waited for
+        "twice",  # once while waiting, again while the previous version comes back
+    ],
+)
 def test_ctrl_c_during_a_replacement_brings_the_previous_version_back(
     when: str, ssh_env, fake_venv, tmp_path
 ):
@@ -331,8 +347,10 @@ def test_ctrl_c_during_a_replacement_brings_the_previous_version_back(
         rc, out, err = up.finish()
         assert rc == 1, out + err
         line = one_error_line(err)
-        assert line.startswith("error: up failed: interrupted (Ctrl-C); restored the previous "
-                               "version of fake-serve-0 ("), line
+        assert line.startswith(
+            "error: up failed: interrupted (Ctrl-C); restored the previous "
+            "version of fake-serve-0 ("
+        ), line
         state = line.split("restored the previous version of fake-serve-0 (", 1)[1]
         if when == "twice":  # told not to wait: it says so, unless it was healthy at once
             assert state.startswith(("healthy)", "not waited for: Ctrl-C)")), line
@@ -371,14 +389,23 @@ def test_keep_going_undoes_each_failed_unit_and_goes_on(ssh_env, fake_venv, tmp_
         data = yaml.safe_load(spec.read_text())
         data["model"]["name"] = "/nonexistent/model"
         bad = write_spec(tmp_path / "bad.yaml", data)
-        up = pdctl("up", str(bad), "--yes", "--keep-going", "--known-hosts", ssh_env.known_hosts,
-                   env=SECRET)
+        up = pdctl(
+            "up",
+            str(bad),
+            "--yes",
+            "--keep-going",
+            "--known-hosts",
+            ssh_env.known_hosts,
+            env=SECRET,
+        )
         assert up.returncode == 1, up.stdout + up.stderr
         line = one_error_line(up.stderr)
-        assert line.startswith("error: up failed for fake-serve-0, fake-serve-1 "
-                               "(--keep-going went on with the others); restored the previous "
-                               "version of fake-serve-0 (healthy), the previous version of "
-                               "fake-serve-1 (healthy)"), line
+        assert line.startswith(
+            "error: up failed for fake-serve-0, fake-serve-1 "
+            "(--keep-going went on with the others); restored the previous "
+            "version of fake-serve-0 (healthy), the previous version of "
+            "fake-serve-1 (healthy)"
+        ), line
         assert up.stdout.count("FAILED") == 2
         assert_good_version_serves(spec, ssh_env, tmp_path)
     finally:
