@@ -262,7 +262,8 @@ def ctrl_c(interrupt: Any, hurry: Any) -> Iterator[None]:
 
 def report_undo(console: Any, outcome: Any) -> None:
     """How the run left what it had changed: restored, stopped, or not undone (and why)."""
-    console.print(f"stopped what this run started: {', '.join(outcome.stopped) or '-'}")
+    if outcome.stopped or not (outcome.restored or outcome.left):
+        console.print(f"stopped what this run started: {', '.join(outcome.stopped) or '-'}")
     for what in outcome.restored:
         console.print(f"restored {what}")
     for what in outcome.left:
