@@ -41,7 +41,8 @@ DOCKER_URL = typer.Option(
     None,
     "--docker-url",
     help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
-    "SDK (unix:///var/run/docker.sock, tcp://..., ssh://user@host) instead of scripts over SSH. "
+    "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with --docker-tls) "
+    "instead of scripts over SSH. "
     "Repeat per host.",
 )
 DOCKER_NETWORK = typer.Option(

@@ -16,7 +16,7 @@ from pdctl.plan.model import Plan
 from pdctl.render.host import Unit, engine_unit, model_dir
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.docker_transport import DockerAccess, check
-from pdctl.targets.health import probe
+from pdctl.targets.health import API_KEY_ENV, probe
 from pdctl.targets.state import Change
 
 
@@ -93,7 +93,8 @@ class ContainerHosts:
 
                     def healthy(_name: str, port: int = unit.port, addr: str = address) -> bool:
                         opener = lambda: socket.create_connection((addr, port), timeout=5)  # noqa: E731
-                        return probe(opener, self.plan.served_name).ok
+                        key = secrets.get(API_KEY_ENV)
+                        return probe(opener, self.plan.served_name, api_key=key).ok
 
                     tgt.wait_running([unit.name], timeout, healthy)
                     self.say(f"{unit.name} on {host}: healthy")
