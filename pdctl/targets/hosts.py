@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pdctl.errors import PdctlError
+from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
@@ -73,6 +73,8 @@ class HostsTarget:
         errors: list[PdctlError] = []
         for res in self.map(one, hosts):
             if isinstance(res, tuple):
+                if isinstance(res[1], UsageError):  # a bad option (--identity), not the host
+                    raise res[1]
                 self.unreachable[res[0]] = res[1].line()
                 errors.append(res[1])
                 continue

@@ -146,6 +146,12 @@ def test_missing_identity_file_is_named(ssh_env, tmp_path):
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"--identity {missing}: no such file" in one_error_line(proc)
+    # status and down tolerate unreachable hosts, but a bad option is not an unreachable host
+    for command in ("status", "down"):
+        proc = pdctl(command, str(spec), "--known-hosts", ssh_env.known_hosts,
+                     "--identity", str(missing))
+        assert proc.returncode == 2, (command, proc.stdout + proc.stderr)
+        assert f"--identity {missing}: no such file" in one_error_line(proc)
 
 
 def test_preflight_uses_the_same_host_key_rules(ssh_env, tmp_path):
