@@ -9,7 +9,7 @@ Stable public API (other modules call these; signatures only grow keyword argume
 
     model = model_config(name, hf_config=None, params_billion=None)   # ModelConfig
     model = spec_model_config(spec.model, hf_config=None)   # the same, from the spec
-    gpu = find_gpu("H200")   # Gpu; SpecError if unknown
+    gpu = find_gpu("H200")   # GpuType; SpecError if unknown
 
     shape = Shape(tp=2, pp=1, dtype="auto", kv_cache_dtype="fp8", max_model_len=8192,
                   gpu="H100-SXM", engine="0.33.0")
@@ -52,7 +52,7 @@ from pdctl.capacity.fit import (
     model_fit,
     smallest_fit,
 )
-from pdctl.capacity.gpus import GPUS, Gpu, custom_gpu, find_gpu
+from pdctl.capacity.gpus import GPUS, GpuType, custom_gpu, find_gpu
 from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     InstanceMemory,
@@ -60,7 +60,8 @@ from pdctl.capacity.memory import (
     kv_bytes_per_token,
     weights_bytes_per_gpu,
 )
-from pdctl.capacity.models import BUILTIN, ModelConfig, model_config
+from pdctl.capacity.models import BUILTIN, ModelConfig
+from pdctl.capacity.params import model_config
 from pdctl.capacity.profile import PINNED
 from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
 
@@ -85,16 +86,41 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     eager = section.enforce_eager if section is not None else False
     engine = getattr(getattr(spec, "engine", None), "version", None) or PINNED
     return Shape(
-        tp=tp, pp=pp, dtype=spec.model.dtype, kv_cache_dtype=spec.model.kv_cache_dtype,
-        max_model_len=spec.model.max_model_len, max_num_seqs=seqs,
-        max_num_batched_tokens=tokens, enforce_eager=eager, engine=engine,
+        tp=tp,
+        pp=pp,
+        dtype=spec.model.dtype,
+        kv_cache_dtype=spec.model.kv_cache_dtype,
+        max_model_len=spec.model.max_model_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        enforce_eager=eager,
+        engine=engine,
     )
 
 
 __all__ = [
-    "BUILTIN", "DEFAULT_UTIL", "GPUS", "Alternative", "DecodeSlice", "Gpu", "InstanceMemory",
-    "ModelConfig", "ModelFit", "Overhead", "Shape", "alternatives", "custom_gpu",
-    "decode_slice", "find_gpu", "instance_memory", "kv_bytes_per_token", "model_config",
-    "model_fit", "slice_util", "smallest_fit", "spec_model_config", "spec_shape",
+    "BUILTIN",
+    "DEFAULT_UTIL",
+    "GPUS",
+    "Alternative",
+    "DecodeSlice",
+    "GpuType",
+    "InstanceMemory",
+    "ModelConfig",
+    "ModelFit",
+    "Overhead",
+    "Shape",
+    "alternatives",
+    "custom_gpu",
+    "decode_slice",
+    "find_gpu",
+    "instance_memory",
+    "kv_bytes_per_token",
+    "model_config",
+    "model_fit",
+    "slice_util",
+    "smallest_fit",
+    "spec_model_config",
+    "spec_shape",
     "weights_bytes_per_gpu",
 ]

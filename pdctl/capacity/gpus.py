@@ -11,7 +11,7 @@ GIB = 1024**3
 
 
 @dataclass(frozen=True)
-class Gpu:
+class GpuType:
     """One GPU model.
 
     `memory_mib` is the total nvidia-smi / NVML reports. `usable_mib` is what CUDA reports as
@@ -47,30 +47,62 @@ def _usable(total_mib: int) -> int:
     return total_mib - RESERVED_MIB
 
 
-GPUS: dict[str, Gpu] = {
+GPUS: dict[str, GpuType] = {
     g.name: g
     for g in (
-        Gpu("H100-SXM", 81559, 81121, 3350, 989.4, "NVIDIA H100 datasheet; vLLM log 79.22 GiB"),
-        Gpu("H100-PCIe", 81559, 81121, 2000, 756.0, "NVIDIA H100 datasheet (PCIe)"),
-        Gpu("H200", 143771, 143155, 4800, 989.4, "NVIDIA H200 datasheet; measured CUDA total"),
-        Gpu("A100-80GB", 81920, _usable(81920), 2039, 312.0, "NVIDIA A100 datasheet (SXM)"),
-        Gpu("A100-40GB", 40960, 40325, 1555, 312.0, "NVIDIA A100 datasheet; vLLM log 39.38 GiB"),
-        Gpu("L40S", 46068, _usable(46068), 864, 362.0, "NVIDIA L40S datasheet"),
-        Gpu("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
-        Gpu("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),
-        Gpu("RTX-4090", 24564, _usable(24564), 1008, 165.2, "NVIDIA Ada whitepaper"),
-        Gpu("RTX-3090", 24576, 24145, 936, 71.0, "NVIDIA Ampere whitepaper; vLLM log 23.58 GiB"),
-        Gpu("RTX-4060", 8188, _usable(8188), 272, 60.0, "NVIDIA Ada whitepaper"),
+        GpuType("H100-SXM", 81559, 81121, 3350, 989.4, "NVIDIA H100 datasheet; vLLM log 79.22 GiB"),
+        GpuType("H100-PCIe", 81559, 81121, 2000, 756.0, "NVIDIA H100 datasheet (PCIe)"),
+        GpuType("H200", 143771, 143155, 4800, 989.4, "NVIDIA H200 datasheet; measured CUDA total"),
+        GpuType("A100-80GB", 81920, _usable(81920), 2039, 312.0, "NVIDIA A100 datasheet (SXM)"),
+        GpuType(
+            "A100-40GB",
+            40960,
+            40325,
+            1555,
+            312.0,
+            "NVIDIA A100 datasheet; vLLM log 39.38 GiB",
+        ),
+        GpuType("L40S", 46068, _usable(46068), 864, 362.0, "NVIDIA L40S datasheet"),
+        GpuType("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
+        GpuType("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),
+        GpuType("RTX-4090", 24564, _usable(24564), 1008, 165.2, "NVIDIA Ada whitepaper"),
+        GpuType(
+            "RTX-3090",
+            24576,
+            24145,
+            936,
+            71.0,
+            "NVIDIA Ampere whitepaper; vLLM log 23.58 GiB",
+        ),
+        GpuType("RTX-4060", 8188, _usable(8188), 272, 60.0, "NVIDIA Ada whitepaper"),
     )
 }
 
-_ALIASES = {"h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gbhbm3": "H100-SXM",
-            "h100pcie": "H100-PCIe", "h200": "H200", "h200sxm": "H200", "h200nvl": "H200",
-            "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm480gb": "A100-80GB",
-            "a100sxm80gb": "A100-80GB", "a10040gb": "A100-40GB", "a100sxm440gb": "A100-40GB",
-            "a100pcie40gb": "A100-40GB", "l40s": "L40S", "l4": "L4", "a10g": "A10G",
-            "rtx4090": "RTX-4090", "4090": "RTX-4090", "geforcertx4090": "RTX-4090",
-            "rtx3090": "RTX-3090", "3090": "RTX-3090", "rtx4060": "RTX-4060"}
+_ALIASES = {
+    "h100": "H100-SXM",
+    "h100sxm": "H100-SXM",
+    "h10080gbhbm3": "H100-SXM",
+    "h100pcie": "H100-PCIe",
+    "h200": "H200",
+    "h200sxm": "H200",
+    "h200nvl": "H200",
+    "a100": "A100-80GB",
+    "a10080gb": "A100-80GB",
+    "a100sxm480gb": "A100-80GB",
+    "a100sxm80gb": "A100-80GB",
+    "a10040gb": "A100-40GB",
+    "a100sxm440gb": "A100-40GB",
+    "a100pcie40gb": "A100-40GB",
+    "l40s": "L40S",
+    "l4": "L4",
+    "a10g": "A10G",
+    "rtx4090": "RTX-4090",
+    "4090": "RTX-4090",
+    "geforcertx4090": "RTX-4090",
+    "rtx3090": "RTX-3090",
+    "3090": "RTX-3090",
+    "rtx4060": "RTX-4060",
+}
 
 
 def _key(name: str) -> str:
@@ -78,7 +110,7 @@ def _key(name: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
 
-def find_gpu(name: str) -> Gpu:
+def find_gpu(name: str) -> GpuType:
     """A GPU by name as users or nvidia-smi write it ('H200', 'NVIDIA H100 80GB HBM3', ...).
 
     Raises SpecError listing the known names when the name is not in the table.
@@ -98,23 +130,33 @@ def find_gpu(name: str) -> Gpu:
     )
 
 
-def custom_gpu(memory_gib: float, base: Gpu | None = None) -> Gpu:
+def custom_gpu(memory_gib: float, base: GpuType | None = None) -> GpuType:
     """A GPU with the given memory; speed figures from `base` (default H100-SXM)."""
     ref = base or GPUS["H100-SXM"]
     mib = int(memory_gib * 1024)
-    return Gpu(f"{ref.name} ({memory_gib:g} GiB)" if base else f"{memory_gib:g} GiB GPU",
-               mib, _usable(mib), ref.bandwidth_gbs, ref.bf16_tflops, "given memory")
+    return GpuType(
+        f"{ref.name} ({memory_gib:g} GiB)" if base else f"{memory_gib:g} GiB GPU",
+        mib,
+        _usable(mib),
+        ref.bandwidth_gbs,
+        ref.bf16_tflops,
+        "given memory",
+    )
 
 
-def gpu_notes(gpu: Gpu, assumed: bool = False) -> tuple[str, ...]:
+def gpu_notes(gpu: GpuType, assumed: bool = False) -> tuple[str, ...]:
     """Warnings about what the plan assumed of the GPU (shown in plan's table and JSON)."""
     if assumed:
-        return (f"no GPU given: planned for an {gpu.name} ({gpu.memory_mib:,} MiB); "
-                "pass --gpu or set hardware.gpu",)
+        return (
+            f"no GPU given: planned for an {gpu.name} ({gpu.memory_mib:,} MiB); "
+            "pass --gpu or set hardware.gpu",
+        )
     if gpu.source == "given memory":
-        return (f"GPU not in pdctl's table: CUDA total assumed {gpu.usable_mib:,} MiB "
-                f"({RESERVED_MIB} MiB below the {gpu.memory_mib:,} MiB given) and speed "
-                "figures borrowed from " + (gpu.name.split(" (")[0] if "(" in gpu.name
-                                            else "H100-SXM")
-                + "; name a known GPU (hardware.gpu) for exact figures",)
+        return (
+            f"GPU not in pdctl's table: CUDA total assumed {gpu.usable_mib:,} MiB "
+            f"({RESERVED_MIB} MiB below the {gpu.memory_mib:,} MiB given) and speed "
+            "figures borrowed from "
+            + (gpu.name.split(" (")[0] if "(" in gpu.name else "H100-SXM")
+            + "; name a known GPU (hardware.gpu) for exact figures",
+        )
     return ()

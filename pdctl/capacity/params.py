@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from pdctl.capacity.models import BUILTIN, ModelConfig
+from pdctl.capacity.models import BUILTIN, ModelConfig, builtin_config
 from pdctl.errors import SpecError
 
 
@@ -104,8 +105,11 @@ def parse_config(
         v_dim = int(_get(config, "v_head_dim", default=128))
         q_lora = config.get("q_lora_rank")
         mla_latent = int(kv_lora) + rope
-        q = hidden * heads * (nope + rope) if not q_lora else (
-            hidden * q_lora + q_lora * heads * (nope + rope))
+        q = (
+            hidden * heads * (nope + rope)
+            if not q_lora
+            else (hidden * q_lora + q_lora * heads * (nope + rope))
+        )
         kv_b = int(kv_lora) * heads * (nope + v_dim)
         attn = q + hidden * mla_latent + kv_b + heads * v_dim * hidden
     else:
@@ -116,7 +120,8 @@ def parse_config(
     per_token = int(_get(config, "num_experts_per_tok", "experts_per_token", default=0))
     moe_inter = int(_get(config, "moe_intermediate_size", default=intermediate))
     shared = int(_get(config, "n_shared_experts", default=0)) * moe_inter + int(
-        _get(config, "shared_expert_intermediate_size", default=0))
+        _get(config, "shared_expert_intermediate_size", default=0)
+    )
     dense_layers = int(_get(config, "first_k_dense_replace", default=0)) if experts else layers
     moe_layers = layers - dense_layers
 
@@ -128,8 +133,13 @@ def parse_config(
     embed = vocab * hidden * (1 if tie else 2)
 
     expert_total = moe_layers * experts * expert_one
-    non_expert = (layers * (attn + norms) + dense_layers * dense_mlp
-                  + moe_layers * other_per_moe_layer + embed + hidden)
+    non_expert = (
+        layers * (attn + norms)
+        + dense_layers * dense_mlp
+        + moe_layers * other_per_moe_layer
+        + embed
+        + hidden
+    )
     params = float(non_expert + expert_total)
     # Per token a decode step uses every weight except the unused embedding rows (the input
     # embedding of an untied model is one row per token) and the unrouted experts.
@@ -144,16 +154,32 @@ def parse_config(
     window, sliding = sliding_layers(config, layers)
     dtype = str(_get(config, "torch_dtype", "dtype", default="bfloat16"))
     return ModelConfig(
-        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, vocab=vocab, intermediate=intermediate, max_position=max_position,
-        params=params, active_params=active, expert_params=float(expert_total),
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        intermediate=intermediate,
+        max_position=max_position,
+        params=params,
+        active_params=active,
+        expert_params=float(expert_total),
         embed_params=float(embed),
-        experts=experts, experts_per_token=per_token, mla_latent=mla_latent,
-        moe_intermediate=moe_inter if experts else 0, shared_intermediate=shared,
+        experts=experts,
+        experts_per_token=per_token,
+        mla_latent=mla_latent,
+        moe_intermediate=moe_inter if experts else 0,
+        shared_intermediate=shared,
         dense_layers=dense_layers if experts else layers,
-        sliding_window=window, sliding_layers=sliding,
-        torch_dtype=dtype, weight_bits=bits, expert_weight_bits=expert_bits,
-        quantization=method, from_table=from_table,
+        sliding_window=window,
+        sliding_layers=sliding,
+        torch_dtype=dtype,
+        weight_bits=bits,
+        expert_weight_bits=expert_bits,
+        quantization=method,
+        from_table=from_table,
     )
 
 
@@ -168,3 +194,29 @@ def nearest_dense(params_billion: float) -> str:
         if gap < best_gap:
             best, best_gap = key, gap
     return best
+
+
+def model_config(
+    name: str, hf_config: dict[str, Any] | None = None, params_billion: float | None = None
+) -> ModelConfig:
+    """Build the ModelConfig: from `hf_config` if given, else the built-in table.
+
+    `params_billion` overrides the computed parameter count. With only `params_billion` (no
+    config, not in the table) the shapes (layers, KV heads...) are borrowed from the built-in
+    dense model of the nearest size, and `shapes_from` names it: KV figures are then estimates.
+    Raises SpecError (path `model.name`) when no source is given.
+    """
+    config = hf_config if hf_config is not None else builtin_config(name)
+    if config is not None:
+        return parse_config(name, config, params_billion, from_table=hf_config is None)
+    if params_billion:
+        donor = nearest_dense(params_billion)
+        model = parse_config(name, BUILTIN[donor], params_billion)
+        return replace(model, shapes_from=donor)
+    raise SpecError(
+        f"pdctl does not know the architecture of {name!r}",
+        path="model.name",
+        fix="set `model.config` to the model's local config.json (exact figures), or "
+        "`model.paramsBillion` (weights exact, KV estimated); built-in models: "
+        + ", ".join(sorted(BUILTIN)),
+    )

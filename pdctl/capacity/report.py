@@ -14,7 +14,7 @@ from pdctl.capacity.fit import (
     instance_memory,
     smallest_fit,
 )
-from pdctl.capacity.gpus import MIB, Gpu
+from pdctl.capacity.gpus import MIB, GpuType
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import (
@@ -90,7 +90,7 @@ class PdRatio:
 @dataclass(frozen=True)
 class CapacityPlan:
     model: ModelConfig
-    gpu: Gpu
+    gpu: GpuType
     phase: int
     traffic: Traffic
     roles: tuple[RolePlan, ...]
@@ -115,7 +115,7 @@ def _recommended(model: ModelConfig, total: int, shape: Shape) -> float | None:
 
 
 def _role(
-    model: ModelConfig, gpu: Gpu, role: str, section: Any, shape: Shape, traffic: Traffic
+    model: ModelConfig, gpu: GpuType, role: str, section: Any, shape: Shape, traffic: Traffic
 ) -> RolePlan:
     shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
@@ -183,7 +183,7 @@ def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
 
 
 def plan_capacity(
-    spec: Spec, model: ModelConfig, gpu: Gpu, traffic: Traffic, shapes: dict[str, Shape]
+    spec: Spec, model: ModelConfig, gpu: GpuType, traffic: Traffic, shapes: dict[str, Shape]
 ) -> CapacityPlan:
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
     `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`."""

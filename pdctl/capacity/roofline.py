@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.capacity.fit import Shape
-from pdctl.capacity.gpus import Gpu
+from pdctl.capacity.gpus import GpuType
 from pdctl.capacity.memory import dtype_bytes, kv_bytes_per_token, weights_bytes_per_gpu
 from pdctl.capacity.models import ModelConfig
 
@@ -63,7 +63,7 @@ class DecodeEstimate:
 
 
 def decode_step(
-    model: ModelConfig, gpu: Gpu, shape: Shape, batch: int, context: int
+    model: ModelConfig, gpu: GpuType, shape: Shape, batch: int, context: int
 ) -> DecodeEstimate:
     """Decode step time: (weights per GPU + KV read) / HBM bandwidth, or FLOPs / peak."""
     kv = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
@@ -78,7 +78,7 @@ def decode_step(
     return DecodeEstimate(batch, context, bytes_read, flops, bound, expected)
 
 
-def prefill_tokens_per_s(model: ModelConfig, gpu: Gpu, shape: Shape, prompt: int) -> float:
+def prefill_tokens_per_s(model: ModelConfig, gpu: GpuType, shape: Shape, prompt: int) -> float:
     """Prefill throughput of one instance (all its GPUs) from FLOPs at PREFILL_MFU.
 
     FLOPs per prompt token = 2 x active params + attention 2 x layers x heads x head_dim x
@@ -88,7 +88,7 @@ def prefill_tokens_per_s(model: ModelConfig, gpu: Gpu, shape: Shape, prompt: int
     return gpu.bf16_tflops * 1e12 * PREFILL_MFU * gpus / per_token
 
 
-def ridge_batch(model: ModelConfig, gpu: Gpu, shape: Shape) -> int:
+def ridge_batch(model: ModelConfig, gpu: GpuType, shape: Shape) -> int:
     """The batch at which a decode step stops being bandwidth bound (weights only): about
     ridge x bytes per weight / 2, since each weight read serves `batch` multiply-adds."""
     width = dtype_bytes(shape.dtype, model) if model.weight_bits >= 16 else model.weight_bits / 8
@@ -96,7 +96,7 @@ def ridge_batch(model: ModelConfig, gpu: Gpu, shape: Shape) -> int:
 
 
 def best_batch(
-    model: ModelConfig, gpu: Gpu, shape: Shape, context: int, max_batch: int,
+    model: ModelConfig, gpu: GpuType, shape: Shape, context: int, max_batch: int,
     tpot_ms: float | None = None,
 ) -> int:
     """The largest batch (<= max_batch) whose expected step time meets `tpot_ms` (if given)."""

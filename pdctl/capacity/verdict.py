@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pdctl.capacity.gpus import GIB, Gpu
+from pdctl.capacity.gpus import GIB, GpuType
 
 if TYPE_CHECKING:
     from pdctl.capacity.report import CapacityPlan, RolePlan
     from pdctl.spec.model import Spec
 
 
-def role_problem(role: RolePlan, gpu: Gpu) -> str | None:
+def role_problem(role: RolePlan, gpu: GpuType) -> str | None:
     """One line for a role that does not fit (None when it fits): what, and the nearest fit."""
     if role.fits:
         return None
@@ -45,7 +45,7 @@ def plan_problems(plan: CapacityPlan) -> tuple[str, ...]:
     return tuple(p for r in plan.roles if (p := role_problem(r, plan.gpu)) is not None)
 
 
-def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: Gpu) -> tuple[str, ...]:
+def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: GpuType) -> tuple[str, ...]:
     """Problem lines for `spec` on `gpu` (empty when every role fits). Raises SpecError when
     the model is unknown (callers that only warn catch it)."""
     from pdctl.capacity import spec_model_config, spec_shape

@@ -23,13 +23,31 @@ from pdctl.errors import SpecError
 
 # Published parameter counts (model cards), in billions.
 PUBLISHED = {
-    "llama-3.1-8b": 8.03, "llama-3.1-70b": 70.6, "qwen2.5-7b": 7.61, "qwen2.5-72b": 72.7,
-    "qwen3-8b": 8.2, "qwen3-32b": 32.8, "qwen3-30b-a3b": 30.5, "qwen3-235b-a22b": 235,
-    "mistral-7b": 7.25, "mixtral-8x7b": 46.7, "deepseek-v2-lite": 15.7, "deepseek-v2": 236,
-    "deepseek-v3": 671, "gpt-oss-20b": 20.9, "gpt-oss-120b": 116.8,
+    "llama-3.1-8b": 8.03,
+    "llama-3.1-70b": 70.6,
+    "qwen2.5-7b": 7.61,
+    "qwen2.5-72b": 72.7,
+    "qwen3-8b": 8.2,
+    "qwen3-32b": 32.8,
+    "qwen3-30b-a3b": 30.5,
+    "qwen3-235b-a22b": 235,
+    "mistral-7b": 7.25,
+    "mixtral-8x7b": 46.7,
+    "deepseek-v2-lite": 15.7,
+    "deepseek-v2": 236,
+    "deepseek-v3": 671,
+    "gpt-oss-20b": 20.9,
+    "gpt-oss-120b": 116.8,
 }
-ACTIVE = {"qwen3-30b-a3b": 3.3, "qwen3-235b-a22b": 22, "mixtral-8x7b": 12.9,
-          "deepseek-v3": 37, "deepseek-v2": 21, "gpt-oss-120b": 5.1, "gpt-oss-20b": 3.6}
+ACTIVE = {
+    "qwen3-30b-a3b": 3.3,
+    "qwen3-235b-a22b": 22,
+    "mixtral-8x7b": 12.9,
+    "deepseek-v3": 37,
+    "deepseek-v2": 21,
+    "gpt-oss-120b": 5.1,
+    "gpt-oss-20b": 3.6,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -139,11 +157,13 @@ def test_llama_70b_smallest_fit_and_alternatives_on_h100() -> None:
 
 
 def test_deepseek_v3_needs_more_than_one_h100_node() -> None:
-    best = smallest_fit(model_config("deepseek-v3"), find_gpu("H100").usable_bytes,
-                        Shape(max_model_len=32768))
+    best = smallest_fit(
+        model_config("deepseek-v3"), find_gpu("H100").usable_bytes, Shape(max_model_len=32768)
+    )
     assert best is not None and best.tp == 8 and best.pp >= 2
-    h200 = smallest_fit(model_config("deepseek-v3"), find_gpu("H200").usable_bytes,
-                        Shape(max_model_len=32768))
+    h200 = smallest_fit(
+        model_config("deepseek-v3"), find_gpu("H200").usable_bytes, Shape(max_model_len=32768)
+    )
     assert h200 is not None and (h200.tp, h200.pp) == (8, 1)
 
 
@@ -153,10 +173,15 @@ def test_model_fit_for_preflight() -> None:
     assert fit.need_bytes == fit.weights + fit.overhead + fit.kv_per_sequence
 
 
-@given(util=st.floats(0.3, 0.95), delta=st.floats(0.001, 0.05),
-       tp=st.sampled_from([1, 2, 4, 8]), length=st.integers(16, 131072))
-def test_more_memory_never_means_fewer_tokens(util: float, delta: float, tp: int,
-                                              length: int) -> None:
+@given(
+    util=st.floats(0.3, 0.95),
+    delta=st.floats(0.001, 0.05),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    length=st.integers(16, 131072),
+)
+def test_more_memory_never_means_fewer_tokens(
+    util: float, delta: float, tp: int, length: int
+) -> None:
     model, gpu = model_config("llama-3.1-70b"), find_gpu("H200")
     shape = Shape(tp=tp, max_model_len=length)
     low = instance_memory(model, gpu.usable_bytes, util, shape)
@@ -164,3 +189,26 @@ def test_more_memory_never_means_fewer_tokens(util: float, delta: float, tp: int
     assert high.kv_tokens >= low.kv_tokens
     assert low.kv_tokens % low.block_size == 0
     assert low.fits == (low.kv_tokens >= length)
+
+
+def test_capacity_models_import_no_other_capacity_module() -> None:
+    """The model table is the bottom of capacity: params builds on it, never the reverse
+    (models.model_config used to import params inside the function: an import circle)."""
+    import ast
+    from pathlib import Path
+
+    import pdctl.capacity.models as models
+
+    tree = ast.parse(Path(models.__file__).read_text())
+    imported = [
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    ]
+    assert not [m for m in imported if m.startswith("pdctl.capacity")], imported
+
+
+def test_capacity_gpu_type_is_not_called_gpu() -> None:
+    """capacity's GPU model is GpuType: facts.Gpu is one GPU a host reported."""
+    import pdctl.capacity as capacity
+
+    assert capacity.GpuType.__name__ == "GpuType"
+    assert not hasattr(capacity, "Gpu")
