@@ -192,7 +192,8 @@ class HostsTarget:
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
                 try:
-                    h = self.ops[key[0]].probe(d.port, self.plan.served_name, path, unit=key[1])
+                    h = self.ops[key[0]].probe(d.port, self.plan.served_name, path, unit=key[1],
+                                              address=d.address)
                     health = "healthy" if h.ok else h.detail
                     models = ",".join(h.models)
                 except HostLost as exc:  # lost while probing: say so, keep the other rows
@@ -217,5 +218,36 @@ def endpoints(plan: Plan, desired: list[Desired]) -> list[str]:
     """Where clients send requests: the router when there is one, else every engine."""
     routers = [d for d in desired if d.role == "router" and d.port]
     chosen = routers or [d for d in desired if d.role == "serve" and d.port]
-    return [f"http://{d.host.address}:{d.port}/v1" for d in chosen]
+    return [_url(plan, d) for d in chosen]
+
+
+def _url(plan: Plan, d: Desired) -> str:
+    """The unit's API as a client reaches it; a router bound to loopback on a remote host is
+    reached through an SSH tunnel (vllm-router checks no client: router.listen)."""
+    from ipaddress import ip_address
+
+    from pdctl.plan.router import router_listen
+    from pdctl.spec.value import url_host
+
+    if d.role != "router":
+        return f"http://{url_host(d.host.address)}:{d.port}/v1"
+    listen = ip_address(router_listen(plan))
+    if listen.is_unspecified or _is_loopback(d.host.address) == listen.is_loopback:
+        where = d.host.address if listen.is_unspecified or listen.is_loopback else str(listen)
+        return f"http://{url_host(where)}:{d.port}/v1"
+    if listen.is_loopback:
+        user = f"{d.host.user}@" if d.host.user else ""
+        return (f"http://{url_host(str(listen))}:{d.port}/v1 on {d.host.name} (router.listen is "
+                f"loopback: ssh -L {d.port}:{url_host(str(listen))}:{d.port} "
+                f"{user}{d.host.address})")
+    return f"http://{url_host(str(listen))}:{d.port}/v1"
+
+
+def _is_loopback(address: str) -> bool:
+    from ipaddress import ip_address
+
+    try:
+        return ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 

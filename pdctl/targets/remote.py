@@ -212,9 +212,11 @@ class HostOps:
         self.conn.stream(cmd, write)
 
     def probe(
-        self, port: int, model: str, path: str = "/health", unit: str | None = None
+        self, port: int, model: str, path: str = "/health", unit: str | None = None,
+        address: str = "127.0.0.1",
     ) -> Health:
-        """Health of the server on `port`; with `unit`, the port must be that unit's."""
+        """Health of the server on `address`:`port` as seen on the host; with `unit`, the port
+        must be that unit's."""
 
         def owner() -> str | None:
             assert unit is not None
@@ -222,7 +224,7 @@ class HostOps:
             res = self.conn.run(script, timeout=60, step="checking who holds the port")
             return port_problem(res.out, port, self.name, unit)
 
-        return probe(lambda: self.conn.open_channel(port), model, path,
+        return probe(lambda: self.conn.open_channel(port, address), model, path,
                      api_key=self.api_key(), owner=owner if unit is not None else None)
 
     def api_key(self) -> str | None:

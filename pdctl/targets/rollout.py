@@ -347,7 +347,8 @@ class Rollout:
                 ops = self.t.ops[d.host.name]
                 try:
                     if d.port is not None:
-                        health = ops.probe(d.port, served, d.health_path or "/health", unit=d.name)
+                        health = ops.probe(d.port, served, d.health_path or "/health", unit=d.name,
+                                           address=d.address)
                         if health.ok:
                             pending.remove(d)
                             self.say(f"{d.name} on {d.host.name}: healthy")

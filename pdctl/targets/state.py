@@ -28,6 +28,8 @@ class Desired:
     hash: str
     port: int | None
     files: tuple[Artifact, ...] = field(default=(), repr=False)
+    # Where a process on the unit's own host reaches its port (the router binds router.listen).
+    address: str = "127.0.0.1"
 
     @property
     def stage(self) -> int:
@@ -78,8 +80,12 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
         what = WHAT.search(start.text)
         role = what.group(2) if what else "serve"
         port = ports.get(unit)
-        if port is None and role == "router":
-            port = plan.spec.router.port
+        address = "127.0.0.1"
+        if role == "router":
+            from pdctl.plan.router import local_address, router_listen
+
+            port = port if port is not None else plan.spec.router.port
+            address = local_address(router_listen(plan))
         out.append(
             Desired(
                 host=hosts[host_name],
@@ -88,6 +94,7 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
                 hash=script_digest(start.text),
                 port=port,
                 files=tuple(files),
+                address=address,
             )
         )
     return sorted(out, key=lambda d: (d.stage, d.host.name, d.name))

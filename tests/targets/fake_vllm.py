@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
             print("fake-vllm:", fmt % args, flush=True)
 
     print(f"fake-vllm serving {name} on port {port}", flush=True)
-    ThreadingHTTPServer(("0.0.0.0", port), Handler).serve_forever()
+    ThreadingHTTPServer((opts.get("--host", "0.0.0.0"), port), Handler).serve_forever()
     return 0
 
 

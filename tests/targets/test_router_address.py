@@ -1,0 +1,97 @@
+"""The router binds `router.listen` (the router host's peer address when the deployment spans
+hosts): `up`/`status` probe it there, over the SSH port forward, and print where clients reach
+it (an SSH tunnel when it listens on loopback of a remote host)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from pdctl.spec.model import Host
+from pdctl.targets.hosts import endpoints
+from pdctl.targets.remote import HostOps
+from pdctl.targets.ssh import Connection, SshOptions
+from pdctl.targets.state import desired_units
+from tests.targets.testbed import HERE, SshEnv
+
+PD = """\
+name: pd
+phase: 2
+model: {{name: Qwen/Qwen3-8B}}
+engine: {{version: "0.33.0"}}
+hosts:
+{hosts}
+prefill: {{replicas: 1}}
+decode: {{replicas: 1}}
+disaggregation: {{connector: nixl}}
+router: {{port: 8000, host: gpu-a{listen}}}
+"""
+TWO = ("  - {name: gpu-a, address: 192.0.2.10, user: ubuntu, gpus: [0]}\n"
+       "  - {name: gpu-b, address: 192.0.2.11, user: ubuntu, gpus: [0]}")
+ONE = "  - {name: gpu-a, address: 192.0.2.10, user: ubuntu, gpus: [0, 1]}"
+
+
+def _router(text: str):
+    spec, _ = load_text(text, "pd.yaml")
+    plan = make_plan(spec)
+    desired = desired_units(plan, render(plan))
+    return plan, desired, next(d for d in desired if d.role == "router")
+
+
+def test_router_probe_address_and_endpoint_follow_router_listen() -> None:
+    plan, desired, router = _router(PD.format(hosts=TWO, listen=""))
+    assert {d.host.name for d in desired} == {"gpu-a", "gpu-b"}
+    assert router.address == "192.0.2.10"  # the peer address it binds
+    assert endpoints(plan, desired) == ["http://192.0.2.10:8000/v1"]
+    plan, desired, router = _router(PD.format(hosts=TWO, listen=", listen: 127.0.0.1"))
+    assert router.address == "127.0.0.1"
+    (url,) = endpoints(plan, desired)
+    assert url.startswith("http://127.0.0.1:8000/v1 on gpu-a (router.listen is loopback: ")
+    assert "ssh -L 8000:127.0.0.1:8000 ubuntu@192.0.2.10" in url
+    plan, desired, router = _router(PD.format(hosts=TWO, listen=", listen: 0.0.0.0"))
+    assert router.address == "127.0.0.1"  # what the host itself reaches
+    assert endpoints(plan, desired) == ["http://192.0.2.10:8000/v1"]
+    plan, desired, router = _router(PD.format(hosts=ONE, listen=""))
+    assert router.address == "127.0.0.1"  # everything on one host: loopback
+    assert endpoints(plan, desired) == ["http://127.0.0.1:8000/v1 on gpu-a (router.listen is "
+                                        "loopback: ssh -L 8000:127.0.0.1:8000 "
+                                        "ubuntu@192.0.2.10)"]
+
+
+def _node(env: SshEnv):
+    if not any(h.name == "node1" for h in env.hosts):
+        pytest.skip("no network-namespace test host (node1)")
+    return env.host("node1")
+
+
+def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: Path) -> None:
+    """A server bound only to the host's own address (not loopback) is healthy at that address
+    and absent at 127.0.0.1: the probe goes where the unit listens."""
+    node = _node(ssh_env)
+    host = Host.model_validate({"name": node.name, "address": node.address, "port": node.port,
+                                "user": "root", "identityFile": ssh_env.key})
+    conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    port = 18791
+    res = conn.run(f"cd {tmp_path} && setsid {sys.executable} {HERE / 'fake_vllm.py'} serve m "
+                   f"--host {node.address} --port {port} >fake.log 2>&1 </dev/null & echo $!",
+                   timeout=30)
+    pid = res.out.strip()
+    try:
+        ops = HostOps(conn, str(tmp_path / "deploy"))
+        for _ in range(200):  # until it listens (it either comes up or the loop ends)
+            health = ops.probe(port, "m", address=node.address)
+            if health.ok:
+                break
+            time.sleep(0.05)
+        assert health.ok, health.detail
+        assert not ops.probe(port, "m").ok  # nothing on the host's loopback
+    finally:
+        subprocess.run(["kill", pid], check=False)
+        conn.close()
