@@ -73,6 +73,16 @@ def objects_of(bundle: Bundle) -> list[dict[str, Any]]:
     return sorted(objs, key=lambda o: rank(o["kind"]))
 
 
+def not_created(kind: str, name: str, namespaced: bool, namespace: str) -> str:
+    why = "the server answered 404 to apply and to create"
+    if not namespaced:
+        return f"{kind}/{name}: {why}"
+    return (
+        f"{kind}/{name}: namespace {namespace} does not exist ({why}); create it, or set "
+        "kubernetes.createNamespace: true"
+    )
+
+
 def object_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -268,7 +278,11 @@ class KubeTarget:
             )
             if done is None:
                 # A real API server creates on apply; servers without apply-create get a POST.
-                self._call("POST", res.path(namespace), body, [("fieldManager", FIELD_MANAGER)])
+                made = self._call(
+                    "POST", res.path(namespace), body, [("fieldManager", FIELD_MANAGER)]
+                )
+                if made is None:
+                    raise PdctlError(not_created(kind, meta["name"], res.namespaced, namespace))
             self.say(f"applied {kind}/{meta['name']}")
         wanted = {self._key(o) for o in objs}
         for res, name in reversed(self.owned_objects(objs)):

@@ -362,3 +362,39 @@ def test_an_old_crd_version_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
         "InferencePool (inference.networking.k8s.io/v1, only "
         "inference.networking.k8s.io/v1alpha2 is served)"
     ) in err, err
+
+
+def test_a_missing_namespace_stops_up_at_the_first_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real API server answers 404 to an apply and to a create into a namespace that does
+    not exist (kmock is told to, for namespace `missing-ns`); `up` must say so, not report
+    the object applied."""
+    import re
+
+    import kmock
+
+    data = spec_data("phase1-k8s", name="knons")
+    data["kubernetes"]["namespace"] = "missing-ns"
+    with kube_server(builtin_resources()) as srv:
+        not_found = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": "NotFound",
+            "code": 404,
+            "message": 'namespaces "missing-ns" not found',
+        }
+        into_missing = re.compile(r"/api(s/[^/]+)?/v1/namespaces/missing-ns/.*")
+        srv.emulator["post", into_missing] << kmock.Response(status=404, payload=not_found)
+        spec, kubeconfig = write_files(srv, tmp_path, data)
+        up = ["up", spec, "--yes", "--timeout", "0", "--kubeconfig", kubeconfig]
+        code, out, err = run_cli(up, capsys)
+        posts = [path for verb, path in srv.log if verb == "POST"]
+    assert code == 1
+    assert err == (
+        "error: PersistentVolumeClaim/knons-model-cache: namespace missing-ns does not exist "
+        "(the server answered 404 to apply and to create); create it, or set "
+        "kubernetes.createNamespace: true\n"
+    ), err
+    assert len(posts) == 1, posts
