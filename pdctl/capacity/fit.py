@@ -35,6 +35,9 @@ class Shape:
     enforce_eager: bool = False
     gpu: str = ""  # the GPU model's name: vLLM's defaults and the interconnect depend on it
     engine: str = PINNED  # the vLLM version: the profiler's behaviour changed across versions
+    # FlashInfer installed (the vllm/vllm-openai image: yes); None: the image's. Only 0.9-0.10
+    # profile their sampler with FlashInfer alone (see pdctl.capacity.profile.sampler_bytes).
+    flashinfer_sampler: bool | None = None
 
     def model_len(self, model: ModelConfig) -> int:
         return self.max_model_len or model.max_position
@@ -42,8 +45,9 @@ class Shape:
     def batching(self, total_bytes: int | None, model_len: int = 0) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs), vLLM's defaults filled in for a GPU (or
         slice) of `total_bytes` named `self.gpu`; without a GPU the large-GPU defaults."""
-        tokens, seqs = default_batching(total_bytes if total_bytes is not None else 80 * GIB,
-                                        self.gpu, self.engine, model_len)
+        tokens, seqs = default_batching(
+            total_bytes if total_bytes is not None else 80 * GIB, self.gpu, self.engine, model_len
+        )
         return self.max_num_batched_tokens or tokens, self.max_num_seqs or seqs
 
 
@@ -72,12 +76,23 @@ class ModelFit:
 def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
     """Weights and KV per GPU for `shape` (no GPU needed)."""
     tokens, seqs = shape.batching(None, shape.model_len(model))
-    over = overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs, shape.enforce_eager,
-                    shape.gpu, shape.engine)
+    over = overhead(
+        model,
+        shape.tp,
+        shape.pp,
+        shape.dtype,
+        tokens,
+        seqs,
+        shape.enforce_eager,
+        shape.gpu,
+        shape.engine,
+        shape.flashinfer_sampler,
+    )
     return ModelFit(
         weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
-        kv_per_token=kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype,
-                                        shape.dtype),
+        kv_per_token=kv_bytes_per_token(
+            model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype
+        ),
         max_model_len=shape.model_len(model),
         overhead=over.total,
     )
@@ -95,18 +110,32 @@ def instance_memory(
     if model.sliding_layers and model.sliding_window:
         layers = stage_layers(model, shape.pp)
         sliding = min(layers, math.ceil(model.sliding_layers / shape.pp))
-        layout = KvLayout(layer_bytes=per_token // layers, full_layers=layers - sliding,
-                          sliding_layers=sliding, window=model.sliding_window,
-                          in_flight=tokens * (2 if shape.pp == 1 else shape.pp),
-                          block_size=block,
-                          per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM)
+        layout = KvLayout(
+            layer_bytes=per_token // layers,
+            full_layers=layers - sliding,
+            sliding_layers=sliding,
+            window=model.sliding_window,
+            in_flight=tokens * (2 if shape.pp == 1 else shape.pp),
+            block_size=block,
+            per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM,
+        )
         per_token = layout.layer_bytes * max(1, layout.full_layers)
     return InstanceMemory(
         total=total_bytes,
         util=util,
         weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
-        overhead=overhead(model, shape.tp, shape.pp, shape.dtype, tokens, seqs,
-                          shape.enforce_eager, shape.gpu, shape.engine),
+        overhead=overhead(
+            model,
+            shape.tp,
+            shape.pp,
+            shape.dtype,
+            tokens,
+            seqs,
+            shape.enforce_eager,
+            shape.gpu,
+            shape.engine,
+            shape.flashinfer_sampler,
+        ),
         kv_per_token=per_token,
         max_model_len=length,
         block_size=block,
@@ -124,8 +153,13 @@ def valid_tp(model: ModelConfig, tp: int) -> bool:
 
 
 def smallest_fit(
-    model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
-    gpus_per_node: int = 8, max_tp: int = 16, max_pp: int = 8,
+    model: ModelConfig,
+    total_bytes: int,
+    shape: Shape,
+    util: float = DEFAULT_UTIL,
+    gpus_per_node: int = 8,
+    max_tp: int = 16,
+    max_pp: int = 8,
 ) -> Shape | None:
     """The smallest TP (then PP across nodes) at which one max-length sequence fits, or None.
 
@@ -133,8 +167,7 @@ def smallest_fit(
     model's heads), then PP = 2, 3, 4 ... 8 at the largest of those TPs. `max_tp` 1 is for
     HAMi slices, where `validate` refuses TP > 1 unless `allowTensorParallel` is set.
     """
-    tps = [t for t in (1, 2, 4, 8, 16)
-           if t <= min(gpus_per_node, max_tp) and valid_tp(model, t)]
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= min(gpus_per_node, max_tp) and valid_tp(model, t)]
     for tp in tps:
         candidate = replace(shape, tp=tp, pp=1)
         if instance_memory(model, total_bytes, util, candidate).fits:
@@ -164,8 +197,13 @@ class Alternative:
 
 
 def alternatives(
-    model: ModelConfig, total_bytes: int, shape: Shape, util: float = DEFAULT_UTIL,
-    gpus_per_node: int = 8, max_tp: int = 16, max_pp: int = 8,
+    model: ModelConfig,
+    total_bytes: int,
+    shape: Shape,
+    util: float = DEFAULT_UTIL,
+    gpus_per_node: int = 8,
+    max_tp: int = 16,
+    max_pp: int = 8,
 ) -> tuple[Alternative, ...]:
     """Fitting shapes nearest to `shape`, least change first: a higher memory fraction, fp8 KV,
     a shorter max_model_len, more TP (or PP)."""

@@ -40,9 +40,10 @@ def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: s
 
     Linear layers use the checkpoint's quantized width (`weight_bits`, experts
     `expert_weight_bits`); embeddings and lm_head stay at the activation dtype. vLLM shards
-    embeddings and lm_head over TP ranks too. With PP > 1 the first stage holds the input
-    embedding and the last the lm_head; the stage with ceil(layers / pp) layers is counted with
-    the larger of the two.
+    embeddings and lm_head over TP ranks too. A multimodal model's vision tower and projector
+    (`vision_config`) load at the activation dtype on the first stage. With PP > 1 the first
+    stage holds the input embedding and the last the lm_head; the stage with ceil(layers / pp)
+    layers is counted with the larger of the two.
     """
     act = dtype_bytes(dtype, model)
     layer_params = model.params - model.embed_params - model.expert_params
@@ -60,7 +61,8 @@ def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: s
     if pp > 1:
         tied = model.embed_params <= model.vocab * model.hidden
         embed = embed if tied else embed / 2
-    return int((per_layer * layers + embed) / tp)
+    vision = model.vision_params * act  # the vision tower (first stage), sharded like the rest
+    return int((per_layer * layers + embed + vision) / tp)
 
 
 def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
@@ -132,18 +134,20 @@ def overhead(
     enforce_eager: bool = False,
     gpu_name: str = "",
     engine: str | None = None,
+    flashinfer_sampler: bool | None = None,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`)."""
     act = dtype_bytes(dtype, model)
     last_stage_sampler = max_num_seqs  # the sampler runs on the last PP stage only
     activation = profile.activation_bytes(
-        model, tp, max_num_batched_tokens, last_stage_sampler, act, engine
+        model, tp, max_num_batched_tokens, last_stage_sampler, act, engine, flashinfer_sampler
     )
     return Overhead(
         activation=activation,
         non_torch=profile.non_torch_bytes(tp, pp, gpu_name),
-        cuda_graphs=profile.graph_bytes(model, stage_layers(model, pp), max_num_seqs,
-                                        enforce_eager),
+        cuda_graphs=profile.graph_bytes(
+            model, stage_layers(model, pp), max_num_seqs, enforce_eager
+        ),
         graphs_counted=profile.graphs_counted(engine),
     )
 
@@ -198,7 +202,8 @@ class KvLayout:
             return blocks * self.block_size
         if not self.per_request:  # older engines: the pool split evenly between groups
             groups = math.ceil(self.full_layers / self.group) + math.ceil(
-                self.sliding_layers / self.group)
+                self.sliding_layers / self.group
+            )
             return blocks * self.block_size // groups
         return int(blocks / self.blocks_per_request(length) * length)
 

@@ -318,6 +318,18 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "torch_dtype": "bfloat16",
     },
     "mistral-small-3.2-24b": {
+        # Mistral3ForConditionalGeneration: a Pixtral vision tower in front of the text model
+        "vision_config": {
+            "model_type": "pixtral",
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "patch_size": 14,
+            "image_size": 1540,
+            "hidden_act": "silu",
+        },
+        "spatial_merge_size": 2,
         "hidden_size": 5120,
         "intermediate_size": 32768,
         "num_hidden_layers": 40,
@@ -374,6 +386,7 @@ class ModelConfig:
     `params` and `active_params` are computed from the shapes (or given); MoE models have
     `active_params` < `params` (only `experts_per_token` experts run per token).
     `mla_latent` is kv_lora_rank + qk_rope_head_dim for DeepSeek MLA models, else None.
+    `vision_params` counts the vision tower and its projector (0 for text-only models).
     `weight_bits` is the storage width of the linear layers (16 unquantized, 8 for fp8/int8,
     about 4.25 for 4-bit formats with scales); `expert_weight_bits` may differ (gpt-oss mxfp4).
     """
@@ -405,6 +418,11 @@ class ModelConfig:
     quantization: str | None = None
     from_table: bool = False
     shapes_from: str | None = None
+    # multimodal: the vision tower (`vision_config`), planned next to the language model
+    vision_params: float = 0.0  # tower + projector, kept at the activation dtype
+    vision_hidden: int = 0
+    vision_intermediate: int = 0
+    vision_patches_per_token: int = 1  # patches merged into one language-model token
 
     @property
     def is_moe(self) -> bool:

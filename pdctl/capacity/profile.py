@@ -100,18 +100,69 @@ def forward_bytes(model: ModelConfig, tp: int, tokens: int, act: int, engine: st
 # on an H100 (1024 rows; Llama-3.1-8B 4.76 GiB, Qwen3 5.56 GiB, gpt-oss 7.38 GiB: 38.4-38.9
 # bytes a logit, llm-d-benchmark config_explorer) and V0 (256 rows, 1.26-1.42 GiB: 39-41).
 SAMPLER_BYTES_PER_LOGIT = 38.6
+# vLLM 0.9 and 0.10 with FlashInfer installed ("Using FlashInfer for top-p & top-k sampling."
+# in the log) profiled the sampler with FlashInfer's kernel alone: no sort, no int64 indices.
+# 16 bytes a logit fitted on vLLM 0.10.1.1 on A100s (dennislee22/vLLM-benchmarking: Qwen2-7B,
+# 256 rows, 0.55-0.61 GiB); the same cluster without FlashInfer matched 38.6.
+FLASHINFER_BYTES_PER_LOGIT = 16.0
+# From 0.9 (vllm#15777 adapted to FlashInfer 0.2.3; 0.8 refused FlashInfer >= 0.2.3) until
+# 0.11: in 0.11.0 the llm-d logs above show the sorted path's 38.6 with FlashInfer installed,
+# and vllm#26859 (0.11.1) turned the FlashInfer sampler off by default; 0.33's
+# `_dummy_sampler_run` runs the native path after FlashInfer's, so the sort sets the peak.
+FLASHINFER_ONLY = ((0, 9), (0, 11))
 
 
-def sampler_bytes(model: ModelConfig, seqs: int, engine: str | None) -> int:
+def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
+    """Whether this engine's profile runs the sampler through FlashInfer alone. `installed`
+    None: the vllm/vllm-openai image's (FlashInfer in it from 0.9 on)."""
+    low, high = FLASHINFER_ONLY
+    return low <= version(engine) < high and installed is not False
+
+
+def sampler_bytes(
+    model: ModelConfig, seqs: int, engine: str | None, flashinfer: bool | None = None
+) -> int:
     """The profile's sampler run: max_num_seqs rows of vocab logits."""
-    return int(seqs * model.vocab * SAMPLER_BYTES_PER_LOGIT)
+    per_logit = (
+        FLASHINFER_BYTES_PER_LOGIT
+        if flashinfer_only(engine, flashinfer)
+        else SAMPLER_BYTES_PER_LOGIT
+    )
+    return int(seqs * model.vocab * per_logit)
+
+
+def encoder_bytes(model: ModelConfig, tp: int, tokens: int, act: int) -> int:
+    """A multimodal model's encoder profile: the vision tower over the encoder budget.
+
+    vLLM's profile run first encodes dummy images worth the encoder budget (at least
+    max_num_batched_tokens language-model tokens; `gpu_model_runner.py` `profile_run`) and
+    keeps their embeddings. Each token is `vision_patches_per_token` patches; the widest
+    point of a vision layer is its MLP (2 x hidden + 3 x intermediate / TP values a patch).
+    Not yet checked against a log that separates the encoder's peak from the sampler's.
+    """
+    if not model.vision_params:
+        return 0
+    patches = tokens * model.vision_patches_per_token
+    width = 2 * model.vision_hidden + 3 * model.vision_intermediate / tp
+    return int(patches * width * act + tokens * model.hidden * act)
 
 
 def activation_bytes(
-    model: ModelConfig, tp: int, tokens: int, seqs: int, act: int, engine: str | None
+    model: ModelConfig,
+    tp: int,
+    tokens: int,
+    seqs: int,
+    act: int,
+    engine: str | None,
+    flashinfer: bool | None = None,
 ) -> int:
-    """The profile run's transient peak: the forward pass or the sampler, the larger."""
-    return max(forward_bytes(model, tp, tokens, act, engine), sampler_bytes(model, seqs, engine))
+    """The profile run's transient peak: the encoder, the forward pass or the sampler, the
+    largest (they run one after the other)."""
+    return max(
+        encoder_bytes(model, tp, tokens, act),
+        forward_bytes(model, tp, tokens, act, engine),
+        sampler_bytes(model, seqs, engine, flashinfer),
+    )
 
 
 # Non-torch growth measured by vLLM 0.11 on H100: 0.13 GiB at TP 1, 0.54-0.55 GiB at TP 2

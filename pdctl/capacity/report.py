@@ -128,12 +128,26 @@ def _role(
     if share is not None:
         gpu_mib = getattr(share, "gpu_total_mib", None) or gpu.memory_mib
         share_eager = getattr(share, "enforce_eager", None)
-        sl = decode_slice(model, gpu_mib, shape, share.per_gpu, share.gpu_memory_percent,
-                          share.gpu_memory_mib, share_eager, spec_util)
+        sl = decode_slice(
+            model,
+            gpu_mib,
+            shape,
+            share.per_gpu,
+            share.gpu_memory_percent,
+            share.gpu_memory_mib,
+            share_eager,
+            spec_util,
+        )
         if spec_util is not None:  # what the slice's own formula would give
             recommended: float | None = decode_slice(
-                model, gpu_mib, shape, share.per_gpu, share.gpu_memory_percent,
-                share.gpu_memory_mib, share_eager).gpu_memory_utilization
+                model,
+                gpu_mib,
+                shape,
+                share.per_gpu,
+                share.gpu_memory_percent,
+                share.gpu_memory_mib,
+                share_eager,
+            ).gpu_memory_utilization
         else:
             recommended = sl.gpu_memory_utilization
         total = sl.slice_mib * MIB
@@ -145,8 +159,9 @@ def _role(
     mem = instance_memory(model, total, util, shape)
     seqs = shape.batching(total)[1]
     kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
-    batch = best_batch(model, gpu, shape, traffic.mean_context,
-                       max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms)
+    batch = best_batch(
+        model, gpu, shape, traffic.mean_context, max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms
+    )
     return RolePlan(
         role=role,
         replicas=section.replicas if section is not None else 1,
@@ -156,8 +171,9 @@ def _role(
         recommended_util=recommended,
         memory=mem,
         smallest=smallest_fit(model, gpu.usable_bytes, shape, max_tp=max_tp, max_pp=max_pp),
-        alternatives=() if mem.fits else alternatives(model, total, shape, util, max_tp=max_tp,
-                                                      max_pp=max_pp),
+        alternatives=()
+        if mem.fits
+        else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp),
         batch=batch,
         decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
@@ -174,7 +190,9 @@ def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
         return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok)
     concurrency = rate * traffic.output_tokens * decode.decode.step_expected_s
     return PdRatio(
-        pre_s, dec_s, pre_s / dec_s,
+        pre_s,
+        dec_s,
+        pre_s / dec_s,
         prefill_instances=max(1, math.ceil(rate * pre_s / 0.8)),  # keep prefill 80% busy
         decode_instances=max(1, math.ceil(rate * dec_s)),
         decode_concurrency=concurrency,
@@ -217,47 +235,70 @@ def _gib(value: float) -> float:
 
 
 def _shape(shape: Shape) -> dict[str, Any]:
-    return {"tensorParallel": shape.tp, "pipelineParallel": shape.pp,
-            "kvCacheDtype": shape.kv_cache_dtype, "maxModelLen": shape.max_model_len}
+    return {
+        "tensorParallel": shape.tp,
+        "pipelineParallel": shape.pp,
+        "kvCacheDtype": shape.kv_cache_dtype,
+        "maxModelLen": shape.max_model_len,
+    }
 
 
 def role_dict(r: RolePlan) -> dict[str, Any]:
     """One role as plain JSON-able data (bytes as ints, GiB rounded to 0.01)."""
     m = r.memory
     out: dict[str, Any] = {
-        "role": r.role, "replicas": r.replicas, **_shape(r.shape),
+        "role": r.role,
+        "replicas": r.replicas,
+        **_shape(r.shape),
         "maxModelLen": m.max_model_len,
-        "weightsBytesPerGpu": m.weights, "weightsGib": _gib(m.weights),
-        "kvBytesPerToken": m.kv_per_token, "kvBytesPerSequence": m.kv_per_sequence,
-        "activationGib": _gib(m.overhead.activation), "nonTorchGib": _gib(m.overhead.non_torch),
+        "weightsBytesPerGpu": m.weights,
+        "weightsGib": _gib(m.weights),
+        "kvBytesPerToken": m.kv_per_token,
+        "kvBytesPerSequence": m.kv_per_sequence,
+        "activationGib": _gib(m.overhead.activation),
+        "nonTorchGib": _gib(m.overhead.non_torch),
         "cudaGraphsGib": _gib(m.overhead.cuda_graphs),
         "cudaGraphsCounted": m.overhead.graphs_counted,
         "maxNumBatchedTokens": r.shape.batching(m.total, m.max_model_len)[0],
         "maxNumSeqs": r.shape.batching(m.total, m.max_model_len)[1],
         "vllmVersion": r.shape.engine,
         "slidingWindowLayers": m.layout.sliding_layers if m.layout is not None else 0,
-        "totalGib": _gib(m.total), "gpuMemoryUtilization": r.util,
-        "utilFromSpec": r.util_from_spec, "recommendedGpuMemoryUtilization": r.recommended_util,
-        "minGpuMemoryUtilization": m.min_util, "kvAvailableGib": _gib(m.kv_available),
-        "kvTokens": m.kv_tokens, "concurrencyAtMaxModelLen": round(m.concurrency, 2),
+        "totalGib": _gib(m.total),
+        "gpuMemoryUtilization": r.util,
+        "utilFromSpec": r.util_from_spec,
+        "recommendedGpuMemoryUtilization": r.recommended_util,
+        "minGpuMemoryUtilization": m.min_util,
+        "kvAvailableGib": _gib(m.kv_available),
+        "kvTokens": m.kv_tokens,
+        "concurrencyAtMaxModelLen": round(m.concurrency, 2),
         "fits": r.fits,
         "smallestFit": _shape(r.smallest) if r.smallest else None,
-        "alternatives": [{"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens}
-                         for a in r.alternatives],
-        "decode": {"batch": r.batch, "context": r.decode.context,
-                   "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
-                   "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
-                   "tokensPerSecond": round(r.decode.tokens_per_s, 1),
-                   "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1)},
+        "alternatives": [
+            {"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens} for a in r.alternatives
+        ],
+        "decode": {
+            "batch": r.batch,
+            "context": r.decode.context,
+            "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
+            "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
+            "tokensPerSecond": round(r.decode.tokens_per_s, 1),
+            "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1),
+        },
         "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1),
     }
     if r.slice is not None:
         s = r.slice
-        out["slice"] = {"sliceMib": s.slice_mib, "perGpu": s.per_gpu,
-                        "gpuMemoryUtilization": s.gpu_memory_utilization,
-                        "enforceEager": s.enforce_eager,
-                        "minSliceMib": s.min_slice_mib, "maxPerGpu": s.max_per_gpu,
-                        "kvTokens": s.kv_tokens, "concurrency": s.concurrency, "fits": s.fits}
+        out["slice"] = {
+            "sliceMib": s.slice_mib,
+            "perGpu": s.per_gpu,
+            "gpuMemoryUtilization": s.gpu_memory_utilization,
+            "enforceEager": s.enforce_eager,
+            "minSliceMib": s.min_slice_mib,
+            "maxPerGpu": s.max_per_gpu,
+            "kvTokens": s.kv_tokens,
+            "concurrency": s.concurrency,
+            "fits": s.fits,
+        }
     return out
 
 
@@ -265,31 +306,54 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
     """The whole plan as plain JSON-able data (what `pdctl plan --output json` prints)."""
     model, gpu, pd = plan.model, plan.gpu, plan.pd
     return {
-        "model": {"name": model.name, "paramsBillion": round(model.params / 1e9, 2),
-                  "activeParamsBillion": round(model.active_params / 1e9, 2),
-                  "layers": model.layers, "kvHeads": model.kv_heads, "headDim": model.head_dim,
-                  "mlaLatent": model.mla_latent, "experts": model.experts,
-                  "quantization": model.quantization,
-                  "source": "table" if model.from_table else (
-                      f"paramsBillion, shapes of {model.shapes_from}" if model.shapes_from
-                      else "config")},
-        "gpu": {"name": gpu.name, "memoryMib": gpu.memory_mib, "usableMib": gpu.usable_mib,
-                "bandwidthGBs": gpu.bandwidth_gbs, "bf16Tflops": gpu.bf16_tflops},
+        "model": {
+            "name": model.name,
+            "paramsBillion": round(model.params / 1e9, 2),
+            "activeParamsBillion": round(model.active_params / 1e9, 2),
+            "layers": model.layers,
+            "kvHeads": model.kv_heads,
+            "headDim": model.head_dim,
+            "mlaLatent": model.mla_latent,
+            "experts": model.experts,
+            "quantization": model.quantization,
+            "source": "table"
+            if model.from_table
+            else (
+                f"paramsBillion, shapes of {model.shapes_from}" if model.shapes_from else "config"
+            ),
+        },
+        "gpu": {
+            "name": gpu.name,
+            "memoryMib": gpu.memory_mib,
+            "usableMib": gpu.usable_mib,
+            "bandwidthGBs": gpu.bandwidth_gbs,
+            "bf16Tflops": gpu.bf16_tflops,
+        },
         "phase": plan.phase,
-        "traffic": {"promptTokens": plan.traffic.prompt_tokens,
-                    "outputTokens": plan.traffic.output_tokens,
-                    "requestsPerSecond": plan.traffic.requests_per_second,
-                    "ttftMs": plan.traffic.ttft_ms, "tpotMs": plan.traffic.tpot_ms},
+        "traffic": {
+            "promptTokens": plan.traffic.prompt_tokens,
+            "outputTokens": plan.traffic.output_tokens,
+            "requestsPerSecond": plan.traffic.requests_per_second,
+            "ttftMs": plan.traffic.ttft_ms,
+            "tpotMs": plan.traffic.tpot_ms,
+        },
         "roles": [role_dict(r) for r in plan.roles],
-        "pd": {"prefillPerDecode": round(pd.prefill_per_decode, 3),
-               "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
-               "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
-               "prefillInstances": pd.prefill_instances, "decodeInstances": pd.decode_instances,
-               "decodeConcurrency": None if pd.decode_concurrency is None
-               else round(pd.decode_concurrency, 1),
-               "ttftOk": pd.ttft_ok},
-        "advice": {"case": plan.advice.case, "pack": plan.advice.pack,
-                   "lines": list(plan.advice.lines)},
+        "pd": {
+            "prefillPerDecode": round(pd.prefill_per_decode, 3),
+            "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
+            "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
+            "prefillInstances": pd.prefill_instances,
+            "decodeInstances": pd.decode_instances,
+            "decodeConcurrency": None
+            if pd.decode_concurrency is None
+            else round(pd.decode_concurrency, 1),
+            "ttftOk": pd.ttft_ok,
+        },
+        "advice": {
+            "case": plan.advice.case,
+            "pack": plan.advice.pack,
+            "lines": list(plan.advice.lines),
+        },
         "fits": plan.fits,
         "warnings": list(plan.warnings),
     }

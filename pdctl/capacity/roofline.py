@@ -96,7 +96,11 @@ def ridge_batch(model: ModelConfig, gpu: GpuType, shape: Shape) -> int:
 
 
 def best_batch(
-    model: ModelConfig, gpu: GpuType, shape: Shape, context: int, max_batch: int,
+    model: ModelConfig,
+    gpu: GpuType,
+    shape: Shape,
+    context: int,
+    max_batch: int,
     tpot_ms: float | None = None,
 ) -> int:
     """The largest batch (<= max_batch) whose expected step time meets `tpot_ms` (if given)."""

@@ -77,14 +77,17 @@ def test_v1_end_to_end_error_distribution() -> None:
     errors = [e for log in E2E if log.v1 and log.fits if (e := _capacity_error(log)) is not None]
     assert len(errors) >= 15
     within5 = sum(1 for e in errors if abs(e) <= 5)
-    assert within5 >= 11, sorted(errors)
+    assert within5 >= 13, sorted(errors)
     held = [
         e
         for log in E2E
         if log.v1 and log.fits and log.split == "holdout"
         if (e := _capacity_error(log)) is not None
     ]
-    assert sum(1 for e in held if abs(e) <= 5) >= 8, sorted(held)
+    # 8 held-out cases since the second pass moved the four A100-80GB Qwen2-7B runs to
+    # "tune" (the FlashInfer sampler constant was fitted on them)
+    assert len(held) >= 8
+    assert sum(1 for e in held if abs(e) <= 5) >= 6, sorted(held)
 
 
 def test_llmd_h100_terms_one_by_one() -> None:

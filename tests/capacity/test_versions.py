@@ -1,0 +1,110 @@
+"""Start-up terms that changed across vLLM versions, and the multimodal terms.
+
+Each figure is checked against a real log (tests/capacity/vllm_logs.py names the URL).
+"""
+
+from __future__ import annotations
+
+from pdctl.capacity import instance_memory, model_config
+from pdctl.capacity.fit import Shape
+from pdctl.capacity.gpus import GIB
+from pdctl.capacity.memory import weights_bytes_per_gpu
+from pdctl.capacity.params import parse_config
+from pdctl.capacity.profile import activation_bytes, encoder_bytes, sampler_bytes
+from tests.capacity.vllm_logs import LOGS, predict
+
+QWEN2_7B = model_config("Qwen/Qwen2-7B-Instruct")
+
+
+def _per_logit(engine: str, flashinfer: bool | None = None) -> float:
+    return sampler_bytes(QWEN2_7B, 256, engine, flashinfer) / (256 * QWEN2_7B.vocab)
+
+
+def test_sampler_profiled_with_flashinfer_alone_only_in_0_9_and_0_10() -> None:
+    # 0.10.1.1 on an A100 logged "Using FlashInfer for top-p & top-k sampling." and its
+    # profile peak was ~16 bytes a logit; 0.11 (llm-d) and 0.33 sort: 38.6
+    assert round(_per_logit("0.10.1")) == 16
+    assert round(_per_logit("0.9.2")) == 16
+    assert round(_per_logit("0.10.1", flashinfer=False), 1) == 38.6  # "FlashInfer is not available"
+    for engine in ("0.8.3", "0.11.0", "0.23.0", "0.33.0"):
+        assert round(_per_logit(engine), 1) == 38.6, engine
+
+
+def test_a100_pcie_pair_at_0_10_within_one_percent() -> None:
+    # dennislee22/vLLM-benchmarking: TP 2 on A100-80GB PCIe (no P2P, FlashInfer sampler),
+    # 0.25 and 0.5 util: 12.02 and 31.83 GiB available
+    cases = [log for log in LOGS if log.name.startswith("Qwen2-7B, 2x A100-80GB TP2")]
+    assert len(cases) == 2
+    for log in cases:
+        assert log.kv_gib is not None
+        assert abs(predict(log).kv_gib - log.kv_gib) / log.kv_gib < 0.01, log.name
+
+
+def test_vision_tower_weights_are_counted() -> None:
+    # Mistral-Small-3.2 (Pixtral tower + projector): vLLM 0.11 "Model loading took 44.76 GiB";
+    # the language model alone is 43.91 GiB
+    model = model_config("mistralai/Mistral-Small-3.2-24B-Instruct-2506")
+    assert 0.40e9 < model.vision_params < 0.48e9
+    assert abs(weights_bytes_per_gpu(model) / GIB - 44.76) < 0.1
+
+
+def test_vision_config_nested_like_hf_multimodal_configs() -> None:
+    # Mistral3ForConditionalGeneration / Qwen2-VL style: text_config + vision_config
+    raw = {
+        "text_config": {
+            "num_hidden_layers": 4,
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "vocab_size": 1000,
+        },
+        "vision_config": {
+            "hidden_size": 256,
+            "intermediate_size": 1024,
+            "num_hidden_layers": 2,
+            "hidden_act": "gelu",
+            "patch_size": 14,
+        },
+    }
+    model = parse_config("tiny-vl", raw, None)
+    per_layer = 4 * 256 * 256 + 2 * 256 * 1024 + 4 * 256
+    assert model.vision_params == 2 * per_layer + 3 * 14 * 14 * 256 + 256 * 512 + 512 * 512
+    text_only = parse_config("tiny", raw["text_config"], None)
+    assert text_only.vision_params == 0
+    assert weights_bytes_per_gpu(model) - weights_bytes_per_gpu(text_only) == int(
+        model.vision_params * 2
+    )
+
+
+def test_encoder_profile_only_for_vision_models_and_taken_as_the_larger_term() -> None:
+    text = model_config("Qwen/Qwen3-0.6B")
+    assert encoder_bytes(text, 1, 8192, 2) == 0
+    mistral = model_config("mistralai/Mistral-Small-3.2-24B-Instruct-2506")
+    # 8192 tokens x 4 patches x (2 x 1024 + 3 x 4096) values + the embeddings kept
+    assert encoder_bytes(mistral, 1, 8192, 2) == int(
+        8192 * 4 * (2 * 1024 + 3 * 4096) * 2 + 8192 * 5120 * 2
+    )
+    # a tower wider than its language model: the encoder sets the profile's peak
+    raw = {
+        "text_config": {
+            "num_hidden_layers": 4,
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "vocab_size": 1000,
+        },
+        "vision_config": {
+            "hidden_size": 1024,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 2,
+            "hidden_act": "silu",
+        },
+        "spatial_merge_size": 2,
+    }
+    wide = parse_config("wide-vl", raw, None)
+    enc = encoder_bytes(wide, 1, 8192, 2)
+    assert enc > activation_bytes(
+        parse_config("t", raw["text_config"], None), 1, 8192, 1, 2, "0.33.0"
+    )
+    mem = instance_memory(
+        wide, 80 * GIB, 0.9, Shape(max_num_batched_tokens=8192, max_num_seqs=1, gpu="H100-SXM")
+    )
+    assert mem.overhead.activation == enc
