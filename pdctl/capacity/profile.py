@@ -100,23 +100,35 @@ def forward_bytes(model: ModelConfig, tp: int, tokens: int, act: int, engine: st
 # on an H100 (1024 rows; Llama-3.1-8B 4.76 GiB, Qwen3 5.56 GiB, gpt-oss 7.38 GiB: 38.4-38.9
 # bytes a logit, llm-d-benchmark config_explorer) and V0 (256 rows, 1.26-1.42 GiB: 39-41).
 SAMPLER_BYTES_PER_LOGIT = 38.6
-# vLLM 0.9 and 0.10 with FlashInfer installed ("Using FlashInfer for top-p & top-k sampling."
+# vLLM 0.9 to 0.11.0 with FlashInfer installed ("Using FlashInfer for top-p & top-k sampling."
 # in the log) profiled the sampler with FlashInfer's kernel alone: no sort, no int64 indices.
 # 16 bytes a logit fitted on vLLM 0.10.1.1 on A100s (dennislee22/vLLM-benchmarking: Qwen2-7B,
-# 256 rows, 0.55-0.61 GiB); the same cluster without FlashInfer matched 38.6.
+# 256 rows, 0.55-0.61 GiB); the same cluster without FlashInfer matched 38.6, and vLLM 0.11.0
+# on an H100 printed 2.12 GiB for Mistral-Small-3.2 (1024 x 131072 logits: 16.9 a logit).
 FLASHINFER_BYTES_PER_LOGIT = 16.0
-# From 0.9 (vllm#15777 adapted to FlashInfer 0.2.3; 0.8 refused FlashInfer >= 0.2.3) until
-# 0.11: in 0.11.0 the llm-d logs above show the sorted path's 38.6 with FlashInfer installed,
-# and vllm#26859 (0.11.1) turned the FlashInfer sampler off by default; 0.33's
+# From 0.9 (vllm#15777 adapted to FlashInfer 0.2.3; 0.8 refused FlashInfer >= 0.2.3) to 0.11.0;
+# vllm#26859 (0.11.1) turned the FlashInfer sampler off by default (the llm-d logs above, from
+# vllm/vllm-openai:latest of January 2026, show the sort's 38.6), and 0.33's
 # `_dummy_sampler_run` runs the native path after FlashInfer's, so the sort sets the peak.
-FLASHINFER_ONLY = ((0, 9), (0, 11))
+FLASHINFER_ONLY = ((0, 9, 0), (0, 11, 1))
+
+
+def patch_version(text: str | None) -> tuple[int, int, int]:
+    """(major, minor, patch) of a vLLM version string; the pinned one when unknown."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or PINNED)
+    if match is None:
+        return patch_version(PINNED)
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
 def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
-    """Whether this engine's profile runs the sampler through FlashInfer alone. `installed`
-    None: the vllm/vllm-openai image's (FlashInfer in it from 0.9 on)."""
+    """Whether this engine's profile runs the sampler through FlashInfer alone.
+
+    `installed` None: the vllm/vllm-openai image's, which pdctl deploys (FlashInfer in it).
+    A plain `pip install vllm` of 0.9-0.11.0 had no FlashInfer (an optional extra from
+    vllm#21959 until vllm#26443 made it a dependency in 0.11.1): pass False."""
     low, high = FLASHINFER_ONLY
-    return low <= version(engine) < high and installed is not False
+    return low <= patch_version(engine) < high and installed is not False
 
 
 def sampler_bytes(

@@ -41,7 +41,8 @@ def test_the_table_is_big_and_varied_enough() -> None:
     assert len(gpus) >= 5, gpus
     tags = {tag for log in LOGS for tag in log.tags}
     assert {"V1", "V0", "TP", "NVLink", "PCIe", "hybrid", "multimodal", "fp8", "MLA", "PP"} <= tags
-    assert sum(1 for log in E2E if log.split == "holdout") >= 10
+    # 9: the second pass moved five first-pass held-out cases it tuned on to "tune"
+    assert sum(1 for log in E2E if log.split == "holdout") >= 9
 
 
 @pytest.mark.parametrize(
@@ -84,9 +85,9 @@ def test_v1_end_to_end_error_distribution() -> None:
         if log.v1 and log.fits and log.split == "holdout"
         if (e := _capacity_error(log)) is not None
     ]
-    # 8 held-out cases since the second pass moved the four A100-80GB Qwen2-7B runs to
-    # "tune" (the FlashInfer sampler constant was fitted on them)
-    assert len(held) >= 8
+    # 7 held-out cases with an error since the second pass moved the four A100-80GB Qwen2-7B
+    # runs and Mistral-Small-3.2 to "tune" (the FlashInfer sampler was fitted on them)
+    assert len(held) >= 7
     assert sum(1 for e in held if abs(e) <= 5) >= 6, sorted(held)
 
 

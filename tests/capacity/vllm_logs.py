@@ -63,7 +63,24 @@ class Log:
 
 _LLMD = "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/empirical-vllm-memory-results.md"
 _DL = "https://github.com/dennislee22/vLLM-benchmarking/blob/main/log/"
+# vllm/vllm-openai:latest between 0.11.1 (vllm#26859, FlashInfer sampler off) and 0.21 (graphs
+# counted): pdctl's terms are the same for every version in that range
+_LLMD_VERSION = "0.12"
 _LLAMA70_FP8 = {**BUILTIN["llama-3.3-70b"], "quantization_config": {"quant_method": "fp8"}}
+# Qwen2.5-VL-72B-Instruct's config.json: the Qwen2.5-72B language model behind a 32-layer
+# vision tower (1280 wide, SwiGLU 3420, 2x2 patch merger to 8192)
+_QWEN25_VL_72B = {
+    **BUILTIN["qwen2.5-72b"],
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "hidden_act": "silu",
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "out_hidden_size": 8192,
+    },
+}
 _QWEN3_30B_W4A16 = {
     **BUILTIN["qwen3-30b-a3b"],
     "quantization_config": {"quant_method": "compressed-tensors", "bits": 4},
@@ -165,19 +182,19 @@ LOGS: tuple[Log, ...] = (
         "https://github.com/vllm-project/vllm/issues/16570",
         "0.8.3",
         "A100-40GB",
-        "Qwen/Qwen2.5-72B-Instruct",
+        "Qwen/Qwen2.5-VL-72B-Instruct",
         tp=4,
         util=0.95,
         total_gib=39.38,
+        config=_QWEN25_VL_72B,
         weights_gib=34.43,
         activation_gib=2.51,
         non_torch_gib=0.34,
         kv_gib=0.04,
         fits=False,
-        kind="multimodal (vision tower not modelled)",
+        kind="multimodal (vision tower from vision_config)",
         tags=("V0", "multimodal", "TP"),
-        note="V0 worker path; pdctl plans the language model only: the vision tower's "
-        "weights and encoder profile are missing from the prediction",
+        note="V0 worker path (0.8.3 printed V0's profiling lines)",
     ),
     Log(
         "Qwen3-235B-A22B-FP8, 4x H100 TP4",
@@ -185,6 +202,7 @@ LOGS: tuple[Log, ...] = (
         "0.9.2",
         "H100-SXM",
         "Qwen/Qwen3-235B-A22B-FP8",
+        flashinfer=False,  # inferred: `CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve` on a host (pip)
         tp=4,
         util=0.9,
         max_model_len=40960,
@@ -200,6 +218,7 @@ LOGS: tuple[Log, ...] = (
         "0.10.1",
         "H100-SXM",
         "openai/gpt-oss-120b",
+        flashinfer=False,  # pip in a conda env (/home/ubuntu/miniconda3/envs/... in the traceback)
         util=0.9,
         max_model_len=131072,
         weights_gib=65.97,
@@ -214,6 +233,7 @@ LOGS: tuple[Log, ...] = (
         "0.11.0",
         "H100-SXM",
         "openai/gpt-oss-120b",
+        flashinfer=False,  # pip in a conda env (/opt/conda/envs/vllm_env/... in the traceback)
         util=0.95,
         max_model_len=131072,
         max_num_batched_tokens=1024,
@@ -262,12 +282,15 @@ LOGS: tuple[Log, ...] = (
         split="tune",
         note="a 4-bit checkpoint assumed from the 5.20 GiB weights",
     ),
-    # llm-d-benchmark: vLLM 0.11.0 (V1) on one H100 node, 79.18 GiB, --max-model-len 16000,
-    # --block-size 128 --enable-prefix-caching, DEBUG logs with every term
+    # llm-d-benchmark: vllm/vllm-openai:latest (V1) on one H100 node, 79.18 GiB,
+    # --max-model-len 16000, --block-size 128 --enable-prefix-caching, DEBUG logs with every
+    # term. The first pass called these 0.11.0; the page names no version for them (only the
+    # Mistral run says 0.11.0) and was published 2026-01-27 (llm-d-benchmark#622), when
+    # "latest" was past 0.11.1: see _LLMD_VERSION.
     Log(
         "Llama-3.1-8B, H100 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "meta-llama/Llama-3.1-8B-Instruct",
         max_model_len=16000,
@@ -282,7 +305,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Qwen3-0.6B, H100 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "Qwen/Qwen3-0.6B",
         max_model_len=16000,
@@ -297,7 +320,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "gpt-oss-20b, H100 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "openai/gpt-oss-20b",
         max_model_len=16000,
@@ -312,7 +335,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Qwen3-0.6B, H100, 32k (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "Qwen/Qwen3-0.6B",
         max_model_len=32000,
@@ -328,7 +351,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "gpt-oss-120b, H100 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "openai/gpt-oss-120b",
         max_model_len=16000,
@@ -344,7 +367,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Llama-3.3-70B-FP8, 2x H100 TP2 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
         tp=2,
@@ -362,7 +385,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Llama-3.3-70B-FP8, H100 TP1 (llm-d, refused)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
         max_model_len=16000,
@@ -380,7 +403,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Qwen3-32B, H100 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "Qwen/Qwen3-32B",
         max_model_len=16000,
@@ -396,7 +419,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Qwen3-32B, H100, 32k (llm-d, refused)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "Qwen/Qwen3-32B",
         max_model_len=32000,
@@ -413,7 +436,7 @@ LOGS: tuple[Log, ...] = (
     Log(
         "Qwen3-32B, 2x H100 TP2 (llm-d)",
         _LLMD,
-        "0.11.0",
+        _LLMD_VERSION,
         "H100-SXM",
         "Qwen/Qwen3-32B",
         tp=2,
@@ -441,9 +464,11 @@ LOGS: tuple[Log, ...] = (
         non_torch_gib=0.14,
         kv_gib=28.20,
         tokens=184832,
-        kind="multimodal (vision tower not modelled)",
+        kind="multimodal (Pixtral tower), FlashInfer sampler",
         tags=("V1", "multimodal"),
-        split="holdout",
+        note="the page says vLLM 0.11.0; held out in the first pass, TUNED ON in the second "
+        "(its 2.12 GiB profile peak is the FlashInfer-only sampler of 0.9-0.11.0)",
+        split="tune",
     ),
     # dennislee22/vLLM-benchmarking: full start-up logs, vLLM 0.10.1.1 (V1) on A100s,
     # --max-model-len 16384. Held out in the first pass. In the second pass the four Qwen2-7B
