@@ -47,6 +47,7 @@ class Observed:
     kv_available_gib: float | None = None
     kv_tokens: int | None = None
     block_size: int | None = None
+    flashinfer_sampler: bool | None = None  # "Using FlashInfer for top-p & top-k sampling."
 
     @property
     def empty(self) -> bool:
@@ -96,6 +97,11 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
 _INTS = {"kv_tokens", "tp", "pp", "max_model_len", "max_num_batched_tokens", "block_size"}
 _MIN = {"kv_available_gib", "kv_tokens"}  # several workers: vLLM uses the smallest
 _BLOCKS = re.compile(r"(?:GPU|cuda) blocks: ([0-9]+)")
+# which top-k/top-p sampler the engine set up (vllm/v1/sample/ops/topk_topp_sampler.py)
+_FLASHINFER_ON = re.compile(r"Using FlashInfer for top-p & top-k sampling")
+_FLASHINFER_OFF = re.compile(
+    r"FlashInfer is not available|FlashInfer is available, but it is not enabled"
+)
 
 
 def parse_log(text: str) -> Observed:
@@ -119,6 +125,10 @@ def parse_log(text: str) -> Observed:
                 found[field] = max(found[field], value)  # the most loaded worker
             elif field not in found:
                 found[field] = value
+    if _FLASHINFER_ON.search(text):
+        found["flashinfer_sampler"] = True
+    elif _FLASHINFER_OFF.search(text):
+        found["flashinfer_sampler"] = False
     if "kv_tokens" not in found and (blocks := _BLOCKS.search(text)):
         found["kv_tokens"] = int(blocks.group(1)) * found.get("block_size", 16)
     return Observed(**found)
@@ -146,6 +156,7 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
     the terms compare like with like; `conditions` lists where the log differs from the plan.
     """
     from pdctl.capacity.fit import instance_memory
+    from pdctl.capacity.profile import flashinfer_only
 
     chosen = next((r for r in plan.roles if r.role == role), None) or next(
         (r for r in plan.roles if seen.tp is not None and r.shape.tp == seen.tp), plan.roles[0]
@@ -176,6 +187,13 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
         "maxNumBatchedTokens", shape.batching(total)[0], seen.max_num_batched_tokens
     ):
         shape = replace(shape, max_num_batched_tokens=seen.max_num_batched_tokens)
+    if seen.flashinfer_sampler is not None:
+        planned = flashinfer_only(shape.engine, shape.flashinfer_sampler)
+        shape = replace(shape, flashinfer_sampler=seen.flashinfer_sampler)
+        logged = flashinfer_only(shape.engine, shape.flashinfer_sampler)
+        words = {True: "FlashInfer only", False: "sorted (no FlashInfer)"}
+        if planned != logged:
+            changes.append(f"sampler profile: plan {words[planned]}, log {words[logged]}")
     if seen.util is not None and differs("gpuMemoryUtilization", util, seen.util):
         util = seen.util
     if seen.total_gib is not None and abs(seen.total_gib * GIB - total) > 0.01 * GIB:

@@ -139,3 +139,39 @@ def test_from_log_errors_are_one_line(capsys, tmp_path: Path) -> None:
     empty.write_text("INFO something else entirely\n")
     code, _, err = run_cli(["plan", str(spec), "--from-log", str(empty)], capsys)
     assert code == 2 and "has none of vLLM's start-up memory lines" in err
+
+
+def test_from_log_reads_which_sampler_the_engine_profiled(capsys, tmp_path: Path) -> None:
+    # "FlashInfer is not available" (a pip install of 0.10): the sampler profile sorts, so
+    # the prediction under the log's conditions has the larger activation term
+    assert parse_log(V1_LOG).flashinfer_sampler is None
+    with_fi = V1_LOG + (
+        "(EngineCore_0 pid=2881) INFO 09-04 01:29:01 [topk_topp_sampler.py:50] Using FlashInfer "
+        "for top-p & top-k sampling.\n"
+    )
+    without = V1_LOG + (
+        "(EngineCore_0 pid=2881) WARNING 09-04 01:29:01 [topk_topp_sampler.py:61] FlashInfer is "
+        "not available. Falling back to the PyTorch-native implementation of top-p & top-k "
+        "sampling. For the best performance, please install FlashInfer.\n"
+    )
+    assert parse_log(with_fi).flashinfer_sampler is True
+    assert parse_log(without).flashinfer_sampler is False
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    activation = {}
+    for name, text in (("fi", with_fi), ("native", without)):
+        log = tmp_path / f"{name}.log"
+        log.write_text(text)
+        code, out, err = run_cli(["plan", str(spec), "-o", "json", "--from-log", str(log)], capsys)
+        assert code == 0, err
+        data = json.loads(out)["fromLog"]
+        terms = {t["term"]: t for t in data["terms"]}
+        activation[name] = terms["activation (profile peak)"]["predicted"]
+        if name == "native":
+            assert (
+                "sampler profile: plan FlashInfer only, log sorted (no FlashInfer)"
+                in (data["conditions"])
+            )
+        else:  # the log matches what pdctl assumes for 0.10 (the vllm-openai image)
+            assert abs(terms["KV cache memory"]["errorPct"]) < 1, terms
+    assert activation["native"] > 2 * activation["fi"]
