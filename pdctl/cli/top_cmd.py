@@ -1,0 +1,203 @@
+"""`pdctl top`: the running deployment's figures, GPU telemetry and verdicts, live or once."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import deque
+from typing import Any
+
+import typer
+
+from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import PHASE, SPEC, TARGET
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
+
+
+def seconds_of(text: str, option: str) -> float:
+    """`60s`, `2m`, `1h` or a plain number of seconds; a usage error otherwise."""
+    from pdctl.errors import UsageError
+
+    m = _DURATION.match(text)
+    value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
+    if not m or not 1 <= value <= 3600:
+        raise UsageError(
+            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})"
+        )
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("top")
+    @connection(docker=False)
+    def top(
+        conn: ConnectFlags,
+        spec: str = SPEC,
+        once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
+        window: str = typer.Option(
+            "60s", "--window", "-w", help="The window figures are taken over (60s, 2m)."
+        ),
+        refresh: str = typer.Option(
+            "2s", "--refresh", help="How often the live dashboard reads (2s)."
+        ),
+        output: str = typer.Option("table", "--output", "-o", help="table or json (--once)."),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+    ) -> None:
+        """Show how the running deployment of SPEC uses its GPUs: per instance requests,
+        tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
+        activity; and verdicts (which phase or setting to move to)."""
+        from pdctl.cli.specfile import load
+        from pdctl.errors import PdctlError, UsageError
+
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        if output == "json" and not once:
+            raise UsageError("-o json prints one window: add --once")
+        window_s = seconds_of(window, "--window")
+        refresh_s = seconds_of(refresh, "--refresh")
+        plan, bundle = load(spec, phase, target)
+        source = _source(plan, bundle, conn)
+        try:
+            if not once:
+                _live(plan, source, window_s, refresh_s)
+                return
+            w, found = _once(plan, source, window_s)
+        finally:
+            source.close()
+        _print_once(w, found, output)
+        failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
+        failed += [f"cannot reach {why}" for why in source.unreachable.values()]
+        if failed:
+            raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
+
+
+def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
+    if plan.target == "kubernetes":
+        from pdctl.targets.kube import api_client
+        from pdctl.top.source import KubeSource
+
+        return KubeSource(plan, api_client(conn.kubeconfig, conn.context)).open()
+    from pdctl.top.source import HostSource
+
+    return HostSource(plan, bundle, conn.ssh(), conn.parallel).open()
+
+
+def _once(plan: Any, source: Any, window_s: float) -> tuple[Any, Any]:
+    from pdctl.top.verdict import verdicts
+    from pdctl.top.window import assemble
+
+    first = source.scrape()
+    gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
+    last = source.scrape()
+    w = assemble(plan.name, plan.phase, plan.target, source.endpoints, first, last, gpus, missing)
+    return w, verdicts(w)
+
+
+def _print_once(w: Any, found: Any, output: str) -> None:
+    from pdctl.top.window import as_dict
+
+    if output == "json":
+        doc = as_dict(w)
+        doc["verdicts"] = [{"key": v.key, "line": v.line} for v in found]
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    from rich.console import Console
+
+    from pdctl.top.dashboard import render
+
+    Console(highlight=False).print(render(w, found))
+
+
+def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from pdctl.top.dashboard import render
+    from pdctl.top.verdict import verdicts
+    from pdctl.top.window import assemble
+
+    history: deque[dict[str, Any]] = deque()
+    keys = _Keys()
+    console = Console(highlight=False)
+    try:
+        with keys, Live(console=console, auto_refresh=False, screen=False) as live:
+            history.append(source.scrape())
+            while True:
+                gpus, missing = source.gpus(refresh_s)
+                now = source.scrape()
+                history.append(now)
+                newest = max((s.at for s in now.values()), default=time.monotonic())
+                while (
+                    len(history) > 2
+                    and _oldest(history[1]) >= 0
+                    and (newest - _oldest(history[1]) >= window_s)
+                ):
+                    history.popleft()
+                w = assemble(
+                    plan.name,
+                    plan.phase,
+                    plan.target,
+                    source.endpoints,
+                    history[0],
+                    now,
+                    gpus,
+                    missing,
+                )
+                live.update(
+                    render(w, verdicts(w), f"{KEYS_HINT} (window {window_s:.0f}s)"), refresh=True
+                )
+                key = keys.read()
+                if key in ("q", "Q"):
+                    return
+                if key == "+":
+                    window_s = min(window_s * 2, 3600.0)
+                elif key == "-":
+                    window_s = max(window_s / 2, refresh_s)
+    except KeyboardInterrupt:  # Ctrl-C leaves cleanly: the terminal restored, exit 0
+        return
+
+
+def _oldest(snaps: dict[str, Any]) -> float:
+    return min((s.at for s in snaps.values()), default=-1.0)
+
+
+class _Keys:
+    """Single key presses from a terminal stdin (cbreak mode), restored on exit."""
+
+    def __init__(self) -> None:
+        self.saved: Any = None
+
+    def __enter__(self) -> _Keys:
+        import sys
+
+        if sys.stdin.isatty():
+            import termios
+            import tty
+
+            self.saved = termios.tcgetattr(sys.stdin)
+            tty.setcbreak(sys.stdin)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            import sys
+            import termios
+
+            termios.tcsetattr(sys.stdin, termios.TCSADRAIN, self.saved)
+
+    def read(self) -> str:
+        import select
+        import sys
+
+        if self.saved is None:
+            return ""
+        ready, _, _ = select.select([sys.stdin], [], [], 0)
+        out = ""
+        while ready:
+            out = sys.stdin.read(1)
+            ready, _, _ = select.select([sys.stdin], [], [], 0)
+        return out

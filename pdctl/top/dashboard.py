@@ -1,0 +1,137 @@
+"""The dashboard as rich renderables (pure: no printing; the CLI shows them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.top.gpu import kind
+from pdctl.top.verdict import Verdict, limits
+from pdctl.top.window import Window, role_totals
+
+
+def _n(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f}"
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    return f"{_ms(a)}/{_ms(b)}"
+
+
+def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    title = f"{w.name}  phase {w.phase} ({w.target})  window {w.seconds:.0f}s"
+    inst = Table(title=title, title_justify="left", expand=False, pad_edge=False)
+    for col in (
+        "instance",
+        "role",
+        "where",
+        "run",
+        "wait",
+        "req/s",
+        "prompt t/s",
+        "gen t/s",
+        "TTFT p50/p95 ms",
+        "ITL p50/p95 ms",
+        "KV",
+        "prefix hit",
+        "preempt",
+        "KV recv tok",
+    ):
+        inst.add_column(col, justify="left" if col in ("instance", "role", "where") else "right")
+    for f in w.instances:
+        if f.error:
+            inst.add_row(f.name, f.role, f.where, Text(f.error, style="red"), *[""] * 10)
+            continue
+        inst.add_row(
+            f.name,
+            f.role,
+            f.where,
+            _n(f.running, ".0f"),
+            _n(f.waiting, ".0f"),
+            _n(f.request_rate, ".2f"),
+            _n(f.prompt_tps),
+            _n(f.generation_tps),
+            _pair(f.ttft_p50, f.ttft_p95),
+            _pair(f.itl_p50, f.itl_p95),
+            _n(f.kv_usage, ".0%"),
+            _n(f.prefix_hit_rate, ".0%"),
+            _n(f.preemptions, ".0f"),
+            _n(f.kv_tokens_received, ".0f"),
+        )
+    roles = Table(title="per role", title_justify="left", pad_edge=False)
+    for col in (
+        "role",
+        "n",
+        "run",
+        "wait",
+        "req/s",
+        "prompt t/s",
+        "gen t/s",
+        "KV mean",
+        "KV recv tok",
+    ):
+        roles.add_column(col, justify="left" if col == "role" else "right")
+    for role, r in sorted(role_totals(w.instances).items()):
+        roles.add_row(
+            role,
+            _n(r.get("instances"), ".0f"),
+            _n(r.get("running"), ".0f"),
+            _n(r.get("waiting"), ".0f"),
+            _n(r.get("request_rate"), ".2f"),
+            _n(r.get("prompt_tps")),
+            _n(r.get("generation_tps")),
+            _n(r.get("kv_usage"), ".0%"),
+            _n(r.get("kv_tokens_received"), ".0f"),
+        )
+    gpus = Table(title="GPUs", title_justify="left", pad_edge=False)
+    for col in (
+        "gpu",
+        "roles",
+        "source",
+        "SM %",
+        "DRAM bw %",
+        "tensor %",
+        "mem MiB",
+        "power W",
+        "reads",
+    ):
+        gpus.add_column(
+            col, justify="left" if col in ("gpu", "roles", "source", "reads") else "right"
+        )
+    t = limits()
+    for g in w.gpus:
+        sm = g.sm_util if g.sm_util is not None else g.util_gpu
+        mem = (
+            "-"
+            if g.mem_used_mib is None
+            else (f"{g.mem_used_mib:.0f}/{_n(g.mem_total_mib, '.0f')}")
+        )
+        gpus.add_row(
+            f"{g.host}/{g.index} {g.name}",
+            ",".join(g.roles) or "-",
+            g.source,
+            _n(sm),
+            _n(g.bandwidth),
+            _n(g.tensor_util),
+            mem,
+            _n(g.power_w, ".0f"),
+            kind(g, t),
+        )
+    parts: list[Any] = [inst, roles, gpus]
+    for why in w.gpu_missing:
+        parts.append(Text(f"GPU telemetry missing: {why}", style="yellow"))
+    parts.append(Text("verdicts:", style="bold"))
+    if not verdicts:
+        parts.append(Text("  none: nothing crossed a threshold in this window"))
+    for v in verdicts:
+        parts.append(Text(f"  [{v.key}] {v.line}"))
+    if hint:
+        parts.append(Text(hint, style="dim"))
+    return Group(*parts)

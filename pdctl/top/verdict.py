@@ -1,0 +1,208 @@
+"""Verdicts: one line each, pure functions of a Window, naming the figures and thresholds.
+
+THRESHOLDS is the one table (docs/top.md prints it). The decode advice follows the H200
+measurements (tests/fixtures/gpu/hami-h200/README.md, ../shared/fixtures/gpu/README.md):
+co-located decode instances of one model time-slice the GPU (N instances at batch B give
+0.91-0.92x of ONE at batch B per GPU), so packing pays only when one instance cannot fill its
+batch; a single instance at twice the batch gave 1.8-2.0x."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.top.gpu import Gpu, kind
+from pdctl.top.window import Figures, Window, role_totals
+
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "gpu_idle_max": (5.0, "SM activity and DRAM bandwidth % at or below: the GPU is idle"),
+    "bandwidth_bound_min": (60.0, "DRAM bandwidth % at or above: bandwidth-bound"),
+    "tensor_idle_max": (30.0, "tensor-pipe % at or below (with high DRAM): SMs mostly idle"),
+    "compute_tensor_min": (60.0, "tensor-pipe % at or above: compute-bound"),
+    "kv_low_max": (0.5, "KV-cache usage at or below: room for a larger batch"),
+    "kv_full_min": (0.9, "KV-cache usage at or above: near full"),
+    "batch_full_ratio": (0.9, "running / max-num-seqs at or above: the batch is full"),
+    "itl_spread_min": (2.0, "ITL p95 / p50 at or above: decode steps are being delayed"),
+    "prompt_heavy_ratio": (1.0, "prompt tok/s / generation tok/s at or above: prefill-heavy"),
+    "queue_min": (2.0, "requests waiting at or above: a queue"),
+    "fallback_share_min": (
+        0.5,
+        "decode's locally computed share of prompt tokens at or above "
+        "(with no KV received): KV transfer not working",
+    ),
+    "pack_max": (4.0, "most decode instances pdctl suggests per GPU (phase 3)"),
+}
+# measured: N co-located decode instances per GPU give this share of ONE instance's tok/s at
+# the same batch per instance (tests/fixtures/gpu/hami-h200/README.md)
+PACKED_SHARE = 0.91
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: str
+    line: str
+
+
+def limits(overrides: dict[str, float] | None = None) -> dict[str, float]:
+    t = {k: v for k, (v, _) in THRESHOLDS.items()}
+    t.update(overrides or {})
+    return t
+
+
+def _f(v: float | None, spec: str = ".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _gpus_of(w: Window, f: Figures) -> list[Gpu]:
+    return [g for g in w.gpus if (g.host, g.index) in f.gpus or f.role in g.roles]
+
+
+def verdicts(w: Window, overrides: dict[str, float] | None = None) -> list[Verdict]:
+    t = limits(overrides)
+    out: list[Verdict] = []
+    live = [f for f in w.instances if f.error is None]
+    out += _idle(w, t)
+    out += _decode_bound(w, live, t)
+    out += _interference(w, live, t)
+    out += _ratio(w, live, t)
+    out += _kv_pressure(live, t)
+    out += _fallback(w, live, t)
+    return out
+
+
+def _idle(w: Window, t: dict[str, float]) -> list[Verdict]:
+    out = []
+    for g in w.gpus:
+        if kind(g, t) != "idle":
+            continue
+        sm = g.sm_util if g.sm_util is not None else g.util_gpu
+        who = f" ({'/'.join(g.roles)})" if g.roles else ""
+        msg = (
+            f"GPU {g.host}/{g.index}{who} idle: SM {_f(sm)}%, DRAM {_f(g.bandwidth)}% <= "
+            f"{t['gpu_idle_max']:.0f}% over {w.seconds:.0f}s: give it work or give it back"
+        )
+        out.append(Verdict("gpu-idle", msg))
+    return out
+
+
+def _decode_bound(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+    out = []
+    for f in live:
+        if f.role not in ("decode", "serve") or f.kv_usage is None:
+            continue
+        if f.kv_usage > t["kv_low_max"]:
+            continue
+        for g in _gpus_of(w, f):
+            if kind(g, t) != "bandwidth-bound":
+                continue
+            figures = (
+                f"{f.name} on GPU {g.host}/{g.index}: DRAM {_f(g.bandwidth)}% >= "
+                f"{t['bandwidth_bound_min']:.0f}%, tensor {_f(g.tensor_util)}% <= "
+                f"{t['tensor_idle_max']:.0f}%, KV {f.kv_usage:.0%} <= {t['kv_low_max']:.0%}"
+            )
+            cap = f.max_num_seqs
+            full = bool(cap and f.running is not None and f.running >= t["batch_full_ratio"] * cap)
+            if full or (f.waiting or 0) >= t["queue_min"]:
+                msg = (
+                    f"{figures}, running {_f(f.running)} of max-num-seqs {cap or '?'}, waiting "
+                    f"{_f(f.waiting)}: bandwidth-bound with a full batch and KV to spare: raise "
+                    f"--max-num-seqs on this instance (twice the batch on one instance gave "
+                    f"1.8-2.0x tok/s on the H200; a second packed instance gives "
+                    f"{PACKED_SHARE:.2f}x)"
+                )
+                out.append(Verdict("decode-raise-batch", msg))
+                continue
+            n = int(min(t["pack_max"], max(2.0, 1.0 // max(f.kv_usage, 0.01))))
+            now = f", now {_f(f.generation_tps)} tok/s" if f.generation_tps is not None else ""
+            msg = (
+                f"{figures}, running {_f(f.running)}, waiting {_f(f.waiting)}: the instance "
+                f"cannot fill its batch: phase 3, pack {n} decode instances per GPU (frees "
+                f"{n - 1} of every {n} decode GPUs; per GPU about {PACKED_SHARE:.2f}x of one "
+                f"instance at the same batch, measured{now})"
+            )
+            out.append(Verdict("decode-pack", msg))
+    return out
+
+
+def _interference(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+    if w.phase >= 2:
+        return []
+    out = []
+    for f in live:
+        if f.role != "serve" or not f.itl_p50 or f.itl_p95 is None or not f.prompt_tps:
+            continue
+        spread = f.itl_p95 / f.itl_p50
+        gen = f.generation_tps or 0.0
+        if spread < t["itl_spread_min"] or f.prompt_tps < t["prompt_heavy_ratio"] * gen:
+            continue
+        msg = (
+            f"{f.name}: ITL p95 {f.itl_p95 * 1000:.0f} ms = {spread:.1f}x p50 >= "
+            f"{t['itl_spread_min']:.1f}x while prompt {_f(f.prompt_tps)} tok/s >= "
+            f"{t['prompt_heavy_ratio']:.1f}x generation {_f(gen)} tok/s: prefill interferes "
+            f"with decode: phase 2 (prefill/decode disaggregation)"
+        )
+        out.append(Verdict("phase2", msg))
+    return out
+
+
+def _ratio(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+    roles = role_totals(tuple(live))
+    p, d = roles.get("prefill"), roles.get("decode")
+    if not p or not d:
+        return []
+    np_, nd = int(p["instances"]), int(d["instances"])
+    pw, dw = p.get("waiting", 0.0), d.get("waiting", 0.0)
+    dkv = d.get("kv_usage")
+    if pw >= t["queue_min"] * np_ and dw == 0 and (dkv is None or dkv <= t["kv_low_max"]):
+        msg = (
+            f"prefill queueing ({pw:.0f} waiting on {np_}) while decode idles (0 waiting, "
+            f"KV {_f(dkv, '.0%')} <= {t['kv_low_max']:.0%}): move P:D from {np_}:{nd} to "
+            f"{np_ + 1}:{max(nd - 1, 1)}"
+        )
+        return [Verdict("pd-ratio", msg)]
+    if dw >= t["queue_min"] * nd and pw == 0:
+        msg = (
+            f"decode queueing ({dw:.0f} waiting on {nd}) while prefill idles (0 waiting): "
+            f"move P:D from {np_}:{nd} to {max(np_ - 1, 1)}:{nd + 1}"
+        )
+        return [Verdict("pd-ratio", msg)]
+    return []
+
+
+def _kv_pressure(live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+    out = []
+    for f in live:
+        full = f.kv_usage is not None and f.kv_usage >= t["kv_full_min"]
+        if f.role == "router" or not (full or (f.preemptions or 0) > 0):
+            continue
+        more = "decode instances" if f.role == "decode" else "instances"
+        msg = (
+            f"{f.name}: KV {_f(f.kv_usage, '.0%')} (near full at >= {t['kv_full_min']:.0%}), "
+            f"{_f(f.preemptions)} preemptions in the window: raise --gpu-memory-utilization if "
+            f"memory is left, lower --max-num-seqs, raise tensorParallel for more KV per "
+            f"instance, or add {more}"
+        )
+        out.append(Verdict("kv-pressure", msg))
+    return out
+
+
+def _fallback(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+    if w.phase < 2:
+        return []
+    out = []
+    for f in live:
+        if f.role != "decode" or not f.prompt_by_source:
+            continue
+        local = f.prompt_by_source.get("local_compute", 0.0)
+        received = f.prompt_by_source.get("external_kv_transfer", 0.0)
+        total = sum(f.prompt_by_source.values())
+        if total <= 0 or received > 0 or local / total < t["fallback_share_min"]:
+            continue
+        errs = [f"{k.removeprefix('vllm:')} +{v:.0f}" for k, v in f.connector_errors.items() if v]
+        msg = (
+            f"{f.name}: computed {local:.0f} of {total:.0f} prompt tokens itself "
+            f"({local / total:.0%} >= {t['fallback_share_min']:.0%}) and received 0 over the "
+            f"KV connector in {w.seconds:.0f}s: KV transfer is not working, decode re-does "
+            f"prefill (vLLM #26896); connector: {', '.join(errs) or 'no connector errors'}"
+        )
+        out.append(Verdict("kv-transfer-broken", msg))
+    return out
