@@ -17,6 +17,7 @@ from pdctl.capacity.fit import (
 from pdctl.capacity.gpus import MIB, GpuType
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.profile import flashinfer_only
 from pdctl.capacity.roofline import (
     DecodeEstimate,
     best_batch,
@@ -258,6 +259,9 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "activationGib": _gib(m.overhead.activation),
         "nonTorchGib": _gib(m.overhead.non_torch),
         "cudaGraphsGib": _gib(m.overhead.cuda_graphs),
+        "samplerProfile": "flashinfer"
+        if flashinfer_only(r.shape.engine, r.shape.flashinfer_sampler)
+        else "sorted",
         "cudaGraphsCounted": m.overhead.graphs_counted,
         "maxNumBatchedTokens": r.shape.batching(m.total, m.max_model_len)[0],
         "maxNumSeqs": r.shape.batching(m.total, m.max_model_len)[1],

@@ -17,7 +17,7 @@ def _bytes(value: int) -> str:
 
 
 def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
-    from pdctl.capacity.profile import nvlink
+    from pdctl.capacity.profile import flashinfer_only, nvlink
 
     m, s = r.memory, r.shape
     batched, seqs = s.batching(m.total, m.max_model_len)
@@ -25,27 +25,48 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
     if r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util:
         util += f"; recommended {r.recommended_util:.2f}"
     util += f"; least {m.min_util:.2f}"
-    smallest = (f"TP {r.smallest.tp}" + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
-                if r.smallest else "none up to 8 GPUs x 8 stages")
+    smallest = (
+        f"TP {r.smallest.tp}" + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
+        if r.smallest
+        else "none up to 8 GPUs x 8 stages"
+    )
     return [
         ("GPUs per instance", f"{s.tp * s.pp} (TP {s.tp}, PP {s.pp})", "tensorParallel x PP"),
         ("weights / GPU", _gib(m.weights), "params x bytes/param / TP (heaviest PP stage)"),
-        ("KV / token / GPU", _bytes(m.kv_per_token),
-         "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
-         + (f"; full-attention layers only ({m.layout.sliding_layers} sliding-window layers "
-            f"keep {m.layout.window} tokens)" if m.layout is not None else "")),
-        (f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
-         "KV / token x maxModelLen (+ the sliding window's blocks)"),
-        ("activation + graphs + other", f"{_gib(m.overhead.activation)} + "
-         f"{_gib(m.overhead.cuda_graphs)}"
-         + ("" if m.overhead.graphs_counted else " (not counted)")
-         + f" + {_gib(m.overhead.non_torch)}",
-         f"vLLM {s.engine} profile: max(forward over {batched:,} tokens, sampler over "
-         f"{seqs:,} x vocab); CUDA graphs; CUDA context"
-         + ((" + NVLink" if nvlink(s.gpu) else " + PCIe") + " all-reduce" if s.tp > 1 else "")),
+        (
+            "KV / token / GPU",
+            _bytes(m.kv_per_token),
+            "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
+            + (
+                f"; full-attention layers only ({m.layout.sliding_layers} sliding-window layers "
+                f"keep {m.layout.window} tokens)"
+                if m.layout is not None
+                else ""
+            ),
+        ),
+        (
+            f"KV / {m.max_model_len:,}-token sequence",
+            _gib(m.kv_per_sequence),
+            "KV / token x maxModelLen (+ the sliding window's blocks)",
+        ),
+        (
+            "activation + graphs + other",
+            f"{_gib(m.overhead.activation)} + "
+            f"{_gib(m.overhead.cuda_graphs)}"
+            + ("" if m.overhead.graphs_counted else " (not counted)")
+            + f" + {_gib(m.overhead.non_torch)}",
+            f"vLLM {s.engine} profile: max("
+            f"forward over {batched:,} tokens, sampler over {seqs:,} x vocab"
+            + (", FlashInfer only" if flashinfer_only(s.engine, s.flashinfer_sampler) else "")
+            + "); CUDA graphs; CUDA context"
+            + ((" + NVLink" if nvlink(s.gpu) else " + PCIe") + " all-reduce" if s.tp > 1 else ""),
+        ),
         ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
-        ("--gpu-memory-utilization", util,
-         "least = weights + overheads + one sequence, over total"),
+        (
+            "--gpu-memory-utilization",
+            util,
+            "least = weights + overheads + one sequence, over total",
+        ),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
         ("KV capacity", f"{m.kv_tokens:,} tokens", "KV memory / KV per token, whole blocks"),
         ("concurrency at maxModelLen", f"{m.concurrency:.2f}x", "KV capacity / maxModelLen"),
@@ -60,31 +81,54 @@ def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
         return []
     return [
         ("HAMi slice (nvidia.com/gpumem)", f"{s.slice_mib:,} MiB", "decode.share"),
-        ("slices per GPU", f"{s.per_gpu} (room for {s.max_per_gpu} minimal)",
-         "GPU memory / smallest slice"),
-        ("smallest slice", f"{s.min_slice_mib:,} MiB",
-         "(weights + overheads + one sequence) / util, + 1 GiB headroom"),
-        ("util inside slice", f"{s.gpu_memory_utilization:.2f}",
-         "(slice - 1 GiB) / slice, at most 0.90"),
+        (
+            "slices per GPU",
+            f"{s.per_gpu} (room for {s.max_per_gpu} minimal)",
+            "GPU memory / smallest slice",
+        ),
+        (
+            "smallest slice",
+            f"{s.min_slice_mib:,} MiB",
+            "(weights + overheads + one sequence) / util, + 1 GiB headroom",
+        ),
+        (
+            "util inside slice",
+            f"{s.gpu_memory_utilization:.2f}",
+            "(slice - 1 GiB) / slice, at most 0.90",
+        ),
     ]
 
 
 def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     d = r.decode
     if r.role == "prefill":
-        return [("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
-                ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
-                ("decode tokens/s", "-", "batch / step"),
-                ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}",
-                 "50% of peak FLOP/s / FLOPs per token")]
+        return [
+            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
+            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
+            ("decode tokens/s", "-", "batch / step"),
+            (
+                "prefill tokens/s",
+                f"{r.prefill_tokens_per_s:,.0f}",
+                "50% of peak FLOP/s / FLOPs per token",
+            ),
+        ]
     return [
         ("decode batch", f"{r.batch} x {d.context:,} tokens", "min(max-num-seqs, KV, TPOT)"),
-        ("decode step", f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
-         "(weights + KV read) / HBM bandwidth"),
-        ("decode tokens/s", f"{d.tokens_per_s:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
-         "batch / step"),
-        ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}",
-         "50% of peak FLOP/s / FLOPs per token"),
+        (
+            "decode step",
+            f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
+            "(weights + KV read) / HBM bandwidth",
+        ),
+        (
+            "decode tokens/s",
+            f"{d.tokens_per_s:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
+            "batch / step",
+        ),
+        (
+            "prefill tokens/s",
+            f"{r.prefill_tokens_per_s:,.0f}",
+            "50% of peak FLOP/s / FLOPs per token",
+        ),
     ]
 
 
@@ -95,16 +139,26 @@ def show(plan: Any, origin: str) -> None:
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
     model, gpu = plan.model, plan.gpu
-    source = "built-in table" if model.from_table else (
-        f"paramsBillion, shapes of {model.shapes_from} (KV estimated)" if model.shapes_from
-        else "model.config")
-    active = (f", {model.active_params / 1e9:.1f}B active" if model.is_moe else "")
-    console.print(f"[bold]{model.name}[/]: {model.params / 1e9:.2f}B params{active} "
-                  f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
-                  f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
-                  f"phase {plan.phase}")
-    for title, rows_of in (("memory per GPU", lambda r: _memory_rows(r) + _slice_rows(r)),
-                           ("speed (roofline)", _speed_rows)):
+    source = (
+        "built-in table"
+        if model.from_table
+        else (
+            f"paramsBillion, shapes of {model.shapes_from} (KV estimated)"
+            if model.shapes_from
+            else "model.config"
+        )
+    )
+    active = f", {model.active_params / 1e9:.1f}B active" if model.is_moe else ""
+    console.print(
+        f"[bold]{model.name}[/]: {model.params / 1e9:.2f}B params{active} "
+        f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
+        f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
+        f"phase {plan.phase}"
+    )
+    for title, rows_of in (
+        ("memory per GPU", lambda r: _memory_rows(r) + _slice_rows(r)),
+        ("speed (roofline)", _speed_rows),
+    ):
         table = Table(title=title, title_justify="left")
         table.add_column("")
         for r in plan.roles:
@@ -118,16 +172,22 @@ def show(plan: Any, origin: str) -> None:
         console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:
         if not r.fits:
-            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
-                          "would refuse to start it (exit code 1).")
+            console.print(
+                f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
+                "would refuse to start it (exit code 1)."
+            )
             for alt in r.alternatives:
                 console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
     pd, t = plan.pd, plan.traffic
-    line = (f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
-            f"{pd.prefill_per_decode:.2f} prefill instances per decode instance")
+    line = (
+        f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
+        f"{pd.prefill_per_decode:.2f} prefill instances per decode instance"
+    )
     if pd.prefill_instances is not None:
-        line += (f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
-                 f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)")
+        line += (
+            f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
+            f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)"
+        )
     if pd.ttft_ok is not None:
         line += f"; TTFT target {'met' if pd.ttft_ok else 'NOT met'} by prefill compute alone"
     console.print(line)
@@ -145,8 +205,12 @@ def show_comparison(data: dict[str, Any]) -> None:
     title = f"predicted vs the log ({data['role']}"
     title += f", vLLM {data['version']})" if data["version"] else ")"
     table = Table(title=title, title_justify="left")
-    for name, justify in (("term", "left"), ("predicted", "right"), ("observed", "right"),
-                          ("error", "right")):
+    for name, justify in (
+        ("term", "left"),
+        ("predicted", "right"),
+        ("observed", "right"),
+        ("error", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in data["terms"]:
         fmt = (lambda v: f"{v:,.2f} GiB") if t["unit"] == "GiB" else (lambda v: f"{v:,}")
@@ -157,11 +221,15 @@ def show_comparison(data: dict[str, Any]) -> None:
     if data["conditions"]:
         console.print("predicted under the log's conditions: " + "; ".join(data["conditions"]))
     if data["graphsCapturedGib"] is not None:
-        console.print(f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
-                      "GiB (taken from what util leaves over)")
+        console.print(
+            f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
+            "GiB (taken from what util leaves over)"
+        )
     pinned = data["observedUnderPlan"]
     if pinned is not None:
-        console.print(f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
-                      f"plan's shape holds {pinned['kvTokens']:,} tokens"
-                      f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
-                      "sequence)")
+        console.print(
+            f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
+            f"plan's shape holds {pinned['kvTokens']:,} tokens"
+            f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
+            "sequence)"
+        )

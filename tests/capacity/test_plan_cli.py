@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -59,16 +60,39 @@ def test_plan_json_for_every_example(example: Path, capsys) -> None:
         sl = roles["decode"]["slice"]
         assert sl["sliceMib"] * sl["perGpu"] <= data["gpu"]["memoryMib"]
         assert sl["gpuMemoryUtilization"] == roles["decode"]["gpuMemoryUtilization"]
-    assert data["advice"]["case"] in ("busy", "low-traffic", "kv-limited", "unknown-traffic",
-                                      "moderate")
+    assert data["advice"]["case"] in (
+        "busy",
+        "low-traffic",
+        "kv-limited",
+        "unknown-traffic",
+        "moderate",
+    )
 
 
 def test_workload_options_give_instance_counts(capsys, tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.format(model="meta-llama/Llama-3.1-8B-Instruct", extra=""))
-    code, out, err = run(["plan", str(spec), "-o", "json", "--gpu", "H100", "--rate", "20",
-                          "--prompt-tokens", "2000", "--output-tokens", "500",
-                          "--tpot-ms", "30", "--ttft-ms", "500"], capsys)
+    code, out, err = run(
+        [
+            "plan",
+            str(spec),
+            "-o",
+            "json",
+            "--gpu",
+            "H100",
+            "--rate",
+            "20",
+            "--prompt-tokens",
+            "2000",
+            "--output-tokens",
+            "500",
+            "--tpot-ms",
+            "30",
+            "--ttft-ms",
+            "500",
+        ],
+        capsys,
+    )
     assert code == 0, err
     pd = json.loads(out)["pd"]
     assert pd["prefillInstances"] >= 1 and pd["decodeInstances"] >= 1
@@ -79,9 +103,18 @@ def test_workload_options_give_instance_counts(capsys, tmp_path: Path) -> None:
 
 def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 10, "hidden_size": 1024, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "intermediate_size": 4096, "vocab_size": 32000}))
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 10,
+                "hidden_size": 1024,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 2,
+                "intermediate_size": 4096,
+                "vocab_size": 32000,
+            }
+        )
+    )
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.format(model="acme/tiny", extra="\n  config: m/config.json"))
     code, out, err = run(["plan", str(spec), "-o", "json"], capsys)
@@ -134,14 +167,19 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     from pdctl.spec.workload import Hardware, Workload
 
     work = Workload.model_validate({"promptTokens": 4000, "requestsPerSecond": 3, "tpotMs": 40})
-    spec = SimpleNamespace(hardware=Hardware.model_validate({"gpu": "L40S"}), workload=work,
-                           decode=None)
+    spec = SimpleNamespace(
+        hardware=Hardware.model_validate({"gpu": "L40S"}), workload=work, decode=None
+    )
     gpu, origin = _gpu(spec, None, None)
     assert gpu.name == "L40S" and origin == "hardware.gpu"
     assert _gpu(spec, "H200", None)[0].name == "H200"  # the option wins
     traffic = _traffic(spec, None, 100, None, None, None)
-    assert (traffic.prompt_tokens, traffic.output_tokens, traffic.requests_per_second,
-            traffic.tpot_ms) == (4000, 100, 3, 40)
+    assert (
+        traffic.prompt_tokens,
+        traffic.output_tokens,
+        traffic.requests_per_second,
+        traffic.tpot_ms,
+    ) == (4000, 100, 3, 40)
     bad = SimpleNamespace(hardware=Hardware(gpu="Z80"), workload=None, decode=None)
     with pytest.raises(SpecError) as err:
         _gpu(bad, None, None)
@@ -155,3 +193,22 @@ def test_spec_from_stdin(capsys, monkeypatch, tmp_path: Path) -> None:
     code, out, err = run(["plan", "-", "-o", "json"], capsys)
     assert code == 0, err
     assert json.loads(out)["model"]["name"] == "Qwen/Qwen3-8B"
+
+
+def test_plan_table_names_the_flashinfer_only_sampler_of_0_10(capsys, tmp_path: Path) -> None:
+    # vLLM 0.9-0.11.0 in the vllm-openai image profiled the sampler with FlashInfer alone:
+    # the table says so (and the activation is the smaller term); 0.33 sorts
+    spec = tmp_path / "s.yaml"
+    old = SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra="\nengine: {version: '0.10.1'}")
+    spec.write_text(old)
+    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB"], capsys)
+    assert code == 0, err
+    assert re.search(r"FlashInfer[\s│|]*only", out), out
+    data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
+    assert data["roles"][0]["samplerProfile"] == "flashinfer"
+    spec.write_text(SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra=""))
+    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB"], capsys)
+    assert code == 0, err
+    assert not re.search(r"FlashInfer[\s│|]*only", out)
+    data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
+    assert data["roles"][0]["samplerProfile"] == "sorted"
