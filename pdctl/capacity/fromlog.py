@@ -188,12 +188,12 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
     ):
         shape = replace(shape, max_num_batched_tokens=seen.max_num_batched_tokens)
     if seen.flashinfer_sampler is not None:
-        planned = flashinfer_only(shape.engine, shape.flashinfer_sampler)
+        plan_fi = flashinfer_only(shape.engine, shape.flashinfer_sampler)
         shape = replace(shape, flashinfer_sampler=seen.flashinfer_sampler)
-        logged = flashinfer_only(shape.engine, shape.flashinfer_sampler)
+        log_fi = flashinfer_only(shape.engine, shape.flashinfer_sampler)
         words = {True: "FlashInfer only", False: "sorted (no FlashInfer)"}
-        if planned != logged:
-            changes.append(f"sampler profile: plan {words[planned]}, log {words[logged]}")
+        if plan_fi != log_fi:
+            changes.append(f"sampler profile: plan {words[plan_fi]}, log {words[log_fi]}")
     if seen.util is not None and differs("gpuMemoryUtilization", util, seen.util):
         util = seen.util
     if seen.total_gib is not None and abs(seen.total_gib * GIB - total) > 0.01 * GIB:
