@@ -50,7 +50,7 @@ def probe_command(window_s: float, count: int = 1) -> str:
     text = resources.files("pdctl.top").joinpath("nvml_probe.py").read_text()
     code = base64.b64encode(text.encode()).decode()
     boot = f"import base64,sys;exec(base64.b64decode('{code}'))"
-    return f"python3 -c {shlex.quote(boot)} _ {window_s:g} {int(count)}"
+    return f"python3 -c {shlex.quote(boot)} {window_s:g} {int(count)}"
 
 
 FIELDS = (

@@ -137,13 +137,14 @@ class HostSource:
             out = [_with_roles(g, roles.get((g.host, g.index), ())) for g in gpus]
             return out, [f"{name}: {e}" for e in errors if not e.startswith(name)]
 
+        start = time.monotonic()
         gpus: list[Gpu] = []
         missing: list[str] = []
         for g, m in self.target.map(one, hosts):
             gpus += g
             missing += m
-        if not hosts:
-            time.sleep(window_s)
+        # a host without GPUs answers at once: the window still lasts window_s
+        time.sleep(max(0.0, window_s - (time.monotonic() - start)))
         return gpus, missing
 
 
@@ -182,6 +183,8 @@ class KubeSource:
         out = []
         for pod in pods:
             labels = pod.metadata.labels or {}
+            if labels.get("app.kubernetes.io/instance") != self.plan.name:
+                continue  # the selector again: not every server applies it
             role = labels.get("app.kubernetes.io/component", "")
             inst = by_role.get(role)
             if inst is None:
