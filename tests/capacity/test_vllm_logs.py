@@ -41,8 +41,9 @@ def test_the_table_is_big_and_varied_enough() -> None:
     assert len(gpus) >= 5, gpus
     tags = {tag for log in LOGS for tag in log.tags}
     assert {"V1", "V0", "TP", "NVLink", "PCIe", "hybrid", "multimodal", "fp8", "MLA", "PP"} <= tags
-    # 9: the second pass moved five first-pass held-out cases it tuned on to "tune"
-    assert sum(1 for log in E2E if log.split == "holdout") >= 9
+    # 10: the second pass moved five first-pass held-out cases it tuned on to "tune" and
+    # added one new one (the L4)
+    assert sum(1 for log in E2E if log.split == "holdout") >= 10
 
 
 @pytest.mark.parametrize(
@@ -78,17 +79,17 @@ def test_v1_end_to_end_error_distribution() -> None:
     errors = [e for log in E2E if log.v1 and log.fits if (e := _capacity_error(log)) is not None]
     assert len(errors) >= 15
     within5 = sum(1 for e in errors if abs(e) <= 5)
-    assert within5 >= 13, sorted(errors)
+    assert within5 >= 16, sorted(errors)
     held = [
         e
         for log in E2E
         if log.v1 and log.fits and log.split == "holdout"
         if (e := _capacity_error(log)) is not None
     ]
-    # 7 held-out cases with an error since the second pass moved the four A100-80GB Qwen2-7B
+    # 8 held-out cases with an error since the second pass moved the four A100-80GB Qwen2-7B
     # runs and Mistral-Small-3.2 to "tune" (the FlashInfer sampler was fitted on them)
-    assert len(held) >= 7
-    assert sum(1 for e in held if abs(e) <= 5) >= 6, sorted(held)
+    assert len(held) >= 8
+    assert sum(1 for e in held if abs(e) <= 5) >= 7, sorted(held)
 
 
 def test_llmd_h100_terms_one_by_one() -> None:
