@@ -49,3 +49,40 @@ def test_docs_name_every_command() -> None:
     text += (ROOT / "README.md").read_text()
     for name in get_command(app).commands:  # type: ignore[attr-defined]
         assert f"pdctl {name}" in text, f"no doc mentions `pdctl {name}`"
+
+
+def test_cli_reference_is_fresh() -> None:
+    from pdctl.cli.reference import reference
+
+    path = ROOT / "docs" / "cli-reference.md"
+    assert path.read_text() == reference(), (
+        "docs/cli-reference.md is stale: run `python -m pdctl.cli.reference docs/cli-reference.md`"
+    )
+
+
+def test_connecting_commands_share_the_connection_options() -> None:
+    """up, down, status, logs and preflight take the same SSH and Kubernetes options (one
+    declaration, pdctl/cli/connect.py), with the same help and environment variables."""
+    from typer.main import get_command
+
+    from pdctl.cli.app import app
+
+    commands = get_command(app).commands  # type: ignore[attr-defined]
+
+    def options(name: str) -> dict[str, tuple[object, ...]]:
+        return {
+            p.opts[0]: (p.help, p.envvar, p.default) for p in commands[name].params if not p.hidden
+        }
+
+    shared = [
+        "--known-hosts",
+        "--accept-new-host-keys",
+        "--identity",
+        "--connect-timeout",
+        "--parallel",
+        "--kubeconfig",
+        "--context",
+    ]
+    want = {o: options("up")[o] for o in shared}
+    for name in ("down", "status", "logs", "preflight"):
+        assert {o: options(name).get(o) for o in shared} == want, name

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "pdctl.cli.down_cmd",
     "pdctl.cli.status_cmd",
     "pdctl.cli.logs_cmd",
+    "pdctl.cli.top_cmd",
 )
 
 app = typer.Typer(
@@ -107,9 +108,9 @@ def root_help() -> str:
 
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
-    from pdctl.cli.entry import exit_now as _exit
-    from pdctl.cli.entry import fail as _fail
-    from pdctl.cli.entry import output_error, output_failed
+    from pdctl.cli.way_out import exit_now as _exit
+    from pdctl.cli.way_out import fail as _fail
+    from pdctl.cli.way_out import output_error, output_failed
     from pdctl.errors import PdctlError
 
     if sys.stdout is None:  # started with `>&-`

@@ -26,6 +26,7 @@ ROOT_HELP = (
     "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
     '  status     Show every instance of SPEC and whether it is healthy.\n'
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
+    '  top        Show how the running deployment of SPEC uses its GPUs: per...\n'
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
@@ -31,8 +32,13 @@ def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
     if quiet or not console.is_terminal:
         return gather(plan, options)
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"), console=console, transient=True,
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        transient=True,
     ) as progress:
         tasks = {
             name: progress.add_task(f"gathering {name}", total=total, last="")
@@ -53,37 +59,46 @@ def _table(findings: Any, console: Any) -> None:
     for col in ("status", "check", "host/node", "found", "expected", "fix"):
         table.add_column(col, overflow="fold")
     for f in findings:
-        table.add_row(f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found,
-                      f.expected, f.fix)
+        table.add_row(
+            f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found, f.expected, f.fix
+        )
     console.print(table)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("preflight")
+    @connection(docker=False)
     def preflight(
+        conn: ConnectFlags,
         spec: str = SPEC,
         output: str = typer.Option("table", "--output", "-o", help="table or json."),
         record: Path | None = typer.Option(
-            None, "--record", help="Save every raw output gathered under DIR (one folder per "
-            "host, _kubernetes/ for the cluster)."),
+            None,
+            "--record",
+            help="Save every raw output gathered under DIR (one folder per "
+            "host, _kubernetes/ for the cluster).",
+        ),
         replay: Path | None = typer.Option(
-            None, "--replay", help="Check a recording (DIR from --record, or real outputs "
-            "named like it) instead of gathering."),
+            None,
+            "--replay",
+            help="Check a recording (DIR from --record, or real outputs "
+            "named like it) instead of gathering.",
+        ),
         local: list[str] = typer.Option(
-            [], "--local", help="Probe host NAME on this machine, without SSH (repeatable). "
-            "Hosts with address `localhost` are probed locally too."),
-        known_hosts: str = typer.Option(
-            "~/.ssh/known_hosts", "--known-hosts", help="known_hosts file for host keys."),
-        accept_new: bool = typer.Option(
-            False, "--accept-new-host-keys", help="Trust and record unknown host keys "
-            "(a changed key is still refused)."),
+            [],
+            "--local",
+            help="Probe host NAME on this machine, without SSH (repeatable). "
+            "Hosts with address `localhost` are probed locally too.",
+        ),
         remote_path: list[str] = typer.Option(
-            [], "--remote-path", help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
-            "conda outside the non-interactive PATH; repeatable)."),
-        concurrency: int = typer.Option(8, "--concurrency", min=1, max=256,
-                                        help="Hosts probed at once."),
-        kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="kubeconfig file."),
-        context: str | None = typer.Option(None, "--context", help="kubeconfig context."),
+            [],
+            "--remote-path",
+            help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
+            "conda outside the non-interactive PATH; repeatable).",
+        ),
+        concurrency: int | None = typer.Option(
+            None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
@@ -117,9 +132,12 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
         else:
             options = Options(
-                known_hosts=known_hosts, accept_new_host_keys=accept_new,
-                local=frozenset(local), remote_path=tuple(remote_path),
-                concurrency=concurrency, kubeconfig=kubeconfig, context=context,
+                ssh=conn.ssh(),
+                local=frozenset(local),
+                remote_path=tuple(remote_path),
+                concurrency=concurrency or conn.parallel,
+                kubeconfig=conn.kubeconfig,
+                context=conn.context,
             )
             raw = _gather(plan, options, quiet=output == "json")
             if record is not None:
@@ -131,15 +149,20 @@ def register(app: typer.Typer) -> None:
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
         if output == "json":
             doc = {
-                "spec": plan.name, "phase": plan.phase, "target": plan.target,
-                "status": status, "counts": counts,
+                "spec": plan.name,
+                "phase": plan.phase,
+                "target": plan.target,
+                "status": status,
+                "counts": counts,
                 "findings": [f.__dict__ for f in findings],
             }
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
             console = Console(width=None if sys.stdout.isatty() else 200)
             _table(findings, console)
-            console.print(f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
-                          f": {status}", highlight=False)
+            console.print(
+                f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",
+                highlight=False,
+            )
         if status == "FAIL":
             sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import SpecError
 from pdctl.plan import Plan, make_plan
 from pdctl.spec import Source, Spec, load_text
 from pdctl.spec.source import MAX_SPEC_BYTES, too_big
 
+if TYPE_CHECKING:
+    from pdctl.render.bundle import Bundle
+
 MAX_CONFIG_BYTES = 2 * 1024 * 1024  # a model's config.json is a few KiB
+_NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
 def read_spec(path: str) -> tuple[Spec, Source]:
     """Load SPEC (a file, or '-' for stdin). Every failure is one located SpecError."""
     if path == "-":
-        return load_text(_read_stdin(), "<stdin>")
+        return _load(_read_stdin(), "<stdin>")
     p = Path(path)
     if not p.exists():
         raise SpecError(
@@ -26,7 +31,22 @@ def read_spec(path: str) -> tuple[Spec, Source]:
         )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
-    return load_text(read_bounded(p, MAX_SPEC_BYTES, path), path)
+    return _load(read_bounded(p, MAX_SPEC_BYTES, path), path)
+
+
+def _load(text: str, name: str) -> tuple[Spec, Source]:
+    """load_text with pydantic's plugins off: the spec's validators are built at the first
+    load, and looking for plugins reads every installed package's entry points (20-45 ms of
+    a cold render; docs/performance.md). pdctl has no use for them."""
+    old = os.environ.get(_NO_PLUGINS)
+    os.environ[_NO_PLUGINS] = "1"
+    try:
+        return load_text(text, name)
+    finally:
+        if old is None:
+            del os.environ[_NO_PLUGINS]
+        else:
+            os.environ[_NO_PLUGINS] = old
 
 
 def _read_stdin() -> str:
@@ -111,5 +131,18 @@ def plan_spec(
     """Plan a spec already read (SPEC `-` can be read only once); errors located in it."""
     try:
         return make_plan(spec, phase=phase, target=target, **kwargs)
+    except SpecError as exc:
+        raise source.locate(exc) from None
+
+
+def load(spec: str, phase: int | None, target: str | None) -> tuple[Plan, Bundle]:
+    """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs)."""
+    from pdctl.cli.options import check_phase_target
+    from pdctl.render import render
+
+    check_phase_target(phase, target)
+    plan, source = plan_from(spec, phase, target)
+    try:
+        return plan, render(plan)
     except SpecError as exc:
         raise source.locate(exc) from None

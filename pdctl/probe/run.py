@@ -10,21 +10,21 @@ from dataclasses import dataclass, field
 
 from pdctl.facts import host as f
 from pdctl.probe.command import prefix
+from pdctl.targets.ssh import SshOptions
 
 Step = Callable[[str, str], None]  # (host name, file name) after each command
 
 
 @dataclass(frozen=True)
 class Options:
-    """How to reach hosts. `local`: host names probed on this machine without SSH."""
+    """How to gather: `ssh` reaches hosts (the same options as `up`), `local` names hosts
+    probed on this machine without SSH, `concurrency` hosts at once (--parallel)."""
 
-    known_hosts: str = "~/.ssh/known_hosts"
-    accept_new_host_keys: bool = False
+    ssh: SshOptions = field(default_factory=SshOptions)
     local: frozenset[str] = frozenset()
     remote_path: tuple[str, ...] = ()
     concurrency: int = 8
     timeout: float = 60.0
-    connect_timeout: float = 10.0
     kubeconfig: str | None = None
     context: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -70,14 +70,9 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
     host keys: the same rules as `up`, pdctl.targets.host_keys) are data; a usage error (a
     known_hosts line that does not parse, a missing identity file) is raised."""
     from pdctl.errors import PdctlError, UsageError
-    from pdctl.targets.ssh import Connection, SshOptions
+    from pdctl.targets.ssh import Connection
 
-    ssh = SshOptions(
-        known_hosts=options.known_hosts,
-        accept_new_host_keys=options.accept_new_host_keys,
-        connect_timeout=options.connect_timeout,
-    )
-    conn = Connection(host, ssh)
+    conn = Connection(host, options.ssh)
     try:
         conn.connect()
     except UsageError:

@@ -1,1 +1,39 @@
-"""Targets: apply a rendered bundle over SSH (paramiko), Docker (docker SDK) or Kubernetes."""
+"""Where bundles run. `open_target` opens the right Target (pdctl.targets.base) for a plan."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
+    from pdctl.render.bundle import Bundle
+    from pdctl.targets.base import Connect, Say, Target
+
+
+def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say | None = None) -> Target:
+    """The target of `plan`: Kubernetes, Docker engines (with docker URLs) or SSH hosts.
+    Checks its options (every docker URL, the kubeconfig) before anything connects."""
+    say = say or (lambda _m: None)
+    if plan.target == "kubernetes":
+        from pdctl.targets.kube import KubeTarget, api_client, objects_of
+
+        return KubeTarget(
+            api_client(options.kubeconfig, options.context),
+            plan.name,
+            plan.spec.kubernetes.namespace,
+            say=say,
+            objects=objects_of(bundle),
+        )
+    if options.docker_urls:
+        from pdctl.targets.containers import ContainerHosts
+
+        return ContainerHosts(
+            plan,
+            options.docker_urls,
+            options.docker_network,
+            say=say,
+            access=options.docker_access(),
+        )
+    from pdctl.targets.hosts import HostsTarget
+
+    return HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say)

@@ -10,34 +10,30 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
-from pdctl.render.host import Unit, engine_unit, model_dir
+from pdctl.render.host import Unit, engine_unit, model_dir, unit_hash
+from pdctl.targets.base import StatusRow, Stopped, Write
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.docker_transport import DockerAccess, check
 from pdctl.targets.health import API_KEY_ENV, probe
+from pdctl.targets.rollout import Outcome
 from pdctl.targets.state import Change
-
-
-def parse_urls(values: list[str]) -> dict[str, str]:
-    out = {}
-    for value in values:
-        host, sep, url = value.partition("=")
-        if not sep or not host or not url:
-            raise UsageError(f"--docker-url takes HOST=URL (got {value!r})")
-        out[host] = url
-    return out
 
 
 @dataclass
 class ContainerHosts:
+    kind: ClassVar[Literal["docker"]] = "docker"
     plan: Plan
     urls: dict[str, str]
     network: str = "bridge"
     say: Callable[[str], None] = lambda _m: None
     access: DockerAccess = field(default_factory=DockerAccess)
     targets: dict[str, DockerTarget] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)  # an engine that fails raises
 
     def __post_init__(self) -> None:
         if self.plan.phase != 0:
@@ -45,8 +41,10 @@ class ContainerHosts:
         for inst in self.plan.instances:
             assert inst.host is not None
             if inst.host.runtime != "docker":
-                raise UsageError(f"--docker-url: host {inst.host.name} has runtime "
-                                 f"{inst.host.runtime}, not docker")
+                raise UsageError(
+                    f"--docker-url: host {inst.host.name} has runtime "
+                    f"{inst.host.runtime}, not docker"
+                )
             if inst.host.name not in self.urls:
                 raise UsageError(f"--docker-url: no URL for host {inst.host.name}")
         names = {h.name for h in self.plan.spec.hosts}
@@ -68,8 +66,12 @@ class ContainerHosts:
                 spec_host = next((h for h in self.plan.spec.hosts if h.name == host), None)
                 client = client_for(url, self.access, host, spec_host)
                 self.targets[host] = DockerTarget(
-                    client, self.plan.name, network=self.network, say=self.say,
-                    home=docker_home(client, url), model_dir=model_dir(self.plan),
+                    client,
+                    self.plan.name,
+                    network=self.network,
+                    say=self.say,
+                    home=docker_home(client, url),
+                    model_dir=model_dir(self.plan),
                 )
 
     def changes(self) -> list[Change]:
@@ -81,7 +83,34 @@ class ContainerHosts:
                 out.append(Change(host, change.unit, change.role, change.action, change.why))
         return out
 
-    def up(self, changes: list[Change], secrets: dict[str, str], timeout: float) -> None:
+    def __enter__(self) -> ContainerHosts:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for tgt in self.targets.values():
+            tgt.client.close()
+        self.targets.clear()
+
+    def interrupts(self) -> None:
+        return None  # Ctrl-C raises KeyboardInterrupt: apply removes what it created
+
+    def apply(
+        self,
+        changes: list[Change],
+        secrets: dict[str, str],
+        timeout: float = 900.0,
+        keep_going: bool = False,
+    ) -> Outcome:
+        """Apply `changes` host by host, then wait until each engine is healthy; on a failure
+        (or Ctrl-C) remove the containers this run created and raise (keep_going: no)."""
         units = self.units()
         try:
             for host, tgt in self.targets.items():
@@ -102,16 +131,51 @@ class ContainerHosts:
             for tgt in self.targets.values():
                 tgt.rollback()
             raise
+        return Outcome()
 
-    def down(self) -> list[tuple[str, str]]:
+    def down(self, delete_volumes: bool = False) -> Stopped:
+        """Remove this deployment's containers (the HF cache on the host is never removed)."""
         self.connect()
-        return [(host, name) for host, tgt in self.targets.items() for name in tgt.down()]
+        return Stopped(
+            removed=[(host, name) for host, tgt in self.targets.items() for name in tgt.down()]
+        )
 
-    def status(self) -> list[dict[str, str]]:
+    def status(self) -> list[StatusRow]:
         self.connect()
-        return [{"host": host, **row} for host, tgt in self.targets.items()
-                for row in tgt.status()]
+        ports = {u.name: u for units in self.units().values() for u in units}
+        rows = []
+        for host, tgt in self.targets.items():
+            for row in tgt.status():
+                unit = ports.get(row["unit"])
+                endpoint = f"http://{unit.host.address}:{unit.port}" if unit else ""
+                state = row["state"]
+                if unit is not None and row["hash"] != unit_hash(unit):
+                    state += " (outdated)"
+                rows.append(
+                    StatusRow(
+                        host, row["unit"], row["role"], row["container"], state, "-", "", endpoint
+                    )
+                )
+        return rows
+
+    def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
+        self.connect()
+        names = [(host, c.name) for host, tgt in self.targets.items() for c in tgt.containers()]
+        chosen = [(h, n) for h, n in names if unit is None or n == unit]
+        if not chosen:
+            known = ", ".join(n for _, n in names) or "none"
+            raise UsageError(f"no unit {unit!r} in {self.plan.name!r} (units: {known})")
+        if follow and len(chosen) > 1:
+            raise UsageError("-f follows one unit: name it (see `pdctl status`)")
+        for host, name in chosen:
+            if follow:
+                self.targets[host].follow(name, write, lines)
+                return
+            if len(chosen) > 1:
+                write(f"==> {name} on {host} <==\n")
+            write(self.targets[host].tail(name, lines))
 
     def endpoints(self) -> list[str]:
-        return [f"http://{u.host.address}:{u.port}/v1"
-                for units in self.units().values() for u in units]
+        return [
+            f"http://{u.host.address}:{u.port}/v1" for units in self.units().values() for u in units
+        ]

@@ -52,8 +52,10 @@ def host_path(path: str, home: str | None, what: str) -> str:
     if path.startswith("/"):
         return path.rstrip("/") or "/"
     if home is None:
-        raise PdctlError(f"{what} {path}: cannot tell the home folder on this Docker host; "
-                         "give an absolute path in the spec")
+        raise PdctlError(
+            f"{what} {path}: cannot tell the home folder on this Docker host; "
+            "give an absolute path in the spec"
+        )
     rest = path[1:].strip("/")
     return home.rstrip("/") + (f"/{rest}" if rest else "")
 
@@ -105,8 +107,8 @@ def run_options(
         opts["network_mode"] = "host"
     else:
         opts["ports"] = {
-            f"{container}/tcp": int(host) for host, container in
-            (mapping.split(":", 1) for mapping in unit.publish)
+            f"{container}/tcp": int(host)
+            for host, container in (mapping.split(":", 1) for mapping in unit.publish)
         }
     return opts
 
@@ -144,8 +146,15 @@ class DockerTarget:
         wanted = {u.name for u in units}
         for name, c in live.items():
             if name not in wanted:
-                out.append(Change("-", str(name), c.labels.get("pdctl.io/role", "-"), "stop",
-                                  "no longer in the spec"))
+                out.append(
+                    Change(
+                        "-",
+                        str(name),
+                        c.labels.get("pdctl.io/role", "-"),
+                        "stop",
+                        "no longer in the spec",
+                    )
+                )
         return out
 
     def apply(self, units: list[Unit], changes: list[Change], secrets: dict[str, str]) -> None:
@@ -165,20 +174,24 @@ class DockerTarget:
             self._refuse_foreign(unit.name)
             try:
                 container = self.client.containers.create(
-                    **run_options(self.deployment, unit, secrets, self.network, self.home,
-                                 self.model_dir)
+                    **run_options(
+                        self.deployment, unit, secrets, self.network, self.home, self.model_dir
+                    )
                 )
             except docker.errors.ImageNotFound:
-                raise PdctlError(f"{unit.name}: image {unit.image} is not on the Docker host "
-                                 "(pull or load it there first)") from None
+                raise PdctlError(
+                    f"{unit.name}: image {unit.image} is not on the Docker host "
+                    "(pull or load it there first)"
+                ) from None
             self.started.append(unit.name)
             try:
                 container.start()
             except docker.errors.APIError as exc:
                 # A container that failed to start stays in state Created: remove it.
                 container.remove(force=True)
-                raise PdctlError(f"{unit.name}: the container did not start: "
-                                 f"{exc.explanation or exc}") from None
+                raise PdctlError(
+                    f"{unit.name}: the container did not start: {exc.explanation or exc}"
+                ) from None
             self.say(f"started container {unit.name} ({container.short_id})")
 
     def _refuse_foreign(self, name: str) -> None:
@@ -188,8 +201,10 @@ class DockerTarget:
             other = self.client.containers.get(name)
         except docker.errors.NotFound:
             return
-        raise PdctlError(f"a container named {name} exists that this deployment did not create "
-                         f"(labels {other.labels}); remove or rename it")
+        raise PdctlError(
+            f"a container named {name} exists that this deployment did not create "
+            f"(labels {other.labels}); remove or rename it"
+        )
 
     def _remove(self, container: Any) -> None:
         if container.labels.get(DEPLOYMENT) != self.deployment:
@@ -209,13 +224,17 @@ class DockerTarget:
                 c = self.client.containers.get(name)
                 if c.status in ("exited", "dead"):
                     code = c.attrs["State"].get("ExitCode")
-                    raise PdctlError(f"{name}: the container exited (status {code}); "
-                                     f"last log lines:\n{self.tail(name, 20)}")
+                    raise PdctlError(
+                        f"{name}: the container exited (status {code}); "
+                        f"last log lines:\n{self.tail(name, 20)}"
+                    )
                 if probe(name):
                     pending.remove(name)
             if pending and time.monotonic() > deadline:
-                raise PdctlError(f"{pending[0]}: not healthy after {int(seconds)} s; last log "
-                                 f"lines:\n{self.tail(pending[0], 20)}")
+                raise PdctlError(
+                    f"{pending[0]}: not healthy after {int(seconds)} s; last log "
+                    f"lines:\n{self.tail(pending[0], 20)}"
+                )
             if pending:
                 time.sleep(1)
 
@@ -236,14 +255,25 @@ class DockerTarget:
     def status(self) -> list[dict[str, str]]:
         rows = []
         for c in self.containers():
-            rows.append({
-                "unit": c.labels.get("pdctl.io/unit", c.name),
-                "role": c.labels.get("pdctl.io/role", "-"),
-                "container": c.short_id,
-                "state": c.status,
-                "hash": c.labels.get("pdctl.io/hash", ""),
-            })
+            rows.append(
+                {
+                    "unit": c.labels.get("pdctl.io/unit", c.name),
+                    "role": c.labels.get("pdctl.io/role", "-"),
+                    "container": c.short_id,
+                    "state": c.status,
+                    "hash": c.labels.get("pdctl.io/hash", ""),
+                }
+            )
         return sorted(rows, key=lambda r: r["unit"])
 
     def tail(self, name: str, lines: int = 100) -> str:
         return self.client.containers.get(name).logs(tail=lines).decode("utf-8", "replace")
+
+    def follow(self, name: str, write: Callable[[str], object], lines: int = 100) -> None:
+        """Print a container's last `lines` and every new one until Ctrl-C or it ends."""
+        stream = self.client.containers.get(name).logs(tail=lines, stream=True, follow=True)
+        try:
+            for chunk in stream:
+                write(chunk.decode("utf-8", "replace"))
+        except KeyboardInterrupt:
+            pass

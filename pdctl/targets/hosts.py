@@ -11,12 +11,14 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from types import TracebackType
+from typing import ClassVar, Literal, TypeVar
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
+from pdctl.targets.base import StatusRow, Stopped, Write
 from pdctl.targets.remote import HostOps
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
@@ -30,19 +32,8 @@ Say = Callable[[str], None]
 
 
 @dataclass
-class StatusRow:
-    host: str
-    unit: str
-    role: str
-    pid: str
-    state: str
-    health: str
-    model: str
-    endpoint: str
-
-
-@dataclass
 class HostsTarget:
+    kind: ClassVar[Literal["hosts"]] = "hosts"
     plan: Plan
     bundle: Bundle
     options: SshOptions = field(default_factory=SshOptions)
@@ -88,6 +79,20 @@ class HostsTarget:
             ops.conn.close()
         self.ops.clear()
 
+    def __enter__(self) -> HostsTarget:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def interrupts(self) -> tuple[threading.Event, threading.Event]:
+        return self.interrupt, self.hurry
+
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         items = list(items)
         if not items:
@@ -124,8 +129,8 @@ class HostsTarget:
         self.connect()
         return diff(self.desired(), self.observed())
 
-    # -- up ----------------------------------------------------------------------------------
-    def up(
+    # -- apply -------------------------------------------------------------------------------
+    def apply(
         self,
         changes: list[Change],
         secrets: dict[str, str],
@@ -142,9 +147,10 @@ class HostsTarget:
         return outcome
 
     # -- down / status / logs ------------------------------------------------------------
-    def down(self) -> list[tuple[str, str]]:
+    def down(self, delete_volumes: bool = False) -> Stopped:
         """Stop every unit in the deployment folder of every reachable host, then remove the
-        folder. Hosts that cannot be reached (or are lost meanwhile) land in `unreachable`."""
+        folder (hosts keep no volumes). Hosts that cannot be reached (or are lost meanwhile)
+        are in the answer's `unreachable`, with the spec's units on each in `left`."""
         self.connect(tolerate=True)
         stage = {(d.host.name, d.name): d.stage for d in self.desired()}
 
@@ -162,9 +168,11 @@ class HostsTarget:
                 self.unreachable[ops.name] = exc.line()
             return stopped
 
-        out: list[tuple[str, str]] = []
+        out = Stopped()
         for rows in self.map(one, self.reachable()):
-            out.extend(rows)
+            out.removed.extend(rows)
+        out.unreachable = dict(sorted(self.unreachable.items()))
+        out.left = {host: self.left_on(host) for host in out.unreachable}
         return out
 
     def left_on(self, host: str) -> list[str]:
@@ -184,16 +192,18 @@ class HostsTarget:
             if d and d.port is not None:
                 endpoint = f"http://{d.host.address}:{d.port}"
             if key[0] in self.unreachable:
-                rows.append(StatusRow(key[0], key[1], role, "-", "unknown", "unreachable", "",
-                                      endpoint))
+                rows.append(
+                    StatusRow(key[0], key[1], role, "-", "unknown", "unreachable", "", endpoint)
+                )
                 continue
             state = "running" if o and o.running else ("stopped" if o else "not started")
             health, models = "-", ""
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
                 try:
-                    h = self.ops[key[0]].probe(d.port, self.plan.served_name, path, unit=key[1],
-                                              address=d.address)
+                    h = self.ops[key[0]].probe(
+                        d.port, self.plan.served_name, path, unit=key[1], address=d.address
+                    )
                     health = "healthy" if h.ok else h.detail
                     models = ",".join(h.models)
                 except HostLost as exc:  # lost while probing: say so, keep the other rows
@@ -212,6 +222,30 @@ class HostsTarget:
         names = {(d.host.name, d.name) for d in self.desired()}
         names |= {(o.host, o.name) for o in self.observed()}
         return sorted(names)
+
+    def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
+        """The last `lines` of UNIT's log (of every unit without one), or follow one unit."""
+        units = self.units()
+        chosen = [u for u in units if unit is None or u[1] == unit]
+        if not chosen:
+            known = ", ".join(u for _, u in units) or "none"
+            raise UsageError(f"no unit {unit!r} in {self.plan.name!r} (units: {known})")
+        if follow and len(chosen) > 1:
+            raise UsageError("-f follows one unit: name it (see `pdctl status`)")
+        for host, name in chosen:
+            ops = self.ops[host]
+            if follow:
+                try:
+                    ops.follow(name, write, lines)
+                except KeyboardInterrupt:  # Ctrl-C ends following
+                    pass
+                return
+            if len(chosen) > 1:
+                write(f"==> {name} on {host} <==\n")
+            write(ops.tail(name, lines))
+
+    def endpoints(self) -> list[str]:
+        return endpoints(self.plan, self.desired())
 
 
 def endpoints(plan: Plan, desired: list[Desired]) -> list[str]:
@@ -237,9 +271,11 @@ def _url(plan: Plan, d: Desired) -> str:
         return f"http://{url_host(where)}:{d.port}/v1"
     if listen.is_loopback:
         user = f"{d.host.user}@" if d.host.user else ""
-        return (f"http://{url_host(str(listen))}:{d.port}/v1 on {d.host.name} (router.listen is "
-                f"loopback: ssh -L {d.port}:{url_host(str(listen))}:{d.port} "
-                f"{user}{d.host.address})")
+        return (
+            f"http://{url_host(str(listen))}:{d.port}/v1 on {d.host.name} (router.listen is "
+            f"loopback: ssh -L {d.port}:{url_host(str(listen))}:{d.port} "
+            f"{user}{d.host.address})"
+        )
     return f"http://{url_host(str(listen))}:{d.port}/v1"
 
 
@@ -250,4 +286,3 @@ def _is_loopback(address: str) -> bool:
         return ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
-

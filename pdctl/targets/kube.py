@@ -14,14 +14,20 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Bundle
+from pdctl.targets.base import StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
 from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
+from pdctl.targets.state import Change
+
+if TYPE_CHECKING:
+    from pdctl.targets.rollout import Outcome
 
 FIELD_MANAGER = "pdctl"
 HASH_ANNOTATION = "pdctl.io/hash"
@@ -93,14 +99,25 @@ def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# A change to an object in the words `up` prints (create, update, unchanged, prune).
+WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop": "prune"}
+ACTIONS = {word: action for action, word in WORDS.items()}
+
+
 @dataclass
 class KubeTarget:
+    """A deployment's objects on one cluster. `objects` (the bundle's, in apply order) is what
+    `changes`, `apply` and `endpoints` work on; the `*_objects` methods take them explicitly."""
+
+    kind: ClassVar[Literal["kubernetes"]] = "kubernetes"
     api: Any
     name: str
     namespace: str
     say: Callable[[str], None] = lambda _m: None
     timeout: float = 30.0
-    kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete()
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete_objects()
+    unreachable: dict[str, str] = field(default_factory=dict)  # a cluster is one endpoint
     discovery: Discovery = field(init=False)
 
     def __post_init__(self) -> None:
@@ -238,7 +255,55 @@ class KubeTarget:
     def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
         return split(obj["apiVersion"])[0], obj["kind"], obj["metadata"]["name"]
 
-    def changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    # -- the Target verbs -------------------------------------------------------------------
+    def __enter__(self) -> KubeTarget:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        close = getattr(self.api, "close", None)
+        if close is not None:
+            close()
+
+    def interrupts(self) -> None:
+        return None
+
+    def changes(self) -> list[Change]:
+        """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...)."""
+        return [
+            Change(self.namespace, f"{kind}/{name}", kind, ACTIONS[word], word)  # type: ignore[arg-type]
+            for word, kind, name in self.object_changes(self.objects)
+        ]
+
+    def apply(
+        self,
+        changes: list[Change],
+        secrets: dict[str, str],
+        timeout: float = 900.0,
+        keep_going: bool = False,
+    ) -> Outcome:
+        """Apply the bundle's objects (and prune), then wait until every Deployment rolled
+        out. Secret values never reach a cluster through pdctl (Secrets are referenced)."""
+        from pdctl.targets.rollout import Outcome
+
+        self.apply_objects(self.objects)
+        self.wait(self.objects, timeout)
+        return Outcome()
+
+    def down(self, delete_volumes: bool = False) -> Stopped:
+        gone = self.delete_objects(volumes=delete_volumes)
+        return Stopped(removed=gone, kept=list(self.kept))
+
+    def endpoints(self) -> list[str]:
+        """None known from outside the cluster: clients reach its Services (see the docs)."""
+        return []
+
+    # -- plan / apply / prune (objects given) ----------------------------------------------
+    def object_changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
         """(action, kind, name): create, update, unchanged, or prune."""
         self.require_served(objs)
         out = []
@@ -257,7 +322,7 @@ class KubeTarget:
                 out.append(("prune", res.kind, name))
         return out
 
-    def apply(self, objs: list[dict[str, Any]]) -> None:
+    def apply_objects(self, objs: list[dict[str, Any]]) -> None:
         """Server-side apply each object (field manager pdctl, force) in apply order, then prune
         the rest in reverse order. Nothing is applied unless every kind is served."""
         self.require_served(objs)
@@ -308,7 +373,7 @@ class KubeTarget:
                 )
             time.sleep(poll)
 
-    def delete(self, volumes: bool = False) -> list[tuple[str, str]]:
+    def delete_objects(self, volumes: bool = False) -> list[tuple[str, str]]:
         """Delete every object with this deployment's labels (twice is harmless), except its
         PersistentVolumeClaims (the downloaded weights) unless `volumes`: those it keeps are
         in `self.kept`."""
@@ -330,8 +395,8 @@ class KubeTarget:
             "items", []
         )
 
-    def status(self) -> list[dict[str, str]]:
+    def status(self) -> list[StatusRow]:
         return status_rows(self.list_kind("Deployment", "apps/v1"), self.pods())
 
-    def logs(self, unit: str | None, lines: int, follow: bool, write: Callable[[str], Any]) -> None:
+    def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
         pod_logs(self, unit, lines, follow, write)

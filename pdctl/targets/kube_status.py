@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pdctl.errors import PdctlError
+from pdctl.targets.base import StatusRow
 
 
 def rolled_out(dep: dict[str, Any] | None) -> bool:
@@ -22,22 +23,25 @@ def rolled_out(dep: dict[str, Any] | None) -> bool:
     )
 
 
-def status_rows(
-    deployments: list[dict[str, Any]], pods: list[dict[str, Any]]
-) -> list[dict[str, str]]:
+def status_rows(deployments: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[StatusRow]:
+    """Deployments (ready/replicas) then pods (phase): host is the pod's node, pid its
+    readiness or phase."""
     rows = []
     for dep in deployments:
         st = dep.get("status") or {}
         spec = dep.get("spec") or {}
         labels = (dep.get("metadata") or {}).get("labels") or {}
         rows.append(
-            {
-                "node": "-",
-                "unit": dep["metadata"]["name"],
-                "role": labels.get("app.kubernetes.io/component", "-"),
-                "pod": f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready",
-                "health": "healthy" if rolled_out(dep) else "not ready",
-            }
+            StatusRow(
+                host="-",
+                unit=dep["metadata"]["name"],
+                role=labels.get("app.kubernetes.io/component", "-"),
+                pid="-",
+                state=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready",
+                health="healthy" if rolled_out(dep) else "not ready",
+                model="",
+                endpoint="",
+            )
         )
     for pod in pods:
         st = pod.get("status") or {}
@@ -47,13 +51,16 @@ def status_rows(
             for c in st.get("conditions") or []
         )
         rows.append(
-            {
-                "node": (pod.get("spec") or {}).get("nodeName", "-"),
-                "unit": pod["metadata"]["name"],
-                "role": labels.get("app.kubernetes.io/component", "-"),
-                "pod": st.get("phase", "-"),
-                "health": "healthy" if ready else "not ready",
-            }
+            StatusRow(
+                host=(pod.get("spec") or {}).get("nodeName", "-"),
+                unit=pod["metadata"]["name"],
+                role=labels.get("app.kubernetes.io/component", "-"),
+                pid="-",
+                state=st.get("phase", "-"),
+                health="healthy" if ready else "not ready",
+                model="",
+                endpoint="",
+            )
         )
     return rows
 

@@ -50,27 +50,27 @@ def phase1(name: str, replicas: int = 1) -> tuple:
 def test_apply_creates_then_changes_nothing(api):
     plan, objs = phase1("kapply")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    assert {a for a, _, _ in tgt.changes(objs)} == {"create"}
-    tgt.apply(objs)
-    assert {a for a, _, _ in tgt.changes(objs)} == {"unchanged"}
+    assert {a for a, _, _ in tgt.object_changes(objs)} == {"create"}
+    tgt.apply_objects(objs)
+    assert {a for a, _, _ in tgt.object_changes(objs)} == {"unchanged"}
     dep = tgt.get("Deployment", "kapply-serve")
     assert dep["metadata"]["annotations"][HASH_ANNOTATION]
     assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
-    tgt.delete(volumes=True)
+    tgt.delete_objects(volumes=True)
 
 
 def test_spec_change_updates_only_that_object(api):
     plan, objs = phase1("kupdate")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply(objs)
+    tgt.apply_objects(objs)
     _, changed = phase1("kupdate", replicas=3)
-    actions = {(k, a) for a, k, _ in tgt.changes(changed)}
+    actions = {(k, a) for a, k, _ in tgt.object_changes(changed)}
     assert ("Deployment", "update") in actions
     assert ("Service", "unchanged") in actions
-    tgt.apply(changed)
+    tgt.apply_objects(changed)
     assert tgt.get("Deployment", "kupdate-serve")["spec"]["replicas"] == 3
-    assert {a for a, _, _ in tgt.changes(changed)} == {"unchanged"}
-    tgt.delete(volumes=True)
+    assert {a for a, _, _ in tgt.object_changes(changed)} == {"unchanged"}
+    tgt.delete_objects(volumes=True)
 
 
 def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
@@ -88,13 +88,13 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
         "spec": {"ports": [{"port": 80}]},
     }
     tgt._call("POST", tgt._path("Service"), foreign)
-    tgt.apply(objs)
+    tgt.apply_objects(objs)
     without_service = [o for o in objs if o["kind"] != "Service"]
-    assert ("prune", "Service", "kprune") in tgt.changes(without_service)
-    tgt.apply(without_service)
+    assert ("prune", "Service", "kprune") in tgt.object_changes(without_service)
+    tgt.apply_objects(without_service)
     assert tgt.get("Service", "kprune") is None
     assert tgt.get("Service", "someone-else") is not None  # another owner's object stays
-    tgt.delete(volumes=True)
+    tgt.delete_objects(volumes=True)
     assert tgt.get("Service", "someone-else") is not None
     tgt._call("DELETE", tgt._path("Service", "someone-else"))
 
@@ -102,29 +102,31 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
 def test_delete_by_label_twice_is_harmless(api):
     plan, objs = phase1("kdelete")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply(objs)
-    assert len(tgt.delete(volumes=True)) == 3
+    tgt.apply_objects(objs)
+    assert len(tgt.delete_objects(volumes=True)) == 3
     assert tgt.owned() == []
-    assert tgt.delete(volumes=True) == []
+    assert tgt.delete_objects(volumes=True) == []
 
 
 def test_delete_keeps_the_model_cache_claim_unless_asked(api):
     """The PVC holds the downloaded weights: `down` keeps it; --delete-volumes removes it."""
     plan, objs = phase1("kkeep")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply(objs)
-    assert sorted(k for k, _ in tgt.delete()) == ["Deployment", "Service"]
+    tgt.apply_objects(objs)
+    assert sorted(k for k, _ in tgt.delete_objects()) == ["Deployment", "Service"]
     assert tgt.kept == [("PersistentVolumeClaim", "kkeep-model-cache")]
     assert tgt.owned() == [("PersistentVolumeClaim", "kkeep-model-cache")]
-    assert tgt.delete() == [] and tgt.kept == [("PersistentVolumeClaim", "kkeep-model-cache")]
-    assert tgt.delete(volumes=True) == [("PersistentVolumeClaim", "kkeep-model-cache")]
+    assert tgt.delete_objects() == [] and tgt.kept == [
+        ("PersistentVolumeClaim", "kkeep-model-cache")
+    ]
+    assert tgt.delete_objects(volumes=True) == [("PersistentVolumeClaim", "kkeep-model-cache")]
     assert tgt.owned() == [] and tgt.kept == []
 
 
 def test_wait_for_rollout(api):
     plan, objs = phase1("kwait")
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply(objs)
+    tgt.apply_objects(objs)
     from pdctl.errors import PdctlError
 
     with pytest.raises(PdctlError, match="not rolled out"):
@@ -144,8 +146,8 @@ def test_wait_for_rollout(api):
     assert rolled_out(tgt.get("Deployment", "kwait-serve"))
     tgt.wait(objs, timeout=5, poll=0.1)
     rows = tgt.status()
-    assert rows[0]["unit"] == "kwait-serve" and rows[0]["health"] == "healthy"
-    tgt.delete(volumes=True)
+    assert rows[0].unit == "kwait-serve" and rows[0].health == "healthy"
+    tgt.delete_objects(volumes=True)
 
 
 def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
@@ -184,12 +186,12 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
     again = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
     assert "nothing to change" in again.stdout
-    tgt.delete(volumes=True)
+    tgt.delete_objects(volumes=True)
 
 
 def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
     plan, objs = phase1("kcli")
-    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply(objs)
+    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply_objects(objs)
     spec, kubeconfig = write_kube_files(server, tmp_path, "kcli")
     status = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
     assert status.returncode == 0, status.stderr

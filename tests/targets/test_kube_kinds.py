@@ -174,8 +174,8 @@ def test_server_sees_applies_in_order_and_deletes_in_reverse(cluster: KubeServer
     plan, objs = plan_objects(spec_data("phase2-llmd", name="korder"))
     tgt = target(cluster, plan)
     before = len(cluster.log)
-    tgt.apply(objs)
-    tgt.delete(volumes=True)
+    tgt.apply_objects(objs)
+    tgt.delete_objects(volumes=True)
     requests = cluster.log[before:]
     plurals = {
         "serviceaccounts": "ServiceAccount",
@@ -207,31 +207,31 @@ def test_switching_to_phase_1_prunes_the_phase_2_kinds(cluster: KubeServer) -> N
     plan, phase2 = plan_objects(data)
     _, phase1 = plan_objects(data, phase=1)
     tgt = target(cluster, plan)
-    tgt.apply(phase2)
+    tgt.apply_objects(phase2)
     kept = {(o["kind"], o["metadata"]["name"]) for o in phase1}
     gone = {(o["kind"], o["metadata"]["name"]) for o in phase2} - kept
     assert {"Role", "RoleBinding", "ServiceAccount", "InferencePool", "HTTPRoute", "ConfigMap"} <= {
         k for k, _ in gone
     }
-    pruned = {(k, n) for a, k, n in tgt.changes(phase1) if a == "prune"}
+    pruned = {(k, n) for a, k, n in tgt.object_changes(phase1) if a == "prune"}
     assert pruned == gone
-    tgt.apply(phase1)
+    tgt.apply_objects(phase1)
     assert set(tgt.owned()) == kept
     for obj in phase2:
         live = tgt.get(obj["kind"], obj["metadata"]["name"], None, obj["apiVersion"])
         assert (live is None) == ((obj["kind"], obj["metadata"]["name"]) in gone)
-    tgt.delete(volumes=True)
+    tgt.delete_objects(volumes=True)
     assert tgt.owned() == []
 
 
 def test_down_keeps_claims_and_deletes_the_other_new_kinds(cluster: KubeServer) -> None:
     plan, objs = plan_objects(spec_data("phase3-hami", name="kdown3"))
     tgt = target(cluster, plan)
-    tgt.apply(objs)
-    deleted = tgt.delete()
+    tgt.apply_objects(objs)
+    deleted = tgt.delete_objects()
     assert {k for k, _ in deleted} == {o["kind"] for o in objs} - {"PersistentVolumeClaim"}
     assert tgt.kept == [("PersistentVolumeClaim", "kdown3-model-cache")]
-    assert tgt.delete(volumes=True) == [("PersistentVolumeClaim", "kdown3-model-cache")]
+    assert tgt.delete_objects(volumes=True) == [("PersistentVolumeClaim", "kdown3-model-cache")]
 
 
 def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> None:
@@ -278,9 +278,9 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
     for obj in (endpoints, pod, other):
         path = tgt._path(obj["kind"], namespace=ns, api_version=obj["apiVersion"])
         tgt._call("POST", path, obj)
-    tgt.apply(objs)
-    tgt.apply([o for o in objs if o["kind"] != "HTTPRoute"])
-    tgt.delete(volumes=True)
+    tgt.apply_objects(objs)
+    tgt.apply_objects([o for o in objs if o["kind"] != "HTTPRoute"])
+    tgt.delete_objects(volumes=True)
     assert tgt.owned() == []
     for obj in (endpoints, pod, other):
         assert tgt.get(obj["kind"], obj["metadata"]["name"], ns, obj["apiVersion"]) is not None
@@ -291,11 +291,11 @@ def test_discovery_is_read_once_per_run(cluster: KubeServer) -> None:
     plan, objs = plan_objects(spec_data("phase2-llmd", name="konce"))
     tgt = target(cluster, plan)
     before = len(cluster.log)
-    tgt.changes(objs)
-    tgt.apply(objs)
-    tgt.changes(objs)
+    tgt.object_changes(objs)
+    tgt.apply_objects(objs)
+    tgt.object_changes(objs)
     tgt.status()
-    tgt.delete(volumes=True)
+    tgt.delete_objects(volumes=True)
     gets = [path for verb, path in cluster.log[before:] if verb == "GET"]
     discovery = [
         p

@@ -1,0 +1,210 @@
+"""The connection options, declared once: SSH (known_hosts, new host keys, identity, timeout,
+parallel), Docker (--docker-url and its TLS options) and Kubernetes (--kubeconfig, --context).
+
+`@connection()` adds them to a command and hands the command one `ConnectFlags` (argument
+`conn`); `up`, `down`, `status`, `logs` and `preflight` all take it, so their options cannot
+drift apart. The text of the flags (HOST=URL, bridge|host) is parsed here, not in targets/.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import typer
+
+from pdctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from pdctl.targets.base import Connect
+    from pdctl.targets.ssh import SshOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class ConnectFlags:
+    """The connection options as given on the command line."""
+
+    known_hosts: str | None = None
+    accept_new_host_keys: bool = False
+    identity: str | None = None
+    connect_timeout: float = 10.0
+    parallel: int = 8
+    docker_url: list[str] = field(default_factory=list)
+    docker_network: str = "bridge"
+    docker_tls: bool = False
+    docker_cert_path: str | None = None
+    insecure_docker: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    def ssh(self, dry_run: bool = False) -> SshOptions:
+        """SSH options; a dry run trusts new keys (with --accept-new-host-keys) without
+        writing known_hosts."""
+        from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
+
+        return SshOptions(
+            known_hosts=self.known_hosts or DEFAULT_KNOWN_HOSTS,
+            accept_new_host_keys=self.accept_new_host_keys,
+            identity_file=self.identity,
+            connect_timeout=self.connect_timeout,
+            write_known_hosts=not dry_run,
+        )
+
+    def target(self, dry_run: bool = False) -> Connect:
+        """How to reach the plan's target (pdctl.targets.base.open_target)."""
+        from pdctl.targets.base import Connect
+
+        if self.docker_network not in ("bridge", "host"):
+            raise UsageError(
+                f"--docker-network must be bridge or host (got {self.docker_network!r})"
+            )
+        return Connect(
+            ssh=self.ssh(dry_run),
+            parallel=self.parallel,
+            docker_urls=docker_urls(self.docker_url),
+            docker_network=self.docker_network,
+            docker_tls=self.docker_tls,
+            docker_cert_path=self.docker_cert_path,
+            insecure_docker=self.insecure_docker,
+            kubeconfig=self.kubeconfig,
+            context=self.context,
+        )
+
+
+def docker_urls(values: list[str]) -> dict[str, str]:
+    """`--docker-url HOST=URL`, repeated: host -> URL."""
+    out = {}
+    for value in values:
+        host, sep, url = value.partition("=")
+        if not sep or not host or not url:
+            raise UsageError(f"--docker-url takes HOST=URL (got {value!r})")
+        out[host] = url
+    return out
+
+
+SSH = {
+    "known_hosts": (
+        str | None,
+        typer.Option(
+            None,
+            "--known-hosts",
+            envvar="PDCTL_KNOWN_HOSTS",
+            help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
+        ),
+    ),
+    "accept_new_host_keys": (
+        bool,
+        typer.Option(
+            False,
+            "--accept-new-host-keys",
+            help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
+            "always refused).",
+        ),
+    ),
+    "identity": (
+        str | None,
+        typer.Option(
+            None,
+            "--identity",
+            "-i",
+            envvar="PDCTL_SSH_IDENTITY",
+            help="SSH private key for hosts that set no identityFile.",
+        ),
+    ),
+    "connect_timeout": (
+        float,
+        typer.Option(
+            10.0, "--connect-timeout", min=0.1, help="Seconds to wait for each SSH connection."
+        ),
+    ),
+    "parallel": (int, typer.Option(8, "--parallel", min=1, help="Hosts worked on at once.")),
+}
+DOCKER = {
+    "docker_url": (
+        list[str] | None,
+        typer.Option(
+            None,
+            "--docker-url",
+            help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
+            "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
+            "--docker-tls) instead of scripts over SSH. Repeat per host.",
+        ),
+    ),
+    "docker_network": (
+        str,
+        typer.Option(
+            "bridge", "--docker-network", help="With --docker-url: bridge (publish ports) or host."
+        ),
+    ),
+    "docker_tls": (
+        bool,
+        typer.Option(
+            False,
+            "--docker-tls",
+            help="With a tcp:// --docker-url: TLS, verifying the engine's certificate against "
+            "ca.pem and presenting cert.pem/key.pem from --docker-cert-path (as `docker "
+            "--tlsverify` does).",
+        ),
+    ),
+    "docker_cert_path": (
+        str | None,
+        typer.Option(
+            None,
+            "--docker-cert-path",
+            envvar="DOCKER_CERT_PATH",
+            help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
+            "~/.docker).",
+        ),
+    ),
+    "insecure_docker": (
+        bool,
+        typer.Option(
+            False,
+            "--insecure-docker",
+            help="Allow a plain tcp:// --docker-url: the Docker API, HF_TOKEN and the API key "
+            "travel unencrypted and unauthenticated. Only on a network you trust.",
+        ),
+    ),
+}
+KUBE = {
+    "kubeconfig": (
+        str | None,
+        typer.Option(None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)."),
+    ),
+    "context": (str | None, typer.Option(None, "--context", help="kubeconfig context.")),
+}
+
+
+def connection(docker: bool = True) -> Callable[[F], F]:
+    """Add the connection options to a typer command whose parameter `conn: ConnectFlags`
+    receives them (`docker=False`: no Docker options, for preflight)."""
+    options = {**SSH, **(DOCKER if docker else {}), **KUBE}
+    known = {f.name for f in fields(ConnectFlags)}
+    assert set(options) <= known
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)  # in fn's module, not this one
+        params = [p for p in sig.parameters.values() if p.name != "conn"]
+        params += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
+            for name, (kind, opt) in options.items()
+        ]
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in options}
+            if given.get("docker_url") is None:
+                given.pop("docker_url", None)
+            return fn(*args, conn=ConnectFlags(**given), **kwargs)
+
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer reads the signature above, not fn's
+        return command  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,127 @@
+"""How `up`, `down`, `status` and `logs` show what the actions do (pdctl.actions.Progress)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from threading import Event
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from pdctl.targets.base import Target
+    from pdctl.targets.rollout import Outcome, UnitFailure
+    from pdctl.targets.state import Change
+
+STYLES = {"start": "green", "restart": "yellow", "stop": "red", "keep": "dim"}
+KUBE_WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop": "prune"}
+
+
+@dataclass
+class ConsoleProgress:
+    """Steps logged with a time, changes as a table (objects as lines on Kubernetes), a
+    confirmation prompt, a spinner while applying."""
+
+    console: Console
+
+    def say(self, message: str) -> None:
+        self.console.log(message)
+
+    def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
+        if kind == "kubernetes":
+            for c in changes:
+                line = f"{KUBE_WORDS[c.action]:8} {c.unit}" if compared else f"apply {c.unit}"
+                self.console.print(line)
+            if compared and all(c.action == "keep" for c in changes):
+                self.console.print("nothing to change")
+            return
+        print_changes(self.console, changes)
+        if not compared:
+            where = "Docker hosts" if kind == "docker" else "hosts"
+            self.console.print(
+                f"offline: the {where} were not contacted; without --offline, `up` compares "
+                "with what runs there and keeps what is current"
+            )
+        elif all(c.action == "keep" for c in changes):
+            self.console.print("nothing to change: every instance is running the current spec")
+
+    def confirm(self) -> bool:
+        if not typer.confirm("apply these changes?", default=False):
+            raise typer.Abort()
+        return True
+
+    def applying(self, target: Target) -> AbstractContextManager[object]:
+        if target.kind == "kubernetes":
+            return nullcontext()
+        spinner = self.console.status("applying; waiting for /health and /v1/models ...")
+        events = target.interrupts()
+        if events is None:
+            return spinner
+        return _both(spinner, ctrl_c(*events))
+
+
+@contextmanager
+def _both(
+    first: AbstractContextManager[object], second: AbstractContextManager[object]
+) -> Iterator[None]:
+    with first, second:
+        yield
+
+
+def print_changes(console: Console, changes: list[Change]) -> None:
+    from rich.table import Table
+
+    table = Table(title="plan", show_lines=False)
+    for col in ("host", "unit", "role", "action", "why"):
+        table.add_column(col)
+    for c in changes:
+        table.add_row(c.host, c.unit, c.role, f"[{STYLES[c.action]}]{c.action}[/]", c.why)
+    console.print(table)
+
+
+@contextmanager
+def ctrl_c(interrupt: Event, hurry: Event) -> Iterator[None]:
+    """While applying, Ctrl-C does not cut a remote step in half: the first sets `interrupt`
+    (the run is undone after the current step), the second `hurry` (undo without waiting for
+    health), a third raises KeyboardInterrupt (undo abandoned, reported as unknown)."""
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        if not interrupt.is_set():
+            interrupt.set()
+        elif not hurry.is_set():
+            hurry.set()
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def report_undo(console: Console, outcome: Outcome) -> None:
+    """How the run left what it had changed: restored, stopped, or not undone (and why)."""
+    if outcome.stopped or not (outcome.restored or outcome.left):
+        console.print(f"stopped what this run started: {', '.join(outcome.stopped) or '-'}")
+    for what in outcome.restored:
+        console.print(f"restored {what}")
+    for what in outcome.left:
+        console.print(f"[red]NOT undone[/] {what}")
+
+
+def report_failures(console: Console, failures: list[UnitFailure]) -> None:
+    for f in failures:
+        if f.unit == "-":
+            console.print(f"[red]{f.why}[/]")
+            continue
+        console.print(f"[red]FAILED[/] {f.unit} on host {f.host}: {f.why}")
+        if f.log.strip():
+            console.print("  last lines of its log:")
+            for line in f.log.rstrip().splitlines()[-20:]:
+                console.print(f"  | {line}", markup=False, soft_wrap=True)

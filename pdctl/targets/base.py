@@ -1,0 +1,132 @@
+"""The one interface every target implements, and the one function that opens a plan's target.
+
+A target is where a bundle runs: hosts over SSH (hosts.py, rollout.py), Docker engines
+through the docker SDK (containers.py, docker.py), or a Kubernetes cluster (kube.py). Each
+has the same verbs: `changes` (what `apply` would do), `apply`, `status`, `logs`, `down`,
+`endpoints`, and is a context manager that closes its connections on exit. The one function
+that picks and opens a plan's target is `pdctl.targets.open_target`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
+from pdctl.targets.state import Change
+
+if TYPE_CHECKING:
+    from pdctl.targets.docker_transport import DockerAccess
+    from pdctl.targets.rollout import Outcome
+
+Say = Callable[[str], None]
+Write = Callable[[str], object]
+Kind = Literal["hosts", "docker", "kubernetes"]
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One instance of a deployment: where (host or node), which unit, its process id,
+    container or pod state, health, the models it serves and where clients reach it."""
+
+    host: str
+    unit: str
+    role: str
+    pid: str
+    state: str
+    health: str
+    model: str
+    endpoint: str
+
+
+@dataclass
+class Stopped:
+    """What `down` did: (where, what) removed, (kind, name) kept, hosts it could not reach
+    (name -> why) and what may still run on each of them."""
+
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    left: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Connect:
+    """How to reach a plan's target (built once by the CLI from its connection options).
+
+    `docker_urls` (host -> Docker URL) selects the docker SDK target for phase 0 hosts."""
+
+    ssh: SshOptions = field(default_factory=SshOptions)
+    parallel: int = 8
+    docker_urls: dict[str, str] = field(default_factory=dict)
+    docker_network: str = "bridge"
+    docker_tls: bool = False
+    docker_cert_path: str | None = None
+    insecure_docker: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    def docker_access(self) -> DockerAccess:
+        """What --docker-tls, --docker-cert-path, --insecure-docker and the SSH options say
+        about reaching Docker engines (docker_transport decides with it)."""
+        from pdctl.targets.docker_transport import DEFAULT_CERT_PATH, DockerAccess
+
+        return DockerAccess(
+            tls=self.docker_tls,
+            cert_path=self.docker_cert_path or DEFAULT_CERT_PATH,
+            insecure=self.insecure_docker,
+            ssh=self.ssh,
+        )
+
+
+__all__ = ["DEFAULT_KNOWN_HOSTS", "Connect", "Stopped", "StatusRow", "Target"]
+
+
+class Target(Protocol):
+    @property
+    def kind(self) -> Kind: ...
+
+    # Hosts that `status` or `down` could not reach: name -> why.
+    unreachable: dict[str, str]
+
+    def __enter__(self) -> Target: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def changes(self) -> list[Change]:
+        """Connect and compare the bundle with what runs: one Change per unit or object."""
+        ...
+
+    def apply(
+        self,
+        changes: list[Change],
+        secrets: dict[str, str],
+        timeout: float = 900.0,
+        keep_going: bool = False,
+    ) -> Outcome:
+        """Apply `changes` and wait until healthy; raises on failure (after undoing)."""
+        ...
+
+    def status(self) -> list[StatusRow]: ...
+
+    def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None: ...
+
+    def down(self, delete_volumes: bool = False) -> Stopped: ...
+
+    def endpoints(self) -> list[str]:
+        """Where clients send requests."""
+        ...
+
+    def interrupts(self) -> tuple[threading.Event, threading.Event] | None:
+        """(interrupt, hurry) when a Ctrl-C during `apply` should set them (the target stops
+        after the current step and undoes the run; the second: without waiting for health)
+        instead of raising KeyboardInterrupt; None when it should raise."""
+        ...

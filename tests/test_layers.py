@@ -1,0 +1,160 @@
+"""The layer graph of docs DESIGN.md holds in pdctl's own imports (read from the source with
+ast, imports inside functions included): nothing imports a higher layer, and no module
+reaches itself through imports (a circle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PKG = ROOT / "pdctl"
+
+# DESIGN.md "Layers", lowest first: a module may import its own layer and any lower one.
+# errors.py and compat.py (the version table) are base modules every layer may use.
+RANK = {
+    "errors": 0,
+    "compat": 0,
+    "facts": 1,
+    "spec": 2,
+    "plan": 3,
+    "capacity": 4,
+    "render": 5,
+    "targets": 6,
+    "actions": 7,
+    "probe": 8,  # probe, check and top share a rank and import none of each other
+    "check": 8,
+    "top": 8,  # `pdctl top`: reads a running deployment through targets, like probe
+    "cli": 9,
+    "docgen": 9,  # writes docs/ from the spec models and the CLI: a CLI tool
+    "__main__": 9,
+    "": 0,  # pdctl/__init__.py: the version
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(module: str, runtime_only: bool = False) -> set[str]:
+    """The pdctl modules `module` imports anywhere in its file (functions included); with
+    runtime_only, not those under `if TYPE_CHECKING:` (never executed)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and _type_checking(node):
+                skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "pdctl"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            if base.split(".")[0] != "pdctl":
+                continue
+            for alias in node.names:  # `from pdctl.targets import host_keys`: the submodule
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in MODULES else base)
+    return {m for m in out if m in MODULES and m != module}
+
+
+def upward_imports() -> list[str]:
+    bad = []
+    for module in sorted(MODULES):
+        mine = layer(module)
+        for target in sorted(imports(module)):
+            theirs = layer(target)
+            if theirs == mine:
+                continue
+            if RANK[theirs] > RANK[mine] or (
+                RANK[theirs] == RANK[mine] and RANK[mine] not in (0, 9)
+            ):
+                bad.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return bad
+
+
+def cycles() -> list[list[str]]:
+    """Every circle of runtime imports, each as the modules on it (Tarjan's strongly
+    connected components of more than one module, or a module importing itself)."""
+    graph = {m: sorted(imports(m, runtime_only=True)) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for m in sorted(MODULES):
+        if m not in index:
+            visit(m)
+    return sorted(found)
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(m for m in MODULES if layer(m) not in RANK) == []
+
+
+def test_no_layer_imports_a_higher_one() -> None:
+    assert upward_imports() == []
+
+
+def test_no_import_circles() -> None:
+    assert cycles() == []
+
+
+def test_the_checks_see_what_they_guard() -> None:
+    """The graph is read right: a known downward import, an import inside a function, a
+    relative-free `from pkg import submodule`."""
+    assert "pdctl.plan.model" in imports("pdctl.render.host") or any(
+        m.startswith("pdctl.plan") for m in imports("pdctl.render.host")
+    )
+    assert "pdctl.targets.kube" in imports("pdctl.targets")  # inside open_target
+    assert "pdctl.targets.host_keys" in imports("pdctl.targets.ssh")
+    assert "pdctl.targets.hosts" not in imports("pdctl.targets.rollout", runtime_only=True)
