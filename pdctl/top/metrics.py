@@ -1,8 +1,8 @@
 """Prometheus text of a vLLM engine or router -> a Snapshot of samples (pure).
 
 Parsed with prometheus_client's text parser. The metric names are vLLM's (v1 engine,
-`vllm/v1/metrics/loggers.py` of 0.32.0 and 0.33.0, which agree on every name used here);
-where an older name exists it is listed after the current one in NAMES."""
+`vllm/v1/metrics/loggers.py` of 0.32.0 and 0.33.0, which agree on every name used here:
+tests/top/data lists both); where an older name exists it is listed after the current one."""
 
 from __future__ import annotations
 
@@ -26,12 +26,16 @@ NAMES: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
 }
-# the KV connectors' own error counters (NIXL: vllm/distributed/kv_transfer/kv_connector/v1/
-# nixl_connector.py); any other `vllm:*failed*` counter is reported too
+# the KV connectors' own error counters (0.33.0 `vllm/distributed/kv_transfer/kv_connector/v1/`
+# nixl and mooncake; the CPU build 0.32.0 has the NIXL ones); any other `vllm:*failed*_total`
+# counter is reported too
 CONNECTOR_ERRORS = (
     "vllm:nixl_num_failed_transfers_total",
     "vllm:nixl_num_failed_notifications_total",
     "vllm:nixl_num_kv_expired_reqs_total",
+    "vllm:mooncake_num_failed_transfers_total",
+    "vllm:mooncake_num_failed_recvs_total",
+    "vllm:mooncake_num_kv_expired_reqs_total",
 )
 
 

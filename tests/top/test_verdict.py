@@ -1,0 +1,96 @@
+"""Verdicts are pure functions of a window: one line each, naming figures and thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdctl.top.metrics import parse
+from pdctl.top.verdict import THRESHOLDS, verdicts
+from pdctl.top.window import Figures, Window, figures
+
+DATA = Path(__file__).parent / "data"
+
+
+def win(*instances: Figures, phase: int = 0) -> Window:
+    return Window("llm", phase, "hosts", 60.0, instances)
+
+
+def keys(w: Window) -> list[str]:
+    return [v.key for v in verdicts(w)]
+
+
+def test_every_threshold_has_a_meaning():
+    assert all(isinstance(v, float) and text for v, text in THRESHOLDS.values())
+
+
+def test_the_recorded_phase0_window_has_nothing_to_say():
+    f = figures(
+        "e2etop-serve-0",
+        "serve",
+        "lo1",
+        parse((DATA / "phase0-before.prom").read_text(), 0.0),
+        parse((DATA / "phase0-after.prom").read_text(), 45.0),
+    )
+    assert verdicts(win(f)) == []
+
+
+def test_itl_spread_under_heavy_prompt_load_says_phase2():
+    f = Figures(
+        "s-0", "serve", "h", 60, itl_p50=0.02, itl_p95=0.09, prompt_tps=5000, generation_tps=800
+    )
+    (v,) = verdicts(win(f))
+    assert v.key == "phase2"
+    assert "ITL p95 90 ms = 4.5x p50 >= 2.0x while prompt 5000 tok/s >= 1.0x generation 800" in (
+        v.line
+    )
+    assert keys(win(f, phase=2)) == []  # already disaggregated
+    calm = Figures(
+        "s-0", "serve", "h", 60, itl_p50=0.02, itl_p95=0.03, prompt_tps=5000, generation_tps=800
+    )
+    assert keys(win(calm)) == []
+
+
+def test_prefill_queue_with_idle_decode_moves_the_ratio_and_the_reverse():
+    p = Figures("p-0", "prefill", "h", 60, waiting=6, running=4)
+    d = Figures("d-0", "decode", "h", 60, waiting=0, running=3, kv_usage=0.1)
+    d2 = Figures("d-1", "decode", "h", 60, waiting=0, running=2, kv_usage=0.2)
+    (v,) = verdicts(win(p, d, d2, phase=2))
+    assert v.key == "pd-ratio" and "move P:D from 1:2 to 2:1" in v.line
+    p_idle = Figures("p-0", "prefill", "h", 60, waiting=0, running=0)
+    d_busy = Figures("d-0", "decode", "h", 60, waiting=9, running=64, kv_usage=0.6)
+    (v,) = verdicts(win(p_idle, d_busy, phase=2))
+    assert "decode queueing (9 waiting on 1)" in v.line and "to 1:2" in v.line
+
+
+def test_kv_near_full_or_preemptions_say_what_to_change():
+    full = Figures("d-0", "decode", "h", 60, kv_usage=0.95, preemptions=0)
+    (v,) = verdicts(win(full, phase=2))
+    assert v.key == "kv-pressure" and "KV 95% (near full at >= 90%)" in v.line
+    assert "--gpu-memory-utilization" in v.line and "add decode instances" in v.line
+    pre = Figures("s-0", "serve", "h", 60, kv_usage=0.5, preemptions=3)
+    assert keys(win(pre)) == ["kv-pressure"]
+    assert keys(win(Figures("s-0", "serve", "h", 60, kv_usage=0.5, preemptions=0))) == []
+
+
+def test_decode_computing_prompts_itself_with_no_kv_received_is_kv_transfer_not_working():
+    broken = Figures(
+        "d-0",
+        "decode",
+        "h",
+        60,
+        prompt_by_source={
+            "local_compute": 380.0,
+            "local_cache_hit": 4.0,
+            "external_kv_transfer": 0.0,
+        },
+        connector_errors={"vllm:nixl_num_failed_transfers_total": 4.0},
+    )
+    (v,) = verdicts(win(broken, phase=2))
+    assert v.key == "kv-transfer-broken"
+    assert "computed 380 of 384 prompt tokens itself (99% >= 50%)" in v.line
+    assert "KV transfer is not working" in v.line and "nixl_num_failed_transfers_total +4" in v.line
+    assert keys(win(broken, phase=0)) == []  # no connector in phase 0
+
+
+def test_an_instance_without_metrics_gives_no_verdict():
+    assert verdicts(win(Figures("d-0", "decode", "h", error="no answer"), phase=2)) == []
