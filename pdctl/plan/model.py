@@ -10,6 +10,13 @@ from pdctl.spec.model import Host, Spec
 
 Role = Literal["serve", "prefill", "decode"]
 Target = Literal["hosts", "kubernetes"]
+ENGINE_ROLES: tuple[str, ...] = ("serve", "prefill", "decode")
+# Start order: stores first, then engines, then the router in front of them.
+STAGES = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
+# vllm-router's own /health reflects cached worker state; /liveness is its own.
+ROUTER_HEALTH = "/liveness"
+STORE_ROLES = ("master", "mooncake-master")
+ENGINE_HEALTH = "/health"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,38 @@ class Instance:
     container_port: int | None = None
     # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
     files: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One process pdctl starts on a host: an engine, the router, a mooncake master. `image`
+    set: a container (`gpus` and `publish` are its docker run parameters). `address`: where a
+    process on the unit's own host reaches its port (the router binds router.listen)."""
+
+    name: str
+    role: str
+    host: Host
+    port: int
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    setup: str
+    image: str | None = None
+    gpus: tuple[int, ...] = ()
+    publish: tuple[str, ...] = ()
+    address: str = "127.0.0.1"
+
+    @property
+    def stage(self) -> int:
+        """Start order: lower first (stores, engines, the router)."""
+        return STAGES.get(self.role, 1)
+
+    @property
+    def health_path(self) -> str | None:
+        """What `up` and `status` probe on `port`; None: the process only (mooncake_master's
+        `port` is its RPC port, its HTTP metrics are elsewhere)."""
+        if self.role in STORE_ROLES:
+            return None
+        return ROUTER_HEALTH if self.role == "router" else ENGINE_HEALTH
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pdctl.plan.model import Plan
-from pdctl.render.bundle import Artifact, Bundle
+from pdctl.render.bundle import Artifact, Bundle, UnitFiles, apply_rank
 
-__all__ = ["Artifact", "Bundle", "render"]
+__all__ = ["Artifact", "Bundle", "UnitFiles", "render"]
 
 
 def render(plan: Plan) -> Bundle:
@@ -18,12 +18,16 @@ def render(plan: Plan) -> Bundle:
             from pdctl.render.pd_kube import pd_objects
 
             objs = pd_objects(plan)
-        return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)))
+        ordered = sorted(objs, key=lambda o: apply_rank(o["kind"]))
+        return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)), objects=tuple(ordered))
     from pdctl.render import host
 
     if plan.phase == 0:
-        units = [host.engine_unit(plan, inst) for inst in plan.instances]
-        return Bundle("hosts", tuple(host.host_artifacts(plan, units)))
-    from pdctl.render.pd_host import pd_host_artifacts
+        units = host.host_units(plan, [host.engine_unit(plan, inst) for inst in plan.instances])
+        loose: list[Artifact] = []
+    else:
+        from pdctl.render.pd_host import pd_host_units
 
-    return Bundle("hosts", tuple(pd_host_artifacts(plan)))
+        units, loose = pd_host_units(plan)
+    files = tuple(a for u in units for a in u.files) + tuple(loose)
+    return Bundle("hosts", files, units=tuple(units))

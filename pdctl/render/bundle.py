@@ -1,9 +1,37 @@
-"""A Bundle: the rendered artifacts, {relative path: text}, in a stable order."""
+"""A Bundle: what render produces, as data (the plan's units with their files, Kubernetes
+objects as dicts in apply order) and as artifacts ({relative path: text}, in a stable order)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+from pdctl.plan.model import Unit
+
+# Apply order by kind (after Helm's install order): the namespace, policies, accounts,
+# configuration, storage and RBAC, Services, then workloads; a kind not named here (a custom
+# resource such as InferencePool or HTTPRoute) comes last, in bundle order. Deletes go in reverse.
+# fmt: off
+APPLY_ORDER = (
+    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
+    "ServiceAccount", "Secret", "ConfigMap", "StorageClass", "PersistentVolume",
+    "PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+    "Role", "RoleBinding", "Service", "DaemonSet", "Pod", "ReplicaSet", "Deployment",
+    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
+)
+# fmt: on
+
+
+def apply_rank(kind: str) -> int:
+    return APPLY_ORDER.index(kind) if kind in APPLY_ORDER else len(APPLY_ORDER)
+
+
+def script_digest(text: str) -> str:
+    """A start script's digest, what a host's observe script computes of the start.sh it
+    finds (`sha256sum | cut -c1-16`): any rendered difference (args, env, setup) is a change."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -14,11 +42,31 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class UnitFiles:
+    """One unit of a hosts bundle: the plan's unit, its rendered files (start.sh first), the
+    unit hash written in its scripts (`pdctl-hash`) and the digest of its start script (what
+    change detection compares with the host's copy)."""
+
+    unit: Unit
+    files: tuple[Artifact, ...] = field(repr=False)
+    hash: str
+    digest: str
+
+    @property
+    def start(self) -> Artifact:
+        return self.files[0]
+
+
+@dataclass(frozen=True)
 class Bundle:
-    """What render produces. `kind` is "kubernetes" (YAML documents) or "hosts" (scripts)."""
+    """What render produces. `kind` is "kubernetes" (YAML documents) or "hosts" (scripts).
+    `units`: a hosts bundle's units in render order; `objects`: a
+    Kubernetes bundle's objects as dicts in apply order (kind rank, then bundle order)."""
 
     kind: str
     artifacts: tuple[Artifact, ...] = field(default=())
+    units: tuple[UnitFiles, ...] = field(default=())
+    objects: tuple[dict[str, Any], ...] = field(default=())
 
     def __iter__(self) -> Iterator[Artifact]:
         return iter(self.artifacts)

@@ -5,39 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pdctl import __version__
-from pdctl.plan.model import Instance, Plan
-from pdctl.render.bundle import Artifact
+from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
+from pdctl.render.bundle import Artifact, UnitFiles, script_digest
 from pdctl.render.template import render_template
 from pdctl.spec.model import Host
 
 GRACE_SECONDS = 30
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One process pdctl starts on a host: an engine, the router, a mooncake master."""
-
-    name: str
-    role: str
-    host: Host
-    port: int
-    command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    setup: str
-    image: str | None = None
-    gpus: tuple[int, ...] = ()
-    publish: tuple[str, ...] = ()
-
-
 def deploy_dir(plan: Plan, host: Host) -> str:
     base = host.data_dir.rstrip("/")
     return f"{base}/{plan.name}"
-
-
-ENGINE_ROLES = ("serve", "prefill", "decode")
 
 
 def start_env(unit: Unit) -> tuple[tuple[str, str], ...]:
@@ -51,8 +31,16 @@ def unit_hash(unit: Unit) -> str:
     """A short digest of everything that makes a unit what it is (for change detection): the
     final environment of its start script, and a container's cache mount."""
     cache = unit.host.hf_cache if unit.image is not None else None
-    data = [unit.command, start_env(unit), unit.image, unit.gpus, unit.publish, unit.setup,
-            unit.port, cache]
+    data = [
+        unit.command,
+        start_env(unit),
+        unit.image,
+        unit.gpus,
+        unit.publish,
+        unit.setup,
+        unit.port,
+        cache,
+    ]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -121,7 +109,8 @@ def engine_unit(plan: Plan, inst: Instance) -> Unit:
     )
 
 
-def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
+def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> UnitFiles:
+    """The unit with its start and stop scripts (and `extra` files beside them)."""
     base = f"hosts/{unit.host.name}/{unit.name}"
     common = dict(
         deploy_dir=deploy_dir(plan, unit.host),
@@ -169,14 +158,17 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
         stop = render_template(
             "process-stop.sh.j2", header=header(plan, unit, "process", digest), **common
         )
-    return [
+    files = (
         Artifact(f"{base}/start.sh", start, executable=True),
         Artifact(f"{base}/stop.sh", stop, executable=True),
-    ]
+        *extra,
+    )
+    return UnitFiles(unit, files, digest, script_digest(start))
 
 
-def host_artifacts(plan: Plan, units: Sequence[Unit]) -> list[Artifact]:
-    out: list[Artifact] = []
-    for unit in units:
-        out.extend(unit_artifacts(plan, unit))
-    return out
+def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
+    return list(unit_files(plan, unit).files)
+
+
+def host_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
+    return [unit_files(plan, unit) for unit in units]

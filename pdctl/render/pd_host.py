@@ -13,11 +13,12 @@ from pdctl.plan.router import (
     LIBRARY_PACKAGES,
     MASTER_LIBRARIES,
     Service,
+    local_address,
     mooncake_libraries,
     services,
 )
-from pdctl.render.bundle import Artifact
-from pdctl.render.host import Unit, engine_unit, header, unit_artifacts
+from pdctl.render.bundle import Artifact, UnitFiles
+from pdctl.render.host import Unit, engine_unit, header, unit_files
 from pdctl.render.template import render_template
 from pdctl.spec.value import host_port
 
@@ -50,19 +51,17 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
     )
 
 
-def engine_artifacts(plan: Plan, inst: Instance) -> list[Artifact]:
+def engine_files(plan: Plan, inst: Instance) -> UnitFiles:
     assert inst.host is not None
     unit = engine_unit(plan, inst)
     extra = kv_setup(plan, mooncake_libraries(plan, inst.host))
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
-    out = unit_artifacts(plan, unit)
-    for name, text in inst.files:
-        out.append(Artifact(f"hosts/{inst.host.name}/{inst.name}/{name}", text))
-    return out
+    base = f"hosts/{inst.host.name}/{inst.name}"
+    return unit_files(plan, unit, tuple(Artifact(f"{base}/{n}", t) for n, t in inst.files))
 
 
-def service_artifacts(plan: Plan, svc: Service) -> list[Artifact]:
+def service_files(plan: Plan, svc: Service) -> UnitFiles:
     setup = render_template(
         "setup-venv.sh.j2", venv=svc.venv, executable=svc.executable, install=True, pip=svc.pip
     )
@@ -76,6 +75,7 @@ def service_artifacts(plan: Plan, svc: Service) -> list[Artifact]:
         command=("bash", "run.sh"),
         env=(),
         setup=setup,
+        address=local_address(svc.address) if svc.role == "router" else "127.0.0.1",
     )
     run = render_template(
         "service-run.sh.j2",
@@ -86,10 +86,8 @@ def service_artifacts(plan: Plan, svc: Service) -> list[Artifact]:
         wait_seconds=plan.spec.router.wait_minutes * 60,
         command=svc.command,
     )
-    return [
-        *unit_artifacts(plan, replace(unit, command=("bash", "run.sh"))),
-        Artifact(f"hosts/{svc.host.name}/{svc.name}/run.sh", run, executable=True),
-    ]
+    wrapper = Artifact(f"hosts/{svc.host.name}/{svc.name}/run.sh", run, executable=True)
+    return unit_files(plan, unit, (wrapper,))
 
 
 def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:
@@ -170,22 +168,12 @@ def ports_doc(
     return "\n".join(lines)
 
 
-def pd_host_artifacts(plan: Plan) -> list[Artifact]:
+def pd_host_units(plan: Plan) -> tuple[list[UnitFiles], list[Artifact]]:
+    """The units (masters, engines, the router) with their files, and the files of no unit."""
     rules = port_rules(plan)
     svcs = services(plan)
-    masters = [s for s in svcs if s.role == "master"]
-    routers = [s for s in svcs if s.role == "router"]
-    out: list[Artifact] = []
-    order: list[str] = []
-    for svc in masters:
-        out += service_artifacts(plan, svc)
-        order.append(f"{svc.host.name}/{svc.name}")
-    for inst in plan.instances:
-        out += engine_artifacts(plan, inst)
-        assert inst.host is not None
-        order.append(f"{inst.host.name}/{inst.name}")
-    for svc in routers:
-        out += service_artifacts(plan, svc)
-        order.append(f"{svc.host.name}/{svc.name}")
-    out.append(Artifact("ports.md", ports_doc(plan, rules, order, svcs)))
-    return out
+    units = [service_files(plan, s) for s in svcs if s.role == "master"]
+    units += [engine_files(plan, inst) for inst in plan.instances]
+    units += [service_files(plan, s) for s in svcs if s.role == "router"]
+    order = [f"{u.unit.host.name}/{u.unit.name}" for u in units]
+    return units, [Artifact("ports.md", ports_doc(plan, rules, order, svcs))]

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pdctl.plan.model import Plan
+from pdctl.plan.model import ENGINE_HEALTH, ROUTER_HEALTH, STAGES, Plan
 from pdctl.render.bundle import Artifact, Bundle
+from pdctl.render.bundle import script_digest as script_digest  # re-exported
 from pdctl.spec.model import Host
 
 Action = Literal["start", "restart", "keep", "stop"]
-WHAT = re.compile(r": (?:process|container) (\S+) \(([^)]+)\) on host (\S+)\.")
-ENGINE_ROLES = ("serve", "prefill", "decode")
-# Start order: stores first, then engines, then the router in front of them.
-ORDER = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
 
 
 @dataclass(frozen=True)
@@ -33,14 +28,13 @@ class Desired:
 
     @property
     def stage(self) -> int:
-        return ORDER.get(self.role, 1)
+        return STAGES.get(self.role, 1)
 
     @property
     def health_path(self) -> str | None:
         if self.port is None:
             return None
-        # vllm-router's own /health reflects cached worker state; /liveness is its own.
-        return "/liveness" if self.role == "router" else "/health"
+        return ROUTER_HEALTH if self.role == "router" else ENGINE_HEALTH
 
 
 @dataclass(frozen=True)
@@ -64,45 +58,20 @@ class Change:
 
 
 def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
-    """Units from a hosts bundle (`hosts/<host>/<unit>/start.sh`), with ports from the plan."""
-    hosts = {h.name: h for h in plan.spec.hosts}
-    ports = {inst.name: inst.port for inst in plan.instances}
-    groups: dict[tuple[str, str], list[Artifact]] = {}
-    for artifact in bundle:
-        parts = artifact.path.split("/")
-        if len(parts) >= 4 and parts[0] == "hosts":
-            groups.setdefault((parts[1], parts[2]), []).append(artifact)
-    out = []
-    for (host_name, unit), files in groups.items():
-        start = next((a for a in files if a.path.endswith("/start.sh")), None)
-        if start is None:
-            continue
-        what = WHAT.search(start.text)
-        role = what.group(2) if what else "serve"
-        port = ports.get(unit)
-        address = "127.0.0.1"
-        if role == "router":
-            from pdctl.plan.router import local_address, router_listen
-
-            port = port if port is not None else plan.spec.router.port
-            address = local_address(router_listen(plan))
-        out.append(
-            Desired(
-                host=hosts[host_name],
-                name=unit,
-                role=role,
-                hash=script_digest(start.text),
-                port=port,
-                files=tuple(files),
-                address=address,
-            )
+    """The units of a hosts bundle (its data: no path or script is parsed), in start order."""
+    out = [
+        Desired(
+            host=u.unit.host,
+            name=u.unit.name,
+            role=u.unit.role,
+            hash=u.digest,
+            port=u.unit.port if u.unit.health_path else None,
+            files=u.files,
+            address=u.unit.address,
         )
+        for u in bundle.units
+    ]
     return sorted(out, key=lambda d: (d.stage, d.host.name, d.name))
-
-
-def script_digest(text: str) -> str:
-    """The start script's digest: any rendered difference (args, env, setup) is a change."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def host_files(bundle: Bundle, host: str) -> list[Artifact]:
