@@ -229,6 +229,8 @@ class KubeSource:
                 found = self._core.list_pod_for_all_namespaces(label_selector=selector).items
             except Exception:
                 found = []
+            key, _, value = selector.partition("=")
+            found = [p for p in found if (p.metadata.labels or {}).get(key) == value]
             if found:
                 break
         if not found:
