@@ -26,8 +26,8 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "queue_min": (2.0, "requests waiting at or above: a queue"),
     "fallback_share_min": (
         0.5,
-        "decode's locally computed share of prompt tokens at or above "
-        "(with no KV received): KV transfer not working",
+        "decode's computed share of its uncached prompt tokens (computed + received over the "
+        "connector) at or above: KV transfer not working",
     ),
     "pack_max": (4.0, "most decode instances pdctl suggests per GPU (phase 3)"),
 }
@@ -194,15 +194,16 @@ def _fallback(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdi
             continue
         local = f.prompt_by_source.get("local_compute", 0.0)
         received = f.prompt_by_source.get("external_kv_transfer", 0.0)
-        total = sum(f.prompt_by_source.values())
-        if total <= 0 or received > 0 or local / total < t["fallback_share_min"]:
+        uncached = local + received  # prefix-cache hits need neither
+        if uncached <= 0 or local / uncached < t["fallback_share_min"]:
             continue
         errs = [f"{k.removeprefix('vllm:')} +{v:.0f}" for k, v in f.connector_errors.items() if v]
         msg = (
-            f"{f.name}: computed {local:.0f} of {total:.0f} prompt tokens itself "
-            f"({local / total:.0%} >= {t['fallback_share_min']:.0%}) and received 0 over the "
-            f"KV connector in {w.seconds:.0f}s: KV transfer is not working, decode re-does "
-            f"prefill (vLLM #26896); connector: {', '.join(errs) or 'no connector errors'}"
+            f"{f.name}: computed {local:.0f} of the {uncached:.0f} uncached prompt tokens itself "
+            f"({local / uncached:.0%} >= {t['fallback_share_min']:.0%}), received "
+            f"{received:.0f} over the KV connector in {w.seconds:.0f}s: KV transfer is not "
+            f"working, decode re-does prefill (vLLM #26896); connector: "
+            f"{', '.join(errs) or 'no connector errors'}"
         )
         out.append(Verdict("kv-transfer-broken", msg))
     return out

@@ -87,10 +87,43 @@ def test_decode_computing_prompts_itself_with_no_kv_received_is_kv_transfer_not_
     )
     (v,) = verdicts(win(broken, phase=2))
     assert v.key == "kv-transfer-broken"
-    assert "computed 380 of 384 prompt tokens itself (99% >= 50%)" in v.line
+    assert "computed 380 of the 380 uncached prompt tokens itself (100% >= 50%), received 0" in (
+        v.line
+    )
     assert "KV transfer is not working" in v.line and "nixl_num_failed_transfers_total +4" in v.line
     assert keys(win(broken, phase=0)) == []  # no connector in phase 0
 
 
 def test_an_instance_without_metrics_gives_no_verdict():
     assert verdicts(win(Figures("d-0", "decode", "h", error="no answer"), phase=2)) == []
+
+
+def phase2_decode(after: str):
+    return figures(
+        "e2etoppd-decode-0",
+        "decode",
+        "lo1",
+        parse((DATA / "phase2-decode-before.prom").read_text(), 0.0),
+        parse((DATA / after).read_text(), 46.0),
+    )
+
+
+def test_the_recorded_phase2_window_shows_kv_received_and_no_fallback():
+    f = phase2_decode("phase2-decode-after.prom")
+    assert f.kv_tokens_received == 192 and f.prompt_by_source["local_compute"] == 0
+    assert f.connector_errors == {
+        "vllm:nixl_num_failed_notifications_total": 0.0,
+        "vllm:nixl_num_failed_transfers_total": 0.0,
+        "vllm:nixl_num_kv_expired_reqs_total": 0.0,
+    }
+    assert verdicts(win(f, phase=2)) == []
+
+
+def test_the_fallback_window_says_kv_transfer_is_not_working_with_the_connector_errors():
+    """phase2-decode-after-broken.prom: the recorded window edited to the silent fallback
+    (tests/top/data/README.md)."""
+    (v,) = verdicts(win(phase2_decode("phase2-decode-after-broken.prom"), phase=2))
+    assert v.key == "kv-transfer-broken"
+    assert v.line.startswith("e2etoppd-decode-0: computed 192 of the 192 uncached prompt tokens")
+    assert "received 0 over the KV connector in 60s" in v.line
+    assert v.line.endswith("connector: nixl_num_failed_transfers_total +4")
