@@ -57,8 +57,17 @@ def top_under_load(spec: Path, ssh_env, log: Path, url: str) -> tuple[dict, list
     box: dict = {}
 
     def run() -> None:
-        box["result"] = pdctl("top", str(spec), "--once", "--window", WINDOW, "-o", "json",
-                              *known(ssh_env), timeout=300)
+        box["result"] = pdctl(
+            "top",
+            str(spec),
+            "--once",
+            "--window",
+            WINDOW,
+            "-o",
+            "json",
+            *known(ssh_env),
+            timeout=300,
+        )
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -82,14 +91,17 @@ def keep(name: str, text: str) -> None:
 @pytest.fixture(scope="module")
 def serve(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("top0")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2etop",
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        "serve": {"port": SERVE, "enforceEager": True},
-    })
+    spec = write_spec(
+        data / "spec.yaml",
+        {
+            "name": "e2etop",
+            "phase": 0,
+            "model": model_section(vllm_cpu),
+            "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
+            "hosts": [host(ssh_env, vllm_cpu, data)],
+            "serve": {"port": SERVE, "enforceEager": True},
+        },
+    )
     result = up(spec, ssh_env)
     yield spec, data, result
     pdctl("down", str(spec), *known(ssh_env))
@@ -101,8 +113,9 @@ def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
     (url,) = printed_urls(result.stdout)
     before = get(f"http://127.0.0.1:{SERVE}/metrics")
     keep("phase0-before.prom", before)
-    doc, answers, raw = top_under_load(spec, ssh_env, data / "lo1" / "e2etop" /
-                                       "e2etop-serve-0" / "log", url)
+    doc, answers, raw = top_under_load(
+        spec, ssh_env, data / "lo1" / "e2etop" / "e2etop-serve-0" / "log", url
+    )
     after = get(f"http://127.0.0.1:{SERVE}/metrics")
     keep("phase0-after.prom", after)
     keep("phase0-top.json", raw)
@@ -110,16 +123,21 @@ def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
     assert (inst["name"], inst["role"], inst["error"]) == ("e2etop-serve-0", "serve", None)
     prompt = sum(a["usage"]["prompt_tokens"] for a in answers)
     assert inst["requests"] == REQUESTS
-    assert inst["prompt_by_source"]["local_compute"] + inst["prompt_by_source"].get(
-        "local_cache_hit", 0) == prompt
+    assert (
+        inst["prompt_by_source"]["local_compute"]
+        + inst["prompt_by_source"].get("local_cache_hit", 0)
+        == prompt
+    )
     totals = inst["totals"]
     assert totals["requests"] == counter(after, "vllm:request_success_total")
     assert totals["generation_tokens"] == counter(after, "vllm:generation_tokens_total")
     assert totals["prompt_tokens"] == counter(after, "vllm:prompt_tokens_total")
     assert totals["generation_tokens"] - counter(before, "vllm:generation_tokens_total") == (
-        REQUESTS * MAX_TOKENS)
-    assert inst["generation_tps"] == pytest.approx(REQUESTS * MAX_TOKENS / doc["window_s"],
-                                                   rel=1e-3)
+        REQUESTS * MAX_TOKENS
+    )
+    assert inst["generation_tps"] == pytest.approx(
+        REQUESTS * MAX_TOKENS / doc["window_s"], rel=1e-3
+    )
     assert inst["prompt_tps"] > 0 and inst["request_rate"] > 0
     assert 0 <= inst["kv_usage"] <= 1
     assert inst["ttft_p50"] is not None and inst["itl_p50"] is not None
@@ -132,21 +150,38 @@ def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
 @pytest.fixture(scope="module")
 def pd(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("top2")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2etoppd",
-        "phase": 2,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, **UCX}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        "prefill": {"replicas": 1, "port": PREFILL, "enforceEager": True,
-                    "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}, "extraArgs": ["--block-size", "32"]},
-        "decode": {"replicas": 1, "port": DECODE, "enforceEager": True,
-                   "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}, "extraArgs": ["--block-size", "32"]},
-        "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
-        "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
-        "router": {"port": ROUTER, "metricsPort": METRICS, "venv": str(vllm_cpu.router),
-                   "healthCheckIntervalSecs": 2},
-    })
+    spec = write_spec(
+        data / "spec.yaml",
+        {
+            "name": "e2etoppd",
+            "phase": 2,
+            "model": model_section(vllm_cpu),
+            "engine": {"device": "cpu", "env": {**ENGINE_ENV, **UCX}},
+            "hosts": [host(ssh_env, vllm_cpu, data)],
+            "prefill": {
+                "replicas": 1,
+                "port": PREFILL,
+                "enforceEager": True,
+                "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"},
+                "extraArgs": ["--block-size", "32"],
+            },
+            "decode": {
+                "replicas": 1,
+                "port": DECODE,
+                "enforceEager": True,
+                "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"},
+                "extraArgs": ["--block-size", "32"],
+            },
+            "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
+            "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
+            "router": {
+                "port": ROUTER,
+                "metricsPort": METRICS,
+                "venv": str(vllm_cpu.router),
+                "healthCheckIntervalSecs": 2,
+            },
+        },
+    )
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, data, result
     pdctl("down", str(spec), *known(ssh_env))
@@ -168,13 +203,15 @@ def test_top_once_phase2_shows_the_kv_tokens_transferred(pd, ssh_env):
     rows = {i["role"]: i for i in doc["instances"]}
     assert set(rows) == {"prefill", "decode", "router"}, rows
     decode, prefill = rows["decode"], rows["prefill"]
-    src = 'vllm:prompt_tokens_by_source_total'
-    received = (counter(after, src, source="external_kv_transfer")
-                - counter(before, src, source="external_kv_transfer"))
+    src = "vllm:prompt_tokens_by_source_total"
+    received = counter(after, src, source="external_kv_transfer") - counter(
+        before, src, source="external_kv_transfer"
+    )
     assert received >= 32 * REQUESTS  # at least one whole KV block per request came over NIXL
     assert decode["kv_tokens_received"] == received
     assert decode["totals"]["prompt_tokens_external_kv_transfer"] == counter(
-        after, src, source="external_kv_transfer")
+        after, src, source="external_kv_transfer"
+    )
     assert decode["requests"] == REQUESTS and prefill["requests"] == REQUESTS
     assert decode["generation_tps"] > 0
     assert doc["roles"]["decode"]["kv_tokens_received"] == received

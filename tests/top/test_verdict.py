@@ -127,3 +127,9 @@ def test_the_fallback_window_says_kv_transfer_is_not_working_with_the_connector_
     assert v.line.startswith("e2etoppd-decode-0: computed 192 of the 192 uncached prompt tokens")
     assert "received 0 over the KV connector in 60s" in v.line
     assert v.line.endswith("connector: nixl_num_failed_transfers_total +4")
+
+
+def test_docs_print_the_threshold_table_as_the_code_has_it():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "top.md").read_text()
+    for key, (value, meaning) in THRESHOLDS.items():
+        assert f"| `{key}` | {value:g} | {meaning} |" in doc, key
