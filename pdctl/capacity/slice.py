@@ -2,7 +2,7 @@
 
 Inside a HAMi slice CUDA reports the slice as the GPU's total, so vLLM's
 `--gpu-memory-utilization` is a fraction of the slice. The fraction is the one render passes
-(`pdctl.plan.slice.slice_utilization`: the slice minus 768 MiB for the CUDA context as HAMi-core
+(`pdctl.hami.slice_utilization`: the slice minus 768 MiB for the CUDA context as HAMi-core
 counts it, 1536 MiB for CUDA graphs unless eager, 512 MiB per extra TP rank; at most 0.95), so
 the plan and the rendered flags agree. Slices under 24 GiB run eager by default (as render
 does).
@@ -17,16 +17,14 @@ from pdctl.capacity.fit import Shape, instance_memory, model_fit
 from pdctl.capacity.gpus import MIB
 from pdctl.capacity.models import ModelConfig
 from pdctl.errors import SpecError
+from pdctl.hami import SMALL_SLICE_MIB, slice_utilization
 
 SLICE_STEP_MIB = 256
-SMALL_SLICE_MIB = 24 * 1024  # render's default: eager below this
 
 
 def slice_util(slice_mib: int, tensor_parallel: int = 1, enforce_eager: bool = False) -> float:
     """--gpu-memory-utilization inside a slice of `slice_mib` (render's formula); 0.0 when the
     slice is too small to leave vLLM half of itself."""
-    from pdctl.plan.slice import slice_utilization
-
     try:
         return slice_utilization(slice_mib, tensor_parallel, enforce_eager)
     except SpecError:

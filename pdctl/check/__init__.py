@@ -11,7 +11,7 @@ from pdctl.check.fit import fit, model_of, weights_total
 from pdctl.check.topology import host_topology
 from pdctl.facts.model import Facts
 from pdctl.plan.model import Plan
-from pdctl.plan.topology import plan_hosts, services
+from pdctl.plan.topology import plan_hosts
 
 __all__ = ["Finding", "Status", "run_checks", "worst"]
 
@@ -24,7 +24,7 @@ def run_checks(plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None
     weights = weights_total(plan, model) if model is not None else None
     out: list[Finding] = []
     gpu = plan.spec.engine.device != "cpu"
-    svc = services(plan)
+    svc = plan.services
     if plan.target == "kubernetes":
         out += cluster(plan, facts.cluster)
     for host in plan_hosts(plan):

@@ -19,7 +19,6 @@ HINTS = {
     "gateway.networking.k8s.io": "the Gateway API CRDs (standard channel)",
     "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)",
 }
-FALLBACK_PHASE2 = (("inference.networking.k8s.io", "InferencePool"),)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -27,25 +26,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def required_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
-    """(group, kind) of rendered objects that are custom resources."""
-    try:
-        import yaml
-
-        from pdctl.render import render
-
-        kinds = set()
-        for artifact in render(plan).artifacts:
-            if not artifact.path.endswith((".yaml", ".yml")):
-                continue
-            for doc in yaml.safe_load_all(artifact.text):
-                if isinstance(doc, dict) and "apiVersion" in doc:
-                    api = str(doc["apiVersion"])
-                    group = api.split("/")[0] if "/" in api else ""
-                    if group not in BUILTIN_GROUPS:
-                        kinds.add((group, str(doc.get("kind", ""))))
-        return tuple(sorted(kinds))
-    except Exception:  # render of this phase not available: the documented minimum
-        return FALLBACK_PHASE2 if plan.phase == 2 else ()
+    """(group, kind) of the custom resources the plan's bundle holds (the plan decides them)."""
+    return tuple(k for k in plan.kinds if k[0] not in BUILTIN_GROUPS)
 
 
 def _usable(n: Node) -> bool:

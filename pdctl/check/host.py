@@ -8,7 +8,7 @@ from pdctl.compat import parse_version
 from pdctl.facts.host import LIBS
 from pdctl.facts.model import HostFacts
 from pdctl.plan.model import Instance, Plan
-from pdctl.plan.router import install_hint, mooncake_libraries
+from pdctl.plan.router import install_hint
 from pdctl.spec.model import Host
 
 GATHER = "gather it live, or record it with --record"
@@ -134,7 +134,7 @@ def runtime(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
 
 def libraries(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     """The system libraries the Mooncake wheels load on this host, even for protocol tcp."""
-    need = mooncake_libraries(plan, host)
+    need = plan.libraries_on(host.name)
     if not need:
         return []
     want = ", ".join(need) + " (mooncake-transfer-engine loads them, even for protocol tcp)"

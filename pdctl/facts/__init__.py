@@ -4,6 +4,7 @@ from pdctl.facts.cluster import cluster_facts
 from pdctl.facts.host import host_facts
 from pdctl.facts.model import (
     ClusterFacts,
+    ClusterWorkload,
     Crd,
     Disk,
     Docker,
@@ -14,15 +15,29 @@ from pdctl.facts.model import (
     Missing,
     Node,
     Port,
-    Workload,
     is_nvlink,
     link_rank,
 )
 
 __all__ = [
-    "ClusterFacts", "Crd", "Disk", "Docker", "Facts", "Gpu", "HamiDevice", "HostFacts",
-    "Missing", "Node", "Port", "Workload", "cluster_facts", "host_facts", "is_nvlink",
-    "link_rank", "facts_from", "CLUSTER",
+    "ClusterFacts",
+    "Crd",
+    "Disk",
+    "Docker",
+    "Facts",
+    "Gpu",
+    "HamiDevice",
+    "HostFacts",
+    "Missing",
+    "Node",
+    "Port",
+    "ClusterWorkload",
+    "cluster_facts",
+    "host_facts",
+    "is_nvlink",
+    "link_rank",
+    "facts_from",
+    "CLUSTER",
 ]
 
 CLUSTER = "_kubernetes"
@@ -30,7 +45,6 @@ CLUSTER = "_kubernetes"
 
 def facts_from(raw: dict[str, dict[str, str]]) -> Facts:
     """Facts from raw outputs per folder (host name, or `_kubernetes` for the cluster)."""
-    hosts = tuple(host_facts(name, files) for name, files in sorted(raw.items())
-                  if name != CLUSTER)
+    hosts = tuple(host_facts(name, files) for name, files in sorted(raw.items()) if name != CLUSTER)
     cluster = cluster_facts(raw[CLUSTER]) if CLUSTER in raw else None
     return Facts(hosts=hosts, cluster=cluster)

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from pdctl.facts.model import ClusterFacts, Crd, HamiDevice, Missing, Node, Workload
+from pdctl.facts.model import ClusterFacts, ClusterWorkload, Crd, HamiDevice, Missing, Node
 
 REGISTER = "hami.io/node-nvidia-register"
 GPU = "nvidia.com/gpu"
@@ -117,7 +117,7 @@ def parse_node(obj: dict[str, Any]) -> Node:
     )
 
 
-def parse_workloads(obj: dict[str, Any]) -> tuple[Workload, ...]:
+def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
     """A List of Deployments/DaemonSets (kubectl get deploy,ds -o json)."""
     out = []
     for item in obj.get("items", []):
@@ -132,7 +132,7 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[Workload, ...]:
             ready = int(status.get("readyReplicas", 0) or 0)
         labels = meta.get("labels") or {}
         out.append(
-            Workload(
+            ClusterWorkload(
                 kind=kind,
                 namespace=str(meta.get("namespace", "")),
                 name=str(meta.get("name", "")),
@@ -178,7 +178,14 @@ def cluster_facts(raw: dict[str, str]) -> ClusterFacts:
                 workloads = parse_workloads(data)
             else:
                 crds = parse_crds(data)
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
-                OverflowError) as exc:  # a damaged recording: say which file, never crash
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            IndexError,
+            RecursionError,
+            OverflowError,
+        ) as exc:  # a damaged recording: say which file, never crash
             missing.append(Missing(name, f"unreadable output ({type(exc).__name__})"))
     return ClusterFacts(nodes=nodes, workloads=workloads, crds=crds, missing=tuple(missing))

@@ -165,7 +165,7 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Workload:
+class ClusterWorkload:
     kind: str  # Deployment, DaemonSet
     namespace: str
     name: str
@@ -184,7 +184,7 @@ class Crd:
 @dataclass(frozen=True)
 class ClusterFacts:
     nodes: tuple[Node, ...] = ()
-    workloads: tuple[Workload, ...] | None = None
+    workloads: tuple[ClusterWorkload, ...] | None = None
     crds: tuple[Crd, ...] | None = None
     error: str = ""
     missing: tuple[Missing, ...] = ()

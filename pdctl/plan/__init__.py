@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pdctl.compat import release as release_for
 from pdctl.errors import SpecError, UsageError
-from pdctl.plan.model import Instance, Plan, SecretEnv, Target
+from pdctl.plan.firewall import port_rules
+from pdctl.plan.kv import require_connectors
+from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
+from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
+from pdctl.plan.pd import host_instances
 from pdctl.plan.place import Chooser, first_free
+from pdctl.plan.router import mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
-from pdctl.plan.slice import slice_notes
+from pdctl.plan.shape import pd_shape
+from pdctl.plan.slice import plan_slice, slice_notes
 from pdctl.spec.model import Spec
 
-__all__ = ["Instance", "Plan", "SecretEnv", "make_plan", "target_of"]
+__all__ = ["Instance", "Plan", "SecretEnv", "Unit", "make_plan", "target_of"]
 
 
 def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
@@ -58,21 +66,39 @@ def make_plan(
     phase = spec.phase if phase is None else phase
     tgt = target_of(spec, phase, target)
     rel = release_for(spec.engine.version)
-    image = spec.engine.image or rel.image
-    if phase in (0, 1):
-        instances = serve_instances(spec, rel, phase, tgt, choose)
-    else:
-        from pdctl.plan.pd import pd_instances
-
-        instances = pd_instances(spec, rel, phase, tgt, choose)
-    return Plan(
+    plan = Plan(
         spec=spec,
         phase=phase,
         target=tgt,
         release=rel,
-        image=image,
-        instances=instances,
+        image=spec.engine.image or rel.image,
+        instances=(),
         secrets=secret_envs(spec),
         served_name=spec.model.served_name or spec.model.name,
-        notes=slice_notes(spec.decode) if phase == 3 else (),
     )
+    if phase in (0, 1):
+        return replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
+    plan = pd_plan(plan, choose)
+    return replace(plan, notes=slice_notes(spec.decode)) if phase == 3 else plan
+
+
+def pd_plan(plan: Plan, choose: Chooser) -> Plan:
+    """Phases 2 and 3, stage by stage: the shape, the engines (placement, KV config, ports,
+    environment), then on hosts the router and mooncake_master, the firewall list and the
+    libraries Mooncake needs; on Kubernetes the slice (phase 3) and the custom resources."""
+    spec, rel = plan.spec, plan.release
+    shape = pd_shape(spec, plan.phase)
+    require_connectors(shape.dis, rel)
+    if plan.target == "kubernetes":
+        gateway_pods = check_llmd(spec, plan.phase, shape)
+        sl = plan_slice(spec.decode) if plan.phase == 3 and spec.decode is not None else None
+        insts = kube_instances(spec, rel, plan.phase, shape, sl)
+        kinds = custom_kinds(spec)
+        return replace(
+            plan, shape=shape, instances=insts, slice=sl, kinds=kinds, gateway_pods=gateway_pods
+        )
+    plan = replace(plan, shape=shape, instances=host_instances(spec, rel, shape, choose))
+    plan = replace(plan, services=plan_services(plan))
+    hosts = {h.name: h for h in plan.spec.hosts}
+    libraries = tuple((n, mooncake_libraries(plan, h)) for n, h in hosts.items())
+    return replace(plan, ports=port_rules(plan), libraries=tuple(x for x in libraries if x[1]))

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 from pdctl.errors import SpecError
-from pdctl.plan.model import Plan
-from pdctl.plan.pd import pd_shape
-from pdctl.plan.router import Service, services
+from pdctl.plan.model import Plan, PortRule, Service
 
 # Ranges that are not pdctl's choice but must be open between engine hosts.
 MOONCAKE_TE_RANGE = (15000, 17000)  # transfer-engine handshake (P2PHANDSHAKE, MC_MIN/MAX_RPC_PORT)
@@ -18,25 +15,15 @@ EPHEMERAL = "32768-60999"  # Linux ip_local_port_range default: random UCX/NCCL 
 MOONCAKE_RANDOM = "32768-65535"
 
 
-@dataclass(frozen=True)
-class PortRule:
-    """One line of the firewall list."""
-
-    host: str
-    address: str
-    ports: str  # "8100" or "21001-21002"
-    opened_to: str  # who connects
-    purpose: str
-    source: str  # the spec field that sets it ("" for ranges pdctl does not choose)
-
-
 def _span(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
 
 
 def port_rules(plan: Plan) -> tuple[PortRule, ...]:
-    """The firewall list for hosts, checked for clashes between everything pdctl starts."""
-    dis = pd_shape(plan.spec, plan.phase).dis
+    """The firewall step (after the router step): the list for hosts, checked for clashes
+    between everything pdctl starts. make_plan keeps it in `Plan.ports`."""
+    assert plan.shape is not None
+    dis = plan.shape.dis
     rules: list[PortRule] = []
     used: dict[tuple[str, int], str] = {}
 
@@ -90,7 +77,7 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
                 f"{inst.name} NIXL side channel",
                 "disaggregation.sideChannelPort",
             )
-    for svc in services(plan):
+    for svc in plan.services:
         rules += _service_rules(svc, plan, take)
     hosts = {i.host.name: i.host for i in plan.instances if i.host is not None}
     for name in engine_hosts:
@@ -122,6 +109,8 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
 
 def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
     spec = plan.spec
+    assert plan.shape is not None
+    dis = plan.shape.dis
     peers = svc.host.address_for_peers or svc.host.address
     out = []
     items: list[tuple[int, str, str, str, str]] = []
@@ -135,7 +124,7 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
             (r.port, where, clients, "router HTTP (OpenAI API; /liveness)", "router.port"),
             (r.metrics_port, where, monitoring, "router Prometheus metrics", "router.metricsPort"),
         ]
-        if pd_shape(spec, plan.phase).dis.connector == "p2p-nccl":
+        if dis.connector == "p2p-nccl":
             items.append(
                 (
                     r.discovery_port,
@@ -146,7 +135,7 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
                 )
             )
     else:
-        st = pd_shape(spec, plan.phase).dis.store
+        st = dis.store
         p = "disaggregation.store."
         items = [
             (st.rpc_port, svc.address, "engine hosts", "mooncake_master RPC", p + "rpcPort"),

@@ -6,8 +6,9 @@ from pdctl.compat import LLMD, Release
 from pdctl.errors import SpecError
 from pdctl.plan.kv import nixl_config
 from pdctl.plan.model import Instance
-from pdctl.plan.pd import Shape, role_args, role_env
-from pdctl.plan.slice import plan_slice
+from pdctl.plan.pd import role_args, role_env
+from pdctl.plan.shape import PdShape
+from pdctl.plan.slice import Slice
 from pdctl.spec.model import Spec
 from pdctl.spec.value import label_value
 
@@ -43,17 +44,27 @@ def gateway_pod_labels(spec: Spec) -> dict[str, str]:
     return {GATEWAY_NAME_LABEL: gateway}
 
 
-def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tuple[Instance, ...]:
-    dis = shape.dis
-    if dis.connector != "nixl":
+def check_llmd(spec: Spec, phase: int, shape: PdShape) -> tuple[tuple[str, str], ...]:
+    """What an llm-d bundle cannot be (before the slice is planned); the labels of the pods
+    that may send requests to the decode pods when there is a networkPolicy."""
+    if shape.dis.connector != "nixl":
         raise SpecError(
             f"phase {phase} on Kubernetes renders llm-d, which pdctl wires with NIXL "
-            f"(not {dis.connector})",
+            f"(not {shape.dis.connector})",
             path="disaggregation.connector",
             fix="use connector nixl, or render phase 2 with --target hosts",
         )
-    if spec.kubernetes.network_policy:
-        gateway_pod_labels(spec)  # refuse a policy that would lock every client out
+    if not spec.kubernetes.network_policy:
+        return ()
+    # refuse a policy that would lock every client out
+    return tuple(gateway_pod_labels(spec).items())
+
+
+def kube_instances(
+    spec: Spec, release: Release, phase: int, shape: PdShape, sl: Slice | None
+) -> tuple[Instance, ...]:
+    """The llm-d step: one prefill and one decode pod template (`sl`: phase 3's slice)."""
+    dis = shape.dis
     pre, dec = shape.prefill, shape.decode
     cpu = spec.engine.device == "cpu"
     side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
@@ -85,8 +96,7 @@ def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tu
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
     )
     over: dict = {}
-    if phase == 3:
-        sl = plan_slice(dec)
+    if sl is not None:
         over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
         over["enforce_eager"] = sl.enforce_eager
         if dec.tensor_parallel > 1:
@@ -112,3 +122,11 @@ def kube_instances(spec: Spec, release: Release, phase: int, shape: Shape) -> tu
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
     )
     return (prefill, decode)
+
+
+def custom_kinds(spec: Spec) -> tuple[tuple[str, str], ...]:
+    """(group, kind) of the custom resources an llm-d bundle holds: their CRDs must exist."""
+    kinds = {(LLMD.pool_api.split("/")[0], "InferencePool")}
+    if spec.router.gateway:
+        kinds.add(("gateway.networking.k8s.io", "HTTPRoute"))
+    return tuple(sorted(kinds))

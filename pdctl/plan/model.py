@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pdctl.compat import Release
+from pdctl.plan.shape import PdShape
+from pdctl.plan.slice import Slice
 from pdctl.spec.model import Host, Spec
 
 Role = Literal["serve", "prefill", "decode"]
@@ -84,6 +86,37 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Service:
+    """A non-engine process pdctl starts on a host, from its own pinned Python environment."""
+
+    name: str
+    role: str  # "router" | "master"
+    host: Host
+    port: int
+    command: tuple[str, ...]
+    venv: str
+    pip: str
+    executable: str
+    health: str  # URL that answers 200 on the service host when it is up
+    address: str  # where it listens for other hosts or clients (ports.md)
+    wait_urls: tuple[str, ...] = ()  # health URLs that must answer before it starts
+    api_key: bool = False  # export OPENAI_API_KEY from the engines' VLLM_API_KEY
+    local: str = "127.0.0.1"  # where a process on its own host reaches it (router: router.listen)
+
+
+@dataclass(frozen=True)
+class PortRule:
+    """One line of the firewall list."""
+
+    host: str
+    address: str
+    ports: str  # "8100" or "21001-21002"
+    opened_to: str  # who connects
+    purpose: str
+    source: str  # the spec field that sets it ("" for ranges pdctl does not choose)
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: Spec
     phase: int
@@ -94,6 +127,14 @@ class Plan:
     secrets: tuple[SecretEnv, ...] = ()
     served_name: str = ""
     notes: tuple[str, ...] = field(default=())  # warnings: planned, but not what it says
+    # Phases 2 and 3, each decided once by its planning step (make_plan runs them in order):
+    shape: PdShape | None = None  # prefill, decode, KV transfer
+    services: tuple[Service, ...] = ()  # hosts: mooncake_master, then the router (start order)
+    ports: tuple[PortRule, ...] = ()  # hosts: the firewall list, checked for clashes
+    libraries: tuple[tuple[str, tuple[str, ...]], ...] = ()  # hosts: (host, Mooncake's libs)
+    slice: Slice | None = None  # phase 3: the decode's HAMi slice
+    kinds: tuple[tuple[str, str], ...] = ()  # Kubernetes: (group, kind) of custom resources
+    gateway_pods: tuple[tuple[str, str], ...] = ()  # networkPolicy: labels of the Gateway's pods
 
     @property
     def name(self) -> str:
@@ -105,6 +146,9 @@ class Plan:
             if inst.host is not None:
                 seen.setdefault(inst.host.name, inst.host)
         return tuple(seen.values())
+
+    def libraries_on(self, host: str) -> tuple[str, ...]:
+        return dict(self.libraries).get(host, ())
 
     def labels(self, component: str) -> dict[str, str]:
         return {

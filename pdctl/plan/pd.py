@@ -1,115 +1,23 @@
-"""Plans for phases 2 and 3: prefill and decode engine instances with KV transfer."""
+"""Stage 2 of a phase 2/3 plan on hosts: place the prefill and decode engines and give each its
+KV transfer config, ports and environment (role_args/role_env serve llm-d too)."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import engine_args
-from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config, require_connectors
-from pdctl.plan.model import Instance, Target
-from pdctl.plan.place import Chooser, Group, Slot, place
+from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config
+from pdctl.plan.model import Instance
+from pdctl.plan.place import Chooser, Group, place
+from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
 from pdctl.spec.model import Host, Spec
-from pdctl.spec.pd import Decode, Disaggregation, Prefill, Role
+from pdctl.spec.pd import Role
 from pdctl.spec.value import host_port
 
 GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Shape:
-    prefill: Prefill
-    decode: Decode
-    dis: Disaggregation
-
-
-def pd_shape(spec: Spec, phase: int) -> Shape:
-    for section in ("prefill", "decode"):
-        if getattr(spec, section) is None:
-            raise SpecError(
-                f"phase {phase} needs a `{section}` section",
-                path=section,
-                fix=f"add `{section}: {{replicas: 1, tensorParallel: 1}}`",
-            )
-    assert spec.prefill is not None and spec.decode is not None
-    return Shape(spec.prefill, spec.decode, spec.disaggregation or Disaggregation())
-
-
-def router_host(spec: Spec) -> Host:
-    """The host that runs the router (and, by default, mooncake_master)."""
-    name = spec.router.host
-    if name is None:
-        if not spec.hosts:
-            raise SpecError("no hosts", path="hosts", fix="add at least one host")
-        return spec.hosts[0]
-    return find_host(spec, name, "router.host")
-
-
-def find_host(spec: Spec, name: str, path: str) -> Host:
-    for host in spec.hosts:
-        if host.name == name:
-            return host
-    known = ", ".join(h.name for h in spec.hosts) or "none"
-    raise SpecError(f"no host named {name!r} (hosts: {known})", path=path, fix="name a host")
-
-
-def peer_address(host: Host) -> str:
-    return host.address_for_peers or host.address
-
-
-def pd_instances(
-    spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
-) -> tuple[Instance, ...]:
-    shape = pd_shape(spec, phase)
-    require_connectors(shape.dis, release)
-    if target == "kubernetes":
-        from pdctl.plan.llmd import kube_instances
-
-        return kube_instances(spec, release, phase, shape)
-    return host_instances(spec, release, shape, choose)
-
-
-def _check_device(spec: Spec, dis: Disaggregation) -> None:
-    if spec.engine.device == "cpu" and dis.connector != "nixl":
-        raise SpecError(
-            f"connector {dis.connector} needs CUDA engines",
-            path="disaggregation.connector",
-            fix="use connector nixl (with kvBufferDevice cpu) for engine.device cpu",
-        )
-
-
-def _check_p2p_ipv4(spec: Spec, dis: Disaggregation) -> None:
-    """P2pNcclEngine binds and announces `tcp://{VLLM_HOST_IP}:{port}` without brackets and
-    without ZMQ's IPV6 option (vLLM 0.23.0 p2p_nccl_engine.py), so IPv6 peers cannot work."""
-    if dis.connector != "p2p-nccl":
-        return
-    for i, host in enumerate(spec.hosts):
-        if ":" in peer_address(host):
-            field = "addressForPeers" if host.address_for_peers else "address"
-            raise SpecError(
-                f"p2p-nccl needs IPv4 peer addresses ({peer_address(host)} is IPv6): vLLM's "
-                "P2pNcclEngine builds its ZMQ address as host:port without brackets",
-                path=f"hosts[{i}].{field}",
-                fix="set hosts[].addressForPeers to an IPv4 address, or use connector "
-                "mooncake or nixl",
-            )
-
-
-def _check_p2p_tensor_parallel(shape: Shape) -> None:
-    """P2pNcclConnector pairs ranks one to one: prefill rank r sends its KV shard to the decode's
-    `kv_port + r` (vLLM 0.23.0 p2p_nccl_connector.py), so unequal TP sends shards to the wrong
-    engine or to no one. Mooncake and NIXL map different TP sizes themselves."""
-    pre, dec = shape.prefill.tensor_parallel, shape.decode.tensor_parallel
-    if shape.dis.connector == "p2p-nccl" and pre != dec:
-        raise SpecError(
-            f"p2p-nccl needs the same tensorParallel on prefill ({pre}) and decode ({dec}): "
-            "P2pNcclConnector sends prefill rank r's KV to the decode's kv_port + r",
-            path="decode.tensorParallel",
-            fix=f"set decode.tensorParallel: {pre}, or use connector mooncake or nixl",
-        )
 
 
 # Variables pdctl sets on prefill/decode engines from the placement, and the spec field that
@@ -194,12 +102,10 @@ def _placement_spec(spec: Spec, total: int) -> Spec:
 
 
 def host_instances(
-    spec: Spec, release: Release, shape: Shape, choose: Chooser
+    spec: Spec, release: Release, shape: PdShape, choose: Chooser
 ) -> tuple[Instance, ...]:
     dis = shape.dis
-    _check_device(spec, dis)
-    _check_p2p_ipv4(spec, dis)
-    _check_p2p_tensor_parallel(shape)
+    check_shape(spec, shape)
     for i, host in enumerate(spec.hosts):
         if host.runtime == "docker":
             raise SpecError(
@@ -282,16 +188,7 @@ def host_instances(
                 files=files,
             )
         )
-    _check_ports(spec, release, tuple(out))
     return tuple(out)
-
-
-def _check_ports(spec: Spec, release: Release, instances: tuple[Instance, ...]) -> None:
-    """Clashes between engines, router and mooncake_master ports fail at plan time (validate)."""
-    from pdctl.plan.firewall import port_rules
-    from pdctl.plan.model import Plan
-
-    port_rules(Plan(spec, 2, "hosts", release, "", instances))
 
 
 def store_json(spec: Spec, host: Host) -> str:
@@ -312,13 +209,3 @@ def store_json(spec: Spec, host: Host) -> str:
         "device_name": dis.device_name or "",
     }
     return json.dumps(doc, indent=2) + "\n"
-
-
-def master_host(spec: Spec) -> Host:
-    dis = spec.disaggregation
-    if dis is not None and dis.store.host is not None:
-        return find_host(spec, dis.store.host, "disaggregation.store.host")
-    return router_host(spec)
-
-
-__all__ = ["Slot", "pd_instances", "pd_shape", "router_host", "master_host", "peer_address"]

@@ -1,15 +1,15 @@
 """The processes besides the engines on bare metal: the request router (the paper's
-"Conductor" role) and, for the Mooncake shared store, mooncake_master. Pure, from the plan."""
+"Conductor" role) and, for the Mooncake shared store, mooncake_master. Stage 3 of a phase 2
+plan on hosts (after the shape and the engines' placement); pure."""
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 from pdctl.compat import MOONCAKE_PACKAGE, MOONCAKE_VERSION
 from pdctl.errors import SpecError
-from pdctl.plan.model import Instance, Plan
-from pdctl.plan.pd import master_host, pd_shape, peer_address, router_host
+from pdctl.plan.model import Instance, Plan, Service
+from pdctl.plan.shape import master_host, peer_address, router_host
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.value import host_port
 
@@ -31,7 +31,8 @@ def mooncake_libraries(plan: Plan, host: Host) -> tuple[str, ...]:
     """The system libraries the Mooncake processes pdctl starts on `host` need ('' none)."""
     if plan.target != "hosts" or plan.phase != 2:
         return ()
-    dis = pd_shape(plan.spec, plan.phase).dis
+    assert plan.shape is not None
+    dis = plan.shape.dis
     if dis.connector != "mooncake":
         return ()
     if any(i.host is not None and i.host.name == host.name for i in plan.instances):
@@ -49,24 +50,6 @@ def install_hint(missing: tuple[str, ...] | list[str]) -> str:
         f"sudo apt-get install -y {' '.join(apt)} (Debian/Ubuntu) or "
         f"sudo dnf install -y {' '.join(dnf)} (RHEL/Fedora)"
     )
-
-
-@dataclass(frozen=True)
-class Service:
-    """A non-engine process pdctl starts on a host, from its own pinned Python environment."""
-
-    name: str
-    role: str  # "router" | "master"
-    host: Host
-    port: int
-    command: tuple[str, ...]
-    venv: str
-    pip: str
-    executable: str
-    health: str  # URL that answers 200 on the service host when it is up
-    address: str  # where it listens for other hosts or clients (ports.md)
-    wait_urls: tuple[str, ...] = ()  # health URLs that must answer before it starts
-    api_key: bool = False  # export OPENAI_API_KEY from the engines' VLLM_API_KEY
 
 
 def engine_url(inst: Instance) -> str:
@@ -102,7 +85,8 @@ def on_one_host(plan: Plan) -> bool:
     """The router, every engine and mooncake_master run on the same host."""
     names = {i.host.name for i in plan.instances if i.host is not None}
     names.add(router_host(plan.spec).name)
-    if pd_shape(plan.spec, plan.phase).dis.store.enabled:
+    assert plan.shape is not None
+    if plan.shape.dis.store.enabled:
         names.add(master_host(plan.spec).name)
     return len(names) == 1
 
@@ -155,7 +139,8 @@ def local_address(listen: str) -> str:
 
 def router_service(plan: Plan) -> Service:
     spec = plan.spec
-    dis = pd_shape(spec, plan.phase).dis
+    assert plan.shape is not None
+    dis = plan.shape.dis
     router = spec.router
     host = router_host(spec)
     listen = router_listen(plan)
@@ -212,12 +197,14 @@ def router_service(plan: Plan) -> Service:
         address=listen,
         wait_urls=tuple(engine_url(i) + "/health" for i in (*prefills, *decodes)),
         api_key=spec.secrets.api_key is not None,
+        local=local_address(listen),
     )
 
 
 def master_service(plan: Plan) -> Service | None:
     spec = plan.spec
-    dis = pd_shape(spec, plan.phase).dis
+    assert plan.shape is not None
+    dis = plan.shape.dis
     if not dis.store.enabled:
         return None
     store = dis.store
@@ -250,7 +237,8 @@ def master_service(plan: Plan) -> Service | None:
     )
 
 
-def services(plan: Plan) -> tuple[Service, ...]:
-    """Start order: mooncake_master first, the router last (it also waits for the engines)."""
+def plan_services(plan: Plan) -> tuple[Service, ...]:
+    """The router step: mooncake_master first, the router last (it also waits for the
+    engines). make_plan runs it once and keeps the result in `Plan.services`."""
     master = master_service(plan)
     return (*((master,) if master else ()), router_service(plan))

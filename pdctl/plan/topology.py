@@ -100,14 +100,5 @@ def plan_hosts(plan: Plan) -> tuple[Host, ...]:
     """The hosts a preflight looks at: those with instances or services (router)."""
     if plan.target == "kubernetes":
         return ()
-    used = {h.name for h in plan.hosts_used()} | {s.host.name for s in services(plan)}
+    used = {h.name for h in plan.hosts_used()} | {s.host.name for s in plan.services}
     return tuple(h for h in plan.spec.hosts if h.name in used)
-
-
-def services(plan: Plan) -> tuple:
-    """Non-engine processes on hosts (router, mooncake_master) of a phase-2 plan."""
-    if plan.target != "hosts" or plan.phase not in (2, 3):
-        return ()
-    from pdctl.plan.router import services as plan_services
-
-    return plan_services(plan)

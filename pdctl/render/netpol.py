@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdctl.compat import LLMD
-from pdctl.plan.llmd import K8S_PREFILL_PORT, gateway_pod_labels
+from pdctl.plan.llmd import K8S_PREFILL_PORT
 from pdctl.plan.model import Plan
 from pdctl.render.kube import Obj, metadata, selector
 
@@ -43,7 +43,7 @@ def network_policies(plan: Plan, pool: dict[str, str]) -> list[Obj]:
     epp: Obj = {"podSelector": {"matchLabels": selector(plan, "epp")}}
     peers: Obj = {"podSelector": {"matchLabels": pool}}
     sidecar: list[Obj] = [{"port": K8S_PREFILL_PORT, "protocol": "TCP"}]
-    gateway = _peer(gateway_ns, gateway_pod_labels(plan.spec))
+    gateway = _peer(gateway_ns, dict(plan.gateway_pods))
     decode: list[Obj] = [{"from": [gateway, epp], "ports": sidecar}, {"from": [peers]}]
     prefill: list[Obj] = [{"from": [epp], "ports": sidecar}, {"from": [peers]}]
     picker: list[Obj] = [

@@ -6,17 +6,8 @@ import ipaddress
 from dataclasses import replace
 
 from pdctl.compat import NIXL_PIP
-from pdctl.plan.firewall import PortRule, port_rules
-from pdctl.plan.model import Instance, Plan
-from pdctl.plan.pd import pd_shape
-from pdctl.plan.router import (
-    LIBRARY_PACKAGES,
-    MASTER_LIBRARIES,
-    Service,
-    local_address,
-    mooncake_libraries,
-    services,
-)
+from pdctl.plan.model import Instance, Plan, PortRule, Service
+from pdctl.plan.router import LIBRARY_PACKAGES, MASTER_LIBRARIES
 from pdctl.render.bundle import Artifact, UnitFiles
 from pdctl.render.host import Unit, engine_unit, header, unit_files
 from pdctl.render.template import render_template
@@ -31,7 +22,8 @@ def library_check(what: str, libraries: tuple[str, ...]) -> str:
 
 def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
     """Shell that makes sure the engine's environment has the connector's library."""
-    dis = pd_shape(plan.spec, plan.phase).dis
+    assert plan.shape is not None
+    dis = plan.shape.dis
     install = plan.spec.engine.device == "cuda"
     if dis.connector == "mooncake":
         # engine.so needs libcudart, which `import torch` loads first (vLLM imports it so).
@@ -54,7 +46,7 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
 def engine_files(plan: Plan, inst: Instance) -> UnitFiles:
     assert inst.host is not None
     unit = engine_unit(plan, inst)
-    extra = kv_setup(plan, mooncake_libraries(plan, inst.host))
+    extra = kv_setup(plan, plan.libraries_on(inst.host.name))
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
     base = f"hosts/{inst.host.name}/{inst.name}"
@@ -75,7 +67,7 @@ def service_files(plan: Plan, svc: Service) -> UnitFiles:
         command=("bash", "run.sh"),
         env=(),
         setup=setup,
-        address=local_address(svc.address) if svc.role == "router" else "127.0.0.1",
+        address=svc.local,
     )
     run = render_template(
         "service-run.sh.j2",
@@ -170,8 +162,7 @@ def ports_doc(
 
 def pd_host_units(plan: Plan) -> tuple[list[UnitFiles], list[Artifact]]:
     """The units (masters, engines, the router) with their files, and the files of no unit."""
-    rules = port_rules(plan)
-    svcs = services(plan)
+    rules, svcs = plan.ports, plan.services
     units = [service_files(plan, s) for s in svcs if s.role == "master"]
     units += [engine_files(plan, inst) for inst in plan.instances]
     units += [service_files(plan, s) for s in svcs if s.role == "router"]

@@ -8,7 +8,6 @@ from typing import Any
 from pdctl.compat import LLMD
 from pdctl.plan.llmd import K8S_DECODE_PORT, K8S_PREFILL_PORT
 from pdctl.plan.model import Instance, Plan
-from pdctl.plan.slice import plan_slice
 from pdctl.render.kube import (
     Obj,
     common_objects,
@@ -107,10 +106,10 @@ def decode_deployment(plan: Plan, inst: Instance) -> Obj:
     gpu = gpu_request(inst.gpu_count)
     extra: dict[str, Any] = {}
     annotations: dict[str, str] = {}
-    if plan.phase == 3:
+    sl = plan.slice
+    if sl is not None:
         assert plan.spec.decode is not None and plan.spec.decode.share is not None
         share = plan.spec.decode.share
-        sl = plan_slice(plan.spec.decode)
         gpu = {"nvidia.com/gpu": str(max(1, inst.tensor_parallel))}
         if sl.memory_mib is not None:
             gpu["nvidia.com/gpumem"] = str(sl.memory_mib)
@@ -317,7 +316,7 @@ def pd_objects(plan: Plan) -> list[Obj]:
     objs += epp_objects(plan)
     objs += sidecar_rbac(plan)
     objs.append(inference_pool(plan))
-    if plan.spec.router.gateway:
+    if plan.spec.router.gateway:  # plan.kinds then holds HTTPRoute
         objs.append(http_route(plan, plan.spec.router.gateway))
     objs.append(prefill_deployment(plan, prefill))
     objs.append(decode_deployment(plan, decode))

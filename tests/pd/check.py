@@ -13,7 +13,6 @@ import kubernetes_validate
 import yaml
 
 from pdctl.plan import Plan
-from pdctl.plan.router import services
 from tests.conftest import K8S_VERSION, ROOT
 
 DATA = Path(__file__).parent / "data"
@@ -106,7 +105,7 @@ def check_engine_flags(plan: Plan) -> None:
 
 def check_router_flags(plan: Plan) -> None:
     known = router_flags()
-    for svc in services(plan):
+    for svc in plan.services:
         if svc.role != "router":
             continue
         assert svc.command[0] == "vllm-router"

@@ -11,7 +11,6 @@ import yaml
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
-from pdctl.plan.router import services
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT, run_cli
@@ -51,7 +50,7 @@ def flag(command: tuple[str, ...], name: str) -> str:
 
 
 def by_role(doc: dict) -> dict:
-    return {s.role: s for s in services(plan_of(doc))}
+    return {s.role: s for s in plan_of(doc).services}
 
 
 def test_router_on_its_hosts_peer_address_across_hosts() -> None:
@@ -87,7 +86,7 @@ def test_master_binds_the_peer_address() -> None:
 def test_p2p_discovery_binds_where_the_engines_register() -> None:
     doc = spec_of(engine={"version": "0.23.0"}, disaggregation={"connector": "p2p-nccl"})
     plan = plan_of(doc)
-    router = next(s for s in services(plan) if s.role == "router")
+    router = next(s for s in plan.services if s.role == "router")
     assert flag(router.command, "--vllm-discovery-address") == "192.168.0.1:30001"
     proxies = {i.args[i.args.index("--kv-transfer-config") + 1] for i in plan.instances}
     assert all('"proxy_ip":"192.168.0.1"' in p for p in proxies)
@@ -96,7 +95,7 @@ def test_p2p_discovery_binds_where_the_engines_register() -> None:
 @pytest.mark.parametrize("example", HOST_EXAMPLES, ids=lambda p: p.stem)
 def test_no_host_example_listens_on_every_address(example: Path) -> None:
     spec, _ = load_text(example.read_text(), example.name)
-    for svc in services(make_plan(spec)):
+    for svc in make_plan(spec).services:
         assert not any("0.0.0.0" in arg for arg in svc.command), (svc.name, svc.command)
 
 
@@ -129,7 +128,7 @@ def test_api_key_with_a_reachable_router_is_refused(capsys, tmp_path: Path) -> N
 )
 def test_api_key_allowed_with_an_explicit_or_loopback_router(over: dict) -> None:
     plan = plan_of(spec_of(secrets={"apiKey": {"env": "VLLM_API_KEY"}}, **over))
-    router = next(s for s in services(plan) if s.role == "router")
+    router = next(s for s in plan.services if s.role == "router")
     assert router.api_key
 
 

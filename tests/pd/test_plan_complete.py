@@ -1,0 +1,72 @@
+"""The plan is complete: render formats it and calls back into no planning function; the
+planning steps (shape, engines, router, firewall, llm-d, slice) each ran once in make_plan."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import pdctl.plan
+from pdctl.check.cluster import BUILTIN_GROUPS, required_kinds
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
+PLAN_DIR = str(Path(pdctl.plan.__file__).parent)
+
+
+def plan_of(name: str):
+    spec, _ = load_text((ROOT / "examples" / name).read_text(), name)
+    return make_plan(spec)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_render_calls_no_planning_function(name):
+    plan = plan_of(name)
+    called: set[str] = set()
+
+    def watch(frame, event, _arg):
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(PLAN_DIR) and not path.endswith("model.py"):
+            called.add(f"{Path(path).name}:{frame.f_code.co_name}")
+
+    sys.setprofile(watch)
+    try:
+        render(plan)
+    finally:
+        sys.setprofile(None)
+    assert called == set()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_plan_kinds_are_the_bundles_custom_resources(name):
+    plan = plan_of(name)
+    found = {
+        (o["apiVersion"].split("/")[0], o["kind"])
+        for o in render(plan).objects
+        if "/" in o["apiVersion"] and o["apiVersion"].split("/")[0] not in BUILTIN_GROUPS
+    }
+    assert set(plan.kinds) == found
+    assert set(required_kinds(plan)) == found
+
+
+def test_hosts_plan_carries_services_ports_and_libraries():
+    plan = plan_of("phase2-mooncake-store.yaml")
+    assert [s.role for s in plan.services] == ["master", "router"]
+    assert plan.ports and {r.host for r in plan.ports} >= {s.host.name for s in plan.services}
+    engine_hosts = {i.host.name for i in plan.instances if i.host is not None}
+    assert {h for h, libs in plan.libraries if libs} >= engine_hosts
+    assert plan.shape is not None and plan.shape.dis.connector == "mooncake"
+
+
+def test_phase3_plan_carries_the_slice_once():
+    plan = plan_of("phase3-hami.yaml")
+    assert plan.slice is not None
+    decode = next(i for i in plan.instances if i.role == "decode")
+    assert f"--gpu-memory-utilization={plan.slice.gpu_memory_utilization}" in decode.args or (
+        str(plan.slice.gpu_memory_utilization) in decode.args
+    )
