@@ -65,8 +65,6 @@ def kind_of(plan: Plan, options: Connect) -> str:
 def bundle_changes(plan: Plan, bundle: Bundle, kind: str) -> list[Change]:
     """What the bundle starts, read without connecting (every unit or object is new)."""
     if kind == "kubernetes":
-        from pdctl.targets.kube import objects_of
-
         return [
             Change(
                 plan.spec.kubernetes.namespace,
@@ -75,7 +73,7 @@ def bundle_changes(plan: Plan, bundle: Bundle, kind: str) -> list[Change]:
                 "start",
                 "not compared (--offline)",
             )
-            for o in objects_of(bundle)
+            for o in bundle.objects
         ]
     from pdctl.targets.state import desired_units, diff
 

@@ -15,20 +15,21 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say | None = 
     Checks its options (every docker URL, the kubeconfig) before anything connects."""
     say = say or (lambda _m: None)
     if plan.target == "kubernetes":
-        from pdctl.targets.kube import KubeTarget, api_client, objects_of
+        from pdctl.targets.kube import KubeTarget, api_client
 
         return KubeTarget(
             api_client(options.kubeconfig, options.context),
             plan.name,
             plan.spec.kubernetes.namespace,
             say=say,
-            objects=objects_of(bundle),
+            objects=list(bundle.objects),
         )
     if options.docker_urls:
         from pdctl.targets.containers import ContainerHosts
 
         return ContainerHosts(
             plan,
+            bundle,
             options.docker_urls,
             options.docker_network,
             say=say,

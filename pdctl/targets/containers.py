@@ -14,8 +14,9 @@ from types import TracebackType
 from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.plan.model import Plan
-from pdctl.render.host import Unit, engine_unit, model_dir, unit_hash
+from pdctl.plan.model import Plan, Unit
+from pdctl.render.bundle import Bundle
+from pdctl.render.host import model_dir, unit_hash
 from pdctl.targets.base import StatusRow, Stopped, Write
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.docker_transport import DockerAccess, check
@@ -28,6 +29,7 @@ from pdctl.targets.state import Change
 class ContainerHosts:
     kind: ClassVar[Literal["docker"]] = "docker"
     plan: Plan
+    bundle: Bundle
     urls: dict[str, str]
     network: str = "bridge"
     say: Callable[[str], None] = lambda _m: None
@@ -54,10 +56,10 @@ class ContainerHosts:
             check(host, url, self.access)
 
     def units(self) -> dict[str, list[Unit]]:
+        """The bundle's units by host (phase 0: one engine container each)."""
         out: dict[str, list[Unit]] = {}
-        for inst in self.plan.instances:
-            unit = engine_unit(self.plan, inst)
-            out.setdefault(unit.host.name, []).append(unit)
+        for rendered in self.bundle.units:
+            out.setdefault(rendered.unit.host.name, []).append(rendered.unit)
         return out
 
     def connect(self) -> None:

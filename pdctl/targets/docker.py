@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
-from pdctl.render.host import GRACE_SECONDS, Unit, unit_hash
+from pdctl.plan.model import Unit
+from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"

@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import yaml
-
 from pdctl.errors import PdctlError
-from pdctl.render.bundle import Bundle
+from pdctl.render.bundle import apply_rank as rank
 from pdctl.targets.base import StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
 from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
@@ -35,27 +33,11 @@ HASH_ANNOTATION = "pdctl.io/hash"
 # deployments of one name in two namespaces must not prune each other's ClusterRoles).
 NAMESPACE_ANNOTATION = "pdctl.io/namespace"
 
-# Apply order by kind (after Helm's install order): the namespace, policies, accounts,
-# configuration, storage and RBAC, Services, then workloads; a kind not named here (a custom
-# resource such as InferencePool or HTTPRoute) comes last, in bundle order. Deletes go in reverse.
-# fmt: off
-APPLY_ORDER = (
-    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "PodDisruptionBudget",
-    "ServiceAccount", "Secret", "ConfigMap", "StorageClass", "PersistentVolume",
-    "PersistentVolumeClaim", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-    "Role", "RoleBinding", "Service", "DaemonSet", "Pod", "ReplicaSet", "Deployment",
-    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
-)
-# fmt: on
 # Never pruned or deleted: deleting either deletes everything in it or of its kind.
 NEVER_DELETED = (("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition"))
 KEPT_KINDS = (("", "PersistentVolumeClaim"),)  # `down` keeps data unless told to delete volumes
 # A kind not in the bundle whose listing answers one of these is not one pdctl could use.
 NOT_LISTABLE = (403, 404, 405)
-
-
-def rank(kind: str) -> int:
-    return APPLY_ORDER.index(kind) if kind in APPLY_ORDER else len(APPLY_ORDER)
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -67,16 +49,6 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     except Exception as exc:  # no kubeconfig, bad context
         raise PdctlError(f"cannot load the kubeconfig: {exc}") from None
     return client.ApiClient(cfg)
-
-
-def objects_of(bundle: Bundle) -> list[dict[str, Any]]:
-    """The bundle's objects in apply order (stable: bundle order within a kind's rank)."""
-    objs = []
-    for artifact in bundle:
-        for doc in yaml.safe_load_all(artifact.text):
-            if doc:
-                objs.append(doc)
-    return sorted(objs, key=lambda o: rank(o["kind"]))
 
 
 def not_created(kind: str, name: str, namespaced: bool, namespace: str) -> str:

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from pdctl.errors import PdctlError
-from pdctl.render.host import Unit
+from pdctl.plan.model import Unit
 from pdctl.spec.model import Host
 from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
 from pdctl.targets.health import probe
@@ -287,6 +287,11 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert "nothing to change" in again.stdout, again.stdout + again.stderr
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
+        # logs reads the container's log through the same target as up and status.
+        logs = pdctl("logs", str(spec), "sdk-serve-0", "-n", "5", *url)
+        assert logs.returncode == 0, logs.stderr
+        missing = pdctl("logs", str(spec), "nope", *url)
+        assert missing.returncode == 2 and "no unit 'nope'" in missing.stderr, missing.stderr
         (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})
         mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in c.attrs["Mounts"]}
         assert mounts == {

@@ -18,7 +18,7 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, objects_of, rolled_out
+from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, rolled_out
 from tests.targets.testbed import pdctl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def phase1(name: str, replicas: int = 1) -> tuple:
     data["serve"]["replicas"] = replicas
     spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
     plan = make_plan(spec)
-    return plan, objects_of(render(plan))
+    return plan, list(render(plan).objects)
 
 
 def test_apply_creates_then_changes_nothing(api):
@@ -174,9 +174,14 @@ def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path
 
 def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     spec, kubeconfig = write_kube_files(server, tmp_path, "kup")
-    dry = pdctl("up", str(spec), "--dry-run")
+    offline = pdctl("up", str(spec), "--dry-run", "--offline")  # no kubeconfig: no connection
+    assert offline.returncode == 0, offline.stderr
+    assert "apply Deployment/kup-serve" in offline.stdout
+    # --dry-run alone asks the cluster what would change, and changes nothing.
+    dry = pdctl("up", str(spec), "--dry-run", "--kubeconfig", str(kubeconfig))
     assert dry.returncode == 0, dry.stderr
-    assert "apply Deployment/kup-serve" in dry.stdout
+    assert "create   Deployment/kup-serve" in dry.stdout
+    assert KubeTarget(api, "kup", "vllm-inference").owned() == []
     # kmock has no controller, so the rollout never completes: up applies, then times out.
     up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
     assert up.returncode == 1

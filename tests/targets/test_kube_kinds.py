@@ -16,14 +16,9 @@ import yaml
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
+from pdctl.render.bundle import apply_rank as rank
 from pdctl.spec import load_text
-from pdctl.targets.kube import (
-    HASH_ANNOTATION,
-    NAMESPACE_ANNOTATION,
-    KubeTarget,
-    objects_of,
-    rank,
-)
+from pdctl.targets.kube import HASH_ANNOTATION, NAMESPACE_ANNOTATION, KubeTarget
 from tests.conftest import EXAMPLES, run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
 
@@ -63,7 +58,7 @@ def spec_data(example: str, **changes: object) -> dict:
 def plan_objects(data: dict, **how: object) -> tuple:
     spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
     plan = make_plan(spec, target="kubernetes", **how)
-    return plan, objects_of(render(plan))
+    return plan, list(render(plan).objects)
 
 
 def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, str]:
