@@ -12,10 +12,12 @@ from tests.conftest import ROOT
 PKG = ROOT / "pdctl"
 
 # DESIGN.md "Layers", lowest first: a module may import its own layer and any lower one.
-# errors.py and compat.py (the version table) are base modules every layer may use.
+# errors.py, compat.py (the version table) and hami.py (the HAMi slice formula) are base
+# modules every layer may use.
 RANK = {
     "errors": 0,
     "compat": 0,
+    "hami": 0,
     "facts": 1,
     "spec": 2,
     "plan": 3,
