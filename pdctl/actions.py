@@ -93,7 +93,7 @@ def up(
     timeout: float = 900.0,
     keep_going: bool = False,
 ) -> Up:
-    """Bring the target in line with the bundle (`applied` false: nothing to do, a dry run,
+    """Bring the target in line with the bundle (`applied` false: a dry run,
     or not confirmed). Raises UpFailed when the run failed and was undone, PdctlError when
     a host cannot be reached; with keep_going the failures are in the outcome instead."""
     kind = kind_of(plan, options)
@@ -111,9 +111,10 @@ def up(
             raise PdctlError(f"{exc.line()}; check the address, or {OFFLINE_HINT}") from None
         result = Up(kind, changes)
         progress.planned(kind, changes, compared=True)
-        if dry_run == "server" or not result.todo:
+        if dry_run == "server":
             return result
-        if not yes and not progress.confirm():
+        # Nothing to change still applies: it waits until what runs is healthy (and prunes).
+        if result.todo and not yes and not progress.confirm():
             return result
         with progress.applying(target):
             result.outcome = target.apply(changes, values, timeout, keep_going)

@@ -1,4 +1,4 @@
-"""The one interface every target implements, and the one function that opens a plan's target.
+"""The one interface every target implements, with the types its verbs answer in.
 
 A target is where a bundle runs: hosts over SSH (hosts.py, rollout.py), Docker engines
 through the docker SDK (containers.py, docker.py), or a Kubernetes cluster (kube.py). Each

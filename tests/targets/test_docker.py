@@ -285,6 +285,8 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert f"http://127.0.0.1:{port}/v1" in up.stdout
         again = pdctl("up", str(spec), "--yes", *url)
         assert "nothing to change" in again.stdout, again.stdout + again.stderr
+        # Nothing to change still checks health and says where to send requests.
+        assert f"http://127.0.0.1:{port}/v1" in again.stdout, again.stdout
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
         # logs reads the container's log through the same target as up and status.

@@ -191,6 +191,8 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     assert sorted(k for k, _ in tgt.owned()) == ["Deployment", "PersistentVolumeClaim", "Service"]
     again = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
     assert "nothing to change" in again.stdout
+    # ... and still waits for the rollout (which kmock never completes), as the first up did.
+    assert again.returncode == 1 and "not rolled out" in again.stderr, again.stderr
     tgt.delete_objects(volumes=True)
 
 
