@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -124,7 +125,9 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
     keys = _Keys()
     console = Console(highlight=False)
     try:
-        with keys, Live(console=console, auto_refresh=False, screen=False) as live:
+        # not a terminal (a pipe, a log file): each frame printed after the last
+        live: Any = Live(console=console, auto_refresh=False) if console.is_terminal else None
+        with keys, live if live is not None else contextlib.nullcontext():
             history.append(source.scrape())
             while True:
                 gpus, missing = source.gpus(refresh_s)
@@ -147,9 +150,12 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
                     gpus,
                     missing,
                 )
-                live.update(
-                    render(w, verdicts(w), f"{KEYS_HINT} (window {window_s:.0f}s)"), refresh=True
-                )
+                frame = render(w, verdicts(w), f"{KEYS_HINT} (window {window_s:.0f}s)")
+                if live is not None:
+                    live.update(frame, refresh=True)
+                else:
+                    console.print(frame)
+                    console.file.flush()
                 key = keys.read()
                 if key in ("q", "Q"):
                     return

@@ -109,9 +109,10 @@ class HostSource:
             try:
                 status, body = http_get(ops.conn.open_channel(e.port, e.address), "/metrics")
             except Exception as exc:  # refused, reset, timeout, host lost
-                return e.name, Snapshot(
-                    time.monotonic(), (), f"/metrics: no answer ({type(exc).__name__})"
-                )
+                why = type(exc).__name__
+                if why == "ChannelException":  # the host could not connect to the port
+                    why = f"nothing listens on {e.address}:{e.port} on {e.where}"
+                return e.name, Snapshot(time.monotonic(), (), f"/metrics: no answer ({why})")
             at = time.monotonic()
             if status != 200:
                 return e.name, Snapshot(at, (), f"/metrics answered {status}")

@@ -1,0 +1,164 @@
+"""`pdctl top` from the command line: over a real SSH host (loopback sshd; /metrics served by
+a local HTTP server replaying the recorded vLLM answers, reached through SSH port forwarding as
+the engines are), the live dashboard left with Ctrl-C, and usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.targets.testbed import host_entry, pdctl, write_spec
+
+DATA = Path(__file__).parent / "data"
+
+
+class Replay(BaseHTTPRequestHandler):
+    """First GET /metrics: the recording before the load; every later one: after it."""
+
+    served = 0
+
+    def do_GET(self) -> None:  # noqa: N802
+        name = "phase0-before.prom" if type(self).served == 0 else "phase0-after.prom"
+        type(self).served += 1
+        body = (DATA / name).read_bytes()
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def engine():
+    handler = type("R", (Replay,), {"served": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def spec_on(ssh_env, tmp_path: Path, port: int) -> Path:
+    return write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "topcli",
+            "phase": 0,
+            "model": {"name": "org/tiny", "servedName": "tiny"},
+            "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0])],
+            "serve": {"port": port},
+        },
+    )
+
+
+def test_once_json_over_ssh_forwarding(ssh_env, engine, tmp_path):
+    spec = spec_on(ssh_env, tmp_path, engine)
+    res = pdctl(
+        "top",
+        str(spec),
+        "--once",
+        "--window",
+        "1s",
+        "-o",
+        "json",
+        "--known-hosts",
+        ssh_env.known_hosts,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    (inst,) = doc["instances"]
+    assert (inst["name"], inst["where"], inst["error"]) == ("topcli-serve-0", "lo1", None)
+    assert inst["requests"] == 4 and inst["totals"]["generation_tokens"] == 32
+    assert doc["window_s"] >= 1.0
+    assert doc["gpus"] == [] and doc["gpu_missing"][0].startswith("lo1: ")
+
+
+def test_an_engine_that_does_not_answer_is_a_row_and_exit_1(ssh_env, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = pdctl(
+        "top",
+        str(spec_on(ssh_env, tmp_path, port)),
+        "--once",
+        "--window",
+        "1s",
+        "-o",
+        "json",
+        "--known-hosts",
+        ssh_env.known_hosts,
+    )
+    assert res.returncode == 1
+    (inst,) = json.loads(res.stdout)["instances"]
+    assert inst["error"].startswith("/metrics: no answer")
+    assert res.stderr.startswith("error: topcli-serve-0: /metrics: no answer (nothing listens on")
+    assert res.stderr.count("\n") == 1
+
+
+def test_live_dashboard_leaves_cleanly_on_ctrl_c(ssh_env, engine, tmp_path):
+    spec = spec_on(ssh_env, tmp_path, engine)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pdctl",
+            "top",
+            str(spec),
+            "--refresh",
+            "1s",
+            "--known-hosts",
+            ssh_env.known_hosts,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
+    seen = []
+    for line in proc.stdout:  # until the first full frame is drawn
+        seen.append(line)
+        if line.startswith("keys: "):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    text = "".join(seen) + out
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and err == ""
+    assert "topcli-serve-0" in text and "keys: + / -" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--window", "0s"], "--window: expected a duration from 1s to 1h"),
+        (["--window", "soon"], "--window: expected a duration"),
+        (["-o", "json"], "-o json prints one window: add --once"),
+        (["--once", "-o", "yaml"], "--output must be table or json"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "topcli",
+            "phase": 0,
+            "model": {"name": "org/tiny"},
+            "hosts": [{"name": "h", "address": "192.0.2.1", "gpus": [0]}],
+        },
+    )
+    res = pdctl("top", str(spec), *args)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
