@@ -151,4 +151,3 @@ def test_dcgm_exporter_fields_become_percentages():
     assert (g.host, g.index, g.source) == ("node-a", 0, "dcgm")
     assert (g.dram_bw_util, g.tensor_util, g.sm_util, g.mem_used_mib) == (75.8, 23.3, 80.8, 8707)
     assert kind(g, limits()) == "bandwidth-bound"
-
