@@ -16,6 +16,7 @@ from pdctl.plan.router import mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
 from pdctl.plan.shape import pd_shape
 from pdctl.plan.slice import plan_slice, slice_notes
+from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
 
 __all__ = ["Instance", "Plan", "SecretEnv", "Unit", "make_plan", "target_of"]
@@ -77,9 +78,12 @@ def make_plan(
         served_name=spec.model.served_name or spec.model.name,
     )
     if phase in (0, 1):
-        return replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
-    plan = pd_plan(plan, choose)
-    return replace(plan, notes=slice_notes(spec.decode)) if phase == 3 else plan
+        plan = replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
+    else:
+        plan = pd_plan(plan, choose)
+        if phase == 3:
+            plan = replace(plan, notes=slice_notes(spec.decode))
+    return replace(plan, units=host_units(plan))
 
 
 def pd_plan(plan: Plan, choose: Chooser) -> Plan:

@@ -70,6 +70,8 @@ class Unit:
     gpus: tuple[int, ...] = ()
     publish: tuple[str, ...] = ()
     address: str = "127.0.0.1"
+    # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def stage(self) -> int:
@@ -135,6 +137,8 @@ class Plan:
     slice: Slice | None = None  # phase 3: the decode's HAMi slice
     kinds: tuple[tuple[str, str], ...] = ()  # Kubernetes: (group, kind) of custom resources
     gateway_pods: tuple[tuple[str, str], ...] = ()  # networkPolicy: labels of the Gateway's pods
+    # Hosts: every process or container pdctl starts, in start order (plan.units).
+    units: tuple[Unit, ...] = ()
 
     @property
     def name(self) -> str:

@@ -23,7 +23,7 @@ def render(plan: Plan) -> Bundle:
     from pdctl.render import host
 
     if plan.phase == 0:
-        units = host.host_units(plan, [host.engine_unit(plan, inst) for inst in plan.instances])
+        units = host.host_units(plan, [host.with_setup(plan, u) for u in plan.units])
         loose: list[Artifact] = []
     else:
         from pdctl.render.pd_host import pd_host_units

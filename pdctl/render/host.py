@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pdctl import __version__
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
@@ -83,30 +84,15 @@ def model_dir(plan: Plan) -> str | None:
 
 
 def engine_unit(plan: Plan, inst: Instance) -> Unit:
-    assert inst.host is not None
-    host = inst.host
-    if host.runtime == "docker":
-        return Unit(
-            name=inst.name,
-            role=inst.role,
-            host=host,
-            port=inst.port,
-            command=inst.args,
-            env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"),
-            setup="",
-            image=plan.image,
-            gpus=inst.gpus,
-            publish=(f"{inst.port}:{inst.container_port or inst.port}",),
-        )
-    return Unit(
-        name=inst.name,
-        role=inst.role,
-        host=host,
-        port=inst.port,
-        command=("vllm", "serve", *inst.args),
-        env=inst.env,
-        setup=engine_setup(plan, host),
-    )
+    """The plan's unit of an engine, with the shell that prepares its Python environment."""
+    unit = next(u for u in plan.units if u.name == inst.name)
+    return with_setup(plan, unit)
+
+
+def with_setup(plan: Plan, unit: Unit) -> Unit:
+    if unit.image is not None:
+        return unit
+    return replace(unit, setup=engine_setup(plan, unit.host))
 
 
 def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> UnitFiles:
@@ -162,6 +148,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         Artifact(f"{base}/start.sh", start, executable=True),
         Artifact(f"{base}/stop.sh", stop, executable=True),
         *extra,
+        *(Artifact(f"{base}/{name}", text) for name, text in unit.files),
     )
     return UnitFiles(unit, files, digest, script_digest(start))
 

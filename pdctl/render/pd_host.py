@@ -6,10 +6,10 @@ import ipaddress
 from dataclasses import replace
 
 from pdctl.compat import NIXL_PIP
-from pdctl.plan.model import Instance, Plan, PortRule, Service
+from pdctl.plan.model import ENGINE_ROLES, Plan, PortRule, Service, Unit
 from pdctl.plan.router import LIBRARY_PACKAGES, MASTER_LIBRARIES
 from pdctl.render.bundle import Artifact, UnitFiles
-from pdctl.render.host import Unit, engine_unit, header, unit_files
+from pdctl.render.host import header, unit_files, with_setup
 from pdctl.render.template import render_template
 from pdctl.spec.value import host_port
 
@@ -43,32 +43,22 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
     )
 
 
-def engine_files(plan: Plan, inst: Instance) -> UnitFiles:
-    assert inst.host is not None
-    unit = engine_unit(plan, inst)
-    extra = kv_setup(plan, plan.libraries_on(inst.host.name))
+def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
+    unit = with_setup(plan, unit)
+    extra = kv_setup(plan, plan.libraries_on(unit.host.name))
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
-    base = f"hosts/{inst.host.name}/{inst.name}"
-    return unit_files(plan, unit, tuple(Artifact(f"{base}/{n}", t) for n, t in inst.files))
+    return unit_files(plan, unit)
 
 
-def service_files(plan: Plan, svc: Service) -> UnitFiles:
+def service_files(plan: Plan, planned: Unit) -> UnitFiles:
+    svc = next(s for s in plan.services if s.name == planned.name)
     setup = render_template(
         "setup-venv.sh.j2", venv=svc.venv, executable=svc.executable, install=True, pip=svc.pip
     )
     if svc.role == "master":
         setup = library_check(svc.executable, MASTER_LIBRARIES) + setup
-    unit = Unit(
-        name=svc.name,
-        role=svc.role,
-        host=svc.host,
-        port=svc.port,
-        command=("bash", "run.sh"),
-        env=(),
-        setup=setup,
-        address=svc.local,
-    )
+    unit = replace(planned, command=("bash", "run.sh"), setup=setup)
     run = render_template(
         "service-run.sh.j2",
         header=header(plan, replace(unit, command=svc.command), "process wrapper"),
@@ -163,8 +153,9 @@ def ports_doc(
 def pd_host_units(plan: Plan) -> tuple[list[UnitFiles], list[Artifact]]:
     """The units (masters, engines, the router) with their files, and the files of no unit."""
     rules, svcs = plan.ports, plan.services
-    units = [service_files(plan, s) for s in svcs if s.role == "master"]
-    units += [engine_files(plan, inst) for inst in plan.instances]
-    units += [service_files(plan, s) for s in svcs if s.role == "router"]
+    units = [
+        engine_files(plan, u) if u.role in ENGINE_ROLES else service_files(plan, u)
+        for u in plan.units
+    ]
     order = [f"{u.unit.host.name}/{u.unit.name}" for u in units]
     return units, [Artifact("ports.md", ports_doc(plan, rules, order, svcs))]

@@ -70,3 +70,24 @@ def test_phase3_plan_carries_the_slice_once():
     assert f"--gpu-memory-utilization={plan.slice.gpu_memory_utilization}" in decode.args or (
         str(plan.slice.gpu_memory_utilization) in decode.args
     )
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_units_are_made_once_in_the_plan(name):
+    """Every process or container of a hosts plan is a plan Unit; the bundle's units are those
+    units (render adds only the setup shell, and a service's run.sh wrapper)."""
+    plan = plan_of(name)
+    bundle = render(plan)
+    if plan.target != "hosts":
+        assert plan.units == () and bundle.units == ()
+        return
+    assert [u.unit.name for u in bundle.units] == [u.name for u in plan.units]
+    assert len(plan.units) == len(plan.instances) + len(plan.services)
+    for planned, rendered in zip(plan.units, bundle.units, strict=True):
+        keep = ("name", "role", "host", "port", "env", "image", "gpus", "publish", "address")
+        assert {k: getattr(rendered.unit, k) for k in keep} == {
+            k: getattr(planned, k) for k in keep
+        }
+        if planned.image is not None:
+            assert rendered.unit == planned  # a container: docker run's parameters as planned
+    assert [u.stage for u in plan.units] == sorted(u.stage for u in plan.units)

@@ -1,0 +1,59 @@
+"""The units step: every process or container pdctl starts on a host, as one `Unit` each, in
+start order (mooncake_master, the engines, the router). Render adds the setup shell and files."""
+
+from __future__ import annotations
+
+from pdctl.plan.model import Instance, Plan, Service, Unit
+
+
+def engine_unit(plan: Plan, inst: Instance) -> Unit:
+    """An engine: `vllm serve` as a process, or the image's entrypoint in a container (whose
+    GPUs docker gives it: no CUDA_VISIBLE_DEVICES)."""
+    assert inst.host is not None
+    host = inst.host
+    if host.runtime == "docker":
+        return Unit(
+            name=inst.name,
+            role=inst.role,
+            host=host,
+            port=inst.port,
+            command=inst.args,
+            env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"),
+            setup="",
+            image=plan.image,
+            gpus=inst.gpus,
+            publish=(f"{inst.port}:{inst.container_port or inst.port}",),
+            files=inst.files,
+        )
+    return Unit(
+        name=inst.name,
+        role=inst.role,
+        host=host,
+        port=inst.port,
+        command=("vllm", "serve", *inst.args),
+        env=inst.env,
+        setup="",
+        files=inst.files,
+    )
+
+
+def service_unit(svc: Service) -> Unit:
+    """The router or mooncake_master; its `command` is what its run.sh wrapper runs."""
+    return Unit(
+        name=svc.name,
+        role=svc.role,
+        host=svc.host,
+        port=svc.port,
+        command=svc.command,
+        env=(),
+        setup="",
+        address=svc.local,
+    )
+
+
+def host_units(plan: Plan) -> tuple[Unit, ...]:
+    if plan.target != "hosts":
+        return ()
+    masters = [service_unit(s) for s in plan.services if s.role != "router"]
+    routers = [service_unit(s) for s in plan.services if s.role == "router"]
+    return (*masters, *(engine_unit(plan, i) for i in plan.instances), *routers)
