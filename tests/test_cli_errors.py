@@ -17,7 +17,7 @@ model:
   maxModelLen: 8192
 hosts:
   - name: gpu-a
-    address: 10.0.0.10
+    address: 192.0.2.10
     gpus: [0, 1, 2, 3]
 serve:
   replicas: 2

@@ -40,7 +40,7 @@ GOOD = dict(
     extra="[]",
     env="{}",
     host="gpu-a",
-    address="10.0.0.10",
+    address="192.0.2.10",
     user="ubuntu",
     runtime="conda",
     conda="vllm-env",
@@ -255,13 +255,13 @@ def test_cpu_may_be_a_plain_number() -> None:
 
 def test_one_machine_listed_twice_is_refused() -> None:
     text = spec_text().replace(
-        "serve:", "  - {name: gpu-b, address: 10.0.0.10, gpus: [2, 3]}\nserve:"
+        "serve:", "  - {name: gpu-b, address: 192.0.2.10, gpus: [2, 3]}\nserve:"
     )
     err = plan_error(text)
     assert err.path == "hosts" and "same machine" in err.message
     # Same address, another SSH port: another machine (e.g. a forwarded port).
     load_text(
-        text.replace("address: 10.0.0.10, gpus", "address: 10.0.0.10, port: 2222, gpus"), "s.yaml"
+        text.replace("address: 192.0.2.10, gpus", "address: 192.0.2.10, port: 2222, gpus"), "s.yaml"
     )
 
 

@@ -115,7 +115,7 @@ def test_unrelated_role_env_is_kept_next_to_pdctls_values() -> None:
     decode = next(i for i in make_plan(spec).instances if i.role == "decode")
     env = dict(decode.env)
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
-    assert env["VLLM_HOST_IP"] == "10.0.0.10"
+    assert env["VLLM_HOST_IP"] == "192.0.2.10"
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5601"
     assert env["UCX_TLS"] == "rc,ud,sm,self,cuda_copy,cuda_ipc"
 

@@ -85,7 +85,7 @@ def test_p2p_nccl_shape() -> None:
     assert cfg["kv_connector"] == "P2pNcclConnector" and cfg["kv_role"] == "kv_producer"
     extra = cfg["kv_connector_extra_config"]
     assert extra == {
-        "proxy_ip": "10.0.0.10",
+        "proxy_ip": "192.0.2.10",
         "proxy_port": "30001",
         "http_port": str(pre.port),
         "send_type": "PUT_ASYNC",
@@ -138,7 +138,7 @@ def test_router_command_per_connector() -> None:
     cmd = mc.command
     assert cmd[cmd.index("--kv-connector") + 1] == "mooncake"
     i = cmd.index("--prefill")
-    assert cmd[i + 1 : i + 3] == ("http://10.0.0.10:8100", "8998")
+    assert cmd[i + 1 : i + 3] == ("http://192.0.2.10:8100", "8998")
     assert cmd[cmd.index("--health-check-interval-secs") + 1] == "3"
     assert mc.api_key and mc.health.endswith("/liveness")
     nixl = router_service(plan_of(ROOT / "examples/phase2-nixl-hosts.yaml"))
@@ -154,8 +154,8 @@ def test_store_wires_master_multiconnector_and_config() -> None:
     master = bundle["hosts/gpu-a/qwen-store-mooncake-master/run.sh"]
     assert "--enable_http_metadata_server=true" in master and "--rpc_port=50051" in master
     conf = json.loads(bundle["hosts/gpu-b/qwen-store-decode-0/mooncake.json"])
-    assert conf["master_server_address"] == "10.0.0.10:50051"
-    assert conf["local_hostname"] == "10.0.0.11"
+    assert conf["master_server_address"] == "192.0.2.10:50051"
+    assert conf["local_hostname"] == "192.0.2.11"
     start = bundle["hosts/gpu-b/qwen-store-decode-0/start.sh"]
     assert 'MOONCAKE_CONFIG_PATH="$HOME"/.pdctl/qwen-store/qwen-store-decode-0/mooncake.json' in (
         start

@@ -75,7 +75,7 @@ def test_unrecorded_libraries_warn() -> None:
 def test_a_master_only_host_needs_no_libmlx5() -> None:
     doc = yaml.safe_load((ROOT / "examples" / "phase2-mooncake-store.yaml").read_text())
     # A third host after the two that hold all four engines: only mooncake_master runs there.
-    doc["hosts"].append({"name": "kv", "address": "10.0.0.12", "gpus": [0]})
+    doc["hosts"].append({"name": "kv", "address": "192.0.2.12", "gpus": [0]})
     doc["disaggregation"]["store"]["host"] = "kv"
     plan = plan_of(yaml.safe_dump(doc))
     raw = {h: {**raw_of(FIX / "h200x2"), LIBS: libs_text(ALL)} for h in ("gpu-a", "gpu-b")}
