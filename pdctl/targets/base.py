@@ -85,6 +85,25 @@ class Connect:
 __all__ = ["DEFAULT_KNOWN_HOSTS", "Connect", "Stopped", "StatusRow", "Target"]
 
 
+class Closing:
+    """`with target:` closes the target's connections on the way out (every target has
+    `close`)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class Target(Protocol):
     @property
     def kind(self) -> Kind: ...

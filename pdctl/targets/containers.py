@@ -10,14 +10,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import model_dir, unit_hash
-from pdctl.targets.base import StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, StatusRow, Stopped, Write
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.docker_transport import DockerAccess, check
 from pdctl.targets.health import API_KEY_ENV, probe
@@ -26,7 +25,7 @@ from pdctl.targets.state import Change
 
 
 @dataclass
-class ContainerHosts:
+class ContainerHosts(Closing):
     kind: ClassVar[Literal["docker"]] = "docker"
     plan: Plan
     bundle: Bundle
@@ -84,17 +83,6 @@ class ContainerHosts:
             for change in tgt.changes(units.get(host, [])):
                 out.append(Change(host, change.unit, change.role, change.action, change.why))
         return out
-
-    def __enter__(self) -> ContainerHosts:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         for tgt in self.targets.values():

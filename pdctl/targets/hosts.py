@@ -11,14 +11,13 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import ClassVar, Literal, TypeVar
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
-from pdctl.targets.base import StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, StatusRow, Stopped, Write
 from pdctl.targets.remote import HostOps
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
@@ -32,7 +31,7 @@ Say = Callable[[str], None]
 
 
 @dataclass
-class HostsTarget:
+class HostsTarget(Closing):
     kind: ClassVar[Literal["hosts"]] = "hosts"
     plan: Plan
     bundle: Bundle
@@ -78,17 +77,6 @@ class HostsTarget:
         for ops in self.ops.values():
             ops.conn.close()
         self.ops.clear()
-
-    def __enter__(self) -> HostsTarget:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def interrupts(self) -> tuple[threading.Event, threading.Event]:
         return self.interrupt, self.hurry

@@ -14,12 +14,11 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.base import StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
 from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
 from pdctl.targets.state import Change
@@ -77,7 +76,7 @@ ACTIONS = {word: action for action, word in WORDS.items()}
 
 
 @dataclass
-class KubeTarget:
+class KubeTarget(Closing):
     """A deployment's objects on one cluster. `objects` (the bundle's, in apply order) is what
     `changes`, `apply` and `endpoints` work on; the `*_objects` methods take them explicitly."""
 
@@ -228,15 +227,7 @@ class KubeTarget:
         return split(obj["apiVersion"])[0], obj["kind"], obj["metadata"]["name"]
 
     # -- the Target verbs -------------------------------------------------------------------
-    def __enter__(self) -> KubeTarget:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         close = getattr(self.api, "close", None)
         if close is not None:
             close()
