@@ -1,4 +1,5 @@
-"""`up`, `down`, `status` and `logs` over any Target, with one dry-run mode (as helm has it):
+"""`up`, `diff`, `down`, `status` and `logs` over any Target, with one dry-run mode (as helm
+has it):
 
 - `none`: connect, compute the changes, confirm, apply, wait until healthy;
 - `server`: connect and compute the changes, apply nothing (`up --dry-run`);
@@ -19,6 +20,9 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.targets import open_target
 from pdctl.targets.base import Connect, StatusRow, Stopped, Target, Write
+from pdctl.targets.host_diff import script_diffs
+from pdctl.targets.hosts import HostsTarget
+from pdctl.targets.kube import ACTIONS, KubeTarget
 from pdctl.targets.rollout import Outcome, UpFailed
 from pdctl.targets.ssh import Unreachable
 from pdctl.targets.state import Change
@@ -106,7 +110,10 @@ def up(
     values = secrets() if dry_run == "none" and kind != "kubernetes" else {}
     with open_target(plan, bundle, options, progress.say) as target:
         try:
-            changes = target.changes()
+            if dry_run == "server" and isinstance(target, KubeTarget):
+                changes = target.dry_run_changes()  # the API server's dry run (dryRun=All)
+            else:
+                changes = target.changes()
         except Unreachable as exc:
             raise PdctlError(f"{exc.line()}; check the address, or {OFFLINE_HINT}") from None
         result = Up(kind, changes)
@@ -121,6 +128,43 @@ def up(
         result.applied = True
         result.endpoints = target.endpoints()
     return result
+
+
+@dataclass
+class Diff:
+    """What `diff` found: one Change per unit or object, and per changed one its unified
+    diff (key: `host/unit` on hosts, `Kind/name` on Kubernetes; absent: no text to show)."""
+
+    kind: str
+    changes: list[Change]
+    texts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def todo(self) -> list[Change]:
+        return [c for c in self.changes if c.action != "keep"]
+
+
+def diff(plan: Plan, bundle: Bundle, options: Connect, progress: Progress) -> Diff:
+    """Compare the bundle with what runs, changing nothing: on Kubernetes a server-side dry
+    run of every object against its live version (and what prune would delete); on hosts the
+    changes `up` would make, with the differing files of each unit it would replace."""
+    kind = kind_of(plan, options)
+    with open_target(plan, bundle, options, progress.say) as target:
+        if isinstance(target, KubeTarget):
+            found = target.preview()
+            changes = [
+                Change(target.namespace, f"{d.kind}/{d.name}", d.kind, ACTIONS[d.action], d.action)  # type: ignore[arg-type]
+                for d in found
+            ]
+            return Diff(kind, changes, {f"{d.kind}/{d.name}": d.text for d in found if d.text})
+        try:
+            changes = target.changes()
+        except Unreachable as exc:
+            raise PdctlError(f"{exc.line()}; check the address") from None
+        if not isinstance(target, HostsTarget):
+            return Diff(kind, changes)
+        texts = script_diffs(target, changes)
+        return Diff(kind, changes, {f"{h}/{u}": t for (h, u), t in texts.items() if t})
 
 
 def down(
@@ -152,4 +196,4 @@ def logs(
         target.logs(unit, follow, lines, write)
 
 
-__all__ = ["DryRun", "Progress", "Up", "UpFailed", "down", "logs", "status", "up"]
+__all__ = ["Diff", "DryRun", "Progress", "Up", "UpFailed", "diff", "down", "logs", "status", "up"]

@@ -24,6 +24,7 @@ from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
+    from pdctl.targets.kube_diff import ObjectDiff
     from pdctl.targets.rollout import Outcome
 
 FIELD_MANAGER = "pdctl"
@@ -350,6 +351,21 @@ class KubeTarget(Closing):
             self.say(f"deleted {res.kind}/{name}")
             gone.append((res.kind, name))
         return gone
+
+    # -- a server-side dry run (pdctl.targets.kube_diff) -------------------------------------
+    def preview(self) -> list[ObjectDiff]:
+        """Every object applied with dryRun=All against its live version, and what prune
+        would delete; nothing is stored."""
+        from pdctl.targets.kube_diff import preview
+
+        return preview(self, self.objects)
+
+    def dry_run_changes(self) -> list[Change]:
+        """`changes()` as the server's dry run answers them (`up --dry-run`)."""
+        return [
+            Change(self.namespace, f"{d.kind}/{d.name}", d.kind, ACTIONS[d.action], d.action)  # type: ignore[arg-type]
+            for d in self.preview()
+        ]
 
     # -- status / logs (pdctl.targets.kube_status) -----------------------------------------
     def pods(self) -> list[dict[str, Any]]:

@@ -1,0 +1,76 @@
+"""`pdctl diff`: what `up` would change, changing nothing. Exit 0: no changes, 1: changes,
+2: an error (as `diff` and `kubectl diff` do)."""
+
+from __future__ import annotations
+
+import typer
+
+from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
+
+KUBE_ORDER = ("create", "update", "prune", "unchanged")
+KUBE_WORDS = {"start": "create", "restart": "update", "stop": "prune", "keep": "unchanged"}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("diff")
+    @with_overlays
+    @connection()
+    def diff(
+        conn: ConnectFlags,
+        spec: str = SPEC,
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+    ) -> None:
+        """Show what `up` would change: on Kubernetes a server-side dry run of every object
+        diffed against the live one (and what prune would delete); on hosts each instance to
+        start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
+        from rich.console import Console
+
+        from pdctl import actions
+        from pdctl.cli.progress import ConsoleProgress
+        from pdctl.cli.specfile import load
+        from pdctl.errors import PdctlError
+
+        err = Console(stderr=True, highlight=False, log_path=False)
+        try:
+            plan, bundle = load(spec, phase, target)
+            found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
+        except PdctlError as exc:
+            exc.exit_code = 2  # 1 means "there are changes"
+            raise
+        for line in report(found):
+            typer.echo(line, nl=False)
+        raise typer.Exit(1 if found.todo else 0)
+
+
+def report(found: object) -> list[str]:
+    """The lines `pdctl diff` prints: per change a header line, then its unified diff; last a
+    count per action."""
+    from pdctl.actions import Diff
+
+    assert isinstance(found, Diff)
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    kube = found.kind == "kubernetes"
+    for c in found.changes:
+        if kube:
+            word = KUBE_WORDS[c.action]
+            key = c.unit
+            head = f"{word:9} {c.unit}"
+        else:
+            word = c.action
+            key = f"{c.host}/{c.unit}"
+            head = f"{word:9} {c.unit} on {c.host} ({c.why})"
+        counts[word] = counts.get(word, 0) + 1
+        if c.action == "keep":
+            continue
+        out.append(head + "\n")
+        out.append(found.texts.get(key, ""))
+    order = KUBE_ORDER if kube else ("start", "restart", "stop", "keep")
+    summary = ", ".join(f"{counts[w]} {w}" for w in order if counts.get(w))
+    out.append(f"{summary or 'nothing deployed, nothing to deploy'}\n")
+    if not found.todo:
+        out.append("no changes\n")
+    return out
