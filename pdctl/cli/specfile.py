@@ -2,28 +2,76 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sys
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdctl.errors import SpecError
-from pdctl.plan import Plan, make_plan
-from pdctl.spec import Source, Spec, load_text
-from pdctl.spec.source import MAX_SPEC_BYTES, too_big
+from pdctl.errors import SpecError, UsageError
+from pdctl.spec.source import MAX_SPEC_BYTES, Source, too_big
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at start-up
+    from pdctl.plan import Plan
     from pdctl.render.bundle import Bundle
+    from pdctl.spec import Spec
 
 MAX_CONFIG_BYTES = 2 * 1024 * 1024  # a model's config.json is a few KiB
 _NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
+# The `--overlay` files of the running command (set by `with_overlays`, read by read_spec).
+OVERLAYS: ContextVar[tuple[str, ...]] = ContextVar("pdctl_overlays", default=())
+
+
+def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command `--overlay FILE` (repeatable): every spec the command reads through
+    read_spec is its SPEC deep-merged with these files, in order (docs/spec.md, Overlays)."""
+    import typer
+
+    option = typer.Option(
+        None,
+        "--overlay",
+        metavar="FILE",
+        help="Deep-merge FILE over SPEC (repeatable; later files win): mappings merge, lists "
+        "replace, hosts merge by name. See docs/spec.md, Overlays.",
+    )
+    signature = inspect.signature(command, eval_str=True)
+    extra = inspect.Parameter(
+        "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None
+    )
+
+    @functools.wraps(command)
+    def run(*args: Any, overlay: list[str] | None = None, **kwargs: Any) -> Any:
+        token = OVERLAYS.set(tuple(overlay or ()))
+        try:
+            return command(*args, **kwargs)
+        finally:
+            OVERLAYS.reset(token)
+
+    params = list(signature.parameters.values())
+    run.__signature__ = signature.replace(parameters=[*params, extra])  # type: ignore[attr-defined]
+    run.__annotations__ = {**{p.name: p.annotation for p in params}, "overlay": extra.annotation}
+    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
+    return run
+
+
 def read_spec(path: str) -> tuple[Spec, Source]:
-    """Load SPEC (a file, or '-' for stdin). Every failure is one located SpecError."""
+    """Load SPEC (a file, or '-' for stdin) merged with the command's `--overlay` files.
+    Every failure is one located SpecError (SpecErrors for several problems)."""
+    overlays = OVERLAYS.get()
+    if path == "-" and "-" in overlays:
+        raise UsageError("SPEC and an --overlay cannot both be - (stdin)", fix="give a file")
+    return _load([(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)])
+
+
+def _read_text(path: str) -> str:
     if path == "-":
-        return _load(_read_stdin(), "<stdin>")
+        return _read_stdin()
     p = Path(path)
     if not p.exists():
         raise SpecError(
@@ -31,17 +79,23 @@ def read_spec(path: str) -> tuple[Spec, Source]:
         )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
-    return _load(read_bounded(p, MAX_SPEC_BYTES, path), path)
+    return read_bounded(p, MAX_SPEC_BYTES, path)
 
 
-def _load(text: str, name: str) -> tuple[Spec, Source]:
-    """load_text with pydantic's plugins off: the spec's validators are built at the first
-    load, and looking for plugins reads every installed package's entry points (20-45 ms of
-    a cold render; docs/performance.md). pdctl has no use for them."""
+def _load(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
+    """Parse and validate (with overlays merged) with pydantic's plugins off: the spec's
+    validators are built at the first load, and looking for plugins reads every installed
+    package's entry points (20-45 ms of a cold render; docs/performance.md). pdctl has no use
+    for them."""
+    from pdctl.spec.load import load_data
+    from pdctl.spec.overlay import merge
+    from pdctl.spec.source import parse
+
     old = os.environ.get(_NO_PLUGINS)
     os.environ[_NO_PLUGINS] = "1"
     try:
-        return load_text(text, name)
+        data, source = merge(*(parse(text, name) for text, name in texts))
+        return load_data(data, source), source
     finally:
         if old is None:
             del os.environ[_NO_PLUGINS]
@@ -129,6 +183,8 @@ def plan_spec(
     spec: Spec, source: Source, phase: int | None = None, target: str | None = None, **kwargs
 ) -> Plan:
     """Plan a spec already read (SPEC `-` can be read only once); errors located in it."""
+    from pdctl.plan import make_plan
+
     try:
         return make_plan(spec, phase=phase, target=target, **kwargs)
     except SpecError as exc:

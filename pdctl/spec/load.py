@@ -1,4 +1,8 @@
-"""Spec text -> a validated Spec, or one SpecError that names file, line, field and fix."""
+"""Spec text -> a validated Spec, or SpecError(s) that name file, line, field and fix.
+
+Every independent problem is reported (up to MAX_PROBLEMS): pydantic's errors of one
+validation, and the sections whose own checks raise SpecError (each such section is set
+aside and the rest validated again)."""
 
 from __future__ import annotations
 
@@ -13,24 +17,78 @@ from pdctl.errors import SpecError
 from pdctl.spec.model import Spec
 from pdctl.spec.source import Loc, Source, dotted, parse
 
+MAX_PROBLEMS = 20  # lines a user reads; the rest is counted
+
+
+class SpecErrors(SpecError):
+    """Several independent problems of one spec, each a located SpecError. `line()` is the
+    first (for callers that print one line); `lines()` is every one, capped."""
+
+    def __init__(self, problems: list[SpecError]) -> None:
+        first = problems[0]
+        super().__init__(
+            first.message, path=first.path, file=first.file, line=first.line_no, fix=first.fix
+        )
+        self.problems = problems
+
+    def located(self, file: str, line: int | None) -> SpecError:
+        return self  # each problem already names its file and line
+
+    def lines(self) -> list[str]:
+        shown = [p.line() for p in self.problems[:MAX_PROBLEMS]]
+        more = len(self.problems) - MAX_PROBLEMS
+        if more > 0:
+            shown.append(
+                f"{self.file}: ... and {more} more {'problem' if more == 1 else 'problems'}"
+            )
+        return shown
+
+
+def raise_all(problems: list[SpecError]) -> None:
+    """Raise the problems found: the one SpecError itself, or SpecErrors for several."""
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise SpecErrors(problems)
+
 
 def load_text(text: str, file: str = "<stdin>") -> tuple[Spec, Source]:
     """Parse and validate spec text. Raises SpecError located at file:line."""
     data, source = parse(text, file)
+    return load_data(data, source), source
+
+
+def load_data(data: Any, source: Source) -> Spec:
+    """Validate parsed spec data (one file, or a base merged with overlays)."""
     if not isinstance(data, dict):
         raise SpecError(
             f"the spec must be a mapping of keys (got {_kind(data)})",
-            file=file,
+            file=source.file,
             line=source.lines.get(()),
             fix="start from `pdctl init > spec.yaml`",
         )
-    try:
-        spec = Spec.model_validate(data)
-    except ValidationError as exc:
-        raise _to_spec_error(exc, source, data) from None
-    except SpecError as exc:
-        raise source.locate(exc) from None
-    return spec, source
+    problems: list[SpecError] = []
+    aside: set[str] = set()  # top-level sections whose own checks failed
+    current = data
+    while True:
+        try:
+            spec = Spec.model_validate(current)
+        except ValidationError as exc:
+            problems += _to_spec_errors(exc, source, current, aside)
+            break
+        except SpecError as exc:
+            problems.append(source.locate(exc))
+            top = exc.path.split(".", 1)[0].split("[", 1)[0]
+            if top not in current:
+                break
+            aside.add(top)
+            current = {k: v for k, v in current.items() if k != top}
+            continue
+        if not problems:
+            return spec
+        break
+    raise_all(sorted(problems, key=lambda p: (p.file != source.file, p.file, p.line_no or 0)))
+    raise AssertionError("unreachable")
 
 
 def _kind(value: Any) -> str:
@@ -53,21 +111,49 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-1]}"
 
 
-def _to_spec_error(exc: ValidationError, source: Source, data: Any) -> SpecError:
-    # The first error in document order is the one a user fixes first.
+def _to_spec_errors(
+    exc: ValidationError, source: Source, data: Any, aside: set[str]
+) -> list[SpecError]:
     errors = exc.errors(include_url=False)
     for e in errors:
         e["loc"] = _clean(e["loc"], data)
+    # A section set aside is "missing" only because it was set aside.
+    errors = [e for e in errors if not (e["type"] == "missing" and e["loc"][:1] in _tops(aside))]
     # A misspelt key also makes the real key "missing": report the misspelling.
     typo_parents = {e["loc"][:-1] for e in errors if e["type"] == "extra_forbidden"}
     errors = [
         e for e in errors if not (e["type"] == "missing" and e["loc"][:-1] in typo_parents)
     ] or errors
     errors.sort(key=lambda e: source.line_of(e["loc"]) or 0)
-    err = errors[0]
-    loc = err["loc"]
-    message, fix = _explain(err, loc)
-    return SpecError(message, path=dotted(loc), file=source.file, line=source.line_of(loc), fix=fix)
+    out: list[tuple[Loc, str, str]] = []
+    seen: set[Loc] = set()
+    strays: dict[Loc, list[str]] = {}  # unknown keys without a near name, by mapping
+    for err in errors:
+        loc = err["loc"]
+        if loc in seen:  # the members of a union each fail at one place: report it once
+            continue
+        seen.add(loc)
+        message, fix = _explain(err, loc)
+        if err["type"] == "extra_forbidden" and fix.startswith("allowed keys"):
+            # One line per mapping, as they share the fix (and a hostile spec with thousands
+            # of stray keys is still one line).
+            strays.setdefault(loc[:-1], []).append(_show(loc[-1]))
+            if len(strays[loc[:-1]]) > 1:
+                continue
+        out.append((loc, message, fix))
+    problems = []
+    for loc, message, fix in out:
+        keys = strays.get(loc[:-1], []) if message.startswith("unknown key") else []
+        if len(keys) > 1:
+            shown = ", ".join(keys[1:6]) + (", ..." if len(keys) > 6 else "")
+            message += f", and {len(keys) - 1} more ({shown})"
+        file, line = source.where(loc)
+        problems.append(SpecError(message, path=dotted(loc), file=file, line=line, fix=fix))
+    return problems
+
+
+def _tops(names: set[str]) -> set[Loc]:
+    return {(n,) for n in names}
 
 
 def _clean(loc: tuple, data: Any) -> Loc:

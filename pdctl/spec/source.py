@@ -42,28 +42,43 @@ class Source:
 
     file: str
     lines: dict[Loc, int] = field(default_factory=dict)
+    # A spec merged from overlays: the file that set each path, where it is not `file`.
+    files: dict[Loc, str] = field(default_factory=dict)
 
     def line_of(self, loc: Loc) -> int | None:
         """The line of the longest known prefix of loc."""
+        return self.where(loc)[1]
+
+    def where(self, loc: Loc) -> tuple[str, int | None]:
+        """The file and line of the longest known prefix of loc."""
         for end in range(len(loc), -1, -1):
-            line = self.lines.get(tuple(loc[:end]))
+            prefix = tuple(loc[:end])
+            line = self.lines.get(prefix)
             if line is not None:
-                return line
-        return None
+                return self.files.get(prefix, self.file), line
+        return self.file, None
+
+    def file_of(self, loc: Loc) -> str:
+        """The file that set exactly loc (the spec's own file unless an overlay did)."""
+        return self.files.get(loc, self.file)
 
     def line_of_dotted(self, path: str) -> int | None:
-        for loc, line in sorted(self.lines.items(), key=lambda kv: -len(kv[0])):
-            if (
+        return self.where_dotted(path)[1]
+
+    def where_dotted(self, path: str) -> tuple[str, int | None]:
+        for loc in sorted(self.lines, key=len, reverse=True):
+            if loc and (
                 path == dotted(loc)
                 or path.startswith(dotted(loc) + ".")
                 or path.startswith(dotted(loc) + "[")
             ):
-                if loc:
-                    return line
-        return self.lines.get(())
+                return self.file_of(loc), self.lines[loc]
+        return self.file, self.lines.get(())
 
     def locate(self, err: SpecError) -> SpecError:
-        return err.located(self.file, self.line_of_dotted(err.path) if err.path else None)
+        if not err.path:
+            return err.located(self.file, None)
+        return err.located(*self.where_dotted(err.path))
 
 
 def parse(text: str, file: str) -> tuple[Any, Source]:
