@@ -10,9 +10,19 @@ import yaml
 from pdctl import __version__
 from pdctl.plan.model import Instance, Plan
 from pdctl.render.bundle import Artifact
+from pdctl.render.kube_pod import (
+    add_container_extras,
+    add_scheduling,
+    model_mount,
+    model_volume,
+    object_labels,
+    pod_metadata,
+    resources,
+    settings,
+)
+from pdctl.spec.kube import CACHE_MOUNT  # noqa: F401  (importers of render.kube)
 
 Obj = dict[str, Any]
-CACHE_MOUNT = "/root/.cache/huggingface"
 GIB = 1024**3
 
 
@@ -47,7 +57,9 @@ def metadata(plan: Plan, name: str, component: str, namespaced: bool = True) -> 
     meta: Obj = {"name": name}
     if namespaced:
         meta["namespace"] = plan.spec.kubernetes.namespace
-    meta["labels"] = plan.labels(component)
+    meta["labels"], annotations = object_labels(plan, component)
+    if annotations:
+        meta["annotations"] = annotations
     return meta
 
 
@@ -134,12 +146,6 @@ def env_list(plan: Plan, inst: Instance) -> list[Obj]:
     return out
 
 
-def resources(plan: Plan, gpu: dict[str, str]) -> Obj:
-    r = plan.spec.kubernetes.resources
-    amounts = {"cpu": r.cpu, "memory": r.memory, **gpu}
-    return {"limits": dict(amounts), "requests": dict(amounts)}
-
-
 def container_security(non_root: bool = False) -> Obj:
     """No privilege escalation, no capability (vLLM needs none: CUDA, NCCL, CUDA IPC and NIXL
     over UCX's cuda_ipc/cuda_copy/tcp run without any), the runtime's seccomp filter.
@@ -159,8 +165,9 @@ def engine_container(
     plan: Plan, inst: Instance, gpu: dict[str, str], port: int = 8000, name: str = "vllm"
 ) -> Obj:
     k8s = plan.spec.kubernetes
+    pod = settings(plan, inst.role)
     load_failures = max(1, k8s.startup_timeout_minutes * 60 // 10)
-    return {
+    container = {
         "name": name,
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
@@ -168,11 +175,8 @@ def engine_container(
         "args": list(inst.args),
         "env": env_list(plan, inst),
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-        "resources": resources(plan, gpu),
-        "volumeMounts": [
-            {"name": "model-cache", "mountPath": CACHE_MOUNT},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
+        "resources": resources(pod.resources, gpu),
+        "volumeMounts": [model_mount(plan), {"name": "shm", "mountPath": "/dev/shm"}],
         # Model download and load take minutes: the startup probe allows for it, then
         # readiness and liveness take over.
         "startupProbe": probe("/health", "http", 10, load_failures),
@@ -180,15 +184,11 @@ def engine_container(
         "livenessProbe": probe("/health", "http", 10, 6),
         "securityContext": container_security(),
     }
+    return add_container_extras(container, pod)
 
 
 def volumes(plan: Plan, tensor_parallel: int) -> list[Obj]:
-    st = plan.spec.kubernetes.storage
-    cache: Obj
-    if st.type == "emptyDir":
-        cache = {"name": "model-cache", "emptyDir": {"sizeLimit": st.size}}
-    else:
-        cache = {"name": "model-cache", "persistentVolumeClaim": {"claimName": pvc_name(plan)}}
+    cache = model_volume(plan, pvc_name(plan))
     shm = {
         "name": "shm",
         "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan, tensor_parallel)},
@@ -196,30 +196,30 @@ def volumes(plan: Plan, tensor_parallel: int) -> list[Obj]:
     return [cache, shm]
 
 
-def pod_spec(plan: Plan, containers: list[Obj], tensor_parallel: int, **extra: Any) -> Obj:
-    k8s = plan.spec.kubernetes
+def pod_spec(
+    plan: Plan, containers: list[Obj], tensor_parallel: int, role: str = "serve", **extra: Any
+) -> Obj:
+    """A pod spec with the role's settings (plan.pods) and the model-cache and shm volumes."""
     spec: Obj = {}
     spec.update(extra)
     # Engines call no Kubernetes API: no token in reach of the model's code.
     spec.setdefault("automountServiceAccountToken", False)
     spec["containers"] = containers
     spec["terminationGracePeriodSeconds"] = 60
-    if k8s.node_selector:
-        spec["nodeSelector"] = dict(sorted(k8s.node_selector.items()))
-    if k8s.tolerations:
-        spec["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True) for t in k8s.tolerations
-        ]
-    if k8s.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in k8s.image_pull_secrets]
     spec["volumes"] = volumes(plan, tensor_parallel)
-    return spec
+    return add_scheduling(spec, settings(plan, role), selector(plan, role))
 
 
 def deployment_obj(
-    plan: Plan, name: str, component: str, replicas: int, pod: Obj, pod_labels: dict | None = None
+    plan: Plan,
+    name: str,
+    component: str,
+    replicas: int,
+    pod: Obj,
+    pod_labels: dict | None = None,
+    annotations: dict | None = None,
 ) -> Obj:
-    labels = {**plan.labels(component), **(pod_labels or {})}
+    template = pod_metadata(plan, component, pod_labels or {}, annotations or {})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -232,7 +232,7 @@ def deployment_obj(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
-            "template": {"metadata": {"labels": labels}, "spec": pod},
+            "template": {"metadata": template, "spec": pod},
         },
     }
 

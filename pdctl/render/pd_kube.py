@@ -20,6 +20,7 @@ from pdctl.render.kube import (
     pod_spec,
     selector,
 )
+from pdctl.render.kube_pod import add_container_extras, add_scheduling, resources, settings
 from pdctl.render.kube_security import (
     metrics_rbac,
     sidecar_account,
@@ -83,12 +84,6 @@ def sidecar_container(plan: Plan) -> Obj:
     }
 
 
-def _with_annotations(obj: Obj, annotations: dict[str, str]) -> Obj:
-    if annotations:
-        obj["spec"]["template"]["metadata"]["annotations"] = dict(sorted(annotations.items()))
-    return obj
-
-
 def prefill_deployment(plan: Plan, inst: Instance) -> Obj:
     gpu = gpu_request(inst.gpu_count)
     extra: dict[str, Any] = {}
@@ -97,7 +92,7 @@ def prefill_deployment(plan: Plan, inst: Instance) -> Obj:
         gpu["nvidia.com/gpumem-percentage"] = "100"
         extra["schedulerName"] = HAMI_SCHEDULER
     container = _vllm_container(plan, inst, gpu, K8S_PREFILL_PORT)
-    pod = pod_spec(plan, [container], inst.tensor_parallel, **extra)
+    pod = pod_spec(plan, [container], inst.tensor_parallel, "prefill", **extra)
     labels = {**pool_labels(plan), ROLE_LABEL: "prefill"}
     return deployment_obj(plan, inst.name, "prefill", inst.replicas, pod, labels)
 
@@ -125,11 +120,10 @@ def decode_deployment(plan: Plan, inst: Instance) -> Obj:
     extra["serviceAccountName"] = sidecar_account(plan)
     extra["initContainers"] = [sidecar_container(plan)]
     container = _vllm_container(plan, inst, gpu, K8S_DECODE_PORT)
-    pod = pod_spec(plan, [container], inst.tensor_parallel, **extra)
+    pod = pod_spec(plan, [container], inst.tensor_parallel, "decode", **extra)
     pod["volumes"].append(token_volume())
     labels = {**pool_labels(plan), ROLE_LABEL: "decode"}
-    obj = deployment_obj(plan, inst.name, "decode", inst.replicas, pod, labels)
-    return _with_annotations(obj, annotations)
+    return deployment_obj(plan, inst.name, "decode", inst.replicas, pod, labels, annotations)
 
 
 def inference_pool(plan: Plan) -> Obj:
@@ -184,6 +178,7 @@ def epp_config() -> Obj:
 def epp_objects(plan: Plan) -> list[Obj]:
     name = f"{plan.name}-epp"
     ns = plan.spec.kubernetes.namespace
+    epp = settings(plan, "epp")
     read = ["get", "list", "watch"]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -241,10 +236,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
             "--metrics-endpoint-auth=true",
         ],
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p, _ in ports],
-        "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"},
-            "limits": {"cpu": "4", "memory": "4Gi"},
-        },
+        "resources": resources(epp.resources, {}),
         "readinessProbe": {
             "grpc": {"port": LLMD.epp_health_port, "service": "readiness"},
             "periodSeconds": 2,
@@ -257,7 +249,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
         "securityContext": container_security(non_root=True),
     }
-    pod = {
+    pod: Obj = {
         "serviceAccountName": name,
         # The picker watches the pool and its pods, and reviews metrics tokens.
         "automountServiceAccountToken": True,
@@ -265,6 +257,8 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "terminationGracePeriodSeconds": 30,
         "volumes": [{"name": "config", "configMap": {"name": name}}],
     }
+    add_container_extras(container, epp)
+    add_scheduling(pod, epp, selector(plan, "epp"))
     # One replica: the picker's in-flight load accounting is per process.
     deployment = deployment_obj(plan, name, "epp", 1, pod)
     deployment["spec"]["strategy"] = {"type": "Recreate"}

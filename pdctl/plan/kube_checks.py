@@ -1,0 +1,143 @@
+"""Kubernetes pod settings per role (section + role override, merged once) and the shapes
+that cannot schedule, refused before anything is rendered: more than one pod on a
+ReadWriteOnce model cache without a node pin, a pod asking for more GPUs than the largest
+node has (when a cluster recording is given), settings a role cannot take."""
+
+from __future__ import annotations
+
+from pdctl.errors import SpecError
+from pdctl.facts.model import ClusterFacts
+from pdctl.plan.model import Instance, Plan
+from pdctl.spec.kube import PodSettings, role_settings
+from pdctl.spec.model import Serve, Spec
+from pdctl.spec.pd import Role
+
+HOSTNAME = "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+CLAIMS = ("pvc", "existingClaim")
+
+
+def pod_settings(spec: Spec, phase: int) -> tuple[tuple[str, PodSettings], ...]:
+    """(role, effective settings) of every pod role: `serve` (phase 1), else `prefill`,
+    `decode` and `epp`."""
+    k8s = spec.kubernetes
+
+    def of(role: str, section: Serve | Role | None) -> tuple[str, PodSettings]:
+        return role, role_settings(k8s, role, section.kubernetes if section else None)
+
+    if phase == 1:
+        return (of("serve", spec.serve),)
+    epp = ("epp", role_settings(k8s, "epp", spec.router.kubernetes))
+    return (of("prefill", spec.prefill), of("decode", spec.decode), epp)
+
+
+def _path(role: str) -> str:
+    return "router" if role == "epp" else role
+
+
+def pinned_node(pod: PodSettings) -> str | None:
+    """The one node a pod must run on (nodeSelector or required node affinity on
+    kubernetes.io/hostname with one value), else None."""
+    if pod.node_selector.get(HOSTNAME):
+        return pod.node_selector[HOSTNAME]
+    node = pod.affinity.node_affinity if pod.affinity else None
+    required = node.required_during_scheduling_ignored_during_execution if node else None
+    if required is None or len(required.node_selector_terms) != 1:
+        return None
+    for expr in required.node_selector_terms[0].match_expressions:
+        if expr.key == HOSTNAME and expr.operator == "In" and len(expr.values) == 1:
+            return expr.values[0]
+    return None
+
+
+def _pods(spec: Spec, inst: Instance) -> int:
+    shape = spec.serve if inst.role == "serve" else getattr(spec, inst.role, None)
+    return inst.replicas * max(1, getattr(shape, "nodes", 1))
+
+
+def check_claim(plan: Plan) -> None:
+    """A ReadWriteOnce claim mounts on one node: more than one pod needs all of them pinned
+    to one node."""
+    st = plan.spec.kubernetes.storage
+    if st.type not in CLAIMS or st.access_mode != "ReadWriteOnce":
+        return
+    counts = [(i.role, _pods(plan.spec, i)) for i in plan.instances]
+    total = sum(n for _, n in counts)
+    if total <= 1:
+        return
+    pins = {pinned_node(plan.pod(role)) for role, _ in counts}
+    if len(pins) == 1 and None not in pins:
+        return
+    who = " + ".join(f"{n} {role}" for role, n in counts)
+    claim = "the PVC" if st.type == "pvc" else f"claim {st.claim_name}"
+    raise SpecError(
+        f"{total} pods ({who}) mount {claim} ReadWriteOnce, which attaches to one node, "
+        "and no node pin holds them on one",
+        path="kubernetes.storage.accessMode",
+        fix="use ReadWriteMany, a per-pod cache (storage.type emptyDir or hostPath), or "
+        f"pin the pods to one node (nodeSelector {HOSTNAME})",
+    )
+
+
+def _gpus_per_pod(plan: Plan, inst: Instance) -> int:
+    if inst.role == "decode" and plan.slice is not None:
+        return max(1, inst.tensor_parallel)  # HAMi: physical GPUs the slices sit on
+    return inst.gpu_count
+
+
+def check_gpus(plan: Plan, cluster: ClusterFacts | None) -> None:
+    """A pod asking for more nvidia.com/gpu than the largest node's allocatable stays Pending."""
+    if cluster is None or not cluster.nodes:
+        return
+    nodes = [n for n in cluster.nodes if not n.unschedulable] or list(cluster.nodes)
+    largest = max(sorted(nodes, key=lambda n: n.name), key=lambda n: n.allocatable_gpus)
+    for inst in plan.instances:
+        need = _gpus_per_pod(plan, inst)
+        if need > largest.allocatable_gpus:
+            raise SpecError(
+                f"a {inst.role} pod asks for {need} {GPU}; the recorded cluster's largest "
+                f"node, {largest.name}, has {largest.allocatable_gpus}",
+                path=f"{inst.role}.tensorParallel",
+                fix=f"use at most {largest.allocatable_gpus} GPUs per pod, or larger nodes",
+            )
+
+
+def check_roles(plan: Plan) -> None:
+    """Settings a role cannot take, and mounts of volumes that do not exist."""
+    for role, pod in plan.pods:
+        path = f"{_path(role)}.kubernetes"
+        if pod.service_account_name and role in ("decode", "epp"):
+            raise SpecError(
+                f"the {role} pods run as the ServiceAccount pdctl renders for them (its RBAC "
+                "is what they need)",
+                path=f"{path}.serviceAccountName",
+                fix="remove serviceAccountName here (serve and prefill take one)",
+            )
+        names = {v.name for v in pod.volumes}
+        for i, mount in enumerate(pod.volume_mounts):
+            if mount.name not in names:
+                raise SpecError(
+                    f"volumeMounts[{i}] names volume {mount.name!r}, which `volumes` lacks",
+                    path=f"{path}.volumeMounts",
+                    fix="add the volume to `volumes` (of the role or the section)",
+                )
+            if mount.mount_path in ("/dev/shm", plan.spec.kubernetes.storage.mount):
+                raise SpecError(
+                    f"volumeMounts[{i}]: {mount.mount_path} is where pdctl mounts its own volume",
+                    path=f"{path}.volumeMounts",
+                    fix="mount the volume somewhere else",
+                )
+    st = plan.spec.kubernetes.storage
+    if st.type == "image" and not plan.spec.model.name.startswith(st.mount.rstrip("/") + "/"):
+        raise SpecError(
+            f"storage type image mounts the weights read-only at {st.mount}, but model.name "
+            f"{plan.spec.model.name!r} is no path inside it",
+            path="model.name",
+            fix=f"set model.name to the model folder in the image, e.g. {st.mount}/<model>",
+        )
+
+
+def check_kube(plan: Plan, cluster: ClusterFacts | None = None) -> None:
+    check_roles(plan)
+    check_claim(plan)
+    check_gpus(plan, cluster)

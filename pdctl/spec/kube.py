@@ -1,0 +1,406 @@
+"""The `kubernetes` section and the per-role pod settings (`serve.kubernetes`,
+`prefill.kubernetes`, `decode.kubernetes`, `router.kubernetes`): scheduling, pod shape, model
+source. A role's settings override the section's: maps merge, lists replace (`merged`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section, Size
+from pdctl.spec.kube_affinity import Affinity, TopologySpread
+from pdctl.spec.value import Address, Image, LabelKey, LabelValue, SecretKey
+
+CACHE_MOUNT = "/root/.cache/huggingface"
+IMAGE_MOUNT = "/models"
+SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Labels pdctl sets and selects on: a user value would break a Service, pool or rollout.
+RESERVED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "pdctl.io/pool",
+    "llm-d.ai/role",
+    "inference.networking.k8s.io/engine-type",
+)
+# Volumes and paths pdctl mounts itself.
+RESERVED_VOLUMES = ("model-cache", "shm", "kube-api-access", "config")
+
+
+def _subdomain(value: str) -> str:
+    if len(value) > 253 or not SUBDOMAIN.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes object name: lower-case letters, digits, '-' and '.'"
+        )
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith("/") or "\\" in value:
+        raise ValueError(f"{value!r} must be an absolute path (starting with '/')")
+    return value
+
+
+def _one_of(obj: Section, fields: tuple[str, ...], what: str) -> None:
+    given = [f for f in fields if getattr(obj, f) is not None]
+    if len(given) != 1:
+        names = ", ".join(obj.model_fields[f].alias or f for f in fields)
+        raise ValueError(f"{what} takes exactly one of {names} (got {len(given)})")
+
+
+class Toleration(Section):
+    """A Kubernetes toleration."""
+
+    key: LabelKey | None = Field(None, description="Taint key to tolerate (empty: every key).")
+    operator: Literal["Exists", "Equal"] = Field(
+        "Exists", description="Match on key only, or key and value."
+    )
+    value: LabelValue | None = Field(None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to tolerate (empty: all)."
+    )
+    toleration_seconds: int | None = Field(
+        None, ge=0, description="With effect NoExecute: how long the pod stays after the taint."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Toleration:
+        # The API server's rules (core/v1 validation of tolerations).
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no `value`; use operator Equal, or drop it")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without `key` needs operator Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect NoExecute")
+        return self
+
+
+class Storage(Section):
+    """Where the model comes from on Kubernetes (the `model-cache` volume)."""
+
+    type: Literal["pvc", "emptyDir", "existingClaim", "hostPath", "nfs", "image"] = Field(
+        "pvc",
+        description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use "
+        "`claimName`; `emptyDir`: a scratch volume per pod (the model downloads at every "
+        "start); `hostPath`: a folder on each node (`path`; a cache per node); `nfs`: an NFS "
+        "export (`server`, `path`); `image`: an OCI image holding the weights (`reference`; "
+        "Kubernetes >= 1.31, mounted read-only at `mountPath`, so `model.name` is a path "
+        "inside it).",
+    )
+    size: Size = Field("100Gi", description="PVC size (or emptyDir size limit).")
+    storage_class: str | None = Field(None, description="PVC storageClassName.")
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"] = Field(
+        "ReadWriteOnce",
+        description="Access mode of the PVC (type `pvc`), or of the existing claim (type "
+        "`existingClaim`). ReadWriteOnce mounts on one node only: more than one pod needs "
+        "ReadWriteMany, a per-pod cache (emptyDir, hostPath) or a node pin.",
+    )
+    claim_name: DnsLabel | None = Field(
+        None, description="Existing PVC name (type `existingClaim`)."
+    )
+    path: str | None = Field(None, description="Folder on the node (hostPath) or export (nfs).")
+    server: Address | None = Field(None, description="NFS server address (type `nfs`).")
+    reference: Image | None = Field(
+        None, description="Image holding the weights (type `image`), e.g. a registry path."
+    )
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="Pull policy of the weights image (type `image`)."
+    )
+    mount_path: str | None = Field(
+        None,
+        description=f"Where the volume is mounted. Default: `{CACHE_MOUNT}` (the Hugging "
+        f"Face cache), `{IMAGE_MOUNT}` for type `image`.",
+    )
+
+    @field_validator("path", "mount_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return None if value is None else _abs_path(value)
+
+    @model_validator(mode="after")
+    def _fields_of_type(self) -> Storage:
+        needs = {
+            "existingClaim": ("claim_name",),
+            "hostPath": ("path",),
+            "nfs": ("server", "path"),
+            "image": ("reference",),
+        }
+        for field in needs.get(self.type, ()):
+            if getattr(self, field) is None:
+                alias = self.model_fields[field].alias
+                raise ValueError(f"type {self.type} needs `{alias}`")
+        owners = {
+            "claim_name": ("existingClaim",),
+            "path": ("hostPath", "nfs"),
+            "server": ("nfs",),
+            "reference": ("image",),
+            "pull_policy": ("image",),
+        }
+        for field, types in owners.items():
+            if getattr(self, field) is not None and self.type not in types:
+                alias = self.model_fields[field].alias
+                raise ValueError(f"`{alias}` applies to type {' or '.join(types)} only")
+        return self
+
+    @property
+    def mount(self) -> str:
+        return self.mount_path or (IMAGE_MOUNT if self.type == "image" else CACHE_MOUNT)
+
+
+class Limits(Section):
+    """Limits that differ from the requests (a field left out: the request)."""
+
+    cpu: Quantity | None = Field(None, description="CPU limit.")
+    memory: Size | None = Field(None, description="Memory limit.")
+    ephemeral_storage: Size | None = Field(None, description="Ephemeral-storage limit.")
+
+
+class Resources(Section):
+    """Requests per engine container; the limits equal them unless `limits` says otherwise.
+    GPUs are pdctl's (tensorParallel, HAMi slices)."""
+
+    cpu: Quantity = Field("8", description="CPU request.")
+    memory: Size = Field("64Gi", description="Memory request.")
+    ephemeral_storage: Size | None = Field(
+        None, description="Ephemeral-storage request (container writable layer and logs)."
+    )
+    limits: Limits | None = Field(None, description="Limits that differ from the requests.")
+
+
+class NameRef(Section):
+    """A ConfigMap or Secret, by name."""
+
+    name: str = Field(..., description="Object name.")
+    optional: bool | None = Field(None, description="Start the pod even if it is missing.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _subdomain(value)
+
+
+class KeyRef(NameRef):
+    """One key of a ConfigMap or Secret."""
+
+    key: SecretKey = Field(..., description="Key inside the object.")
+
+
+class ValueFrom(Section):
+    """Where an environment variable's value comes from."""
+
+    config_map_key_ref: KeyRef | None = Field(None, description="A ConfigMap key.")
+    secret_key_ref: KeyRef | None = Field(None, description="A Secret key.")
+
+    @model_validator(mode="after")
+    def _one(self) -> ValueFrom:
+        _one_of(self, ("config_map_key_ref", "secret_key_ref"), "valueFrom")
+        return self
+
+
+class EnvVar(Section):
+    """An environment variable from a ConfigMap or Secret key (plain values: `engine.env`)."""
+
+    name: EnvName = Field(..., description="Variable name.")
+    value_from: ValueFrom = Field(..., description="The key it comes from.")
+
+
+class EnvFrom(Section):
+    """Every key of a ConfigMap or Secret as environment variables."""
+
+    config_map_ref: NameRef | None = Field(None, description="A ConfigMap.")
+    secret_ref: NameRef | None = Field(None, description="A Secret.")
+    prefix: EnvName | None = Field(None, description="Prefix for each variable name.")
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvFrom:
+        _one_of(self, ("config_map_ref", "secret_ref"), "envFrom")
+        return self
+
+
+class Volume(Section):
+    """An extra pod volume: exactly one source."""
+
+    name: DnsLabel = Field(..., description="Volume name (mounts refer to it).")
+    config_map: dict[str, Any] | None = Field(None, description="`{name: ...}` of a ConfigMap.")
+    secret: dict[str, Any] | None = Field(None, description="`{secretName: ...}` of a Secret.")
+    empty_dir: dict[str, Any] | None = Field(None, description="`{medium, sizeLimit}`.")
+    host_path: dict[str, Any] | None = Field(None, description="`{path, type}` on the node.")
+    persistent_volume_claim: dict[str, Any] | None = Field(
+        None, description="`{claimName, readOnly}` of an existing PVC."
+    )
+    nfs: dict[str, Any] | None = Field(None, description="`{server, path, readOnly}`.")
+    image: dict[str, Any] | None = Field(
+        None, description="`{reference, pullPolicy}`: an OCI image (Kubernetes >= 1.31)."
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> Volume:
+        sources = (
+            "config_map",
+            "secret",
+            "empty_dir",
+            "host_path",
+            "persistent_volume_claim",
+            "nfs",
+            "image",
+        )
+        _one_of(self, sources, "a volume")
+        if self.name in RESERVED_VOLUMES:
+            raise ValueError(f"volume name {self.name!r} is pdctl's own; choose another name")
+        return self
+
+
+class VolumeMount(Section):
+    """Where an extra volume is mounted in the engine container."""
+
+    name: DnsLabel = Field(..., description="Name of a volume in `volumes`.")
+    mount_path: str = Field(..., description="Absolute path in the container.")
+    read_only: bool = Field(False, description="Mount read-only.")
+    sub_path: str | None = Field(None, description="Path inside the volume to mount.")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _mount_path(cls, value: str) -> str:
+        return _abs_path(value)
+
+
+def _no_reserved(value: dict[str, str]) -> dict[str, str]:
+    taken = sorted(k for k in value if k in RESERVED_LABELS)
+    if taken:
+        raise ValueError(
+            f"{taken[0]!r} is a label pdctl sets (and selects pods by); use another key"
+        )
+    return value
+
+
+class PodSettings(Section):
+    """Scheduling and pod shape. In `kubernetes` for every engine pod; in `serve`, `prefill`,
+    `decode` or `router` (the EPP) as `kubernetes:` for that role's pods, overriding the
+    section's: maps (nodeSelector, labels, annotations, resources, affinity) merge key by
+    key, lists (tolerations, volumes, env, ...) replace."""
+
+    node_selector: dict[LabelKey, LabelValue] = Field({}, description="Node selector.")
+    tolerations: tuple[Toleration, ...] = Field((), description="Tolerations.")
+    affinity: Affinity | None = Field(None, description="Node and pod (anti-)affinity.")
+    topology_spread_constraints: tuple[TopologySpread, ...] = Field(
+        (), description="Topology spread constraints."
+    )
+    priority_class_name: DnsLabel | None = Field(None, description="PriorityClass name.")
+    runtime_class_name: DnsLabel | None = Field(
+        None, description="RuntimeClass name, e.g. `nvidia`."
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        {}, description="Labels on every object (of the role) and its pods."
+    )
+    annotations: dict[LabelKey, str] = Field(
+        {}, description="Annotations on every object (of the role) and its pods."
+    )
+    pod_labels: dict[LabelKey, LabelValue] = Field({}, description="Labels on pods only.")
+    pod_annotations: dict[LabelKey, str] = Field({}, description="Annotations on pods only.")
+    service_account_name: DnsLabel | None = Field(
+        None,
+        description="ServiceAccount of the pods (serve and prefill; decode and the EPP run "
+        "as the accounts pdctl renders for them).",
+    )
+    image_pull_secrets: tuple[DnsLabel, ...] = Field(
+        (), description="Names of Secrets for pulling images."
+    )
+    resources: Resources = Field(
+        default_factory=Resources, description="CPU, memory and ephemeral storage."
+    )
+    env_from: tuple[EnvFrom, ...] = Field(
+        (), description="Environment from whole ConfigMaps or Secrets."
+    )
+    env: tuple[EnvVar, ...] = Field(
+        (), description="Environment variables from ConfigMap or Secret keys (`valueFrom`)."
+    )
+    volumes: tuple[Volume, ...] = Field((), description="Extra volumes.")
+    volume_mounts: tuple[VolumeMount, ...] = Field(
+        (), description="Extra mounts in the engine container."
+    )
+
+    @field_validator("labels", "pod_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return _no_reserved(value)
+
+
+class Kubernetes(PodSettings):
+    """Kubernetes settings (phases 1-3). The pod settings apply to the engine pods (serve,
+    prefill, decode); the EPP takes only the section's labels, annotations and
+    imagePullSecrets, and `router.kubernetes`."""
+
+    namespace: DnsLabel = Field("default", description="Namespace for every object.")
+    create_namespace: bool = Field(False, description="Render the Namespace object too.")
+    storage: Storage = Field(default_factory=Storage, description="Model source volume.")
+    shm_size: Size | None = Field(
+        None,
+        description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "
+        "Default: 2Gi, plus 4Gi per extra tensor-parallel rank.",
+    )
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP", description="Type of the Service in front of the engines."
+    )
+    startup_timeout_minutes: int = Field(
+        30, ge=1, le=600, description="How long the startupProbe waits for the model to load."
+    )
+    network_policy: bool = Field(
+        False,
+        description="Phases 2 and 3 (llm-d): render NetworkPolicies for the engine pods and "
+        "the endpoint picker (EPP). Decode pods take the routing sidecar's port 8000 only from "
+        "the Gateway's proxy pods (`gatewayPodLabels`/`gatewayNamespace`) and the EPP (which "
+        "scrapes metrics there); vLLM's 8200 is reached by the sidecar over localhost only. "
+        "Engine pods of the deployment reach each other on every port (NIXL's side channel "
+        "and UCX connections); the EPP's ext-proc port takes the Gateway's pods only. Needs a "
+        "CNI that enforces NetworkPolicy. Phase 1 renders none.",
+    )
+    gateway_namespace: DnsLabel | None = Field(
+        None,
+        description="With `networkPolicy`: the namespace the Gateway's proxy pods run in "
+        "(Envoy Gateway: `envoy-gateway-system`). Default: `namespace`, where Istio, kgateway "
+        "and agentgateway run them beside the Gateway.",
+    )
+    gateway_pod_labels: dict[LabelKey, LabelValue] = Field(
+        {},
+        description="With `networkPolicy`: labels of the Gateway's proxy pods, the only pods "
+        "that may send requests to the decode pods. Default: "
+        "`gateway.networking.k8s.io/gateway-name: <router.gateway>`, the label Istio, "
+        "kgateway and agentgateway put on them (Envoy Gateway: "
+        "`gateway.envoyproxy.io/owning-gateway-name: <gateway>`).",
+    )
+
+
+# What the EPP takes from the section (its scheduling is router.kubernetes alone).
+EPP_INHERITS = ("labels", "annotations", "pod_labels", "pod_annotations", "image_pull_secrets")
+EPP_RESOURCES = Resources(cpu="1", memory="1Gi", limits=Limits(cpu="4", memory="4Gi"))
+
+
+def merged(base: Section, over: Section) -> Any:
+    """`base` with the fields `over` sets: maps and sections merge key by key, the rest
+    (lists, names, numbers) replace."""
+    updates: dict[str, Any] = {}
+    for field in over.model_fields_set:
+        old, new = getattr(base, field, None), getattr(over, field)
+        if isinstance(old, dict) and isinstance(new, dict):
+            updates[field] = {**old, **new}
+        elif isinstance(old, Section) and type(old) is type(new):
+            updates[field] = merged(old, new)
+        else:
+            updates[field] = new
+    return base.model_copy(update=updates)
+
+
+def role_settings(k8s: Kubernetes, role: str, over: PodSettings | None) -> PodSettings:
+    """The effective pod settings of a role: `serve`, `prefill`, `decode` or `epp`."""
+    if role == "epp":
+        base = PodSettings(resources=EPP_RESOURCES).model_copy(
+            update={f: getattr(k8s, f) for f in EPP_INHERITS}
+        )
+    else:
+        base = PodSettings(**{f: getattr(k8s, f) for f in PodSettings.model_fields})
+    return base if over is None else merged(base, over)
