@@ -40,6 +40,7 @@ class StatusRow:
     health: str
     model: str
     endpoint: str
+    why: str = ""  # not healthy: why, in one line (Kubernetes: the pod's or rollout's reason)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.targets.base import Closing, StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
-from pdctl.targets.kube_status import pod_logs, rolled_out, status_rows
+from pdctl.targets.kube_status import pod_logs, pod_ready, rolled_out, status_rows
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
@@ -126,9 +126,11 @@ class KubeTarget(Closing):
         body: Any = None,
         query: list | None = None,
         content_type: str = "application/json",
+        text: bool = False,
     ) -> Any:
-        """One REST call; None on 404, ApiError on other failures."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        """One REST call; None on 404, ApiError on other failures; `text`: the body as text
+        (a pod's log), else decoded JSON."""
+        headers = {"Accept": "*/*" if text else "application/json", "Content-Type": content_type}
         method, url, headers, body, _ = self.api.param_serialize(
             method,
             path,
@@ -152,6 +154,8 @@ class KubeTarget(Closing):
                 f"Kubernetes API: {method} {path}: {resp.status} {resp.reason}: {text[:300]}",
                 resp.status,
             )
+        if text:
+            return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
         return json.loads(data) if data else {}
 
     def get(
@@ -370,12 +374,42 @@ class KubeTarget(Closing):
     # -- status / logs (pdctl.targets.kube_status) -----------------------------------------
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
-        return (self._call("GET", path, query=[("labelSelector", self.selector)]) or {}).get(
-            "items", []
-        )
+        items = (self._call("GET", path, query=[("labelSelector", self.selector)]) or {}).get(
+            "items"
+        ) or []
+        # Filter again: a server that ignores the selector must not show others' pods.
+        return [
+            p
+            for p in items
+            if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/instance")
+            == self.name
+        ]
+
+    def events(self) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{self.namespace}/events"
+        return (self._call("GET", path) or {}).get("items") or []
+
+    def last_log_line(self, pod: str, container: str, previous: bool = True) -> str:
+        """The last meaningful line of a container's log (`previous`: of its last run)."""
+        from pdctl.targets.stages import latest_line
+
+        query = [("container", container), ("tailLines", "50")]
+        if previous:
+            query.append(("previous", "true"))
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log"
+        try:
+            text = self._call("GET", path, query=query, text=True)
+        except ApiError:  # no log (yet): the reason stands without it
+            return ""
+        return latest_line(text or "")
 
     def status(self) -> list[StatusRow]:
-        return status_rows(self.list_kind("Deployment", "apps/v1"), self.pods())
+        pods = self.pods()
+        ready = all(pod_ready(p) for p in pods)
+        events = [] if ready else self.events()
+        return status_rows(
+            self.list_kind("Deployment", "apps/v1"), pods, events, self.last_log_line
+        )
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
         pod_logs(self, unit, lines, follow, write)

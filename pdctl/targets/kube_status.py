@@ -1,5 +1,6 @@
 """What `pdctl status` and `pdctl logs` show of a Kubernetes deployment: its Deployments
-(ready/replicas, rolled out or not) and pods (phase, node, readiness), and pod logs."""
+(rollout state, ready/desired) and pods (phase, node, readiness, and why one is not ready:
+the scheduler's message, an image pull or crash loop with the last log line), and pod logs."""
 
 from __future__ import annotations
 
@@ -23,14 +24,85 @@ def rolled_out(dep: dict[str, Any] | None) -> bool:
     )
 
 
-def status_rows(deployments: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[StatusRow]:
-    """Deployments (ready/replicas) then pods (phase): host is the pod's node, pid its
-    readiness or phase."""
+def rollout_state(dep: dict[str, Any]) -> str:
+    """rolled out | progressing | failed: <why> (the Deployment's Progressing condition)."""
+    if rolled_out(dep):
+        return "rolled out"
+    for cond in (dep.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("status") == "False":
+            return f"failed: {cond.get('reason', '')}: {cond.get('message', '')}".rstrip(": ")
+    return "progressing"
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def events_by_pod(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Warning events per Pod name, newest last."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for ev in events:
+        obj = ev.get("involvedObject") or ev.get("regarding") or {}
+        if obj.get("kind", "Pod") == "Pod" and ev.get("type") == "Warning":
+            out.setdefault(obj.get("name", ""), []).append(ev)
+    for evs in out.values():
+        evs.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return out
+
+
+def pod_reason(
+    pod: dict[str, Any], events: list[dict[str, Any]], last_log: Callable[[str], str]
+) -> str:
+    """Why a pod is not ready, in one line: Pending with the scheduler's message (from the
+    PodScheduled condition, else the pod's latest warning event), a waiting container's
+    reason and message (ImagePullBackOff ...), CrashLoopBackOff with the last line of the
+    previous run's log (`last_log(container)`), or the latest warning event. "" if ready."""
+    if pod_ready(pod):
+        return ""
+    st = pod.get("status") or {}
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            why = cond.get("message") or cond.get("reason") or "not scheduled"
+            return f"Pending: {why}"
+    statuses = (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])
+    for cs in statuses:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if not reason or reason in ("ContainerCreating", "PodInitializing"):
+            continue
+        if reason == "CrashLoopBackOff":
+            term = (cs.get("lastState") or {}).get("terminated") or {}
+            code = term.get("exitCode")
+            head = f"CrashLoopBackOff: {cs.get('name')} restarted {cs.get('restartCount', 0)} times"
+            head += f", last exit code {code}" if code is not None else ""
+            line = last_log(cs.get("name", ""))
+            return f"{head}; its log ends: {line}" if line else head
+        message = waiting.get("message")
+        return f"{reason}: {message}" if message else reason
+    warned = events_by_pod(events).get((pod.get("metadata") or {}).get("name", ""))
+    if warned:
+        ev = warned[-1]
+        return f"{ev.get('reason', 'Warning')}: {ev.get('message') or ev.get('note') or ''}"
+    return st.get("phase", "")
+
+
+def status_rows(
+    deployments: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]] | None = None,
+    last_log: Callable[[str, str], str] | None = None,
+) -> list[StatusRow]:
+    """Deployments (rollout state, ready/desired) then pods (phase, and why one is not
+    ready): host is the pod's node."""
     rows = []
     for dep in deployments:
         st = dep.get("status") or {}
         spec = dep.get("spec") or {}
         labels = (dep.get("metadata") or {}).get("labels") or {}
+        state = rollout_state(dep)
         rows.append(
             StatusRow(
                 host="-",
@@ -38,28 +110,29 @@ def status_rows(deployments: list[dict[str, Any]], pods: list[dict[str, Any]]) -
                 role=labels.get("app.kubernetes.io/component", "-"),
                 pid="-",
                 state=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready",
-                health="healthy" if rolled_out(dep) else "not ready",
+                health="healthy" if state == "rolled out" else "not ready",
                 model="",
                 endpoint="",
+                why="" if state == "rolled out" else state,
             )
         )
     for pod in pods:
         st = pod.get("status") or {}
+        name = pod["metadata"]["name"]
         labels = pod["metadata"].get("labels") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in st.get("conditions") or []
-        )
+        ready = pod_ready(pod)
+        logs = (lambda c, pod=name: last_log(pod, c)) if last_log else (lambda _c: "")
         rows.append(
             StatusRow(
                 host=(pod.get("spec") or {}).get("nodeName", "-"),
-                unit=pod["metadata"]["name"],
+                unit=name,
                 role=labels.get("app.kubernetes.io/component", "-"),
                 pid="-",
                 state=st.get("phase", "-"),
                 health="healthy" if ready else "not ready",
                 model="",
                 endpoint="",
+                why="" if ready else pod_reason(pod, events or [], logs),
             )
         )
     return rows

@@ -1,0 +1,94 @@
+"""`pdctl status` on Kubernetes: rollout state per Deployment, ready/desired, and for each pod
+that is not ready the reason in one line, from pods, events and logs put into kmock (which
+has no scheduler or kubelet: the tests write what those would)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from kubernetes import client
+
+from pdctl.targets.kube import KubeTarget
+from tests.targets.test_kube import phase1, write_kube_files
+from tests.targets.test_stages import BACKOFF, CRASHING, UNSCHEDULABLE
+from tests.targets.testbed import pdctl
+
+NS = "vllm-inference"
+
+
+def put_pod(tgt: KubeTarget, template: dict, name: str) -> None:
+    pod = copy.deepcopy(template)
+    pod.update(apiVersion="v1", kind="Pod")
+    pod["metadata"] = {
+        "name": name,
+        "namespace": NS,
+        "labels": {
+            "app.kubernetes.io/instance": tgt.name,
+            "app.kubernetes.io/managed-by": "pdctl",
+            "app.kubernetes.io/component": "serve",
+        },
+    }
+    tgt._call("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+
+
+def test_status_names_why_each_pod_is_not_ready(cluster, tmp_path):
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kwhy", NS)
+    _, objs = phase1("kwhy")
+    tgt.apply_objects(objs)
+    put_pod(tgt, UNSCHEDULABLE, "kwhy-serve-a")
+    put_pod(tgt, BACKOFF, "kwhy-serve-b")
+    put_pod(tgt, CRASHING, "kwhy-serve-c")
+    other = copy.deepcopy(UNSCHEDULABLE)
+    other.update(apiVersion="v1", kind="Pod")
+    # another deployment's pod (kmock ignores the label selector): not shown
+    other["metadata"] = {"name": "other-serve-z", "labels": {"app.kubernetes.io/instance": "x"}}
+    tgt._call("POST", f"/api/v1/namespaces/{NS}/pods", other)
+    log = f"get /api/v1/namespaces/{NS}/pods/kwhy-serve-c/log"
+    cluster.emulator[log] << b"INFO loading\nOSError: /models/llama does not exist\n"
+    try:
+        rows = {r.unit: r for r in tgt.status()}
+        assert rows["kwhy-serve"].why == "progressing"
+        assert rows["kwhy-serve"].state == "0/1 ready"
+        assert rows["kwhy-serve-a"].why.startswith(
+            "Pending: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+        )
+        assert rows["kwhy-serve-b"].why.startswith("ImagePullBackOff: Back-off pulling image")
+        assert rows["kwhy-serve-c"].why == (
+            "CrashLoopBackOff: vllm restarted 4 times, last exit code 1; "
+            "its log ends: OSError: /models/llama does not exist"
+        )
+        assert "other-serve-z" not in rows
+        spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kwhy")
+        out = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
+        found = {r["unit"]: r["why"] for r in json.loads(out.stdout)["instances"]}
+        assert found["kwhy-serve-b"].startswith("ImagePullBackOff"), out.stderr
+        table = pdctl("status", str(spec), "--kubeconfig", str(kubeconfig))
+        assert "why" in table.stdout and "Insufficient nvidia.com/gpu" in table.stdout
+    finally:
+        for name in ("kwhy-serve-a", "kwhy-serve-b", "kwhy-serve-c", "other-serve-z"):
+            tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
+        tgt.delete_objects(volumes=True)
+
+
+def test_a_failed_rollout_says_why():
+    from pdctl.targets.kube_status import rollout_state
+
+    dep = {
+        "metadata": {"generation": 2},
+        "spec": {"replicas": 2},
+        "status": {
+            "observedGeneration": 2,
+            "conditions": [
+                {
+                    "type": "Progressing",
+                    "status": "False",
+                    "reason": "ProgressDeadlineExceeded",
+                    "message": 'ReplicaSet "x-7d9" has timed out progressing.',
+                }
+            ],
+        },
+    }
+    assert rollout_state(dep) == (
+        'failed: ProgressDeadlineExceeded: ReplicaSet "x-7d9" has timed out progressing.'
+    )
