@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 
@@ -16,9 +17,11 @@ COMMAND_MODULES = (
     "pdctl.cli.validate_cmd",
     "pdctl.cli.render_cmd",
     "pdctl.cli.schema_cmd",
+    "pdctl.cli.explain_cmd",
     "pdctl.cli.plan_cmd",
     "pdctl.cli.preflight_cmd",
     "pdctl.cli.up_cmd",
+    "pdctl.cli.diff_cmd",
     "pdctl.cli.down_cmd",
     "pdctl.cli.status_cmd",
     "pdctl.cli.logs_cmd",
@@ -30,9 +33,10 @@ app = typer.Typer(
     help="Deploy vLLM from one declarative spec: processes over SSH (phase 0), Kubernetes "
     "(phase 1), prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -47,12 +51,14 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
     ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show tracebacks on errors (before or after the command)."
+    ),
 ) -> None:
     """pdctl: vLLM deployments from bare metal to Kubernetes."""
     from pdctl.cli import state
 
-    state.DEBUG = debug
+    state.DEBUG = state.DEBUG or debug
 
 
 @app.command("version")
@@ -63,6 +69,22 @@ def version_cmd() -> None:
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+
+
+def command() -> Any:
+    """The click command tree of the app, with pdctl's metavars (SPEC, DIR, INTEGER)."""
+    from typer.main import get_command
+
+    from pdctl.cli.metavars import polish
+
+    return polish(get_command(app))
+
+
+def take_debug(args: list[str]) -> tuple[list[str], bool]:
+    """`--debug` anywhere before a `--`: the arguments without it, and whether it was there."""
+    end = args.index("--") if "--" in args else len(args)
+    kept = [a for a in args[:end] if a != "--debug"]
+    return kept + args[end:], len(kept) != end
 
 
 def _click_exception_modules() -> list:
@@ -97,7 +119,7 @@ def root_help() -> str:
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-            app(["--help"], standalone_mode=False, prog_name="pdctl")
+            command()(["--help"], standalone_mode=False, prog_name="pdctl")
     finally:
         if old is None:
             del os.environ["COLUMNS"]
@@ -115,16 +137,20 @@ def main() -> None:
 
     if sys.stdout is None:  # started with `>&-`
         _fail("error: standard output is closed; redirect it to a file or /dev/null", 2)
+    from pdctl.cli import state
+
+    args, state.DEBUG = take_debug(sys.argv[1:])
     try:
         # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
-        rc = app(standalone_mode=False, prog_name="pdctl")
+        rc = command()(args, standalone_mode=False, prog_name="pdctl")
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at interpreter exit
     except PdctlError as exc:
-        from pdctl.cli import state
-
         if state.DEBUG:
             raise
-        _fail(f"error: {exc.line()}", exc.exit_code)
+        lines = exc.lines() if hasattr(exc, "lines") else [exc.line()]  # SpecErrors: several
+        for extra in lines[:-1]:
+            sys.stderr.write(f"error: {extra}\n")
+        _fail(f"error: {lines[-1]}", exc.exit_code)
     except typer.Exit as exc:
         _exit(exc.exit_code)
     except typer.Abort:
@@ -134,8 +160,6 @@ def main() -> None:
     except OSError as exc:  # writing the output: stdout on a full disk, or a closed pipe
         if not output_error(exc):
             raise
-        from pdctl.cli import state
-
         if state.DEBUG:
             raise
         output_failed(exc)

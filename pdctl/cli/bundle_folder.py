@@ -1,4 +1,5 @@
-"""`pdctl render -o DIR`: write a bundle into a folder, never touching files pdctl did not write.
+"""`pdctl render --output-dir DIR`: write a bundle into a folder, never touching files pdctl
+did not write.
 
 The folder holds two files of pdctl's own: `.pdctl-bundle` (the deployment's name) and
 `.pdctl-files` (every file the last render wrote there). A render
@@ -56,11 +57,11 @@ def refuse_place(out: Path) -> None:
     """A usage error for a DIR no bundle should go into."""
     if out.is_symlink():
         raise UsageError(
-            f"--output {out} is a symbolic link; pdctl does not write through links",
+            f"--output-dir {out} is a symbolic link; pdctl does not write through links",
             fix="give the folder it points to, or a new folder",
         )
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--output {out} is a file, not a folder", fix="choose a folder")
+        raise UsageError(f"--output-dir {out} is a file, not a folder", fix="choose a folder")
     real = Path(os.path.realpath(out))
     places = [(Path(os.path.realpath(os.path.expanduser("~"))), "your home folder")]
     try:
@@ -80,7 +81,7 @@ def refuse_place(out: Path) -> None:
         )
     if what:
         raise UsageError(
-            f"--output {out} is {what}; a bundle goes into a folder of its own",
+            f"--output-dir {out} is {what}; a bundle goes into a folder of its own",
             fix="name a new folder, e.g. -o ./bundle",
         )
 
@@ -200,14 +201,14 @@ def _previous(root: int, out: Path, name: str) -> tuple[str, ...] | None:
         ]
         if others:
             raise UsageError(
-                f"--output {out} exists and is not a pdctl bundle folder",
+                f"--output-dir {out} exists and is not a pdctl bundle folder",
                 fix="choose an empty or new folder",
             )
         return ()
     owner = owner.strip()
     if owner != name:
         raise UsageError(
-            f"--output {out} holds the bundle of deployment {owner!r}, not {name!r}",
+            f"--output-dir {out} holds the bundle of deployment {owner!r}, not {name!r}",
             fix="choose another folder, or remove that one first",
         )
     text = _read_own(root, FILES, out)

@@ -93,6 +93,7 @@ SSH = {
         typer.Option(
             None,
             "--known-hosts",
+            metavar="FILE",
             envvar="PDCTL_KNOWN_HOSTS",
             help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
         ),
@@ -112,6 +113,7 @@ SSH = {
             None,
             "--identity",
             "-i",
+            metavar="FILE",
             envvar="PDCTL_SSH_IDENTITY",
             help="SSH private key for hosts that set no identityFile.",
         ),
@@ -119,7 +121,11 @@ SSH = {
     "connect_timeout": (
         float,
         typer.Option(
-            10.0, "--connect-timeout", min=0.1, help="Seconds to wait for each SSH connection."
+            10.0,
+            "--connect-timeout",
+            min=0.1,
+            metavar="SECONDS",
+            help="Seconds to wait for each SSH connection.",
         ),
     ),
     "parallel": (int, typer.Option(8, "--parallel", min=1, help="Hosts worked on at once.")),
@@ -130,6 +136,7 @@ DOCKER = {
         typer.Option(
             None,
             "--docker-url",
+            metavar="HOST=URL",
             help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
             "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
             "--docker-tls) instead of scripts over SSH. Repeat per host.",
@@ -138,7 +145,10 @@ DOCKER = {
     "docker_network": (
         str,
         typer.Option(
-            "bridge", "--docker-network", help="With --docker-url: bridge (publish ports) or host."
+            "bridge",
+            "--docker-network",
+            metavar="MODE",
+            help="With --docker-url: bridge (publish ports) or host.",
         ),
     ),
     "docker_tls": (
@@ -156,6 +166,7 @@ DOCKER = {
         typer.Option(
             None,
             "--docker-cert-path",
+            metavar="DIR",
             envvar="DOCKER_CERT_PATH",
             help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
             "~/.docker).",
@@ -174,9 +185,14 @@ DOCKER = {
 KUBE = {
     "kubeconfig": (
         str | None,
-        typer.Option(None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)."),
+        typer.Option(
+            None, "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG)."
+        ),
     ),
-    "context": (str | None, typer.Option(None, "--context", help="kubeconfig context.")),
+    "context": (
+        str | None,
+        typer.Option(None, "--context", metavar="NAME", help="kubeconfig context."),
+    ),
 }
 
 

@@ -10,9 +10,13 @@ ROOT_HELP = (
     '  sliced decode (phase 3).\n'
     '\n'
     'Options:\n'
-    '  --version  Print the version.\n'
-    '  --debug    Show tracebacks on errors.\n'
-    '  --help     Show this message and exit.\n'
+    '  --version             Print the version.\n'
+    '  --debug               Show tracebacks on errors (before or after the\n'
+    '                        command).\n'
+    '  --install-completion  Install completion for the current shell.\n'
+    '  --show-completion     Show completion for the current shell, to copy it or\n'
+    '                        customize the installation.\n'
+    '  -h, --help            Show this message and exit.\n'
     '\n'
     'Commands:\n'
     '  version    Print the pdctl version.\n'
@@ -20,9 +24,11 @@ ROOT_HELP = (
     '  validate   Check SPEC: one line per problem (file:line: field: what;...\n'
     '  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n'
     "  schema     Print the spec's JSON Schema (for editors:...\n"
+    '  explain    Explain a spec field: type, default, allowed values,...\n'
     '  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n'
     '  preflight  Check hosts or the cluster against SPEC before deploying:...\n'
     "  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n"
+    '  diff       Show what `up` would change: on Kubernetes a server-side dry...\n'
     "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
     '  status     Show every instance of SPEC and whether it is healthy.\n'
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"

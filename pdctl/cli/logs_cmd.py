@@ -8,15 +8,44 @@ import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
+
+WORKLOADS = ("Deployment", "StatefulSet", "LeaderWorkerSet", "DaemonSet")
+
+
+def unit_names(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of UNIT: the units SPEC plans (on Kubernetes its workloads, whose names
+    start their pods' names). Reads and plans the spec only: nothing connects, and a spec that
+    does not load completes nothing."""
+    from pdctl.cli.specfile import load
+    from pdctl.errors import PdctlError
+
+    spec = ctx.params.get("spec")
+    if not spec or spec == "-":
+        return []
+    try:
+        plan, bundle = load(spec, ctx.params.get("phase"), ctx.params.get("target"))
+    except (PdctlError, OSError, ValueError):
+        return []
+    if plan.target == "kubernetes":
+        names = [o["metadata"]["name"] for o in bundle.objects if o.get("kind") in WORKLOADS]
+    else:
+        names = [u.name for u in plan.units]
+    return [n for n in names if n.startswith(incomplete)]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("logs")
+    @with_overlays
     @connection()
     def logs(
         conn: ConnectFlags,
         spec: str = SPEC,
-        unit: str | None = typer.Argument(None, help="Instance (unit or pod) name."),
+        unit: str | None = typer.Argument(
+            None,
+            help="Instance (unit, or the start of a pod's name).",
+            autocompletion=unit_names,
+        ),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
         lines: int = typer.Option(100, "--lines", "-n", help="How many lines from the end."),
         phase: int | None = PHASE,

@@ -9,7 +9,10 @@ from pdctl.errors import UsageError
 SPEC = typer.Argument(..., help="Spec file, or - for stdin.")
 PHASE = typer.Option(None, "--phase", "-p", help="Render at this phase instead of the spec's.")
 TARGET = typer.Option(
-    None, "--target", help="hosts or kubernetes (phase 2 only; default from the spec)."
+    None,
+    "--target",
+    metavar="TARGET",
+    help="hosts or kubernetes (phase 2 only; default from the spec).",
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from pdctl.cli.options import SPEC
+from pdctl.cli.specfile import with_overlays
 
 
 def read_model_config(path: str, spec_file: str) -> dict[str, Any]:
@@ -55,13 +56,22 @@ def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, st
 ASSUMED = "assumed: pass --gpu"
 
 
-def _traffic(spec: Any, prompt: int | None, output: int | None, rate: float | None,
-             ttft: float | None, tpot: float | None) -> Any:
+def _traffic(
+    spec: Any,
+    prompt: int | None,
+    output: int | None,
+    rate: float | None,
+    ttft: float | None,
+    tpot: float | None,
+) -> Any:
     from pdctl.capacity.report import Traffic
 
     w = getattr(spec, "workload", None)
-    base = Traffic() if w is None else Traffic(w.prompt_tokens, w.output_tokens,
-                                              w.requests_per_second, w.ttft_ms, w.tpot_ms)
+    base = (
+        Traffic()
+        if w is None
+        else Traffic(w.prompt_tokens, w.output_tokens, w.requests_per_second, w.ttft_ms, w.tpot_ms)
+    )
     return Traffic(
         prompt if prompt is not None else base.prompt_tokens,
         output if output is not None else base.output_tokens,
@@ -102,9 +112,16 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     return [f"{spec_file}: warning: {line}" for line in lines]
 
 
-def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None = None,
-          prompt: int | None = None, output: int | None = None, rate: float | None = None,
-          ttft: float | None = None, tpot: float | None = None) -> tuple[Any, str]:
+def build(
+    spec_file: str,
+    gpu: str | None = None,
+    gpu_memory_gib: float | None = None,
+    prompt: int | None = None,
+    output: int | None = None,
+    rate: float | None = None,
+    ttft: float | None = None,
+    tpot: float | None = None,
+) -> tuple[Any, str]:
     """Read the spec (and its model.config) and plan its capacity."""
     from pdctl.capacity import spec_model_config, spec_shape
     from pdctl.capacity.report import plan_capacity
@@ -130,25 +147,40 @@ def build(spec_file: str, gpu: str | None = None, gpu_memory_gib: float | None =
 
 def register(app: typer.Typer) -> None:
     @app.command("plan")
+    @with_overlays
     def plan(
         spec: str = SPEC,
         gpu: str | None = typer.Option(
-            None, "--gpu", help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
-            "L40S, L4, A10G, RTX-4090. Default: the spec's, else H100-SXM."),
+            None,
+            "--gpu",
+            metavar="GPU",
+            help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
+            "L40S, L4, A10G, RTX-4090. Default: the spec's, else H100-SXM.",
+        ),
         gpu_memory_gib: float | None = typer.Option(
-            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."),
-        prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1,
-                                                    help="Mean prompt length (default 1024)."),
-        output_tokens: int | None = typer.Option(None, "--output-tokens", min=1,
-                                                    help="Mean output length (default 256)."),
-        rate: float | None = typer.Option(None, "--rate", min=0.0001,
-                                             help="Requests per second, all instances."),
+            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."
+        ),
+        prompt_tokens: int | None = typer.Option(
+            None, "--prompt-tokens", min=1, help="Mean prompt length (default 1024)."
+        ),
+        output_tokens: int | None = typer.Option(
+            None, "--output-tokens", min=1, help="Mean output length (default 256)."
+        ),
+        rate: float | None = typer.Option(
+            None, "--rate", min=0.0001, help="Requests per second, all instances."
+        ),
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
-        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table or json."
+        ),
         from_log: str | None = typer.Option(
-            None, "--from-log", help="A vLLM start-up log: show predicted vs observed memory "
-            "per term (weights, activation, CUDA graphs, KV memory, KV tokens)."),
+            None,
+            "--from-log",
+            metavar="FILE",
+            help="A vLLM start-up log: show predicted vs observed memory "
+            "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
+        ),
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
@@ -158,10 +190,15 @@ def register(app: typer.Typer) -> None:
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
-        _finite(("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
-                ("--tpot-ms", tpot_ms))
-        result, origin = build(spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
-                               ttft_ms, tpot_ms)
+        _finite(
+            ("--gpu-memory-gib", gpu_memory_gib),
+            ("--rate", rate),
+            ("--ttft-ms", ttft_ms),
+            ("--tpot-ms", tpot_ms),
+        )
+        result, origin = build(
+            spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms
+        )
         if output == "json":
             from pdctl.capacity.report import plan_dict
 
@@ -203,14 +240,19 @@ def _compare(result: Any, log_file: str) -> dict[str, Any]:
         with Path(log_file).expanduser().open("rb") as stream:
             data = stream.read(MAX_LOG_BYTES + 1)
     except OSError as exc:
-        raise UsageError(f"--from-log: cannot read {log_file}: {exc.strerror}",
-                         fix="give the path of a vLLM start-up log") from None
+        raise UsageError(
+            f"--from-log: cannot read {log_file}: {exc.strerror}",
+            fix="give the path of a vLLM start-up log",
+        ) from None
     if len(data) > MAX_LOG_BYTES:
-        raise UsageError(f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
-                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
+        raise UsageError(
+            f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
+            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
+        )
     observed = parse_log(data.decode("utf-8", errors="replace"))
     if observed.empty:
-        raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
-                         fix="pass the log of `vllm serve` from its start to "
-                         "'GPU KV cache size'")
+        raise UsageError(
+            f"--from-log: {log_file} has none of vLLM's start-up memory lines",
+            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
+        )
     return compare(result, observed)

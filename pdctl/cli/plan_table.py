@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 GIB = 1024**3
@@ -134,10 +133,11 @@ def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
 
 def show(plan: Any, origin: str) -> None:
     """Print the capacity plan as tables, then the P:D ratio and the packing advice."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    from pdctl.cli.term import console as make_console
+
+    console = make_console(piped_width=132)
     model, gpu = plan.model, plan.gpu
     source = (
         "built-in table"
@@ -198,10 +198,11 @@ def show(plan: Any, origin: str) -> None:
 
 def show_comparison(data: dict[str, Any]) -> None:
     """Print `--from-log`: predicted vs observed per memory term."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    from pdctl.cli.term import console as make_console
+
+    console = make_console(piped_width=132)
     title = f"predicted vs the log ({data['role']}"
     title += f", vLLM {data['version']})" if data["version"] else ")"
     table = Table(title=title, title_justify="left")

@@ -11,6 +11,7 @@ import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
@@ -23,12 +24,12 @@ def _hf_config(plan: Any, spec_path: str, source: Any) -> dict[str, Any] | None:
 
 
 def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
+    from pdctl.cli import term
     from pdctl.probe import gather, steps
 
-    console = Console(stderr=True)
+    console = term.console(stderr=True)
     if quiet or not console.is_terminal:
         return gather(plan, options)
     with Progress(
@@ -67,32 +68,39 @@ def _table(findings: Any, console: Any) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("preflight")
+    @with_overlays
     @connection(docker=False)
     def preflight(
         conn: ConnectFlags,
         spec: str = SPEC,
-        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table or json."
+        ),
         record: Path | None = typer.Option(
             None,
             "--record",
+            metavar="DIR",
             help="Save every raw output gathered under DIR (one folder per "
             "host, _kubernetes/ for the cluster).",
         ),
         replay: Path | None = typer.Option(
             None,
             "--replay",
+            metavar="DIR",
             help="Check a recording (DIR from --record, or real outputs "
             "named like it) instead of gathering.",
         ),
         local: list[str] = typer.Option(
             [],
             "--local",
+            metavar="NAME",
             help="Probe host NAME on this machine, without SSH (repeatable). "
             "Hosts with address `localhost` are probed locally too.",
         ),
         remote_path: list[str] = typer.Option(
             [],
             "--remote-path",
+            metavar="DIR",
             help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
             "conda outside the non-interactive PATH; repeatable).",
         ),
@@ -104,9 +112,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit. Exit 1 when anything FAILs."""
-        from rich.console import Console
-
         from pdctl.check import run_checks, worst
+        from pdctl.cli import term
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
         from pdctl.errors import UsageError
@@ -158,7 +165,7 @@ def register(app: typer.Typer) -> None:
             }
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            console = Console(width=None if sys.stdout.isatty() else 200)
+            console = term.console(piped_width=200)
             _table(findings, console)
             console.print(
                 f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",

@@ -13,6 +13,7 @@ import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
@@ -33,18 +34,25 @@ def seconds_of(text: str, option: str) -> float:
 
 def register(app: typer.Typer) -> None:
     @app.command("top")
+    @with_overlays
     @connection(docker=False)
     def top(
         conn: ConnectFlags,
         spec: str = SPEC,
         once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
         window: str = typer.Option(
-            "60s", "--window", "-w", help="The window figures are taken over (60s, 2m)."
+            "60s",
+            "--window",
+            "-w",
+            metavar="DURATION",
+            help="The window figures are taken over (60s, 2m).",
         ),
         refresh: str = typer.Option(
-            "2s", "--refresh", help="How often the live dashboard reads (2s)."
+            "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."
         ),
-        output: str = typer.Option("table", "--output", "-o", help="table or json (--once)."),
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table or json (--once)."
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
@@ -106,24 +114,23 @@ def _print_once(w: Any, found: Any, output: str) -> None:
         doc["verdicts"] = [{"key": v.key, "line": v.line} for v in found]
         typer.echo(json.dumps(doc, indent=2))
         return
-    from rich.console import Console
-
+    from pdctl.cli import term
     from pdctl.top.dashboard import render
 
-    Console(highlight=False).print(render(w, found))
+    term.console().print(render(w, found))
 
 
 def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
-    from rich.console import Console
     from rich.live import Live
 
+    from pdctl.cli import term
     from pdctl.top.dashboard import render
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import assemble
 
     history: deque[dict[str, Any]] = deque()
     keys = _Keys()
-    console = Console(highlight=False)
+    console = term.console()
     try:
         # not a terminal (a pipe, a log file): each frame printed after the last
         live: Any = Live(console=console, auto_refresh=False) if console.is_terminal else None

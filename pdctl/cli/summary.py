@@ -1,0 +1,46 @@
+"""The counts commands print about a deployment: what `up` starts (`validate` says the same
+number `up --dry-run` lists) and how many of the units `status` shows are healthy."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
+    from pdctl.render.bundle import Bundle
+
+
+def planned(plan: Plan, bundle: Bundle) -> tuple[str, list[str]]:
+    """What `up` starts, in start order, and the word for it: on hosts the units (processes
+    and containers, the router and a Mooncake master included), on Kubernetes the objects
+    (`Kind/name`)."""
+    if plan.target == "kubernetes":
+        return "object", [f"{o['kind']}/{o['metadata']['name']}" for o in bundle.objects]
+    return "unit", [u.unit.name for u in bundle.units]
+
+
+def counted(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def up(row: dict[str, Any]) -> bool:
+    """Healthy, or running where there is no health check (a Mooncake master)."""
+    return row["health"] == "healthy" or (
+        row["health"] == "-" and str(row["state"]).startswith("running")
+    )
+
+
+def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every row counts, the router's and the master's too: units, how many are up, per role."""
+    roles = Counter(str(r["role"]) for r in rows)
+    return {"units": len(rows), "up": sum(1 for r in rows if up(r)), "roles": dict(roles)}
+
+
+def status_line(rows: list[dict[str, Any]]) -> str:
+    """`4 of 5 units up (2 prefill, 2 decode, 1 router)`: up is healthy, or running where
+    there is no health check."""
+    counts = status_counts(rows)
+    roles = ", ".join(f"{n} {role}" for role, n in counts["roles"].items())
+    line = f"{counts['up']} of {counted(counts['units'], 'unit')} up"
+    return line + (f" ({roles})" if roles else "")
