@@ -134,9 +134,11 @@ def test_validate_counts_what_up_dry_run_lists(
     changes = json.loads(out)["changes"]
     code, out, err = run_cli(["validate", str(example)], capsys)
     assert code == 0, err
-    word = "object" if json.loads(run_cli(["validate", str(example), "-o", "json"], capsys)[1]).get(
-        "objects"
-    ) else "unit"
+    word = (
+        "object"
+        if json.loads(run_cli(["validate", str(example), "-o", "json"], capsys)[1]).get("objects")
+        else "unit"
+    )
     n = len(changes)
     assert f", {n} {word}{'' if n == 1 else 's'} planned " in out, out
 
@@ -169,8 +171,7 @@ def test_h_is_help_and_metavars_read_plain(name: str, capsys: pytest.CaptureFixt
     assert short_help == long_help
     assert "-h, --help" in short_help
     usage_and_options = short_help.split("\n\n", 1)[0] + "".join(
-        line.split("  ")[1] if line.startswith("  -") else ""
-        for line in short_help.splitlines()
+        line.split("  ")[1] if line.startswith("  -") else "" for line in short_help.splitlines()
     )
     for typer_style in ("{", "<", "list[", " range", "<str>", "<path>"):
         assert typer_style not in usage_and_options, (typer_style, short_help)

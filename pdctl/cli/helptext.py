@@ -3,43 +3,50 @@ importing typer, pydantic or any command (about 100 ms less). Generated; a test 
 to what typer prints: `python -m pdctl.cli.helptext` rewrites it."""
 
 ROOT_HELP = (
-    'Usage: pdctl [OPTIONS] COMMAND [ARGS]...\n'
-    '\n'
-    '  Deploy vLLM from one declarative spec: processes over SSH (phase 0),\n'
-    '  Kubernetes (phase 1), prefill/decode disaggregation (phase 2) and HAMi-\n'
-    '  sliced decode (phase 3).\n'
-    '\n'
-    'Options:\n'
-    '  --version             Print the version.\n'
-    '  --debug               Show tracebacks on errors (before or after the\n'
-    '                        command).\n'
-    '  --install-completion  Install completion for the current shell.\n'
-    '  --show-completion     Show completion for the current shell, to copy it or\n'
-    '                        customize the installation.\n'
-    '  -h, --help            Show this message and exit.\n'
-    '\n'
-    'Commands:\n'
-    '  version    Print the pdctl version.\n'
-    '  init       Write a commented example spec for a phase (stdout, or -o...\n'
-    '  validate   Check SPEC: one line per problem (file:line: field: what;...\n'
-    '  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n'
+    "Usage: pdctl [OPTIONS] COMMAND [ARGS]...\n"
+    "\n"
+    "  Deploy vLLM from one declarative spec: processes over SSH (phase 0),\n"
+    "  Kubernetes (phase 1), prefill/decode disaggregation (phase 2) and HAMi-\n"
+    "  sliced decode (phase 3).\n"
+    "\n"
+    "Options:\n"
+    "  --version             Print the version.\n"
+    "  --debug               Show tracebacks on errors (before or after the\n"
+    "                        command).\n"
+    "  --install-completion  Install completion for the current shell.\n"
+    "  --show-completion     Show completion for the current shell, to copy it or\n"
+    "                        customize the installation.\n"
+    "  -h, --help            Show this message and exit.\n"
+    "\n"
+    "Commands:\n"
+    "  version    Print the pdctl version.\n"
+    "  init       Write a commented example spec for a phase (stdout, or -o...\n"
+    "  validate   Check SPEC: one line per problem (file:line: field: what;...\n"
+    "  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n"
     "  schema     Print the spec's JSON Schema (for editors:...\n"
-    '  explain    Explain a spec field: type, default, allowed values,...\n'
-    '  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n'
-    '  preflight  Check hosts or the cluster against SPEC before deploying:...\n'
+    "  explain    Explain a spec field: type, default, allowed values,...\n"
+    "  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n"
+    "  preflight  Check hosts or the cluster against SPEC before deploying:...\n"
     "  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n"
-    '  diff       Show what `up` would change: on Kubernetes a server-side dry...\n'
+    "  diff       Show what `up` would change: on Kubernetes a server-side dry...\n"
     "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
-    '  status     Show every instance of SPEC and whether it is healthy.\n'
+    "  status     Show every instance of SPEC and whether it is healthy.\n"
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
-    '  top        Show how the running deployment of SPEC uses its GPUs: per...\n'
+    "  top        Show how the running deployment of SPEC uses its GPUs: per...\n"
 )
 
 
 def as_source(text: str) -> str:
     """The text as a parenthesised run of one string literal per line."""
-    lines = "".join(f"\n    {line!r}" for line in text.splitlines(keepends=True))
+    lines = "".join(f"\n    {_literal(line)}" for line in text.splitlines(keepends=True))
     return f"({lines}\n)"
+
+
+def _literal(line: str) -> str:
+    """A string literal for line, in double quotes as ruff format writes it."""
+    if '"' in line or not line.isascii() or not line[:-1].isprintable():
+        return repr(line)
+    return '"' + line.replace("\\", "\\\\").replace("\n", "\\n") + '"'
 
 
 if __name__ == "__main__":
