@@ -1,0 +1,172 @@
+"""Model-aware parallelism checks: what vLLM itself refuses at start, found at validate time.
+
+Each rule is vLLM's own, read in the pinned versions' source (0.23.0 and 0.33.0, the flag lists
+pdctl ships); the line numbers below are 0.33.0's (0.23.0's in brackets):
+- tensor parallel divides the attention heads: vllm/config/model.py:1559
+  `verify_with_parallel_config` raises "Total number of attention heads ... must be divisible
+  by tensor parallel size" [1193];
+- KV heads: the attention layers split them when TP <= KV heads (KV heads % TP == 0) and
+  REPLICATE them when TP > KV heads, which needs TP % KV heads == 0:
+  vllm/model_executor/models/llama.py:148-155, qwen3.py:91-98 [llama.py:147-154, qwen3.py:83-90];
+- pipeline parallel at most the layers: vllm/distributed/utils.py:225 `get_pp_indices` gives
+  each stage num_hidden_layers // pp_size layers, 0 past the layer count [138];
+- expert parallel needs experts: vllm/config/model.py:1498 `_verify_with_expert_parallelism`.
+  The experts need NOT divide evenly: vllm/model_executor/layers/fused_moe/
+  expert_map_manager.py:67 `determine_expert_map` gives the first `experts % ep` ranks one more;
+- prefill/decode TP under NIXL and Mooncake: the larger must be a multiple of the smaller
+  (either side may be larger): vllm/distributed/kv_transfer/kv_connector/utils.py:522-539
+  `tp_ratio` [516-533] (NIXL) and kv_connector/v1/mooncake/mooncake_connector.py:153-171
+  `_get_tp_ratio` [88-104]. NIXL also refuses prefill TP > decode TP when the prefill's KV is
+  replicated (prefill TP > KV heads) on a non-MLA model: kv_connector/v1/nixl/base_worker.py:
+  2724-2730 [nixl/worker.py:1432-1437]. (llm-d's guides say decode TP >= prefill TP for NIXL and
+  equal TP for Mooncake; the pinned source allows more.) p2p-nccl: equal TP (plan/shape.py).
+Pure: the model's numbers come in as `Dims` (the CLI reads pdctl's table or `model.config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.errors import SpecError
+from pdctl.spec.model import Spec
+
+MAX_TP = 64  # the spec's own bound on tensorParallel
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The model numbers the checks need; `source`: where they came from (for messages)."""
+
+    name: str
+    heads: int
+    kv_heads: int
+    layers: int
+    experts: int = 0
+    mla: bool = False
+    source: str = "pdctl's model table"
+
+
+def valid_tp(dims: Dims, limit: int = MAX_TP) -> list[int]:
+    """Every tensor-parallel size vLLM accepts for the model's heads and KV heads."""
+    out = []
+    for tp in range(1, limit + 1):
+        if dims.heads % tp:
+            continue
+        kv = dims.kv_heads
+        if kv and (kv % tp if tp <= kv else tp % kv):
+            continue
+        out.append(tp)
+    return out
+
+
+def nearest(value: int, options: list[int]) -> str:
+    """'4' / '2 or 4': the closest options below and above `value`."""
+    below = [o for o in options if o < value]
+    above = [o for o in options if o > value]
+    picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
+    return " or ".join(map(str, picks))
+
+
+def roles(spec: Spec, phase: int) -> list[tuple[str, object]]:
+    names = ("serve",) if phase in (0, 1) else ("prefill", "decode")
+    return [(n, getattr(spec, n)) for n in names if getattr(spec, n, None) is not None]
+
+
+def check_parallel(spec: Spec, phase: int, dims: Dims | None) -> None:
+    """Every role's TP/PP/EP against the model, then prefill vs decode under the connector."""
+    shapes = roles(spec, phase)
+    if dims is not None:
+        for section, role in shapes:
+            _check_role(dims, section, role)
+    if phase in (2, 3) and len(shapes) == 2:
+        _check_connector(spec, dims, shapes[0][1], shapes[1][1])
+
+
+def _check_role(dims: Dims, section: str, role: object) -> None:
+    tp = getattr(role, "tensor_parallel", 1)
+    about = f"{dims.name} ({dims.source})"
+    if tp not in valid_tp(dims, max(tp, MAX_TP)):
+        if dims.heads % tp:
+            why = (
+                f"{about} has {dims.heads} attention heads, which tensorParallel {tp} "
+                "does not divide"
+            )
+        else:
+            why = (
+                f"{about} has {dims.kv_heads} KV heads: vLLM splits them over TP ranks "
+                f"(TP must divide {dims.kv_heads}) or replicates them (TP a multiple of "
+                f"{dims.kv_heads}), and {tp} is neither"
+            )
+        raise SpecError(
+            why,
+            path=f"{section}.tensorParallel",
+            fix=f"use tensorParallel {nearest(tp, valid_tp(dims))} "
+            f"(valid: {', '.join(map(str, valid_tp(dims)))})",
+        )
+    pp = getattr(role, "pipeline_parallel", 1)
+    if pp > dims.layers:
+        raise SpecError(
+            f"pipelineParallel {pp} exceeds the {dims.layers} layers of {about}: vLLM gives "
+            "each stage layers // stages layers, so stages would hold none",
+            path=f"{section}.pipelineParallel",
+            fix=f"use pipelineParallel {dims.layers} or fewer",
+        )
+    if getattr(role, "expert_parallel", False) and dims.experts == 0:
+        raise SpecError(
+            f"expertParallel needs a mixture-of-experts model; {about} has no experts "
+            "(vLLM refuses --enable-expert-parallel for it)",
+            path=f"{section}.expertParallel",
+            fix="drop expertParallel, or serve a MoE model",
+        )
+
+
+def _check_connector(spec: Spec, dims: Dims | None, prefill: object, decode: object) -> None:
+    dis = spec.disaggregation
+    connector = dis.connector if dis is not None else "nixl"
+    if connector not in ("nixl", "mooncake"):
+        return  # p2p-nccl: equal TP, checked in plan/shape.py
+    pre = getattr(prefill, "tensor_parallel", 1)
+    dec = getattr(decode, "tensor_parallel", 1)
+    if max(pre, dec) % min(pre, dec):
+        options = sorted(
+            {t for t in range(1, MAX_TP + 1) if max(t, pre) % min(t, pre) == 0}
+            & set(valid_tp(dims) if dims is not None else range(1, MAX_TP + 1))
+        )
+        raise SpecError(
+            f"{connector} needs prefill and decode tensorParallel of which one divides the "
+            f"other (prefill {pre}, decode {dec}): vLLM's connector pairs the ranks by their "
+            "ratio",
+            path="decode.tensorParallel",
+            fix=f"set decode.tensorParallel to {nearest(dec, options)} "
+            f"(or prefill.tensorParallel {dec})",
+        )
+    if (
+        connector == "nixl"
+        and dims is not None
+        and not dims.mla
+        and dims.kv_heads
+        and pre > dec
+        and pre > dims.kv_heads
+    ):
+        raise SpecError(
+            f"nixl cannot send from prefill TP {pre} to a smaller decode TP {dec} when the "
+            f"prefill replicates KV heads ({dims.name} has {dims.kv_heads}, fewer than {pre})",
+            path="prefill.tensorParallel",
+            fix=f"set prefill.tensorParallel to at most {max(dec, dims.kv_heads)}, or "
+            f"decode.tensorParallel to {pre}",
+        )
+
+
+def check_pins_on_hosts(spec: Spec, phase: int, target: str) -> None:
+    """`<role>.hosts` names bare-metal hosts: on Kubernetes it would be silently ignored."""
+    if target != "kubernetes":
+        return
+    for section, role in roles(spec, phase):
+        if getattr(role, "hosts", ()):
+            raise SpecError(
+                f"{section}.hosts pins instances to bare-metal hosts; on Kubernetes the "
+                "scheduler places pods",
+                path=f"{section}.hosts",
+                fix="remove it (use kubernetes.nodeSelector to choose nodes), or deploy to "
+                "target hosts",
+            )

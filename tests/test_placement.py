@@ -1,0 +1,148 @@
+"""Placement the operator controls: automatic placement spreads over hosts, roles pin to hosts,
+and a placement error names the constraint that bound (docs/placement.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdctl.errors import SpecError
+from pdctl.plan import make_plan
+from pdctl.plan.place import where
+from pdctl.spec import load_text
+from tests.conftest import run_cli
+
+# The issue's case: two 8-GPU hosts, Qwen3-32B, prefill TP 4, decode TP 2 x 2.
+TWO_HOSTS = """\
+name: q32
+phase: 2
+model: {name: Qwen/Qwen3-32B}
+hosts:
+  - {name: host-a, address: 192.0.2.10, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
+  - {name: host-b, address: 192.0.2.11, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
+prefill: {replicas: 1, tensorParallel: 4}
+decode: {replicas: 2, tensorParallel: 2}
+disaggregation: {connector: nixl}
+"""
+
+
+def _plan(text: str):
+    spec, source = load_text(text, "spec.yaml")
+    try:
+        return make_plan(spec)
+    except SpecError as exc:
+        raise source.locate(exc) from None
+
+
+def _where(text: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    plan = _plan(text)
+    return {i.name: (i.host.name, i.gpus) for i in plan.instances if i.host is not None}
+
+
+def test_two_hosts_are_both_used() -> None:
+    """Before: prefill and both decodes on host-a, host-b idle."""
+    placed = _where(TWO_HOSTS)
+    assert placed == {
+        "q32-prefill-0": ("host-a", (0, 1, 2, 3)),
+        "q32-decode-0": ("host-b", (0, 1)),
+        "q32-decode-1": ("host-b", (2, 3)),
+    }
+
+
+def test_serve_replicas_spread_one_per_host_first() -> None:
+    text = TWO_HOSTS.replace("phase: 2", "phase: 0").split("prefill:")[0]
+    text += "serve: {replicas: 2, tensorParallel: 2}\n"
+    assert {h for h, _ in _where(text).values()} == {"host-a", "host-b"}
+
+
+def test_spreading_never_refuses_what_packing_fits() -> None:
+    """Prefill 2 x TP 2 spread one per host would leave no host 8 free GPUs for decode."""
+    text = TWO_HOSTS.replace(
+        "prefill: {replicas: 1, tensorParallel: 4}", "prefill: {replicas: 2, tensorParallel: 2}"
+    )
+    text = text.replace(
+        "decode: {replicas: 2, tensorParallel: 2}", "decode: {replicas: 1, tensorParallel: 8}"
+    )
+    placed = _where(text)
+    assert placed["q32-decode-0"] == ("host-a", tuple(range(8)))
+    assert {placed["q32-prefill-0"][0], placed["q32-prefill-1"][0]} == {"host-b"}
+
+
+def test_pins_put_each_role_where_the_spec_says() -> None:
+    text = TWO_HOSTS.replace("prefill: {replicas: 1,", "prefill: {hosts: [host-b], replicas: 1,")
+    text = text.replace("decode: {replicas: 2,", "decode: {hosts: [host-a], replicas: 2,")
+    placed = _where(text)
+    assert placed["q32-prefill-0"][0] == "host-b"
+    assert placed["q32-decode-0"][0] == placed["q32-decode-1"][0] == "host-a"
+
+
+def test_serve_pin() -> None:
+    text = TWO_HOSTS.replace("phase: 2", "phase: 0").split("prefill:")[0]
+    text += "serve: {replicas: 2, tensorParallel: 2, hosts: [host-b]}\n"
+    assert {h for h, _ in _where(text).values()} == {"host-b"}
+
+
+def test_pin_to_an_unknown_host_is_a_located_error() -> None:
+    text = TWO_HOSTS.replace("decode: {replicas: 2,", "decode: {hosts: [host-c], replicas: 2,")
+    with pytest.raises(SpecError) as err:
+        _plan(text)
+    line = err.value.line()
+    assert line.startswith("spec.yaml:8: decode.hosts[0]: no host named 'host-c'"), line
+
+
+def test_error_names_the_pin_that_bound() -> None:
+    text = TWO_HOSTS.replace("decode: {replicas: 2,", "decode: {hosts: [host-a], replicas: 4,")
+    with pytest.raises(SpecError) as err:
+        _plan(text)
+    line = err.value.line()
+    assert line.startswith("spec.yaml:8: decode.hosts: decode instance 3 of 4 needs 2 free GPUs")
+    assert "decode.hosts pins it to host-a" in line and "add a host to the pin" in line
+
+
+def test_error_names_the_host_instances_that_bound() -> None:
+    """The issue's message said the plan needs 14 GPUs of 16 and not that `instances: 1`
+    on host-a limited it."""
+    text = TWO_HOSTS.replace(
+        "gpus: [0, 1, 2, 3, 4, 5, 6, 7]}", "gpus: [0, 1, 2, 3, 4, 5, 6, 7], instances: 1}", 1
+    )
+    text = text.replace(
+        "decode: {replicas: 2, tensorParallel: 2}", "decode: {replicas: 5, tensorParallel: 2}"
+    )
+    with pytest.raises(SpecError) as err:
+        _plan(text)
+    line = err.value.line()
+    assert line.startswith("spec.yaml:5: hosts[0].instances: decode instance 5 of 5"), line
+    assert "host-a is full at `instances: 1` (hosts[0].instances)" in line
+    assert "host-b has 0 of 8 GPUs free" in line
+    assert "\n" not in line
+
+
+def test_where_lists_every_instance() -> None:
+    lines = where(_plan(TWO_HOSTS))
+    assert lines == [
+        "q32-prefill-0  on host-a  GPUs 0,1,2,3  port 8100",
+        "q32-decode-0   on host-b  GPUs 0,1      port 8200",
+        "q32-decode-1   on host-b  GPUs 2,3      port 8201",
+    ]
+
+
+def test_validate_prints_the_placement(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(TWO_HOSTS)
+    code, out, err = run_cli(["validate", str(spec)], capsys)
+    assert code == 0, err
+    assert "q32-decode-1   on host-b  GPUs 2,3      port 8201" in out
+
+
+def test_validate_exits_2_on_a_pin_that_cannot_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        TWO_HOSTS.replace("prefill: {replicas: 1,", "prefill: {hosts: [host-a], replicas: 3,")
+    )
+    code, out, err = run_cli(["validate", str(spec)], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert ":7: prefill.hosts: prefill instance 3 of 3 needs 4 free GPUs" in err
