@@ -106,6 +106,14 @@ def check_roles(plan: Plan) -> None:
     """Settings a role cannot take, and mounts of volumes that do not exist."""
     for role, pod in plan.pods:
         path = f"{_path(role)}.kubernetes"
+        own = _own_env(plan, role)
+        for i, var in enumerate(pod.env):
+            if var.name in own:
+                raise SpecError(
+                    f"env[{i}]: {var.name} is a variable pdctl sets in the {role} pods",
+                    path=f"{path}.env",
+                    fix="choose another name (secrets go in `secrets`)",
+                )
         if pod.service_account_name and role in ("decode", "epp"):
             raise SpecError(
                 f"the {role} pods run as the ServiceAccount pdctl renders for them (its RBAC "
@@ -135,6 +143,16 @@ def check_roles(plan: Plan) -> None:
             path="model.name",
             fix=f"set model.name to the model folder in the image, e.g. {st.mount}/<model>",
         )
+
+
+def _own_env(plan: Plan, role: str) -> set[str]:
+    """The variables pdctl sets in a role's containers."""
+    names = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "VLLM_NIXL_SIDE_CHANNEL_HOST"}
+    names |= {s.name for s in plan.secrets}
+    for inst in plan.instances:
+        if inst.role == role:
+            names |= {k for k, _ in inst.env}
+    return names
 
 
 def check_kube(plan: Plan, cluster: ClusterFacts | None = None) -> None:
