@@ -16,10 +16,23 @@ PHASES = {
 }
 
 
-def example_text(phase: int) -> str:
+def example_text(phase: int, schema: str | None = None) -> str:
+    """The example spec of a phase, its first line the yaml-language-server modeline that
+    points editors at the spec's JSON Schema (a path relative to the spec, or a URL)."""
+    from pdctl.cli.schema_cmd import SCHEMA_FILE
     from pdctl.render.template import templates_dir
 
-    return (templates_dir() / PHASES[phase]).read_text(encoding="utf-8")
+    text = (templates_dir() / PHASES[phase]).read_text(encoding="utf-8")
+    return modeline(schema or SCHEMA_FILE) + text
+
+
+def modeline(schema: str) -> str:
+    from pdctl.cli.schema_cmd import SCHEMA_FILE
+
+    head = f"# yaml-language-server: $schema={schema}\n"
+    if schema == SCHEMA_FILE:
+        head += f"# (editors: `pdctl schema > {SCHEMA_FILE}` beside this file; docs/spec.md)\n"
+    return head
 
 
 def register(app: typer.Typer) -> None:
@@ -30,11 +43,21 @@ def register(app: typer.Typer) -> None:
             None, "--output", "-o", help="Write to this file instead of stdout."
         ),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+        schema: str | None = typer.Option(
+            None,
+            "--schema",
+            metavar="REF",
+            help="Where the first line's `$schema=` points editors: a path relative to the "
+            "spec, or a URL. Default: pdctl-spec.schema.json (write it with `pdctl schema`).",
+        ),
     ) -> None:
-        """Write a commented example spec for a phase (stdout, or -o FILE)."""
+        """Write a commented example spec for a phase (stdout, or -o FILE). Its first line
+        points editors (yaml-language-server) at the spec's JSON Schema."""
         if phase not in PHASES:
             raise UsageError(f"--phase must be 0, 1, 2 or 3 (got {phase})")
-        text = example_text(phase)
+        if schema is not None and (not schema.strip() or any(c in schema for c in "\r\n")):
+            raise UsageError("--schema must be one line: a path or a URL")
+        text = example_text(phase, schema)
         if output is None:
             typer.echo(text, nl=False)
             return

@@ -6,12 +6,25 @@ import json
 
 import typer
 
+# The schema's name, one per pdctl version (the spec changes with pdctl). `.example` is a
+# reserved domain (RFC 2606): the $id names the schema and is never fetched; editors read the
+# file `pdctl schema` writes (docs/spec.md, "Editor support").
+SCHEMA_ID = "https://pdctl.example/schema/spec-{version}.json"
+SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl init` points editors at
+
+
+def schema_id() -> str:
+    from pdctl import __version__
+
+    return SCHEMA_ID.format(version=__version__)
+
 
 def spec_schema() -> dict:
     from pdctl.spec.model import Spec
 
     schema = Spec.model_json_schema(by_alias=True, mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = schema_id()
     schema["title"] = "pdctl spec"
     return schema
 
@@ -19,5 +32,6 @@ def spec_schema() -> dict:
 def register(app: typer.Typer) -> None:
     @app.command("schema")
     def schema() -> None:
-        """Print the spec's JSON Schema (for editors: yaml-language-server)."""
+        """Print the spec's JSON Schema, for editors (yaml-language-server): `pdctl schema >
+        pdctl-spec.schema.json` beside the specs `pdctl init` writes."""
         typer.echo(json.dumps(spec_schema(), indent=2, sort_keys=True))
