@@ -5,8 +5,18 @@ from __future__ import annotations
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import engine_args
+from pdctl.plan.group import (
+    Rendezvous,
+    group_env,
+    group_flags,
+    group_hosts,
+    group_shape,
+    join,
+    worker_name,
+)
 from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, place
+from pdctl.plan.shape import peer_address
 from pdctl.spec.model import Serve, Spec
 
 
@@ -45,12 +55,13 @@ def serve_instances(
     spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
 ) -> tuple[Instance, ...]:
     shape = serve_shape(spec, phase)
-    width = shape.tensor_parallel * shape.pipeline_parallel
+    gshape = group_shape(shape, "serve", shape.pipeline_parallel)
+    width = gshape.per_node
     if spec.engine.device == "cpu":
         width = 0
         check_cpu(spec, target)
 
-    def args(port: int) -> tuple[str, ...]:
+    def args(port: int, flags: list[tuple[str, str]] | None = None) -> tuple[str, ...]:
         return engine_args(
             spec,
             release,
@@ -62,46 +73,73 @@ def serve_instances(
             max_num_batched_tokens=shape.max_num_batched_tokens,
             enforce_eager=shape.enforce_eager,
             enable_prefix_caching=shape.enable_prefix_caching,
+            extra=flags or (),
             role_args=shape.extra_args,
             role_path="serve",
         )
 
     env = tuple(sorted(spec.engine.env.items()))
     if target == "kubernetes":
+        # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose
+        # leader address and ranks come from the LWS_* variables at run time.
+        single = None if gshape.multinode else group_flags(gshape, 0, "", 0)
         return (
             Instance(
                 name=f"{spec.name}-serve",
                 role="serve",
                 index=0,
                 port=8000,
-                args=args(8000),
+                args=args(8000, single),
                 env=env,
                 gpu_count=width,
                 tensor_parallel=shape.tensor_parallel,
                 replicas=shape.replicas,
             ),
         )
-    group = Group("serve", shape.replicas, width, shape.port, "serve.replicas")
-    out = []
-    for slot in place(spec, [group], choose):
-        inst_env = env
-        if slot.gpus:
-            inst_env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))),) + env
-        # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`).
-        docker = slot.host.runtime == "docker"
-        out.append(
-            Instance(
-                name=f"{spec.name}-serve-{slot.index}",
-                role="serve",
-                index=slot.index,
-                port=slot.port,
-                container_port=8000 if docker else None,
-                args=args(8000 if docker else slot.port),
-                env=inst_env,
-                host=slot.host,
-                gpus=slot.gpus,
-                gpu_count=len(slot.gpus),
-                tensor_parallel=shape.tensor_parallel,
+    for i, host in enumerate(spec.hosts):
+        if gshape.multinode and host.runtime == "docker":
+            raise SpecError(
+                f"host {host.name}: multi-node groups run engines as processes (NCCL and the "
+                "rendezvous need the host's network, which `docker run -p` does not give)",
+                path=f"hosts[{i}].runtime",
+                fix="use runtime conda or venv on this host",
             )
-        )
+    group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
+    slots = place(spec, [group], choose)
+    meet = Rendezvous()
+    out = []
+    for index, nodes in enumerate(group_hosts(slots, gshape, shape.replicas, spec.hosts)):
+        leader = nodes[0].host
+        port = meet.port(leader, gshape) if gshape.multinode else 0
+        members = []
+        for rank, slot in enumerate(nodes):
+            members.append(_node(spec, gshape, index, rank, slot, leader, port, env, args))
+        out.append(join(members))
     return tuple(out)
+
+
+def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:  # type: ignore[no-untyped-def]
+    inst_env = env
+    if gshape.multinode or gshape.kind == "dp":
+        extra = [("VLLM_HOST_IP", peer_address(slot.host)), *group_env(slot.host)]
+        inst_env = tuple(sorted({**dict(env), **dict(extra)}.items()))
+    if slot.gpus:
+        inst_env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))),) + inst_env
+    flags = group_flags(gshape, rank, peer_address(leader), port)
+    # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`).
+    docker = slot.host.runtime == "docker"
+    name = f"{spec.name}-serve-{index}"
+    return Instance(
+        name=name if rank == 0 else worker_name(name, rank),
+        role="serve",
+        index=index,
+        port=slot.port,
+        container_port=8000 if docker else None,
+        args=args(8000 if docker else slot.port, flags),
+        env=inst_env,
+        host=slot.host,
+        gpus=slot.gpus,
+        gpu_count=len(slot.gpus),
+        tensor_parallel=gshape.tensor_parallel,
+        extra_ports=(("rendezvous", port),) if rank == 0 and gshape.multinode else (),
+    )

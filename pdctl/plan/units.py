@@ -3,6 +3,7 @@ start order (mooncake_master, the engines, the router). Render adds the setup sh
 
 from __future__ import annotations
 
+from pdctl.plan.group import all_nodes
 from pdctl.plan.model import Instance, Plan, Service, Unit
 
 
@@ -34,6 +35,7 @@ def engine_unit(plan: Plan, inst: Instance) -> Unit:
         env=inst.env,
         setup="",
         files=inst.files,
+        leader=inst.leader,
     )
 
 
@@ -56,4 +58,7 @@ def host_units(plan: Plan) -> tuple[Unit, ...]:
         return ()
     masters = [service_unit(s) for s in plan.services if s.role != "router"]
     routers = [service_unit(s) for s in plan.services if s.role == "router"]
-    return (*masters, *(engine_unit(plan, i) for i in plan.instances), *routers)
+    # A multi-node group: the leader, then its headless nodes (started together; the
+    # group's health is the leader's /health).
+    engines = (engine_unit(plan, n) for n in all_nodes(plan.instances))
+    return (*masters, *engines, *routers)

@@ -7,15 +7,112 @@ that does not exist fails the way vLLM does: an error line on stderr and exit st
 An API key (`--api-key`, else the environment variable VLLM_API_KEY, as vLLM reads them) is
 enforced as vLLM's AuthenticationMiddleware does: requests under /v1, /v2 and /inference
 without `Authorization: Bearer <key>` get 401; /health and /metrics stay open.
+
+Multi-node groups behave like vLLM's native launch (vllm/entrypoints/cli/serve.py):
+- a leader (`--nnodes N --node-rank 0 --master-addr A --master-port P`, or `--data-parallel-size
+  D --data-parallel-size-local L --data-parallel-address A --data-parallel-rpc-port P`) binds
+  the rendezvous port and serves HTTP only once every other node has joined; if a node leaves
+  afterwards it exits 1, as vLLM's engine does when a worker dies;
+- a `--headless` node opens no HTTP port: it connects to A:P (retrying for a while, as
+  torch.distributed and ZMQ do), announces its rank, and exits 1 when the leader goes away.
+  With FAKE_VLLM_FAIL_RANK=R the node of rank R runs a few seconds, then dies with an NCCL-like
+  error before joining (to test that a failing worker fails the whole group).
 """
 
 import json
 import os
+import socket
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 AUTHENTICATED = ("/v1", "/v2", "/inference")
+SWITCHES = {"--headless", "--enable-expert-parallel", "--enforce-eager", "--trust-remote-code"}
+
+
+def parse(rest: list[str]) -> tuple[dict[str, str], set[str]]:
+    opts: dict[str, str] = {}
+    switches: set[str] = set()
+    i = 0
+    while i < len(rest):
+        last = i + 1 >= len(rest) or rest[i + 1].startswith("--")
+        if rest[i] in SWITCHES or last:
+            switches.add(rest[i])
+            i += 1
+        else:
+            opts[rest[i]] = rest[i + 1]
+            i += 2
+    return opts, switches
+
+
+def group_of(opts: dict[str, str]) -> tuple[str, int, int, int] | None:
+    """(address, port, rank, expected joiners) of a multi-node group; None when single."""
+    nnodes = int(opts.get("--nnodes", "1"))
+    if nnodes > 1:
+        rank = int(opts.get("--node-rank", "0"))
+        port = int(opts.get("--master-port", "29501"))
+        return opts.get("--master-addr", "127.0.0.1"), port, rank, nnodes - 1
+    size = int(opts.get("--data-parallel-size", "1"))
+    local = int(opts.get("--data-parallel-size-local", str(size)))
+    if size > local:
+        start = int(opts.get("--data-parallel-start-rank", "0"))
+        port = int(opts.get("--data-parallel-rpc-port", "29550"))
+        address = opts.get("--data-parallel-address", "127.0.0.1")
+        return address, port, start // local, size // local - 1
+    return None
+
+
+def headless(address: str, port: int, rank: int) -> int:
+    if os.environ.get("FAKE_VLLM_FAIL_RANK") == str(rank):
+        print(f"fake-vllm headless node rank {rank} initializing", flush=True)
+        time.sleep(3)  # alive for a while (pdctl sees it run), then fails before joining
+        print(
+            "RuntimeError: NCCL error: unhandled system error (fake-vllm)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=5)
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                print(
+                    f"fake-vllm: cannot reach the leader at {address}:{port}: {exc}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+            time.sleep(0.5)
+    conn.settimeout(None)
+    conn.sendall(f"rank {rank}\n".encode())
+    print(f"fake-vllm headless node rank {rank} joined {address}:{port}", flush=True)
+    conn.recv(1)  # blocks until the leader goes away
+    print("fake-vllm: the leader went away", file=sys.stderr, flush=True)
+    return 1
+
+
+def lead(port: int, expected: int) -> None:
+    """Wait until `expected` nodes joined on `port`; then watch them in the background."""
+    server = socket.create_server(("0.0.0.0", port), reuse_port=False)
+    print(f"fake-vllm leader waiting for {expected} node(s) on port {port}", flush=True)
+    joined = []
+    while len(joined) < expected:
+        conn, peer = server.accept()
+        hello = conn.recv(64).decode().strip()
+        print(f"fake-vllm: {hello} joined from {peer[0]}", flush=True)
+        joined.append(conn)
+
+    def watch(conn: socket.socket) -> None:
+        conn.recv(1)
+        print("fake-vllm: a node left the group; shutting down", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    for conn in joined:
+        threading.Thread(target=watch, args=(conn,), daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +120,15 @@ def main(argv: list[str]) -> int:
         print("usage: vllm serve MODEL [options]", file=sys.stderr)
         return 2
     model, rest = argv[1], argv[2:]
-    opts = dict(zip(rest[::2], rest[1::2], strict=False))
+    opts, switches = parse(rest)
+    group = group_of(opts)
+    if "--headless" in switches:
+        if group is None or group[2] == 0:
+            print("ValueError: --headless needs a node rank above 0", file=sys.stderr)
+            return 1
+        return headless(group[0], group[1], group[2])
+    if group is not None:
+        lead(group[1], group[3])
     port = int(opts.get("--port", "8000"))
     name = opts.get("--served-model-name", model)
     if model.startswith("/") and not os.path.exists(model):

@@ -1,0 +1,223 @@
+"""Multi-node instances: which hosts form a group, ranks, the leader, the rendezvous port,
+and the `vllm serve` flags and environment of every node (docs/multinode.md).
+
+Two shapes, both vLLM's own launch (no Ray):
+- TP x PP across nodes (`dataParallel: 1`): every node runs `--nnodes N --node-rank R
+  --master-addr LEADER --master-port P`; nodes 1.. add `--headless` (vllm/entrypoints/cli/
+  serve.py: run_headless starts a MultiprocExecutor that joins the leader's process group).
+- Data parallel (+ expert parallel) across nodes: every node runs `--data-parallel-size D
+  --data-parallel-size-local L --data-parallel-address LEADER --data-parallel-rpc-port P`;
+  nodes 1.. add `--headless --data-parallel-start-rank R*L` (their engines hand-shake with
+  the leader's, whose API server balances requests over all D ranks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from pdctl.errors import SpecError
+from pdctl.plan.model import Instance
+from pdctl.plan.place import Slot
+from pdctl.spec.model import Host
+from pdctl.spec.pd import Multinode
+
+MASTER_PORT = 29501  # ParallelConfig.master_port's default
+DP_RPC_PORT = 29550  # ParallelConfig.data_parallel_rpc_port's default
+
+Kind = Literal["single", "tp", "dp"]
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """The parallel shape of one instance and how it spans nodes."""
+
+    path: str  # "serve", "prefill" or "decode"
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    expert_parallel: bool
+    rendezvous_port: int | None
+
+    @property
+    def kind(self) -> Kind:
+        if self.data_parallel > 1:
+            return "dp"
+        return "tp" if self.nodes > 1 else "single"
+
+    @property
+    def multinode(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole instance."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def per_node(self) -> int:
+        """GPUs on each node of the instance."""
+        return self.gpus // self.nodes
+
+    @property
+    def local_dp(self) -> int:
+        return self.data_parallel // self.nodes
+
+    @property
+    def base_port(self) -> int:
+        default = DP_RPC_PORT if self.kind == "dp" else MASTER_PORT
+        return self.rendezvous_port or default
+
+    @property
+    def port_purpose(self) -> str:
+        if self.kind == "dp":
+            return "data-parallel RPC (--data-parallel-rpc-port)"
+        return "torch.distributed master (--master-port)"
+
+
+def group_shape(section: Multinode, path: str, pipeline_parallel: int = 1) -> GroupShape:
+    """The shape of `section` (serve, prefill or decode), checked: ranks divide evenly."""
+    tp = getattr(section, "tensor_parallel", 1)
+    shape = GroupShape(
+        path=path,
+        nodes=section.nodes,
+        tensor_parallel=tp,
+        pipeline_parallel=pipeline_parallel,
+        data_parallel=section.data_parallel,
+        expert_parallel=section.expert_parallel,
+        rendezvous_port=section.rendezvous_port,
+    )
+    n = shape.nodes
+    if shape.data_parallel > 1 and shape.data_parallel % n:
+        fits = [d for d in range(n, 2 * shape.data_parallel + n, n)][:3]
+        raise SpecError(
+            f"dataParallel {shape.data_parallel} does not spread evenly over {n} nodes "
+            "(each node runs dataParallel / nodes ranks)",
+            path=f"{path}.dataParallel",
+            fix="use a multiple of nodes, e.g. " + ", ".join(map(str, fits)),
+        )
+    width = tp * pipeline_parallel
+    if shape.kind == "tp" and width % n:
+        raise SpecError(
+            f"tensorParallel x pipelineParallel = {width} does not split evenly over {n} nodes",
+            path=f"{path}.nodes",
+            fix="use a number of nodes that divides " + str(width),
+        )
+    if shape.expert_parallel and tp * shape.data_parallel == 1:
+        raise SpecError(
+            "expertParallel needs more than one GPU per instance (tensorParallel x "
+            "dataParallel > 1): the experts are sharded over those ranks",
+            path=f"{path}.expertParallel",
+            fix="raise dataParallel (wide EP) or tensorParallel, or drop expertParallel",
+        )
+    return shape
+
+
+def group_hosts(
+    slots: Sequence[Slot], shape: GroupShape, replicas: int, hosts: Sequence[Host]
+) -> list[list[Slot]]:
+    """Deal placed node slots to instances: each instance's nodes on distinct hosts, the
+    leader on the first of them in spec order. `slots` holds replicas x nodes slots."""
+    if not shape.multinode:
+        return [[s] for s in slots]
+    order = {h.name: i for i, h in enumerate(hosts)}
+    queues: dict[str, list[Slot]] = {}
+    for slot in slots:
+        queues.setdefault(slot.host.name, []).append(slot)
+    out = []
+    for index in range(replicas):
+        room = [h for h, q in queues.items() if q]
+        if len(room) < shape.nodes:
+            where = ", ".join(f"{h}: {len(queues[h])}" for h in sorted(room, key=order.get))
+            raise SpecError(
+                f"{shape.path} instance {index + 1} of {replicas} spans {shape.nodes} nodes, "
+                f"each on its own host, but only {len(room)} hosts have room left for a node "
+                f"of {shape.per_node} GPUs ({where or 'none'})",
+                path=f"{shape.path}.nodes",
+                fix="add hosts, lower the replicas, or fit fewer nodes per instance",
+            )
+        chosen = sorted(room, key=lambda h: (-len(queues[h]), order[h]))[: shape.nodes]
+        out.append([queues[h].pop(0) for h in sorted(chosen, key=order.get)])
+    return out
+
+
+def group_flags(shape: GroupShape, rank: int, leader: str, port: int) -> list[tuple[str, str]]:
+    """The multi-node flags of node `rank` (value "" = a switch); `leader` is the leader's
+    address for peers, `port` its rendezvous port."""
+    flags: list[tuple[str, str]] = []
+    if shape.kind == "tp":
+        flags += [
+            ("--nnodes", str(shape.nodes)),
+            ("--node-rank", str(rank)),
+            ("--master-addr", leader),
+            ("--master-port", str(port)),
+        ]
+    elif shape.kind == "dp":
+        flags.append(("--data-parallel-size", str(shape.data_parallel)))
+        if shape.multinode:
+            flags += [
+                ("--data-parallel-size-local", str(shape.local_dp)),
+                ("--data-parallel-address", leader),
+                ("--data-parallel-rpc-port", str(port)),
+            ]
+            if rank > 0:
+                flags.append(("--data-parallel-start-rank", str(rank * shape.local_dp)))
+    if shape.expert_parallel:
+        flags.append(("--enable-expert-parallel", ""))
+    if rank > 0:
+        flags.append(("--headless", ""))
+    return flags
+
+
+def group_env(host: Host) -> list[tuple[str, str]]:
+    """NCCL and Gloo interface selection of one node (from the spec's host fields)."""
+    env: list[tuple[str, str]] = []
+    if host.network_interface:
+        env += [
+            ("GLOO_SOCKET_IFNAME", host.network_interface),
+            ("NCCL_SOCKET_IFNAME", host.network_interface),
+        ]
+    if host.rdma_devices:
+        env.append(("NCCL_IB_HCA", ",".join(host.rdma_devices)))
+    return env
+
+
+GROUP_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")
+
+
+def worker_name(leader: str, rank: int) -> str:
+    return f"{leader}-node{rank}"
+
+
+def join(nodes: Sequence[Instance]) -> Instance:
+    """The leader instance holding its workers (each naming the leader)."""
+    leader, rest = nodes[0], nodes[1:]
+    workers = tuple(replace(w, leader=leader.name) for w in rest)
+    return replace(leader, workers=workers)
+
+
+def all_nodes(instances: Sequence[Instance]) -> list[Instance]:
+    """Every engine process: each instance followed by its group's workers."""
+    return [n for inst in instances for n in (inst, *inst.workers)]
+
+
+class Rendezvous:
+    """Rendezvous ports per leader host: the k-th group led from a host takes base + k."""
+
+    def __init__(self) -> None:
+        self.taken: dict[tuple[str, int], int] = {}
+
+    def port(self, host: Host, shape: GroupShape) -> int:
+        key = (host.name, shape.base_port)
+        k = self.taken.get(key, 0)
+        self.taken[key] = k + 1
+        port = shape.base_port + k
+        if port > 65535:
+            raise SpecError(
+                f"group {k + 1} led from host {host.name} would meet on port {port}",
+                path=f"{shape.path}.rendezvousPort",
+                fix="lower rendezvousPort",
+            )
+        return port
