@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
 
+# How roles are listed: in start order (stores, engines, the router).
+ROLE_ORDER = ("mooncake_master", "prefill", "decode", "serve", "router")
+
 
 def planned(plan: Plan, bundle: Bundle) -> tuple[str, list[str]]:
     """What `up` starts, in start order, and the word for it: on hosts the units (processes
@@ -34,7 +37,12 @@ def up(row: dict[str, Any]) -> bool:
 def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Every row counts, the router's and the master's too: units, how many are up, per role."""
     roles = Counter(str(r["role"]) for r in rows)
-    return {"units": len(rows), "up": sum(1 for r in rows if up(r)), "roles": dict(roles)}
+    ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
+    return {
+        "units": len(rows),
+        "up": sum(1 for r in rows if up(r)),
+        "roles": {r: roles[r] for r in ordered},
+    }
 
 
 def status_line(rows: list[dict[str, Any]]) -> str:
