@@ -1,6 +1,8 @@
 """Generate docs/spec-reference.md from the spec models (the one source of truth).
 
-`python -m pdctl.docgen docs/spec-reference.md` rewrites it; a test fails when it is stale."""
+`python -m pdctl.docgen docs/spec-reference.md` rewrites it; a test fails when it is stale.
+The Markdown table writer here (`cell`, `table`, `main`) also writes docs/cli-reference.md
+(pdctl.cli.reference)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,17 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from pdctl.spec.model import Spec
+
+
+def cell(text: str) -> str:
+    """Text for one Markdown table cell: on one line, `|` escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table (cells as given: escape them with `cell`)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _type_name(annotation: Any) -> str:
@@ -87,29 +100,23 @@ def reference() -> str:
     ]
     for model in _models(Spec):
         doc = (model.__doc__ or "").strip().splitlines()[0]
-        lines += [
-            f"## {model.__name__}",
-            "",
-            doc,
-            "",
-            "| key | type | default | meaning |",
-            "|---|---|---|---|",
-        ]
+        rows = []
         for name, field in model.model_fields.items():
             key = field.alias or name
             desc = field.description or " ".join(
                 (m.__doc__ or "").strip().splitlines()[0] for m in _inner(field.annotation)[:1]
             )
             desc = desc.replace("|", "\\|").replace("\n", " ")
-            lines.append(
-                f"| `{key}` | {_type_name(field.annotation)} | {_default(field)} | {desc} |"
-            )
+            rows.append([f"`{key}`", _type_name(field.annotation), _default(field), desc])
+        lines += [f"## {model.__name__}", "", doc, ""]
+        lines += table(["key", "type", "default", "meaning"], rows)
         lines.append("")
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
-    text = reference()
+def main(argv: list[str], make: Any = None) -> None:
+    """Write what `make` (default: the spec reference) returns to argv[1], else stdout."""
+    text = (make or reference)()
     if len(argv) > 1:
         with open(argv[1], "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -2,7 +2,8 @@
 its type, default and environment variable (the same source as `--help`).
 
 `python -m pdctl.cli.reference docs/cli-reference.md` rewrites it; a test fails when it is
-stale, so an option that drifts between commands shows up in review."""
+stale, so an option that drifts between commands shows up in review. The table writer is
+pdctl.docgen's (the spec reference's)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import types
 import typing
 from typing import Any
+
+from pdctl.docgen import cell, table
 
 HEADER = [
     "# CLI reference",
@@ -24,15 +27,11 @@ HEADER = [
 ]
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def _default(param: Any) -> str:
     if param.required:
         return "**required**"
     value = param.default
-    if callable(value) or value is None or value == () or value == []:
+    if callable(value) or value is None or value in ((), [], ""):
         return "—"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -42,6 +41,11 @@ def _default(param: Any) -> str:
 def _type(param: Any) -> str:
     if getattr(param, "is_flag", False):
         return "flag"
+    if param.param_type_name == "option" and param.metavar:  # FORMAT, DIR, INTEGER (--help's)
+        name = param.metavar
+        name += f" ≥ {param.min}" if getattr(param, "min", None) is not None else ""
+        name += f" ≤ {param.max}" if getattr(param, "max", None) is not None else ""
+        return name + (", repeatable" if param.multiple else "")
     ann = param.type_descriptor.annotation
     args = [a for a in typing.get_args(ann) if a is not type(None)]
     if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(args) == 1:
@@ -73,42 +77,39 @@ def command_section(name: str, cmd: Any) -> list[str]:
     lines += [f"`pdctl {name} [OPTIONS]{' ' + usage if usage else ''}`", ""]
     shown = [p for p in cmd.params if not getattr(p, "hidden", False)]
     if shown:
-        lines += ["| argument / option | type | default | env | meaning |", "|---|---|---|---|---|"]
+        rows = []
         for p in shown:
             env = p.envvar if isinstance(p.envvar, str) else ", ".join(p.envvar or [])
-            lines.append(
-                f"| {_names(p)} | {_type(p)} | {_default(p)} | "
-                f"{'`' + env + '`' if env else '—'} | {_cell(getattr(p, 'help', '') or '')} |"
+            rows.append(
+                [
+                    _names(p),
+                    _type(p),
+                    _default(p),
+                    f"`{env}`" if env else "—",
+                    cell(getattr(p, "help", "") or ""),
+                ]
             )
+        lines += table(["argument / option", "type", "default", "env", "meaning"], rows)
         lines.append("")
     return lines
 
 
 def reference() -> str:
-    from typer.main import get_command
+    from pdctl.cli.app import command
 
-    from pdctl.cli.app import app
-
-    root = get_command(app)
+    root = command()
     lines = list(HEADER)
     lines += ["Global options (before the command):", ""]
     for p in root.params:
         if p.name != "help":
-            lines.append(f"- {_names(p)}: {_cell(getattr(p, 'help', '') or '')}")
+            lines.append(f"- {_names(p)}: {cell(getattr(p, 'help', '') or '')}")
     lines.append("")
     for name, cmd in root.commands.items():  # type: ignore[attr-defined]
         lines += command_section(name, cmd)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str]) -> None:
-    text = reference()
-    if len(argv) > 1:
-        with open(argv[1], "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
-
-
 if __name__ == "__main__":
-    main(sys.argv)
+    from pdctl.docgen import main
+
+    main(sys.argv, reference)
