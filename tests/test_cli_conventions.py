@@ -287,3 +287,33 @@ def test_piped_tables_honour_columns(argv: list[str]) -> None:
     narrow = pdctl(*argv, env={"COLUMNS": "60"}).stdout
     wide = pdctl(*argv, env={"COLUMNS": "150"}).stdout
     assert max(map(len, narrow.splitlines())) < max(map(len, wide.splitlines()))
+
+
+# -- options and environment variables agree ------------------------------------------------
+CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
+
+
+def test_connecting_commands_take_the_same_identity_and_variables() -> None:
+    from pdctl.cli.app import command
+
+    tree = command().commands
+    for name in CONNECTING:
+        params = {p.name: p for p in tree[name].params}
+        assert "-i" in params["identity"].opts, name
+        envvars = {p.envvar for p in params.values() if isinstance(p.envvar, str)}
+        assert {"PDCTL_KNOWN_HOSTS", "PDCTL_SSH_IDENTITY"} <= envvars, name
+
+
+def test_every_pdctl_variable_is_documented() -> None:
+    from pdctl.cli.app import command
+
+    found = set()
+    for cmd in command().commands.values():
+        found |= {p.envvar for p in cmd.params if isinstance(p.envvar, str)}
+    for path in (ROOT / "pdctl").rglob("*.py"):
+        found |= set(re.findall(r"\b_?PDCTL_[A-Z_]+[A-Z]", path.read_text()))
+    page = (ROOT / "docs" / "environment.md").read_text()
+    assert "PDCTL_KNOWN_HOSTS" in found and "_PDCTL_COMPLETE" in found
+    for name in sorted(found - {"PDCTL_TEST_"}):
+        assert f"`{name}`" in page, name
+    assert "(environment.md)" in (ROOT / "docs" / "README.md").read_text()
