@@ -37,6 +37,9 @@ class JsonProgress:
     def applying(self, target: Target) -> AbstractContextManager[object]:
         return nullcontext()
 
+    def stage(self, report: Any) -> None:
+        """Nothing is applied in a dry run, so no instance is waited for."""
+
     def document(self) -> dict[str, Any]:
         return {
             "name": self.name,
