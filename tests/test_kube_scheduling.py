@@ -198,7 +198,7 @@ kubernetes:
       valueFrom: {configMapKeyRef: {name: vllm-tuning, key: log-level}}
   volumes:
     - {name: templates, configMap: {name: chat-templates}}
-    - {name: scratch, emptyDir: {sizeLimit: 10Gi}}
+    - {name: scratch, emptyDir: {}}
   volumeMounts:
     - {name: templates, mountPath: /templates, readOnly: true}
     - {name: scratch, mountPath: /scratch}
@@ -239,6 +239,7 @@ def test_every_pod_field_passes_strict_validation(storage: str, version: str, vo
     assert vllm["resources"]["limits"]["memory"] == "40Gi"
     assert [e["name"] for e in vllm["env"]][-2:] == ["S3_KEY", "LOG_LEVEL"]
     assert vllm["envFrom"][0] == {"configMapRef": {"name": "vllm-tuning"}, "prefix": "TUNE_"}
+    assert {"name": "scratch", "emptyDir": {}} in spec["volumes"]
     mounts = {m["name"]: m for m in vllm["volumeMounts"]}
     assert mounts["templates"]["readOnly"] is True
     assert mounts["model-cache"].get("readOnly", False) is (volume == "image")

@@ -20,16 +20,24 @@ def settings(plan: Plan, role: str) -> PodSettings:
 
 
 def data(model: Section) -> Any:
-    """A spec model as API data: camelCase keys, nothing unset or empty."""
-    return _prune(model.model_dump(by_alias=True, exclude_none=True))
+    """A spec model as API data: camelCase keys, no unset value or empty list. An empty map
+    stays: `labelSelector: {}` (every pod) is not a selector left out (none). Read field by
+    field: model_dump would build the model's validator, scanning pydantic's plugins."""
+    out: dict[str, Any] = {}
+    for name, field in type(model).model_fields.items():
+        value = _plain(getattr(model, name))
+        if value is not None and value != []:
+            out[field.alias or name] = value
+    return out
 
 
-def _prune(value: Any) -> Any:
+def _plain(value: Any) -> Any:
+    if isinstance(value, Section):
+        return data(value)
     if isinstance(value, dict):
-        pruned = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if v not in ({}, [], (), None)}
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_prune(v) for v in value]
+        return [_plain(v) for v in value]
     return value
 
 
@@ -106,6 +114,7 @@ def add_scheduling(spec: Obj, pod: PodSettings, own: dict[str, str]) -> Obj:
         spec["runtimeClassName"] = pod.runtime_class_name
     if pod.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in pod.image_pull_secrets]
+    # Volume sources pass as written (`emptyDir: {}` is a whole source).
     spec["volumes"] = [*(volumes or []), *(data(v) for v in pod.volumes)]
     if not spec["volumes"]:
         del spec["volumes"]

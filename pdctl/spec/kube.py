@@ -377,7 +377,11 @@ class Kubernetes(PodSettings):
 
 # What the EPP takes from the section (its scheduling is router.kubernetes alone).
 EPP_INHERITS = ("labels", "annotations", "pod_labels", "pod_annotations", "image_pull_secrets")
-EPP_RESOURCES = Resources(cpu="1", memory="1Gi", limits=Limits(cpu="4", memory="4Gi"))
+# model_construct, here and below: values already valid; validating would build validators
+# outside the CLI's plugin-free load (pydantic then scans every package's entry points).
+EPP_RESOURCES = Resources.model_construct(
+    cpu="1", memory="1Gi", limits=Limits.model_construct(cpu="4", memory="4Gi")
+)
 
 
 def merged(base: Section, over: Section) -> Any:
@@ -398,9 +402,8 @@ def merged(base: Section, over: Section) -> Any:
 def role_settings(k8s: Kubernetes, role: str, over: PodSettings | None) -> PodSettings:
     """The effective pod settings of a role: `serve`, `prefill`, `decode` or `epp`."""
     if role == "epp":
-        base = PodSettings(resources=EPP_RESOURCES).model_copy(
-            update={f: getattr(k8s, f) for f in EPP_INHERITS}
-        )
+        inherited = {f: getattr(k8s, f) for f in EPP_INHERITS}
+        base = PodSettings.model_construct(resources=EPP_RESOURCES, **inherited)
     else:
-        base = PodSettings(**{f: getattr(k8s, f) for f in PodSettings.model_fields})
+        base = PodSettings.model_construct(**{f: getattr(k8s, f) for f in PodSettings.model_fields})
     return base if over is None else merged(base, over)
