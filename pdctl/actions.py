@@ -19,7 +19,7 @@ from pdctl.errors import PdctlError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.targets import open_target
-from pdctl.targets.base import Connect, StatusRow, Stopped, Target, Write
+from pdctl.targets.base import Connect, Stage, StatusRow, Stopped, Target, Write
 from pdctl.targets.host_diff import script_diffs
 from pdctl.targets.hosts import HostsTarget
 from pdctl.targets.kube import ACTIONS, KubeTarget
@@ -33,8 +33,9 @@ OFFLINE_HINT = "show the plan without connecting: --dry-run --offline"
 
 class Progress(Protocol):
     """What the CLI shows of an action: `say` a step, show `planned` changes (`compared`:
-    against what runs, else straight from the bundle), `confirm` them, and wrap the apply
-    (`applying`: a spinner, the Ctrl-C handling of an interruptible target)."""
+    against what runs, else straight from the bundle), `confirm` them, wrap the apply
+    (`applying`: a live display, the Ctrl-C handling of an interruptible target), and show
+    each instance's `stage` while the target waits for it."""
 
     def say(self, message: str) -> None: ...
 
@@ -43,6 +44,9 @@ class Progress(Protocol):
     def confirm(self) -> bool: ...
 
     def applying(self, target: Target) -> AbstractContextManager[object]: ...
+
+    def stage(self, report: Stage) -> None:
+        """Where one instance is while the target waits for it (only while applying)."""
 
 
 @dataclass
@@ -108,7 +112,8 @@ def up(
     # Secrets come from the caller's environment, read before anything connects; Kubernetes
     # objects reference Secrets by name, so pdctl sends no value there.
     values = secrets() if dry_run == "none" and kind != "kubernetes" else {}
-    with open_target(plan, bundle, options, progress.say) as target:
+    stage = progress.stage if dry_run == "none" else None
+    with open_target(plan, bundle, options, progress.say, stage) as target:
         try:
             if dry_run == "server" and isinstance(target, KubeTarget):
                 changes = target.dry_run_changes()  # the API server's dry run (dryRun=All)

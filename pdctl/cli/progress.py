@@ -5,16 +5,20 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from threading import Event
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 if TYPE_CHECKING:
-    from pdctl.targets.base import Target
+    from rich.live import Live
+    from rich.table import Table
+
+    from pdctl.targets.base import Stage, Target
     from pdctl.targets.rollout import Outcome, UnitFailure
     from pdctl.targets.state import Change
 
@@ -25,12 +29,43 @@ KUBE_WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop
 @dataclass
 class ConsoleProgress:
     """Steps logged with a time, changes as a table (objects as lines on Kubernetes), a
-    confirmation prompt, a spinner while applying."""
+    confirmation prompt, and while applying where each instance is: on a terminal a live
+    table (instance, where, stage, waited/timeout, latest log line), piped a plain line each
+    time an instance's stage or latest line changes."""
 
     console: Console
+    stages: dict[str, Stage] = field(default_factory=dict)
+    live: Live | None = None
 
     def say(self, message: str) -> None:
         self.console.log(message)
+
+    def stage(self, report: Stage) -> None:
+        key = f"{report.unit}@{report.where}"
+        seen = self.stages.get(key)
+        self.stages[key] = report
+        if self.live is not None:
+            self.live.update(self.table())
+            return
+        if seen is None or (seen.stage, seen.line) != (report.stage, report.line):
+            self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
+
+    def table(self) -> Table:
+        from rich.table import Table
+
+        table = Table(box=None, show_header=True, pad_edge=False)
+        for col in ("instance", "where", "stage", "waited", "latest log line"):
+            table.add_column(col, no_wrap=col != "latest log line", overflow="ellipsis")
+        for r in self.stages.values():
+            style = "green" if r.stage == "healthy" else "red" if r.stage == "failing" else ""
+            table.add_row(
+                r.unit,
+                r.where,
+                f"[{style}]{r.stage}[/]" if style else r.stage,
+                f"{int(r.elapsed)}s/{int(r.timeout)}s",
+                Text(r.line),
+            )
+        return table
 
     def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
         if kind == "kubernetes":
@@ -56,13 +91,31 @@ class ConsoleProgress:
         return True
 
     def applying(self, target: Target) -> AbstractContextManager[object]:
-        if target.kind == "kubernetes":
-            return nullcontext()
-        spinner = self.console.status("applying; waiting for /health and /v1/models ...")
+        shown: AbstractContextManager[object] = nullcontext()
+        if self.console.is_terminal:
+            shown = self.showing()
         events = target.interrupts()
         if events is None:
-            return spinner
-        return _both(spinner, ctrl_c(*events))
+            return shown
+        return _both(shown, ctrl_c(*events))
+
+    @contextmanager
+    def showing(self) -> Iterator[None]:
+        """A live table of the instances' stages, below the logged steps (terminal only)."""
+        from rich.live import Live
+
+        with Live(self.table(), console=self.console, refresh_per_second=4) as live:
+            self.live = live
+            try:
+                yield
+            finally:
+                self.live = None
+
+
+def stage_line(r: Stage) -> str:
+    """One plain line: `[  12s/900s] serve-0 on gpu-a: loading weights | <log line>`."""
+    head = f"[{int(r.elapsed):>4}s/{int(r.timeout)}s] {r.unit} on {r.where}: {r.stage}"
+    return f"{head} | {r.line}" if r.line else head
 
 
 @contextmanager

@@ -23,6 +23,24 @@ if TYPE_CHECKING:
     from pdctl.targets.rollout import Outcome
 
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Where one instance is while `up` or `down` waits for it: its stage (pulling image,
+    downloading weights, loading weights, compiling, capturing graphs, starting server,
+    healthy; on Kubernetes also scheduling, creating, failing), the seconds waited of the
+    timeout, and the latest meaningful line of its log (or the pod's reason)."""
+
+    unit: str
+    where: str
+    stage: str
+    line: str
+    elapsed: float
+    timeout: float
+
+
+StageFn = Callable[[Stage], None]
 Write = Callable[[str], object]
 Kind = Literal["hosts", "docker", "kubernetes"]
 
@@ -83,7 +101,7 @@ class Connect:
         )
 
 
-__all__ = ["DEFAULT_KNOWN_HOSTS", "Connect", "Stopped", "StatusRow", "Target"]
+__all__ = ["DEFAULT_KNOWN_HOSTS", "Connect", "Stage", "StageFn", "Stopped", "StatusRow", "Target"]
 
 
 class Closing:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.base import Closing, StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
-from pdctl.targets.kube_status import pod_logs, pod_ready, rolled_out, status_rows
+from pdctl.targets.kube_status import pod_logs, pod_ready, status_rows
+from pdctl.targets.kube_status import rolled_out as rolled_out  # re-exported
+from pdctl.targets.stages import latest_line
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class KubeTarget(Closing):
     name: str
     namespace: str
     say: Callable[[str], None] = lambda _m: None
+    stage: Callable[[Stage], None] = lambda _s: None
     timeout: float = 30.0
     objects: list[dict[str, Any]] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete_objects()
@@ -126,11 +128,12 @@ class KubeTarget(Closing):
         body: Any = None,
         query: list | None = None,
         content_type: str = "application/json",
-        text: bool = False,
+        as_text: bool = False,
     ) -> Any:
-        """One REST call; None on 404, ApiError on other failures; `text`: the body as text
-        (a pod's log), else decoded JSON."""
-        headers = {"Accept": "*/*" if text else "application/json", "Content-Type": content_type}
+        """One REST call; None on 404, ApiError on other failures; `as_text`: the body as
+        text (a pod's log), else decoded JSON."""
+        accept = "*/*" if as_text else "application/json"
+        headers = {"Accept": accept, "Content-Type": content_type}
         method, url, headers, body, _ = self.api.param_serialize(
             method,
             path,
@@ -154,7 +157,7 @@ class KubeTarget(Closing):
                 f"Kubernetes API: {method} {path}: {resp.status} {resp.reason}: {text[:300]}",
                 resp.status,
             )
-        if text:
+        if as_text:
             return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
         return json.loads(data) if data else {}
 
@@ -324,22 +327,11 @@ class KubeTarget(Closing):
                 self.say(f"pruned {res.kind}/{name}")
 
     def wait(self, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
-        """Wait until every Deployment has rolled out (updated, available, observed)."""
-        deadline = time.monotonic() + timeout
-        pending = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
-        while pending:
-            for name in list(pending):
-                if rolled_out(self.get("Deployment", name, api_version="apps/v1")):
-                    pending.remove(name)
-                    self.say(f"Deployment/{name} rolled out")
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise PdctlError(
-                    f"Deployment/{pending[0]} not rolled out after {int(timeout)} s; "
-                    f"see `pdctl status` and `pdctl logs`"
-                )
-            time.sleep(poll)
+        """Wait until every Deployment has rolled out, reporting each pod's stage; fail with
+        the reason of a pod that is not ready (pdctl.targets.kube_wait)."""
+        from pdctl.targets.kube_wait import wait
+
+        wait(self, objs, timeout, poll)
 
     def delete_objects(self, volumes: bool = False) -> list[tuple[str, str]]:
         """Delete every object with this deployment's labels (twice is harmless), except its
@@ -391,14 +383,13 @@ class KubeTarget(Closing):
 
     def last_log_line(self, pod: str, container: str, previous: bool = True) -> str:
         """The last meaningful line of a container's log (`previous`: of its last run)."""
-        from pdctl.targets.stages import latest_line
 
         query = [("container", container), ("tailLines", "50")]
         if previous:
             query.append(("previous", "true"))
         path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log"
         try:
-            text = self._call("GET", path, query=query, text=True)
+            text = self._call("GET", path, query=query, as_text=True)
         except ApiError:  # no log (yet): the reason stands without it
             return ""
         return latest_line(text or "")

@@ -5,6 +5,7 @@ the scheduler's message, an image pull or crash loop with the last log line), an
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pdctl.errors import PdctlError
@@ -89,6 +90,10 @@ def pod_reason(
     return st.get("phase", "")
 
 
+def no_log(_container: str) -> str:
+    return ""
+
+
 def status_rows(
     deployments: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -121,7 +126,7 @@ def status_rows(
         name = pod["metadata"]["name"]
         labels = pod["metadata"].get("labels") or {}
         ready = pod_ready(pod)
-        logs = (lambda c, pod=name: last_log(pod, c)) if last_log else (lambda _c: "")
+        logs: Callable[[str], str] = partial(last_log, name) if last_log else no_log
         rows.append(
             StatusRow(
                 host=(pod.get("spec") or {}).get("nodeName", "-"),

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pdctl.errors import PdctlError
+from pdctl.targets.base import Stage
 from pdctl.targets.ssh import HostLost
+from pdctl.targets.stages import latest_line, stage_of
 from pdctl.targets.state import Change, Desired, host_files
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from pdctl.targets.remote import HostOps
 
 Kind = Literal["started", "replaced", "stopped"]
+LOOK = 5.0  # seconds between two reads of a starting unit's log (its stage and latest line)
 
 
 @dataclass
@@ -101,6 +104,8 @@ class Rollout:
     ) -> None:
         self.t = target
         self.say = target.say
+        # Where each unit is while waiting (set on the target by pdctl.targets.open_target).
+        self.stage: Callable[[Stage], None] = getattr(target, "stage", None) or (lambda _s: None)
         self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
         self.interrupt, self.hurry = interrupt, hurry
         self.done: list[Done] = []
@@ -335,7 +340,9 @@ class Rollout:
         the failures and the units still pending when `stop` was set (or, in the forward
         rollout without keep_going, when one failed: the run is undone anyway)."""
         forward = stop is self.interrupt and not self.keep_going
-        deadline = time.monotonic() + self.timeout
+        begun = time.monotonic()
+        deadline = begun + self.timeout
+        looked: dict[str, float] = {}  # unit -> when its log was last read for its stage
         pending = list(units)
         failures: list[UnitFailure] = []
         last: dict[str, str] = {}
@@ -347,11 +354,17 @@ class Rollout:
                 ops = self.t.ops[d.host.name]
                 try:
                     if d.port is not None:
-                        health = ops.probe(d.port, served, d.health_path or "/health", unit=d.name,
-                                           address=d.address)
+                        health = ops.probe(
+                            d.port,
+                            served,
+                            d.health_path or "/health",
+                            unit=d.name,
+                            address=d.address,
+                        )
                         if health.ok:
                             pending.remove(d)
                             self.say(f"{d.name} on {d.host.name}: healthy")
+                            self.report(d, "healthy", "", time.monotonic() - begun)
                             continue
                         last[d.name] = health.detail
                         if health.foreign:  # another process holds the port: waiting won't help
@@ -369,6 +382,11 @@ class Rollout:
                         if d.port is None:
                             pending.remove(d)
                             self.say(f"{d.name} on {d.host.name}: running")
+                        elif time.monotonic() - looked.get(d.name, -LOOK) >= LOOK:
+                            looked[d.name] = time.monotonic()
+                            log = ops.tail(d.name, 50)
+                            elapsed = time.monotonic() - begun
+                            self.report(d, stage_of(log), latest_line(log), elapsed)
                         continue
                 except HostLost as exc:
                     self.lost.add(d.host.name)
@@ -396,6 +414,9 @@ class Rollout:
             if pending and (stop.wait(self.poll) or (forward and failures)):
                 return failures, pending
         return failures, []
+
+    def report(self, d: Desired, stage: str, line: str, elapsed: float) -> None:
+        self.stage(Stage(d.name, d.host.name, stage, line, elapsed, self.timeout))
 
 
 def last_line(text: str) -> str:
