@@ -7,13 +7,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
-    from pdctl.targets.base import Connect, Say, Target
+    from pdctl.targets.base import Connect, Say, StageFn, Target
 
 
-def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say | None = None) -> Target:
+def open_target(
+    plan: Plan,
+    bundle: Bundle,
+    options: Connect,
+    say: Say | None = None,
+    stage: StageFn | None = None,
+) -> Target:
     """The target of `plan`: Kubernetes, Docker engines (with docker URLs) or SSH hosts.
-    Checks its options (every docker URL, the kubeconfig) before anything connects."""
+    Checks its options (every docker URL, the kubeconfig) before anything connects. `say`
+    gets each step, `stage` where each instance is while the target waits for it."""
     say = say or (lambda _m: None)
+    stage = stage or (lambda _s: None)
     if plan.target == "kubernetes":
         from pdctl.targets.kube import KubeTarget, api_client
 
@@ -22,6 +30,7 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say | None = 
             plan.name,
             plan.spec.kubernetes.namespace,
             say=say,
+            stage=stage,
             objects=list(bundle.objects),
         )
     if options.docker_urls:
@@ -37,4 +46,6 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say | None = 
         )
     from pdctl.targets.hosts import HostsTarget
 
-    return HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say)
+    hosts = HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say)
+    hosts.stage = stage  # type: ignore[attr-defined]  # read by rollout.Rollout
+    return hosts
