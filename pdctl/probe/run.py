@@ -66,10 +66,12 @@ def run_local(
 
 
 def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> dict[str, str]:
-    """One connection to `host`, reused for every command. Connection failures (and refused
-    host keys: the same rules as `up`, pdctl.targets.host_keys) are data; a usage error (a
-    known_hosts line that does not parse, a missing identity file) is raised."""
+    """One connection to `host` and one exec channel for all commands (one script with framed
+    outputs, pdctl.targets.batch: a slow ~/.bashrc is paid once). Connection failures (and
+    refused host keys: the same rules as `up`, pdctl.targets.host_keys) are data; a usage
+    error (a known_hosts line that does not parse, a missing identity file) is raised."""
     from pdctl.errors import PdctlError, UsageError
+    from pdctl.targets.batch import run_batch
     from pdctl.targets.ssh import Connection
 
     conn = Connection(host, options.ssh)
@@ -83,15 +85,24 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
                 step(host.name, file)
         return {f.SSH: str(exc) + "\n"}
     raw: dict[str, str] = {}
+    files = list(cmds)
+
+    def done(i: int, res: object) -> None:
+        # a command that times out or whose channel breaks is recorded like any failure
+        if isinstance(res, PdctlError):
+            _record(raw, files[i], 255, "", f"{type(res).__name__}: {res}")
+        else:
+            _record(raw, files[i], res.rc, res.out, res.err)  # type: ignore[attr-defined]
+        if step:
+            step(host.name, files[i])
+
     try:
-        for file, cmd in cmds.items():
-            try:
-                res = conn.run(prefix(options.remote_path) + cmd, timeout=options.timeout)
-                _record(raw, file, res.rc, res.out, res.err)
-            except Exception as exc:  # a channel that times out or breaks: record it
-                _record(raw, file, 255, "", f"{type(exc).__name__}: {exc}")
-            if step:
-                step(host.name, file)
+        run_batch(
+            conn,
+            [prefix(options.remote_path) + cmd for cmd in cmds.values()],
+            timeout=options.timeout,
+            done=done,
+        )
     finally:
         conn.close()
     return raw

@@ -95,12 +95,20 @@ class HostsTarget(Closing):
     def desired(self) -> list[Desired]:
         return desired_units(self.plan, self.bundle)
 
-    def observed(self, tolerate: bool = False) -> list[Observed]:
+    def observed(self, tolerate: bool = False, ahead: bool = False) -> list[Observed]:
         """What runs on every connected host; with `tolerate` a host lost meanwhile is
-        recorded in `unreachable` instead of raising."""
+        recorded in `unreachable` instead of raising. With `ahead`, the same exec also reads
+        what the health probes of the spec's units will need (HostOps.survey)."""
+        ports: dict[str, list[tuple[str, int]]] = {}
+        if ahead:
+            for d in self.desired():
+                if d.port is not None:
+                    ports.setdefault(d.host.name, []).append((d.name, d.port))
 
         def one(ops: HostOps) -> list[Observed]:
             try:
+                if ahead:
+                    return ops.survey(ports.get(ops.name, []))
                 return ops.observe()
             except HostLost as exc:
                 if not tolerate:
@@ -148,10 +156,9 @@ class HostsTarget(Closing):
                 found = ops.observe()
                 # Reverse start order: the router before the engines, stores last.
                 found.sort(key=lambda o: (-stage.get((o.host, o.name), 1), o.name))
-                for obs in found:
-                    ops.stop(obs.name)
-                    stopped.append((ops.name, obs.name))
-                ops.remove_all(ops.conn.host.data_dir)
+                names = [obs.name for obs in found]
+                done = ops.stop_and_remove(names, ops.conn.host.data_dir)
+                stopped.extend((ops.name, name) for name in done)
             except HostLost as exc:
                 self.unreachable[ops.name] = exc.line()
             return stopped
@@ -171,7 +178,7 @@ class HostsTarget(Closing):
         """One row per unit; units of an unreachable host read `unreachable`."""
         self.connect(tolerate=True)
         desired = {(d.host.name, d.name): d for d in self.desired()}
-        observed = {(o.host, o.name): o for o in self.observed(tolerate=True)}
+        observed = {(o.host, o.name): o for o in self.observed(tolerate=True, ahead=True)}
         rows = []
         for key in sorted(set(desired) | set(observed)):
             d, o = desired.get(key), observed.get(key)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Artifact
 from pdctl.render.template import render_template
+from pdctl.targets.batch import run_batch
 from pdctl.targets.health import (
     API_KEY_ENV,
     Health,
@@ -18,7 +20,7 @@ from pdctl.targets.health import (
     port_problem,
     probe,
 )
-from pdctl.targets.ssh import Connection, HostLost, makedirs, put_file
+from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
 # Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder. A recorded pid
@@ -82,6 +84,13 @@ class HostOps:
             raise PdctlError(f"host {conn.host.name}: unsafe deployment folder {self.dir!r}")
         self._api_key: str | None = None  # the engines' API key, once known (see api_key)
         self._key_known = False
+        # alive(): one observation answers every unit once (a poll round over several units
+        # on this host costs one exec); asking a unit again, or starting/stopping, re-reads.
+        self._seen: dict[str, bool] | None = None
+        self._asked: set[str] = set()
+        self._seen_lock = threading.Lock()
+        # survey(): port-owner listings read ahead, (unit, port) -> listing, used once
+        self._owners: dict[tuple[str, int], str] = {}
 
     @property
     def name(self) -> str:
@@ -92,9 +101,39 @@ class HostOps:
 
     def observe(self) -> list[Observed]:
         res = self.conn.run(observe_script(self.dir), timeout=60, step="reading what runs")
+        return self._observed(res)
+
+    def _observed(self, res: Result) -> list[Observed]:
         if res.rc != 0:
             raise PdctlError(f"host {self.name}: cannot read {self.dir}: {res.err.strip()}")
         return parse_observed(self.name, res.out)
+
+    def survey(self, ports: Sequence[tuple[str, int]]) -> list[Observed]:
+        """observe(), and ahead of the health probes the port-owner listing of each (unit,
+        port) and the secrets file's API key, in ONE exec (`status`: a slow ~/.bashrc is paid
+        once per host). The listings are used by the next probe of that unit and port."""
+        owners = [(u, p) for u, p in ports]
+        cmds = [observe_script(self.dir)]
+        cmds += [port_owner_script(self.unit_dir(u), u, p) for u, p in owners]
+        if not self._key_known:
+            secrets = shlex.quote(f"{self.dir}/secrets.env")
+            cmds.append(f"if [ -e {secrets} ]; then cat -- {secrets}; fi")
+        results = run_batch(self.conn, cmds, timeout=60, step="reading what runs")
+        for res in results:
+            if isinstance(res, HostLost):
+                raise res
+        first = results[0]
+        if isinstance(first, PdctlError):
+            raise first
+        found = self._observed(first)
+        for (u, p), res in zip(owners, results[1:], strict=False):
+            if isinstance(res, Result):
+                self._owners[(u, p)] = res.out
+        if not self._key_known:
+            last = results[-1]
+            if isinstance(last, Result) and last.rc == 0:
+                self._api_key, self._key_known = api_key_of(last.out), True
+        return found
 
     def prepare(self, secrets: dict[str, str]) -> None:
         """The deployment folder (0700) and its secrets file (0600, only when there are any)."""
@@ -115,7 +154,7 @@ class HostOps:
         """Write artifacts whose paths start with `prefix` into the deployment folder."""
         with self.sftp("uploading scripts") as sftp:
             for artifact in files:
-                rel = artifact.path[len(prefix):].lstrip("/")
+                rel = artifact.path[len(prefix) :].lstrip("/")
                 path = f"{self.dir}/{rel}"
                 makedirs(sftp, path.rsplit("/", 1)[0], 0o700)
                 mode = 0o700 if artifact.executable else 0o600
@@ -144,16 +183,28 @@ class HostOps:
             except Exception:  # closing a dead session: nothing left to do
                 pass
 
+    def forget(self) -> None:
+        """Drop what alive() and survey() read ahead (something was started or stopped)."""
+        with self._seen_lock:
+            self._seen = None
+        self._owners.clear()
+
     def start(self, unit: str) -> tuple[bool, str]:
-        res = self.conn.run(f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}",
-                            timeout=1800, step=f"starting {unit}")
+        self.forget()
+        res = self.conn.run(
+            f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}",
+            timeout=1800,
+            step=f"starting {unit}",
+        )
         return res.rc == 0, (res.out + res.err).strip()
 
     def stop(self, unit: str) -> tuple[bool, str]:
+        self.forget()
         script = self.unit_dir(unit) + "/stop.sh"
         quoted = shlex.quote(script)
-        res = self.conn.run(f"[ ! -f {quoted} ] || bash {quoted}", timeout=600,
-                            step=f"stopping {unit}")
+        res = self.conn.run(
+            f"[ ! -f {quoted} ] || bash {quoted}", timeout=600, step=f"stopping {unit}"
+        )
         return res.rc == 0, (res.out + res.err).strip()
 
     def save_previous(self, unit: str) -> None:
@@ -161,8 +212,9 @@ class HostOps:
         script = SAVE_PREVIOUS % {"dir": shlex.quote(self.unit_dir(unit))}
         res = self.conn.run(script, timeout=60, step=f"keeping the running version of {unit}")
         if res.rc != 0:
-            raise PdctlError(f"{self.conn.where()}: cannot keep the running version of {unit}: "
-                             f"{res.err.strip()}")
+            raise PdctlError(
+                f"{self.conn.where()}: cannot keep the running version of {unit}: {res.err.strip()}"
+            )
 
     def restore_previous(self, unit: str) -> None:
         """Put the scripts kept by save_previous back in place."""
@@ -172,23 +224,48 @@ class HostOps:
             raise PdctlError(f"{self.conn.where()}: cannot restore {unit}: {res.err.strip()}")
 
     def remove_unit(self, unit: str) -> None:
-        self.conn.run(f"rm -rf -- {shlex.quote(self.unit_dir(unit))}", timeout=60,
-                      step=f"removing {unit}")
+        self.conn.run(
+            f"rm -rf -- {shlex.quote(self.unit_dir(unit))}", timeout=60, step=f"removing {unit}"
+        )
 
     def remove_all(self, data_dir: str) -> None:
         """Remove the deployment folder, and the data folder too when it is then empty."""
-        base = self.conn.expand(data_dir).rstrip("/")
         self.conn.run(
-            f"rm -rf -- {shlex.quote(self.dir)}; rmdir -- {shlex.quote(base)} 2>/dev/null || true",
-            timeout=60,
-            step="removing the deployment folder",
+            self._remove_all_command(data_dir), timeout=60, step="removing the deployment folder"
         )
 
+    def _remove_all_command(self, data_dir: str) -> str:
+        base = self.conn.expand(data_dir).rstrip("/")
+        return (
+            f"rm -rf -- {shlex.quote(self.dir)}; rmdir -- {shlex.quote(base)} 2>/dev/null || true"
+        )
+
+    def stop_and_remove(self, units: list[str], data_dir: str) -> list[str]:
+        """`down` on this host in ONE exec: each unit's stop.sh in the order given (whether it
+        stops or not, as stop() reports it), then remove_all(). Returns the units whose stop
+        ran; HostLost when the connection dies, before or meanwhile."""
+        self.forget()
+        cmds = []
+        for unit in units:
+            quoted = shlex.quote(self.unit_dir(unit) + "/stop.sh")
+            cmds.append(f"[ ! -f {quoted} ] || bash {quoted}")
+        cmds.append(self._remove_all_command(data_dir))
+        step = ("stopping " + ", ".join(units)) if units else "removing the deployment folder"
+        results = run_batch(self.conn, cmds, timeout=600, step=step)
+        for res in results:
+            if isinstance(res, PdctlError):
+                raise res
+        return list(units)
+
     def alive(self, unit: str) -> bool:
-        for obs in self.observe():
-            if obs.name == unit:
-                return obs.running
-        return False
+        """Whether the unit's process runs. One observation answers each unit once: polling
+        several units of this host in turn costs one exec per round, not one per unit."""
+        with self._seen_lock:
+            if self._seen is None or unit in self._asked:
+                self._seen = {obs.name: obs.running for obs in self.observe()}
+                self._asked = set()
+            self._asked.add(unit)
+            return self._seen.get(unit, False)
 
     def tail(self, unit: str, lines: int = 20) -> str:
         log = self.unit_dir(unit) + "/log"
@@ -212,20 +289,34 @@ class HostOps:
         self.conn.stream(cmd, write)
 
     def probe(
-        self, port: int, model: str, path: str = "/health", unit: str | None = None,
+        self,
+        port: int,
+        model: str,
+        path: str = "/health",
+        unit: str | None = None,
         address: str = "127.0.0.1",
     ) -> Health:
         """Health of the server on `address`:`port` as seen on the host; with `unit`, the port
         must be that unit's."""
 
+        ahead = self._owners.pop((unit, port), None) if unit is not None else None
+
         def owner() -> str | None:
             assert unit is not None
-            script = port_owner_script(self.unit_dir(unit), unit, port)
-            res = self.conn.run(script, timeout=60, step="checking who holds the port")
-            return port_problem(res.out, port, self.name, unit)
+            listing = ahead
+            if listing is None:
+                script = port_owner_script(self.unit_dir(unit), unit, port)
+                res = self.conn.run(script, timeout=60, step="checking who holds the port")
+                listing = res.out
+            return port_problem(listing, port, self.name, unit)
 
-        return probe(lambda: self.conn.open_channel(port, address), model, path,
-                     api_key=self.api_key(), owner=owner if unit is not None else None)
+        return probe(
+            lambda: self.conn.open_channel(port, address),
+            model,
+            path,
+            api_key=self.api_key(),
+            owner=owner if unit is not None else None,
+        )
 
     def api_key(self) -> str | None:
         """The API key the engines require (secrets.apiKey): the one `up` wrote, else the one

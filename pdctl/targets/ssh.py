@@ -21,6 +21,10 @@ from pdctl.spec.model import Host
 from pdctl.targets import host_keys
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# How a command runs: sshd hands it to the login shell, which (bash) sources ~/.bashrc and
+# then execs this bash in its place; that bash would source ~/.bashrc a second time (same
+# shell level, run by sshd) but for --norc. What ~/.bashrc exports is inherited either way.
+BASH = "bash --norc -c "
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,18 @@ def _policy(options: SshOptions, known: host_keys.KnownHosts, host: Host) -> Any
             who = f"host {host.name} ({hostname})"
             revoked = known.revoked_line(key)
             if revoked is not None:
-                raise PdctlError(f"{who}: its host key is revoked ({known.path}:{revoked}: "
-                                 "@revoked); refusing to connect")
+                raise PdctlError(
+                    f"{who}: its host key is revoked ({known.path}:{revoked}: "
+                    "@revoked); refusing to connect"
+                )
             if not options.accept_new_host_keys:
                 ca = known.authority_line(hostname)
-                why = (f" ({known.path}:{ca} trusts a host certificate authority for it, "
-                       "@cert-authority, which pdctl cannot check)" if ca is not None else "")
+                why = (
+                    f" ({known.path}:{ca} trusts a host certificate authority for it, "
+                    "@cert-authority, which pdctl cannot check)"
+                    if ca is not None
+                    else ""
+                )
                 raise PdctlError(
                     f"{who}: unknown host key, not in {known.path}{why}; refusing to connect. "
                     "Check the key and add it (ssh-keyscan), or pass --accept-new-host-keys"
@@ -106,10 +116,14 @@ def _identity(host: Host, options: SshOptions) -> str | None:
     if not given:
         return None
     path = os.path.expanduser(given)
-    what = (f"host {host.name}: identityFile {given}" if host.identity_file
-            else f"--identity {given}")
-    fix = ("fix hosts[].identityFile in the spec" if host.identity_file
-           else "pass an existing private key (or unset PDCTL_SSH_IDENTITY)")
+    what = (
+        f"host {host.name}: identityFile {given}" if host.identity_file else f"--identity {given}"
+    )
+    fix = (
+        "fix hosts[].identityFile in the spec"
+        if host.identity_file
+        else "pass an existing private key (or unset PDCTL_SSH_IDENTITY)"
+    )
     if not os.path.isfile(path):
         raise UsageError(f"{what}: no such file", fix=fix)
     if not os.access(path, os.R_OK):
@@ -166,8 +180,9 @@ class Connection:
         except paramiko.SSHException as exc:
             where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
             if isinstance(exc, paramiko.AuthenticationException):
-                raise Unreachable(f"{where}: cannot log in as {self.host.user or _local_user()}: "
-                                  f"{_cause(exc)}") from None
+                raise Unreachable(
+                    f"{where}: cannot log in as {self.host.user or _local_user()}: {_cause(exc)}"
+                ) from None
             raise Unreachable(f"{where}: cannot connect: {_cause(exc)}") from None
         except (TimeoutError, OSError) as exc:
             where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
@@ -201,7 +216,8 @@ class Connection:
                 why = "no answer"
             self.lost = HostLost(
                 f"{self.where()}: connection lost while {step or 'talking to it'} ({why})",
-                self.host.name, step,
+                self.host.name,
+                step,
             )
             if self.client is not None:
                 self.client.close()
@@ -231,7 +247,7 @@ class Connection:
 
         chan = self.session(step)
         try:
-            chan.exec_command("bash -c " + shlex.quote(command))
+            chan.exec_command(BASH + shlex.quote(command))
             chan.shutdown_write()
             out, err = _read_all(chan, time.monotonic() + timeout)
         except TimeoutError:
@@ -255,7 +271,7 @@ class Connection:
         """Run a command and pass its output to `write` as it arrives (for `logs -f`)."""
         chan = self.session(step)
         chan.get_pty()
-        chan.exec_command("bash -c " + shlex.quote(command))
+        chan.exec_command(BASH + shlex.quote(command))
         try:
             while True:
                 data = chan.recv(32768)

@@ -1,0 +1,207 @@
+"""Environment setup is serialised per deployment on a host: two instances started together on
+their first deploy must not both `conda create` / `pip install` into one environment.
+
+The host is a real sshd (counting_host.py) whose ~/.bashrc puts a fake `conda` on PATH, as
+`conda init` would: `conda create` and the environment's `pip install` take a while and write
+begin/end markers, so the markers show whether two setups overlapped. The environment's
+`vllm` is the stand-in engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.targets.counting_host import CountingHost, start_counting_host
+from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, write_spec
+
+CONDA = """#!/bin/bash
+root={root}
+case "$1" in
+  shell.bash)
+    echo "conda() {{ case \\"\\$1\\" in activate) export PATH=\\"$root/envs/\\$2/bin:\\$PATH\\" ;; \
+*) \\"$root/bin/conda\\" \\"\\$@\\" ;; esac; }}" ;;
+  env) for d in "$root"/envs/*/; do [ -d "$d" ] && basename "$d"; done; true ;;
+  create)
+    echo "create-begin $$" >>"$root/markers"
+    sleep 2
+    mkdir -p "$root/envs/$3/bin"
+    cp "$root/python" "$root/envs/$3/bin/python"
+    cp "$root/vllm" "$root/envs/$3/bin/vllm"
+    echo "create-end $$" >>"$root/markers" ;;
+  *) echo "fake conda: $*" >&2; exit 2 ;;
+esac
+"""
+
+PYTHON = """#!/bin/bash
+root={root}
+env=$(dirname "$(dirname "$0")")
+case "$1" in
+  -c) cat "$env/installed" 2>/dev/null || true ;;
+  -m)
+    echo "pip-begin $$" >>"$root/markers"
+    sleep 1
+    spec=${{@: -1}}
+    echo "${{spec#*==}}" >"$env/installed"
+    echo "pip-end $$" >>"$root/markers" ;;
+  *) exec python3 "$@" ;;
+esac
+"""
+
+
+def _exe(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def conda_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fakeconda")
+    (root / "bin").mkdir()
+    _exe(root / "bin" / "conda", CONDA.format(root=root))
+    _exe(root / "python", PYTHON.format(root=root))
+    shutil.copy(HERE / "fake_vllm.py", root / "vllm")
+    (root / "vllm").chmod(0o755)
+    return root
+
+
+@pytest.fixture(scope="module")
+def conda_host(
+    ssh_env: SshEnv, conda_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CountingHost]:
+    host = start_counting_host(
+        ssh_env,
+        tmp_path_factory.mktemp("condahost"),
+        name="condahost",
+        rc_lines=f'export PATH="{conda_root}/bin:$PATH"\n',
+    )
+    yield host
+    host.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spec_for(env: SshEnv, host: CountingHost, data: Path) -> Path:
+    spec = {
+        "name": "locked",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        # conda pip-installs the CUDA build: GPUs are named (the stand-in engine ignores them)
+        "hosts": [
+            host_entry(env, host.host, data, runtime="conda", condaEnv="pdctl-lock", gpus=[0, 1])
+        ],
+        "serve": {"replicas": 2, "port": free_port()},
+    }
+    return write_spec(data / "spec.yaml", spec)
+
+
+def markers(root: Path) -> list[str]:
+    path = root / "markers"
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_instances_on_one_host_set_up_the_environment_one_at_a_time(
+    ssh_env, conda_host, conda_root, tmp_path
+):
+    spec = spec_for(ssh_env, conda_host, tmp_path)
+    known = ["--known-hosts", conda_host.known_hosts]
+    try:
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "starting locked-serve-0" in up.stdout and "starting locked-serve-1" in up.stdout
+        # one setup created and installed; the other waited, then found the environment ready
+        assert markers(conda_root) == ["create-begin", "create-end", "pip-begin", "pip-end"]
+        lock = tmp_path / conda_host.host.name / "locked" / "setup.lock"
+        assert lock.read_text() == ""  # released: no holder named
+    finally:
+        pdctl("down", str(spec), *known)
+
+
+def _run_start(unit: Path, path: str) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/root"), "PDCTL_SETUP_WAIT": "1"}
+    return subprocess.run(
+        ["bash", str(unit / "start.sh")], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+@pytest.fixture
+def rendered(tmp_path: Path, ssh_env: SshEnv, conda_host: CountingHost) -> Path:
+    """The deployment folder of the spec, rendered (not started): its first unit's folder."""
+    spec = spec_for(ssh_env, conda_host, tmp_path)
+    out = tmp_path / "bundle"
+    proc = pdctl("render", str(spec), "--output-dir", str(out))
+    if proc.returncode != 0:  # before --output-dir existed
+        proc = pdctl("render", str(spec), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (start,) = out.rglob("locked-serve-0/start.sh")
+    deploy = tmp_path / conda_host.host.name / "locked"
+    shutil.copytree(start.parent.parent, deploy)
+    return deploy / "locked-serve-0"
+
+
+def test_a_held_lock_times_out_naming_the_lock_file_and_its_holder(rendered: Path):
+    lock = rendered.parent / "setup.lock"
+    lock.write_text("locked-serve-1 (pid 4242, since 2026-12-01T10:00:00Z)\n")
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "30"])
+    try:
+        for _ in range(50):  # until flock holds it
+            if subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0:
+                break
+            time.sleep(0.05)
+        proc = _run_start(rendered, os.environ["PATH"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"pdctl: locked-serve-0: the environment setup lock {lock} is still held after 1 s by "
+        "locked-serve-1 (pid 4242, since 2026-12-01T10:00:00Z); wait for that setup to finish "
+        f"(if none runs, remove {lock}) and run pdctl up again"
+    )
+
+
+def _path_without_flock(tmp: Path) -> str:
+    """A PATH with every command of /usr/bin and /bin but flock (the mkdir fallback)."""
+    bin_dir = tmp / "noflock"
+    bin_dir.mkdir()
+    for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(folder):
+            if name != "flock" and not (bin_dir / name).exists():
+                (bin_dir / name).symlink_to(os.path.join(folder, name))
+    return str(bin_dir)
+
+
+def test_without_flock_a_lock_folder_serialises_and_a_dead_holders_is_taken_over(
+    rendered: Path, tmp_path: Path
+):
+    path = _path_without_flock(tmp_path)
+    folder = rendered.parent / "setup.lock.d"
+    folder.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    (folder / "pid").write_text(f"{sleeper.pid}\n")
+    (folder / "holder").write_text("locked-serve-1 (pid 4242)\n")
+    try:
+        proc = _run_start(rendered, path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode == 1
+    assert f"the environment setup lock {folder} is still held after 1 s by locked-serve-1 " in (
+        proc.stderr
+    )
+    assert folder.exists()  # a live holder's lock stays
+    # the holder died: the lock is taken over; setup runs (and fails: no conda on this PATH)
+    proc = _run_start(rendered, path)
+    assert proc.returncode == 1
+    assert "conda not found" in proc.stderr, proc.stderr
+    assert not folder.exists()  # released on exit
