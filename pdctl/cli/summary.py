@@ -14,13 +14,14 @@ if TYPE_CHECKING:
 ROLE_ORDER = ("mooncake_master", "prefill", "decode", "serve", "router")
 
 
-def planned(plan: Plan, bundle: Bundle) -> tuple[str, list[str]]:
-    """What `up` starts, in start order, and the word for it: on hosts the units (processes
-    and containers, the router and a Mooncake master included), on Kubernetes the objects
-    (`Kind/name`)."""
+def planned(plan: Plan, bundle: Bundle | None = None) -> tuple[str, list[str]]:
+    """What `up` starts, in start order, and the word for it: on hosts the plan's units
+    (processes and containers, the router and a Mooncake master included), on Kubernetes the
+    bundle's objects (`Kind/name`: give the bundle)."""
     if plan.target == "kubernetes":
+        assert bundle is not None, "the objects are the bundle's"
         return "object", [f"{o['kind']}/{o['metadata']['name']}" for o in bundle.objects]
-    return "unit", [u.unit.name for u in bundle.units]
+    return "unit", [u.name for u in plan.units]
 
 
 def counted(n: int, word: str) -> str:
