@@ -313,6 +313,13 @@ def test_read_write_once_pinned_to_one_node_renders() -> None:
         make_plan(load_text(phase1("{type: pvc}", 2, 1, affinity % "gpu-a, gpu-b"), "s")[0])
 
 
+def test_a_default_access_mode_is_named_so() -> None:
+    with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce \(the default\), "):
+        make_plan(load_text(phase1("{type: pvc}", 2, 1), "s")[0])
+    with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce, "):
+        make_plan(load_text(phase1("{type: pvc, accessMode: ReadWriteOnce}", 2, 1), "s")[0])
+
+
 def test_prefill_and_decode_count_together_on_one_claim() -> None:
     text = PHASE3.replace("accessMode: ReadWriteMany", "accessMode: ReadWriteOnce")
     with pytest.raises(SpecError, match=r"4 pods \(2 prefill \+ 2 decode\)"):

@@ -70,8 +70,9 @@ def check_claim(plan: Plan) -> None:
         return
     who = " + ".join(f"{n} {role}" for role, n in counts)
     claim = "the PVC" if st.type == "pvc" else f"claim {st.claim_name}"
+    default = "" if "access_mode" in st.model_fields_set else " (the default)"
     raise SpecError(
-        f"{total} pods ({who}) mount {claim} ReadWriteOnce, which attaches to one node, "
+        f"{total} pods ({who}) mount {claim} ReadWriteOnce{default}, which attaches to one node, "
         "and no node pin holds them on one",
         path="kubernetes.storage.accessMode",
         fix="use ReadWriteMany, a per-pod cache (storage.type emptyDir or hostPath), or "
