@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
@@ -146,3 +148,86 @@ def test_validate_exits_2_on_a_pin_that_cannot_hold(
     assert code == 2
     assert len(err.strip().splitlines()) == 1
     assert ":7: prefill.hosts: prefill instance 3 of 3 needs 4 free GPUs" in err
+
+
+HOST = "  - {{name: h{i}, address: 192.0.2.{a}, gpus: {gpus}{cap}}}\n"
+
+
+def _fleet(
+    gpus: list[int],
+    caps: list[int | None],
+    p: tuple[int, int],
+    d: tuple[int, int],
+    pins: tuple[list[int], list[int]],
+) -> str:
+    text = "name: f\nphase: 2\nmodel: {name: org/model}\nhosts:\n"
+    for i, (n, cap) in enumerate(zip(gpus, caps, strict=True)):
+        text += HOST.format(
+            i=i, a=10 + i, gpus=list(range(n)), cap=f", instances: {cap}" if cap else ""
+        )
+    for role, (replicas, tp), pin in (("prefill", p, pins[0]), ("decode", d, pins[1])):
+        text += f"{role}: {{replicas: {replicas}, tensorParallel: {tp}"
+        text += f", hosts: {[f'h{i}' for i in pin]}}}\n" if pin else "}\n"
+    return text + "disaggregation: {connector: nixl}\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=3).flatmap(
+        lambda g: st.tuples(
+            st.just(g),
+            st.lists(st.sampled_from([None, 1, 2]), min_size=len(g), max_size=len(g)),
+            st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])),
+            st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])),
+            st.tuples(*[st.lists(st.integers(0, len(g) - 1), max_size=2, unique=True)] * 2),
+        )
+    )
+)
+def test_placement_invariants(case) -> None:
+    """Disjoint GPUs per host, pins and caps held, and a spec that packing in spec order
+    places is never refused."""
+    gpus, caps, p, d, pins = case
+    text = _fleet(gpus, caps, p, d, pins)
+    spec, _ = load_text(text, "f.yaml")
+    try:
+        plan = make_plan(spec)
+    except SpecError as exc:
+        if exc.path.endswith(".gpus"):  # a host no instance width divides: refused up front
+            assert "cannot divide" in exc.message and p[1] == d[1], exc.line()
+            return
+        if "but it lists" in exc.message:  # `instances` more than the host's GPUs hold
+            assert any(c and c * min(p[1], d[1]) > n for n, c in zip(gpus, caps, strict=True))
+            return
+        assert exc.path.endswith((".replicas", ".instances", ".hosts")), exc.line()
+        assert _packs(gpus, caps, p, d, pins) is False, exc.line()
+        return
+    seen: set[tuple[str, int]] = set()
+    count: dict[str, int] = {}
+    for inst in plan.instances:
+        assert inst.host is not None
+        index = int(inst.host.name[1:])
+        for g in inst.gpus:
+            assert (inst.host.name, g) not in seen and g < gpus[index]
+            seen.add((inst.host.name, g))
+        count[inst.host.name] = count.get(inst.host.name, 0) + 1
+        pin = pins[0] if inst.role == "prefill" else pins[1]
+        assert not pin or index in pin
+    for i, cap in enumerate(caps):
+        assert cap is None or count.get(f"h{i}", 0) <= cap
+
+
+def _packs(gpus, caps, p, d, pins) -> bool:
+    """Fill hosts in spec order (the placement before spreading), pins and caps held."""
+    free = list(gpus)
+    used = [0] * len(gpus)
+    for (replicas, tp), pin in ((p, pins[0]), (d, pins[1])):
+        for _ in range(replicas):
+            for i in range(len(gpus)):
+                if (pin and i not in pin) or free[i] < tp or (caps[i] and used[i] >= caps[i]):
+                    continue
+                free[i] -= tp
+                used[i] += 1
+                break
+            else:
+                return False
+    return True
