@@ -231,3 +231,12 @@ def _packs(gpus, caps, p, d, pins) -> bool:
             else:
                 return False
     return True
+
+
+def test_where_lists_every_node_of_a_group() -> None:
+    """A multi-node instance's other nodes (plan/group.py) are placed too: each is a line."""
+    from tests.conftest import ROOT
+
+    plan = _plan((ROOT / "examples" / "phase0-multinode.yaml").read_text())
+    lines = where(plan)
+    assert len(lines) == 2 and "-node1" in lines[1] and lines[0].split()[2] != lines[1].split()[2]

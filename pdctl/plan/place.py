@@ -266,11 +266,12 @@ def _gpus(n: int) -> str:
 
 
 def where(plan: Plan) -> list[str]:
-    """One line per engine instance on hosts: `name  host  GPUs 0,1  port 8100` (what
+    """One line per engine process on hosts: `name  host  GPUs 0,1  port 8100` (what
     `validate` and `up --dry-run` print); nothing on Kubernetes, where the scheduler places."""
+    nodes = [n for i in plan.instances for n in (i, *i.workers)]  # a group's other nodes too
     rows = [
         (i.name, i.host.name, ",".join(map(str, i.gpus)) or "-", str(i.port))
-        for i in plan.instances
+        for i in nodes
         if i.host is not None
     ]
     if not rows:
