@@ -362,6 +362,11 @@ BAD = [
         "  env: [{name: HF_HOME, valueFrom: {configMapKeyRef: {name: c, key: k}}}]",
         "kubernetes.env: env[0]: HF_HOME is a variable pdctl sets in the serve pods",
     ),
+    (
+        "a limit below its request",
+        "  resources: {memory: 64Gi, limits: {memory: 60000Mi}}",
+        "kubernetes.resources.limits.memory: limit 60000Mi is below the request 64Gi",
+    ),
     ("pdctl's volume name", "  volumes: [{name: shm, emptyDir: {}}]", "pdctl's own"),
     (
         "tolerationSeconds without NoExecute",
@@ -381,6 +386,12 @@ def test_bad_pod_settings_are_one_line(
         text = text.replace("  storage: {type: emptyDir}\n", "")
     err = refusal(text, tmp_path, capsys)
     assert f"{tmp_path / 'spec.yaml'}:" in err and phrase in err
+
+
+def test_a_role_limit_below_its_request_names_the_role(tmp_path: Path, capsys) -> None:
+    text = PHASE3.replace('limits: {cpu: "16"}', "limits: {cpu: 7500m}")
+    err = refusal(text, tmp_path, capsys)
+    assert "prefill.kubernetes.resources.limits.cpu: limit 7500m is below the request 8" in err
 
 
 def test_decode_keeps_the_sidecars_service_account(tmp_path: Path, capsys) -> None:

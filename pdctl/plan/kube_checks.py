@@ -146,6 +146,54 @@ def check_roles(plan: Plan) -> None:
         )
 
 
+SUFFIX = {
+    "m": 1e-3,
+    "": 1,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def amount(quantity: str) -> float:
+    """A Kubernetes quantity as a number ('500m' -> 0.5, '64Gi' -> 64 * 2**30)."""
+    number = quantity.rstrip("kmMGTPEi")
+    return float(number) * SUFFIX[quantity[len(number) :]]
+
+
+def check_limits(plan: Plan) -> None:
+    """The API server refuses a limit below its request."""
+    for role, pod in plan.pods:
+        res = pod.resources
+        if res.limits is None:
+            continue
+        for field in ("cpu", "memory", "ephemeral_storage"):
+            request, limit = getattr(res, field), getattr(res.limits, field)
+            if request is not None and limit is not None and amount(limit) < amount(request):
+                alias = res.model_fields[field].alias
+                raise SpecError(
+                    f"limit {limit} is below the request {request}",
+                    path=f"{_where(plan.spec, role, 'resources')}.resources.limits.{alias}",
+                    fix=f"raise the limit to at least {request}, or lower the request",
+                )
+
+
+def _where(spec: Spec, role: str, field: str) -> str:
+    """`<role>.kubernetes` when the role's override sets `field`, else `kubernetes`."""
+    section = spec.router if role == "epp" else getattr(spec, role, None)
+    over = getattr(section, "kubernetes", None)
+    return f"{_path(role)}.kubernetes" if over and field in over.model_fields_set else "kubernetes"
+
+
 def _own_env(plan: Plan, role: str) -> set[str]:
     """The variables pdctl sets in a role's containers."""
     names = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "VLLM_NIXL_SIDE_CHANNEL_HOST"}
@@ -158,5 +206,6 @@ def _own_env(plan: Plan, role: str) -> set[str]:
 
 def check_kube(plan: Plan, cluster: ClusterFacts | None = None) -> None:
     check_roles(plan)
+    check_limits(plan)
     check_claim(plan)
     check_gpus(plan, cluster)

@@ -4,18 +4,17 @@ source. A role's settings override the section's: maps merge, lists replace (`me
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section, Size
+from pdctl.spec.base import DnsLabel, Quantity, Section, Size
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
-from pdctl.spec.value import Address, Image, LabelKey, LabelValue, SecretKey
+from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
+from pdctl.spec.value import Address, Image, LabelKey, LabelValue
 
 CACHE_MOUNT = "/root/.cache/huggingface"
 IMAGE_MOUNT = "/models"
-SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # Labels pdctl sets and selects on: a user value would break a Service, pool or rollout.
 RESERVED_LABELS = (
     "app.kubernetes.io/name",
@@ -28,29 +27,6 @@ RESERVED_LABELS = (
     "llm-d.ai/role",
     "inference.networking.k8s.io/engine-type",
 )
-# Volumes and paths pdctl mounts itself.
-RESERVED_VOLUMES = ("model-cache", "shm", "kube-api-access", "config")
-
-
-def _subdomain(value: str) -> str:
-    if len(value) > 253 or not SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a Kubernetes object name: lower-case letters, digits, '-' and '.'"
-        )
-    return value
-
-
-def _abs_path(value: str) -> str:
-    if not value.startswith("/") or "\\" in value:
-        raise ValueError(f"{value!r} must be an absolute path (starting with '/')")
-    return value
-
-
-def _one_of(obj: Section, fields: tuple[str, ...], what: str) -> None:
-    given = [f for f in fields if getattr(obj, f) is not None]
-    if len(given) != 1:
-        names = ", ".join(obj.model_fields[f].alias or f for f in fields)
-        raise ValueError(f"{what} takes exactly one of {names} (got {len(given)})")
 
 
 class Toleration(Section):
@@ -120,7 +96,7 @@ class Storage(Section):
     @field_validator("path", "mount_path")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
-        return None if value is None else _abs_path(value)
+        return None if value is None else abs_path(value)
 
     @model_validator(mode="after")
     def _fields_of_type(self) -> Storage:
@@ -170,103 +146,6 @@ class Resources(Section):
         None, description="Ephemeral-storage request (container writable layer and logs)."
     )
     limits: Limits | None = Field(None, description="Limits that differ from the requests.")
-
-
-class NameRef(Section):
-    """A ConfigMap or Secret, by name."""
-
-    name: str = Field(..., description="Object name.")
-    optional: bool | None = Field(None, description="Start the pod even if it is missing.")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _subdomain(value)
-
-
-class KeyRef(NameRef):
-    """One key of a ConfigMap or Secret."""
-
-    key: SecretKey = Field(..., description="Key inside the object.")
-
-
-class ValueFrom(Section):
-    """Where an environment variable's value comes from."""
-
-    config_map_key_ref: KeyRef | None = Field(None, description="A ConfigMap key.")
-    secret_key_ref: KeyRef | None = Field(None, description="A Secret key.")
-
-    @model_validator(mode="after")
-    def _one(self) -> ValueFrom:
-        _one_of(self, ("config_map_key_ref", "secret_key_ref"), "valueFrom")
-        return self
-
-
-class EnvVar(Section):
-    """An environment variable from a ConfigMap or Secret key (plain values: `engine.env`)."""
-
-    name: EnvName = Field(..., description="Variable name.")
-    value_from: ValueFrom = Field(..., description="The key it comes from.")
-
-
-class EnvFrom(Section):
-    """Every key of a ConfigMap or Secret as environment variables."""
-
-    config_map_ref: NameRef | None = Field(None, description="A ConfigMap.")
-    secret_ref: NameRef | None = Field(None, description="A Secret.")
-    prefix: EnvName | None = Field(None, description="Prefix for each variable name.")
-
-    @model_validator(mode="after")
-    def _one(self) -> EnvFrom:
-        _one_of(self, ("config_map_ref", "secret_ref"), "envFrom")
-        return self
-
-
-class Volume(Section):
-    """An extra pod volume: exactly one source."""
-
-    name: DnsLabel = Field(..., description="Volume name (mounts refer to it).")
-    config_map: dict[str, Any] | None = Field(None, description="`{name: ...}` of a ConfigMap.")
-    secret: dict[str, Any] | None = Field(None, description="`{secretName: ...}` of a Secret.")
-    empty_dir: dict[str, Any] | None = Field(None, description="`{medium, sizeLimit}`.")
-    host_path: dict[str, Any] | None = Field(None, description="`{path, type}` on the node.")
-    persistent_volume_claim: dict[str, Any] | None = Field(
-        None, description="`{claimName, readOnly}` of an existing PVC."
-    )
-    nfs: dict[str, Any] | None = Field(None, description="`{server, path, readOnly}`.")
-    image: dict[str, Any] | None = Field(
-        None, description="`{reference, pullPolicy}`: an OCI image (Kubernetes >= 1.31)."
-    )
-
-    @model_validator(mode="after")
-    def _one(self) -> Volume:
-        sources = (
-            "config_map",
-            "secret",
-            "empty_dir",
-            "host_path",
-            "persistent_volume_claim",
-            "nfs",
-            "image",
-        )
-        _one_of(self, sources, "a volume")
-        if self.name in RESERVED_VOLUMES:
-            raise ValueError(f"volume name {self.name!r} is pdctl's own; choose another name")
-        return self
-
-
-class VolumeMount(Section):
-    """Where an extra volume is mounted in the engine container."""
-
-    name: DnsLabel = Field(..., description="Name of a volume in `volumes`.")
-    mount_path: str = Field(..., description="Absolute path in the container.")
-    read_only: bool = Field(False, description="Mount read-only.")
-    sub_path: str | None = Field(None, description="Path inside the volume to mount.")
-
-    @field_validator("mount_path")
-    @classmethod
-    def _mount_path(cls, value: str) -> str:
-        return _abs_path(value)
 
 
 def _no_reserved(value: dict[str, str]) -> dict[str, str]:
