@@ -23,7 +23,7 @@ ROOT_HELP = (
     "  init       Write a commented example spec for a phase (stdout, or -o...\n"
     "  validate   Check SPEC: one line per problem (file:line: field: what;...\n"
     "  render     Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or...\n"
-    "  schema     Print the spec's JSON Schema (for editors:...\n"
+    "  schema     Print the spec's JSON Schema, for editors...\n"
     "  explain    Explain a spec field: type, default, allowed values,...\n"
     "  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n"
     "  preflight  Check hosts or the cluster against SPEC before deploying:...\n"
