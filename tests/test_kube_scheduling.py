@@ -408,3 +408,52 @@ def test_image_volume_needs_a_model_path_inside_it(tmp_path: Path, capsys) -> No
     )
     err = refusal(text, tmp_path, capsys)
     assert "model.name" in err and "/models/<model>" in err
+
+
+def _block(doc: str, after: str) -> str:
+    """The fenced block that follows `after` in a docs page."""
+    text = (ROOT / "docs" / doc).read_text()
+    assert after in text, f"{doc} lost the paragraph {after!r}"
+    rest = text.split(after, 1)[1]
+    return rest.split("```", 2)[1].split("\n", 1)[1]
+
+
+def _stream(example: str) -> str:
+    path = ROOT / "examples" / example
+    return render(make_plan(load_text(path.read_text(), path.name)[0])).stream()
+
+
+def test_docs_show_what_render_prints() -> None:
+    stream = _stream("phase1-k8s.yaml")
+    block = _block("phase1-kubernetes.md", "`pdctl render examples/phase1-k8s.yaml` (excerpts")
+    for part in block.split("...\n"):
+        assert part in stream, part
+    excerpt = []
+    for obj in yaml.safe_load_all(_stream("phase3-hami-pools.yaml")):
+        if obj and obj["kind"] == "Deployment":
+            template = obj["spec"]["template"]
+            keys = ("schedulerName", "nodeSelector", "tolerations", "topologySpreadConstraints")
+            spec = {k: template["spec"][k] for k in keys if k in template["spec"]}
+            spec["containers[0].resources"] = template["spec"]["containers"][0]["resources"]
+            shown = {"metadata": template["metadata"], "spec": spec}
+            excerpt.append(
+                f"# {obj['metadata']['name']}\n" + yaml.safe_dump(shown, sort_keys=False)
+            )
+    block = _block("phase2-kubernetes.md", "the vLLM or EPP container's resources)")
+    assert block == "\n".join(excerpt)
+
+
+def test_docs_show_the_refusals_pdctl_prints(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "examples" / "phase1-k8s.yaml").read_text()
+    Path("spec.yaml").write_text(text.replace("ReadWriteMany", "ReadWriteOnce"))
+    big = text.replace("tensorParallel: 1", "tensorParallel: 32")
+    Path("big.yaml").write_text(big)
+    shown = [
+        _block("phase1-kubernetes.md", "With `accessMode: ReadWriteOnce` in"),
+        _block("phase1-kubernetes.md", "allocatable is refused too"),
+    ]
+    for block, extra in zip(shown, ([], ["--facts", str(CLUSTER)]), strict=True):
+        command, line = block.strip().split("\n")
+        argv = command.removeprefix("$ pdctl ").split()[:2]
+        assert run_cli([*argv, *extra], capsys)[2].strip() == line
