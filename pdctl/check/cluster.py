@@ -6,6 +6,7 @@ from __future__ import annotations
 from pdctl.check.finding import Finding
 from pdctl.facts.model import ClusterFacts, Node
 from pdctl.plan.model import Plan
+from pdctl.render.pd_kube import HAMI_SCHEDULER
 
 # API groups served by Kubernetes itself; any other group in a rendered object needs a CRD.
 BUILTIN_GROUPS = frozenset({
@@ -118,8 +119,67 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
                 w = ws[0]
                 out.append(Finding("PASS", "hami.workloads", f"{w.namespace}/{w.name}",
                                    f"{w.kind} {w.ready}/{w.desired} ready", "all ready"))
+    out += _allocatable(registered)
+    out += _scheduler(c)
+    out += _versions(c, registered)
     out += _slices(plan, registered, c.nodes)
     return out
+
+
+def _allocatable(registered: list[Node]) -> list[Finding]:
+    """A node HAMi registers GPUs on must also advertise nvidia.com/gpu (HAMi's own device
+    plugin does, counting vGPUs): 0 means the kubelet never got HAMi's resources."""
+    return [
+        Finding("FAIL", "hami.allocatable", n.name,
+                f"{len(n.hami_devices or ())} GPUs registered, nvidia.com/gpu allocatable 0",
+                "nvidia.com/gpu > 0 (HAMi's device plugin advertises it)",
+                "check hami-device-plugin on the node; disable any other NVIDIA device plugin "
+                "there (both advertise nvidia.com/gpu)")
+        for n in registered
+        if n.allocatable_gpus == 0
+    ]
+
+
+def _scheduler(c: ClusterFacts) -> list[Finding]:
+    """The bundle's decode pods name schedulerName hami-scheduler: the scheduler must run under
+    that name (known when its kube-scheduler takes --scheduler-name; a config file is not read)."""
+    out = []
+    for w in c.workloads or ():
+        if w.component != "hami-scheduler" or not w.scheduler_name:
+            continue
+        where = f"{w.namespace}/{w.name}"
+        if w.scheduler_name == HAMI_SCHEDULER:
+            out.append(Finding("PASS", "hami.scheduler", where,
+                               f"--scheduler-name={w.scheduler_name}",
+                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)"))
+        else:
+            out.append(Finding("FAIL", "hami.scheduler", where,
+                               f"--scheduler-name={w.scheduler_name}",
+                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)",
+                               f"install HAMi with schedulerName: {HAMI_SCHEDULER} (chart "
+                               "value); pods naming a scheduler nobody runs stay Pending"))
+    return out
+
+
+def _versions(c: ClusterFacts, registered: list[Node]) -> list[Finding]:
+    """HAMi's parts from one release: the device plugin of 2.8 writes its registration as JSON,
+    which a scheduler before 2.8 cannot read (it parses the older comma/colon list)."""
+    found = {w.component: w.version for w in c.workloads or () if w.version}
+    sched, plugin = found.get("hami-scheduler", ""), found.get("hami-device-plugin", "")
+    if not sched and not plugin:
+        return []
+    text = f"hami-scheduler {sched or '?'}, hami-device-plugin {plugin or '?'}"
+    json_nodes = [n.name for n in registered if n.hami_format == "json"]
+    if sched and _version(sched) < (2, 8) and json_nodes:
+        return [Finding("FAIL", "hami.version", "cluster",
+                        f"{text}; JSON device registration on {', '.join(json_nodes)}",
+                        "a scheduler that reads the nodes' registration (>= 2.8 for JSON)",
+                        "upgrade hami-scheduler to the device plugin's release (one helm "
+                        "release for both)")]
+    if sched and plugin and sched != plugin:
+        return [Finding("WARN", "hami.version", "cluster", text, "one HAMi release",
+                        "upgrade both with one helm release")]
+    return [Finding("PASS", "hami.version", "cluster", text, "one HAMi release")]
 
 
 def _slices(plan: Plan, registered: list[Node], nodes: tuple[Node, ...]) -> list[Finding]:

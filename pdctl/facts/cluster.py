@@ -93,7 +93,9 @@ def parse_node(obj: dict[str, Any]) -> Node:
         driver = ".".join(p for p in parts if p) if parts[0] else ""
     hami: tuple[HamiDevice, ...] | None = None
     hami_error = ""
+    hami_format = ""
     if REGISTER in annotations:
+        hami_format = "json" if str(annotations[REGISTER]).strip().startswith("[") else "list"
         try:
             hami = parse_hami_register(annotations[REGISTER])
         except (ValueError, TypeError, json.JSONDecodeError) as exc:
@@ -114,6 +116,7 @@ def parse_node(obj: dict[str, Any]) -> Node:
         ),
         hami_devices=hami,
         hami_error=hami_error,
+        hami_format=hami_format,
     )
 
 
@@ -131,6 +134,8 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
             desired = int((item.get("spec") or {}).get("replicas", 1))
             ready = int(status.get("readyReplicas", 0) or 0)
         labels = meta.get("labels") or {}
+        pod = ((item.get("spec") or {}).get("template") or {}).get("spec") or {}
+        containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
         out.append(
             ClusterWorkload(
                 kind=kind,
@@ -139,9 +144,45 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
                 component=str(labels.get("app.kubernetes.io/component", "")),
                 desired=desired,
                 ready=ready,
+                version=hami_version(labels, containers),
+                scheduler_name=scheduler_name(containers),
             )
         )
     return tuple(out)
+
+
+VERSION = re.compile(r"v?([0-9]+\.[0-9]+\.[0-9]+)")
+
+
+def hami_version(labels: dict[str, Any], containers: list[dict[str, Any]]) -> str:
+    """HAMi's version from its chart's labels (app.kubernetes.io/version, helm.sh/chart
+    `hami-X.Y.Z`), else the tag of its own image (projecthami/hami:vX.Y.Z)."""
+    for text in (labels.get("app.kubernetes.io/version"), labels.get("helm.sh/chart")):
+        m = VERSION.search(str(text or ""))
+        if m:
+            return m.group(1)
+    for c in containers:
+        image = str(c.get("image", ""))
+        name, _, tag = image.rpartition(":")
+        if "hami" in name.rsplit("/", 1)[-1] and "/" not in tag:
+            m = VERSION.fullmatch(tag.split("-", 1)[0])
+            if m:
+                return m.group(1)
+    return ""
+
+
+def scheduler_name(containers: list[dict[str, Any]]) -> str:
+    """`--scheduler-name` in hami-scheduler's containers: HAMi's chart always passes
+    `.Values.schedulerName` to its extender (vgpu-scheduler-extender), and to kube-scheduler on
+    Kubernetes < 1.22 (newer ones read it from a config file)."""
+    for c in containers:
+        words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+        for i, word in enumerate(words):
+            if word.startswith("--scheduler-name="):
+                return word.split("=", 1)[1]
+            if word == "--scheduler-name" and i + 1 < len(words):
+                return words[i + 1]
+    return ""
 
 
 def parse_crds(obj: dict[str, Any]) -> tuple[Crd, ...]:
