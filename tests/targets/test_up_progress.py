@@ -1,0 +1,70 @@
+"""`up` piped shows plain lines of each instance's stage while it waits: over a real sshd host,
+with an engine that writes vLLM's own start-up lines (tests/fixtures/vllm/) before it hands
+over to the stand-in engine (fake_vllm.py)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.targets.test_ssh_up import free_port, known
+from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, write_spec
+
+LOADING = (
+    "(EngineCore_DP0 pid=212) INFO 10-06 12:00:01 [gpu_model_runner.py:2602] "
+    "Starting to load model stand-in..."
+)
+COMPILING = (
+    "(EngineCore_DP0 pid=212) INFO 10-06 12:00:27 [monitor.py:34] "
+    "torch.compile takes 15.71 s in total"
+)
+
+
+@pytest.fixture
+def slow_venv(tmp_path: Path) -> Path:
+    """bin/vllm: logs a weights-loading line, waits, a compile line, waits, then serves."""
+    root = tmp_path / "venv"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy(HERE / "fake_vllm.py", root / "bin" / "fake_vllm.py")
+    script = root / "bin" / "vllm"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo '{LOADING}'\n"
+        "sleep 8\n"
+        f"echo '{COMPILING}'\n"
+        "sleep 8\n"
+        'exec python3 "$(dirname "$0")/fake_vllm.py" "$@"\n'
+    )
+    script.chmod(0o755)
+    return root
+
+
+def test_up_piped_prints_a_line_per_stage(ssh_env: SshEnv, slow_venv: Path, tmp_path: Path):
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "fprog",
+            "phase": 0,
+            "model": {"name": "stand-in", "servedName": "stand-in"},
+            "engine": {"device": "cpu"},
+            "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(slow_venv))],
+            "serve": {"replicas": 1, "port": free_port()},
+        },
+    )
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "90")
+        assert up.returncode == 0, up.stderr
+        # `[  14s/90s] fprog-serve-0 on lo1: compiling | torch.compile takes ...`
+        lines = [x for x in up.stdout.splitlines() if re.match(r"\[ *\d+s/90s\] fprog-", x)]
+        stages = [x.split("fprog-serve-0 on lo1: ", 1)[1] for x in lines]
+        assert "loading weights | Starting to load model stand-in..." in stages, up.stdout
+        assert "compiling | torch.compile takes 15.71 s in total" in stages, up.stdout
+        assert stages[-1] == "healthy", up.stdout
+        order = [s.split(" |")[0] for s in stages]
+        assert order.index("loading weights") < order.index("compiling") < order.index("healthy")
+        assert "\x1b[" not in up.stdout  # piped: no live display, no escapes
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
