@@ -9,6 +9,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
@@ -457,3 +459,37 @@ def test_docs_show_the_refusals_pdctl_prints(tmp_path: Path, monkeypatch, capsys
         command, line = block.strip().split("\n")
         argv = command.removeprefix("$ pdctl ").split()[:2]
         assert run_cli([*argv, *extra], capsys)[2].strip() == line
+
+
+KEYS = st.sampled_from(["pool", "zone", "example.com/tier", "gpu", "a.b/c"])
+VALUES = st.sampled_from(["a", "b", "h100", "on", "x-1"])
+TOLERATIONS = st.lists(
+    st.fixed_dictionaries({"key": KEYS, "operator": st.just("Exists")}), max_size=2
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    base=st.dictionaries(KEYS, VALUES, max_size=3),
+    role=st.one_of(st.none(), st.dictionaries(KEYS, VALUES, max_size=3)),
+    base_tol=TOLERATIONS,
+    role_tol=st.one_of(st.none(), TOLERATIONS),
+)
+def test_maps_merge_and_lists_replace(base, role, base_tol, role_tol) -> None:
+    data = yaml.safe_load(PHASE3)
+    data["kubernetes"].update(nodeSelector=base, tolerations=base_tol)
+    over: dict = {}
+    if role is not None:
+        over["nodeSelector"] = role
+    if role_tol is not None:
+        over["tolerations"] = role_tol
+    data["prefill"]["kubernetes"] = over
+    data["decode"].pop("kubernetes")
+    objs = objects(yaml.safe_dump(data))
+    prefill, decode = pod(objs, "prefill"), pod(objs, "decode")
+    want = {**base, **(role or {})}
+    assert prefill.get("nodeSelector", {}) == dict(sorted(want.items()))
+    assert decode.get("nodeSelector", {}) == dict(sorted(base.items()))
+    tolerations = base_tol if role_tol is None else role_tol
+    assert prefill.get("tolerations", []) == tolerations
+    assert decode.get("tolerations", []) == base_tol
