@@ -176,3 +176,9 @@ def test_pins_on_kubernetes_are_refused(tmp_path: Path, capsys) -> None:
     code, _, err = _validate(tmp_path, capsys, text, "--target", "kubernetes")
     assert code == 2
     assert "decode.hosts: decode.hosts pins instances to bare-metal hosts" in err, err
+
+
+def test_mla_models_are_checked_on_attention_heads_only() -> None:
+    """DeepSeek's MLA caches one latent per token: the GQA KV-head split does not apply."""
+    mla = Dims("deepseek-v2-lite", heads=16, kv_heads=6, layers=27, experts=64, mla=True)
+    assert valid_tp(mla) == [1, 2, 4, 8, 16]

@@ -52,7 +52,7 @@ def valid_tp(dims: Dims, limit: int = MAX_TP) -> list[int]:
     for tp in range(1, limit + 1):
         if dims.heads % tp:
             continue
-        kv = dims.kv_heads
+        kv = 0 if dims.mla else dims.kv_heads  # MLA: one latent KV, no per-head split
         if kv and (kv % tp if tp <= kv else tp % kv):
             continue
         out.append(tp)
