@@ -197,3 +197,8 @@ def test_h200_recording_with_the_real_hami_core() -> None:
     assert found["hami.cuda"]["status"] == "PASS"
     assert found["hami.cuda"]["found"] == "built against CUDA 13 or newer headers"
     assert "driver CUDA 13.0" in found["hami.cuda"]["expected"]
+    # the decode engines' fit is judged in their slice, not the whole GPU
+    fit = [f for f in json_findings(proc) if f["check"] == "model.fit" and "decode" in f["where"]]
+    assert fit and all(
+        f["found"].startswith("HAMi slice 71885 MiB of a 143771 MiB GPU x 0.95") for f in fit
+    ), fit
