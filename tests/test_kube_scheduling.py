@@ -404,6 +404,13 @@ def test_decode_keeps_the_sidecars_service_account(tmp_path: Path, capsys) -> No
     assert "decode.kubernetes.serviceAccountName" in err
 
 
+def test_the_sections_account_is_for_serve_and_prefill() -> None:
+    objs = objects(PHASE3.replace("  imagePullSecrets: [regcred]", "  serviceAccountName: engines"))
+    assert pod(objs, "prefill")["serviceAccountName"] == "engines"
+    assert pod(objs, "decode")["serviceAccountName"] == "p-routing-proxy"
+    assert pod(objs, "epp")["serviceAccountName"] == "p-epp"
+
+
 def test_image_volume_needs_a_model_path_inside_it(tmp_path: Path, capsys) -> None:
     text = FULL.replace("{storage}", "{type: image, reference: r.example/w:1}").replace(
         "/models/qwen3", "Qwen/Qwen3-8B"

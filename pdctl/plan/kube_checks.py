@@ -115,7 +115,9 @@ def check_roles(plan: Plan) -> None:
                     path=f"{path}.env",
                     fix="choose another name (secrets go in `secrets`)",
                 )
-        if pod.service_account_name and role in ("decode", "epp"):
+        # The section's account is for serve and prefill; decode and the EPP keep pdctl's.
+        own_account = _where(plan.spec, role, "service_account_name") != "kubernetes"
+        if pod.service_account_name and role in ("decode", "epp") and own_account:
             raise SpecError(
                 f"the {role} pods run as the ServiceAccount pdctl renders for them (its RBAC "
                 "is what they need)",
