@@ -171,11 +171,15 @@ def test_nixl_refuses_replicated_prefill_kv_into_smaller_decode(tmp_path: Path, 
     assert code == 0, err
 
 
-def test_pins_on_kubernetes_are_refused(tmp_path: Path, capsys) -> None:
+def test_pins_on_kubernetes_are_a_warning(tmp_path: Path, capsys) -> None:
+    """Like the `hosts` section they name, pins are not used on Kubernetes: said, not dropped."""
     text = PD.replace("decode: {replicas: 1,", "decode: {hosts: [gpu-b], replicas: 1,")
-    code, _, err = _validate(tmp_path, capsys, text, "--target", "kubernetes")
-    assert code == 2
-    assert "decode.hosts: decode.hosts pins instances to bare-metal hosts" in err, err
+    text += "kubernetes: {storage: {type: emptyDir}}\n"
+    code, out, err = _validate(tmp_path, capsys, text, "--target", "kubernetes")
+    assert code == 0, err
+    assert (
+        "warning: decode.hosts (gpu-b) pins bare-metal hosts and is not used on Kubernetes" in err
+    ), err
 
 
 def test_mla_models_are_checked_on_attention_heads_only() -> None:

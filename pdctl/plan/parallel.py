@@ -157,16 +157,12 @@ def _check_connector(spec: Spec, dims: Dims | None, prefill: object, decode: obj
         )
 
 
-def check_pins_on_hosts(spec: Spec, phase: int, target: str) -> None:
-    """`<role>.hosts` names bare-metal hosts: on Kubernetes it would be silently ignored."""
-    if target != "kubernetes":
-        return
-    for section, role in roles(spec, phase):
-        if getattr(role, "hosts", ()):
-            raise SpecError(
-                f"{section}.hosts pins instances to bare-metal hosts; on Kubernetes the "
-                "scheduler places pods",
-                path=f"{section}.hosts",
-                fix="remove it (use kubernetes.nodeSelector to choose nodes), or deploy to "
-                "target hosts",
-            )
+def pin_notes(spec: Spec, phase: int) -> tuple[str, ...]:
+    """On Kubernetes `<role>.hosts` is not used, as the `hosts` section it names is not (a
+    spec with hosts renders for either target): a warning, so it is not silently dropped."""
+    return tuple(
+        f"{section}.hosts ({', '.join(role.hosts)}) pins bare-metal hosts and is not used on "
+        "Kubernetes, where the scheduler places pods (kubernetes.nodeSelector chooses nodes)"
+        for section, role in roles(spec, phase)
+        if getattr(role, "hosts", ())
+    )
