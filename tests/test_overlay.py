@@ -85,6 +85,12 @@ def test_later_overlays_win() -> None:
         ("hosts:\n  - {address: 192.0.2.9}\n", "o1.yaml", 2, "needs `name`"),
         ("hosts:\n  - {name: gpu-a, $delete: yes please}\n", "o1.yaml", 2, "true or false"),
         ("- just a list\n", "o1.yaml", 1, "must be a mapping"),
+        (
+            "hosts:\n  - {name: gpu-c, address: 192.0.2.12}\n  - {name: gpu-c, gpus: [1]}\n",
+            "o1.yaml",
+            3,
+            "'gpu-c' is listed twice",
+        ),
     ],
 )
 def test_bad_overlay_is_located(overlay: str, file: str, line: int, phrase: str) -> None:

@@ -18,7 +18,9 @@ from pdctl.errors import SpecError
 from pdctl.spec.source import Loc, Source, dotted
 
 DELETE = "$delete"
-KEYED_LISTS = {("hosts",): "name"}  # lists merged entry by entry, keyed by this field
+KEYED_LISTS: dict[Loc, str] = {
+    ("hosts",): "name"
+}  # lists merged entry by entry, keyed by this field
 
 
 def merge(base: tuple[Any, Source], *overlays: tuple[Any, Source]) -> tuple[Any, Source]:
@@ -99,14 +101,22 @@ class _Merge:
         entries: list[tuple[int | None, int | None]] = [(i, None) for i in range(len(base))]
         index = {item.get(key): i for i, item in enumerate(base) if isinstance(item, dict)}
         deleted: set[int] = set()
+        named: set[Any] = set()
         for j, item in enumerate(over):
             name, delete = self.entry(item, oloc + (j,), key)
-            if name in index:
-                i = index[name]
+            if name in named:
+                raise self.refuse(
+                    oloc + (j, key),
+                    f"{key} {name!r} is listed twice in this overlay",
+                    "merge the two entries into one",
+                )
+            named.add(name)
+            at = index.get(name)
+            if at is not None:
                 if delete:
-                    deleted.add(i)
+                    deleted.add(at)
                 else:
-                    entries[i] = (i, j)
+                    entries[at] = (at, j)
             elif delete:
                 raise self.refuse(
                     oloc + (j, DELETE),
@@ -114,21 +124,22 @@ class _Merge:
                     f"check the {key}; entries: {', '.join(map(str, index)) or 'none'}",
                 )
             else:
-                index[name] = len(entries)
                 entries.append((None, j))
         merged = []
-        for pos, (i, j) in enumerate(e for n, e in enumerate(entries) if n not in deleted):
-            at = out + (pos,)
-            if j is None:
-                merged.append(self.take(base[i], at, self.base, bloc + (i,)))
+        kept = (e for n, e in enumerate(entries) if n not in deleted)
+        for pos, (b, o) in enumerate(kept):
+            spot = out + (pos,)
+            if o is None and b is not None:
+                merged.append(self.take(base[b], spot, self.base, bloc + (b,)))
                 continue
-            item = {k: v for k, v in over[j].items() if k != DELETE}
-            if i is None:
-                self.mark(at, self.over, oloc + (j,))
-                merged.append(self.take_entry(item, at, oloc + (j,)))
+            assert o is not None
+            item = {k: v for k, v in over[o].items() if k != DELETE}
+            if b is None:
+                self.mark(spot, self.over, oloc + (o,))
+                merged.append(self.take_entry(item, spot, oloc + (o,)))
             else:
-                self.mark(at, self.base, bloc + (i,))
-                merged.append(self.value(base[i], bloc + (i,), item, oloc + (j,), at))
+                self.mark(spot, self.base, bloc + (b,))
+                merged.append(self.value(base[b], bloc + (b,), item, oloc + (o,), spot))
         return merged
 
     def take_entry(self, item: dict, at: Loc, oloc: Loc) -> dict:
