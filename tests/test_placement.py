@@ -192,11 +192,18 @@ def test_placement_invariants(case) -> None:
     try:
         plan = make_plan(spec)
     except SpecError as exc:
+        widths = [
+            {tp for (_, tp), pin in ((p, pins[0]), (d, pins[1])) if not pin or i in pin}
+            for i in range(len(gpus))
+        ]
         if exc.path.endswith(".gpus"):  # a host no instance width divides: refused up front
-            assert "cannot divide" in exc.message and p[1] == d[1], exc.line()
+            assert "cannot divide" in exc.message, exc.line()
+            assert any(len(w) == 1 and n % min(w) for n, w in zip(gpus, widths, strict=True))
             return
         if "but it lists" in exc.message:  # `instances` more than the host's GPUs hold
-            assert any(c and c * min(p[1], d[1]) > n for n, c in zip(gpus, caps, strict=True))
+            assert any(
+                c and w and c * min(w) > n for n, c, w in zip(gpus, caps, widths, strict=True)
+            )
             return
         assert exc.path.endswith((".replicas", ".instances", ".hosts")), exc.line()
         assert _packs(gpus, caps, p, d, pins) is False, exc.line()
@@ -240,3 +247,13 @@ def test_where_lists_every_node_of_a_group() -> None:
     plan = _plan((ROOT / "examples" / "phase0-multinode.yaml").read_text())
     lines = where(plan)
     assert len(lines) == 2 and "-node1" in lines[1] and lines[0].split()[2] != lines[1].split()[2]
+
+
+def test_a_host_no_role_may_use_is_not_held_to_their_widths() -> None:
+    text = TWO_HOSTS.replace("phase: 2", "phase: 0").split("prefill:")[0]
+    text = text.replace("gpus: [0, 1, 2, 3, 4, 5, 6, 7]}\n", "gpus: [0, 1, 2]}\n", 1)
+    text += "serve: {replicas: 2, tensorParallel: 4, hosts: [host-b]}\n"
+    assert {h for h, _ in _where(text).values()} == {"host-b"}
+    with pytest.raises(SpecError) as err:  # unpinned, host-a's 3 GPUs are refused up front
+        _plan(text.replace(", hosts: [host-b]", ""))
+    assert err.value.path == "hosts[0].gpus" and "cannot divide" in err.value.message

@@ -183,9 +183,10 @@ def _check_pins(spec: Spec, groups: Sequence[Group]) -> None:
 
 
 def _check_hosts(spec: Spec, groups: Sequence[Group], cpu: bool) -> None:
-    widths = {g.gpus for g in groups}
     for i, host in enumerate(spec.hosts):
-        if cpu:
+        # Only the widths of the groups that may use the host (pins keep the others away).
+        widths = {g.gpus for g in groups if not g.pins or host.name in g.pins}
+        if cpu or not widths:
             continue
         if not host.gpus:
             raise SpecError(
