@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class ConsoleProgress:
 
     console: Console
     stages: dict[str, Stage] = field(default_factory=dict)
+    seen_at: dict[str, float] = field(default_factory=dict)  # when each report came
     live: Live | None = None
 
     def say(self, message: str) -> None:
@@ -44,8 +46,9 @@ class ConsoleProgress:
         key = f"{report.unit}@{report.where}"
         seen = self.stages.get(key)
         self.stages[key] = report
+        self.seen_at[key] = time.monotonic()
         if self.live is not None:
-            self.live.update(self.table())
+            self.live.refresh()
             return
         if seen is None or (seen.stage, seen.line) != (report.stage, report.line):
             self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
@@ -56,13 +59,16 @@ class ConsoleProgress:
         table = Table(box=None, show_header=True, pad_edge=False)
         for col in ("instance", "where", "stage", "waited", "latest log line"):
             table.add_column(col, no_wrap=col != "latest log line", overflow="ellipsis")
-        for r in self.stages.values():
+        now = time.monotonic()
+        for key, r in self.stages.items():
+            # the waited time ticks on between two reports (a unit's log is read every 5 s)
+            waited = r.elapsed if r.stage == "healthy" else r.elapsed + now - self.seen_at[key]
             style = "green" if r.stage == "healthy" else "red" if r.stage == "failing" else ""
             table.add_row(
                 r.unit,
                 r.where,
                 f"[{style}]{r.stage}[/]" if style else r.stage,
-                f"{int(r.elapsed)}s/{int(r.timeout)}s",
+                f"{int(waited)}s/{int(r.timeout)}s",
                 Text(r.line),
             )
         return table
@@ -104,7 +110,7 @@ class ConsoleProgress:
         """A live table of the instances' stages, below the logged steps (terminal only)."""
         from rich.live import Live
 
-        with Live(self.table(), console=self.console, refresh_per_second=4) as live:
+        with Live(get_renderable=self.table, console=self.console, refresh_per_second=4) as live:
             self.live = live
             try:
                 yield

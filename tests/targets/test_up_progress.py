@@ -4,8 +4,12 @@ over to the stand-in engine (fake_vllm.py)."""
 
 from __future__ import annotations
 
+import os
+import pty
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,4 +71,50 @@ def test_up_piped_prints_a_line_per_stage(ssh_env: SshEnv, slow_venv: Path, tmp_
         assert order.index("loading weights") < order.index("compiling") < order.index("healthy")
         assert "\x1b[" not in up.stdout  # piped: no live display, no escapes
     finally:
+        pdctl("down", str(spec), *known(ssh_env))
+
+
+def read_all(fd: int) -> bytes:
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the other side closed (EIO)
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_up_on_a_terminal_shows_a_live_table(ssh_env: SshEnv, slow_venv: Path, tmp_path: Path):
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "flive",
+            "phase": 0,
+            "model": {"name": "stand-in", "servedName": "stand-in"},
+            "engine": {"device": "cpu"},
+            "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(slow_venv))],
+            "serve": {"replicas": 1, "port": free_port()},
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    env.update(TERM="xterm-256color", LINES="40", COLUMNS="160")
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)]
+    try:
+        proc = subprocess.Popen(
+            [*cmd, "--timeout", "90"], stdin=slave, stdout=slave, stderr=slave, env=env
+        )
+        os.close(slave)
+        raw = read_all(master).decode("utf-8", "replace")
+        assert proc.wait(60) == 0, raw
+        assert "\x1b[" in raw  # a terminal: the live display redraws
+        shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+        header = re.search(r"instance\s+where\s+stage\s+waited\s+latest log line", shown)
+        assert header, shown
+        assert re.search(r"flive-serve-0\s+lo1\s+loading weights\s+\d+s/90s\s+Starting", shown)
+        assert "compiling" in shown and "healthy" in shown
+    finally:
+        os.close(master)
         pdctl("down", str(spec), *known(ssh_env))
