@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.errors import SpecError
-from pdctl.spec.model import Spec
+from pdctl.spec.model import Serve, Spec
+from pdctl.spec.pd import Role
 
 MAX_TP = 64  # the spec's own bound on tensorParallel
 
@@ -67,7 +68,7 @@ def nearest(value: int, options: list[int]) -> str:
     return " or ".join(map(str, picks))
 
 
-def roles(spec: Spec, phase: int) -> list[tuple[str, object]]:
+def roles(spec: Spec, phase: int) -> list[tuple[str, Serve | Role]]:
     names = ("serve",) if phase in (0, 1) else ("prefill", "decode")
     return [(n, getattr(spec, n)) for n in names if getattr(spec, n, None) is not None]
 
@@ -164,5 +165,5 @@ def pin_notes(spec: Spec, phase: int) -> tuple[str, ...]:
         f"{section}.hosts ({', '.join(role.hosts)}) pins bare-metal hosts and is not used on "
         "Kubernetes, where the scheduler places pods (kubernetes.nodeSelector chooses nodes)"
         for section, role in roles(spec, phase)
-        if getattr(role, "hosts", ())
+        if role.hosts
     )
