@@ -188,3 +188,17 @@ def test_example_pair() -> None:
     assert data["kubernetes"]["labels"] == {"team": "inference", "env": "prod"}
     assert yaml.safe_load(base.read_text())["serve"]["replicas"] == 1
     assert data["serve"]["replicas"] == 3
+
+
+def test_stdin_base_with_overlay(tmp_path: Path, capsys, monkeypatch) -> None:
+    import io
+
+    f = write(tmp_path, one="serve:\n  replicas: 0\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(BASE))
+    code, _, err = run_cli(["validate", "-", "--overlay", f["one"]], capsys)
+    assert code == 2
+    assert err.startswith(f"error: {f['one']}:2: serve.replicas: must be >= 1"), err
+    monkeypatch.setattr("sys.stdin", io.StringIO(BASE))
+    code, _, err = run_cli(["validate", "-", "--overlay", "-"], capsys)
+    assert code == 2
+    assert err == "error: SPEC and an --overlay cannot both be - (stdin); give a file\n"
