@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from pdctl.errors import SpecError
+from pdctl.plan.group import all_nodes
 from pdctl.plan.model import Plan, PortRule, Service
 
 # Ranges that are not pdctl's choice but must be open between engine hosts.
@@ -43,13 +44,37 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
         address = host.address_for_peers or host.address
         rules.append(PortRule(host.name, address, _span(first, count), opened_to, purpose, path))
 
-    engine_hosts = sorted({i.host.name for i in plan.instances if i.host is not None})
+    nodes = all_nodes(plan.instances)
+    engine_hosts = sorted({i.host.name for i in nodes if i.host is not None})
     all_engines = "engine hosts (" + ", ".join(engine_hosts) + ")"
-    for inst in plan.instances:
+    for inst in nodes:
         assert inst.host is not None
         path = f"{inst.role}.port"
-        add(inst.host, inst.port, 1, "router", f"{inst.name} HTTP (vLLM API)", path)
+        if not inst.leader:  # a headless node of a group serves no API
+            add(inst.host, inst.port, 1, "router", f"{inst.name} HTTP (vLLM API)", path)
         extra = dict(inst.extra_ports)
+        if "rendezvous" in extra:
+            members = ", ".join(n.host.name for n in inst.workers if n.host is not None)
+            add(
+                inst.host,
+                extra["rendezvous"],
+                1,
+                f"its group's nodes ({members})",
+                f"{inst.name} group rendezvous",
+                f"{inst.role}.rendezvousPort",
+            )
+            for node in (inst, *inst.workers):
+                assert node.host is not None
+                rules.append(
+                    PortRule(
+                        node.host.name,
+                        node.host.address_for_peers or node.host.address,
+                        EPHEMERAL,
+                        f"its group's nodes ({inst.name})",
+                        "NCCL/Gloo and vLLM's ZMQ between a group's nodes (random ports)",
+                        "",
+                    )
+                )
         if "kv" in extra:
             add(
                 inst.host,
@@ -68,18 +93,21 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
                 f"{inst.name} Mooncake bootstrap",
                 "disaggregation.bootstrapPort",
             )
-        if "nixl-side-channel" in extra:
+        sides = [p for k, p in inst.extra_ports if k == "nixl-side-channel"]
+        if sides:
+            # A node of a data-parallel group: one side channel per local rank.
             add(
                 inst.host,
-                extra["nixl-side-channel"],
-                1,
+                sides[0],
+                len(sides),
                 all_engines,
-                f"{inst.name} NIXL side channel",
+                f"{inst.name} NIXL side channel"
+                + ("s (one per DP rank)" if len(sides) > 1 else ""),
                 "disaggregation.sideChannelPort",
             )
     for svc in plan.services:
         rules += _service_rules(svc, plan, take)
-    hosts = {i.host.name: i.host for i in plan.instances if i.host is not None}
+    hosts = {i.host.name: i.host for i in nodes if i.host is not None}
     for name in engine_hosts:
         host = hosts[name]
         address = host.address_for_peers or host.address
