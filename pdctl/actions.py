@@ -176,8 +176,9 @@ def down(
     plan: Plan, bundle: Bundle, options: Connect, progress: Progress, delete_volumes: bool = False
 ) -> Stopped:
     """Stop and remove what `up` started (twice is harmless); what could not be reached is
-    in the answer, not raised."""
-    with open_target(plan, bundle, options, progress.say) as target:
+    in the answer, not raised. Kubernetes: waits until the pods are gone, reporting each
+    pod's stage (`terminating`) through the progress."""
+    with open_target(plan, bundle, options, progress.say, progress.stage) as target:
         return target.down(delete_volumes=delete_volumes)
 
 

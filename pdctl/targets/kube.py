@@ -89,6 +89,7 @@ class KubeTarget(Closing):
     say: Callable[[str], None] = lambda _m: None
     stage: Callable[[Stage], None] = lambda _s: None
     timeout: float = 30.0
+    down_timeout: float = 300.0  # how long `down` waits for the pods to terminate
     objects: list[dict[str, Any]] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete_objects()
     unreachable: dict[str, str] = field(default_factory=dict)  # a cluster is one endpoint
@@ -266,7 +267,12 @@ class KubeTarget(Closing):
         return Outcome()
 
     def down(self, delete_volumes: bool = False) -> Stopped:
+        """Delete the objects, then wait until the deployment's pods are gone (their GPUs
+        free), reporting each terminating pod; raises when some outlive `down_timeout`."""
+        from pdctl.targets.kube_wait import wait_gone
+
         gone = self.delete_objects(volumes=delete_volumes)
+        wait_gone(self, self.down_timeout)
         return Stopped(removed=gone, kept=list(self.kept))
 
     def endpoints(self) -> list[str]:

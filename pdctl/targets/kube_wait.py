@@ -94,3 +94,25 @@ def pod_log(tgt: KubeTarget, pod: dict[str, Any]) -> str:
         return tgt._call("GET", path, query=query, as_text=True) or ""
     except ApiError:
         return ""
+
+
+def wait_gone(tgt: KubeTarget, timeout: float, poll: float = 2.0) -> None:
+    """After `down` deleted the objects: wait until no pod of the deployment is left,
+    reporting each as `terminating`; one line naming those left after `timeout`."""
+    start = time.monotonic()
+    while True:
+        pods = tgt.pods()
+        if not pods:
+            return
+        elapsed = time.monotonic() - start
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName") or "-"
+            tgt.stage(Stage(pod["metadata"]["name"], node, "terminating", "", elapsed, timeout))
+        if elapsed > timeout:
+            names = ", ".join(sorted(p["metadata"]["name"] for p in pods))
+            raise PdctlError(
+                f"deleted the objects of {tgt.name!r}, but pods still run after "
+                f"{int(timeout)} s: {names}; see `pdctl status`, and `kubectl delete pod` if "
+                "one is stuck (a finalizer, a node that does not answer)"
+            )
+        time.sleep(poll)

@@ -137,3 +137,27 @@ def test_up_waits_with_each_pods_stage_and_fails_with_the_reason(cluster, tmp_pa
         for name in ("kwait-serve-l", "kwait-serve-u"):
             tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
         tgt.delete_objects(volumes=True)
+
+
+def test_down_waits_until_the_pods_are_gone(cluster):
+    import threading
+
+    from pdctl.errors import PdctlError
+    from tests.targets.test_stages import LOADING
+
+    seen = []
+    api = client.ApiClient(client.Configuration(host=cluster.url))
+    tgt = KubeTarget(api, "kgone", NS, stage=seen.append, down_timeout=0.3)
+    _, objs = phase1("kgone")
+    tgt.apply_objects(objs)
+    put_pod(tgt, LOADING, "kgone-serve-a")  # kmock has no garbage collector: it stays
+    with pytest.raises(PdctlError, match=r"pods still run after 0 s: kgone-serve-a;"):
+        tgt.down(delete_volumes=True)
+    assert {(s.unit, s.stage) for s in seen} == {("kgone-serve-a", "terminating")}
+    tgt.down_timeout = 30
+    path = f"/api/v1/namespaces/{NS}/pods/kgone-serve-a"
+    gc = threading.Timer(0.5, lambda: tgt._call("DELETE", path))  # as the GC would
+    gc.start()
+    assert tgt.down(delete_volumes=True).removed == []  # the objects were deleted before
+    gc.join()
+    assert tgt.pods() == []
