@@ -84,15 +84,17 @@ def check_dry_run(tgt: KubeTarget) -> None:
         "metadata": {"name": PROBE, "namespace": tgt.namespace},
         "data": {"purpose": "pdctl checks that this server honours dryRun; never stored"},
     }
-    if tgt._call("GET", f"{path}/{PROBE}") is not None:
+    try:
+        there = tgt._call("GET", f"{path}/{PROBE}") is not None
+        if not there:
+            tgt._call("POST", path, body, [DRY_RUN, ("fieldManager", "pdctl")])
+    except ApiError:  # not allowed to read or create ConfigMaps here: nothing was stored
+        return
+    if there:
         raise PdctlError(
             f"ConfigMap {tgt.namespace}/{PROBE} exists: a server that ignored dryRun stored it; "
             "delete it, and use a server that honours dryRun (or --dry-run --offline)"
         )
-    try:
-        tgt._call("POST", path, body, [DRY_RUN, ("fieldManager", "pdctl")])
-    except ApiError:  # not allowed to create ConfigMaps here: nothing was stored either
-        return
     if tgt._call("GET", f"{path}/{PROBE}") is None:
         return
     tgt._call("DELETE", f"{path}/{PROBE}")
