@@ -34,6 +34,12 @@ def check_host_slice(spec: Spec, sl: Slice) -> str:
     device plugin to turn a percentage into MiB)."""
     share = spec.decode.share if spec.decode is not None else None
     assert share is not None
+    if spec.engine.device == "cpu":
+        raise SpecError(
+            "phase 3 slices GPUs with HAMi-core, and engine.device cpu has none",
+            path="engine.device",
+            fix="use phase 2 for CPU engines, or engine.device: cuda",
+        )
     if share.library is None:
         raise SpecError(
             "phase 3 on hosts preloads HAMi-core into each decode engine, and no library path "

@@ -135,3 +135,12 @@ def test_spec_errors_name_the_field(share: str, extra: str, path: str, tmp_path:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f": {path}: " in lines[0], proc.stderr
     assert proc.stdout == ""
+
+
+def test_cpu_engines_have_no_gpu_to_slice() -> None:
+    text = spec(f"{{perGpu: 2, gpuTotalMib: 143771, library: {LIB}}}").replace(
+        "engine: {version: '0.33.0'}", "engine: {version: '0.33.0', device: cpu}"
+    )
+    with pytest.raises(SpecError) as err:
+        plan_of(text)
+    assert err.value.path == "engine.device"
