@@ -70,6 +70,9 @@ class Fleet:
     # `pyenv init` (~0.1 s of CPU each time). With plain_shell the hosts see an empty one,
     # as on a host without such a file.
     plain_shell: bool = True
+    # The ~/.bashrc the hosts see instead (e.g. `sleep 0.3`, a conda init's cost); None: as
+    # plain_shell says.
+    bashrc: str | None = None
     hosts: list[BenchHost] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
@@ -116,16 +119,30 @@ class Fleet:
             log = open(self.root / f"sshd_{host.name}.log", "wb")  # noqa: SIM115
             sshd = f"exec /usr/sbin/sshd -D -e -f {shlex.quote(str(conf))}"
             rc = Path.home() / ".bashrc"
-            if self.plain_shell and rc.exists():
-                # A mount namespace of its own where ~/.bashrc is empty: see plain_shell.
-                empty = self.root / "empty_bashrc"
-                empty.write_text("")
-                sshd = f"mount --bind {shlex.quote(str(empty))} {shlex.quote(str(rc))} && {sshd}"
+            text = self.bashrc if self.bashrc is not None else ("" if self.plain_shell else None)
+            if text is not None and rc.exists():
+                # A mount namespace of its own where ~/.bashrc is `text`: see plain_shell.
+                seen = self.root / "host_bashrc"
+                seen.write_text(text)
+                sshd = f"mount --bind {shlex.quote(str(seen))} {shlex.quote(str(rc))} && {sshd}"
             self.procs.append(
                 subprocess.Popen(
-                    ["ip", "netns", "exec", host.ns, "unshare", "--mount", "--propagation",
-                     "private", "sh", "-c", sshd],
-                    stdout=log, stderr=log, start_new_session=True,
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        host.ns,
+                        "unshare",
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "sh",
+                        "-c",
+                        sshd,
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
                 )
             )
             pub = Path(f"{hostkey}.pub").read_text().split()[:2]
@@ -138,8 +155,9 @@ class Fleet:
     def _network(self, host: BenchHost) -> None:
         _cleanup_network(host)
         _run("ip", "netns", "add", host.ns)
-        _run("ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
-             host.ns)
+        _run(
+            "ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.ns
+        )
         _run("ip", "addr", "add", f"{host.gateway}/24", "dev", host.veth)
         _run("ip", "link", "set", host.veth, "up")
         _run("ip", "-n", host.ns, "addr", "add", f"{host.address}/24", "dev", "eth0")

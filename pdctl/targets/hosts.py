@@ -227,17 +227,21 @@ class HostsTarget(Closing):
             raise UsageError(f"no unit {unit!r} in {self.plan.name!r} (units: {known})")
         if follow and len(chosen) > 1:
             raise UsageError("-f follows one unit: name it (see `pdctl status`)")
+        if follow:
+            host, name = chosen[0]
+            try:
+                self.ops[host].follow(name, write, lines)
+            except KeyboardInterrupt:  # Ctrl-C ends following
+                pass
+            return
+        text: dict[tuple[str, str], str] = {}
+        for host in sorted({h for h, _ in chosen}):  # one exec per host
+            names = [n for h, n in chosen if h == host]
+            text.update(((host, n), t) for n, t in self.ops[host].tails(names, lines).items())
         for host, name in chosen:
-            ops = self.ops[host]
-            if follow:
-                try:
-                    ops.follow(name, write, lines)
-                except KeyboardInterrupt:  # Ctrl-C ends following
-                    pass
-                return
             if len(chosen) > 1:
                 write(f"==> {name} on {host} <==\n")
-            write(ops.tail(name, lines))
+            write(text[(host, name)])
 
     def endpoints(self) -> list[str]:
         return endpoints(self.plan, self.desired())

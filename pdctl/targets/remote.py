@@ -268,17 +268,25 @@ class HostOps:
             return self._seen.get(unit, False)
 
     def tail(self, unit: str, lines: int = 20) -> str:
-        log = self.unit_dir(unit) + "/log"
-        cmd = (
-            f"if [ -f {shlex.quote(log)} ]; then tail -n {lines} {shlex.quote(log)}; "
-            f"else docker logs --tail {lines} {shlex.quote(unit)} 2>&1 || true; fi"
-        )
-        try:
-            return self.conn.run(cmd, timeout=60, step=f"reading the log of {unit}").out
-        except HostLost:
-            raise
-        except PdctlError as exc:  # a log too slow to read: say so instead of failing
-            return exc.line()
+        return self.tails([unit], lines)[unit]
+
+    def tails(self, units: list[str], lines: int = 20) -> dict[str, str]:
+        """The last `lines` of each unit's log, in ONE exec; a log too slow to read says so
+        instead of failing; HostLost when the connection dies."""
+        cmds = []
+        for unit in units:
+            log = shlex.quote(self.unit_dir(unit) + "/log")
+            cmds.append(
+                f"if [ -f {log} ]; then tail -n {int(lines)} {log}; "
+                f"else docker logs --tail {int(lines)} {shlex.quote(unit)} 2>&1 || true; fi"
+            )
+        step = "reading the log of " + ", ".join(units)
+        out = {}
+        for unit, res in zip(units, run_batch(self.conn, cmds, timeout=60, step=step), strict=True):
+            if isinstance(res, HostLost):
+                raise res
+            out[unit] = res.line() if isinstance(res, PdctlError) else res.out
+        return out
 
     def follow(self, unit: str, write: Any, lines: int = 50) -> None:
         log = self.unit_dir(unit) + "/log"

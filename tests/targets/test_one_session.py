@@ -110,6 +110,14 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
             conn.close()
 
         counted.reset()
+        logs = pdctl("logs", str(spec), *known)
+        assert logs.returncode == 0, logs.stderr
+        for unit in units:
+            assert f"==> {unit} on counted <==" in logs.stdout
+        assert logs.stdout.count("fake-vllm serving stand-in") == 2, logs.stdout
+        assert counted.count() == 2  # what runs; then every unit's log
+
+        counted.reset()
         down = pdctl("down", str(spec), *known)
         assert down.returncode == 0, down.stderr
         assert counted.count() == 2  # what runs; then every stop.sh and the folder removal
