@@ -299,6 +299,14 @@ class KubeTarget(Closing):
                 out.append(("prune", res.kind, name))
         return out
 
+    def body(self, obj: dict[str, Any], res: Resource) -> dict[str, Any]:
+        """What pdctl sends for `obj`: with the hash annotation, and on a cluster-scoped
+        object the namespace annotation."""
+        body = with_hash(obj)
+        if not res.namespaced:
+            body["metadata"]["annotations"][NAMESPACE_ANNOTATION] = self.namespace
+        return body
+
     def apply_objects(self, objs: list[dict[str, Any]]) -> None:
         """Server-side apply each object (field manager pdctl, force) in apply order, then prune
         the rest in reverse order. Nothing is applied unless every kind is served."""
@@ -306,9 +314,7 @@ class KubeTarget(Closing):
         for obj in sorted(objs, key=lambda o: rank(o["kind"])):
             kind, meta = obj["kind"], obj["metadata"]
             res = self.resource(kind, obj["apiVersion"])
-            body = with_hash(obj)
-            if not res.namespaced:
-                body["metadata"]["annotations"][NAMESPACE_ANNOTATION] = self.namespace
+            body = self.body(obj, res)
             namespace = meta.get("namespace") or self.namespace
             query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
             done = self._call(

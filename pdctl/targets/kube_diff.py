@@ -107,13 +107,9 @@ def check_dry_run(tgt: KubeTarget) -> None:
 
 def dry_run_apply(tgt: KubeTarget, obj: dict[str, Any]) -> dict[str, Any]:
     """What the server would store for `obj` applied as `up` applies it (nothing stored)."""
-    from pdctl.targets.kube import NAMESPACE_ANNOTATION, with_hash
-
     kind, meta = obj["kind"], obj["metadata"]
     res = tgt.resource(kind, obj["apiVersion"])
-    body = with_hash(obj)
-    if not res.namespaced:
-        body["metadata"]["annotations"][NAMESPACE_ANNOTATION] = tgt.namespace
+    body = tgt.body(obj, res)
     namespace = meta.get("namespace") or tgt.namespace
     query = [DRY_RUN, ("fieldManager", "pdctl"), ("force", "true")]
     path = res.path(namespace, meta["name"])
