@@ -6,7 +6,7 @@ import ipaddress
 
 from pdctl.errors import SpecError
 from pdctl.plan.group import all_nodes
-from pdctl.plan.model import Plan, PortRule, Service
+from pdctl.plan.model import Instance, Plan, PortRule, Service
 
 # Ranges that are not pdctl's choice but must be open between engine hosts.
 MOONCAKE_TE_RANGE = (15000, 17000)  # transfer-engine handshake (P2PHANDSHAKE, MC_MIN/MAX_RPC_PORT)
@@ -18,6 +18,61 @@ MOONCAKE_RANDOM = "32768-65535"
 
 def _span(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
+def group_ports(plan: Plan) -> tuple[PortRule, ...]:
+    """Phases 0 and 1 on hosts: the ports multi-node groups need between their nodes (none
+    without a group: single-node instances only take their HTTP port)."""
+    if plan.target != "hosts" or not any(i.workers for i in plan.instances):
+        return ()
+    rules: list[PortRule] = []
+    for inst in plan.instances:
+        assert inst.host is not None
+        peers = inst.host.address_for_peers or inst.host.address
+        rules.append(
+            PortRule(
+                inst.host.name,
+                peers,
+                str(inst.port),
+                "clients",
+                f"{inst.name} HTTP (vLLM API)",
+                "serve.port",
+            )
+        )
+        rules += _group_rules(inst)
+    return tuple(rules)
+
+
+def _group_rules(inst: Instance) -> list[PortRule]:
+    """A group leader's rendezvous port, and the random ports between the group's nodes."""
+    port = dict(inst.extra_ports).get("rendezvous")
+    if port is None or inst.host is None:
+        return []
+    members = ", ".join(n.host.name for n in inst.workers if n.host is not None)
+    peers = inst.host.address_for_peers or inst.host.address
+    out = [
+        PortRule(
+            inst.host.name,
+            peers,
+            str(port),
+            f"its group's nodes ({members})",
+            f"{inst.name} group rendezvous",
+            f"{inst.role}.rendezvousPort",
+        )
+    ]
+    for node in (inst, *inst.workers):
+        assert node.host is not None
+        out.append(
+            PortRule(
+                node.host.name,
+                node.host.address_for_peers or node.host.address,
+                EPHEMERAL,
+                f"its group's nodes ({inst.name})",
+                "NCCL/Gloo and vLLM's ZMQ between a group's nodes (random ports)",
+                "",
+            )
+        )
+    return out
 
 
 def port_rules(plan: Plan) -> tuple[PortRule, ...]:
@@ -54,45 +109,14 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
             add(inst.host, inst.port, 1, "router", f"{inst.name} HTTP (vLLM API)", path)
         extra = dict(inst.extra_ports)
         if "rendezvous" in extra:
-            members = ", ".join(n.host.name for n in inst.workers if n.host is not None)
-            add(
+            take(
                 inst.host,
                 extra["rendezvous"],
                 1,
-                f"its group's nodes ({members})",
                 f"{inst.name} group rendezvous",
                 f"{inst.role}.rendezvousPort",
             )
-            for node in (inst, *inst.workers):
-                assert node.host is not None
-                rules.append(
-                    PortRule(
-                        node.host.name,
-                        node.host.address_for_peers or node.host.address,
-                        EPHEMERAL,
-                        f"its group's nodes ({inst.name})",
-                        "NCCL/Gloo and vLLM's ZMQ between a group's nodes (random ports)",
-                        "",
-                    )
-                )
-        if "kv" in extra:
-            add(
-                inst.host,
-                extra["kv"],
-                inst.tensor_parallel,
-                all_engines,
-                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)",
-                "disaggregation.kvPort",
-            )
-        if "bootstrap" in extra:
-            add(
-                inst.host,
-                extra["bootstrap"],
-                1,
-                "router, decode hosts",
-                f"{inst.name} Mooncake bootstrap",
-                "disaggregation.bootstrapPort",
-            )
+            rules += _group_rules(inst)
         sides = [p for k, p in inst.extra_ports if k == "nixl-side-channel"]
         if sides:
             # A node of a data-parallel group: one side channel per local rank.

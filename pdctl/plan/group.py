@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from pdctl.errors import SpecError
-from pdctl.plan.model import Instance
+from pdctl.plan.model import Instance, Plan
 from pdctl.plan.place import Slot
 from pdctl.spec.model import Host
 from pdctl.spec.pd import Multinode
@@ -182,6 +182,50 @@ def group_env(host: Host) -> list[tuple[str, str]]:
     if host.rdma_devices:
         env.append(("NCCL_IB_HCA", ",".join(host.rdma_devices)))
     return env
+
+
+def lws_flags(shape: GroupShape, worker: bool) -> list[tuple[str, str]]:
+    """The flags every pod of a LeaderWorkerSet group shares (leader or worker template); the
+    per-pod ones come from `lws_launch`."""
+    flags: list[tuple[str, str]] = []
+    if shape.kind == "tp":
+        flags += [("--nnodes", str(shape.nodes)), ("--master-port", str(shape.base_port))]
+    else:
+        flags += [
+            ("--data-parallel-size", str(shape.data_parallel)),
+            ("--data-parallel-size-local", str(shape.local_dp)),
+            ("--data-parallel-rpc-port", str(shape.base_port)),
+        ]
+    if shape.expert_parallel:
+        flags.append(("--enable-expert-parallel", ""))
+    if worker:
+        flags.append(("--headless", ""))
+    return flags
+
+
+def lws_launch(shape: GroupShape, worker: bool) -> tuple[str, ...]:
+    """The container command of a LeaderWorkerSet pod: a shell that runs `vllm serve` with the
+    container's args ("$@") plus the rank flags from the variables LWS puts in every container
+    (LWS_LEADER_ADDRESS: the leader pod's DNS name; LWS_WORKER_INDEX: 0 for the leader, 1..
+    for the workers)."""
+    script = 'exec vllm serve "$@"'
+    if shape.kind == "tp":
+        script += ' --node-rank "$LWS_WORKER_INDEX" --master-addr "$LWS_LEADER_ADDRESS"'
+    else:
+        script += ' --data-parallel-address "$LWS_LEADER_ADDRESS"'
+        if worker:
+            script += f' --data-parallel-start-rank "$((LWS_WORKER_INDEX * {shape.local_dp}))"'
+    return ("/bin/sh", "-c", script, "vllm")
+
+
+LWS_KIND = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
+
+
+def group_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """The custom kinds multi-node instances need on Kubernetes (LeaderWorkerSet)."""
+    if plan.target == "kubernetes" and any(i.workers for i in plan.instances):
+        return tuple(sorted({*plan.kinds, LWS_KIND}))
+    return plan.kinds
 
 
 GROUP_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")

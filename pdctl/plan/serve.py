@@ -12,6 +12,8 @@ from pdctl.plan.group import (
     group_hosts,
     group_shape,
     join,
+    lws_flags,
+    lws_launch,
     worker_name,
 )
 from pdctl.plan.model import Instance, Target
@@ -82,18 +84,41 @@ def serve_instances(
     if target == "kubernetes":
         # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose
         # leader address and ranks come from the LWS_* variables at run time.
-        single = None if gshape.multinode else group_flags(gshape, 0, "", 0)
+        if not gshape.multinode:
+            flags = group_flags(gshape, 0, "", 0)
+            workers: tuple[Instance, ...] = ()
+            launch: tuple[str, ...] = ()
+        else:
+            flags = lws_flags(gshape, worker=False)
+            launch = lws_launch(gshape, worker=False)
+            workers = (
+                Instance(
+                    name=f"{spec.name}-serve-worker",
+                    role="serve",
+                    index=0,
+                    port=8000,
+                    args=args(8000, lws_flags(gshape, worker=True)),
+                    env=env,
+                    gpu_count=width,
+                    tensor_parallel=shape.tensor_parallel,
+                    replicas=gshape.nodes - 1,  # worker pods per group
+                    leader=f"{spec.name}-serve",
+                    launch=lws_launch(gshape, worker=True),
+                ),
+            )
         return (
             Instance(
                 name=f"{spec.name}-serve",
                 role="serve",
                 index=0,
                 port=8000,
-                args=args(8000, single),
+                args=args(8000, flags),
                 env=env,
                 gpu_count=width,
                 tensor_parallel=shape.tensor_parallel,
                 replicas=shape.replicas,
+                workers=workers,
+                launch=launch,
             ),
         )
     for i, host in enumerate(spec.hosts):

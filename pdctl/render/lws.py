@@ -1,0 +1,78 @@
+"""Multi-node instances on Kubernetes: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) per
+group of pods, the shape llm-d's wide-EP guide uses, and a Service that selects only the
+leaders (the pods with an API server).
+
+Every pod of a group runs `vllm serve` through the plan's `launch` shell, which adds the
+per-pod flags from the variables LWS injects into every container: LWS_LEADER_ADDRESS (the
+leader pod's DNS name) and LWS_WORKER_INDEX (0 for the leader). `restartPolicy:
+RecreateGroupOnPodRestart`: a failed pod restarts its whole group, as vLLM's nodes cannot
+rejoin a running group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.plan.model import Instance, Plan
+from pdctl.render.kube import (
+    engine_container,
+    gpu_request,
+    metadata,
+    pod_spec,
+    selector,
+    service_obj,
+)
+from pdctl.render.kube_pod import pod_metadata
+
+Obj = dict[str, Any]
+API_VERSION = "leaderworkerset.x-k8s.io/v1"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def group_container(plan: Plan, inst: Instance, port: int = 8000) -> Obj:
+    """The engine container of a group's pod: the leader keeps its port and /health probes;
+    a worker (`--headless`) serves no HTTP, so it has neither."""
+    container = engine_container(plan, inst, gpu_request(inst.gpu_count), port)
+    container["command"] = list(inst.launch)
+    if inst.leader:
+        for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
+            container.pop(key, None)
+    return container
+
+
+def lws_obj(plan: Plan, leader: Instance, component: str, port: int = 8000) -> Obj:
+    (worker,) = leader.workers
+    templates = {}
+    for key, inst in (("leaderTemplate", leader), ("workerTemplate", worker)):
+        pod = pod_spec(plan, [group_container(plan, inst, port)], inst.tensor_parallel, component)
+        templates[key] = {"metadata": pod_metadata(plan, component, {}, {}), "spec": pod}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": metadata(plan, leader.name, component),
+        "spec": {
+            "replicas": leader.replicas,
+            # Workers start with the leader: vLLM's nodes wait for each other (rendezvous).
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": 1 + worker.replicas,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                **templates,
+            },
+        },
+    }
+
+
+def leader_service(plan: Plan, name: str, component: str, port: int) -> Obj:
+    """A Service in front of the groups' leaders only (worker index 0)."""
+    svc = service_obj(plan, name, component, port)
+    svc["spec"]["selector"] = {**selector(plan, component), WORKER_INDEX: "0"}
+    return svc
+
+
+def phase1_group(plan: Plan) -> list[Obj]:
+    """Phase 1's Service and LeaderWorkerSet when the instance spans nodes; [] otherwise."""
+    (inst,) = plan.instances
+    if not inst.workers:
+        return []
+    return [leader_service(plan, plan.name, "serve", 8000), lws_obj(plan, inst, "serve")]

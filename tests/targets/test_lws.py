@@ -1,0 +1,166 @@
+"""Multi-node instances on Kubernetes: a LeaderWorkerSet (render/lws.py), checked against the
+real LWS CRD schema (tests/data/crds), its pod templates strictly against Kubernetes 1.29,
+its flags against the pinned vLLM; the kube target applies it, waits on it and deletes it
+(on kmock, which serves the CRD but runs no controller: the test acts as LWS's)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from pdctl.compat import release
+from pdctl.errors import PdctlError
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from pdctl.targets.kube import KubeTarget
+from tests.conftest import K8S_VERSION
+from tests.pd.check import crd_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def lws_plan(**serve: object):
+    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
+    data["serve"].update(serve)
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    plan = make_plan(spec)
+    return plan, list(render(plan).objects)
+
+
+def the(objs: list[dict], kind: str) -> dict:
+    (found,) = [o for o in objs if o["kind"] == kind]
+    return found
+
+
+def templates(lws: dict) -> tuple[dict, dict]:
+    t = lws["spec"]["leaderWorkerTemplate"]
+    return t["leaderTemplate"], t["workerTemplate"]
+
+
+def as_pod(template: dict) -> dict:
+    meta = {"name": "p", **template["metadata"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+
+def flags_in(container: dict) -> set[str]:
+    words = [*container["args"], *container["command"]]
+    return {m for w in words for m in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", w)}
+
+
+@pytest.mark.parametrize(
+    "serve",
+    [{}, {"tensorParallel": 1, "pipelineParallel": 1, "dataParallel": 16, "expertParallel": True}],
+    ids=["tp-pp", "dp-ep"],
+)
+def test_lws_is_schema_valid_and_its_pods_strictly_valid(serve: dict) -> None:
+    plan, objs = lws_plan(**serve)
+    lws = the(objs, "LeaderWorkerSet")
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    jsonschema.validate(lws, crd_schema("LeaderWorkerSet", "v1"))
+    for template in templates(lws):
+        kubernetes_validate.validate(as_pod(template), K8S_VERSION, strict=True)
+    for obj in objs:
+        if obj["kind"] != "LeaderWorkerSet":
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    assert ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") in plan.kinds
+    assert "Deployment" not in {o["kind"] for o in objs}
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.33.0"])
+@pytest.mark.parametrize("dp", [1, 16])
+def test_every_flag_of_leader_and_worker_exists_in_the_pinned_vllm(version: str, dp: int) -> None:
+    serve = {"dataParallel": dp, "tensorParallel": 1, "pipelineParallel": 1} if dp > 1 else {}
+    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
+    data["engine"]["version"] = version
+    data["serve"].update(serve)
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    lws = the(list(render(make_plan(spec)).objects), "LeaderWorkerSet")
+    rel = release(version)
+    for template in templates(lws):
+        (container,) = template["spec"]["containers"]
+        for flag in flags_in(container):
+            assert rel.has_flag(flag), f"{flag} is not in vLLM {version}"
+
+
+def test_tp_pp_group_ranks_come_from_lws_and_workers_are_headless() -> None:
+    _, objs = lws_plan()
+    lws = the(objs, "LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = (t["spec"]["containers"][0] for t in templates(lws))
+    for c in (leader, worker):
+        assert c["command"][:2] == ["/bin/sh", "-c"]
+        assert '--node-rank "$LWS_WORKER_INDEX"' in c["command"][2]
+        assert '--master-addr "$LWS_LEADER_ADDRESS"' in c["command"][2]
+        assert c["args"][c["args"].index("--nnodes") + 1] == "2"
+        assert c["args"][c["args"].index("--master-port") + 1] == "29501"
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "--headless" in worker["args"] and "--headless" not in leader["args"]
+    assert "readinessProbe" in leader and "ports" in leader
+    assert "readinessProbe" not in worker and "ports" not in worker
+    svc = the(objs, "Service")
+    assert svc["spec"]["selector"][WORKER_INDEX] == "0"
+
+
+def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
+    _, objs = lws_plan(tensorParallel=1, pipelineParallel=1, dataParallel=16)
+    leader, worker = (t["spec"]["containers"][0] for t in templates(the(objs, "LeaderWorkerSet")))
+    assert leader["args"][leader["args"].index("--data-parallel-size-local") + 1] == "8"
+    assert "--data-parallel-start-rank" not in leader["command"][2]
+    script = worker["command"][2]
+    assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in script
+    # The shell gives vLLM exactly the container's args, then the per-pod flags.
+    out = subprocess.run(
+        ["sh", "-c", script.replace("exec vllm serve", "echo"), "vllm", "a b", "--x"],
+        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "lead.svc"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == [
+        "a",
+        "b",
+        "--x",
+        "--data-parallel-address",
+        "lead.svc",
+        "--data-parallel-start-rank",
+        "8",
+    ]
+
+
+def test_kube_target_applies_waits_on_and_deletes_the_lws(cluster) -> None:
+    from kubernetes import client
+
+    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
+    data["name"] = "klws"
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    plan = make_plan(spec)
+    objs = list(render(plan).objects)
+    api = client.ApiClient(client.Configuration(host=cluster.url))
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply_objects(objs)
+    lws = tgt.get("LeaderWorkerSet", "klws-serve", api_version="leaderworkerset.x-k8s.io/v1")
+    assert lws is not None and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    with pytest.raises(PdctlError, match="LeaderWorkerSet/klws-serve not rolled out"):
+        tgt.wait(objs, timeout=0.5, poll=0.1)  # no controller: no group is ready
+    # Act as the LWS controller would once the group's pods are ready.
+    status = {
+        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
+    }
+    path = tgt._path("LeaderWorkerSet", "klws-serve", api_version="leaderworkerset.x-k8s.io/v1")
+    tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
+    tgt.wait(objs, timeout=5, poll=0.1)
+    deleted = tgt.delete_objects(volumes=True)
+    assert ("LeaderWorkerSet", "klws-serve") in deleted
+    assert (
+        tgt.get("LeaderWorkerSet", "klws-serve", api_version="leaderworkerset.x-k8s.io/v1") is None
+    )
+    assert tgt.owned() == []
