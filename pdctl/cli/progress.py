@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
     from rich.live import Live
     from rich.table import Table
 
@@ -52,6 +53,15 @@ class ConsoleProgress:
             return
         if seen is None or (seen.stage, seen.line) != (report.stage, report.line):
             self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
+
+    def shown(self) -> RenderableType:
+        """The live display: the stage table, or a spinner until the first report (a target
+        that reports no stages, such as Docker engines, keeps the spinner)."""
+        if not self.stages:
+            from rich.spinner import Spinner
+
+            return Spinner("dots", "applying; waiting for /health and /v1/models ...")
+        return self.table()
 
     def table(self) -> Table:
         from rich.table import Table
@@ -110,7 +120,7 @@ class ConsoleProgress:
         """A live table of the instances' stages, below the logged steps (terminal only)."""
         from rich.live import Live
 
-        with Live(get_renderable=self.table, console=self.console, refresh_per_second=4) as live:
+        with Live(get_renderable=self.shown, console=self.console, refresh_per_second=4) as live:
             self.live = live
             try:
                 yield
