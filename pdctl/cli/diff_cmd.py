@@ -10,7 +10,6 @@ from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
 
 KUBE_ORDER = ("create", "update", "prune", "unchanged")
-KUBE_WORDS = {"start": "create", "restart": "update", "stop": "prune", "keep": "unchanged"}
 
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +48,7 @@ def report(found: object) -> list[str]:
     """The lines `pdctl diff` prints: per change a header line, then its unified diff; last a
     count per action."""
     from pdctl.actions import Diff
+    from pdctl.cli.progress import KUBE_WORDS
 
     assert isinstance(found, Diff)
     out: list[str] = []
