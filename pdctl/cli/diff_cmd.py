@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+
+if TYPE_CHECKING:
+    from pdctl.actions import Diff
 from pdctl.cli.specfile import with_overlays
 
 KUBE_ORDER = ("create", "update", "prune", "unchanged")
@@ -44,13 +49,11 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(1 if found.todo else 0)
 
 
-def report(found: object) -> list[str]:
+def report(found: Diff) -> list[str]:
     """The lines `pdctl diff` prints: per change a header line, then its unified diff; last a
     count per action."""
-    from pdctl.actions import Diff
     from pdctl.cli.progress import KUBE_WORDS
 
-    assert isinstance(found, Diff)
     out: list[str] = []
     counts: dict[str, int] = {}
     kube = found.kind == "kubernetes"
