@@ -202,3 +202,31 @@ def test_h200_recording_with_the_real_hami_core() -> None:
     assert fit and all(
         f["found"].startswith("HAMi slice 71885 MiB of a 143771 MiB GPU x 0.95") for f in fit
     ), fit
+
+
+def test_damaged_recordings_parse_without_crashing(libs: dict[str, Path]) -> None:
+    """A recorded hami-library.txt is data: a damaged or hostile one never raises."""
+    import base64
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    data = libs["cuda13"].read_bytes()
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)), max_size=12),
+        st.integers(0, len(data)),
+        st.text(max_size=200),
+    )
+    def check(edits: list[tuple[int, int]], cut: int, text: str) -> None:
+        damaged = bytearray(data[:cut])
+        for i, v in edits:
+            if i < len(damaged):
+                damaged[i] = v
+        body = base64.b64encode(bytes(damaged)).decode()
+        lib = parse_hami_library(f"path: /x\nexists: yes\nreadable: yes\nbase64:\n{body}\n")
+        assert lib.symbols is not None or lib.error
+        parse_hami_library(text)
+
+    check()
