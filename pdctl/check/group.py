@@ -6,11 +6,17 @@ exist with an ACTIVE port. Pure: (plan, facts) -> findings."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pdctl.check import host as h
 from pdctl.check.finding import Finding
 from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance, Plan
 
+# Link bandwidths (GB/s, one direction, per host or per GPU for NVLink) the traffic figures
+# use: NVLink 4 (H100/H200: 900 GB/s per GPU), 4 x 400 Gb/s InfiniBand NDR (one NIC per two
+# GPUs, 200 GB/s per host), one 100 Gb/s Ethernet port (12.5 GB/s).
+NVLINK_GBS, IB_GBS, ETHERNET_GBS = 900.0, 200.0, 12.5
 GATHER = "run `pdctl preflight` against the hosts (or record their facts with `pdctl probe`)"
 
 
@@ -107,7 +113,57 @@ def worker_host(plan: Plan, node: Instance, hf: HostFacts, gpu: bool) -> list[Fi
     return out
 
 
-def group_checks(plan: Plan, facts: Facts) -> list[Finding]:
+def traffic(plan: Plan, leader: Instance, model: Any) -> list[Finding]:
+    """The bytes per generated token that cross the network between a group's nodes, and what
+    they cost at the link's bandwidth (docs/multinode.md). TP across nodes: every layer's two
+    all-reduces (ring: 2(T-1)/T of the hidden state each); PP across nodes: the hidden state
+    once per stage boundary; data parallel with expert parallel: the all-to-all dispatch and
+    combine of each token's top-k experts in every MoE layer."""
+    if model is None:
+        return []
+    section = getattr(plan.spec, leader.role)
+    tp, pp = leader.tensor_parallel, getattr(section, "pipeline_parallel", 1)
+    dp, nodes = getattr(section, "data_parallel", 1), 1 + len(leader.workers)
+    act = 4 if plan.spec.model.dtype in ("float", "float32") else 2
+    hosts = [n.host for n in (leader, *leader.workers) if n.host is not None]
+    rdma = all(host.rdma_devices for host in hosts)
+    link, link_name = (IB_GBS, "InfiniBand/RoCE") if rdma else (ETHERNET_GBS, "100 Gb/s Ethernet")
+    if dp > 1:
+        if not model.is_moe or not section.expert_parallel:
+            return []
+        moe_layers = model.layers - model.dense_layers
+        per_token = 2 * model.experts_per_token * model.hidden * act * moe_layers
+        top = model.experts_per_token
+        what = f"EP all-to-all over {nodes} nodes ({moe_layers} MoE layers, top-{top})"
+        crossing = per_token * (nodes - 1) / nodes
+    else:
+        per_node = tp * pp // nodes
+        if tp > per_node:  # tensor-parallel groups span nodes
+            per_token = 2 * 2 * (tp - 1) / tp * model.hidden * act * model.layers
+            what = f"TP {tp} across {nodes} nodes (2 all-reduces x {model.layers} layers)"
+            crossing = per_token
+        else:
+            crossing = model.hidden * act * (nodes - 1)
+            what = f"PP across {nodes} nodes (the hidden state at {nodes - 1} stage boundaries)"
+    ms = crossing / (link * 1e9) * 1e3
+    nvlink_ms = crossing / (NVLINK_GBS * 1e9) * 1e3
+    found = (
+        f"{what}: {crossing / 1e6:.2f} MB per token between nodes = {ms:.3f} ms per token "
+        f"at {link_name} ({link:g} GB/s) vs {nvlink_ms:.4f} ms over NVLink "
+        f"({NVLINK_GBS / link:.0f}x slower)"
+    )
+    want = "no tensor-parallel traffic between nodes"
+    if dp == 1 and tp > tp * pp // nodes:
+        fix = (
+            "keep TP inside a host (tensorParallel <= GPUs per node) and split across hosts "
+            "with pipelineParallel"
+            + ("" if rdma else "; give the hosts RDMA NICs (hosts[].rdmaDevices)")
+        )
+        return [Finding("WARN", "group.traffic", leader.name, found, want, fix)]
+    return [Finding("PASS", "group.traffic", leader.name, found, want)]
+
+
+def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
     """Every finding about multi-node groups on hosts ([] when there is none)."""
     if plan.target != "hosts":
         return []
@@ -117,6 +173,7 @@ def group_checks(plan: Plan, facts: Facts) -> list[Finding]:
     checked: set[str] = set()
     for leader in leaders:
         out += same_across(leader, facts, gpu)
+        out += traffic(plan, leader, model)
         for node in (leader, *leader.workers):
             assert node.host is not None
             hf = facts.host(node.host.name)

@@ -59,3 +59,21 @@ def test_no_facts_from_a_node_is_said() -> None:
     facts = facts_from({"a": raw_of(FIX / "h200x2")})
     (same,) = by_check(check(facts), "group.same")
     assert same.status == "WARN" and same.found == "no facts from b"
+
+
+def test_tp_across_nodes_warns_with_the_traffic_per_token() -> None:
+    (t,) = by_check(check(h200_pair()), "group.traffic")
+    # Llama-3.1-8B: 2 all-reduces x 32 layers of 4096 bf16 values, ring 2(4-1)/4 each.
+    assert t.status == "WARN"
+    assert t.found.startswith("TP 4 across 2 nodes (2 all-reduces x 32 layers): 0.79 MB per token")
+    assert "at 100 Gb/s Ethernet (12.5 GB/s)" in t.found and "(72x slower)" in t.found
+    assert "pipelineParallel" in t.fix and "rdmaDevices" in t.fix
+
+
+def test_pp_across_nodes_moves_only_the_hidden_state() -> None:
+    spec, _ = load_text(
+        spec_text(HOSTS % "", "{tensorParallel: 2, pipelineParallel: 2, nodes: 2}"), "s.yaml"
+    )
+    (t,) = by_check(list(run_checks(make_plan(spec), h200_pair())), "group.traffic")
+    assert t.status == "PASS" and t.found.startswith("PP across 2 nodes")
+    assert "0.01 MB per token" in t.found
