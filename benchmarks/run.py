@@ -25,7 +25,7 @@ import timing
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCALE = (1, 10, 100, 1000)
-SECTIONS = ("render", "help", "scale", "memory", "fleet")
+SECTIONS = ("render", "help", "scale", "memory", "fleet", "session")
 
 
 @dataclass
@@ -320,6 +320,44 @@ def fleet(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
     report.notes.extend(result.notes)
 
 
+def session(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
+    """Issue 17's rows (benchmarks/session.py): one SSH session per host per operation."""
+    import session as bench
+
+    rows = (
+        ("6a", "bashrc", None),
+        ("6b", "pyenv", "report"),
+        ("6c", "up32", None),
+        ("6d", "preflight32", None),
+    )
+    if os.geteuid() != 0:
+        for key, _, _ in rows:
+            report.rows.append(Row(key, f"session: {key}", "-", "-", "-", "-", None))
+        report.notes.append("6: not measured: needs root (network namespaces for the hosts).")
+        return
+    env = dict(os.environ, COLUMNS="200")
+    load = os.getloadavg()[0]
+    got = {r["key"]: r for r in bench.measure([pdctl], env, rounds, bench.SECTIONS, tmp)}
+    for key, name, target in rows:
+        r = got[name]
+        ok = True if target else r["ratio"] <= r["target"]
+        report.rows.append(
+            Row(
+                key,
+                r["what"],
+                timing.ms(r["many"]),
+                timing.ms(r["one"]),
+                f"{r['ratio']:.2f}",
+                target or f"<= {r['target']}",
+                ok,
+            )
+        )
+    report.notes.append(
+        f"6: `python benchmarks/session.py` (load average {load:.1f} at its start); 6b: "
+        "CPU-bound shells of 8 hosts share this machine's CPUs, so it is reported only."
+    )
+
+
 def _fig(stats: timing.Stats) -> str:
     return f"{timing.ms(stats.median)} (IQR {timing.ms(stats.spread)})"
 
@@ -391,6 +429,8 @@ def main() -> None:
                 memory(pdctl, tmp, report)
             elif name == "fleet":
                 fleet(pdctl, max(3, args.rounds // 4), tmp, report)
+            elif name == "session":
+                session(pdctl, max(3, args.rounds // 4), tmp / "session", report)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     text = markdown(report, args.rounds, started)

@@ -30,6 +30,7 @@ import timing
 import yaml
 
 SLEEPY = "sleep 0.3\n"  # a ~/.bashrc as slow as a conda init
+SECTIONS = ["bashrc", "pyenv", "fleet32"]
 
 
 def _specs(fleet: fl.Fleet, sizes: tuple[int, ...], venv: Path, root: Path) -> dict[int, Path]:
@@ -143,7 +144,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", default="bashrc,pyenv,fleet32")
+    ap.add_argument("--only", default=",".join(SECTIONS))
     ap.add_argument("--checkout", type=Path, help="run the pdctl of this source tree")
     ap.add_argument("--label", default="after")
     args = ap.parse_args()
