@@ -130,7 +130,8 @@ def group_hosts(
     for index in range(replicas):
         room = [h for h, q in queues.items() if q]
         if len(room) < shape.nodes:
-            where = ", ".join(f"{h}: {len(queues[h])}" for h in sorted(room, key=order.get))
+            ordered = sorted(room, key=lambda h: order[h])
+            where = ", ".join(f"{h}: {len(queues[h])}" for h in ordered)
             raise SpecError(
                 f"{shape.path} instance {index + 1} of {replicas} spans {shape.nodes} nodes, "
                 f"each on its own host, but only {len(room)} hosts have room left for a node "
@@ -139,7 +140,7 @@ def group_hosts(
                 fix="add hosts, lower the replicas, or fit fewer nodes per instance",
             )
         chosen = sorted(room, key=lambda h: (-len(queues[h]), order[h]))[: shape.nodes]
-        out.append([queues[h].pop(0) for h in sorted(chosen, key=order.get)])
+        out.append([queues[h].pop(0) for h in sorted(chosen, key=lambda h: order[h])])
     return out
 
 
