@@ -162,3 +162,14 @@ def test_cli_diff_refuses_a_server_that_ignores_dry_run(tmp_path):
         assert "ignores dryRun=All" in out.stderr and len(out.stderr.splitlines()) == 1
         assert stored(srv) == before
         assert PROBE not in str(before)
+
+
+def test_the_probe_is_skipped_when_configmaps_are_forbidden(dry):
+    srv, calls = dry
+    srv.emulator[f"get /api/v1/namespaces/{NS}/configmaps/{PROBE}"] << 403  # RBAC says no
+    _, objs = phase1("kforbid")
+    tgt = target(srv.url, "kforbid")
+    tgt.objects = objs
+    assert {d.action for d in tgt.preview()} == {"create"}
+    assert not [p for m, p, q in calls if m == "POST" and PROBE in str(q) + p]
+    assert writes(calls) == [] and stored(srv) == []
