@@ -88,3 +88,37 @@ def test_a_failing_worker_fails_the_group_and_stops_all_of_it(
         assert processes_in(tmp_path) == []
     finally:
         pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_a_change_on_one_node_restarts_the_whole_group(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """vLLM's nodes cannot rejoin a running group (the stand-in's leader exits when a node
+    leaves, as vLLM's does): a change to the worker alone replaces every node together."""
+    import yaml
+
+    spec = group_spec(ssh_env, fake_venv, tmp_path)
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+
+        def pids() -> dict[str, str]:
+            out = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+            return {r["unit"]: r["pid"] for r in json.loads(out.stdout)["instances"]}
+
+        before = pids()
+        data = yaml.safe_load(spec.read_text())
+        data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only lo2's node changes
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+        again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "replacing the group group-serve-0, group-serve-0-node1 together" in again.stdout
+        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        assert rows["group-serve-0"]["health"] == "healthy", rows
+        after = pids()
+        assert all(after[u] != before[u] for u in before), (before, after)
+        assert all(p.isdigit() for p in after.values())
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+    assert processes_in(tmp_path) == []
