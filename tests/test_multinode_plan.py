@@ -166,3 +166,12 @@ def test_phase2_group_needs_nixl() -> None:
     with pytest.raises(SpecError) as err:
         plan_of(doc)
     assert err.value.path == "prefill.nodes"
+
+
+def test_phase2_group_on_kubernetes_is_refused_not_rendered_without_flags() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
+    spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
+    with pytest.raises(SpecError) as err:
+        make_plan(spec, target="kubernetes")
+    assert err.value.path == "prefill.nodes"
+    assert "hosts only" in str(err.value)

@@ -20,7 +20,7 @@ from typing import Literal
 from pdctl.errors import SpecError
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.place import Slot
-from pdctl.spec.model import Host
+from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Multinode
 
 MASTER_PORT = 29501  # ParallelConfig.master_port's default
@@ -217,6 +217,20 @@ def lws_launch(shape: GroupShape, worker: bool) -> tuple[str, ...]:
         if worker:
             script += f' --data-parallel-start-rank "$((LWS_WORKER_INDEX * {shape.local_dp}))"'
     return ("/bin/sh", "-c", script, "vllm")
+
+
+def refuse_kube_groups(spec: Spec) -> None:
+    """Prefill/decode on Kubernetes (llm-d) renders one Deployment per role: a multi-node
+    role is refused instead of rendered without its group flags."""
+    for path, section in (("prefill", spec.prefill), ("decode", spec.decode)):
+        if section is not None and section.nodes > 1:
+            raise SpecError(
+                f"{path} spans {section.nodes} nodes, which pdctl renders on hosts only for "
+                "prefill/decode: on Kubernetes (llm-d) each role is one Deployment, and "
+                "LeaderWorkerSets are rendered for phase 1 (`serve`) only",
+                path=f"{path}.nodes",
+                fix="run phase 2 on hosts (`target: hosts`), or use nodes: 1 on Kubernetes",
+            )
 
 
 LWS_KIND = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
