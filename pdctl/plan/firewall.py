@@ -117,6 +117,24 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
                 f"{inst.role}.rendezvousPort",
             )
             rules += _group_rules(inst)
+        if "kv" in extra:
+            add(
+                inst.host,
+                extra["kv"],
+                inst.tensor_parallel,
+                all_engines,
+                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)",
+                "disaggregation.kvPort",
+            )
+        if "bootstrap" in extra:
+            add(
+                inst.host,
+                extra["bootstrap"],
+                1,
+                "router, decode hosts",
+                f"{inst.name} Mooncake bootstrap",
+                "disaggregation.bootstrapPort",
+            )
         sides = [p for k, p in inst.extra_ports if k == "nixl-side-channel"]
         if sides:
             # A node of a data-parallel group: one side channel per local rank.
