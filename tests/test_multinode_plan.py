@@ -175,3 +175,20 @@ def test_phase2_group_on_kubernetes_is_refused_not_rendered_without_flags() -> N
         make_plan(spec, target="kubernetes")
     assert err.value.path == "prefill.nodes"
     assert "hosts only" in str(err.value)
+
+
+def test_memory_per_gpu_shards_experts_by_expert_parallel() -> None:
+    from pdctl.capacity import model_fit, spec_model_config, spec_shape
+    from pdctl.capacity.memory import weights_bytes_per_gpu
+
+    spec, _ = load_text((ROOT / "examples" / "phase2-wide-ep.yaml").read_text(), "x.yaml")
+    model = spec_model_config(spec.model)
+    shape = spec_shape(spec, "decode")
+    assert (shape.tp, shape.ep) == (1, 16)  # TP 1 x DP 16 with expertParallel
+    weights = model_fit(model, shape).weights
+    whole = weights_bytes_per_gpu(model, 1, 1, "auto")
+    experts_whole = 2 * (whole - weights_bytes_per_gpu(model, 1, 1, "auto", ep=2))
+    # Each GPU holds 1/16 of the experts and all of the rest (TP 1).
+    assert abs(weights - (whole - experts_whole * 15 / 16)) < 1024
+    assert 50 * 2**30 < weights < 60 * 2**30  # DeepSeek-V3 FP8 over 16 H200s: ~56 GiB each
+    assert weights_bytes_per_gpu(model, 8, 1, "auto", ep=8) == weights_bytes_per_gpu(model, 8)
