@@ -71,8 +71,6 @@ def leader_service(plan: Plan, name: str, component: str, port: int) -> Obj:
 
 
 def phase1_group(plan: Plan) -> list[Obj]:
-    """Phase 1's Service and LeaderWorkerSet when the instance spans nodes; [] otherwise."""
+    """Phase 1's Service and LeaderWorkerSet for an instance that spans nodes."""
     (inst,) = plan.instances
-    if not inst.workers:
-        return []
     return [leader_service(plan, plan.name, "serve", 8000), lws_obj(plan, inst, "serve")]
