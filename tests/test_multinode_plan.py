@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdctl.compat import release
 from pdctl.errors import SpecError
@@ -192,3 +194,44 @@ def test_memory_per_gpu_shards_experts_by_expert_parallel() -> None:
     assert abs(weights - (whole - experts_whole * 15 / 16)) < 1024
     assert 50 * 2**30 < weights < 60 * 2**30  # DeepSeek-V3 FP8 over 16 H200s: ~56 GiB each
     assert weights_bytes_per_gpu(model, 8, 1, "auto", ep=8) == weights_bytes_per_gpu(model, 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4),
+    replicas=st.integers(1, 3),
+    nodes=st.integers(1, 4),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2]),
+    dp=st.sampled_from([1, 2, 4, 8]),
+)
+def test_groups_plan_consistently_or_refuse_with_a_path(gpus, replicas, nodes, tp, pp, dp):
+    hosts = [host(f"h{i}", 10 + i, n) for i, n in enumerate(gpus)]
+    serve = {
+        "replicas": replicas,
+        "nodes": nodes,
+        "tensorParallel": tp,
+        "pipelineParallel": pp,
+        "dataParallel": dp,
+    }
+    try:
+        plan = plan_of(serve_doc(serve, hosts))
+    except SpecError as exc:
+        assert exc.path.startswith(("serve", "hosts")), exc
+        return
+    assert len(plan.instances) == replicas
+    used: set[tuple[str, int]] = set()
+    for inst in plan.instances:
+        group = (inst, *inst.workers)
+        assert len(group) == nodes
+        assert len({n.host.name for n in group}) == nodes  # one node per host
+        for rank, node in enumerate(group):
+            assert len(node.gpus) == tp * pp * dp // nodes
+            assert not used & {(node.host.name, g) for g in node.gpus}
+            used |= {(node.host.name, g) for g in node.gpus}
+            flags = flags_of(node.args)
+            assert ("--headless" in flags) == (rank > 0)
+            if dp > 1 and nodes > 1:
+                assert flags["--data-parallel-start-rank" if rank else "--data-parallel-size"]
+            elif nodes > 1:
+                assert flags["--node-rank"] == str(rank)
