@@ -2,14 +2,20 @@
 parallel 2 (one rank per host; `--headless --data-parallel-start-rank 1` on the second),
 started by `pdctl up`, answering completions through the leader, `down` leaving nothing.
 
-The hosts are the loopback test hosts lo1 (127.0.0.1) and lo2 (127.0.0.2): the group's nodes
-must reach each other on the rendezvous port, and the network-namespace hosts of
-tests/services.sh have no route between them (each namespace only reaches the root one).
+Two placements: the loopback test hosts lo1/lo2, and two network namespaces of this test's
+own (pdctl-mn1 10.77.31.2, pdctl-mn2 10.77.32.2, each with an sshd, routed to each other
+through the root namespace), since the namespace hosts of tests/services.sh have no route
+between them and a group's nodes must meet on the rendezvous port.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -23,26 +29,111 @@ from tests.e2e.common import (
     printed_urls,
     up,
 )
-from tests.targets.testbed import pdctl, write_spec
+from tests.targets.testbed import SshEnv, TestHost, pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
 PORT = 18760
 RPC_PORT = 18761
 
 
+NETNS = (("mn1", "10.77.31"), ("mn2", "10.77.32"))
+
+
+def _sshd_conf(folder: Path, name: str, address: str, keys: Path) -> Path:
+    conf = folder / f"sshd_{name}.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "Port 22",
+                f"ListenAddress {address}",
+                f"HostKey {folder / ('host_' + name)}",
+                f"PidFile {folder / ('sshd_' + name + '.pid')}",
+                f"AuthorizedKeysFile {keys}",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                "StrictModes no",
+                "UsePAM no",
+                "AllowTcpForwarding yes",
+                "MaxSessions 64",
+                "Subsystem sftp internal-sftp",
+                "",
+            ]
+        )
+    )
+    return conf
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
 @pytest.fixture(scope="module")
-def group(vllm_cpu, ssh_env, tmp_path_factory):
-    if not {"lo1", "lo2"} <= {h.name for h in ssh_env.hosts}:
-        pytest.skip("needs the loopback test hosts lo1 and lo2")
-    data = tmp_path_factory.mktemp("multinode")
-    spec = write_spec(
+def routed_pair(ssh_env: SshEnv, tmp_path_factory):
+    """Two SSH hosts in network namespaces of their own that route to each other."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("needs root, iproute2 and sshd to make two routed namespaces")
+    folder = tmp_path_factory.mktemp("netns")
+    keys = Path(ssh_env.known_hosts).parent / "authorized_keys"
+    known = folder / "known_hosts"
+    known.write_text(Path(ssh_env.known_hosts).read_text())
+    procs, made, hosts = [], [], []
+    try:
+        for name, net in NETNS:
+            ns, address = f"pdctl-{name}", f"{net}.2"
+            _run("ip", "netns", "add", ns)
+            made.append(ns)
+            _run("ip", "link", "add", f"v{ns}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _run("ip", "addr", "add", f"{net}.1/24", "dev", f"v{ns}")
+            _run("ip", "link", "set", f"v{ns}", "up")
+            _run("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            _run("ip", "-n", ns, "route", "add", "default", "via", f"{net}.1")
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / f"host_{name}"))
+            conf = _sshd_conf(folder, name, address, keys)
+            log = open(folder / f"sshd_{name}.log", "w")  # noqa: SIM115 (closed with the process)
+            procs.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(conf)],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+            pub = (folder / f"host_{name}.pub").read_text().split()[:2]
+            with known.open("a") as f:
+                f.write(f"{address} {' '.join(pub)}\n")
+            hosts.append(TestHost(name, address, 22))
+        for host in hosts:  # sshd up, and the other namespace reachable from this one
+            ns = f"pdctl-{host.name}"
+            other = next(h for h in hosts if h is not host)
+            for _ in range(100):
+                probe = f"echo > /dev/tcp/{other.address}/22"
+                done = subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", probe])
+                if done.returncode == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"{ns} does not reach {other.address}:22")
+        yield SshEnv(tuple(hosts), ssh_env.key, str(known))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", f"v{ns}"], capture_output=True)
+
+
+def group_spec(vllm_cpu, env: SshEnv, data: Path, names: tuple[str, str]) -> Path:
+    return write_spec(
         data / "spec.yaml",
         {
             "name": "e2emn",
             "phase": 0,
             "model": model_section(vllm_cpu),
             "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-            "hosts": [host(ssh_env, vllm_cpu, data, n) for n in ("lo1", "lo2")],
+            "hosts": [host(env, vllm_cpu, data, n) for n in names],
             "serve": {
                 "port": PORT,
                 "enforceEager": True,
@@ -52,18 +143,30 @@ def group(vllm_cpu, ssh_env, tmp_path_factory):
             },
         },
     )
-    result = up(spec, ssh_env)
-    yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+
+
+@pytest.fixture(scope="module", params=["loopback", "netns"])
+def group(request, vllm_cpu, ssh_env, tmp_path_factory):
+    if request.param == "loopback":
+        if not {"lo1", "lo2"} <= {h.name for h in ssh_env.hosts}:
+            pytest.skip("needs the loopback test hosts lo1 and lo2")
+        env, names = ssh_env, ("lo1", "lo2")
+    else:
+        env, names = request.getfixturevalue("routed_pair"), ("mn1", "mn2")
+    data = tmp_path_factory.mktemp("multinode")
+    spec = group_spec(vllm_cpu, env, data, names)
+    result = up(spec, env)
+    yield spec, data, result, env, names
+    pdctl("down", str(spec), *known(env))
 
 
 def test_the_group_answers_completions_through_its_leader(group):
-    spec, data, result = group
+    spec, data, result, env, (first, second) = group
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "e2emn-serve-0 on lo1: healthy" in result.stdout
-    assert "e2emn-serve-0-node1 on lo2: running" in result.stdout
+    assert f"e2emn-serve-0 on {first}: healthy" in result.stdout
+    assert f"e2emn-serve-0-node1 on {second}: running" in result.stdout
     urls = printed_urls(result.stdout)
-    assert urls == [f"http://127.0.0.1:{PORT}/v1"], result.stdout
+    assert urls == [f"http://{env.host(first).address}:{PORT}/v1"], result.stdout
     for _ in range(2):
         answer = complete(urls[0])
         assert answer["usage"]["completion_tokens"] == 8
@@ -71,21 +174,21 @@ def test_the_group_answers_completions_through_its_leader(group):
         assert "-dp2-" in answer["system_fingerprint"], answer["system_fingerprint"]
 
 
-def test_status_and_logs_show_both_nodes(group, ssh_env):
-    spec, data, result = group
-    status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+def test_status_and_logs_show_both_nodes(group):
+    spec, data, result, env, (first, second) = group
+    status = pdctl("status", str(spec), "-o", "json", *known(env))
     assert status.returncode == 0, status.stderr
     rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
     assert rows["e2emn-serve-0"]["health"] == "healthy"
-    assert rows["e2emn-serve-0-node1"]["host"] == "lo2"
+    assert rows["e2emn-serve-0-node1"]["host"] == second
     assert rows["e2emn-serve-0-node1"]["pid"].isdigit()
-    logs = pdctl("logs", str(spec), "e2emn-serve-0-node1", *known(ssh_env))
+    logs = pdctl("logs", str(spec), "e2emn-serve-0-node1", *known(env))
     assert "EngineCore_DP1" in logs.stdout, logs.stdout[-2000:]
 
 
-def test_down_leaves_nothing(group, ssh_env):
-    spec, data, result = group
-    down = pdctl("down", str(spec), *known(ssh_env))
+def test_down_leaves_nothing(group):
+    spec, data, result, env, names = group
+    down = pdctl("down", str(spec), *known(env))
     assert down.returncode == 0, down.stdout + down.stderr
-    for name in ("lo1", "lo2"):
+    for name in names:
         assert_nothing_left(data / name, [PORT, RPC_PORT])
