@@ -235,3 +235,14 @@ def test_groups_plan_consistently_or_refuse_with_a_path(gpus, replicas, nodes, t
                 assert flags["--data-parallel-start-rank" if rank else "--data-parallel-size"]
             elif nodes > 1:
                 assert flags["--node-rank"] == str(rank)
+
+
+def test_phase0_group_bundle_lists_its_ports() -> None:
+    from pdctl.render import render
+
+    plan = plan_of(serve_doc({"tensorParallel": 16, "nodes": 2, "rendezvousPort": 29600}))
+    ports = render(plan)["ports.md"]
+    assert "| gpu-a | 192.0.2.10 | 29600 | its group's nodes (gpu-b) |" in ports
+    assert "| gpu-b | 192.0.2.11 | 32768-60999 |" in ports
+    single = plan_of(serve_doc({"tensorParallel": 8}))
+    assert "ports.md" not in render(single).paths()

@@ -141,13 +141,27 @@ def ports_doc(
         lines += access_doc(plan, svcs)
     lines += ["## Start order", ""]
     lines += [f"{i}. {name}" for i, name in enumerate(order, 1)]
-    lines += [
-        "",
-        "The router's run.sh waits for every engine's /health itself, so the order matters",
-        "only for speed; stop in reverse.",
-        "",
-    ]
-    return "\n".join(lines)
+    if svcs:
+        lines += [
+            "",
+            "The router's run.sh waits for every engine's /health itself, so the order matters",
+            "only for speed; stop in reverse.",
+        ]
+    else:  # phase 0 with multi-node groups (docs/multinode.md)
+        lines += [
+            "",
+            "A group's nodes start together; the group is up when its leader's /health",
+            "answers. Stop in reverse.",
+        ]
+    return "\n".join([*lines, ""])
+
+
+def group_ports_doc(plan: Plan, units: list[UnitFiles]) -> list[Artifact]:
+    """Phase 0: ports.md when multi-node groups need ports between hosts (plan.ports)."""
+    if not plan.ports:
+        return []
+    order = [f"{u.unit.host.name}/{u.unit.name}" for u in units]
+    return [Artifact("ports.md", ports_doc(plan, plan.ports, order))]
 
 
 def pd_host_units(plan: Plan) -> tuple[list[UnitFiles], list[Artifact]]:
