@@ -27,6 +27,10 @@ from pdctl.errors import PdctlError
 if TYPE_CHECKING:
     from pdctl.targets.ssh import Connection, Result
 
+# Seconds to wait for output after the exit status when the channel sees no EOF (a command
+# left a process holding its output open).
+EXIT_GRACE = 2.0
+
 Done = Callable[[int, "Result | PdctlError"], None]
 
 
@@ -134,6 +138,7 @@ def _one_channel(
         return
     nxt = first
     started = time.monotonic()
+    exited = 0.0  # when the exit status came
     try:
         chan.exec_command(BASH + shlex.quote(script))
         chan.shutdown_write()
@@ -149,11 +154,17 @@ def _one_channel(
                     ),
                 )
                 return
+            # Whether it ended, asked BEFORE reading (asked after, output could be left
+            # unread): at EOF; output may follow the exit status, so after that a grace.
+            ended = chan.eof_received or chan.closed
+            if not ended and chan.exit_status_ready():
+                exited = exited or time.monotonic()
+                ended = time.monotonic() - exited > EXIT_GRACE
             got = False
-            if chan.recv_ready():
+            while chan.recv_ready():
                 out.feed(chan.recv(65536))
                 got = True
-            if chan.recv_stderr_ready():
+            while chan.recv_stderr_ready():
                 err.feed(chan.recv_stderr(65536))
                 got = True
             while nxt in out.done and nxt in err.done:
@@ -164,9 +175,7 @@ def _one_channel(
                 started = time.monotonic()
             if got:
                 continue
-            if chan.recv_ready() or chan.recv_stderr_ready():
-                continue
-            if chan.exit_status_ready() or chan.closed:
+            if ended:
                 break
             chan.status_event.wait(0.05)
     except (paramiko.SSHException, EOFError, OSError) as exc:

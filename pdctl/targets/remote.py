@@ -10,8 +10,7 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Artifact
-from pdctl.render.template import render_template
-from pdctl.targets.batch import run_batch
+from pdctl.targets.batch import new_boundary, run_batch
 from pdctl.targets.health import (
     API_KEY_ENV,
     Health,
@@ -20,58 +19,15 @@ from pdctl.targets.health import (
     port_problem,
     probe,
 )
+from pdctl.targets.host_scripts import (
+    RESTORE_PREVIOUS,
+    SAVE_PREVIOUS,
+    TAIL_AHEAD,
+    TAILS_BODY,
+    observe_script,
+)
 from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
-
-# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder. A recorded pid
-# counts as running only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2,
-# rendered into this script): a process of its group runs in the unit's folder. A stale pid
-# file (after a crash or reboot, the number reused by someone else) reads as stopped.
-OBSERVE_BODY = r"""
-d=%(dir)s
-[ -d "$d" ] || exit 0
-for u in "$d"/*/; do
-  u=${u%%/}; n=${u##*/}
-  [ -f "$u/stop.sh" ] || continue
-  h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
-  s=stopped; p=-
-  if [ -s "$u/pid" ]; then
-    p=$(cat "$u/pid")
-    unit_dir=$u
-    if owned "$p"; then s=running; fi
-  elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
-    c=$(cut -c1-12 "$u/container-id")
-    if [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ]; then
-      s=running; p=$c
-    fi
-  fi
-  printf '%%s\t%%s\t%%s\t%%s\n' "$n" "${h:--}" "$s" "$p"
-done
-"""
-
-# Before a unit is replaced, its scripts (every file but the runtime ones) are copied to
-# `<unit>/previous/`; a failed replacement copies them back and starts that version again.
-SAVE_PREVIOUS = r"""
-u=%(dir)s
-rm -rf -- "$u/previous"
-mkdir -m 700 -- "$u/previous"
-for f in "$u"/*; do
-  [ -f "$f" ] || continue
-  case ${f##*/} in pid|log|container-id|*.pdctl-tmp) continue ;; esac
-  cp -p -- "$f" "$u/previous/"
-done
-"""
-RESTORE_PREVIOUS = r"""
-u=%(dir)s
-[ -f "$u/previous/start.sh" ] || { echo "no previous version kept in $u/previous" >&2; exit 1; }
-cp -p -- "$u"/previous/* "$u/"
-"""
-
-
-def observe_script(folder: str) -> str:
-    """The observe script for a deployment folder (an absolute path on the host)."""
-    owned = render_template("process-owned.sh.j2")
-    return owned + OBSERVE_BODY % {"dir": shlex.quote(folder)}
 
 
 class HostOps:
@@ -89,6 +45,7 @@ class HostOps:
         self._seen: dict[str, bool] | None = None
         self._asked: set[str] = set()
         self._seen_lock = threading.Lock()
+        self._tails: dict[str, str] = {}  # unit -> its log's last lines, read with _seen
         # survey(): port-owner listings read ahead, (unit, port) -> listing, used once
         self._owners: dict[tuple[str, int], str] = {}
 
@@ -187,6 +144,7 @@ class HostOps:
         """Drop what alive() and survey() read ahead (something was started or stopped)."""
         with self._seen_lock:
             self._seen = None
+            self._tails = {}
         self._owners.clear()
 
     def start(self, unit: str) -> tuple[bool, str]:
@@ -262,12 +220,36 @@ class HostOps:
         several units of this host in turn costs one exec per round, not one per unit."""
         with self._seen_lock:
             if self._seen is None or unit in self._asked:
-                self._seen = {obs.name: obs.running for obs in self.observe()}
+                self._look()
                 self._asked = set()
             self._asked.add(unit)
+            assert self._seen is not None
             return self._seen.get(unit, False)
 
+    def _look(self) -> None:
+        """One exec: what runs, and the last TAIL_AHEAD lines of every unit's log (the next
+        tail() of each unit reads them instead of the host)."""
+        mark = new_boundary()
+        tails = TAILS_BODY % {"dir": shlex.quote(self.dir), "mark": mark, "lines": TAIL_AHEAD}
+        cmds = [observe_script(self.dir), tails]
+        results = run_batch(self.conn, cmds, timeout=60, step="reading what runs")
+        for res in results:
+            if isinstance(res, HostLost):
+                raise res
+        if isinstance(results[0], PdctlError):
+            raise results[0]
+        self._seen = {obs.name: obs.running for obs in self._observed(results[0])}
+        self._tails = {}
+        if isinstance(results[1], Result) and results[1].rc == 0:
+            for chunk in results[1].out.split("\n" + mark + " ")[1:]:
+                name, _, text = chunk.partition("\n")
+                self._tails[name] = text
+
     def tail(self, unit: str, lines: int = 20) -> str:
+        with self._seen_lock:
+            ahead = self._tails.pop(unit, None) if 0 < lines <= TAIL_AHEAD else None
+        if ahead is not None:
+            return "".join(ahead.splitlines(keepends=True)[-lines:])
         return self.tails([unit], lines)[unit]
 
     def tails(self, units: list[str], lines: int = 20) -> dict[str, str]:

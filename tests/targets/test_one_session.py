@@ -103,9 +103,17 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
             units = sorted(r["unit"] for r in engines)
             counted.reset()
             assert [ops.alive(u) for u in units] == [True, True]
+            # up's live progress reads each starting unit's log: read with the observation
+            logs = [ops.tail(units[0], 50), ops.tail(units[1], 20)]
             assert counted.count() == 1
-            assert ops.alive(units[0])  # asked again: a new round reads again
+            for unit, text in zip(units, logs, strict=True):
+                port = next(r["endpoint"] for r in engines if r["unit"] == unit).split(":")[-1]
+                assert f"fake-vllm serving stand-in on port {port}\n" in text, text
+            assert ops.tail(units[0], 50) == logs[0]  # once: now it is read from the host
             assert counted.count() == 2
+            counted.reset()
+            assert ops.alive(units[0])  # asked again: a new round reads again
+            assert counted.count() == 1
         finally:
             conn.close()
 
@@ -163,10 +171,10 @@ def test_a_command_past_its_timeout_is_recorded_and_the_rest_still_run(ssh_env, 
     host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
     conn = Connection(host, SshOptions(known_hosts=counted.known_hosts)).connect()
     try:
-        results = run_batch(conn, ["echo a", "sleep 30", "echo c"], timeout=1.5, step="probing")
+        results = run_batch(conn, ["echo a", "sleep 120", "echo c"], timeout=5, step="probing")
         assert isinstance(results[0], Result) and results[0].out == "a\n"
         assert str(results[1]) == (
-            f"host {h.name} ({h.address}:{h.port}): probing: no result after 1.5 s"
+            f"host {h.name} ({h.address}:{h.port}): probing: no result after 5 s"
         )
         assert isinstance(results[2], Result) and results[2].out == "c\n"
     finally:
