@@ -122,3 +122,19 @@ def test_a_change_on_one_node_restarts_the_whole_group(
     finally:
         pdctl("down", str(spec), *known(ssh_env))
     assert processes_in(tmp_path) == []
+
+
+def test_keep_going_still_fails_and_stops_the_whole_group(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """--keep-going undoes only what failed: for a group that is every node, and the leader
+    fails with its node instead of waiting out the timeout."""
+    spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_FAIL_RANK="1")
+    try:
+        up = pdctl("up", str(spec), "--yes", "--keep-going", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 1, up.stdout + up.stderr
+        out = up.stdout + up.stderr
+        assert "a node of its group failed (group-serve-0-node1)" in out
+        assert processes_in(tmp_path) == []
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
