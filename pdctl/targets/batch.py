@@ -27,10 +27,6 @@ from pdctl.errors import PdctlError
 if TYPE_CHECKING:
     from pdctl.targets.ssh import Connection, Result
 
-# Seconds to wait for output after the exit status when the channel sees no EOF (a command
-# left a process holding its output open).
-EXIT_GRACE = 2.0
-
 Done = Callable[[int, "Result | PdctlError"], None]
 
 
@@ -125,7 +121,7 @@ def _one_channel(
     all done, or one times out (the rest then runs on a new channel)."""
     import paramiko
 
-    from pdctl.targets.ssh import BASH, HostLost, Result
+    from pdctl.targets.ssh import BASH, HostLost, Result, finished, pause
 
     boundary = new_boundary()
     script = batch_script(commands[first:], boundary, first)
@@ -154,12 +150,7 @@ def _one_channel(
                     ),
                 )
                 return
-            # Whether it ended, asked BEFORE reading (asked after, output could be left
-            # unread): at EOF; output may follow the exit status, so after that a grace.
-            ended = chan.eof_received or chan.closed
-            if not ended and chan.exit_status_ready():
-                exited = exited or time.monotonic()
-                ended = time.monotonic() - exited > EXIT_GRACE
+            ended, exited = finished(chan, exited)  # asked before reading: see finished()
             got = False
             while chan.recv_ready():
                 out.feed(chan.recv(65536))
@@ -177,7 +168,7 @@ def _one_channel(
                 continue
             if ended:
                 break
-            chan.status_event.wait(0.05)
+            pause(chan, exited)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         lost = conn.fail(step, exc)
         for i in range(nxt, len(commands)):

@@ -326,29 +326,52 @@ class Connection:
 
 
 def _read_all(chan: Any, deadline: float) -> tuple[str, str]:
-    """Everything a command prints until it exits; TimeoutError past `deadline`."""
+    """Everything a command prints until EOF; TimeoutError past `deadline`."""
     out: list[bytes] = []
     err: list[bytes] = []
+    exited = 0.0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError
-        if chan.recv_ready():
+        ended, exited = finished(chan, exited)  # asked before reading: see finished()
+        got = False
+        while chan.recv_ready():
             out.append(chan.recv(65536))
-            continue
-        if chan.recv_stderr_ready():
+            got = True
+        while chan.recv_stderr_ready():
             err.append(chan.recv_stderr(65536))
+            got = True
+        if got:
             continue
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        if ended:
             break
-        chan.status_event.wait(0.05)
-        if chan.closed:
-            break
-    # drain what is left after the exit status
-    while chan.recv_ready():
-        out.append(chan.recv(65536))
-    while chan.recv_stderr_ready():
-        err.append(chan.recv_stderr(65536))
+        pause(chan, exited)
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
+
+
+# Seconds to wait for output after the exit status when the channel sees no EOF (a command
+# left a process holding its output open).
+EXIT_GRACE = 2.0
+
+
+def finished(chan: Any, exited: float) -> tuple[bool, float]:
+    """Whether a channel's output is complete, and when its exit status came (0: not yet).
+    Ask BEFORE reading what is buffered (asked after, output could be left unread): the
+    output is complete at EOF; it may follow the exit status, hence a grace after that."""
+    if chan.eof_received or chan.closed:
+        return True, exited
+    if chan.exit_status_ready():
+        exited = exited or time.monotonic()
+        return time.monotonic() - exited > EXIT_GRACE, exited
+    return False, exited
+
+
+def pause(chan: Any, exited: float) -> None:
+    """Wait a little for more output (the status event stays set after the exit status)."""
+    if exited:
+        time.sleep(0.02)
+    else:
+        chan.status_event.wait(0.05)
 
 
 def _local_user() -> str:
