@@ -124,7 +124,7 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
             _n(g.power_w, ".0f"),
             kind(g, t),
         )
-    parts: list[Any] = [inst, roles, gpus]
+    parts: list[Any] = [inst, roles, *[_router(r) for r in w.routers], gpus]
     for why in w.gpu_missing:
         parts.append(Text(f"GPU telemetry missing: {why}", style="yellow"))
     parts.append(Text("verdicts:", style="bold"))
@@ -135,3 +135,39 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
     if hint:
         parts.append(Text(hint, style="dim"))
     return Group(*parts)
+
+
+def _router(r: Any) -> Any:
+    """vllm-router's row: requests, errors, latency, and what it sent to each worker."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if r.error:
+        return Text(f"router {r.name}: {r.error}", style="red")
+    retries = "" if r.retries is None else f", retries {r.retries:.0f}"
+    title = (
+        f"router {r.name}  {_n(r.request_rate, '.2f')} req/s, {_n(r.requests, '.0f')} requests, "
+        f"{_n(r.errors, '.0f')} errors{retries}, latency p50/p95 "
+        f"{_pair(r.latency_p50, r.latency_p95)} ms"
+    )
+    table = Table(title=title, title_justify="left", pad_edge=False)
+    for col in ("worker", "role", "url", "routed", "share", "errors", "health"):
+        table.add_column(col, justify="left" if col in ("worker", "role", "url") else "right")
+    per_role: dict[str, float] = {}
+    for x in r.workers:
+        per_role[x.role] = per_role.get(x.role, 0.0) + x.routed
+    for x in r.workers:
+        total = per_role.get(x.role) or 0.0
+        health = {True: "ok", False: "down", None: "-"}[x.healthy]
+        if x.breaker and x.breaker != "closed":
+            health += f", breaker {x.breaker}"
+        table.add_row(
+            x.instance,
+            x.role,
+            x.url,
+            f"{x.routed:.0f}",
+            f"{x.routed / total:.0%}" if total else "-",
+            f"{x.errors:.0f}",
+            Text(health, style="red" if health != "ok" and health != "-" else ""),
+        )
+    return table

@@ -63,6 +63,17 @@ def host_endpoints(plan: Any, bundle: Any) -> list[Endpoint]:
     return sorted(out, key=lambda e: (e.role != "router", e.role, e.name))
 
 
+def router_workers(plan: Any) -> dict[str, tuple[str, str]]:
+    """The engine URLs the router is given (plan.router.engine_url) -> (instance, role)."""
+    from pdctl.plan.router import engine_url
+
+    return {
+        engine_url(i): (i.name, i.role)
+        for i in plan.instances
+        if i.role in ("prefill", "decode") and i.host is not None
+    }
+
+
 def gpu_roles(plan: Any) -> dict[tuple[str, int], tuple[str, ...]]:
     roles: dict[tuple[str, int], set[str]] = {}
     for inst in plan.instances:
@@ -82,11 +93,13 @@ class HostSource:
     parallel: int = 8
     endpoints: list[Endpoint] = field(default_factory=list)
     target: Any = None
+    workers: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def open(self) -> HostSource:
         from pdctl.targets.hosts import HostsTarget
 
         self.endpoints = host_endpoints(self.plan, self.bundle)
+        self.workers = router_workers(self.plan)
         self.target = HostsTarget(self.plan, self.bundle, self.options, self.parallel)
         self.target.connect(tolerate=True)
         return self
@@ -167,6 +180,7 @@ class KubeSource:
     api: Any
     endpoints: list[Endpoint] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
+    workers: dict[str, tuple[str, str]] = field(default_factory=dict)  # no vllm-router here
     _core: Any = None
     _ns: str = ""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.top.gpu import Gpu, kind
+from pdctl.top.router_verdict import router_verdicts
 from pdctl.top.window import Figures, Window, role_totals
 
 THRESHOLDS: dict[str, tuple[float, str]] = {
@@ -30,6 +31,15 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
         "connector) at or above: KV transfer not working",
     ),
     "pack_max": (4.0, "most decode instances pdctl suggests per GPU (phase 3)"),
+    "router_error_share_min": (
+        0.01,
+        "router errors / requests through the router at or above: requests are failing",
+    ),
+    "route_skew_min": (
+        0.9,
+        "one worker's share of its role's routed requests at or above (2+ workers): skew",
+    ),
+    "route_min_requests": (10.0, "requests routed to a role before its skew is judged"),
 }
 # measured: N co-located decode instances per GPU give this share of ONE instance's tok/s at
 # the same batch per instance (tests/fixtures/gpu/hami-h200/README.md)
@@ -66,6 +76,7 @@ def verdicts(w: Window, overrides: dict[str, float] | None = None) -> list[Verdi
     out += _ratio(w, live, t)
     out += _kv_pressure(live, t)
     out += _fallback(w, live, t)
+    out += [Verdict(key, line) for key, line in router_verdicts(w, t)]
     return out
 
 

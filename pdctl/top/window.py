@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pdctl.top.gpu import Gpu
 from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, quantile
+from pdctl.top.router import RouterFigures, router_figures
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class Window:
     instances: tuple[Figures, ...]
     gpus: tuple[Gpu, ...] = ()
     gpu_missing: tuple[str, ...] = ()  # why telemetry is missing, per host/cluster
+    routers: tuple[RouterFigures, ...] = ()  # vllm-router's own figures (phase 2 hosts)
 
 
 SUMMED = (
@@ -192,18 +194,33 @@ def assemble(
     last: dict[str, Snapshot],
     gpus: list[Gpu],
     gpu_missing: list[str],
+    workers: dict[str, tuple[str, str]] | None = None,
 ) -> Window:
     """The Window of `endpoints` (objects with name, role, where, max_num_seqs, gpus) between
-    two scrapes."""
+    two scrapes; `workers` (engine URL -> (instance, role)) names the router's workers."""
     rows = []
+    routers = []
     seconds = 0.0
     for e in endpoints:
         a = first.get(e.name) or Snapshot(0.0, (), "no first sample")
         b = last.get(e.name) or Snapshot(0.0, (), "no sample")
         f = figures(e.name, e.role, e.where, a, b, e.max_num_seqs, e.gpus)
+        if e.role == "router":
+            r = router_figures(e.name, e.where, a, b, workers or {})
+            routers.append(r)
+            f = replace(f, request_rate=r.request_rate, requests=r.requests)
         seconds = max(seconds, f.seconds)
         rows.append(f)
-    return Window(name, phase, target, seconds, tuple(rows), tuple(gpus), tuple(gpu_missing))
+    return Window(
+        name,
+        phase,
+        target,
+        seconds,
+        tuple(rows),
+        tuple(gpus),
+        tuple(gpu_missing),
+        tuple(routers),
+    )
 
 
 def as_dict(w: Window) -> dict[str, Any]:
@@ -217,7 +234,10 @@ def as_dict(w: Window) -> dict[str, Any]:
             elif isinstance(v, dict):
                 v = clean(v)
             elif isinstance(v, tuple):
-                v = [list(x) if isinstance(x, tuple) else x for x in v]
+                v = [
+                    clean(x) if isinstance(x, dict) else list(x) if isinstance(x, tuple) else x
+                    for x in v
+                ]
             out[k] = v
         return out
 
@@ -230,4 +250,5 @@ def as_dict(w: Window) -> dict[str, Any]:
         "roles": {k: clean(v) for k, v in sorted(role_totals(w.instances).items())},
         "gpus": [clean(asdict(g)) for g in w.gpus],
         "gpu_missing": list(w.gpu_missing),
+        "router": [clean(asdict(r)) for r in w.routers],
     }
