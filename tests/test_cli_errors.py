@@ -50,7 +50,10 @@ CASES = [
     ),
     (
         "model-list",
-        GOOD.replace("model:\n", "model:\n  - x\nx:\n"),
+        GOOD.replace(
+            "model:\n  name: meta-llama/Llama-3.1-8B-Instruct\n  maxModelLen: 8192\n",
+            "model:\n  - x\n",
+        ),
         ":2: model: ",
         "must be a mapping",
     ),
@@ -228,6 +231,6 @@ def test_render_output_dir_is_not_half_written(
     spec = tmp_path / "s.yaml"
     spec.write_text(GOOD.replace("replicas: 2", "replicas: 9"))
     out = tmp_path / "out"
-    code, _, _ = run(["render", str(spec), "-o", str(out)], capsys)
+    code, _, _ = run(["render", str(spec), "--output-dir", str(out)], capsys)
     assert code == 2
     assert not out.exists()

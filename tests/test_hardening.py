@@ -1,5 +1,5 @@
 """Review fixes: no injection through spec values, flags pdctl owns, clean usage errors,
-render -o / init -o that never clobber or trace back."""
+render --output-dir / init -o that never clobber or trace back."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_usage_errors_are_one_line_exit_2(
 def test_render_output_refuses_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
-    code, _, err = run(["render", str(spec), "-o", str(spec)], capsys)
+    code, _, err = run(["render", str(spec), "--output-dir", str(spec)], capsys)
     assert code == 2 and "is a file, not a folder" in err and len(err.splitlines()) == 1
     assert spec.read_text() == spec_text()
 
@@ -183,12 +183,13 @@ def test_render_output_refuses_another_deployments_bundle(
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
     out = tmp_path / "out"
-    assert run(["render", str(spec), "-o", str(out)], capsys)[0] == 0
-    assert run(["render", str(spec), "-o", str(out)], capsys)[0] == 0  # its own: rewritten
+    assert run(["render", str(spec), "--output-dir", str(out)], capsys)[0] == 0
+    again = run(["render", str(spec), "--output-dir", str(out)], capsys)
+    assert again[0] == 0  # its own: rewritten
     assert (out / ".pdctl-bundle").read_text() == "demo\n"
     other = tmp_path / "other.yaml"
     other.write_text(spec_text().replace("name: demo", "name: other"))
-    code, _, err = run(["render", str(other), "-o", str(out)], capsys)
+    code, _, err = run(["render", str(other), "--output-dir", str(out)], capsys)
     assert code == 2 and "holds the bundle of deployment 'demo'" in err
     assert (out / ".pdctl-bundle").read_text() == "demo\n"
 
@@ -200,7 +201,7 @@ def test_render_output_unwritable_is_one_line(
     spec.write_text(spec_text())
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, out, err = run(["render", str(spec), "-o", str(blocker / "out")], capsys)
+    code, out, err = run(["render", str(spec), "--output-dir", str(blocker / "out")], capsys)
     assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
     assert out == "" and blocker.read_text() == "x"
 

@@ -97,8 +97,9 @@ def test_valid_specs_render_or_refuse_cleanly(d: dict, tmp_path_factory) -> None
     try:
         bundle = render_text(text)
     except SpecError as exc:
-        # Only placement can refuse a well-typed spec (too few GPUs, TP not dividing).
-        assert exc.path.startswith(("hosts", "serve")), exc
+        # Only placement (too few GPUs, TP not dividing) and the shared-claim rule (2+ pods on a
+        # ReadWriteOnce claim) can refuse a well-typed spec.
+        assert exc.path.startswith(("hosts", "serve", "kubernetes.storage")), exc
         return
     again = render_text(text)
     assert bundle.stream() == again.stream()

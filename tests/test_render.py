@@ -107,7 +107,9 @@ def test_phase0_docker_script_content() -> None:
 
 
 def test_render_at_another_phase() -> None:
-    spec, _ = load_text(Path("examples/phase0-conda.yaml").read_text(), "x")
+    # Its replicas need a cache each pod can mount (a ReadWriteOnce PVC is refused).
+    text = Path("examples/phase0-conda.yaml").read_text()
+    spec, _ = load_text(text + "kubernetes: {storage: {type: emptyDir}}\n", "x")
     bundle = render(make_plan(spec, phase=1))
     assert bundle.kind == "kubernetes"
     kinds = [d["kind"] for d in yaml.safe_load_all(bundle.stream())]

@@ -1,4 +1,5 @@
-"""`pdctl render -o DIR` on a real filesystem: it writes and removes only pdctl's own files."""
+"""`pdctl render --output-dir DIR` on a real filesystem: it writes and removes only pdctl's own
+files."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def spec(tmp_path: Path) -> Path:
 
 
 def render(spec: Path, out: Path | str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code, stdout, err = run_cli(["render", str(spec), "-o", str(out)], capsys)
+    code, stdout, err = run_cli(["render", str(spec), "--output-dir", str(out)], capsys)
     assert stdout == ""
     return code, err
 

@@ -8,6 +8,8 @@ from pdctl.check import host as h
 from pdctl.check.cluster import cluster
 from pdctl.check.finding import Finding, Status, worst
 from pdctl.check.fit import fit, model_of, weights_total
+from pdctl.check.group import group_checks
+from pdctl.check.hami import hami_library
 from pdctl.check.topology import host_topology
 from pdctl.facts.model import Facts
 from pdctl.plan.model import Plan
@@ -44,7 +46,9 @@ def run_checks(plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None
         out += h.rdma(host, hf, plan, insts)
         out += h.shm(host, hf, insts)
         out += h.runtime(host, hf, plan)
+        out += hami_library(host, hf, plan, insts)
         out += h.disk(host, hf, weights)
         out += h.ports(host, hf, insts, tuple(s.port for s in svc if s.host.name == host.name))
+    out += group_checks(plan, facts, model)
     out += fit(plan, facts, model, why)
     return tuple(out)

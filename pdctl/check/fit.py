@@ -43,6 +43,10 @@ def _memory(plan: Plan, facts: Facts, inst: Instance) -> tuple[int, str]:
         sizes = [g.memory_mib for g in hf.gpus if g.index in inst.gpus]
         if not sizes:
             return 0, "planned GPUs not on the host"
+        sl = plan.slice if plan.phase == 3 and inst.role == "decode" else None
+        if sl is not None and sl.size_mib:  # phase 3 on hosts: HAMi-core caps the engine
+            size = min(sl.size_mib, min(sizes))
+            return size, f"HAMi slice {size} MiB of a {min(sizes)} MiB GPU"
         return min(sizes), f"GPU {min(sizes)} MiB"
     cluster = facts.cluster
     if cluster is None:

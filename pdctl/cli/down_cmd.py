@@ -6,10 +6,12 @@ import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
 
 
 def register(app: typer.Typer) -> None:
     @app.command("down")
+    @with_overlays
     @connection()
     def down(
         conn: ConnectFlags,
@@ -22,17 +24,33 @@ def register(app: typer.Typer) -> None:
             help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
             "cache: weights are downloaded again on the next `up`). Kept by default.",
         ),
+        dry_run: bool = typer.Option(
+            False,
+            "--dry-run",
+            help="Connect and list what would be stopped or deleted; touch nothing.",
+        ),
+        yes: bool = typer.Option(
+            False, "--yes", "-y", help="Kubernetes: delete without asking for confirmation."
+        ),
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
-        from rich.console import Console
-
         from pdctl import actions
+        from pdctl.cli import term
         from pdctl.cli.progress import ConsoleProgress
         from pdctl.cli.specfile import load
         from pdctl.errors import PdctlError
 
-        console = Console(highlight=False, log_path=False)
+        console = term.console(log_path=False)
         plan, bundle = load(spec, phase, target)
+        if dry_run:
+            from pdctl.cli.down_preview import preview
+
+            for line in preview(plan, bundle, conn.target(dry_run=True), delete_volumes).lines():
+                console.print(line, soft_wrap=True)
+            return
+        from pdctl.cli.down_preview import confirm_down
+
+        confirm_down(plan, yes)
         options = conn.target()
         done = actions.down(plan, bundle, options, ConsoleProgress(console), delete_volumes)
         kind = actions.kind_of(plan, options)

@@ -12,7 +12,7 @@ TARGET = typer.Option(
     None,
     "--target",
     metavar="TARGET",
-    help="hosts or kubernetes (phase 2 only; default from the spec).",
+    help="hosts or kubernetes (phases 2 and 3; default from the spec).",
 )
 
 

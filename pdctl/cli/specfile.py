@@ -17,6 +17,8 @@ from pdctl.spec.source import MAX_SPEC_BYTES, Source, too_big
 
 if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at start-up
     from pdctl.plan import Plan
+    from pdctl.plan.parallel import Dims
+    from pdctl.plan.place import Chooser
     from pdctl.render.bundle import Bundle
     from pdctl.spec import Spec
 
@@ -186,18 +188,70 @@ def plan_spec(
     from pdctl.plan import make_plan
 
     try:
+        if "dims" not in kwargs:
+            kwargs["dims"] = model_dims(spec, source.file, phase)
         return make_plan(spec, phase=phase, target=target, **kwargs)
     except SpecError as exc:
         raise source.locate(exc) from None
 
 
-def load(spec: str, phase: int | None, target: str | None) -> tuple[Plan, Bundle]:
-    """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs)."""
+def facts_chooser(facts: Path, spec: Spec) -> Chooser:
+    """The topology chooser of a preflight recording (`pdctl preflight --record DIR`)."""
+    from pdctl.facts import facts_from
+    from pdctl.plan.topology import chooser
+    from pdctl.probe.record import read
+
+    return chooser(facts_from(read(facts, tuple(h.name for h in spec.hosts))))
+
+
+def model_dims(spec: Spec, spec_file: str, phase: int | None = None) -> Dims | None:
+    """The model's heads, KV heads, layers and experts for the parallelism checks
+    (plan/parallel.py): from `model.config` when it reads, else pdctl's model table; None when
+    neither knows the model, or when every role runs on one GPU (nothing to check, and the
+    capacity package stays unimported)."""
+    from pdctl.plan.parallel import Dims, roles
+
+    shapes = [r for _, r in roles(spec, spec.phase if phase is None else phase)]
+    if all(
+        getattr(r, "tensor_parallel", 1) == 1
+        and getattr(r, "pipeline_parallel", 1) == 1
+        and not getattr(r, "expert_parallel", False)
+        for r in shapes
+    ):
+        return None
+    from pdctl.capacity.models import builtin_config
+    from pdctl.capacity.params import parse_config
+
+    raw, where = None, "pdctl's model table"
+    if spec.model.config:
+        try:
+            raw, where = _model_config(spec.model.config, spec_file), "model.config"
+        except SpecError:
+            raw = None  # `pdctl plan` reports an unreadable config; fall back to the table
+    raw = raw if raw is not None else builtin_config(spec.model.name)
+    if raw is None:
+        return None
+    try:
+        m = parse_config(spec.model.name, raw, None, from_table=where != "model.config")
+    except SpecError:
+        return None
+    return Dims(spec.model.name, m.heads, m.kv_heads, m.layers, m.experts, m.is_mla, where)
+
+
+def load(
+    spec: str, phase: int | None, target: str | None, facts: Path | None = None
+) -> tuple[Plan, Bundle]:
+    """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs); `facts`: a
+    preflight recording that picks each instance's GPUs by topology (`--facts DIR`)."""
     from pdctl.cli.options import check_phase_target
     from pdctl.render import render
 
     check_phase_target(phase, target)
-    plan, source = plan_from(spec, phase, target)
+    if facts is None:
+        plan, source = plan_from(spec, phase, target)
+    else:
+        loaded, source = read_spec(spec)  # once: `-` (stdin) cannot be read twice
+        plan = plan_spec(loaded, source, phase, target, choose=facts_chooser(facts, loaded))
     try:
         return plan, render(plan)
     except SpecError as exc:

@@ -4,34 +4,42 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
+from pdctl.cli.up_cmd import FACTS
 
 
 def register(app: typer.Typer) -> None:
     @app.command("status")
+    @with_overlays
     @connection()
     def status(
         conn: ConnectFlags,
         spec: str = SPEC,
-        output: str = typer.Option("table", "--output", "-o", help="table or json."),
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table or json."
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
+        facts: Path | None = FACTS,
     ) -> None:
         """Show every instance of SPEC and whether it is healthy."""
-        from rich.console import Console
         from rich.table import Table
 
         from pdctl import actions
+        from pdctl.cli import term
         from pdctl.cli.specfile import load
+        from pdctl.cli.summary import status_counts, status_line
         from pdctl.errors import PdctlError, UsageError
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
-        plan, bundle = load(spec, phase, target)
+        plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
         found, unreachable = actions.status(plan, bundle, conn.target())
         rows = [asdict(r) for r in found]
         failed = None
@@ -39,14 +47,13 @@ def register(app: typer.Typer) -> None:
             failed = PdctlError("cannot reach " + "; ".join(unreachable.values()))
         if output == "json":
             gone = [{"host": h, "error": why} for h, why in unreachable.items()]
-            typer.echo(
-                json.dumps({"name": plan.name, "instances": rows, "unreachable": gone}, indent=2)
-            )
+            doc = {"name": plan.name, "instances": rows, "unreachable": gone}
+            typer.echo(json.dumps({**doc, "summary": status_counts(rows)}, indent=2))
             if failed:
                 raise failed
             return
         table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
-        columns = ["host", "unit", "role", "pid", "state", "health", "model", "endpoint"]
+        columns = ["host", "unit", "role", "pid", "state", "health", "model", "endpoint", "why"]
         # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
         columns = [
             c
@@ -58,6 +65,8 @@ def register(app: typer.Typer) -> None:
             table.add_column(col)
         for row in rows:
             table.add_row(*(str(row[c]) for c in columns))
-        Console(highlight=False).print(table)
+        console = term.console()
+        console.print(table)
+        console.print(status_line(rows))
         if failed:
             raise failed

@@ -102,7 +102,17 @@ def _once(plan: Any, source: Any, window_s: float) -> tuple[Any, Any]:
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
     last = source.scrape()
-    w = assemble(plan.name, plan.phase, plan.target, source.endpoints, first, last, gpus, missing)
+    w = assemble(
+        plan.name,
+        plan.phase,
+        plan.target,
+        source.endpoints,
+        first,
+        last,
+        gpus,
+        missing,
+        source.workers,
+    )
     return w, verdicts(w)
 
 
@@ -156,6 +166,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
                     now,
                     gpus,
                     missing,
+                    source.workers,
                 )
                 frame = render(w, verdicts(w), f"{KEYS_HINT} (window {window_s:.0f}s)")
                 if live is not None:

@@ -3,49 +3,36 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from pdctl.cli.connect import KUBE, SSH, ConnectFlags, connection
+from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
-    from pdctl.targets.ssh import SshOptions
-
-# The names `pdctl top` (top_cmd.py) imports; the options themselves live in connect.py.
-KNOWN_HOSTS, ACCEPT_NEW, IDENTITY = (
-    SSH[k][1] for k in ("known_hosts", "accept_new_host_keys", "identity")
-)
-KUBECONFIG, CONTEXT = KUBE["kubeconfig"][1], KUBE["context"][1]
-__all__ = [
-    "ACCEPT_NEW",
-    "CONTEXT",
-    "IDENTITY",
-    "KNOWN_HOSTS",
-    "KUBECONFIG",
-    "kube_api",
-    "load",
-    "ssh_options",
-]
 
 
-def load(spec: str, phase: int | None, target: str | None) -> tuple[Plan, Bundle]:
+def load(
+    spec: str, phase: int | None, target: str | None, facts: Path | None = None
+) -> tuple[Plan, Bundle]:
     from pdctl.cli import specfile
 
-    return specfile.load(spec, phase, target)
+    return specfile.load(spec, phase, target, facts)
 
 
-def ssh_options(known_hosts: str | None, accept_new: bool, identity: str | None) -> SshOptions:
-    return ConnectFlags(known_hosts, accept_new, identity).ssh()
-
-
-def kube_api(kubeconfig: str | None, context: str | None) -> object:
-    from pdctl.targets.kube import api_client
-
-    return api_client(kubeconfig, context)
+# `up`, `status`: the recording whose topology placed the GPUs (docs/placement.md).
+FACTS = typer.Option(
+    None,
+    "--facts",
+    metavar="DIR",
+    help="A preflight recording (pdctl preflight --record DIR): pick each instance's GPUs by "
+    "topology, as `render --facts` does. Give `status` the same DIR.",
+)
 
 
 def read_secrets(plan: Plan) -> dict[str, str]:
@@ -66,6 +53,7 @@ def read_secrets(plan: Plan) -> dict[str, str]:
 
 def register(app: typer.Typer) -> None:
     @app.command("up")
+    @with_overlays
     @connection()
     def up(
         conn: ConnectFlags,
@@ -92,22 +80,45 @@ def register(app: typer.Typer) -> None:
         timeout: int = typer.Option(
             900, "--timeout", help="Seconds each stage may take to become healthy."
         ),
+        output: str = typer.Option(
+            "table",
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            help="With --dry-run: table, or json (the changes as one document).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
+        facts: Path | None = FACTS,
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
-        from rich.console import Console
-
         from pdctl import actions
+        from pdctl.cli import term
         from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
         from pdctl.errors import PdctlError, UsageError
 
         if offline and not dry_run:
             raise UsageError("--offline works only with --dry-run", fix="add --dry-run")
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        if output == "json" and not dry_run:
+            raise UsageError("-o json prints the changes of a dry run", fix="add --dry-run")
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"
-        console = Console(highlight=False, log_path=False)
-        plan, bundle = load(spec, phase, target)
+        console = term.console(log_path=False)
+        plan, bundle = load(spec, phase, target, facts)
         options = conn.target(dry_run=dry_run)
+        if dry_run and output == "table":
+            from pdctl.plan.place import where
+
+            for line in where(plan):  # where each instance goes (docs/placement.md)
+                console.print(f"  {line}", highlight=False)
+        if output == "json":
+            from pdctl.cli.as_json import JsonProgress
+
+            shown = JsonProgress(plan.name)
+            actions.up(plan, bundle, options, shown, dict, mode, yes, timeout, keep_going)
+            shown.print()
+            return
         try:
             done = actions.up(
                 plan,

@@ -55,8 +55,8 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.summary import counted, planned
         from pdctl.render import render
 
-        try:  # what `up` would start: the same count `up --dry-run` lists
-            word, names = planned(plan, render(plan))
+        try:  # what `up` would start: the count `up --dry-run` lists (objects: rendered)
+            word, names = planned(plan, render(plan) if plan.target == "kubernetes" else None)
         except SpecError as exc:
             raise source.locate(exc) from None
         if output == "json":

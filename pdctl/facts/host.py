@@ -21,6 +21,7 @@ from pdctl.facts.gpu import (
     query_driver,
     with_topology,
 )
+from pdctl.facts.hami import HAMI_LIBRARY, parse_hami_library
 from pdctl.facts.model import Docker, Gpu, HostFacts, Missing
 from pdctl.facts.system import (
     command_failure,
@@ -284,6 +285,7 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
             sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
         ),
         libraries=libraries,
+        hami=parse_hami_library(raw[HAMI_LIBRARY]) if raw.get(HAMI_LIBRARY) else None,
         missing=tuple(missing),
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pdctl.facts.hami import HamiLibrary
+
 # Link levels from `nvidia-smi topo -m`, best first (NV# is ranked by its link count).
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NVLINK = re.compile(r"^NV(\d+)$")
@@ -102,6 +104,7 @@ class HostFacts:
     listening: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts
+    hami: HamiLibrary | None = None  # phase 3 on hosts: decode.share.library
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:
@@ -162,6 +165,7 @@ class Node:
     mig_resources: tuple[tuple[str, int], ...] = ()
     hami_devices: tuple[HamiDevice, ...] | None = None  # None: no register annotation
     hami_error: str = ""
+    hami_format: str = ""  # "json" (HAMi >= 2.8 device plugin) or "list" (older), "" none
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ class ClusterWorkload:
     component: str
     desired: int
     ready: int
+    version: str = ""  # HAMi's version (app.kubernetes.io/version, chart or image tag)
+    scheduler_name: str = ""  # hami-scheduler: its kube-scheduler's --scheduler-name
 
 
 @dataclass(frozen=True)

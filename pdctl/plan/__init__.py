@@ -6,16 +6,21 @@ from dataclasses import replace
 
 from pdctl.compat import release as release_for
 from pdctl.errors import SpecError, UsageError
-from pdctl.plan.firewall import port_rules
+from pdctl.facts.model import ClusterFacts
+from pdctl.plan.firewall import group_ports, port_rules
+from pdctl.plan.group import group_kinds, refuse_kube_groups
+from pdctl.plan.kube_checks import check_kube, pod_settings
 from pdctl.plan.kv import require_connectors
 from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
 from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
+from pdctl.plan.parallel import Dims, check_parallel, pin_notes
 from pdctl.plan.pd import host_instances
 from pdctl.plan.place import Chooser, first_free
 from pdctl.plan.router import mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
 from pdctl.plan.shape import pd_shape
 from pdctl.plan.slice import plan_slice, slice_notes
+from pdctl.plan.topology import TopologyChooser
 from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
 
@@ -28,15 +33,15 @@ def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
     if chosen is None:
         if phase == 0:
             chosen = "hosts"
-        elif phase == 2:
+        elif phase in (2, 3):
             chosen = "hosts" if spec.hosts else "kubernetes"
         else:
             chosen = "kubernetes"
     wrong = None
     if phase == 0 and chosen != "hosts":
         wrong, fix = "phase 0 runs on hosts only", "use phase 1 for Kubernetes"
-    elif phase in (1, 3) and chosen != "kubernetes":
-        wrong, fix = f"phase {phase} runs on Kubernetes only", "use phase 0 or 2 for hosts"
+    elif phase == 1 and chosen != "kubernetes":
+        wrong, fix = "phase 1 runs on Kubernetes only", "use phase 0 or 2 for hosts"
     if wrong is None:
         return chosen  # type: ignore[return-value]
     if target is not None:
@@ -62,10 +67,15 @@ def make_plan(
     phase: int | None = None,
     target: str | None = None,
     choose: Chooser = first_free,
+    cluster: ClusterFacts | None = None,
+    dims: Dims | None = None,
 ) -> Plan:
-    """Decide everything. `phase`/`target` override the spec's; `choose` picks GPU sets."""
+    """Decide everything. `phase`/`target` override the spec's; `choose` picks GPU sets;
+    `cluster` (a recording; by default the facts a TopologyChooser holds) bounds GPUs per pod;
+    `dims` (the model's heads, layers, experts) turns on the parallelism checks."""
     phase = spec.phase if phase is None else phase
     tgt = target_of(spec, phase, target)
+    check_parallel(spec, phase, dims)
     rel = release_for(spec.engine.version)
     plan = Plan(
         spec=spec,
@@ -79,10 +89,17 @@ def make_plan(
     )
     if phase in (0, 1):
         plan = replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
+        plan = replace(plan, kinds=group_kinds(plan), ports=group_ports(plan))
     else:
         plan = pd_plan(plan, choose)
         if phase == 3:
             plan = replace(plan, notes=slice_notes(spec.decode))
+    if plan.target == "kubernetes":
+        plan = replace(plan, pods=pod_settings(spec, phase))
+        if cluster is None and isinstance(choose, TopologyChooser):
+            cluster = choose.facts.cluster
+        check_kube(plan, cluster)
+        plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     return replace(plan, units=host_units(plan))
 
 
@@ -94,6 +111,7 @@ def pd_plan(plan: Plan, choose: Chooser) -> Plan:
     shape = pd_shape(spec, plan.phase)
     require_connectors(shape.dis, rel)
     if plan.target == "kubernetes":
+        refuse_kube_groups(spec)
         gateway_pods = check_llmd(spec, plan.phase, shape)
         sl = plan_slice(spec.decode) if plan.phase == 3 and spec.decode is not None else None
         insts = kube_instances(spec, rel, plan.phase, shape, sl)
@@ -101,7 +119,9 @@ def pd_plan(plan: Plan, choose: Chooser) -> Plan:
         return replace(
             plan, shape=shape, instances=insts, slice=sl, kinds=kinds, gateway_pods=gateway_pods
         )
-    plan = replace(plan, shape=shape, instances=host_instances(spec, rel, shape, choose))
+    sl = plan_slice(spec.decode) if plan.phase == 3 and spec.decode is not None else None
+    insts = host_instances(spec, rel, shape, choose, sl)
+    plan = replace(plan, shape=shape, instances=insts, slice=sl)
     plan = replace(plan, services=plan_services(plan))
     hosts = {h.name: h for h in plan.spec.hosts}
     libraries = tuple((n, mooncake_libraries(plan, h)) for n, h in hosts.items())

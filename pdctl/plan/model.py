@@ -8,6 +8,7 @@ from typing import Literal
 from pdctl.compat import Release
 from pdctl.plan.shape import PdShape
 from pdctl.plan.slice import Slice
+from pdctl.spec.kube import PodSettings
 from pdctl.spec.model import Host, Spec
 
 Role = Literal["serve", "prefill", "decode"]
@@ -51,6 +52,13 @@ class Instance:
     container_port: int | None = None
     # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
     files: tuple[tuple[str, str], ...] = ()
+    # A multi-node group (plan/group.py): the leader holds its other nodes in `workers`; a
+    # worker names its leader in `leader` (it runs `--headless`: no API, no health probe).
+    workers: tuple[Instance, ...] = ()
+    leader: str = ""
+    # Kubernetes (LeaderWorkerSet pods): the container command that wraps `vllm serve` and
+    # adds the rank flags from the LWS_* variables; empty: `vllm serve` itself.
+    launch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class Unit:
     address: str = "127.0.0.1"
     # Files written beside the unit's scripts, (name, text): e.g. Mooncake's mooncake.json.
     files: tuple[tuple[str, str], ...] = ()
+    # A headless node of a multi-node group: the leader unit's name (health is the leader's).
+    leader: str = ""
 
     @property
     def stage(self) -> int:
@@ -82,7 +92,7 @@ class Unit:
     def health_path(self) -> str | None:
         """What `up` and `status` probe on `port`; None: the process only (mooncake_master's
         `port` is its RPC port, its HTTP metrics are elsewhere)."""
-        if self.role in STORE_ROLES:
+        if self.role in STORE_ROLES or self.leader:
             return None
         return ROUTER_HEALTH if self.role == "router" else ENGINE_HEALTH
 
@@ -139,6 +149,8 @@ class Plan:
     gateway_pods: tuple[tuple[str, str], ...] = ()  # networkPolicy: labels of the Gateway's pods
     # Hosts: every process or container pdctl starts, in start order (plan.units).
     units: tuple[Unit, ...] = ()
+    # Kubernetes: each pod role's effective settings (section + role override; plan/kube_checks).
+    pods: tuple[tuple[str, PodSettings], ...] = ()
 
     @property
     def name(self) -> str:
@@ -147,17 +159,25 @@ class Plan:
     def hosts_used(self) -> tuple[Host, ...]:
         seen: dict[str, Host] = {}
         for inst in self.instances:
-            if inst.host is not None:
-                seen.setdefault(inst.host.name, inst.host)
+            for node in (inst, *inst.workers):  # the headless nodes of a multi-node group
+                if node.host is not None:
+                    seen.setdefault(node.host.name, node.host)
         return tuple(seen.values())
 
     def libraries_on(self, host: str) -> tuple[str, ...]:
         return dict(self.libraries).get(host, ())
 
+    def pod(self, role: str) -> PodSettings:
+        """The effective pod settings of `serve`, `prefill`, `decode` or `epp`."""
+        return dict(self.pods)[role]
+
     def labels(self, component: str) -> dict[str, str]:
+        """The recommended labels; `version` is the vLLM version the deployment runs."""
         return {
             "app.kubernetes.io/name": "vllm",
             "app.kubernetes.io/instance": self.spec.name,
             "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": self.spec.name,
+            "app.kubernetes.io/version": self.spec.engine.version,
             "app.kubernetes.io/managed-by": "pdctl",
         }

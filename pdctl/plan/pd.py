@@ -9,10 +9,21 @@ import math
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import engine_args
+from pdctl.plan.group import (
+    Rendezvous,
+    group_env,
+    group_flags,
+    group_hosts,
+    group_shape,
+    join,
+    worker_name,
+)
+from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config
 from pdctl.plan.model import Instance
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
+from pdctl.plan.slice import Slice
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Role
 from pdctl.spec.value import host_port
@@ -31,6 +42,7 @@ PD_ENV = {
     "VLLM_MOONCAKE_BOOTSTRAP_PORT": "disaggregation.bootstrapPort",
     "MOONCAKE_CONFIG_PATH": "disaggregation.store (pdctl writes mooncake.json)",
     "MC_TCP_BIND_ADDRESS": "hosts[].addressForPeers (or address)",
+    **SLICE_ENV,  # phase 3 on hosts: HAMi-core's variables (plan.hami_host)
 }
 
 
@@ -72,6 +84,7 @@ def role_args(
     _check_owned(spec.engine.extra_args, "engine.extraArgs")
     _check_owned(role.extra_args, f"{path}.extraArgs")
     extra = list(kv_args(kv, release))
+    extra += over.pop("flags", ())
     for flag in over.pop("switches", ()):
         extra.append((flag, ""))
     return engine_args(
@@ -102,9 +115,14 @@ def _placement_spec(spec: Spec, total: int) -> Spec:
 
 
 def host_instances(
-    spec: Spec, release: Release, shape: PdShape, choose: Chooser
+    spec: Spec, release: Release, shape: PdShape, choose: Chooser, sl: Slice | None = None
 ) -> tuple[Instance, ...]:
+    """`sl`: phase 3's decode slice; decode then packs perGpu slices on each GPU set."""
     dis = shape.dis
+    share = spec.decode.share if sl is not None and spec.decode is not None else None
+    per_gpu = share.per_gpu if share is not None else 1
+    if sl is not None:
+        check_host_slice(spec, sl)
     check_shape(spec, shape)
     for i, host in enumerate(spec.hosts):
         if host.runtime == "docker":
@@ -116,78 +134,124 @@ def host_instances(
             )
     cpu = spec.engine.device == "cpu"
     roles: list[tuple[str, Role]] = [("prefill", shape.prefill), ("decode", shape.decode)]
+    shapes = {name: group_shape(role, name) for name, role in roles}
+    for name, gs in shapes.items():
+        if gs.multinode and dis.connector != "nixl":
+            raise SpecError(
+                f"{name} spans {gs.nodes} nodes, which pdctl runs with NIXL only (llm-d's "
+                f"wide-EP shape); {dis.connector} gives each engine ports pdctl cannot spread "
+                "over a group's data-parallel ranks",
+                path=f"{name}.nodes",
+                fix="set disaggregation.connector: nixl, or nodes: 1",
+            )
     groups = [
         Group(
             name,
-            role.replicas,
-            0 if cpu else role.tensor_parallel,
+            role.replicas * shapes[name].nodes,
+            0 if cpu else shapes[name].per_node,
             role.port or (8100 if name == "prefill" else 8200),
             f"{name}.replicas",
         )
         for name, role in roles
     ]
-    total = shape.prefill.replicas + shape.decode.replicas
+    groups = slice_groups(groups, per_gpu)
+    total = sum(g.replicas for g in groups)
     slots = place(_placement_spec(spec, total), groups, choose)
+    if per_gpu > 1:
+        slots = pack(slots, shape.decode.replicas, per_gpu, groups[1].base_port)
     proxy = (peer_address(router_host(spec)), spec.router.discovery_port)
     blocks: dict[str, int] = {}  # next free p2p-nccl kv_port offset per host
     singles: dict[str, int] = {}  # next offset per host: bootstrap / NIXL side-channel port
+    meet = Rendezvous()
     out = []
-    for slot in slots:
-        role = shape.prefill if slot.role == "prefill" else shape.decode
-        host = next(h for h in spec.hosts if h.name == slot.host.name)
-        offset = blocks.get(host.name, 0)
-        blocks[host.name] = offset + role.tensor_parallel
-        name = f"{spec.name}-{slot.role}-{slot.index}"
-        pairs: list[tuple[str, str]] = [("VLLM_HOST_IP", peer_address(host))]
-        if slot.gpus:
-            pairs.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
-        extra_ports: list[tuple[str, int]] = []
-        files: tuple[tuple[str, str], ...] = ()
-        if dis.connector == "p2p-nccl":
-            kv_port = dis.kv_port + offset
-            extra_ports.append(("kv", kv_port))
-            kv = p2p_config(dis, slot.role, kv_port=kv_port, http_port=slot.port, proxy=proxy)
-        elif dis.connector == "mooncake":
-            kv = mooncake_config(dis, slot.role)
-            if slot.role == "prefill":
-                k = singles.get(host.name, 0)
-                singles[host.name] = k + 1
-                boot = dis.bootstrap_port + k
-                pairs.append(("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(boot)))
-                extra_ports.append(("bootstrap", boot))
-            if dis.store.enabled:
-                path = f"{host.data_dir.rstrip('/')}/{spec.name}/{name}/mooncake.json"
-                pairs.append(("MOONCAKE_CONFIG_PATH", path))
-                pairs.append(("MC_TCP_BIND_ADDRESS", peer_address(host)))
-                files = (("mooncake.json", store_json(spec, host)),)
-        else:
-            # One side channel per engine (vLLM adds the DP index, not the TP rank).
-            k = singles.get(host.name, 0)
-            singles[host.name] = k + 1
-            side = dis.side_channel_port + k
-            pairs += [
-                ("VLLM_NIXL_SIDE_CHANNEL_HOST", peer_address(host)),
-                ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side)),
-            ]
-            extra_ports.append(("nixl-side-channel", side))
-            device = dis.kv_buffer_device or ("cpu" if cpu else None)
-            kv = nixl_config("kv_producer" if slot.role == "prefill" else "kv_consumer", device)
-        out.append(
-            Instance(
-                name=name,
-                role=slot.role,  # type: ignore[arg-type]
-                index=slot.index,
-                port=slot.port,
-                args=role_args(spec, release, role, slot.role, slot.port, kv),
-                env=role_env(spec, role, slot.role, *pairs),
-                host=host,
-                gpus=slot.gpus,
-                gpu_count=len(slot.gpus),
-                tensor_parallel=role.tensor_parallel,
-                extra_ports=tuple(extra_ports),
-                files=files,
-            )
-        )
+    for role_name, role in roles:
+        gs = shapes[role_name]
+        mine = [s for s in slots if s.role == role_name]
+        for index, nodes in enumerate(group_hosts(mine, gs, role.replicas, spec.hosts)):
+            leader = nodes[0].host
+            port = meet.port(leader, gs) if gs.multinode else 0
+            members = []
+            for rank, slot in enumerate(nodes):
+                host = next(h for h in spec.hosts if h.name == slot.host.name)
+                offset = blocks.get(host.name, 0)
+                blocks[host.name] = offset + role.tensor_parallel
+                name = f"{spec.name}-{slot.role}-{index}"
+                if rank:
+                    name = worker_name(name, rank)
+                pairs: list[tuple[str, str]] = [("VLLM_HOST_IP", peer_address(host))]
+                if gs.multinode:
+                    pairs += group_env(host)
+                if slot.gpus:
+                    pairs.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
+                hami, over = slice_engine(spec, host, name, slot.role, role.tensor_parallel, sl)
+                pairs += hami
+                extra_ports: list[tuple[str, int]] = []
+                if rank == 0 and gs.multinode:
+                    extra_ports.append(("rendezvous", port))
+                files: tuple[tuple[str, str], ...] = ()
+                if dis.connector == "p2p-nccl":
+                    kv_port = dis.kv_port + offset
+                    extra_ports.append(("kv", kv_port))
+                    kv = p2p_config(
+                        dis, slot.role, kv_port=kv_port, http_port=slot.port, proxy=proxy
+                    )
+                elif dis.connector == "mooncake":
+                    kv = mooncake_config(dis, slot.role)
+                    if slot.role == "prefill":
+                        k = singles.get(host.name, 0)
+                        singles[host.name] = k + 1
+                        boot = dis.bootstrap_port + k
+                        pairs.append(("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(boot)))
+                        extra_ports.append(("bootstrap", boot))
+                    if dis.store.enabled:
+                        path = f"{host.data_dir.rstrip('/')}/{spec.name}/{name}/mooncake.json"
+                        pairs.append(("MOONCAKE_CONFIG_PATH", path))
+                        pairs.append(("MC_TCP_BIND_ADDRESS", peer_address(host)))
+                        files = (("mooncake.json", store_json(spec, host)),)
+                else:
+                    # One side channel per engine: vLLM adds the engine's data-parallel index
+                    # (NixlConnectorScheduler: VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), so a
+                    # node of a DP group whose ranks start at R*L listens on base+R*L.. .
+                    local = max(1, gs.local_dp if gs.kind == "dp" else 1)
+                    first_rank = rank * local if gs.kind == "dp" else 0
+                    k = singles.get(host.name, 0)
+                    singles[host.name] = k + local
+                    side = dis.side_channel_port + k
+                    if side - first_rank < 1024:
+                        raise SpecError(
+                            f"{name}: its NIXL side channels would start below port 1024",
+                            path="disaggregation.sideChannelPort",
+                            fix="raise sideChannelPort",
+                        )
+                    pairs += [
+                        ("VLLM_NIXL_SIDE_CHANNEL_HOST", peer_address(host)),
+                        ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side - first_rank)),
+                    ]
+                    extra_ports += [("nixl-side-channel", side + j) for j in range(local)]
+                    device = dis.kv_buffer_device or ("cpu" if cpu else None)
+                    kv = nixl_config(
+                        "kv_producer" if slot.role == "prefill" else "kv_consumer", device
+                    )
+                flags = group_flags(gs, rank, peer_address(leader), port)
+                members.append(
+                    Instance(
+                        name=name,
+                        role=slot.role,  # type: ignore[arg-type]
+                        index=index,
+                        port=slot.port,
+                        args=role_args(
+                            spec, release, role, slot.role, slot.port, kv, flags=flags, **over
+                        ),
+                        env=role_env(spec, role, slot.role, *pairs),
+                        host=host,
+                        gpus=slot.gpus,
+                        gpu_count=len(slot.gpus),
+                        tensor_parallel=role.tensor_parallel,
+                        extra_ports=tuple(extra_ports),
+                        files=files,
+                    )
+                )
+            out.append(join(members))
     return tuple(out)
 
 

@@ -29,7 +29,7 @@ ENGINE_LIBRARIES = (*MASTER_LIBRARIES, "libmlx5.so.1")
 
 def mooncake_libraries(plan: Plan, host: Host) -> tuple[str, ...]:
     """The system libraries the Mooncake processes pdctl starts on `host` need ('' none)."""
-    if plan.target != "hosts" or plan.phase != 2:
+    if plan.target != "hosts" or plan.phase not in (2, 3):
         return ()
     assert plan.shape is not None
     dis = plan.shape.dis

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pdctl.facts import host as f
 from pdctl.plan.router import ENGINE_LIBRARIES
+from pdctl.probe.hami import hami_commands
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -71,8 +72,9 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
         }
     )
     dis = spec.disaggregation
-    if spec.phase == 2 and dis is not None and dis.connector == "mooncake":
+    if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
         out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
+    out.update(hami_commands(spec))
     if host.runtime == "docker":
         out[f.DOCKER] = "docker info --format '{{json .}}'"
     elif host.runtime == "venv" and host.venv:

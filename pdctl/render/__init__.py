@@ -12,7 +12,11 @@ def render(plan: Plan) -> Bundle:
     if plan.target == "kubernetes":
         from pdctl.render import kube
 
-        if plan.phase == 1:
+        if plan.phase == 1 and any(i.workers for i in plan.instances):
+            from pdctl.render.lws import phase1_group  # multi-node: a LeaderWorkerSet
+
+            objs = kube.common_objects(plan) + phase1_group(plan)
+        elif plan.phase == 1:
             objs = kube.phase1_objects(plan)
         else:
             from pdctl.render.pd_kube import pd_objects
@@ -23,8 +27,10 @@ def render(plan: Plan) -> Bundle:
     from pdctl.render import host
 
     if plan.phase == 0:
+        from pdctl.render.pd_host import group_ports_doc
+
         units = host.host_units(plan, [host.with_setup(plan, u) for u in plan.units])
-        loose: list[Artifact] = []
+        loose: list[Artifact] = group_ports_doc(plan, units)  # multi-node groups only
     else:
         from pdctl.render.pd_host import pd_host_units
 

@@ -9,6 +9,7 @@ from pdctl.compat import NIXL_PIP
 from pdctl.plan.model import ENGINE_ROLES, Plan, PortRule, Service, Unit
 from pdctl.plan.router import LIBRARY_PACKAGES, MASTER_LIBRARIES
 from pdctl.render.bundle import Artifact, UnitFiles
+from pdctl.render.hami_host import slice_setup
 from pdctl.render.host import header, unit_files, with_setup
 from pdctl.render.template import render_template
 from pdctl.spec.value import host_port
@@ -45,7 +46,7 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
 
 def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
     unit = with_setup(plan, unit)
-    extra = kv_setup(plan, plan.libraries_on(unit.host.name))
+    extra = kv_setup(plan, plan.libraries_on(unit.host.name)) + slice_setup(unit)
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
     return unit_files(plan, unit)

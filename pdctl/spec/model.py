@@ -5,18 +5,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from pdctl.spec.base import DnsLabel, EnvName, Quantity, Section, Size
-from pdctl.spec.pd import Decode, Disaggregation, Prefill, Router
+from pdctl.spec.base import DnsLabel, EnvName, Section
+from pdctl.spec.kube import Kubernetes, PodSettings, Resources, Storage, Toleration
+from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
 from pdctl.spec.value import (
     Address,
     Argument,
     CondaEnv,
     HostDir,
     Image,
-    LabelKey,
-    LabelValue,
     MountableDir,
     SecretKey,
     UserName,
@@ -24,6 +23,9 @@ from pdctl.spec.value import (
     mountable,
 )
 from pdctl.spec.workload import Hardware, Workload
+
+# Kubernetes and its parts live in spec/kube.py; imported here for older importers.
+__all__ = ["Kubernetes", "Resources", "Spec", "Storage", "Toleration"]
 
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 NAME_MAX = 50
@@ -146,7 +148,7 @@ class Secrets(Section):
 
 
 class Host(Section):
-    """A machine reached over SSH (phases 0 and 2 on bare metal)."""
+    """A machine reached over SSH (phases 0, 2 and 3 on bare metal)."""
 
     name: DnsLabel = Field(..., description="Short name used in file and process names.")
     address: Address = Field(..., min_length=1, description="IP address or DNS name for SSH.")
@@ -197,6 +199,18 @@ class Host(Section):
         description="Address other hosts use to reach this one (KV transfer, router). "
         "Default: `address`.",
     )
+    network_interface: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        description="Network interface that holds `addressForPeers` (e.g. `eth1`). Multi-node "
+        "groups export it as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME, so NCCL and Gloo do "
+        "not pick a wrong interface (docs/multinode.md). Default: left to NCCL.",
+    )
+    rdma_devices: tuple[str, ...] = Field(
+        (),
+        description="RDMA devices (HCAs, e.g. `mlx5_0`) NCCL may use for a multi-node group "
+        "(exported as NCCL_IB_HCA); preflight checks they exist with an ACTIVE port.",
+    )
 
     @field_validator("gpus")
     @classmethod
@@ -208,117 +222,15 @@ class Host(Section):
         return value
 
 
-class Toleration(Section):
-    """A Kubernetes toleration."""
-
-    key: LabelKey | None = Field(None, description="Taint key to tolerate (empty: every key).")
-    operator: Literal["Exists", "Equal"] = Field(
-        "Exists", description="Match on key only, or key and value."
-    )
-    value: LabelValue | None = Field(None, description="Taint value (operator Equal).")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to tolerate (empty: all)."
-    )
-
-    @model_validator(mode="after")
-    def _rules(self) -> Toleration:
-        # The API server's rules (core/v1 validation of tolerations).
-        if self.operator == "Exists" and self.value:
-            raise ValueError("operator Exists takes no `value`; use operator Equal, or drop it")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration without `key` needs operator Exists")
-        return self
-
-
-class Storage(Section):
-    """Where the model cache lives on Kubernetes."""
-
-    type: Literal["pvc", "emptyDir", "existingClaim"] = Field(
-        "pvc",
-        description="`pvc`: pdctl creates a PersistentVolumeClaim; `existingClaim`: use "
-        "`claimName`; `emptyDir`: a scratch volume (the model downloads at every start).",
-    )
-    size: Size = Field("100Gi", description="PVC size (or emptyDir size limit).")
-    storage_class: str | None = Field(None, description="PVC storageClassName.")
-    access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"] = Field(
-        "ReadWriteOnce",
-        description="PVC access mode. With more than one replica use ReadWriteMany, or each "
-        "replica's node must be the same.",
-    )
-    claim_name: DnsLabel | None = Field(
-        None, description="Existing PVC name (type `existingClaim`)."
-    )
-
-    @model_validator(mode="after")
-    def _claim(self) -> Storage:
-        if self.type == "existingClaim" and not self.claim_name:
-            raise ValueError("type existingClaim needs `claimName`")
-        return self
-
-
-class Resources(Section):
-    """CPU and memory per pod (requests = limits)."""
-
-    cpu: Quantity = Field("8", description="CPU per engine pod.")
-    memory: Size = Field("64Gi", description="Memory per engine pod.")
-
-
-class Kubernetes(Section):
-    """Kubernetes settings (phases 1-3)."""
-
-    namespace: DnsLabel = Field("default", description="Namespace for every object.")
-    create_namespace: bool = Field(False, description="Render the Namespace object too.")
-    storage: Storage = Field(default_factory=Storage, description="Model cache volume.")
-    node_selector: dict[LabelKey, LabelValue] = Field(
-        {}, description="Node selector for engine pods."
-    )
-
-    tolerations: tuple[Toleration, ...] = Field((), description="Tolerations for engine pods.")
-    image_pull_secrets: tuple[DnsLabel, ...] = Field(
-        (), description="Names of Secrets for pulling images."
-    )
-    resources: Resources = Field(default_factory=Resources, description="CPU and memory per pod.")
-    shm_size: Size | None = Field(
-        None,
-        description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "
-        "Default: 2Gi, plus 4Gi per extra tensor-parallel rank.",
-    )
-    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
-        "ClusterIP", description="Type of the Service in front of the engines."
-    )
-    startup_timeout_minutes: int = Field(
-        30, ge=1, le=600, description="How long the startupProbe waits for the model to load."
-    )
-    network_policy: bool = Field(
-        False,
-        description="Phases 2 and 3 (llm-d): render NetworkPolicies for the engine pods and "
-        "the endpoint picker (EPP). Decode pods take the routing sidecar's port 8000 only from "
-        "the Gateway's proxy pods (`gatewayPodLabels`/`gatewayNamespace`) and the EPP (which "
-        "scrapes metrics there); vLLM's 8200 is reached by the sidecar over localhost only. "
-        "Engine pods of the deployment reach each other on every port (NIXL's side channel "
-        "and UCX connections); the EPP's ext-proc port takes the Gateway's pods only. Needs a "
-        "CNI that enforces NetworkPolicy. Phase 1 renders none.",
-    )
-    gateway_namespace: DnsLabel | None = Field(
-        None,
-        description="With `networkPolicy`: the namespace the Gateway's proxy pods run in "
-        "(Envoy Gateway: `envoy-gateway-system`). Default: `namespace`, where Istio, kgateway "
-        "and agentgateway run them beside the Gateway.",
-    )
-    gateway_pod_labels: dict[LabelKey, LabelValue] = Field(
-        {},
-        description="With `networkPolicy`: labels of the Gateway's proxy pods, the only pods "
-        "that may send requests to the decode pods. Default: "
-        "`gateway.networking.k8s.io/gateway-name: <router.gateway>`, the label Istio, "
-        "kgateway and agentgateway put on them (Envoy Gateway: "
-        "`gateway.envoyproxy.io/owning-gateway-name: <gateway>`).",
-    )
-
-
-class Serve(Section):
+class Serve(Multinode):
     """The serving shape for phases 0 and 1: identical engine instances."""
 
     replicas: int = Field(1, ge=1, le=10_000, description="Number of engine instances.")
+    hosts: tuple[DnsLabel, ...] = Field(
+        (),
+        description="Phase 0: the hosts (by name) the instances may run on; pdctl spreads "
+        "them over these only (docs/placement.md). Default: any host.",
+    )
     tensor_parallel: int = Field(
         1, ge=1, le=64, description="GPUs per instance for tensor parallelism."
     )
@@ -346,6 +258,11 @@ class Serve(Section):
         None, description="Prefix caching on/off. Default: vLLM's (on)."
     )
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
+    kubernetes: PodSettings | None = Field(
+        None,
+        description="Phase 1: settings of the serve pods over the `kubernetes` section's "
+        "(maps merge, lists replace; docs/phase1-kubernetes.md).",
+    )
 
 
 class Spec(Section):
@@ -362,8 +279,9 @@ class Spec(Section):
     )
     target: Literal["hosts", "kubernetes"] | None = Field(
         None,
-        description="Where phase 2 runs. Default: `hosts` for phase 0, `kubernetes` for phases "
-        "1 and 3; for phase 2 `hosts` when `hosts` is given, else `kubernetes`.",
+        description="Where phases 2 and 3 run. Default: `hosts` for phase 0, `kubernetes` for "
+        "phase 1; for phases 2 and 3 `hosts` when `hosts` is given, else `kubernetes` (phase 3 "
+        "on hosts slices decode with HAMi-core alone: `decode.share.library`).",
     )
     model: Model
     engine: Engine = Field(default_factory=Engine)

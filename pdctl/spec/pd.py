@@ -10,7 +10,8 @@ from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
-from pdctl.spec.base import EnvName, Section
+from pdctl.spec.base import DnsLabel, EnvName, Section
+from pdctl.spec.kube import PodSettings
 from pdctl.spec.value import engine_env
 
 # fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
@@ -18,10 +19,52 @@ VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 DURATION = re.compile(r"([0-9]{1,5}(h|m|s|ms)){1,4}")  # Gateway API Duration (GEP-2257)
 
 
-class Role(Section):
+class Multinode(Section):
+    """How one engine instance spans hosts (docs/multinode.md): `nodes` hosts per instance;
+    with `dataParallel` > 1 each node runs dataParallel/nodes DP ranks (`--headless` on all but
+    the first), else tensor x pipeline parallel is split across the nodes (`--nnodes`)."""
+
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Hosts one instance spans (a multi-node group: the first is the leader, "
+        "the others run `--headless`). Each node takes tensorParallel x pipelineParallel x "
+        "dataParallel / nodes GPUs on its own host.",
+    )
+    data_parallel: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Data-parallel ranks per instance (`--data-parallel-size`), spread evenly "
+        "over its `nodes`; each rank has tensorParallel GPUs. For MoE models with "
+        "`expertParallel` (wide EP); the leader's API server balances requests over them.",
+    )
+    expert_parallel: bool = Field(
+        False,
+        description="Shard MoE experts over the tensor x data parallel GPUs "
+        "(`--enable-expert-parallel`) instead of tensor-slicing each expert.",
+    )
+    rendezvous_port: int | None = Field(
+        None,
+        ge=1024,
+        le=65535,
+        description="Port on the leader node the group's nodes meet on: `--master-port` "
+        "(TP/PP across nodes; default 29501, vLLM's) or `--data-parallel-rpc-port` (data "
+        "parallel; default 29550, vLLM's). Further groups led from the same host take the "
+        "next ports.",
+    )
+
+
+class Role(Multinode):
     """One side of prefill/decode: identical engine instances."""
 
     replicas: int = Field(1, ge=1, le=10_000, description="Number of instances.")
+    hosts: tuple[DnsLabel, ...] = Field(
+        (),
+        description="Bare metal: the hosts (by name) this role's instances may run on; "
+        "pdctl spreads them over these only (docs/placement.md). Default: any host.",
+    )
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs per instance (TP).")
     gpu_memory_utilization: float | None = Field(
         None,
@@ -45,6 +88,11 @@ class Role(Section):
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
+    kubernetes: PodSettings | None = Field(
+        None,
+        description="On Kubernetes: settings of this role's pods over the `kubernetes` "
+        "section's (maps merge, lists replace; docs/phase2-kubernetes.md).",
+    )
     env: dict[EnvName, str] = Field(
         {},
         description="Extra environment for this role's engines (added to `engine.env`), e.g. "
@@ -103,6 +151,23 @@ class Share(Section):
         description="Allow TP > 1 on slices (known to hang with HAMi-core SM limits); pdctl "
         "then adds `--disable-custom-all-reduce`.",
     )
+    library: str | None = Field(
+        None,
+        description="Bare metal (phase 3 on hosts): absolute path of HAMi-core's `libvgpu.so` "
+        "on every host that runs decode (e.g. `/usr/local/vgpu/libvgpu.so`), preloaded into "
+        "each decode engine. pdctl does not build it; `pdctl preflight` checks it exports the "
+        "CUDA hooks. Required on hosts; unused on Kubernetes (HAMi's device plugin preloads it).",
+    )
+
+    @field_validator("library")
+    @classmethod
+    def _library(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path (e.g. /opt/vgpu/libvgpu.so)")
+        # The loader splits LD_PRELOAD at spaces and colons: such a path preloads nothing.
+        if value is not None and any(c in value for c in " \t\n:"):
+            raise ValueError(f"{value!r}: LD_PRELOAD cannot hold a path with spaces or colons")
+        return value
 
     @model_validator(mode="after")
     def _one_size(self) -> Share:
@@ -272,6 +337,12 @@ class Router(Section):
         None,
         description="Kubernetes: name of an existing Gateway; pdctl renders an HTTPRoute from "
         "it to the InferencePool.",
+    )
+    kubernetes: PodSettings | None = Field(
+        None,
+        description="On Kubernetes: settings of the endpoint picker (EPP) pod. It takes only "
+        "the `kubernetes` section's labels, annotations and imagePullSecrets; its resources "
+        "default to 1 CPU / 1Gi requested, 4 / 4Gi limit.",
     )
     request_timeout: str | None = Field(
         "300s",

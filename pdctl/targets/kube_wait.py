@@ -26,14 +26,16 @@ def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: floa
     reporting each pod's stage meanwhile; on the timeout, or a rollout the controller
     gave up on, fail with the reason of the first pod that is not ready."""
     start = time.monotonic()
-    pending = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
+    kinds = {o["metadata"]["name"]: o["kind"] for o in objs if o["kind"] in WORKLOADS}
+    pending = list(kinds)
     while pending:
         for name in list(pending):
-            dep = tgt.get("Deployment", name, api_version="apps/v1")
-            if rolled_out(dep):
+            kind = kinds[name]
+            dep = tgt.get(kind, name, api_version=WORKLOADS[kind])
+            if (rolled_out if kind == "Deployment" else groups_ready)(dep):
                 pending.remove(name)
-                tgt.say(f"Deployment/{name} rolled out")
-            elif dep and rollout_state(dep).startswith("failed"):
+                tgt.say(f"{kind}/{name} rolled out")
+            elif dep and kind == "Deployment" and rollout_state(dep).startswith("failed"):
                 raise PdctlError(f"Deployment/{name} {rollout_state(dep)}{why(tgt, name)}")
         if not pending:
             return
@@ -41,10 +43,29 @@ def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: floa
         reason = report(tgt, pending, elapsed, timeout)
         if elapsed > timeout:
             raise PdctlError(
-                f"Deployment/{pending[0]} not rolled out after {int(timeout)} s{reason}; "
-                f"see `pdctl status` and `pdctl logs`"
+                f"{kinds[pending[0]]}/{pending[0]} not rolled out after {int(timeout)} s"
+                f"{reason}; see `pdctl status` and `pdctl logs`"
             )
         time.sleep(poll)
+
+
+# What `up` waits for: Deployments, and LeaderWorkerSets (multi-node instances, render/lws.py).
+WORKLOADS = {"Deployment": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
+
+
+def groups_ready(lws: dict[str, Any] | None) -> bool:
+    """A LeaderWorkerSet is rolled out when its controller saw the current generation and
+    every group is updated and ready (a group is ready when all of its pods are)."""
+    if not lws:
+        return False
+    meta, spec, st = lws.get("metadata") or {}, lws.get("spec") or {}, lws.get("status") or {}
+    want = spec.get("replicas", 1)
+    return (
+        st.get("observedGeneration", 0) >= meta.get("generation", 1)
+        and st.get("updatedReplicas", 0) == want
+        and st.get("readyReplicas", 0) == want
+        and st.get("replicas", 0) == want
+    )
 
 
 def report(tgt: KubeTarget, deployments: list[str], elapsed: float, timeout: float) -> str:

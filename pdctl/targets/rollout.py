@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from pdctl.errors import PdctlError
@@ -112,6 +113,15 @@ class Rollout:
         self.lost: set[str] = set()
         self.out = Outcome()
 
+    def group_of(self, name: str) -> str:
+        """The group a unit belongs to: its leader's name (a headless node of a multi-node
+        group, plan/group.py), else its own."""
+        leaders = getattr(self, "_leaders", None)
+        if leaders is None:
+            leaders = {u.unit.name: u.unit.leader for u in self.t.bundle.units}
+            self._leaders = leaders
+        return leaders.get(name) or name
+
     # -- forward ---------------------------------------------------------------------------
     def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
         desired = {(d.host.name, d.name): d for d in self.t.desired()}
@@ -162,10 +172,13 @@ class Rollout:
             if self.halted():
                 break
             self.start_new(pick("start", stage), pick("keep", stage))
-            for d in pick("restart", stage):
+            for batch in self.restart_batches(pick("restart", stage), pick("keep", stage)):
                 if self.halted():
                     break
-                self.replace(d)
+                if len(batch) == 1:
+                    self.replace(batch[0])
+                else:
+                    self.replace_group(batch)
 
     def halted(self) -> bool:
         return self.interrupt.is_set() or (bool(self.out.failures) and not self.keep_going)
@@ -211,8 +224,53 @@ class Rollout:
         failures, _ = self.wait_healthy(started + kept, self.interrupt)
         self.out.failures.extend(failures)
         if self.keep_going and failures:
-            failed = {(f.host, f.unit) for f in failures}
-            self.undo([i for i in self.done if (i.unit.host.name, i.unit.name) in failed])
+            # A multi-node group fails as a whole: every node of it is undone.
+            failed = {self.group_of(f.unit) for f in failures}
+            self.undo([i for i in self.done if self.group_of(i.unit.name) in failed])
+
+    def restart_batches(self, restart: list[Desired], kept: list[Desired]) -> list[list[Desired]]:
+        """Units to replace, one batch each; a multi-node group is one batch with all of its
+        nodes (a node cannot rejoin a running group: the group restarts as a whole)."""
+        batches: dict[str, list[Desired]] = {}
+        for d in restart:
+            batches.setdefault(self.group_of(d.name), []).append(d)
+        for d in kept:
+            if self.group_of(d.name) in batches:
+                batches[self.group_of(d.name)].append(d)
+        return [sorted(b, key=lambda d: self.group_of(d.name) != d.name) for b in batches.values()]
+
+    def replace_group(self, batch: list[Desired]) -> None:
+        """Replace every node of a group: keep each running version in `previous/`, stop them
+        all, then start the new versions together and wait for the group."""
+        names = ", ".join(d.name for d in batch)
+        self.say(f"replacing the group {names} together (a node cannot rejoin a running group)")
+        items: list[Done] = []
+
+        def step(fn: Callable[[Desired], object], d: Desired) -> bool:
+            return self.guard(d.host.name, d.name, partial(fn, d))
+
+        def keep(d: Desired) -> None:
+            self.t.ops[d.host.name].save_previous(d.name)
+
+        def swap(d: Desired) -> None:
+            self.t.ops[d.host.name].upload(list(d.files), f"hosts/{d.host.name}")
+            self.start(d)
+
+        for d in batch:
+            if not step(keep, d):
+                break
+            items.append(Done(d, "replaced"))
+        self.done.extend(items)
+        if len(items) == len(batch):
+            stopped = [step(self.stop, d) for d in batch]
+            if all(stopped):
+                started = [step(swap, d) for d in batch]
+                if all(started):
+                    failures, _ = self.wait_healthy(batch, self.interrupt)
+                    self.out.failures.extend(failures)
+        failed = {f.unit for f in self.out.failures}
+        if self.keep_going and (failed & {d.name for d in batch} or len(items) < len(batch)):
+            self.undo(items)
 
     def replace(self, d: Desired) -> None:
         ops = self.t.ops[d.host.name]
@@ -352,6 +410,14 @@ class Rollout:
                 if d not in pending:
                     continue
                 ops = self.t.ops[d.host.name]
+                lost = [
+                    f.unit for f in failures if f.unit != d.name and self.group_of(f.unit) == d.name
+                ]
+                if lost:  # a multi-node group's leader: a failed node fails the group
+                    pending.remove(d)
+                    why = f"a node of its group failed ({lost[0]})"
+                    failures.append(UnitFailure(d.host.name, d.name, why, ""))
+                    continue
                 try:
                     if d.port is not None:
                         health = ops.probe(
@@ -378,8 +444,17 @@ class Rollout:
                                 )
                             )
                             continue
+                    leader = self.group_of(d.name)
+                    if leader != d.name and leader in {f.unit for f in failures}:
+                        pending.remove(d)  # the group failed: this node goes with it
+                        why = f"its group's leader {leader} failed"
+                        failures.append(UnitFailure(d.host.name, d.name, why, ""))
+                        continue
                     if ops.alive(d.name):
-                        if d.port is None:
+                        # A headless node counts as up once its leader is healthy; until
+                        # then it is watched, so one that dies fails the group at once.
+                        waiting = leader != d.name and any(p.name == leader for p in pending)
+                        if d.port is None and not waiting:
                             pending.remove(d)
                             self.say(f"{d.name} on {d.host.name}: running")
                         elif time.monotonic() - looked.get(d.name, -LOOK) >= LOOK:

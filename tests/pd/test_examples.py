@@ -37,11 +37,14 @@ def variants(example: Path) -> list[dict]:
     spec, _ = load_text(example.read_text(), example.name)
     out: list[dict] = [{}]
     nixl = spec.disaggregation is None or spec.disaggregation.connector == "nixl"
-    if spec.phase == 2 and spec.hosts and nixl:
+    # Multi-node prefill/decode groups render on hosts only (docs/multinode.md).
+    groups = any(r is not None and r.nodes > 1 for r in (spec.prefill, spec.decode))
+    if spec.phase == 2 and spec.hosts and nixl and not groups:
         out.append({"target": "kubernetes"})
     if nixl and spec.decode is not None and spec.decode.share is not None and spec.phase == 2:
         out.append({"phase": 3})
-    if spec.phase == 3:
+    # Phase 3 on hosts packs decode perGpu: unpacked (phase 2) it needs more GPUs than it has.
+    if spec.phase == 3 and not spec.hosts:
         out.append({"phase": 2, "target": "kubernetes"})
     return out
 
@@ -264,7 +267,11 @@ def test_phase3_decode_is_a_hami_slice() -> None:
 def test_init_specs_render(phase: int, tmp_path: Path) -> None:
     text = (ROOT / "templates" / f"init-phase{phase}.yaml").read_text()
     spec, _ = load_text(text, f"init-phase{phase}.yaml")
-    wheres = [{}, {"phase": 3}] if phase == 3 else [{}, {"target": "kubernetes"}, {"phase": 3}]
+    wheres = (
+        [{}, {"phase": 3}]
+        if phase == 3
+        else [{}, {"target": "kubernetes"}, {"phase": 3, "target": "kubernetes"}]
+    )
     for over in wheres:
         plan = make_plan(spec, **over)
         bundle = render(plan)

@@ -11,6 +11,7 @@ import pytest
 import pdctl.plan
 from pdctl.check.cluster import BUILTIN_GROUPS, required_kinds
 from pdctl.plan import make_plan
+from pdctl.plan.group import all_nodes
 from pdctl.render import render
 from pdctl.spec import load_text
 
@@ -82,7 +83,8 @@ def test_units_are_made_once_in_the_plan(name):
         assert plan.units == () and bundle.units == ()
         return
     assert [u.unit.name for u in bundle.units] == [u.name for u in plan.units]
-    assert len(plan.units) == len(plan.instances) + len(plan.services)
+    # Each node of a multi-node group is a unit of its own (plan/group.py).
+    assert len(plan.units) == len(all_nodes(plan.instances)) + len(plan.services)
     for planned, rendered in zip(plan.units, bundle.units, strict=True):
         keep = ("name", "role", "host", "port", "env", "image", "gpus", "publish", "address")
         assert {k: getattr(rendered.unit, k) for k in keep} == {

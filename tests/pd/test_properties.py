@@ -34,6 +34,8 @@ def shares(draw) -> dict:
         share["allowTensorParallel"] = True
     if draw(st.booleans()):
         share["policy"] = draw(st.sampled_from(["binpack", "spread"]))
+    if draw(st.booleans()):
+        share["library"] = "/usr/local/vgpu/libvgpu.so"  # phase 3 on hosts
     return share
 
 
@@ -83,7 +85,14 @@ def pd_specs(draw) -> dict:
         spec["secrets"] = {"apiKey": {"env": "VLLM_API_KEY"}, "hfToken": {"env": "HF_TOKEN"}}
     if draw(st.booleans()):
         spec["decode"]["enforceEager"] = True
+    # The model cache on Kubernetes: the default ReadWriteOnce claim cannot hold prefill and
+    # decode pods on several nodes (refused), ReadWriteMany and a per-pod emptyDir can.
+    storage = draw(st.sampled_from([{}, {"accessMode": "ReadWriteMany"}, {"type": "emptyDir"}]))
+    spec["kubernetes"] = {"storage": storage}
     return spec
+
+
+HOST_SLICE = ("engine.device", "decode.share.library", "decode.share.gpuTotalMib")
 
 
 def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
@@ -95,22 +104,39 @@ def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
         return err.path == "disaggregation.connector" and "removed in vLLM 0.24.0" in err.message
     if target == "kubernetes" and dis["connector"] != "nixl":
         return err.path == "disaggregation.connector"
+    if target == "kubernetes" and err.path == "kubernetes.storage.accessMode":
+        return spec["kubernetes"]["storage"] == {}  # 2+ pods on the default ReadWriteOnce claim
     tps = (spec["prefill"]["tensorParallel"], spec["decode"]["tensorParallel"])
     if dis["connector"] == "p2p-nccl" and tps[0] != tps[1]:
-        return err.path == "decode.tensorParallel" and "same tensorParallel" in err.message
+        if err.path == "decode.tensorParallel" and "same tensorParallel" in err.message:
+            return True
+        if phase != 3:  # phase 3 may refuse the decode TP for its slices first (below)
+            return False
     share = spec["decode"]["share"]
-    if phase == 3 and spec["decode"]["tensorParallel"] > 1 and not share.get("allowTensorParallel"):
-        return err.path == "decode.tensorParallel"
-    if phase == 3 and err.path.startswith("decode.share"):
+    if phase == 3:
+        # Several phase 3 rules may apply to one spec; the error must be one of those that do.
         n = share["perGpu"]
         pct = share.get("gpuMemoryPercent", 100 // n)
-        return {
+        mib = "gpuMemoryMib" in share or "gpuTotalMib" in share
+        applies = {
+            "decode.tensorParallel": spec["decode"]["tensorParallel"] > 1
+            and not share.get("allowTensorParallel"),
             "decode.share.gpuMemoryPercent": "gpuMemoryMib" not in share and n * pct > 100,
             "decode.share.gpuMemoryMib": n * share.get("gpuMemoryMib", 0)
             > share.get("gpuTotalMib", 10**9),
             "decode.share.gpuCoresPercent": n * share.get("gpuCoresPercent", 0) > 100,
             "decode.share": "less than half" in err.message,
-        }.get(err.path, False)
+        }
+        if target == "hosts":
+            applies |= {
+                "engine.device": spec["engine"]["device"] == "cpu",
+                "decode.share.library": "library" not in share,
+                "decode.share.gpuTotalMib": not mib,
+            }
+        if applies.get(err.path, False):
+            return True
+        if err.path in applies:
+            return False
     return err.path.endswith(".replicas")  # not enough GPUs on the hosts
 
 
@@ -129,7 +155,10 @@ def check_bundle(plan, bundle) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=pd_specs(), where=st.sampled_from([(2, "hosts"), (2, "kubernetes"), (3, None)]))
+@given(
+    spec=pd_specs(),
+    where=st.sampled_from([(2, "hosts"), (2, "kubernetes"), (3, "kubernetes"), (3, "hosts")]),
+)
 def test_generated_specs_render_or_fail_cleanly(spec: dict, where: tuple) -> None:
     phase, target = where
     loaded, _ = load_text(yaml.safe_dump(spec), "gen.yaml")

@@ -177,10 +177,10 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     offline = pdctl("up", str(spec), "--dry-run", "--offline")  # no kubeconfig: no connection
     assert offline.returncode == 0, offline.stderr
     assert "apply Deployment/kup-serve" in offline.stdout
-    # --dry-run alone asks the cluster what would change, and changes nothing.
+    # --dry-run alone is a server-side dry run (dryRun=All); kmock ignores dryRun, so pdctl
+    # refuses it and changes nothing (test_kube_diff.py runs it on a kmock that honours it).
     dry = pdctl("up", str(spec), "--dry-run", "--kubeconfig", str(kubeconfig))
-    assert dry.returncode == 0, dry.stderr
-    assert "create   Deployment/kup-serve" in dry.stdout
+    assert dry.returncode == 1 and "ignores dryRun=All" in dry.stderr, dry.stderr
     assert KubeTarget(api, "kup", "vllm-inference").owned() == []
     # kmock has no controller, so the rollout never completes: up applies, then times out.
     up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
@@ -203,15 +203,15 @@ def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
     status = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
     assert status.returncode == 0, status.stderr
     assert '"unit": "kcli-serve"' in status.stdout
-    down = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
+    down = pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig))
     assert down.returncode == 0, down.stderr
     assert "deleted 2 objects" in down.stdout
     assert "kept PersistentVolumeClaim kcli-model-cache; --delete-volumes removes it" in down.stdout
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
     assert tgt.owned() == [("PersistentVolumeClaim", "kcli-model-cache")]
-    again = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig), "--delete-volumes")
+    again = pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig), "--delete-volumes")
     assert "deleted 1 objects" in again.stdout, again.stdout + again.stderr
     assert "kept" not in again.stdout
     assert tgt.owned() == []
-    last = pdctl("down", str(spec), "--kubeconfig", str(kubeconfig))
+    last = pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig))
     assert "nothing to delete" in last.stdout

@@ -118,7 +118,8 @@ def test_up_applies_every_object_of_the_example_and_down_deletes_them(
     code, out, err = run_cli(up, capsys)
     assert "nothing to change" in out, out + err
     code, out, err = run_cli(
-        ["down", spec, "--target", "kubernetes", "--delete-volumes", "--kubeconfig", kubeconfig],
+        ["down", spec, "--yes", "--target", "kubernetes", "--delete-volumes"]
+        + ["--kubeconfig", kubeconfig],
         capsys,
     )
     assert code == 0, err
