@@ -144,7 +144,7 @@ def overhead(
     )
     return Overhead(
         activation=activation,
-        non_torch=profile.non_torch_bytes(tp, pp, gpu_name),
+        non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
         cuda_graphs=profile.graph_bytes(
             model, stage_layers(model, pp), max_num_seqs, enforce_eager
         ),

@@ -184,18 +184,57 @@ NVLINK_TP_BYTES = int(0.42 * GIB)  # TP > 1 over NVLink: custom all-reduce + NCC
 PCIE_TP_BYTES = int(0.12 * GIB)  # TP > 1 over PCIe: NCCL ring buffers only
 
 
-def non_torch_bytes(tp: int, pp: int, gpu_name: str) -> int:
+# NCCL's NVLink SHARP (NVLS) buffers: NCCL turns NVLS on only with more than 2 GPUs on a board
+# whose NVSwitch does multicast (src/transport/nvls.cc `ncclNvlsInit`: `gpuCount <= 2` returns
+# without it; CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: Hopper and later SXM boards). Each
+# communicator maps `nvlsPerRankSize x nHeads` bytes, one head per rank of a single-node group.
+# The NCCL that vLLM up to 0.10.1 ran (torch <= 2.7) sized a rank's share as channels x 2 x
+# (NCCL_BUFFSIZE 4 MiB + 2 MiB): vllm#9699 printed `nvlsPerRankSize 301989888 nvlsTotalSize
+# 2415919104` at TP 8 on H200 (288 MiB a rank) and ~5 GiB fewer KV blocks than with
+# NCCL_NVLS_ENABLE=0: two communicators (vLLM's PyNccl one and torch.distributed's process
+# group of the TP ranks). Today's source (`ncclNvlsBufferSetup`) sizes it by NVLS chunks:
+# 16 channels x 2 x 8 steps x 128 KiB = 32 MiB a rank; from vLLM 0.10.2 (torch 2.8).
+NVLS_OLD_BYTES_PER_RANK = 288 * MIB
+NVLS_BYTES_PER_RANK = 32 * MIB
+NVLS_COMMUNICATORS = 2
+NVLS_SMALL_BUFFERS_FROM = (0, 10, 2)
+_NVLS = ("h100", "h200", "h20", "b200", "gb200")
+
+
+def nvls(gpu_name: str) -> bool:
+    """Whether the GPU model sits on an NVSwitch board with multicast (NVLS): Hopper and
+    later SXM parts; PCIe and NVL (bridge-paired PCIe) cards have no NVSwitch."""
+    key = _key(gpu_name)
+    if "pcie" in key or key.endswith("nvl"):
+        return False
+    return any(key.startswith(k) for k in _NVLS)
+
+
+def nvls_bytes(tp: int, gpu_name: str, engine: str | None = None) -> int:
+    """NCCL's NVLS buffers per GPU for a TP group (none at TP <= 2 or without NVSwitch)."""
+    if tp <= 2 or not nvls(gpu_name):
+        return 0
+    per_rank = (
+        NVLS_BYTES_PER_RANK
+        if patch_version(engine) >= NVLS_SMALL_BUFFERS_FROM
+        else NVLS_OLD_BYTES_PER_RANK
+    )
+    return NVLS_COMMUNICATORS * tp * per_rank
+
+
+def non_torch_bytes(tp: int, pp: int, gpu_name: str, engine: str | None = None) -> int:
     """Memory outside PyTorch's allocator: context, and with TP > 1 the all-reduce buffers.
 
     A flat 1.8 GiB for TP > 1 (pdctl before) was far too high on PCIe cards: vLLM's
-    custom all-reduce needs NVLink (P2P) and NCCL's PCIe ring buffers are small.
+    custom all-reduce needs NVLink (P2P) and NCCL's PCIe ring buffers are small. TP > 2 on an
+    NVSwitch board adds NCCL's NVLS buffers (`nvls_bytes`).
     """
     extra = 0
     if tp > 1:
         extra = NVLINK_TP_BYTES if nvlink(gpu_name) else PCIE_TP_BYTES
     if pp > 1:
         extra += PCIE_TP_BYTES  # the point-to-point NCCL group between stages
-    return CONTEXT_BYTES + extra
+    return CONTEXT_BYTES + extra + nvls_bytes(tp, gpu_name, engine)
 
 
 def graph_bytes(model: ModelConfig, layers: int, seqs: int, eager: bool) -> int:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pdctl.capacity import instance_memory, model_config
 from pdctl.capacity.fit import Shape
-from pdctl.capacity.gpus import GIB, find_gpu
+from pdctl.capacity.gpus import GIB, MIB, find_gpu
 from pdctl.capacity.profile import (
     default_batching,
     graphs_counted,
     mla_block,
     non_torch_bytes,
     nvlink,
+    nvls_bytes,
     sampler_bytes,
 )
 
@@ -78,3 +79,15 @@ def test_gpt_oss_sliding_layers_keep_only_their_window() -> None:
 def test_mla_block_size_by_gpu() -> None:
     assert mla_block("H100-SXM") == 64 and mla_block("H200") == 64
     assert mla_block("A100-80GB") == 16 and mla_block("L4") == 16
+
+
+def test_nvls_buffers_only_past_two_gpus_on_nvswitch_boards() -> None:
+    # NCCL turns NVLink SHARP on only with more than 2 GPUs (src/transport/nvls.cc) on boards
+    # whose NVSwitch multicasts; vllm#9699 printed 288 MiB a rank per communicator.
+    base = non_torch_bytes(2, 1, "H100-SXM", "0.9.2")
+    assert non_torch_bytes(4, 1, "H100-SXM", "0.9.2") - base == 2 * 4 * 288 * MIB
+    assert non_torch_bytes(8, 1, "H200", "0.9.2") - base == 2 * 8 * 288 * MIB
+    # NCCL's chunk-sized NVLS buffers (32 MiB a rank) from vLLM 0.10.2 (torch 2.8)
+    assert non_torch_bytes(4, 1, "H100-SXM", "0.11.0") - base == 2 * 4 * 32 * MIB
+    for gpu in ("A100-80GB", "H100-PCIe", "H100-NVL", "L40S"):  # no NVSwitch multicast
+        assert nvls_bytes(8, gpu, "0.9.2") == 0, gpu
