@@ -186,3 +186,13 @@ def test_mla_models_are_checked_on_attention_heads_only() -> None:
     """DeepSeek's MLA caches one latent per token: the GQA KV-head split does not apply."""
     mla = Dims("deepseek-v2-lite", heads=16, kv_heads=6, layers=27, experts=64, mla=True)
     assert valid_tp(mla) == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_plan_and_render_refuse_what_validate_refuses(tmp_path: Path, capsys, command) -> None:
+    """Before: `pdctl plan` of a TP 3 Qwen3-32B spec printed a capacity table (exit 0)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SERVE)
+    code, out, err = run_cli([command, str(spec)], capsys)
+    assert code == 2, out
+    assert ":5: serve.tensorParallel: Qwen/Qwen3-32B" in err and "does not divide" in err, err

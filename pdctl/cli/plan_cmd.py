@@ -130,6 +130,11 @@ def build(
 
     spec, source = read_spec(spec_file)
     try:
+        from pdctl.cli.specfile import model_dims
+        from pdctl.plan.parallel import check_parallel
+
+        # The same parallelism rules as validate/render: TP dividing the heads, PP <= layers.
+        check_parallel(spec, spec.phase, model_dims(spec, spec_file))
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
         device, origin = _gpu(spec, gpu, gpu_memory_gib)
