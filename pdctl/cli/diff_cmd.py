@@ -30,14 +30,13 @@ def register(app: typer.Typer) -> None:
         """Show what `up` would change: on Kubernetes a server-side dry run of every object
         diffed against the live one (and what prune would delete); on hosts each instance to
         start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
-        from rich.console import Console
-
         from pdctl import actions
         from pdctl.cli.progress import ConsoleProgress
         from pdctl.cli.specfile import load
+        from pdctl.cli.term import console
         from pdctl.errors import PdctlError
 
-        err = Console(stderr=True, highlight=False, log_path=False)
+        err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
         try:
             plan, bundle = load(spec, phase, target)
             found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
