@@ -194,14 +194,45 @@ def test_epp_metrics_need_an_authorized_token(example: Path) -> None:
 
 # 3. Pod Security baseline and hardening --------------------------------------------------------
 def test_kubernetes_examples_are_all_found() -> None:
-    assert [p.stem for p in K8S_EXAMPLES] == ["phase1-k8s", "phase2-llmd", "phase3-hami"]
+    assert [p.stem for p in K8S_EXAMPLES] == [
+        "phase1-k8s",
+        "phase1-lws",
+        "phase2-llmd",
+        "phase3-hami-pools",
+        "phase3-hami",
+    ]
 
 
-@pytest.mark.parametrize("example", K8S_EXAMPLES, ids=lambda p: p.stem)
-def test_every_kubernetes_pod_passes_baseline_and_hardening(example: Path) -> None:
-    docs = docs_of(example.read_text())
-    templates = pod_templates(docs)
+def every_pod_template(docs: list[dict]) -> list[tuple[str, dict, dict]]:
+    """pod_templates plus the leader and worker templates of every LeaderWorkerSet."""
+    out = pod_templates(docs)
+    for doc in docs:
+        if doc["kind"] == "LeaderWorkerSet":
+            group = doc["spec"]["leaderWorkerTemplate"]
+            for key in ("leaderTemplate", "workerTemplate"):
+                tpl = group[key]
+                name = f"{doc['metadata']['name']}/{key}"
+                out.append((name, tpl["spec"], tpl.get("metadata", {}).get("annotations", {})))
+    return out
+
+
+# phase2-wide-ep runs on hosts by default; its Kubernetes shape (LWS per role) is checked too.
+KUBE_RENDERS = [(p, None) for p in K8S_EXAMPLES] + [
+    (Path("examples/phase2-wide-ep.yaml"), "kubernetes")
+]
+
+
+@pytest.mark.parametrize(("example", "target"), KUBE_RENDERS, ids=lambda v: getattr(v, "stem", v))
+def test_every_kubernetes_pod_passes_baseline_and_hardening(
+    example: Path, target: str | None
+) -> None:
+    docs = docs_of(example.read_text(), target=target)
+    templates = every_pod_template(docs)
     assert templates
+    kinds = {d["kind"] for d in docs}
+    if "LeaderWorkerSet" in kinds:  # every LWS contributes its leader and worker template
+        lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+        assert len([n for n, _, _ in templates if "/" in n]) == 2 * len(lws)
     for name, pod, notes in templates:
         assert baseline_violations(pod, notes) == [], name
         assert hardening_violations(pod) == [], name
