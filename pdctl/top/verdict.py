@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.top.gpu import Gpu, kind
+from pdctl.top.packing import Packing
 from pdctl.top.router_verdict import router_verdicts
 from pdctl.top.window import Figures, Window, role_totals
 
@@ -66,12 +67,18 @@ def _gpus_of(w: Window, f: Figures) -> list[Gpu]:
     return [g for g in w.gpus if (g.host, g.index) in f.gpus or f.role in g.roles]
 
 
-def verdicts(w: Window, overrides: dict[str, float] | None = None) -> list[Verdict]:
+def verdicts(
+    w: Window,
+    overrides: dict[str, float] | None = None,
+    packed: dict[int, Packing] | None = None,
+) -> list[Verdict]:
+    """`packed`: what `pdctl plan` predicts for decode packed N per GPU (top.packing), quoted
+    by the phase 3 verdict; without it the verdict quotes the measured packing factor only."""
     t = limits(overrides)
     out: list[Verdict] = []
     live = [f for f in w.instances if f.error is None]
     out += _idle(w, t)
-    out += _decode_bound(w, live, t)
+    out += _decode_bound(w, live, t, packed or {})
     out += _interference(w, live, t)
     out += _ratio(w, live, t)
     out += _kv_pressure(live, t)
@@ -95,7 +102,22 @@ def _idle(w: Window, t: dict[str, float]) -> list[Verdict]:
     return out
 
 
-def _decode_bound(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+def _pack_choice(n: int, packed: dict[int, Packing]) -> tuple[int, str]:
+    """The N to advise and the plan's figures for it: the largest N up to `n` whose slices
+    hold the model, as `pdctl plan` sizes them."""
+    if not packed:
+        return n, ""
+    fitting = [m for m in sorted(packed) if m <= n and packed[m].fits]
+    if not fitting:
+        return n, "; " + packed[min(packed)].line() if packed else ""
+    m = fitting[-1]
+    more = f" ({n} per GPU would not: {packed[n].slice_mib:,} MiB slices)" if m < n else ""
+    return m, "; " + packed[m].line() + more
+
+
+def _decode_bound(
+    w: Window, live: list[Figures], t: dict[str, float], packed: dict[int, Packing]
+) -> list[Verdict]:
     out = []
     for f in live:
         if f.role not in ("decode", "serve") or f.kv_usage is None:
@@ -123,12 +145,13 @@ def _decode_bound(w: Window, live: list[Figures], t: dict[str, float]) -> list[V
                 out.append(Verdict("decode-raise-batch", msg))
                 continue
             n = int(min(t["pack_max"], max(2.0, 1.0 // max(f.kv_usage, 0.01))))
+            n, plan = _pack_choice(n, packed)
             now = f", now {_f(f.generation_tps)} tok/s" if f.generation_tps is not None else ""
             msg = (
                 f"{figures}, running {_f(f.running)}, waiting {_f(f.waiting)}: the instance "
                 f"cannot fill its batch: phase 3, pack {n} decode instances per GPU (frees "
                 f"{n - 1} of every {n} decode GPUs; per GPU about {PACKED_SHARE:.2f}x of one "
-                f"instance at the same batch, measured{now})"
+                f"instance at the same batch, measured{now}){plan}"
             )
             out.append(Verdict("decode-pack", msg))
     return out

@@ -1,0 +1,63 @@
+"""What `pdctl plan` predicts for decode packed N per GPU (phase 3), for top's verdicts (pure).
+
+For each N the decode role is planned as `pdctl plan` plans a phase 3 spec with
+`decode.share.perGpu: N` (pdctl.capacity.report: the HAMi slice, the util inside it, the KV
+it holds, the decode batch that fits, the roofline's tokens/s of one instance at that batch).
+Per GPU: N instances time-slice the GPU, so together they give about PACKED_VS_SAME_BATCH
+(0.91, measured on an H200: pdctl.capacity.advice) of ONE instance's tokens/s at that batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from pdctl.capacity.advice import PACKED_VS_SAME_BATCH
+
+
+@dataclass(frozen=True)
+class Packing:
+    per_gpu: int
+    slice_mib: int
+    fits: bool  # the slice holds the weights and one max-length sequence, N slices fit
+    batch: int  # decode batch of one instance in the slice (KV, max-num-seqs, TPOT)
+    kv_tokens: int
+    instance_tps: float  # the plan's decode tokens/s of one instance at `batch`
+    gpu_tps: float  # per GPU, the N instances together
+
+    def line(self) -> str:
+        """The figures as the verdict quotes them."""
+        if not self.fits:
+            return (
+                f"pdctl plan: {self.per_gpu} slices of {self.slice_mib:,} MiB do not hold this "
+                f"model's decode (weights and one max-length sequence each)"
+            )
+        return (
+            f"pdctl plan for {self.per_gpu} per GPU: slices of {self.slice_mib:,} MiB, batch "
+            f"{self.batch} each, {self.instance_tps:,.0f} tok/s per instance, about "
+            f"{self.gpu_tps:,.0f} tok/s per GPU ({PACKED_VS_SAME_BATCH:.2f}x: the instances "
+            f"time-slice it)"
+        )
+
+
+def packings(model: Any, gpu: Any, shape: Any, traffic: Any, most: int = 4) -> dict[int, Packing]:
+    """N (2..most) -> what the plan predicts for decode packed N per GPU of `gpu`."""
+    from pdctl.capacity.report import _role
+    from pdctl.spec.pd import Share
+
+    out = {}
+    for n in range(2, most + 1):
+        section = SimpleNamespace(share=Share(per_gpu=n), gpu_memory_utilization=None, replicas=1)
+        r = _role(model, gpu, "decode", section, shape, traffic)
+        assert r.slice is not None
+        tps = r.decode.tokens_per_s
+        out[n] = Packing(
+            n,
+            r.slice.slice_mib,
+            r.fits,
+            r.batch,
+            r.memory.kv_tokens,
+            tps,
+            tps * PACKED_VS_SAME_BATCH,
+        )
+    return out
