@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from pdctl.docgen import _models, reference
@@ -86,3 +89,43 @@ def test_connecting_commands_share_the_connection_options() -> None:
     want = {o: options("up")[o] for o in shared}
     for name in ("down", "status", "logs", "preflight"):
         assert {o: options(name).get(o) for o in shared} == want, name
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not line.startswith("#"):
+            continue
+        slug = _slug(line.lstrip("#"))
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_relative_links_in_docs_resolve() -> None:
+    """Every relative link in README.md and docs/*.md names a file that exists and, with
+    `#anchor`, a heading of that file (GitHub's anchors)."""
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target}: no file {file}")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.name}: {target}: no heading #{anchor}")
+    assert not broken, "\n".join(broken)
