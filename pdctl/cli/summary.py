@@ -36,7 +36,9 @@ def up(row: dict[str, Any]) -> bool:
 
 
 def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every row counts, the router's and the master's too: units, how many are up, per role."""
+    """Every instance counts, the router's and the master's too: units, how many are up, per
+    role. A Kubernetes workload's rollout row summarises its pods and is not counted again."""
+    rows = [r for r in rows if r.get("kind", "instance") == "instance"]
     roles = Counter(str(r["role"]) for r in rows)
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
     return {

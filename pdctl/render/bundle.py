@@ -91,7 +91,9 @@ class Bundle:
         return "\n".join(parts)
 
 
-MANIFEST_HEADER = "# files pdctl render --output-dir wrote here; the next render removes the ones it drops"
+MANIFEST_HEADER = (
+    "# files pdctl render --output-dir wrote here; the next render removes the ones it drops"
+)
 
 
 def manifest(paths: list[str] | tuple[str, ...]) -> str:

@@ -59,6 +59,9 @@ class StatusRow:
     model: str
     endpoint: str
     why: str = ""  # not healthy: why, in one line (Kubernetes: the pod's or rollout's reason)
+    # "instance": a process, container or pod; "rollout": a Kubernetes workload's summary row
+    # (Deployment, LeaderWorkerSet), shown but not counted as a unit.
+    kind: str = "instance"
 
 
 @dataclass

@@ -410,8 +410,13 @@ class KubeTarget(Closing):
         pods = self.pods()
         ready = all(pod_ready(p) for p in pods)
         events = [] if ready else self.events()
+        lws = [o for o in self.objects if o["kind"] == "LeaderWorkerSet"]
         return status_rows(
-            self.list_kind("Deployment", "apps/v1"), pods, events, self.last_log_line
+            self.list_kind("Deployment", "apps/v1"),
+            pods,
+            events,
+            self.last_log_line,
+            self.list_kind("LeaderWorkerSet", lws[0]["apiVersion"]) if lws else None,
         )
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:

@@ -94,31 +94,43 @@ def no_log(_container: str) -> str:
     return ""
 
 
+def lws_state(lws: dict[str, Any]) -> str:
+    """rolled out | progressing, for a LeaderWorkerSet (groups updated and ready)."""
+    from pdctl.targets.kube_wait import groups_ready
+
+    return "rolled out" if groups_ready(lws) else "progressing"
+
+
 def status_rows(
     deployments: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     events: list[dict[str, Any]] | None = None,
     last_log: Callable[[str, str], str] | None = None,
+    leader_worker_sets: list[dict[str, Any]] | None = None,
 ) -> list[StatusRow]:
-    """Deployments (rollout state, ready/desired) then pods (phase, and why one is not
-    ready): host is the pod's node."""
+    """Workloads (kind "rollout": Deployments and LeaderWorkerSets with their rollout state,
+    ready/desired replicas or groups) then pods (phase, and why one is not ready): host is the
+    pod's node."""
     rows = []
-    for dep in deployments:
-        st = dep.get("status") or {}
-        spec = dep.get("spec") or {}
-        labels = (dep.get("metadata") or {}).get("labels") or {}
-        state = rollout_state(dep)
+    workloads = [(d, rollout_state(d), "") for d in deployments] + [
+        (w, lws_state(w), " groups") for w in leader_worker_sets or []
+    ]
+    for obj, state, what in workloads:
+        st = obj.get("status") or {}
+        spec = obj.get("spec") or {}
+        labels = (obj.get("metadata") or {}).get("labels") or {}
         rows.append(
             StatusRow(
                 host="-",
-                unit=dep["metadata"]["name"],
+                unit=obj["metadata"]["name"],
                 role=labels.get("app.kubernetes.io/component", "-"),
                 pid="-",
-                state=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready",
+                state=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)}{what} ready",
                 health="healthy" if state == "rolled out" else "not ready",
                 model="",
                 endpoint="",
                 why="" if state == "rolled out" else state,
+                kind="rollout",
             )
         )
     for pod in pods:

@@ -62,10 +62,14 @@ def test_status_names_why_each_pod_is_not_ready(cluster, tmp_path):
         assert "other-serve-z" not in rows
         spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kwhy")
         out = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
-        found = {r["unit"]: r["why"] for r in json.loads(out.stdout)["instances"]}
+        doc = json.loads(out.stdout)
+        found = {r["unit"]: r["why"] for r in doc["instances"]}
         assert found["kwhy-serve-b"].startswith("ImagePullBackOff"), out.stderr
+        # the Deployment's row summarises its pods: 3 pods are the units, not 4 rows
+        assert doc["summary"] == {"units": 3, "up": 0, "roles": {"serve": 3}}, doc["summary"]
         table = pdctl("status", str(spec), "--kubeconfig", str(kubeconfig))
         assert "why" in table.stdout and "Insufficient nvidia.com/gpu" in table.stdout
+        assert "0 of 3 units up (3 serve)" in table.stdout, table.stdout
     finally:
         for name in ("kwhy-serve-a", "kwhy-serve-b", "kwhy-serve-c", "other-serve-z"):
             tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
@@ -161,3 +165,32 @@ def test_down_waits_until_the_pods_are_gone(cluster):
     assert tgt.down(delete_volumes=True).removed == []  # the objects were deleted before
     gc.join()
     assert tgt.pods() == []
+
+
+def test_a_leader_worker_set_has_a_rollout_row():
+    from pdctl.targets.kube_status import status_rows
+
+    lws = {
+        "metadata": {
+            "name": "big-serve",
+            "generation": 1,
+            "labels": {"app.kubernetes.io/component": "serve"},
+        },
+        "spec": {"replicas": 2},
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 2,
+            "updatedReplicas": 2,
+            "readyReplicas": 1,
+        },
+    }
+    (row,) = status_rows([], [], leader_worker_sets=[lws])
+    assert (row.unit, row.kind, row.state, row.why) == (
+        "big-serve",
+        "rollout",
+        "1/2 groups ready",
+        "progressing",
+    )
+    lws["status"]["readyReplicas"] = 2
+    (row,) = status_rows([], [], leader_worker_sets=[lws])
+    assert (row.health, row.why) == ("healthy", "")
