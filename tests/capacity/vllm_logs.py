@@ -81,6 +81,13 @@ _QWEN25_VL_72B = {
         "out_hidden_size": 8192,
     },
 }
+# Qwen2.5-VL-3B-Instruct's config.json: Qwen2.5-3B's language model (128k positions) behind
+# the same 32-layer vision tower as the 72B, merged to 2048 wide
+_QWEN25_VL_3B = {
+    **BUILTIN["qwen2.5-3b"],
+    "max_position_embeddings": 128000,
+    "vision_config": {**_QWEN25_VL_72B["vision_config"], "out_hidden_size": 2048},
+}
 _QWEN3_30B_W4A16 = {
     **BUILTIN["qwen3-30b-a3b"],
     "quantization_config": {"quant_method": "compressed-tensors", "bits": 4},
@@ -611,6 +618,25 @@ LOGS: tuple[Log, ...] = (
         kind="dense GQA, 24 GB card",
         tags=("V1", "PCIe"),
         split="holdout",
+    ),
+    # third pass: added after the NVLS term and the llm-d util correction, evaluated once
+    # (held out, tag "pass3"); never tuned on.
+    Log(
+        "Qwen2.5-VL-3B, A100-80GB, util 0.3 (refused)",
+        "https://github.com/vllm-project/vllm/issues/18124",
+        "0.8.5",
+        "A100-80GB",
+        "Qwen/Qwen2.5-VL-3B-Instruct",
+        util=0.3,
+        max_model_len=128000,
+        config=_QWEN25_VL_3B,
+        fits=False,
+        kind="multimodal (vision tower), small dense GQA",
+        tags=("V1", "multimodal", "pass3"),
+        split="holdout",
+        note="`vllm serve Qwen/Qwen2.5-VL-3B-Instruct --gpu-memory-utilization 0.3` on an 80 GB "
+        "card: 'No available memory for the cache blocks'; version from the pip list "
+        "(May 2025, V1 engine); max-model-len is the model's own (128000)",
     ),
     # bytes-per-token only: the reporter did not give the GPU or the util
     Log(
