@@ -312,3 +312,50 @@ def test_the_harness_finds_drift(tmp_path: Path, monkeypatch, capsys) -> None:
     assert "no such option" in problems[1].lower()
     assert "exit 2, the doc implies 0" in problems[2]
     assert "output differs" in problems[3]
+
+
+def inline_commands(path: Path) -> list[tuple[int, str]]:
+    """`pdctl ...` code spans in a page's prose (outside fenced blocks), with their line."""
+    out, fenced = [], False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out += [(number, m) for m in re.findall(r"`(pdctl [^`]+)`", line)]
+    return out
+
+
+def unknown_options(text: str) -> list[str]:
+    """The options in TEXT (a prose mention of a command, perhaps without its arguments) that
+    its command does not have."""
+    from pdctl.cli.app import command
+
+    group = command()
+    words = text.split("|")[0].split()[1:]
+    name = next((w for w in words if not w.startswith("-")), None)
+    commands = group.commands  # type: ignore[attr-defined]
+    known = {"--help", "-h"} | {o for p in group.params for o in p.opts + p.secondary_opts}
+    if name in commands:
+        known |= {o for p in commands[name].params for o in p.opts + p.secondary_opts}
+    elif name is not None and name.isidentifier() and name.islower():
+        return [f"no command {name}"]
+    options = [w.split("=")[0] for w in words if w.startswith("-") and w != "-"]  # - is stdin
+    return [o for o in options if o not in known]
+
+
+def test_commands_in_prose_name_real_options() -> None:
+    """`pdctl render --output-dir DIR` in a sentence: render must have --output-dir."""
+    wrong = [
+        f"{page.name}:{number}: `{text}`: {', '.join(bad)}"
+        for page in PAGES
+        for number, text in inline_commands(page)
+        if (bad := unknown_options(text))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_prose_check_finds_a_removed_option() -> None:
+    assert unknown_options("pdctl render spec.yaml --out DIR") == ["--out"]
+    assert unknown_options("pdctl rendr spec.yaml") == ["no command rendr"]
+    assert unknown_options("pdctl render SPEC --output-dir DIR | kubectl apply -f -") == []
