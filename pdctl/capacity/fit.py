@@ -19,6 +19,8 @@ from pdctl.capacity.memory import (
 )
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.profile import GRAPHS_COUNTED_FROM, PINNED, mla_block, version
+from pdctl.plan import parallel
+from pdctl.plan.parallel import Dims
 
 
 @dataclass(frozen=True)
@@ -144,12 +146,11 @@ def instance_memory(
 
 
 def valid_tp(model: ModelConfig, tp: int) -> bool:
-    """vLLM needs TP to divide the attention heads, and KV heads to divide or be divided."""
-    if model.heads % tp:
-        return False
-    if model.is_mla:
-        return True
-    return model.kv_heads % tp == 0 or tp % model.kv_heads == 0
+    """vLLM's rule, the one `validate` applies (`pdctl.plan.parallel.valid_tp`): TP divides
+    the attention heads, and the KV heads split evenly or are replicated a whole number of
+    times (MLA: the heads only)."""
+    dims = Dims(model.name, model.heads, model.kv_heads, model.layers, mla=model.is_mla)
+    return tp in parallel.valid_tp(dims, limit=tp)
 
 
 def smallest_fit(
@@ -173,7 +174,7 @@ def smallest_fit(
         if instance_memory(model, total_bytes, util, candidate).fits:
             return candidate
     top = tps[-1] if tps else 1
-    for pp in range(2, max_pp + 1):
+    for pp in range(2, min(max_pp, model.layers) + 1):  # a stage needs a layer
         candidate = replace(shape, tp=top, pp=pp)
         if instance_memory(model, total_bytes, util, candidate).fits:
             return candidate

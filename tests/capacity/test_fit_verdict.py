@@ -146,3 +146,23 @@ def test_gpu_cores_percent_is_a_warning_from_validate_and_render(capsys) -> None
         code, _, err = run_cli([command, example], capsys)
         assert code == 0
         assert "warning: decode.share.gpuCoresPercent: 50% is a placement hint" in err, command
+
+
+def test_suggestions_follow_validates_parallel_rules_for_every_table_model() -> None:
+    # The nearest-fit suggestions use the rule `validate` refuses with (plan/parallel.py):
+    # TP divides the heads, KV heads split or replicate evenly, PP at most the layers.
+    from pdctl.capacity.models import BUILTIN
+    from pdctl.plan.parallel import Dims, valid_tp
+
+    for name in BUILTIN:
+        model = model_config(name)
+        dims = Dims(name, model.heads, model.kv_heads, model.layers, mla=model.is_mla)
+        allowed = valid_tp(dims)
+        for gib, max_tp in ((16, 16), (24, 1), (48, 16), (80, 8)):
+            shape = Shape(max_model_len=32768)
+            found = [smallest_fit(model, gib * GIB, shape, max_tp=max_tp)]
+            found += [a.shape for a in alternatives(model, gib * GIB, shape, max_tp=max_tp)]
+            for s in found:
+                if s is not None:
+                    assert s.tp in allowed and s.tp <= max_tp, (name, gib, s.tp)
+                    assert s.pp <= model.layers, (name, gib, s.pp)
