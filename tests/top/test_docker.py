@@ -1,0 +1,128 @@
+"""`pdctl top --docker-url HOST=URL`: a phase 0 deployment `up` made through the docker SDK,
+read from its containers on the real test dockerd (tests/services.sh). The stand-in engine
+(tests/targets/test_docker.py: busybox httpd) serves a recorded vLLM /metrics put into the
+container with the Docker API (tests/top/data/phase0-*.prom, from the real CPU engine)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.top.docker_source import DockerSource
+from pdctl.top.window import assemble
+from tests.targets.test_docker import IMAGE, docker_client, free_port  # noqa: F401
+from tests.targets.testbed import pdctl
+
+DATA = Path(__file__).parent / "data"
+
+
+def serve_metrics(container, name: str) -> None:
+    body = (DATA / name).read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("metrics")
+        info.size, info.mode = len(body), 0o644
+        tar.addfile(info, io.BytesIO(body))
+    assert container.put_archive("/www", buf.getvalue())
+
+
+def counter(name: str, metric: str) -> float:
+    from pdctl.top.metrics import parse
+
+    return parse((DATA / name).read_text(), 0).total(metric) or 0.0
+
+
+@pytest.fixture(scope="module")
+def deployed(docker_client, tmp_path_factory):  # noqa: F811
+    port = free_port()
+    data = tmp_path_factory.mktemp("topdocker")
+    model = data / "model"
+    model.mkdir()
+    spec = data / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "topsdk",
+                "phase": 0,
+                "model": {"name": str(model), "servedName": "tiny"},
+                "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
+                "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
+                "serve": {"port": port, "maxNumSeqs": 64},
+            }
+        )
+    )
+    url = [
+        "--docker-url",
+        f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
+        "--docker-network",
+        "host",
+    ]
+    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
+    assert up.returncode == 0, up.stdout + up.stderr
+    (container,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=topsdk"})
+    try:
+        yield spec, url, container
+    finally:
+        down = pdctl("down", str(spec), *url)
+        assert down.returncode == 0, down.stderr
+
+
+def test_top_once_json_reads_the_containers_metrics(deployed):
+    spec, url, container = deployed
+    serve_metrics(container, "phase0-after.prom")
+    res = pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    (row,) = doc["instances"]
+    assert row["name"] == "topsdk-serve-0" and row["where"] == "local"
+    assert row["error"] is None and row["max_num_seqs"] == 64
+    after = "phase0-after.prom"
+    assert row["totals"]["requests"] == counter(after, "vllm:request_success_total")
+    assert row["totals"]["prompt_tokens"] == counter(after, "vllm:prompt_tokens_total")
+    # the stand-in container has no python3: the GPU probe inside it fails, and says so
+    (why,) = doc["gpu_missing"]
+    assert why.startswith("local: ") and "topsdk-serve-0" in why, why
+
+
+def test_a_window_between_two_scrapes_has_the_engines_deltas(deployed):
+    from pdctl.cli.specfile import load
+    from pdctl.targets.base import Connect
+
+    spec, url, container = deployed
+    plan, bundle = load(str(spec), None, None)
+    source = DockerSource(
+        plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]}, docker_network="host")
+    ).open()
+    try:
+        serve_metrics(container, "phase0-before.prom")
+        first = source.scrape()
+        serve_metrics(container, "phase0-after.prom")
+        last = source.scrape()
+    finally:
+        source.close()
+    w = assemble(plan.name, 0, "hosts", source.endpoints, first, last, [], [])
+    (f,) = w.instances
+    metric = "vllm:request_success_total"
+    assert f.requests == counter("phase0-after.prom", metric) - counter(
+        "phase0-before.prom", metric
+    )
+    assert f.requests > 0
+
+
+def test_a_stopped_container_is_a_row_with_the_reason_and_exit_1(deployed):
+    spec, url, container = deployed
+    container.stop(timeout=1)
+    try:
+        res = pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url)
+        assert res.returncode == 1, res.stdout + res.stderr
+        (row,) = json.loads(res.stdout)["instances"]
+        assert row["error"] == "container topsdk-serve-0: exited", row
+        assert "topsdk-serve-0: container topsdk-serve-0: exited" in res.stderr
+    finally:
+        container.start()
