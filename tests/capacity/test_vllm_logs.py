@@ -115,8 +115,7 @@ def test_v1_goal_on_the_tuned_and_first_held_out_cases() -> None:
         x
         for x in E2E
         if "V0" not in x.tags  # the V0 worker's sum differs
-        and None
-        not in (x.total_gib, x.weights_gib, x.activation_gib, x.non_torch_gib, x.kv_gib)
+        and None not in (x.total_gib, x.weights_gib, x.activation_gib, x.non_torch_gib, x.kv_gib)
     ],
     ids=lambda x: x.name,
 )
@@ -135,12 +134,7 @@ def test_llmd_h100_terms_one_by_one() -> None:
     # vLLM 0.11 on an H100 printed every term (llm-d-benchmark): pdctl's sampler, non-torch
     # and weights estimates, term by term, within 0.1 GiB.
     for log in (
-        x
-        for x in E2E
-        if "(llm-d)" in x.name
-        and x.tp == 1
-        and x.fits
-        and "Mistral" not in x.name
+        x for x in E2E if "(llm-d)" in x.name and x.tp == 1 and x.fits and "Mistral" not in x.name
     ):
         p = predict(log)
         assert abs(p.activation_gib - log.activation_gib) < 0.1, log.name
