@@ -170,13 +170,17 @@ def test_phase2_group_needs_nixl() -> None:
     assert err.value.path == "prefill.nodes"
 
 
-def test_phase2_group_on_kubernetes_is_refused_not_rendered_without_flags() -> None:
+def test_phase2_group_on_kubernetes_plans_a_leader_with_headless_workers() -> None:
+    """Was refused (one Deployment per role); now each role leads a LeaderWorkerSet group."""
     doc = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
     spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
-    with pytest.raises(SpecError) as err:
-        make_plan(spec, target="kubernetes")
-    assert err.value.path == "prefill.nodes"
-    assert "hosts only" in str(err.value)
+    plan = make_plan(spec, target="kubernetes")
+    for inst in plan.instances:
+        (worker,) = inst.workers
+        assert (inst.gpu_count, worker.gpu_count, worker.replicas) == (8, 8, 1)
+        assert "--headless" in worker.args and "--headless" not in inst.args
+        assert worker.leader == inst.name
+        assert inst.launch[:2] == ("/bin/sh", "-c")
 
 
 def test_memory_per_gpu_shards_experts_by_expert_parallel() -> None:

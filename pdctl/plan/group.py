@@ -204,11 +204,13 @@ def lws_flags(shape: GroupShape, worker: bool) -> list[tuple[str, str]]:
     return flags
 
 
-def lws_launch(shape: GroupShape, worker: bool) -> tuple[str, ...]:
+def lws_launch(shape: GroupShape, worker: bool, side_port: int | None = None) -> tuple[str, ...]:
     """The container command of a LeaderWorkerSet pod: a shell that runs `vllm serve` with the
     container's args ("$@") plus the rank flags from the variables LWS puts in every container
     (LWS_LEADER_ADDRESS: the leader pod's DNS name; LWS_WORKER_INDEX: 0 for the leader, 1..
-    for the workers)."""
+    for the workers). `side_port` (NIXL, data parallel): vLLM listens on
+    VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank, so every pod's base is lowered by its
+    first rank and each pod's ranks listen on side_port, side_port + 1, ..."""
     script = 'exec vllm serve "$@"'
     if shape.kind == "tp":
         script += ' --node-rank "$LWS_WORKER_INDEX" --master-addr "$LWS_LEADER_ADDRESS"'
@@ -216,20 +218,53 @@ def lws_launch(shape: GroupShape, worker: bool) -> tuple[str, ...]:
         script += ' --data-parallel-address "$LWS_LEADER_ADDRESS"'
         if worker:
             script += f' --data-parallel-start-rank "$((LWS_WORKER_INDEX * {shape.local_dp}))"'
+        if side_port is not None:
+            first = f"LWS_WORKER_INDEX * {shape.local_dp}"
+            script = f'export VLLM_NIXL_SIDE_CHANNEL_PORT="$(({side_port} - {first}))"; ' + script
     return ("/bin/sh", "-c", script, "vllm")
 
 
+def kube_group(
+    leader: Instance, shape: GroupShape, worker_args: tuple[str, ...], side_port: int
+) -> Instance:
+    """A prefill or decode pod template (llm-d, NIXL) as the leader of a LeaderWorkerSet group
+    when `shape` spans nodes: the leader serves HTTP, `nodes - 1` headless workers join it.
+    Each pod holds `shape.per_node` GPUs and, with data parallel, one NIXL side channel per
+    local rank."""
+    if not shape.multinode:
+        return leader
+    side = side_port if shape.kind == "dp" else None
+    ports = leader.extra_ports
+    if side is not None:
+        ports = tuple((f"nixl-{j}" if j else "nixl", side + j) for j in range(shape.local_dp))
+    worker = replace(
+        leader,
+        name=f"{leader.name}-worker",
+        args=worker_args,
+        replicas=shape.nodes - 1,  # worker pods per group
+        leader=leader.name,
+        launch=lws_launch(shape, worker=True, side_port=side),
+        extra_ports=ports,
+    )
+    return replace(
+        leader,
+        launch=lws_launch(shape, worker=False, side_port=side),
+        workers=(worker,),
+        extra_ports=ports,
+    )
+
+
 def refuse_kube_groups(spec: Spec) -> None:
-    """Prefill/decode on Kubernetes (llm-d) renders one Deployment per role: a multi-node
-    role is refused instead of rendered without its group flags."""
+    """Prefill/decode on Kubernetes (llm-d): a multi-node role is a LeaderWorkerSet of whole
+    GPUs, so it cannot also be phase 3's HAMi slices (one slice is one pod's share of a GPU)."""
+    share = spec.decode.share if spec.decode is not None else None
     for path, section in (("prefill", spec.prefill), ("decode", spec.decode)):
-        if section is not None and section.nodes > 1:
+        if share is not None and section is not None and section.nodes > 1:
             raise SpecError(
-                f"{path} spans {section.nodes} nodes, which pdctl renders on hosts only for "
-                "prefill/decode: on Kubernetes (llm-d) each role is one Deployment, and "
-                "LeaderWorkerSets are rendered for phase 1 (`serve`) only",
+                f"{path} spans {section.nodes} nodes while decode.share slices GPUs (HAMi): "
+                "a multi-node group on Kubernetes is a LeaderWorkerSet of whole GPUs",
                 path=f"{path}.nodes",
-                fix="run phase 2 on hosts (`target: hosts`), or use nodes: 1 on Kubernetes",
+                fix="use nodes: 1 with decode.share, or drop decode.share (phase 2)",
             )
 
 

@@ -1,6 +1,9 @@
 """Multi-node instances on Kubernetes: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) per
 group of pods, the shape llm-d's wide-EP guide uses, and a Service that selects only the
-leaders (the pods with an API server).
+leaders (the pods with an API server). Phase 2 (llm-d): a prefill or decode role that spans
+nodes is a LeaderWorkerSet whose leader template is the role's llm-d pod (decode: the routing
+sidecar in front of vLLM, the InferencePool's labels) and whose workers are headless engines
+without pool labels, so the InferencePool selects the leaders only.
 
 Every pod of a group runs `vllm serve` through the plan's `launch` shell, which adds the
 per-pod flags from the variables LWS injects into every container: LWS_LEADER_ADDRESS (the
@@ -11,6 +14,7 @@ rejoin a running group.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pdctl.plan.model import Instance, Plan
@@ -74,3 +78,48 @@ def phase1_group(plan: Plan) -> list[Obj]:
     """Phase 1's Service and LeaderWorkerSet for an instance that spans nodes."""
     (inst,) = plan.instances
     return [leader_service(plan, plan.name, "serve", 8000), lws_obj(plan, inst, "serve")]
+
+
+def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Obj:
+    """A phase 2 role's LeaderWorkerSet: `template` is the role's llm-d pod template (from its
+    Deployment in render/pd_kube.py), which becomes the leader's with the group launch; the
+    workers run the headless engine alone with the role's scheduling and no pool labels."""
+    (worker,) = leader.workers
+    leader_tpl = copy.deepcopy(template)
+    (engine,) = [c for c in leader_tpl["spec"]["containers"] if c["name"] == "vllm"]
+    engine["command"] = list(leader.launch)
+    container = group_container(plan, worker, leader.port)
+    container["env"] = copy.deepcopy(engine["env"])  # with the pod-IP side-channel host
+    container["ports"] = [
+        {"name": name, "containerPort": number, "protocol": "TCP"}
+        for name, number in worker.extra_ports
+    ]
+    pod = pod_spec(plan, [container], worker.tensor_parallel, component)
+    worker_tpl = {"metadata": pod_metadata(plan, component, {}, {}), "spec": pod}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": metadata(plan, leader.name, component),
+        "spec": {
+            "replicas": leader.replicas,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": 1 + worker.replicas,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader_tpl,
+                "workerTemplate": worker_tpl,
+            },
+        },
+    }
+
+
+def phase2_groups(plan: Plan, workloads: list[tuple[Instance, Obj]]) -> list[Obj]:
+    """Each (instance, Deployment) of phase 2 as rendered by pd_kube, with the roles that span
+    nodes turned into LeaderWorkerSets."""
+    out = []
+    for inst, dep in workloads:
+        if inst.workers:
+            out.append(group_lws(plan, inst, dep["spec"]["template"], inst.role))
+        else:
+            out.append(dep)
+    return out

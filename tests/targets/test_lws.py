@@ -164,3 +164,148 @@ def test_kube_target_applies_waits_on_and_deletes_the_lws(cluster) -> None:
         tgt.get("LeaderWorkerSet", "klws-serve", api_version="leaderworkerset.x-k8s.io/v1") is None
     )
     assert tgt.owned() == []
+
+
+# Phase 2 on Kubernetes (llm-d), wide EP: prefill and decode each a LeaderWorkerSet --------------
+POOL_LABEL = "pdctl.io/pool"
+
+
+def wide_ep(**changes: object) -> tuple[object, list[dict]]:
+    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
+    for role, fields in changes.items():
+        data[role].update(fields)
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    plan = make_plan(spec, target="kubernetes")
+    return plan, list(render(plan).objects)
+
+
+def lws_named(objs: list[dict], suffix: str) -> dict:
+    (found,) = [
+        o for o in objs if o["kind"] == "LeaderWorkerSet" and o["metadata"]["name"].endswith(suffix)
+    ]
+    return found
+
+
+def test_wide_ep_on_kubernetes_is_a_valid_lws_per_role_and_the_pool_selects_leaders() -> None:
+    plan, objs = wide_ep()
+    assert ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") in plan.kinds
+    engines = [o for o in objs if o["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in engines] == ["dsv3-wide-ep-epp"]
+    pool = the(objs, "InferencePool")
+    jsonschema.validate(pool, crd_schema("InferencePool", "v1"))
+    wanted = pool["spec"]["selector"]["matchLabels"]
+    for role in ("prefill", "decode"):
+        lws = lws_named(objs, f"-{role}")
+        jsonschema.validate(lws, crd_schema("LeaderWorkerSet", "v1"))
+        assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+        leader, worker = templates(lws)
+        for template in (leader, worker):
+            kubernetes_validate.validate(as_pod(template), K8S_VERSION, strict=True)
+        assert wanted.items() <= leader["metadata"]["labels"].items()
+        assert POOL_LABEL not in worker["metadata"]["labels"]  # workers serve no HTTP
+        (lc,) = [c for c in leader["spec"]["containers"] if c["name"] == "vllm"]
+        (wc,) = worker["spec"]["containers"]
+        assert "--headless" in wc["args"] and "--headless" not in lc["args"]
+        assert "readinessProbe" in lc and "readinessProbe" not in wc
+        for c in (lc, wc):
+            assert c["args"][c["args"].index("--data-parallel-size") + 1] == "16"
+            assert c["args"][c["args"].index("--data-parallel-size-local") + 1] == "8"
+            assert "--enable-expert-parallel" in c["args"]
+            assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+            assert '--data-parallel-address "$LWS_LEADER_ADDRESS"' in c["command"][2]
+            assert {p["containerPort"] for p in c["ports"]} >= set(range(5600, 5608))
+        assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in wc["command"][2]
+    dec_leader, dec_worker = templates(lws_named(objs, "-decode"))
+    assert [c["name"] for c in dec_leader["spec"]["initContainers"]] == ["routing-proxy"]
+    assert "initContainers" not in dec_worker["spec"]
+    assert "serviceAccountName" not in dec_worker["spec"]
+    (lc,) = dec_leader["spec"]["containers"]
+    assert lc["args"][lc["args"].index("--port") + 1] == "8200"  # behind the sidecar on 8000
+
+
+def test_wide_ep_side_channel_ports_are_the_ranks_of_each_pod() -> None:
+    """vLLM's NIXL side channel listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank:
+    the launch lowers the base by the pod's first rank, so every pod's ranks use 5600..5607."""
+    _, objs = wide_ep()
+    _, worker = templates(lws_named(objs, "-prefill"))
+    script = worker["spec"]["containers"][0]["command"][2]
+    probe = script.replace("exec vllm serve", 'echo "$VLLM_NIXL_SIDE_CHANNEL_PORT"')
+    out = subprocess.run(
+        ["sh", "-c", probe, "vllm"],
+        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "lead.svc"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out[0] == "5592"  # + ranks 8..15 = 5600..5607
+    assert out[1:] == ["--data-parallel-address", "lead.svc", "--data-parallel-start-rank", "8"]
+
+
+def test_wide_ep_flags_exist_in_the_pinned_vllm() -> None:
+    _, objs = wide_ep()
+    rel = release("0.33.0")
+    for role in ("prefill", "decode"):
+        for template in templates(lws_named(objs, f"-{role}")):
+            (c,) = [c for c in template["spec"]["containers"] if c["name"] == "vllm"]
+            for flag in flags_in(c):
+                assert rel.has_flag(flag), flag
+
+
+def test_one_role_across_nodes_leaves_the_other_a_deployment() -> None:
+    _, objs = wide_ep(decode={"nodes": 1, "dataParallel": 8, "hosts": ["gpu-c"]})
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "LeaderWorkerSet"] == [
+        "dsv3-wide-ep-prefill"
+    ]
+    deployments = {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"}
+    assert "dsv3-wide-ep-decode" in deployments
+
+
+def test_wide_ep_with_hami_slices_is_refused() -> None:
+    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
+    data["phase"] = 3
+    data["decode"]["share"] = {"gpuMemoryPercent": 50}
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    with pytest.raises(PdctlError, match="decode.share slices GPUs") as err:
+        make_plan(spec, target="kubernetes")
+    assert err.value.path == "prefill.nodes"
+
+
+def test_kube_target_applies_waits_on_and_deletes_the_wide_ep_groups(cluster) -> None:
+    from kubernetes import client
+
+    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
+    data["name"] = "kwep"
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    plan = make_plan(spec, target="kubernetes")
+    objs = list(render(plan).objects)
+    api = client.ApiClient(client.Configuration(host=cluster.url))
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt.apply_objects(objs)
+    v1 = "leaderworkerset.x-k8s.io/v1"
+    names = ["kwep-prefill", "kwep-decode"]
+    for name in names:
+        assert tgt.get("LeaderWorkerSet", name, api_version=v1) is not None
+    with pytest.raises(PdctlError, match="LeaderWorkerSet/kwep-(prefill|decode) not rolled out"):
+        tgt.wait([o for o in objs if o["kind"] == "LeaderWorkerSet"], timeout=0.5, poll=0.1)
+    ready = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
+    for name in names:
+        path = tgt._path("LeaderWorkerSet", name, api_version=v1)
+        tgt._call("PATCH", path, {"status": ready}, content_type="application/merge-patch+json")
+    tgt.wait([o for o in objs if o["kind"] == "LeaderWorkerSet"], timeout=5, poll=0.1)
+    deleted = tgt.delete_objects(volumes=True)
+    for name in names:
+        assert ("LeaderWorkerSet", name) in deleted
+        assert tgt.get("LeaderWorkerSet", name, api_version=v1) is None
+
+
+def test_wide_ep_on_kubernetes_matches_its_golden(update_golden: bool) -> None:
+    """phase2-wide-ep runs on hosts by default (tests/golden/phase2-wide-ep.txt); its
+    `--target kubernetes` render is reviewed bytes too."""
+    spec, _ = load_text((ROOT / "examples" / "phase2-wide-ep.yaml").read_text(), "x.yaml")
+    stream = render(make_plan(spec, target="kubernetes")).stream()
+    golden = ROOT / "tests" / "golden" / "kubernetes" / "phase2-wide-ep.txt"
+    if update_golden:
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(stream)
+        return
+    assert stream == golden.read_text()
