@@ -25,6 +25,21 @@ def rolled_out(dep: dict[str, Any] | None) -> bool:
     )
 
 
+def groups_ready(lws: dict[str, Any] | None) -> bool:
+    """A LeaderWorkerSet is rolled out when its controller saw the current generation and
+    every group is updated and ready (a group is ready when all of its pods are)."""
+    if not lws:
+        return False
+    meta, spec, st = lws.get("metadata") or {}, lws.get("spec") or {}, lws.get("status") or {}
+    want = spec.get("replicas", 1)
+    return (
+        st.get("observedGeneration", 0) >= meta.get("generation", 1)
+        and st.get("updatedReplicas", 0) == want
+        and st.get("readyReplicas", 0) == want
+        and st.get("replicas", 0) == want
+    )
+
+
 def rollout_state(dep: dict[str, Any]) -> str:
     """rolled out | progressing | failed: <why> (the Deployment's Progressing condition)."""
     if rolled_out(dep):
@@ -96,8 +111,6 @@ def no_log(_container: str) -> str:
 
 def lws_state(lws: dict[str, Any]) -> str:
     """rolled out | progressing, for a LeaderWorkerSet (groups updated and ready)."""
-    from pdctl.targets.kube_wait import groups_ready
-
     return "rolled out" if groups_ready(lws) else "progressing"
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
 from pdctl.targets.discovery import ApiError
-from pdctl.targets.kube_status import pod_reason, rolled_out, rollout_state
+from pdctl.targets.kube_status import groups_ready, pod_reason, rolled_out, rollout_state
 from pdctl.targets.stages import latest_line, pod_stage, stage_of
 
 if TYPE_CHECKING:
@@ -51,21 +51,6 @@ def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: floa
 
 # What `up` waits for: Deployments, and LeaderWorkerSets (multi-node instances, render/lws.py).
 WORKLOADS = {"Deployment": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
-
-
-def groups_ready(lws: dict[str, Any] | None) -> bool:
-    """A LeaderWorkerSet is rolled out when its controller saw the current generation and
-    every group is updated and ready (a group is ready when all of its pods are)."""
-    if not lws:
-        return False
-    meta, spec, st = lws.get("metadata") or {}, lws.get("spec") or {}, lws.get("status") or {}
-    want = spec.get("replicas", 1)
-    return (
-        st.get("observedGeneration", 0) >= meta.get("generation", 1)
-        and st.get("updatedReplicas", 0) == want
-        and st.get("readyReplicas", 0) == want
-        and st.get("replicas", 0) == want
-    )
 
 
 def report(tgt: KubeTarget, deployments: list[str], elapsed: float, timeout: float) -> str:
