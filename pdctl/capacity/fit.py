@@ -29,6 +29,7 @@ class Shape:
 
     tp: int = 1
     pp: int = 1
+    ep: int = 0  # expert-parallel size (TP x DP with expertParallel); 0: experts split by TP
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit
@@ -91,7 +92,7 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
         shape.flashinfer_sampler,
     )
     return ModelFit(
-        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
+        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep),
         kv_per_token=kv_bytes_per_token(
             model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype
         ),
@@ -125,7 +126,7 @@ def instance_memory(
     return InstanceMemory(
         total=total_bytes,
         util=util,
-        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype),
+        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep),
         overhead=overhead(
             model,
             shape.tp,

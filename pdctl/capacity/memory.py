@@ -35,7 +35,9 @@ def stage_layers(model: ModelConfig, pp: int) -> int:
     return math.ceil(model.layers / pp)
 
 
-def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto") -> int:
+def weights_bytes_per_gpu(
+    model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto", ep: int = 0
+) -> int:
     """Weight bytes on the most loaded GPU: the heaviest pipeline stage split over TP ranks.
 
     Linear layers use the checkpoint's quantized width (`weight_bits`, experts
@@ -62,6 +64,12 @@ def weights_bytes_per_gpu(model: ModelConfig, tp: int = 1, pp: int = 1, dtype: s
         tied = model.embed_params <= model.vocab * model.hidden
         embed = embed if tied else embed / 2
     vision = model.vision_params * act  # the vision tower (first stage), sharded like the rest
+    if ep and ep != tp and expert_params:
+        # Expert parallel (`--enable-expert-parallel`, docs/multinode.md): each GPU holds
+        # 1/ep of the experts whole; the rest stays split over the TP ranks.
+        dense = layer_params * linear_bits / 8 / model.layers
+        experts = expert_params * expert_bits / 8 / model.layers
+        return int((dense * layers + embed + vision) / tp + experts * layers / ep)
     return int((per_layer * layers + embed + vision) / tp)
 
 

@@ -24,7 +24,7 @@ def weights_read_per_step(model: ModelConfig, shape: Shape, batch: int) -> float
     """Weight bytes one decode step reads on one GPU: all but the input embedding (one row per
     token). For MoE only the experts the batch routes to are read: per layer
     E x (1 - (1 - k/E)^B) distinct experts in expectation."""
-    total = float(weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype))
+    total = float(weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep))
     if model.embed_params > model.vocab * model.hidden:  # untied: input embedding not read
         total -= model.vocab * model.hidden * dtype_bytes(shape.dtype, model) / shape.tp
     if not model.is_moe or model.expert_params <= 0:

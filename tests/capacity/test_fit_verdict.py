@@ -130,7 +130,7 @@ def test_render_warns_and_strict_refuses_before_writing(capsys, tmp_path: Path) 
     assert code == 0 and "start.sh" in out
     assert f"{spec}: warning: serve: does not fit on an L4" in err
     folder = tmp_path / "bundle"
-    code, out, err = run_cli(["render", spec, "--strict", "-o", str(folder)], capsys)
+    code, out, err = run_cli(["render", spec, "--strict", "--output-dir", str(folder)], capsys)
     assert code == 1 and "refused (--strict)" in err
     assert not folder.exists()  # nothing half-written
     fits = _spec(tmp_path, "Qwen/Qwen3-8B", 8192, "hardware: {gpu: H100}\n")
