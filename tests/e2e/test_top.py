@@ -194,8 +194,12 @@ def test_top_once_phase2_shows_the_kv_tokens_transferred(pd, ssh_env):
     before = get(f"http://127.0.0.1:{DECODE}/metrics")
     keep("phase2-decode-before.prom", before)
     keep("phase2-prefill-before.prom", get(f"http://127.0.0.1:{PREFILL}/metrics"))
+    router_before = get(f"http://127.0.0.1:{METRICS}/metrics")
+    keep("phase2-router-before.prom", router_before)
     log = data / "lo1" / "e2etoppd" / "e2etoppd-decode-0" / "log"
     doc, answers, raw = top_under_load(spec, ssh_env, log, url)
+    router_after = get(f"http://127.0.0.1:{METRICS}/metrics")
+    keep("phase2-router-after.prom", router_after)
     after = get(f"http://127.0.0.1:{DECODE}/metrics")
     keep("phase2-decode-after.prom", after)
     keep("phase2-prefill-after.prom", get(f"http://127.0.0.1:{PREFILL}/metrics"))
@@ -215,5 +219,18 @@ def test_top_once_phase2_shows_the_kv_tokens_transferred(pd, ssh_env):
     assert decode["requests"] == REQUESTS and prefill["requests"] == REQUESTS
     assert decode["generation_tps"] > 0
     assert doc["roles"]["decode"]["kv_tokens_received"] == received
+    # the router's own figures: every request through it, routed to the one P and one D
+    (router,) = doc["router"]
+    pd_total = "vllm_router_pd_requests_total"
+    assert router["requests"] == counter(router_after, pd_total) - counter(router_before, pd_total)
+    assert router["requests"] == REQUESTS and router["errors"] == 0, router
+    assert rows["router"]["requests"] == REQUESTS
+    routed = {(w["instance"], w["role"]): w["routed"] for w in router["workers"]}
+    assert routed == {
+        ("e2etoppd-prefill-0", "prefill"): REQUESTS,
+        ("e2etoppd-decode-0", "decode"): REQUESTS,
+    }, router["workers"]
+    assert all(w["healthy"] for w in router["workers"])
+    assert router["latency_p50"] is not None
     # KV transfer works: no "not working" verdict
     assert "kv-transfer-broken" not in {v["key"] for v in doc["verdicts"]}, doc["verdicts"]

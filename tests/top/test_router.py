@@ -141,3 +141,26 @@ def test_an_unanswered_router_is_said_not_invented():
     r = router_figures("r", "lo", Snapshot(0, (), "/metrics: no answer"), snap("after", 1), {})
     assert r.error == "/metrics: no answer" and r.requests is None
     assert verdicts(Window("rec", 2, "hosts", 30, (), routers=(r,))) == []
+
+
+def test_the_e2e_router_in_front_of_real_vllm_engines():
+    """tests/e2e/test_top.py's phase 2 (real vLLM CPU prefill and decode over NIXL, the real
+    router, 4 completions inside the window; kept with PDCTL_TOP_RECORD)."""
+    workers = {
+        "http://127.0.0.1:18750": ("e2etoppd-prefill-0", "prefill"),
+        "http://127.0.0.1:18760": ("e2etoppd-decode-0", "decode"),
+    }
+    r = router_figures(
+        "e2etoppd-router",
+        "lo1",
+        snap("e2e-phase2-before", 0),
+        snap("e2e-phase2-after", 45),
+        workers,
+    )
+    assert (r.requests, r.errors) == (4, 0)
+    assert {(w.instance, w.role, w.routed, w.healthy) for w in r.workers} == {
+        ("e2etoppd-prefill-0", "prefill", 4, True),
+        ("e2etoppd-decode-0", "decode", 4, True),
+    }
+    assert r.latency_p50 is not None and r.latency_p95 >= r.latency_p50
+    assert verdicts(Window("e2etoppd", 2, "hosts", 45, (), routers=(r,))) == []
