@@ -423,6 +423,9 @@ class ModelConfig:
     vision_hidden: int = 0
     vision_intermediate: int = 0
     vision_patches_per_token: int = 1  # patches merged into one language-model token
+    # language-model tokens of the largest single image (vLLM's `get_mm_max_tokens_per_item`);
+    # 0: not known from the config (the encoder profile then takes max_num_batched_tokens)
+    vision_item_tokens: int = 0
 
     @property
     def is_moe(self) -> bool:

@@ -106,6 +106,39 @@ def vision_tower(raw: dict[str, Any], text_hidden: int) -> tuple[float, int, int
     return float(params), hidden, inter, max(1, merge * merge)
 
 
+# Qwen2-VL / Qwen2.5-VL image processors resize an image to at most `max_pixels` (12845056 =
+# 16384 x 28 x 28 in their preprocessor_config.json); vLLM's dummy image is that size
+# (qwen2_vl.py `get_image_size_with_most_features`, `get_max_image_tokens`).
+QWEN_VL_MAX_PIXELS = 12845056
+
+
+def vision_item_tokens(raw: dict[str, Any]) -> int:
+    """Language-model tokens of the largest single image vLLM profiles the encoder on.
+
+    Qwen2-VL family (`vision_config` with `depth`, patches merged 2 x 2): max_pixels /
+    (patch x merge)^2 (16384). Pixtral (Mistral 3): (image_size / patch / merge) columns x
+    rows plus one break token a row (3080 for Mistral-Small-3.2). Other towers with an
+    `image_size`: (image_size / patch)^2 / merge^2. 0 when the config does not say.
+    """
+    vision = raw.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0
+    patch = int(_get(vision, "patch_size", default=14))
+    merge = int(
+        _get(raw, "spatial_merge_size", default=_get(vision, "spatial_merge_size", default=1))
+    )
+    if "depth" in vision:  # Qwen2-VL / Qwen2.5-VL tower
+        pixels = int(_get(raw, "max_pixels", default=QWEN_VL_MAX_PIXELS))
+        return pixels // (patch * merge) ** 2
+    size = int(_get(vision, "image_size", default=0) or 0)
+    if size <= 0 or patch <= 0:
+        return 0
+    side = size // patch // max(1, merge)
+    if str(vision.get("model_type", "")) == "pixtral":
+        return side * (side + 1)
+    return side * side
+
+
 def parse_config(
     name: str, raw: dict[str, Any], params_billion: float | None, *, from_table: bool = False
 ) -> ModelConfig:
@@ -184,6 +217,7 @@ def parse_config(
     bits, expert_bits, method = weight_bits(config.get("quantization_config"))
     window, sliding = sliding_layers(config, layers)
     vision, v_hidden, v_inter, v_patches = vision_tower(raw, hidden)
+    v_item = vision_item_tokens(raw)
     dtype = str(_get(config, "torch_dtype", "dtype", default="bfloat16"))
     return ModelConfig(
         name=name,
@@ -209,6 +243,7 @@ def parse_config(
         vision_hidden=v_hidden,
         vision_intermediate=v_inter,
         vision_patches_per_token=v_patches,
+        vision_item_tokens=v_item,
         sliding_window=window,
         sliding_layers=sliding,
         torch_dtype=dtype,

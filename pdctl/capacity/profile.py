@@ -143,14 +143,34 @@ def sampler_bytes(
     return int(seqs * model.vocab * per_logit)
 
 
-def encoder_bytes(model: ModelConfig, tp: int, tokens: int, act: int) -> int:
-    """A multimodal model's encoder profile: the vision tower over the encoder budget.
+def encoder_tokens(model: ModelConfig, batched_tokens: int, seqs: int) -> int:
+    """Language-model tokens of the dummy multimodal batch vLLM encodes in its profile run.
 
-    vLLM's profile run first encodes dummy images worth the encoder budget (at least
-    max_num_batched_tokens language-model tokens; `gpu_model_runner.py` `profile_run`) and
-    keeps their embeddings. Each token is `vision_patches_per_token` patches; the widest
-    point of a vision layer is its MLP (2 x hidden + 3 x intermediate / TP values a patch).
-    Not yet checked against a log that separates the encoder's peak from the sampler's.
+    The budget is max(max_num_batched_tokens, the largest item's tokens)
+    (`compute_encoder_budget` in v1/core/encoder_cache_manager.py of 0.8.x; 0.33.0's
+    `compute_mm_encoder_budget` the same for the compute budget and the cache size). The
+    profile encodes cdiv(budget, item) copies of the largest item, at most max_num_seqs x one
+    item a prompt (`profile_run` / `_profile_multimodal` in v1/worker/gpu_model_runner.py;
+    0.33.0: `MultiModalBudget` in v1/worker/utils.py). Qwen2.5-VL: one 16,384-token image
+    however small max_num_batched_tokens is. Without a known item size: the batch budget.
+    """
+    item = model.vision_item_tokens
+    if not model.vision_params:
+        return 0
+    if item <= 0:
+        return batched_tokens
+    items = min(ceil_div(max(batched_tokens, item), item), max(1, seqs))
+    return items * item
+
+
+def encoder_bytes(model: ModelConfig, tp: int, tokens: int, act: int) -> int:
+    """A multimodal model's encoder profile: the vision tower over `tokens` language-model
+    tokens of images (`encoder_tokens`), their embeddings kept for the forward pass.
+
+    Each token is `vision_patches_per_token` patches; the widest point of a vision layer is
+    its MLP (2 x hidden + 3 x intermediate / TP values a patch); attention is the memory-
+    efficient kind (flash-attn or xformers, linear in the patches). Not yet checked against a
+    log that separates the encoder's peak from the sampler's.
     """
     if not model.vision_params:
         return 0
@@ -171,7 +191,7 @@ def activation_bytes(
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
     largest (they run one after the other)."""
     return max(
-        encoder_bytes(model, tp, tokens, act),
+        encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act),
         forward_bytes(model, tp, tokens, act, engine),
         sampler_bytes(model, seqs, engine, flashinfer),
     )

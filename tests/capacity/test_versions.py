@@ -10,7 +10,12 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import weights_bytes_per_gpu
 from pdctl.capacity.params import parse_config
-from pdctl.capacity.profile import activation_bytes, encoder_bytes, sampler_bytes
+from pdctl.capacity.profile import (
+    activation_bytes,
+    encoder_bytes,
+    encoder_tokens,
+    sampler_bytes,
+)
 from tests.capacity.vllm_logs import LOGS, predict
 
 QWEN2_7B = model_config("Qwen/Qwen2-7B-Instruct")
@@ -110,3 +115,24 @@ def test_encoder_profile_only_for_vision_models_and_taken_as_the_larger_term() -
         wide, 80 * GIB, 0.9, Shape(max_num_batched_tokens=8192, max_num_seqs=1, gpu="H100-SXM")
     )
     assert mem.overhead.activation == enc
+
+
+def test_encoder_profile_takes_the_largest_item_not_the_batch_budget() -> None:
+    # vLLM encodes cdiv(max(max_num_batched_tokens, item), item) copies of the largest item
+    # (compute_mm_encoder_budget, profile_run): for Qwen2.5-VL one 16,384-token image
+    # (max_pixels 12845056 / 28^2) even at max_num_batched_tokens 2048 (an A100's default)
+    from tests.capacity.vllm_logs import _QWEN25_VL_3B
+
+    vl = model_config("Qwen/Qwen2.5-VL-3B-Instruct", _QWEN25_VL_3B)
+    one_image = encoder_bytes(vl, 1, 16384, 2)
+    assert one_image == int(16384 * 4 * (2 * 1280 + 3 * 3420) * 2 + 16384 * vl.hidden * 2)
+    mem = instance_memory(
+        vl, 80 * GIB, 0.9, Shape(max_num_batched_tokens=2048, max_num_seqs=256, gpu="A100-80GB")
+    )
+    assert mem.overhead.activation == one_image
+    # Mistral-Small-3.2 (Pixtral, 1540 px, 14 px patches merged 2 x 2: 55 x 56 = 3080 tokens an
+    # image): an 8192-token budget encodes three whole images, at most one a sequence
+    mistral = model_config("mistralai/Mistral-Small-3.2-24B-Instruct-2506")
+    assert encoder_tokens(mistral, 8192, 1024) == 3 * 3080
+    assert encoder_tokens(mistral, 8192, 2) == 2 * 3080
+    assert encoder_tokens(model_config("Qwen/Qwen3-0.6B"), 8192, 1024) == 0

@@ -24,10 +24,12 @@ E2E = [log for log in LOGS if log.e2e]
 # (gpt-oss-120b on one H100 (llm-d) was here: its run used util 0.95, see
 # test_printed_terms_add_up_as_vllm_sums_them.)
 KNOWN_WRONG_VERDICT = {
-    # third-pass held out, not tuned to: vLLM's encoder profile takes the largest multimodal
-    # item (v1/core/encoder_cache_manager.py `compute_mm_encoder_budget`: max(
-    # max_num_encoder_input_tokens, max_tokens_per_mm_item)), for Qwen2.5-VL an image of up
-    # to 16,384 tokens; pdctl's encoder term takes max_num_batched_tokens (2,048 on an A100)
+    # third-pass held out, not tuned to. The encoder profile now takes the largest item as
+    # vLLM does (one 16,384-token image: ~1.6 GiB, below what a refusal needs: > 16 GiB).
+    # Most likely cause, from the source: vLLM 0.8.x's V1 worker (`determine_available_memory`)
+    # counted the whole card's used memory (mem_get_info total - free) minus torch's as
+    # "non-torch", so other processes on a shared card (util 0.3 of an 80 GB A100) came out of
+    # the budget (vllm#17366, vllm#17431: V1 0.8.5 refuses where V0 starts). A spec cannot say.
     "Qwen2.5-VL-3B, A100-80GB, util 0.3 (refused)",
 }
 
