@@ -2,7 +2,9 @@
 CUDA, GPU model, Python environment: a mismatch hangs or fails NCCL at start-up, see
 docs/multinode.md), every headless node's host gets the per-host checks its leader's host gets
 (GPUs, driver, shared memory, ports, runtime), and the RDMA devices a host names for NCCL must
-exist with an ACTIVE port. Pure: (plan, facts) -> findings."""
+exist with an ACTIVE port. The probes of probe/group.py add: one vLLM version on every node,
+the locked-memory limit of RDMA hosts, and every node reaching its leader's rendezvous port
+(reach.py). Pure: (plan, facts) -> findings."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from pdctl.check import host as h
 from pdctl.check.finding import Finding
+from pdctl.check.reach import memlock, reach, vllm_versions
 from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance, Plan
 
@@ -173,6 +176,8 @@ def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
     checked: set[str] = set()
     for leader in leaders:
         out += same_across(leader, facts, gpu)
+        out += vllm_versions(leader, facts)
+        out += reach(leader, facts)
         out += traffic(plan, leader, model)
         for node in (leader, *leader.workers):
             assert node.host is not None
@@ -182,6 +187,7 @@ def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
             if node.host.name not in checked:
                 checked.add(node.host.name)
                 out += rdma_devices(node, hf)
+                out += memlock(node, hf)
             if node.leader:
                 out += worker_host(plan, node, hf, gpu)
     return out

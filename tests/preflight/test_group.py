@@ -4,10 +4,19 @@ named for NCCL must be up."""
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from pdctl.check import run_checks
 from pdctl.facts import facts_from
+from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
 from pdctl.facts.model import Facts
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
@@ -77,3 +86,152 @@ def test_pp_across_nodes_moves_only_the_hidden_state() -> None:
     (t,) = by_check(list(run_checks(make_plan(spec), h200_pair())), "group.traffic")
     assert t.status == "PASS" and t.found.startswith("PP across 2 nodes")
     assert "0.01 MB per token" in t.found
+
+
+# Probes of probe/group.py: vLLM version, memlock, reach (recorded outputs) ---------------------
+def with_raw(extra: dict[str, dict[str, str]]) -> Facts:
+    raw = {n: {**raw_of(FIX / "h200x2"), **extra.get(n, {})} for n in ("a", "b")}
+    return facts_from(raw)
+
+
+REACHED = {
+    "a": {LISTEN: "group t-serve-0\nlistening 29501\naccepted 10.0.0.2\n"},
+    "b": {
+        REACH: "leader t-serve-0 10.0.0.1 29501\nroute 10.0.0.1 dev eth0 src 10.0.0.2\n"
+        "connected 10.0.0.1 29501\n"
+    },
+}
+
+
+def test_one_vllm_version_on_every_node() -> None:
+    same = with_raw({"a": {VLLM_VERSION: "0.33.0\n"}, "b": {VLLM_VERSION: "0.33.0\n"}})
+    (ok,) = by_check(check(same), "group.vllm")
+    assert ok.status == "PASS" and ok.found == "a: 0.33.0; b: 0.33.0"
+    other = with_raw({"a": {VLLM_VERSION: "0.33.0\n"}, "b": {VLLM_VERSION: "0.32.1\n"}})
+    (bad,) = by_check(check(other), "group.vllm")
+    assert bad.status == "FAIL" and bad.found == "a: 0.33.0; b: 0.32.1"
+    missing = "Traceback (most recent call last):\nPackageNotFoundError: No package metadata\n"
+    none = with_raw({"a": {VLLM_VERSION: "0.33.0\n"}, "b": {VLLM_VERSION: missing}})
+    (warn,) = by_check(check(none), "group.vllm")
+    assert warn.status == "WARN" and warn.found == "a: 0.33.0; b: not found"
+
+
+def test_memlock_must_be_unlimited_on_rdma_hosts() -> None:
+    rdma = ", rdmaDevices: [mlx5_0]"
+    low = with_raw({"a": {MEMLOCK: "unlimited\n"}, "b": {MEMLOCK: "8192\n"}})
+    (b,) = by_check(check(low, rdma), "group.memlock")  # only b names RDMA devices
+    assert b.status == "FAIL" and b.found == "ulimit -l: 8192 KiB"
+    assert b.where == "b" and "memlock unlimited" in b.fix
+    (big,) = by_check(
+        check(with_raw({"b": {MEMLOCK: str(64 << 20) + "\n"}}), rdma), "group.memlock"
+    )
+    assert big.status == "WARN"
+    (ok,) = by_check(check(with_raw({"b": {MEMLOCK: "unlimited\n"}}), rdma), "group.memlock")
+    assert ok.status == "PASS" and ok.found == "ulimit -l: unlimited"
+    assert by_check(check(low), "group.memlock") == []  # no RDMA named: no check
+
+
+def test_a_node_that_connected_to_the_leader_passes() -> None:
+    (r,) = by_check(check(with_raw(REACHED)), "group.reach")
+    assert r.status == "PASS" and r.where == "b"
+    assert r.found == "connected (route: 10.0.0.1 dev eth0 src 10.0.0.2)"
+
+
+def test_unreachable_leader_and_taken_port_fail() -> None:
+    lost = {
+        "b": {
+            REACH: "leader t-serve-0 10.0.0.1 29501\nroute RTNETLINK answers: Network is "
+            "unreachable\nfailed 10.0.0.1 29501 ENETUNREACH\n"
+        },
+        "a": {LISTEN: "group t-serve-0\nbind-error 29501 Address already in use\n"},
+    }
+    found = {f.where: f for f in by_check(check(with_raw(lost)), "group.reach")}
+    assert found["b"].status == "FAIL" and found["b"].found.startswith("ENETUNREACH")
+    assert "no route" in found["b"].fix
+    assert found["a"].status == "FAIL" and found["a"].found == "Address already in use"
+
+
+def test_a_route_off_the_nccl_interface_warns() -> None:
+    spec, _ = load_text(spec_text(HOSTS % ", networkInterface: ib0", GROUP), "spec.yaml")
+    (r,) = by_check(list(run_checks(make_plan(spec), with_raw(REACHED))), "group.reach")
+    assert r.status == "WARN" and "leaves through eth0" in r.fix and "ib0" in r.fix
+
+
+def test_not_probed_is_said() -> None:
+    (r,) = by_check(check(h200_pair()), "group.reach")
+    assert r.status == "WARN" and r.found == "not probed"
+
+
+# The same probes over SSH on the real sshd test hosts ------------------------------------------
+def _ssh_hosts() -> dict[str, tuple[str, int]]:
+    path = os.environ.get("PDCTL_TEST_SSH_HOSTS")
+    if not path or not Path(path).exists() or not os.environ.get("PDCTL_TEST_SSH_KEY"):
+        pytest.skip("no sshd test hosts: run tests/services.sh start and source $RUN/env")
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        name, addr, port = line.split()
+        out[name] = (addr, int(port))
+    return out
+
+
+def _venv(root: Path, version: str) -> Path:
+    """A real Python environment whose package metadata says vLLM `version`."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    (site,) = root.glob("lib/python3*/site-packages")
+    info = site / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return root
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str = "") -> list:
+    from pdctl.probe import Options, gather
+    from pdctl.targets.ssh import SshOptions
+
+    hosts, key = _ssh_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]
+    lines = [
+        f"  - {{name: {n}, address: '{hosts[n][0]}', port: {hosts[n][1]}, user: root, "
+        f"identityFile: '{key}', gpus: [0], runtime: venv, venv: '{_venv(tmp / n, v)}'"
+        + (extra if i else "")
+        + "}"
+        for i, (n, v) in enumerate(zip(names, versions, strict=True))
+    ]
+    serve = (
+        "{replicas: 1, tensorParallel: 1, dataParallel: 2, nodes: 2, "
+        f"rendezvousPort: {_free_port()}}}"
+    )
+    spec, _ = load_text(spec_text("\n".join(lines), serve), "spec.yaml")
+    plan = make_plan(spec)
+    ssh = SshOptions(known_hosts=os.environ["PDCTL_TEST_KNOWN_HOSTS"])
+    raw = gather(plan, Options(ssh=ssh))
+    return [f for f in run_checks(plan, facts_from(raw)) if f.check.startswith("group.")]
+
+
+def test_over_ssh_the_worker_reaches_the_leader_and_versions_are_compared(tmp_path) -> None:
+    found = _gather_group(tmp_path, ["lo1", "lo2"], ["0.33.0", "0.32.1"], ", rdmaDevices: [x]")
+    (reach,) = by_check(found, "group.reach")
+    assert reach.status == "PASS" and reach.where == "lo2", reach
+    assert reach.found.startswith("connected (route: local 127.0.0.1 dev lo ")
+    assert reach.found.endswith(")") and "\\" not in reach.found
+    (version,) = by_check(found, "group.vllm")
+    assert version.status == "FAIL" and version.found == "lo1: 0.33.0; lo2: 0.32.1"
+    (mem,) = by_check(found, "group.memlock")  # lo2 names an RDMA device
+    assert mem.where == "lo2" and re.fullmatch(r"ulimit -l: (unlimited|\d+ KiB)", mem.found)
+
+
+def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
+    if "node2" not in _ssh_hosts():
+        pytest.skip("no network-namespace hosts")
+    found = _gather_group(tmp_path, ["node1", "node2"], ["0.33.0", "0.33.0"])
+    (reach,) = by_check(found, "group.reach")
+    # pdctl-n1 and pdctl-n2 have no route to each other (tests/services.sh).
+    assert reach.status == "FAIL" and reach.where == "node2", reach
+    assert reach.found.startswith("ENETUNREACH (route: RTNETLINK answers: Network is unreachable")
+    (version,) = by_check(found, "group.vllm")
+    assert version.status == "PASS"

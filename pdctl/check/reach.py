@@ -1,0 +1,117 @@
+"""Preflight for multi-node groups from probe/group.py's probes: one vLLM version on every
+node, the locked-memory limit on RDMA hosts, and every node reaching its leader's rendezvous
+port. Pure: (instances, facts) -> findings."""
+
+from __future__ import annotations
+
+from pdctl.check.finding import Finding
+from pdctl.facts.model import Facts, HostFacts
+from pdctl.plan.model import Instance
+
+GATHER = "run `pdctl preflight` against the hosts (or record their facts with `pdctl probe`)"
+# RDMA registers (pins) host memory, which counts against RLIMIT_MEMLOCK; NCCL over InfiniBand
+# and UCX (NIXL) are run with it unlimited (OFED's and NVIDIA's container guides:
+# `ulimit -l unlimited`, `docker run --ulimit memlock=-1`). Below 1 GiB even NCCL's own IB
+# buffers may not register; a finite limit above it is named as a risk.
+MEMLOCK_FLOOR_KIB = 1 << 20
+
+_WHY = {
+    "ENETUNREACH": "no route to the leader's address",
+    "EHOSTUNREACH": "the leader's address does not answer (no host, or a firewall rejects)",
+    "ETIMEDOUT": "no answer: a firewall drops the packets, or the address is wrong",
+    "ECONNREFUSED": "refused: a firewall rejects the port, or the leader's listener failed",
+}
+
+
+def _nodes(leader: Instance) -> tuple[Instance, ...]:
+    return (leader, *leader.workers)
+
+
+def vllm_versions(leader: Instance, facts: Facts) -> list[Finding]:
+    """The vLLM of every node's runtime environment is one version (nodes of different
+    versions fail or hang at the rendezvous: docs/multinode.md)."""
+    seen: dict[str, str | None] = {}
+    for node in _nodes(leader):
+        assert node.host is not None
+        hf = facts.host(node.host.name)
+        seen[node.host.name] = None if hf is None or hf.error else hf.vllm_version
+    if all(v is None for v in seen.values()):
+        return []
+    found = "; ".join(f"{host}: {v or 'not found'}" for host, v in seen.items())
+    want = "one vLLM version on every node"
+    if any(v is None for v in seen.values()):
+        return [Finding("WARN", "group.vllm", leader.name, found, want, GATHER)]
+    if "" in seen.values():
+        fix = "install the pinned vLLM in every node's runtime environment (pdctl up does)"
+        return [Finding("WARN", "group.vllm", leader.name, found, want, fix)]
+    if len(set(seen.values())) > 1:
+        fix = "install one vLLM version on every node: mixed versions fail at the rendezvous"
+        return [Finding("FAIL", "group.vllm", leader.name, found, want, fix)]
+    return [Finding("PASS", "group.vllm", leader.name, found, want)]
+
+
+def memlock(node: Instance, hf: HostFacts) -> list[Finding]:
+    """`ulimit -l` where the host names RDMA devices for NCCL."""
+    assert node.host is not None
+    if not node.host.rdma_devices:
+        return []
+    where, want = node.host.name, "locked memory (ulimit -l) unlimited for RDMA"
+    kib = hf.memlock_kib
+    if kib is None:
+        return [Finding("WARN", "group.memlock", where, "ulimit -l: not gathered", want, GATHER)]
+    if kib < 0:
+        return [Finding("PASS", "group.memlock", where, "ulimit -l: unlimited", want)]
+    found = f"ulimit -l: {kib} KiB"
+    fix = (
+        f"set `* soft memlock unlimited` and `* hard memlock unlimited` in "
+        "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + where
+    )
+    status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
+    return [Finding(status, "group.memlock", where, found, want, fix)]
+
+
+def reach(leader: Instance, facts: Facts) -> list[Finding]:
+    """Every other node connected to a short-lived listener on its leader's rendezvous port
+    (probe/group.py): the route and every firewall between them let that port through, and
+    the port is free on the leader."""
+    assert leader.host is not None
+    lf = facts.host(leader.host.name)
+    listens = [x for x in (lf.listen if lf and not lf.error else ()) if x.group == leader.name]
+    out: list[Finding] = []
+    for x in listens:
+        if x.error:
+            want = f"port {x.port} free on {leader.host.name} for the group's rendezvous"
+            fix = f"free port {x.port} on {leader.host.name}, or set rendezvousPort"
+            out.append(Finding("FAIL", "group.reach", leader.host.name, x.error, want, fix))
+    for node in leader.workers:
+        assert node.host is not None
+        hf = facts.host(node.host.name)
+        tries = [r for r in (hf.reach if hf and not hf.error else ()) if r.group == leader.name]
+        where = node.host.name
+        if not tries:
+            want = f"{where} reaches {leader.name}'s rendezvous port"
+            out.append(Finding("WARN", "group.reach", where, "not probed", want, GATHER))
+            continue
+        for r in tries:
+            want = f"{where} connects to the leader {r.address}:{r.port}"
+            via = f" (route: {r.route})" if r.route else ""
+            found = f"{r.result}{via}"
+            if r.result != "connected":
+                why = _WHY.get(r.result, r.result)
+                fix = (
+                    f"{why}: let {where} reach {r.address} on TCP {r.port} (firewall, routes), "
+                    f"or give {leader.host.name} an addressForPeers that {where} reaches"
+                )
+                out.append(Finding("FAIL", "group.reach", where, found, want, fix))
+                continue
+            ifname = node.host.network_interface
+            if ifname and r.device and r.device != ifname:
+                fix = (
+                    f"the route to the leader leaves through {r.device}, but NCCL/Gloo use "
+                    f"{ifname} (networkInterface): use the leader's address on {ifname}'s "
+                    "network as its addressForPeers, or fix networkInterface"
+                )
+                out.append(Finding("WARN", "group.reach", where, found, want, fix))
+                continue
+            out.append(Finding("PASS", "group.reach", where, found, want))
+    return out

@@ -1,0 +1,156 @@
+"""Probes for multi-node groups (I/O; the verdicts are pdctl/check/group.py's).
+
+Per host, added to the host's command list when the spec has a group (probe/command.py):
+- `vllm-version.txt`: the vLLM installed in the host's runtime environment (the venv's
+  python, or `conda run` in the host's conda env), read from the package metadata without
+  importing vLLM;
+- `ulimit-l.txt`: the locked-memory limit (KiB or `unlimited`) of a process started the way
+  `pdctl up` starts engines (the same SSH login shell).
+
+Across hosts, after the per-host probes (`reach`): for each group, a short-lived TCP listener
+on the leader's host on the group's rendezvous port (the port `--master-port` /
+`--data-parallel-rpc-port` will use, bound on all addresses as torch's TCPStore does), and from
+every other node a TCP connect to the leader's peer address and that port, with the route the
+kernel picks (`ip -o route get`). A connection that the leader's listener accepts proves the
+route, every firewall between the two and the port being free on the leader. It does not prove
+NCCL's own data connections (ephemeral ports, or RDMA) work. Nothing stays listening: the
+listener exits once every node connected, or after LISTEN_S seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
+from pdctl.plan.model import Instance, Plan
+from pdctl.plan.shape import peer_address
+from pdctl.render.template import quote, quote_path
+from pdctl.spec.model import Host, Spec
+
+LISTEN_S = 15.0  # the listener's lifetime at most
+CONNECT_S = 10.0  # how long a node retries while the listener starts (connection refused)
+
+_VERSION_PY = 'import importlib.metadata as m; print(m.version("vllm"))'
+_LISTEN_PY = """
+import socket, sys, time
+port, want, life = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind(("", port))
+    s.listen(64)
+except OSError as e:
+    print("bind-error", port, e.strerror)
+    sys.exit(0)
+print("listening", port, flush=True)
+end, got = time.time() + life, 0
+while got < want and time.time() < end:
+    s.settimeout(max(0.05, end - time.time()))
+    try:
+        c, a = s.accept()
+    except OSError:
+        break
+    print("accepted", a[0], flush=True)
+    c.close()
+    got += 1
+"""
+_CONNECT_PY = """
+import errno, socket, sys, time
+host, port, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+end = time.time() + wait
+while True:
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        print("connected", host, port)
+        break
+    except OSError as e:
+        why = errno.errorcode.get(e.errno or 0, "ETIMEDOUT")
+        if why != "ECONNREFUSED" or time.time() > end:
+            print("failed", host, port, why)
+            break
+        time.sleep(0.2)
+"""
+
+
+def has_groups(spec: Spec) -> bool:
+    sections = (spec.serve, spec.prefill, spec.decode)
+    return any(s is not None and getattr(s, "nodes", 1) > 1 for s in sections)
+
+
+def _conda(host: Host, spec: Spec, code: str) -> str:
+    env = quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
+    return (
+        'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; '
+        "for d in ~/miniforge3 ~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do "
+        '[ -x "$c" ] || c="$d/bin/conda"; done; '
+        f'"$c" run -n {env} python -c {quote(code)}'
+    )
+
+
+def python(host: Host) -> str:
+    """The runtime environment's python (venv), else the login shell's python3."""
+    if host.runtime == "venv" and host.venv:
+        return quote_path(host.venv.rstrip("/") + "/bin/python")
+    return "python3"
+
+
+def group_commands(spec: Spec, host: Host) -> dict[str, str]:
+    """file name -> command, for hosts of a spec with multi-node groups."""
+    if not has_groups(spec) or host.runtime == "docker":
+        return {}
+    if host.runtime == "conda":
+        version = _conda(host, spec, _VERSION_PY)
+    else:
+        version = f"{python(host)} -c {quote(_VERSION_PY)}"
+    return {VLLM_VERSION: version, MEMLOCK: "ulimit -l"}
+
+
+def rendezvous_port(inst: Instance) -> int | None:
+    """The group's rendezvous port from the leader's flags."""
+    for flag in ("--master-port", "--data-parallel-rpc-port"):
+        if flag in inst.args:
+            return int(inst.args[inst.args.index(flag) + 1])
+    return None
+
+
+def listen_command(host: Host, port: int, nodes: int) -> str:
+    return f"{python(host)} -c {quote(_LISTEN_PY)} {port} {nodes} {LISTEN_S:g}"
+
+
+def connect_command(host: Host, leader: str, port: int) -> str:
+    route = f"ip -o route get {quote(leader)} 2>&1 | head -1 | sed 's/^/route /' || true"
+    return f"{route}; {python(host)} -c {quote(_CONNECT_PY)} {quote(leader)} {port} {CONNECT_S:g}"
+
+
+Run = Callable[[Host, str, float], str]  # (host, command, timeout) -> stdout and stderr
+
+
+def reach(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
+    """host name -> {LISTEN or REACH: output} for every group on hosts. `run` executes one
+    command on a host (locally or over SSH) and returns its output."""
+    out: dict[str, dict[str, str]] = {}
+    if plan.target != "hosts":
+        return out
+    for leader in plan.instances:
+        port = rendezvous_port(leader)
+        if not leader.workers or port is None or leader.host is None:
+            continue
+        lhost, address = leader.host, peer_address(leader.host)
+        heard: list[str] = []
+        command = listen_command(lhost, port, len(leader.workers))
+        listener = threading.Thread(
+            target=lambda h, c, into: into.append(run(h, c, LISTEN_S + 30)),
+            args=(lhost, command, heard),
+        )
+        listener.start()
+        for node in leader.workers:
+            assert node.host is not None
+            text = run(node.host, connect_command(node.host, address, port), CONNECT_S + 30)
+            folder = out.setdefault(node.host.name, {})
+            folder[REACH] = folder.get(REACH, "") + f"leader {leader.name} {address} {port}\n"
+            folder[REACH] += text
+        listener.join()
+        folder = out.setdefault(lhost.name, {})
+        folder[LISTEN] = folder.get(LISTEN, "") + f"group {leader.name}\n" + "".join(heard)
+    return out
