@@ -63,7 +63,7 @@ def memlock(node: Instance, hf: HostFacts) -> list[Finding]:
         return [Finding("PASS", "group.memlock", where, "ulimit -l: unlimited", want)]
     found = f"ulimit -l: {kib} KiB"
     fix = (
-        f"set `* soft memlock unlimited` and `* hard memlock unlimited` in "
+        "set `* soft memlock unlimited` and `* hard memlock unlimited` in "
         "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + where
     )
     status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
