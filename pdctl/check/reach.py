@@ -66,8 +66,9 @@ def memlock(node: Instance, hf: HostFacts) -> list[Finding]:
         "set `* soft memlock unlimited` and `* hard memlock unlimited` in "
         "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + where
     )
-    status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
-    return [Finding(status, "group.memlock", where, found, want, fix)]
+    if kib < MEMLOCK_FLOOR_KIB:
+        return [Finding("FAIL", "group.memlock", where, found, want, fix)]
+    return [Finding("WARN", "group.memlock", where, found, want, fix)]
 
 
 def reach(leader: Instance, facts: Facts) -> list[Finding]:

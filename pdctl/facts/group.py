@@ -64,7 +64,7 @@ def parse_memlock(text: str) -> int | None:
 def parse_reach(text: str) -> tuple[Reach, ...]:
     out: list[Reach] = []
     head: list[str] | None = None
-    route, rest = "", []
+    route, rest = "", list[str]()
     for line in text.splitlines() + ["leader"]:
         words = line.split()
         if not words:
