@@ -66,6 +66,7 @@ def summary(all_rows: list[Row]) -> list[str]:
         ("V1 (0.8+), tuned on", lambda r: r.log.v1 and r.log.split == "tune"),
         ("V1 (0.8+), held out", lambda r: r.log.v1 and r.log.split == "holdout"),
         ("V1 (0.8+), third pass, held out", lambda r: r.log.v1 and "pass3" in r.log.tags),
+        ("V1 (0.8+), fourth pass, held out", lambda r: r.log.v1 and "pass4" in r.log.tags),
         ("V1 (0.8+), all", lambda r: r.log.v1),
         ("V0 (before 0.8), reported only", lambda r: not r.log.v1),
     )

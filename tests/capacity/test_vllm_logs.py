@@ -31,6 +31,8 @@ KNOWN_WRONG_VERDICT = {
     # "non-torch", so other processes on a shared card (util 0.3 of an 80 GB A100) came out of
     # the budget (vllm#17366, vllm#17431: V1 0.8.5 refuses where V0 starts). A spec cannot say.
     "Qwen2.5-VL-3B, A100-80GB, util 0.3 (refused)",
+    # fourth-pass held out, the same cause shown directly: the same command started on V0
+    "Qwen3-8B, A800-80GB, util 0.4 (refused)",
 }
 
 
@@ -80,6 +82,16 @@ def test_the_issue_case_29k_llama_on_a_24gb_card_does_not_fit() -> None:
     assert not case.fits and not predict(case).fits
 
 
+def test_fourth_pass_held_out_figures() -> None:
+    # Evaluated once, not tuned to (docs/capacity.md, fourth pass). DeepSeek-V2-Lite at PP 2:
+    # -10.1%; the profile runs the sampler on the last stage only (`profile_run`:
+    # `if get_pp_group().is_last_rank`), pdctl charges it to the first stage, which holds the
+    # most layers and sets the tokens.
+    case = next(log for log in LOGS if log.name == "DeepSeek-V2-Lite, 4x L4 TP2 PP2")
+    error = _capacity_error(case)
+    assert error is not None and -11 < error < -9, error
+
+
 def test_v1_end_to_end_error_distribution() -> None:
     # Regression guard for the figures docs/capacity.md reports (vLLM 0.8 and later).
     errors = [e for log in E2E if log.v1 and log.fits if (e := _capacity_error(log)) is not None]
@@ -104,7 +116,7 @@ def test_v1_goal_on_the_tuned_and_first_held_out_cases() -> None:
     errors = {
         log.name: e
         for log in E2E
-        if log.v1 and log.fits and "pass3" not in log.tags
+        if log.v1 and log.fits and "pass3" not in log.tags and "pass4" not in log.tags
         if (e := _capacity_error(log)) is not None
     }
     assert max(abs(e) for e in errors.values()) <= 15, errors

@@ -638,6 +638,45 @@ LOGS: tuple[Log, ...] = (
         "card: 'No available memory for the cache blocks'; version from the pip list "
         "(May 2025, V1 engine); max-model-len is the model's own (128000)",
     ),
+    # fourth pass: added after the encoder budget followed vLLM, evaluated once (held out,
+    # tag "pass4"); never tuned on. The first was a bytes-per-token-only row before: the PR's
+    # reproducer gives the command (default util 0.9, --max-model-len 1024, eager, TP 2 x PP 2
+    # on four L4s: "device_name=NVIDIA_L4" in its MoE warning; "FlashInfer is not available").
+    Log(
+        "DeepSeek-V2-Lite, 4x L4 TP2 PP2",
+        "https://github.com/vllm-project/vllm/pull/20665",
+        "0.9.2",
+        "L4",
+        "deepseek-ai/DeepSeek-V2-Lite",
+        tp=2,
+        pp=2,
+        util=0.9,
+        max_model_len=1024,
+        enforce_eager=True,
+        flashinfer=False,
+        kv_gib=12.13,
+        tokens=807792,
+        kind="MoE + MLA, PP over PCIe",
+        tags=("V1", "MLA", "PP", "PCIe", "TP", "pass4"),
+        split="holdout",
+        note="a dev build of July 2025 (0.1.dev7548, between 0.9.2 and 0.10.0); ranks 0/1 (first "
+        "stage, 14 of 27 layers) printed 12.13 GiB, ranks 2/3 11.33 GiB; the tokens are rank 0's",
+    ),
+    Log(
+        "Qwen3-8B, A800-80GB, util 0.4 (refused)",
+        "https://github.com/vllm-project/vllm/issues/17431",
+        "0.8.5",
+        "A100-80GB",
+        "Qwen/Qwen3-8B",
+        util=0.4,
+        max_model_len=40960,
+        fits=False,
+        kind="dense GQA",
+        tags=("V1", "pass4"),
+        split="holdout",
+        note="A800 = the A100-80GB's export variant (same 80 GB); the same command with "
+        "VLLM_USE_V1=0 started: V1 0.8.x counted other processes' memory on the card",
+    ),
     # bytes-per-token only: the reporter did not give the GPU or the util
     Log(
         "Qwen3-14B, one GPU",
@@ -651,20 +690,6 @@ LOGS: tuple[Log, ...] = (
         e2e=False,
         kind="dense GQA",
         tags=("V1",),
-    ),
-    Log(
-        "DeepSeek-V2-Lite, 4x L4 TP2 PP2",
-        "https://github.com/vllm-project/vllm/pull/20665",
-        "0.9.2",
-        "L4",
-        "deepseek-ai/DeepSeek-V2-Lite",
-        tp=2,
-        pp=2,
-        kv_gib=12.13,
-        tokens=807792,
-        e2e=False,
-        kind="MoE + MLA, PP",
-        tags=("V1", "MLA", "PP"),
     ),
     Log(
         "Qwen3-30B-A3B-FP8, fp8 KV",
