@@ -31,6 +31,8 @@ from pdctl.render.kube_pod import pod_metadata
 Obj = dict[str, Any]
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+POOL_LABEL = "pdctl.io/pool"  # render/pd_kube.py's: the InferencePool selects it
+WORKER_LABEL = "pdctl.io/group-worker"  # a phase 2 group's worker pods (no pool labels)
 
 
 def group_container(plan: Plan, inst: Instance, port: int = 8000) -> Obj:
@@ -95,7 +97,8 @@ def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Ob
         for name, number in worker.extra_ports
     ]
     pod = pod_spec(plan, [container], worker.tensor_parallel, component)
-    worker_tpl = {"metadata": pod_metadata(plan, component, {}, {}), "spec": pod}
+    labels = {WORKER_LABEL: plan.name}
+    worker_tpl = {"metadata": pod_metadata(plan, component, labels, {}), "spec": pod}
     return {
         "apiVersion": API_VERSION,
         "kind": "LeaderWorkerSet",
@@ -113,13 +116,27 @@ def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Ob
     }
 
 
-def phase2_groups(plan: Plan, workloads: list[tuple[Instance, Obj]]) -> list[Obj]:
-    """Each (instance, Deployment) of phase 2 as rendered by pd_kube, with the roles that span
-    nodes turned into LeaderWorkerSets."""
-    out = []
-    for inst, dep in workloads:
-        if inst.workers:
-            out.append(group_lws(plan, inst, dep["spec"]["template"], inst.role))
-        else:
-            out.append(dep)
+def admit_workers(plan: Plan, policy: Obj) -> None:
+    """A NetworkPolicy's rule that lets the pool's pods reach each other on every port also
+    lets the groups' workers in (they carry no pool labels): the rendezvous and DP traffic
+    between a group's pods and NIXL between prefill and decode ranks."""
+    for rule in policy["spec"]["ingress"]:
+        peers = rule.get("from", [])
+        pool = any(POOL_LABEL in p.get("podSelector", {}).get("matchLabels", {}) for p in peers)
+        if pool and "ports" not in rule:
+            peers.append({"podSelector": {"matchLabels": {WORKER_LABEL: plan.name}}})
+
+
+def phase2_groups(plan: Plan, workloads: list[tuple[Instance, Obj]], objs: list[Obj]) -> list[Obj]:
+    """`objs` (phase 2 as pd_kube renders it) with the Deployment of each role that spans nodes
+    replaced by its LeaderWorkerSet, and the NetworkPolicies admitting the groups' workers."""
+    groups = {
+        id(dep): group_lws(plan, inst, dep["spec"]["template"], inst.role)
+        for inst, dep in workloads
+        if inst.workers
+    }
+    out = [groups.get(id(o), o) for o in objs]
+    for o in out:
+        if o["kind"] == "NetworkPolicy":
+            admit_workers(plan, o)
     return out

@@ -309,3 +309,44 @@ def test_wide_ep_on_kubernetes_matches_its_golden(update_golden: bool) -> None:
         golden.write_text(stream)
         return
     assert stream == golden.read_text()
+
+
+def _admits(policy: dict, labels: dict) -> bool:
+    """Whether a rule without ports of `policy` lets pods with `labels` (same namespace) in."""
+    for rule in policy["spec"]["ingress"]:
+        if "ports" in rule:
+            continue
+        for peer in rule.get("from", []):
+            want = peer.get("podSelector", {}).get("matchLabels", {})
+            if "namespaceSelector" not in peer and want.items() <= labels.items():
+                return True
+    return False
+
+
+def test_network_policies_let_a_groups_pods_reach_each_other() -> None:
+    from pdctl.render import lws as lws_mod
+    from pdctl.render import pd_kube
+
+    assert lws_mod.POOL_LABEL == pd_kube.POOL_LABEL
+    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
+    data["kubernetes"]["networkPolicy"] = True
+    data["router"] = {"gateway": "inference-gateway"}
+    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    objs = list(render(make_plan(spec, target="kubernetes")).objects)
+    pods = [
+        t["metadata"]["labels"]
+        for r in ("-prefill", "-decode")
+        for t in templates(lws_named(objs, r))
+    ]
+    policies = [
+        o for o in objs if o["kind"] == "NetworkPolicy" and "epp" not in o["metadata"]["name"]
+    ]
+    assert len(policies) == 2
+    for policy in policies:
+        kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+        selected = policy["spec"]["podSelector"]["matchLabels"]
+        role_pods = [p for p in pods if selected.items() <= p.items()]
+        assert len(role_pods) == 2  # the policy covers the role's leader and its workers
+        for labels in pods:  # every leader and worker of both roles may reach them
+            assert _admits(policy, labels), (policy["metadata"]["name"], labels)
+    assert not _admits(policies[0], {"app.kubernetes.io/name": "vllm"})
