@@ -150,9 +150,10 @@ def encoder_tokens(model: ModelConfig, batched_tokens: int, seqs: int) -> int:
     (`compute_encoder_budget` in v1/core/encoder_cache_manager.py of 0.8.x; 0.33.0's
     `compute_mm_encoder_budget` the same for the compute budget and the cache size). The
     profile encodes cdiv(budget, item) copies of the largest item, at most max_num_seqs x one
-    item a prompt (`profile_run` / `_profile_multimodal` in v1/worker/gpu_model_runner.py;
-    0.33.0: `MultiModalBudget` in v1/worker/utils.py). Qwen2.5-VL: one 16,384-token image
-    however small max_num_batched_tokens is. Without a known item size: the batch budget.
+    item a prompt (`profile_run` in v1/worker/gpu_model_runner.py: 0.8.x computes the item
+    count there, 0.33.0 reads it from the runner's `mm_budget`). Qwen2.5-VL: one 16,384-token
+    image however small max_num_batched_tokens is. Without a known item size: the batch
+    budget.
     """
     item = model.vision_item_tokens
     if not model.vision_params:
