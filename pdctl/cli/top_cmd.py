@@ -35,7 +35,7 @@ def seconds_of(text: str, option: str) -> float:
 def register(app: typer.Typer) -> None:
     @app.command("top")
     @with_overlays
-    @connection(docker=False)
+    @connection()
     def top(
         conn: ConnectFlags,
         spec: str = SPEC,
@@ -72,9 +72,9 @@ def register(app: typer.Typer) -> None:
         source = _source(plan, bundle, conn)
         try:
             if not once:
-                _live(plan, source, window_s, refresh_s)
+                _live(plan, source, window_s, refresh_s, spec)
                 return
-            w, found = _once(plan, source, window_s)
+            w, found = _once(plan, source, window_s, spec)
         finally:
             source.close()
         _print_once(w, found, output)
@@ -90,12 +90,16 @@ def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
         from pdctl.top.source import KubeSource
 
         return KubeSource(plan, api_client(conn.kubeconfig, conn.context)).open()
+    if conn.docker_url:  # phase 0 on Docker hosts through the docker SDK, as `up` ran it
+        from pdctl.top.docker_source import DockerSource
+
+        return DockerSource(plan, bundle, conn.target()).open()
     from pdctl.top.source import HostSource
 
     return HostSource(plan, bundle, conn.ssh(), conn.parallel).open()
 
 
-def _once(plan: Any, source: Any, window_s: float) -> tuple[Any, Any]:
+def _once(plan: Any, source: Any, window_s: float, spec_file: str) -> tuple[Any, Any]:
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import assemble
 
@@ -113,7 +117,34 @@ def _once(plan: Any, source: Any, window_s: float) -> tuple[Any, Any]:
         missing,
         source.workers,
     )
-    return w, verdicts(w)
+    return w, verdicts(w, packed=_packed(spec_file, plan, gpus))
+
+
+def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
+    """What `pdctl plan` predicts for decode packed N per GPU (top.packing), for the phase 3
+    verdict: the spec's model on the spec's GPU (hardware.gpu, decode.share.gpuType), else the
+    one GPU type the telemetry names; {} where either is unknown."""
+    from pdctl.errors import PdctlError
+
+    try:
+        from pdctl.capacity import find_gpu, spec_model_config, spec_shape
+        from pdctl.cli.plan_cmd import ASSUMED, _gpu, _traffic, read_model_config
+        from pdctl.top.packing import packings
+
+        spec = plan.spec
+        gpu, origin = _gpu(spec, None, None)
+        if origin == ASSUMED:
+            names = {g.name for g in gpus if g.name}
+            if len(names) != 1:
+                return {}
+            gpu = find_gpu(names.pop())
+        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
+        model = spec_model_config(spec.model, config)
+        shape = spec_shape(spec, "serve" if plan.phase in (0, 1) else "decode")
+        traffic = _traffic(spec, None, None, None, None, None)
+        return packings(model, gpu, shape, traffic)
+    except PdctlError:
+        return {}
 
 
 def _print_once(w: Any, found: Any, output: str) -> None:
@@ -130,7 +161,7 @@ def _print_once(w: Any, found: Any, output: str) -> None:
     term.console().print(render(w, found))
 
 
-def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
+def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str) -> None:
     from rich.live import Live
 
     from pdctl.cli import term
@@ -139,6 +170,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
     from pdctl.top.window import assemble
 
     history: deque[dict[str, Any]] = deque()
+    packed: dict[int, Any] | None = None
     keys = _Keys()
     console = term.console()
     try:
@@ -168,7 +200,10 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float) -> None:
                     missing,
                     source.workers,
                 )
-                frame = render(w, verdicts(w), f"{KEYS_HINT} (window {window_s:.0f}s)")
+                if packed is None:
+                    packed = _packed(spec_file, plan, gpus)
+                found = verdicts(w, packed=packed)
+                frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)")
                 if live is not None:
                     live.update(frame, refresh=True)
                 else:
