@@ -79,10 +79,23 @@ def reach(leader: Instance, facts: Facts) -> list[Finding]:
     lf = facts.host(leader.host.name)
     listens = [x for x in (lf.listen if lf and not lf.error else ()) if x.group == leader.name]
     out: list[Finding] = []
+    tried = [
+        r
+        for node in leader.workers
+        if node.host is not None and (hf := facts.host(node.host.name)) and not hf.error
+        for r in hf.reach
+        if r.group == leader.name
+    ]
     for x in listens:
-        if x.error:
-            want = f"port {x.port} free on {leader.host.name} for the group's rendezvous"
-            fix = f"free port {x.port} on {leader.host.name}, or set rendezvousPort"
+        if not x.error:
+            continue
+        want = f"port {x.port} free on {leader.host.name} for the group's rendezvous"
+        fix = f"free port {x.port} on {leader.host.name}, or set rendezvousPort"
+        if tried and all(r.result == "connected" for r in tried):
+            # something answers there already: this group running (preflight after up)?
+            fix = f"if {leader.name} is running already, nothing to do; else {fix}"
+            out.append(Finding("WARN", "group.reach", leader.host.name, x.error, want, fix))
+        else:
             out.append(Finding("FAIL", "group.reach", leader.host.name, x.error, want, fix))
     for node in leader.workers:
         assert node.host is not None

@@ -235,3 +235,14 @@ def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
     assert reach.found.startswith("ENETUNREACH (route: RTNETLINK answers: Network is unreachable")
     (version,) = by_check(found, "group.vllm")
     assert version.status == "PASS"
+
+
+def test_a_taken_port_that_answers_the_nodes_only_warns() -> None:
+    """Preflight after `up`: the running group holds the port and the nodes reach it."""
+    busy = {
+        "a": {LISTEN: "group t-serve-0\nbind-error 29501 Address already in use\n"},
+        "b": REACHED["b"],
+    }
+    found = {f.where: f for f in by_check(check(with_raw(busy)), "group.reach")}
+    assert found["a"].status == "WARN" and "running already" in found["a"].fix
+    assert found["b"].status == "PASS"
