@@ -21,6 +21,7 @@ from pdctl.facts.gpu import (
     query_driver,
     with_topology,
 )
+from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION, group_fields
 from pdctl.facts.hami import HAMI_LIBRARY, parse_hami_library
 from pdctl.facts.model import Docker, Gpu, HostFacts, Missing
 from pdctl.facts.system import (
@@ -82,6 +83,10 @@ KNOWN = (
     HOSTNAME,
     VENV,
     LIBS,
+    VLLM_VERSION,
+    MEMLOCK,
+    REACH,
+    LISTEN,
 )
 
 
@@ -286,6 +291,7 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         ),
         libraries=libraries,
         hami=parse_hami_library(raw[HAMI_LIBRARY]) if raw.get(HAMI_LIBRARY) else None,
+        **group_fields(raw),  # multi-node groups
         missing=tuple(missing),
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pdctl.facts.group import Listen, Reach
 from pdctl.facts.hami import HamiLibrary
 
 # Link levels from `nvidia-smi topo -m`, best first (NV# is ranked by its link count).
@@ -105,6 +106,11 @@ class HostFacts:
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts
     hami: HamiLibrary | None = None  # phase 3 on hosts: decode.share.library
+    # multi-node groups (facts/group.py): "" = no vLLM found; memlock KiB, -1 = unlimited
+    vllm_version: str | None = None
+    memlock_kib: int | None = None
+    reach: tuple[Reach, ...] = ()  # a node's connect to its group leader
+    listen: tuple[Listen, ...] = ()  # the leader's short-lived listener
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

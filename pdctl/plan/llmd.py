@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pdctl.compat import LLMD, Release
 from pdctl.errors import SpecError
+from pdctl.plan.group import LWS_KIND, group_shape, kube_group, lws_flags
 from pdctl.plan.kv import nixl_config
 from pdctl.plan.model import Instance
 from pdctl.plan.pd import role_args, role_env
@@ -63,9 +64,11 @@ def check_llmd(spec: Spec, phase: int, shape: PdShape) -> tuple[tuple[str, str],
 def kube_instances(
     spec: Spec, release: Release, phase: int, shape: PdShape, sl: Slice | None
 ) -> tuple[Instance, ...]:
-    """The llm-d step: one prefill and one decode pod template (`sl`: phase 3's slice)."""
+    """The llm-d step: one prefill and one decode pod template (`sl`: phase 3's slice); a role
+    that spans nodes leads a LeaderWorkerSet group (plan/group.py kube_group)."""
     dis = shape.dis
     pre, dec = shape.prefill, shape.decode
+    pre_g, dec_g = group_shape(pre, "prefill"), group_shape(dec, "decode")
     cpu = spec.engine.device == "cpu"
     side = ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(K8S_SIDE_CHANNEL_PORT))
     buffer = dis.kv_buffer_device or ("cpu" if cpu else None)
@@ -75,6 +78,10 @@ def kube_instances(
         # container it allocates for, and custom all-reduce's CUDA IPC fails under it (HAMi
         # #1947; whole-GPU TP 8 also crashed in HAMi-core, HAMi #1764): use NCCL's all-reduce.
         pre_over["switches"] = ("--disable-custom-all-reduce",)
+
+    pre_kv = nixl_config(LLMD.prefill_role, buffer)
+    if pre_g.multinode:
+        pre_over["flags"] = lws_flags(pre_g, worker=False)
     prefill = Instance(
         name=f"{spec.name}-prefill",
         role="prefill",
@@ -86,21 +93,27 @@ def kube_instances(
             pre,
             "prefill",
             K8S_PREFILL_PORT,
-            nixl_config(LLMD.prefill_role, buffer),
-            **pre_over,
+            pre_kv,
+            **dict(pre_over),
         ),
         env=role_env(spec, pre, "prefill", side, owned=OWNED_ENV),
-        gpu_count=0 if cpu else pre.tensor_parallel,
+        gpu_count=0 if cpu else (pre_g.per_node if pre_g.multinode else pre.tensor_parallel),
         tensor_parallel=pre.tensor_parallel,
         replicas=pre.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
     )
+    if pre_g.multinode:
+        over_w = {**pre_over, "flags": lws_flags(pre_g, worker=True)}
+        worker = role_args(spec, release, pre, "prefill", K8S_PREFILL_PORT, pre_kv, **over_w)
+        prefill = kube_group(prefill, pre_g, worker, K8S_SIDE_CHANNEL_PORT)
     over: dict = {}
     if sl is not None:
         over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
         over["enforce_eager"] = sl.enforce_eager
         if dec.tensor_parallel > 1:
             over["switches"] = ("--disable-custom-all-reduce",)
+    dec_kv = nixl_config(LLMD.decode_role, buffer)
+    dec_over = {**over, "flags": lws_flags(dec_g, worker=False)} if dec_g.multinode else over
     decode = Instance(
         name=f"{spec.name}-decode",
         role="decode",
@@ -112,15 +125,19 @@ def kube_instances(
             dec,
             "decode",
             K8S_DECODE_PORT,
-            nixl_config(LLMD.decode_role, buffer),
-            **over,
+            dec_kv,
+            **dict(dec_over),
         ),
         env=role_env(spec, dec, "decode", side, owned=OWNED_ENV),
-        gpu_count=0 if cpu else dec.tensor_parallel,
+        gpu_count=0 if cpu else (dec_g.per_node if dec_g.multinode else dec.tensor_parallel),
         tensor_parallel=dec.tensor_parallel,
         replicas=dec.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
     )
+    if dec_g.multinode:
+        over_w = {**over, "flags": lws_flags(dec_g, worker=True)}
+        worker = role_args(spec, release, dec, "decode", K8S_DECODE_PORT, dec_kv, **over_w)
+        decode = kube_group(decode, dec_g, worker, K8S_SIDE_CHANNEL_PORT)
     return (prefill, decode)
 
 
@@ -129,4 +146,6 @@ def custom_kinds(spec: Spec) -> tuple[tuple[str, str], ...]:
     kinds = {(LLMD.pool_api.split("/")[0], "InferencePool")}
     if spec.router.gateway:
         kinds.add(("gateway.networking.k8s.io", "HTTPRoute"))
+    if any(r is not None and r.nodes > 1 for r in (spec.prefill, spec.decode)):
+        kinds.add(LWS_KIND)  # multi-node roles are LeaderWorkerSets
     return tuple(sorted(kinds))

@@ -56,6 +56,11 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for name, raw in pool.map(one, hosts):
                 out[name] = raw
+        from pdctl.probe.reach import reach_hosts
+
+        local = lambda h: is_local(h, options)  # noqa: E731
+        for name, files in reach_hosts(plan, options, out, local).items():
+            out[name].update(files)  # multi-node groups: the nodes reach their leader
     if plan.target == "kubernetes":
         from pdctl.probe.kube import gather as gather_cluster
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pdctl.facts import host as f
 from pdctl.plan.router import ENGINE_LIBRARIES
+from pdctl.probe.group import group_commands
 from pdctl.probe.hami import hami_commands
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
@@ -75,6 +76,7 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
     if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
         out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
     out.update(hami_commands(spec))
+    out.update(group_commands(spec, host))  # multi-node groups: vLLM version, memlock
     if host.runtime == "docker":
         out[f.DOCKER] = "docker info --format '{{json .}}'"
     elif host.runtime == "venv" and host.venv:

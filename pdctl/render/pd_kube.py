@@ -312,8 +312,15 @@ def pd_objects(plan: Plan) -> list[Obj]:
     objs.append(inference_pool(plan))
     if plan.spec.router.gateway:  # plan.kinds then holds HTTPRoute
         objs.append(http_route(plan, plan.spec.router.gateway))
-    objs.append(prefill_deployment(plan, prefill))
-    objs.append(decode_deployment(plan, decode))
+    workloads = [
+        (prefill, prefill_deployment(plan, prefill)),
+        (decode, decode_deployment(plan, decode)),
+    ]
+    objs += [dep for _, dep in workloads]
     if plan.spec.kubernetes.network_policy:
         objs += network_policies(plan, {POOL_LABEL: plan.name})
+    if prefill.workers or decode.workers:  # a role across nodes: a LeaderWorkerSet
+        from pdctl.render.lws import phase2_groups
+
+        objs = phase2_groups(plan, workloads, objs)
     return objs
