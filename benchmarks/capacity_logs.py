@@ -65,6 +65,10 @@ def summary(all_rows: list[Row]) -> list[str]:
     groups = (
         ("V1 (0.8+), tuned on", lambda r: r.log.v1 and r.log.split == "tune"),
         ("V1 (0.8+), held out", lambda r: r.log.v1 and r.log.split == "holdout"),
+        (
+            "V1 (0.8+), held out when first evaluated (with cases since used for source fixes)",
+            lambda r: r.log.v1 and (r.log.split == "holdout" or "srcfix" in r.log.tags),
+        ),
         ("V1 (0.8+), third pass, held out", lambda r: r.log.v1 and "pass3" in r.log.tags),
         ("V1 (0.8+), fourth pass, held out", lambda r: r.log.v1 and "pass4" in r.log.tags),
         ("V1 (0.8+), all", lambda r: r.log.v1),

@@ -14,11 +14,18 @@ from pdctl.capacity.memory import (
     default_batching,
     kv_bytes_per_token,
     overhead,
-    stage_layers,
+    stage_partition,
     weights_bytes_per_gpu,
 )
 from pdctl.capacity.models import ModelConfig
-from pdctl.capacity.profile import GRAPHS_COUNTED_FROM, PINNED, mla_block, version
+from pdctl.capacity.profile import (
+    GRAPHS_COUNTED_FROM,
+    PINNED,
+    checks_free_memory,
+    counts_other_processes,
+    mla_block,
+    version,
+)
 from pdctl.plan import parallel
 from pdctl.plan.parallel import Dims
 
@@ -77,41 +84,72 @@ class ModelFit:
 
 
 def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
-    """Weights and KV per GPU for `shape` (no GPU needed)."""
+    """Weights and KV per GPU for `shape` (no GPU needed): the pipeline stage that needs the
+    most (each PP rank profiles its own part, `instance_memory`)."""
     tokens, seqs = shape.batching(None, shape.model_len(model))
-    over = overhead(
-        model,
-        shape.tp,
-        shape.pp,
-        shape.dtype,
-        tokens,
-        seqs,
-        shape.enforce_eager,
-        shape.gpu,
-        shape.engine,
-        shape.flashinfer_sampler,
-    )
-    return ModelFit(
-        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep),
-        kv_per_token=kv_bytes_per_token(
-            model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype
-        ),
-        max_model_len=shape.model_len(model),
-        overhead=over.total,
-    )
+    fits = []
+    for stage in range(shape.pp):
+        over = overhead(
+            model,
+            shape.tp,
+            shape.pp,
+            shape.dtype,
+            tokens,
+            seqs,
+            shape.enforce_eager,
+            shape.gpu,
+            shape.engine,
+            shape.flashinfer_sampler,
+            stage=stage if shape.pp > 1 else None,
+        )
+        per_token = kv_bytes_per_token(model, shape.tp, 1, shape.kv_cache_dtype, shape.dtype)
+        layers = stage_partition(model.layers, shape.pp)[stage]
+        fits.append(
+            ModelFit(
+                weights=weights_bytes_per_gpu(
+                    model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
+                ),
+                kv_per_token=per_token // model.layers * layers,
+                max_model_len=shape.model_len(model),
+                overhead=over.total,
+            )
+        )
+    return max(fits, key=lambda f: f.need_bytes)
 
 
 def instance_memory(
-    model: ModelConfig, total_bytes: int, util: float, shape: Shape
+    model: ModelConfig, total_bytes: int, util: float, shape: Shape, used: int = 0
 ) -> InstanceMemory:
-    """Memory of one instance whose GPUs (or slices) report `total_bytes`, at `util`."""
+    """Memory of one instance whose GPUs (or slices) report `total_bytes`, at `util`.
+
+    With PP > 1 every stage profiles its own layers and vLLM gives every rank the fewest
+    blocks any rank has (`unify_kv_cache_configs` in v1/core/kv_cache_utils.py): the stage
+    with the fewest KV tokens (one that does not fit first) is returned, `stage` says which.
+    `used`: bytes other processes hold on the GPU when vLLM starts (preflight's recording).
+    """
+    stages = stage_memories(model, total_bytes, util, shape, used)
+    return min(stages, key=lambda m: (m.fits, m.kv_tokens))
+
+
+def stage_memories(
+    model: ModelConfig, total_bytes: int, util: float, shape: Shape, used: int = 0
+) -> tuple[InstanceMemory, ...]:
+    """The memory of one GPU of each pipeline stage, first to last (what each rank prints)."""
+    return tuple(_stage_memory(model, total_bytes, util, shape, s, used) for s in range(shape.pp))
+
+
+def _stage_memory(
+    model: ModelConfig, total_bytes: int, util: float, shape: Shape, stage: int, used: int
+) -> InstanceMemory:
     block = mla_block(shape.gpu) if model.is_mla else 16
     length = shape.model_len(model)
     tokens, seqs = shape.batching(total_bytes, length)
-    per_token = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
+    layers = stage_partition(model.layers, shape.pp)[stage]
+    # bytes per token of one layer x the stage's layers (MLA: one latent a layer)
+    per_token = kv_bytes_per_token(model, shape.tp, 1, shape.kv_cache_dtype, shape.dtype)
+    per_token = per_token // model.layers * layers
     layout = None
     if model.sliding_layers and model.sliding_window:
-        layers = stage_layers(model, shape.pp)
         sliding = min(layers, math.ceil(model.sliding_layers / shape.pp))
         layout = KvLayout(
             layer_bytes=per_token // layers,
@@ -126,7 +164,9 @@ def instance_memory(
     return InstanceMemory(
         total=total_bytes,
         util=util,
-        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep),
+        weights=weights_bytes_per_gpu(
+            model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
+        ),
         overhead=overhead(
             model,
             shape.tp,
@@ -138,11 +178,16 @@ def instance_memory(
             shape.gpu,
             shape.engine,
             shape.flashinfer_sampler,
+            stage=stage if shape.pp > 1 else None,
         ),
         kv_per_token=per_token,
         max_model_len=length,
         block_size=block,
         layout=layout,
+        stage=stage,
+        used=used,
+        used_counted=counts_other_processes(shape.engine),
+        free_checked=checks_free_memory(shape.engine),
     )
 
 

@@ -30,23 +30,43 @@ def kv_dtype_bytes(kv_cache_dtype: str, dtype: str, model: ModelConfig) -> int:
     return dtype_bytes(dtype, model)
 
 
+def stage_partition(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers of each pipeline stage as vLLM splits them (`get_pp_indices` in
+    vllm/distributed/utils.py): `layers // pp` each, the remainder one a stage from the
+    second-to-last backwards, never on the last (it holds the lm_head and the sampler).
+    27 layers over 2 stages: (14, 13); 30 over 4: (7, 8, 8, 7)."""
+    base, extra = divmod(layers, pp)
+    parts = [base] * pp
+    for i in range(2, extra + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
 def stage_layers(model: ModelConfig, pp: int) -> int:
-    """Layers on the pipeline stage with the most layers (that stage sets the limit)."""
-    return math.ceil(model.layers / pp)
+    """Layers on the pipeline stage with the most layers."""
+    return max(stage_partition(model.layers, pp))
 
 
 def weights_bytes_per_gpu(
-    model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto", ep: int = 0
+    model: ModelConfig,
+    tp: int = 1,
+    pp: int = 1,
+    dtype: str = "auto",
+    ep: int = 0,
+    stage: int | None = None,
 ) -> int:
-    """Weight bytes on the most loaded GPU: the heaviest pipeline stage split over TP ranks.
+    """Weight bytes on one GPU of pipeline stage `stage` (None: the heaviest stage), split
+    over its TP ranks.
 
     Linear layers use the checkpoint's quantized width (`weight_bits`, experts
     `expert_weight_bits`); embeddings and lm_head stay at the activation dtype. vLLM shards
     embeddings and lm_head over TP ranks too. A multimodal model's vision tower and projector
-    (`vision_config`) load at the activation dtype on the first stage. With PP > 1 the first
-    stage holds the input embedding and the last the lm_head; the stage with ceil(layers / pp)
-    layers is counted with the larger of the two.
+    (`vision_config`) load at the activation dtype on the first stage. With PP > 1 each stage
+    holds its own layers (`stage_partition`); the first stage also the input embedding (and
+    the vision tower), the last the lm_head (a copy of the embedding when tied).
     """
+    if stage is None:
+        return max(weights_bytes_per_gpu(model, tp, pp, dtype, ep, s) for s in range(pp))
     act = dtype_bytes(dtype, model)
     layer_params = model.params - model.embed_params - model.expert_params
     linear_bits = model.weight_bits if model.weight_bits < 16 else act * 8
@@ -58,12 +78,14 @@ def weights_bytes_per_gpu(
         width = model.moe_intermediate / tp
         expert_params *= math.ceil(width / 256) * 256 / width
     per_layer = (layer_params * linear_bits + expert_params * expert_bits) / 8 / model.layers
-    layers = stage_layers(model, pp)
+    layers = stage_partition(model.layers, pp)[stage]
     embed = model.embed_params * act
     if pp > 1:
         tied = model.embed_params <= model.vocab * model.hidden
-        embed = embed if tied else embed / 2
-    vision = model.vision_params * act  # the vision tower (first stage), sharded like the rest
+        table = embed if tied else embed / 2  # one vocab x hidden table
+        embed = table * ((stage == 0) + (stage == pp - 1))
+    # the vision tower (first stage), sharded like the rest
+    vision = model.vision_params * act if stage == 0 else 0
     if ep and ep != tp and expert_params:
         # Expert parallel (`--enable-expert-parallel`, docs/multinode.md): each GPU holds
         # 1/ep of the experts whole; the rest stays split over the TP ranks.
@@ -143,19 +165,33 @@ def overhead(
     gpu_name: str = "",
     engine: str | None = None,
     flashinfer_sampler: bool | None = None,
+    stage: int | None = None,
 ) -> Overhead:
-    """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`)."""
+    """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`).
+
+    `stage`: the pipeline stage (None: every part on one GPU, the most any stage takes).
+    `profile_run` encodes multimodal items on the first stage only and runs the sampler
+    only on the last (`if get_pp_group().is_last_rank`); graphs cover the stage's layers.
+    """
     act = dtype_bytes(dtype, model)
-    last_stage_sampler = max_num_seqs  # the sampler runs on the last PP stage only
+    first = stage is None or stage == 0
+    last = stage is None or stage == pp - 1
+    layers = stage_layers(model, pp) if stage is None else stage_partition(model.layers, pp)[stage]
     activation = profile.activation_bytes(
-        model, tp, max_num_batched_tokens, last_stage_sampler, act, engine, flashinfer_sampler
+        model,
+        tp,
+        max_num_batched_tokens,
+        max_num_seqs,
+        act,
+        engine,
+        flashinfer_sampler,
+        sampler=last,
+        encoder=first,
     )
     return Overhead(
         activation=activation,
         non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
-        cuda_graphs=profile.graph_bytes(
-            model, stage_layers(model, pp), max_num_seqs, enforce_eager
-        ),
+        cuda_graphs=profile.graph_bytes(model, layers, max_num_seqs, enforce_eager),
         graphs_counted=profile.graphs_counted(engine),
     )
 
@@ -228,6 +264,10 @@ class InstanceMemory:
     max_model_len: int
     block_size: int = BLOCK_SIZE
     layout: KvLayout | None = None  # None: every layer full attention, kv_per_token a token
+    stage: int = 0  # the pipeline stage these figures are of (the one that sets the tokens)
+    used: int = 0  # bytes other processes held on the GPU when vLLM started
+    used_counted: bool = False  # the engine took `used` as its own (V1 0.8.x; profile.py)
+    free_checked: bool = False  # the engine refuses when total - used < budget
 
     @property
     def budget(self) -> int:
@@ -237,7 +277,14 @@ class InstanceMemory:
     @property
     def kv_available(self) -> int:
         """Budget left for the KV cache: vLLM's 'Available KV cache memory'."""
-        return self.budget - self.weights - self.overhead.total
+        other = self.used if self.used_counted else 0
+        return self.budget - self.weights - self.overhead.total - other
+
+    @property
+    def free_short(self) -> bool:
+        """The engine refuses at start: less free than the budget (vLLM's 'Free memory on
+        device ... on startup is less than desired GPU memory utilization')."""
+        return self.free_checked and self.total - self.used < self.budget
 
     @property
     def kv_tokens(self) -> int:
@@ -262,12 +309,15 @@ class InstanceMemory:
     def fits(self) -> bool:
         """Weights, overheads and one max-length sequence fit: vLLM's start-up check
         (`_check_enough_kv_cache_memory`: available >= one request's KV bytes)."""
+        if self.free_short:
+            return False
         return self.kv_available >= self.kv_per_sequence and self.kv_available > 0
 
     @property
     def min_util(self) -> float:
         """The smallest memory fraction that still holds one max-length sequence."""
-        need = self.weights + self.overhead.total + self.kv_per_sequence
+        other = self.used if self.used_counted else 0
+        need = self.weights + self.overhead.total + self.kv_per_sequence + other
         return math.ceil(need / self.total * 100) / 100
 
     def util_for_tokens(self, tokens: int) -> float:

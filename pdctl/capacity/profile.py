@@ -188,13 +188,16 @@ def activation_bytes(
     act: int,
     engine: str | None,
     flashinfer: bool | None = None,
+    sampler: bool = True,
+    encoder: bool = True,
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
-    largest (they run one after the other)."""
+    largest (they run one after the other). With PP the encoder runs on the first stage
+    only (`encoder`) and the sampler on the last only (`sampler`)."""
     return max(
-        encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act),
+        encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
         forward_bytes(model, tp, tokens, act, engine),
-        sampler_bytes(model, seqs, engine, flashinfer),
+        sampler_bytes(model, seqs, engine, flashinfer) if sampler else 0,
     )
 
 
@@ -268,6 +271,28 @@ def graph_bytes(model: ModelConfig, layers: int, seqs: int, eager: bool) -> int:
         return 0
     sizes = min(seqs, 512)
     return int(48 * MIB + layers * 1.5 * MIB + sizes * 0.2 * MIB)
+
+
+# Memory other processes hold on the GPU. vLLM 0.8.x's V1 worker (`v1/worker/gpu_worker.py`
+# `determine_available_memory`, 0.8.5) took non-torch memory as mem_get_info's total - free -
+# torch's allocated bytes after the profile run: every process's memory on the card, so what
+# others held came out of total x util (vllm#17366, vllm#17431). vllm#19312 ("Reuse V0's
+# memory_profiling util", merged June 2025, after 0.9.1) measures against the snapshot taken
+# at start, as V0 did since vllm#2863; the worker then refuses to start when the free memory
+# at start is below total x util ("Free memory on device ... on startup is less than desired
+# GPU memory utilization", `init_device`; pdctl assumes it came with the same change).
+OTHERS_COUNTED = ((0, 8, 0), (0, 9, 2))
+
+
+def counts_other_processes(engine: str | None) -> bool:
+    """Whether this engine takes other processes' GPU memory out of the KV budget."""
+    low, high = OTHERS_COUNTED
+    return low <= patch_version(engine) < high
+
+
+def checks_free_memory(engine: str | None) -> bool:
+    """Whether this engine refuses to start with less free memory than total x util."""
+    return patch_version(engine) >= OTHERS_COUNTED[1]
 
 
 def graphs_counted(engine: str | None) -> bool:

@@ -26,6 +26,7 @@ from pdctl.capacity.roofline import (
     ridge_batch,
 )
 from pdctl.capacity.slice import DecodeSlice, decode_slice
+from pdctl.capacity.verdict import used_memory_notes
 
 if TYPE_CHECKING:
     from pdctl.spec.model import Spec
@@ -108,15 +109,21 @@ class CapacityPlan:
         return next((r for r in self.roles if r.role == name), None)
 
 
-def _recommended(model: ModelConfig, total: int, shape: Shape) -> float | None:
+def _recommended(model: ModelConfig, total: int, shape: Shape, used: int = 0) -> float | None:
     for util in (DEFAULT_UTIL, MAX_UTIL):
-        if instance_memory(model, total, util, shape).fits:
+        if instance_memory(model, total, util, shape, used).fits:
             return util
     return None
 
 
 def _role(
-    model: ModelConfig, gpu: GpuType, role: str, section: Any, shape: Shape, traffic: Traffic
+    model: ModelConfig,
+    gpu: GpuType,
+    role: str,
+    section: Any,
+    shape: Shape,
+    traffic: Traffic,
+    used: int = 0,
 ) -> RolePlan:
     shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
@@ -155,9 +162,9 @@ def _role(
         shape = replace(shape, enforce_eager=sl.enforce_eager)
     else:
         total = gpu.usable_bytes
-        recommended = _recommended(model, total, shape)
+        recommended = _recommended(model, total, shape, used)
     util = spec_util or recommended or DEFAULT_UTIL
-    mem = instance_memory(model, total, util, shape)
+    mem = instance_memory(model, total, util, shape, used if share is None else 0)
     seqs = shape.batching(total)[1]
     kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
     batch = best_batch(
@@ -202,17 +209,23 @@ def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
 
 
 def plan_capacity(
-    spec: Spec, model: ModelConfig, gpu: GpuType, traffic: Traffic, shapes: dict[str, Shape]
+    spec: Spec,
+    model: ModelConfig,
+    gpu: GpuType,
+    traffic: Traffic,
+    shapes: dict[str, Shape],
+    used: int = 0,
 ) -> CapacityPlan:
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
-    `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`."""
+    `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`.
+    `used`: bytes other processes hold on the GPU (a preflight recording's most used GPU)."""
     roles: tuple[RolePlan, ...]
     if spec.phase in (0, 1):
-        roles = (_role(model, gpu, "serve", spec.serve, shapes["serve"], traffic),)
+        roles = (_role(model, gpu, "serve", spec.serve, shapes["serve"], traffic, used),)
         pre = dec = roles[0]
     else:
-        pre = _role(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic)
-        dec = _role(model, gpu, "decode", spec.decode, shapes["decode"], traffic)
+        pre = _role(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
+        dec = _role(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
         roles = (pre, dec)
     pd = _pd(pre, dec, traffic)
     whole = instance_memory(model, gpu.usable_bytes, DEFAULT_UTIL, replace(dec.shape))
@@ -228,7 +241,8 @@ def plan_capacity(
     if pd.decode_concurrency is not None:  # per decode instance on whole GPUs
         demand = pd.decode_concurrency / max(1, math.ceil(dec.replicas / per_gpu))
     advice = packing_advice(kv_batch, target, demand, per_gpu)
-    return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice)
+    notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
+    return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
 
 
 def _gib(value: float) -> float:

@@ -49,6 +49,7 @@ class Log:
     kv_gib: float | None = None
     tokens: int | None = None
     fits: bool = True  # vLLM started (False: it refused: no memory for one request)
+    used_gib: float = 0.0  # memory other processes held on the GPU, where the reporter said
     kind: str = ""
     split: str = "tune"
     e2e: bool = True
@@ -657,8 +658,10 @@ LOGS: tuple[Log, ...] = (
         kv_gib=12.13,
         tokens=807792,
         kind="MoE + MLA, PP over PCIe",
-        tags=("V1", "MLA", "PP", "PCIe", "TP", "pass4"),
-        split="holdout",
+        tags=("V1", "MLA", "PP", "PCIe", "TP", "pass4", "srcfix"),
+        # held out in the fourth pass (-10.1%), then used to find a source-based bug (the
+        # sampler on the last PP stage only, KV the minimum over stages): no longer held out
+        split="tune",
         note="a dev build of July 2025 (0.1.dev7548, between 0.9.2 and 0.10.0); ranks 0/1 (first "
         "stage, 14 of 27 layers) printed 12.13 GiB, ranks 2/3 11.33 GiB; the tokens are rank 0's",
     ),
@@ -759,7 +762,7 @@ class Prediction:
 def predict(log: Log) -> Prediction:
     """pdctl's end-to-end prediction from the log's conditions only."""
     model = model_config(log.model, log.config)
-    mem = instance_memory(model, total_bytes(log), log.util, shape(log))
+    mem = instance_memory(model, total_bytes(log), log.util, shape(log), int(log.used_gib * GIB))
     g = GIB
     return Prediction(
         mem.weights / g,
