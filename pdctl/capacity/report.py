@@ -266,6 +266,8 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "replicas": r.replicas,
         **_shape(r.shape),
         "maxModelLen": m.max_model_len,
+        "pipelineStage": m.stage,  # the PP stage the memory figures are of (fewest KV tokens)
+        "otherProcessesGib": _gib(m.used),
         "weightsBytesPerGpu": m.weights,
         "weightsGib": _gib(m.weights),
         "kvBytesPerToken": m.kv_per_token,

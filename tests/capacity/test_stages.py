@@ -141,3 +141,20 @@ def test_plan_facts_warns_and_refuses_when_free_memory_is_short(tmp_path: Path, 
         "60.00 GiB in use by other processes" in w and "refuses to start" in w
         for w in data["warnings"]
     ), data["warnings"]
+
+
+def test_the_known_0_8_misses_refuse_with_enough_memory_held_by_others() -> None:
+    # Neither issue says what else was on the card (so the table carries no figure); this only
+    # shows the 0.8.x rule turns pdctl's verdict at the threshold docs/capacity.md gives.
+    from tests.capacity.vllm_logs import LOGS, shape, total_bytes
+
+    for name, threshold in (("Qwen3-8B, A800", 9.39), ("Qwen2.5-VL-3B", 10.75)):
+        log = next(x for x in LOGS if x.name.startswith(name))
+        model = model_config(log.model, log.config)
+        below = instance_memory(
+            model, total_bytes(log), log.util, shape(log), int((threshold - 0.05) * GIB)
+        )
+        above = instance_memory(
+            model, total_bytes(log), log.util, shape(log), int((threshold + 0.05) * GIB)
+        )
+        assert below.fits and not above.fits, name

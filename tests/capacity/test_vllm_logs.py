@@ -33,9 +33,12 @@ KNOWN_WRONG_VERDICT = {
     # Most likely cause, from the source: vLLM 0.8.x's V1 worker (`determine_available_memory`)
     # counted the whole card's used memory (mem_get_info total - free) minus torch's as
     # "non-torch", so other processes on a shared card (util 0.3 of an 80 GB A100) came out of
-    # the budget (vllm#17366, vllm#17431: V1 0.8.5 refuses where V0 starts). A spec cannot say.
+    # the budget (vllm#17366, vllm#17431: V1 0.8.5 refuses where V0 starts). Modelled now
+    # (`instance_memory(..., used=)`, `pdctl plan --facts`), but the issue does not say what
+    # else was on the card, so the case carries no figure: a refusal needs > 10.75 GiB there.
     "Qwen2.5-VL-3B, A100-80GB, util 0.3 (refused)",
-    # fourth-pass held out, the same cause shown directly: the same command started on V0
+    # fourth-pass held out, the same cause shown directly: the same command started on V0;
+    # the issue gives no figure either (a refusal needs > 9.39 GiB held by others)
     "Qwen3-8B, A800-80GB, util 0.4 (refused)",
 }
 
@@ -110,7 +113,7 @@ def test_v1_end_to_end_error_distribution() -> None:
     errors = [e for log in E2E if log.v1 and log.fits if (e := _capacity_error(log)) is not None]
     assert len(errors) >= 15
     within5 = sum(1 for e in errors if abs(e) <= 5)
-    assert within5 >= 16, sorted(errors)
+    assert within5 >= 19, sorted(errors)  # all 19 since the PP stages (fifth pass)
     held = [
         e
         for log in E2E
