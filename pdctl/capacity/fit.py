@@ -207,6 +207,7 @@ def smallest_fit(
     gpus_per_node: int = 8,
     max_tp: int = 16,
     max_pp: int = 8,
+    used: int = 0,
 ) -> Shape | None:
     """The smallest TP (then PP across nodes) at which one max-length sequence fits, or None.
 
@@ -217,19 +218,21 @@ def smallest_fit(
     tps = [t for t in (1, 2, 4, 8, 16) if t <= min(gpus_per_node, max_tp) and valid_tp(model, t)]
     for tp in tps:
         candidate = replace(shape, tp=tp, pp=1)
-        if instance_memory(model, total_bytes, util, candidate).fits:
+        if instance_memory(model, total_bytes, util, candidate, used).fits:
             return candidate
     top = tps[-1] if tps else 1
     for pp in range(2, min(max_pp, model.layers) + 1):  # a stage needs a layer
         candidate = replace(shape, tp=top, pp=pp)
-        if instance_memory(model, total_bytes, util, candidate).fits:
+        if instance_memory(model, total_bytes, util, candidate, used).fits:
             return candidate
     return None
 
 
-def longest_len(model: ModelConfig, total_bytes: int, util: float, shape: Shape) -> int:
+def longest_len(
+    model: ModelConfig, total_bytes: int, util: float, shape: Shape, used: int = 0
+) -> int:
     """The longest max_model_len (a multiple of 1024, else of 16) that fits at `shape`."""
-    mem = instance_memory(model, total_bytes, util, replace(shape, max_model_len=16))
+    mem = instance_memory(model, total_bytes, util, replace(shape, max_model_len=16), used)
     tokens = mem.kv_tokens
     return tokens // 1024 * 1024 if tokens >= 1024 else tokens
 
@@ -251,25 +254,33 @@ def alternatives(
     gpus_per_node: int = 8,
     max_tp: int = 16,
     max_pp: int = 8,
+    used: int = 0,
 ) -> tuple[Alternative, ...]:
-    """Fitting shapes nearest to `shape`, least change first: a higher memory fraction, fp8 KV,
+    """Fitting shapes nearest to `shape`, least change first: a higher memory fraction (or, with
+    less free than total x util because of `used`, the highest the free memory allows), fp8 KV,
     a shorter max_model_len, more TP (or PP)."""
     out: list[Alternative] = []
 
     def add(change: str, candidate: Shape, at: float) -> None:
-        mem = instance_memory(model, total_bytes, at, candidate)
+        mem = instance_memory(model, total_bytes, at, candidate, used)
         if mem.fits:
             out.append(Alternative(change, candidate, mem.kv_tokens))
 
-    if util < MAX_UTIL:
-        add(f"--gpu-memory-utilization {MAX_UTIL}", shape, MAX_UTIL)
+    free = math.floor((total_bytes - used) / total_bytes * 100) / 100 if used else MAX_UTIL
+    also = ""
+    if util < min(MAX_UTIL, free):
+        add(f"--gpu-memory-utilization {min(MAX_UTIL, free)}", shape, min(MAX_UTIL, free))
+    elif free < util:  # vLLM refuses to start: only a lower fraction can work
+        util, also = free, f" at --gpu-memory-utilization {free} (what the free memory allows)"
+        add(f"--gpu-memory-utilization {free} (what the free memory allows)", shape, free)
     if not shape.kv_cache_dtype.startswith("fp8") and not model.is_mla:
-        add("--kv-cache-dtype fp8 (half the KV bytes)", replace(shape, kv_cache_dtype="fp8"), util)
-    length = longest_len(model, total_bytes, util, shape)
+        fp8 = replace(shape, kv_cache_dtype="fp8")
+        add("--kv-cache-dtype fp8 (half the KV bytes)" + also, fp8, util)
+    length = longest_len(model, total_bytes, util, shape, used)
     if 0 < length < shape.model_len(model):
-        add(f"--max-model-len {length}", replace(shape, max_model_len=length), util)
-    bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node, max_tp, max_pp)
+        add(f"--max-model-len {length}" + also, replace(shape, max_model_len=length), util)
+    bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node, max_tp, max_pp, used)
     if bigger is not None and (bigger.tp, bigger.pp) != (shape.tp, shape.pp):
         label = f"tensorParallel {bigger.tp}" + (f", pipeline {bigger.pp}" if bigger.pp > 1 else "")
-        add(label, bigger, util)
+        add(label + also, bigger, util)
     return tuple(out)

@@ -178,10 +178,12 @@ def _role(
         util_from_spec=spec_util is not None,
         recommended_util=recommended,
         memory=mem,
-        smallest=smallest_fit(model, gpu.usable_bytes, shape, max_tp=max_tp, max_pp=max_pp),
+        smallest=smallest_fit(
+            model, gpu.usable_bytes, shape, max_tp=max_tp, max_pp=max_pp, used=mem.used
+        ),
         alternatives=()
         if mem.fits
-        else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp),
+        else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp, used=mem.used),
         batch=batch,
         decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),

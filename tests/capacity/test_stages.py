@@ -158,3 +158,19 @@ def test_the_known_0_8_misses_refuse_with_enough_memory_held_by_others() -> None
             model, total_bytes(log), log.util, shape(log), int((threshold + 0.05) * GIB)
         )
         assert below.fits and not above.fits, name
+
+
+def test_suggestions_respect_memory_held_by_others() -> None:
+    # 60 GiB held on an 80 GB A100: vLLM 0.10.1 refuses util 0.4 (and 0.95 all the more); what
+    # the plan suggests must start with that memory in use
+    from pdctl.capacity import alternatives
+
+    model = model_config("Qwen/Qwen3-8B")
+    gpu = find_gpu("A100-80GB")
+    used = 60 * GIB
+    shape = Shape(max_model_len=40960, gpu=gpu.name, engine="0.10.1")
+    found = alternatives(model, gpu.usable_bytes, shape, 0.4, used=used)
+    assert found and not any(a.change.startswith("--gpu-memory-utilization 0.95") for a in found)
+    for alt in found:
+        assert "0.24" in alt.change, alt.change  # the most the free memory allows
+        assert instance_memory(model, gpu.usable_bytes, 0.24, alt.shape, used).fits
