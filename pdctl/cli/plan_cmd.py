@@ -121,8 +121,10 @@ def build(
     rate: float | None = None,
     ttft: float | None = None,
     tpot: float | None = None,
+    facts: Path | None = None,
 ) -> tuple[Any, str]:
-    """Read the spec (and its model.config) and plan its capacity."""
+    """Read the spec (and its model.config) and plan its capacity; `facts`: a preflight
+    recording whose most used GPU says what other processes hold."""
     from pdctl.capacity import spec_model_config, spec_shape
     from pdctl.capacity.report import plan_capacity
     from pdctl.cli.specfile import read_spec
@@ -141,13 +143,24 @@ def build(
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
         shapes = {role: spec_shape(spec, role) for role in roles}
         traffic = _traffic(spec, prompt, output, rate, ttft, tpot)
-        result = plan_capacity(spec, model, device, traffic, shapes)
+        used = used_bytes(facts, spec) if facts is not None else 0
+        result = plan_capacity(spec, model, device, traffic, shapes, used)
         notes = gpu_warnings(device, origin == ASSUMED)
         return replace(result, warnings=result.warnings + notes), origin
     except UsageError:
         raise
     except SpecError as exc:
         raise source.locate(exc) from None
+
+
+def used_bytes(facts: Path, spec: Any) -> int:
+    """The most memory any GPU of a preflight recording had in use before vLLM started."""
+    from pdctl.facts import facts_from
+    from pdctl.probe.record import read
+
+    hosts = read(facts, tuple(h.name for h in getattr(spec, "hosts", ()) or ()))
+    used = [g.memory_used_mib for h in facts_from(hosts).hosts for g in h.gpus or ()]
+    return max(used, default=0) * 1024 * 1024
 
 
 def register(app: typer.Typer) -> None:
@@ -186,6 +199,13 @@ def register(app: typer.Typer) -> None:
             help="A vLLM start-up log: show predicted vs observed memory "
             "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
         ),
+        facts: Path | None = typer.Option(
+            None,
+            "--facts",
+            metavar="DIR",
+            help="A preflight recording (pdctl preflight --record DIR): plan with the "
+            "memory other processes already hold on the GPUs.",
+        ),
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
@@ -202,7 +222,7 @@ def register(app: typer.Typer) -> None:
             ("--tpot-ms", tpot_ms),
         )
         result, origin = build(
-            spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms
+            spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts
         )
         if output == "json":
             from pdctl.capacity.report import plan_dict
