@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdctl.top.gpu import Gpu, parse_probe, probe_command
+from pdctl.top.gpu import GpuLoad, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
 from pdctl.top.source import Endpoint, _max_num_seqs, _with_roles, gpu_roles
 
@@ -89,11 +89,11 @@ class DockerSource:
         with ThreadPoolExecutor(max(1, min(8, len(self.endpoints)))) as pool:
             return dict(pool.map(one, self.endpoints))
 
-    def gpus(self, window_s: float) -> tuple[list[Gpu], list[str]]:
+    def gpus(self, window_s: float) -> tuple[list[GpuLoad], list[str]]:
         """Every host's GPUs over `window_s` seconds, read inside one of its engine containers."""
         roles = gpu_roles(self.plan)
 
-        def one(host: str) -> tuple[list[Gpu], list[str]]:
+        def one(host: str) -> tuple[list[GpuLoad], list[str]]:
             mine = [
                 self.containers[e.name]
                 for e in self.endpoints
@@ -117,7 +117,7 @@ class DockerSource:
 
         start = time.monotonic()
         hosts = sorted({e.where for e in self.endpoints})
-        gpus: list[Gpu] = []
+        gpus: list[GpuLoad] = []
         missing: list[str] = []
         with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
             for g, m in pool.map(one, hosts):

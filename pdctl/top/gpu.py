@@ -20,7 +20,7 @@ from pdctl.top.metrics import Snapshot
 
 
 @dataclass(frozen=True)
-class Gpu:
+class GpuLoad:
     """One GPU over a window. Percentages 0-100; None where the source has no such figure."""
 
     host: str
@@ -66,8 +66,8 @@ FIELDS = (
 )
 
 
-def parse_probe(host: str, text: str) -> tuple[list[Gpu], list[str]]:
-    """The probe's JSON lines -> one Gpu per index (averaged over the windows), errors."""
+def parse_probe(host: str, text: str) -> tuple[list[GpuLoad], list[str]]:
+    """The probe's JSON lines -> one GpuLoad per index (averaged over the windows), errors."""
     rows: dict[int, list[dict]] = {}
     names: dict[int, str] = {}
     gpm: dict[int, bool] = {}
@@ -90,7 +90,7 @@ def parse_probe(host: str, text: str) -> tuple[list[Gpu], list[str]]:
     gpus = []
     for index in sorted(rows):
         values: dict[str, Any] = {k: _mean(r.get(k) for r in rows[index]) for k in FIELDS}
-        gpus.append(Gpu(host, index, names[index], "gpm" if gpm[index] else "nvml", **values))
+        gpus.append(GpuLoad(host, index, names[index], "gpm" if gpm[index] else "nvml", **values))
     return gpus, errors
 
 
@@ -99,7 +99,7 @@ def _mean(values) -> float | None:  # type: ignore[no-untyped-def]
     return round(sum(nums) / len(nums), 1) if nums else None
 
 
-# dcgm-exporter field -> Gpu attribute and scale (PROF fields are ratios 0-1)
+# dcgm-exporter field -> GpuLoad attribute and scale (PROF fields are ratios 0-1)
 DCGM = {
     "DCGM_FI_PROF_SM_ACTIVE": ("sm_util", 100.0),
     "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 100.0),
@@ -112,8 +112,8 @@ DCGM = {
 }
 
 
-def parse_dcgm(snapshot: Snapshot) -> list[Gpu]:
-    """dcgm-exporter's samples -> one Gpu per (Hostname, gpu) label pair."""
+def parse_dcgm(snapshot: Snapshot) -> list[GpuLoad]:
+    """dcgm-exporter's samples -> one GpuLoad per (Hostname, gpu) label pair."""
     acc: dict[tuple[str, int], dict[str, Any]] = {}
     names: dict[tuple[str, int], str] = {}
     for name, labels, value in snapshot.samples:
@@ -127,10 +127,10 @@ def parse_dcgm(snapshot: Snapshot) -> list[Gpu]:
         attr, scale = DCGM[name]
         acc.setdefault(key, {})[attr] = round(value * scale, 1)
         names[key] = d.get("modelName", "")
-    return [Gpu(h, i, names[(h, i)], "dcgm", **acc[(h, i)]) for h, i in sorted(acc)]
+    return [GpuLoad(h, i, names[(h, i)], "dcgm", **acc[(h, i)]) for h, i in sorted(acc)]
 
 
-def kind(gpu: Gpu, t: dict[str, float]) -> str:
+def kind(gpu: GpuLoad, t: dict[str, float]) -> str:
     """idle | bandwidth-bound | compute-bound | busy | unknown, by the THRESHOLDS `t`."""
     bw, tensor, sm = gpu.bandwidth, gpu.tensor_util, gpu.sm_util
     activity = sm if sm is not None else gpu.util_gpu

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdctl.top.gpu import Gpu, parse_dcgm, parse_probe, probe_command
+from pdctl.top.gpu import GpuLoad, parse_dcgm, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
 
 
@@ -133,12 +133,12 @@ class HostSource:
 
         return dict(self.target.map(one, self.endpoints))
 
-    def gpus(self, window_s: float) -> tuple[list[Gpu], list[str]]:
+    def gpus(self, window_s: float) -> tuple[list[GpuLoad], list[str]]:
         """Every used host's GPUs over `window_s` seconds (blocks that long)."""
         roles = gpu_roles(self.plan)
         hosts = [h.name for h in self.plan.hosts_used() if h.name in self.target.ops]
 
-        def one(name: str) -> tuple[list[Gpu], list[str]]:
+        def one(name: str) -> tuple[list[GpuLoad], list[str]]:
             try:
                 res = self.target.ops[name].conn.run(
                     probe_command(window_s), timeout=window_s + 60, step="reading GPU telemetry"
@@ -152,7 +152,7 @@ class HostSource:
             return out, [f"{name}: {e}" for e in errors if not e.startswith(name)]
 
         start = time.monotonic()
-        gpus: list[Gpu] = []
+        gpus: list[GpuLoad] = []
         missing: list[str] = []
         for g, m in self.target.map(one, hosts):
             gpus += g
@@ -162,7 +162,7 @@ class HostSource:
         return gpus, missing
 
 
-def _with_roles(g: Gpu, roles: tuple[str, ...]) -> Gpu:
+def _with_roles(g: GpuLoad, roles: tuple[str, ...]) -> GpuLoad:
     from dataclasses import replace
 
     return replace(g, roles=roles)
@@ -236,7 +236,7 @@ class KubeSource:
     def scrape(self) -> dict[str, Snapshot]:
         return {e.name: self._get(self._ns, e.name, e.port) for e in self.endpoints}
 
-    def gpus(self, window_s: float) -> tuple[list[Gpu], list[str]]:
+    def gpus(self, window_s: float) -> tuple[list[GpuLoad], list[str]]:
         time.sleep(window_s)
         found: list[Any] = []
         for selector in DCGM_SELECTORS:
@@ -254,7 +254,7 @@ class KubeSource:
                 + " or ".join(DCGM_SELECTORS)
                 + "): no GPU telemetry"
             ]
-        gpus: list[Gpu] = []
+        gpus: list[GpuLoad] = []
         missing = []
         for pod in found:
             snap = self._get(pod.metadata.namespace, pod.metadata.name, DCGM_PORT)

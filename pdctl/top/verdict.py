@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdctl.top.gpu import Gpu, kind
+from pdctl.top.gpu import GpuLoad, kind
 from pdctl.top.packing import Packing
 from pdctl.top.router_verdict import router_verdicts
 from pdctl.top.window import Figures, Window, role_totals
@@ -63,7 +63,7 @@ def _f(v: float | None, spec: str = ".0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _gpus_of(w: Window, f: Figures) -> list[Gpu]:
+def _gpus_of(w: Window, f: Figures) -> list[GpuLoad]:
     return [g for g in w.gpus if (g.host, g.index) in f.gpus or f.role in g.roles]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pdctl.top.gpu import Gpu
+from pdctl.top.gpu import GpuLoad
 from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, quantile
 from pdctl.top.router import RouterFigures, router_figures
 
@@ -145,7 +145,7 @@ class Window:
     target: str
     seconds: float
     instances: tuple[Figures, ...]
-    gpus: tuple[Gpu, ...] = ()
+    gpus: tuple[GpuLoad, ...] = ()
     gpu_missing: tuple[str, ...] = ()  # why telemetry is missing, per host/cluster
     routers: tuple[RouterFigures, ...] = ()  # vllm-router's own figures (phase 2 hosts)
 
@@ -192,7 +192,7 @@ def assemble(
     endpoints: list[Any],
     first: dict[str, Snapshot],
     last: dict[str, Snapshot],
-    gpus: list[Gpu],
+    gpus: list[GpuLoad],
     gpu_missing: list[str],
     workers: dict[str, tuple[str, str]] | None = None,
 ) -> Window:

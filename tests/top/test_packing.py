@@ -88,7 +88,7 @@ def test_real_plan_figures_on_the_h200_recording(tmp_path):
 def test_top_plans_the_packing_on_the_spec_gpu_else_the_one_the_telemetry_names(tmp_path):
     from pdctl.cli.specfile import load
     from pdctl.cli.top_cmd import _packed
-    from pdctl.top.gpu import Gpu
+    from pdctl.top.gpu import GpuLoad
 
     path = spec_with(tmp_path, 2, total=True)
     plan, _ = load(path, None, None)
@@ -97,11 +97,11 @@ def test_top_plans_the_packing_on_the_spec_gpu_else_the_one_the_telemetry_names(
         spec_model_config(spec.model), find_gpu("H200"), spec_shape(spec, "decode"), Traffic()
     )
     # the example names no GPU type: the telemetry's
-    assert _packed(path, plan, [Gpu("gpu-a", 0, "NVIDIA H200")]) == h200
+    assert _packed(path, plan, [GpuLoad("gpu-a", 0, "NVIDIA H200")]) == h200
     assert _packed(path, plan, []) == {}  # no GPU known: no invented prediction
     doc = yaml.safe_load(Path(path).read_text())
     doc["decode"]["share"]["gpuType"] = "H100-SXM"
     Path(path).write_text(yaml.safe_dump(doc))
     plan, _ = load(path, None, None)
-    h100 = _packed(path, plan, [Gpu("gpu-a", 0, "NVIDIA H200")])
+    h100 = _packed(path, plan, [GpuLoad("gpu-a", 0, "NVIDIA H200")])
     assert h100 and h100 != h200  # the spec's GPU wins
