@@ -78,3 +78,24 @@ def test_desired_units_read_data_not_script_headers():
             assert d.health_path == "/health"
     stages = [d.stage for d in desired_units(plan, blank)]
     assert stages[0] == 0 and stages[-1] == 2 and stages == sorted(stages)
+
+
+def test_kubernetes_yaml_is_dumped_only_when_read(monkeypatch) -> None:
+    """`up` applies a Kubernetes bundle's objects as data: render dumps no YAML until a file's
+    text is read (render's stream), and then each document once."""
+    import pdctl.render.kube as kube
+
+    calls: list[str] = []
+    real = kube.dump
+
+    def counting(obj):
+        calls.append(obj["kind"])
+        return real(obj)
+
+    monkeypatch.setattr(kube, "dump", counting)
+    spec, _ = load_text((ROOT / "examples" / "phase1-k8s.yaml").read_text(), "phase1-k8s.yaml")
+    bundle = render(make_plan(spec))
+    assert calls == [] and bundle.objects
+    first = bundle.stream()
+    assert len(calls) == len(bundle.objects)
+    assert bundle.stream() == first and len(calls) == len(bundle.objects)

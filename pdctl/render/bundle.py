@@ -4,7 +4,7 @@ objects as dicts in apply order) and as artifacts ({relative path: text}, in a s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +34,44 @@ def script_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
 class Artifact:
-    path: str
-    text: str
-    executable: bool = False
+    """One file of a bundle: its path and text. `make` instead of `text`: the text is made
+    when first read (a Kubernetes object's YAML: `up` applies the objects as data and never
+    needs it; `render` streams it)."""
+
+    __slots__ = ("_make", "_text", "executable", "path")
+
+    def __init__(
+        self,
+        path: str,
+        text: str | None = None,
+        executable: bool = False,
+        make: Callable[[], str] | None = None,
+    ) -> None:
+        if (text is None) == (make is None):
+            raise ValueError("an Artifact takes its text or a way to make it, one of them")
+        self.path = path
+        self.executable = executable
+        self._text = text
+        self._make = make
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            assert self._make is not None
+            self._text, self._make = self._make(), None
+        return self._text
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Artifact):
+            return NotImplemented
+        return (self.path, self.text, self.executable) == (other.path, other.text, other.executable)
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.executable))
+
+    def __repr__(self) -> str:
+        return f"Artifact({self.path!r}, executable={self.executable})"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ pieces (pod template, probes, volumes) are shared with phases 2 and 3."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import yaml
@@ -260,10 +261,16 @@ def phase1_objects(plan: Plan) -> list[Obj]:
     return objs
 
 
+def _document(head: str, obj: Obj) -> str:
+    return "---\n" + head + dump(obj)
+
+
 def artifacts(plan: Plan, objs: list[Obj]) -> list[Artifact]:
+    """One file per object; its YAML is dumped when first read (render streams it, `up`
+    applies the objects as data)."""
     head = doc_header(plan)
     out = []
     for i, obj in enumerate(objs):
         name = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        out.append(Artifact(name, "---\n" + head + dump(obj)))
+        out.append(Artifact(name, make=partial(_document, head, obj)))
     return out
