@@ -324,3 +324,23 @@ class InstanceMemory:
         """The memory fraction that gives `tokens` KV tokens (rounded up to 0.01)."""
         need = self.weights + self.overhead.total + self.kv_per_token * tokens
         return math.ceil(need / self.total * 100) / 100
+
+
+def used_memory_notes(role: str, mem: InstanceMemory, engine: str) -> tuple[str, ...]:
+    """What other processes' memory on the GPU does to this role under its engine version."""
+    if mem.used <= 0:
+        return ()
+    used = f"{mem.used / 1024**3:.2f} GiB"
+    if mem.used_counted:
+        return (
+            f"{role}: the GPU already has {used} in use by other processes; vLLM {engine} "
+            "(V1, 0.8.x) counts it as its own non-torch memory and takes it out of the KV "
+            "cache (vllm#17431); stop them or use vLLM 0.9.2 or later",
+        )
+    if mem.free_short:
+        return (
+            f"{role}: the GPU already has {used} in use by other processes: less free than "
+            f"total x {mem.util}; vLLM {engine} refuses to start ('Free memory on device ... "
+            "less than desired GPU memory utilization'); lower gpuMemoryUtilization",
+        )
+    return ()

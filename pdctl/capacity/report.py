@@ -15,7 +15,7 @@ from pdctl.capacity.fit import (
     smallest_fit,
 )
 from pdctl.capacity.gpus import MIB, GpuType
-from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory
+from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.profile import flashinfer_only
 from pdctl.capacity.roofline import (
@@ -26,7 +26,6 @@ from pdctl.capacity.roofline import (
     ridge_batch,
 )
 from pdctl.capacity.slice import DecodeSlice, decode_slice
-from pdctl.capacity.verdict import used_memory_notes
 
 if TYPE_CHECKING:
     from pdctl.spec.model import Spec

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from pdctl.capacity.gpus import GIB, GpuType
 
 if TYPE_CHECKING:
-    from pdctl.capacity.memory import InstanceMemory
     from pdctl.capacity.report import CapacityPlan, RolePlan
     from pdctl.spec.model import Spec
 
@@ -56,23 +55,3 @@ def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: GpuType) -> 
     roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
     shapes = {role: spec_shape(spec, role) for role in roles}
     return plan_problems(plan_capacity(spec, model, gpu, Traffic(), shapes))
-
-
-def used_memory_notes(role: str, mem: InstanceMemory, engine: str) -> tuple[str, ...]:
-    """What other processes' memory on the GPU does to this role under its engine version."""
-    if mem.used <= 0:
-        return ()
-    used = f"{mem.used / 1024**3:.2f} GiB"
-    if mem.used_counted:
-        return (
-            f"{role}: the GPU already has {used} in use by other processes; vLLM {engine} "
-            "(V1, 0.8.x) counts it as its own non-torch memory and takes it out of the KV "
-            "cache (vllm#17431); stop them or use vLLM 0.9.2 or later",
-        )
-    if mem.free_short:
-        return (
-            f"{role}: the GPU already has {used} in use by other processes: less free than "
-            f"total x {mem.util}; vLLM {engine} refuses to start ('Free memory on device ... "
-            "less than desired GPU memory utilization'); lower gpuMemoryUtilization",
-        )
-    return ()
