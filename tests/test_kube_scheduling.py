@@ -106,6 +106,9 @@ def test_every_object_carries_the_recommended_labels(example: Path) -> None:
         metas = [obj["metadata"]]
         if obj["kind"] == "Deployment":
             metas.append(obj["spec"]["template"]["metadata"])
+        if obj["kind"] == "LeaderWorkerSet":  # multi-node instances: leader and worker pods
+            lwt = obj["spec"]["leaderWorkerTemplate"]
+            metas += [lwt["leaderTemplate"]["metadata"], lwt["workerTemplate"]["metadata"]]
         for meta in metas:
             labels = meta["labels"]
             missing = [k for k in RECOMMENDED if f"app.kubernetes.io/{k}" not in labels]
@@ -117,7 +120,7 @@ def test_every_object_carries_the_recommended_labels(example: Path) -> None:
     components = {
         deployment_obj["metadata"]["labels"]["app.kubernetes.io/component"]
         for deployment_obj in objects(example.read_text())
-        if deployment_obj["kind"] == "Deployment"
+        if deployment_obj["kind"] in ("Deployment", "LeaderWorkerSet")
     }
     assert components in ({"serve"}, {"prefill", "decode", "epp"})
 
