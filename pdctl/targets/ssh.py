@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -390,6 +391,13 @@ def put_file(sftp: Any, path: str, data: bytes, mode: int) -> None:
     sftp.posix_rename(tmp, path)
 
 
+def _is_folder(sftp: Any, path: str) -> bool:
+    try:
+        return stat.S_ISDIR(sftp.stat(path).st_mode or 0)
+    except OSError:
+        return False
+
+
 def makedirs(sftp: Any, path: str, mode: int) -> None:
     """mkdir -p over SFTP; the last component gets `mode`."""
     parts = path.rstrip("/").split("/")
@@ -402,5 +410,11 @@ def makedirs(sftp: Any, path: str, mode: int) -> None:
         try:
             sftp.stat(current)
         except FileNotFoundError:
-            sftp.mkdir(current, mode=0o700)
+            try:
+                sftp.mkdir(current, mode=0o700)
+            except OSError:
+                # Made meanwhile by someone else (another host's pdctl session on a shared
+                # filesystem, such as an NFS home): fine when it is a folder now.
+                if not _is_folder(sftp, current):
+                    raise
     sftp.chmod(path, mode)
