@@ -329,6 +329,7 @@ def session(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
         ("6b", "pyenv", "report"),
         ("6c", "up32", None),
         ("6d", "preflight32", None),
+        ("6e", "engines32", "report"),
     )
     if os.geteuid() != 0:
         for key, _, _ in rows:
@@ -354,7 +355,9 @@ def session(pdctl: str, rounds: int, tmp: Path, report: Report) -> None:
         )
     report.notes.append(
         f"6: `python benchmarks/session.py` (load average {load:.1f} at its start); 6b: "
-        "CPU-bound shells of 8 hosts share this machine's CPUs, so it is reported only."
+        "CPU-bound shells of 8 hosts share this machine's CPUs, so it is reported only; 6e: "
+        "the stand-in engines alone (no SSH, no pdctl), the part of 6c's 32-host time that "
+        "starting 32 engine processes on the same CPUs costs whatever pdctl does."
     )
 
 

@@ -3,7 +3,9 @@
   bashrc   `pdctl preflight` of 8 hosts whose ~/.bashrc sleeps 0.3 s (what a conda or pyenv
            init costs) vs 1 such host; target <= 1.3.
   pyenv    the same with this machine's ~/.bashrc (`pyenv init`: CPU, not sleep); <= 1.3.
-  fleet32  `pdctl up` and `pdctl preflight` of 32 hosts vs 1 host; target <= 1.5.
+  fleet32  `pdctl up` and `pdctl preflight` of 32 hosts vs 1 host; target <= 1.5. Also,
+           for scale (no pdctl, no SSH): 32 stand-in engines started at once on this
+           machine until all listen, vs 1 (the floor under `up`'s ratio on shared CPUs).
 
 The hosts are sshd daemons in network namespaces of their own (benchmarks/fleet.py), made and
 removed by this script (needs root); the engine is the tests' stand-in (fake_vllm.py). Every
@@ -20,9 +22,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import fleet as fl
@@ -105,7 +110,52 @@ def measure(pdctl: list[str], env: dict, rounds: int, only: list[str], tmp: Path
             cmds = {n: [*pdctl, "preflight", str(specs[n]), "-o", "json", *kh] for n in specs}
             got = _rounds(cmds, rounds, env, fleet)
             rows.append(_row("preflight32", "`pdctl preflight --parallel 32`", got, 32, 1.5))
+        rows.append(engines_alone(venv, rounds))
     return rows
+
+
+def engines_alone(venv: Path, rounds: int) -> dict:
+    """The stand-in engines alone: N started at once on this machine (no SSH, no pdctl) until
+    every one accepts connections, 32 vs 1, interleaved; round 0 warms up."""
+    walls: dict[int, list[float]] = {1: [], 32: []}
+    for r in range(rounds + 1):
+        for n in (1, 32) if r % 2 == 0 else (32, 1):
+            ports = []
+            for _ in range(n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    ports.append(s.getsockname()[1])
+            begun = time.monotonic()
+            procs = [
+                subprocess.Popen(
+                    [str(venv / "bin" / "vllm"), "serve", "stand-in", "--port", str(port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for port in ports
+            ]
+            try:
+                waiting = set(ports)
+                while waiting:
+                    for port in list(waiting):
+                        try:
+                            socket.create_connection(("127.0.0.1", port), 1).close()
+                            waiting.discard(port)
+                        except OSError:
+                            pass
+                    time.sleep(0.01)
+                if r:
+                    walls[n].append(time.monotonic() - begun)
+            finally:
+                for proc in procs:
+                    proc.kill()
+                    proc.wait()
+    got = {n: [fl.Sample(w, 0.0, 0.0) for w in ws] for n, ws in walls.items()}
+    label = "32 stand-in engines started at once until all listen (no SSH, no pdctl)"
+    row = _row("engines32", label, got, 32, 0.0)
+    row["what"] = label + ", vs 1 engine (wall time)"
+    row["report"] = True
+    return row
 
 
 def _row(key: str, label: str, got: dict[int, list[fl.Sample]], many: int, target: float) -> dict:
@@ -128,9 +178,12 @@ def markdown(rows: list[dict], label: str) -> str:
     lines = []
     for r in rows:
         verdict = "pass" if r["ratio"] <= r["target"] else "**FAIL**"
+        target = f"<= {r['target']}"
+        if r.get("report"):
+            verdict, target = "-", "report"
         lines.append(
             f"| {r['key']} ({label}) | {r['what']} | {timing.ms(r['many'])} | "
-            f"{timing.ms(r['one'])} | {r['ratio']:.2f} | <= {r['target']} | {verdict} |"
+            f"{timing.ms(r['one'])} | {r['ratio']:.2f} | {target} | {verdict} |"
         )
     for r in rows:
         cpu = ", ".join(f"{n} hosts {timing.ms(v)}" for n, v in sorted(r["server_cpu"].items()))
