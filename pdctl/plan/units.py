@@ -9,7 +9,9 @@ from pdctl.plan.model import Instance, Plan, Service, Unit
 
 def engine_unit(plan: Plan, inst: Instance) -> Unit:
     """An engine: `vllm serve` as a process, or the image's entrypoint in a container (whose
-    GPUs docker gives it: no CUDA_VISIBLE_DEVICES)."""
+    GPUs docker gives it: no CUDA_VISIBLE_DEVICES). A container whose instance has a
+    `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
+    multi-node group nodes) runs on the host's network with no port mapping (plan.container)."""
     assert inst.host is not None
     host = inst.host
     if host.runtime == "docker":
@@ -23,8 +25,9 @@ def engine_unit(plan: Plan, inst: Instance) -> Unit:
             setup="",
             image=plan.image,
             gpus=inst.gpus,
-            publish=(f"{inst.port}:{inst.container_port or inst.port}",),
+            publish=(f"{inst.port}:{inst.container_port}",) if inst.container_port else (),
             files=inst.files,
+            leader=inst.leader,
         )
     return Unit(
         name=inst.name,

@@ -26,7 +26,8 @@ def slice_setup(unit: Unit) -> str:
     return "\n".join(
         [
             f"# HAMi-core slice: {env.get('CUDA_DEVICE_MEMORY_LIMIT', '')} of GPU "
-            f"{env.get('CUDA_VISIBLE_DEVICES', '?')}, preloaded from decode.share.library.",
+            f"{env.get('CUDA_VISIBLE_DEVICES') or ','.join(map(str, unit.gpus)) or '?'}, "
+            "preloaded from decode.share.library.",
             f"if [ ! -r {lib} ]; then",
             f"  echo {why} >&2",
             "  exit 1",

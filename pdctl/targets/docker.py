@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
+from pdctl.plan.container import HostRun, host_run
 from pdctl.plan.model import Unit
 from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.state import Change
@@ -104,7 +105,12 @@ def run_options(
         opts["device_requests"] = [
             DeviceRequest(device_ids=[str(g) for g in unit.gpus], capabilities=[["gpu"]])
         ]
-    if network == "host":
+    run = host_run(unit)
+    if run is not None:
+        # Prefill/decode engines and group nodes: the host's network, whatever `network` says
+        # (plan.container), with the unit folder, HAMi-core and RDMA devices as start.sh has.
+        add_host_run(opts, run, unit, deployment, home)
+    elif network == "host":
         opts["network_mode"] = "host"
     else:
         opts["ports"] = {
@@ -112,6 +118,25 @@ def run_options(
             for host, container in (mapping.split(":", 1) for mapping in unit.publish)
         }
     return opts
+
+
+def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: str | None) -> None:
+    """docker SDK options for a container on the host's network (plan.container.HostRun)."""
+    from docker.types import Ulimit
+
+    opts["network_mode"] = "host"
+    opts["environment"] = {**opts["environment"], **dict(run.env)}
+    folder = f"{unit.host.data_dir.rstrip('/')}/{deployment}/{unit.name}"
+    for mount in run.mounts:
+        source = mount.source or folder
+        where = host_path(source, home, f"{unit.name}: mount")
+        opts["volumes"][where] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+    if run.devices:
+        opts["devices"] = [f"{d}:{d}:rwm" for d in run.devices]
+    if run.cap_add:
+        opts["cap_add"] = list(run.cap_add)
+    if run.ulimits:
+        opts["ulimits"] = [Ulimit(name=n, soft=v, hard=v) for n, v in run.ulimits]
 
 
 @dataclass

@@ -1,0 +1,92 @@
+"""How an engine container on a host runs when it shares the host's network: prefill/decode
+engines (phase 2/3) and the nodes of multi-node groups, whose KV transfer, NIXL side channels,
+NCCL and rendezvous ports must be the host's own (`docker run -p` maps only the HTTP port).
+
+A container unit without published ports (plan.units: `publish` empty) gets:
+- `--network host`: every port the engine opens is the host's; the plan's port list and the
+  health probe use the spec's ports directly;
+- the unit folder mounted at UNIT_MOUNT, so files pdctl writes there (mooncake.json, HAMi-core's
+  shared cache) are seen inside; environment values that point into the unit folder are
+  rewritten to that mount;
+- phase 3: HAMi-core's library mounted read-only at HAMI_LIBRARY (where HAMi's device plugin
+  puts it in Kubernetes containers) and LD_PRELOAD pointing there, and /tmp/vgpulock shared
+  with the host (HAMi-core's lock, one per host for every slice on it);
+- RDMA (the host lists rdmaDevices): `/dev/infiniband`, CAP_IPC_LOCK and an unlimited memlock
+  ulimit, which verbs need to pin memory (Mooncake's docs: containers need /dev/infiniband,
+  IPC_LOCK and often host networking).
+`--ipc host` (CUDA IPC, NCCL shared memory, /dev/shm) every engine container gets already.
+Pure: the unit in, the options out; render (docker-start.sh) and the Docker target both read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.plan.hami_host import LOCK_DIR
+from pdctl.plan.model import Unit
+
+UNIT_MOUNT = "/pdctl/unit"
+HAMI_LIBRARY = "/usr/local/vgpu/libvgpu.so"
+RDMA_DEVICE = "/dev/infiniband"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """`source` on the host ('' = the unit's own folder, "$unit_dir" in start.sh)."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class HostRun:
+    env: tuple[tuple[str, str], ...]  # the container's environment (paths rewritten)
+    mounts: tuple[Mount, ...]
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[tuple[str, int], ...] = ()  # (name, soft=hard); -1: unlimited
+
+    def as_data(self) -> list:
+        """For the unit's hash."""
+        return [
+            self.env,
+            [(m.source, m.target, m.read_only) for m in self.mounts],
+            self.devices,
+            self.cap_add,
+            self.ulimits,
+        ]
+
+
+def in_unit_folder(unit: Unit, value: str) -> str | None:
+    """The part of `value` after the unit's folder (data_dir/<deployment>/<unit>/), or None."""
+    base = unit.host.data_dir.rstrip("/") + "/"
+    mark = f"/{unit.name}/"
+    if not value.startswith(base) or mark not in value[len(base) :]:
+        return None
+    return value[value.index(mark, len(base) - 1) + len(mark) :]
+
+
+def host_run(unit: Unit) -> HostRun | None:
+    """None: not a container, or a container with published ports (phase 0's bridge form)."""
+    if unit.image is None or unit.publish:
+        return None
+    mounts = [Mount("", UNIT_MOUNT)]
+    env = []
+    for key, value in unit.env:
+        if key == "LD_PRELOAD":
+            mounts.append(Mount(value, HAMI_LIBRARY, read_only=True))
+            mounts.append(Mount(LOCK_DIR, LOCK_DIR))
+            value = HAMI_LIBRARY
+        elif (rest := in_unit_folder(unit, value)) is not None:
+            value = f"{UNIT_MOUNT}/{rest}"
+        env.append((key, value))
+    if not unit.host.rdma_devices:
+        return HostRun(tuple(env), tuple(mounts))
+    return HostRun(
+        tuple(env),
+        tuple(mounts),
+        devices=(RDMA_DEVICE,),
+        cap_add=("IPC_LOCK",),
+        ulimits=(("memlock", -1),),
+    )

@@ -1,0 +1,217 @@
+"""Phase 2 with `runtime: docker` on the real dockerd: `pdctl up` over SSH runs the rendered
+start scripts, the prefill and decode engines start as containers on the host's network (the
+stand-in engine image listens on the spec's port itself, no `-p`), the router as a process;
+`status` finds them healthy, `docker inspect` shows the host network, the host IPC namespace,
+the unit folder mount and pdctl's environment; `down` removes them.
+
+The host is an sshd this module starts (as tests/targets/test_docker_ssh.py's, with SFTP for
+the deployment folder) whose sessions see DOCKER_HOST, so the scripts' `docker` reaches the
+test dockerd. Its containers share this machine's network namespace with `--network host`
+(the test dockerd runs in it), so the health probes reach them on 127.0.0.1. GPUs,
+/dev/infiniband and HAMi-core's preload need hardware the test dockerd has not: the SDK test
+below creates (without starting) a sliced decode container with the library and RDMA options
+and reads its configuration back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.plan import make_plan
+from pdctl.spec import load_text
+from pdctl.targets.docker import client_for, run_options
+from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
+from tests.targets.test_docker_ssh import DockerSshd
+from tests.targets.test_hami_hosts_up import ROUTER
+from tests.targets.testbed import pdctl, write_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    """The test dockerd with the stand-in engine image (tests/targets/test_docker.py)."""
+    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
+    busybox = shutil.which("busybox")
+    if not url or busybox is None:
+        pytest.skip("needs the test dockerd (tests/services.sh) and busybox-static")
+    client = client_for(url)
+    ensure_engine_image(client, engine_rootfs(busybox))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
+    docker_host = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not docker_host or not os.path.exists(sshd) or shutil.which("docker") is None:
+        pytest.skip("needs the test dockerd (tests/services.sh), sshd and the docker CLI")
+    d = tmp_path_factory.mktemp("docker-pd-sshd")
+    for name in ("host", "client"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
+        )
+    shutil.copy(d / "client.pub", d / "authorized_keys")
+    port = free_port()
+    (d / "sshd.conf").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\n"
+        f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+        "Subsystem sftp internal-sftp\n"
+        f"SetEnv DOCKER_HOST={docker_host}\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", str(d / "sshd.conf")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        host_key = " ".join((d / "host.pub").read_text().split()[:2])
+        yield DockerSshd(port, str(d / "client"), f"[127.0.0.1]:{port} {host_key}\n")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def router_venv(tmp: Path) -> Path:
+    router = tmp / "router-venv"
+    (router / "bin").mkdir(parents=True)
+    (router / "bin" / "vllm-router").write_text(ROUTER)
+    (router / "bin" / "vllm-router").chmod(0o755)
+    return router
+
+
+def spec_file(sshd: DockerSshd, tmp: Path) -> Path:
+    model = tmp / "model"
+    model.mkdir()
+    host = {
+        "name": "local",
+        "address": "127.0.0.1",
+        "port": sshd.port,
+        "user": "root",
+        "identityFile": sshd.key,
+        "runtime": "docker",
+        "dataDir": str(tmp / "data"),
+        "hfCache": str(tmp / "hf"),
+    }
+    spec = {
+        "name": "dockpd",
+        "phase": 2,
+        "model": {"name": str(model), "servedName": "stand-in"},
+        "engine": {"device": "cpu", "image": IMAGE, "version": "0.33.0"},
+        "hosts": [host],
+        "prefill": {"replicas": 1, "port": free_port()},
+        "decode": {"replicas": 1, "port": free_port()},
+        "disaggregation": {"connector": "nixl", "sideChannelPort": free_port()},
+        "router": {"port": free_port(), "metricsPort": free_port(), "venv": str(router_venv(tmp))},
+    }
+    return write_spec(tmp / "spec.yaml", spec)
+
+
+def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
+    docker_client,
+    docker_sshd: DockerSshd,
+    tmp_path: Path,
+) -> None:
+    spec = spec_file(docker_sshd, tmp_path)
+    known = tmp_path / "known_hosts"
+    known.write_text(docker_sshd.known_line)
+    conn = ["--known-hosts", str(known)]
+    doc = yaml.safe_load(spec.read_text())
+    engines = {"dockpd-prefill-0": doc["prefill"]["port"], "dockpd-decode-0": doc["decode"]["port"]}
+    try:
+        up = pdctl("up", str(spec), "--yes", *conn, "--timeout", "90")
+        assert up.returncode == 0, up.stdout + up.stderr
+        status = pdctl("status", str(spec), "-o", "json", *conn)
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        for name in (*engines, "dockpd-router"):
+            assert rows[name]["health"] == "healthy", rows[name]
+        for name, port in engines.items():
+            c = docker_client.containers.get(name)
+            host_config = c.attrs["HostConfig"]
+            assert host_config["NetworkMode"] == "host"
+            assert host_config["IpcMode"] == "host"
+            assert not host_config.get("PortBindings")
+            binds = {m["Destination"]: m["Source"] for m in c.attrs["Mounts"]}
+            assert binds["/pdctl/unit"] == str(tmp_path / "data" / "dockpd" / name)
+            env = dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
+            assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+            assert "CUDA_VISIBLE_DEVICES" not in env
+            args = c.attrs["Config"]["Cmd"]
+            assert args[args.index("--port") + 1] == str(port)
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass  # the engine's own port, on the host, without a mapping
+    finally:
+        down = pdctl("down", str(spec), *conn)
+    assert down.returncode == 0, down.stdout + down.stderr
+    left = docker_client.containers.list(all=True, filters={"label": "pdctl.io/deployment=dockpd"})
+    assert left == []
+
+
+def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
+    docker_client,
+    tmp_path: Path,
+) -> None:
+    """The Docker target's options for a phase 3 decode unit (HAMi-core, rdmaDevices), as the
+    daemon records them: created, not started (no GPU, no /dev/infiniband here)."""
+    doc = yaml.safe_load((ROOT / "examples/phase3-hami-docker.yaml").read_text())
+    library = tmp_path / "libvgpu.so"
+    library.write_bytes(b"")
+    doc["decode"]["share"]["library"] = str(library)
+    doc["hosts"][0]["dataDir"] = str(tmp_path / "data")
+    doc["hosts"][0]["hfCache"] = str(tmp_path / "hf")
+    plan = make_plan(load_text(yaml.safe_dump(doc), "spec.yaml")[0])
+    unit = next(u for u in plan.units if u.name == "qwen-hami-docker-decode-1")
+    unit = replace(unit, image=IMAGE, gpus=())
+    opts = run_options(plan.name, unit, {}, "bridge", home=os.path.expanduser("~"))
+    container = docker_client.containers.create(**{k: v for k, v in opts.items() if k != "detach"})
+    try:
+        c = docker_client.containers.get(container.id)
+        host_config = c.attrs["HostConfig"]
+        assert host_config["NetworkMode"] == "host"
+        assert host_config["IpcMode"] == "host"
+        assert host_config["CapAdd"] == ["IPC_LOCK"]
+        assert host_config["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+        assert host_config["Devices"] == [
+            {
+                "PathOnHost": "/dev/infiniband",
+                "PathInContainer": "/dev/infiniband",
+                "CgroupPermissions": "rwm",
+            }
+        ]
+        binds = sorted(host_config["Binds"])
+        folder = tmp_path / "data" / "qwen-hami-docker" / unit.name
+        assert f"{folder}:/pdctl/unit:rw" in binds
+        assert f"{library}:/usr/local/vgpu/libvgpu.so:ro" in binds
+        assert "/tmp/vgpulock:/tmp/vgpulock:rw" in binds
+        env = dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
+        assert env["LD_PRELOAD"] == "/usr/local/vgpu/libvgpu.so"
+        assert env["CUDA_DEVICE_MEMORY_LIMIT"] == "71885m"
+        assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/pdctl/unit/vgpu.cache"
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,188 @@
+"""Engines in containers for phases 2 and 3 and multi-node groups (`runtime: docker`): the host's
+network (no `-p`), the unit folder, HAMi-core's library and lock, RDMA devices: the words
+start.sh passes to `docker run`, exactly as bash parses the rendered line (the line run with
+`printf` in place of `docker run`). The lifecycle on the real dockerd is
+tests/targets/test_docker_pd_up.py."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.errors import SpecError
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.conftest import ROOT
+
+HAMI_DOCKER = ROOT / "examples/phase3-hami-docker.yaml"
+NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
+RDMA = ROOT / "examples/phase2-mooncake-rdma.yaml"
+MULTINODE = ROOT / "examples/phase0-multinode.yaml"
+
+
+def plan_of(path: Path, change=None):
+    doc = yaml.safe_load(path.read_text())
+    if change is not None:
+        change(doc)
+    return make_plan(load_text(yaml.safe_dump(doc), "spec.yaml")[0])
+
+
+def start_script(plan, unit: str) -> str:
+    bundle = render(plan)
+    return next(a.text for a in bundle.artifacts if a.path.endswith(f"/{unit}/start.sh"))
+
+
+def docker_words(script: str) -> list[str]:
+    """The words bash would pass to `docker run` (the rendered line, parsed by bash itself)."""
+    start = script.index("docker run -d")
+    end = script.index('>"$unit_dir/container-id"')
+    line = script[start:end].replace("docker run", "printf '%s\\0'", 1)
+    env = {
+        "HOME": "/home/u",
+        "unit_dir": "/home/u/.pdctl/x/unit",
+        "container": "c",
+        "PATH": "/bin:/usr/bin",
+    }
+    out = subprocess.run(["bash", "-c", line], capture_output=True, env=env, check=True)
+    return out.stdout.decode().split("\0")[:-1]
+
+
+def options(words: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) pairs up to the image; switches get ''."""
+    pairs, i = [], 0
+    while i < len(words) and words[i].startswith("-"):
+        flag = words[i]
+        if flag in ("-d", "--ipc=host"):
+            pairs.append((flag, ""))
+            i += 1
+        else:
+            pairs.append((flag, words[i + 1]))
+            i += 2
+    return pairs
+
+
+def test_a_decode_slice_in_a_container_gets_exactly_the_host_network_flags() -> None:
+    script = start_script(plan_of(HAMI_DOCKER), "qwen-hami-docker-decode-1")
+    got = [p for p in options(docker_words(script)) if p[0] not in ("--label", "--name")]
+    assert got == [
+        ("-d", ""),
+        ("--gpus", '"device=1"'),
+        ("--ipc=host", ""),
+        ("--network", "host"),
+        ("-v", "/home/u/.pdctl/x/unit:/pdctl/unit"),
+        ("-v", "/usr/local/vgpu/libvgpu.so:/usr/local/vgpu/libvgpu.so:ro"),
+        ("-v", "/tmp/vgpulock:/tmp/vgpulock"),
+        ("--device", "/dev/infiniband"),
+        ("--cap-add", "IPC_LOCK"),
+        ("--ulimit", "memlock=-1"),
+        ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
+        ("--env", "CUDA_DEVICE_MEMORY_LIMIT=71885m"),
+        ("--env", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/pdctl/unit/vgpu.cache"),
+        ("--env", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so"),
+        ("--env", "UCX_TLS=cuda_copy,tcp"),
+        ("--env", "VLLM_HOST_IP=192.0.2.10"),
+        ("--env", "VLLM_NIXL_SIDE_CHANNEL_HOST=192.0.2.10"),
+        ("--env", "VLLM_NIXL_SIDE_CHANNEL_PORT=5602"),
+    ]
+    words = docker_words(script)
+    # The engine listens on the spec's port itself: no mapping, the port in its arguments.
+    assert "-p" not in words and words[words.index("--port") + 1] == "8201"
+    # start.sh checks the library, makes the lock folder and drops the stale cache first.
+    before = script[: script.index("docker run -d")]
+    assert "if [ ! -r /usr/local/vgpu/libvgpu.so ]; then" in before
+    assert "mkdir -p /tmp/vgpulock" in before
+    assert 'rm -f "$HOME"/.pdctl/qwen-hami-docker/qwen-hami-docker-decode-1/vgpu.cache' in before
+    assert "pip install" not in script  # the image carries NIXL; nothing is installed on the host
+
+
+def test_prefill_has_no_slice_and_the_plans_ports_are_the_spec_ports() -> None:
+    plan = plan_of(HAMI_DOCKER)
+    words = docker_words(start_script(plan, "qwen-hami-docker-prefill-0"))
+    assert "LD_PRELOAD=/usr/local/vgpu/libvgpu.so" not in words
+    assert not any(w.endswith(":/usr/local/vgpu/libvgpu.so:ro") for w in words)
+    assert ("--network", "host") in options(words)
+    units = {u.name: u for u in plan.units}
+    rules = {(r.ports, r.purpose) for r in plan.ports}
+    for inst in plan.instances:
+        assert units[inst.name].publish == ()
+        assert units[inst.name].port == inst.port  # the health probe's port
+        assert (str(inst.port), f"{inst.name} HTTP (vLLM API)") in rules
+    assert units["qwen-hami-docker-router"].image is None  # the router stays a process
+
+
+def test_paths_reaching_the_shell_are_quoted(tmp_path: Path) -> None:
+    library = "/opt/it's-$(touch${IFS}pwned)/libvgpu.so"
+
+    def change(doc: dict) -> None:
+        doc["decode"]["share"]["library"] = library
+        doc["hosts"][0]["dataDir"] = "/srv/pd data"
+
+    script = start_script(plan_of(HAMI_DOCKER, change), "qwen-hami-docker-decode-0")
+    words = docker_words(script.replace('"$unit_dir"', shlex.quote("/srv/pd data/u")))
+    assert f"{library}:/usr/local/vgpu/libvgpu.so:ro" in words
+    assert "CUDA_DEVICE_MEMORY_SHARED_CACHE=/pdctl/unit/vgpu.cache" in words
+    assert "/srv/pd data/u:/pdctl/unit" in words
+    subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+
+
+def test_mooncake_store_file_is_read_through_the_unit_mount() -> None:
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h["runtime"] = "docker"
+            h["rdmaDevices"] = ["mlx5_0"]
+        doc["disaggregation"]["store"] = {"enabled": True}
+
+    plan = plan_of(RDMA, change)
+    words = docker_words(start_script(plan, "llama70b-mooncake-prefill-0"))
+    assert "MOONCAKE_CONFIG_PATH=/pdctl/unit/mooncake.json" in words
+    assert ("--device", "/dev/infiniband") in options(words)
+    rendered = render(plan)
+    assert any(a.path.endswith("llama70b-mooncake-prefill-0/mooncake.json") for a in rendered)
+
+
+def test_mooncake_rdma_in_a_container_needs_the_hosts_rdma_devices() -> None:
+    def change(doc: dict) -> None:
+        doc["hosts"][1]["runtime"] = "docker"
+
+    with pytest.raises(SpecError) as err:
+        plan_of(RDMA, change)
+    assert err.value.path == "hosts[1].rdmaDevices"
+    assert "/dev/infiniband" in (err.value.fix or "")
+
+
+def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h["runtime"] = "docker"
+            h.pop("venv", None)
+            h.pop("condaEnv", None)
+
+    plan = plan_of(NIXL, change)
+    for inst in plan.instances:
+        pairs = options(docker_words(start_script(plan, inst.name)))
+        assert ("--network", "host") in pairs
+        assert not any(f in ("--device", "--cap-add", "--ulimit", "-p") for f, _ in pairs)
+
+
+def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h["runtime"] = "docker"
+            h.pop("condaEnv", None)
+            h.pop("venv", None)
+
+    plan = plan_of(MULTINODE, change)
+    leader, *workers = [u for u in plan.units if u.role == "serve"]
+    assert workers and all(u.publish == () for u in (leader, *workers))
+    assert workers[0].leader == leader.name  # health is the leader's
+    for unit in (leader, *workers):
+        words = docker_words(start_script(plan, unit.name))
+        assert ("--network", "host") in options(words)
+        assert words[words.index("--port") + 1] == str(unit.port)
+    rendezvous = [r for r in plan.ports if "rendezvous" in r.purpose]
+    assert rendezvous
