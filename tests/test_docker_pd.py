@@ -186,3 +186,22 @@ def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
         assert words[words.index("--port") + 1] == str(unit.port)
     rendezvous = [r for r in plan.ports if "rendezvous" in r.purpose]
     assert rendezvous
+
+
+def test_the_sdk_path_refuses_a_multinode_group_before_connecting(tmp_path: Path, capsys) -> None:
+    """--docker-url would wait for /health on a headless node's port (it has none): refused
+    with one line, before any Docker host is contacted (the URLs point at nothing)."""
+    from tests.conftest import run_cli
+
+    doc = yaml.safe_load(MULTINODE.read_text())
+    for h in doc["hosts"]:
+        h["runtime"] = "docker"
+        h.pop("venv", None)
+    doc.pop("secrets")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
+    code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
+    assert code == 2, err
+    assert err.strip().count("\n") == 0
+    assert "llama405b-serve-0 spans 2 hosts" in err and "over SSH" in err

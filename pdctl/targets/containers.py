@@ -48,6 +48,12 @@ class ContainerHosts(Closing):
                 )
             if inst.host.name not in self.urls:
                 raise UsageError(f"--docker-url: no URL for host {inst.host.name}")
+            if inst.workers:
+                raise UsageError(
+                    f"--docker-url: {inst.name} spans {1 + len(inst.workers)} hosts; the SDK "
+                    "path runs single-node instances (leave out --docker-url: the rendered "
+                    "scripts start a group's nodes over SSH)"
+                )
         names = {h.name for h in self.plan.spec.hosts}
         for host, url in self.urls.items():
             if host not in names:
