@@ -41,6 +41,7 @@ LOOK = 5.0  # seconds between two reads of a starting unit's log (its stage and 
 # Seconds before the second poll round; each later pause is twice the last, up to `poll`: a
 # unit that is up in a second is seen then, one that loads for minutes costs a round per poll.
 FIRST_PAUSE = 0.25
+ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
 
 
 @dataclass
@@ -416,12 +417,13 @@ class Rollout:
         begun = time.monotonic()
         deadline = begun + self.timeout
         looked: dict[str, float] = {}  # unit -> when its log was last read for its stage
+        checked: dict[str, float] = {}  # unit -> when its process was last seen running
         pending = list(units)
         failures: list[UnitFailure] = []
         last: dict[str, str] = {}
         pause = min(FIRST_PAUSE, self.poll)  # doubled after each round, up to self.poll
         while pending:
-            found = self.look_all(pending, looked)
+            found = self.look_all(pending, looked, checked)
             for d in list(pending):
                 if d not in pending:
                     continue
@@ -499,12 +501,14 @@ class Rollout:
         return failures, []
 
     def look_all(
-        self, pending: list[Desired], looked: dict[str, float]
+        self, pending: list[Desired], looked: dict[str, float], checked: dict[str, float]
     ) -> dict[tuple[str, str], Look]:
         """One poll round's questions to the hosts: the hosts in parallel (the thread pool of
         the target), the units of one host one after another (so that one observation of
         the host answers alive() for all of them). What the answers mean is decided by the
-        caller, unit by unit in order."""
+        caller, unit by unit in order. A unit seen running less than ALIVE_EVERY seconds
+        ago is not looked for again (the short first pauses would otherwise cost the host an
+        observation per round while its engines start)."""
         served = self.t.plan.served_name
         hosts: dict[str, list[Desired]] = {}
         for d in pending:
@@ -519,8 +523,14 @@ class Rollout:
                 )
                 if look.health.ok or look.health.foreign:
                     return look
+            look.at = time.monotonic()
+            if look.at - checked.get(d.name, -ALIVE_EVERY) < ALIVE_EVERY:
+                look.alive = True  # seen running a moment ago
+                return look
             look.alive = ops.alive(d.name)
             look.at = time.monotonic()
+            if look.alive:
+                checked[d.name] = look.at
             if look.alive and look.at - looked.get(d.name, -LOOK) >= LOOK:
                 look.log = ops.tail(d.name, 50)
             return look
