@@ -11,7 +11,7 @@ def engine_unit(plan: Plan, inst: Instance) -> Unit:
     """An engine: `vllm serve` as a process, or the image's entrypoint in a container (whose
     GPUs docker gives it: no CUDA_VISIBLE_DEVICES). A container whose instance has a
     `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
-    multi-node group nodes) runs on the host's network with no port mapping (plan.container)."""
+    multi-node group nodes) runs on the host's network with no port mapping (render.container)."""
     assert inst.host is not None
     host = inst.host
     if host.runtime == "docker":

@@ -15,7 +15,10 @@ A container unit without published ports (plan.units: `publish` empty) gets:
   ulimit, which verbs need to pin memory (Mooncake's docs: containers need /dev/infiniband,
   IPC_LOCK and often host networking).
 `--ipc host` (CUDA IPC, NCCL shared memory, /dev/shm) every engine container gets already.
-Pure: the unit in, the options out; render (docker-start.sh) and the Docker target both read it.
+The plan decides which units these are (no `publish`), their environment and the host's RDMA
+devices; this module only spells that as `docker run` options and in-container paths, as
+render.host.model_dir does for a model path. Pure: the unit in, the options out; render
+(docker-start.sh) and the Docker target both read it.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
-from pdctl.plan.container import HostRun, host_run
 from pdctl.plan.model import Unit
+from pdctl.render.container import HostRun, host_run
 from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.state import Change
 
@@ -108,7 +108,7 @@ def run_options(
     run = host_run(unit)
     if run is not None:
         # Prefill/decode engines and group nodes: the host's network, whatever `network` says
-        # (plan.container), with the unit folder, HAMi-core and RDMA devices as start.sh has.
+        # (render.container), with the unit folder, HAMi-core and RDMA devices as start.sh has.
         add_host_run(opts, run, unit, deployment, home)
     elif network == "host":
         opts["network_mode"] = "host"
@@ -121,7 +121,7 @@ def run_options(
 
 
 def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: str | None) -> None:
-    """docker SDK options for a container on the host's network (plan.container.HostRun)."""
+    """docker SDK options for a container on the host's network (render.container.HostRun)."""
     from docker.types import Ulimit
 
     opts["network_mode"] = "host"
