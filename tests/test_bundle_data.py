@@ -11,7 +11,7 @@ import yaml
 
 from pdctl.plan import make_plan
 from pdctl.render import Bundle, render
-from pdctl.render.bundle import apply_rank, script_digest
+from pdctl.render.bundle import Artifact, apply_rank, script_digest
 from pdctl.spec import load_text
 from pdctl.targets.state import desired_units
 
@@ -61,7 +61,7 @@ def test_desired_units_read_data_not_script_headers():
     plan, bundle = bundle_of("phase2-mooncake-store.yaml")
     units = []
     for u in bundle.units:
-        start = replace(u.start, text="#!/bin/bash\n# edited\n")
+        start = Artifact(u.start.path, "#!/bin/bash\n# edited\n", u.start.executable)
         units.append(replace(u, files=(start, *u.files[1:])))
     blank = Bundle("hosts", tuple(a for u in units for a in u.files), units=tuple(units))
     desired = {d.name: d for d in desired_units(plan, blank)}

@@ -125,12 +125,20 @@ def host_instances(
         check_host_slice(spec, sl)
     check_shape(spec, shape)
     for i, host in enumerate(spec.hosts):
-        if host.runtime == "docker":
+        # Engines in containers run on the host's network (render.container); RDMA inside one
+        # needs /dev/infiniband, which pdctl passes for the hosts that list rdmaDevices.
+        if (
+            host.runtime == "docker"
+            and dis.connector == "mooncake"
+            and dis.protocol == "rdma"
+            and not host.rdma_devices
+        ):
             raise SpecError(
-                "phase 2 on hosts runs engines as processes: KV transfer needs the host's "
-                "network and ports that `docker run -p` does not give",
-                path=f"hosts[{i}].runtime",
-                fix="use runtime conda or venv on this host",
+                f"host {host.name}: Mooncake over RDMA in a container needs the host's RDMA "
+                "devices passed in, and the host lists none",
+                path=f"hosts[{i}].rdmaDevices",
+                fix="list the host's HCAs (e.g. [mlx5_0]) so pdctl passes /dev/infiniband, "
+                "IPC_LOCK and memlock to the engine containers",
             )
     cpu = spec.engine.device == "cpu"
     roles: list[tuple[str, Role]] = [("prefill", shape.prefill), ("decode", shape.decode)]

@@ -121,14 +121,6 @@ def serve_instances(
                 launch=launch,
             ),
         )
-    for i, host in enumerate(spec.hosts):
-        if gshape.multinode and host.runtime == "docker":
-            raise SpecError(
-                f"host {host.name}: multi-node groups run engines as processes (NCCL and the "
-                "rendezvous need the host's network, which `docker run -p` does not give)",
-                path=f"hosts[{i}].runtime",
-                fix="use runtime conda or venv on this host",
-            )
     group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
     slots = place(spec, [group], choose)
     meet = Rendezvous()
@@ -151,8 +143,10 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
     if slot.gpus:
         inst_env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))),) + inst_env
     flags = group_flags(gshape, rank, peer_address(leader), port)
-    # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`).
-    docker = slot.host.runtime == "docker"
+    # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`). A
+    # multi-node group's nodes run on the host's network instead (NCCL and the rendezvous need
+    # the host's ports and addresses: render.container), on the spec's port.
+    docker = slot.host.runtime == "docker" and not gshape.multinode
     name = f"{spec.name}-serve-{index}"
     return Instance(
         name=name if rank == 0 else worker_name(name, rank),

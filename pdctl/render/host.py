@@ -10,6 +10,8 @@ from dataclasses import replace
 from pdctl import __version__
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
+from pdctl.render.container import host_run
+from pdctl.render.hami_host import slice_setup
 from pdctl.render.template import render_template
 from pdctl.spec.model import Host
 
@@ -32,7 +34,7 @@ def unit_hash(unit: Unit) -> str:
     """A short digest of everything that makes a unit what it is (for change detection): the
     final environment of its start script, and a container's cache mount."""
     cache = unit.host.hf_cache if unit.image is not None else None
-    data = [
+    data: list[object] = [
         unit.command,
         start_env(unit),
         unit.image,
@@ -42,6 +44,9 @@ def unit_hash(unit: Unit) -> str:
         unit.port,
         cache,
     ]
+    run = host_run(unit)
+    if run is not None:  # only then: the hashes of other units stay as they were
+        data.append(run.as_data())
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -114,8 +119,11 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             f"pdctl.io/hash={digest}",
             "app.kubernetes.io/managed-by=pdctl",
         ]
+        run = host_run(unit)
         start = render_template(
             "docker-start.sh.j2",
+            run=run,
+            setup=slice_setup(unit),  # a HAMi-core slice's host-side checks, else ''
             header=header(plan, unit, "container", digest),
             hash=digest,
             labels=labels,
@@ -124,7 +132,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             hf_cache=unit.host.hf_cache,
             model_dir=model_dir(plan),
             secret_names=[s.name for s in plan.secrets],
-            env=unit.env,
+            env=run.env if run is not None else unit.env,
             image=unit.image,
             args=unit.command,
             **common,

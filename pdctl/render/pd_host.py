@@ -45,6 +45,10 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
 
 
 def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
+    if unit.image is not None:
+        # A container: its image carries the connector (nothing is installed on the host);
+        # docker-start.sh has the HAMi-core checks (render.host.unit_files).
+        return unit_files(plan, unit)
     unit = with_setup(plan, unit)
     extra = kv_setup(plan, plan.libraries_on(unit.host.name)) + slice_setup(unit)
     if extra:

@@ -82,7 +82,6 @@ def _spec(tmp_path: Path, example: Path, change) -> object:
     ("example", "change", "path", "words"),
     [
         (P2P, lambda d: d["router"].update(host="nope"), "router.host", "no host named"),
-        (P2P, lambda d: d["hosts"][0].update(runtime="docker"), "hosts[0].runtime", "docker"),
         (P2P, lambda d: d["router"].update(port=8100), "router.port", "port 8100"),
         (P2P, lambda d: d["engine"].update(device="cpu"), "disaggregation.connector", "CUDA"),
         (P2P, lambda d: d.pop("decode"), "decode", "needs a `decode` section"),

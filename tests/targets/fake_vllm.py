@@ -17,10 +17,16 @@ Multi-node groups behave like vLLM's native launch (vllm/entrypoints/cli/serve.p
   torch.distributed and ZMQ do), announces its rank, and exits 1 when the leader goes away.
   With FAKE_VLLM_FAIL_RANK=R the node of rank R runs a few seconds, then dies with an NCCL-like
   error before joining (to test that a failing worker fails the whole group).
+
+With FAKE_VLLM_MEET=DIR:ME:OTHER a /health request is answered only while another engine's
+/health request is in flight too: it creates DIR/ME and answers 200 once DIR/OTHER exists; if
+the client gives up first, DIR/ME is removed again (to test that probes run concurrently,
+without timing).
 """
 
 import json
 import os
+import select
 import socket
 import sys
 import threading
@@ -154,6 +160,8 @@ def main(argv: list[str]) -> int:
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(b'{"error": "Unauthorized"}')
+            elif self.path == "/health" and os.environ.get("FAKE_VLLM_MEET"):
+                self.meet(*os.environ["FAKE_VLLM_MEET"].rsplit(":", 2))
             elif self.path == "/health":
                 self.send_response(200)
                 self.end_headers()
@@ -165,6 +173,17 @@ def main(argv: list[str]) -> int:
             else:
                 self.send_response(404)
                 self.end_headers()
+
+        def meet(self, folder: str, me: str, other: str) -> None:
+            mine = os.path.join(folder, me)
+            open(mine, "w").close()
+            while not os.path.exists(os.path.join(folder, other)):
+                readable, _, _ = select.select([self.connection], [], [], 0.05)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    os.remove(mine)  # the client gave up: this request is no longer in flight
+                    return
+            self.send_response(200)
+            self.end_headers()
 
         def log_message(self, fmt: str, *args: object) -> None:
             print("fake-vllm:", fmt % args, flush=True)
