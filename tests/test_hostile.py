@@ -1,8 +1,8 @@
 """Hostile input (issue 10): every case of a generated corpus of bad specs, streams and files
 is ONE line on stderr, exit 2 (1 for a disk that is full), no traceback, through `validate`,
 `render`, `plan` and `preflight --replay`. Cases whose cost is the point run as real
-subprocesses under an address-space limit and a timeout, and their peak memory (wait4) must
-stay under MAX_RSS_KIB: a bound, not a timing benchmark."""
+subprocesses under an address-space limit and a timeout, and their peak memory (the process's
+own VmHWM) must stay under MAX_RSS_KIB: a bound, not a timing benchmark."""
 
 from __future__ import annotations
 
@@ -56,21 +56,43 @@ class Run:
     killed: bool
 
 
+# Runs `python -m pdctl` and, at exit, writes the process's own peak resident memory (VmHWM of
+# its address space) to the file $PDCTL_TEST_HWM. wait4's ru_maxrss is not enough on its own:
+# Linux carries the forking parent's peak into the child (fork copies the parent's memory
+# high-water mark, exec keeps it), so a child of a large pytest process would report pytest's
+# size, not its own.
+LAUNCH = """
+import atexit, os, runpy, sys
+
+def _peak():
+    with open("/proc/self/status") as f:
+        kib = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["PDCTL_TEST_HWM"], "w") as out:
+        out.write(kib)
+
+atexit.register(_peak)
+sys.argv[0] = "pdctl"
+runpy.run_module("pdctl", run_name="__main__", alter_sys=True)
+"""
+
+
 def pdctl_bounded(
     args: list[str], *, stdin: Any = subprocess.DEVNULL, stdout: Any = None, close: int = -1
 ) -> Run:
     """`python -m pdctl ARGS` from this tree, limited; `close` is a descriptor to close in
-    the child (0 = stdin, 1 = stdout, 2 = stderr)."""
+    the child (0 = stdin, 1 = stdout, 2 = stderr). rss_kib: the child's own peak (VmHWM),
+    or wait4's figure when it died before it could say (killed)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
         if close >= 0:
             os.close(close)
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    hwm = Path(tempfile.mkdtemp(prefix="pdctl-hwm-")) / "peak"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PDCTL_TEST_HWM": str(hwm)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pdctl", *args],
+            [sys.executable, "-c", LAUNCH, *args],
             stdin=stdin,
             stdout=out if stdout is None else stdout,
             stderr=err,
@@ -91,9 +113,18 @@ def pdctl_bounded(
             code=proc.returncode,
             out=out.read().decode(errors="replace"),
             err=err.read().decode(errors="replace"),
-            rss_kib=usage.ru_maxrss,
+            rss_kib=_peak_kib(hwm, usage.ru_maxrss),
             killed=os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL,
         )
+
+
+def _peak_kib(hwm: Path, fallback: int) -> int:
+    try:
+        return int(hwm.read_text())
+    except (OSError, ValueError):
+        return fallback
+    finally:
+        shutil.rmtree(hwm.parent, ignore_errors=True)
 
 
 def assert_one_line(err: str, code: int, case: Case, spec: str, want: int = 2) -> None:
