@@ -12,6 +12,7 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,23 @@ def metrics_requests(log: Path) -> int:
     return log.read_text(errors="replace").count("/metrics") if log.exists() else 0
 
 
+def settled(log: Path, quiet_s: float = 2.0, limit_s: float = 30.0) -> int:
+    """The log's /metrics count once it has not changed for `quiet_s` seconds."""
+    count, since, start = metrics_requests(log), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() - start < limit_s:
+        threading.Event().wait(0.2)
+        now = metrics_requests(log)
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
 def top_under_load(spec: Path, ssh_env, log: Path, url: str) -> tuple[dict, list[dict], str]:
-    """Run `top --once` in a thread; once it has read the engine's /metrics, send the load."""
-    seen = metrics_requests(log)
+    """Run `top --once` in a thread; once it has read the engine's /metrics, send the load.
+    The engine's access log is written asynchronously: the /metrics reads the test made just
+    before must be in it before counting, or a late line would pass for top's first read and
+    the load would start before top's window (seen under load: 128 of 192 KV tokens)."""
+    seen = settled(log)
     box: dict = {}
 
     def run() -> None:
