@@ -18,8 +18,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from pdctl.targets.docker import client_for, run_options
 from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
-from tests.targets.test_docker_ssh import DockerSshd
+from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.test_hami_hosts_up import ROUTER
 from tests.targets.testbed import pdctl, write_spec
 
@@ -54,47 +52,6 @@ def docker_client():
     ensure_engine_image(client, engine_rootfs(busybox))
     yield client
     client.close()
-
-
-@pytest.fixture(scope="module")
-def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
-    docker_host = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    if not docker_host or not os.path.exists(sshd) or shutil.which("docker") is None:
-        pytest.skip("needs the test dockerd (tests/services.sh), sshd and the docker CLI")
-    d = tmp_path_factory.mktemp("docker-pd-sshd")
-    for name in ("host", "client"):
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
-        )
-    shutil.copy(d / "client.pub", d / "authorized_keys")
-    port = free_port()
-    (d / "sshd.conf").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\n"
-        f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
-        "Subsystem sftp internal-sftp\n"
-        f"SetEnv DOCKER_HOST={docker_host}\n"
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [sshd, "-D", "-e", "-f", str(d / "sshd.conf")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        host_key = " ".join((d / "host.pub").read_text().split()[:2])
-        yield DockerSshd(port, str(d / "client"), f"[127.0.0.1]:{port} {host_key}\n")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def router_venv(tmp: Path) -> Path:
@@ -134,7 +91,7 @@ def spec_file(sshd: DockerSshd, tmp: Path) -> Path:
 
 def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
     docker_client,
-    docker_sshd: DockerSshd,
+    docker_sshd: DockerSshd,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
 ) -> None:
     spec = spec_file(docker_sshd, tmp_path)

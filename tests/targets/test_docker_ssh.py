@@ -57,6 +57,7 @@ def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
         f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+        "Subsystem sftp internal-sftp\n"  # `up` writes the deployment folder over SFTP
         f"SetEnv DOCKER_HOST={docker_host}\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)
