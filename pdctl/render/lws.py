@@ -52,6 +52,12 @@ def lws_obj(plan: Plan, leader: Instance, component: str, port: int = 8000) -> O
     for key, inst in (("leaderTemplate", leader), ("workerTemplate", worker)):
         pod = pod_spec(plan, [group_container(plan, inst, port)], inst.tensor_parallel, component)
         templates[key] = {"metadata": pod_metadata(plan, component, {}, {}), "spec": pod}
+    return lws(plan, leader, component, templates["leaderTemplate"], templates["workerTemplate"])
+
+
+def lws(plan: Plan, leader: Instance, component: str, leader_tpl: Obj, worker_tpl: Obj) -> Obj:
+    """A LeaderWorkerSet of `leader.replicas` groups, each the leader and its workers."""
+    (worker,) = leader.workers
     return {
         "apiVersion": API_VERSION,
         "kind": "LeaderWorkerSet",
@@ -63,7 +69,8 @@ def lws_obj(plan: Plan, leader: Instance, component: str, port: int = 8000) -> O
             "leaderWorkerTemplate": {
                 "size": 1 + worker.replicas,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                **templates,
+                "leaderTemplate": leader_tpl,
+                "workerTemplate": worker_tpl,
             },
         },
     }
@@ -99,21 +106,7 @@ def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Ob
     pod = pod_spec(plan, [container], worker.tensor_parallel, component)
     labels = {WORKER_LABEL: plan.name}
     worker_tpl = {"metadata": pod_metadata(plan, component, labels, {}), "spec": pod}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "LeaderWorkerSet",
-        "metadata": metadata(plan, leader.name, component),
-        "spec": {
-            "replicas": leader.replicas,
-            "startupPolicy": "LeaderCreated",
-            "leaderWorkerTemplate": {
-                "size": 1 + worker.replicas,
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": leader_tpl,
-                "workerTemplate": worker_tpl,
-            },
-        },
-    }
+    return lws(plan, leader, component, leader_tpl, worker_tpl)
 
 
 def admit_workers(plan: Plan, policy: Obj) -> None:
