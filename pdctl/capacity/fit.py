@@ -11,6 +11,7 @@ from pdctl.capacity.memory import (
     MAX_UTIL,
     InstanceMemory,
     KvLayout,
+    Overhead,
     default_batching,
     kv_bytes_per_token,
     overhead,
@@ -89,19 +90,7 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
     tokens, seqs = shape.batching(None, shape.model_len(model))
     fits = []
     for stage in range(shape.pp):
-        over = overhead(
-            model,
-            shape.tp,
-            shape.pp,
-            shape.dtype,
-            tokens,
-            seqs,
-            shape.enforce_eager,
-            shape.gpu,
-            shape.engine,
-            shape.flashinfer_sampler,
-            stage=stage if shape.pp > 1 else None,
-        )
+        over = _overhead(model, shape, tokens, seqs, stage)
         per_token = kv_bytes_per_token(model, shape.tp, 1, shape.kv_cache_dtype, shape.dtype)
         layers = stage_partition(model.layers, shape.pp)[stage]
         fits.append(
@@ -167,19 +156,7 @@ def _stage_memory(
         weights=weights_bytes_per_gpu(
             model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
         ),
-        overhead=overhead(
-            model,
-            shape.tp,
-            shape.pp,
-            shape.dtype,
-            tokens,
-            seqs,
-            shape.enforce_eager,
-            shape.gpu,
-            shape.engine,
-            shape.flashinfer_sampler,
-            stage=stage if shape.pp > 1 else None,
-        ),
+        overhead=_overhead(model, shape, tokens, seqs, stage),
         kv_per_token=per_token,
         max_model_len=length,
         block_size=block,
@@ -188,6 +165,23 @@ def _stage_memory(
         used=used,
         used_counted=counts_other_processes(shape.engine),
         free_checked=checks_free_memory(shape.engine),
+    )
+
+
+def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: int) -> Overhead:
+    """The activation, non-torch and graph memory of one GPU of `stage` (see `overhead`)."""
+    return overhead(
+        model,
+        shape.tp,
+        shape.pp,
+        shape.dtype,
+        tokens,
+        seqs,
+        shape.enforce_eager,
+        shape.gpu,
+        shape.engine,
+        shape.flashinfer_sampler,
+        stage=stage if shape.pp > 1 else None,
     )
 
 

@@ -121,7 +121,7 @@ def _one_channel(
     all done, or one times out (the rest then runs on a new channel)."""
     import paramiko
 
-    from pdctl.targets.ssh import BASH, HostLost, Result, finished, pause
+    from pdctl.targets.ssh import BASH, HostLost, Result, drain, finished, pause
 
     boundary = new_boundary()
     script = batch_script(commands[first:], boundary, first)
@@ -151,13 +151,7 @@ def _one_channel(
                 )
                 return
             ended, exited = finished(chan, exited)  # asked before reading: see finished()
-            got = False
-            while chan.recv_ready():
-                out.feed(chan.recv(65536))
-                got = True
-            while chan.recv_stderr_ready():
-                err.feed(chan.recv_stderr(65536))
-                got = True
+            got = drain(chan, out.feed, err.feed)
             while nxt in out.done and nxt in err.done:
                 text, rc = out.done.pop(nxt)
                 yield nxt, Result(rc, text.decode("utf-8", "replace"), err.output(nxt))

@@ -13,6 +13,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,14 +336,7 @@ def _read_all(chan: Any, deadline: float) -> tuple[str, str]:
         if time.monotonic() > deadline:
             raise TimeoutError
         ended, exited = finished(chan, exited)  # asked before reading: see finished()
-        got = False
-        while chan.recv_ready():
-            out.append(chan.recv(65536))
-            got = True
-        while chan.recv_stderr_ready():
-            err.append(chan.recv_stderr(65536))
-            got = True
-        if got:
+        if drain(chan, out.append, err.append):
             continue
         if ended:
             break
@@ -353,6 +347,18 @@ def _read_all(chan: Any, deadline: float) -> tuple[str, str]:
 # Seconds to wait for output after the exit status when the channel sees no EOF (a command
 # left a process holding its output open).
 EXIT_GRACE = 2.0
+
+
+def drain(chan: Any, out: Callable[[bytes], object], err: Callable[[bytes], object]) -> bool:
+    """Hand what the channel has ready to `out` (stdout) and `err` (stderr); True if any came."""
+    got = False
+    while chan.recv_ready():
+        out(chan.recv(65536))
+        got = True
+    while chan.recv_stderr_ready():
+        err(chan.recv_stderr(65536))
+        got = True
+    return got
 
 
 def finished(chan: Any, exited: float) -> tuple[bool, float]:
