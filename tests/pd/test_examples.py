@@ -187,7 +187,7 @@ def test_ports_md_lists_every_listening_port() -> None:
     ports = bundle["ports.md"]
     for needle in ("| 8100 |", "| 8998 |", "| 8999 |", "| 8000 |", "15000-17000", "| 29000 |"):
         assert needle in ports, needle
-    assert "192.168.100.11" in ports  # addressForPeers, not the SSH address
+    assert "198.51.100.11" in ports  # addressForPeers, not the SSH address
     # MooncakeConnector's ZMQ side channel: pyzmq bind_to_random_port, 49152-65535
     assert "| 32768-65535 |" in ports and "32768-60999" not in ports
 
