@@ -41,43 +41,85 @@ Stable public API (other modules call these; signatures only grow keyword argume
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from pdctl.capacity.fit import (
-    Alternative,
-    ModelFit,
-    Shape,
-    alternatives,
-    instance_memory,
-    model_fit,
-    smallest_fit,
-)
-from pdctl.capacity.gpus import GPUS, GpuType, custom_gpu, find_gpu
-from pdctl.capacity.memory import (
-    DEFAULT_UTIL,
-    InstanceMemory,
-    Overhead,
-    kv_bytes_per_token,
-    weights_bytes_per_gpu,
-)
-from pdctl.capacity.models import BUILTIN, ModelConfig
-from pdctl.capacity.params import model_config
-from pdctl.capacity.profile import PINNED
-from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
+# The public names and the module that defines each. They are imported when first used
+# (PEP 562 `__getattr__`): `validate`/`render` read only the model table (capacity.models and
+# capacity.params, for the parallelism checks) and should not load the memory model with it.
+_FROM = {
+    "pdctl.capacity.fit": (
+        "Alternative",
+        "ModelFit",
+        "Shape",
+        "alternatives",
+        "instance_memory",
+        "model_fit",
+        "smallest_fit",
+    ),
+    "pdctl.capacity.gpus": ("GPUS", "GpuType", "custom_gpu", "find_gpu"),
+    "pdctl.capacity.memory": (
+        "DEFAULT_UTIL",
+        "InstanceMemory",
+        "Overhead",
+        "kv_bytes_per_token",
+        "weights_bytes_per_gpu",
+    ),
+    "pdctl.capacity.models": ("BUILTIN", "ModelConfig"),
+    "pdctl.capacity.params": ("model_config",),
+    "pdctl.capacity.profile": ("PINNED",),
+    "pdctl.capacity.slice": ("DecodeSlice", "decode_slice", "slice_util"),
+}
+_MODULE_OF = {name: module for module, names in _FROM.items() for name in names}
 
 if TYPE_CHECKING:
+    from pdctl.capacity.fit import (
+        Alternative,
+        ModelFit,
+        Shape,
+        alternatives,
+        instance_memory,
+        model_fit,
+        smallest_fit,
+    )
+    from pdctl.capacity.gpus import GPUS, GpuType, custom_gpu, find_gpu
+    from pdctl.capacity.memory import (
+        DEFAULT_UTIL,
+        InstanceMemory,
+        Overhead,
+        kv_bytes_per_token,
+        weights_bytes_per_gpu,
+    )
+    from pdctl.capacity.models import BUILTIN, ModelConfig
+    from pdctl.capacity.params import model_config
+    from pdctl.capacity.profile import PINNED
+    from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
     from pdctl.spec.model import Model, Spec
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pdctl.capacity' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once
+    return value
 
 
 def spec_model_config(model: Model, hf_config: dict[str, Any] | None = None) -> ModelConfig:
     """ModelConfig for the spec's `model` section: `hf_config` (the parsed `model.config`
     file, read by the caller), else the built-in table by `model.name`; `model.paramsBillion`
     overrides the parameter count. SpecError (path `model.name`) when nothing is known."""
+    from pdctl.capacity.params import model_config
+
     return model_config(model.name, hf_config, model.params_billion)
 
 
 def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     """The Shape of one role of the spec: `serve` (phases 0/1), `prefill` or `decode`."""
+    from pdctl.capacity.fit import Shape
+    from pdctl.capacity.profile import PINNED
+
     section: Any = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}[role]
     tp = section.tensor_parallel if section is not None else 1
     pp = getattr(section, "pipeline_parallel", 1) if section is not None else 1
@@ -112,6 +154,7 @@ __all__ = [
     "ModelConfig",
     "ModelFit",
     "Overhead",
+    "PINNED",
     "Shape",
     "alternatives",
     "custom_gpu",
