@@ -4,7 +4,8 @@ the window's figures must match the engines' own counters (read from their /metr
 phase 2 the decode's KV tokens received over the connector must be those it counted.
 
 The load starts once top has taken its first sample (seen in the engine's access log), so the
-window holds all of it; nothing is timed."""
+window holds all of it; nothing is timed (a load that outlasts the window, on a slow machine,
+is run again with a longer one)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ SERVE = 18740
 PREFILL, DECODE, ROUTER, METRICS = 18750, 18760, 18770, 18771
 UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
 API_KEY = "sk-e2e-top-key-7c1d"
-WINDOW = "45s"
+WINDOWS = (45, 150)  # seconds; the second only where the load outlasted the first
 
 
 def counter(metrics: str, name: str, **labels: str) -> float:
@@ -63,36 +65,51 @@ def settled(log: Path, quiet_s: float = 2.0, limit_s: float = 30.0) -> int:
     return count
 
 
-def top_under_load(spec: Path, ssh_env, log: Path, url: str) -> tuple[dict, list[dict], str]:
+def top_under_load(
+    spec: Path, ssh_env, log: Path, url: str, read_before: Callable[[], dict[str, str]]
+) -> tuple[dict, list[dict], str, dict[str, str]]:
     """Run `top --once` in a thread; once it has read the engine's /metrics, send the load.
     The engine's access log is written asynchronously: the /metrics reads the test made just
     before must be in it before counting, or a late line would pass for top's first read and
-    the load would start before top's window (seen under load: 128 of 192 KV tokens)."""
-    seen = settled(log)
-    box: dict = {}
+    the load would start before top's window (seen under load: 128 of 192 KV tokens).
 
-    def run() -> None:
-        box["result"] = pdctl(
-            "top",
-            str(spec),
-            "--once",
-            "--window",
-            WINDOW,
-            "-o",
-            "json",
-            *known(ssh_env),
-            timeout=300,
-        )
+    The figures can only match if the whole load falls inside top's window. On a slow machine
+    it may not (seen in CI: request latencies up to 14 s, the engines still busy when the 45 s
+    window closed and too slow to answer top's last /metrics read): that attempt proves nothing
+    either way, so it is said and the experiment runs again with a longer window.
+    `read_before` reads the counters the test compares against, at the start of each attempt."""
+    for window in WINDOWS:
+        before = read_before()
+        seen = settled(log)
+        box: dict = {}
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    while metrics_requests(log) == seen and thread.is_alive():
-        threading.Event().wait(0.2)
-    answers = [complete(url, PROMPT, max_tokens=MAX_TOKENS) for _ in range(REQUESTS)]
-    thread.join()
-    result = box["result"]
-    assert result.returncode == 0, result.stdout + result.stderr
-    return json.loads(result.stdout), answers, result.stdout
+        def run(window: int = window, box: dict = box) -> None:
+            box["result"] = pdctl(
+                "top",
+                str(spec),
+                "--once",
+                "--window",
+                f"{window}s",
+                "-o",
+                "json",
+                *known(ssh_env),
+                timeout=600,
+            )
+
+        thread = threading.Thread(target=run)
+        started = time.monotonic()  # top's window starts later and lasts at least `window`
+        thread.start()
+        while metrics_requests(log) == seen and thread.is_alive():
+            threading.Event().wait(0.2)
+        answers = [complete(url, PROMPT, max_tokens=MAX_TOKENS) for _ in range(REQUESTS)]
+        inside = time.monotonic() < started + window  # so the window was still open
+        thread.join()
+        result = box["result"]
+        if inside:
+            assert result.returncode == 0, result.stdout + result.stderr
+            return json.loads(result.stdout), answers, result.stdout, before
+        print(f"the load outlasted top's {window} s window; running again with a longer one")
+    pytest.fail(f"the load outlasted every window tried ({WINDOWS} s)")
 
 
 def keep(name: str, text: str) -> None:
@@ -126,11 +143,15 @@ def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
     spec, data, result = serve
     assert result.returncode == 0, result.stdout + result.stderr
     (url,) = printed_urls(result.stdout)
-    before = get(f"http://127.0.0.1:{SERVE}/metrics")
-    keep("phase0-before.prom", before)
-    doc, answers, raw = top_under_load(
-        spec, ssh_env, data / "lo1" / "e2etop" / "e2etop-serve-0" / "log", url
+    doc, answers, raw, before_all = top_under_load(
+        spec,
+        ssh_env,
+        data / "lo1" / "e2etop" / "e2etop-serve-0" / "log",
+        url,
+        lambda: {"serve": get(f"http://127.0.0.1:{SERVE}/metrics")},
     )
+    before = before_all["serve"]
+    keep("phase0-before.prom", before)
     after = get(f"http://127.0.0.1:{SERVE}/metrics")
     keep("phase0-after.prom", after)
     keep("phase0-top.json", raw)
@@ -206,13 +227,20 @@ def test_top_once_phase2_shows_the_kv_tokens_transferred(pd, ssh_env):
     spec, data, result = pd
     assert result.returncode == 0, result.stdout + result.stderr
     (url,) = printed_urls(result.stdout)
-    before = get(f"http://127.0.0.1:{DECODE}/metrics")
-    keep("phase2-decode-before.prom", before)
-    keep("phase2-prefill-before.prom", get(f"http://127.0.0.1:{PREFILL}/metrics"))
-    router_before = get(f"http://127.0.0.1:{METRICS}/metrics")
-    keep("phase2-router-before.prom", router_before)
     log = data / "lo1" / "e2etoppd" / "e2etoppd-decode-0" / "log"
-    doc, answers, raw = top_under_load(spec, ssh_env, log, url)
+
+    def read_before() -> dict[str, str]:
+        return {
+            "decode": get(f"http://127.0.0.1:{DECODE}/metrics"),
+            "prefill": get(f"http://127.0.0.1:{PREFILL}/metrics"),
+            "router": get(f"http://127.0.0.1:{METRICS}/metrics"),
+        }
+
+    doc, answers, raw, before_all = top_under_load(spec, ssh_env, log, url, read_before)
+    before, router_before = before_all["decode"], before_all["router"]
+    keep("phase2-decode-before.prom", before)
+    keep("phase2-prefill-before.prom", before_all["prefill"])
+    keep("phase2-router-before.prom", router_before)
     router_after = get(f"http://127.0.0.1:{METRICS}/metrics")
     keep("phase2-router-after.prom", router_after)
     after = get(f"http://127.0.0.1:{DECODE}/metrics")

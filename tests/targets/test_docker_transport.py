@@ -154,7 +154,7 @@ def test_an_engine_certificate_from_another_ca_is_refused(tls_engine, tmp_path: 
     refused = front.refused
     with pytest.raises(PdctlError, match="cannot reach the Docker engine.*(CERTIFICATE|certif)"):
         connect("local", front.url(), DockerAccess(tls=True, cert_path=str(other)))
-    assert front.refused > refused
+    assert front.wait_refused(refused) > refused
 
 
 def test_missing_certificates_are_usage_errors(tmp_path: Path) -> None:

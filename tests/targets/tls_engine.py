@@ -111,6 +111,7 @@ class TlsEngine:
         self.port = self.listener.getsockname()[1]
         self.served = 0  # connections that completed the TLS handshake
         self.refused = 0  # connections whose handshake failed
+        self._changed = threading.Condition()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self) -> str:
@@ -118,6 +119,14 @@ class TlsEngine:
 
     def close(self) -> None:
         self.listener.close()
+
+    def wait_refused(self, more_than: int, timeout: float = 30.0) -> int:
+        """The refusal count once it passes `more_than` (or when `timeout` runs out). The
+        server sees the client's alert after the client has already given up, on its own
+        thread, so a test must wait for the count rather than read it at once."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.refused > more_than, timeout)
+            return self.refused
 
     def _accept(self) -> None:
         while True:
@@ -131,7 +140,9 @@ class TlsEngine:
         try:
             tls = self.context.wrap_socket(conn, server_side=True)
         except (ssl.SSLError, OSError):
-            self.refused += 1
+            with self._changed:
+                self.refused += 1
+                self._changed.notify_all()
             conn.close()
             return
         self.served += 1
