@@ -181,7 +181,7 @@ def check_limits(plan: Plan) -> None:
         for field in ("cpu", "memory", "ephemeral_storage"):
             request, limit = getattr(res, field), getattr(res.limits, field)
             if request is not None and limit is not None and amount(limit) < amount(request):
-                alias = res.model_fields[field].alias
+                alias = type(res).model_fields[field].alias
                 raise SpecError(
                     f"limit {limit} is below the request {request}",
                     path=f"{_where(plan.spec, role, 'resources')}.resources.limits.{alias}",

@@ -108,7 +108,7 @@ class Storage(Section):
         }
         for field in needs.get(self.type, ()):
             if getattr(self, field) is None:
-                alias = self.model_fields[field].alias
+                alias = type(self).model_fields[field].alias
                 raise ValueError(f"type {self.type} needs `{alias}`")
         owners = {
             "claim_name": ("existingClaim",),
@@ -119,7 +119,7 @@ class Storage(Section):
         }
         for field, types in owners.items():
             if getattr(self, field) is not None and self.type not in types:
-                alias = self.model_fields[field].alias
+                alias = type(self).model_fields[field].alias
                 raise ValueError(f"`{alias}` applies to type {' or '.join(types)} only")
         return self
 

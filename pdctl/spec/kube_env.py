@@ -33,7 +33,7 @@ def abs_path(value: str) -> str:
 def one_of(obj: Section, fields: tuple[str, ...], what: str) -> None:
     given = [f for f in fields if getattr(obj, f) is not None]
     if len(given) != 1:
-        names = ", ".join(obj.model_fields[f].alias or f for f in fields)
+        names = ", ".join(type(obj).model_fields[f].alias or f for f in fields)
         raise ValueError(f"{what} takes exactly one of {names} (got {len(given)})")
 
 
