@@ -16,6 +16,8 @@ Stable public API (other modules call these; signatures only grow keyword argume
     # max_num_seqs / max_num_batched_tokens None = vLLM's defaults for that GPU; `gpu` also
     # picks NVLink or PCIe all-reduce buffers and the MLA block; `engine` the profiler's rules
     shape = spec_shape(spec, "serve" | "prefill" | "decode")              # Shape from the spec
+    gpu, origin = spec_gpu(spec, name=None, memory_gib=None)   # origin ASSUMED: none named
+    traffic = spec_traffic(spec, prompt=None, output=None)     # report.Traffic, options win
 
     fit = model_fit(model, shape)            # ModelFit: for preflight, no GPU needed
     fit.weights          # weight bytes on one GPU (heaviest PP stage, split over TP)
@@ -93,6 +95,7 @@ if TYPE_CHECKING:
     from pdctl.capacity.models import BUILTIN, ModelConfig
     from pdctl.capacity.params import model_config
     from pdctl.capacity.profile import PINNED
+    from pdctl.capacity.report import Traffic
     from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
     from pdctl.spec.model import Model, Spec
 
@@ -143,7 +146,72 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     )
 
 
+# spec_gpu's origin when neither the command's options nor the spec name a GPU
+ASSUMED = "assumed: pass --gpu"
+
+_GPU_PATHS = {"hardware.gpu": "hardware.gpu", "decode.share.gpuType": "decode.share.gpuType"}
+
+
+def spec_gpu(
+    spec: Any, name: str | None = None, memory_gib: float | None = None
+) -> tuple[GpuType, str]:
+    """The GPU and where it came from: `name`/`memory_gib` (the command's --gpu and
+    --gpu-memory-gib) win, else the spec (hardware.gpu, hardware.gpuMemoryGib,
+    decode.share.gpuType), else an H100-SXM with origin ASSUMED. An unknown name is a
+    UsageError for --gpu, a SpecError at the spec's field otherwise."""
+    from pdctl.capacity.gpus import custom_gpu, find_gpu
+    from pdctl.errors import SpecError, UsageError
+
+    hardware = getattr(spec, "hardware", None)
+    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
+    origin = "--gpu"
+    if name is None and hardware is not None and hardware.gpu:
+        name, origin = hardware.gpu, "hardware.gpu"
+    if memory_gib is None and hardware is not None:
+        memory_gib = hardware.gpu_memory_gib
+    if name is None and share is not None and share.gpu_type:
+        name, origin = share.gpu_type, "decode.share.gpuType"
+    if name is not None:
+        try:
+            gpu = find_gpu(name)
+        except SpecError as exc:
+            if origin == "--gpu":
+                raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
+            raise SpecError(exc.message, path=_GPU_PATHS[origin], fix=exc.fix) from None
+        return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
+    if memory_gib:
+        return custom_gpu(memory_gib), "--gpu-memory-gib"
+    return find_gpu("H100-SXM"), ASSUMED
+
+
+def spec_traffic(
+    spec: Any,
+    prompt: int | None = None,
+    output: int | None = None,
+    rate: float | None = None,
+    ttft: float | None = None,
+    tpot: float | None = None,
+) -> Traffic:
+    """The spec's `workload` as a report.Traffic; each figure given here wins over it."""
+    from pdctl.capacity.report import Traffic
+
+    w = getattr(spec, "workload", None)
+    base = (
+        Traffic()
+        if w is None
+        else Traffic(w.prompt_tokens, w.output_tokens, w.requests_per_second, w.ttft_ms, w.tpot_ms)
+    )
+    return Traffic(
+        prompt if prompt is not None else base.prompt_tokens,
+        output if output is not None else base.output_tokens,
+        rate if rate is not None else base.requests_per_second,
+        ttft if ttft is not None else base.ttft_ms,
+        tpot if tpot is not None else base.tpot_ms,
+    )
+
+
 __all__ = [
+    "ASSUMED",
     "BUILTIN",
     "DEFAULT_UTIL",
     "GPUS",
@@ -166,7 +234,9 @@ __all__ = [
     "model_fit",
     "slice_util",
     "smallest_fit",
+    "spec_gpu",
     "spec_model_config",
     "spec_shape",
+    "spec_traffic",
     "weights_bytes_per_gpu",
 ]

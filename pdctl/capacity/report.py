@@ -115,7 +115,7 @@ def _recommended(model: ModelConfig, total: int, shape: Shape, used: int = 0) ->
     return None
 
 
-def _role(
+def role_plan(
     model: ModelConfig,
     gpu: GpuType,
     role: str,
@@ -222,11 +222,11 @@ def plan_capacity(
     `used`: bytes other processes hold on the GPU (a preflight recording's most used GPU)."""
     roles: tuple[RolePlan, ...]
     if spec.phase in (0, 1):
-        roles = (_role(model, gpu, "serve", spec.serve, shapes["serve"], traffic, used),)
+        roles = (role_plan(model, gpu, "serve", spec.serve, shapes["serve"], traffic, used),)
         pre = dec = roles[0]
     else:
-        pre = _role(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
-        dec = _role(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
+        pre = role_plan(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
+        dec = role_plan(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
         roles = (pre, dec)
     pd = _pd(pre, dec, traffic)
     whole = instance_memory(model, gpu.usable_bytes, DEFAULT_UTIL, replace(dec.shape))

@@ -11,74 +11,7 @@ from typing import Any
 import typer
 
 from pdctl.cli.options import SPEC
-from pdctl.cli.specfile import with_overlays
-
-
-def read_model_config(path: str, spec_file: str) -> dict[str, Any]:
-    """Read `model.config` (relative to the spec file; '-' = stdin: relative to the working
-    folder) as a dict, for `pdctl.capacity.spec_model_config`. SpecError when unusable.
-    Other commands (preflight) may call this: capacity functions themselves do no I/O."""
-    from pdctl.cli.specfile import read_model_config as read_bounded_config
-
-    return read_bounded_config(path, spec_file)
-
-
-_PATHS = {"hardware.gpu": "hardware.gpu", "decode.share.gpuType": "decode.share.gpuType"}
-
-
-def _gpu(spec: Any, name: str | None, memory_gib: float | None) -> tuple[Any, str]:
-    """The GPU from options, else the spec (hardware, decode.share.gpuType), else assumed."""
-    from pdctl.capacity import custom_gpu, find_gpu
-    from pdctl.errors import SpecError, UsageError
-
-    hardware = getattr(spec, "hardware", None)
-    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
-    origin = "--gpu"
-    if name is None and hardware is not None and hardware.gpu:
-        name, origin = hardware.gpu, "hardware.gpu"
-    if memory_gib is None and hardware is not None:
-        memory_gib = hardware.gpu_memory_gib
-    if name is None and share is not None and share.gpu_type:
-        name, origin = share.gpu_type, "decode.share.gpuType"
-    if name is not None:
-        try:
-            gpu = find_gpu(name)
-        except SpecError as exc:
-            if origin == "--gpu":
-                raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
-            raise SpecError(exc.message, path=_PATHS[origin], fix=exc.fix) from None
-        return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
-    if memory_gib:
-        return custom_gpu(memory_gib), "--gpu-memory-gib"
-    return find_gpu("H100-SXM"), ASSUMED
-
-
-ASSUMED = "assumed: pass --gpu"
-
-
-def _traffic(
-    spec: Any,
-    prompt: int | None,
-    output: int | None,
-    rate: float | None,
-    ttft: float | None,
-    tpot: float | None,
-) -> Any:
-    from pdctl.capacity.report import Traffic
-
-    w = getattr(spec, "workload", None)
-    base = (
-        Traffic()
-        if w is None
-        else Traffic(w.prompt_tokens, w.output_tokens, w.requests_per_second, w.ttft_ms, w.tpot_ms)
-    )
-    return Traffic(
-        prompt if prompt is not None else base.prompt_tokens,
-        output if output is not None else base.output_tokens,
-        rate if rate is not None else base.requests_per_second,
-        ttft if ttft is not None else base.ttft_ms,
-        tpot if tpot is not None else base.tpot_ms,
-    )
+from pdctl.cli.specfile import read_model_config, with_overlays
 
 
 def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
@@ -100,7 +33,9 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     if not (named or (share is not None and share.gpu_type)):
         return []  # no GPU named: nothing to check against (and nothing to import)
     try:
-        device, origin = _gpu(spec, None, None)
+        from pdctl.capacity import ASSUMED, spec_gpu
+
+        device, origin = spec_gpu(spec)
         if origin == ASSUMED:
             return []
         from pdctl.capacity.verdict import does_not_fit
@@ -125,7 +60,7 @@ def build(
 ) -> tuple[Any, str]:
     """Read the spec (and its model.config) and plan its capacity; `facts`: a preflight
     recording whose most used GPU says what other processes hold."""
-    from pdctl.capacity import spec_model_config, spec_shape
+    from pdctl.capacity import ASSUMED, spec_gpu, spec_model_config, spec_shape, spec_traffic
     from pdctl.capacity.report import plan_capacity
     from pdctl.cli.specfile import read_spec
     from pdctl.errors import SpecError, UsageError
@@ -139,10 +74,10 @@ def build(
         check_parallel(spec, spec.phase, model_dims(spec, spec_file))
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
-        device, origin = _gpu(spec, gpu, gpu_memory_gib)
+        device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
         shapes = {role: spec_shape(spec, role) for role in roles}
-        traffic = _traffic(spec, prompt, output, rate, ttft, tpot)
+        traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
         used = used_bytes(facts, spec) if facts is not None else 0
         result = plan_capacity(spec, model, device, traffic, shapes, used)
         notes = gpu_warnings(device, origin == ASSUMED)

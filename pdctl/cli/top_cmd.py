@@ -127,12 +127,19 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
     from pdctl.errors import PdctlError
 
     try:
-        from pdctl.capacity import find_gpu, spec_model_config, spec_shape
-        from pdctl.cli.plan_cmd import ASSUMED, _gpu, _traffic, read_model_config
+        from pdctl.capacity import (
+            ASSUMED,
+            find_gpu,
+            spec_gpu,
+            spec_model_config,
+            spec_shape,
+            spec_traffic,
+        )
+        from pdctl.cli.specfile import read_model_config
         from pdctl.top.packing import packings
 
         spec = plan.spec
-        gpu, origin = _gpu(spec, None, None)
+        gpu, origin = spec_gpu(spec)
         if origin == ASSUMED:
             names = {g.name for g in gpus if g.name}
             if len(names) != 1:
@@ -141,7 +148,7 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
         shape = spec_shape(spec, "serve" if plan.phase in (0, 1) else "decode")
-        traffic = _traffic(spec, None, None, None, None, None)
+        traffic = spec_traffic(spec)
         return packings(model, gpu, shape, traffic)
     except PdctlError:
         return {}

@@ -42,13 +42,13 @@ class Packing:
 
 def packings(model: Any, gpu: Any, shape: Any, traffic: Any, most: int = 4) -> dict[int, Packing]:
     """N (2..most) -> what the plan predicts for decode packed N per GPU of `gpu`."""
-    from pdctl.capacity.report import _role
+    from pdctl.capacity.report import role_plan
     from pdctl.spec.pd import Share
 
     out = {}
     for n in range(2, most + 1):
         section = SimpleNamespace(share=Share(per_gpu=n), gpu_memory_utilization=None, replicas=1)
-        r = _role(model, gpu, "decode", section, shape, traffic)
+        r = role_plan(model, gpu, "decode", section, shape, traffic)
         assert r.slice is not None
         tps = r.decode.tokens_per_s
         out[n] = Packing(
