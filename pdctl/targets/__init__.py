@@ -42,10 +42,9 @@ def open_target(
             options.docker_urls,
             options.docker_network,
             say=say,
+            stage=stage,
             access=options.docker_access(),
         )
     from pdctl.targets.hosts import HostsTarget
 
-    hosts = HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say)
-    hosts.stage = stage  # type: ignore[attr-defined]  # read by rollout.Rollout
-    return hosts
+    return HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say, stage=stage)

@@ -16,9 +16,10 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import model_dir, unit_hash
-from pdctl.targets.base import Closing, StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.docker import DockerTarget, client_for, docker_home
 from pdctl.targets.docker_transport import DockerAccess, check
+from pdctl.targets.docker_wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, probe
 from pdctl.targets.rollout import Outcome
 from pdctl.targets.state import Change
@@ -32,6 +33,7 @@ class ContainerHosts(Closing):
     urls: dict[str, str]
     network: str = "bridge"
     say: Callable[[str], None] = lambda _m: None
+    stage: Callable[[Stage], None] = lambda _s: None  # where each engine is while up waits
     access: DockerAccess = field(default_factory=DockerAccess)
     targets: dict[str, DockerTarget] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)  # an engine that fails raises
@@ -79,6 +81,8 @@ class ContainerHosts(Closing):
                     say=self.say,
                     home=docker_home(client, url),
                     model_dir=model_dir(self.plan),
+                    where=host,
+                    stage=self.stage,
                 )
 
     def changes(self) -> list[Change]:
@@ -105,24 +109,30 @@ class ContainerHosts(Closing):
         timeout: float = 900.0,
         keep_going: bool = False,
     ) -> Outcome:
-        """Apply `changes` host by host, then wait until each engine is healthy; on a failure
-        (or Ctrl-C) remove the containers this run created and raise (keep_going: no)."""
+        """Pull the images the hosts lack, apply `changes` host by host, then wait until every
+        engine of every host is healthy, `timeout` seconds from the start of the wait; on a
+        failure (or Ctrl-C) remove the containers this run created and raise (keep_going:
+        no). Pulls come first: a bad image fails before any container is replaced."""
         units = self.units()
+        key = secrets.get(API_KEY_ENV)
+        where = {u.name: u for host_units in units.values() for u in host_units}
+
+        def healthy(_host: str, name: str) -> bool:
+            unit = where[name]
+            addr, port = unit.host.address, unit.port
+            opener = lambda: socket.create_connection((addr, port), timeout=5)  # noqa: E731
+            return probe(opener, self.plan.served_name, api_key=key).ok
+
         try:
+            for host, tgt in self.targets.items():
+                tgt.pull_missing(
+                    units.get(host, []), [c for c in changes if c.host == host], timeout
+                )
             for host, tgt in self.targets.items():
                 mine = [c for c in changes if c.host == host]
                 tgt.apply(units.get(host, []), mine, secrets)
-            for host, tgt in self.targets.items():
-                for unit in units.get(host, []):
-                    address = unit.host.address
-
-                    def healthy(_name: str, port: int = unit.port, addr: str = address) -> bool:
-                        opener = lambda: socket.create_connection((addr, port), timeout=5)  # noqa: E731
-                        key = secrets.get(API_KEY_ENV)
-                        return probe(opener, self.plan.served_name, api_key=key).ok
-
-                    tgt.wait_running([unit.name], timeout, healthy)
-                    self.say(f"{unit.name} on {host}: healthy")
+            names = [(host, u.name) for host in self.targets for u in units.get(host, [])]
+            wait_healthy(self.targets, names, timeout, healthy, self.say, self.stage)
         except (PdctlError, KeyboardInterrupt):
             for tgt in self.targets.values():
                 tgt.rollback()

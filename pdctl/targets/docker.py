@@ -19,6 +19,8 @@ from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
 from pdctl.render.container import HostRun, host_run
 from pdctl.render.host import GRACE_SECONDS, unit_hash
+from pdctl.targets.base import Stage
+from pdctl.targets.docker_pull import present, pull
 from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"
@@ -148,6 +150,8 @@ class DockerTarget:
     stop_seconds: int = GRACE_SECONDS  # SIGTERM, then SIGKILL after this long
     home: str | None = None  # the Docker host's home folder (docker_home), for `~/` paths
     model_dir: str | None = None  # a model given as a host path (render.host.model_dir)
+    where: str = "docker"  # the host's name in the spec, for stage reports
+    stage: Callable[[Stage], None] = lambda _s: None
     started: list[str] = field(default_factory=list)
 
     def containers(self) -> list[Any]:
@@ -182,6 +186,28 @@ class DockerTarget:
                     )
                 )
         return out
+
+    def pull_missing(self, units: list[Unit], changes: list[Change], timeout: float) -> None:
+        """Pull the images of the units `changes` start or replace that the engine lacks,
+        before anything is removed (a bad image fails while the old containers still run)."""
+        todo = {c.unit for c in changes if c.action in ("start", "restart")}
+        pulled: set[str] = set()
+        for unit in units:
+            image = unit.image
+            if unit.name not in todo or image is None or image in pulled:
+                continue
+            pulled.add(image)
+            if present(self.client, image):
+                continue
+            begun = time.monotonic()
+
+            def report(line: str, name: str = unit.name, since: float = begun) -> None:
+                elapsed = time.monotonic() - since
+                self.stage(Stage(name, self.where, "pulling image", line, elapsed, timeout))
+
+            self.say(f"pulling {image} on {self.where}")
+            pull(self.client, image, f"{unit.name} on {self.where}", report)
+            self.say(f"pulled {image} on {self.where}")
 
     def apply(self, units: list[Unit], changes: list[Change], secrets: dict[str, str]) -> None:
         """Remove what is gone or changed, create and start what is new or changed."""
@@ -236,33 +262,19 @@ class DockerTarget:
         if container.labels.get(DEPLOYMENT) != self.deployment:
             raise PdctlError(f"refusing to remove {container.name}: not this deployment's")
         if container.status == "running":
+            unit = container.labels.get("pdctl.io/unit", container.name)
+            self.stage(Stage(unit, self.where, "stopping", "", 0.0, self.stop_seconds))
             container.stop(timeout=self.stop_seconds)
         container.remove(force=True)
         self.say(f"removed container {container.name}")
 
     def wait_running(self, names: list[str], seconds: float, probe: Callable[[str], bool]) -> None:
         """Until `probe(name)` is true for each; a container that exits fails at once with its
-        last log lines."""
-        deadline = time.monotonic() + seconds
-        pending = list(names)
-        while pending:
-            for name in list(pending):
-                c = self.client.containers.get(name)
-                if c.status in ("exited", "dead"):
-                    code = c.attrs["State"].get("ExitCode")
-                    raise PdctlError(
-                        f"{name}: the container exited (status {code}); "
-                        f"last log lines:\n{self.tail(name, 20)}"
-                    )
-                if probe(name):
-                    pending.remove(name)
-            if pending and time.monotonic() > deadline:
-                raise PdctlError(
-                    f"{pending[0]}: not healthy after {int(seconds)} s; last log "
-                    f"lines:\n{self.tail(pending[0], 20)}"
-                )
-            if pending:
-                time.sleep(1)
+        last log lines (docker_wait.wait_healthy, which waits for several hosts at once)."""
+        from pdctl.targets.docker_wait import wait_healthy
+
+        where = [(self.where, n) for n in names]
+        wait_healthy({self.where: self}, where, seconds, lambda _h, n: probe(n), stage=self.stage)
 
     def rollback(self) -> None:
         """Remove the containers this run created (after a failure or Ctrl-C)."""

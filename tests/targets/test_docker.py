@@ -22,6 +22,7 @@ from pdctl.targets.health import probe
 IMAGE = "pdctl-test/engine:1"
 ENGINE_SH = """#!/bin/sh
 # Stand-in for `vllm serve` args: MODEL --port P --served-model-name N
+trap 'exit 0' TERM
 model=$1; shift
 port=8000; name=$model
 while [ $# -gt 0 ]; do
@@ -30,6 +31,13 @@ while [ $# -gt 0 ]; do
 done
 # host networking in tests: listen on the host port pdctl publishes (STANDIN_PORT)
 port=${STANDIN_PORT:-$port}
+# A test steers one container through its HF cache folder (a folder per spec host):
+# `listen` overrides the address:port, `log` is printed first, `hold` delays serving while it
+# exists (so a test sees each stage however slow the machine is).
+ctl=/root/.cache/huggingface/standin
+[ -f "$ctl/listen" ] && port=$(cat "$ctl/listen")
+[ -f "$ctl/log" ] && cat "$ctl/log"
+while [ -e "$ctl/hold" ]; do sleep 0.2; done
 case $model in /missing*)
   echo "OSError: stand-in: model path $model does not exist" >&2; exit 1;;
 esac
@@ -37,7 +45,10 @@ mkdir -p /www/v1
 : > /www/health
 printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$name" > /www/v1/models
 echo "stand-in engine serving $name on port $port"
-exec httpd -f -p "$port" -h /www
+# httpd in the background: the shell (PID 1) ends on SIGTERM, so a stop takes no grace time
+httpd -f -p "$port" -h /www &
+trap 'kill $!; exit 0' TERM
+wait
 """
 
 
@@ -60,7 +71,7 @@ def engine_rootfs(busybox: str) -> bytes:
             add(tar, d, kind=tarfile.DIRTYPE)
         with open(busybox, "rb") as fh:
             add(tar, "bin/busybox", fh.read())
-        for tool in ("sh", "httpd", "mkdir", "printf", "echo"):
+        for tool in ("sh", "httpd", "mkdir", "printf", "echo", "cat", "sleep"):
             add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
         add(tar, "engine.sh", ENGINE_SH.encode())
     return buf.getvalue()

@@ -1,0 +1,74 @@
+"""Wait until the engine containers of every Docker host are healthy, with one deadline.
+
+All containers are looked at in each round (the second host's engines are not left waiting
+while the first's load): a container that exited fails the run at once with its last log
+lines; a healthy one is reported `healthy`; the others are reported with the stage their log
+tells (pdctl.targets.stages), the log read at most every LOOK seconds per container. Rounds
+start with short pauses (an engine up in a second is seen then), doubled up to POLL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pdctl.errors import PdctlError
+from pdctl.targets.base import Stage
+from pdctl.targets.stages import latest_line, stage_of
+
+if TYPE_CHECKING:
+    from pdctl.targets.docker import DockerTarget
+
+LOOK = 5.0  # seconds between two reads of a starting container's log (as rollout.LOOK)
+FIRST_PAUSE = 0.25  # seconds before the second round (as rollout.FIRST_PAUSE)
+POLL = 2.0  # the longest pause between two rounds
+
+Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /health and the model
+
+
+def wait_healthy(
+    targets: dict[str, DockerTarget],
+    names: list[tuple[str, str]],
+    timeout: float,
+    healthy: Healthy,
+    say: Callable[[str], None] = lambda _m: None,
+    stage: Callable[[Stage], None] = lambda _s: None,
+) -> None:
+    """Until each (host, container) in `names` is healthy, or `timeout` seconds from now."""
+    begun = time.monotonic()
+    deadline = begun + timeout
+    looked: dict[tuple[str, str], float] = {}
+    pending = list(names)
+    pause = FIRST_PAUSE
+    while pending:
+        for host, name in list(pending):
+            tgt = targets[host]
+            c = tgt.client.containers.get(name)
+            if c.status in ("exited", "dead"):
+                code = c.attrs["State"].get("ExitCode")
+                raise PdctlError(
+                    f"{name}: the container exited (status {code}); "
+                    f"last log lines:\n{tgt.tail(name, 20)}"
+                )
+            if healthy(host, name):
+                pending.remove((host, name))
+                say(f"{name} on {host}: healthy")
+                stage(Stage(name, host, "healthy", "", time.monotonic() - begun, timeout))
+                continue
+            now = time.monotonic()
+            if now - looked.get((host, name), -LOOK) >= LOOK:
+                looked[(host, name)] = now
+                log = tgt.tail(name, 50)
+                stage(Stage(name, host, stage_of(log), latest_line(log), now - begun, timeout))
+        if pending and time.monotonic() > deadline:
+            late = ", ".join(f"{n} on {h}" for h, n in pending)
+            host, name = pending[0]
+            whose = f" of {name}" if len(pending) > 1 else ""
+            raise PdctlError(
+                f"{late}: not healthy after {int(timeout)} s; last log lines{whose}:\n"
+                f"{targets[host].tail(name, 20)}"
+            )
+        if pending:
+            time.sleep(pause)
+            pause = min(pause * 2, POLL)
