@@ -55,8 +55,9 @@ class ConsoleProgress:
             self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
 
     def shown(self) -> RenderableType:
-        """The live display: the stage table, or a spinner until the first report (a target
-        that reports no stages, such as Docker engines, keeps the spinner)."""
+        """The live display: the stage table, or a spinner until the first report (every
+        target reports stages: hosts and Docker engines from the engine's log, Kubernetes
+        from its pods)."""
         if not self.stages:
             from rich.spinner import Spinner
 
