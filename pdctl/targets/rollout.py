@@ -18,16 +18,15 @@ answering fails its units; what runs there cannot be stopped, and the report nam
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.health import Health
+from pdctl.targets.health_wait import HealthWait
+from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import HostLost
-from pdctl.targets.stages import latest_line, stage_of
 from pdctl.targets.state import Change, Desired, host_files
 
 if TYPE_CHECKING:
@@ -36,59 +35,9 @@ if TYPE_CHECKING:
     from pdctl.targets.hosts import HostsTarget
     from pdctl.targets.remote import HostOps
 
+__all__ = ["Outcome", "Rollout", "UnitFailure", "UpFailed"]  # the names others import here
+
 Kind = Literal["started", "replaced", "stopped"]
-LOOK = 5.0  # seconds between two reads of a starting unit's log (its stage and latest line)
-# Seconds before the second poll round; each later pause is twice the last, up to `poll`: a
-# unit that is up in a second is seen then, one that loads for minutes costs a round per poll.
-FIRST_PAUSE = 0.25
-ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
-
-
-@dataclass
-class UnitFailure:
-    host: str
-    unit: str
-    why: str
-    log: str
-
-
-@dataclass
-class Outcome:
-    """What a rollout did: failures, and how each failed or undone unit was left."""
-
-    failures: list[UnitFailure] = field(default_factory=list)
-    interrupted: bool = False
-    stopped: list[str] = field(default_factory=list)  # started by this run, stopped again
-    restored: list[str] = field(default_factory=list)  # "unit (healthy)": previous version back
-    left: list[str] = field(default_factory=list)  # "unit on host: why" (could not be undone)
-
-    def summary(self) -> str:
-        parts = []
-        if self.restored:
-            parts.append("restored " + ", ".join(self.restored))
-        if self.stopped:
-            parts.append("stopped what this run started: " + ", ".join(self.stopped))
-        if self.left:
-            parts.append("NOT undone: " + "; ".join(self.left))
-        return "; ".join(parts) or "nothing had been changed"
-
-
-class UpFailed(PdctlError):
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        self.failures = outcome.failures
-        self.stopped = outcome.stopped
-        if outcome.interrupted:
-            head = "interrupted (Ctrl-C)"
-        else:
-            first = outcome.failures[0]
-            if first.unit == "-" or first.why.startswith(f"host {first.host} "):
-                head = first.why
-            else:
-                head = f"{first.unit} on host {first.host} failed: {first.why}"
-                last = last_line(first.log)[:300]
-                head += f"; its log ends: {last}" if last else ""
-        super().__init__(f"{head}; {outcome.summary()}")
 
 
 @dataclass
@@ -98,18 +47,10 @@ class Done:
     undone: bool = False
 
 
-@dataclass
-class Look:
-    """What one poll round found about one unit (Rollout.look_all)."""
+class Rollout(HealthWait):
+    """One `up` on bare metal: forward, undo; the health wait is HealthWait's
+    (pdctl.targets.health_wait)."""
 
-    health: Health | None = None  # None: the unit has no port (or the probe was not reached)
-    alive: bool = False
-    log: str | None = None  # its log's last lines, when it was time to read them again
-    at: float = 0.0  # when alive() was answered (time.monotonic())
-    error: PdctlError | None = None  # HostLost: the host is gone; else this unit's question
-
-
-class Rollout:
     def __init__(
         self,
         target: HostsTarget,
@@ -128,15 +69,6 @@ class Rollout:
         self.done: list[Done] = []
         self.lost: set[str] = set()
         self.out = Outcome()
-
-    def group_of(self, name: str) -> str:
-        """The group a unit belongs to: its leader's name (a headless node of a multi-node
-        group, plan/group.py), else its own."""
-        leaders = getattr(self, "_leaders", None)
-        if leaders is None:
-            leaders = {u.unit.name: u.unit.leader for u in self.t.bundle.units}
-            self._leaders = leaders
-        return leaders.get(name) or name
 
     # -- forward ---------------------------------------------------------------------------
     def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
@@ -338,15 +270,6 @@ class Rollout:
             self.out.failures.append(UnitFailure(host, unit, exc.line(), self.tail(host, unit)))
         return False
 
-    def tail(self, host: str, unit: str) -> str:
-        if unit == "-" or host in self.lost:
-            return ""
-        try:
-            return self.t.ops[host].tail(unit)
-        except HostLost:
-            self.lost.add(host)
-            return ""
-
     # -- undo ----------------------------------------------------------------------------------
     def undo(self, items: list[Done]) -> None:
         """Stop what `items` started (newest first), then bring back what they replaced or
@@ -405,157 +328,3 @@ class Rollout:
         except PdctlError as exc:
             self.out.left.append(f"{d.name} on {host}: not running: {exc.line()}")
         return False
-
-    # -- health ----------------------------------------------------------------------------
-    def wait_healthy(
-        self, units: list[Desired], stop: threading.Event
-    ) -> tuple[list[UnitFailure], list[Desired]]:
-        """Poll until every unit is healthy; a unit whose process died fails at once. Returns
-        the failures and the units still pending when `stop` was set (or, in the forward
-        rollout without keep_going, when one failed: the run is undone anyway)."""
-        forward = stop is self.interrupt and not self.keep_going
-        begun = time.monotonic()
-        deadline = begun + self.timeout
-        looked: dict[str, float] = {}  # unit -> when its log was last read for its stage
-        checked: dict[str, float] = {}  # unit -> when its process was last seen running
-        pending = list(units)
-        failures: list[UnitFailure] = []
-        last: dict[str, str] = {}
-        pause = min(FIRST_PAUSE, self.poll)  # doubled after each round, up to self.poll
-        while pending:
-            found = self.look_all(pending, looked, checked)
-            for d in list(pending):
-                if d not in pending:
-                    continue
-                lost = [
-                    f.unit for f in failures if f.unit != d.name and self.group_of(f.unit) == d.name
-                ]
-                if lost:  # a multi-node group's leader: a failed node fails the group
-                    pending.remove(d)
-                    why = f"a node of its group failed ({lost[0]})"
-                    failures.append(UnitFailure(d.host.name, d.name, why, ""))
-                    continue
-                look = found[(d.host.name, d.name)]
-                if isinstance(look.error, HostLost):
-                    self.lost.add(d.host.name)
-                    for other in [p for p in pending if p.host.name == d.host.name]:
-                        pending.remove(other)
-                        failures.append(
-                            UnitFailure(other.host.name, other.name, look.error.line(), "")
-                        )
-                    continue
-                if look.health is not None:
-                    health = look.health
-                    if health.ok:
-                        pending.remove(d)
-                        self.say(f"{d.name} on {d.host.name}: healthy")
-                        self.report(d, "healthy", "", time.monotonic() - begun)
-                        continue
-                    last[d.name] = health.detail
-                    if health.foreign:  # another process holds the port: waiting won't help
-                        pending.remove(d)
-                        failures.append(
-                            UnitFailure(
-                                d.host.name, d.name, health.detail, self.tail(d.host.name, d.name)
-                            )
-                        )
-                        continue
-                leader = self.group_of(d.name)
-                if leader != d.name and leader in {f.unit for f in failures}:
-                    pending.remove(d)  # the group failed: this node goes with it
-                    why = f"its group's leader {leader} failed"
-                    failures.append(UnitFailure(d.host.name, d.name, why, ""))
-                    continue
-                if look.error is not None:  # the host answers, but not this question
-                    pending.remove(d)
-                    failures.append(UnitFailure(d.host.name, d.name, look.error.line(), ""))
-                    continue
-                if look.alive:
-                    # A headless node counts as up once its leader is healthy; until
-                    # then it is watched, so one that dies fails the group at once.
-                    waiting = leader != d.name and any(p.name == leader for p in pending)
-                    if d.port is None and not waiting:
-                        pending.remove(d)
-                        self.say(f"{d.name} on {d.host.name}: running")
-                    elif look.log is not None:
-                        looked[d.name] = look.at
-                        elapsed = look.at - begun
-                        self.report(d, stage_of(look.log), latest_line(look.log), elapsed)
-                    continue
-                pending.remove(d)
-                why = "the process exited" + (" before it became healthy" if d.port else "")
-                failures.append(
-                    UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
-                )
-            if pending and time.monotonic() > deadline:
-                for d in pending:
-                    seen = last.get(d.name, "no answer")
-                    why = f"not healthy after {int(self.timeout)} s ({seen})"
-                    failures.append(
-                        UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
-                    )
-                return failures, []
-            if pending and (stop.wait(pause) or (forward and failures)):
-                return failures, pending
-            pause = min(pause * 2, self.poll)
-        return failures, []
-
-    def look_all(
-        self, pending: list[Desired], looked: dict[str, float], checked: dict[str, float]
-    ) -> dict[tuple[str, str], Look]:
-        """One poll round's questions to the hosts: the hosts in parallel (the thread pool of
-        the target), the units of one host one after another (so that one observation of
-        the host answers alive() for all of them). What the answers mean is decided by the
-        caller, unit by unit in order. A unit seen running less than ALIVE_EVERY seconds
-        ago is not looked for again (the short first pauses would otherwise cost the host an
-        observation per round while its engines start)."""
-        served = self.t.plan.served_name
-        hosts: dict[str, list[Desired]] = {}
-        for d in pending:
-            hosts.setdefault(d.host.name, []).append(d)
-
-        def one(d: Desired) -> Look:
-            ops = self.t.ops[d.host.name]
-            look = Look()
-            if d.port is not None:
-                look.health = ops.probe(
-                    d.port, served, d.health_path or "/health", unit=d.name, address=d.address
-                )
-                if look.health.ok or look.health.foreign:
-                    return look
-            look.at = time.monotonic()
-            if look.at - checked.get(d.name, -ALIVE_EVERY) < ALIVE_EVERY:
-                look.alive = True  # seen running a moment ago
-                return look
-            look.alive = ops.alive(d.name)
-            look.at = time.monotonic()
-            if look.alive:
-                checked[d.name] = look.at
-            if look.alive and look.at - looked.get(d.name, -LOOK) >= LOOK:
-                look.log = ops.tail(d.name, 50)
-            return look
-
-        def host(units: list[Desired]) -> list[Look]:
-            out: list[Look] = []
-            for d in units:
-                if out and isinstance(out[-1].error, HostLost):  # the rest: lost as well
-                    out.append(Look(error=out[-1].error))
-                    continue
-                try:
-                    out.append(one(d))
-                except PdctlError as exc:  # HostLost too: the caller tells them apart
-                    out.append(Look(error=exc))
-            return out
-
-        seen: dict[tuple[str, str], Look] = {}
-        for units, looks in zip(hosts.values(), self.t.map(host, hosts.values()), strict=True):
-            seen.update(((d.host.name, d.name), look) for d, look in zip(units, looks, strict=True))
-        return seen
-
-    def report(self, d: Desired, stage: str, line: str, elapsed: float) -> None:
-        self.stage(Stage(d.name, d.host.name, stage, line, elapsed, self.timeout))
-
-
-def last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""

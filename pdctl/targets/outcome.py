@@ -1,0 +1,60 @@
+"""What a rollout (pdctl.targets.rollout) did: each unit's failure, how failed or undone units
+were left, and the error `up` raises from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdctl.errors import PdctlError
+
+
+@dataclass
+class UnitFailure:
+    host: str
+    unit: str
+    why: str
+    log: str
+
+
+@dataclass
+class Outcome:
+    """What a rollout did: failures, and how each failed or undone unit was left."""
+
+    failures: list[UnitFailure] = field(default_factory=list)
+    interrupted: bool = False
+    stopped: list[str] = field(default_factory=list)  # started by this run, stopped again
+    restored: list[str] = field(default_factory=list)  # "unit (healthy)": previous version back
+    left: list[str] = field(default_factory=list)  # "unit on host: why" (could not be undone)
+
+    def summary(self) -> str:
+        parts = []
+        if self.restored:
+            parts.append("restored " + ", ".join(self.restored))
+        if self.stopped:
+            parts.append("stopped what this run started: " + ", ".join(self.stopped))
+        if self.left:
+            parts.append("NOT undone: " + "; ".join(self.left))
+        return "; ".join(parts) or "nothing had been changed"
+
+
+class UpFailed(PdctlError):
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.failures = outcome.failures
+        self.stopped = outcome.stopped
+        if outcome.interrupted:
+            head = "interrupted (Ctrl-C)"
+        else:
+            first = outcome.failures[0]
+            if first.unit == "-" or first.why.startswith(f"host {first.host} "):
+                head = first.why
+            else:
+                head = f"{first.unit} on host {first.host} failed: {first.why}"
+                last = last_line(first.log)[:300]
+                head += f"; its log ends: {last}" if last else ""
+        super().__init__(f"{head}; {outcome.summary()}")
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
