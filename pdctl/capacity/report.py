@@ -1,4 +1,5 @@
-"""The whole capacity plan of a spec: every role's memory, speed, slices, P:D ratio, advice."""
+"""The whole capacity plan of a spec: every role's memory, speed, slices, P:D ratio, advice.
+Its JSON form: pdctl.capacity.report_json."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from pdctl.capacity.fit import (
 from pdctl.capacity.gpus import MIB, GpuType
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
 from pdctl.capacity.models import ModelConfig
-from pdctl.capacity.profile import flashinfer_only
 from pdctl.capacity.roofline import (
     DecodeEstimate,
     best_batch,
@@ -115,6 +115,29 @@ def _recommended(model: ModelConfig, total: int, shape: Shape, used: int = 0) ->
     return None
 
 
+def _slice(
+    model: ModelConfig, gpu_mib: int, shape: Shape, share: Any, spec_util: float | None
+) -> tuple[DecodeSlice, float | None]:
+    """The decode slice of `share` at the spec's util (if any), and the util the slice's own
+    formula recommends."""
+    eager = getattr(share, "enforce_eager", None)
+
+    def at(util: float | None) -> DecodeSlice:
+        return decode_slice(
+            model,
+            gpu_mib,
+            shape,
+            share.per_gpu,
+            share.gpu_memory_percent,
+            share.gpu_memory_mib,
+            eager,
+            util,
+        )
+
+    sl = at(spec_util)
+    return sl, (sl if spec_util is None else at(None)).gpu_memory_utilization
+
+
 def role_plan(
     model: ModelConfig,
     gpu: GpuType,
@@ -134,29 +157,7 @@ def role_plan(
         max_tp, max_pp = 1, 1
     if share is not None:
         gpu_mib = getattr(share, "gpu_total_mib", None) or gpu.memory_mib
-        share_eager = getattr(share, "enforce_eager", None)
-        sl = decode_slice(
-            model,
-            gpu_mib,
-            shape,
-            share.per_gpu,
-            share.gpu_memory_percent,
-            share.gpu_memory_mib,
-            share_eager,
-            spec_util,
-        )
-        if spec_util is not None:  # what the slice's own formula would give
-            recommended: float | None = decode_slice(
-                model,
-                gpu_mib,
-                shape,
-                share.per_gpu,
-                share.gpu_memory_percent,
-                share.gpu_memory_mib,
-                share_eager,
-            ).gpu_memory_utilization
-        else:
-            recommended = sl.gpu_memory_utilization
+        sl, recommended = _slice(model, gpu_mib, shape, share, spec_util)
         total = sl.slice_mib * MIB
         shape = replace(shape, enforce_eager=sl.enforce_eager)
     else:
@@ -244,137 +245,3 @@ def plan_capacity(
     advice = packing_advice(kv_batch, target, demand, per_gpu)
     notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
-
-
-def _gib(value: float) -> float:
-    return round(value / 1024**3, 2)
-
-
-def _shape(shape: Shape) -> dict[str, Any]:
-    return {
-        "tensorParallel": shape.tp,
-        "pipelineParallel": shape.pp,
-        "kvCacheDtype": shape.kv_cache_dtype,
-        "maxModelLen": shape.max_model_len,
-    }
-
-
-def role_dict(r: RolePlan) -> dict[str, Any]:
-    """One role as plain JSON-able data (bytes as ints, GiB rounded to 0.01)."""
-    m = r.memory
-    out: dict[str, Any] = {
-        "role": r.role,
-        "replicas": r.replicas,
-        **_shape(r.shape),
-        "maxModelLen": m.max_model_len,
-        "pipelineStage": m.stage,  # the PP stage the memory figures are of (fewest KV tokens)
-        "otherProcessesGib": _gib(m.used),
-        "weightsBytesPerGpu": m.weights,
-        "weightsGib": _gib(m.weights),
-        "kvBytesPerToken": m.kv_per_token,
-        "kvBytesPerSequence": m.kv_per_sequence,
-        "activationGib": _gib(m.overhead.activation),
-        "nonTorchGib": _gib(m.overhead.non_torch),
-        "cudaGraphsGib": _gib(m.overhead.cuda_graphs),
-        "samplerProfile": "flashinfer"
-        if flashinfer_only(r.shape.engine, r.shape.flashinfer_sampler)
-        else "sorted",
-        "cudaGraphsCounted": m.overhead.graphs_counted,
-        "maxNumBatchedTokens": r.shape.batching(m.total, m.max_model_len)[0],
-        "maxNumSeqs": r.shape.batching(m.total, m.max_model_len)[1],
-        "vllmVersion": r.shape.engine,
-        "slidingWindowLayers": m.layout.sliding_layers if m.layout is not None else 0,
-        "totalGib": _gib(m.total),
-        "gpuMemoryUtilization": r.util,
-        "utilFromSpec": r.util_from_spec,
-        "recommendedGpuMemoryUtilization": r.recommended_util,
-        "minGpuMemoryUtilization": m.min_util,
-        "kvAvailableGib": _gib(m.kv_available),
-        "kvTokens": m.kv_tokens,
-        "concurrencyAtMaxModelLen": round(m.concurrency, 2),
-        "fits": r.fits,
-        "smallestFit": _shape(r.smallest) if r.smallest else None,
-        "alternatives": [
-            {"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens} for a in r.alternatives
-        ],
-        "decode": {
-            "batch": r.batch,
-            "context": r.decode.context,
-            "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
-            "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
-            "tokensPerSecond": round(r.decode.tokens_per_s, 1),
-            "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1),
-        },
-        "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1),
-    }
-    if r.slice is not None:
-        s = r.slice
-        out["slice"] = {
-            "sliceMib": s.slice_mib,
-            "perGpu": s.per_gpu,
-            "gpuMemoryUtilization": s.gpu_memory_utilization,
-            "enforceEager": s.enforce_eager,
-            "minSliceMib": s.min_slice_mib,
-            "maxPerGpu": s.max_per_gpu,
-            "kvTokens": s.kv_tokens,
-            "concurrency": s.concurrency,
-            "fits": s.fits,
-        }
-    return out
-
-
-def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
-    """The whole plan as plain JSON-able data (what `pdctl plan --output json` prints)."""
-    model, gpu, pd = plan.model, plan.gpu, plan.pd
-    return {
-        "model": {
-            "name": model.name,
-            "paramsBillion": round(model.params / 1e9, 2),
-            "activeParamsBillion": round(model.active_params / 1e9, 2),
-            "layers": model.layers,
-            "kvHeads": model.kv_heads,
-            "headDim": model.head_dim,
-            "mlaLatent": model.mla_latent,
-            "experts": model.experts,
-            "quantization": model.quantization,
-            "source": "table"
-            if model.from_table
-            else (
-                f"paramsBillion, shapes of {model.shapes_from}" if model.shapes_from else "config"
-            ),
-        },
-        "gpu": {
-            "name": gpu.name,
-            "memoryMib": gpu.memory_mib,
-            "usableMib": gpu.usable_mib,
-            "bandwidthGBs": gpu.bandwidth_gbs,
-            "bf16Tflops": gpu.bf16_tflops,
-        },
-        "phase": plan.phase,
-        "traffic": {
-            "promptTokens": plan.traffic.prompt_tokens,
-            "outputTokens": plan.traffic.output_tokens,
-            "requestsPerSecond": plan.traffic.requests_per_second,
-            "ttftMs": plan.traffic.ttft_ms,
-            "tpotMs": plan.traffic.tpot_ms,
-        },
-        "roles": [role_dict(r) for r in plan.roles],
-        "pd": {
-            "prefillPerDecode": round(pd.prefill_per_decode, 3),
-            "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
-            "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
-            "prefillInstances": pd.prefill_instances,
-            "decodeInstances": pd.decode_instances,
-            "decodeConcurrency": None
-            if pd.decode_concurrency is None
-            else round(pd.decode_concurrency, 1),
-            "ttftOk": pd.ttft_ok,
-        },
-        "advice": {
-            "case": plan.advice.case,
-            "pack": plan.advice.pack,
-            "lines": list(plan.advice.lines),
-        },
-        "fits": plan.fits,
-        "warnings": list(plan.warnings),
-    }

@@ -160,7 +160,7 @@ def register(app: typer.Typer) -> None:
             spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts
         )
         if output == "json":
-            from pdctl.capacity.report import plan_dict
+            from pdctl.capacity.report_json import plan_dict
 
             data = plan_dict(result)
             data["gpu"]["from"] = origin
