@@ -63,8 +63,9 @@ ENTRYPOINT = ["/bin/sh", "/engine.sh"]
 CHANGES = ["ENV PATH=/bin", f"ENTRYPOINT {json.dumps(ENTRYPOINT)}", "LABEL pdctl.test=engine"]
 
 
-def engine_rootfs(busybox: str) -> bytes:
-    """The stand-in's root filesystem as a tar; the same bytes every run (fixed mtimes)."""
+def engine_rootfs(busybox: str, extra: dict[str, bytes] | None = None) -> bytes:
+    """The stand-in's root filesystem as a tar (with `extra` files); the same bytes every run
+    (fixed mtimes)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
@@ -74,6 +75,8 @@ def engine_rootfs(busybox: str) -> bytes:
         for tool in ("sh", "httpd", "mkdir", "printf", "echo", "cat", "sleep"):
             add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
         add(tar, "engine.sh", ENGINE_SH.encode())
+        for name, data in (extra or {}).items():
+            add(tar, name, data, mode=0o644)
     return buf.getvalue()
 
 
