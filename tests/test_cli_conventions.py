@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT, run_cli
+from tests.pty_run import on_a_pty
 
 ESC = "\x1b"
 LIVE = ROOT / "tests" / "fixtures" / "gpu" / "h200x2-live"
@@ -38,29 +37,7 @@ def on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run pdctl with stdout and stderr on a pseudo-terminal: (exit code, what it showed)."""
     full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "COLUMNS")}
     full.update(env)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pdctl", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=follower,
-        stderr=follower,
-        env=full,
-    )
-    os.close(follower)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([leader], [], [], 60)
-        if not ready:
-            break
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    return on_a_pty(args, full)
 
 
 # -- -o is the format ----------------------------------------------------------------------

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pdctl.compat import LLMD, Release
 from pdctl.errors import SpecError
-from pdctl.plan.group import LWS_KIND, group_shape, kube_group, lws_flags
+from pdctl.plan.group import LWS_KIND, GroupShape, group_shape, kube_group, lws_flags
 from pdctl.plan.kv import nixl_config
 from pdctl.plan.model import Instance
 from pdctl.plan.pd import role_args, role_env
 from pdctl.plan.shape import PdShape
 from pdctl.plan.slice import Slice
 from pdctl.spec.model import Spec
+from pdctl.spec.pd import Role
 from pdctl.spec.value import label_value
 
 K8S_PREFILL_PORT = 8000
@@ -80,32 +83,9 @@ def kube_instances(
         pre_over["switches"] = ("--disable-custom-all-reduce",)
 
     pre_kv = nixl_config(LLMD.prefill_role, buffer)
-    if pre_g.multinode:
-        pre_over["flags"] = lws_flags(pre_g, worker=False)
-    prefill = Instance(
-        name=f"{spec.name}-prefill",
-        role="prefill",
-        index=0,
-        port=K8S_PREFILL_PORT,
-        args=role_args(
-            spec,
-            release,
-            pre,
-            "prefill",
-            K8S_PREFILL_PORT,
-            pre_kv,
-            **dict(pre_over),
-        ),
-        env=role_env(spec, pre, "prefill", side, owned=OWNED_ENV),
-        gpu_count=0 if cpu else (pre_g.per_node if pre_g.multinode else pre.tensor_parallel),
-        tensor_parallel=pre.tensor_parallel,
-        replicas=pre.replicas,
-        extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+    prefill = _role_instance(
+        spec, release, "prefill", pre, pre_g, K8S_PREFILL_PORT, pre_kv, pre_over, side
     )
-    if pre_g.multinode:
-        over_w = {**pre_over, "flags": lws_flags(pre_g, worker=True)}
-        worker = role_args(spec, release, pre, "prefill", K8S_PREFILL_PORT, pre_kv, **over_w)
-        prefill = kube_group(prefill, pre_g, worker, K8S_SIDE_CHANNEL_PORT)
     over: dict = {}
     if sl is not None:
         over = {"gpu_memory_utilization": sl.gpu_memory_utilization}
@@ -113,32 +93,44 @@ def kube_instances(
         if dec.tensor_parallel > 1:
             over["switches"] = ("--disable-custom-all-reduce",)
     dec_kv = nixl_config(LLMD.decode_role, buffer)
-    dec_over = {**over, "flags": lws_flags(dec_g, worker=False)} if dec_g.multinode else over
-    decode = Instance(
-        name=f"{spec.name}-decode",
-        role="decode",
+    decode = _role_instance(
+        spec, release, "decode", dec, dec_g, K8S_DECODE_PORT, dec_kv, over, side
+    )
+    return (prefill, decode)
+
+
+def _role_instance(
+    spec: Spec,
+    release: Release,
+    role: Literal["prefill", "decode"],
+    section: Role,
+    g: GroupShape,
+    port: int,
+    kv: dict,
+    over: dict,
+    side: tuple[str, str],
+) -> Instance:
+    """The pod template of one role (`over`: its role_args overrides); a role that spans nodes
+    leads a LeaderWorkerSet group of headless workers."""
+    cpu = spec.engine.device == "cpu"
+    leader_over = {**over, "flags": lws_flags(g, worker=False)} if g.multinode else over
+    instance = Instance(
+        name=f"{spec.name}-{role}",
+        role=role,
         index=0,
-        port=K8S_DECODE_PORT,
-        args=role_args(
-            spec,
-            release,
-            dec,
-            "decode",
-            K8S_DECODE_PORT,
-            dec_kv,
-            **dict(dec_over),
-        ),
-        env=role_env(spec, dec, "decode", side, owned=OWNED_ENV),
-        gpu_count=0 if cpu else (dec_g.per_node if dec_g.multinode else dec.tensor_parallel),
-        tensor_parallel=dec.tensor_parallel,
-        replicas=dec.replicas,
+        port=port,
+        args=role_args(spec, release, section, role, port, kv, **dict(leader_over)),
+        env=role_env(spec, section, role, side, owned=OWNED_ENV),
+        gpu_count=0 if cpu else (g.per_node if g.multinode else section.tensor_parallel),
+        tensor_parallel=section.tensor_parallel,
+        replicas=section.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
     )
-    if dec_g.multinode:
-        over_w = {**over, "flags": lws_flags(dec_g, worker=True)}
-        worker = role_args(spec, release, dec, "decode", K8S_DECODE_PORT, dec_kv, **over_w)
-        decode = kube_group(decode, dec_g, worker, K8S_SIDE_CHANNEL_PORT)
-    return (prefill, decode)
+    if g.multinode:
+        worker_over = {**over, "flags": lws_flags(g, worker=True)}
+        worker = role_args(spec, release, section, role, port, kv, **worker_over)
+        instance = kube_group(instance, g, worker, K8S_SIDE_CHANNEL_PORT)
+    return instance
 
 
 def custom_kinds(spec: Spec) -> tuple[tuple[str, str], ...]:

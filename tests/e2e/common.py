@@ -11,21 +11,73 @@ from tests.e2e.conftest import VllmCpu
 from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in
 
 # vllm_cpu.md: eager mode, float32, a 1 GiB KV cache, offline; one core per engine.
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+ENGINE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 START_TIMEOUT = "600"
-PROMPT = ("the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy "
-          "dog vllm cpu deploy prefill decode cache token model server request router host "
-          "engine spec plan render apply health metric port")
+PROMPT = (
+    "the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy "
+    "dog vllm cpu deploy prefill decode cache token model server request router host "
+    "engine spec plan render apply health metric port"
+)
+
+
+# NIXL with kv_buffer_device cpu: the KV blocks go over UCX on loopback.
+UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
 
 
 def model_section(vllm: VllmCpu, name: str | None = None) -> dict:
-    return {"name": name or str(vllm.model), "servedName": "tiny", "maxModelLen": 256,
-            "dtype": "float32"}
+    return {
+        "name": name or str(vllm.model),
+        "servedName": "tiny",
+        "maxModelLen": 256,
+        "dtype": "float32",
+    }
 
 
 def host(env: SshEnv, vllm: VllmCpu, data: Path, name: str = "lo1") -> dict:
     return host_entry(env, env.host(name), data, venv=str(vllm.venv))
+
+
+def pd_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str, ports: tuple[int, ...]) -> dict:
+    """Phase 2 on lo1: one prefill and one decode (a core each, NIXL over UCX) behind
+    vllm-router; `ports`: prefill, decode, router, router metrics. The engines require
+    secrets.apiKey, read from $PDCTL_E2E_API_KEY."""
+    prefill, decode, router, metrics = ports
+    return {
+        "name": name,
+        "phase": 2,
+        "model": model_section(vllm),
+        "engine": {"device": "cpu", "env": {**ENGINE_ENV, **UCX}},
+        "hosts": [host(env, vllm, data)],
+        # The CPU attention backend needs a block size that is a multiple of 32.
+        "prefill": {
+            "replicas": 1,
+            "port": prefill,
+            "enforceEager": True,
+            "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"},
+            "extraArgs": ["--block-size", "32"],
+        },
+        "decode": {
+            "replicas": 1,
+            "port": decode,
+            "enforceEager": True,
+            "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"},
+            "extraArgs": ["--block-size", "32"],
+        },
+        "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
+        "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
+        "router": {
+            "port": router,
+            "metricsPort": metrics,
+            "venv": str(vllm.router),
+            "healthCheckIntervalSecs": 2,
+        },
+    }
 
 
 def known(env: SshEnv) -> list[str]:
@@ -33,8 +85,16 @@ def known(env: SshEnv) -> list[str]:
 
 
 def up(spec: Path, env: SshEnv, extra_env: dict[str, str] | None = None):
-    return pdctl("up", str(spec), "--yes", "--timeout", START_TIMEOUT, *known(env),
-                 env=extra_env, timeout=900)
+    return pdctl(
+        "up",
+        str(spec),
+        "--yes",
+        "--timeout",
+        START_TIMEOUT,
+        *known(env),
+        env=extra_env,
+        timeout=900,
+    )
 
 
 def printed_urls(output: str) -> list[str]:
@@ -43,8 +103,9 @@ def printed_urls(output: str) -> list[str]:
 
 def complete(base_url: str, prompt: str = PROMPT, max_tokens: int = 8) -> dict:
     body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).encode()
-    req = urllib.request.Request(f"{base_url}/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base_url}/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.loads(resp.read())
 

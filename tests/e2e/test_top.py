@@ -27,6 +27,7 @@ from tests.e2e.common import (
     host,
     known,
     model_section,
+    pd_spec,
     printed_urls,
     up,
 )
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.e2e
 REQUESTS, MAX_TOKENS = 4, 8
 SERVE = 18740
 PREFILL, DECODE, ROUTER, METRICS = 18750, 18760, 18770, 18771
-UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
 API_KEY = "sk-e2e-top-key-7c1d"
 WINDOWS = (45, 150)  # seconds; the second only where the load outlasted the first
 
@@ -186,38 +186,8 @@ def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
 @pytest.fixture(scope="module")
 def pd(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("top2")
-    spec = write_spec(
-        data / "spec.yaml",
-        {
-            "name": "e2etoppd",
-            "phase": 2,
-            "model": model_section(vllm_cpu),
-            "engine": {"device": "cpu", "env": {**ENGINE_ENV, **UCX}},
-            "hosts": [host(ssh_env, vllm_cpu, data)],
-            "prefill": {
-                "replicas": 1,
-                "port": PREFILL,
-                "enforceEager": True,
-                "env": {"VLLM_CPU_OMP_THREADS_BIND": "0"},
-                "extraArgs": ["--block-size", "32"],
-            },
-            "decode": {
-                "replicas": 1,
-                "port": DECODE,
-                "enforceEager": True,
-                "env": {"VLLM_CPU_OMP_THREADS_BIND": "1"},
-                "extraArgs": ["--block-size", "32"],
-            },
-            "disaggregation": {"connector": "nixl", "kvBufferDevice": "cpu"},
-            "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
-            "router": {
-                "port": ROUTER,
-                "metricsPort": METRICS,
-                "venv": str(vllm_cpu.router),
-                "healthCheckIntervalSecs": 2,
-            },
-        },
-    )
+    doc = pd_spec(vllm_cpu, ssh_env, data, "e2etoppd", (PREFILL, DECODE, ROUTER, METRICS))
+    spec = write_spec(data / "spec.yaml", doc)
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, data, result
     pdctl("down", str(spec), *known(ssh_env))

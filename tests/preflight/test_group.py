@@ -21,6 +21,7 @@ from pdctl.facts.model import Facts
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
+from tests.preflight.sshd_hosts import sshd_hosts
 
 HOSTS = (
     "  - {name: a, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /v}\n"
@@ -163,17 +164,6 @@ def test_not_probed_is_said() -> None:
 
 
 # The same probes over SSH on the real sshd test hosts ------------------------------------------
-def _ssh_hosts() -> dict[str, tuple[str, int]]:
-    path = os.environ.get("PDCTL_TEST_SSH_HOSTS")
-    if not path or not Path(path).exists() or not os.environ.get("PDCTL_TEST_SSH_KEY"):
-        pytest.skip("no sshd test hosts: run tests/services.sh start and source $RUN/env")
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        name, addr, port = line.split()
-        out[name] = (addr, int(port))
-    return out
-
-
 def _venv(root: Path, version: str) -> Path:
     """A real Python environment whose package metadata says vLLM `version`."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
@@ -194,7 +184,7 @@ def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str =
     from pdctl.probe import Options, gather
     from pdctl.targets.ssh import SshOptions
 
-    hosts, key = _ssh_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]
+    hosts, key = sshd_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]
     lines = [
         f"  - {{name: {n}, address: '{hosts[n][0]}', port: {hosts[n][1]}, user: root, "
         f"identityFile: '{key}', gpus: [0], runtime: venv, venv: '{_venv(tmp / n, v)}'"
@@ -226,7 +216,7 @@ def test_over_ssh_the_worker_reaches_the_leader_and_versions_are_compared(tmp_pa
 
 
 def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
-    if "node2" not in _ssh_hosts():
+    if "node2" not in sshd_hosts():
         pytest.skip("no network-namespace hosts")
     found = _gather_group(tmp_path, ["node1", "node2"], ["0.33.0", "0.33.0"])
     (reach,) = by_check(found, "group.reach")

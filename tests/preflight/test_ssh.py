@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.preflight.conftest import FIX, json_findings, pdctl
+from tests.preflight.sshd_hosts import sshd_hosts
 
 FAKE_SMI = """#!/bin/sh
 ip=$(echo "$SSH_CONNECTION" | cut -d' ' -f3)
@@ -35,17 +36,6 @@ esac
 """
 
 
-def _hosts() -> dict[str, tuple[str, int]]:
-    path = os.environ.get("PDCTL_TEST_SSH_HOSTS")
-    if not path or not Path(path).exists() or not os.environ.get("PDCTL_TEST_SSH_KEY"):
-        pytest.skip("no sshd test hosts: run tests/services.sh start and source $RUN/env")
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        name, addr, port = line.split()
-        out[name] = (addr, int(port))
-    return out
-
-
 def _exe(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -53,7 +43,7 @@ def _exe(path: Path, text: str) -> None:
 
 @pytest.fixture
 def testbed(tmp_path: Path):
-    hosts = _hosts()
+    hosts = sshd_hosts()
     root = tmp_path / "by-address"
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
@@ -77,7 +67,8 @@ def _spec(tmp: Path, hosts: dict[str, tuple[str, int]], names: list[str], serve:
     spec = tmp / "spec.yaml"
     spec.write_text(
         "name: ssh-test\nphase: 0\nmodel: {name: meta-llama/Llama-3.1-8B-Instruct, "
-        "maxModelLen: 8192}\nhosts:\n" + "\n".join(lines) + f"\nserve: {serve}\n")
+        "maxModelLen: 8192}\nhosts:\n" + "\n".join(lines) + f"\nserve: {serve}\n"
+    )
     return spec
 
 
@@ -92,9 +83,18 @@ def test_gather_over_ssh_record_and_replay(testbed) -> None:
     # port 2222 is where the loopback sshd listens: lo1 must report it taken
     spec = _spec(tmp, hosts, names, f"{{replicas: {replicas}, tensorParallel: 2, port: 2222}}")
     rec = tmp / "rec"
-    proc = pdctl("preflight", str(spec), "-o", "json", "--record", str(rec),
-                 "--known-hosts", os.environ["PDCTL_TEST_KNOWN_HOSTS"],
-                 "--remote-path", str(fakebin))
+    proc = pdctl(
+        "preflight",
+        str(spec),
+        "-o",
+        "json",
+        "--record",
+        str(rec),
+        "--known-hosts",
+        os.environ["PDCTL_TEST_KNOWN_HOSTS"],
+        "--remote-path",
+        str(fakebin),
+    )
     assert proc.returncode == 1, proc.stderr  # lo1's port and node2's driver fail
     found = json_findings(proc)
     assert _by(found, "gpu.count", "lo1")[0]["status"] == "PASS"
@@ -102,8 +102,9 @@ def test_gather_over_ssh_record_and_replay(testbed) -> None:
     assert _by(found, "host.runtime", "lo1")[0]["found"] == "conda 24.7.1"
     assert _by(found, "host.ports", "lo1")[0]["status"] == "FAIL"
     assert _by(found, "host.shm", "lo1")[0]["status"] in ("PASS", "WARN")
-    assert (rec / "lo1" / "query-gpu.csv").read_text() == (FIX / "h200x2" / "query-gpu.csv"
-                                                           ).read_text()
+    assert (rec / "lo1" / "query-gpu.csv").read_text() == (
+        FIX / "h200x2" / "query-gpu.csv"
+    ).read_text()
     if "node1" in hosts:
         assert (rec / "node1" / "hostname.txt").read_text().strip() == "node1"
         tp = _by(found, "tp.nvlink", "node1")
@@ -122,14 +123,31 @@ def test_unknown_host_key_is_refused_unless_accepted(testbed) -> None:
     spec = _spec(tmp, hosts, [name], "{replicas: 1, tensorParallel: 2, port: 18000}")
     known = tmp / "known_hosts"
     known.write_text("")
-    proc = pdctl("preflight", str(spec), "-o", "json", "--known-hosts", str(known),
-                 "--remote-path", str(fakebin))
+    proc = pdctl(
+        "preflight",
+        str(spec),
+        "-o",
+        "json",
+        "--known-hosts",
+        str(known),
+        "--remote-path",
+        str(fakebin),
+    )
     assert proc.returncode == 1
     (reach,) = [f for f in json_findings(proc) if f["check"] == "host.reach"]
     assert "unknown host key" in reach["found"]
     assert known.read_text() == ""
-    proc = pdctl("preflight", str(spec), "-o", "json", "--known-hosts", str(known),
-                 "--accept-new-host-keys", "--remote-path", str(fakebin))
+    proc = pdctl(
+        "preflight",
+        str(spec),
+        "-o",
+        "json",
+        "--known-hosts",
+        str(known),
+        "--accept-new-host-keys",
+        "--remote-path",
+        str(fakebin),
+    )
     assert not [f for f in json_findings(proc) if f["check"] == "host.reach"]
     addr, port = hosts[name]
     assert known.read_text().startswith(f"[{addr}]:{port} ssh-ed25519 ")

@@ -5,12 +5,7 @@ every unit, the router's too (issue 17)."""
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.kube import KubeTarget
+from tests.pty_run import on_a_pty
 from tests.targets.test_kube import write_kube_files
 from tests.targets.testbed import SshEnv, host_entry, pdctl, processes_in, write_spec
 
@@ -130,36 +126,9 @@ def test_down_on_kubernetes_dry_run_then_asks(cluster, api, tmp_path: Path) -> N
     assert refused.stdout == ""
     assert sorted(tgt.owned()) == owned
     # On a terminal it asks: "n" keeps everything, "y" deletes.
-    code, shown = answer(["down", str(spec), *kube], "n")
+    code, shown = on_a_pty(["down", str(spec), *kube], reply="n")
     assert code == 130 and "delete the Kubernetes objects of 'kdry'" in shown, shown
     assert sorted(tgt.owned()) == owned
-    code, shown = answer(["down", str(spec), "--delete-volumes", *kube], "y")
+    code, shown = on_a_pty(["down", str(spec), "--delete-volumes", *kube], reply="y")
     assert code == 0 and "deleted 3 objects" in shown, shown
     assert tgt.owned() == []
-
-
-def answer(args: list[str], reply: str) -> tuple[int, str]:
-    """Run pdctl on a pseudo-terminal; answer its question with `reply`."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pdctl", *args], stdin=follower, stdout=follower, stderr=follower
-    )
-    os.close(follower)
-    shown = b""
-    answered = False
-    while True:
-        ready, _, _ = select.select([leader], [], [], 60)
-        if not ready:
-            break
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        shown += data
-        if not answered and b"[y/N]" in shown:
-            os.write(leader, reply.encode() + b"\n")
-            answered = True
-    os.close(leader)
-    return proc.wait(timeout=60), shown.decode("utf-8", "replace")

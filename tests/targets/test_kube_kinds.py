@@ -21,6 +21,7 @@ from pdctl.spec import load_text
 from pdctl.targets.kube import HASH_ANNOTATION, NAMESPACE_ANNOTATION, KubeTarget
 from tests.conftest import EXAMPLES, run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
+from tests.targets.kubeconfig import write_kubeconfig
 
 CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
 GIE_CRD = CRDS / "inference.networking.k8s.io_inferencepools.yaml"
@@ -62,19 +63,7 @@ def plan_objects(data: dict, **how: object) -> tuple:
 
 
 def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, str]:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
-                "clusters": [{"name": "kmock", "cluster": {"server": server.url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path, server.url)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
     return str(spec), str(kubeconfig)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.targets.conftest import builtin_resources, kube_server
+from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,19 +61,7 @@ def setup(srv, tmp_path: Path, dcgm: bool) -> tuple[str, str]:
     data["name"] = "ktop"
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
-                "clusters": [{"name": "kmock", "cluster": {"server": srv.url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path, srv.url)
     return str(spec), str(kubeconfig)
 
 
