@@ -73,6 +73,8 @@ class PullProgress:
 
     def line(self) -> str:
         """`pulling vllm/vllm-openai:v0.x: 12/30 layers, 3.1/9.8 GB`."""
+        if not self.steps:
+            return f"pulling {self.image}"
         done = sum(1 for s in self.steps.values() if s in DONE_STEPS)
         head = f"pulling {self.image}: {done}/{len(self.steps)} layers"
         if not self.total:

@@ -129,6 +129,7 @@ def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
 def test_pull_progress_line_counts_layers_and_bytes():
     """The progress line from the stream's events (the shapes dockerd sends)."""
     p = PullProgress("vllm/vllm-openai:v0.x")
+    assert p.line() == "pulling vllm/vllm-openai:v0.x"
     p.update({"status": "Pulling from vllm/vllm-openai", "id": "v0.x"})
     for layer in ("a", "b", "c"):
         p.update({"status": "Pulling fs layer", "progressDetail": {}, "id": layer})
