@@ -14,7 +14,7 @@ from typing import Any
 
 from pdctl.top.gpu import GpuLoad, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
-from pdctl.top.source import Endpoint, _max_num_seqs, _with_roles, gpu_roles
+from pdctl.top.source import Endpoint, gpu_roles, max_num_seqs, with_roles
 
 
 @dataclass
@@ -45,7 +45,7 @@ class DockerSource:
             for u in units:
                 inst = insts.get(u.name)
                 gpus = tuple((host, g) for g in inst.gpus) if inst is not None else ()
-                seqs = _max_num_seqs(inst.args) if inst is not None else None
+                seqs = max_num_seqs(inst.args) if inst is not None else None
                 out.append(Endpoint(u.name, u.role, host, u.port, u.host.address, seqs, gpus))
         self.endpoints = sorted(out, key=lambda e: (e.role, e.name))
         self._find()
@@ -112,7 +112,7 @@ class DockerSource:
             if rc != 0 and not gpus:
                 tail = (err or out or b"").decode("utf-8", "replace").strip()[-200:]
                 errors = [f"GPU probe in container {cont.name} exited {rc}: {tail}"]
-            out_gpus = [_with_roles(g, roles.get((g.host, g.index), ())) for g in gpus]
+            out_gpus = [with_roles(g, roles.get((g.host, g.index), ())) for g in gpus]
             return out_gpus, [e if e.startswith(host) else f"{host}: {e}" for e in errors]
 
         start = time.monotonic()

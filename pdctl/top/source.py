@@ -29,7 +29,8 @@ class Endpoint:
     gpus: tuple[tuple[str, int], ...] = ()
 
 
-def _max_num_seqs(args: tuple[str, ...]) -> int | None:
+def max_num_seqs(args: tuple[str, ...]) -> int | None:
+    """The engine's --max-num-seqs in its arguments; None when not given."""
     for i, arg in enumerate(args):
         value = None
         if arg == "--max-num-seqs" and i + 1 < len(args):
@@ -58,7 +59,7 @@ def host_endpoints(plan: Any, bundle: Any) -> list[Endpoint]:
             continue
         gpus = tuple((d.host.name, g) for g in inst.gpus)
         out.append(
-            Endpoint(d.name, d.role, d.host.name, d.port, d.address, _max_num_seqs(inst.args), gpus)
+            Endpoint(d.name, d.role, d.host.name, d.port, d.address, max_num_seqs(inst.args), gpus)
         )
     return sorted(out, key=lambda e: (e.role != "router", e.role, e.name))
 
@@ -148,7 +149,7 @@ class HostSource:
             gpus, errors = parse_probe(name, res.out)
             if res.rc != 0 and not gpus:
                 errors.append(f"{name}: GPU probe exited {res.rc}: {res.err.strip()[-200:]}")
-            out = [_with_roles(g, roles.get((g.host, g.index), ())) for g in gpus]
+            out = [with_roles(g, roles.get((g.host, g.index), ())) for g in gpus]
             return out, [f"{name}: {e}" for e in errors if not e.startswith(name)]
 
         start = time.monotonic()
@@ -162,7 +163,7 @@ class HostSource:
         return gpus, missing
 
 
-def _with_roles(g: GpuLoad, roles: tuple[str, ...]) -> GpuLoad:
+def with_roles(g: GpuLoad, roles: tuple[str, ...]) -> GpuLoad:
     from dataclasses import replace
 
     return replace(g, roles=roles)
@@ -211,7 +212,7 @@ class KubeSource:
                     role,
                     pod.spec.node_name or pod.metadata.name,
                     port,
-                    max_num_seqs=_max_num_seqs(inst.args),
+                    max_num_seqs=max_num_seqs(inst.args),
                 )
             )
         self.endpoints = sorted(out, key=lambda e: (e.role, e.name))
