@@ -162,7 +162,7 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     # pdctl/spec/workload.py sections; the lead wires them into Spec as `hardware`/`workload`.
     from types import SimpleNamespace
 
-    from pdctl.cli.plan_cmd import _gpu, _traffic
+    from pdctl.capacity import spec_gpu, spec_traffic
     from pdctl.errors import SpecError
     from pdctl.spec.workload import Hardware, Workload
 
@@ -170,10 +170,10 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     spec = SimpleNamespace(
         hardware=Hardware.model_validate({"gpu": "L40S"}), workload=work, decode=None
     )
-    gpu, origin = _gpu(spec, None, None)
+    gpu, origin = spec_gpu(spec, None, None)
     assert gpu.name == "L40S" and origin == "hardware.gpu"
-    assert _gpu(spec, "H200", None)[0].name == "H200"  # the option wins
-    traffic = _traffic(spec, None, 100, None, None, None)
+    assert spec_gpu(spec, "H200", None)[0].name == "H200"  # the option wins
+    traffic = spec_traffic(spec, None, 100, None, None, None)
     assert (
         traffic.prompt_tokens,
         traffic.output_tokens,
@@ -182,7 +182,7 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     ) == (4000, 100, 3, 40)
     bad = SimpleNamespace(hardware=Hardware(gpu="Z80"), workload=None, decode=None)
     with pytest.raises(SpecError) as err:
-        _gpu(bad, None, None)
+        spec_gpu(bad, None, None)
     assert err.value.path == "hardware.gpu"
 
 
