@@ -52,8 +52,14 @@ wait
 """
 
 
-def add(tar: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o755,
-        kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
+def add(
+    tar: tarfile.TarFile,
+    name: str,
+    data: bytes = b"",
+    mode: int = 0o755,
+    kind: bytes = tarfile.REGTYPE,
+    link: str = "",
+) -> None:
     info = tarfile.TarInfo(name)
     info.mode, info.type, info.linkname, info.size = mode, kind, link, len(data)
     tar.addfile(info, io.BytesIO(data) if data else None)
@@ -91,8 +97,9 @@ def ensure_engine_image(client, rootfs: bytes) -> str:
     try:
         image = client.images.get(content_tag)
     except docker.errors.ImageNotFound:
-        client.api.import_image_from_data(rootfs, repository=repo, tag=f"c-{digest}",
-                                          changes=CHANGES)
+        client.api.import_image_from_data(
+            rootfs, repository=repo, tag=f"c-{digest}", changes=CHANGES
+        )
         image = client.images.get(content_tag)
     image.tag(repo, tag)  # the name the tests use (moves from an older content's image)
     remove_stale_engine_images(client)
@@ -134,8 +141,11 @@ def test_engine_image_is_imported_once_per_content(docker_client):
     content_tag = ensure_engine_image(docker_client, engine_rootfs(shutil.which("busybox")))
     assert {i.id for i in docker_client.images.list(all=True)} <= before
     assert docker_client.images.get(content_tag).id == docker_client.images.get(IMAGE).id
-    stale = [i for i in docker_client.images.list(filters={"dangling": True})
-             if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT]
+    stale = [
+        i
+        for i in docker_client.images.list(filters={"dangling": True})
+        if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT
+    ]
     assert stale == []
 
 
@@ -149,10 +159,18 @@ HOST = Host(name="local", address="127.0.0.1", runtime="docker", hfCache="/tmp/p
 
 
 def unit(name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()) -> Unit:
-    return Unit(name=name, role="serve", host=HOST, port=port,
-                command=(model, "--port", str(port), "--served-model-name", "tiny"),
-                env=(("VLLM_LOGGING_LEVEL", "INFO"),), setup="", image=IMAGE, gpus=gpus,
-                publish=(f"{port}:{port}",))
+    return Unit(
+        name=name,
+        role="serve",
+        host=HOST,
+        port=port,
+        command=(model, "--port", str(port), "--served-model-name", "tiny"),
+        env=(("VLLM_LOGGING_LEVEL", "INFO"),),
+        setup="",
+        image=IMAGE,
+        gpus=gpus,
+        publish=(f"{port}:{port}",),
+    )
 
 
 def healthy(port: int) -> bool:
@@ -161,8 +179,12 @@ def healthy(port: int) -> bool:
 
 @pytest.fixture
 def target(docker_client, request):
-    tgt = DockerTarget(docker_client, f"t-{request.node.name[:40].replace('_', '-')}",
-                       network="host", stop_seconds=1)  # busybox httpd as PID 1 ignores TERM
+    tgt = DockerTarget(
+        docker_client,
+        f"t-{request.node.name[:40].replace('_', '-')}",
+        network="host",
+        stop_seconds=1,
+    )  # the stand-in ends on TERM; 1 s bounds a stuck one
     yield tgt
     tgt.down()
 
@@ -234,13 +256,27 @@ def test_hf_cache_and_model_path_are_mounted_as_the_script_does(docker_client, t
     Docker host's home) at /root/.cache/huggingface, and a model path read-only at its path."""
     home, model = tmp_path / "home", tmp_path / "model"
     model.mkdir()
-    tgt = DockerTarget(docker_client, "t-mounts", network="host", stop_seconds=1,
-                       home=str(home), model_dir=str(model))
+    tgt = DockerTarget(
+        docker_client,
+        "t-mounts",
+        network="host",
+        stop_seconds=1,
+        home=str(home),
+        model_dir=str(model),
+    )
     host = Host(name="local", address="127.0.0.1", runtime="docker")  # the default hfCache
     port = free_port()
-    u = Unit(name="t-mounts-serve-0", role="serve", host=host, port=port,
-             command=(str(model), "--port", str(port), "--served-model-name", "tiny"),
-             env=(), setup="", image=IMAGE, publish=(f"{port}:{port}",))
+    u = Unit(
+        name="t-mounts-serve-0",
+        role="serve",
+        host=host,
+        port=port,
+        command=(str(model), "--port", str(port), "--served-model-name", "tiny"),
+        env=(),
+        setup="",
+        image=IMAGE,
+        publish=(f"{port}:{port}",),
+    )
     try:
         tgt.apply([u], tgt.changes([u]), {})
         (c,) = tgt.containers()
@@ -283,16 +319,24 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
     model = tmp_path / "model"  # a model given as a host path is mounted read-only
     model.mkdir()
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "sdk",
-        "phase": 0,
-        "model": {"name": str(model), "servedName": "tiny"},
-        "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
-        "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
-        "serve": {"port": port},
-    }))
-    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
-           "--docker-network", "host"]
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sdk",
+                "phase": 0,
+                "model": {"name": str(model), "servedName": "tiny"},
+                "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
+                "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
+                "serve": {"port": port},
+            }
+        )
+    )
+    url = [
+        "--docker-url",
+        f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
+        "--docker-network",
+        "host",
+    ]
     up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
