@@ -17,7 +17,7 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
-from pdctl.targets.base import Closing, StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.remote import HostOps
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
@@ -38,6 +38,7 @@ class HostsTarget(Closing):
     options: SshOptions = field(default_factory=SshOptions)
     parallel: int = 8
     say: Say = lambda _msg: None
+    stage: Callable[[Stage], None] = lambda _s: None  # where each unit is (read by Rollout)
     ops: dict[str, HostOps] = field(default_factory=dict)
     # Set by the CLI's SIGINT handler: the first Ctrl-C (undo this run), the second (undo
     # without waiting for health).
