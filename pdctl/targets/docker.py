@@ -24,6 +24,7 @@ from pdctl.targets.docker_pull import present, pull
 from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"
+NETWORK = "pdctl.io/network"  # the network the container runs on: host or bridge
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
@@ -92,7 +93,7 @@ def run_options(
         "image": unit.image,
         "command": list(unit.command),
         "name": unit.name,
-        "labels": labels(deployment, unit),
+        "labels": {**labels(deployment, unit), NETWORK: network_of(unit, network)},
         "environment": {**dict(unit.env), **secrets},
         # vLLM's workers share tensors through shared memory: the host's IPC namespace.
         "ipc_mode": "host",
@@ -113,13 +114,35 @@ def run_options(
         # (render.container), with the unit folder, HAMi-core and RDMA devices as start.sh has.
         add_host_run(opts, run, unit, deployment, home)
     elif network == "host":
+        # No publishing on the host's network: the engine itself must listen on the host port
+        # pdctl probes and clients use (the command names the in-container port).
         opts["network_mode"] = "host"
+        opts["command"] = on_host_ports(list(unit.command), unit.publish)
     else:
         opts["ports"] = {
             f"{container}/tcp": int(host)
             for host, container in (mapping.split(":", 1) for mapping in unit.publish)
         }
     return opts
+
+
+def network_of(unit: Unit, network: str) -> str:
+    """The network `unit`'s container runs on: prefill/decode engines and group nodes always
+    on the host's (render.container), a phase 0 engine on `network` (--docker-network)."""
+    return "host" if host_run(unit) is not None else network
+
+
+def on_host_ports(command: list[str], publish: tuple[str, ...]) -> list[str]:
+    """`command` with each published container port given to `--port` replaced by its host
+    port (`HOST:CONTAINER` mappings), for a container on the host's network."""
+    ports = {container: host for host, container in (m.split(":", 1) for m in publish)}
+    out = list(command)
+    for i, word in enumerate(out):
+        if word == "--port" and i + 1 < len(out) and out[i + 1] in ports:
+            out[i + 1] = ports[out[i + 1]]
+        elif word.startswith("--port=") and word[7:] in ports:
+            out[i] = "--port=" + ports[word[7:]]
+    return out
 
 
 def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: str | None) -> None:
@@ -169,6 +192,9 @@ class DockerTarget:
                 out.append(Change(host, unit.name, unit.role, "start", "new"))
             elif c.labels.get("pdctl.io/hash") != unit_hash(unit):
                 out.append(Change(host, unit.name, unit.role, "restart", "spec changed"))
+            elif c.labels.get(NETWORK, net := network_of(unit, self.network)) != net:
+                why = f"network {c.labels[NETWORK]} -> {net}"
+                out.append(Change(host, unit.name, unit.role, "restart", why))
             elif c.status != "running":
                 out.append(Change(host, unit.name, unit.role, "start", f"container {c.status}"))
             else:

@@ -29,8 +29,6 @@ while [ $# -gt 0 ]; do
   case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
   shift
 done
-# host networking in tests: listen on the host port pdctl publishes (STANDIN_PORT)
-port=${STANDIN_PORT:-$port}
 # A test steers one container through its HF cache folder (a folder per spec host):
 # `listen` overrides the address:port, `log` is printed first, `hold` delays serving while it
 # exists (so a test sees each stage however slow the machine is).
@@ -325,7 +323,7 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
                 "name": "sdk",
                 "phase": 0,
                 "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
+                "engine": {"device": "cpu", "image": IMAGE},
                 "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
                 "serve": {"port": port},
             }
@@ -345,6 +343,16 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert "nothing to change" in again.stdout, again.stdout + again.stderr
         # Nothing to change still checks health and says where to send requests.
         assert f"http://127.0.0.1:{port}/v1" in again.stdout, again.stdout
+        # On the host's network nothing is published: the engine itself was told the host
+        # port (the rendered command names the in-container port, 8000).
+        (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})
+        cmd = c.attrs["Config"]["Cmd"]
+        assert cmd[cmd.index("--port") + 1] == str(port), cmd
+        assert c.labels["pdctl.io/network"] == "host"
+        # Switching to the bridge network restarts the engine (its ports change).
+        bridge = [*url[:2], "--docker-network", "bridge"]
+        planned = pdctl("up", str(spec), "--dry-run", *bridge)
+        assert "network host -> bridge" in planned.stdout, planned.stdout + planned.stderr
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
         # logs reads the container's log through the same target as up and status.

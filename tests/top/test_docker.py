@@ -51,7 +51,7 @@ def deployed(docker_client, tmp_path_factory):  # noqa: F811
                 "name": "topsdk",
                 "phase": 0,
                 "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": IMAGE, "env": {"STANDIN_PORT": str(port)}},
+                "engine": {"device": "cpu", "image": IMAGE},
                 "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
                 "serve": {"port": port, "maxNumSeqs": 64},
             }
