@@ -62,8 +62,7 @@ class Rollout(HealthWait):
     ) -> None:
         self.t = target
         self.say = target.say
-        # Where each unit is while waiting (set on the target by pdctl.targets.open_target).
-        self.stage: Callable[[Stage], None] = getattr(target, "stage", None) or (lambda _s: None)
+        self.stage: Callable[[Stage], None] = target.stage  # where each unit is while waiting
         self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
         self.interrupt, self.hurry = interrupt, hurry
         self.done: list[Done] = []
