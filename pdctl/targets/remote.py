@@ -29,6 +29,15 @@ from pdctl.targets.host_scripts import (
 from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
+NO_LOG_RC = 3  # what a unit's log command exits with when the unit has no log
+
+
+class NoLog(PdctlError):
+    """Units with no log on a host: never started there, or removed by `down` (exit 1)."""
+
+    def __init__(self, units: list[str], host: str) -> None:
+        super().__init__(f"{', '.join(units)} on {host}: no log (not started, or removed by down)")
+
 
 class HostOps:
     """Upload, start, stop, observe and probe the units of one deployment on one host."""
@@ -246,37 +255,53 @@ class HostOps:
                 self._tails[name] = text
 
     def tail(self, unit: str, lines: int = 20) -> str:
+        """The last lines of a unit's log for up's progress and failure reports: '' when it
+        has none (never raises NoLog)."""
         with self._seen_lock:
             ahead = self._tails.pop(unit, None) if 0 < lines <= TAIL_AHEAD else None
         if ahead is not None:
             return "".join(ahead.splitlines(keepends=True)[-lines:])
-        return self.tails([unit], lines)[unit]
+        return self.tails([unit], lines, missing_ok=True)[unit]
 
-    def tails(self, units: list[str], lines: int = 20) -> dict[str, str]:
-        """The last `lines` of each unit's log, in ONE exec; a log too slow to read says so
-        instead of failing; HostLost when the connection dies."""
-        cmds = []
-        for unit in units:
-            log = shlex.quote(self.unit_dir(unit) + "/log")
-            cmds.append(
-                f"if [ -f {log} ]; then tail -n {int(lines)} {log}; "
-                f"else docker logs --tail {int(lines)} {shlex.quote(unit)} 2>&1 || true; fi"
+    def _log_command(self, unit: str, lines: int, follow: bool) -> str:
+        """Shell printing a unit's log: its `log` file (a process), or on a `runtime: docker`
+        host the container's log when the unit folder names one; with neither it exits
+        NO_LOG_RC, silently."""
+        folder = shlex.quote(self.unit_dir(unit))
+        log = shlex.quote(self.unit_dir(unit) + "/log")
+        n = int(lines)
+        tail = f"exec tail -n {n} -F -- {log}" if follow else f"tail -n {n} -- {log}"
+        cmd = f"if [ -f {log} ]; then {tail}; "
+        if self.conn.host.runtime == "docker":
+            docker = "exec docker logs -f" if follow else "docker logs"
+            cmd += (
+                f"elif [ -f {folder}/container-id ]; then "
+                f"{docker} --tail {n} {shlex.quote(unit)} 2>&1; "
             )
+        return cmd + f"else exit {NO_LOG_RC}; fi"
+
+    def tails(self, units: list[str], lines: int = 20, missing_ok: bool = False) -> dict[str, str]:
+        """The last `lines` of each unit's log, in ONE exec; a log too slow to read says so
+        instead of failing; HostLost when the connection dies. A unit without a log (never
+        started, or removed by down) raises NoLog, or reads '' with `missing_ok`."""
+        cmds = [self._log_command(unit, lines, follow=False) for unit in units]
         step = "reading the log of " + ", ".join(units)
-        out = {}
+        out, missing = {}, []
         for unit, res in zip(units, run_batch(self.conn, cmds, timeout=60, step=step), strict=True):
             if isinstance(res, HostLost):
                 raise res
-            out[unit] = res.line() if isinstance(res, PdctlError) else res.out
+            if isinstance(res, Result) and res.rc == NO_LOG_RC:
+                missing.append(unit)
+                out[unit] = ""
+            else:
+                out[unit] = res.line() if isinstance(res, PdctlError) else res.out
+        if missing and not missing_ok:
+            raise NoLog(missing, self.name)
         return out
 
     def follow(self, unit: str, write: Any, lines: int = 50) -> None:
-        log = self.unit_dir(unit) + "/log"
-        cmd = (
-            f"if [ -f {shlex.quote(log)} ]; then exec tail -n {lines} -F {shlex.quote(log)}; "
-            f"else exec docker logs -f --tail {lines} {shlex.quote(unit)}; fi"
-        )
-        self.conn.stream(cmd, write)
+        if self.conn.stream(self._log_command(unit, lines, follow=True), write) == NO_LOG_RC:
+            raise NoLog([unit], self.name)
 
     def probe(
         self,

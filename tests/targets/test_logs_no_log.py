@@ -1,0 +1,40 @@
+"""`pdctl logs` of a unit that has no log yet (before `up`) or any more (after `down`), over
+real SSH: one line naming the unit and host, exit 1; never `docker logs` on a venv host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+
+NO_LOG = "rvw-serve-0 on lo1: no log (not started, or removed by down)"
+
+
+def _spec(env: SshEnv, venv: Path, data: Path) -> Path:
+    return write_spec(
+        data / "spec.yaml",
+        {
+            "name": "rvw",
+            "phase": 0,
+            "model": {"name": "stand-in", "servedName": "stand-in"},
+            "engine": {"device": "cpu"},
+            "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            "serve": {"replicas": 1, "port": 18737},
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["rvw-serve-0"], ["rvw-serve-0", "-f"]], ids=["every-unit", "named", "follow"]
+)
+def test_logs_of_a_unit_never_started_say_so_in_one_line(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path, args: list[str]
+) -> None:
+    spec = _spec(ssh_env, fake_venv, tmp_path)
+    out = pdctl("logs", str(spec), *args, "--known-hosts", ssh_env.known_hosts)
+    assert out.returncode == 1, out
+    assert out.stdout == ""
+    assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
+    assert "docker" not in out.stderr.lower()
