@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import re
+import types
+import typing
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 # Patterns are used with fullmatch: `$` would also accept one trailing newline ("a\n").
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -21,6 +31,16 @@ CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u
 # The longest string any spec field takes; fields of a narrower kind have their own bound
 # (DNS labels 63, model names 1,024, image references 512: docs/spec.md lists them).
 MAX_TEXT = 4096
+# What a `Field(pattern=...)` value is, and how to write one: the error line says this instead
+# of pydantic's "String should match pattern '...'" (spec/load.py reads it). Register a pattern
+# with `pattern(regex, what, fix)` where the field declares it; the JSON Schema keeps the regex.
+PATTERNS: dict[str, tuple[str, str]] = {}
+
+
+def pattern(regex: str, what: str, fix: str) -> str:
+    """`regex`, registered with what a matching value is and the fix for one that is not."""
+    PATTERNS[regex] = (what, fix)
+    return regex
 
 
 class Section(BaseModel):
@@ -39,11 +59,64 @@ class Section(BaseModel):
         allow_inf_nan=False,
     )
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML reads yes/no/on/off/true/false as booleans, and pydantic would take them as
+        1 and 0 for a number field (`replicas: yes`); the JSON Schema says integer or number,
+        so an editor refuses them too. Ints stay accepted for floats."""
+        if isinstance(value, bool):
+            index = None
+        elif isinstance(value, (list, tuple)):
+            index = next((i for i, v in enumerate(value) if isinstance(v, bool)), None)
+            if index is None:
+                return value
+        else:
+            return value
+        field = cls.model_fields.get(info.field_name or "")
+        what = _number_kind(field.annotation, index is not None) if field else None
+        if what is None:
+            return value
+        got = value if index is None else value[index]
+        raise PydanticCustomError(
+            "bool_for_number",
+            "{where}must be {what} (got a boolean ({got}))",
+            {
+                "where": "" if index is None else f"entry {index} ",
+                "what": what,
+                "got": str(got).lower(),
+            },
+        )
+
     @field_validator("*", mode="after")
     @classmethod
     def _no_control_characters(cls, value: Any) -> Any:
         _check_text(value)
         return value
+
+
+def _number_kind(annotation: Any, item: bool) -> str | None:
+    """'a whole number' / 'a number' when the annotation (its items for `item`) takes a
+    number and no boolean, else None."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _number_kind(typing.get_args(annotation)[0], item)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if bool in args:
+            return None
+        kinds = {_number_kind(a, item) for a in args if a is not type(None)} - {None}
+        return next(iter(sorted(kinds)), None) if len(kinds) == 1 else None
+    if item:
+        if origin in (tuple, list):
+            args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+            return _number_kind(args[0], False) if len(args) == 1 else None
+        return None
+    if annotation is int:
+        return "a whole number"
+    if annotation is float:
+        return "a number"
+    return None
 
 
 def _check_text(value: Any) -> None:

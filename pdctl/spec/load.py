@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pdctl.errors import SpecError
+from pdctl.spec.base import PATTERNS
 from pdctl.spec.model import Spec
 from pdctl.spec.source import Loc, Source, dotted, parse
 
@@ -204,6 +205,16 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
         return f"must be {sign} {bound} (got {_show(got)})", ""
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')} (got {_show(got)})", ""
+    if kind == "bool_for_number":
+        return (
+            err["msg"],
+            "write a number: YAML reads yes, no, on, off, true and false as booleans",
+        )
+    if kind == "string_pattern_mismatch":
+        what, fix = PATTERNS.get(
+            str(ctx.get("pattern")), (f"of the form {ctx.get('pattern')}", "see `pdctl explain`")
+        )
+        return f"{_show(got)} is not {what}", fix
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number (got {_kind(got)})", ""
     if kind == "finite_number":

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from pdctl.spec.base import DnsLabel, EnvName, Section
+from pdctl.spec.base import DnsLabel, EnvName, Section, pattern
 from pdctl.spec.kube import Kubernetes, PodSettings, Resources, Storage, Toleration
 from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
 from pdctl.spec.value import (
@@ -201,7 +201,11 @@ class Host(Section):
     )
     network_interface: str | None = Field(
         None,
-        pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        pattern=pattern(
+            r"^[A-Za-z0-9_.:-]{1,15}$",
+            "an interface name: letters, digits, '_', '.', ':' and '-', at most 15 characters",
+            "write the name `ip -br addr` shows on the host, e.g. eth1",
+        ),
         description="Network interface that holds `addressForPeers` (e.g. `eth1`). Multi-node "
         "groups export it as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME, so NCCL and Gloo do "
         "not pick a wrong interface (docs/multinode.md). Default: left to NCCL.",
