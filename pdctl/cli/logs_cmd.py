@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             autocompletion=unit_names,
         ),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
-        lines: int = typer.Option(100, "--lines", "-n", help="How many lines from the end."),
+        lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:

@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
             "rest; still exit 1. Without it a failure undoes the whole run.",
         ),
         timeout: int = typer.Option(
-            900, "--timeout", help="Seconds each stage may take to become healthy."
+            900, "--timeout", min=1, help="Seconds each stage may take to become healthy."
         ),
         output: str = typer.Option(
             "table",
