@@ -15,6 +15,8 @@ from typing import Any
 import typer
 
 WIDTH = 76
+# One part of a field path: a name, a list entry written [0] or [] after it.
+PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]*\])?")
 NONE = type(None)
 
 
@@ -36,7 +38,17 @@ def register(app: typer.Typer) -> None:
 def explain_text(path: str) -> str:
     from pdctl.spec.model import Spec
 
-    parts = [p.split("[", 1)[0] for p in path.strip().split(".")] if path.strip() else []
+    written = path.strip().split(".") if path.strip() else []
+    for part in written:
+        if not PART.fullmatch(part):
+            from pdctl.errors import UsageError
+
+            raise UsageError(
+                f"explain {path}: {part!r} is not a field name",
+                fix="write field names joined by '.', a list entry as [0] or [], "
+                "e.g. hosts[0].gpus",
+            )
+    parts = [p.split("[", 1)[0] for p in written]
     model: Any = Spec
     field: Any = None
     names: list[str] = []

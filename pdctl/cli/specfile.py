@@ -96,6 +96,8 @@ def _load(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
     old = os.environ.get(_NO_PLUGINS)
     os.environ[_NO_PLUGINS] = "1"
     try:
+        for text, name in texts[1:]:
+            _not_empty_overlay(text, name)
         data, source = merge(*(parse(text, name) for text, name in texts))
         return load_data(data, source), source
     finally:
@@ -103,6 +105,24 @@ def _load(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
             del os.environ[_NO_PLUGINS]
         else:
             os.environ[_NO_PLUGINS] = old
+
+
+def _not_empty_overlay(text: str, name: str) -> None:
+    """An overlay with no keys (empty, or comments only) changes nothing: refused, naming the
+    overlay, as it is most likely the wrong file (docs/spec.md, "Overlays")."""
+    content = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and line.strip() not in ("---", "...")
+    ]
+    if not content:
+        raise SpecError(
+            "this overlay is empty: it holds no keys to change",
+            file=name,
+            line=1,
+            fix="write the keys it changes, e.g. `kubernetes: {namespace: prod}`, or drop this "
+            "--overlay",
+        )
 
 
 def _read_stdin() -> str:

@@ -21,6 +21,14 @@ from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
 from pdctl.spec.model import Serve, Spec
 
+# Variables a multi-node or data-parallel group's engines get from the hosts (plan.group).
+GROUP_ENV = {
+    "VLLM_HOST_IP": "hosts[].addressForPeers",
+    "GLOO_SOCKET_IFNAME": "hosts[].networkInterface",
+    "NCCL_SOCKET_IFNAME": "hosts[].networkInterface",
+    "NCCL_IB_HCA": "hosts[].rdmaDevices",
+}
+
 
 def serve_shape(spec: Spec, phase: int) -> Serve:
     if spec.serve is None:
@@ -139,6 +147,14 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
     inst_env = env
     if gshape.multinode or gshape.kind == "dp":
         extra = [("VLLM_HOST_IP", peer_address(slot.host)), *group_env(slot.host)]
+        for key, _ in extra:
+            if key in dict(env):
+                raise SpecError(
+                    f"{key} is set by pdctl on the engines of a multi-node or data-parallel "
+                    f"group (from {GROUP_ENV[key]}); engine.env would be overwritten",
+                    path="engine.env",
+                    fix=f"remove {key} from engine.env and set {GROUP_ENV[key]}",
+                )
         inst_env = tuple(sorted({**dict(env), **dict(extra)}.items()))
     if slot.gpus:
         inst_env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))),) + inst_env

@@ -95,6 +95,11 @@ class Section(BaseModel):
         return value
 
 
+def refuse(what: str, fix: str) -> PydanticCustomError:
+    """A validator's error with its fix: raise it where a ValueError would say only what."""
+    return PydanticCustomError("spec_value", "{what}", {"what": what, "fix": fix})
+
+
 def _number_kind(annotation: Any, item: bool) -> str | None:
     """'a whole number' / 'a number' when the annotation (its items for `item`) takes a
     number and no boolean, else None."""

@@ -205,6 +205,8 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
         return f"must be {sign} {bound} (got {_show(got)})", ""
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')} (got {_show(got)})", ""
+    if kind == "spec_value":
+        return str(ctx.get("what", err["msg"])), str(ctx.get("fix", ""))
     if kind == "bool_for_number":
         return (
             err["msg"],

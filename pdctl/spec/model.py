@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, EnvName, Section, pattern
 from pdctl.spec.kube import Kubernetes, PodSettings, Resources, Storage, Toleration
 from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
@@ -273,7 +274,8 @@ class Spec(Section):
     """A pdctl deployment spec."""
 
     name: DnsLabel = Field(
-        ..., description="Deployment name: a DNS-1123 label that starts with a letter, at most 50 "
+        ...,
+        description="Deployment name: a DNS-1123 label that starts with a letter, at most 50 "
         "characters; prefixes every object, process and file.",
     )
     phase: Literal[0, 1, 2, 3] = Field(
@@ -337,4 +339,28 @@ class Spec(Section):
                     f"hosts {other} and {host.name} are the same machine ({host.address} port "
                     f"{host.port}); list it once, with all the GPUs pdctl may use"
                 )
+        _unique_peer_addresses(value)
         return value
+
+
+def _unique_peer_addresses(hosts: tuple[Host, ...]) -> None:
+    """Peers (KV transfer, the router, a multi-node group) reach a host at addressForPeers, or
+    its address: a peer address set for one host and used by another would send one host's
+    traffic to the other. (Hosts sharing one SSH address on different ports, without
+    addressForPeers, stay allowed: test rigs and port-forwarded machines.)"""
+    seen: dict[str, tuple[int, Host]] = {}
+    for i, host in enumerate(hosts):
+        peer = (host.address_for_peers or host.address).lower()
+        if peer not in seen:
+            seen[peer] = (i, host)
+            continue
+        j, other = seen[peer]
+        if host.address_for_peers is None and other.address_for_peers is None:
+            continue
+        k, named, by = (i, host, other) if host.address_for_peers else (j, other, host)
+        raise SpecError(
+            f"host {named.name}'s addressForPeers {named.address_for_peers} is also how peers "
+            f"reach host {by.name}",
+            path=f"hosts[{k}].addressForPeers",
+            fix="give each host the address of its own interface (`ip -br addr` on it)",
+        )

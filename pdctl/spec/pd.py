@@ -17,6 +17,7 @@ from pdctl.spec.value import engine_env
 # fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 DURATION = re.compile(r"([0-9]{1,5}(h|m|s|ms)){1,4}")  # Gateway API Duration (GEP-2257)
+RDMA_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")  # an HCA name, e.g. mlx5_0
 
 
 class Multinode(Section):
@@ -272,6 +273,14 @@ class Disaggregation(Section):
                 f"deviceName applies to protocol rdma only (protocol is {self.protocol})",
                 path="disaggregation.deviceName",
                 fix="set disaggregation.protocol: rdma, or remove deviceName",
+            )
+        names = (self.device_name or "mlx5_0").split(",")
+        if not all(RDMA_DEVICE.fullmatch(n) for n in names):
+            raise SpecError(
+                f"deviceName {self.device_name!r} has an empty or malformed entry",
+                path="disaggregation.deviceName",
+                fix="list RDMA device names separated by single commas, e.g. mlx5_0,mlx5_1 "
+                "(`ibv_devices` shows them)",
             )
         if self.kv_buffer_device is not None and self.connector != "nixl":
             raise SpecError(

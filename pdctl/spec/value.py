@@ -12,9 +12,25 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from pdctl.spec.base import DNS1123_LABEL
+from pdctl.spec.base import DNS1123_LABEL, refuse
 
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+# An image reference, as Docker and containerd parse it (distribution's reference grammar):
+# [registry[:port]/]path[:tag][@digest]. The first part is a registry only when it holds a '.'
+# or ':' or is `localhost`; the path's components are lower-case.
+_DOMAIN_PART = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+REGISTRY = re.compile(rf"({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])(:[0-9]+)?")
+_PATH_PART = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+REPOSITORY = re.compile(
+    rf"{_PATH_PART}(/{_PATH_PART})*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?"
+)
+IMAGE_GRAMMAR = (
+    "write [registry[:port]/]repository[:tag][@digest]: the repository in lower-case letters, "
+    "digits and the separators '.', '_', '__', '-' between them, the tag at most 128 of "
+    "letters, digits, '_', '.', '-', e.g. 'vllm/vllm-openai:v0.33.0' or "
+    "'registry.example.com:5000/vllm@sha256:...'"
+)
 CONDA_ENV = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
 _DNS_PART = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -24,8 +40,19 @@ SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 # Variables pdctl sets itself: a spec value would silently undo GPU placement or the cache.
 RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
+    "LD_PRELOAD": "pdctl sets it for HAMi-core on sliced decode engines (decode.share); "
+    "a library every engine loads belongs in the image or the environment",
     "HF_HOME": "set hosts[].hfCache (on Kubernetes the model-cache volume is mounted at "
     "/root/.cache/huggingface)",
+}
+# Variables the shell reads: a spec value would break the scripts pdctl runs on the hosts.
+SHELL_ENV = {
+    "PATH": "the start script finds vllm, setsid and its tools through it: choose the Python "
+    "environment with hosts[].runtime, condaEnv or venv (or engine.image)",
+    "BASH_ENV": "bash would run the file it names at the start of every script pdctl runs: "
+    "prepare the environment with hosts[].venv or engine.image",
+    "ENV": "sh would run the file it names in every interactive shell: prepare the "
+    "environment with hosts[].venv or engine.image",
 }
 SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
 # Length bounds by kind of value (every other string: base.MAX_TEXT). A Hugging Face id is at
@@ -49,11 +76,16 @@ def argument(value: str) -> str:
 def image(value: str) -> str:
     if len(value) > MAX_IMAGE:
         raise ValueError(f"is {len(value):,} characters long, more than {MAX_IMAGE}")
-    if not IMAGE.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not an image reference: write e.g. 'vllm/vllm-openai:v0.33.0' or "
-            "'registry.example.com:5000/vllm@sha256:...'"
-        )
+    first, slash, rest = value.partition("/")
+    has_registry = bool(slash) and (any(c in first for c in ".:") or first == "localhost")
+    ok = (
+        bool(REGISTRY.fullmatch(first)) and bool(REPOSITORY.fullmatch(rest))
+        if has_registry
+        else bool(REPOSITORY.fullmatch(value))
+    )
+    if not ok:
+        upper = "" if value.lower() == value else " (a repository name is lower-case)"
+        raise refuse(f"{value!r} is not an image reference{upper}", IMAGE_GRAMMAR)
     return value
 
 
@@ -93,7 +125,12 @@ def engine_env(value: dict[str, str]) -> dict[str, str]:
     pdctl sets itself, no secrets."""
     for key in value:
         if key in RESERVED_ENV:
-            raise ValueError(f"{key} is set by pdctl: {RESERVED_ENV[key]}")
+            raise refuse(f"{key} is set by pdctl", f"remove {key}: {RESERVED_ENV[key]}")
+        if key in SHELL_ENV:
+            raise refuse(
+                f"{key} would change how the shell runs pdctl's scripts",
+                f"remove {key}: {SHELL_ENV[key]}",
+            )
         if SECRET_LIKE.search(key):
             raise ValueError(
                 f"{key} looks like a secret; secrets never go in the spec: use "
