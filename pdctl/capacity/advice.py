@@ -21,11 +21,21 @@ LOW = 0.5  # demand below this share leaves one instance mostly idle
 
 @dataclass(frozen=True)
 class Advice:
-    """case: busy | low-traffic | kv-limited | unknown-traffic; pack: packing pays here."""
+    """case: busy | low-traffic | kv-limited | moderate | unknown-traffic | tpot-not-met |
+    does-not-fit; pack: packing pays here."""
 
     case: str
     pack: bool
     lines: tuple[str, ...]
+
+
+def _seqs_line(batch: int, max_num_seqs: int | None) -> str:
+    """What to do with --max-num-seqs for a wanted `batch`: raise it only when it is lower."""
+    if max_num_seqs is None:
+        return f"let --max-num-seqs allow {batch} in one instance"
+    if max_num_seqs < batch:
+        return f"raise --max-num-seqs from {max_num_seqs} to {batch} in one instance"
+    return f"--max-num-seqs {max_num_seqs} already allows it"
 
 
 def packing_advice(
@@ -33,13 +43,17 @@ def packing_advice(
     target_batch: int,
     demand: float | None,
     per_gpu: int = 1,
+    max_num_seqs: int | None = None,
+    why: str = "the GPU turns compute-bound there",
 ) -> Advice:
     """Advice for one decode instance that could run on a whole GPU.
 
     kv_batch: sequences of the workload's context the KV cache of ONE instance on the whole
-    GPU holds; target_batch: the batch wanted (max-num-seqs, or what the TPOT target allows);
-    demand: sequences decoding at once (Little's law: rate x output tokens x TPOT), or None;
-    per_gpu: decode instances the spec packs on one GPU.
+    GPU holds; target_batch: the batch worth running (the roofline ridge, where the GPU turns
+    compute-bound, or what the TPOT target allows; `why` says which); demand: sequences
+    decoding at once (Little's law: rate x output tokens x TPOT), or None; per_gpu: decode
+    instances the spec packs on one GPU; max_num_seqs: the instance's --max-num-seqs (None:
+    not known). "Raise --max-num-seqs" is said only when it is below the batch worth running.
     """
     measured = (
         f"measured on an H200: 2 co-located decode processes at batch B give "
@@ -47,12 +61,13 @@ def packing_advice(
         "of one at 2B (they time-slice the GPU)"
     )
     batch = min(kv_batch, target_batch)
+    seqs = "" if max_num_seqs is None else f", --max-num-seqs {max_num_seqs}"
     lines: list[str] = []
     if kv_batch < target_batch and (demand is None or demand > kv_batch):
         lines.append(
             f"kv-limited: the KV cache holds {kv_batch} sequences of this context, below the "
-            f"batch of {target_batch} the GPU could serve; a second copy of the model on this "
-            "GPU would halve the KV again and duplicate the weights, so do not pack it; "
+            f"batch of {target_batch} worth running ({why}); a second copy of the model on "
+            "this GPU would halve the KV again and duplicate the weights, so do not pack it; "
             "`--kv-cache-dtype fp8` doubles the sequences, a larger TP or GPU adds KV; "
             "only a different, smaller model gains from the idle compute"
         )
@@ -60,8 +75,10 @@ def packing_advice(
         return Advice("kv-limited", False, tuple(lines))
     if demand is None:
         lines.append(
-            f"no traffic given (set workload.requestsPerSecond): one instance can batch "
-            f"{batch} sequences; raise --max-num-seqs in one instance before packing"
+            f"no traffic given (set workload.requestsPerSecond): one instance's KV holds "
+            f"{kv_batch} sequences of this context{seqs}; batches beyond about "
+            f"{target_batch} add little ({why}), so one instance can keep the GPU busy: "
+            f"{_seqs_line(batch, max_num_seqs)}; add GPUs rather than copies on one GPU"
         )
         lines.append(measured)
         if per_gpu > 1:
@@ -72,9 +89,11 @@ def packing_advice(
         return Advice("unknown-traffic", False, tuple(lines))
     if demand >= BUSY * batch:
         lines.append(
-            f"busy: about {demand:.0f} sequences decode at once, one instance batches {batch}; "
-            f"do not pack: raise --max-num-seqs to {batch} in one instance per GPU and add "
-            "GPUs for the rest"
+            f"busy: about {demand:.0f} sequences decode at once, one instance batches {batch} "
+            f"usefully (its KV holds {kv_batch}; worth running: {target_batch}, {why}{seqs}); "
+            "do not pack: "
+            f"{_seqs_line(batch, max_num_seqs)}, one instance per GPU, and add GPUs for the "
+            "rest"
         )
         lines.append(measured)
         if per_gpu > 1:
@@ -102,3 +121,30 @@ def packing_advice(
     )
     lines.append(measured)
     return Advice("moderate", False, tuple(lines))
+
+
+def unmet_tpot_advice(tpot_ms: float, batch1_ms: float, where: str) -> Advice:
+    """No batch meets the TPOT target: even one sequence's decode step is slower."""
+    return Advice(
+        "tpot-not-met",
+        False,
+        (
+            f"TPOT target {tpot_ms:g} ms NOT met: even one sequence takes {batch1_ms:.2f} ms "
+            f"per token on {where}; no batch size or packing helps: more tensorParallel "
+            "(each GPU reads less of the weights), a GPU with more HBM bandwidth, or a "
+            "smaller or quantized model",
+        ),
+    )
+
+
+def unfit_advice(roles: tuple[str, ...]) -> Advice:
+    """A role that does not fit gets no speed, P:D or packing advice (its KV is zero)."""
+    names = " and ".join(roles)
+    return Advice(
+        "does-not-fit",
+        False,
+        (
+            f"{names} does not fit, so vLLM would not start it: no speed, P:D or packing "
+            "advice until it does; first apply a nearest fit listed above",
+        ),
+    )

@@ -185,12 +185,26 @@ def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: i
     )
 
 
-def valid_tp(model: ModelConfig, tp: int) -> bool:
+def dims_of(model: ModelConfig, source: str = "pdctl's model table") -> Dims:
+    """The numbers the parallelism checks (`pdctl.plan.parallel`) need, from a ModelConfig."""
+    return Dims(
+        model.name,
+        model.heads,
+        model.kv_heads,
+        model.layers,
+        model.experts,
+        model.is_mla,
+        source,
+        intermediate=model.intermediate,
+        moe_intermediate=model.moe_intermediate,
+    )
+
+
+def valid_tp(model: ModelConfig, tp: int, expert_parallel: bool = False) -> bool:
     """vLLM's rule, the one `validate` applies (`pdctl.plan.parallel.valid_tp`): TP divides
-    the attention heads, and the KV heads split evenly or are replicated a whole number of
-    times (MLA: the heads only)."""
-    dims = Dims(model.name, model.heads, model.kv_heads, model.layers, mla=model.is_mla)
-    return tp in parallel.valid_tp(dims, limit=tp)
+    the attention heads and the MLP widths, and the KV heads split evenly or are replicated a
+    whole number of times (MLA: the heads only)."""
+    return tp in parallel.valid_tp(dims_of(model), limit=tp, expert_parallel=expert_parallel)
 
 
 def smallest_fit(
@@ -203,22 +217,43 @@ def smallest_fit(
     max_pp: int = 8,
     used: int = 0,
 ) -> Shape | None:
-    """The smallest TP (then PP across nodes) at which one max-length sequence fits, or None.
+    """The smallest TP (then PP across nodes) at which one max-length sequence fits at `util`,
+    or None.
 
     Tries TP = 1, 2, 4, 8 (up to `gpus_per_node` and `max_tp`; only a TP vLLM accepts for the
-    model's heads), then PP = 2, 3, 4 ... 8 at the largest of those TPs. `max_tp` 1 is for
-    HAMi slices, where `validate` refuses TP > 1 unless `allowTensorParallel` is set.
+    model's heads and MLP widths), then PP = 2, 3, 4 ... 8 at the largest of those TPs. `max_tp`
+    1 is for HAMi slices, where `validate` refuses TP > 1 unless `allowTensorParallel` is set.
     """
-    tps = [t for t in (1, 2, 4, 8, 16) if t <= min(gpus_per_node, max_tp) and valid_tp(model, t)]
-    for tp in tps:
-        candidate = replace(shape, tp=tp, pp=1)
-        if instance_memory(model, total_bytes, util, candidate, used).fits:
-            return candidate
+    found = smallest_fit_at(model, total_bytes, shape, (util,), gpus_per_node, max_tp, max_pp, used)
+    return found[0] if found else None
+
+
+def smallest_fit_at(
+    model: ModelConfig,
+    total_bytes: int,
+    shape: Shape,
+    utils: tuple[float, ...],
+    gpus_per_node: int = 8,
+    max_tp: int = 16,
+    max_pp: int = 8,
+    used: int = 0,
+) -> tuple[Shape, float] | None:
+    """The smallest shape (as `smallest_fit` orders them) that fits at one of `utils`, and the
+    first of `utils` it fits at: with (0.90, 0.95), TP 2 at 0.95 comes before TP 4 at 0.90."""
+    tps = [
+        t
+        for t in (1, 2, 4, 8, 16)
+        if t <= min(gpus_per_node, max_tp) and valid_tp(model, t, shape.ep > 0)
+    ]
     top = tps[-1] if tps else 1
-    for pp in range(2, min(max_pp, model.layers) + 1):  # a stage needs a layer
-        candidate = replace(shape, tp=top, pp=pp)
-        if instance_memory(model, total_bytes, util, candidate, used).fits:
-            return candidate
+    candidates = [replace(shape, tp=tp, pp=1) for tp in tps] + [
+        replace(shape, tp=top, pp=pp)
+        for pp in range(2, min(max_pp, model.layers) + 1)  # a stage needs a layer
+    ]
+    for candidate in candidates:
+        for util in utils:
+            if instance_memory(model, total_bytes, util, candidate, used).fits:
+                return candidate, util
     return None
 
 
@@ -273,8 +308,20 @@ def alternatives(
     length = longest_len(model, total_bytes, util, shape, used)
     if 0 < length < shape.model_len(model):
         add(f"--max-model-len {length}" + also, replace(shape, max_model_len=length), util)
+    # The same search as the plan's "smallest fit" row: at the fraction in use, then (if it is
+    # lower and the free memory allows) at 0.95, so "TP 2 at 0.95" is offered beside "TP 4".
+    utils = (util, MAX_UTIL) if not also and util < min(MAX_UTIL, free) else (util,)
+    found = smallest_fit_at(model, total_bytes, shape, utils, gpus_per_node, max_tp, max_pp, used)
+    if found is not None and found[1] != util:
+        higher, at = found
+        if (higher.tp, higher.pp) != (shape.tp, shape.pp):
+            add(f"{_parallel(higher)} at --gpu-memory-utilization {at}", higher, at)
+            also = also or f" at --gpu-memory-utilization {util:.2f}"
     bigger = smallest_fit(model, total_bytes, shape, util, gpus_per_node, max_tp, max_pp, used)
     if bigger is not None and (bigger.tp, bigger.pp) != (shape.tp, shape.pp):
-        label = f"tensorParallel {bigger.tp}" + (f", pipeline {bigger.pp}" if bigger.pp > 1 else "")
-        add(label + also, bigger, util)
+        add(_parallel(bigger) + also, bigger, util)
     return tuple(out)
+
+
+def _parallel(shape: Shape) -> str:
+    return f"tensorParallel {shape.tp}" + (f", pipeline {shape.pp}" if shape.pp > 1 else "")

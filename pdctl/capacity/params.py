@@ -288,6 +288,18 @@ def model_config(
         f"pdctl does not know the architecture of {name!r}",
         path="model.name",
         fix="set `model.config` to the model's local config.json (exact figures), or "
-        "`model.paramsBillion` (weights exact, KV estimated); built-in models: "
-        + ", ".join(sorted(BUILTIN)),
+        "`model.paramsBillion` (weights exact, KV estimated); built-in models: " + builtin_list(),
     )
+
+
+def builtin_list(budget: int = 150) -> str:
+    """The built-in model names, whole ones only: as many as `budget` characters hold, then
+    'and N more (docs/capacity.md)' (an error line is capped, so a full list would be cut)."""
+    names = sorted(BUILTIN)
+    shown: list[str] = []
+    for name in names:
+        if len(", ".join([*shown, name])) > budget:
+            break
+        shown.append(name)
+    rest = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more (docs/capacity.md lists them)" if rest else "")

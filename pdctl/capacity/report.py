@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pdctl.capacity.advice import Advice, packing_advice
+from pdctl.capacity.advice import Advice, packing_advice, unfit_advice, unmet_tpot_advice
 from pdctl.capacity.fit import (
     Alternative,
     Shape,
     alternatives,
     instance_memory,
-    smallest_fit,
+    smallest_fit_at,
 )
 from pdctl.capacity.gpus import MIB, GpuType
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
@@ -69,6 +69,7 @@ class RolePlan:
     decode: DecodeEstimate
     prefill_tokens_per_s: float
     slice: DecodeSlice | None = None
+    smallest_util: float | None = None  # the memory fraction `smallest` fits at
 
     @property
     def fits(self) -> bool:
@@ -86,6 +87,8 @@ class PdRatio:
     decode_instances: int | None
     decode_concurrency: float | None  # sequences decoding at once (Little's law)
     ttft_ok: bool | None
+    tpot_ok: bool | None = None  # None: no --tpot-ms; False: even batch 1 is slower
+    batch1_tpot_ms: float = 0.0  # the decode step of one sequence alone (expected)
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,19 @@ def role_plan(
         recommended = _recommended(model, total, shape, used)
     util = spec_util or recommended or DEFAULT_UTIL
     mem = instance_memory(model, total, util, shape, used if share is None else 0)
+    # "Smallest fit on this GPU": whole GPUs, at the role's fraction and then at 0.95 (the
+    # same search as the TP suggestion of `alternatives`); a slice's own fraction says nothing
+    # of a whole GPU, so there vLLM's default first.
+    first = util if share is None else DEFAULT_UTIL
+    smallest = smallest_fit_at(
+        model,
+        gpu.usable_bytes,
+        shape,
+        (first, MAX_UTIL) if first < MAX_UTIL else (first,),
+        max_tp=max_tp,
+        max_pp=max_pp,
+        used=mem.used,
+    )
     seqs = shape.batching(total)[1]
     kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
     batch = best_batch(
@@ -178,9 +194,8 @@ def role_plan(
         util_from_spec=spec_util is not None,
         recommended_util=recommended,
         memory=mem,
-        smallest=smallest_fit(
-            model, gpu.usable_bytes, shape, max_tp=max_tp, max_pp=max_pp, used=mem.used
-        ),
+        smallest=smallest[0] if smallest else None,
+        smallest_util=smallest[1] if smallest else None,
         alternatives=()
         if mem.fits
         else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp, used=mem.used),
@@ -191,13 +206,17 @@ def role_plan(
     )
 
 
-def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
+def _pd(
+    model: ModelConfig, gpu: GpuType, prefill: RolePlan, decode: RolePlan, traffic: Traffic
+) -> PdRatio:
     pre_s = traffic.prompt_tokens / prefill.prefill_tokens_per_s
     dec_s = traffic.output_tokens * decode.decode.step_expected_s / max(1, decode.batch)
     rate = traffic.requests_per_second
     ttft_ok = None if traffic.ttft_ms is None else pre_s * 1000 <= traffic.ttft_ms
+    one = decode_step(model, gpu, decode.shape, 1, traffic.mean_context).tpot_ms
+    tpot_ok = None if traffic.tpot_ms is None else one <= traffic.tpot_ms
     if rate is None:
-        return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok)
+        return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok, tpot_ok, one)
     concurrency = rate * traffic.output_tokens * decode.decode.step_expected_s
     return PdRatio(
         pre_s,
@@ -207,6 +226,8 @@ def _pd(prefill: RolePlan, decode: RolePlan, traffic: Traffic) -> PdRatio:
         decode_instances=max(1, math.ceil(rate * dec_s)),
         decode_concurrency=concurrency,
         ttft_ok=ttft_ok,
+        tpot_ok=tpot_ok,
+        batch1_tpot_ms=one,
     )
 
 
@@ -229,19 +250,46 @@ def plan_capacity(
         pre = role_plan(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
         dec = role_plan(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
         roles = (pre, dec)
-    pd = _pd(pre, dec, traffic)
-    whole = instance_memory(model, gpu.usable_bytes, DEFAULT_UTIL, replace(dec.shape))
-    kv_batch = whole.kv_tokens // traffic.context
-    # The batch that keeps the GPU busy: up to the roofline ridge (or what the TPOT allows).
-    cap = dec.shape.batching(gpu.usable_bytes)[1]
+    pd = _pd(model, gpu, pre, dec, traffic)
+    advice = _advice(model, gpu, spec, dec, traffic, pd)
+    unfit = tuple(r.role for r in roles if not r.fits)
+    if unfit:
+        advice = unfit_advice(unfit)
+    notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
+    return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
+
+
+def _advice(
+    model: ModelConfig, gpu: GpuType, spec: Spec, dec: RolePlan, traffic: Traffic, pd: PdRatio
+) -> Advice:
+    """The packing advice for the decode role, in the table's own figures: the KV batch is the
+    role's (on a whole GPU for a HAMi slice, which is what packing is measured against), the
+    batch worth running is the roofline ridge (or what --tpot-ms allows), and --max-num-seqs
+    is the role's own."""
+    if pd.tpot_ok is False and traffic.tpot_ms is not None:
+        where = f"{_article(gpu.name)} {gpu.name} (TP {dec.shape.tp})"
+        return unmet_tpot_advice(traffic.tpot_ms, pd.batch1_tpot_ms, where)
+    if dec.slice is None:
+        total, kv_tokens = dec.memory.total, dec.memory.kv_tokens
+    else:
+        total = gpu.usable_bytes
+        kv_tokens = instance_memory(model, total, DEFAULT_UTIL, dec.shape).kv_tokens
+    kv_batch = kv_tokens // traffic.context
+    seqs = dec.shape.batching(total, dec.memory.max_model_len)[1]
     if traffic.tpot_ms is None:
-        cap = min(cap, ridge_batch(model, gpu, dec.shape))
-    target = best_batch(model, gpu, dec.shape, traffic.mean_context, cap, traffic.tpot_ms)
+        target = ridge_batch(model, gpu, dec.shape)
+        why = "the roofline ridge: the GPU turns compute-bound there"
+    else:
+        cap = max(kv_batch, seqs, 1)
+        target = best_batch(model, gpu, dec.shape, traffic.mean_context, cap, traffic.tpot_ms)
+        why = f"the largest batch whose step meets --tpot-ms {traffic.tpot_ms:g}"
     share = getattr(spec.decode, "share", None) if spec.decode is not None else None
     per_gpu = share.per_gpu if share is not None else 1
     demand = None
     if pd.decode_concurrency is not None:  # per decode instance on whole GPUs
         demand = pd.decode_concurrency / max(1, math.ceil(dec.replicas / per_gpu))
-    advice = packing_advice(kv_batch, target, demand, per_gpu)
-    notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
-    return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
+    return packing_advice(kv_batch, target, demand, per_gpu, seqs, why)
+
+
+def _article(name: str) -> str:
+    return "an" if name[0].upper() in "AEHILR" else "a"

@@ -58,11 +58,16 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "kvTokens": m.kv_tokens,
         "concurrencyAtMaxModelLen": round(m.concurrency, 2),
         "fits": r.fits,
-        "smallestFit": _shape(r.smallest) if r.smallest else None,
+        "smallestFit": {**_shape(r.smallest), "gpuMemoryUtilization": r.smallest_util}
+        if r.smallest
+        else None,
         "alternatives": [
             {"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens} for a in r.alternatives
         ],
-        "decode": {
+        # A role that does not fit has no speed figures (its KV is zero): null.
+        "decode": None
+        if not r.fits
+        else {
             "batch": r.batch,
             "context": r.decode.context,
             "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
@@ -70,7 +75,7 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
             "tokensPerSecond": round(r.decode.tokens_per_s, 1),
             "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1),
         },
-        "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1),
+        "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1) if r.fits else None,
     }
     if r.slice is not None:
         s = r.slice
@@ -124,7 +129,10 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
             "tpotMs": plan.traffic.tpot_ms,
         },
         "roles": [role_dict(r) for r in plan.roles],
-        "pd": {
+        # No P:D while a role does not fit (the advice says what it needs instead).
+        "pd": None
+        if not plan.fits
+        else {
             "prefillPerDecode": round(pd.prefill_per_decode, 3),
             "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
             "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
@@ -134,6 +142,8 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
             if pd.decode_concurrency is None
             else round(pd.decode_concurrency, 1),
             "ttftOk": pd.ttft_ok,
+            "tpotOk": pd.tpot_ok,
+            "batch1TpotMs": round(pd.batch1_tpot_ms, 3),
         },
         "advice": {
             "case": plan.advice.case,

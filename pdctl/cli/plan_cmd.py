@@ -70,14 +70,21 @@ def build(
         from pdctl.cli.specfile import model_dims
         from pdctl.plan.parallel import check_parallel
 
-        # The same parallelism rules as validate/render: TP dividing the heads, PP <= layers.
-        check_parallel(spec, spec.phase, model_dims(spec, spec_file))
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
+        # The same parallelism rules as validate/render: TP dividing the heads and the MLP
+        # widths (which model_dims may not know: the plan's model does), PP <= layers.
+        dims = model_dims(spec, spec_file)
+        if dims is not None and model.shapes_from is None:  # not a borrowed shape
+            dims = replace(
+                dims, intermediate=model.intermediate, moe_intermediate=model.moe_intermediate
+            )
+        check_parallel(spec, spec.phase, dims)
         device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
         shapes = {role: spec_shape(spec, role) for role in roles}
         traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
+        _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
         used = used_bytes(facts, spec) if facts is not None else 0
         result = plan_capacity(spec, model, device, traffic, shapes, used)
         notes = gpu_warnings(device, origin == ASSUMED)
@@ -86,6 +93,32 @@ def build(
         raise
     except SpecError as exc:
         raise source.locate(exc) from None
+
+
+def _within_model_len(traffic: Any, model: Any, shapes: dict[str, Any], flags: bool) -> None:
+    """A request of prompt + output tokens must fit maxModelLen: vLLM's OpenAI server rejects
+    longer ones ("This model's maximum context length is ..."), so a plan for them is moot."""
+    from pdctl.errors import SpecError, UsageError
+
+    length = min(shape.model_len(model) for shape in shapes.values())
+    if traffic.context <= length:
+        return
+    what = (
+        f"a request of {traffic.prompt_tokens:,} prompt + {traffic.output_tokens:,} output "
+        f"tokens ({traffic.context:,}) is longer than maxModelLen {length:,}: vLLM rejects it"
+    )
+    most = max(1, length - traffic.output_tokens)
+    if flags:
+        raise UsageError(
+            what,
+            fix=f"use --prompt-tokens {most} or fewer (with --output-tokens "
+            f"{traffic.output_tokens}), or raise model.maxModelLen",
+        )
+    raise SpecError(
+        what,
+        path="workload.promptTokens",
+        fix=f"set workload.promptTokens to {most} or fewer, or raise model.maxModelLen",
+    )
 
 
 def used_bytes(facts: Path, spec: Any) -> int:
@@ -107,8 +140,9 @@ def register(app: typer.Typer) -> None:
             None,
             "--gpu",
             metavar="GPU",
+            # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
             help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
-            "L40S, L4, A10G, RTX-4090. Default: the spec's, else H100-SXM.",
+            "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM.",
         ),
         gpu_memory_gib: float | None = typer.Option(
             None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."

@@ -25,8 +25,10 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         util += f"; recommended {r.recommended_util:.2f}"
     util += f"; least {m.min_util:.2f}"
     smallest = (
-        f"TP {r.smallest.tp}" + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
-        if r.smallest
+        f"TP {r.smallest.tp}"
+        + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
+        + f" at util {r.smallest_util:.2f}"
+        if r.smallest and r.smallest_util is not None
         else "none up to 8 GPUs x 8 stages"
     )
     return [
@@ -70,7 +72,11 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         ("KV capacity", f"{m.kv_tokens:,} tokens", "KV memory / KV per token, whole blocks"),
         ("concurrency at maxModelLen", f"{m.concurrency:.2f}x", "KV capacity / maxModelLen"),
         ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
-        ("smallest fit on this GPU", smallest, "TP 1, 2, 4, 8, then PP across nodes"),
+        (
+            "smallest fit on this GPU",
+            smallest,
+            "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95",
+        ),
     ]
 
 
@@ -88,18 +94,26 @@ def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
         (
             "smallest slice",
             f"{s.min_slice_mib:,} MiB",
-            "(weights + overheads + one sequence) / util, + 1 GiB headroom",
+            "256 MiB steps whose util holds weights + overheads + one sequence",
         ),
         (
             "util inside slice",
             f"{s.gpu_memory_utilization:.2f}",
-            "(slice - 1 GiB) / slice, at most 0.90",
+            "(slice - 768 MiB context - 1,536 MiB graphs unless eager - 512 MiB per extra "
+            "TP rank) / slice, at most 0.95",
         ),
     ]
 
 
 def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     d = r.decode
+    if not r.fits:  # no KV: no speed figures (the fit advice says what it needs)
+        return [
+            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
+            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
+            ("decode tokens/s", "-", "batch / step"),
+            ("prefill tokens/s", "-", "50% of peak FLOP/s / FLOPs per token"),
+        ]
     if r.role == "prefill":
         return [
             ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
@@ -129,6 +143,19 @@ def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
             "50% of peak FLOP/s / FLOPs per token",
         ),
     ]
+
+
+def union_rows(
+    per_role: list[list[tuple[str, str, str]]],
+) -> list[tuple[str, list[str], str]]:
+    """The rows of all roles, each label once, in the order the roles first give them (the
+    decode role's HAMi slice rows after the memory rows); "-" where a role has no such row."""
+    labels: dict[str, str] = {}
+    for rows in per_role:
+        for label, _, how in rows:
+            labels.setdefault(label, how)
+    values = [{label: value for label, value, _ in rows} for rows in per_role]
+    return [(label, [v.get(label, "-") for v in values], how) for label, how in labels.items()]
 
 
 def show(plan: Any, origin: str) -> None:
@@ -164,9 +191,8 @@ def show(plan: Any, origin: str) -> None:
         for r in plan.roles:
             table.add_column(f"{r.role} x{r.replicas}", justify="right")
         table.add_column("how", style="dim")
-        per_role = [rows_of(r) for r in plan.roles]
-        for i, (label, _, how) in enumerate(per_role[0]):
-            table.add_row(label, *[rows[i][1] for rows in per_role], how)
+        for label, values, how in union_rows([rows_of(r) for r in plan.roles]):
+            table.add_row(label, *values, how)
         console.print(table)
     for text in plan.warnings:
         console.print(f"[bold yellow]warning:[/] {text}")
@@ -179,6 +205,11 @@ def show(plan: Any, origin: str) -> None:
             for alt in r.alternatives:
                 console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
     pd, t = plan.pd, plan.traffic
+    if not plan.fits:
+        console.print(f"[bold]advice ({plan.advice.case}):[/]")
+        for text in plan.advice.lines:
+            console.print(f"  - {text}")
+        return
     line = (
         f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
         f"{pd.prefill_per_decode:.2f} prefill instances per decode instance"
@@ -190,6 +221,11 @@ def show(plan: Any, origin: str) -> None:
         )
     if pd.ttft_ok is not None:
         line += f"; TTFT target {'met' if pd.ttft_ok else 'NOT met'} by prefill compute alone"
+    if pd.tpot_ok is False:
+        line += (
+            f"; TPOT target NOT met: even one sequence takes {pd.batch1_tpot_ms:.2f} ms per "
+            f"token on {'an' if gpu.name[0] in 'AEHILR' else 'a'} {gpu.name}"
+        )
     console.print(line)
     console.print(f"[bold]packing advice ({plan.advice.case}):[/]")
     for text in plan.advice.lines:

@@ -8,6 +8,12 @@ pdctl ships); the line numbers below are 0.33.0's (0.23.0's in brackets):
 - KV heads: the attention layers split them when TP <= KV heads (KV heads % TP == 0) and
   REPLICATE them when TP > KV heads, which needs TP % KV heads == 0:
   vllm/model_executor/models/llama.py:148-155, qwen3.py:91-98 [llama.py:147-154, qwen3.py:83-90];
+- tensor parallel divides the MLP width: ColumnParallelLinear and RowParallelLinear
+  (vllm/model_executor/layers/linear.py) split their output (gate/up) and input (down) sizes
+  with `divide()`, which asserts the size divides evenly; the MoE experts' width
+  (moe_intermediate_size) is split the same way unless expert parallel moves whole experts
+  instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding), so it never
+  matters;
 - pipeline parallel at most the layers: vllm/distributed/utils.py:225 `get_pp_indices` gives
   each stage num_hidden_layers // pp_size layers, 0 past the layer count [138];
 - expert parallel needs experts: vllm/config/model.py:1498 `_verify_with_expert_parallelism`.
@@ -45,10 +51,13 @@ class Dims:
     experts: int = 0
     mla: bool = False
     source: str = "pdctl's model table"
+    intermediate: int = 0  # the dense MLP width (intermediate_size); 0: unknown
+    moe_intermediate: int = 0  # one expert's MLP width (moe_intermediate_size); 0: none
 
 
-def valid_tp(dims: Dims, limit: int = MAX_TP) -> list[int]:
-    """Every tensor-parallel size vLLM accepts for the model's heads and KV heads."""
+def valid_tp(dims: Dims, limit: int = MAX_TP, expert_parallel: bool = False) -> list[int]:
+    """Every tensor-parallel size vLLM accepts for the model's heads, KV heads and MLP widths
+    (the experts' width only without expert parallel, which splits experts, not their width)."""
     out = []
     for tp in range(1, limit + 1):
         if dims.heads % tp:
@@ -56,14 +65,29 @@ def valid_tp(dims: Dims, limit: int = MAX_TP) -> list[int]:
         kv = 0 if dims.mla else dims.kv_heads  # MLA: one latent KV, no per-head split
         if kv and (kv % tp if tp <= kv else tp % kv):
             continue
+        if _width_problem(dims, tp, expert_parallel):
+            continue
         out.append(tp)
     return out
 
 
+def _width_problem(dims: Dims, tp: int, expert_parallel: bool = False) -> str:
+    """'' or which MLP width `tp` does not divide (vLLM's linear layers `divide()` it)."""
+    if dims.intermediate and dims.intermediate % tp:
+        return f"intermediate_size {dims.intermediate}"
+    if dims.moe_intermediate and not expert_parallel and dims.moe_intermediate % tp:
+        return f"moe_intermediate_size {dims.moe_intermediate}"
+    return ""
+
+
 def nearest(value: int, options: list[int]) -> str:
-    """'4' / '2 or 4': the closest options below and above `value`."""
+    """'4' / '2 or 4': the closest options below and above `value`, powers of two first (the
+    TPs GPUs come in); another option only where no power of two lies on that side."""
+    twos = [o for o in options if o & (o - 1) == 0]
     below = [o for o in options if o < value]
     above = [o for o in options if o > value]
+    below = [o for o in below if o in twos] or below
+    above = [o for o in above if o in twos] or above
     picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
     return " or ".join(map(str, picks))
 
@@ -73,24 +97,39 @@ def roles(spec: Spec, phase: int) -> list[tuple[str, Serve | Role]]:
     return [(n, getattr(spec, n)) for n in names if getattr(spec, n, None) is not None]
 
 
+def gpus_per_host(spec: Spec) -> int | None:
+    """The most GPUs one host of the spec lists (None: no hosts section, e.g. Kubernetes,
+    or a host that does not list its GPUs): no suggestion goes beyond it."""
+    hosts = getattr(spec, "hosts", None) or ()
+    counts = [len(getattr(h, "gpus", None) or ()) for h in hosts]
+    return max(counts) if counts and all(counts) else None
+
+
 def check_parallel(spec: Spec, phase: int, dims: Dims | None) -> None:
     """Every role's TP/PP/EP against the model, then prefill vs decode under the connector."""
     shapes = roles(spec, phase)
     if dims is not None:
         for section, role in shapes:
-            _check_role(dims, section, role)
+            _check_role(dims, section, role, gpus_per_host(spec))
     if phase in (2, 3) and len(shapes) == 2:
         _check_connector(spec, dims, shapes[0][1], shapes[1][1])
 
 
-def _check_role(dims: Dims, section: str, role: object) -> None:
+def _check_role(dims: Dims, section: str, role: object, most: int | None = None) -> None:
     tp = getattr(role, "tensor_parallel", 1)
+    ep = bool(getattr(role, "expert_parallel", False))
     about = f"{dims.name} ({dims.source})"
-    if tp not in valid_tp(dims, max(tp, MAX_TP)):
+    if tp not in valid_tp(dims, max(tp, MAX_TP), ep):
+        width = _width_problem(dims, tp, ep)
         if dims.heads % tp:
             why = (
                 f"{about} has {dims.heads} attention heads, which tensorParallel {tp} "
                 "does not divide"
+            )
+        elif width:
+            why = (
+                f"{about} has {width}, which tensorParallel {tp} does not divide (vLLM's "
+                "tensor-parallel linear layers split it evenly over the ranks)"
             )
         else:
             why = (
@@ -98,11 +137,16 @@ def _check_role(dims: Dims, section: str, role: object) -> None:
                 f"(TP must divide {dims.kv_heads}) or replicates them (TP a multiple of "
                 f"{dims.kv_heads}), and {tp} is neither"
             )
+        # The suggestion never goes past one host's GPUs where the spec lists them.
+        valid = valid_tp(dims, expert_parallel=ep)
+        options = [t for t in valid if most is None or t <= most] or [1]
+        cut = nearest(tp, options) != nearest(tp, valid)
+        within = f" (a host has at most {most} GPUs)" if most is not None and cut else ""
         raise SpecError(
             why,
             path=f"{section}.tensorParallel",
-            fix=f"use tensorParallel {nearest(tp, valid_tp(dims))} "
-            f"(valid: {', '.join(map(str, valid_tp(dims)))})",
+            fix=f"use tensorParallel {nearest(tp, options)}{within} "
+            f"(valid: {', '.join(map(str, valid))})",
         )
     pp = getattr(role, "pipeline_parallel", 1)
     if pp > dims.layers:
