@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,6 +48,13 @@ class ConnectFlags:
         writing known_hosts."""
         from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
 
+        if self.known_hosts and not self.accept_new_host_keys:
+            must_exist(
+                self.known_hosts,
+                "known_hosts file",
+                "give the file that holds the hosts' keys (ssh-keyscan HOST >> FILE), or pass "
+                "--accept-new-host-keys to record them there",
+            )
         return SshOptions(
             known_hosts=self.known_hosts or DEFAULT_KNOWN_HOSTS,
             accept_new_host_keys=self.accept_new_host_keys,
@@ -71,9 +79,22 @@ class ConnectFlags:
             docker_tls=self.docker_tls,
             docker_cert_path=self.docker_cert_path,
             insecure_docker=self.insecure_docker,
-            kubeconfig=self.kubeconfig,
+            kubeconfig=self.kube_file,
             context=self.context,
         )
+
+    @property
+    def kube_file(self) -> str | None:
+        """--kubeconfig, else $KUBECONFIG (None: neither; the client's ~/.kube/config). Whether
+        it exists is checked where it is loaded (pdctl.targets.kube.api_client): only a
+        Kubernetes target reads it."""
+        return self.kubeconfig or os.environ.get("KUBECONFIG") or None
+
+
+def must_exist(path: str, what: str, fix: str) -> None:
+    """A file named on the command line must be there (`~` expanded): else exit 2."""
+    if not os.path.exists(os.path.expanduser(path)):
+        raise UsageError(f"{what} {path} does not exist", fix=fix)
 
 
 def docker_urls(values: list[str]) -> dict[str, str]:

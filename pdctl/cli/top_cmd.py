@@ -89,7 +89,7 @@ def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
         from pdctl.targets.kube import api_client
         from pdctl.top.source import KubeSource
 
-        return KubeSource(plan, api_client(conn.kubeconfig, conn.context)).open()
+        return KubeSource(plan, api_client(conn.kube_file, conn.context)).open()
     if conn.docker_url:  # phase 0 on Docker hosts through the docker SDK, as `up` ran it
         from pdctl.top.docker_source import DockerSource
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pdctl.errors import PdctlError
+from pdctl.errors import PdctlError, UsageError
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
@@ -39,17 +40,49 @@ NEVER_DELETED = (("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefi
 KEPT_KINDS = (("", "PersistentVolumeClaim"),)  # `down` keeps data unless told to delete volumes
 # A kind not in the bundle whose listing answers one of these is not one pdctl could use.
 NOT_LISTABLE = (403, 404, 405)
+DEFAULT_KUBECONFIG = "~/.kube/config"  # where kubectl looks without KUBECONFIG
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A client for the cluster of `kubeconfig` (a file, or several joined by `:` as in
+    $KUBECONFIG; None: ~/.kube/config). A missing or malformed kubeconfig is one usage error
+    (exit 2) before anything connects."""
     from kubernetes import client, config
 
+    files = kubeconfig or DEFAULT_KUBECONFIG
+    if not any(os.path.exists(os.path.expanduser(f)) for f in files.split(os.pathsep) if f):
+        if kubeconfig is None:
+            raise UsageError(
+                f"no kubeconfig: KUBECONFIG is not set and {DEFAULT_KUBECONFIG} does not exist",
+                fix="set KUBECONFIG or pass --kubeconfig",
+            )
+        raise UsageError(
+            f"kubeconfig file {kubeconfig} does not exist",
+            fix="check --kubeconfig (or $KUBECONFIG)",
+        )
     try:
         cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-    except Exception as exc:  # no kubeconfig, bad context
-        raise PdctlError(f"cannot load the kubeconfig: {exc}") from None
+        config.load_kube_config(config_file=files, context=context, client_configuration=cfg)
+    except Exception as exc:  # malformed YAML, no such context, bad fields
+        raise _config_error(files, exc) from None
     return client.ApiClient(cfg)
+
+
+def _config_error(files: str, exc: Exception) -> PdctlError:
+    """The kubeconfig's problem as one line: a YAML error's problem and place, else the
+    client's message with its line breaks folded."""
+    import yaml
+
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return UsageError(
+            f"kubeconfig {mark.name or files}: not valid YAML: {exc.problem} "
+            f"(line {mark.line + 1}, column {mark.column + 1})",
+            fix="fix the file or pass another --kubeconfig",
+        )
+    if isinstance(exc, yaml.YAMLError):
+        return UsageError(f"kubeconfig {files}: not valid YAML: {' '.join(str(exc).split())}")
+    return PdctlError(f"cannot load the kubeconfig {files}: {' '.join(str(exc).split())}")
 
 
 def not_created(kind: str, name: str, namespaced: bool, namespace: str) -> str:

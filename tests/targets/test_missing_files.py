@@ -1,0 +1,141 @@
+"""Files named on the command line that are missing or broken are said as such, in one line,
+before anything connects (review finding 13): --known-hosts, --kubeconfig, $KUBECONFIG, a
+malformed kubeconfig, no kubeconfig at all. A missing DEFAULT ~/.ssh/known_hosts is normal:
+unknown keys are refused as before."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+
+# Its cluster is the kubeconfig's: the tests reach none.
+PHASE1 = str(ROOT / "examples" / "phase1-k8s.yaml")
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A loopback 'SSH host' that records whether anything connected to it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def _hosts_spec(tmp_path: Path, port: int) -> Path:
+    host = {"name": "h1", "address": "127.0.0.1", "port": port, "runtime": "venv"}
+    host |= {"venv": "/nonexistent/venv", "dataDir": str(tmp_path / "data")}
+    spec = {
+        "name": "files",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "hosts": [host],
+        "serve": {"replicas": 1, "port": 18998},
+    }
+    return write_spec(tmp_path / "spec.yaml", spec)
+
+
+def _no_kube_env(home: Path) -> dict[str, str]:
+    """pdctl's environment with HOME at `home` and no KUBECONFIG or PDCTL_KNOWN_HOSTS."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PDCTL_KNOWN_HOSTS")}
+    return dict(env, HOME=str(home))
+
+
+def _one_line(out) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "\\n" not in lines[0] and "Traceback" not in out.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("cmd", ["status", "up", "down", "logs"])
+def test_a_known_hosts_file_that_does_not_exist_is_a_usage_error(
+    tmp_path: Path, listener: socket.socket, cmd: str
+) -> None:
+    spec = _hosts_spec(tmp_path, listener.getsockname()[1])
+    missing = tmp_path / "nope" / "known_hosts"
+    out = pdctl(cmd, str(spec), "--known-hosts", str(missing), *(["--yes"] * (cmd == "up")))
+    assert out.returncode == 2, out
+    line = _one_line(out)
+    assert line.startswith(f"error: known_hosts file {missing} does not exist; "), line
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nothing connected
+    assert not missing.exists()
+
+
+def test_the_default_known_hosts_may_be_missing(ssh_env: SshEnv, tmp_path: Path) -> None:
+    """No ~/.ssh/known_hosts (a new account): connecting refuses the unknown key, as before."""
+    spec = {
+        "name": "files",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv="/nonexistent")],
+        "serve": {"replicas": 1, "port": 18998},
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    out = pdctl("logs", str(path), env=_no_kube_env(tmp_path / "home"))
+    assert out.returncode == 1, out
+    assert "unknown host key, not in ~/.ssh/known_hosts" in _one_line(out)
+
+
+def test_a_kubeconfig_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "kubeconfig"
+    out = pdctl("status", PHASE1, "--kubeconfig", str(missing))
+    assert out.returncode == 2, out
+    line = _one_line(out)
+    assert line.startswith(f"error: kubeconfig file {missing} does not exist; "), line
+    out = pdctl("preflight", PHASE1, "--kubeconfig", str(missing))
+    assert out.returncode == 2, out
+    assert _one_line(out).startswith(f"error: kubeconfig file {missing} does not exist; ")
+    env = dict(_no_kube_env(tmp_path), KUBECONFIG=str(missing))
+    out = pdctl("top", PHASE1, "--once", env=env)
+    assert out.returncode == 2, out
+    assert _one_line(out).startswith(f"error: kubeconfig file {missing} does not exist; ")
+
+
+def test_a_malformed_kubeconfig_is_one_plain_line(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [\n  - {name: a\nkind: Config\n")
+    out = pdctl("status", PHASE1, "--kubeconfig", str(bad))
+    assert out.returncode == 2, out
+    line = _one_line(out)
+    assert line.startswith(f"error: kubeconfig {bad}: not valid YAML"), line
+    assert "line 3" in line
+
+
+def test_no_kubeconfig_at_all_says_how_to_give_one(tmp_path: Path) -> None:
+    out = pdctl("status", PHASE1, env=_no_kube_env(tmp_path))
+    assert out.returncode == 2, out
+    line = _one_line(out)
+    assert "~/.kube/config" in line and line.endswith("set KUBECONFIG or pass --kubeconfig")
+
+
+def test_a_kubeconfig_that_exists_still_loads(tmp_path: Path) -> None:
+    """The checks above leave a good kubeconfig alone (the cluster it names is not there)."""
+    good = tmp_path / "kubeconfig"
+    cluster = {"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}
+    good.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [cluster],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    out = pdctl("status", PHASE1, "--kubeconfig", str(good))
+    assert out.returncode == 1, out
+    assert "kubeconfig" not in _one_line(out)
