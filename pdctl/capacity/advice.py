@@ -45,6 +45,7 @@ def packing_advice(
     per_gpu: int = 1,
     max_num_seqs: int | None = None,
     why: str = "the GPU turns compute-bound there",
+    whole_gpu: bool = False,
 ) -> Advice:
     """Advice for one decode instance that could run on a whole GPU.
 
@@ -53,7 +54,9 @@ def packing_advice(
     compute-bound, or what the TPOT target allows; `why` says which); demand: sequences
     decoding at once (Little's law: rate x output tokens x TPOT), or None; per_gpu: decode
     instances the spec packs on one GPU; max_num_seqs: the instance's --max-num-seqs (None:
-    not known). "Raise --max-num-seqs" is said only when it is below the batch worth running.
+    not known); whole_gpu: kv_batch is of one instance on a whole GPU, not the spec's own
+    (a HAMi slice's). "Raise --max-num-seqs" is said only when it is below the batch worth
+    running.
     """
     measured = (
         f"measured on an H200: 2 co-located decode processes at batch B give "
@@ -62,10 +65,11 @@ def packing_advice(
     )
     batch = min(kv_batch, target_batch)
     seqs = "" if max_num_seqs is None else f", --max-num-seqs {max_num_seqs}"
+    holds = "on a whole GPU would hold" if whole_gpu else "holds"
     lines: list[str] = []
     if kv_batch < target_batch and (demand is None or demand > kv_batch):
         lines.append(
-            f"kv-limited: the KV cache holds {kv_batch} sequences of this context, below the "
+            f"kv-limited: the KV cache {holds} {kv_batch} sequences of this context, below the "
             f"batch of {target_batch} worth running ({why}); a second copy of the model on "
             "this GPU would halve the KV again and duplicate the weights, so do not pack it; "
             "`--kv-cache-dtype fp8` doubles the sequences, a larger TP or GPU adds KV; "
@@ -75,7 +79,7 @@ def packing_advice(
         return Advice("kv-limited", False, tuple(lines))
     if demand is None:
         lines.append(
-            f"no traffic given (set workload.requestsPerSecond): one instance's KV holds "
+            f"no traffic given (set workload.requestsPerSecond): one instance's KV {holds} "
             f"{kv_batch} sequences of this context{seqs}; batches beyond about "
             f"{target_batch} add little ({why}), so one instance can keep the GPU busy: "
             f"{_seqs_line(batch, max_num_seqs)}; add GPUs rather than copies on one GPU"
@@ -90,7 +94,7 @@ def packing_advice(
     if demand >= BUSY * batch:
         lines.append(
             f"busy: about {demand:.0f} sequences decode at once, one instance batches {batch} "
-            f"usefully (its KV holds {kv_batch}; worth running: {target_batch}, {why}{seqs}); "
+            f"usefully (its KV {holds} {kv_batch}; worth running: {target_batch}, {why}{seqs}); "
             "do not pack: "
             f"{_seqs_line(batch, max_num_seqs)}, one instance per GPU, and add GPUs for the "
             "rest"

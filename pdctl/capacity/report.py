@@ -288,7 +288,7 @@ def _advice(
     demand = None
     if pd.decode_concurrency is not None:  # per decode instance on whole GPUs
         demand = pd.decode_concurrency / max(1, math.ceil(dec.replicas / per_gpu))
-    return packing_advice(kv_batch, target, demand, per_gpu, seqs, why)
+    return packing_advice(kv_batch, target, demand, per_gpu, seqs, why, dec.slice is not None)
 
 
 def _article(name: str) -> str:

@@ -118,6 +118,8 @@ def check_parallel(spec: Spec, phase: int, dims: Dims | None) -> None:
 def _check_role(dims: Dims, section: str, role: object, most: int | None = None) -> None:
     tp = getattr(role, "tensor_parallel", 1)
     ep = bool(getattr(role, "expert_parallel", False))
+    nodes = getattr(role, "nodes", 1) or 1  # a multi-node instance has `nodes` hosts' GPUs
+    most = most * nodes if most is not None else None
     about = f"{dims.name} ({dims.source})"
     if tp not in valid_tp(dims, max(tp, MAX_TP), ep):
         width = _width_problem(dims, tp, ep)
@@ -137,11 +139,13 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
                 f"(TP must divide {dims.kv_heads}) or replicates them (TP a multiple of "
                 f"{dims.kv_heads}), and {tp} is neither"
             )
-        # The suggestion never goes past one host's GPUs where the spec lists them.
+        # The suggestion never goes past the GPUs of the instance's hosts (one host, or `nodes`
+        # of them) where the spec lists them.
         valid = valid_tp(dims, expert_parallel=ep)
         options = [t for t in valid if most is None or t <= most] or [1]
         cut = nearest(tp, options) != nearest(tp, valid)
-        within = f" (a host has at most {most} GPUs)" if most is not None and cut else ""
+        gpus = f"{most} GPUs" + (f" on its {nodes} hosts" if nodes > 1 else " on a host")
+        within = f" (the instance has at most {gpus})" if most is not None and cut else ""
         raise SpecError(
             why,
             path=f"{section}.tensorParallel",

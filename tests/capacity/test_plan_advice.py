@@ -67,6 +67,8 @@ def test_phase3_table_shows_the_decode_slice_rows(tmp_path: Path, capsys) -> Non
     assert f"smallest slice - {sl['minSliceMib']:,} MiB" in out
     assert f"util inside slice - {sl['gpuMemoryUtilization']:.2f}" in out
     assert "at most 0.95" in out and "at most 0.90" not in out
+    # packing is weighed on a whole GPU, not the slice the table's decode column shows
+    assert "one instance's KV on a whole GPU would hold" in data["advice"]["lines"][0]
 
 
 def test_table_rows_are_the_union_of_the_roles_in_a_stable_order() -> None:
@@ -202,7 +204,13 @@ def test_tp_suggestion_stays_within_a_host(tmp_path: Path, capsys) -> None:
     spec = _spec(tmp_path, QWEN7 % ("0, 1", 3))
     code, _, err = run(["plan", spec], capsys)
     assert code == 2, err
-    assert "use tensorParallel 2 (a host has at most 2 GPUs)" in err, err
+    assert "use tensorParallel 2 (the instance has at most 2 GPUs on a host)" in err, err
+    # a multi-node instance (serve.nodes 2) has both hosts' GPUs: 4 may be suggested
+    two = QWEN7.replace(
+        "serve:", "  - {name: gpu-b, address: 192.0.2.11, gpus: [0, 1], runtime: conda}\nserve:"
+    ).replace("serve: {", "serve: {nodes: 2, ")
+    code, _, err = run(["plan", _spec(tmp_path, two % ("0, 1", 3), "two.yaml")], capsys)
+    assert code == 2 and "use tensorParallel 2 or 4 (valid" in err, err
 
 
 def test_unknown_model_lists_whole_names(tmp_path: Path, capsys) -> None:
