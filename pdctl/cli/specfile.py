@@ -208,6 +208,10 @@ def plan_spec(
     from pdctl.plan import make_plan
 
     try:
+        if spec.model.max_model_len is not None:
+            from pdctl.plan.context import check_max_model_len
+
+            check_max_model_len(spec, *known_model_config(spec, source.file))
         if "dims" not in kwargs:
             kwargs["dims"] = model_dims(spec, source.file, phase)
         return make_plan(spec, phase=phase, target=target, **kwargs)
@@ -222,6 +226,19 @@ def facts_chooser(facts: Path, spec: Spec) -> Chooser:
     from pdctl.probe.record import read
 
     return chooser(facts_from(read(facts, tuple(h.name for h in spec.hosts))))
+
+
+def known_model_config(spec: Spec, spec_file: str) -> tuple[dict[str, Any] | None, str]:
+    """(the model's config.json values, where they came from): `model.config` when it reads,
+    else pdctl's model table; None when neither knows the model."""
+    from pdctl.capacity.models import builtin_config
+
+    if spec.model.config:
+        try:
+            return _model_config(spec.model.config, spec_file), "model.config"
+        except SpecError:
+            pass  # `pdctl plan` reports an unreadable config; fall back to the table
+    return builtin_config(spec.model.name), "pdctl's model table"
 
 
 def model_dims(spec: Spec, spec_file: str, phase: int | None = None) -> Dims | None:
@@ -239,16 +256,9 @@ def model_dims(spec: Spec, spec_file: str, phase: int | None = None) -> Dims | N
         for r in shapes
     ):
         return None
-    from pdctl.capacity.models import builtin_config
     from pdctl.capacity.params import parse_config
 
-    raw, where = None, "pdctl's model table"
-    if spec.model.config:
-        try:
-            raw, where = _model_config(spec.model.config, spec_file), "model.config"
-        except SpecError:
-            raw = None  # `pdctl plan` reports an unreadable config; fall back to the table
-    raw = raw if raw is not None else builtin_config(spec.model.name)
+    raw, where = known_model_config(spec, spec_file)
     if raw is None:
         return None
     try:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Quantity, Section, Size
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
 from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
@@ -286,3 +287,28 @@ def role_settings(k8s: Kubernetes, role: str, over: PodSettings | None) -> PodSe
     else:
         base = PodSettings.model_construct(**{f: getattr(k8s, f) for f in PodSettings.model_fields})
     return base if over is None else merged(base, over)
+
+
+def section_mounts(k8s: Kubernetes, roles: list[tuple[str, PodSettings | None]]) -> None:
+    """SpecError for a `kubernetes.volumeMounts` entry that mounts over pdctl's own volumes
+    (/dev/shm, the model cache) or names a volume missing from a role that inherits it (a
+    role's own `volumes` replace the section's), located at the section, where it is written."""
+    for i, mount in enumerate(k8s.volume_mounts):
+        if mount.mount_path in ("/dev/shm", k8s.storage.mount):
+            raise SpecError(
+                f"volumeMounts[{i}]: {mount.mount_path} is where pdctl mounts its own volume",
+                path="kubernetes.volumeMounts",
+                fix="mount the volume somewhere else",
+            )
+        for role, over in roles:
+            if over is not None and "volume_mounts" in over.model_fields_set:
+                continue  # the role's own mounts replace the section's
+            own = over is not None and "volumes" in over.model_fields_set
+            volumes = over.volumes if over is not None and own else k8s.volumes
+            if mount.name not in {v.name for v in volumes}:
+                where = f" (the {role} pods' own volumes replace the section's)" if own else ""
+                raise SpecError(
+                    f"volumeMounts[{i}] names volume {mount.name!r}, which `volumes` lacks" + where,
+                    path="kubernetes.volumeMounts",
+                    fix="add the volume to `volumes` (of the section or the role)",
+                )

@@ -5,16 +5,24 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, EnvName, Section, pattern
-from pdctl.spec.kube import Kubernetes, PodSettings, Resources, Storage, Toleration
+from pdctl.spec.kube import (
+    Kubernetes,
+    PodSettings,
+    Resources,
+    Storage,
+    Toleration,
+    section_mounts,
+)
 from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
 from pdctl.spec.value import (
     Address,
     Argument,
     CondaEnv,
+    EngineEnvName,
     HostDir,
     Image,
     MountableDir,
@@ -97,7 +105,7 @@ class Engine(Section):
     extra_args: tuple[str, ...] = Field(
         (), description="Extra `vllm serve` arguments appended to every instance."
     )
-    env: dict[EnvName, str] = Field(
+    env: dict[EngineEnvName, str] = Field(
         {},
         description="Extra environment variables for every engine process. Not for secrets: "
         "use `secrets`.",
@@ -322,6 +330,20 @@ class Spec(Section):
                 "characters, since it names Kubernetes Services with suffixes (e.g. <name>-epp)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _section_mounts(self) -> Spec:
+        """The `kubernetes` section's volumeMounts, checked where they are written (the
+        per-role checks of plan/kube_checks see them merged into each role)."""
+        kube = self.phase == 1 or (
+            self.phase in (2, 3)
+            and (self.target == "kubernetes" or (self.target is None and not self.hosts))
+        )
+        if kube:
+            roles = [("serve", self.serve)] if self.phase == 1 else []
+            roles += [("prefill", self.prefill), ("decode", self.decode)] if self.phase > 1 else []
+            section_mounts(self.kubernetes, [(r, s.kubernetes if s else None) for r, s in roles])
+        return self
 
     @field_validator("hosts")
     @classmethod

@@ -10,9 +10,9 @@ from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, EnvName, Section
+from pdctl.spec.base import DnsLabel, Section
 from pdctl.spec.kube import PodSettings
-from pdctl.spec.value import engine_env
+from pdctl.spec.value import EngineEnvName, engine_env
 
 # fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
@@ -94,7 +94,7 @@ class Role(Multinode):
         description="On Kubernetes: settings of this role's pods over the `kubernetes` "
         "section's (maps merge, lists replace; docs/phase2-kubernetes.md).",
     )
-    env: dict[EnvName, str] = Field(
+    env: dict[EngineEnvName, str] = Field(
         {},
         description="Extra environment for this role's engines (added to `engine.env`), e.g. "
         "`VLLM_CPU_OMP_THREADS_BIND`. Not for secrets, nor for the variables pdctl sets "

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from pdctl.spec.base import DNS1123_LABEL, refuse
+from pdctl.spec.base import DNS1123_LABEL, EnvName, refuse
 
 # An image reference, as Docker and containerd parse it (distribution's reference grammar):
 # [registry[:port]/]path[:tag][@digest]. The first part is a registry only when it holds a '.'
@@ -120,17 +120,23 @@ def address(value: str) -> str:
     return value
 
 
+def engine_env_name(key: str) -> str:
+    """A key of `engine.env` / `<role>.env`: no variable pdctl sets itself or the shell reads
+    (the error names the key, `engine.env.PATH`)."""
+    if key in RESERVED_ENV:
+        raise refuse(f"{key} is set by pdctl", f"remove {key}: {RESERVED_ENV[key]}")
+    if key in SHELL_ENV:
+        raise refuse(
+            f"{key} would change how the shell runs pdctl's scripts",
+            f"remove {key}: {SHELL_ENV[key]}",
+        )
+    return key
+
+
 def engine_env(value: dict[str, str]) -> dict[str, str]:
-    """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no variable
-    pdctl sets itself, no secrets."""
+    """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no secrets (the
+    keys are EngineEnvName)."""
     for key in value:
-        if key in RESERVED_ENV:
-            raise refuse(f"{key} is set by pdctl", f"remove {key}: {RESERVED_ENV[key]}")
-        if key in SHELL_ENV:
-            raise refuse(
-                f"{key} would change how the shell runs pdctl's scripts",
-                f"remove {key}: {SHELL_ENV[key]}",
-            )
         if SECRET_LIKE.search(key):
             raise ValueError(
                 f"{key} looks like a secret; secrets never go in the spec: use "
@@ -201,6 +207,7 @@ def mountable(value: str) -> str:
 
 
 Argument = Annotated[str, AfterValidator(argument)]
+EngineEnvName = Annotated[EnvName, AfterValidator(engine_env_name)]
 Image = Annotated[str, AfterValidator(image)]
 CondaEnv = Annotated[str, AfterValidator(conda_env)]
 UserName = Annotated[str, AfterValidator(user)]
