@@ -59,7 +59,7 @@ def test_tp_not_dividing_heads_is_refused(tmp_path: Path, capsys, tp: int) -> No
 
 def test_kv_heads_replicate_only_by_multiples() -> None:
     # 40 heads, 8 KV heads (Qwen3-14B): TP 10 divides the heads, but 8 neither divides 10
-    # nor is 10 a multiple of 8; TP 40 replicates by 5.
+    # nor is 10 a multiple of 8; TP 40 replicates by 5, but the spec's host has 15 GPUs.
     dims = Dims("qwen3-14b", heads=40, kv_heads=8, layers=40)
     assert valid_tp(dims) == [1, 2, 4, 8, 40]
     spec, _ = load_text(
@@ -68,8 +68,8 @@ def test_kv_heads_replicate_only_by_multiples() -> None:
     with pytest.raises(SpecError) as err:
         check_parallel(spec, 0, dims)
     assert "has 8 KV heads" in err.value.message and err.value.fix.startswith(
-        "use tensorParallel 8 or 40"
-    )
+        "use tensorParallel 8 (the instance has at most 15 GPUs on a host)"
+    ), err.value.fix
 
 
 def test_qwen3_32b_tp_16_is_valid_kv_heads_replicated() -> None:

@@ -10,9 +10,11 @@ pdctl ships); the line numbers below are 0.33.0's (0.23.0's in brackets):
   vllm/model_executor/models/llama.py:148-155, qwen3.py:91-98 [llama.py:147-154, qwen3.py:83-90];
 - tensor parallel divides the MLP width: ColumnParallelLinear and RowParallelLinear
   (vllm/model_executor/layers/linear.py) split their output (gate/up) and input (down) sizes
-  with `divide()`, which asserts the size divides evenly; the MoE experts' width
-  (moe_intermediate_size) is split the same way unless expert parallel moves whole experts
-  instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding), so it never
+  with `divide()`, which asserts the size divides evenly. The MoE experts' width
+  (moe_intermediate_size) is split as `intermediate_size // tp_size` (fused_moe FusedMoEConfig),
+  with no assert: an uneven split would load only part of each expert's weights (or trip a
+  quantised kernel's block-alignment check), so it is refused too, unless expert parallel moves
+  whole experts instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding), so it never
   matters;
 - pipeline parallel at most the layers: vllm/distributed/utils.py:225 `get_pp_indices` gives
   each stage num_hidden_layers // pp_size layers, 0 past the layer count [138];
