@@ -19,6 +19,8 @@ HERE = Path(__file__).resolve().parent
 
 @dataclass(frozen=True)
 class TestHost:
+    __test__ = False  # a test sshd host, not a test class for pytest to collect
+
     name: str
     address: str
     port: int
