@@ -35,13 +35,13 @@ def derived_max_len(config: dict[str, Any]) -> tuple[int, str] | None:
         if isinstance(config.get(key), dict):
             config = {**config, **config[key]}
             break
-    found = [(v, k) for k in LENGTH_KEYS if _number(v := config.get(k)) is not None]
+    found = [(n, k) for k in LENGTH_KEYS if (n := _number(config.get(k))) is not None]
     if not found:
         return None
     length, key = min(found, key=lambda f: f[0])
-    if config.get("model_max_length"):  # Command-R, Cohere: this key wins
-        length, key = config["model_max_length"], "model_max_length"
-    length = float(length)
+    model_max = _number(config.get("model_max_length"))
+    if model_max is not None:  # Command-R, Cohere: this key wins
+        length, key = model_max, "model_max_length"
     rope = _rope(config)
     if rope and "gemma3" not in str(config.get("model_type", "")):
         factor = 1.0

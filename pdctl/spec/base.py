@@ -110,12 +110,12 @@ def _number_kind(annotation: Any, item: bool) -> str | None:
         args = typing.get_args(annotation)
         if bool in args:
             return None
-        kinds = {_number_kind(a, item) for a in args if a is not type(None)} - {None}
-        return next(iter(sorted(kinds)), None) if len(kinds) == 1 else None
+        kinds = {_number_kind(a, item) for a in args if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
     if item:
         if origin in (tuple, list):
-            args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-            return _number_kind(args[0], False) if len(args) == 1 else None
+            items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+            return _number_kind(items[0], False) if len(items) == 1 else None
         return None
     if annotation is int:
         return "a whole number"

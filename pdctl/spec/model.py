@@ -340,9 +340,10 @@ class Spec(Section):
             and (self.target == "kubernetes" or (self.target is None and not self.hosts))
         )
         if kube:
-            roles = [("serve", self.serve)] if self.phase == 1 else []
-            roles += [("prefill", self.prefill), ("decode", self.decode)] if self.phase > 1 else []
-            section_mounts(self.kubernetes, [(r, s.kubernetes if s else None) for r, s in roles])
+            shapes = (self.serve,) if self.phase == 1 else (self.prefill, self.decode)
+            names = ("serve",) if self.phase == 1 else ("prefill", "decode")
+            roles = [(n, s.kubernetes if s else None) for n, s in zip(names, shapes, strict=True)]
+            section_mounts(self.kubernetes, roles)
         return self
 
     @field_validator("hosts")
