@@ -336,3 +336,14 @@ def test_schema_keeps_numbers_and_pattern(capsys: pytest.CaptureFixture[str]) ->
     schema = json.loads(out)
     serve = schema["$defs"]["Serve"]["properties"]
     assert serve["replicas"]["type"] == "integer"
+
+
+@pytest.mark.parametrize("command", ["plan", "render", "validate"])
+def test_long_max_model_len_refused_by_every_command(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000"))
+    code, out, err = run_cli([command, str(spec)], capsys)
+    assert code == 2, (out, err)
+    assert len(err.splitlines()) == 1 and f"{spec}:4: model.maxModelLen: " in err, err

@@ -68,7 +68,17 @@ def read_spec(path: str) -> tuple[Spec, Source]:
     overlays = OVERLAYS.get()
     if path == "-" and "-" in overlays:
         raise UsageError("SPEC and an --overlay cannot both be - (stdin)", fix="give a file")
-    return _load([(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)])
+    spec, source = _load([(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)])
+    if spec.model.max_model_len is not None:
+        # A plan check every command makes, `pdctl plan` too: it needs the model's config,
+        # which only the CLI reads.
+        from pdctl.plan.context import check_max_model_len
+
+        try:
+            check_max_model_len(spec, *known_model_config(spec, source.file))
+        except SpecError as exc:
+            raise source.locate(exc) from None
+    return spec, source
 
 
 def _read_text(path: str) -> str:
@@ -208,10 +218,6 @@ def plan_spec(
     from pdctl.plan import make_plan
 
     try:
-        if spec.model.max_model_len is not None:
-            from pdctl.plan.context import check_max_model_len
-
-            check_max_model_len(spec, *known_model_config(spec, source.file))
         if "dims" not in kwargs:
             kwargs["dims"] = model_dims(spec, source.file, phase)
         return make_plan(spec, phase=phase, target=target, **kwargs)
