@@ -72,6 +72,12 @@ CASES = [
         ["whole number", "boolean"],
     ),
     ("bool-port", GOOD + "  port: true\n", ":12: serve.port: ", ["whole number"]),
+    (
+        "bool-phase",
+        GOOD + "phase: true\n",
+        ":12: phase: ",
+        ["must be one of 0, 1, 2, 3", "boolean"],
+    ),
     # 12: a pattern mismatch says what the value is and how to write it
     (
         "interface-pattern",

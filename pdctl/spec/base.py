@@ -117,6 +117,10 @@ def _number_kind(annotation: Any, item: bool) -> str | None:
             items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
             return _number_kind(items[0], False) if len(items) == 1 else None
         return None
+    if origin is typing.Literal:
+        args = typing.get_args(annotation)
+        numbers = all(isinstance(a, int) and not isinstance(a, bool) for a in args)
+        return "one of " + ", ".join(map(str, args)) if numbers else None
     if annotation is int:
         return "a whole number"
     if annotation is float:
