@@ -196,3 +196,14 @@ def test_plan_and_render_refuse_what_validate_refuses(tmp_path: Path, capsys, co
     code, out, err = run_cli([command, str(spec)], capsys)
     assert code == 2, out
     assert ":5: serve.tensorParallel: Qwen/Qwen3-32B" in err and "does not divide" in err, err
+
+
+def test_validate_checks_the_mlp_width(tmp_path: Path, capsys) -> None:
+    """Qwen2.5-7B: 28 heads and 4 KV heads allow TP 28, but intermediate_size 18944 does not
+    divide by 28; validate reads the width from the same model table as plan."""
+    text = SERVE.replace("Qwen/Qwen3-32B", "Qwen/Qwen2.5-7B-Instruct")
+    text = text.replace("tensorParallel: 3", "tensorParallel: 28")
+    text = text.replace("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]", str(list(range(28))))
+    code, _, err = _validate(tmp_path, capsys, text)
+    assert code == 2
+    assert "has intermediate_size 18944, which tensorParallel 28 does not divide" in err, err

@@ -271,7 +271,17 @@ def model_dims(spec: Spec, spec_file: str, phase: int | None = None) -> Dims | N
         m = parse_config(spec.model.name, raw, None, from_table=where != "model.config")
     except SpecError:
         return None
-    return Dims(spec.model.name, m.heads, m.kv_heads, m.layers, m.experts, m.is_mla, where)
+    return Dims(
+        spec.model.name,
+        m.heads,
+        m.kv_heads,
+        m.layers,
+        m.experts,
+        m.is_mla,
+        where,
+        intermediate=m.intermediate,
+        moe_intermediate=m.moe_intermediate,
+    )
 
 
 def load(
