@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -264,6 +265,61 @@ def test_piped_tables_honour_columns(argv: list[str]) -> None:
     narrow = pdctl(*argv, env={"COLUMNS": "60"}).stdout
     wide = pdctl(*argv, env={"COLUMNS": "150"}).stdout
     assert max(map(len, narrow.splitlines())) < max(map(len, wide.splitlines()))
+
+
+def _long_names(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A spec whose hosts refuse connections (status lists them unreachable, exit 1) and
+    whose units, hosts and URLs are long: (the spec, the unit names and URLs)."""
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    hosts = [
+        {"name": f"host-with-a-long-name-{i}", "address": f"127.0.0.{i}", "port": port}
+        | {"runtime": "venv", "venv": "/nonexistent", "dataDir": str(tmp_path / f"d{i}")}
+        for i in (1, 2)
+    ]
+    spec = {
+        "name": "rvw-long-deployment",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "hosts": hosts,
+        "serve": {"replicas": 2, "port": 18737},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    keys = ["rvw-long-deployment-serve-0", "rvw-long-deployment-serve-1"]
+    return path, keys + ["http://127.0.0.1:18737", "http://127.0.0.2:18737"]
+
+
+def test_piped_tables_are_as_wide_as_they_need(tmp_path: Path) -> None:
+    """Like kubectl: a table into a pipe is not cut at 80 columns (review finding 17)."""
+    spec, keys = _long_names(tmp_path)
+    status = pdctl("status", str(spec))
+    dry = pdctl("up", str(spec), "--dry-run", "--offline")
+    assert status.returncode == 1 and dry.returncode == 0, (status, dry)
+    for out in (status.stdout, dry.stdout):
+        assert "…" not in out, out
+        for word in ("host-with-a-long-name-1", "host-with-a-long-name-2", *keys[:2]):
+            assert word in out, out
+    for key in keys[2:]:
+        assert key in status.stdout, status.stdout
+    for argv in (["plan", MOONCAKE], STYLED[1]):
+        assert "…" not in pdctl(*argv).stdout
+
+
+def test_a_narrow_table_cuts_other_columns_not_units_or_urls(tmp_path: Path) -> None:
+    """At 80 columns (a terminal, or COLUMNS=80 into a pipe) the unit names and URLs stay
+    whole; the host, health and state columns give way."""
+    spec, keys = _long_names(tmp_path)
+    piped = pdctl("status", str(spec), env={"COLUMNS": "80"}).stdout
+    _, shown = on_a_terminal(["status", str(spec)], {"NO_COLOR": "1"})
+    for out in (piped, shown):
+        table = [line for line in out.splitlines() if line.startswith("│")]
+        assert table and max(len(line) for line in table) <= 80, out
+        for key in keys:
+            assert key in out, out
+        assert "…" in out  # something else was cut
 
 
 # -- options and environment variables agree ------------------------------------------------

@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
             }
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            console = term.console(piped_width=200)
+            console = term.console()
             _table(findings, console)
             console.print(
                 f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",

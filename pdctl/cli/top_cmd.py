@@ -212,6 +212,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                 found = verdicts(w, packed=packed)
                 frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)")
                 if live is not None:
+                    term.fit(frame, console)  # Live renders past the console's print hook
                     live.update(frame, refresh=True)
                 else:
                     console.print(frame)
