@@ -38,3 +38,21 @@ def test_logs_of_a_unit_never_started_say_so_in_one_line(
     assert out.stdout == ""
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
     assert "docker" not in out.stderr.lower()
+
+
+def test_logs_after_down_say_the_log_is_gone(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    spec = _spec(ssh_env, fake_venv, tmp_path)
+    known = ["--known-hosts", ssh_env.known_hosts]
+    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *known)
+    assert up.returncode == 0, up.stderr
+    try:
+        running = pdctl("logs", str(spec), "rvw-serve-0", *known)
+        assert running.returncode == 0 and "fake-vllm serving" in running.stdout, running
+    finally:
+        down = pdctl("down", str(spec), *known)
+    assert down.returncode == 0, down.stderr
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    assert (out.returncode, out.stdout) == (1, ""), out
+    assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
