@@ -283,7 +283,9 @@ class HostOps:
     def tails(self, units: list[str], lines: int = 20, missing_ok: bool = False) -> dict[str, str]:
         """The last `lines` of each unit's log, in ONE exec; a log too slow to read says so
         instead of failing; HostLost when the connection dies. A unit without a log (never
-        started, or removed by down) raises NoLog, or reads '' with `missing_ok`."""
+        started, or removed by down) raises NoLog, and a log that cannot be read (Docker's
+        log of a container that is gone) a PdctlError; with `missing_ok` they read '' and the
+        reader's output."""
         cmds = [self._log_command(unit, lines, follow=False) for unit in units]
         step = "reading the log of " + ", ".join(units)
         out, missing = {}, []
@@ -293,6 +295,9 @@ class HostOps:
             if isinstance(res, Result) and res.rc == NO_LOG_RC:
                 missing.append(unit)
                 out[unit] = ""
+            elif isinstance(res, Result) and res.rc != 0 and not missing_ok:
+                why = (res.out + res.err).strip().splitlines() or [f"exit status {res.rc}"]
+                raise PdctlError(f"{unit} on {self.name}: cannot read the log: {why[-1]}")
             else:
                 out[unit] = res.line() if isinstance(res, PdctlError) else res.out
         if missing and not missing_ok:

@@ -56,3 +56,40 @@ def test_logs_after_down_say_the_log_is_gone(
     out = pdctl("logs", str(spec), "rvw-serve-0", *known)
     assert (out.returncode, out.stdout) == (1, ""), out
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
+
+
+def _docker_spec(env: SshEnv, data: Path) -> Path:
+    host = host_entry(env, env.host("lo1"), data, runtime="docker")
+    return write_spec(
+        data / "spec.yaml",
+        {
+            "name": "rvw",
+            "phase": 0,
+            "model": {"name": "stand-in", "servedName": "stand-in"},
+            "engine": {"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"},
+            "hosts": [host],
+            "serve": {"replicas": 1, "port": 18737},
+        },
+    )
+
+
+def test_a_docker_host_reads_docker_logs_only_for_a_container_it_started(
+    ssh_env: SshEnv, tmp_path: Path
+) -> None:
+    """On a `runtime: docker` host a unit never started has no log either (not Docker's
+    error); one whose folder names a container is read with `docker logs`, and a failure
+    of that is one line, exit 1 (here: the host's docker CLI finds no daemon at its default
+    socket; the test's dockerd listens elsewhere)."""
+    spec = _docker_spec(ssh_env, tmp_path)
+    known = ["--known-hosts", ssh_env.known_hosts]
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    assert (out.returncode, out.stdout) == (1, ""), out
+    assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
+    unit = tmp_path / "lo1" / "rvw" / "rvw-serve-0"
+    unit.mkdir(parents=True)
+    (unit / "stop.sh").write_text("#!/bin/sh\n")
+    (unit / "container-id").write_text("0123456789ab\n")
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    assert (out.returncode, out.stdout) == (1, ""), out
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: rvw-serve-0 on lo1: cannot read the log: "), line
