@@ -27,6 +27,7 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # then execs this bash in its place; that bash would source ~/.bashrc a second time (same
 # shell level, run by sshd) but for --norc. What ~/.bashrc exports is inherited either way.
 BASH = "bash --norc -c "
+STATUS_GRACE = 5.0  # seconds stream() waits, after the output ends, for the exit status
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,9 @@ class Connection:
                 if not data:
                     break
                 write(data.decode("utf-8", "replace"))
+            # The exit status may arrive just after the output's end: wait for it a little
+            # (read at once, `logs -f` of a unit with no log sometimes read 0).
+            chan.status_event.wait(STATUS_GRACE)
         finally:
             chan.close()
         rc = chan.recv_exit_status() if chan.exit_status_ready() else 0

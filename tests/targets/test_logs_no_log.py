@@ -93,3 +93,19 @@ def test_a_docker_host_reads_docker_logs_only_for_a_container_it_started(
     assert (out.returncode, out.stdout) == (1, ""), out
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("error: rvw-serve-0 on lo1: cannot read the log: "), line
+
+
+def test_a_streamed_command_reports_its_exit_status(ssh_env: SshEnv) -> None:
+    """`logs -f` learns 'no log' from the exit status of the command it streams: the status
+    must not be lost when it arrives just after the end of the output (it read 0 at times)."""
+    from pdctl.spec.model import Host
+    from pdctl.targets.ssh import Connection, SshOptions
+
+    h = ssh_env.host("lo1")
+    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
+    conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    try:
+        codes = [conn.stream("exit 3", lambda _text: None) for _ in range(40)]
+    finally:
+        conn.close()
+    assert codes == [3] * 40
