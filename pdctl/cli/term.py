@@ -18,7 +18,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleRenderable
+    from rich.console import Console
 
 KEY = frozenset({"unit", "instance", "worker", "endpoint", "url"})  # column headers never cut
 UNBOUNDED = 100_000  # a width no table reaches: measuring what its cells need
@@ -79,7 +79,7 @@ def console(stderr: bool = False, piped_width: int | None = None, **kwargs: Any)
     return out
 
 
-def fit(renderable: ConsoleRenderable, out: Console, whole: bool = False) -> None:
+def fit(renderable: object, out: Console, whole: bool = False) -> None:
     """Fit the tables in `renderable` (a Table, or a Group of them). With `whole`, a table is
     as wide as its cells need, whatever `out`'s width. Else a KEY column keeps its whole text,
     unwrapped, however narrow `out` is; rich narrows, wraps or cuts the other columns (the
