@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from pdctl.cli.connect import ConnectFlags, connection, must_exist
+from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
 
@@ -138,8 +138,6 @@ def register(app: typer.Typer) -> None:
             if plan.target == "kubernetes" and CLUSTER not in raw:
                 raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
         else:
-            if plan.target == "kubernetes" and conn.kubeconfig:
-                must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
             options = Options(
                 ssh=conn.ssh(),
                 local=frozenset(local),

@@ -94,9 +94,6 @@ def test_a_kubeconfig_that_does_not_exist_is_named(tmp_path: Path) -> None:
     assert out.returncode == 2, out
     line = _one_line(out)
     assert line.startswith(f"error: kubeconfig file {missing} does not exist; "), line
-    out = pdctl("preflight", PHASE1, "--kubeconfig", str(missing))
-    assert out.returncode == 2, out
-    assert _one_line(out).startswith(f"error: kubeconfig file {missing} does not exist; ")
     env = dict(_no_kube_env(tmp_path), KUBECONFIG=str(missing))
     out = pdctl("top", PHASE1, "--once", env=env)
     assert out.returncode == 2, out
