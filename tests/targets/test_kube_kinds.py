@@ -90,7 +90,7 @@ def test_up_applies_every_object_of_the_example_and_down_deletes_them(
         "kubernetes",
         "--yes",
         "--timeout",
-        "0",
+        "1",
         "--kubeconfig",
         kubeconfig,
     ]
@@ -373,7 +373,7 @@ def test_a_missing_namespace_stops_up_at_the_first_object(
         into_missing = re.compile(r"/api(s/[^/]+)?/v1/namespaces/missing-ns/.*")
         srv.emulator["post", into_missing] << kmock.Response(status=404, payload=not_found)
         spec, kubeconfig = write_files(srv, tmp_path, data)
-        up = ["up", spec, "--yes", "--timeout", "0", "--kubeconfig", kubeconfig]
+        up = ["up", spec, "--yes", "--timeout", "1", "--kubeconfig", kubeconfig]
         code, out, err = run_cli(up, capsys)
         posts = [path for verb, path in srv.log if verb == "POST"]
     assert code == 1
