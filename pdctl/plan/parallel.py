@@ -14,8 +14,8 @@ pdctl ships); the line numbers below are 0.33.0's (0.23.0's in brackets):
   (moe_intermediate_size) is split as `intermediate_size // tp_size` (fused_moe FusedMoEConfig),
   with no assert: an uneven split would load only part of each expert's weights (or trip a
   quantised kernel's block-alignment check), so it is refused too, unless expert parallel moves
-  whole experts instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding), so it never
-  matters;
+  whole experts instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding),
+  so it never matters;
 - pipeline parallel at most the layers: vllm/distributed/utils.py:225 `get_pp_indices` gives
   each stage num_hidden_layers // pp_size layers, 0 past the layer count [138];
 - expert parallel needs experts: vllm/config/model.py:1498 `_verify_with_expert_parallelism`.
