@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -59,3 +62,32 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         sys.argv = old
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A loopback port that records whether anything connected to it: `accept()` raises
+    BlockingIOError while nothing has."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def unreached_spec(tmp_path: Path, port: int, name: str, serve_port: int) -> Path:
+    """A phase 0 spec whose one host is `port` on loopback (with a venv that does not exist),
+    for commands that must refuse before they connect."""
+    host = {"name": "h1", "address": "127.0.0.1", "port": port, "runtime": "venv"}
+    host |= {"venv": "/nonexistent/venv", "dataDir": str(tmp_path / "data")}
+    spec = {
+        "name": name,
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"},
+        "hosts": [host],
+        "serve": {"replicas": 1, "port": serve_port},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path

@@ -5,13 +5,12 @@ no host is contacted (review finding 3: `up --timeout -5` started the engine, th
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.core import TyperOption
 
+from tests.conftest import unreached_spec
 from tests.targets.testbed import pdctl
 
 CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
@@ -33,37 +32,8 @@ def numeric_options() -> list[tuple[str, str]]:
     return out
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    """A loopback port that records whether anything connected to it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        sock.setblocking(False)
-        yield sock
-
-
 def _spec(tmp_path: Path, port: int) -> Path:
-    spec = {
-        "name": "bounds",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": [
-            {
-                "name": "h1",
-                "address": "127.0.0.1",
-                "port": port,
-                "runtime": "venv",
-                "venv": "/nonexistent/venv",
-                "dataDir": str(tmp_path / "data"),
-            }
-        ],
-        "serve": {"replicas": 1, "port": 18999},
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return unreached_spec(tmp_path, port, "bounds", 18999)
 
 
 def test_the_connecting_commands_have_numeric_options() -> None:

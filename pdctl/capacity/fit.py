@@ -185,26 +185,11 @@ def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: i
     )
 
 
-def dims_of(model: ModelConfig, source: str = "pdctl's model table") -> Dims:
-    """The numbers the parallelism checks (`pdctl.plan.parallel`) need, from a ModelConfig."""
-    return Dims(
-        model.name,
-        model.heads,
-        model.kv_heads,
-        model.layers,
-        model.experts,
-        model.is_mla,
-        source,
-        intermediate=model.intermediate,
-        moe_intermediate=model.moe_intermediate,
-    )
-
-
 def valid_tp(model: ModelConfig, tp: int, expert_parallel: bool = False) -> bool:
     """vLLM's rule, the one `validate` applies (`pdctl.plan.parallel.valid_tp`): TP divides
     the attention heads and the MLP widths, and the KV heads split evenly or are replicated a
     whole number of times (MLA: the heads only)."""
-    return tp in parallel.valid_tp(dims_of(model), limit=tp, expert_parallel=expert_parallel)
+    return tp in parallel.valid_tp(Dims.of(model), limit=tp, expert_parallel=expert_parallel)
 
 
 def smallest_fit(

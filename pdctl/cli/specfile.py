@@ -271,17 +271,7 @@ def model_dims(spec: Spec, spec_file: str, phase: int | None = None) -> Dims | N
         m = parse_config(spec.model.name, raw, None, from_table=where != "model.config")
     except SpecError:
         return None
-    return Dims(
-        spec.model.name,
-        m.heads,
-        m.kv_heads,
-        m.layers,
-        m.experts,
-        m.is_mla,
-        where,
-        intermediate=m.intermediate,
-        moe_intermediate=m.moe_intermediate,
-    )
+    return Dims.of(m, where)
 
 
 def load(

@@ -34,6 +34,7 @@ Pure: the model's numbers come in as `Dims` (the CLI reads pdctl's table or `mod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pdctl.errors import SpecError
 from pdctl.spec.model import Serve, Spec
@@ -55,6 +56,22 @@ class Dims:
     source: str = "pdctl's model table"
     intermediate: int = 0  # the dense MLP width (intermediate_size); 0: unknown
     moe_intermediate: int = 0  # one expert's MLP width (moe_intermediate_size); 0: none
+
+    @classmethod
+    def of(cls, model: Any, source: str = "pdctl's model table") -> Dims:
+        """The numbers of a capacity ModelConfig (read by attribute: the plan layer does not
+        import the capacity package)."""
+        return cls(
+            model.name,
+            model.heads,
+            model.kv_heads,
+            model.layers,
+            model.experts,
+            model.is_mla,
+            source,
+            intermediate=model.intermediate,
+            moe_intermediate=model.moe_intermediate,
+        )
 
 
 def valid_tp(dims: Dims, limit: int = MAX_TP, expert_parallel: bool = False) -> list[int]:

@@ -18,6 +18,7 @@ from pdctl.plan import make_plan
 from pdctl.probe.hami import library_command
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, json_findings, pdctl
+from tests.preflight.sshd_hosts import sshd_hosts
 
 HOOK_SRC = "".join(f"int {h}(void) {{ return 0; }}\n" for h in HOOKS)
 OLD_CUDA = "int cuCtxCreate_v2(void) { return 0; }\n"  # compiled by HAMi-core for CUDA < 13
@@ -142,10 +143,7 @@ def test_checks_hooks_and_cuda_major(libs: dict[str, Path], tmp_path: Path) -> N
 
 
 def test_preflight_over_ssh(libs: dict[str, Path], tmp_path: Path) -> None:
-    path = os.environ.get("PDCTL_TEST_SSH_HOSTS")
-    if not path or not Path(path).exists() or not os.environ.get("PDCTL_TEST_SSH_KEY"):
-        pytest.skip("no sshd test hosts: run tests/services.sh start and source $RUN/env")
-    hosts = {ln.split()[0]: ln.split()[1:] for ln in Path(path).read_text().splitlines()}
+    hosts = sshd_hosts()
     if "lo1" not in hosts:
         pytest.skip("needs the loopback test host lo1")
     address, port = hosts["lo1"]

@@ -19,6 +19,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, rolled_out
+from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,19 +152,7 @@ def test_wait_for_rollout(api):
 
 
 def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
-                "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path, server)
     data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
     data["name"] = name
     data["kubernetes"]["createNamespace"] = False

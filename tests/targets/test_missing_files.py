@@ -7,41 +7,20 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, unreached_spec
 from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
 
 # Its cluster is the kubeconfig's: the tests reach none.
 PHASE1 = str(ROOT / "examples" / "phase1-k8s.yaml")
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    """A loopback 'SSH host' that records whether anything connected to it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        sock.setblocking(False)
-        yield sock
-
-
 def _hosts_spec(tmp_path: Path, port: int) -> Path:
-    host = {"name": "h1", "address": "127.0.0.1", "port": port, "runtime": "venv"}
-    host |= {"venv": "/nonexistent/venv", "dataDir": str(tmp_path / "data")}
-    spec = {
-        "name": "files",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": [host],
-        "serve": {"replicas": 1, "port": 18998},
-    }
-    return write_spec(tmp_path / "spec.yaml", spec)
+    return unreached_spec(tmp_path, port, "files", 18998)
 
 
 def _no_kube_env(home: Path) -> dict[str, str]:
