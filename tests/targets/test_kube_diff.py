@@ -150,7 +150,8 @@ def test_cli_diff_exit_codes_and_up_dry_run(dry, tmp_path):
     assert same.returncode == 0, same.stderr
     assert same.stdout == "3 unchanged\nno changes\n"
     gone = pdctl("diff", str(spec), "--kubeconfig", str(tmp_path / "missing"))
-    assert gone.returncode == 2 and gone.stderr.startswith("error: cannot load the kubeconfig")
+    missing = f"error: kubeconfig file {tmp_path / 'missing'} does not exist; check --kubeconfig"
+    assert gone.returncode == 2 and gone.stderr.startswith(missing), gone.stderr
 
 
 def test_cli_diff_refuses_a_server_that_ignores_dry_run(tmp_path):
