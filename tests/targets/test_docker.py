@@ -18,6 +18,7 @@ from pdctl.plan.model import Unit
 from pdctl.spec.model import Host
 from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
 from pdctl.targets.health import probe
+from tests.targets.testbed import free_port
 
 IMAGE = "pdctl-test/engine:1"
 ENGINE_SH = """#!/bin/sh
@@ -145,12 +146,6 @@ def test_engine_image_is_imported_once_per_content(docker_client):
         if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT
     ]
     assert stale == []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 HOST = Host(name="local", address="127.0.0.1", runtime="docker", hfCache="/tmp/pdctl-test-hf")

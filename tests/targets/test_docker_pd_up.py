@@ -30,15 +30,9 @@ from pdctl.targets.docker import client_for, run_options
 from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.test_hami_hosts_up import ROUTER
-from tests.targets.testbed import pdctl, write_spec
+from tests.targets.testbed import free_port, pdctl, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pdctl.targets.docker import docker_home
 from pdctl.targets.docker_transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
+from tests.targets.testbed import free_port
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,6 @@ class DockerSshd:
     port: int
     key: str
     known_line: str  # this sshd's entry for a known_hosts file
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ every unit, the router's too (issue 17)."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,9 @@ from pdctl.spec import load_text
 from pdctl.targets.kube import KubeTarget
 from tests.pty_run import on_a_pty
 from tests.targets.test_kube import write_kube_files
-from tests.targets.testbed import SshEnv, host_entry, pdctl, processes_in, write_spec
+from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def known(env: SshEnv) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +23,12 @@ from tests.targets.faulthost import start_fault_host, stop_fault_host
 from tests.targets.testbed import (
     SshEnv,
     TestHost,
+    free_port,
     host_entry,
     pdctl,
     processes_in,
     write_spec,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def connect(env: SshEnv, name: str = "lo1") -> Connection:

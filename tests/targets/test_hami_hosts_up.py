@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, processes_in, write_spec
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    processes_in,
+    write_spec,
+)
 
 NIXL = "# stand-in for the NIXL package: start.sh checks `import nixl`\n"
 ROUTER = '''#!/usr/bin/env python3
@@ -33,12 +40,6 @@ class H(BaseHTTPRequestHandler):
             self.wfile.write(body)
 ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def environment(tmp: Path) -> tuple[Path, Path, Path]:

@@ -9,18 +9,11 @@ hosts of tests/services.sh have no route to each other, and a group's nodes must
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import SshEnv, host_entry, pdctl, processes_in, write_spec
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
 
 
 def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:

@@ -18,15 +18,9 @@ from pdctl.targets.batch import run_batch
 from pdctl.targets.remote import HostOps
 from pdctl.targets.ssh import Connection, Result, SshOptions
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, write_spec
 
 KEY = "sk-one-session-test-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 
 from tests.targets.test_docker import IMAGE, docker_client  # noqa: F401 - a fixture
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, processes_in, write_spec
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    processes_in,
+    write_spec,
+)
 
 
 def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:

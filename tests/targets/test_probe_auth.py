@@ -18,15 +18,17 @@ from pathlib import Path
 import pytest
 
 from pdctl.targets.health import probe
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, processes_with, write_spec
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    processes_with,
+    write_spec,
+)
 
 KEY = "sk-pdctl-test-key-7c1e0b"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import HERE, SshEnv, free_port, host_entry, pdctl, write_spec
 
 CONDA = """#!/bin/bash
 root={root}
@@ -83,12 +82,6 @@ def conda_host(
     )
     yield host
     host.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_for(env: SshEnv, host: CountingHost, data: Path) -> Path:

@@ -8,7 +8,6 @@ health probes, idempotence, restarts after a spec change, failure reports and cl
 from __future__ import annotations
 
 import json
-import socket
 import stat
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.targets.testbed import (
     SshEnv,
+    free_port,
     host_entry,
     listening,
     pdctl,
@@ -23,12 +23,6 @@ from tests.targets.testbed import (
     processes_with,
     write_spec,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: object) -> dict:

@@ -5,7 +5,9 @@ stand-in engine, and helpers. Tests skip (with the reason) when the services are
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,6 +17,35 @@ import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
+
+# Ports handed out by free_port come from below Linux's ephemeral range (32768-60999), so no
+# outgoing connection (an SSH session, a port forward) can take one between the check and the
+# engine's bind, and above the fixed ports the e2e tests use (18xxx).
+_PORTS = range(20000, 32000)
+_next_port = random.randrange(_PORTS.start, _PORTS.stop - 2000)
+
+
+def free_port(span: int = 4) -> int:
+    """A base port P with P .. P+span-1 free on every address now (pdctl gives replica i the
+    port P+i), never overlapping a span handed out before in this process."""
+    global _next_port
+    base = _next_port
+    while base + span <= _PORTS.stop:
+        socks = []
+        try:
+            for port in range(base, base + span):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("", port))
+        except OSError:
+            base += 1
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        _next_port = base + span
+        return base
+    raise RuntimeError(f"no {span} consecutive free ports in {_PORTS}")
 
 
 @dataclass(frozen=True)
