@@ -294,14 +294,6 @@ class DockerTarget:
         container.remove(force=True)
         self.say(f"removed container {container.name}")
 
-    def wait_running(self, names: list[str], seconds: float, probe: Callable[[str], bool]) -> None:
-        """Until `probe(name)` is true for each; a container that exits fails at once with its
-        last log lines (docker_wait.wait_healthy, which waits for several hosts at once)."""
-        from pdctl.targets.docker_wait import wait_healthy
-
-        where = [(self.where, n) for n in names]
-        wait_healthy({self.where: self}, where, seconds, lambda _h, n: probe(n), stage=self.stage)
-
     def rollback(self) -> None:
         """Remove the containers this run created (after a failure or Ctrl-C)."""
         live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}

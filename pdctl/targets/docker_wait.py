@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
+from pdctl.targets.health import FIRST_PAUSE, LOOK
 from pdctl.targets.stages import latest_line, stage_of
 
 if TYPE_CHECKING:
     from pdctl.targets.docker import DockerTarget
 
-LOOK = 5.0  # seconds between two reads of a starting container's log (as rollout.LOOK)
-FIRST_PAUSE = 0.25  # seconds before the second round (as rollout.FIRST_PAUSE)
 POLL = 2.0  # the longest pause between two rounds
 
 Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /health and the model

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.health import Health
+from pdctl.targets.health import FIRST_PAUSE, LOOK, Health
 from pdctl.targets.outcome import UnitFailure
 from pdctl.targets.ssh import HostLost
 from pdctl.targets.stages import latest_line, stage_of
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 
     from pdctl.targets.hosts import HostsTarget
 
-LOOK = 5.0  # seconds between two reads of a starting unit's log (its stage and latest line)
-# Seconds before the second poll round; each later pause is twice the last, up to `poll`: a
-# unit that is up in a second is seen then, one that loads for minutes costs a round per poll.
-FIRST_PAUSE = 0.25
 ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
 
 

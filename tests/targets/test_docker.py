@@ -17,6 +17,7 @@ from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
 from pdctl.spec.model import Host
 from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
+from pdctl.targets.docker_wait import wait_healthy
 from pdctl.targets.health import probe
 from tests.targets.testbed import free_port
 
@@ -188,7 +189,9 @@ def test_up_creates_labelled_containers_and_is_idempotent(target):
     changes = target.changes(units)
     assert [c.action for c in changes] == ["start"]
     target.apply(units, changes, {"HF_TOKEN": "hf_docker_secret"})
-    target.wait_running([units[0].name], 60, lambda _n: healthy(port))
+    wait_healthy(
+        {target.where: target}, [(target.where, units[0].name)], 60, lambda _h, _n: healthy(port)
+    )
     (c,) = target.containers()
     assert c.labels["pdctl.io/deployment"] == target.deployment
     assert c.labels["pdctl.io/role"] == "serve"
@@ -231,7 +234,7 @@ def test_engine_that_exits_is_reported_with_its_error(target):
     units = [unit(name, free_port(), model="/missing/model")]
     target.apply(units, target.changes(units), {})
     with pytest.raises(PdctlError, match="model path /missing/model does not exist"):
-        target.wait_running([name], 60, lambda _n: False)
+        wait_healthy({target.where: target}, [(target.where, name)], 60, lambda _h, _n: False)
     target.rollback()
     assert target.containers() == []
 
