@@ -16,7 +16,15 @@ from pdctl.spec import load_text
 from pdctl.targets.kube import KubeTarget
 from tests.pty_run import on_a_pty
 from tests.targets.test_kube import write_kube_files
-from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    processes_in,
+    stand_in_spec,
+    write_spec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,14 +39,11 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
     host = ssh_env.host("lo1")
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {
-            "name": "dry",
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu"},
-            "hosts": [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
-            "serve": {"replicas": 1, "port": free_port()},
-        },
+        stand_in_spec(
+            "dry",
+            [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
+            {"replicas": 1, "port": free_port()},
+        ),
     )
     folder = tmp_path / "lo1" / "dry"
     before = pdctl("down", str(spec), "--dry-run", *known(ssh_env))

@@ -27,6 +27,7 @@ from tests.targets.testbed import (
     host_entry,
     pdctl,
     processes_in,
+    stand_in_spec,
     write_spec,
 )
 
@@ -66,17 +67,14 @@ def fault_host(ssh_env: SshEnv, tmp_path: Path):
 
 def spec_with(env: SshEnv, venv: Path, data: Path, hosts: list[TestHost], **engine_env: str):
     """Two stand-in engines, one per host, on one port (the hosts have separate networks)."""
-    spec = {
-        "name": "fake",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu", "env": dict(engine_env)},
-        "secrets": {"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
-        "hosts": [host_entry(env, h, data, venv=str(venv)) for h in hosts],
-        "serve": {"replicas": len(hosts), "port": free_port()},
-    }
-    if not engine_env:
-        del spec["engine"]["env"]
+    engine = {"device": "cpu", "env": dict(engine_env)} if engine_env else None
+    spec = stand_in_spec(
+        "fake",
+        [host_entry(env, h, data, venv=str(venv)) for h in hosts],
+        {"replicas": len(hosts), "port": free_port()},
+        engine=engine,
+        secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
+    )
     return write_spec(data / "spec.yaml", spec)
 
 

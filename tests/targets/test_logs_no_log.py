@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
 NO_LOG = "rvw-serve-0 on lo1: no log (not started, or removed by down)"
 
@@ -15,14 +15,11 @@ NO_LOG = "rvw-serve-0 on lo1: no log (not started, or removed by down)"
 def _spec(env: SshEnv, venv: Path, data: Path) -> Path:
     return write_spec(
         data / "spec.yaml",
-        {
-            "name": "rvw",
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu"},
-            "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            "serve": {"replicas": 1, "port": 18737},
-        },
+        stand_in_spec(
+            "rvw",
+            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            {"replicas": 1, "port": 18737},
+        ),
     )
 
 
@@ -62,14 +59,12 @@ def _docker_spec(env: SshEnv, data: Path) -> Path:
     host = host_entry(env, env.host("lo1"), data, runtime="docker")
     return write_spec(
         data / "spec.yaml",
-        {
-            "name": "rvw",
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"},
-            "hosts": [host],
-            "serve": {"replicas": 1, "port": 18737},
-        },
+        stand_in_spec(
+            "rvw",
+            [host],
+            {"replicas": 1, "port": 18737},
+            engine={"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"},
+        ),
     )
 
 

@@ -18,7 +18,7 @@ from pdctl.targets.batch import run_batch
 from pdctl.targets.remote import HostOps
 from pdctl.targets.ssh import Connection, Result, SshOptions
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, write_spec
+from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
 
 KEY = "sk-one-session-test-key"
 
@@ -31,15 +31,12 @@ def counted(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def spec_for(env: SshEnv, counted: CountingHost, venv: Path, data: Path) -> Path:
-    spec = {
-        "name": "counted",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "secrets": {"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
-        "hosts": [host_entry(env, counted.host, data, venv=str(venv), instances=2)],
-        "serve": {"replicas": 2, "port": free_port()},
-    }
+    spec = stand_in_spec(
+        "counted",
+        [host_entry(env, counted.host, data, venv=str(venv), instances=2)],
+        {"replicas": 2, "port": free_port()},
+        secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
+    )
     return write_spec(data / "spec.yaml", spec)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.targets.test_ssh_up import free_port, known
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
 
 def meeting_venv(root: Path, meet: Path, me: str, other: str) -> Path:
@@ -48,14 +48,7 @@ def test_up_probes_the_engines_of_two_hosts_at_the_same_time(
         hosts.append(host_entry(ssh_env, ssh_env.host(host), data, venv=str(venv)))
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {
-            "name": "meet",
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu"},
-            "hosts": hosts,
-            "serve": {"replicas": 2, "port": free_port()},
-        },
+        stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
     )
     try:
         up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")

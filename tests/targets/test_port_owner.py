@@ -26,6 +26,7 @@ from tests.targets.testbed import (
     host_entry,
     pdctl,
     processes_in,
+    stand_in_spec,
     write_spec,
 )
 
@@ -33,14 +34,11 @@ from tests.targets.testbed import (
 def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
     return write_spec(
         data / "spec.yaml",
-        {
-            "name": "own",
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu"},
-            "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            "serve": {"replicas": 1, "port": port},
-        },
+        stand_in_spec(
+            "own",
+            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            {"replicas": 1, "port": port},
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from tests.targets.testbed import (
     host_entry,
     pdctl,
     processes_with,
+    stand_in_spec,
     write_spec,
 )
 
@@ -32,15 +33,12 @@ KEY = "sk-pdctl-test-key-7c1e0b"
 
 
 def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int) -> dict:
-    return {
-        "name": "auth",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "secrets": {"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
-        "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-        "serve": {"replicas": 1, "port": port},
-    }
+    return stand_in_spec(
+        "auth",
+        [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+        {"replicas": 1, "port": port},
+        secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
+    )
 
 
 @pytest.fixture

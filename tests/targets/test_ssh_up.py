@@ -21,6 +21,7 @@ from tests.targets.testbed import (
     pdctl,
     processes_in,
     processes_with,
+    stand_in_spec,
     write_spec,
 )
 
@@ -30,15 +31,12 @@ def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: objec
     if "node1" not in names:
         pytest.skip("needs the network-namespace test host node1 (two hosts, one port)")
     chosen = [env.host("lo1"), env.host("node1")]
-    return {
-        "name": "fake",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "secrets": {"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
-        "hosts": [host_entry(env, h, data, venv=str(venv)) for h in chosen],
-        "serve": {"replicas": 2, "port": port, **serve},
-    }
+    return stand_in_spec(
+        "fake",
+        [host_entry(env, h, data, venv=str(venv)) for h in chosen],
+        {"replicas": 2, "port": port, **serve},
+        secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
+    )
 
 
 def known(env: SshEnv) -> list[str]:
@@ -104,21 +102,33 @@ def test_secrets_file_is_0600_and_nothing_is_wider(deployed):
 def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
     spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
-    pids = {r["unit"]: r["pid"] for r in json.loads(
-        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    pids = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
     again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "nothing to change" in again.stdout
-    after = {r["unit"]: r["pid"] for r in json.loads(
-        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    after = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
     assert after == pids
 
 
 def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env, tmp_path):
     spec, port, secret, up = own_deployment
     assert up.returncode == 0, up.stdout + up.stderr
-    before = {r["unit"]: r["pid"] for r in json.loads(
-        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    before = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
     import yaml
 
     data = yaml.safe_load(spec.read_text())
@@ -128,8 +138,12 @@ def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env
     assert "restart" in dry.stdout and "keep" in dry.stdout, dry.stdout
     again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
     assert again.returncode == 0, again.stdout + again.stderr
-    after = {r["unit"]: r for r in json.loads(
-        pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)["instances"]}
+    after = {
+        r["unit"]: r
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
     assert after["fake-serve-0"]["pid"] == before["fake-serve-0"]
     assert after["fake-serve-1"]["pid"] != before["fake-serve-1"]
     assert after["fake-serve-1"]["health"] == "healthy"
@@ -167,8 +181,15 @@ def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv,
     data = two_host_spec(ssh_env, fake_venv, tmp_path, port)
     data["model"]["name"] = "/nonexistent/model"
     spec = write_spec(tmp_path / "spec.yaml", data)
-    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "30",
-               env={"PDCTL_TEST_HF_TOKEN": "x"})
+    up = pdctl(
+        "up",
+        str(spec),
+        "--yes",
+        *known(ssh_env),
+        "--timeout",
+        "30",
+        env={"PDCTL_TEST_HF_TOKEN": "x"},
+    )
     assert up.returncode == 1
     assert "model path /nonexistent/model does not exist" in up.stdout
     assert "its log ends: OSError: fake-vllm: model path" in up.stderr
@@ -193,8 +214,9 @@ def test_unknown_host_key_is_refused(ssh_env, fake_venv, tmp_path):
     dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty))
     assert dry.returncode == 1
     assert "unknown host key" in dry.stderr and "--accept-new-host-keys" in dry.stderr
-    accepted = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty),
-                     "--accept-new-host-keys")
+    accepted = pdctl(
+        "up", str(spec), "--dry-run", "--known-hosts", str(empty), "--accept-new-host-keys"
+    )
     assert accepted.returncode == 0, accepted.stderr
     assert empty.read_text() == ""  # a dry run trusts new keys for that run only
     recorded = pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys")
@@ -212,8 +234,7 @@ def test_changed_host_key_is_refused_even_with_accept_new(ssh_env, fake_venv, tm
     other = next(v for k, v in by_name.items() if k != "[127.0.0.1]:2222")
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"{lo1[0]} {other[1]} {other[2]}\n")  # lo1 with another host's key
-    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(wrong),
-                "--accept-new-host-keys")
+    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(wrong), "--accept-new-host-keys")
     assert dry.returncode == 1
     assert "does not match" in dry.stderr
 
@@ -228,7 +249,9 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", data)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**__import__("os").environ, "PDCTL_TEST_HF_TOKEN": "x", "COLUMNS": "200"},
     )
     lines = []
@@ -237,8 +260,10 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
         lines.append(line)
         if sum("starting fake-serve" in x for x in lines) == 2:
             break
-    pids = [tmp_path / h / "fake" / f"fake-serve-{i}" / "pid" for i, h in enumerate(
-        (data["hosts"][0]["name"], data["hosts"][1]["name"]))]
+    pids = [
+        tmp_path / h / "fake" / f"fake-serve-{i}" / "pid"
+        for i, h in enumerate((data["hosts"][0]["name"], data["hosts"][1]["name"]))
+    ]
     while not all(p.exists() and p.read_text().strip() for p in pids):
         __import__("time").sleep(0.1)
     proc.send_signal(signal.SIGINT)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.targets.test_ssh_up import free_port, known
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
 LOADING = (
     "(EngineCore_DP0 pid=212) INFO 10-06 12:00:01 [gpu_model_runner.py:2602] "
@@ -60,14 +60,11 @@ def slow_venv(tmp_path: Path) -> Path:
 def one_instance(env: SshEnv, venv: Path, data: Path, name: str) -> Path:
     return write_spec(
         data / "spec.yaml",
-        {
-            "name": name,
-            "phase": 0,
-            "model": {"name": "stand-in", "servedName": "stand-in"},
-            "engine": {"device": "cpu"},
-            "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            "serve": {"replicas": 1, "port": free_port()},
-        },
+        stand_in_spec(
+            name,
+            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            {"replicas": 1, "port": free_port()},
+        ),
     )
 
 

@@ -100,6 +100,22 @@ def host_entry(env: SshEnv, host: TestHost, data_dir: Path, **extra: object) -> 
     return entry
 
 
+def stand_in_spec(
+    name: str, hosts: list[dict], serve: dict, engine: dict | None = None, **sections: object
+) -> dict:
+    """A phase 0 spec of the stand-in engine (fake_vllm.py) on `hosts`: the CPU engine unless
+    `engine` says otherwise; `sections` (secrets ...) come between the engine and the hosts."""
+    return {
+        "name": name,
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": engine if engine is not None else {"device": "cpu"},
+        **sections,
+        "hosts": hosts,
+        "serve": serve,
+    }
+
+
 def write_spec(path: Path, spec: dict) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
