@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.targets.docker_pull import PullProgress, reference
+from pdctl.targets.docker_pull import PullProgress, present, reference
 from tests.targets.registry import Image, Registry, image_from_rootfs
 from tests.targets.test_docker import CHANGES, ENTRYPOINT, engine_rootfs, free_port
 from tests.targets.test_docker import docker_client as docker_client  # noqa: F401 (fixture)
@@ -79,14 +79,22 @@ def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_pat
         assert blobs == {f"/v2/{REPO}/blobs/{d}" for d in image.blobs}, registry.requests
         assert docker_client.images.get(ref).attrs["Config"]["Labels"]["pdctl.test"] == "pulled"
 
-        # A digest reference is pulled by its digest (the spec changed: the engine is replaced).
+        # A digest reference is pulled by its digest. dockerd keeps the manifests it pulled in
+        # its own content store and may still hold this one (until its garbage collection
+        # runs), so the registry need not see the manifest again; what must hold: pdctl asked
+        # for the image (the pulling stage), never by a tag, and the engine has it by digest.
         remove_all(docker_client, "dpull")
         forget(docker_client, ref)
+        assert not present(docker_client, by_digest)
         spec = docker_spec(tmp_path, "dpull", {"local": "127.0.0.1"}, port, image=by_digest)
         registry.requests.clear()
         up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local"))
         assert up.returncode == 0, up.stdout + up.stderr
-        assert any(p == f"/v2/{REPO}/manifests/{image.digest}" for _, p in registry.requests)
+        stages = stage_lines(up.stdout, 60)
+        assert f"dpull-serve-0 on local: pulling image | pulling {by_digest}" in stages, up.stdout
+        manifests = {p for _, p in registry.requests if "/manifests/" in p}
+        assert manifests <= {f"/v2/{REPO}/manifests/{image.digest}"}, registry.requests
+        assert docker_client.images.get(by_digest).attrs["RepoDigests"] == [by_digest]
     finally:
         remove_all(docker_client, "dpull")
         for r in (ref, by_digest):
