@@ -18,7 +18,7 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import HostOps
+from pdctl.targets.remote import HostOps, NoLog
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
 from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
@@ -236,13 +236,22 @@ class HostsTarget(Closing):
                 pass
             return
         text: dict[tuple[str, str], str] = {}
+        absent: list[NoLog] = []  # units without a log, per host
         for host in sorted({h for h, _ in chosen}):  # one exec per host
             names = [n for h, n in chosen if h == host]
-            text.update(((host, n), t) for n, t in self.ops[host].tails(names, lines).items())
+            try:
+                found = self.ops[host].tails(names, lines)
+            except NoLog as none:  # read the others; say which have none
+                absent.append(none)
+                rest = [n for n in names if n not in none.units]
+                found = self.ops[host].tails(rest, lines) if rest else {}
+            text.update(((host, n), t) for n, t in found.items())
+        if absent and not text:  # not one log to show: the one line says why
+            raise absent[0] if len(absent) == 1 else PdctlError("; ".join(map(str, absent)))
         for host, name in chosen:
             if len(chosen) > 1:
                 write(f"==> {name} on {host} <==\n")
-            write(text[(host, name)])
+            write(text.get((host, name), "(no log: not started, or removed by down)\n"))
 
     def endpoints(self) -> list[str]:
         return endpoints(self.plan, self.desired())

@@ -36,6 +36,7 @@ class NoLog(PdctlError):
     """Units with no log on a host: never started there, or removed by `down` (exit 1)."""
 
     def __init__(self, units: list[str], host: str) -> None:
+        self.units = units
         super().__init__(f"{', '.join(units)} on {host}: no log (not started, or removed by down)")
 
 

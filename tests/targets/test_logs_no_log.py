@@ -37,6 +37,36 @@ def test_logs_of_a_unit_never_started_say_so_in_one_line(
     assert "docker" not in out.stderr.lower()
 
 
+def test_logs_of_every_unit_show_the_ones_with_a_log_and_name_the_others(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """Without UNIT, one unit lacking a log (never started, removed) does not hide the logs of
+    the others: each is shown under its header, the missing one says so, exit 0."""
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        stand_in_spec(
+            "rvw",
+            [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv), instances=2)],
+            {"replicas": 2, "port": 18737},
+        ),
+    )
+    unit = tmp_path / "lo1" / "rvw" / "rvw-serve-1"
+    unit.mkdir(parents=True)
+    (unit / "log").write_text("first\nsecond\n")
+    out = pdctl("logs", str(spec), "--known-hosts", ssh_env.known_hosts)
+    assert out.returncode == 0, out
+    assert out.stdout.splitlines() == [
+        "==> rvw-serve-0 on lo1 <==",
+        "(no log: not started, or removed by down)",
+        "==> rvw-serve-1 on lo1 <==",
+        "first",
+        "second",
+    ]
+    one = pdctl("logs", str(spec), "rvw-serve-0", "--known-hosts", ssh_env.known_hosts)
+    assert (one.returncode, one.stdout) == (1, ""), one
+    assert "rvw-serve-0 on lo1: no log" in one.stderr
+
+
 def test_logs_after_down_say_the_log_is_gone(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
