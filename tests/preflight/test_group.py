@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,6 +21,7 @@ from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
+from tests.targets.testbed import free_port
 
 HOSTS = (
     "  - {name: a, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /v}\n"
@@ -174,12 +174,6 @@ def _venv(root: Path, version: str) -> Path:
     return root
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str = "") -> list:
     from pdctl.probe import Options, gather
     from pdctl.targets.ssh import SshOptions
@@ -194,7 +188,7 @@ def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str =
     ]
     serve = (
         "{replicas: 1, tensorParallel: 1, dataParallel: 2, nodes: 2, "
-        f"rendezvousPort: {_free_port()}}}"
+        f"rendezvousPort: {free_port(1)}}}"
     )
     spec, _ = load_text(spec_text("\n".join(lines), serve), "spec.yaml")
     plan = make_plan(spec)
