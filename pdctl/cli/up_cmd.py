@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         keep_going: bool = typer.Option(
             False,
             "--keep-going",
-            help="On a failure, undo only the failed instances (stop a "
+            help="SSH hosts: on a failure, undo only the failed instances (stop a "
             "new one, bring back the previous version of a replaced one) and go on with the "
             "rest; still exit 1. Without it a failure undoes the whole run.",
         ),
@@ -106,6 +106,17 @@ def register(app: typer.Typer) -> None:
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"
         console = term.console(log_path=False)
         plan, bundle = load(spec, phase, target, facts)
+        if keep_going and (plan.target == "kubernetes" or conn.docker_url):
+            where = "Kubernetes" if plan.target == "kubernetes" else "--docker-url"
+            raise UsageError(
+                f"--keep-going works on SSH hosts only: with {where} a failed run is "
+                + (
+                    "not undone (the cluster keeps the previous pods serving)"
+                    if plan.target == "kubernetes"
+                    else "undone as a whole (its containers are removed)"
+                ),
+                fix="leave out --keep-going",
+            )
         options = conn.target(dry_run=dry_run)
         if dry_run and output == "table":
             from pdctl.plan.place import where

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from tests.targets.testbed import pdctl, write_spec
 
 
@@ -17,14 +19,24 @@ def closed_port() -> int:
 
 
 def spec_for(tmp_path: Path, port: int) -> Path:
-    return write_spec(tmp_path / "spec.yaml", {
-        "name": "u",
-        "phase": 0,
-        "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
-        "hosts": [{"name": "gpu-a", "address": "127.0.0.1", "port": port, "gpus": [0],
-                   "dataDir": str(tmp_path / "data")}],
-        "serve": {"port": 8000},
-    })
+    return write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "u",
+            "phase": 0,
+            "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+            "hosts": [
+                {
+                    "name": "gpu-a",
+                    "address": "127.0.0.1",
+                    "port": port,
+                    "gpus": [0],
+                    "dataDir": str(tmp_path / "data"),
+                }
+            ],
+            "serve": {"port": 8000},
+        },
+    )
 
 
 def test_unreachable_host_is_one_line_naming_host_address_and_cause(tmp_path: Path):
@@ -50,3 +62,21 @@ def test_offline_without_dry_run_is_a_usage_error(tmp_path: Path):
     proc = pdctl("up", str(spec_for(tmp_path, closed_port())), "--offline")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --offline works only with --dry-run; add --dry-run"
+
+
+@pytest.mark.parametrize("where", ["kubernetes", "docker"])
+def test_keep_going_off_ssh_hosts_is_a_usage_error_before_connecting(tmp_path: Path, where: str):
+    """--keep-going undoes only the failed instances on SSH hosts; the Docker engine target
+    undoes a failed run whole and Kubernetes undoes nothing, so it is refused there at once."""
+    port = closed_port()
+    extra = (
+        ["--phase", "1", "--target", "kubernetes"]
+        if where == "kubernetes"
+        else ["--docker-url", f"gpu-a=tcp://127.0.0.1:{port}"]
+    )
+    proc = pdctl("up", str(spec_for(tmp_path, port)), "--keep-going", "--yes", *extra)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    shown = "Kubernetes" if where == "kubernetes" else "--docker-url"
+    assert line.startswith(f"error: --keep-going works on SSH hosts only: with {shown} "), line
+    assert line.endswith("; leave out --keep-going"), line
