@@ -107,9 +107,9 @@ def register(app: typer.Typer) -> None:
         console = term.console(log_path=False)
         plan, bundle = load(spec, phase, target, facts)
         if keep_going and (plan.target == "kubernetes" or conn.docker_url):
-            where = "Kubernetes" if plan.target == "kubernetes" else "--docker-url"
+            off = "Kubernetes" if plan.target == "kubernetes" else "--docker-url"
             raise UsageError(
-                f"--keep-going works on SSH hosts only: with {where} a failed run is "
+                f"--keep-going works on SSH hosts only: with {off} a failed run is "
                 + (
                     "not undone (the cluster keeps the previous pods serving)"
                     if plan.target == "kubernetes"
