@@ -5,10 +5,8 @@ client from kmock's API emulator seeded with the same objects."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,17 +90,11 @@ def test_cli_replay_cluster() -> None:
     assert {f["check"] for f in json_findings(proc)} >= {"cluster.gpus", "hami.slices"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 SERVER = """
 import asyncio, json, sys, kmock
-fix = sys.argv[2]
+fix = sys.argv[1]
 async def main():
-    async with kmock.KubernetesEmulator() as km, kmock.Server(km, port=int(sys.argv[1])):
+    async with kmock.KubernetesEmulator() as km, kmock.Server(km, port=0) as srv:
         for n in json.load(open(fix + "/nodes.json"))["items"]:
             km.objects["v1/nodes", None, n["metadata"]["name"]] = n
         for w in json.load(open(fix + "/workloads.json"))["items"]:
@@ -112,7 +104,7 @@ async def main():
         for c in json.load(open(fix + "/crds.json"))["items"]:
             km.objects["apiextensions.k8s.io/v1/customresourcedefinitions", None,
                        c["metadata"]["name"]] = c
-        print("serving", flush=True)
+        print("serving", str(srv.url).rstrip("/"), flush=True)
         await asyncio.Event().wait()
 asyncio.run(main())
 """
@@ -121,24 +113,19 @@ asyncio.run(main())
 @pytest.fixture
 def apiserver(tmp_path: Path):
     pytest.importorskip("kmock")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(K8S / CLUSTER)],
+    # The server binds a port the kernel picks and says which once it listens: a port chosen
+    # here and released could be taken (an outgoing connection's local port) before it binds.
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(K8S / CLUSTER)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert "serving" in line, line + proc.stdout.read()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        assert line.startswith("serving http://"), line + proc.stdout.read()
+        url = line.split()[1]
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "clusters": [{"name": "k", "cluster": {"server": url}}],
             "users": [{"name": "u", "user": {}}],
             "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
         }))
