@@ -114,6 +114,7 @@ def register(app: typer.Typer) -> None:
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit. Exit 1 when anything FAILs."""
         from pdctl.check import run_checks, worst
         from pdctl.cli import term
+        from pdctl.cli.connect import must_exist
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
         from pdctl.errors import UsageError
@@ -138,6 +139,8 @@ def register(app: typer.Typer) -> None:
             if plan.target == "kubernetes" and CLUSTER not in raw:
                 raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
         else:
+            if plan.target == "kubernetes" and conn.kubeconfig:  # as up: a named file must exist
+                must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
             options = Options(
                 ssh=conn.ssh(),
                 local=frozenset(local),

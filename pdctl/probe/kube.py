@@ -4,6 +4,7 @@ CRDs. Recorded as JSON in the shapes `kubectl get ... -o json` prints."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from pdctl.facts.cluster import HAMI_COMPONENTS
@@ -30,8 +31,10 @@ def _crds(response: Any) -> str:
     items = [
         {
             "metadata": {"name": c.get("metadata", {}).get("name", "")},
-            "spec": {"group": c.get("spec", {}).get("group", ""),
-                     "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")}},
+            "spec": {
+                "group": c.get("spec", {}).get("group", ""),
+                "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")},
+            },
         }
         for c in _json(response).get("items", [])
     ]
@@ -51,7 +54,7 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
         try:
             config.load_incluster_config()
         except ConfigException:
-            return {"cluster.err": f"no Kubernetes configuration: {exc}\n"}
+            return {"cluster.err": f"no Kubernetes configuration: {_why(kubeconfig, exc)}\n"}
     api = client.ApiClient()
     raw: dict[str, str] = {}
     calls = {
@@ -60,9 +63,7 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
         ),
         "workloads.json": lambda: _workloads(api, client),
         "crds.json": lambda: _crds(
-            client.ApiextensionsV1Api(api).list_custom_resource_definition(
-                _preload_content=False
-            )
+            client.ApiextensionsV1Api(api).list_custom_resource_definition(_preload_content=False)
         ),
     }
     for name, call in calls.items():
@@ -73,6 +74,19 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
             reason = getattr(exc, "reason", None) or str(exc).splitlines()[0]
             raw[name + ".err"] = f"{status or 'error'}: {reason}\n"
     return raw
+
+
+def _why(kubeconfig: str | None, exc: Exception) -> str:
+    """Why no configuration loaded, naming the file(s) looked for when none exists (the
+    client says only "Invalid kube-config file. No configuration found.")."""
+    files = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if not any(os.path.exists(os.path.expanduser(f)) for f in files.split(os.pathsep) if f):
+        where = (
+            "--kubeconfig" if kubeconfig else "$KUBECONFIG" if "KUBECONFIG" in os.environ else ""
+        )
+        named = f" ({where})" if where else ""
+        return f"{files}{named} does not exist, and this is not a pod (no in-cluster account)"
+    return " ".join(str(exc).split())
 
 
 def _workloads(api: Any, client: Any) -> str:

@@ -5,6 +5,7 @@ client from kmock's API emulator seeded with the same objects."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -147,12 +148,38 @@ def test_gather_from_api_server_matches_recorded_json(apiserver: Path, tmp_path:
     assert json_findings(live) == json_findings(replay)
 
 
-def test_no_kubeconfig_is_a_finding(tmp_path: Path) -> None:
+def test_a_kubeconfig_named_but_missing_is_a_usage_error(tmp_path: Path) -> None:
+    """As for up/status: a file named on the command line must exist (one line, exit 2)."""
+    missing = tmp_path / "missing"
     proc = pdctl("preflight", str(ROOT / "examples" / "phase1-k8s.yaml"), "--kubeconfig",
-                 str(tmp_path / "missing"), "-o", "json")
-    assert proc.returncode == 1
+                 str(missing), "-o", "json")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc
+    assert proc.stderr.strip().splitlines() == [
+        f"error: kubeconfig file {missing} does not exist; check --kubeconfig"
+    ]
+
+
+@pytest.mark.parametrize("env", ["unset", "KUBECONFIG"])
+def test_no_kubeconfig_is_a_finding_naming_where_it_looked(tmp_path: Path, env: str) -> None:
+    """Without any configuration the cluster.reach finding names the file(s) looked for (the
+    client's own words, 'Invalid kube-config file. No configuration found.', name none)."""
+    base = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    base["HOME"] = str(tmp_path)
+    looked = "~/.kube/config"
+    if env == "KUBECONFIG":
+        looked = f"{tmp_path}/a:{tmp_path}/b"
+        base["KUBECONFIG"] = looked
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdctl", "preflight", str(ROOT / "examples" / "phase1-k8s.yaml"),
+         "-o", "json"], capture_output=True, text=True, cwd=ROOT, env=base)
+    assert proc.returncode == 1, proc
     (reach,) = [f for f in json_findings(proc) if f["check"] == "cluster.reach"]
-    assert reach["status"] == "FAIL" and "kube" in reach["found"].lower()
+    named = " ($KUBECONFIG)" if env == "KUBECONFIG" else ""
+    assert reach["status"] == "FAIL"
+    assert reach["found"] == (
+        f"no Kubernetes configuration: {looked}{named} does not exist, and this is not a pod "
+        "(no in-cluster account)"
+    )
 
 
 def test_phase3_mig_mode_devices_warn() -> None:
