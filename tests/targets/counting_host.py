@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import SshEnv, TestHost
+from tests.targets.testbed import SshEnv, TestHost, free_port
 
 
 @dataclass
@@ -40,12 +40,6 @@ class CountingHost:
             self.sshd.wait(timeout=10)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_counting_host(
     env: SshEnv, tmp: Path, name: str = "counted", slow: float = 0.0, rc_lines: str = ""
 ) -> CountingHost:
@@ -57,7 +51,7 @@ def start_counting_host(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
     )
     shutil.copy(env.key + ".pub", d / "authorized_keys")
-    port = _free_port()
+    port = free_port(1)  # below the ephemeral range: no outgoing connection takes it
     (d / "sshd.conf").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n"
         f"AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n"
@@ -89,12 +83,14 @@ def start_counting_host(
         stderr=open(d / "sshd.log", "w"),  # noqa: SIM115
         start_new_session=True,
     )
-    for _ in range(100):
+    # Until it listens: it either does or exits; 120 s only ends a hang (it listens in < 1 s).
+    deadline = time.monotonic() + 120
+    while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
-            if sshd.poll() is not None:
+            if sshd.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((d / "sshd.log").read_text()) from None
             time.sleep(0.1)
     return CountingHost(TestHost(name, "127.0.0.1", port), str(known), counter, sshd)
