@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,16 +145,21 @@ def rendered(tmp_path: Path, ssh_env: SshEnv, conda_host: CountingHost) -> Path:
 def test_a_held_lock_times_out_naming_the_lock_file_and_its_holder(rendered: Path):
     lock = rendered.parent / "setup.lock"
     lock.write_text("locked-serve-1 (pid 4242, since 2026-12-01T10:00:00Z)\n")
-    holder = subprocess.Popen(["flock", str(lock), "sleep", "30"])
+    # The holder says when it holds the lock (a fixed number of polls could end before a slow
+    # machine ran flock, and start.sh would then take the lock itself).
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", "echo held; exec sleep 300"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        for _ in range(50):  # until flock holds it
-            if subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0:
-                break
-            time.sleep(0.05)
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         proc = _run_start(rendered, os.environ["PATH"])
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep, which holds the lock too
         holder.wait()
+        holder.stdout.close()
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
         f"pdctl: locked-serve-0: the environment setup lock {lock} is still held after 1 s by "
