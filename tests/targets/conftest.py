@@ -185,6 +185,7 @@ def kube_server(resources: dict[str, dict[str, Any]]) -> Iterator[KubeServer]:
 
     found: dict = {}
     stop = threading.Event()
+    ready = threading.Event()  # set once it serves, or once the thread ended (then it failed)
 
     def serve() -> None:
         async def main() -> None:
@@ -192,17 +193,21 @@ def kube_server(resources: dict[str, dict[str, Any]]) -> Iterator[KubeServer]:
                 for key, info in resources.items():
                     km.resources[key] = kmock.ResourceInfo(**info)
                 found["server"] = KubeServer(str(srv.url).rstrip("/"), km, log)
+                ready.set()
                 while not stop.is_set():
                     await asyncio.sleep(0.05)
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        finally:
+            ready.set()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    for _ in range(200):
-        if "server" in found:
-            break
-        threading.Event().wait(0.05)
+    # No fixed number of polls: a loaded machine may take longer than 10 s to start kmock.
+    # 300 s only ends a hang.
+    ready.wait(300)
+    assert "server" in found, "kmock did not start (its error is in the thread's traceback)"
     try:
         yield found["server"]
     finally:
