@@ -16,6 +16,7 @@ from pdctl.errors import SpecError, UsageError
 from pdctl.spec.source import MAX_SPEC_BYTES, Source, too_big
 
 if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at start-up
+    from pdctl.facts import Facts
     from pdctl.plan import Plan
     from pdctl.plan.parallel import Dims
     from pdctl.plan.place import Chooser
@@ -231,7 +232,37 @@ def facts_chooser(facts: Path, spec: Spec) -> Chooser:
     from pdctl.plan.topology import chooser
     from pdctl.probe.record import read
 
-    return chooser(facts_from(read(facts, tuple(h.name for h in spec.hosts))))
+    found = facts_from(read(facts, tuple(h.name for h in spec.hosts)))
+    recording_matches(facts, found, spec)
+    return chooser(found)
+
+
+def recording_matches(root: Path, facts: Facts, spec: Spec) -> None:
+    """A recording of other machines must not silently pick GPUs: one usage error (exit 2)
+    when no host of the spec has a folder in it, or when a host's recording lacks GPUs the
+    spec lists for it (another machine, or a stale recording)."""
+    names = [h.name for h in spec.hosts]
+    recorded = [h.name for h in facts.hosts]
+    fix = f"record these hosts with `pdctl preflight SPEC --record {root}`"
+    if names and recorded and not set(names) & set(recorded):
+        raise UsageError(
+            f"--facts {root}: no folder for a host of the spec (it has {', '.join(recorded)}; "
+            f"the spec's hosts are {', '.join(names)})",
+            fix=fix + ", or name each host's folder after its hosts[].name",
+        )
+    for host in spec.hosts:
+        hf = facts.host(host.name)
+        if hf is None or not hf.gpus or not host.gpus:
+            continue
+        missing = sorted(set(host.gpus) - {g.index for g in hf.gpus})
+        if missing:
+            have = ",".join(str(g.index) for g in hf.gpus)
+            raise UsageError(
+                f"--facts {root}: host {host.name}'s recording has GPUs {have}, but the spec "
+                f"lists {','.join(map(str, missing))} too (a recording of another machine, or a "
+                "stale one)",
+                fix=fix,
+            )
 
 
 def known_model_config(spec: Spec, spec_file: str) -> tuple[dict[str, Any] | None, str]:
