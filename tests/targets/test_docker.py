@@ -197,6 +197,14 @@ def test_up_creates_labelled_containers_and_is_idempotent(target):
     assert c.labels["pdctl.io/role"] == "serve"
     assert len(c.labels["pdctl.io/hash"]) == 16
     assert c.attrs["HostConfig"]["IpcMode"] == "host"
+    # dockerd copies a container's output into its log on its own, after the engine wrote it:
+    # healthy does not mean the line is in the log yet. Follow the log until it is (the
+    # stream ends if the container does), then read it through pdctl's tail.
+    seen = b""
+    for chunk in c.logs(stream=True, follow=True):
+        seen += chunk
+        if b"stand-in engine serving tiny" in seen:
+            break
     assert "stand-in engine serving tiny" in target.tail(c.name)
     # the secret is an env var of the container, never a command-line argument
     assert "hf_docker_secret" not in " ".join(c.attrs["Config"]["Cmd"])
