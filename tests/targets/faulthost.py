@@ -116,10 +116,15 @@ def start_fault_host(env: SshEnv, tmp: Path, name: str = "faulty") -> FaultHost:
         subprocess.run([*ip, "netns", "del", ns])
         raise
     fault = FaultHost(TestHost(name, address, 22), ns, veth, str(known), sshd)
-    for _ in range(100):
+    # Until it listens: it either does or exits; 120 s only ends a hang (it takes < 1 s).
+    deadline = time.monotonic() + 120
+    while True:
         probe = subprocess.run(["bash", "-c", f"echo > /dev/tcp/{address}/22"], capture_output=True)
         if probe.returncode == 0:
             break
+        if sshd.poll() is not None or time.monotonic() > deadline:
+            stop_fault_host(fault)
+            raise RuntimeError(f"sshd in {ns} did not start: " + (d / "sshd.log").read_text())
         time.sleep(0.1)
     return fault
 

@@ -62,11 +62,14 @@ def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
         stderr=subprocess.DEVNULL,
     )
     try:
-        for _ in range(100):
+        # Until it listens: it either does or exits; 120 s only ends a hang (it takes < 1 s).
+        deadline = time.monotonic() + 120
+        while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "sshd did not start"
                 time.sleep(0.1)
         host_key = " ".join((d / "host.pub").read_text().split()[:2])
         yield DockerSshd(port, str(d / "client"), f"[127.0.0.1]:{port} {host_key}\n")
