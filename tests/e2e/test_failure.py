@@ -9,7 +9,7 @@ from tests.e2e.common import ENGINE_ENV, assert_nothing_left, host, known, model
 from tests.targets.testbed import pdctl, processes_in, write_spec
 
 pytestmark = pytest.mark.e2e
-PORT = 18740
+PORT = 18745  # no other e2e file uses it (test_top: 18740)
 
 
 def test_engine_that_cannot_start_fails_up_with_its_own_error(vllm_cpu, ssh_env, tmp_path):

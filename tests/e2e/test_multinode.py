@@ -32,8 +32,8 @@ from tests.e2e.common import (
 from tests.targets.testbed import SshEnv, TestHost, pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
-PORT = 18760
-RPC_PORT = 18761
+PORT = 18780  # ports no other e2e file uses (test_top: 18740-18771)
+RPC_PORT = 18781
 
 
 NETNS = (("mn1", "10.77.31"), ("mn2", "10.77.32"))
