@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings
+
+# No per-example deadline for any hypothesis test (it is a timed assertion: speed belongs in
+# benchmarks/). The default 200 ms fails a fast example that a loaded 2-core CI machine stalled
+# once (DeadlineExceeded, or Flaky when the replay is fast); tests that need no deadline but
+# say nothing about it get none either.
+settings.register_profile("pdctl", deadline=None)
+settings.load_profile("pdctl")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
