@@ -15,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from pdctl.targets.stages import printable
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
@@ -39,8 +41,11 @@ class ConsoleProgress:
     stages: dict[str, Stage] = field(default_factory=dict)
     seen_at: dict[str, float] = field(default_factory=dict)  # when each report came
     live: Live | None = None
+    said: set[str] = field(default_factory=set)  # "<unit> on <where>: healthy", once logged
 
     def say(self, message: str) -> None:
+        if message.endswith(": healthy"):
+            self.said.add(message)
         self.console.log(message)
 
     def stage(self, report: Stage) -> None:
@@ -51,6 +56,8 @@ class ConsoleProgress:
         if self.live is not None:
             self.live.refresh()
             return
+        if report.stage == "healthy" and f"{report.unit} on {report.where}: healthy" in self.said:
+            return  # hosts and Docker engines log it as a step already: one line, not two
         if seen is None or (seen.stage, seen.line) != (report.stage, report.line):
             self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
 
@@ -176,9 +183,10 @@ def ctrl_c(interrupt: Event, hurry: Event) -> Iterator[None]:
 
 
 def report_undo(console: Console, outcome: Outcome) -> None:
-    """How the run left what it had changed: restored, stopped, or not undone (and why)."""
-    if outcome.stopped or not (outcome.restored or outcome.left):
-        console.print(f"stopped what this run started: {', '.join(outcome.stopped) or '-'}")
+    """How the run left what it had changed: restored, stopped, or not undone (and why);
+    nothing when the run had changed nothing (it failed before starting anything)."""
+    if outcome.stopped:
+        console.print(f"stopped what this run started: {', '.join(outcome.stopped)}")
     for what in outcome.restored:
         console.print(f"restored {what}")
     for what in outcome.left:
@@ -187,11 +195,12 @@ def report_undo(console: Console, outcome: Outcome) -> None:
 
 def report_failures(console: Console, failures: list[UnitFailure]) -> None:
     for f in failures:
+        why = printable(f.why)  # as text, not markup: a "[rank0]" in it stays
         if f.unit == "-":
-            console.print(f"[red]{f.why}[/]")
+            console.print(Text(why, style="red"))
             continue
-        console.print(f"[red]FAILED[/] {f.unit} on host {f.host}: {f.why}")
+        console.print(Text.assemble(("FAILED", "red"), f" {f.unit} on host {f.host}: {why}"))
         if f.log.strip():
             console.print("  last lines of its log:")
             for line in f.log.rstrip().splitlines()[-20:]:
-                console.print(f"  | {line}", markup=False, soft_wrap=True)
+                console.print(f"  | {printable(line)}", markup=False, soft_wrap=True)

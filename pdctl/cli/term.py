@@ -5,7 +5,9 @@ keep what identifies a row.
 escape, bold and italic included (rich's own NO_COLOR handling drops colours but keeps bold).
 
 Width: `COLUMNS` when set, else a terminal's own, else (a pipe or a file) `piped_width`
-(rich's 80 by default) for prose and log lines. Tables (`fit`), as kubectl prints them:
+(rich's 80 by default) for prose, which wraps there. No line is ever cut: `print` does not
+crop, and a logged line (`log`: a progress step with its time) into a pipe or a file without
+COLUMNS is printed whole, on one line. Tables (`fit`), as kubectl prints them:
 - into a pipe or a file without COLUMNS, as wide as their cells need: nothing is cut, so a
   script reading a table gets whole names;
 - narrower than the table (a terminal, or COLUMNS), the other columns wrap or are cut, never
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import nullcontext
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -67,9 +71,28 @@ def console(stderr: bool = False, piped_width: int | None = None, **kwargs: Any)
             return renderables
 
     class Uncropped(Console):
+        widening = threading.RLock()
+
         def print(self, *objects: Any, **options: Any) -> None:
             options.setdefault("crop", False)
-            super().print(*objects, **options)
+            with self.widening if whole else nullcontext():  # not while log lifts the width
+                super().print(*objects, **options)
+
+        def log(self, *objects: Any, **options: Any) -> None:
+            """rich crops each logged line at the console's width (log takes no crop=);
+            into a pipe or a file without COLUMNS a logged line is printed whole instead:
+            the Fit hook makes it as wide as it needs, and the width is lifted meanwhile."""
+            options.setdefault("_stack_offset", 2)
+            if not whole:
+                super().log(*objects, **options)
+                return
+            with self.widening:  # print and log may come from several threads
+                narrow = self.width
+                self.width = UNBOUNDED
+                try:
+                    super().log(*objects, **options)
+                finally:
+                    self.width = narrow
 
     kwargs.setdefault("highlight", False)
     if plain():  # not even a spinner's cursor codes

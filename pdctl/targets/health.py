@@ -75,21 +75,45 @@ def model_ids(body: str) -> tuple[str, ...]:
         return ()
 
 
+# The SSH channel-open failure codes (RFC 4254 section 5.1) a port forward gets from the host
+PROHIBITED, CONNECT_FAILED = 1, 2
+
+
+def unanswered(exc: BaseException, where: str | None = None) -> str:
+    """Why a request to `where` ("address:port", as the host sees it) got no answer, in words.
+
+    Over SSH, a channel the host's sshd cannot open (paramiko's ChannelException) means: with
+    "Connect failed" (direct-tcpip refused), nothing listens on that address and port; with
+    "Administratively prohibited", the SSH server allows no port forwarding."""
+    port = f"on {where}" if where else "on its port"
+    if type(exc).__name__ == "ChannelException":
+        if getattr(exc, "code", None) == PROHIBITED:
+            return "the host's SSH server refuses port forwarding (AllowTcpForwarding)"
+        return f"nothing listens {port}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"nothing listens {port}"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return type(exc).__name__
+
+
 def probe(
     open_channel: Any,
     model: str,
     health_path: str = "/health",
     api_key: str | None = None,
     owner: Callable[[], str | None] | None = None,
+    where: str | None = None,
 ) -> Health:
-    """`open_channel()` returns a fresh channel to the server each time it is called.
+    """`open_channel()` returns a fresh channel to the server each time it is called; `where`
+    ("address:port") names the server in a failure.
 
     `api_key`: sent as `Authorization: Bearer` to /v1/models. `owner()`, called once the port
     answers, names another process that holds the port (None when the unit holds it)."""
     try:
         status, _ = http_get(open_channel(), health_path)
     except Exception as exc:  # connection refused, reset, timeout: not up yet
-        return Health(False, f"no answer ({type(exc).__name__})")
+        return Health(False, f"no answer ({unanswered(exc, where)})")
     problem = owner() if owner is not None else None
     if problem:
         return Health(False, problem, foreign=True)
@@ -99,7 +123,7 @@ def probe(
     try:
         status, body = http_get(open_channel(), "/v1/models", headers=headers)
     except Exception as exc:
-        return Health(False, f"/v1/models: no answer ({type(exc).__name__})")
+        return Health(False, f"/v1/models: no answer ({unanswered(exc, where)})")
     if status == 401 and api_key:
         return Health(False, "/v1/models answered 401: it refused the API key (secrets.apiKey)")
     if status == 401:

@@ -3,9 +3,11 @@ were left, and the error `up` raises from it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pdctl.errors import PdctlError
+from pdctl.targets.stages import log_lines
 
 
 @dataclass
@@ -51,10 +53,19 @@ class UpFailed(PdctlError):
             else:
                 head = f"{first.unit} on host {first.host} failed: {first.why}"
                 last = last_line(first.log)[:300]
-                head += f"; its log ends: {last}" if last else ""
+                if last and last not in first.why:  # not a second time
+                    head += f"; its log ends: {last}"
         super().__init__(f"{head}; {outcome.summary()}")
 
 
+# A command-line tool's pointer to its help, printed after the line that says what went
+# wrong: "Run 'docker run --help' for more information", "See 'docker run --help'.",
+# "Try 'cp --help' for more information."
+HINT = re.compile(r"^(\S+: )?(Run|See|Try) '[^']*--help'( for more information)?\.?$", re.I)
+
+
 def last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
+    """The last line of a command's output that says something: escape sequences and control
+    characters gone, a tool's "Run '... --help' for more information" hint skipped."""
+    lines = [line for line in log_lines(text) if not HINT.match(line)]
     return lines[-1] if lines else ""

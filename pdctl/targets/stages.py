@@ -51,17 +51,34 @@ STAGE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 # Lines that say nothing about progress: health checks and metric scrapes in the access log.
 NOISE = re.compile(r'"(GET|POST) /(health|metrics|v1/models|ping)[ ?]|^\s*$')
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Terminal escape sequences: CSI (colours, cursor moves: ESC [ ... final), OSC (a window
+# title, a hyperlink: ESC ] ... BEL or ESC backslash), the two-character ones (ESC 7, ESC c).
+ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
+    r"|\x1b[ -/]*[0-~]"  # two-character sequences
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI as its one C1 character
+)
+# Other control characters, C0 and C1 (a tab, newline and carriage return are kept: the callers
+# split lines on them), and a stray ESC that no sequence above took.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 # vLLM's prefix: "(EngineCore_DP0 pid=212) INFO 10-06 12:00:40 [gpu_model_runner.py:3480] "
 PREFIX = re.compile(r"^(\([\w ]+pid=\d+\) )?INFO \d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \[[^\]]*\] ")
 
 
+def printable(text: str) -> str:
+    """`text` without escape sequences and control characters (tabs become spaces), as it
+    may be quoted in an error or a progress line: what a terminal would show of it."""
+    return CONTROL.sub("", ANSI.sub("", text)).replace("\t", " ")
+
+
 def log_lines(text: str) -> list[str]:
-    """The lines of a log as a terminal shows them: colour codes gone, and of a line a
-    progress bar rewrote with carriage returns only what was written last."""
+    """The lines of a log as a terminal shows them: colour codes and other control characters
+    gone, and of a line a progress bar rewrote with carriage returns only what was written
+    last."""
     out = []
     for raw in text.split("\n"):  # not splitlines(): a \r only rewrites its line
-        line = ANSI.sub("", raw).rstrip("\r").rsplit("\r", 1)[-1].strip()
+        line = printable(raw.rstrip("\r").rsplit("\r", 1)[-1]).strip()
         if line:
             out.append(line)
     return out
