@@ -18,7 +18,7 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import HostOps, NoLog
+from pdctl.targets.remote import HostOps, NoLog, Removal
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
 from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
@@ -28,6 +28,15 @@ __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "en
 T = TypeVar("T")
 R = TypeVar("R")
 Say = Callable[[str], None]
+
+
+@dataclass
+class HostsStopped(Stopped):
+    """Stopped, and on hosts: (host, unit) found not running, and per host what became of
+    the deployment folder (`removed`, `absent`: there was none, `kept`: a unit is left)."""
+
+    not_running: list[tuple[str, str]] = field(default_factory=list)
+    folders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +85,7 @@ class HostsTarget(Closing):
 
     def close(self) -> None:
         for ops in self.ops.values():
+            ops.release()
             ops.conn.close()
         self.ops.clear()
 
@@ -126,6 +136,35 @@ class HostsTarget(Closing):
         self.connect()
         return diff(self.desired(), self.observed())
 
+    def lock(self, tolerate: bool = False) -> list[Observed]:
+        """Take the deployment's run lock on every reachable host (run_lock.py; held until
+        close()) and read what runs there under it. Another `up`/`down` holding it on a host
+        refuses the run in one line (PdctlError), before anything changes; the locks taken
+        meanwhile are released. With `tolerate` a host lost meanwhile is recorded in
+        `unreachable` instead."""
+
+        def one(ops: HostOps) -> list[Observed] | PdctlError:
+            try:
+                return ops.lock()
+            except HostLost as exc:
+                self.unreachable[ops.name] = exc.line()
+                return [] if tolerate else exc
+            except PdctlError as exc:
+                return exc
+
+        found: list[Observed] = []
+        refused: list[PdctlError] = []
+        for res in self.map(one, self.reachable()):
+            if isinstance(res, PdctlError):
+                refused.append(res)
+            else:
+                found.extend(res)
+        if refused:
+            for ops in self.ops.values():
+                ops.release()
+            raise refused[0]
+        return found
+
     # -- apply -------------------------------------------------------------------------------
     def apply(
         self,
@@ -137,6 +176,12 @@ class HostsTarget(Closing):
     ) -> Outcome:
         """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
+        # One up/down at a time: the changes to make must be the ones read before the lock.
+        if diff(self.desired(), self.lock()) != changes:
+            raise PdctlError(
+                f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
+                "up or down?); nothing was changed: run `pdctl up` again"
+            )
         rollout = Rollout(self, timeout, keep_going, poll, self.interrupt, self.hurry)
         outcome = rollout.run(changes, secrets)
         if outcome.interrupted or (outcome.failures and not keep_going):
@@ -145,30 +190,62 @@ class HostsTarget(Closing):
 
     # -- down / status / logs ------------------------------------------------------------
     def down(self, delete_volumes: bool = False) -> Stopped:
-        """Stop every unit in the deployment folder of every reachable host, then remove the
-        folder (hosts keep no volumes). Hosts that cannot be reached (or are lost meanwhile)
-        are in the answer's `unreachable`, with the spec's units on each in `left`."""
+        """Stop every unit in the deployment folder of every reachable host (under the run
+        lock), then remove the folder (hosts keep no volumes). A unit whose stop.sh fails is
+        NOT stopped and keeps its folder, with the deployment folder, for a later `down`: a
+        PdctlError line after the others are done. Hosts that cannot be reached (or are lost
+        meanwhile) are in the answer's `unreachable`, with the spec's units on each in
+        `left`."""
         self.connect(tolerate=True)
         stage = {(d.host.name, d.name): d.stage for d in self.desired()}
+        seen: dict[str, list[Observed]] = {}
+        for obs in self.lock(tolerate=True):
+            seen.setdefault(obs.host, []).append(obs)
 
-        def one(ops: HostOps) -> list[tuple[str, str]]:
-            stopped: list[tuple[str, str]] = []
+        def one(ops: HostOps) -> tuple[list[Observed], Removal] | None:
+            # Reverse start order: the router before the engines, stores last.
+            found = sorted(
+                seen.get(ops.name, []), key=lambda o: (-stage.get((o.host, o.name), 1), o.name)
+            )
             try:
-                found = ops.observe()
-                # Reverse start order: the router before the engines, stores last.
-                found.sort(key=lambda o: (-stage.get((o.host, o.name), 1), o.name))
-                names = [obs.name for obs in found]
-                done = ops.stop_and_remove(names, ops.conn.host.data_dir)
-                stopped.extend((ops.name, name) for name in done)
+                return found, ops.stop_and_remove([o.name for o in found], ops.conn.host.data_dir)
             except HostLost as exc:
                 self.unreachable[ops.name] = exc.line()
-            return stopped
+                return None
 
-        out = Stopped()
-        for rows in self.map(one, self.reachable()):
-            out.removed.extend(rows)
+        out = HostsStopped()
+        failed: list[str] = []
+        reached = self.reachable()
+        for ops, res in zip(reached, self.map(one, reached), strict=True):
+            if res is None:
+                continue
+            found, removal = res
+            for obs in found:
+                if obs.name in removal.failed:
+                    why = removal.failed[obs.name]
+                    failed.append(f"NOT stopped: {obs.name} on {ops.name} ({why})")
+                elif obs.running:
+                    out.removed.append((ops.name, obs.name))
+                else:
+                    out.not_running.append((ops.name, obs.name))
+                    self.say(f"{obs.name} on {ops.name} was not running")
+            out.folders[ops.name] = removal.folder
+            if removal.folder == "absent":
+                self.say(f"no deployment folder of {self.plan.name!r} on {ops.name}")
+            elif removal.folder == "kept":
+                self.say(f"kept the deployment folder {ops.dir} on {ops.name} (a unit is left)")
         out.unreachable = dict(sorted(self.unreachable.items()))
         out.left = {host: self.left_on(host) for host in out.unreachable}
+        if failed:
+            for host, name in out.removed:
+                self.say(f"stopped {name} on {host}")
+            for line in failed:
+                self.say(line)
+            lost = [f"{h} not reached ({why})" for h, why in out.unreachable.items()]
+            raise PdctlError(
+                "; ".join(failed + lost) + ": a unit not stopped keeps its folder; run "
+                "`pdctl down` again once its stop.sh works"
+            )
         return out
 
     def left_on(self, host: str) -> list[str]:

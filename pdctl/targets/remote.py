@@ -6,6 +6,7 @@ import shlex
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
@@ -26,6 +27,7 @@ from pdctl.targets.host_scripts import (
     TAILS_BODY,
     observe_script,
 )
+from pdctl.targets.outcome import last_line
 from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
@@ -38,6 +40,15 @@ class NoLog(PdctlError):
     def __init__(self, units: list[str], host: str) -> None:
         self.units = units
         super().__init__(f"{', '.join(units)} on {host}: no log (not started, or removed by down)")
+
+
+@dataclass
+class Removal:
+    """What `down` did on one host: units whose stop.sh failed (unit -> its last line), and the
+    deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed)."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    folder: str = "kept"
 
 
 class HostOps:
@@ -58,6 +69,7 @@ class HostOps:
         self._tails: dict[str, str] = {}  # unit -> its log's last lines, read with _seen
         # survey(): port-owner listings read ahead, (unit, port) -> listing, used once
         self._owners: dict[tuple[str, int], str] = {}
+        self._lock: Any = None  # the channel holding the run lock (run_lock.py), while held
 
     @property
     def name(self) -> str:
@@ -65,6 +77,24 @@ class HostOps:
 
     def unit_dir(self, unit: str) -> str:
         return f"{self.dir}/{unit}"
+
+    def lock(self) -> list[Observed]:
+        """Take the deployment's run lock on this host (held until release() or the
+        connection ends) and read what runs under it (one exec); PdctlError when another
+        `up`/`down` holds it."""
+        from pdctl.targets.run_lock import take
+
+        self.release()
+        self._lock, text = take(self.conn, self.dir)
+        return parse_observed(self.name, text)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            try:
+                self._lock.close()
+            except Exception:  # closing a dead channel: the lock went with the connection
+                pass
+            self._lock = None
 
     def observe(self) -> list[Observed]:
         res = self.conn.run(observe_script(self.dir), timeout=60, step="reading what runs")
@@ -142,7 +172,23 @@ class HostOps:
             transport = sftp.get_channel().get_transport()
             if not transport.is_active():
                 raise self.conn.fail(step, exc) from None
-            why = exc.strerror or str(exc)
+            why = f"{exc.strerror or exc} (in {self.dir})"
+            # SFTP's status text is generic ("Failure" for a read-only or a full filesystem
+            # alike): the same kind of write over exec tells the cause.
+            folder = shlex.quote(self.dir)
+            try:
+                res = self.conn.run(
+                    f"export LC_ALL=C; mkdir -p -- {folder} && "
+                    f"t=$(mktemp -p {folder} .pdctl-write.XXXXXX) && "
+                    f'{{ printf x >"$t"; rc=$?; rm -f -- "$t"; exit $rc; }}',
+                    timeout=60,
+                    step=f"{step} (asking why it failed)",
+                )
+                told = last_line(res.err).rsplit(": ", 1)[-1] if res.rc != 0 else ""
+            except PdctlError:  # the host went away meanwhile: SFTP's word is all there is
+                told = ""
+            if told:
+                why = f"cannot write {self.dir}: {told}"
             raise PdctlError(f"{self.conn.where()}: {step}: {why}") from None
         finally:
             try:
@@ -203,27 +249,51 @@ class HostOps:
         )
 
     def _remove_all_command(self, data_dir: str) -> str:
+        """Remove the deployment folder, then (down holds it) the run lock's file, and the data
+        folder when that leaves it empty. Prints `absent` when there was no folder."""
+        from pdctl.targets.run_lock import lock_path
+
         base = self.conn.expand(data_dir).rstrip("/")
+        folder = shlex.quote(self.dir)
         return (
-            f"rm -rf -- {shlex.quote(self.dir)}; rmdir -- {shlex.quote(base)} 2>/dev/null || true"
+            f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
+            f"rm -f -- {shlex.quote(lock_path(self.dir))}; "
+            f"rmdir -- {shlex.quote(base)} 2>/dev/null || true"
         )
 
-    def stop_and_remove(self, units: list[str], data_dir: str) -> list[str]:
-        """`down` on this host in ONE exec: each unit's stop.sh in the order given (whether it
-        stops or not, as stop() reports it), then remove_all(). Returns the units whose stop
-        ran; HostLost when the connection dies, before or meanwhile."""
+    def stop_and_remove(self, units: list[str], data_dir: str) -> Removal:
+        """`down` on this host in ONE exec: each unit's stop.sh in the order given, its folder
+        removed when it succeeds (kept when it fails, for a later `down`); then the
+        deployment folder, unless a unit of it could not be stopped. HostLost when the
+        connection dies, before or meanwhile."""
         self.forget()
         cmds = []
         for unit in units:
             quoted = shlex.quote(self.unit_dir(unit) + "/stop.sh")
-            cmds.append(f"[ ! -f {quoted} ] || bash {quoted}")
-        cmds.append(self._remove_all_command(data_dir))
+            folder = shlex.quote(self.unit_dir(unit))
+            cmds.append(f"if [ -f {quoted} ]; then bash {quoted} || exit; fi; rm -rf -- {folder}")
+        # the folder goes only when no unit folder is left (a failed stop.sh keeps its own)
+        left = f'for u in {shlex.quote(self.dir)}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
+        cmds.append(left + self._remove_all_command(data_dir))
         step = ("stopping " + ", ".join(units)) if units else "removing the deployment folder"
         results = run_batch(self.conn, cmds, timeout=600, step=step)
-        for res in results:
-            if isinstance(res, PdctlError):
+        out = Removal()
+        for unit, res in zip(units, results, strict=False):
+            if isinstance(res, HostLost):
                 raise res
-        return list(units)
+            if isinstance(res, PdctlError):  # past its timeout: no answer from stop.sh
+                out.failed[unit] = res.line()
+            elif res.rc != 0:
+                why = last_line(res.err) or last_line(res.out)
+                out.failed[unit] = why or f"exit status {res.rc}"
+        last = results[-1]
+        if isinstance(last, HostLost):
+            raise last
+        if isinstance(last, PdctlError):
+            raise last
+        if not out.failed:
+            out.folder = "absent" if last.out.strip() == "absent" else "removed"
+        return out
 
     def alive(self, unit: str) -> bool:
         """Whether the unit's process runs. One observation answers each unit once: polling

@@ -3,14 +3,17 @@
 Forward, before any stage: units no longer in the spec are stopped (their folders stay until
 the end, so they can be started again). Then per stage (stores, engines, router): units new
 to the host (or found stopped) are started together and waited for, with the stage's kept
-units; then each unit whose scripts changed is replaced, one at a time: its files are kept
-in `<unit>/previous/`, the running version is stopped (the new one needs its port), the new
-files are uploaded and started, and pdctl waits until it is healthy. Last, once everything is
-healthy, the folders of removed units are deleted.
+units (a stopped unit whose scripts changed gets the new ones, its old ones kept in
+`<unit>/previous/`); then each running unit whose scripts changed is replaced, one at a
+time: its files are kept in `<unit>/previous/`, the running version is stopped (the new one
+needs its port), the new files are uploaded and started, and pdctl waits until it is
+healthy. Last, once everything is healthy, the folders of removed units are deleted.
 
 On a failure or Ctrl-C (without keep_going) the whole run is undone, newest first: units it
 started are stopped; units it replaced get their previous version back from `previous/`;
-units it stopped are started again; then pdctl waits until what it restarted is healthy.
+units it stopped are started again; then pdctl waits until what it restarted is healthy. A
+unit that was stopped before the run stays stopped: it gets its previous scripts back, and
+is not started.
 With keep_going only a failed unit is undone and the rollout goes on. A host that stops
 answering fails its units; what runs there cannot be stopped, and the report names it.
 """
@@ -27,7 +30,7 @@ from pdctl.targets.base import Stage
 from pdctl.targets.health_wait import HealthWait
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import HostLost
-from pdctl.targets.state import Change, Desired, host_files
+from pdctl.targets.state import CHANGED_STOPPED, Change, Desired, host_files
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,7 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Outcome", "Rollout", "UnitFailure", "UpFailed"]  # the names others import here
 
-Kind = Literal["started", "replaced", "stopped"]
+# started: new, or found stopped (undo: stop it); updated: found stopped, started with changed
+# scripts (undo: stop it, put the previous scripts back, do not start them); replaced: running,
+# replaced (undo: stop the new one, start the previous one); stopped: no longer in the spec.
+Kind = Literal["started", "updated", "replaced", "stopped"]
 
 
 @dataclass
@@ -66,6 +72,7 @@ class Rollout(HealthWait):
         self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
         self.interrupt, self.hurry = interrupt, hurry
         self.done: list[Done] = []
+        self.updated: set[tuple[str, str]] = set()  # stopped units whose scripts change
         self.lost: set[str] = set()
         self.out = Outcome()
 
@@ -73,6 +80,14 @@ class Rollout(HealthWait):
     def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
         desired = {(d.host.name, d.name): d for d in self.t.desired()}
         gone = {(c.host, c.unit): c for c in changes if c.action == "stop"}
+        restarted = {self.group_of(c.unit) for c in changes if c.action == "restart"}
+        changes = list(changes)
+        for i, c in enumerate(changes):
+            if c.action == "start" and c.why == CHANGED_STOPPED:
+                if self.group_of(c.unit) in restarted:  # a group restarts as a whole
+                    changes[i] = Change(c.host, c.unit, c.role, "restart", c.why)
+                else:
+                    self.updated.add((c.host, c.unit))
 
         def pick(action: str, stage: int) -> list[Desired]:
             units = [desired[(c.host, c.unit)] for c in changes if c.action == action]
@@ -153,19 +168,33 @@ class Rollout(HealthWait):
 
     def start_new(self, new: list[Desired], kept: list[Desired]) -> None:
         hosts = sorted({d.host.name for d in new})
+        unsaved: set[tuple[str, str]] = set()  # updated units whose old scripts were not kept
 
         def upload(host: str) -> None:
-            files = [f for d in new if d.host.name == host for f in d.files]
-            self.guard(host, "-", lambda: self.t.ops[host].upload(files, f"hosts/{host}"))
+            ops = self.t.ops[host]
+            mine = [d for d in new if d.host.name == host]
+            for d in mine:
+                if (host, d.name) in self.updated:
+                    self.say(
+                        f"{d.name} on {host} is not running and its scripts changed: the new "
+                        f"version is started (the old one is kept in {d.name}/previous)"
+                    )
+                    if not self.guard(host, d.name, partial(ops.save_previous, d.name)):
+                        unsaved.add((host, d.name))
+            files = [f for d in mine if (host, d.name) not in unsaved for f in d.files]
+            self.guard(host, "-", lambda: ops.upload(files, f"hosts/{host}"))
 
         self.t.map(upload, hosts)
         for d in new:
             if d.host.name in self.lost:
                 why = f"not started: host {d.host.name} was lost"
                 self.out.failures.append(UnitFailure(d.host.name, d.name, why, ""))
-        todo = [d for d in new if d.host.name not in self.lost]
+        todo = [
+            d for d in new if d.host.name not in self.lost and (d.host.name, d.name) not in unsaved
+        ]
         kept = [d for d in kept if d.host.name not in self.lost]
-        self.done.extend(Done(d, "started") for d in todo)  # before starting: Ctrl-C undoes them
+        # before starting: Ctrl-C undoes them
+        self.done.extend(Done(d, self.kind_of_start(d)) for d in todo)
         oks = self.t.map(lambda d: self.guard(d.host.name, d.name, lambda: self.start(d)), todo)
         started = [d for d, ok in zip(todo, oks, strict=True) if ok]
         failures, _ = self.wait_healthy(started + kept, self.interrupt)
@@ -174,6 +203,9 @@ class Rollout(HealthWait):
             # A multi-node group fails as a whole: every node of it is undone.
             failed = {self.group_of(f.unit) for f in failures}
             self.undo([i for i in self.done if self.group_of(i.unit.name) in failed])
+
+    def kind_of_start(self, d: Desired) -> Kind:
+        return "updated" if (d.host.name, d.name) in self.updated else "started"
 
     def restart_batches(self, restart: list[Desired], kept: list[Desired]) -> list[list[Desired]]:
         """Units to replace, one batch each; a multi-node group is one batch with all of its
@@ -297,6 +329,9 @@ class Rollout(HealthWait):
             if item.kind == "started":
                 self.out.stopped.insert(0, d.name)
                 self.say(f"stopped {d.name} on {host}")
+            elif item.kind == "updated":
+                self.say(f"stopped {d.name} on {host}")
+                self.put_back(item)
             else:
                 back.append(item)
         restarted = [i for i in reversed(back) if self.bring_back(i)]
@@ -312,6 +347,23 @@ class Rollout(HealthWait):
                 self.out.restored.append(f"the previous version of {name} ({state})")
             else:
                 self.out.restored.append(f"{name}, which this run had stopped ({state})")
+
+    def put_back(self, item: Done) -> None:
+        """The previous scripts of a unit that was stopped before this run, back in place and
+        not started (it stays as it was: stopped)."""
+        d, host = item.unit, item.unit.host.name
+        try:
+            self.t.ops[host].restore_previous(d.name)
+        except HostLost as exc:
+            self.lost.add(host)
+            self.out.left.append(f"{d.name} on {host}: {exc.line()}")
+            return
+        except PdctlError as exc:
+            self.out.left.append(f"{d.name} on {host}: stopped, {exc.line()}")
+            return
+        self.out.restored.append(
+            f"the previous version of {d.name} (not started: it was stopped before this run)"
+        )
 
     def bring_back(self, item: Done) -> bool:
         d, host = item.unit, item.unit.host.name

@@ -11,6 +11,7 @@ from pdctl.render.bundle import script_digest as script_digest  # re-exported
 from pdctl.spec.model import Host
 
 Action = Literal["start", "restart", "keep", "stop"]
+CHANGED_STOPPED = "spec changed, not running"  # the `why` of a start over changed scripts
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,13 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
         o = seen.get((d.host.name, d.name))
         if o is None:
             changes.append(Change(d.host.name, d.name, d.role, "start", "new"))
+        elif not o.running:
+            # Nothing runs to replace: a start, of the new scripts when they changed (the old
+            # ones are kept in `previous/`, and an undo puts them back without starting them).
+            why = CHANGED_STOPPED if o.hash != d.hash else "not running"
+            changes.append(Change(d.host.name, d.name, d.role, "start", why))
         elif o.hash != d.hash:
             changes.append(Change(d.host.name, d.name, d.role, "restart", "spec changed"))
-        elif not o.running:
-            changes.append(Change(d.host.name, d.name, d.role, "start", "not running"))
         else:
             changes.append(Change(d.host.name, d.name, d.role, "keep", "unchanged, running"))
     for o in observed:
