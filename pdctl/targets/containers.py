@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import model_dir, unit_hash
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.docker import DockerTarget, client_for, docker_home
+from pdctl.targets.docker import HASH, DockerTarget, client_for, docker_home, env_value
 from pdctl.targets.docker_transport import DockerAccess, check
 from pdctl.targets.docker_wait import wait_healthy
-from pdctl.targets.health import API_KEY_ENV, probe
+from pdctl.targets.health import API_KEY_ENV, Health, probe
+from pdctl.targets.remote import NoLog
 from pdctl.targets.rollout import Outcome
 from pdctl.targets.state import Change
 
@@ -118,10 +120,7 @@ class ContainerHosts(Closing):
         where = {u.name: u for host_units in units.values() for u in host_units}
 
         def healthy(_host: str, name: str) -> bool:
-            unit = where[name]
-            addr, port = unit.host.address, unit.port
-            opener = lambda: socket.create_connection((addr, port), timeout=5)  # noqa: E731
-            return probe(opener, self.plan.served_name, api_key=key).ok
+            return self.probe(where[name], key).ok
 
         try:
             for host, tgt in self.targets.items():
@@ -146,40 +145,97 @@ class ContainerHosts(Closing):
             removed=[(host, name) for host, tgt in self.targets.items() for name in tgt.down()]
         )
 
-    def status(self) -> list[StatusRow]:
-        self.connect()
-        ports = {u.name: u for units in self.units().values() for u in units}
-        rows = []
+    def found(self) -> dict[tuple[str, str], Any]:
+        """This deployment's containers by (host, unit). A container seen through two spec
+        hosts that share one engine is listed once: under the host the spec plans it on."""
+        where = {u.name: host for host, units in self.units().items() for u in units}
+        seen: dict[str, tuple[Any, list[str]]] = {}
         for host, tgt in self.targets.items():
-            for row in tgt.status():
-                unit = ports.get(row["unit"])
-                endpoint = f"http://{unit.host.address}:{unit.port}" if unit else ""
-                state = row["state"]
-                if unit is not None and row["hash"] != unit_hash(unit):
-                    state += " (outdated)"
-                rows.append(
-                    StatusRow(
-                        host, row["unit"], row["role"], row["container"], state, "-", "", endpoint
-                    )
-                )
+            for c in tgt.containers():
+                seen.setdefault(c.id, (c, []))[1].append(host)
+        out = {}
+        for c, hosts in seen.values():
+            name = c.labels.get("pdctl.io/unit", c.name)
+            host = where[name] if where.get(name) in hosts else hosts[0]
+            out[(host, name)] = c
+        return out
+
+    def probe(self, unit: Unit, api_key: str | None) -> Health:
+        """`unit`'s health as `up` waits for it and `status` shows it: its port on its host's
+        address, from where pdctl runs; the API key goes in a request header only."""
+        addr, port = unit.host.address, unit.port
+        opener = lambda: socket.create_connection((addr, port), timeout=5)  # noqa: E731
+        path = unit.health_path or "/health"
+        return probe(opener, self.plan.served_name, path, api_key=api_key)
+
+    def status(self) -> list[StatusRow]:
+        """One row per unit the spec plans (`not started` without a container) and per
+        container of this deployment the spec does not plan (`(not in spec)`). Each running
+        engine is probed as `up` probes it, with the API key the container runs with."""
+        self.connect()
+        planned = {(host, u.name): u for host, units in self.units().items() for u in units}
+        found = self.found()
+        keys = sorted(set(planned) | set(found))
+        asks = [k for k in keys if k in planned and k in found and found[k].status == "running"]
+        asks = [k for k in asks if planned[k].health_path is not None]
+
+        def ask(key: tuple[str, str]) -> Health:
+            return self.probe(planned[key], env_value(found[key], API_KEY_ENV))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(asks)))) as pool:
+            health = dict(zip(asks, pool.map(ask, asks), strict=True))
+        rows = []
+        for key in keys:
+            unit, c = planned.get(key), found.get(key)
+            endpoint = f"http://{unit.host.address}:{unit.port}" if unit else ""
+            role = unit.role if unit else c.labels.get("pdctl.io/role", "-")
+            state, pid = ("not started", "-") if c is None else (c.status, c.short_id)
+            if unit is not None and c is not None and c.labels.get(HASH) != unit_hash(unit):
+                state += " (outdated)"
+            if unit is None:
+                state += " (not in spec)"
+            h = health.get(key)
+            shown = "-" if h is None else ("healthy" if h.ok else h.detail)
+            models = ",".join(h.models) if h is not None else ""
+            rows.append(StatusRow(key[0], key[1], role, pid, state, shown, models, endpoint))
         return rows
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
+        """UNIT's log (every unit's last lines without one), as on SSH hosts: a unit the spec
+        plans without a container has no log (exit 1); only a name the spec does not plan and
+        no container has is a usage error."""
+        import docker
+
         self.connect()
-        names = [(host, c.name) for host, tgt in self.targets.items() for c in tgt.containers()]
-        chosen = [(h, n) for h, n in names if unit is None or n == unit]
-        if not chosen:
-            known = ", ".join(n for _, n in names) or "none"
+        found = self.found()
+        planned = [(host, u.name) for host, units in self.units().items() for u in units]
+        names = sorted(set(planned) | set(found))
+        if unit is not None and all(n != unit for _, n in names):
+            known = ", ".join(n for _, n in planned) or "none"
             raise UsageError(f"no unit {unit!r} in {self.plan.name!r} (units: {known})")
+        if unit is None and not found:
+            raise PdctlError(
+                f"no instance of {self.plan.name!r} has a container on "
+                f"{', '.join(sorted(self.targets))} (not started, or removed by down)"
+            )
+        chosen = [(h, n) for h, n in names if unit is None or n == unit]
         if follow and len(chosen) > 1:
             raise UsageError("-f follows one unit: name it (see `pdctl status`)")
         for host, name in chosen:
-            if follow:
-                self.targets[host].follow(name, write, lines)
-                return
             if len(chosen) > 1:
                 write(f"==> {name} on {host} <==\n")
-            write(self.targets[host].tail(name, lines))
+            c = found.get((host, name))
+            try:
+                if c is None:
+                    raise docker.errors.NotFound(name)
+                if follow:
+                    self.targets[host].follow(c.name, write, lines)
+                else:
+                    write(self.targets[host].tail(c.name, lines))
+            except docker.errors.NotFound:  # never started, removed by down (or meanwhile)
+                if len(chosen) == 1:
+                    raise NoLog([name], host) from None
+                write("(no log: not started, or removed by down)\n")
 
     def endpoints(self) -> list[str]:
         return [

@@ -25,6 +25,7 @@ from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"
 NETWORK = "pdctl.io/network"  # the network the container runs on: host or bridge
+HASH = "pdctl.io/hash"  # the unit's spec digest (render.host.unit_hash)
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
@@ -65,12 +66,22 @@ def host_path(path: str, home: str | None, what: str) -> str:
     return home.rstrip("/") + (f"/{rest}" if rest else "")
 
 
+def env_value(container: Any, name: str) -> str | None:
+    """The value of the environment variable `name` the container runs with (from the
+    engine's record of it, never a command line); None when it has none."""
+    for item in (container.attrs.get("Config") or {}).get("Env") or []:
+        key, sep, value = item.partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
 def labels(deployment: str, unit: Unit) -> dict[str, str]:
     return {
         DEPLOYMENT: deployment,
         "pdctl.io/unit": unit.name,
         "pdctl.io/role": unit.role,
-        "pdctl.io/hash": unit_hash(unit),
+        HASH: unit_hash(unit),
         "app.kubernetes.io/managed-by": "pdctl",
     }
 
@@ -190,7 +201,7 @@ class DockerTarget:
             host = unit.host.name
             if c is None:
                 out.append(Change(host, unit.name, unit.role, "start", "new"))
-            elif c.labels.get("pdctl.io/hash") != unit_hash(unit):
+            elif c.labels.get(HASH) != unit_hash(unit):
                 out.append(Change(host, unit.name, unit.role, "restart", "spec changed"))
             elif c.labels.get(NETWORK, net := network_of(unit, self.network)) != net:
                 why = f"network {c.labels[NETWORK]} -> {net}"
@@ -307,20 +318,6 @@ class DockerTarget:
             self._remove(c)
             gone.append(c.name)
         return gone
-
-    def status(self) -> list[dict[str, str]]:
-        rows = []
-        for c in self.containers():
-            rows.append(
-                {
-                    "unit": c.labels.get("pdctl.io/unit", c.name),
-                    "role": c.labels.get("pdctl.io/role", "-"),
-                    "container": c.short_id,
-                    "state": c.status,
-                    "hash": c.labels.get("pdctl.io/hash", ""),
-                }
-            )
-        return sorted(rows, key=lambda r: r["unit"])
 
     def tail(self, name: str, lines: int = 100) -> str:
         return self.client.containers.get(name).logs(tail=lines).decode("utf-8", "replace")

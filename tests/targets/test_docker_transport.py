@@ -182,7 +182,8 @@ def test_cli_status_over_tls_with_cert_path_option_and_env(
     )
     assert code == 0, err
     answer = yaml.safe_load(out)
-    assert (answer["name"], answer["instances"]) == ("tls", [])
+    units = [(r["unit"], r["state"]) for r in answer["instances"]]
+    assert (answer["name"], units) == ("tls", [("tls-serve-0", "not started")])
     monkeypatch.setenv("DOCKER_CERT_PATH", str(certs))
     code, out, err = run_cli(["status", str(spec), *url, "--docker-tls"], capsys)
     assert code == 0, err
