@@ -42,9 +42,7 @@ def piped(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_piped_up_prints_every_line_whole_and_healthy_once(
-    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
-) -> None:
+def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
     lo1 = ssh_env.host("lo1")
     spec = write_spec(
         tmp_path / "spec.yaml",
@@ -64,7 +62,28 @@ def test_piped_up_prints_every_line_whole_and_healthy_once(
         assert len(starting) == 1, up.stdout
         assert len(starting[0]) > 80  # the point of the test: a line past 80 columns
         assert starting[0].endswith(f"starting {unit} (serve) on lo1"), up.stdout
-        healthy = [line for line in lines if f"{unit} on lo1: healthy" in line]
+    finally:
+        down = piped("down", str(spec), *known)
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_piped_up_prints_healthy_once(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
+    lo1 = ssh_env.host("lo1")
+    spec = write_spec(  # a short name: every line fits in 80 columns
+        tmp_path / "spec.yaml",
+        stand_in_spec(
+            "once",
+            [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
+            {"replicas": 1, "port": free_port()},
+        ),
+    )
+    known = ["--known-hosts", ssh_env.known_hosts]
+    try:
+        up = piped("up", str(spec), "--yes", "--timeout", "120", *known)
+        assert up.returncode == 0, up.stdout + up.stderr
+        healthy = [
+            line for line in up.stdout.splitlines() if "once-serve-0 on lo1: healthy" in line
+        ]
         assert len(healthy) == 1, up.stdout
     finally:
         down = piped("down", str(spec), *known)
