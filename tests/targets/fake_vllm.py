@@ -94,8 +94,10 @@ def headless(address: str, port: int, rank: int) -> int:
                 return 1
             time.sleep(0.5)
     conn.settimeout(None)
-    conn.sendall(f"rank {rank}\n".encode())
+    # Said before the leader hears from this node: the leader serves (and `up` reports the group
+    # healthy) only after it did, so this line is in the node's log by then.
     print(f"fake-vllm headless node rank {rank} joined {address}:{port}", flush=True)
+    conn.sendall(f"rank {rank}\n".encode())
     conn.recv(1)  # blocks until the leader goes away
     print("fake-vllm: the leader went away", file=sys.stderr, flush=True)
     return 1
