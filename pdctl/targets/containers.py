@@ -188,7 +188,7 @@ class ContainerHosts(Closing):
         for key in keys:
             unit, c = planned.get(key), found.get(key)
             endpoint = f"http://{unit.host.address}:{unit.port}" if unit else ""
-            role = unit.role if unit else c.labels.get("pdctl.io/role", "-")
+            role = unit.role if unit else found[key].labels.get("pdctl.io/role", "-")
             state, pid = ("not started", "-") if c is None else (c.status, c.short_id)
             if unit is not None and c is not None and c.labels.get(HASH) != unit_hash(unit):
                 state += " (outdated)"
@@ -226,15 +226,15 @@ class ContainerHosts(Closing):
                 write(f"==> {name} on {host} <==\n")
             c = found.get((host, name))
             try:
-                if c is None:
-                    raise docker.errors.NotFound(name)
-                if follow:
+                if c is not None and follow:
                     self.targets[host].follow(c.name, write, lines)
-                else:
+                elif c is not None:
                     write(self.targets[host].tail(c.name, lines))
-            except docker.errors.NotFound:  # never started, removed by down (or meanwhile)
-                if len(chosen) == 1:
-                    raise NoLog([name], host) from None
+            except docker.errors.NotFound:  # removed meanwhile
+                c = None
+            if c is None and len(chosen) == 1:  # never started, or removed by down
+                raise NoLog([name], host)
+            if c is None:
                 write("(no log: not started, or removed by down)\n")
 
     def endpoints(self) -> list[str]:
