@@ -15,6 +15,7 @@ from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
 from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
 from pdctl.plan.parallel import Dims, check_parallel, pin_notes
 from pdctl.plan.pd import host_instances
+from pdctl.plan.peers import check_loopback_peers
 from pdctl.plan.place import Chooser, first_free
 from pdctl.plan.router import mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
@@ -100,6 +101,8 @@ def make_plan(
             cluster = choose.facts.cluster
         check_kube(plan, cluster)
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
+    else:
+        check_loopback_peers(plan)
     return replace(plan, units=host_units(plan))
 
 
