@@ -41,11 +41,13 @@ class ConsoleProgress:
     stages: dict[str, Stage] = field(default_factory=dict)
     seen_at: dict[str, float] = field(default_factory=dict)  # when each report came
     live: Live | None = None
-    said: set[str] = field(default_factory=set)  # "<unit> on <where>: healthy", once logged
 
     def say(self, message: str) -> None:
-        if message.endswith(": healthy"):
-            self.said.add(message)
+        if self.live is None and message.endswith(": healthy"):
+            # Without the live table each stage is a line, and the one that says "healthy"
+            # (with the time waited) follows at once: hosts and Docker engines say it and
+            # report it as a stage (health_wait, docker_wait). One line, not two.
+            return
         self.console.log(message)
 
     def stage(self, report: Stage) -> None:
@@ -56,8 +58,6 @@ class ConsoleProgress:
         if self.live is not None:
             self.live.refresh()
             return
-        if report.stage == "healthy" and f"{report.unit} on {report.where}: healthy" in self.said:
-            return  # hosts and Docker engines log it as a step already: one line, not two
         if seen is None or (seen.stage, seen.line) != (report.stage, report.line):
             self.console.print(stage_line(report), markup=False, highlight=False, soft_wrap=True)
 
