@@ -24,6 +24,7 @@ from pdctl.plan import make_plan
 from pdctl.plan.router import router_service
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.targets.testbed import free_port
 
 FAKE = textwrap.dedent(
     """\
@@ -49,13 +50,11 @@ FAKE = textwrap.dedent(
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """`n` ports from testbed.free_port, below the ephemeral range: the kernel's ports, once
+    released, could become the local port of any outgoing connection (this test's own polls)
+    before the stand-ins bind them, and a connect to a closed ephemeral port can connect to
+    itself (TCP simultaneous open) and read as 'still served'."""
+    return [free_port(1) for _ in range(n)]
 
 
 def executable(path: Path, text: str) -> None:
