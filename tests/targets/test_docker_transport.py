@@ -13,6 +13,7 @@ import yaml
 from pdctl.errors import PdctlError, UsageError
 from pdctl.targets.docker_transport import DockerAccess, check, connect
 from tests.conftest import run_cli
+from tests.targets.testbed import closed_port
 from tests.targets.tls_engine import TlsEngine, make_certs
 
 
@@ -77,9 +78,7 @@ def test_plain_tcp_is_refused_before_connecting(
 def test_insecure_docker_allows_plain_tcp_and_tls_with_it_contradicts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]  # nothing listens once closed
+    closed = closed_port()
     spec = write_spec(tmp_path)
     url = ["--docker-url", f"local=tcp://127.0.0.1:{closed}"]
     code, _, err = run_cli(["status", str(spec), *url, "--insecure-docker"], capsys)

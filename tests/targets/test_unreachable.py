@@ -3,19 +3,11 @@ cause (exit 1, no traceback); `--dry-run --offline` shows the plan without conne
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import pdctl, write_spec
-
-
-def closed_port() -> int:
-    """A local port nothing listens on: connecting is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.targets.testbed import closed_port, pdctl, write_spec
 
 
 def spec_for(tmp_path: Path, port: int) -> Path:

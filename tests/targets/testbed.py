@@ -48,6 +48,14 @@ def free_port(span: int = 4) -> int:
     raise RuntimeError(f"no {span} consecutive free ports in {_PORTS}")
 
 
+def closed_port() -> int:
+    """A port nothing listens on, for a connection that must be refused: one of free_port's,
+    not one the kernel hands out and the test closes again. That one lies in the ephemeral
+    range, where a connect() to 127.0.0.1:P whose own local port is P connects to itself (TCP
+    simultaneous open) and a server binding port 0 may get it."""
+    return free_port(1)
+
+
 @dataclass(frozen=True)
 class TestHost:
     __test__ = False  # a test sshd host, not a test class for pytest to collect

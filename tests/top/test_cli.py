@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.testbed import host_entry, pdctl, write_spec
+from tests.targets.testbed import closed_port, host_entry, pdctl, write_spec
 
 DATA = Path(__file__).parent / "data"
 
@@ -85,11 +85,7 @@ def test_once_json_over_ssh_forwarding(ssh_env, engine, tmp_path):
 
 
 def test_an_engine_that_does_not_answer_is_a_row_and_exit_1(ssh_env, tmp_path):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()  # a port nobody listens on
     res = pdctl(
         "top",
         str(spec_on(ssh_env, tmp_path, port)),
