@@ -297,7 +297,10 @@ class HostsTarget(Closing):
         return sorted(names)
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
-        """The last `lines` of UNIT's log (of every unit without one), or follow one unit."""
+        """The last `lines` of UNIT's log (of every unit without one), or follow one unit. A
+        host that cannot be reached does not hide the others' logs: its units read
+        `(host unreachable)` and the run ends with its error (exit 1)."""
+        self.connect(tolerate=True)
         units = self.units()
         chosen = [u for u in units if unit is None or u[1] == unit]
         if not chosen:
@@ -305,6 +308,9 @@ class HostsTarget(Closing):
             raise UsageError(f"no unit {unit!r} in {self.plan.name!r} (units: {known})")
         if follow and len(chosen) > 1:
             raise UsageError("-f follows one unit: name it (see `pdctl status`)")
+        lost = [h for h in dict.fromkeys(h for h, _ in chosen) if h in self.unreachable]
+        if lost and len(chosen) == 1:
+            raise PdctlError(self.unreachable[lost[0]])
         if follow:
             host, name = chosen[0]
             try:
@@ -314,7 +320,7 @@ class HostsTarget(Closing):
             return
         text: dict[tuple[str, str], str] = {}
         absent: list[NoLog] = []  # units without a log, per host
-        for host in sorted({h for h, _ in chosen}):  # one exec per host
+        for host in sorted({h for h, _ in chosen} - set(lost)):  # one exec per host
             names = [n for h, n in chosen if h == host]
             try:
                 found = self.ops[host].tails(names, lines)
@@ -323,12 +329,17 @@ class HostsTarget(Closing):
                 rest = [n for n in names if n not in none.units]
                 found = self.ops[host].tails(rest, lines) if rest else {}
             text.update(((host, n), t) for n, t in found.items())
-        if absent and not text:  # not one log to show: the one line says why
+        if absent and not text and not lost:  # not one log to show: the one line says why
             raise absent[0] if len(absent) == 1 else PdctlError("; ".join(map(str, absent)))
         for host, name in chosen:
             if len(chosen) > 1:
                 write(f"==> {name} on {host} <==\n")
+            if host in lost:
+                write("(host unreachable)\n")
+                continue
             write(text.get((host, name), "(no log: not started, or removed by down)\n"))
+        if lost:
+            raise PdctlError("; ".join(self.unreachable[h] for h in lost))
 
     def endpoints(self) -> list[str]:
         return endpoints(self.plan, self.desired())

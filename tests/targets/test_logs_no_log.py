@@ -3,6 +3,7 @@ real SSH: one line naming the unit and host, exit 1; never `docker logs` on a ve
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,41 @@ def test_logs_of_every_unit_show_the_ones_with_a_log_and_name_the_others(
     one = pdctl("logs", str(spec), "rvw-serve-0", "--known-hosts", ssh_env.known_hosts)
     assert (one.returncode, one.stdout) == (1, ""), one
     assert "rvw-serve-0 on lo1: no log" in one.stderr
+
+
+def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """One host down: `logs` still prints what the others hold (its units read `(host
+    unreachable)`), then its error line, exit 1; a unit on a reachable host reads as usual."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    lo1 = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv), instances=1)
+    gone = dict(lo1, name="gone", port=closed, dataDir=str(tmp_path / "gone"))
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        stand_in_spec("rvw", [lo1, gone], {"replicas": 2, "port": 18737}),
+    )
+    unit = tmp_path / "lo1" / "rvw" / "rvw-serve-0"
+    unit.mkdir(parents=True)
+    (unit / "log").write_text("alive\n")
+    known = ["--known-hosts", ssh_env.known_hosts]
+    out = pdctl("logs", str(spec), *known)
+    assert out.returncode == 1, out
+    assert out.stdout.splitlines() == [  # by host, then unit
+        "==> rvw-serve-1 on gone <==",
+        "(host unreachable)",
+        "==> rvw-serve-0 on lo1 <==",
+        "alive",
+    ]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"error: host gone (127.0.0.1:{closed}): cannot connect"), line
+    one = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    assert (one.returncode, one.stdout) == (0, "alive\n"), one
+    other = pdctl("logs", str(spec), "rvw-serve-1", *known)
+    assert (other.returncode, other.stdout) == (1, ""), other
+    assert other.stderr.startswith(f"error: host gone (127.0.0.1:{closed}): cannot connect")
 
 
 def test_logs_after_down_say_the_log_is_gone(
