@@ -7,10 +7,12 @@ compared with the live object, both without the fields the server owns (managedF
 resourceVersion, generation, uid, creationTimestamp, status), as `kubectl diff` shows them.
 Objects this deployment applied earlier that the bundle no longer has are what prune deletes.
 
-Before the first dry-run request pdctl checks that the server honours `dryRun` at all: it
-asks for a dry-run create of a ConfigMap and reads it back. A server that stored it (the
-`kmock` emulator does: it ignores the query parameter) gets it deleted again and the run
-refused, so a dry run never changes a cluster whose server ignores dry runs.
+Before the first dry-run request of an object pdctl checks that the server honours `dryRun`
+at all: it sends a dry-run create of a ConfigMap and reads it back. A server that stored it
+(the `kmock` emulator does: it ignores the query parameter) gets it deleted again and the run
+refused (exit 2), so a dry run leaves no change on a cluster whose server ignores dry runs.
+
+A Secret's values never appear in a diff (`masked`, as `kubectl diff` masks them).
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ if TYPE_CHECKING:
 DRY_RUN = ("dryRun", "All")
 SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 PROBE = "pdctl-dry-run-probe"
+
+
+class DryRunIgnored(PdctlError):
+    """The server stores what a dry-run request sends: it cannot do what was asked (a
+    server-side dry run), as a missing kind cannot; exit 2 for `diff` and `up --dry-run`."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,10 @@ def clean(obj: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def unified(live: dict[str, Any] | None, merged: dict[str, Any] | None, label: str) -> str:
-    """The unified diff of two objects as YAML (`label`: group.version.Kind.namespace.name)."""
+    """The unified diff of two objects as YAML (`label`: group.version.Kind.namespace.name),
+    a Secret's values masked."""
+
+    live, merged = masked(live, merged)
 
     def lines(obj: dict[str, Any] | None) -> list[str]:
         if obj is None:
@@ -69,6 +81,36 @@ def unified(live: dict[str, Any] | None, merged: dict[str, Any] | None, label: s
 
     out = difflib.unified_diff(lines(live), lines(merged), f"live/{label}", f"merged/{label}")
     return "".join(out)
+
+
+MASKED = ("data", "stringData")  # a Secret's values: never printed
+
+
+def masked(
+    live: dict[str, Any] | None, merged: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A Secret's `data` and `stringData` values replaced as `kubectl diff` does: `***` where
+    both sides hold the same value (or only one side has the key), `*** (before)` and
+    `*** (after)` where it changed; keys kept. Other kinds are returned as they are."""
+    if not any(o is not None and o.get("kind") == "Secret" for o in (live, merged)):
+        return live, merged
+    before = json.loads(json.dumps(live)) if live is not None else None
+    after = json.loads(json.dumps(merged)) if merged is not None else None
+    for field in MASKED:
+        old = (before or {}).get(field)
+        new = (after or {}).get(field)
+        old = old if isinstance(old, dict) else {}
+        new = new if isinstance(new, dict) else {}
+        for key in old.keys() | new.keys():
+            changed = key in old and key in new and old[key] != new[key]
+            if key in old:
+                old[key] = "*** (before)" if changed else "***"
+            if key in new:
+                new[key] = "*** (after)" if changed else "***"
+        for side, values in ((before, old), (after, new)):
+            if side is not None and field in side:
+                side[field] = values if isinstance(side[field], dict) else "***"
+    return before, after
 
 
 def label_of(api_version: str, kind: str, namespace: str, name: str) -> str:
@@ -91,14 +133,14 @@ def check_dry_run(tgt: KubeTarget) -> None:
     except ApiError:  # not allowed to read or create ConfigMaps here: nothing was stored
         return
     if there:
-        raise PdctlError(
+        raise DryRunIgnored(
             f"ConfigMap {tgt.namespace}/{PROBE} exists: a server that ignored dryRun stored it; "
             "delete it, and use a server that honours dryRun (or --dry-run --offline)"
         )
     if tgt._call("GET", f"{path}/{PROBE}") is None:
         return
     tgt._call("DELETE", f"{path}/{PROBE}")
-    raise PdctlError(
+    raise DryRunIgnored(
         "the Kubernetes API server ignores dryRun=All (a dry-run create was stored; pdctl "
         "deleted it again): a server-side dry run cannot be trusted there; use --dry-run "
         "--offline, or a conformant API server"

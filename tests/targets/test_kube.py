@@ -169,7 +169,7 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
     # --dry-run alone is a server-side dry run (dryRun=All); kmock ignores dryRun, so pdctl
     # refuses it and changes nothing (test_kube_diff.py runs it on a kmock that honours it).
     dry = pdctl("up", str(spec), "--dry-run", "--kubeconfig", str(kubeconfig))
-    assert dry.returncode == 1 and "ignores dryRun=All" in dry.stderr, dry.stderr
+    assert dry.returncode == 2 and "ignores dryRun=All" in dry.stderr, dry.stderr
     assert KubeTarget(api, "kup", "vllm-inference").owned() == []
     # kmock has no controller, so the rollout never completes: up applies, then times out.
     up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
