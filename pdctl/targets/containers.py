@@ -91,8 +91,13 @@ class ContainerHosts(Closing):
         self.connect()
         out: list[Change] = []
         units = self.units()
+        # A container seen through two spec hosts sharing one engine is one host's (found):
+        # the other host must not plan to stop it as "no longer in the spec".
+        mine = self.found()
         for host, tgt in self.targets.items():
             for change in tgt.changes(units.get(host, [])):
+                if change.action == "stop" and (host, change.unit) not in mine:
+                    continue
                 out.append(Change(host, change.unit, change.role, change.action, change.why))
         return out
 
