@@ -8,13 +8,23 @@ from __future__ import annotations
 import base64
 import copy
 
+import pytest
+
+from tests.targets.conftest import builtin_resources
+from tests.targets.kmock_dry import dry_run_server
 from tests.targets.test_kube import phase1
-from tests.targets.test_kube_diff import NS, dry, kube_files, target  # noqa: F401 (fixture)
+from tests.targets.test_kube_diff import NS, kube_files, target
 from tests.targets.testbed import pdctl
 
 OLD = "b2xkLXNlY3JldC12YWx1ZQ"  # every value below starts with one of these prefixes
 NEW = "bmV3LXNlY3JldC12YWx1ZQ"
 PLAIN = "plain-text-secret-value"
+
+
+@pytest.fixture
+def dry(monkeypatch):
+    with dry_run_server(builtin_resources(), monkeypatch) as (srv, calls):
+        yield srv, calls
 
 
 def secret(name: str, token: str, same: str) -> dict:
