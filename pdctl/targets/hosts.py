@@ -1,8 +1,10 @@
 """The bare-metal target: apply a hosts bundle over SSH (phases 0 and 2).
 
 `up`: connect (one SSH connection per host, bounded parallelism), read what runs, diff against
-the bundle, then roll the changes out unit by unit and undo them on a failure (rollout.py).
-`down` and `status` work on the hosts they can reach and say which they could not.
+the bundle, then take the run lock on every host (run_lock.py: one up/down of a deployment at
+a time), and roll the changes out unit by unit and undo them on a failure (rollout.py).
+`down` (under the same lock) and `status` work on the hosts they can reach and say which they
+could not.
 """
 
 from __future__ import annotations
@@ -215,6 +217,7 @@ class HostsTarget(Closing):
 
         out = HostsStopped()
         failed: list[str] = []
+        lines: list[tuple[bool, str]] = []  # (a `stopped` line the CLI prints itself, line)
         reached = self.reachable()
         for ops, res in zip(reached, self.map(one, reached), strict=True):
             if res is None:
@@ -224,27 +227,30 @@ class HostsTarget(Closing):
                 if obs.name in removal.failed:
                     why = removal.failed[obs.name]
                     failed.append(f"NOT stopped: {obs.name} on {ops.name} ({why})")
+                    lines.append((False, failed[-1]))
                 elif obs.running:
                     out.removed.append((ops.name, obs.name))
+                    lines.append((True, f"stopped {obs.name} on {ops.name}"))
                 else:
                     out.not_running.append((ops.name, obs.name))
-                    self.say(f"{obs.name} on {ops.name} was not running")
+                    lines.append((False, f"{obs.name} on {ops.name} was not running"))
             out.folders[ops.name] = removal.folder
             if removal.folder == "absent":
-                self.say(f"no deployment folder of {self.plan.name!r} on {ops.name}")
+                lines.append((False, f"no deployment folder of {self.plan.name!r} on {ops.name}"))
             elif removal.folder == "kept":
-                self.say(f"kept the deployment folder {ops.dir} on {ops.name} (a unit is left)")
+                lines.append((False, f"kept the deployment folder {ops.dir} on {ops.name}"))
+        for printed, line in lines:
+            if failed or not printed:  # with a failure the CLI prints no line of its own
+                self.say(line)
         out.unreachable = dict(sorted(self.unreachable.items()))
         out.left = {host: self.left_on(host) for host in out.unreachable}
         if failed:
-            for host, name in out.removed:
-                self.say(f"stopped {name} on {host}")
-            for line in failed:
-                self.say(line)
             lost = [f"{h} not reached ({why})" for h, why in out.unreachable.items()]
             raise PdctlError(
-                "; ".join(failed + lost) + ": a unit not stopped keeps its folder; run "
-                "`pdctl down` again once its stop.sh works"
+                "down did not stop everything: "
+                + "; ".join(failed + lost)
+                + "; what is NOT stopped keeps its folder: run `pdctl down` again once its "
+                "stop.sh works"
             )
         return out
 
