@@ -3,6 +3,7 @@ number `up --dry-run` lists) and how many of the units `status` shows are health
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -35,10 +36,36 @@ def up(row: dict[str, Any]) -> bool:
     )
 
 
+# A Kubernetes workload's rollout row: `ready/desired ready`, or `... groups ready` (an LWS).
+ROLLOUT_STATE = re.compile(r"(\d+)/(\d+)( groups)? ready")
+
+
+def missing(rollout: dict[str, Any], instances: list[dict[str, Any]]) -> int:
+    """How many of the replicas (LeaderWorkerSet: groups) a Kubernetes workload wants have no
+    pod at all (a quota or an admission webhook stopped its ReplicaSet): each is a unit that
+    is not up. Its pods are named `<workload>-...`; an LWS group's leader `<workload>-<n>`."""
+    found = ROLLOUT_STATE.fullmatch(str(rollout["state"]))
+    if found is None:
+        return 0
+    want, groups = int(found.group(2)), bool(found.group(3))
+    head = f"{rollout['unit']}-"
+    mine = [str(r["unit"])[len(head) :] for r in instances if str(r["unit"]).startswith(head)]
+    have = sum(1 for rest in mine if rest.isdigit()) if groups else len(mine)
+    return max(0, want - have)
+
+
 def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Every instance counts, the router's and the master's too: units, how many are up, per
-    role. A Kubernetes workload's rollout row summarises its pods and is not counted again."""
-    rows = [r for r in rows if r.get("kind", "instance") == "instance"]
+    role. A Kubernetes workload's rollout row summarises its pods and is not counted again,
+    but each replica it wants that has no pod counts as a unit not up."""
+    instances = [r for r in rows if r.get("kind", "instance") == "instance"]
+    absent = [
+        {"role": r["role"], "health": "no pod", "state": "-"}
+        for r in rows
+        if r.get("kind") == "rollout"
+        for _ in range(missing(r, instances))
+    ]
+    rows = instances + absent
     roles = Counter(str(r["role"]) for r in rows)
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
     return {
