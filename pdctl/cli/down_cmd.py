@@ -32,6 +32,13 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(
             False, "--yes", "-y", help="Kubernetes: delete without asking for confirmation."
         ),
+        timeout: int = typer.Option(
+            300,
+            "--timeout",
+            min=1,
+            help="Kubernetes: seconds to wait, after deleting, until the deployment's pods are "
+            "gone (their GPUs free); pods still there then are named, exit 1.",
+        ),
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
         from pdctl import actions
@@ -52,8 +59,18 @@ def register(app: typer.Typer) -> None:
 
         confirm_down(plan, yes)
         options = conn.target()
-        done = actions.down(plan, bundle, options, ConsoleProgress(console), delete_volumes)
         kind = actions.kind_of(plan, options)
+        progress = ConsoleProgress(console)
+        if kind == "kubernetes":  # actions.down with the wait's --timeout
+            from pdctl.targets import open_target
+            from pdctl.targets.kube import KubeTarget
+
+            with open_target(plan, bundle, options, progress.say, progress.stage) as tgt:
+                assert isinstance(tgt, KubeTarget)
+                tgt.down_timeout = float(timeout)
+                done = tgt.down(delete_volumes=delete_volumes)
+        else:
+            done = actions.down(plan, bundle, options, progress, delete_volumes)
         if kind == "kubernetes":
             gone = done.removed
             console.print(f"deleted {len(gone)} objects" if gone else "nothing to delete")
