@@ -125,7 +125,9 @@ def up(
         progress.planned(kind, changes, compared=True)
         if dry_run == "server":
             return result
-        # Nothing to change still applies: it waits until what runs is healthy (and prunes).
+        # Nothing to change asks nothing and still calls apply, which writes only what changed
+        # (nothing here) and waits until what runs is healthy. A drifted Kubernetes object is
+        # an update (pdctl.targets.kube_apply), so it is confirmed like any other change.
         if result.todo and not yes and not progress.confirm():
             return result
         with progress.applying(target):

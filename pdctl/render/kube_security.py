@@ -85,14 +85,21 @@ def sidecar_rbac(plan: Plan) -> list[Obj]:
     return [account, role, _binding(plan, "Role", name, name, "routing-proxy")]
 
 
+def cluster_name(plan: Plan, role: str) -> str:
+    """A cluster-scoped object's name: `<namespace>.<name>.<role>`. Namespace and deployment
+    name are DNS-1123 labels, which have no dot, so two deployments never share one (with `-`
+    namespace `llm` + `d-qwen` and `llm-d` + `qwen` did); a DNS-1123 subdomain of at most
+    63 + 50 + the role's length characters."""
+    return f"{plan.spec.kubernetes.namespace}.{plan.name}.{role}"
+
+
 def metrics_rbac(plan: Plan, epp_account: str) -> list[Obj]:
     """--metrics-endpoint-auth: the EPP asks the API server to authenticate (TokenReview) and
     authorize (SubjectAccessReview) each scrape, which only a ClusterRole can grant; scrapers
     need `get` on the non-resource URL /metrics (llm-d-router v0.10.0
-    config/charts/routerlib/templates/_rbac.yaml). Cluster-wide names carry the namespace."""
-    ns = plan.spec.kubernetes.namespace
-    auth = f"{ns}-{plan.name}-epp-metrics-auth"
-    reader = f"{ns}-{plan.name}-epp-metrics-reader"
+    config/charts/routerlib/templates/_rbac.yaml). Cluster-wide names: cluster_name."""
+    auth = cluster_name(plan, "epp-metrics-auth")
+    reader = cluster_name(plan, "epp-metrics-reader")
     auth_role = {
         "apiVersion": RBAC_API,
         "kind": "ClusterRole",

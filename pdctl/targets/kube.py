@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.render.bundle import apply_rank as rank
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.discovery import ApiError, Discovery, Resource, split
 from pdctl.targets.kube_status import pod_logs, pod_ready, status_rows
@@ -83,16 +82,6 @@ def _config_error(files: str, exc: Exception) -> PdctlError:
     if isinstance(exc, yaml.YAMLError):
         return UsageError(f"kubeconfig {files}: not valid YAML: {' '.join(str(exc).split())}")
     return PdctlError(f"cannot load the kubeconfig {files}: {' '.join(str(exc).split())}")
-
-
-def not_created(kind: str, name: str, namespaced: bool, namespace: str) -> str:
-    why = "the server answered 404 to apply and to create"
-    if not namespaced:
-        return f"{kind}/{name}: {why}"
-    return (
-        f"{kind}/{name}: namespace {namespace} does not exist ({why}); create it, or set "
-        "kubernetes.createNamespace: true"
-    )
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -231,34 +220,12 @@ class KubeTarget(Closing):
         if line:
             raise PdctlError(line)
 
-    def _candidates(self, objs: list[dict[str, Any]]) -> list[Resource]:
-        """Every kind pdctl could have created: the bundle's kinds, then every discovered kind
-        that can be listed, created and deleted; one version per (group, kind)."""
-        found: dict[tuple[str, str], Resource] = {}
-        for obj in objs:
-            res = self.discovery.find(obj["apiVersion"], obj["kind"])
-            if res is not None:
-                found.setdefault((res.group, res.kind), res)
-        for res in self.discovery.everything():
-            if {"list", "create", "delete"} <= res.verbs:
-                found.setdefault((res.group, res.kind), res)
-        kept = (r for k, r in found.items() if k not in NEVER_DELETED)
-        return sorted(kept, key=lambda r: (rank(r.kind), r.group, r.kind))
-
     def owned_objects(self, objs: list[dict[str, Any]] | None = None) -> list[tuple[Resource, str]]:
-        """(resource, name) of every object this deployment applied, in apply order."""
-        objs = objs or []
-        bundle_kinds = {split(o["apiVersion"])[0] + "/" + o["kind"] for o in objs}
-        out: list[tuple[Resource, str]] = []
-        for res in self._candidates(objs):
-            try:
-                items = self._list(res)
-            except ApiError as exc:
-                if exc.status in NOT_LISTABLE and f"{res.group}/{res.kind}" not in bundle_kinds:
-                    continue  # not allowed to list it here: not allowed to have created it
-                raise
-            out.extend((res, o["metadata"]["name"]) for o in items)
-        return out
+        """(resource, name) of every object this deployment applied, in apply order (of every
+        kind pdctl could have created: the bundle's, and any listable, creatable, deletable)."""
+        from pdctl.targets.kube_apply import owned_objects
+
+        return owned_objects(self, objs or [])
 
     def owned(self) -> list[tuple[str, str]]:
         """(kind, name) of every object with this deployment's labels."""
@@ -291,12 +258,13 @@ class KubeTarget(Closing):
         timeout: float = 900.0,
         keep_going: bool = False,
     ) -> Outcome:
-        """Apply the bundle's objects (and prune), then wait until every Deployment rolled
-        out. Secret values never reach a cluster through pdctl (Secrets are referenced)."""
+        """Apply the bundle's changed objects, wait until every Deployment rolled out, then
+        prune (a failed rollout keeps what prune would delete: pdctl.targets.kube_apply).
+        Secret values never reach a cluster through pdctl (Secrets are referenced)."""
+        from pdctl.targets.kube_apply import roll_out
         from pdctl.targets.rollout import Outcome
 
-        self.apply_objects(self.objects)
-        self.wait(self.objects, timeout)
+        roll_out(self, self.objects, timeout)
         return Outcome()
 
     def down(self, delete_volumes: bool = False) -> Stopped:
@@ -312,25 +280,13 @@ class KubeTarget(Closing):
         """None known from outside the cluster: clients reach its Services (see the docs)."""
         return []
 
-    # -- plan / apply / prune (objects given) ----------------------------------------------
+    # -- plan / apply / prune (objects given: pdctl.targets.kube_apply) -------------------
     def object_changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-        """(action, kind, name): create, update, unchanged, or prune."""
-        self.require_served(objs)
-        out = []
-        for obj in objs:
-            kind, meta = obj["kind"], obj["metadata"]
-            live = self.get(kind, meta["name"], meta.get("namespace"), obj["apiVersion"])
-            if live is None:
-                out.append(("create", kind, meta["name"]))
-                continue
-            live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION)
-            action = "unchanged" if live_hash == object_hash(obj) else "update"
-            out.append((action, kind, meta["name"]))
-        wanted = {self._key(o) for o in objs}
-        for res, name in self.owned_objects(objs):
-            if (res.group, res.kind, name) not in wanted:
-                out.append(("prune", res.kind, name))
-        return out
+        """(action, kind, name): create, update (also a live object edited since), unchanged,
+        or prune; refuses (one line) a rendered name taken by an object pdctl did not apply."""
+        from pdctl.targets.kube_apply import object_changes
+
+        return object_changes(self, objs)
 
     def body(self, obj: dict[str, Any], res: Resource) -> dict[str, Any]:
         """What pdctl sends for `obj`: with the hash annotation, and on a cluster-scoped
@@ -342,34 +298,11 @@ class KubeTarget(Closing):
 
     def apply_objects(self, objs: list[dict[str, Any]]) -> None:
         """Server-side apply each object (field manager pdctl, force) in apply order, then prune
-        the rest in reverse order. Nothing is applied unless every kind is served."""
-        self.require_served(objs)
-        for obj in sorted(objs, key=lambda o: rank(o["kind"])):
-            kind, meta = obj["kind"], obj["metadata"]
-            res = self.resource(kind, obj["apiVersion"])
-            body = self.body(obj, res)
-            namespace = meta.get("namespace") or self.namespace
-            query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-            done = self._call(
-                "PATCH",
-                res.path(namespace, meta["name"]),
-                body,
-                query,
-                "application/apply-patch+yaml",
-            )
-            if done is None:
-                # A real API server creates on apply; servers without apply-create get a POST.
-                made = self._call(
-                    "POST", res.path(namespace), body, [("fieldManager", FIELD_MANAGER)]
-                )
-                if made is None:
-                    raise PdctlError(not_created(kind, meta["name"], res.namespaced, namespace))
-            self.say(f"applied {kind}/{meta['name']}")
-        wanted = {self._key(o) for o in objs}
-        for res, name in reversed(self.owned_objects(objs)):
-            if (res.group, res.kind, name) not in wanted:
-                self._call("DELETE", res.path(self.namespace, name))
-                self.say(f"pruned {res.kind}/{name}")
+        the rest in reverse order, without waiting (`apply` waits before it prunes)."""
+        from pdctl.targets.kube_apply import apply_objects, prune
+
+        apply_objects(self, objs)
+        prune(self, objs)
 
     def wait(self, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
         """Wait until every Deployment has rolled out, reporting each pod's stage; fail with
@@ -396,9 +329,12 @@ class KubeTarget(Closing):
     # -- a server-side dry run (pdctl.targets.kube_diff) -------------------------------------
     def preview(self) -> list[ObjectDiff]:
         """Every object applied with dryRun=All against its live version, and what prune
-        would delete; nothing is stored."""
+        would delete; nothing is stored. Refused as `up` refuses a rendered name taken by an
+        object pdctl did not apply."""
+        from pdctl.targets.kube_apply import live_objects, refuse_foreign
         from pdctl.targets.kube_diff import preview
 
+        refuse_foreign(self, live_objects(self, self.objects))
         return preview(self, self.objects)
 
     def dry_run_changes(self) -> list[Change]:

@@ -189,7 +189,7 @@ def test_epp_metrics_need_an_authorized_token(example: Path) -> None:
     for d in docs:
         if d["kind"].startswith("Cluster"):
             assert "namespace" not in d["metadata"]
-            assert d["metadata"]["name"].startswith(f"{ns}-")  # cluster-wide: unique per ns
+            assert d["metadata"]["name"].startswith(f"{ns}.")  # cluster-wide: <ns>.<name>.<role>
 
 
 # 3. Pod Security baseline and hardening --------------------------------------------------------

@@ -1,0 +1,64 @@
+"""A live object edited outside pdctl (`kubectl scale`, `kubectl edit`) is an `update` for
+`up` as for `diff`: `up` lists it and asks before putting it back; and an `up` with nothing to
+change writes nothing to the cluster. Against kmock (conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.targets.test_kube_kinds import plan_objects, spec_data, target, write_files
+from tests.targets.test_kube_prune_order import roll_out
+
+
+def scale(tgt, name: str, replicas: int) -> None:  # type: ignore[no-untyped-def]
+    path = tgt._path("Deployment", name)
+    body = {"spec": {"replicas": replicas}}
+    tgt._call("PATCH", path, body, content_type="application/merge-patch+json")
+
+
+def test_a_drifted_object_is_an_update(cluster) -> None:
+    plan, objs = plan_objects(spec_data("phase1-k8s", name="kdrift", serve={"replicas": 2}))
+    tgt = target(cluster, plan)
+    tgt.apply_objects(objs)
+    try:
+        assert {a for a, _, _ in tgt.object_changes(objs)} == {"unchanged"}
+        scale(tgt, "kdrift-serve", 5)
+        changes = {(k, a) for a, k, _ in tgt.object_changes(objs)}
+        assert ("Deployment", "update") in changes and ("Service", "unchanged") in changes
+        labels = {"metadata": {"labels": {"app.kubernetes.io/component": "other"}}}
+        path = tgt._path("Service", "kdrift")
+        tgt._call("PATCH", path, labels, content_type="application/merge-patch+json")
+        changes = {(k, a) for a, k, _ in tgt.object_changes(objs)}
+        assert ("Service", "update") in changes
+    finally:
+        tgt.delete_objects(volumes=True)
+
+
+def test_up_asks_before_undoing_a_drift_and_a_no_op_up_writes_nothing(cluster, tmp_path) -> None:
+    data = spec_data("phase1-k8s", name="kdriftcli", serve={"replicas": 2})
+    plan, objs = plan_objects(data)
+    tgt = target(cluster, plan)
+    tgt.apply_objects(objs)
+    spec, kubeconfig = write_files(cluster, tmp_path, data)
+    cmd = [sys.executable, "-m", "pdctl", "up", spec, "--timeout", "5", "--kubeconfig", kubeconfig]
+    try:
+        roll_out(tgt, "kdriftcli-serve")
+        scale(tgt, "kdriftcli-serve", 5)
+        no = subprocess.run(cmd, input="n\n", capture_output=True, text=True, timeout=600)
+        assert "update   Deployment/kdriftcli-serve" in no.stdout, no.stdout + no.stderr
+        assert "apply these changes?" in no.stdout, no.stdout
+        assert tgt.get("Deployment", "kdriftcli-serve")["spec"]["replicas"] == 5
+        yes = subprocess.run(cmd + ["--yes"], capture_output=True, text=True, timeout=600)
+        assert tgt.get("Deployment", "kdriftcli-serve")["spec"]["replicas"] == 2
+        roll_out(tgt, "kdriftcli-serve")
+        start = len(cluster.log)
+        same = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert "nothing to change" in same.stdout, same.stdout
+        written = [(m, p) for m, p in cluster.log[start:] if m != "GET"]
+        assert written == [], written
+        assert "applied Deployment" not in same.stdout, same.stdout
+        assert yes.returncode == 0, yes.stdout + yes.stderr
+    finally:
+        tgt.delete_objects(volumes=True)
