@@ -26,7 +26,9 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    title = f"{w.name}  phase {w.phase} ({w.target})  window {w.seconds:.0f}s"
+    answered = [f for f in w.instances if not f.error]
+    span = f"window {w.seconds:.0f}s" if answered else "no instance answered"
+    title = f"{w.name}  phase {w.phase} ({w.target})  {span}"
     inst = Table(title=title, title_justify="left", expand=False, pad_edge=False)
     for col in (
         "instance",
@@ -128,7 +130,9 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
     for why in w.gpu_missing:
         parts.append(Text(f"GPU telemetry missing: {why}", style="yellow"))
     parts.append(Text("verdicts:", style="bold"))
-    if not verdicts:
+    if not verdicts and not answered:
+        parts.append(Text("  none: no instance answered /metrics, so nothing could be judged"))
+    elif not verdicts:
         parts.append(Text("  none: nothing crossed a threshold in this window"))
     for v in verdicts:
         parts.append(Text(f"  [{v.key}] {v.line}"))
