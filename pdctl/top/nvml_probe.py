@@ -96,9 +96,13 @@ def main(argv):
     count = int(argv[2]) if len(argv) > 2 else 1
     try:
         import pynvml as nvml
-
+    except ImportError:
+        why = f"NVML: no pynvml for {sys.executable} (pip install nvidia-ml-py there)"
+        print(json.dumps({"window_s": seconds, "gpus": [], "errors": [why]}))
+        return 0
+    try:
         nvml.nvmlInit()
-    except Exception as exc:
+    except Exception as exc:  # no driver, no GPU
         print(json.dumps({"window_s": seconds, "gpus": [], "errors": [f"NVML: {exc}"]}))
         return 0
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]

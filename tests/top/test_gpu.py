@@ -151,3 +151,22 @@ def test_dcgm_exporter_fields_become_percentages():
     assert (g.host, g.index, g.source) == ("node-a", 0, "dcgm")
     assert (g.dram_bw_util, g.tensor_util, g.sm_util, g.mem_used_mib) == (75.8, 23.3, 80.8, 8707)
     assert kind(g, limits()) == "bandwidth-bound"
+
+
+def test_a_host_python_without_pynvml_is_named_with_the_package_to_install(tmp_path) -> None:
+    """The probe runs with the host's python3: when it lacks pynvml the reason names that
+    interpreter and the package (nvidia-ml-py), not Python's 'No module named' text."""
+    import json
+    import os
+    import subprocess
+
+    from pdctl.top.gpu import probe_command
+
+    (tmp_path / "pynvml.py").write_text("raise ImportError('not here')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    cmd = ["bash", "-c", probe_command(0.1)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    (why,) = json.loads(out.stdout)["errors"]
+    assert why.startswith("NVML: no pynvml for /"), why
+    assert why.endswith(" (pip install nvidia-ml-py there)"), why
