@@ -14,6 +14,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pdctl.errors import PdctlError, UsageError
@@ -155,7 +157,7 @@ def _cause(exc: BaseException) -> str:
             return f"TLS failed: {why or ' '.join(str(inner).split())}"
     for e in seen:
         if isinstance(e, (socket.gaierror, u3.NameResolutionError)):
-            return "the host name does not resolve (DNS)"
+            return "DNS: the host name does not resolve"
         if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
             return "connection refused"
         if getattr(e, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH):
@@ -171,12 +173,24 @@ def _cause(exc: BaseException) -> str:
     return f"{type(last).__name__}: {' '.join(str(last).split())}"
 
 
-def unreachable(host: str, exc: BaseException) -> PdctlError:
-    """A call that got no HTTP answer (which call matters less than where it went)."""
-    return PdctlError(
-        f"cannot reach the Kubernetes API at {host} ({_cause(exc)}); "
-        "check --kubeconfig/--context"
+def with_applied(text: str, applied: list[str]) -> str:
+    """An error line that says which objects this run applied before it failed."""
+    if not applied:
+        return text
+    return (
+        f"{text}; already applied, left in place: {', '.join(applied)} (`pdctl down` removes them)"
     )
+
+
+class Unreached(PdctlError):
+    """No HTTP answer. `applied`: the objects (`Kind/name`) this run applied before it."""
+
+    def __init__(self, message: str, applied: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.applied = list(applied or [])
+
+    def __str__(self) -> str:
+        return with_applied(super().__str__(), self.applied)
 
 
 class Refused(ApiError):
@@ -188,13 +202,25 @@ class Refused(ApiError):
         self.applied = list(applied or [])
 
     def __str__(self) -> str:
-        text = super().__str__()
-        if self.applied:
-            text += (
-                f"; already applied, left in place: {', '.join(self.applied)} "
-                "(`pdctl down` removes them)"
-            )
-        return text
+        return with_applied(super().__str__(), self.applied)
+
+
+@contextmanager
+def naming_applied(done: list[tuple[str, str]]) -> Iterator[None]:
+    """Around one object's apply in an apply loop (`done`: (kind, name) applied so far): a
+    call that fails in it names what was applied before (the objects stay applied)."""
+    try:
+        yield
+    except (Refused, Unreached) as exc:
+        exc.applied = [f"{kind}/{name}" for kind, name in done]
+        raise
+
+
+def unreachable(host: str, exc: BaseException) -> Unreached:
+    """A call that got no HTTP answer (which call matters less than where it went)."""
+    return Unreached(
+        f"cannot reach the Kubernetes API at {host} ({_cause(exc)}); check --kubeconfig/--context"
+    )
 
 
 def _object(body: Any, path: str, status: dict[str, Any]) -> str:

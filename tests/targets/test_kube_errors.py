@@ -16,7 +16,7 @@ from kubernetes import client
 
 from pdctl.targets.discovery import ApiError
 from pdctl.targets.kube import KubeTarget
-from pdctl.targets.kube_errors import Refused
+from pdctl.targets.kube_errors import Refused, Unreached, naming_applied, unreachable
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.testbed import pdctl
@@ -142,13 +142,39 @@ def test_an_admission_refusal_quotes_the_status_message(cluster):
     tgt.delete_objects(volumes=True)
 
 
-def test_a_refusal_names_what_was_applied_before_it():
-    err = Refused("the Kubernetes API refused Deployment/x (PATCH: 403 Forbidden): no", 403)
-    assert "already applied" not in err.line()
-    err.applied = ["PersistentVolumeClaim/x-model-cache", "Service/x"]
-    assert err.line().endswith(
-        "no; already applied, left in place: PersistentVolumeClaim/x-model-cache, Service/x "
-        "(`pdctl down` removes them)"
+def test_a_refusal_names_what_was_applied_before_it(cluster):
+    """What an apply loop does with naming_applied (pdctl.targets.kube_apply is to use it):
+    a refused object's line names those applied before it, left in place."""
+    url = f"/apis/apps/v1/namespaces/{NS}/deployments"
+    for method, path in (("patch", f"{url}/kpart-serve"), ("post", url)):
+        cluster.emulator[method, path] << kmock.Response(status=403, payload=STATUS)
+    _, objs = phase1("kpart")
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kpart", NS)
+    done: list[tuple[str, str]] = []
+    with pytest.raises(Refused) as caught:
+        for obj in objs:  # PVC, Service, then the Deployment (refused)
+            with naming_applied(done):
+                tgt.apply_objects([obj])
+            done.append((obj["kind"], obj["metadata"]["name"]))
+    assert caught.value.line().endswith(
+        "must not run as root; already applied, left in place: "
+        "PersistentVolumeClaim/kpart-model-cache, Service/kpart (`pdctl down` removes them)"
+    ), caught.value.line()
+    with pytest.raises(Unreached) as gone:
+        with naming_applied(done):
+            KubeTarget(client.ApiClient(client.Configuration(host=DEAD)), "kpart", NS).pods()
+    assert "(connection refused); check --kubeconfig/--context; already applied" in str(gone.value)
+    tgt.delete_objects(volumes=True)
+
+
+def test_a_name_that_does_not_resolve_says_dns():
+    from urllib3.exceptions import MaxRetryError, NameResolutionError
+
+    why = NameResolutionError("k8s.invalid", None, socket.gaierror(-2, "Name or service not known"))
+    line = str(unreachable("https://k8s.invalid:6443", MaxRetryError(None, "/api", why)))
+    assert line == (
+        "cannot reach the Kubernetes API at https://k8s.invalid:6443 (DNS: the host name does "
+        "not resolve); check --kubeconfig/--context"
     )
 
 
