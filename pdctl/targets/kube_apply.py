@@ -24,6 +24,7 @@ from pdctl.targets.discovery import ApiError, Resource, split
 if TYPE_CHECKING:
     from pdctl.targets.kube import KubeTarget
 
+WORKLOADS = ("Deployment", "LeaderWorkerSet", "StatefulSet")  # what serves
 FIELD_MANAGER = "pdctl"  # as pdctl.targets.kube.FIELD_MANAGER
 INSTANCE = "app.kubernetes.io/instance"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -90,11 +91,12 @@ def refuse_foreign(tgt: KubeTarget, found: list[Live]) -> None:
         and not tgt.owns(live, res.namespaced)
     ]
     if taken:
+        one = len(taken) == 1
         raise PdctlError(
-            f"{', '.join(taken)} already exist{'s' if len(taken) == 1 else ''} and "
-            f"{'is' if len(taken) == 1 else 'are'} not deployment {tgt.name!r}'s "
-            f"(namespace {tgt.namespace}): nothing applied; rename the deployment (`name:` in "
-            "the spec), or delete or relabel the object"
+            f"{', '.join(taken)} already exist{'s' if one else ''} and "
+            f"{'was' if one else 'were'} not applied by pdctl for deployment {tgt.name!r} in "
+            f"namespace {tgt.namespace}: nothing applied; rename the deployment (`name:` in the "
+            f"spec), or delete or relabel {'it' if one else 'them'}"
         )
 
 
@@ -216,10 +218,13 @@ def roll_out(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float) -> Non
         kept = [f"{res.kind}/{name}" for res, name in stale(tgt, objs)]
         if not kept:
             raise
+        # The workloads first (what may still serve); the rest counted, to keep one line short.
+        shown = [k for k in kept if k.split("/")[0] in WORKLOADS] or kept[:3]
+        more = f" and {len(kept) - len(shown)} more objects" if len(kept) > len(shown) else ""
         raise PdctlError(
-            f"{exc}; kept the previous version's {', '.join(kept)} (pruned only after a "
-            "successful rollout): `pdctl up` again prunes them once it rolls out, `pdctl down` "
-            "deletes everything"
+            f"{exc}; kept the previous version's {', '.join(shown)}{more} (pruned only after a "
+            "successful rollout): `pdctl up` prunes them once it rolls out, `pdctl down` "
+            "deletes all"
         ) from None
     prune(tgt, objs)
 
