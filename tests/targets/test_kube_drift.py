@@ -62,3 +62,34 @@ def test_up_asks_before_undoing_a_drift_and_a_no_op_up_writes_nothing(cluster, t
         assert yes.returncode == 0, yes.stdout + yes.stderr
     finally:
         tgt.delete_objects(volumes=True)
+
+
+def test_up_and_diff_name_the_same_changes(monkeypatch) -> None:
+    """On a kmock honouring dryRun (kmock_dry.py), `up`'s comparison and `diff`'s server-side
+    dry run agree: after apply, after a scale, after a relabel and a foreign label added."""
+    from tests.targets.conftest import builtin_resources
+    from tests.targets.kmock_dry import dry_run_server
+
+    with dry_run_server(builtin_resources(), monkeypatch) as (srv, _calls):
+        plan, objs = plan_objects(spec_data("phase1-k8s", name="kagree", serve={"replicas": 2}))
+        tgt = target(srv, plan)
+        tgt.objects = objs
+        tgt.apply_objects(objs)
+
+        def both() -> tuple[set, set]:
+            up = {(a, k, n) for a, k, n in tgt.object_changes(objs)}
+            diff = {(d.action, d.kind, d.name) for d in tgt.preview()}
+            return up, diff
+
+        up, diff = both()
+        assert up == diff and {a for a, _, _ in up} == {"unchanged"}
+        scale(tgt, "kagree-serve", 5)
+        up, diff = both()
+        assert up == diff and ("update", "Deployment", "kagree-serve") in up
+        labels = {**tgt.get("Service", "kagree")["metadata"]["labels"], "oncall": "search"}
+        path = tgt._path("Service", "kagree")  # a label pdctl does not send, pdctl's kept:
+        patch = {"metadata": {"labels": labels}}
+        tgt._call("PATCH", path, patch, content_type="application/merge-patch+json")
+        assert tgt.get("Service", "kagree")["metadata"]["labels"]["oncall"] == "search"
+        up, diff = both()
+        assert up == diff and ("unchanged", "Service", "kagree") in up, (up, diff)
