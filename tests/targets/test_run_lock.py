@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -147,4 +149,37 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
         assert up.returncode == 0, up.stdout + up.stderr
     finally:
         down = pdctl("down", str(good), *known(ssh_env))
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_up_changes_nothing_when_what_runs_changed_after_its_plan(ssh_env, fake_venv, tmp_path):
+    """`up` reads what runs again under the lock: if another run changed it after the plan was
+    shown (and confirmed), the plan is stale and nothing is applied."""
+    from pdctl.cli.specfile import load
+    from pdctl.errors import PdctlError
+    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.ssh import SshOptions
+
+    port = free_port()
+    first = spec_file(ssh_env, fake_venv, tmp_path, port, "a.yaml")
+    other = spec_file(ssh_env, fake_venv, tmp_path, port, "b.yaml", FAKE_VLLM_MARK="b")
+    up = pdctl("up", str(first), "--yes", *known(ssh_env), "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        unit = tmp_path / "lo1" / NAME / f"{NAME}-serve-0"
+        start = (unit / "start.sh").read_text()
+        plan, bundle = load(str(other), None, None)
+        with HostsTarget(plan, bundle, SshOptions(known_hosts=ssh_env.known_hosts)) as target:
+            changes = target.changes()
+            assert [c.action for c in changes] == ["restart"]
+            # meanwhile the engine stops (another run's down, a crash): the plan is stale
+            stop = subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, text=True)
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            with pytest.raises(PdctlError, match="changed since pdctl read it"):
+                target.apply(changes, {}, timeout=60)
+        assert not listening(port)
+        assert (unit / "start.sh").read_text() == start
+        assert not held(lock_path(tmp_path))
+    finally:
+        down = pdctl("down", str(first), *known(ssh_env))
     assert down.returncode == 0, down.stdout + down.stderr
