@@ -20,7 +20,7 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import HostOps, NoLog, Removal
+from pdctl.targets.remote import HostOps, NoLog
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
 from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
@@ -30,15 +30,6 @@ __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "en
 T = TypeVar("T")
 R = TypeVar("R")
 Say = Callable[[str], None]
-
-
-@dataclass
-class HostsStopped(Stopped):
-    """Stopped, and on hosts: (host, unit) found not running, and per host what became of
-    the deployment folder (`removed`, `absent`: there was none, `kept`: a unit is left)."""
-
-    not_running: list[tuple[str, str]] = field(default_factory=list)
-    folders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -192,67 +183,11 @@ class HostsTarget(Closing):
 
     # -- down / status / logs ------------------------------------------------------------
     def down(self, delete_volumes: bool = False) -> Stopped:
-        """Stop every unit in the deployment folder of every reachable host (under the run
-        lock), then remove the folder (hosts keep no volumes). A unit whose stop.sh fails is
-        NOT stopped and keeps its folder, with the deployment folder, for a later `down`: a
-        PdctlError line after the others are done. Hosts that cannot be reached (or are lost
-        meanwhile) are in the answer's `unreachable`, with the spec's units on each in
-        `left`."""
-        self.connect(tolerate=True)
-        stage = {(d.host.name, d.name): d.stage for d in self.desired()}
-        seen: dict[str, list[Observed]] = {}
-        for obs in self.lock(tolerate=True):
-            seen.setdefault(obs.host, []).append(obs)
+        """Stop every unit in the deployment folder of every reachable host under the run
+        lock, then remove the folder (hosts keep no volumes); see host_down.py."""
+        from pdctl.targets.host_down import down
 
-        def one(ops: HostOps) -> tuple[list[Observed], Removal] | None:
-            # Reverse start order: the router before the engines, stores last.
-            found = sorted(
-                seen.get(ops.name, []), key=lambda o: (-stage.get((o.host, o.name), 1), o.name)
-            )
-            try:
-                return found, ops.stop_and_remove([o.name for o in found], ops.conn.host.data_dir)
-            except HostLost as exc:
-                self.unreachable[ops.name] = exc.line()
-                return None
-
-        out = HostsStopped()
-        failed: list[str] = []
-        lines: list[tuple[bool, str]] = []  # (a `stopped` line the CLI prints itself, line)
-        reached = self.reachable()
-        for ops, res in zip(reached, self.map(one, reached), strict=True):
-            if res is None:
-                continue
-            found, removal = res
-            for obs in found:
-                if obs.name in removal.failed:
-                    why = removal.failed[obs.name]
-                    failed.append(f"NOT stopped: {obs.name} on {ops.name} ({why})")
-                    lines.append((False, failed[-1]))
-                elif obs.running:
-                    out.removed.append((ops.name, obs.name))
-                    lines.append((True, f"stopped {obs.name} on {ops.name}"))
-                else:
-                    out.not_running.append((ops.name, obs.name))
-                    lines.append((False, f"{obs.name} on {ops.name} was not running"))
-            out.folders[ops.name] = removal.folder
-            if removal.folder == "absent":
-                lines.append((False, f"no deployment folder of {self.plan.name!r} on {ops.name}"))
-            elif removal.folder == "kept":
-                lines.append((False, f"kept the deployment folder {ops.dir} on {ops.name}"))
-        for printed, line in lines:
-            if failed or not printed:  # with a failure the CLI prints no line of its own
-                self.say(line)
-        out.unreachable = dict(sorted(self.unreachable.items()))
-        out.left = {host: self.left_on(host) for host in out.unreachable}
-        if failed:
-            lost = [f"{h} not reached ({why})" for h, why in out.unreachable.items()]
-            raise PdctlError(
-                "down did not stop everything: "
-                + "; ".join(failed + lost)
-                + "; what is NOT stopped keeps its folder: run `pdctl down` again once its "
-                "stop.sh works"
-            )
-        return out
+        return down(self)
 
     def left_on(self, host: str) -> list[str]:
         """The spec's units on a host (what may still run where pdctl could not look)."""

@@ -6,7 +6,6 @@ import shlex
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
@@ -40,15 +39,6 @@ class NoLog(PdctlError):
     def __init__(self, units: list[str], host: str) -> None:
         self.units = units
         super().__init__(f"{', '.join(units)} on {host}: no log (not started, or removed by down)")
-
-
-@dataclass
-class Removal:
-    """What `down` did on one host: units whose stop.sh failed (unit -> its last line), and the
-    deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed)."""
-
-    failed: dict[str, str] = field(default_factory=dict)
-    folder: str = "kept"
 
 
 class HostOps:
@@ -241,59 +231,6 @@ class HostOps:
         self.conn.run(
             f"rm -rf -- {shlex.quote(self.unit_dir(unit))}", timeout=60, step=f"removing {unit}"
         )
-
-    def remove_all(self, data_dir: str) -> None:
-        """Remove the deployment folder, and the data folder too when it is then empty."""
-        self.conn.run(
-            self._remove_all_command(data_dir), timeout=60, step="removing the deployment folder"
-        )
-
-    def _remove_all_command(self, data_dir: str) -> str:
-        """Remove the deployment folder, then (down holds it) the run lock's file, and the data
-        folder when that leaves it empty. Prints `absent` when there was no folder."""
-        from pdctl.targets.run_lock import lock_path
-
-        base = self.conn.expand(data_dir).rstrip("/")
-        folder = shlex.quote(self.dir)
-        return (
-            f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
-            f"rm -f -- {shlex.quote(lock_path(self.dir))}; "
-            f"rmdir -- {shlex.quote(base)} 2>/dev/null || true"
-        )
-
-    def stop_and_remove(self, units: list[str], data_dir: str) -> Removal:
-        """`down` on this host in ONE exec: each unit's stop.sh in the order given, its folder
-        removed when it succeeds (kept when it fails, for a later `down`); then the
-        deployment folder, unless a unit of it could not be stopped. HostLost when the
-        connection dies, before or meanwhile."""
-        self.forget()
-        cmds = []
-        for unit in units:
-            quoted = shlex.quote(self.unit_dir(unit) + "/stop.sh")
-            folder = shlex.quote(self.unit_dir(unit))
-            cmds.append(f"if [ -f {quoted} ]; then bash {quoted} || exit; fi; rm -rf -- {folder}")
-        # the folder goes only when no unit folder is left (a failed stop.sh keeps its own)
-        left = f'for u in {shlex.quote(self.dir)}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
-        cmds.append(left + self._remove_all_command(data_dir))
-        step = ("stopping " + ", ".join(units)) if units else "removing the deployment folder"
-        results = run_batch(self.conn, cmds, timeout=600, step=step)
-        out = Removal()
-        for unit, res in zip(units, results, strict=False):
-            if isinstance(res, HostLost):
-                raise res
-            if isinstance(res, PdctlError):  # past its timeout: no answer from stop.sh
-                out.failed[unit] = res.line()
-            elif res.rc != 0:
-                why = last_line(res.err) or last_line(res.out)
-                out.failed[unit] = why or f"exit status {res.rc}"
-        last = results[-1]
-        if isinstance(last, HostLost):
-            raise last
-        if isinstance(last, PdctlError):
-            raise last
-        if not out.failed:
-            out.folder = "absent" if last.out.strip() == "absent" else "removed"
-        return out
 
     def alive(self, unit: str) -> bool:
         """Whether the unit's process runs. One observation answers each unit once: polling

@@ -1,0 +1,146 @@
+"""`down` on SSH hosts, under the run lock (run_lock.py): per host, ONE exec runs each unit's
+stop.sh (router first, then engines, then stores) and removes the folder of each unit it
+stopped; the deployment folder (with the lock file, and the data folder when that leaves it
+empty) goes only when no unit is left. A unit whose stop.sh fails is NOT stopped: its folder
+stays, with the deployment folder, so that a later `down` retries it."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pdctl.errors import PdctlError
+from pdctl.targets.base import Stopped
+from pdctl.targets.batch import run_batch
+from pdctl.targets.outcome import last_line
+from pdctl.targets.run_lock import lock_path
+from pdctl.targets.ssh import HostLost
+
+if TYPE_CHECKING:
+    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.remote import HostOps
+    from pdctl.targets.state import Observed
+
+
+@dataclass
+class Removal:
+    """What `down` did on one host: units whose stop.sh failed (unit -> its last line), and the
+    deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed)."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    folder: str = "kept"
+
+
+@dataclass
+class HostsStopped(Stopped):
+    """Stopped, and on hosts: (host, unit) found not running, and per host what became of
+    the deployment folder (`removed`, `absent`: there was none, `kept`: a unit is left)."""
+
+    not_running: list[tuple[str, str]] = field(default_factory=list)
+    folders: dict[str, str] = field(default_factory=dict)
+
+
+def remove_folder_command(ops: HostOps, data_dir: str) -> str:
+    """Unless a unit folder is left: remove the deployment folder, then (down holds it) the
+    run lock's file, and the data folder when that leaves it empty. Prints `absent` when
+    there was no folder."""
+    base = ops.conn.expand(data_dir).rstrip("/")
+    folder = shlex.quote(ops.dir)
+    return (
+        f'for u in {folder}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
+        f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
+        f"rm -f -- {shlex.quote(lock_path(ops.dir))}; "
+        f"rmdir -- {shlex.quote(base)} 2>/dev/null || true"
+    )
+
+
+def stop_and_remove(ops: HostOps, units: list[str], data_dir: str) -> Removal:
+    """`down` on one host in ONE exec (see the module docstring); HostLost when the
+    connection dies, before or meanwhile."""
+    ops.forget()
+    cmds = []
+    for unit in units:
+        script = shlex.quote(ops.unit_dir(unit) + "/stop.sh")
+        folder = shlex.quote(ops.unit_dir(unit))
+        cmds.append(f"if [ -f {script} ]; then bash {script} || exit; fi; rm -rf -- {folder}")
+    cmds.append(remove_folder_command(ops, data_dir))
+    step = ("stopping " + ", ".join(units)) if units else "removing the deployment folder"
+    results = run_batch(ops.conn, cmds, timeout=600, step=step)
+    out = Removal()
+    for unit, res in zip(units, results, strict=False):
+        if isinstance(res, HostLost):
+            raise res
+        if isinstance(res, PdctlError):  # past its timeout: no answer from stop.sh
+            out.failed[unit] = res.line()
+        elif res.rc != 0:
+            why = last_line(res.err) or last_line(res.out)
+            out.failed[unit] = why or f"exit status {res.rc}"
+    last = results[-1]
+    if isinstance(last, PdctlError):
+        raise last
+    if not out.failed:
+        out.folder = "absent" if last.out.strip() == "absent" else "removed"
+    return out
+
+
+def down(target: HostsTarget) -> HostsStopped:
+    """Stop every unit in the deployment folder of every reachable host, under the run lock.
+    Each unit is `stopped`, `was not running`, or `NOT stopped` (its stop.sh failed: then a
+    PdctlError line, after the others are done). Hosts that cannot be reached (or are lost
+    meanwhile) are in the answer's `unreachable`, with the spec's units on each in `left`."""
+    target.connect(tolerate=True)
+    stage = {(d.host.name, d.name): d.stage for d in target.desired()}
+    seen: dict[str, list[Observed]] = {}
+    for obs in target.lock(tolerate=True):
+        seen.setdefault(obs.host, []).append(obs)
+
+    def one(ops: HostOps) -> tuple[list[Observed], Removal] | None:
+        # Reverse start order: the router before the engines, stores last.
+        found = sorted(
+            seen.get(ops.name, []), key=lambda o: (-stage.get((o.host, o.name), 1), o.name)
+        )
+        try:
+            return found, stop_and_remove(ops, [o.name for o in found], ops.conn.host.data_dir)
+        except HostLost as exc:
+            target.unreachable[ops.name] = exc.line()
+            return None
+
+    out = HostsStopped()
+    failed: list[str] = []
+    lines: list[tuple[bool, str]] = []  # (a `stopped` line, which the CLI prints itself; line)
+    reached = target.reachable()
+    for ops, res in zip(reached, target.map(one, reached), strict=True):
+        if res is None:
+            continue
+        found, removal = res
+        for obs in found:
+            if obs.name in removal.failed:
+                why = removal.failed[obs.name]
+                failed.append(f"NOT stopped: {obs.name} on {ops.name} ({why})")
+                lines.append((False, failed[-1]))
+            elif obs.running:
+                out.removed.append((ops.name, obs.name))
+                lines.append((True, f"stopped {obs.name} on {ops.name}"))
+            else:
+                out.not_running.append((ops.name, obs.name))
+                lines.append((False, f"{obs.name} on {ops.name} was not running"))
+        out.folders[ops.name] = removal.folder
+        if removal.folder == "absent":
+            lines.append((False, f"no deployment folder of {target.plan.name!r} on {ops.name}"))
+        elif removal.folder == "kept":
+            lines.append((False, f"kept the deployment folder {ops.dir} on {ops.name}"))
+    for printed, line in lines:
+        if failed or not printed:  # with a failure the CLI prints no line of its own
+            target.say(line)
+    out.unreachable = dict(sorted(target.unreachable.items()))
+    out.left = {host: target.left_on(host) for host in out.unreachable}
+    if failed:
+        lost = [f"{h} not reached ({why})" for h, why in out.unreachable.items()]
+        raise PdctlError(
+            "down did not stop everything: "
+            + "; ".join(failed + lost)
+            + "; what is NOT stopped keeps its folder: run `pdctl down` again once its "
+            "stop.sh works"
+        )
+    return out
