@@ -152,8 +152,13 @@ class Up:
         return self.proc.returncode, "".join(self.lines) + out, err
 
 
-def wait_pid_file(path: Path) -> int:
+def wait_pid_file(path: Path, up: Up) -> int:
+    """The pid in `path` once start.sh wrote it, while `up` runs: a run that ended will never
+    write it, and waiting on regardless would hang the suite instead of failing this test."""
     while not (path.exists() and path.read_text().strip()):
+        if up.proc.poll() is not None:
+            rc, out, err = up.finish()
+            raise AssertionError(f"`up` ended (exit {rc}) before {path} was written:\n{out}{err}")
         time.sleep(0.1)
     return int(path.read_text())
 
@@ -173,8 +178,8 @@ def test_host_lost_mid_up_is_one_line_and_the_rest_is_stopped(
     up = Up(spec, fault_host.known_hosts, "--timeout", "300")
     try:
         up.wait_for("starting fake-serve-1")
-        wait_pid_file(tmp_path / "faulty" / "fake" / "fake-serve-1" / "pid")
-        wait_pid_file(tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid")
+        wait_pid_file(tmp_path / "faulty" / "fake" / "fake-serve-1" / "pid", up)
+        wait_pid_file(tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid", up)
         if fault == "link down":
             fault_host.link(up=False)
         else:
@@ -285,10 +290,10 @@ def test_engine_killed_during_a_replacement_brings_the_previous_back(ssh_env, fa
         up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
         up.wait_for("starting fake-serve-0")
         pid_file = tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid"
-        new = wait_pid_file(pid_file)
+        new = wait_pid_file(pid_file, up)
         while new == int(before["fake-serve-0"]):
             time.sleep(0.1)
-            new = wait_pid_file(pid_file)
+            new = wait_pid_file(pid_file, up)
         os.killpg(new, signal.SIGKILL)
         rc, out, err = up.finish()
         assert rc == 1, out + err

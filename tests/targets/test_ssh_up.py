@@ -265,6 +265,8 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
         for i, h in enumerate((data["hosts"][0]["name"], data["hosts"][1]["name"]))
     ]
     while not all(p.exists() and p.read_text().strip() for p in pids):
+        # a run that ended will never write them: fail with its output instead of hanging
+        assert proc.poll() is None, "".join(lines) + proc.stdout.read()
         __import__("time").sleep(0.1)
     proc.send_signal(signal.SIGINT)
     try:
