@@ -85,10 +85,14 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
     pid = res.out.strip()
     try:
         ops = HostOps(conn, str(tmp_path / "deploy"))
-        for _ in range(200):  # until it listens (it either comes up or the loop ends)
+        # Until it listens: it either does or exits (a fixed number of probes could end before
+        # a loaded machine started it); 120 s only ends a hang.
+        deadline = time.monotonic() + 120
+        while True:
             health = ops.probe(port, "m", address=node.address)
-            if health.ok:
+            if health.ok or time.monotonic() > deadline:
                 break
+            assert Path(f"/proc/{pid}").exists(), (tmp_path / "fake.log").read_text()
             time.sleep(0.05)
         assert health.ok, health.detail
         assert not ops.probe(port, "m").ok  # nothing on the host's loopback
