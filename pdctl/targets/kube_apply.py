@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.targets.discovery import ApiError, Resource, split
+from pdctl.targets.kube_errors import naming_applied
 
 if TYPE_CHECKING:
     from pdctl.targets.kube import KubeTarget
@@ -187,11 +188,12 @@ def apply_objects(
         namespace = meta.get("namespace") or tgt.namespace
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         path = res.path(namespace, meta["name"])
-        if tgt._call("PATCH", path, body, query, "application/apply-patch+yaml") is None:
-            # A real API server creates on apply; servers without apply-create get a POST.
-            made = tgt._call("POST", res.path(namespace), body, [("fieldManager", FIELD_MANAGER)])
-            if made is None:
-                raise PdctlError(not_created(kind, meta["name"], res.namespaced, namespace))
+        with naming_applied(done):  # a refusal names what this run applied before it
+            if tgt._call("PATCH", path, body, query, "application/apply-patch+yaml") is None:
+                # A real API server creates on apply; servers without apply-create get a POST.
+                query = [("fieldManager", FIELD_MANAGER)]
+                if tgt._call("POST", res.path(namespace), body, query) is None:
+                    raise PdctlError(not_created(kind, meta["name"], res.namespaced, namespace))
         tgt.say(f"applied {kind}/{meta['name']}")
         done.append((kind, meta["name"]))
     return done
