@@ -28,17 +28,13 @@ if TYPE_CHECKING:
     from pdctl.targets.kube_diff import ObjectDiff
     from pdctl.targets.rollout import Outcome
 
-FIELD_MANAGER = "pdctl"
 HASH_ANNOTATION = "pdctl.io/hash"
 # On cluster-scoped objects: the namespace of the deployment that applied them (two
 # deployments of one name in two namespaces must not prune each other's ClusterRoles).
 NAMESPACE_ANNOTATION = "pdctl.io/namespace"
 
 # Never pruned or deleted: deleting either deletes everything in it or of its kind.
-NEVER_DELETED = (("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition"))
 KEPT_KINDS = (("", "PersistentVolumeClaim"),)  # `down` keeps data unless told to delete volumes
-# A kind not in the bundle whose listing answers one of these is not one pdctl could use.
-NOT_LISTABLE = (403, 404, 405)
 DEFAULT_KUBECONFIG = "~/.kube/config"  # where kubectl looks without KUBECONFIG
 
 
@@ -59,29 +55,22 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
             f"kubeconfig file {kubeconfig} does not exist",
             fix="check --kubeconfig (or $KUBECONFIG)",
         )
+    from pdctl.targets.kube_errors import check_kubeconfig
+
+    check_kubeconfig(files, context)  # not a kubeconfig, no such context: exit 2, one line
     try:
         cfg = client.Configuration()
         config.load_kube_config(config_file=files, context=context, client_configuration=cfg)
-    except Exception as exc:  # malformed YAML, no such context, bad fields
+    except Exception as exc:  # what the check cannot see: bad fields, certificate files
         raise _config_error(files, exc) from None
     return client.ApiClient(cfg)
 
 
 def _config_error(files: str, exc: Exception) -> PdctlError:
-    """The kubeconfig's problem as one line: a YAML error's problem and place, else the
-    client's message with its line breaks folded."""
-    import yaml
+    """The kubeconfig's problem as one line naming the files read (pdctl.targets.kube_errors)."""
+    from pdctl.targets.kube_errors import config_error
 
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return UsageError(
-            f"kubeconfig {mark.name or files}: not valid YAML: {exc.problem} "
-            f"(line {mark.line + 1}, column {mark.column + 1})",
-            fix="fix the file or pass another --kubeconfig",
-        )
-    if isinstance(exc, yaml.YAMLError):
-        return UsageError(f"kubeconfig {files}: not valid YAML: {' '.join(str(exc).split())}")
-    return PdctlError(f"cannot load the kubeconfig {files}: {' '.join(str(exc).split())}")
+    return config_error(files, exc)
 
 
 def object_hash(obj: dict[str, Any]) -> str:
@@ -169,17 +158,18 @@ class KubeTarget(Closing):
             resp = self.api.call_api(
                 method, url, header_params=headers, body=body, _request_timeout=self.timeout
             )
-        except Exception as exc:  # connection refused, TLS, timeout
-            raise PdctlError(f"Kubernetes API: {method} {path}: {exc}") from None
+        except Exception as exc:  # connection refused, TLS, timeout, DNS
+            from pdctl.targets.kube_errors import unreachable
+
+            host = getattr(getattr(self.api, "configuration", None), "host", "?")
+            raise unreachable(host, exc) from None
         data = resp.read()
         if resp.status == 404:
             return None
-        if resp.status >= 300:
-            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-            raise ApiError(
-                f"Kubernetes API: {method} {path}: {resp.status} {resp.reason}: {text[:300]}",
-                resp.status,
-            )
+        if resp.status >= 300:  # the Status's message, naming the object (an ApiError)
+            from pdctl.targets.kube_errors import refused
+
+            raise refused(method, path, resp.status, resp.reason, data, body)
         if as_text:
             return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
         return json.loads(data) if data else {}

@@ -26,12 +26,15 @@ if TYPE_CHECKING:
     from pdctl.targets.kube import KubeTarget
 
 WORKLOADS = ("Deployment", "LeaderWorkerSet", "StatefulSet")  # what serves
-FIELD_MANAGER = "pdctl"  # as pdctl.targets.kube.FIELD_MANAGER
+FIELD_MANAGER = "pdctl"
 INSTANCE = "app.kubernetes.io/instance"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-# Kinds never pruned or deleted (pdctl.targets.kube.NEVER_DELETED): applying over an existing
-# one takes nothing over that `down` could delete.
-SHARED_KINDS = ("Namespace", "CustomResourceDefinition")
+# Kinds never pruned or deleted: applying over an existing one takes nothing over that `down`
+# could delete.
+NEVER_DELETED = (("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition"))
+SHARED_KINDS = tuple(kind for _, kind in NEVER_DELETED)
+# A kind not in the bundle whose listing answers one of these is not one pdctl could use.
+NOT_LISTABLE = (403, 404, 405)
 Live = tuple[dict[str, Any], Resource, "dict[str, Any] | None"]
 
 
@@ -234,7 +237,6 @@ def roll_out(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float) -> Non
 def candidates(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Resource]:
     """Every kind pdctl could have created: the bundle's kinds, then every discovered kind
     that can be listed, created and deleted; one version per (group, kind)."""
-    from pdctl.targets.kube import NEVER_DELETED
 
     found: dict[tuple[str, str], Resource] = {}
     for obj in objs:
@@ -250,7 +252,6 @@ def candidates(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Resource]:
 
 def owned_objects(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[Resource, str]]:
     """(resource, name) of every object this deployment applied, in apply order."""
-    from pdctl.targets.kube import NOT_LISTABLE
 
     bundle_kinds = {split(o["apiVersion"])[0] + "/" + o["kind"] for o in objs}
     out: list[tuple[Resource, str]] = []

@@ -17,6 +17,7 @@ from kubernetes import client
 from pdctl.targets.discovery import ApiError
 from pdctl.targets.kube import KubeTarget
 from pdctl.targets.kube_errors import Refused, Unreached, naming_applied, unreachable
+from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.testbed import pdctl
@@ -122,13 +123,21 @@ STATUS = {
 }
 
 
-def test_an_admission_refusal_quotes_the_status_message(cluster):
+@pytest.fixture
+def refusing():
+    """A kmock of its own: the refusal rules below must not reach other tests' objects on the
+    session's shared cluster (a rule for Deployment POSTs refuses every later Deployment)."""
+    with kube_server(builtin_resources()) as srv:
+        yield srv
+
+
+def test_an_admission_refusal_quotes_the_status_message(refusing):
     for method in ("patch", "post"):
         for path in ("", "/krej-serve"):
             url = f"/apis/apps/v1/namespaces/{NS}/deployments{path}"
-            cluster.emulator[method, url] << kmock.Response(status=422, payload=STATUS)
+            refusing.emulator[method, url] << kmock.Response(status=422, payload=STATUS)
     _, objs = phase1("krej")
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "krej", NS)
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=refusing.url)), "krej", NS)
     with pytest.raises(ApiError) as caught:
         tgt.apply_objects(objs)
     line = caught.value.line()
@@ -136,20 +145,21 @@ def test_an_admission_refusal_quotes_the_status_message(cluster):
     assert line.startswith("the Kubernetes API refused Deployment/krej-serve ("), line
     assert line.endswith(
         '422 Unprocessable Entity): admission webhook "policy.example" denied the request: '
-        "must not run as root"
+        "must not run as root; already applied, left in place: "
+        "PersistentVolumeClaim/krej-model-cache, Service/krej (`pdctl down` removes them)"
     ), line
     assert '"kind"' not in line and "Status" not in line, line
     tgt.delete_objects(volumes=True)
 
 
-def test_a_refusal_names_what_was_applied_before_it(cluster):
+def test_a_refusal_names_what_was_applied_before_it(refusing):
     """What an apply loop does with naming_applied (pdctl.targets.kube_apply is to use it):
     a refused object's line names those applied before it, left in place."""
     url = f"/apis/apps/v1/namespaces/{NS}/deployments"
     for method, path in (("patch", f"{url}/kpart-serve"), ("post", url)):
-        cluster.emulator[method, path] << kmock.Response(status=403, payload=STATUS)
+        refusing.emulator[method, path] << kmock.Response(status=403, payload=STATUS)
     _, objs = phase1("kpart")
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kpart", NS)
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=refusing.url)), "kpart", NS)
     done: list[tuple[str, str]] = []
     with pytest.raises(Refused) as caught:
         for obj in objs:  # PVC, Service, then the Deployment (refused)
