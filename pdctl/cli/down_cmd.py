@@ -84,14 +84,16 @@ def register(app: typer.Typer) -> None:
             return
         for host, unit in done.removed:
             console.print(f"stopped {unit} on {host}")
-        if not done.unreachable:
-            if not done.removed:
-                console.print("nothing was running")
+        if not done.removed:
+            console.print("nothing was running" + (" there" if done.unreachable else ""))
+        folders = getattr(done, "folders", {})  # host -> removed / absent / kept
+        removed = sorted(h for h, what in folders.items() if what == "removed")
+        if removed and len(removed) == len(plan.spec.hosts):
             console.print(f"removed the deployment folder of {plan.name!r} on every host")
+        elif removed:
+            console.print(f"removed the deployment folder of {plan.name!r} on {', '.join(removed)}")
+        if not done.unreachable:
             return
-        reached = sorted({h.name for h in plan.spec.hosts} - set(done.unreachable))
-        if reached:
-            console.print(f"removed the deployment folder of {plan.name!r} on {', '.join(reached)}")
         left = []
         for host, why in done.unreachable.items():
             units = ", ".join(done.left.get(host, [])) or "-"

@@ -169,11 +169,15 @@ def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_p
     down = pdctl("down", str(spec), *known(ssh_env))
     assert down.returncode == 0, down.stderr
     assert "stopped fake-serve-0" in down.stdout
+    assert "removed the deployment folder of 'fake' on every host" in down.stdout, down.stdout
     assert not listening(port) and not listening(port + 1)
     assert not (tmp_path / "lo1").exists()
     assert processes_in(tmp_path) == []
     again = pdctl("down", str(spec), *known(ssh_env))
     assert again.returncode == 0 and "nothing was running" in again.stdout
+    # The second down found no folder: it says so, and claims no removal.
+    assert "no deployment folder of 'fake' on lo1" in again.stdout, again.stdout
+    assert "removed the deployment folder" not in again.stdout, again.stdout
 
 
 def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv, tmp_path):
