@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
-from pdctl.targets.state import Change
+from pdctl.targets.state import CHANGED_STOPPED, Change
 
 if TYPE_CHECKING:
     from pdctl.render.bundle import Artifact
@@ -38,12 +38,14 @@ def read_files(ops: HostOps, files: list[tuple[Artifact, str]]) -> dict[str, str
 
 
 def script_diffs(target: HostsTarget, changes: list[Change]) -> dict[tuple[str, str], str]:
-    """(host, unit) -> the unified diff of its changed files, for every `restart` change."""
+    """(host, unit) -> the unified diff of its changed files, for every `restart` change and
+    every `start` over changed scripts of a unit that is not running (CHANGED_STOPPED)."""
     desired = {(d.host.name, d.name): d for d in target.desired()}
     out: dict[tuple[str, str], str] = {}
     for c in changes:
         d = desired.get((c.host, c.unit))
-        if c.action != "restart" or d is None or c.host not in target.ops:
+        changed = c.action == "restart" or (c.action == "start" and c.why == CHANGED_STOPPED)
+        if not changed or d is None or c.host not in target.ops:
             continue
         ops = target.ops[c.host]
         prefix = f"hosts/{c.host}"

@@ -3,6 +3,7 @@ new units, no changes after `up`, and the unified diff of a replaced unit's star
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from tests.targets.test_ssh_up import free_port, known
@@ -50,6 +51,15 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
         assert removed and added, changed.stdout
         # diff changed nothing: the host still runs the first version
         assert "2048" in (folder / "start.sh").read_text()
+        # Stopped, then changed: a start of the new version, whose script diff is shown too.
+        stop = subprocess.run(["bash", str(folder / "stop.sh")], capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stderr
+        stopped = pdctl("diff", str(spec), *known(ssh_env))
+        assert stopped.returncode == 1, stopped.stderr
+        lines = stopped.stdout.splitlines()
+        assert lines[0] == "start     fdiff-serve-0 on lo1 (spec changed, not running)", lines
+        assert lines[1] == f"--- lo1:{folder}/start.sh", lines
+        assert [x for x in lines if x.startswith("+") and "4096" in x], stopped.stdout
     finally:
         pdctl("down", str(spec), *known(ssh_env))
 
