@@ -182,15 +182,19 @@ class Rollout(HealthWait):
                     if not self.guard(host, d.name, partial(ops.save_previous, d.name)):
                         unsaved.add((host, d.name))
             files = [f for d in mine if (host, d.name) not in unsaved for f in d.files]
-            self.guard(host, "-", lambda: ops.upload(files, f"hosts/{host}"))
+            if not self.guard(host, "-", lambda: ops.upload(files, f"hosts/{host}")):
+                unuploaded.add(host)
 
+        unuploaded: set[str] = set()  # hosts whose scripts could not be written: start none
         self.t.map(upload, hosts)
         for d in new:
             if d.host.name in self.lost:
                 why = f"not started: host {d.host.name} was lost"
                 self.out.failures.append(UnitFailure(d.host.name, d.name, why, ""))
         todo = [
-            d for d in new if d.host.name not in self.lost and (d.host.name, d.name) not in unsaved
+            d
+            for d in new
+            if d.host.name not in self.lost | unuploaded and (d.host.name, d.name) not in unsaved
         ]
         kept = [d for d in kept if d.host.name not in self.lost]
         # before starting: Ctrl-C undoes them
