@@ -344,6 +344,7 @@ class HostOps:
             path,
             api_key=self.api_key(),
             owner=owner if unit is not None else None,
+            where=f"{address}:{port}",
         )
 
     def api_key(self) -> str | None:

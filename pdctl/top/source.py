@@ -114,7 +114,7 @@ class HostSource:
         return dict(self.target.unreachable) if self.target is not None else {}
 
     def scrape(self) -> dict[str, Snapshot]:
-        from pdctl.targets.health import http_get
+        from pdctl.targets.health import http_get, unanswered
 
         def one(e: Endpoint) -> tuple[str, Snapshot]:
             ops = self.target.ops.get(e.where)
@@ -123,9 +123,7 @@ class HostSource:
             try:
                 status, body = http_get(ops.conn.open_channel(e.port, e.address), "/metrics")
             except Exception as exc:  # refused, reset, timeout, host lost
-                why = type(exc).__name__
-                if why == "ChannelException":  # the host could not connect to the port
-                    why = f"nothing listens on {e.address}:{e.port} on {e.where}"
+                why = unanswered(exc, f"{e.address}:{e.port} on {e.where}")
                 return e.name, Snapshot(time.monotonic(), (), f"/metrics: no answer ({why})")
             at = time.monotonic()
             if status != 200:

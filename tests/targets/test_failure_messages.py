@@ -26,6 +26,7 @@ from pdctl.cli.progress import report_failures, report_undo
 from pdctl.spec.model import Host
 from pdctl.targets.health import probe
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
+from pdctl.targets.remote import HostOps
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
@@ -108,17 +109,21 @@ def lo1_connection(env: SshEnv) -> Connection:
     return Connection(host, SshOptions(known_hosts=env.known_hosts)).connect()
 
 
-def test_a_refused_port_forward_says_nothing_listens(ssh_env: SshEnv) -> None:
+def test_a_refused_port_forward_says_nothing_listens(ssh_env: SshEnv, tmp_path: Path) -> None:
     port = free_port(1)  # nothing listens there
     conn = lo1_connection(ssh_env)
     try:
         opener = lambda: conn.open_channel(port, "127.0.0.1")  # noqa: E731
         named = probe(opener, "m", where=f"127.0.0.1:{port}")
         unnamed = probe(opener, "m")
+        # what up and status probe through: the host's HostOps names the address and port
+        ops = HostOps(conn, str(tmp_path / "deploy"))
+        through_ops = ops.probe(port, "m")
     finally:
         conn.close()
     assert not named.ok and named.detail == f"no answer (nothing listens on 127.0.0.1:{port})"
     assert unnamed.detail == "no answer (nothing listens on its port)"
+    assert through_ops.detail == f"no answer (nothing listens on 127.0.0.1:{port})"
 
 
 def test_report_undo_is_silent_when_nothing_was_started() -> None:
