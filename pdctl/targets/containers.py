@@ -22,7 +22,7 @@ from pdctl.targets.docker import HASH, DockerTarget, client_for, docker_home, en
 from pdctl.targets.docker_transport import DockerAccess, check
 from pdctl.targets.docker_wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, Health, probe
-from pdctl.targets.remote import NoLog
+from pdctl.targets.remote import NO_LOG_NOTE, WHY_NO_LOG, NoLog
 from pdctl.targets.rollout import Outcome
 from pdctl.targets.state import Change
 
@@ -221,7 +221,7 @@ class ContainerHosts(Closing):
         if unit is None and not found:
             raise PdctlError(
                 f"no instance of {self.plan.name!r} has a container on "
-                f"{', '.join(sorted(self.targets))} (not started, or removed by down)"
+                f"{', '.join(sorted(self.targets))} ({WHY_NO_LOG})"
             )
         chosen = [(h, n) for h, n in names if unit is None or n == unit]
         if follow and len(chosen) > 1:
@@ -240,7 +240,7 @@ class ContainerHosts(Closing):
             if c is None and len(chosen) == 1:  # never started, or removed by down
                 raise NoLog([name], host)
             if c is None:
-                write("(no log: not started, or removed by down)\n")
+                write(NO_LOG_NOTE)
 
     def endpoints(self) -> list[str]:
         return [

@@ -34,10 +34,9 @@ class Removal:
 
 @dataclass
 class HostsStopped(Stopped):
-    """Stopped, and on hosts: (host, unit) found not running, and per host what became of
-    the deployment folder (`removed`, `absent`: there was none, `kept`: a unit is left)."""
+    """Stopped, and on hosts per host what became of the deployment folder (`removed`,
+    `absent`: there was none, `kept`: a unit is left)."""
 
-    not_running: list[tuple[str, str]] = field(default_factory=list)
     folders: dict[str, str] = field(default_factory=dict)
 
 
@@ -123,7 +122,6 @@ def down(target: HostsTarget) -> HostsStopped:
                 out.removed.append((ops.name, obs.name))
                 lines.append((True, f"stopped {obs.name} on {ops.name}"))
             else:
-                out.not_running.append((ops.name, obs.name))
                 lines.append((False, f"{obs.name} on {ops.name} was not running"))
         out.folders[ops.name] = removal.folder
         if removal.folder == "absent":

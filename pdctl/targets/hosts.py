@@ -20,7 +20,7 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import HostOps, NoLog
+from pdctl.targets.remote import NO_LOG_NOTE, HostOps, NoLog
 from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
 from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
@@ -278,7 +278,7 @@ class HostsTarget(Closing):
             if host in lost:
                 write("(host unreachable)\n")
                 continue
-            write(text.get((host, name), "(no log: not started, or removed by down)\n"))
+            write(text.get((host, name), NO_LOG_NOTE))
         if lost:
             raise PdctlError("; ".join(self.unreachable[h] for h in lost))
 

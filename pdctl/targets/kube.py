@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -44,8 +43,10 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     (exit 2) before anything connects."""
     from kubernetes import client, config
 
+    from pdctl.targets.kube_errors import check_kubeconfig, config_error, files_of
+
     files = kubeconfig or DEFAULT_KUBECONFIG
-    if not any(os.path.exists(os.path.expanduser(f)) for f in files.split(os.pathsep) if f):
+    if not files_of(files)[0]:
         if kubeconfig is None:
             raise UsageError(
                 f"no kubeconfig: KUBECONFIG is not set and {DEFAULT_KUBECONFIG} does not exist",
@@ -55,22 +56,13 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
             f"kubeconfig file {kubeconfig} does not exist",
             fix="check --kubeconfig (or $KUBECONFIG)",
         )
-    from pdctl.targets.kube_errors import check_kubeconfig
-
     check_kubeconfig(files, context)  # not a kubeconfig, no such context: exit 2, one line
     try:
         cfg = client.Configuration()
         config.load_kube_config(config_file=files, context=context, client_configuration=cfg)
     except Exception as exc:  # what the check cannot see: bad fields, certificate files
-        raise _config_error(files, exc) from None
+        raise config_error(files, exc) from None
     return client.ApiClient(cfg)
-
-
-def _config_error(files: str, exc: Exception) -> PdctlError:
-    """The kubeconfig's problem as one line naming the files read (pdctl.targets.kube_errors)."""
-    from pdctl.targets.kube_errors import config_error
-
-    return config_error(files, exc)
 
 
 def object_hash(obj: dict[str, Any]) -> str:

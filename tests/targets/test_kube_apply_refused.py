@@ -8,17 +8,10 @@ import kmock
 
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.test_kube import write_kube_files
+from tests.targets.test_kube_errors import STATUS  # an admission webhook's 422
 from tests.targets.testbed import pdctl
 
 NS = "vllm-inference"
-STATUS = {
-    "kind": "Status",
-    "apiVersion": "v1",
-    "status": "Failure",
-    "code": 422,
-    "reason": "Invalid",
-    "message": 'admission webhook "policy.example" denied the request: must not run as root',
-}
 
 
 def test_up_names_what_it_applied_before_a_refused_object(tmp_path) -> None:
