@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
             False,
             "--strict",
             help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), instead of warning.",
+            "its GPU (hardware.gpu), or a transport that needs RDMA on a host that lists no "
+            "rdmaDevices, instead of warning.",
         ),
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
             bundle = render_plan(plan)
         except SpecError as exc:
             raise source.locate(exc) from None
-        _warn(spec, plan, strict)
+        _warn(spec, plan, strict, source)
         if output_dir is None:
             if output == "json":
                 sys.stdout.write(json.dumps(as_json(plan, bundle), indent=2) + "\n")
@@ -135,16 +136,32 @@ def as_json(plan: Any, bundle: Any) -> dict[str, Any]:
     }
 
 
-def _warn(spec_file: str, plan: object, strict: bool) -> None:
-    """The plan's notes and capacity warnings on stderr, as `validate` prints them; --strict
-    refuses a role that does not fit before anything is written."""
+def _warn(spec_file: str, plan: object, strict: bool, source: object) -> None:
+    """The plan's notes, located cautions and capacity warnings on stderr, as `validate`
+    prints them; --strict refuses a role that does not fit, or a caution, before anything is
+    written."""
     from pdctl.cli.plan_cmd import capacity_warnings
+    from pdctl.cli.specfile import caution_lines
 
     for note in plan.notes:  # type: ignore[attr-defined]
         typer.echo(f"{spec_file}: warning: {note}", err=True)
+    cautions = caution_lines(plan, source)  # type: ignore[arg-type]
+    for line in cautions:
+        typer.echo(line, err=True)
     warnings = capacity_warnings(plan.spec, spec_file)  # type: ignore[attr-defined]
     for line in warnings:
         typer.echo(line, err=True)
-    if warnings and strict:
-        typer.echo(f"{spec_file}: refused (--strict): a role does not fit on its GPU", err=True)
-        raise typer.Exit(1)
+    refuse_strict(spec_file, strict, warnings, cautions)
+
+
+def refuse_strict(spec_file: str, strict: bool, capacity: list[str], cautions: list[str]) -> None:
+    """--strict: exit 1, naming what the warnings were about."""
+    if not strict or not (capacity or cautions):
+        return
+    what = []
+    if capacity:
+        what.append("a role does not fit on its GPU")
+    if cautions:
+        what.append("a transport may not work where it runs")
+    typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)
+    raise typer.Exit(1)

@@ -226,6 +226,21 @@ def plan_spec(
         raise source.locate(exc) from None
 
 
+def caution_lines(plan: Plan, source: Source) -> list[str]:
+    """The plan's located warnings (`file:line: warning: path: what; fix`): settings that may
+    not work where they run (plan/transport.py); `--strict` refuses them."""
+    from pdctl.errors import one_line
+
+    out = []
+    for c in plan.cautions:
+        located = source.locate(SpecError(c.message, path=c.path, fix=c.fix))
+        where = located.file
+        if located.line_no is not None:
+            where = f"{where}:{located.line_no}"
+        out.append(one_line(f"{where}: warning: {c.path}: {c.message}; {c.fix}"))
+    return out
+
+
 def facts_chooser(facts: Path, spec: Spec) -> Chooser:
     """The topology chooser of a preflight recording (`pdctl preflight --record DIR`)."""
     from pdctl.facts import facts_from

@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
             False,
             "--strict",
             help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), instead of warning.",
+            "its GPU (hardware.gpu), or a transport that needs RDMA on a host that lists no "
+            "rdmaDevices, instead of warning.",
         ),
         output: str = typer.Option(
             "text",
@@ -33,10 +34,12 @@ def register(app: typer.Typer) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
 
         A role that does not fit on the spec's GPU is a warning on stderr (exit 1 with
-        --strict): vLLM would refuse to start it."""
+        --strict): vLLM would refuse to start it. So is a transport that needs RDMA on a host
+        whose rdmaDevices the spec does not list."""
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.plan_cmd import capacity_warnings
-        from pdctl.cli.specfile import plan_spec, read_spec
+        from pdctl.cli.render_cmd import refuse_strict
+        from pdctl.cli.specfile import caution_lines, plan_spec, read_spec
         from pdctl.errors import SpecError, UsageError
 
         check_phase_target(phase, target)
@@ -46,12 +49,13 @@ def register(app: typer.Typer) -> None:
         plan = plan_spec(parsed, source, phase, target)
         for note in plan.notes:
             typer.echo(f"{spec}: warning: {note}", err=True)
+        cautions = caution_lines(plan, source)
+        for line in cautions:
+            typer.echo(line, err=True)
         warnings = capacity_warnings(parsed, spec)
         for line in warnings:
             typer.echo(line, err=True)
-        if warnings and strict:
-            typer.echo(f"{spec}: refused (--strict): a role does not fit on its GPU", err=True)
-            raise typer.Exit(1)
+        refuse_strict(spec, strict, warnings, cautions)
         from pdctl.cli.summary import counted, planned
         from pdctl.render import render
 
@@ -70,7 +74,7 @@ def register(app: typer.Typer) -> None:
                 "target": plan.target,
                 "engine": plan.release.version,
                 f"{word}s": names,
-                "warnings": [*plan.notes, *warnings],
+                "warnings": [*plan.notes, *cautions, *warnings],
             }
             typer.echo(json.dumps(doc, indent=2))
             return

@@ -22,6 +22,8 @@ from pdctl.plan.serve import serve_instances
 from pdctl.plan.shape import pd_shape
 from pdctl.plan.slice import plan_slice, slice_notes
 from pdctl.plan.topology import TopologyChooser
+from pdctl.plan.transport import check_hosts
+from pdctl.plan.transport import check_kube as check_transport
 from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
 
@@ -100,9 +102,11 @@ def make_plan(
         if cluster is None and isinstance(choose, TopologyChooser):
             cluster = choose.facts.cluster
         check_kube(plan, cluster)
+        check_transport(plan)
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     else:
         check_loopback_peers(plan)
+        plan = replace(plan, cautions=check_hosts(plan))
     return replace(plan, units=host_units(plan))
 
 

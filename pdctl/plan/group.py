@@ -204,24 +204,42 @@ def lws_flags(shape: GroupShape, worker: bool) -> list[tuple[str, str]]:
     return flags
 
 
+# LWS_LEADER_ADDRESS is the leader pod's DNS name (<lws>-<group>.<lws>.<namespace>). vLLM
+# passes --master-addr / --data-parallel-address to ZMQ and torch.distributed, and some vLLM
+# builds' ZMQ did not resolve names (kserve PR #5155 resolves it with getent): every pod
+# resolves it to an IP first (IPv4, else any), waiting for the headless Service's DNS record
+# for up to RESOLVE_TRIES x 2 s, and stops with one line when it cannot.
+RESOLVE_TRIES = 60
+RESOLVE_LEADER = (
+    'i=0; until leader="$(getent ahostsv4 "$LWS_LEADER_ADDRESS" || '
+    'getent hosts "$LWS_LEADER_ADDRESS")"; do i=$((i + 1)); '
+    f'if [ "$i" -ge {RESOLVE_TRIES} ]; then '
+    'echo "pdctl: cannot resolve the group leader LWS_LEADER_ADDRESS=$LWS_LEADER_ADDRESS '
+    f'to an IP address (getent, {RESOLVE_TRIES * 2} s): check the cluster DNS and the '
+    "LeaderWorkerSet's headless Service\" >&2; exit 1; fi; sleep 2; done; "
+    'leader="${leader%%[[:space:]]*}"; '
+)
+
+
 def lws_launch(shape: GroupShape, worker: bool, side_port: int | None = None) -> tuple[str, ...]:
-    """The container command of a LeaderWorkerSet pod: a shell that runs `vllm serve` with the
-    container's args ("$@") plus the rank flags from the variables LWS puts in every container
-    (LWS_LEADER_ADDRESS: the leader pod's DNS name; LWS_WORKER_INDEX: 0 for the leader, 1..
-    for the workers). `side_port` (NIXL, data parallel): vLLM listens on
-    VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank, so every pod's base is lowered by its
-    first rank and each pod's ranks listen on side_port, side_port + 1, ..."""
+    """The container command of a LeaderWorkerSet pod: a shell that resolves the leader's name
+    (RESOLVE_LEADER), then runs `vllm serve` with the container's args ("$@") plus the rank
+    flags from the variables LWS puts in every container (LWS_LEADER_ADDRESS: the leader pod's
+    DNS name; LWS_WORKER_INDEX: 0 for the leader, 1.. for the workers). `side_port` (NIXL,
+    data parallel): vLLM listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the global DP rank, so every
+    pod's base is lowered by its first rank and each pod's ranks listen on side_port,
+    side_port + 1, ..."""
     script = 'exec vllm serve "$@"'
     if shape.kind == "tp":
-        script += ' --node-rank "$LWS_WORKER_INDEX" --master-addr "$LWS_LEADER_ADDRESS"'
+        script += ' --node-rank "$LWS_WORKER_INDEX" --master-addr "$leader"'
     else:
-        script += ' --data-parallel-address "$LWS_LEADER_ADDRESS"'
+        script += ' --data-parallel-address "$leader"'
         if worker:
             script += f' --data-parallel-start-rank "$((LWS_WORKER_INDEX * {shape.local_dp}))"'
         if side_port is not None:
             first = f"LWS_WORKER_INDEX * {shape.local_dp}"
             script = f'export VLLM_NIXL_SIDE_CHANNEL_PORT="$(({side_port} - {first}))"; ' + script
-    return ("/bin/sh", "-c", script, "vllm")
+    return ("/bin/sh", "-c", RESOLVE_LEADER + script, "vllm")
 
 
 def kube_group(

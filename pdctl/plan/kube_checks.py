@@ -11,6 +11,7 @@ from pdctl.plan.model import Instance, Plan
 from pdctl.spec.kube import PodSettings, role_settings
 from pdctl.spec.model import Serve, Spec
 from pdctl.spec.pd import Role
+from pdctl.spec.rdma import MULTUS_ANNOTATION
 
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
@@ -124,6 +125,7 @@ def check_roles(plan: Plan) -> None:
                 path=f"{path}.serviceAccountName",
                 fix="remove serviceAccountName here (serve and prefill take one)",
             )
+        check_rdma(plan.spec, role, pod)
         names = {v.name for v in pod.volumes}
         for i, mount in enumerate(pod.volume_mounts):
             if mount.name not in names:
@@ -187,6 +189,26 @@ def check_limits(plan: Plan) -> None:
                     path=f"{_where(plan.spec, role, 'resources')}.resources.limits.{alias}",
                     fix=f"raise the limit to at least {request}, or lower the request",
                 )
+
+
+def check_rdma(spec: Spec, role: str, pod: PodSettings) -> None:
+    """`rdma` belongs to engine pods; its Multus networks are pdctl's annotation."""
+    if pod.rdma is None:
+        return
+    if role == "epp":
+        raise SpecError(
+            "the endpoint picker moves no KV cache and takes no RDMA",
+            path="router.kubernetes.rdma",
+            fix="remove it (kubernetes.rdma and prefill/decode.kubernetes.rdma are the engines')",
+        )
+    for field in ("annotations", "pod_annotations"):
+        if pod.rdma.networks and MULTUS_ANNOTATION in getattr(pod, field):
+            alias = "podAnnotations" if field == "pod_annotations" else field
+            raise SpecError(
+                f"{MULTUS_ANNOTATION} is the annotation pdctl writes from rdma.networks",
+                path=f"{_where(spec, role, field)}.{alias}",
+                fix="list the networks in rdma.networks only",
+            )
 
 
 def _where(spec: Spec, role: str, field: str) -> str:

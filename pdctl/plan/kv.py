@@ -20,6 +20,12 @@ ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 P2P_PRODUCER_BUFFER = 10
 P2P_DEFAULT_BUFFER = 8_000_000_000  # the upstream decode example (10% of an 80 GB GPU)
 GIB = 1024**3  # disaggregation.gpuMemoryGib is in GiB; kv_buffer_size is in bytes
+# P2pNccl keys each KV tensor by the request id (`request_id + "#" + layer`). Since vLLM 0.14
+# every engine appends 8 random characters to it (vllm PR #27987; 0.23.0
+# vllm/v1/engine/input_processor.py `assign_request_id`), so prefill and decode look for
+# different keys and decode waits forever (vllm#42839). vLLM's own switch (envs.py, vllm PR
+# #34415) keeps the router's id as it is.
+P2P_ENV = (("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "1"),)
 
 
 def connector_classes(dis: Disaggregation) -> list[str]:

@@ -129,6 +129,16 @@ class PortRule:
 
 
 @dataclass(frozen=True)
+class Caution:
+    """A spec setting that may not work where it runs, located at its field: printed as a
+    warning by validate/render, refused by their --strict (plan/transport.py)."""
+
+    path: str
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: Spec
     phase: int
@@ -139,6 +149,7 @@ class Plan:
     secrets: tuple[SecretEnv, ...] = ()
     served_name: str = ""
     notes: tuple[str, ...] = field(default=())  # warnings: planned, but not what it says
+    cautions: tuple[Caution, ...] = ()  # located warnings: a transport may not work there
     # Phases 2 and 3, each decided once by its planning step (make_plan runs them in order):
     shape: PdShape | None = None  # prefill, decode, KV transfer
     services: tuple[Service, ...] = ()  # hosts: mooncake_master, then the router (start order)

@@ -19,11 +19,12 @@ from pdctl.plan.group import (
     worker_name,
 )
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
-from pdctl.plan.kv import kv_args, mooncake_config, nixl_config, p2p_config
+from pdctl.plan.kv import P2P_ENV, kv_args, mooncake_config, nixl_config, p2p_config
 from pdctl.plan.model import Instance
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
 from pdctl.plan.slice import Slice
+from pdctl.plan.transport import nvshmem_env
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Role
 from pdctl.spec.value import host_port
@@ -42,6 +43,9 @@ PD_ENV = {
     "VLLM_MOONCAKE_BOOTSTRAP_PORT": "disaggregation.bootstrapPort",
     "MOONCAKE_CONFIG_PATH": "disaggregation.store (pdctl writes mooncake.json)",
     "MC_TCP_BIND_ADDRESS": "hosts[].addressForPeers (or address)",
+    "NVSHMEM_HCA_LIST": "hosts[].rdmaDevices (expert-parallel groups)",
+    "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "disaggregation.connector p2p-nccl (its KV "
+    "tensors are keyed by the router's request id, which vLLM must keep as it is)",
     **SLICE_ENV,  # phase 3 on hosts: HAMi-core's variables (plan.hami_host)
 }
 
@@ -189,6 +193,7 @@ def host_instances(
                 pairs: list[tuple[str, str]] = [("VLLM_HOST_IP", peer_address(host))]
                 if gs.multinode:
                     pairs += group_env(host)
+                    pairs += nvshmem_env(host.rdma_devices, gs.expert_parallel)
                 if slot.gpus:
                     pairs.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
                 hami, over = slice_engine(spec, host, name, slot.role, role.tensor_parallel, sl)
@@ -200,6 +205,7 @@ def host_instances(
                 if dis.connector == "p2p-nccl":
                     kv_port = dis.kv_port + offset
                     extra_ports.append(("kv", kv_port))
+                    pairs += P2P_ENV
                     kv = p2p_config(
                         dis, slot.role, kv_port=kv_port, http_port=slot.port, proxy=proxy
                     )

@@ -19,6 +19,8 @@ from pdctl.plan.group import (
 from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
+from pdctl.plan.transport import rdma_env
+from pdctl.spec.kube import role_settings
 from pdctl.spec.model import Serve, Spec
 
 # Variables a multi-node or data-parallel group's engines get from the hosts (plan.group).
@@ -90,6 +92,7 @@ def serve_instances(
 
     env = tuple(sorted(spec.engine.env.items()))
     if target == "kubernetes":
+        env = _with_rdma_env(spec, env)
         # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose
         # leader address and ranks come from the LWS_* variables at run time.
         if not gshape.multinode:
@@ -141,6 +144,21 @@ def serve_instances(
             members.append(_node(spec, gshape, index, rank, slot, leader, port, env, args))
         out.append(join(members))
     return tuple(out)
+
+
+def _with_rdma_env(spec: Spec, env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """engine.env plus the HCA variables of serve pods with RDMA (plan/transport.py)."""
+    serve = spec.serve
+    settings = role_settings(spec.kubernetes, "serve", serve.kubernetes if serve else None)
+    extra = rdma_env(settings.rdma, serve is not None and serve.expert_parallel)
+    for key, _ in extra:
+        if key in dict(env):
+            raise SpecError(
+                f"{key} is set by pdctl from kubernetes.rdma.devices",
+                path=f"engine.env.{key}",
+                fix=f"remove {key}; pdctl sets it from rdma.devices",
+            )
+    return tuple(sorted({**dict(env), **dict(extra)}.items()))
 
 
 def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:  # type: ignore[no-untyped-def]

@@ -25,6 +25,9 @@ from pdctl.spec.kube import CACHE_MOUNT  # noqa: F401  (importers of render.kube
 
 Obj = dict[str, Any]
 GIB = 1024**3
+# RDMA verbs register (pin) memory: with IPC_LOCK a process may lock more than RLIMIT_MEMLOCK,
+# which Kubernetes cannot raise (UCX and Mooncake docs; llm-d's wide-EP pods add it too).
+RDMA_CAPABILITIES = ("IPC_LOCK",)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -147,14 +150,18 @@ def env_list(plan: Plan, inst: Instance) -> list[Obj]:
     return out
 
 
-def container_security(non_root: bool = False) -> Obj:
+def container_security(non_root: bool = False, add: tuple[str, ...] = ()) -> Obj:
     """No privilege escalation, no capability (vLLM needs none: CUDA, NCCL, CUDA IPC and NIXL
     over UCX's cuda_ipc/cuda_copy/tcp run without any), the runtime's seccomp filter.
+    `add`: IPC_LOCK for pods with RDMA (verbs pin memory beyond RLIMIT_MEMLOCK).
     `non_root` for llm-d-router's images, which run as user 65532 (Dockerfile.epp and
     Dockerfile.sidecar at v0.10.0); vLLM's image runs as root."""
+    caps: Obj = {"drop": ["ALL"]}
+    if add:
+        caps["add"] = list(add)
     ctx: Obj = {
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
+        "capabilities": caps,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     if non_root:
@@ -167,6 +174,9 @@ def engine_container(
 ) -> Obj:
     k8s = plan.spec.kubernetes
     pod = settings(plan, inst.role)
+    rdma = pod.rdma
+    if rdma is not None:  # the device plugin's resources, beside the GPUs
+        gpu = {**gpu, **{k: str(v) for k, v in sorted(rdma.resources.items())}}
     load_failures = max(1, k8s.startup_timeout_minutes * 60 // 10)
     container = {
         "name": name,
@@ -183,7 +193,7 @@ def engine_container(
         "startupProbe": probe("/health", "http", 10, load_failures),
         "readinessProbe": probe("/health", "http", 5, 3),
         "livenessProbe": probe("/health", "http", 10, 6),
-        "securityContext": container_security(),
+        "securityContext": container_security(add=RDMA_CAPABILITIES if rdma else ()),
     }
     return add_container_extras(container, pod)
 

@@ -9,6 +9,7 @@ from typing import Any
 from pdctl.plan.model import Plan
 from pdctl.spec.base import Section
 from pdctl.spec.kube import PodSettings, Resources
+from pdctl.spec.rdma import MULTUS_ANNOTATION
 
 Obj = dict[str, Any]
 ROLES = ("serve", "prefill", "decode", "epp")
@@ -62,6 +63,8 @@ def pod_metadata(
         }
     }
     notes = {**pod.annotations, **pod.pod_annotations, **annotations}
+    if pod.rdma is not None and pod.rdma.networks:  # Multus attaches the RDMA networks
+        notes[MULTUS_ANNOTATION] = ",".join(pod.rdma.networks)
     if notes:
         meta["annotations"] = dict(sorted(notes.items()))
     return meta

@@ -36,8 +36,13 @@ HAMI_SCHEDULER = "hami-scheduler"
 EPP_CONFIG = "epp-config.yaml"
 
 
+# The EPP's metrics extractor maps a pod's metric names by this label (llm-d-router renamed it
+# from the deprecated `inference.networking.k8s.io/engine-type`: llm-d/llm-d-router#922).
+ENGINE_TYPE_LABEL = "llm-d.ai/engine-type"
+
+
 def pool_labels(plan: Plan) -> dict[str, str]:
-    return {POOL_LABEL: plan.name, "inference.networking.k8s.io/engine-type": "vllm"}
+    return {POOL_LABEL: plan.name, ENGINE_TYPE_LABEL: "vllm"}
 
 
 def _pod_ip_env() -> Obj:

@@ -12,6 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Quantity, Section, Size
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
 from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
+from pdctl.spec.rdma import Rdma
 from pdctl.spec.value import Address, Image, LabelKey, LabelValue
 
 CACHE_MOUNT = "/root/.cache/huggingface"
@@ -26,7 +27,7 @@ RESERVED_LABELS = (
     "app.kubernetes.io/managed-by",
     "pdctl.io/pool",
     "llm-d.ai/role",
-    "inference.networking.k8s.io/engine-type",
+    "llm-d.ai/engine-type",
 )
 
 
@@ -202,6 +203,13 @@ class PodSettings(Section):
     volumes: tuple[Volume, ...] = Field((), description="Extra volumes.")
     volume_mounts: tuple[VolumeMount, ...] = Field(
         (), description="Extra mounts in the engine container."
+    )
+    rdma: Rdma | None = Field(
+        None,
+        description="RDMA in the engine pods: the device plugin's resources and Multus "
+        "networks that put HCAs in them, plus `IPC_LOCK`. Without it the pods get no RDMA, "
+        "and pdctl refuses transports that need it (an RDMA-only `UCX_TLS`, DeepEP). A role "
+        "writes `rdma: null` to go without the section's (docs/phase2-kubernetes.md#rdma).",
     )
 
     @field_validator("labels", "pod_labels")

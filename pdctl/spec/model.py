@@ -221,8 +221,12 @@ class Host(Section):
     )
     rdma_devices: tuple[str, ...] = Field(
         (),
-        description="RDMA devices (HCAs, e.g. `mlx5_0`) NCCL may use for a multi-node group "
-        "(exported as NCCL_IB_HCA); preflight checks they exist with an ACTIVE port.",
+        description="RDMA devices (HCAs, e.g. `mlx5_0`): the host has RDMA. Multi-node "
+        "groups export them as NCCL_IB_HCA (and NVSHMEM_HCA_LIST with expertParallel); "
+        "`runtime: docker` passes /dev/infiniband, IPC_LOCK and memlock into the containers; "
+        "RDMA-only transports (an RDMA-only UCX_TLS, Mooncake protocol rdma, DeepEP) on a host "
+        "without them are warned (refused in containers). Preflight checks they exist with an "
+        "ACTIVE port.",
     )
 
     @field_validator("gpus")

@@ -151,3 +151,63 @@ def check_kube_docs(docs: list[dict]) -> None:
             raise AssertionError(f"unchecked kind {doc['kind']} {doc['apiVersion']}")
     assert {"InferencePool", "Deployment", "Service", "ConfigMap"} <= kinds
     check_llmd(docs)
+    check_transports(docs)
+
+
+# What UCX needs to reach another node over TCP (UCX_TLS / UCX_NET_DEVICES in the UCX docs),
+# written here independently of pdctl/plan/transport.py.
+def ucx_over_tcp(env: dict[str, str]) -> bool:
+    tls = env.get("UCX_TLS", "all").strip().lower()
+    names = {t.split(":")[0] for t in tls.lstrip("^").split(",")}
+    tcp = "tcp" not in names if tls.startswith("^") else bool(names & {"tcp", "all"})
+    devices = env.get("UCX_NET_DEVICES", "all").strip().lower()
+    netdev = devices == "all" or any(":" not in d for d in devices.split(","))
+    return tcp and netdev
+
+
+def engine_pods(docs: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(name, pod metadata, pod spec) of every engine pod template: Deployments and the
+    leader and worker templates of LeaderWorkerSets (the EPP excluded)."""
+    out = []
+    for doc in docs:
+        spec = doc.get("spec") or {}
+        if doc["kind"] == "Deployment" and not doc["metadata"]["name"].endswith("-epp"):
+            tpl = spec["template"]
+            out.append((doc["metadata"]["name"], tpl["metadata"], tpl["spec"]))
+        elif doc["kind"] == "LeaderWorkerSet":
+            group = spec["leaderWorkerTemplate"]
+            for key in ("leaderTemplate", "workerTemplate"):
+                name = f"{doc['metadata']['name']}/{key}"
+                out.append((name, group[key].get("metadata", {}), group[key]["spec"]))
+    return out
+
+
+def rdma_resources(container: dict) -> dict[str, str]:
+    own = ("cpu", "memory", "ephemeral-storage", "nvidia.com/gpu")
+    limits = container["resources"]["limits"]
+    return {k: v for k, v in limits.items() if not k.startswith(own)}
+
+
+def check_transports(docs: list[dict]) -> int:
+    """Every engine pod either asks for RDMA (a device plugin's resource or a Multus network)
+    and then has IPC_LOCK, or asks for none, has no capability and a UCX that reaches other
+    nodes over TCP. Returns the number of pods with RDMA."""
+    with_rdma = 0
+    for name, meta, pod in engine_pods(docs):
+        (vllm,) = [c for c in pod["containers"] if c["name"] == "vllm"]
+        rdma = rdma_resources(vllm)
+        networks = (meta.get("annotations") or {}).get("k8s.v1.cni.cncf.io/networks")
+        added = vllm["securityContext"]["capabilities"].get("add", [])
+        for c in pod.get("initContainers", []):
+            assert "add" not in c["securityContext"]["capabilities"], (name, c["name"])
+        if rdma or networks:
+            with_rdma += 1
+            assert added == ["IPC_LOCK"], name
+            for key, value in rdma.items():
+                assert vllm["resources"]["requests"][key] == value, (name, key)
+            continue
+        env = {e["name"]: e["value"] for e in vllm.get("env", []) if "value" in e}
+        assert added == [], name
+        assert ucx_over_tcp(env), (name, env.get("UCX_TLS"), env.get("UCX_NET_DEVICES"))
+        assert "NVSHMEM_HCA_LIST" not in env, name
+    return with_rdma

@@ -89,7 +89,26 @@ def pd_specs(draw) -> dict:
     # decode pods on several nodes (refused), ReadWriteMany and a per-pod emptyDir can.
     storage = draw(st.sampled_from([{}, {"accessMode": "ReadWriteMany"}, {"type": "emptyDir"}]))
     spec["kubernetes"] = {"storage": storage}
+    # Transports: a UCX that does or does not reach other machines over TCP, and RDMA declared
+    # for the pods (kubernetes.rdma) and hosts (rdmaDevices), or not.
+    ucx = draw(st.sampled_from([None, "tcp,cuda_copy", "^tcp", RDMA_ONLY_UCX]))
+    if ucx is not None:
+        spec["engine"]["env"] = {"UCX_TLS": ucx}
+    if draw(st.booleans()):
+        rdma: dict = {"resources": {draw(st.sampled_from(RDMA_RESOURCES)): draw(st.integers(1, 2))}}
+        if draw(st.booleans()):
+            rdma["devices"] = ["mlx5_0", "mlx5_1"]
+        if draw(st.booleans()):
+            rdma["networks"] = ["sriov-ib0"]
+        spec["kubernetes"]["rdma"] = rdma
+    if draw(st.booleans()):
+        for host in hosts:
+            host["rdmaDevices"] = ["mlx5_0"]
     return spec
+
+
+RDMA_ONLY_UCX = "rc,ud,sm,self,cuda_copy,cuda_ipc"
+RDMA_RESOURCES = ["rdma/ib", "rdma/hca_shared_devices_a", "nvidia.com/hostdev"]
 
 
 HOST_SLICE = ("engine.device", "decode.share.library", "decode.share.gpuTotalMib")
@@ -106,6 +125,10 @@ def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
         return err.path == "disaggregation.connector"
     if target == "kubernetes" and err.path == "kubernetes.storage.accessMode":
         return spec["kubernetes"]["storage"] == {}  # 2+ pods on the default ReadWriteOnce claim
+    if target == "kubernetes" and err.path == "engine.env.UCX_TLS":
+        # NIXL with a UCX that cannot use TCP, in pods without RDMA
+        ucx = spec["engine"].get("env", {}).get("UCX_TLS")
+        return ucx in (RDMA_ONLY_UCX, "^tcp") and "rdma" not in spec["kubernetes"]
     tps = (spec["prefill"]["tensorParallel"], spec["decode"]["tensorParallel"])
     if dis["connector"] == "p2p-nccl" and tps[0] != tps[1]:
         if err.path == "decode.tensorParallel" and "same tensorParallel" in err.message:

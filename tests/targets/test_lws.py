@@ -5,6 +5,7 @@ its flags against the pinned vLLM; the kube target applies it, waits on it and d
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -22,6 +23,8 @@ from pdctl.spec import load_text
 from pdctl.targets.kube import KubeTarget
 from tests.conftest import K8S_VERSION
 from tests.pd.check import crd_schema
+
+PATH = os.environ.get("PATH", "/usr/bin:/bin")  # getent resolves the leader's name
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -99,7 +102,8 @@ def test_tp_pp_group_ranks_come_from_lws_and_workers_are_headless() -> None:
     for c in (leader, worker):
         assert c["command"][:2] == ["/bin/sh", "-c"]
         assert '--node-rank "$LWS_WORKER_INDEX"' in c["command"][2]
-        assert '--master-addr "$LWS_LEADER_ADDRESS"' in c["command"][2]
+        assert '--master-addr "$leader"' in c["command"][2]
+        assert 'getent ahostsv4 "$LWS_LEADER_ADDRESS"' in c["command"][2]
         assert c["args"][c["args"].index("--nnodes") + 1] == "2"
         assert c["args"][c["args"].index("--master-port") + 1] == "29501"
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -120,7 +124,7 @@ def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
     # The shell gives vLLM exactly the container's args, then the per-pod flags.
     out = subprocess.run(
         ["sh", "-c", script.replace("exec vllm serve", "echo"), "vllm", "a b", "--x"],
-        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "lead.svc"},
+        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
         capture_output=True,
         text=True,
         check=True,
@@ -130,10 +134,41 @@ def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
         "b",
         "--x",
         "--data-parallel-address",
-        "lead.svc",
+        "127.0.0.1",  # the leader's name, resolved (getent)
         "--data-parallel-start-rank",
         "8",
     ]
+
+
+def test_the_leader_name_is_resolved_or_the_pod_stops_with_one_line() -> None:
+    """--master-addr / --data-parallel-address get the leader's IP, not its DNS name (some
+    vLLM builds' ZMQ did not resolve names); a name that never resolves stops the pod with
+    one line naming the variable and what to check (retries shortened here)."""
+    for over in ({}, {"tensorParallel": 1, "pipelineParallel": 1, "dataParallel": 16}):
+        _, objs = lws_plan(**over)
+        for template in templates(the(objs, "LeaderWorkerSet")):
+            script = template["spec"]["containers"][0]["command"][2]
+            assert "$LWS_LEADER_ADDRESS" not in script.split("exec vllm serve", 1)[1]
+            run = script.replace("exec vllm serve", "echo").replace("sleep 2", ":")
+            ok = subprocess.run(
+                ["sh", "-c", run, "vllm"],
+                env={"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            flag = "--master-addr" if not over else "--data-parallel-address"
+            assert ok[ok.index(flag) + 1] == "127.0.0.1"
+            bad = subprocess.run(
+                ["sh", "-c", run, "vllm"],
+                env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "x.invalid", "PATH": PATH},
+                capture_output=True,
+                text=True,
+            )
+            assert bad.returncode == 1 and bad.stdout == ""
+            assert bad.stderr.count("\n") == 1
+            assert "LWS_LEADER_ADDRESS=x.invalid" in bad.stderr
+            assert "to an IP address" in bad.stderr
 
 
 def test_kube_target_applies_waits_on_and_deletes_the_lws(cluster) -> None:
@@ -212,7 +247,7 @@ def test_wide_ep_on_kubernetes_is_a_valid_lws_per_role_and_the_pool_selects_lead
             assert c["args"][c["args"].index("--data-parallel-size-local") + 1] == "8"
             assert "--enable-expert-parallel" in c["args"]
             assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-            assert '--data-parallel-address "$LWS_LEADER_ADDRESS"' in c["command"][2]
+            assert '--data-parallel-address "$leader"' in c["command"][2]
             assert {p["containerPort"] for p in c["ports"]} >= set(range(5600, 5608))
         assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in wc["command"][2]
     dec_leader, dec_worker = templates(lws_named(objs, "-decode"))
@@ -232,13 +267,13 @@ def test_wide_ep_side_channel_ports_are_the_ranks_of_each_pod() -> None:
     probe = script.replace("exec vllm serve", 'echo "$VLLM_NIXL_SIDE_CHANNEL_PORT"')
     out = subprocess.run(
         ["sh", "-c", probe, "vllm"],
-        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "lead.svc"},
+        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
     assert out[0] == "5592"  # + ranks 8..15 = 5600..5607
-    assert out[1:] == ["--data-parallel-address", "lead.svc", "--data-parallel-start-rank", "8"]
+    assert out[1:] == ["--data-parallel-address", "127.0.0.1", "--data-parallel-start-rank", "8"]
 
 
 def test_wide_ep_flags_exist_in_the_pinned_vllm() -> None:
