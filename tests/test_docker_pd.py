@@ -148,6 +148,7 @@ def test_mooncake_store_file_is_read_through_the_unit_mount() -> None:
 def test_mooncake_rdma_in_a_container_needs_the_hosts_rdma_devices() -> None:
     def change(doc: dict) -> None:
         doc["hosts"][1]["runtime"] = "docker"
+        doc["hosts"][1].pop("rdmaDevices")
 
     with pytest.raises(SpecError) as err:
         plan_of(RDMA, change)
@@ -161,6 +162,7 @@ def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
             h["runtime"] = "docker"
             h.pop("venv", None)
             h.pop("condaEnv", None)
+            h.pop("rdmaDevices", None)  # a host without RDMA
 
     plan = plan_of(NIXL, change)
     for inst in plan.instances:
