@@ -310,3 +310,24 @@ def test_engine_pods_carry_llm_d_engine_type_label() -> None:
     for _, meta, _ in engine_pods(objs):
         assert meta["labels"]["llm-d.ai/engine-type"] == "vllm"
         assert "inference.networking.k8s.io/engine-type" not in meta["labels"]
+
+
+def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> None:
+    d = example("phase2-wide-ep")
+    plan = make_plan(spec_of(yaml.safe_dump(d)))
+    nodes = [n for inst in plan.instances for n in (inst, *inst.workers)]
+    assert len(nodes) == 4
+    for node in nodes:  # expert parallel across hosts with rdmaDevices
+        env = dict(node.env)
+        assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1,mlx5_2,mlx5_3"
+        assert env["NVSHMEM_HCA_LIST"] == "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
+    d["decode"]["extraArgs"] = ["--all2all-backend=deepep_low_latency"]
+    assert make_plan(spec_of(yaml.safe_dump(d))).cautions == ()
+    for h in d["hosts"][2:]:
+        del h["rdmaDevices"]
+    d["engine"]["env"] = {}
+    (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
+    assert caution.path == "decode.extraArgs[0]" and "gpu-c, gpu-d" in caution.message
+    for h in d["hosts"][2:]:
+        h["runtime"] = "docker"
+    assert refusal(d).path == "decode.extraArgs[0]"
