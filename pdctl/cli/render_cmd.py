@@ -46,8 +46,9 @@ def register(app: typer.Typer) -> None:
             False,
             "--strict",
             help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), or a transport that needs RDMA on a host that lists no "
-            "rdmaDevices, instead of warning.",
+            "its GPU (hardware.gpu), or a network setting that may not work where it runs "
+            "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
+            "name), instead of warning.",
         ),
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
@@ -162,6 +163,6 @@ def refuse_strict(spec_file: str, strict: bool, capacity: list[str], cautions: l
     if capacity:
         what.append("a role does not fit on its GPU")
     if cautions:
-        what.append("a transport may not work where it runs")
+        what.append("a network setting may not work where it runs")
     typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)
     raise typer.Exit(1)

@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
             False,
             "--strict",
             help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), or a transport that needs RDMA on a host that lists no "
-            "rdmaDevices, instead of warning.",
+            "its GPU (hardware.gpu), or a network setting that may not work where it runs "
+            "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
+            "name), instead of warning.",
         ),
         output: str = typer.Option(
             "text",
@@ -34,8 +35,8 @@ def register(app: typer.Typer) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
 
         A role that does not fit on the spec's GPU is a warning on stderr (exit 1 with
-        --strict): vLLM would refuse to start it. So is a transport that needs RDMA on a host
-        whose rdmaDevices the spec does not list."""
+        --strict): vLLM would refuse to start it. So is a network setting that may not work
+        where it runs (an RDMA-only transport on a host without rdmaDevices)."""
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.plan_cmd import capacity_warnings
         from pdctl.cli.render_cmd import refuse_strict

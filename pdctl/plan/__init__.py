@@ -22,7 +22,7 @@ from pdctl.plan.serve import serve_instances
 from pdctl.plan.shape import pd_shape
 from pdctl.plan.slice import plan_slice, slice_notes
 from pdctl.plan.topology import TopologyChooser
-from pdctl.plan.transport import check_hosts
+from pdctl.plan.transport import check_hosts, check_leaders
 from pdctl.plan.transport import check_kube as check_transport
 from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
@@ -106,7 +106,7 @@ def make_plan(
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     else:
         check_loopback_peers(plan)
-        plan = replace(plan, cautions=check_hosts(plan))
+        plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan))
     return replace(plan, units=host_units(plan))
 
 

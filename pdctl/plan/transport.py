@@ -7,6 +7,7 @@ no `rdmaDevices`) and warned (`Caution`; `--strict` refuses) where the spec only
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 
 from pdctl.errors import SpecError
@@ -188,3 +189,33 @@ def check_hosts(plan: Plan) -> tuple[Caution, ...]:
             )
         out.append(Caution(path, f"{what} needs RDMA, and {lists} no rdmaDevices", fix))
     return tuple(out)
+
+
+def check_leaders(plan: Plan) -> tuple[Caution, ...]:
+    """Hosts: a multi-node group meets at its leader's peer address (`--master-addr`,
+    `--data-parallel-address`), where vLLM's ZMQ sockets bind and connect; some vLLM builds'
+    ZMQ did not resolve names (kserve PR #5155 resolves the leader's name first). On
+    Kubernetes the pods resolve it at start (plan/group.py RESOLVE_LEADER); on hosts a name
+    is warned."""
+    index = {h.name: i for i, h in enumerate(plan.spec.hosts)}
+    out: dict[str, Caution] = {}
+    for inst in plan.instances:
+        host = inst.host
+        if not inst.workers or host is None:
+            continue
+        address = host.address_for_peers or host.address
+        try:
+            ipaddress.ip_address(address)
+            continue
+        except ValueError:
+            pass
+        field = "addressForPeers" if host.address_for_peers else "address"
+        path = f"hosts[{index[host.name]}].{field}"
+        out[path] = Caution(
+            path,
+            f"{address} leads a multi-node group as a name: vLLM's ZMQ sockets bind and connect "
+            "at the leader's address, and some vLLM builds' ZMQ do not resolve names",
+            f"set hosts[{index[host.name]}].addressForPeers to the host's IP on the network "
+            "the group's nodes share",
+        )
+    return tuple(out.values())

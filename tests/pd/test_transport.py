@@ -261,7 +261,7 @@ def test_rdma_only_ucx_between_hosts_without_rdma_devices_is_a_located_warning(
     for cmd in ("validate", "render"):
         code, out, err = run_cli([cmd, str(spec), "--strict"], capsys)
         assert code == 1 and out == ""
-        assert "refused (--strict): a transport may not work where it runs" in err
+        assert "refused (--strict): a network setting may not work where it runs" in err
 
 
 def test_rdma_devices_or_one_host_need_no_warning() -> None:
@@ -331,3 +331,15 @@ def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> No
     for h in d["hosts"][2:]:
         h["runtime"] = "docker"
     assert refusal(d).path == "decode.extraArgs[0]"
+
+
+# 5. on hosts: a multi-node group whose leader is a name is warned (pods resolve theirs) ------
+def test_a_group_led_from_a_host_name_is_warned_at_the_address() -> None:
+    for name, i in (("phase0-multinode", 0), ("phase2-wide-ep", 2)):  # 2: decode's leader
+        d = example(name)
+        assert make_plan(spec_of(yaml.safe_dump(d))).cautions == ()
+        d["hosts"][i].pop("addressForPeers", None)
+        d["hosts"][i]["address"] = "gpu-leader.example"
+        (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
+        assert caution.path == f"hosts[{i}].address", name
+        assert "addressForPeers" in caution.fix and "resolve names" in caution.message
