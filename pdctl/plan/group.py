@@ -296,7 +296,7 @@ def group_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
     return plan.kinds
 
 
-GROUP_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")
+GROUP_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NVSHMEM_HCA_LIST")
 
 
 def worker_name(leader: str, rank: int) -> str:

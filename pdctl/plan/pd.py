@@ -43,7 +43,9 @@ PD_ENV = {
     "VLLM_MOONCAKE_BOOTSTRAP_PORT": "disaggregation.bootstrapPort",
     "MOONCAKE_CONFIG_PATH": "disaggregation.store (pdctl writes mooncake.json)",
     "MC_TCP_BIND_ADDRESS": "hosts[].addressForPeers (or address)",
-    "NVSHMEM_HCA_LIST": "hosts[].rdmaDevices (expert-parallel groups)",
+    "NCCL_IB_HCA": "hosts[].rdmaDevices (multi-node groups; on Kubernetes rdma.devices)",
+    "NVSHMEM_HCA_LIST": "hosts[].rdmaDevices (expert-parallel groups; on Kubernetes "
+    "rdma.devices)",
     "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "disaggregation.connector p2p-nccl (its KV "
     "tensors are keyed by the router's request id, which vLLM must keep as it is)",
     **SLICE_ENV,  # phase 3 on hosts: HAMi-core's variables (plan.hami_host)

@@ -19,7 +19,7 @@ from pdctl.plan.group import (
 from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
-from pdctl.plan.transport import rdma_env
+from pdctl.plan.transport import nvshmem_env, rdma_env
 from pdctl.spec.kube import role_settings
 from pdctl.spec.model import Serve, Spec
 
@@ -29,6 +29,7 @@ GROUP_ENV = {
     "GLOO_SOCKET_IFNAME": "hosts[].networkInterface",
     "NCCL_SOCKET_IFNAME": "hosts[].networkInterface",
     "NCCL_IB_HCA": "hosts[].rdmaDevices",
+    "NVSHMEM_HCA_LIST": "hosts[].rdmaDevices (expertParallel)",
 }
 
 
@@ -165,6 +166,8 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
     inst_env = env
     if gshape.multinode or gshape.kind == "dp":
         extra = [("VLLM_HOST_IP", peer_address(slot.host)), *group_env(slot.host)]
+        if gshape.multinode:
+            extra += nvshmem_env(slot.host.rdma_devices, gshape.expert_parallel)
         for key, _ in extra:
             if key in dict(env):
                 raise SpecError(

@@ -343,3 +343,16 @@ def test_a_group_led_from_a_host_name_is_warned_at_the_address() -> None:
         (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
         assert caution.path == f"hosts[{i}].address", name
         assert "addressForPeers" in caution.fix and "resolve names" in caution.message
+
+
+def test_phase0_expert_parallel_groups_give_nvshmem_the_hosts_hcas() -> None:
+    d = example("phase0-multinode")
+    plan = make_plan(spec_of(yaml.safe_dump(d)))  # TP x PP: no NVSHMEM
+    assert all(
+        "NVSHMEM_HCA_LIST" not in dict(n.env) for i in plan.instances for n in (i, *i.workers)
+    )
+    d["serve"] = {"nodes": 2, "dataParallel": 16, "expertParallel": True}
+    plan = make_plan(spec_of(yaml.safe_dump(d)))
+    nodes = [n for i in plan.instances for n in (i, *i.workers)]
+    assert len(nodes) == 2
+    assert all(dict(n.env)["NVSHMEM_HCA_LIST"] == "mlx5_0:1,mlx5_1:1" for n in nodes)
