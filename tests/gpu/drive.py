@@ -1,0 +1,555 @@
+"""Drive pdctl on a GPU host as a user would, and record what it sees.
+
+Runs ON a Linux host with an NVIDIA GPU, a vLLM install reachable as a venv (its bin/vllm), and
+an sshd that lets this user in with KEY (tests/gpu/h200.sh sets all of that up on the H200 test
+machine). Every scenario writes under OUT/<scenario>/: the spec, pdctl's output of each command,
+the engines' logs and /metrics, nvidia-smi, and `results.json` with the figures the CPU suite
+replays (tests/gpu/test_replay.py).
+
+usage: python3 drive.py SCENARIO OUT [options]   (SCENARIO: phase0, phase2, phase3, startups)
+The environment names the machine: PDCTL_GPU_VENV (the venv holding vLLM and vllm-router),
+PDCTL_GPU_MODELS (folder of model folders with config.json and a tokenizer), PDCTL_GPU_KEY
+(SSH key), PDCTL_GPU_KNOWN_HOSTS, PDCTL_GPU_HOSTS ("127.0.0.1:2222,127.0.0.2:2222": two
+addresses of this one machine, so that prefill and decode can be two "hosts" sharing its GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+VENV = os.environ.get("PDCTL_GPU_VENV", "/opt/torch/.venv")
+MODELS = Path(os.environ.get("PDCTL_GPU_MODELS", "/root/models"))
+KEY = os.environ.get("PDCTL_GPU_KEY", "/root/.ssh/pdctl_gpu")
+KNOWN = os.environ.get("PDCTL_GPU_KNOWN_HOSTS", "/root/.ssh/pdctl_gpu_known_hosts")
+HOSTS = os.environ.get("PDCTL_GPU_HOSTS", "127.0.0.1:2222,127.0.0.2:2222").split(",")
+DATA = Path(os.environ.get("PDCTL_GPU_DATA", "/tmp/pdctl-gpu"))
+ENGINE_ENV = {
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # 0.23.0's sampler imports flashinfer otherwise
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+KV_LINES = (
+    r"Available KV cache memory: .*",
+    r"GPU KV cache size: .*",
+    r"Maximum concurrency for .*",
+    r"Model loading took .*",
+    r"Graph capturing finished .*",
+    r"init engine .* took .*",
+    r"[Mm]emory profiling takes .*",
+    r"CUDA graph .*",
+    r"Estimated CUDA graph memory.*",
+)
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def pdctl(out: Path, name: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run `python -m pdctl ARGS` as a user would; keep its output in OUT/NAME.txt."""
+    cmd = [sys.executable, "-m", "pdctl", *args]
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        res = subprocess.CompletedProcess(cmd, 124, exc.stdout or "", f"timed out: {exc}")
+    text = f"$ pdctl {' '.join(args)}\n{res.stdout}{res.stderr}exit {res.returncode}\n"
+    (out / f"{name}.txt").write_text(text)
+    log(f"pdctl {args[0]}: exit {res.returncode}")
+    return res
+
+
+def host(i: int, name: str, gpus: list[int]) -> dict:
+    address, port = HOSTS[i].split(":")
+    return {
+        "name": name,
+        "address": address,
+        "port": int(port),
+        "user": "root",
+        "identityFile": KEY,
+        "gpus": gpus,
+        "runtime": "venv",
+        "venv": VENV,
+        "dataDir": str(DATA / name),
+    }
+
+
+def model(name: str, max_len: int = 4096, **extra: object) -> dict:
+    folder = MODELS / name
+    return {
+        "name": str(folder),
+        "servedName": name,
+        "maxModelLen": max_len,
+        "config": str(folder / "config.json"),
+        **extra,
+    }
+
+
+def get(url: str, timeout: float = 30) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def complete(base: str, name: str, prompt: str, max_tokens: int, api_key: str | None = None,
+             timeout: float = 300) -> dict:
+    body = {"model": name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True}
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(f"{base}/completions", data=json.dumps(body).encode(),
+                                 headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def prompt_of(n_words: int, seed: int) -> str:
+    """A prompt the word-level tokenizer of tests/gpu/tokenizer.py reads as n_words tokens."""
+    return " ".join(f"t{(seed * 7919 + i * 104729) % 30000 + 1000}" for i in range(n_words))
+
+
+def wait_healthy(port: int, deadline_s: float, pid_file: Path | None = None) -> bool:
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            if get(f"http://127.0.0.1:{port}/health", timeout=5) is not None:
+                return True
+        except (urllib.error.URLError, OSError, ConnectionError):
+            pass
+        if pid_file is not None and pid_file.exists():
+            pid = pid_file.read_text().strip()
+            if pid and not Path(f"/proc/{pid}").exists():
+                return False
+        time.sleep(2)
+    return False
+
+
+def batch(base: str, name: str, size: int, out_tokens: int, prompt_words: int,
+          barrier: threading.Barrier | None = None, seed: int = 0) -> dict:
+    """`size` requests at once (ignore_eos, greedy): decode tokens/s of the whole batch."""
+    results: list[dict | str] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            r = complete(base, name, prompt_of(prompt_words, seed * 100000 + i), out_tokens)
+            with lock:
+                results.append(r["usage"])
+        except Exception as exc:  # noqa: BLE001 - recorded, the figure says how many failed
+            with lock:
+                results.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(size)]
+    if barrier is not None:
+        barrier.wait()
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.time() - t0
+    ok = [r for r in results if isinstance(r, dict)]
+    tokens = sum(r["completion_tokens"] for r in ok)
+    return {
+        "batch": size,
+        "ok": len(ok),
+        "errors": sorted({r for r in results if isinstance(r, str)})[:3],
+        "completion_tokens": tokens,
+        "prompt_tokens": sum(r["prompt_tokens"] for r in ok),
+        "wall_s": round(wall, 3),
+        "tok_s": round(tokens / wall, 1) if wall else 0.0,
+    }
+
+
+def smi(out: Path, name: str) -> None:
+    q = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=False)
+    g = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
+         "--format=csv"], capture_output=True, text=True, check=False)
+    (out / f"{name}.txt").write_text(g.stdout + "== apps (pid, MiB)\n" + q.stdout)
+
+
+def apps_mib() -> dict[str, int]:
+    q = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=False)
+    found = {}
+    for line in q.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[1].isdigit():
+            found[parts[0]] = int(parts[1])
+    return found
+
+
+class PeakSampler(threading.Thread):
+    """Samples nvidia-smi's per-process memory while a load runs; keeps each pid's peak."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak: dict[str, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for pid, mib in apps_mib().items():
+                self.peak[pid] = max(mib, self.peak.get(pid, 0))
+            self.stop.wait(0.5)
+
+
+def kv_facts(text: str) -> dict:
+    """The start-up lines capacity planning is judged on, and their figures."""
+    facts: dict[str, object] = {"lines": []}
+    for line in text.splitlines():
+        if any(re.search(p, line) for p in KV_LINES):
+            facts["lines"].append(re.sub(r"\x1b\[[0-9;]*m", "", line)[-300:])  # type: ignore[union-attr]
+    m = re.findall(r"GPU KV cache size: ([\d,]+) tokens", text)
+    if m:
+        facts["kv_tokens"] = int(m[-1].replace(",", ""))
+    m = re.findall(r"Available KV cache memory: ([\d.]+) GiB", text)
+    if m:
+        facts["kv_gib"] = float(m[-1])
+    m = re.findall(r"Model loading took ([\d.]+) GiB", text)
+    if m:
+        facts["weights_gib"] = float(m[-1])
+    m = re.findall(r"Graph capturing finished in [\d.]+ secs?, took ([-\d.]+) GiB", text)
+    if m:
+        facts["graph_gib"] = float(m[-1])
+    m = re.findall(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", text)
+    if m:
+        facts["max_concurrency"] = float(m[-1][1])
+    return facts
+
+
+def unit_log(data_dir: Path, unit: str) -> str:
+    for path in data_dir.rglob(f"{unit}/log"):
+        return path.read_text(errors="replace")
+    return ""
+
+
+def save_unit_logs(out: Path, data_dir: Path) -> dict[str, dict]:
+    facts = {}
+    for path in sorted(data_dir.rglob("log")):
+        unit = path.parent.name
+        text = path.read_text(errors="replace")
+        (out / f"{unit}.log").write_text(text[-400_000:])
+        facts[unit] = kv_facts(text)
+    return facts
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def phase0(out: Path, args: argparse.Namespace) -> dict:
+    spec = {
+        "name": "g0",
+        "phase": 0,
+        "model": model("qwen3-8b"),
+        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
+        "hardware": {"gpu": "H200"},
+        "hosts": [host(0, "h200", [0])],
+        "serve": {"port": 8000, "gpuMemoryUtilization": 0.9,
+                  "extraArgs": ["--load-format", "dummy"]},
+    }
+    path = out / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    res: dict = {"spec": spec}
+    k = ["--known-hosts", KNOWN]
+    pdctl(out, "plan", "plan", str(path), "-o", "json")
+    up = pdctl(out, "up", "up", str(path), "--yes", "--timeout", "600", *k)
+    res["up_exit"] = up.returncode
+    if up.returncode == 0:
+        base = "http://127.0.0.1:8000/v1"
+        first = complete(base, "qwen3-8b", prompt_of(32, 1), 16)
+        (out / "completion.json").write_text(json.dumps(first, indent=1))
+        res["completion_tokens"] = first["usage"]["completion_tokens"]
+        batch(base, "qwen3-8b", 8, 16, 64)  # warm-up
+        runs = []
+        for size in args.batches:
+            runs.append(batch(base, "qwen3-8b", size, args.out_tokens, args.prompt_words))
+            log(f"whole GPU batch {size}: {runs[-1]['tok_s']} tok/s")
+        res["batches"] = runs
+        # `top --once` over a window in which a batch runs.
+        load = threading.Thread(target=batch, args=(base, "qwen3-8b", 128, 512, 128))
+        load.start()
+        pdctl(out, "top", "top", str(path), "--once", "-o", "json", "--window", "10s", *k)
+        load.join()
+        (out / "metrics.txt").write_text(get("http://127.0.0.1:8000/metrics"))
+        pdctl(out, "status", "status", str(path), "-o", "json", *k)
+        smi(out, "nvidia-smi")
+    res["units"] = save_unit_logs(out, DATA / "h200")
+    pdctl(out, "down", "down", str(path), *k)
+    return res
+
+
+def external_tokens(metrics: str) -> float:
+    m = re.search(r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"'
+                  r'[^}]*\} (\S+)$', metrics, re.M)
+    return float(m.group(1)) if m else -1.0
+
+
+def phase2(out: Path, args: argparse.Namespace) -> dict:
+    """NIXL P/D on one GPU: prefill on 'host' a, decode on 'host' b, both GPU 0 of this
+    machine (two loopback addresses of one sshd), each with its own util, behind vllm-router."""
+    spec = {
+        "name": "g2",
+        "phase": 2,
+        "model": model("qwen3-8b"),
+        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
+        "hardware": {"gpu": "H200"},
+        "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
+        "prefill": {"replicas": 1, "hosts": ["h200a"], "gpuMemoryUtilization": 0.42,
+                    "extraArgs": ["--load-format", "dummy"]},
+        "decode": {"replicas": 1, "hosts": ["h200b"], "gpuMemoryUtilization": 0.42,
+                   "extraArgs": ["--load-format", "dummy"]},
+        "disaggregation": {"connector": "nixl"},
+        "router": {"venv": VENV, "port": 8300, "metricsPort": 8301},
+    }
+    path = out / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    res: dict = {"spec": spec}
+    k = ["--known-hosts", KNOWN]
+    pdctl(out, "validate", "validate", str(path))
+    pdctl(out, "render", "render", str(path))
+    up = pdctl(out, "up", "up", str(path), "--yes", "--timeout", "600", *k)
+    res["up_exit"] = up.returncode
+    if up.returncode == 0:
+        urls = re.findall(r"(http://\S+/v1)\s", up.stdout)
+        base = urls[0] if urls else "http://127.0.0.1:8300/v1"
+        res["endpoint"] = base
+        decode_port = 8200
+        before = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
+        answers = []
+        for i in range(4):
+            answers.append(complete(base, "qwen3-8b", prompt_of(200, 10 + i), 32))
+        after = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
+        (out / "completions.json").write_text(json.dumps(answers, indent=1))
+        res["external_kv_tokens"] = [before, after]
+        res["request_ids"] = [a["id"] for a in answers]
+        res["pd_batch"] = batch(base, "qwen3-8b", 32, 64, 256)
+        log(f"phase 2: external tokens {before} -> {after}; batch {res['pd_batch']['tok_s']}")
+        for port, role in ((8100, "prefill"), (decode_port, "decode")):
+            (out / f"metrics-{role}.txt").write_text(get(f"http://127.0.0.1:{port}/metrics"))
+        load = threading.Thread(target=batch, args=(base, "qwen3-8b", 16, 64, 256))
+        load.start()
+        pdctl(out, "top", "top", str(path), "--once", "-o", "json", "--window", "8s", *k)
+        load.join()
+        pdctl(out, "status", "status", str(path), "-o", "json", *k)
+        smi(out, "nvidia-smi")
+    for name in ("h200a", "h200b"):
+        res.setdefault("units", {}).update(save_unit_logs(out, DATA / name))
+    pdctl(out, "down", "down", str(path), *k)
+    return res
+
+
+def phase3_spec(n: int, lib: str, total_mib: int) -> dict:
+    """examples/phase3-hami-hosts.yaml on this one-GPU machine: GPU 1 (absent) listed first so
+    prefill takes it; the n decode slices land on GPU 0. Only the decode units are started."""
+    return {
+        "name": f"g3n{n}",
+        "phase": 3,
+        "model": model("qwen3-8b"),
+        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
+        "hardware": {"gpu": "H200"},
+        "hosts": [host(0, "h200", [1, 0])],
+        "prefill": {"replicas": 1, "extraArgs": ["--load-format", "dummy"]},
+        "decode": {"replicas": n, "port": 8400,
+                   "share": {"perGpu": n, "gpuTotalMib": total_mib, "library": lib},
+                   "extraArgs": ["--load-format", "dummy"]},
+        "disaggregation": {"connector": "nixl"},
+        "router": {"venv": VENV},
+    }
+
+
+def together(ports: list[int], size: int, args: argparse.Namespace) -> list[dict]:
+    """A batch of `size` on every engine at once (a barrier starts them together)."""
+    barrier = threading.Barrier(len(ports))
+    found: dict[int, dict] = {}
+
+    def run(i: int, port: int) -> None:
+        found[i] = batch(f"http://127.0.0.1:{port}/v1", "qwen3-8b", size, args.out_tokens,
+                         args.prompt_words, barrier, seed=i)
+
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(ports)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [found[i] for i in range(len(ports))]
+
+
+def phase3(out: Path, args: argparse.Namespace) -> dict:
+    res: dict = {"shapes": {}}
+    for n in args.per_gpu:
+        sub = out / f"n{n}"
+        sub.mkdir(parents=True, exist_ok=True)
+        spec = phase3_spec(n, args.hami_lib, args.gpu_total_mib)
+        path = sub / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        pdctl(sub, "plan", "plan", str(path), "-o", "json")
+        bundle = sub / "bundle"
+        pdctl(sub, "render", "render", str(path), "--output-dir", str(bundle))
+        units = sorted(p for p in (bundle / "hosts" / "h200").iterdir() if "-decode-" in p.name)
+        shape: dict = {"units": {}}
+        ports = []
+        for unit in units:
+            script = (unit / "start.sh").read_text()
+            ports.append(int(re.search(r"--port (\d+)", script).group(1)))
+            r = subprocess.run(["bash", str(unit / "start.sh")], capture_output=True, text=True,
+                               check=False)
+            log(f"{unit.name}: start rc {r.returncode} {r.stdout.strip()[-120:]}")
+        data = DATA / "h200" / spec["name"]
+        healthy = [wait_healthy(port, 540, data / unit.name / "pid")
+                   for port, unit in zip(ports, units, strict=True)]
+        shape["healthy"] = healthy
+        log(f"n={n}: healthy {healthy}")
+        if all(healthy):
+            for size in args.slice_batches:
+                sampler = PeakSampler()
+                sampler.start()
+                per = together(ports, size, args)
+                sampler.stop.set()
+                sampler.join()
+                shape.setdefault("batches", []).append({
+                    "batch_per_engine": size,
+                    "per_engine": per,
+                    "per_gpu_tok_s": round(sum(p["tok_s"] for p in per), 1),
+                    "peak_mib_by_pid": sampler.peak,
+                })
+                log(f"n={n} B={size}: per GPU {shape['batches'][-1]['per_gpu_tok_s']} tok/s")
+            smi(sub, "nvidia-smi")
+        for unit in units:
+            pid_file = data / unit.name / "pid"
+            shape["units"][unit.name] = {
+                "pid": pid_file.read_text().strip() if pid_file.exists() else None,
+                **kv_facts(unit_log(DATA / "h200", unit.name)),
+            }
+            subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, check=False)
+        save_unit_logs(sub, data)
+        for unit in units:  # the slice's HAMi-core cache and logs go with the shape
+            log_path = data / unit.name / "log"
+            if log_path.exists():
+                (sub / f"{unit.name}.log").write_text(log_path.read_text(errors="replace"))
+        subprocess.run(["rm", "-rf", str(data)], check=False)
+        res["shapes"][str(n)] = shape
+        wait_gpu_free()
+    return res
+
+
+def wait_gpu_free(limit_s: float = 60) -> None:
+    """End leftover engine processes by pid, then wait until the GPU's memory is free."""
+    end = time.time() + limit_s
+    while time.time() < end:
+        pids = apps_mib()
+        if not pids:
+            return
+        for pid in pids:
+            subprocess.run(["kill", "-9", pid], capture_output=True, check=False)
+        time.sleep(2)
+
+
+STARTUPS = {
+    # name: (model folder, extra vllm args)
+    "qwen3-8b-u0.5-eager": ("qwen3-8b", ["--gpu-memory-utilization", "0.5", "--enforce-eager"]),
+    "qwen3-8b-u0.7-fp8kv": ("qwen3-8b", ["--gpu-memory-utilization", "0.7",
+                                         "--kv-cache-dtype", "fp8"]),
+    "qwen3-8b-u0.8-seqs128": ("qwen3-8b", ["--gpu-memory-utilization", "0.8", "--max-num-seqs",
+                                           "128", "--max-num-batched-tokens", "4096"]),
+    "qwen3-30b-a3b-u0.9": ("qwen3-30b-a3b", ["--gpu-memory-utilization", "0.9"]),
+    "deepseek-v2-lite-u0.9": ("deepseek-v2-lite", ["--gpu-memory-utilization", "0.9"]),
+    "gemma-2-9b-u0.85": ("gemma-2-9b", ["--gpu-memory-utilization", "0.85", "--dtype",
+                                        "bfloat16"]),
+    "mistral-7b-u0.6": ("mistral-7b", ["--gpu-memory-utilization", "0.6"]),
+    "qwen3-30b-a3b-u0.6-eager": ("qwen3-30b-a3b", ["--gpu-memory-utilization", "0.6",
+                                                   "--enforce-eager"]),
+    "qwen3-8b-u0.95-32k": ("qwen3-8b", ["--gpu-memory-utilization", "0.95",
+                                        "--max-model-len", "32768"]),
+    "deepseek-v2-lite-u0.7-seqs256": ("deepseek-v2-lite", ["--gpu-memory-utilization", "0.7",
+                                                           "--max-num-seqs", "256"]),
+}
+
+
+def startups(out: Path, args: argparse.Namespace) -> dict:
+    """Plain `vllm serve` start-ups with dummy weights, for the capacity model: each engine
+    runs until it serves (KV sized, graphs captured), then is stopped."""
+    res: dict = {}
+    deadline = time.time() + args.budget_s
+    vllm = str(Path(VENV) / "bin" / "vllm")
+    names = args.only or list(STARTUPS)
+    for name in names:
+        if time.time() + 75 > deadline:
+            res[name] = {"skipped": "out of this call's time"}
+            continue
+        folder, extra = STARTUPS[name]
+        cmd = [vllm, "serve", str(MODELS / folder), "--load-format", "dummy", "--port", "8500",
+               "--skip-tokenizer-init", *extra]
+        if "--max-model-len" not in extra:
+            cmd += ["--max-model-len", "4096"]
+        env = {**os.environ, **ENGINE_ENV}
+        logf = out / f"{name}.log"
+        t0 = time.time()
+        with logf.open("w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            ok = wait_healthy(8500, min(240, deadline - time.time()))
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        text = logf.read_text(errors="replace")
+        res[name] = {"cmd": cmd[1:], "served": ok, "start_s": round(time.time() - t0, 1),
+                     **kv_facts(text)}
+        log(f"{name}: served {ok} kv {res[name].get('kv_tokens')} in {res[name]['start_s']} s")
+        wait_gpu_free()
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario", choices=["phase0", "phase2", "phase3", "startups"])
+    p.add_argument("out", type=Path)
+    p.add_argument("--batches", type=int, nargs="*", default=[64, 128, 192, 256])
+    p.add_argument("--slice-batches", type=int, nargs="*", default=[64])
+    p.add_argument("--per-gpu", type=int, nargs="*", default=[2, 3, 4])
+    p.add_argument("--out-tokens", type=int, default=256)
+    p.add_argument("--prompt-words", type=int, default=128)
+    p.add_argument("--hami-lib", default="/tmp/hami/build/libvgpu.so")
+    p.add_argument("--gpu-total-mib", type=int, default=143771)
+    p.add_argument("--budget-s", type=float, default=500)
+    p.add_argument("--only", nargs="*")
+    args = p.parse_args()
+    out = args.out / args.scenario
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    try:
+        res = globals()[args.scenario](out, args)
+    except Exception as exc:  # noqa: BLE001 - a failed run is recorded, not lost
+        import traceback
+
+        res = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        log(res["error"])
+    res["wall_s"] = round(time.time() - t0, 1)
+    (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    log(f"{args.scenario} done in {res['wall_s']} s")
+
+
+if __name__ == "__main__":
+    main()

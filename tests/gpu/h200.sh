@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The GPU machine's side of the GPU harness (see tests/gpu/README.md). Run from the repository
+# root on a Linux host with an NVIDIA GPU and no package index:
+#   bash tests/gpu/h200.sh stash [DIR]           # keep the carried part(s) in DIR (.work/gpu) in ~/stash
+#   bash tests/gpu/h200.sh setup                 # vLLM + deps, sshd, models, HAMi-core (background)
+#   bash tests/gpu/h200.sh run SCENARIO [ARGS]   # python3 tests/gpu/drive.py SCENARIO ...
+# Results go under $OUT (one .tgz per step, as the device tool brings back at most 8 files).
+set -uo pipefail
+ROOT=$(pwd)
+STASH=$HOME/stash
+RES=${PDCTL_GPU_RESULTS:-$HOME/results}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+mkdir -p "$RES" "${OUT:=/tmp/out}"
+
+say() { echo "$(date -u +%T) $*"; }
+
+stash() {
+  mkdir -p "$STASH"
+  cp "${1:-.work/gpu}"/* "$STASH"/
+  ls -la "$STASH"
+  if [ ! -f "$RES/machine.txt" ]; then
+    {
+      nvidia-smi
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+      python3 -c 'import sys, torch; print(sys.version); print(sys.prefix); print(torch.__version__)'
+      command -v sshd ssh ssh-keygen useradd flock ps setsid nvidia-smi python3 cmake nvcc || true
+      head -2 /etc/os-release; uname -r; nproc; free -g | head -2; df -h / | tail -1
+      echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "PATH=$PATH"
+    } >"$RES/machine.txt" 2>&1
+    cat "$RES/machine.txt"
+  fi
+}
+
+venv_prefix() { python3 -c 'import sys; print(sys.prefix)'; }
+
+setup() {
+  local t0=$SECONDS
+  say "assemble"
+  cd "$HOME" || exit 1
+  cat "$STASH"/part.* >bundle.tar
+  if ! sha256sum -c "$STASH/SHA256SUM"; then say "bad bundle"; exit 1; fi
+  tar xf bundle.tar && rm -f bundle.tar
+  mkdir -p site
+  tar xJf vllm.tar.xz -C site & tar xJf deps.tar.xz -C site & tar xJf extra.tar.xz -C site &
+  wait
+  rm -f vllm.tar.xz deps.tar.xz extra.tar.xz
+  cd "$ROOT" || exit 1
+  # The image's Python is a venv (/opt/torch/.venv): make vLLM part of it, as a pip install would.
+  local venv site
+  venv=$(venv_prefix)
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import sys; sys.path.insert(0, '$HOME/site')" >"$site/pdctl-gpu-vllm.pth"
+  printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+    "$venv/bin/python3" >"$venv/bin/vllm"
+  chmod +x "$venv/bin/vllm"
+  printf '#!%s\nimport sys\nfrom vllm_router.launch_router import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+    "$venv/bin/python3" >"$venv/bin/vllm-router"
+  chmod +x "$venv/bin/vllm-router"
+  python3 -c 'import vllm, nixl, paramiko; print("vllm", vllm.__version__)' || say "imports failed"
+  say "models"
+  mkdir -p /root/models
+  cp -r tests/gpu/models/* /root/models/
+  python3 tests/gpu/tokenizer.py /root/models/qwen3-8b
+  say "sshd"
+  sshd_start
+  say "HAMi-core build (background)"
+  mkdir -p .hami && rm -rf .hami/src && tar xzf "$HOME/hami.tar.gz" -C .hami && mv .hami/HAMi-core .hami/src
+  setsid bash -c "OUT=$RES bash tests/fixtures/gpu/hami-h200/run.sh build >$RES/hami-build.out 2>&1" &
+  say "setup took $((SECONDS - t0)) s"
+}
+
+sshd_start() {
+  local d=$HOME/sshd sshd keygen session_env="PATH=$PATH"
+  # Sessions get the variables this machine's CUDA needs (a GPU host has them system-wide).
+  [ -n "${LD_LIBRARY_PATH:-}" ] && session_env="$session_env LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  mkdir -p "$d" /run/sshd "$HOME/.ssh"
+  sshd=$(command -v sshd || true)
+  keygen=$(command -v ssh-keygen || true)
+  if [ -z "$sshd" ] || [ -z "$keygen" ]; then
+    # Debian's openssh-server, carried as .deb files and unpacked (no package index here).
+    mkdir -p "$d/root"
+    tar xf "$HOME/debs.tar" -C "$d"
+    for f in "$d"/debs/*.deb; do dpkg -x "$f" "$d/root"; done
+    sshd=$d/root/usr/sbin/sshd keygen=$d/root/usr/bin/ssh-keygen
+    # Only the libraries the machine lacks come from the unpacked packages.
+    mkdir -p "$d/lib"
+    for _ in 1 2 3; do  # a library found can need one that is not (libwrap needs libnsl)
+      for lib in $(LD_LIBRARY_PATH=$d/lib ldd "$sshd" "$keygen" "$d/root/usr/bin/ssh" 2>/dev/null |
+        awk '/not found/ {print $1}' | sort -u); do
+        cp -L "$(find "$d/root" -name "$lib" | head -1)" "$d/lib/" || say "missing $lib"
+      done
+    done
+    export LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd 2>/dev/null ||
+    echo 'sshd:x:74:65534::/run/sshd:/usr/sbin/nologin' >>/etc/passwd
+  [ -f "$d/host_key" ] || "$keygen" -q -t ed25519 -N '' -f "$d/host_key"
+  [ -f /root/.ssh/pdctl_gpu ] || "$keygen" -q -t ed25519 -N '' -f /root/.ssh/pdctl_gpu
+  cp /root/.ssh/pdctl_gpu.pub "$d/authorized_keys"
+  cat >"$d/sshd_config" <<CONF
+Port ${PDCTL_GPU_SSH_PORT:-2222}
+ListenAddress 127.0.0.1
+ListenAddress 127.0.0.2
+HostKey $d/host_key
+PidFile $d/sshd.pid
+AuthorizedKeysFile $d/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+MaxSessions 64
+MaxStartups 64:30:128
+Subsystem sftp internal-sftp
+SetEnv $session_env
+CONF
+  "$sshd" -t -f "$d/sshd_config" && "$sshd" -f "$d/sshd_config" -E "$RES/sshd.log"
+  local key
+  key=$(cut -d' ' -f1,2 "$d/host_key.pub")
+  local port=${PDCTL_GPU_SSH_PORT:-2222}
+  printf '[127.0.0.1]:%s %s\n[127.0.0.2]:%s %s\n' "$port" "$key" "$port" "$key" >/root/.ssh/pdctl_gpu_known_hosts
+  sleep 1
+  PORT=$port python3 - <<'PY'
+import os
+import paramiko
+c = paramiko.SSHClient()
+c.load_host_keys("/root/.ssh/pdctl_gpu_known_hosts")
+for a in ("127.0.0.1", "127.0.0.2"):
+    c.connect(a, int(os.environ["PORT"]), "root", key_filename="/root/.ssh/pdctl_gpu", timeout=10)
+    _, o, e = c.exec_command("echo ok $(hostname); command -v nvidia-smi python3 flock setsid; echo LD=$LD_LIBRARY_PATH")
+    print(a, o.read().decode().strip().replace("\n", " | "), e.read().decode().strip())
+    c.close()
+PY
+}
+
+run() {
+  local scenario=$1; shift
+  export PYTHONPATH=$ROOT
+  python3 tests/gpu/drive.py "$scenario" "$RES" "$@" 2>&1 | tee "$RES/$scenario.out"
+}
+
+pack() {  # everything recorded so far, as one file under $OUT
+  tar czf "$OUT/results-$1.tgz" -C "$RES" . 2>/dev/null
+  ls -la "$OUT"
+}
+
+step=$1; shift
+case $step in
+  stash) stash "$@" ;;
+  setup) setup 2>&1 | tee "$RES/setup.out" ;;
+  sshd) sshd_start ;;
+  run) run "$@" ;;
+  pack) pack "$@" ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac

@@ -1,0 +1,30 @@
+"""Write a word-level tokenizer whose vocabulary is a model's whole vocab_size ("t0" ... "tN"),
+so that an engine with dummy weights (`--load-format dummy`) can serve text: every id it samples
+decodes, and a prompt of n words "t<id>" is n tokens. Nothing is downloaded.
+
+usage: python3 tokenizer.py MODEL_DIR   (reads MODEL_DIR/config.json, writes the tokenizer there)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(folder: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    size = json.loads((folder / "config.json").read_text())["vocab_size"]
+    vocab = {f"t{i}": i for i in range(size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
+                                   eos_token="t2", pad_token="t3")
+    fast.save_pretrained(folder)
+    print(f"{folder}: word-level tokenizer of {size} tokens")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
