@@ -6,6 +6,7 @@ expanded, so an alias bomb stops at the budget) are all bounded."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +151,8 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     pure-Python parser runs again, so error messages and lines do not depend on whether
     libyaml is present. Composing shares an alias's node, so it does not expand anything."""
     fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None:
+    depth, deep_line = _flow_depth(text)
+    if fast is not None and depth <= _C_DEPTH:
         loader = fast(text)
         try:
             return loader, loader.get_single_node()
@@ -168,14 +170,35 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
         raise
     except RecursionError:  # the pure-Python composer recurses once per level
         loader.dispose()
-        raise _too_deep(file, None) from None
+        raise _too_deep(file, None, deep_line) from None
 
 
-def _too_deep(file: str, mark: Any) -> SpecError:
+# libyaml 0.2.5 (PyYAML 6.0.3's) sets no nesting limit and its composer recurses in C once per
+# level: 40,000 levels overflow an 8 MiB stack (a crash, not an error).
+_C_DEPTH = 1000
+
+
+def _flow_depth(text: str) -> tuple[int, int | None]:
+    """The deepest nesting of flow brackets, counted as if no bracket were quoted (so it can
+    only overcount: a spec it flags is composed by the pure-Python parser, which refuses deep
+    nesting with a RecursionError instead of overflowing the C stack), and the line where the
+    nesting first passed MAX_DEPTH."""
+    depth = deepest = 0
+    line: int | None = None
+    for match in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
+        if depth > deepest:
+            deepest = depth
+            if depth == MAX_DEPTH + 1:
+                line = text.count("\n", 0, match.start()) + 1
+    return deepest, line
+
+
+def _too_deep(file: str, mark: Any, line: int | None = None) -> SpecError:
     return SpecError(
         f"is nested more than {MAX_DEPTH} levels deep",
         file=file,
-        line=mark.line + 1 if mark is not None else None,
+        line=mark.line + 1 if mark is not None else line,
         fix="a spec nests mappings and lists a few levels deep: check the brackets",
     )
 
