@@ -21,20 +21,21 @@ MEMLOCK_FIX = (
     "and `* hard memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a "
     "service, `--ulimit memlock=-1` for docker)"
 )
+PEERMEM = r"GPU ?Direct RDMA Disabled|nvidia[_-]peermem"
+PEERMEM_FIX = (
+    "load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
+    "(kernel >= 5.12 with the open NVIDIA driver)"
+)
 # (pattern in the agents' messages and logs, cause, fix): the transports' own words.
 CAUSES: tuple[tuple[str, str, str], ...] = (
-    (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
-     "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
-     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"),
     (r"GID is NULL|GID index .*(invalid|out of range)|[Ff]ailed to (query|get) GID",
      "GID: the GID index names no address on the port",
      "pick a RoCE v2 GID index that exists (MC_GID_INDEX for Mooncake, NCCL_IB_GID_INDEX for "
      "NCCL, UCX_IB_GID_INDEX for UCX): see /sys/class/infiniband/DEV/ports/1/gids and "
      "gid_attrs/types"),
-    (r"GPU ?Direct RDMA Disabled|nvidia[_-]peermem|peer ?mem",
-     "peermem: GPUDirect RDMA unavailable (nvidia_peermem not loaded)",
-     "load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
-     "(kernel >= 5.12 with the open NVIDIA driver)"),
+    # registering GPU memory without a peer-memory module fails with EFAULT
+    (r"ibv_reg_mr.*Bad address|nvidia[_-]peermem",
+     "peermem: GPUDirect RDMA unavailable (nvidia_peermem not loaded)", PEERMEM_FIX),
     (r"ibv_reg_mr|[Cc]annot allocate memory|RLIMIT_MEMLOCK|memlock",
      "memlock: memory registration failed (locked-memory limit)", MEMLOCK_FIX),
     (r"no socket interface found|network device '[^']*' is not available|No such device",
@@ -44,6 +45,9 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "UCX: no transport in UCX_TLS reaches the other host over UCX_NET_DEVICES",
      "let UCX_TLS include a transport both hosts have (e.g. `tcp`, or `rc` with RDMA) and "
      "UCX_NET_DEVICES name a device on the route between them"),
+    (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
+     "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
+     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"),
 )
 
 
@@ -156,6 +160,7 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
         found = (f"{t.transport}: {t.gbps:.3g} GB/s, latency {t.latency_us:.0f} us "
                  f"({t.bytes / 2**20:.0f} MiB in {t.seconds:.2f} s)"
                  if t.latency_us is not None else f"{t.transport}: {t.gbps:.3g} GB/s")
+        slow = _quote("\n".join(t.logs), PEERMEM)
         if not t.verified:
             out.append(Finding("FAIL", CHECK, where, found + "; the bytes did not arrive intact",
                                want, "see the recording's transfer file for the agents' logs"))
@@ -163,6 +168,9 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
             fix = ("the link cannot carry the plan's KV traffic: use RDMA (protocol rdma, "
                    "UCX_TLS with rc), a faster interface, more decode hosts, or fewer req/s")
             out.append(Finding("FAIL", CHECK, where, found, want, fix))
+        elif slow:
+            out.append(Finding("WARN", CHECK, where, f"{found}; GPUDirect RDMA off: {slow}",
+                               want, PEERMEM_FIX))
         else:
             out.append(Finding("PASS", CHECK, where, found, want))
     return out

@@ -152,7 +152,7 @@ def run_pair(plan: Plan, pair: Pair, bounds: Bounds, opener: Opener) -> str:
         sender = phost.start(plan, pair.prefill, agent_env(pair.prefill),
                              agent_args(plan, pair, "send", bounds))
         sender.wait_exit(life)
-        listener.wait_exit(10 if sender.failed() else life)
+        listener.wait_exit(2 if sender.failed() else life)
         return text + tag(listener.output(), "listen") + tag(sender.output(), "send")
     finally:
         for proc in (sender, listener):

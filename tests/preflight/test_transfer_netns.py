@@ -1,0 +1,182 @@
+"""The network preflight for real: `pdctl preflight` between the two network-namespace sshd
+hosts of tests/services.sh (node1 10.77.1.2 prefill, node2 10.77.2.2 decode) moves bytes with
+the real NIXL 1.5.1 (UCX over TCP, host memory) of the vLLM CPU environment
+(tests/e2e/prepare_vllm_cpu.sh); node2's firewall dropping the port, an interface the spec
+names that node2 lacks, and Ctrl-C in the middle. Nothing is left behind on any path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.preflight.conftest import json_findings, pdctl
+from tests.preflight.sshd_hosts import sshd_hosts
+
+PORT = 25731  # the decode's NIXL side channel: the port the listener binds on node2
+AGENT = "agent.py (listen|send) --transport"
+
+
+@pytest.fixture
+def nodes() -> dict[str, tuple[str, int]]:
+    hosts = sshd_hosts()
+    if "node1" not in hosts or "node2" not in hosts:
+        pytest.skip("no network-namespace hosts (tests/services.sh could not create them)")
+    return hosts
+
+
+@pytest.fixture
+def venv() -> Path:
+    d = os.environ.get("PDCTL_TEST_VLLM_DIR")
+    py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
+    if not d or not py.exists() or subprocess.run([str(py), "-c", "import nixl"],
+                                                  capture_output=True).returncode:
+        pytest.skip("no vLLM CPU environment with nixl: tests/e2e/prepare_vllm_cpu.sh DIR "
+                    "and PDCTL_TEST_VLLM_DIR=DIR")
+    return py.parent.parent
+
+
+def write_spec(tmp: Path, hosts: dict[str, tuple[str, int]], venv: Path,
+               ucx_device: str = "eth0") -> Path:
+    key = os.environ["PDCTL_TEST_SSH_KEY"]
+    lines = [
+        f"  - {{name: {n}, address: '{hosts[n][0]}', port: {hosts[n][1]}, user: root, "
+        f"identityFile: '{key}', runtime: venv, venv: '{venv}', dataDir: '{tmp}/data-{n}'}}"
+        for n in ("node1", "node2")
+    ]
+    spec = tmp / "spec.yaml"
+    spec.write_text(
+        "name: xfer\nphase: 2\n"
+        f"model: {{name: '{venv.parent / 'tiny'}', servedName: tiny, maxModelLen: 256}}\n"
+        "engine:\n  version: '0.33.0'\n  device: cpu\n"
+        f"  env: {{UCX_TLS: tcp, UCX_NET_DEVICES: {ucx_device}}}\n"
+        "hosts:\n" + "\n".join(lines) + "\n"
+        "prefill: {replicas: 1, hosts: [node1], port: 25700}\n"
+        "decode: {replicas: 1, hosts: [node2], port: 25710}\n"
+        f"disaggregation: {{connector: nixl, sideChannelPort: {PORT}}}\n"
+    )
+    return spec
+
+
+def preflight(spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return pdctl("preflight", str(spec), "-o", "json", "--known-hosts",
+                 os.environ["PDCTL_TEST_KNOWN_HOSTS"], "--transfer-bytes", "32MiB", *extra)
+
+
+def transfer_row(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    (row,) = [f for f in json_findings(proc) if f["check"] == "net.transfer"]
+    assert row["where"] == "node1 -> node2"
+    return row
+
+
+def leftovers() -> list[str]:
+    """Transfer agents still running, and agent folders still on disk (the namespace hosts
+    share this machine's processes and files)."""
+    ps = subprocess.run(["pgrep", "-af", AGENT], capture_output=True, text=True).stdout
+    return ps.splitlines() + [str(p) for p in Path("/tmp").glob("pdctl-xfer.*")]
+
+
+def test_a_real_nixl_transfer_between_namespaces(tmp_path: Path, nodes, venv) -> None:
+    spec = write_spec(tmp_path, nodes, venv)
+    rec = tmp_path / "rec"
+    proc = preflight(spec, "--record", str(rec))
+    row = transfer_row(proc)
+    assert row["status"] == "PASS", row
+    assert row["found"].startswith("nixl: ") and " GB/s, latency " in row["found"]
+    lines = [json.loads(x) for x in (rec / "node1" / "transfer-to-node2.jsonl").read_text()
+             .splitlines()]
+    results = {x["side"]: x for x in lines if x["event"] == "result"}
+    assert results["listen"]["verified"] and results["listen"]["notified"]
+    assert results["listen"]["peer"] == nodes["node1"][0]  # it came from node1's namespace
+    assert results["send"]["bytes"] == 32 << 20
+    assert {x["python"] for x in lines if x["event"] == "start"} == {str(venv / "bin/python")}
+    assert (rec / "node2" / "net-devices.txt").read_text().split()[0] == "eth0"
+    again = pdctl("preflight", str(spec), "-o", "json", "--replay", str(rec))
+    assert transfer_row(again) == row
+    assert leftovers() == []
+
+
+def test_no_transfer_flag_moves_nothing(tmp_path: Path, nodes, venv) -> None:
+    spec = write_spec(tmp_path, nodes, venv)
+    rec = tmp_path / "rec"
+    proc = preflight(spec, "--no-transfer", "--record", str(rec))
+    assert not [f for f in json_findings(proc) if f["check"] == "net.transfer"]
+    assert not list(rec.glob("*/transfer-*"))
+
+
+class Dropped:
+    """node2's firewall drops TCP port PORT (iptables in its namespace), always removed."""
+
+    RULE = ["INPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP"]
+
+    def __enter__(self) -> Dropped:
+        ns = ["ip", "netns", "exec", "pdctl-n2", "iptables"]
+        res = subprocess.run([*ns, "-I", *self.RULE], capture_output=True, text=True)
+        if res.returncode:
+            pytest.skip(f"cannot add a firewall rule in pdctl-n2: {res.stderr.strip()}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["ip", "netns", "exec", "pdctl-n2", "iptables", "-D", *self.RULE],
+                       check=True)
+
+
+def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path: Path, nodes, venv) -> None:
+    spec = write_spec(tmp_path, nodes, venv)
+    rec = tmp_path / "rec"
+    with Dropped():
+        proc = preflight(spec, "--record", str(rec))
+    assert proc.returncode == 1, proc.stderr
+    row = transfer_row(proc)
+    assert row["status"] == "FAIL"
+    assert row["found"] == (f"nixl: not reached: firewall port: no answer from "
+                            f"{nodes['node2'][0]}:{PORT} (TCP port {PORT} dropped)")
+    assert f"--dport {PORT}" in row["fix"]
+    assert leftovers() == []
+
+
+def test_a_missing_interface_fails_before_any_transfer(tmp_path: Path, nodes, venv) -> None:
+    spec = write_spec(tmp_path, nodes, venv, ucx_device="eth9")
+    rec = tmp_path / "rec"
+    proc = preflight(spec, "--record", str(rec))
+    assert proc.returncode == 1, proc.stderr
+    row = transfer_row(proc)
+    assert row["status"] == "FAIL"
+    assert row["found"].startswith("nixl: not reached: interface: UCX_NET_DEVICES=eth9 names "
+                                   "no interface on node1 (it has eth0, lo)")
+    events = [json.loads(x)["event"] for x in
+              (rec / "node1" / "transfer-to-node2.jsonl").read_text().splitlines()]
+    assert events == ["pair", "skipped"]  # no agent was started
+
+
+def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, nodes, venv) -> None:
+    spec = write_spec(tmp_path, nodes, venv)
+    with Dropped():  # the sender keeps trying: the agents stay up until interrupted
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pdctl", "preflight", str(spec), "--known-hosts",
+             os.environ["PDCTL_TEST_KNOWN_HOSTS"]],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            for _ in range(1200):  # until both agents run (generous: a busy machine)
+                ps = subprocess.run(["pgrep", "-af", AGENT], capture_output=True, text=True)
+                if " send " in ps.stdout and " listen " in ps.stdout:
+                    break
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.1)
+            else:
+                raise AssertionError("the agents never started")
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode != 0
+    assert leftovers() == []
