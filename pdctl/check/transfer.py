@@ -174,3 +174,38 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
         else:
             out.append(Finding("PASS", CHECK, where, found, want))
     return out
+
+
+def group_transfers(plan: Plan, facts: Facts, run: bool = True) -> list[Finding]:
+    """One `net.alltoall` finding per multi-node group on hosts: every node exchanged bytes
+    with every other over the group's backend (probe/group_transfer.py)."""
+    if plan.target != "hosts":
+        return []
+    out: list[Finding] = []
+    for leader in plan.instances:
+        if not leader.workers or leader.host is None:
+            continue
+        nodes = 1 + len(leader.workers)
+        want = f"all-to-all between the group's {nodes} nodes (its engines' backend)"
+        hf = facts.host(leader.host.name)
+        t = next((x for x in (hf.group_transfers if hf else ()) if x.decode == leader.name),
+                 None)
+        if t is None:
+            if run:
+                out.append(Finding("WARN", "net.alltoall", leader.name, "not measured", want,
+                                   GATHER))
+            continue
+        if not t.reached:
+            why, fix = cause(t)
+            out.append(Finding("FAIL", "net.alltoall", leader.name,
+                               f"{t.transport}: not reached: {why}", want, fix))
+            continue
+        found = (f"{t.transport}: {t.gbps:.3g} GB/s per node (slowest), latency "
+                 f"{t.latency_us or 0:.0f} us ({t.bytes / 2**20:.0f} MiB in {t.seconds:.2f} s)")
+        if not t.verified:
+            out.append(Finding("FAIL", "net.alltoall", leader.name,
+                               found + "; slices arrived wrong", want,
+                               "see the recording's group-transfer file for the ranks' logs"))
+        else:
+            out.append(Finding("PASS", "net.alltoall", leader.name, found, want))
+    return out

@@ -115,6 +115,7 @@ class HostFacts:
     # network preflight (facts/transfer.py): interface names; transfers to decode hosts
     net_devices: tuple[str, ...] | None = None
     transfers: tuple[Transfer, ...] = ()
+    group_transfers: tuple[Transfer, ...] = ()  # a group leader's host: its all-to-all
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

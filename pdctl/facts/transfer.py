@@ -2,6 +2,9 @@
 
 - `net-devices.txt` (every phase 2 host): one line per network interface,
   `NAME OPERSTATE`, from /sys/class/net;
+- `group-transfer-GROUP.jsonl` (a multi-node group leader's host): pdctl's `group` line
+  (backend, address, port, nodes), then every rank's JSON lines (`side` rank0, rank1, ...),
+  or `skipped`;
 - `transfer-to-DECODE.jsonl` (a prefill host's folder): the transfer from this host to
   DECODE: pdctl's `pair` line (transport, address, port, bounds), then the JSON lines of both
   agents (`side` listen or send) and their log lines (`{"event": "log", ...}`), or a
@@ -44,6 +47,13 @@ def host_pairs(instances: Any) -> list[tuple[Any, Any]]:
 
 def transfer_file(decode_host: str) -> str:
     return f"{TRANSFER_PREFIX}{decode_host}{TRANSFER_SUFFIX}"
+
+
+GROUP_PREFIX = "group-transfer-"
+
+
+def group_file(group: str) -> str:
+    return f"{GROUP_PREFIX}{group}{TRANSFER_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,37 @@ def parse_transfer(decode: str, text: str) -> Transfer:
     return Transfer(**fields, logs=tuple(logs[-50:]))
 
 
+def parse_group(group: str, text: str) -> Transfer:
+    """A group's all-to-all: the slowest rank's bandwidth, the worst latency, verified when
+    every node's rank reported its slices right; the first failure otherwise."""
+    lines = []
+    nodes, results = 0, []
+    for line in text.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            ev = None
+        if isinstance(ev, dict) and ev.get("event") == "group":
+            nodes = len(ev.get("nodes") or ())
+            ev = {**ev, "event": "pair", "transport": str(ev.get("backend", ""))}
+        if isinstance(ev, dict) and ev.get("event") == "result":
+            results.append(ev)
+            continue
+        lines.append(json.dumps(ev) if isinstance(ev, dict) else line)
+    t = parse_transfer(group, "\n".join(lines))
+    if results and len(results) >= nodes and not t.stage and not t.skipped:
+        gbps = min(float(r.get("gbps") or 0) for r in results)
+        lat = [x for x in (_number(r.get("latency_us")) for r in results) if x is not None]
+        return Transfer(**{**t.__dict__, "gbps": gbps, "latency_us": max(lat) if lat else None,
+                           "bytes": int(results[0].get("bytes") or 0),
+                           "seconds": max(float(r.get("seconds") or 0) for r in results),
+                           "verified": all(bool(r.get("verified")) for r in results)})
+    if not t.stage and not t.skipped:
+        return Transfer(**{**t.__dict__, "stage": "result", "gbps": None, "message":
+                           f"{len(results)} of {nodes} nodes reported a result"})
+    return t
+
+
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -171,5 +212,15 @@ def transfer_fields(raw: dict[str, str]) -> dict:
         except (ValueError, TypeError, OverflowError) as exc:  # a hand-edited recording
             transfers.append(Transfer(decode, stage="recording", message=f"unreadable {name}: "
                                       f"{type(exc).__name__}"))
+    groups = []
+    for name, text in sorted(raw.items()):
+        if name.startswith(GROUP_PREFIX) and name.endswith(TRANSFER_SUFFIX):
+            group = name[len(GROUP_PREFIX) : -len(TRANSFER_SUFFIX)]
+            try:
+                groups.append(parse_group(group, text))
+            except (ValueError, TypeError, OverflowError) as exc:
+                groups.append(Transfer(group, stage="recording", message=f"unreadable {name}: "
+                                       f"{type(exc).__name__}"))
     devices = parse_net_devices(raw[NET_DEVICES]) if NET_DEVICES in raw else None
-    return {"net_devices": devices, "transfers": tuple(transfers)}
+    return {"net_devices": devices, "transfers": tuple(transfers),
+            "group_transfers": tuple(groups)}

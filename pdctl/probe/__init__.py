@@ -68,11 +68,15 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
         for name, files in reach_hosts(plan, options, out, local).items():
             out[name].update(files)  # multi-node groups: the nodes reach their leader
         if options.transfer is not None:
+            from pdctl.probe.group_transfer import transfer_groups
             from pdctl.probe.transfer import transfer_pairs
 
             moved = transfer_pairs(plan, options, options.transfer, out, local, step)
             for name, files in moved.items():
                 out[name].update(files)  # phase 2: prefill to decode transfers
+            for name, files in transfer_groups(plan, options, options.transfer, out,
+                                               local).items():
+                out[name].update(files)  # multi-node groups: all-to-all
     if plan.target == "kubernetes":
         from pdctl.probe.kube import gather as gather_cluster
 

@@ -5,6 +5,7 @@ package (nixl, mooncake, torch).
 
     agent.py listen --transport T --bind ADDRESS --port PORT [--bytes N] [--seconds S]
     agent.py send   --transport T --to ADDRESS --port PORT   [--bytes N] [--seconds S]
+    agent.py rank   --transport group --to LEADER --port PORT --rank R --world N --backend B
 
 The listener (decode side) opens a plain TCP side channel on ADDRESS:PORT; the sender
 (prefill side) connects to it, the two exchange what the transport needs (NIXL agent
@@ -150,8 +151,9 @@ def measure(post, nbytes: int, total: int, seconds: float) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("side", choices=("listen", "send"))
-    p.add_argument("--transport", choices=("tcp", "nixl", "mooncake", "nccl"), required=True)
+    p.add_argument("side", choices=("listen", "send", "rank"))
+    p.add_argument("--transport", choices=("tcp", "nixl", "mooncake", "nccl", "group"),
+                   required=True)
     p.add_argument("--bind", default="")
     p.add_argument("--to", default="")
     p.add_argument("--port", type=int, required=True)
@@ -161,6 +163,9 @@ def main() -> int:
     p.add_argument("--device", default="cpu")  # cpu, or cuda for GPU memory (nixl, nccl)
     p.add_argument("--protocol", default="tcp")  # mooncake: tcp or rdma
     p.add_argument("--rdma-devices", default="")  # mooncake: device_name
+    p.add_argument("--rank", type=int, default=0)  # group: this node's rank, 0 the leader
+    p.add_argument("--world", type=int, default=2)  # group: its number of nodes
+    p.add_argument("--backend", default="gloo")  # group: gloo (CPU) or nccl
     p.add_argument("--keep", action="store_true")  # leave the folder (debugging)
     a = p.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
