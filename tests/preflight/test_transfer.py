@@ -143,3 +143,52 @@ def test_bad_transfer_bytes_is_a_usage_error(tmp_path: Path, value: str) -> None
     proc = pdctl("preflight", str(tmp_path / "spec.yaml"), "--transfer-bytes", value)
     assert proc.returncode == 2 and "--transfer-bytes" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+GROUP_SPEC = (
+    "name: g\nphase: 0\nmodel: {name: Qwen/Qwen2.5-7B-Instruct, maxModelLen: 8192}\n"
+    "engine: {version: '0.33.0'}\nhosts:\n"
+    "  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}\n"
+    "  - {name: gpu-b, address: 192.0.2.11, gpus: [0, 1]}\n"
+    "serve: {replicas: 1, nodes: 2, tensorParallel: 4}\n"
+)
+
+
+def group_lines(*ranks: str) -> str:
+    head = json.dumps({"event": "group", "group": "g-serve-0", "backend": "nccl",
+                       "address": "192.0.2.10", "port": 29501, "nodes": ["gpu-a", "gpu-b"],
+                       "bytes": 1 << 28, "seconds": 5.0})
+    return "\n".join([head, *ranks]) + "\n"
+
+
+def rank_result(rank: int, gbps: float, verified: bool = True) -> str:
+    return json.dumps({"event": "result", "side": f"rank{rank}", "rank": rank, "world": 2,
+                       "gbps": gbps, "latency_us": 30.0 + rank, "bytes": 1 << 28,
+                       "seconds": 0.5, "verified": verified})
+
+
+def test_group_all_to_all_reports_the_slowest_node() -> None:
+    text = group_lines(rank_result(0, 20.0), rank_result(1, 12.5))
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": text}, "gpu-b": {}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert (f.status, f.where) == ("PASS", "g-serve-0")
+    assert f.found.startswith("nccl: 12.5 GB/s per node (slowest), latency 31 us")
+
+
+def test_group_all_to_all_fails_on_a_missing_rank_or_a_wrong_slice() -> None:
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": group_lines(rank_result(0, 20.0))}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert f.status == "FAIL" and "1 of 2 nodes reported a result" in f.found
+    text = group_lines(rank_result(0, 20.0), rank_result(1, 20.0, verified=False))
+    [f] = by_check(findings(GROUP_SPEC, {"gpu-a": {"group-transfer-g-serve-0.jsonl": text}}),
+                   "net.alltoall")
+    assert f.status == "FAIL" and "slices arrived wrong" in f.found
+
+
+def test_group_rendezvous_timeout_is_the_cause() -> None:
+    err = json.dumps({"event": "error", "side": "rank1", "stage": "connect", "errno": "ETIMEDOUT",
+                      "message": "DistNetworkError: timed out"})
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": group_lines(err)}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert f.status == "FAIL"
+    assert "firewall port: no answer from 192.0.2.10:29501" in f.found

@@ -180,3 +180,31 @@ def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, nodes, venv) -> None
                 proc.kill()
     assert proc.returncode != 0
     assert leftovers() == []
+
+
+def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, nodes, venv) -> None:
+    key = os.environ["PDCTL_TEST_SSH_KEY"]
+    lines = [
+        f"  - {{name: {n}, address: '{nodes[n][0]}', port: {nodes[n][1]}, user: root, "
+        f"identityFile: '{key}', runtime: venv, venv: '{venv}', dataDir: '{tmp_path}/d-{n}', "
+        "networkInterface: eth0}"
+        for n in ("node1", "node2")
+    ]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: grp\nphase: 0\n"
+        f"model: {{name: '{venv.parent / 'tiny'}', servedName: tiny, maxModelLen: 256}}\n"
+        "engine: {version: '0.33.0', device: cpu}\nhosts:\n" + "\n".join(lines) + "\n"
+        "serve: {replicas: 1, nodes: 2, pipelineParallel: 2, rendezvousPort: 25790, "
+        "port: 25780}\n"
+    )
+    rec = tmp_path / "rec"
+    proc = preflight(spec, "--record", str(rec))
+    (row,) = [f for f in json_findings(proc) if f["check"] == "net.alltoall"]
+    assert (row["status"], row["where"]) == ("PASS", "grp-serve-0"), row
+    assert row["found"].startswith("gloo: ") and "GB/s per node (slowest)" in row["found"]
+    ranks = [json.loads(x) for x in (rec / "node1" / "group-transfer-grp-serve-0.jsonl")
+             .read_text().splitlines()]
+    done = {x["side"]: x for x in ranks if x["event"] == "result"}
+    assert set(done) == {"rank0", "rank1"} and all(x["verified"] for x in done.values())
+    assert leftovers() == []
