@@ -23,6 +23,7 @@ from pdctl.spec.model import Host
 
 AGENT_DIR = "xfer"  # templates/xfer/
 FOLDER = "/tmp/pdctl-xfer.XXXXXXXX"
+AGENT_LIFE_S = 70.0  # past --seconds: the agent's own alarm (50 s) and a margin
 
 
 def agent_files() -> dict[str, bytes]:
@@ -48,7 +49,9 @@ def python_command(plan: Plan, inst: Instance, transport: str, folder: str, name
         )
     unit = next((u for u in plan.units if u.name == inst.name), None)
     image = unit.image if unit is not None and unit.image else ""
-    gpus = f"--gpus {quote('device=' + ','.join(map(str, inst.gpus)))} " if inst.gpus else ""
+    # docker splits --gpus at commas unless the device list is quoted inside the value
+    gpus = f"--gpus {quote(chr(34) + 'device=' + ','.join(map(str, inst.gpus)) + chr(34))} " \
+        if inst.gpus else ""
     return (
         f"docker run --rm --name {quote(name)} --network host --ipc host --ulimit memlock=-1 "
         f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}"
@@ -116,22 +119,27 @@ class Agent:
 class AgentHost:
     """Common part: the upload folder and the start command."""
 
-    folder = ""
+    folders: list[str]
 
     def start(self, plan: Plan, inst: Instance, env: dict[str, str], args: list[str]) -> Agent:
-        if not self.folder:
-            self.folder = self.upload(agent_files())
+        # a folder per agent: each deletes its own once started (two may share a host)
+        folder = self.upload(agent_files())
+        self.folders.append(folder)
         transport = args[args.index("--transport") + 1]
         name = f"pdctl-xfer-{os.getpid()}-{args[0]}-{int(time.time() * 1000) % 10**8}"
         docker = inst.host is not None and inst.host.runtime == "docker" and transport != "tcp"
-        py = python_command(plan, inst, transport, self.folder, name)
+        py = python_command(plan, inst, transport, folder, name)
         if docker:
             envs = " ".join(f"-e {quote(k + '=' + v)}" for k, v in sorted(env.items()))
             py = py.replace(" --entrypoint ", f" {envs} --entrypoint ", 1) if envs else py
-            cmd = f"exec {py} {quote(self.folder + '/agent.py')} "
+            cmd = f"exec {py} {quote(folder + '/agent.py')} "
         else:
             envs = " ".join(quote(f"{k}={v}") for k, v in sorted(env.items()))
-            cmd = f"cd {quote(self.folder)} && exec env {envs} {py} agent.py "
+            # `timeout` bounds it even before Python runs (a stuck `conda run`), and makes the
+            # agent's process group: what stop() kills
+            life = float(args[args.index("--seconds") + 1]) + AGENT_LIFE_S
+            cmd = (f"cd {quote(folder)} && exec timeout -k 5 {life:.0f} env {envs} {py} "
+                   "agent.py ")
         agent = Agent(self, name if docker else "")
         self.launch(agent, cmd + " ".join(quote(a) for a in args))
         return agent
@@ -151,9 +159,9 @@ class AgentHost:
 
 def _stop_script(agent: Agent, folder: str) -> str:
     parts = []
-    if agent.container:
+    if agent.container:  # its pids are the container's own: never signal them here
         parts.append(f"docker rm -f {quote(agent.container)} >/dev/null 2>&1")
-    if agent.pid > 1:
+    elif agent.pid > 1:
         pg = f"-{agent.pid}"
         parts.append(f"kill -TERM -- {pg} 2>/dev/null; sleep 0.3; kill -KILL -- {pg} 2>/dev/null")
     if folder:
@@ -164,6 +172,7 @@ def _stop_script(agent: Agent, folder: str) -> str:
 class SshHost(AgentHost):
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.folders = []
         self.channels: list[Any] = []
 
     def upload(self, files: dict[str, bytes]) -> str:
@@ -223,9 +232,9 @@ class SshHost(AgentHost):
 
     def close(self) -> None:
         try:
-            if self.folder:
-                self.conn.run(f"rm -rf {quote(self.folder)}", timeout=20,
-                              step="removing the transfer agent")
+            if self.folders:
+                self.conn.run("rm -rf " + " ".join(quote(f) for f in self.folders),
+                              timeout=20, step="removing the transfer agent")
         except Exception:  # noqa: BLE001 - a lost connection: the agent removed its folder
             pass
         for chan in self.channels:
@@ -236,6 +245,7 @@ class SshHost(AgentHost):
 class LocalHost(AgentHost):
     def __init__(self, options: Options) -> None:
         self.options = options
+        self.folders = []
 
     def upload(self, files: dict[str, bytes]) -> str:
         folder = tempfile.mkdtemp(prefix="pdctl-xfer.", dir="/tmp")
@@ -266,8 +276,8 @@ class LocalHost(AgentHost):
                        timeout=20)
 
     def close(self) -> None:
-        if self.folder:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        for folder in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def open_host(host: Host, options: Options, local: bool) -> AgentHost:

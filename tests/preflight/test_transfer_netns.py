@@ -208,3 +208,28 @@ def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, nodes, venv)
     done = {x["side"]: x for x in ranks if x["event"] == "result"}
     assert set(done) == {"rank0", "rank1"} and all(x["verified"] for x in done.values())
     assert leftovers() == []
+
+
+def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, nodes, venv) -> None:
+    """The transport of connectors without one of their own: plain sockets, python3 of the
+    login shell, over the same upload, start and stop as the others."""
+    from dataclasses import replace
+
+    from pdctl.facts.transfer import parse_transfer
+    from pdctl.plan import make_plan
+    from pdctl.probe.agent_host import open_host
+    from pdctl.probe.run import Bounds, Options
+    from pdctl.probe.transfer import pairs, run_pair
+    from pdctl.spec import load_text
+    from pdctl.targets.ssh import SshOptions
+
+    plan = make_plan(load_text(write_spec(tmp_path, nodes, venv).read_text(), "s.yaml")[0])
+    (pair,) = pairs(plan)
+    options = Options(ssh=SshOptions(known_hosts=os.environ["PDCTL_TEST_KNOWN_HOSTS"]))
+    text = run_pair(plan, replace(pair, transport="tcp"), Bounds(8 << 20, 5.0),
+                    lambda h: open_host(h, options, False))
+    t = parse_transfer("node2", text)
+    assert t.reached and t.verified and t.bytes == 8 << 20, text
+    starts = [json.loads(x) for x in text.splitlines() if '"start"' in x]
+    assert {x["python"] for x in starts} != {str(venv / "bin/python")}
+    assert leftovers() == []
