@@ -170,6 +170,9 @@ def main() -> int:
     a = p.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
+    # The transports import this file as `agent`: let that be this very module (run as
+    # __main__), so that their Failed is the one caught below.
+    sys.modules.setdefault("agent", sys.modules[__name__])
     # The transport's module imports its package (nixl, mooncake, torch) only when it runs.
     module = __import__("xfer_" + a.transport)
     if not a.keep:
