@@ -11,7 +11,7 @@ from pdctl.check.fit import fit, model_of, weights_total
 from pdctl.check.group import group_checks
 from pdctl.check.hami import hami_library
 from pdctl.check.topology import host_topology
-from pdctl.check.transfer import group_transfers, transfers
+from pdctl.check.transfer import group_transfers, rdma_limits, transfers
 from pdctl.facts.model import Facts
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
@@ -53,6 +53,7 @@ def run_checks(
         out += h.disk(host, hf, weights)
         out += h.ports(host, hf, insts, tuple(s.port for s in svc if s.host.name == host.name))
     out += group_checks(plan, facts, model)
+    out += rdma_limits(plan, facts)
     out += transfers(plan, facts, model, transfer)
     out += group_transfers(plan, facts, transfer)
     out += fit(plan, facts, model, why)

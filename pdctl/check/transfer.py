@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pdctl.check.finding import Finding
+from pdctl.check.finding import Finding, Status
+from pdctl.check.reach import MEMLOCK_FLOOR_KIB
 from pdctl.facts.model import Facts
-from pdctl.facts.transfer import Transfer, host_pairs, transport_of
+from pdctl.facts.transfer import Transfer, host_pairs, transport_of, uses_rdma
 from pdctl.plan.model import Instance, Plan
 
 CHECK = "net.transfer"
@@ -208,4 +209,43 @@ def group_transfers(plan: Plan, facts: Facts, run: bool = True) -> list[Finding]
                                "see the recording's group-transfer file for the ranks' logs"))
         else:
             out.append(Finding("PASS", "net.alltoall", leader.name, found, want))
+    return out
+
+
+def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
+    """`net.rdma` per host of a pair whose KV transfer registers memory with RDMA NICs: the
+    locked-memory limit (registration pins the KV buffers) and, with GPU KV buffers, the
+    nvidia_peermem module (GPUDirect RDMA), read before any transfer."""
+    dis = plan.spec.disaggregation
+    if plan.target != "hosts" or plan.phase not in (2, 3) or dis is None:
+        return []
+    gpu = plan.spec.engine.device != "cpu" and dis.kv_buffer_device != "cpu"
+    seen: dict[str, Instance] = {}
+    for p, d in host_pairs(plan.instances):
+        for inst in (p, d):
+            seen.setdefault(inst.host.name, inst)
+    out: list[Finding] = []
+    for name, inst in seen.items():
+        assert inst.host is not None
+        if not uses_rdma(dis.protocol, dict(inst.env), inst.host.rdma_devices):
+            continue
+        hf = facts.host(name)
+        if hf is None or hf.error:
+            continue
+        want = "ulimit -l unlimited" + ("; nvidia_peermem loaded (GPUDirect RDMA)" if gpu else "")
+        kib = hf.memlock_kib
+        parts = ["ulimit -l: " + ("not gathered" if kib is None else "unlimited" if kib < 0
+                                  else f"{kib} KiB")]
+        status: Status = "PASS"
+        fix = ""
+        if kib is None:
+            status, fix = "WARN", GATHER
+        elif kib >= 0:
+            status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
+            fix = MEMLOCK_FIX
+        if gpu and hf.peermem is not None:
+            parts.append("nvidia_peermem " + ("loaded" if hf.peermem else "not loaded"))
+            if not hf.peermem and status == "PASS":
+                status, fix = "WARN", PEERMEM_FIX
+        out.append(Finding(status, "net.rdma", name, "; ".join(parts), want, fix))
     return out

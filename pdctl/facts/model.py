@@ -116,6 +116,7 @@ class HostFacts:
     net_devices: tuple[str, ...] | None = None
     transfers: tuple[Transfer, ...] = ()
     group_transfers: tuple[Transfer, ...] = ()  # a group leader's host: its all-to-all
+    peermem: bool | None = None  # the nvidia_peermem module is loaded (RDMA hosts)
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

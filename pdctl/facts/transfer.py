@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 NET_DEVICES = "net-devices.txt"
+PEERMEM = "nvidia-peermem.txt"  # `loaded` or `absent`: /sys/module/nvidia_peermem
 TRANSFER_PREFIX = "transfer-to-"
 TRANSFER_SUFFIX = ".jsonl"
 # Variables that name network interfaces or RDMA devices the transports must find.
@@ -43,6 +44,23 @@ def host_pairs(instances: Any) -> list[tuple[Any, Any]]:
         for d in (i for i in placed if i.role == "decode"):
             out.setdefault((p.host.name, d.host.name), (p, d))
     return list(out.values())
+
+
+RDMA_TLS = ("rc", "ud", "dc", "ib", "rdma", "all")  # UCX_TLS names that mean verbs
+
+
+def uses_rdma(protocol: str, env: dict[str, str], rdma_devices: tuple[str, ...]) -> bool:
+    """Whether an instance's KV transfer would register memory with an RDMA NIC: Mooncake's
+    protocol rdma, UCX_TLS naming verbs transports (or RDMA `DEVICE:PORT` in
+    UCX_NET_DEVICES), NCCL_IB_HCA, or the host's rdmaDevices."""
+    tls = [x.strip().split("_")[0] for x in env.get("UCX_TLS", "").lstrip("^").split(",")]
+    return (
+        protocol == "rdma"
+        or (not env.get("UCX_TLS", "").startswith("^") and any(t in RDMA_TLS for t in tls))
+        or ":" in env.get("UCX_NET_DEVICES", "")
+        or bool(env.get("NCCL_IB_HCA"))
+        or bool(rdma_devices)
+    )
 
 
 def transfer_file(decode_host: str) -> str:
@@ -222,5 +240,7 @@ def transfer_fields(raw: dict[str, str]) -> dict:
                 groups.append(Transfer(group, stage="recording", message=f"unreadable {name}: "
                                        f"{type(exc).__name__}"))
     devices = parse_net_devices(raw[NET_DEVICES]) if NET_DEVICES in raw else None
-    return {"net_devices": devices, "transfers": tuple(transfers),
+    peermem = raw[PEERMEM].strip().splitlines()[-1:] if raw.get(PEERMEM, "").strip() else None
+    return {"net_devices": devices, "peermem": None if peermem is None else
+            peermem == ["loaded"], "transfers": tuple(transfers),
             "group_transfers": tuple(groups)}

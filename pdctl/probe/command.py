@@ -4,7 +4,8 @@ recorded in. The same commands run locally and over SSH; no Python is needed on 
 from __future__ import annotations
 
 from pdctl.facts import host as f
-from pdctl.facts.transfer import NET_DEVICES
+from pdctl.facts.group import MEMLOCK
+from pdctl.facts.transfer import NET_DEVICES, PEERMEM, uses_rdma
 from pdctl.plan.router import ENGINE_LIBRARIES
 from pdctl.probe.group import group_commands
 from pdctl.probe.hami import hami_commands
@@ -81,6 +82,10 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
     dis = spec.disaggregation
     if spec.phase in (2, 3) and dis is not None:
         out[NET_DEVICES] = NET_DEVICES_COMMAND  # the network preflight's interfaces
+        if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
+            out[MEMLOCK] = "ulimit -l"  # RDMA registers (pins) the KV buffers
+            out[PEERMEM] = "if [ -d /sys/module/nvidia_peermem ]; then echo loaded; " \
+                "else echo absent; fi"
     if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
         out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
     out.update(hami_commands(spec))

@@ -192,3 +192,25 @@ def test_group_rendezvous_timeout_is_the_cause() -> None:
     [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
     assert f.status == "FAIL"
     assert "firewall port: no answer from 192.0.2.10:29501" in f.found
+
+
+def test_rdma_hosts_show_memlock_and_peermem_before_any_transfer() -> None:
+    rdma = spec("mooncake", extra=", protocol: rdma, deviceName: mlx5_0")
+    raw = {"gpu-a": {"ulimit-l.txt": "65536\n", "nvidia-peermem.txt": "loaded\n"},
+           "gpu-b": {"ulimit-l.txt": "unlimited\n", "nvidia-peermem.txt": "absent\n"}}
+    rows = {f.where: f for f in by_check(findings(rdma, raw), "net.rdma")}
+    assert rows["gpu-a"].status == "FAIL" and rows["gpu-a"].found.startswith("ulimit -l: 65536")
+    assert "memlock unlimited" in rows["gpu-a"].fix
+    assert rows["gpu-b"].status == "WARN" and "nvidia_peermem not loaded" in rows["gpu-b"].found
+    assert not by_check(findings(spec("mooncake"), raw), "net.rdma")  # protocol tcp
+
+
+def test_rdma_hosts_gather_the_limits() -> None:
+    from pdctl.probe.command import commands
+    from pdctl.spec import load_text
+
+    s, _ = load_text(spec("mooncake", extra=", protocol: rdma"), "s.yaml")
+    assert {"ulimit-l.txt", "nvidia-peermem.txt", "net-devices.txt"} <= set(
+        commands(s, s.hosts[0]))
+    s, _ = load_text(spec("mooncake"), "s.yaml")
+    assert "nvidia-peermem.txt" not in commands(s, s.hosts[0])
