@@ -153,7 +153,8 @@ def register(app: typer.Typer) -> None:
         target: str | None = TARGET,
     ) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
-        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit. Exit 1 when anything FAILs."""
+        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
+        transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
         from pdctl.check import run_checks, worst
         from pdctl.cli import term
         from pdctl.cli.connect import must_exist
