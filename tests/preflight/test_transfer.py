@@ -214,3 +214,23 @@ def test_rdma_hosts_gather_the_limits() -> None:
         commands(s, s.hosts[0]))
     s, _ = load_text(spec("mooncake"), "s.yaml")
     assert "nvidia-peermem.txt" not in commands(s, s.hosts[0])
+
+
+def test_real_nixl_recording_replays(tmp_path: Path) -> None:
+    """A real run between two namespace hosts (tests/fixtures/transfer/README.md)."""
+    proc = pdctl("preflight", str(FIX / "nixl-netns.yaml"), "--replay", str(FIX / "nixl-netns"),
+                 "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    [row] = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "net.transfer"]
+    assert row == {
+        "status": "PASS", "check": "net.transfer", "where": "node1 -> node2",
+        "found": "nixl: 0.46 GB/s, latency 84 us (256 MiB in 0.58 s)",
+        "expected": ">= 0.0105 GB/s (KV 0.5 MiB/request x 20 req/s)", "fix": "",
+    }
+
+
+def test_real_dropped_port_recording_names_the_port() -> None:
+    t = parse_transfer("node2", (FIX / "nixl-firewall.jsonl").read_text())
+    assert (t.side, t.stage, t.errno) == ("send", "connect", "ETIMEDOUT")
+    assert cause(t)[0] == ("firewall port: no answer from 10.77.227.2:25731 (TCP port 25731 "
+                           "dropped)")
