@@ -98,6 +98,9 @@ def cause(t: Transfer) -> tuple[str, str]:
     if t.stage in ("timeout", "accept"):
         return (f"no transfer within the time bound ({t.side or 'agent'}: {t.message})",
                 "check both hosts can reach each other on the connector's ports")
+    if t.stage == "ssh":
+        return (f"pdctl could not run the agents: {t.message}"[:400],
+                "check the hosts answer over SSH (host.reach) and have room in /tmp")
     if t.stage == "result":
         what = f"no result: {t.message}"
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from pdctl.errors import PdctlError, UsageError
 from pdctl.facts.host import SSH
 from pdctl.facts.transfer import NET_DEVICES, group_file, missing_interfaces, parse_net_devices
 from pdctl.plan.model import Instance, Plan
@@ -18,7 +19,7 @@ from pdctl.plan.shape import peer_address
 from pdctl.probe.agent_host import AgentHost, open_host
 from pdctl.probe.group import rendezvous_port
 from pdctl.probe.run import Bounds, Options
-from pdctl.probe.transfer import AGENT_GRACE_S, agent_env, tag
+from pdctl.probe.transfer import AGENT_GRACE_S, agent_env, failure, tag
 from pdctl.spec.model import Host
 
 
@@ -84,6 +85,11 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
         for agent in agents:
             agent.wait_exit(life)
         return text + "".join(tag(a.output(), f"rank{r}") for r, a in enumerate(agents))
+    except UsageError:
+        raise
+    except (PdctlError, OSError) as exc:  # a host lost, or no room in /tmp: a fact too
+        done = "".join(tag(a.output(), f"rank{r}") for r, a in enumerate(agents))
+        return text + done + failure(exc)
     finally:
         for agent in agents:
             agent.stop()

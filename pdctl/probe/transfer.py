@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pdctl.errors import PdctlError, UsageError
 from pdctl.facts.host import SSH
 from pdctl.facts.transfer import (
     NET_DEVICES,
@@ -139,10 +140,14 @@ def run_pair(plan: Plan, pair: Pair, bounds: Bounds, opener: Opener) -> str:
     text = header(pair, bounds)
     life = bounds.seconds + AGENT_GRACE_S + 10
     listener = sender = None
-    dhost = opener(pair.decode.host)
-    phost = dhost if pair.decode.host.name == pair.prefill.host.name else opener(
-        pair.prefill.host)
+    opened: list[AgentHost] = []
     try:
+        dhost = opener(pair.decode.host)
+        opened.append(dhost)
+        phost = dhost
+        if pair.decode.host.name != pair.prefill.host.name:
+            phost = opener(pair.prefill.host)
+            opened.append(phost)
         listener = dhost.start(plan, pair.decode, agent_env(pair.decode),
                                agent_args(plan, pair, "listen", bounds))
         ready = listener.wait_listening(timeout=life)
@@ -154,12 +159,24 @@ def run_pair(plan: Plan, pair: Pair, bounds: Bounds, opener: Opener) -> str:
         sender.wait_exit(life)
         listener.wait_exit(2 if sender.failed() else life)
         return text + tag(listener.output(), "listen") + tag(sender.output(), "send")
+    except UsageError:
+        raise
+    except (PdctlError, OSError) as exc:  # a host lost, or no room in /tmp: a fact too
+        done = "".join(tag(a.output(), side) for a, side in ((listener, "listen"),
+                                                             (sender, "send")) if a)
+        return text + done + failure(exc)
     finally:
         for proc in (sender, listener):
             if proc is not None:
                 proc.stop()
-        for h in {id(dhost): dhost, id(phost): phost}.values():
+        for h in opened:
             h.close()
+
+
+def failure(exc: BaseException) -> str:
+    """pdctl's own failure to run the agents (SSH, upload), as an agent error line."""
+    return json.dumps({"event": "error", "side": "pdctl", "stage": "ssh", "errno": "",
+                       "message": str(exc)[:2000]}, sort_keys=True) + "\n"
 
 
 def transfer_pairs(

@@ -70,3 +70,25 @@ def test_a_missing_interface_starts_no_agent(tmp_path: Path) -> None:
     assert [x["event"] for x in lines] == ["pair", "skipped"]
     assert lines[1]["reason"] == ("interface: NCCL_SOCKET_IFNAME==nosuch0 names no interface "
                                   "on a (it has eth0, lo)")
+
+
+def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> None:
+    from pdctl.check.transfer import cause
+    from pdctl.errors import PdctlError
+
+    plan = plan_for(tmp_path, free_port(1))
+    opened = []
+
+    def opener(host):
+        if host.name == "a":  # the prefill host, opened after the decode host
+            raise PdctlError("host a (127.0.0.1:22): cannot connect: Connection refused")
+        opened.append(open_host(host, Options(), True))
+        return opened[-1]
+
+    (pair,) = pairs(plan)
+    text = run_pair(plan, replace(pair, transport="tcp"), Bounds(4 << 20, 5.0), opener)
+    t = parse_transfer("b", text)
+    assert (t.side, t.stage) == ("pdctl", "ssh")
+    assert cause(t)[0] == ("pdctl could not run the agents: host a (127.0.0.1:22): cannot "
+                           "connect: Connection refused")
+    assert len(opened) == 1 and opened[0].folders == [] and agents_left() == ""
