@@ -76,7 +76,8 @@ class Agent:
             except ValueError:
                 return
             if isinstance(ev, dict) and ev.get("event") in ("spawned", "start"):
-                self.pid = int(ev.get("pgid") or 0)  # its process group: conda run's too
+                pgid = ev.get("pgid")  # its process group: conda run's too
+                self.pid = pgid if isinstance(pgid, int) and pgid > 1 else 0
 
     def events(self) -> list[str]:
         out = []
