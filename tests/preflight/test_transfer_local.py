@@ -92,3 +92,40 @@ def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> No
     assert cause(t)[0] == ("pdctl could not run the agents: host a (127.0.0.1:22): cannot "
                            "connect: Connection refused")
     assert len(opened) == 1 and opened[0].folders == [] and agents_left() == ""
+
+
+def engine_plan(tmp: Path):
+    """The plan of plan_for with the vLLM CPU environment as both hosts' venv."""
+    import os
+
+    import pytest
+
+    d = os.environ.get("PDCTL_TEST_VLLM_DIR")
+    py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
+    if not d or subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode:
+        pytest.skip("no vLLM CPU environment: tests/e2e/prepare_vllm_cpu.sh DIR, "
+                    "PDCTL_TEST_VLLM_DIR=DIR")
+    plan = plan_for(tmp, free_port(1))
+    venv = py.parent.parent
+    hosts = tuple(h.model_copy(update={"venv": str(venv)}) for h in plan.spec.hosts)
+    return make_plan(plan.spec.model_copy(update={"hosts": hosts}))
+
+
+def test_the_gpu_and_rdma_agents_say_why_they_cannot_run_here(tmp_path: Path) -> None:
+    """On these CPU-only machines, for real: the NCCL agent finds no CUDA device and the
+    Mooncake agent no mooncake package, each a cause naming it, and nothing is left."""
+    from pdctl.check.transfer import cause
+
+    plan = engine_plan(tmp_path)
+    (pair,) = pairs(plan)
+    opener = lambda h: open_host(h, Options(), True)  # noqa: E731
+    nccl = parse_transfer("b", run_pair(plan, replace(pair, transport="nccl"),
+                                        Bounds(1 << 20, 2.0), opener))
+    assert (nccl.side, nccl.stage) == ("listen", "transport")
+    assert cause(nccl)[0] == ("transport failed on the listen side: no CUDA device: NCCL needs "
+                              "a GPU on both hosts")
+    moon = parse_transfer("b", run_pair(plan, replace(pair, transport="mooncake"),
+                                        Bounds(1 << 20, 2.0), opener))
+    assert (moon.side, moon.stage) == ("listen", "import")
+    assert cause(moon)[0].startswith("not installed: No module named 'mooncake'")
+    assert agents_left() == ""
