@@ -90,11 +90,18 @@ def cause(t: Transfer) -> tuple[str, str]:
         return (f"not installed: {t.message}",
                 "install the connector's package in the engine's environment (`pdctl up` "
                 "does), or check hosts[].venv / condaEnv")
-    if t.stage == "transfer" and t.errno == "ETIMEDOUT":
+    if (t.stage == "transfer" and t.errno == "ETIMEDOUT") or (
+        t.stage == "timeout" and t.connected
+    ):
+        sides = [f"prefill side: {t.phase}" if t.phase else "",
+                 f"decode side: {t.listen_phase}" if t.listen_phase else ""]
+        doing = f" ({'; '.join(x for x in sides if x)})" if any(sides) else ""
         return (f"no data: the side channel {where} answered but the transfer never "
-                "completed (the transport's own connections are blocked or misrouted)",
-                "let the transport's data ports through the firewall and check UCX_TLS / "
-                "UCX_NET_DEVICES / NCCL_SOCKET_IFNAME name the route between the hosts")
+                f"completed{doing}: the transport's own connections (ports of its own "
+                "choosing) are blocked or misrouted",
+                "let the transport's connections through the firewall between the hosts "
+                "(not only the side-channel port), and check UCX_TLS / UCX_NET_DEVICES / "
+                "NCCL_SOCKET_IFNAME name the route between them")
     if t.stage in ("timeout", "accept"):
         return (f"no transfer within the time bound ({t.side or 'agent'}: {t.message})",
                 "check both hosts can reach each other on the connector's ports")

@@ -92,6 +92,9 @@ class Transfer:
     errno: str = ""
     message: str = ""
     skipped: str = ""  # why no transfer was tried (a missing interface, --no-transfer)
+    connected: bool = False  # the sender reached the decode side's side channel
+    phase: str = ""  # what the sender was doing last (its last `phase` line)
+    listen_phase: str = ""  # and the listener
     logs: tuple[str, ...] = ()  # the agents' stderr (UCX, NCCL, Mooncake messages)
 
     @property
@@ -161,6 +164,11 @@ def parse_transfer(decode: str, text: str) -> Transfer:
             fields["skipped"] = str(ev.get("reason", "skipped"))
         elif kind == "log":
             logs.append(str(ev.get("line", ""))[:500])
+        elif kind == "connected":
+            fields["connected"] = True
+        elif kind == "phase":
+            key = "listen_phase" if ev.get("side") == "listen" else "phase"
+            fields[key] = str(ev.get("name", ""))[:200]
         elif kind == "error" and failure is None:
             failure = ev
         elif kind == "result" and (result is None or ev.get("side") == "listen"):

@@ -44,6 +44,15 @@ def emit(event: str, **fields: object) -> None:
     sys.stdout.flush()
 
 
+PHASE = [""]
+
+
+def phase(name: str) -> None:
+    """Say what the agent does next: a hang (a blocked connection) is then named by it."""
+    PHASE[0] = name
+    emit("phase", name=name)
+
+
 class Failed(Exception):
     """A failure at `stage` (import, bind, connect, register, metadata, transfer, timeout)."""
 
@@ -179,9 +188,13 @@ def main() -> int:
         shutil.rmtree(here, ignore_errors=True)  # the code is loaded: nothing stays behind
         os.chdir("/")  # not a deleted folder (oneMKL, loaded by torch, fails in one)
     life = a.seconds + GRACE_S + CONNECT_S
-    signal.signal(signal.SIGALRM, lambda *_: (emit("error", stage="timeout", errno="ETIMEDOUT",
-                                                   message=f"gave up after {life:g} s"),
-                                              os._exit(3)))
+    def give_up(*_: object) -> None:
+        where = f" while {PHASE[0]}" if PHASE[0] else ""
+        emit("error", stage="timeout", errno="ETIMEDOUT", message=f"gave up after {life:g} s"
+             + where)
+        os._exit(3)
+
+    signal.signal(signal.SIGALRM, give_up)
     signal.alarm(int(life) + 1)
     emit("start", side=a.side, transport=a.transport, pid=os.getpid(), pgid=os.getpgid(0),
          python=sys.executable)

@@ -8,7 +8,7 @@ Mooncake logs its failures (e.g. "No available RNIC") on stderr, which pdctl rec
 
 from __future__ import annotations
 
-from agent import Failed, connect, listen, measure
+from agent import Failed, connect, listen, measure, phase
 
 PATTERN = 0xA5
 
@@ -46,7 +46,9 @@ def run(a) -> dict:
         verified = int(buf[0]) == PATTERN and int(buf[-1]) == PATTERN
         return {**result, "verified": verified, "peer": peer}
     ch = connect(a.to, a.port, 20.0)
+    phase("waiting for the decode side's Mooncake session")
     remote = ch.recv()
+    phase("starting the Mooncake transfer engine")
     engine = _engine(a, a.bind or "0.0.0.0")
     buf = _buffer(engine, a.buffer, PATTERN)
 
@@ -56,6 +58,7 @@ def run(a) -> dict:
             raise Failed("transfer", f"transfer_sync_write of {size} bytes to "
                          f"{remote['session']} returned {ret}")
 
+    phase("writing (the engine connects to the decode side)")
     result = measure(post, a.buffer, a.bytes, a.seconds)
     post(a.buffer)
     result["backend"] = f"mooncake-{a.protocol}"

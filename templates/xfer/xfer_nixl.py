@@ -11,7 +11,7 @@ import base64
 import select
 import time
 
-from agent import Failed, connect, listen, measure
+from agent import Failed, connect, listen, measure, phase
 
 PATTERN = 0xA5
 DONE = b"pdctl-preflight-done"
@@ -60,13 +60,17 @@ def _first(buf) -> tuple[int, int]:
 def run(a) -> dict:
     if a.side == "listen":
         ch, peer = listen(a.bind, a.port, a.seconds + 20)
+        phase("creating the NIXL agent (UCX backend)")
         agent = _agent(f"pdctl-decode-{a.port}")
+        phase("registering the buffer")
         buf, addr, mem, dev = _buffer(a.buffer, a.device, 0)
         _register(agent, addr, a.buffer, mem, dev)
+        phase("sending the NIXL metadata")
         meta = base64.b64encode(agent.get_agent_metadata()).decode()
         ch.send(meta=meta, addr=addr, size=a.buffer, mem=mem, dev=dev, name=agent.name)
         # Progress the agent (as an engine's loop does) until the sender's figures come:
         # over TCP, UCX emulates the remote write with messages the target must handle.
+        phase("receiving the writes")
         notified = False
         while not select.select([ch.sock], [], [], 0.0005)[0]:
             notified = notified or _done(agent)
@@ -83,7 +87,9 @@ def run(a) -> dict:
     agent = _agent(f"pdctl-prefill-{a.port}")
     buf, addr, mem, dev = _buffer(a.buffer, a.device, PATTERN)
     _register(agent, addr, a.buffer, mem, dev)
+    phase("waiting for the decode side's NIXL metadata")
     remote = ch.recv()
+    phase("adding the decode side's NIXL agent")
     try:
         name = agent.add_remote_agent(base64.b64decode(remote["meta"]))
     except Exception as exc:
@@ -105,6 +111,7 @@ def run(a) -> dict:
         if state != "DONE":
             raise Failed("transfer", f"NIXL transfer state {state} ({size} bytes)")
 
+    phase("writing (UCX connects to the decode side)")
     result = measure(post, a.buffer, a.bytes, a.seconds)
     post(a.buffer, DONE)  # the whole buffer once more, with the notification
     result["backend"] = "UCX"

@@ -234,3 +234,14 @@ def test_real_dropped_port_recording_names_the_port() -> None:
     assert (t.side, t.stage, t.errno) == ("send", "connect", "ETIMEDOUT")
     assert cause(t)[0] == ("firewall port: no answer from 10.77.227.2:25731 (TCP port 25731 "
                            "dropped)")
+
+
+def test_real_blocked_data_ports_recording_says_no_data() -> None:
+    """The side channel let through, UCX's own connection not: both agents' last steps."""
+    t = parse_transfer("node2", (FIX / "nixl-data-ports.jsonl").read_text())
+    assert t.connected and (t.side, t.stage) == ("listen", "timeout")
+    why, fix = cause(t)
+    assert why.startswith("no data: the side channel ")
+    assert ("(prefill side: adding the decode side's NIXL agent; decode side: receiving the "
+            "writes)") in why
+    assert "not only the side-channel port" in fix
