@@ -46,6 +46,9 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "UCX: no transport in UCX_TLS reaches the other host over UCX_NET_DEVICES",
      "let UCX_TLS include a transport both hosts have (e.g. `tcp`, or `rc` with RDMA) and "
      "UCX_NET_DEVICES name a device on the route between them"),
+    (r"No such image|image .* not found|[Uu]nable to find image",
+     "image: the engine image is not on the host (preflight does not pull it)",
+     "pull the pinned image on the host first (`docker pull IMAGE`), then rerun preflight"),
     (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
      "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
      "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"),

@@ -53,7 +53,9 @@ def python_command(plan: Plan, inst: Instance, transport: str, folder: str, name
     gpus = f"--gpus {quote(chr(34) + 'device=' + ','.join(map(str, inst.gpus)) + chr(34))} " \
         if inst.gpus else ""
     return (
-        f"docker run --rm --name {quote(name)} --network host --ipc host --ulimit memlock=-1 "
+        # --pull never: a preflight does not pull a 10 GB image (the cause says to pull it)
+        f"docker run --rm --pull never --name {quote(name)} --network host --ipc host "
+        "--ulimit memlock=-1 "
         f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}"
     )
 

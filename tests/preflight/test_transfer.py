@@ -245,3 +245,16 @@ def test_real_blocked_data_ports_recording_says_no_data() -> None:
     assert ("(prefill side: adding the decode side's NIXL agent; decode side: receiving the "
             "writes)") in why
     assert "not only the side-channel port" in fix
+
+
+def test_an_engine_image_not_pulled_is_named() -> None:
+    """docker run --pull never, the image absent (the daemon's words, docker 20.10)."""
+    text = "\n".join([
+        json.dumps({"event": "pair", "transport": "nixl", "address": "192.0.2.11",
+                    "port": 5600}),
+        json.dumps({"event": "log", "side": "listen", "line": "docker: Error response from "
+                    "daemon: No such image: vllm/vllm-openai:v0.33.0"}),
+    ])
+    t = parse_transfer("gpu-b", text)
+    why, fix = cause(t)
+    assert why.startswith("image: the engine image is not on the host") and "docker pull" in fix
