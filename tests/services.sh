@@ -12,7 +12,7 @@ install() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends openssh-server openssh-client docker.io \
-    iproute2 shellcheck hyperfine procps curl busybox-static gcc binutils util-linux
+    iproute2 iptables shellcheck hyperfine procps curl busybox-static gcc binutils util-linux
 }
 
 bg() { # bg NAME CMD... : run in the background, log to $RUN/NAME.log, record the PID

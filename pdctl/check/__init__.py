@@ -11,6 +11,7 @@ from pdctl.check.fit import fit, model_of, weights_total
 from pdctl.check.group import group_checks
 from pdctl.check.hami import hami_library
 from pdctl.check.topology import host_topology
+from pdctl.check.transfer import group_transfers, rdma_limits, transfers
 from pdctl.facts.model import Facts
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
@@ -18,10 +19,12 @@ from pdctl.plan.topology import plan_hosts
 __all__ = ["Finding", "Status", "run_checks", "worst"]
 
 
-def run_checks(plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None) -> tuple[
-    Finding, ...
-]:
-    """Every finding for the plan: hosts (or the cluster) first, model fit last."""
+def run_checks(
+    plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None, transfer: bool = True
+) -> tuple[Finding, ...]:
+    """Every finding for the plan: hosts (or the cluster) first, then multi-node groups and
+    the network preflight's transfers (`transfer=False`: none was run, say nothing of them),
+    model fit last."""
     model, why = model_of(plan, hf_config)
     weights = weights_total(plan, model) if model is not None else None
     out: list[Finding] = []
@@ -50,5 +53,8 @@ def run_checks(plan: Plan, facts: Facts, hf_config: dict[str, Any] | None = None
         out += h.disk(host, hf, weights)
         out += h.ports(host, hf, insts, tuple(s.port for s in svc if s.host.name == host.name))
     out += group_checks(plan, facts, model)
+    out += rdma_limits(plan, facts)
+    out += transfers(plan, facts, model, transfer)
+    out += group_transfers(plan, facts, transfer)
     out += fit(plan, facts, model, why)
     return tuple(out)

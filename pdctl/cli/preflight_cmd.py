@@ -53,6 +53,28 @@ def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
         return gather(plan, options, step)
 
 
+UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1000,
+         "mb": 1000**2, "gb": 1000**3}
+
+
+def _size(text: str) -> int:
+    """`--transfer-bytes`: 1048576, 64MiB, 1GiB, 500MB."""
+    import re
+
+    from pdctl.errors import UsageError
+
+    m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in UNITS:
+        raise UsageError(f"--transfer-bytes: {text!r} is not a size",
+                         fix="write bytes, or a number with KiB, MiB or GiB (e.g. 256MiB)")
+    size = int(m.group(1)) * UNITS[unit]
+    if not 4096 <= size <= 64 << 30:
+        raise UsageError(f"--transfer-bytes: {text} is out of range",
+                         fix="give between 4KiB and 64GiB")
+    return size
+
+
 def _table(findings: Any, console: Any) -> None:
     from rich.table import Table
 
@@ -107,11 +129,32 @@ def register(app: typer.Typer) -> None:
         concurrency: int | None = typer.Option(
             None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."
         ),
+        no_transfer: bool = typer.Option(
+            False,
+            "--no-transfer",
+            help="Phase 2: skip the network preflight (the short KV transfer from each "
+            "prefill host to each decode host).",
+        ),
+        transfer_bytes: str = typer.Option(
+            "256MiB",
+            "--transfer-bytes",
+            metavar="SIZE",
+            help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB).",
+        ),
+        transfer_seconds: float = typer.Option(
+            5.0,
+            "--transfer-seconds",
+            min=0.1,
+            max=600,
+            metavar="S",
+            help="Phase 2: at most S seconds of transfer per pair (start-up not counted).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
-        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit. Exit 1 when anything FAILs."""
+        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
+        transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
         from pdctl.check import run_checks, worst
         from pdctl.cli import term
         from pdctl.cli.connect import must_exist
@@ -120,7 +163,7 @@ def register(app: typer.Typer) -> None:
         from pdctl.errors import UsageError
         from pdctl.facts import CLUSTER, facts_from
         from pdctl.plan.topology import plan_hosts
-        from pdctl.probe import Options
+        from pdctl.probe import Bounds, Options
         from pdctl.probe import record as rec
 
         check_phase_target(phase, target)
@@ -128,6 +171,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--output must be table or json (got {output!r})")
         if record is not None and replay is not None:
             raise UsageError("--record and --replay exclude each other")
+        bounds = None if no_transfer else Bounds(_size(transfer_bytes), transfer_seconds)
         plan, source = plan_from(spec, phase, target)
         hf_config = _hf_config(plan, spec, source)
         names = tuple(h.name for h in plan_hosts(plan))
@@ -148,13 +192,14 @@ def register(app: typer.Typer) -> None:
                 concurrency=concurrency or conn.parallel,
                 kubeconfig=conn.kubeconfig,
                 context=conn.context,
+                transfer=bounds,
             )
             raw = _gather(plan, options, quiet=output == "json")
             if record is not None:
                 rec.write(record, raw)
                 typer.echo(f"recorded raw outputs under {record}", err=True)
         facts = facts_from(raw)
-        findings = run_checks(plan, facts, hf_config)
+        findings = run_checks(plan, facts, hf_config, transfer=not no_transfer)
         status = worst(findings)
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
         if output == "json":

@@ -35,6 +35,7 @@ from pdctl.facts.system import (
     parse_listening,
 )
 from pdctl.facts.topo import parse_nvlink, parse_p2p, parse_topo_matrix
+from pdctl.facts.transfer import transfer_fields
 
 QUERY = "query-gpu.csv"
 TOPO = "topo-m.txt"
@@ -292,6 +293,7 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         libraries=libraries,
         hami=parse_hami_library(raw[HAMI_LIBRARY]) if raw.get(HAMI_LIBRARY) else None,
         **group_fields(raw),  # multi-node groups
+        **transfer_fields(raw),  # network preflight
         missing=tuple(missing),
     )
 

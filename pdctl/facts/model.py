@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from pdctl.facts.group import Listen, Reach
 from pdctl.facts.hami import HamiLibrary
+from pdctl.facts.transfer import Transfer
 
 # Link levels from `nvidia-smi topo -m`, best first (NV# is ranked by its link count).
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -111,6 +112,11 @@ class HostFacts:
     memlock_kib: int | None = None
     reach: tuple[Reach, ...] = ()  # a node's connect to its group leader
     listen: tuple[Listen, ...] = ()  # the leader's short-lived listener
+    # network preflight (facts/transfer.py): interface names; transfers to decode hosts
+    net_devices: tuple[str, ...] | None = None
+    transfers: tuple[Transfer, ...] = ()
+    group_transfers: tuple[Transfer, ...] = ()  # a group leader's host: its all-to-all
+    peermem: bool | None = None  # the nvidia_peermem module is loaded (RDMA hosts)
     missing: tuple[Missing, ...] = ()
 
     def gpu(self, index: int) -> Gpu | None:

@@ -9,10 +9,10 @@ from pdctl.facts import CLUSTER
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.probe.command import commands
-from pdctl.probe.run import Options, Step, run_local, run_ssh
+from pdctl.probe.run import Bounds, Options, Step, run_local, run_ssh
 from pdctl.spec.model import Host
 
-__all__ = ["CLUSTER", "Options", "gather", "hosts_to_probe", "is_local", "steps"]
+__all__ = ["CLUSTER", "Bounds", "Options", "gather", "hosts_to_probe", "is_local", "steps"]
 
 LOCAL_ADDRESSES = ("localhost",)
 
@@ -35,6 +35,12 @@ def steps(plan: Plan, options: Options) -> dict[str, int]:
     for h in hosts_to_probe(plan):
         out[h.name] = len(commands(plan.spec, h, _gpus(plan, h))) + (1 if is_local(h, options)
                                                                       else 0)
+    if options.transfer is not None:
+        from pdctl.probe.transfer import pairs
+
+        for pair in pairs(plan):
+            assert pair.prefill.host is not None
+            out[pair.prefill.host.name] = out.get(pair.prefill.host.name, 0) + 1
     if plan.target == "kubernetes":
         out[CLUSTER] = 1
     return out
@@ -61,6 +67,16 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
         local = lambda h: is_local(h, options)  # noqa: E731
         for name, files in reach_hosts(plan, options, out, local).items():
             out[name].update(files)  # multi-node groups: the nodes reach their leader
+        if options.transfer is not None:
+            from pdctl.probe.group_transfer import transfer_groups
+            from pdctl.probe.transfer import transfer_pairs
+
+            moved = transfer_pairs(plan, options, options.transfer, out, local, step)
+            for name, files in moved.items():
+                out[name].update(files)  # phase 2: prefill to decode transfers
+            for name, files in transfer_groups(plan, options, options.transfer, out,
+                                               local).items():
+                out[name].update(files)  # multi-node groups: all-to-all
     if plan.target == "kubernetes":
         from pdctl.probe.kube import gather as gather_cluster
 

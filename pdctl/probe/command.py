@@ -4,6 +4,8 @@ recorded in. The same commands run locally and over SSH; no Python is needed on 
 from __future__ import annotations
 
 from pdctl.facts import host as f
+from pdctl.facts.group import MEMLOCK
+from pdctl.facts.transfer import NET_DEVICES, PEERMEM, uses_rdma
 from pdctl.plan.router import ENGINE_LIBRARIES
 from pdctl.probe.group import group_commands
 from pdctl.probe.hami import hami_commands
@@ -19,6 +21,11 @@ IB_PORTS = (
     'for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
     'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
     '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
+)
+
+NET_DEVICES_COMMAND = (
+    'for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
+    'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done'
 )
 
 
@@ -73,6 +80,12 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
         }
     )
     dis = spec.disaggregation
+    if spec.phase in (2, 3) and dis is not None:
+        out[NET_DEVICES] = NET_DEVICES_COMMAND  # the network preflight's interfaces
+        if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
+            out[MEMLOCK] = "ulimit -l"  # RDMA registers (pins) the KV buffers
+            out[PEERMEM] = "if [ -d /sys/module/nvidia_peermem ]; then echo loaded; " \
+                "else echo absent; fi"
     if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
         out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
     out.update(hami_commands(spec))

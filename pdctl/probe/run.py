@@ -16,6 +16,15 @@ Step = Callable[[str, str], None]  # (host name, file name) after each command
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """How much one transfer of the network preflight may move and for how long
+    (`--transfer-bytes`, `--transfer-seconds`)."""
+
+    bytes: int = 256 << 20
+    seconds: float = 5.0
+
+
+@dataclass(frozen=True)
 class Options:
     """How to gather: `ssh` reaches hosts (the same options as `up`), `local` names hosts
     probed on this machine without SSH, `concurrency` hosts at once (--parallel)."""
@@ -28,6 +37,7 @@ class Options:
     kubeconfig: str | None = None
     context: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    transfer: Bounds | None = None  # the network preflight of phase 2 (None: not run)
 
 
 def _record(raw: dict[str, str], name: str, rc: int, out: str, err: str) -> None:

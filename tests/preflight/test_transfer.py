@@ -1,0 +1,260 @@
+"""The network preflight's parsing and verdicts on recorded outputs (tests/fixtures/transfer/:
+real NIXL recordings from the namespace hosts; the RDMA/GPU cases in the transports' own
+words, which cannot run on these CPU-only machines), and the CLI on a replay."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pdctl.check.transfer import cause
+from pdctl.facts.transfer import (
+    missing_interfaces,
+    named_interfaces,
+    parse_net_devices,
+    parse_transfer,
+    transfer_fields,
+)
+from tests.conftest import ROOT
+from tests.preflight.conftest import by_check, findings, pdctl
+
+FIX = ROOT / "tests" / "fixtures" / "transfer"
+
+
+def spec(connector: str = "mooncake", workload: str = "", extra: str = "") -> str:
+    return (
+        "name: t\nphase: 2\nmodel: {name: Qwen/Qwen2.5-7B-Instruct, maxModelLen: 8192}\n"
+        "engine: {version: '0.23.0'}\nhosts:\n"
+        "  - {name: gpu-a, address: 192.0.2.10, gpus: [0]}\n"
+        "  - {name: gpu-b, address: 192.0.2.11, gpus: [0]}\n"
+        "prefill: {replicas: 1, hosts: [gpu-a]}\ndecode: {replicas: 1, hosts: [gpu-b]}\n"
+        f"disaggregation: {{connector: {connector}{extra}}}\n{workload}"
+    )
+
+
+def raw_with(name: str, decode: str = "gpu-b") -> dict[str, dict[str, str]]:
+    return {"gpu-a": {f"transfer-to-{decode}.jsonl": (FIX / name).read_text()}, decode: {}}
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("mooncake-no-rnic.jsonl", "RDMA device: Mooncake found no usable RNIC"),
+        ("mooncake-gid.jsonl", "GID: the GID index names no address"),
+        ("nccl-no-interface.jsonl", "interface: the transport found no interface"),
+        ("nccl-memlock.jsonl", "memlock: memory registration failed"),
+    ],
+)
+def test_recorded_rdma_failures_name_their_cause(name: str, words: str) -> None:
+    t = parse_transfer("gpu-b", (FIX / name).read_text())
+    assert not t.reached
+    why, fix = cause(t)
+    assert why.startswith(words) and fix
+
+
+def test_first_failure_is_the_listeners_and_logs_are_kept() -> None:
+    t = parse_transfer("gpu-b", (FIX / "mooncake-no-rnic.jsonl").read_text())
+    assert (t.side, t.stage, t.transport, t.address, t.port) == (
+        "listen", "transport", "mooncake", "192.0.2.11", 8998)
+    assert any("No available RNIC" in line for line in t.logs)
+
+
+def test_peermem_off_is_a_warning_on_a_transfer_that_went_through() -> None:
+    found = by_check(findings(spec("p2p-nccl"), raw_with("nccl-peermem.jsonl")), "net.transfer")
+    assert [f.status for f in found] == ["WARN"]
+    assert "9.8 GB/s" in found[0].found and "GPU Direct RDMA Disabled" in found[0].found
+    assert "nvidia_peermem" in found[0].fix
+
+
+def test_a_failed_pair_is_one_fail_line_naming_pair_and_cause() -> None:
+    found = by_check(findings(spec(), raw_with("mooncake-no-rnic.jsonl")), "net.transfer")
+    assert [(f.status, f.where) for f in found] == [("FAIL", "gpu-a -> gpu-b")]
+    assert "No available RNIC" in found[0].found
+
+
+def test_measured_bandwidth_against_the_plans_need() -> None:
+    """Qwen2.5-7B: 28 layers x 4 KV heads x 128 x 2 (K, V) x 2 bytes = 57344 B/token; 1024
+    prompt tokens x 100 req/s = 5.87 GB/s, more than the 9.8 GB/s halved."""
+    text = (FIX / "nccl-peermem.jsonl").read_text().replace("NCCL INFO NET/IB : GPU Direct "
+                                                            "RDMA Disabled", "NCCL INFO ok")
+    raw = {"gpu-a": {"transfer-to-gpu-b.jsonl": text}, "gpu-b": {}}
+    ok = spec("p2p-nccl", "workload: {requestsPerSecond: 100}\n")
+    [f] = by_check(findings(ok, raw), "net.transfer")
+    assert f.status == "PASS" and f.expected.startswith(">= 5.87 GB/s")
+    slow = spec("p2p-nccl", "workload: {requestsPerSecond: 200}\n")
+    [f] = by_check(findings(slow, raw), "net.transfer")
+    assert f.status == "FAIL" and f.expected.startswith(">= 11.7 GB/s")
+
+
+def test_not_measured_warns_and_no_transfer_says_nothing() -> None:
+    from pdctl.check import run_checks
+    from pdctl.facts import facts_from
+    from pdctl.plan import make_plan
+    from pdctl.spec import load_text
+
+    plan = make_plan(load_text(spec(), "s.yaml")[0])
+    raw: dict[str, dict[str, str]] = {"gpu-a": {}, "gpu-b": {}}
+    [f] = by_check(run_checks(plan, facts_from(raw)), "net.transfer")
+    assert (f.status, f.found) == ("WARN", "mooncake: not measured")
+    assert not by_check(run_checks(plan, facts_from(raw), transfer=False), "net.transfer")
+
+
+def test_interface_names_as_the_transports_read_them() -> None:
+    assert named_interfaces("NCCL_SOCKET_IFNAME", "eth") == (("eth", False),)
+    assert named_interfaces("NCCL_SOCKET_IFNAME", "=eth0,ib0") == (("eth0", True),
+                                                                   ("ib0", True))
+    assert named_interfaces("NCCL_SOCKET_IFNAME", "^docker,lo") == ()
+    assert named_interfaces("UCX_NET_DEVICES", "mlx5_0:1,eth1,all") == (("eth1", True),)
+    present = parse_net_devices("lo UNKNOWN\neth0 UP\nib0 DOWN\n")
+    assert present == ("eth0", "ib0", "lo")
+    assert missing_interfaces({"NCCL_SOCKET_IFNAME": "eth"}, None, present) == []
+    assert missing_interfaces({"NCCL_SOCKET_IFNAME": "=eth"}, None, present) == [
+        "NCCL_SOCKET_IFNAME==eth"]
+    assert missing_interfaces({"UCX_NET_DEVICES": "eth9"}, "ib0", present) == [
+        "UCX_NET_DEVICES=eth9"]
+    assert missing_interfaces({}, "eth1", present) == ["networkInterface=eth1"]
+
+
+def test_a_hand_edited_recording_is_a_finding_not_a_crash() -> None:
+    raw = {"transfer-to-gpu-b.jsonl": '{"event": "pair", "port": "x"}\n[1, 2]\nnot json\n'}
+    [t] = transfer_fields(raw)["transfers"]
+    assert t.stage == "recording" and not t.reached
+
+
+def test_cli_replay_fails_with_the_pair_and_its_cause(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(spec())
+    rec = tmp_path / "rec"
+    (rec / "gpu-a").mkdir(parents=True)
+    (rec / "gpu-b").mkdir()
+    shutil.copy(FIX / "mooncake-no-rnic.jsonl", rec / "gpu-a" / "transfer-to-gpu-b.jsonl")
+    proc = pdctl("preflight", str(tmp_path / "spec.yaml"), "--replay", str(rec), "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    rows = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "net.transfer"]
+    assert [(r["status"], r["where"]) for r in rows] == [("FAIL", "gpu-a -> gpu-b")]
+    assert "No available RNIC" in rows[0]["found"]
+
+
+@pytest.mark.parametrize("value", ["12XB", "1", "-5", "65GiB"])
+def test_bad_transfer_bytes_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    (tmp_path / "spec.yaml").write_text(spec())
+    proc = pdctl("preflight", str(tmp_path / "spec.yaml"), "--transfer-bytes", value)
+    assert proc.returncode == 2 and "--transfer-bytes" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+GROUP_SPEC = (
+    "name: g\nphase: 0\nmodel: {name: Qwen/Qwen2.5-7B-Instruct, maxModelLen: 8192}\n"
+    "engine: {version: '0.33.0'}\nhosts:\n"
+    "  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}\n"
+    "  - {name: gpu-b, address: 192.0.2.11, gpus: [0, 1]}\n"
+    "serve: {replicas: 1, nodes: 2, tensorParallel: 4}\n"
+)
+
+
+def group_lines(*ranks: str) -> str:
+    head = json.dumps({"event": "group", "group": "g-serve-0", "backend": "nccl",
+                       "address": "192.0.2.10", "port": 29501, "nodes": ["gpu-a", "gpu-b"],
+                       "bytes": 1 << 28, "seconds": 5.0})
+    return "\n".join([head, *ranks]) + "\n"
+
+
+def rank_result(rank: int, gbps: float, verified: bool = True) -> str:
+    return json.dumps({"event": "result", "side": f"rank{rank}", "rank": rank, "world": 2,
+                       "gbps": gbps, "latency_us": 30.0 + rank, "bytes": 1 << 28,
+                       "seconds": 0.5, "verified": verified})
+
+
+def test_group_all_to_all_reports_the_slowest_node() -> None:
+    text = group_lines(rank_result(0, 20.0), rank_result(1, 12.5))
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": text}, "gpu-b": {}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert (f.status, f.where) == ("PASS", "g-serve-0")
+    assert f.found.startswith("nccl: 12.5 GB/s per node (slowest), latency 31 us")
+
+
+def test_group_all_to_all_fails_on_a_missing_rank_or_a_wrong_slice() -> None:
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": group_lines(rank_result(0, 20.0))}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert f.status == "FAIL" and "1 of 2 nodes reported a result" in f.found
+    text = group_lines(rank_result(0, 20.0), rank_result(1, 20.0, verified=False))
+    [f] = by_check(findings(GROUP_SPEC, {"gpu-a": {"group-transfer-g-serve-0.jsonl": text}}),
+                   "net.alltoall")
+    assert f.status == "FAIL" and "slices arrived wrong" in f.found
+
+
+def test_group_rendezvous_timeout_is_the_cause() -> None:
+    err = json.dumps({"event": "error", "side": "rank1", "stage": "connect", "errno": "ETIMEDOUT",
+                      "message": "DistNetworkError: timed out"})
+    raw = {"gpu-a": {"group-transfer-g-serve-0.jsonl": group_lines(err)}}
+    [f] = by_check(findings(GROUP_SPEC, raw), "net.alltoall")
+    assert f.status == "FAIL"
+    assert "firewall port: no answer from 192.0.2.10:29501" in f.found
+
+
+def test_rdma_hosts_show_memlock_and_peermem_before_any_transfer() -> None:
+    rdma = spec("mooncake", extra=", protocol: rdma, deviceName: mlx5_0")
+    raw = {"gpu-a": {"ulimit-l.txt": "65536\n", "nvidia-peermem.txt": "loaded\n"},
+           "gpu-b": {"ulimit-l.txt": "unlimited\n", "nvidia-peermem.txt": "absent\n"}}
+    rows = {f.where: f for f in by_check(findings(rdma, raw), "net.rdma")}
+    assert rows["gpu-a"].status == "FAIL" and rows["gpu-a"].found.startswith("ulimit -l: 65536")
+    assert "memlock unlimited" in rows["gpu-a"].fix
+    assert rows["gpu-b"].status == "WARN" and "nvidia_peermem not loaded" in rows["gpu-b"].found
+    assert not by_check(findings(spec("mooncake"), raw), "net.rdma")  # protocol tcp
+
+
+def test_rdma_hosts_gather_the_limits() -> None:
+    from pdctl.probe.command import commands
+    from pdctl.spec import load_text
+
+    s, _ = load_text(spec("mooncake", extra=", protocol: rdma"), "s.yaml")
+    assert {"ulimit-l.txt", "nvidia-peermem.txt", "net-devices.txt"} <= set(
+        commands(s, s.hosts[0]))
+    s, _ = load_text(spec("mooncake"), "s.yaml")
+    assert "nvidia-peermem.txt" not in commands(s, s.hosts[0])
+
+
+def test_real_nixl_recording_replays(tmp_path: Path) -> None:
+    """A real run between two namespace hosts (tests/fixtures/transfer/README.md)."""
+    proc = pdctl("preflight", str(FIX / "nixl-netns.yaml"), "--replay", str(FIX / "nixl-netns"),
+                 "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    [row] = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "net.transfer"]
+    assert row == {
+        "status": "PASS", "check": "net.transfer", "where": "node1 -> node2",
+        "found": "nixl: 0.46 GB/s, latency 84 us (256 MiB in 0.58 s)",
+        "expected": ">= 0.0105 GB/s (KV 0.5 MiB/request x 20 req/s)", "fix": "",
+    }
+
+
+def test_real_dropped_port_recording_names_the_port() -> None:
+    t = parse_transfer("node2", (FIX / "nixl-firewall.jsonl").read_text())
+    assert (t.side, t.stage, t.errno) == ("send", "connect", "ETIMEDOUT")
+    assert cause(t)[0] == ("firewall port: no answer from 10.77.227.2:25731 (TCP port 25731 "
+                           "dropped)")
+
+
+def test_real_blocked_data_ports_recording_says_no_data() -> None:
+    """The side channel let through, UCX's own connection not: both agents' last steps."""
+    t = parse_transfer("node2", (FIX / "nixl-data-ports.jsonl").read_text())
+    assert t.connected and (t.side, t.stage) == ("listen", "timeout")
+    why, fix = cause(t)
+    assert why.startswith("no data: the side channel ")
+    assert ("(prefill side: adding the decode side's NIXL agent; decode side: receiving the "
+            "writes)") in why
+    assert "not only the side-channel port" in fix
+
+
+def test_an_engine_image_not_pulled_is_named() -> None:
+    """docker run --pull never, the image absent (the daemon's words, docker 20.10)."""
+    text = "\n".join([
+        json.dumps({"event": "pair", "transport": "nixl", "address": "192.0.2.11",
+                    "port": 5600}),
+        json.dumps({"event": "log", "side": "listen", "line": "docker: Error response from "
+                    "daemon: No such image: vllm/vllm-openai:v0.33.0"}),
+    ])
+    t = parse_transfer("gpu-b", text)
+    why, fix = cause(t)
+    assert why.startswith("image: the engine image is not on the host") and "docker pull" in fix
