@@ -183,8 +183,16 @@ def role_plan(
     )
     seqs = shape.batching(total)[1]
     kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
+    # co-located decode instances time-slice the GPU (roofline.TIME_SLICE_EFFICIENCY)
+    per_gpu = sl.per_gpu if sl is not None else 1
     batch = best_batch(
-        model, gpu, shape, traffic.mean_context, max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms
+        model,
+        gpu,
+        shape,
+        traffic.mean_context,
+        max(1, min(seqs, kv_batch or 1)),
+        traffic.tpot_ms,
+        per_gpu,
     )
     return RolePlan(
         role=role,
@@ -200,7 +208,7 @@ def role_plan(
         if mem.fits
         else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp, used=mem.used),
         batch=batch,
-        decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
+        decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )
@@ -213,7 +221,9 @@ def _pd(
     dec_s = traffic.output_tokens * decode.decode.step_expected_s / max(1, decode.batch)
     rate = traffic.requests_per_second
     ttft_ok = None if traffic.ttft_ms is None else pre_s * 1000 <= traffic.ttft_ms
-    one = decode_step(model, gpu, decode.shape, 1, traffic.mean_context).tpot_ms
+    one = decode_step(
+        model, gpu, decode.shape, 1, traffic.mean_context, decode.decode.per_gpu
+    ).tpot_ms
     tpot_ok = None if traffic.tpot_ms is None else one <= traffic.tpot_ms
     if rate is None:
         return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok, tpot_ok, one)

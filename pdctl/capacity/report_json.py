@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pdctl.capacity.profile import flashinfer_only
+from pdctl.capacity.roofline import time_slice_basis
 
 if TYPE_CHECKING:
     from pdctl.capacity.fit import Shape
@@ -74,6 +75,19 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
             "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
             "tokensPerSecond": round(r.decode.tokens_per_s, 1),
             "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1),
+            # co-located instances (HAMi slices) time-slicing one GPU
+            "instancesPerGpu": r.decode.per_gpu,
+            "tokensPerSecondPerGpu": round(
+                r.decode.tokens_per_s * r.decode.per_gpu / (r.shape.tp * r.shape.pp), 1
+            ),
+            # where each figure comes from: measured, modelled or assumed
+            "basis": {
+                "step": "modelled (roofline; bandwidth efficiency measured on an H200)",
+                "timeSlicing": None
+                if r.decode.per_gpu == 1
+                else time_slice_basis(r.decode.per_gpu),
+                "prefillMfu": "assumed",
+            },
         },
         "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1) if r.fits else None,
     }

@@ -105,43 +105,53 @@ def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
     ]
 
 
+_STEP = "modelled: (weights + KV read) / HBM bandwidth at the efficiency measured on an H200"
+_PREFILL = "modelled: 50% of peak FLOP/s (assumed MFU) / FLOPs per token"
+
+
+def _sliced(per_gpu: int) -> str:
+    from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY, time_slice_basis
+
+    return (
+        f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
+        f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
+        + (" on an H200, 2-4 instances)" if time_slice_basis(per_gpu) == "measured" else
+           ": measured for 2-4 instances only)")
+    )
+
+
 def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     d = r.decode
+    per_gpu = d.per_gpu if r.role != "prefill" else 1
+    sliced = _sliced(per_gpu) if per_gpu > 1 else ""
+    rows = [
+        ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
+        ("decode step", "-", _STEP + sliced),
+        ("decode tokens/s per instance", "-", "batch / step"),
+        ("decode tokens/s per GPU", "-", "per instance x instances per GPU / GPUs per instance"),
+        ("prefill tokens/s", "-", _PREFILL),
+    ]
     if not r.fits:  # no KV: no speed figures (the fit advice says what it needs)
-        return [
-            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
-            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
-            ("decode tokens/s", "-", "batch / step"),
-            ("prefill tokens/s", "-", "50% of peak FLOP/s / FLOPs per token"),
-        ]
+        return rows
     if r.role == "prefill":
-        return [
-            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
-            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
-            ("decode tokens/s", "-", "batch / step"),
-            (
-                "prefill tokens/s",
-                f"{r.prefill_tokens_per_s:,.0f}",
-                "50% of peak FLOP/s / FLOPs per token",
-            ),
-        ]
+        rows[4] = (rows[4][0], f"{r.prefill_tokens_per_s:,.0f}", rows[4][2])
+        return rows
+    gpus = r.shape.tp * r.shape.pp
+    per_instance = d.tokens_per_s
     return [
-        ("decode batch", f"{r.batch} x {d.context:,} tokens", "min(max-num-seqs, KV, TPOT)"),
+        ("decode batch", f"{r.batch} x {d.context:,} tokens", rows[0][2]),
         (
             "decode step",
             f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
-            "(weights + KV read) / HBM bandwidth",
+            rows[1][2],
         ),
         (
-            "decode tokens/s",
-            f"{d.tokens_per_s:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
-            "batch / step",
+            "decode tokens/s per instance",
+            f"{per_instance:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
+            rows[2][2],
         ),
-        (
-            "prefill tokens/s",
-            f"{r.prefill_tokens_per_s:,.0f}",
-            "50% of peak FLOP/s / FLOPs per token",
-        ),
+        ("decode tokens/s per GPU", f"{per_instance * per_gpu / gpus:,.0f}", rows[3][2]),
+        ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}", rows[4][2]),
     ]
 
 
@@ -151,9 +161,13 @@ def union_rows(
     """The rows of all roles, each label once, in the order the roles first give them (the
     decode role's HAMi slice rows after the memory rows); "-" where a role has no such row."""
     labels: dict[str, str] = {}
+    shown: set[str] = set()  # labels whose "how" is of a role that has the figure
     for rows in per_role:
-        for label, _, how in rows:
-            labels.setdefault(label, how)
+        for label, value, how in rows:
+            if label not in labels or (value != "-" and label not in shown):
+                labels[label] = how
+            if value != "-":
+                shown.add(label)
     values = [{label: value for label, value, _ in rows} for rows in per_role]
     return [(label, [v.get(label, "-") for v in values], how) for label, how in labels.items()]
 
