@@ -46,7 +46,7 @@ _DEEPSEEK_V3 = {
     "max_position_embeddings": 163840,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
-    "quantization_config": {"quant_method": "fp8"},
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
 }
 _GPT_OSS = {
     "layer_types": ["sliding_attention", "full_attention"] * 18,
@@ -416,6 +416,9 @@ class ModelConfig:
     weight_bits: float = 16.0
     expert_weight_bits: float = 16.0
     quantization: str | None = None
+    # (block_n, block_k) of block-quantised weights (fp8 `weight_block_size`): vLLM refuses a
+    # TP that splits a projection off a block boundary (pdctl.plan.parallel)
+    weight_block: tuple[int, int] | None = None
     from_table: bool = False
     shapes_from: str | None = None
     # multimodal: the vision tower (`vision_config`), planned next to the language model
@@ -470,6 +473,10 @@ def builtin_config(name: str) -> dict[str, Any] | None:
         if key.endswith(suffix):
             key = normalize(key[: -len(suffix)])
             quant = {"quant_method": method, "bits": 8 if method == "fp8" else 4}
+            if method == "fp8" and key.startswith("qwen3"):
+                # Qwen's own FP8 checkpoints (Qwen/Qwen3-*-FP8) are block-quantised, 128 x 128
+                # ("weight_block_size": [128, 128] in their config.json)
+                quant["weight_block_size"] = [128, 128]
     config = BUILTIN.get(key)
     if config is None:
         return None

@@ -149,7 +149,10 @@ def role_plan(
     shape: Shape,
     traffic: Traffic,
     used: int = 0,
+    gpus_per_node: int = 8,
 ) -> RolePlan:
+    """One role's plan. `gpus_per_node`: the most GPUs a host of the spec lists (validate
+    refuses a larger TP), which bounds every TP suggestion."""
     shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
@@ -177,6 +180,7 @@ def role_plan(
         gpu.usable_bytes,
         shape,
         (first, MAX_UTIL) if first < MAX_UTIL else (first,),
+        gpus_per_node=gpus_per_node,
         max_tp=max_tp,
         max_pp=max_pp,
         used=mem.used,
@@ -204,14 +208,67 @@ def role_plan(
         memory=mem,
         smallest=smallest[0] if smallest else None,
         smallest_util=smallest[1] if smallest else None,
-        alternatives=()
-        if mem.fits
-        else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp, used=mem.used),
+        alternatives=(
+            ()
+            if mem.fits
+            else alternatives(
+                model,
+                total,
+                shape,
+                util,
+                gpus_per_node=gpus_per_node,
+                max_tp=max_tp,
+                max_pp=max_pp,
+                used=mem.used,
+                min_len=traffic.context,
+            )
+        )
+        + _slice_alternatives(model, gpu, shape, sl, share),
         batch=batch,
         decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )
+
+
+def _slice_alternatives(
+    model: ModelConfig, gpu: GpuType, shape: Shape, sl: DecodeSlice | None, share: Any
+) -> tuple[Alternative, ...]:
+    """For a HAMi slice that does not fit: fewer slices per GPU, or a larger slice, each one
+    that holds weights, overheads and one max-length sequence AND fits the GPU with the
+    others (the same `DecodeSlice.fits` rule the plan applies)."""
+    if sl is None or sl.fits:
+        return ()
+    eager = getattr(share, "enforce_eager", None)
+    out: list[Alternative] = []
+    for per_gpu in range(sl.per_gpu - 1, 0, -1):
+        cand = decode_slice(model, sl.gpu_mib, shape, per_gpu, None, None, eager)
+        if cand.fits:
+            out.append(
+                Alternative(
+                    f"decode.share.perGpu {per_gpu} ({cand.slice_mib:,} MiB slices, "
+                    "without gpuMemoryPercent/gpuMemoryMib)",
+                    replace(shape, enforce_eager=cand.enforce_eager),
+                    cand.kv_tokens,
+                    cand.gpu_memory_utilization,
+                    (("perGpu", per_gpu),),
+                )
+            )
+            break
+    need = sl.min_slice_mib
+    if need * sl.per_gpu <= sl.gpu_mib:
+        cand = decode_slice(model, sl.gpu_mib, shape, sl.per_gpu, None, need, eager)
+        if cand.fits:
+            out.append(
+                Alternative(
+                    f"decode.share.gpuMemoryMib {need}",
+                    replace(shape, enforce_eager=cand.enforce_eager),
+                    cand.kv_tokens,
+                    cand.gpu_memory_utilization,
+                    (("gpuMemoryMib", need),),
+                )
+            )
+    return tuple(out)
 
 
 def _pd(
@@ -252,13 +309,21 @@ def plan_capacity(
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
     `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`.
     `used`: bytes other processes hold on the GPU (a preflight recording's most used GPU)."""
+    from pdctl.plan.parallel import gpus_per_host
+
     roles: tuple[RolePlan, ...]
+    per_node = gpus_per_host(spec) or 8
+
+    def one(role: str, section: Any) -> RolePlan:
+        nodes = getattr(section, "nodes", 1) or 1
+        return role_plan(model, gpu, role, section, shapes[role], traffic, used, per_node * nodes)
+
     if spec.phase in (0, 1):
-        roles = (role_plan(model, gpu, "serve", spec.serve, shapes["serve"], traffic, used),)
+        roles = (one("serve", spec.serve),)
         pre = dec = roles[0]
     else:
-        pre = role_plan(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
-        dec = role_plan(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
+        pre = one("prefill", spec.prefill)
+        dec = one("decode", spec.decode)
         roles = (pre, dec)
     pd = _pd(model, gpu, pre, dec, traffic)
     advice = _advice(model, gpu, spec, dec, traffic, pd)

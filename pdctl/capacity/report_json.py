@@ -22,6 +22,8 @@ def _shape(shape: Shape) -> dict[str, Any]:
         "pipelineParallel": shape.pp,
         "kvCacheDtype": shape.kv_cache_dtype,
         "maxModelLen": shape.max_model_len,
+        "maxNumSeqs": shape.max_num_seqs,
+        "maxNumBatchedTokens": shape.max_num_batched_tokens,
     }
 
 
@@ -63,7 +65,14 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         if r.smallest
         else None,
         "alternatives": [
-            {"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens} for a in r.alternatives
+            {
+                "change": a.change,
+                **_shape(a.shape),
+                "gpuMemoryUtilization": a.util,
+                "share": dict(a.share) or None,
+                "kvTokens": a.kv_tokens,
+            }
+            for a in r.alternatives
         ],
         # A role that does not fit has no speed figures (its KV is zero): null.
         "decode": None

@@ -79,8 +79,11 @@ class DecodeSlice:
 
     @property
     def fits(self) -> bool:
-        return (self.slice_mib >= self.min_slice_mib and self.gpu_memory_utilization > 0
-                and self.slice_mib * self.per_gpu <= self.gpu_mib)
+        return (
+            self.slice_mib >= self.min_slice_mib
+            and self.gpu_memory_utilization > 0
+            and self.slice_mib * self.per_gpu <= self.gpu_mib
+        )
 
 
 def slice_size(

@@ -24,9 +24,13 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     """Lines `file: warning: role: does not fit ...` for each role of SPEC that does not fit
     on the spec's own GPU (hardware.gpu / gpuMemoryGib / decode.share.gpuType). Nothing when
     the spec names no GPU or pdctl does not know the model (validate must not fail on that).
-    `validate` prints these; `render` should too (and refuse them under --strict)."""
+    `validate` prints these; `render` should too (and refuse them under --strict).
+    First, when pdctl knows nothing of the model: that nothing model-specific was checked."""
     from pdctl.errors import SpecError
 
+    unknown = unknown_model_warning(spec, spec_file)
+    if unknown:
+        return [unknown]  # no shapes: no fit to check either
     hardware = getattr(spec, "hardware", None)
     share = getattr(spec.decode, "share", None) if spec.decode is not None else None
     named = hardware is not None and (hardware.gpu or hardware.gpu_memory_gib)
@@ -45,6 +49,29 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     except SpecError:
         return []
     return [f"{spec_file}: warning: {line}" for line in lines]
+
+
+def unknown_model_warning(spec: Any, spec_file: str) -> str:
+    """'' or a warning line when neither `model.config` nor pdctl's table knows the model: no
+    TP/PP rule against its heads and widths, no fit, no quantisation block was checked (a
+    misspelt name would otherwise pass with any TP). Names the nearest known models."""
+    from pdctl.cli.specfile import known_model_config
+
+    raw, _ = known_model_config(spec, spec_file)
+    if raw is not None:
+        return ""
+    from pdctl.capacity.params import nearest_names
+
+    name = spec.model.name
+    near = nearest_names(name)
+    only = " (model.paramsBillion sizes the weights only)" if spec.model.params_billion else ""
+    return (
+        f"{spec_file}: warning: model.name: pdctl does not know {name!r}{only}: nothing "
+        "model-specific was checked (tensor/pipeline parallel against its heads, widths and "
+        "quantisation blocks; whether it fits the GPU)"
+        + (f"; did you mean {' or '.join(near)}?" if near else "")
+        + " Set model.config to its config.json to check it (--strict refuses this)"
+    )
 
 
 def build(

@@ -115,8 +115,11 @@ def _sliced(per_gpu: int) -> str:
     return (
         f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
         f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
-        + (" on an H200, 2-4 instances)" if time_slice_basis(per_gpu) == "measured" else
-           ": measured for 2-4 instances only)")
+        + (
+            " on an H200, 2-4 instances)"
+            if time_slice_basis(per_gpu) == "measured"
+            else ": measured for 2-4 instances only)"
+        )
     )
 
 

@@ -146,5 +146,9 @@ def _warn(spec_file: str, plan: object, strict: bool) -> None:
     for line in warnings:
         typer.echo(line, err=True)
     if warnings and strict:
-        typer.echo(f"{spec_file}: refused (--strict): a role does not fit on its GPU", err=True)
+        typer.echo(
+            f"{spec_file}: refused (--strict): see the warnings above (a role that does not "
+            "fit on its GPU, or a model pdctl could not check)",
+            err=True,
+        )
         raise typer.Exit(1)

@@ -50,7 +50,11 @@ def register(app: typer.Typer) -> None:
         for line in warnings:
             typer.echo(line, err=True)
         if warnings and strict:
-            typer.echo(f"{spec}: refused (--strict): a role does not fit on its GPU", err=True)
+            typer.echo(
+                f"{spec}: refused (--strict): see the warnings above (a role that does not "
+                "fit on its GPU, or a model pdctl could not check)",
+                err=True,
+            )
             raise typer.Exit(1)
         from pdctl.cli.summary import counted, planned
         from pdctl.render import render
