@@ -131,11 +131,13 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     eager = section.enforce_eager if section is not None else False
     engine = getattr(getattr(spec, "engine", None), "version", None) or PINNED
     # Expert parallel shards the experts over every TP x DP rank (docs/multinode.md).
-    ep = tp * section.data_parallel if section is not None and section.expert_parallel else 0
+    dp = getattr(section, "data_parallel", 1) if section is not None else 1
+    ep = tp * dp if section is not None and section.expert_parallel else 0
     return Shape(
         tp=tp,
         pp=pp,
         ep=ep,
+        dp=dp,
         dtype=spec.model.dtype,
         kv_cache_dtype=spec.model.kv_cache_dtype,
         max_model_len=spec.model.max_model_len,

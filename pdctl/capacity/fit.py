@@ -38,6 +38,7 @@ class Shape:
     tp: int = 1
     pp: int = 1
     ep: int = 0  # expert-parallel size (TP x DP with expertParallel); 0: experts split by TP
+    dp: int = 1  # data-parallel ranks of the instance: each rank has its own KV cache and batch
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit
@@ -231,8 +232,9 @@ def smallest_fit_at(
         if t <= min(gpus_per_node, max_tp) and valid_tp(model, t, shape.ep > 0)
     ]
     top = tps[-1] if tps else 1
-    candidates = [replace(shape, tp=tp, pp=1) for tp in tps] + [
-        replace(shape, tp=top, pp=pp)
+    # expert parallel spans every TP x DP GPU: it follows TP
+    candidates = [replace(shape, tp=tp, pp=1, ep=_ep(shape, tp)) for tp in tps] + [
+        replace(shape, tp=top, pp=pp, ep=_ep(shape, top))
         for pp in range(2, min(max_pp, model.layers) + 1)  # a stage needs a layer
     ]
     for candidate in candidates:
@@ -240,6 +242,10 @@ def smallest_fit_at(
             if instance_memory(model, total_bytes, util, candidate, used).fits:
                 return candidate, util
     return None
+
+
+def _ep(shape: Shape, tp: int) -> int:
+    return tp * shape.dp if shape.ep else 0
 
 
 def longest_len(
@@ -347,4 +353,8 @@ def _smaller_batch(
 
 
 def _parallel(shape: Shape) -> str:
-    return f"tensorParallel {shape.tp}" + (f", pipeline {shape.pp}" if shape.pp > 1 else "")
+    return (
+        f"tensorParallel {shape.tp}"
+        + (f", pipeline {shape.pp}" if shape.pp > 1 else "")
+        + (f" (x dataParallel {shape.dp})" if shape.dp > 1 else "")
+    )

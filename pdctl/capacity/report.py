@@ -274,10 +274,17 @@ def _slice_alternatives(
 def _pd(
     model: ModelConfig, gpu: GpuType, prefill: RolePlan, decode: RolePlan, traffic: Traffic
 ) -> PdRatio:
+    # instance seconds a request: DP ranks each prefill and decode their own requests
     pre_s = traffic.prompt_tokens / prefill.prefill_tokens_per_s
-    dec_s = traffic.output_tokens * decode.decode.step_expected_s / max(1, decode.batch)
+    dec_s = (
+        traffic.output_tokens
+        * decode.decode.step_expected_s
+        / max(1, decode.batch)
+        / decode.shape.dp
+    )
     rate = traffic.requests_per_second
-    ttft_ok = None if traffic.ttft_ms is None else pre_s * 1000 <= traffic.ttft_ms
+    one_rank = pre_s * prefill.shape.dp  # one request's prefill runs on one DP rank
+    ttft_ok = None if traffic.ttft_ms is None else one_rank * 1000 <= traffic.ttft_ms
     one = decode_step(
         model, gpu, decode.shape, 1, traffic.mean_context, decode.decode.per_gpu
     ).tpot_ms

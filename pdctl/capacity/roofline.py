@@ -105,7 +105,7 @@ def prefill_tokens_per_s(model: ModelConfig, gpu: GpuType, shape: Shape, prompt:
     FLOPs per prompt token = 2 x active params + attention 2 x layers x heads x head_dim x
     prompt (causal: half of 4 x ... x prompt)."""
     per_token = 2 * model.active_params + 2 * model.layers * model.heads * model.head_dim * prompt
-    gpus = shape.tp * shape.pp
+    gpus = shape.tp * shape.pp * shape.dp  # every DP rank prefills its own requests
     return gpu.bf16_tflops * 1e12 * PREFILL_MFU * gpus / per_token
 
 
