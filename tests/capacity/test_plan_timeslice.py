@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import find_gpu
 from pdctl.capacity.params import model_config
-from pdctl.capacity.fit import Shape
 from pdctl.capacity.roofline import decode_step
 from tests.conftest import run_cli as run
 
