@@ -24,6 +24,7 @@ from pdctl.capacity.profile import (
     PINNED,
     checks_free_memory,
     counts_other_processes,
+    in_flight_batches,
     mla_block,
     version,
 )
@@ -146,7 +147,7 @@ def _stage_memory(
             full_layers=layers - sliding,
             sliding_layers=sliding,
             window=model.sliding_window,
-            in_flight=tokens * (2 if shape.pp == 1 else shape.pp),
+            in_flight=tokens * in_flight_batches(shape.engine, shape.pp),
             block_size=block,
             per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM,
         )

@@ -187,6 +187,7 @@ def overhead(
         flashinfer_sampler,
         sampler=last,
         encoder=first,
+        gpu_name=gpu_name,
     )
     return Overhead(
         activation=activation,

@@ -113,6 +113,50 @@ FLASHINFER_BYTES_PER_LOGIT = 16.0
 FLASHINFER_ONLY = ((0, 9, 0), (0, 11, 1))
 
 
+# vLLM 0.23.0 and 0.33.0 filter top-k/top-p with a Triton kernel in place for 8 rows or more
+# (`apply_top_k_top_p` in vllm/v1/sample/ops/topk_topp_sampler.py: 0.23.0 l.334-349, 0.33.0
+# l.501-521), not a sort. The profile's `_dummy_sampler_run` (gpu_model_runner.py, 0.23.0
+# l.5974-6047) keeps the bf16 logits of `compute_logits` (2 bytes a logit) while the sampler
+# makes an fp32 copy (`Sampler.forward`, 4), its softmax (4) and the exponential noise of
+# `random_sample` (4, divided into the probabilities in place): 14 bytes a logit at the peak.
+# The kernel's per-program buffer (min(SMs, rows) x vocab x 4 bytes, cached) comes on top.
+# Before 0.23 the logs show the sort (38.6); the release that changed it was not located.
+TRITON_TOPK_FROM = (0, 23)
+TRITON_TOPK_BYTES_PER_LOGIT = 14
+TRITON_TOPK_MIN_ROWS = 8
+# Streaming multiprocessors a GPU model has (the Triton kernel runs one program per SM)
+_SMS = (
+    ("h100pcie", 114),
+    ("h100", 132),
+    ("h200", 132),
+    ("h20", 78),
+    ("b200", 148),
+    ("a100", 108),
+    ("l40s", 142),
+    ("l4", 58),
+    ("a10g", 80),
+    ("rtx4090", 128),
+    ("rtx3090", 82),
+    ("rtx4060", 24),
+)
+
+
+def sm_count(gpu_name: str) -> int:
+    """SMs of the GPU model (132, an H100's, when unknown)."""
+    key = _key(gpu_name)
+    return next((n for prefix, n in _SMS if key.startswith(prefix)), 132)
+
+
+def triton_buffer_bytes(model: ModelConfig, seqs: int, gpu_name: str) -> int:
+    """The Triton top-k/top-p kernel's cached buffer (`apply_top_k_top_p_triton`,
+    vllm/v1/sample/ops/topk_topp_triton.py, 0.23.0 l.906-917): min(next power of two of
+    min(SMs, rows), SMs) rows of vocab fp32 values."""
+    sms = sm_count(gpu_name)
+    programs = min(sms, seqs)
+    rows = min(1 << max(0, programs - 1).bit_length(), sms)
+    return rows * model.vocab * 4
+
+
 def patch_version(text: str | None) -> tuple[int, int, int]:
     """(major, minor, patch) of a vLLM version string; the pinned one when unknown."""
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or PINNED)
@@ -131,10 +175,23 @@ def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
     return low <= patch_version(engine) < high and installed is not False
 
 
+def triton_topk(engine: str | None, seqs: int) -> bool:
+    """Whether the profile's sampler filters with the Triton kernel (no sort)."""
+    return version(engine) >= TRITON_TOPK_FROM and seqs >= TRITON_TOPK_MIN_ROWS
+
+
 def sampler_bytes(
-    model: ModelConfig, seqs: int, engine: str | None, flashinfer: bool | None = None
+    model: ModelConfig,
+    seqs: int,
+    engine: str | None,
+    flashinfer: bool | None = None,
+    gpu_name: str = "",
 ) -> int:
     """The profile's sampler run: max_num_seqs rows of vocab logits."""
+    if triton_topk(engine, seqs):
+        return int(seqs * model.vocab * TRITON_TOPK_BYTES_PER_LOGIT) + triton_buffer_bytes(
+            model, seqs, gpu_name
+        )
     per_logit = (
         FLASHINFER_BYTES_PER_LOGIT
         if flashinfer_only(engine, flashinfer)
@@ -190,6 +247,7 @@ def activation_bytes(
     flashinfer: bool | None = None,
     sampler: bool = True,
     encoder: bool = True,
+    gpu_name: str = "",
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
     largest (they run one after the other). With PP the encoder runs on the first stage
@@ -197,7 +255,7 @@ def activation_bytes(
     return max(
         encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
         forward_bytes(model, tp, tokens, act, engine),
-        sampler_bytes(model, seqs, engine, flashinfer) if sampler else 0,
+        sampler_bytes(model, seqs, engine, flashinfer, gpu_name) if sampler else 0,
     )
 
 
@@ -298,6 +356,23 @@ def checks_free_memory(engine: str | None) -> bool:
 def graphs_counted(engine: str | None) -> bool:
     """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later)."""
     return version(engine) >= GRAPHS_COUNTED_FROM
+
+
+# Tokens a sliding-window layer holds a request beyond its window: the in-flight batches.
+# vLLM 0.23.0 `SlidingWindowSpec.max_admission_blocks_per_request`
+# (vllm/v1/kv_cache_interface.py l.488-508): window - 1 + max_num_batched_tokens, one batch.
+# vLLM 0.33.0 (same method, l.915-944): window - 1 + `VllmConfig.max_in_flight_tokens` =
+# max_concurrent_batches x max_num_batched_tokens (vllm/config/vllm.py l.587-609: 2 with async
+# scheduling at PP 1, else PP). The release between that made the change was not located;
+# pdctl takes 0.24 and later as 0.33.
+IN_FLIGHT_BATCHES_FROM = (0, 24)
+
+
+def in_flight_batches(engine: str | None, pp: int) -> int:
+    """Batches of max_num_batched_tokens a sliding-window layer keeps beyond its window."""
+    if version(engine) < IN_FLIGHT_BATCHES_FROM:
+        return 1
+    return 2 if pp == 1 else pp
 
 
 def mla_block(gpu_name: str) -> int:

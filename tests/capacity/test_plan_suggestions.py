@@ -18,7 +18,7 @@ model: {name: openai/gpt-oss-120b, maxModelLen: 131072}
 hardware: {gpu: H100}
 hosts:
   - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}
-serve: {replicas: 1, tensorParallel: 1}
+serve: {replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.9}
 """
 
 FP8 = """\
