@@ -140,3 +140,23 @@ def test_encoder_profile_takes_the_largest_item_not_the_batch_budget() -> None:
     assert encoder_tokens(mistral, 8192, 1024) == 3 * 3080
     assert encoder_tokens(mistral, 8192, 2) == 2 * 3080
     assert encoder_tokens(model_config("Qwen/Qwen3-0.6B"), 8192, 1024) == 0
+
+
+def test_sliding_window_layers_hold_one_batch_in_0_23_and_two_in_0_33() -> None:
+    """`SlidingWindowSpec.max_admission_blocks_per_request`: 0.23.0 holds window - 1 +
+    max_num_batched_tokens tokens a request; 0.33.0 window - 1 + max_in_flight_tokens (two
+    batches with async scheduling at PP 1). gpt-oss-20b on an H200 (8,192 batched tokens)
+    at 32,768: 521 sliding blocks a request in 0.23, 1,033 in 0.33."""
+    model = model_config("openai/gpt-oss-20b")
+    old, new = (
+        instance_memory(
+            model, 140 * GIB, 0.9, Shape(max_model_len=32768, gpu="H200", engine=engine)
+        )
+        for engine in ("0.23.0", "0.33.0")
+    )
+    assert old.layout is not None and new.layout is not None
+    assert old.layout.in_flight == 8192 and new.layout.in_flight == 16384
+    full = 2048  # 32,768 / 16 for the full-attention group
+    assert old.layout.blocks_per_request(32768) == full + 520 + 1
+    assert new.layout.blocks_per_request(32768) == full + 1032 + 1
+    assert old.kv_tokens > new.kv_tokens * 1.2  # 0.23 holds more requests in the same pool
