@@ -159,4 +159,4 @@ def test_sliding_window_layers_hold_one_batch_in_0_23_and_two_in_0_33() -> None:
     full = 2048  # 32,768 / 16 for the full-attention group
     assert old.layout.blocks_per_request(32768) == full + 520 + 1
     assert new.layout.blocks_per_request(32768) == full + 1032 + 1
-    assert old.kv_tokens > new.kv_tokens * 1.2  # 0.23 holds more requests in the same pool
+    assert old.kv_tokens > new.kv_tokens * 1.15  # 0.23 holds more requests in the same pool
