@@ -184,6 +184,7 @@ def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: i
         shape.engine,
         shape.flashinfer_sampler,
         stage=stage if shape.pp > 1 else None,
+        ep=shape.ep,
     )
 
 

@@ -166,6 +166,7 @@ def overhead(
     engine: str | None = None,
     flashinfer_sampler: bool | None = None,
     stage: int | None = None,
+    ep: int = 0,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`).
 
@@ -188,6 +189,7 @@ def overhead(
         sampler=last,
         encoder=first,
         gpu_name=gpu_name,
+        ep=ep,
     )
     return Overhead(
         activation=activation,

@@ -237,6 +237,29 @@ def encoder_bytes(model: ModelConfig, tp: int, tokens: int, act: int) -> int:
     return int(patches * width * act + tokens * model.hidden * act)
 
 
+# From 0.23 the fused-MoE layers take their scratch from the worker's WorkspaceManager
+# (vllm/v1/worker/workspace.py), which keeps it allocated after the forward pass: the
+# sampler then runs on top of it. `TritonExperts.workspace_shapes`
+# (vllm/model_executor/layers/fused_moe/experts/triton_moe.py, 0.23.0 l.141-156): (M, top-k,
+# max(I, K)) shared with the (M, K) output, and (M, top-k, max(2I, K)), M the batch's tokens
+# unchunked (modular_kernel.py l.1211-1235), I one expert's width on this rank, K hidden.
+MOE_WORKSPACE_FROM = (0, 23)
+
+
+def moe_workspace_bytes(
+    model: ModelConfig, tp: int, tokens: int, act: int, engine: str | None, ep: int = 0
+) -> int:
+    """The persistent fused-MoE scratch of a forward pass over `tokens` tokens (0 for dense
+    models, engines before 0.23, and gpt-oss's mxfp4 experts, which use other kernels)."""
+    if not model.is_moe or model.quantization == "mxfp4" or version(engine) < MOE_WORKSPACE_FROM:
+        return 0
+    width = model.moe_intermediate // (1 if ep else tp)  # expert parallel: whole experts
+    k, hidden = model.experts_per_token, model.hidden
+    first = max(tokens * k * max(width, hidden), tokens * hidden)
+    second = tokens * k * max(2 * width, hidden)
+    return (first + second) * act
+
+
 def activation_bytes(
     model: ModelConfig,
     tp: int,
@@ -248,14 +271,24 @@ def activation_bytes(
     sampler: bool = True,
     encoder: bool = True,
     gpu_name: str = "",
+    ep: int = 0,
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
     largest (they run one after the other). With PP the encoder runs on the first stage
-    only (`encoder`) and the sampler on the last only (`sampler`)."""
+    only (`encoder`) and the sampler on the last only (`sampler`).
+
+    From 0.23 the fused-MoE workspace stays allocated (`moe_workspace_bytes`) and the
+    forward's output hidden states are held while the sampler runs (`profile_run` keeps
+    `hidden_states` until after `_dummy_sampler_run`): both under the sampler's peak."""
+    workspace = moe_workspace_bytes(model, tp, tokens, act, engine, ep)
+    forward = forward_bytes(model, tp, tokens, act, engine)
+    if workspace:
+        forward = max(forward, tokens * 2 * model.hidden * act + workspace)
+    held = workspace + tokens * model.hidden * act if version(engine) >= MOE_WORKSPACE_FROM else 0
     return max(
         encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
-        forward_bytes(model, tp, tokens, act, engine),
-        sampler_bytes(model, seqs, engine, flashinfer, gpu_name) if sampler else 0,
+        forward,
+        sampler_bytes(model, seqs, engine, flashinfer, gpu_name) + held if sampler else 0,
     )
 
 
