@@ -25,7 +25,7 @@ from pdctl.capacity.roofline import (
     prefill_tokens_per_s,
     ridge_batch,
 )
-from pdctl.capacity.slice import DecodeSlice, decode_slice
+from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_alternatives
 
 if TYPE_CHECKING:
     from pdctl.spec.model import Spec
@@ -223,52 +223,12 @@ def role_plan(
                 min_len=traffic.context,
             )
         )
-        + _slice_alternatives(model, gpu, shape, sl, share),
+        + slice_alternatives(model, shape, sl, share),
         batch=batch,
         decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )
-
-
-def _slice_alternatives(
-    model: ModelConfig, gpu: GpuType, shape: Shape, sl: DecodeSlice | None, share: Any
-) -> tuple[Alternative, ...]:
-    """For a HAMi slice that does not fit: fewer slices per GPU, or a larger slice, each one
-    that holds weights, overheads and one max-length sequence AND fits the GPU with the
-    others (the same `DecodeSlice.fits` rule the plan applies)."""
-    if sl is None or sl.fits:
-        return ()
-    eager = getattr(share, "enforce_eager", None)
-    out: list[Alternative] = []
-    for per_gpu in range(sl.per_gpu - 1, 0, -1):
-        cand = decode_slice(model, sl.gpu_mib, shape, per_gpu, None, None, eager)
-        if cand.fits:
-            out.append(
-                Alternative(
-                    f"decode.share.perGpu {per_gpu} ({cand.slice_mib:,} MiB slices, "
-                    "without gpuMemoryPercent/gpuMemoryMib)",
-                    replace(shape, enforce_eager=cand.enforce_eager),
-                    cand.kv_tokens,
-                    cand.gpu_memory_utilization,
-                    (("perGpu", per_gpu),),
-                )
-            )
-            break
-    need = sl.min_slice_mib
-    if need * sl.per_gpu <= sl.gpu_mib:
-        cand = decode_slice(model, sl.gpu_mib, shape, sl.per_gpu, None, need, eager)
-        if cand.fits:
-            out.append(
-                Alternative(
-                    f"decode.share.gpuMemoryMib {need}",
-                    replace(shape, enforce_eager=cand.enforce_eager),
-                    cand.kv_tokens,
-                    cand.gpu_memory_utilization,
-                    (("gpuMemoryMib", need),),
-                )
-            )
-    return tuple(out)
 
 
 def _pd(
