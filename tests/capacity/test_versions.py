@@ -160,3 +160,20 @@ def test_sliding_window_layers_hold_one_batch_in_0_23_and_two_in_0_33() -> None:
     assert old.layout.blocks_per_request(32768) == full + 520 + 1
     assert new.layout.blocks_per_request(32768) == full + 1032 + 1
     assert old.kv_tokens > new.kv_tokens * 1.15  # 0.23 holds more requests in the same pool
+
+
+def test_moe_workspace_stays_under_the_sampler_from_0_23() -> None:
+    """TritonExperts.workspace_shapes (0.23.0): (M, top-k, max(I, K)) and (M, top-k,
+    max(2I, K)), kept by the WorkspaceManager after the forward pass."""
+    from pdctl.capacity.profile import moe_workspace_bytes
+
+    moe = model_config("Qwen/Qwen3-30B-A3B")  # hidden 2048, 8 of 128 experts of 768
+    assert moe_workspace_bytes(moe, 1, 8192, 2, "0.23.0") == 8192 * 8 * (2048 + 2048) * 2
+    assert moe_workspace_bytes(moe, 1, 8192, 2, "0.19.0") == 0  # before the manager
+    assert moe_workspace_bytes(model_config("Qwen/Qwen3-8B"), 1, 8192, 2, "0.23.0") == 0
+    assert moe_workspace_bytes(model_config("openai/gpt-oss-20b"), 1, 8192, 2, "0.23.0") == 0
+    seqs = 1024
+    peak = activation_bytes(moe, 1, 8192, seqs, 2, "0.23.0", gpu_name="H200")
+    sampler = sampler_bytes(moe, seqs, "0.23.0", None, "H200")
+    held = 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2  # the workspace and the hidden states
+    assert peak == sampler + held
