@@ -161,10 +161,14 @@ def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     per_gpu = d.per_gpu if r.role != "prefill" else 1
     sliced = _sliced(per_gpu) if per_gpu > 1 else ""
     rows = [
-        ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
+        ("decode batch", "-", "modelled: min(max-num-seqs, KV, TPOT)"),
         ("decode step", "-", _STEP + sliced),
-        ("decode tokens/s per instance", "-", "batch / step"),
-        ("decode tokens/s per GPU", "-", "per instance x instances per GPU / GPUs per instance"),
+        ("decode tokens/s per instance", "-", "modelled: batch / step (x DP ranks)"),
+        (
+            "decode tokens/s per GPU",
+            "-",
+            "modelled: per instance x instances per GPU / GPUs per instance",
+        ),
         ("prefill tokens/s", "-", _PREFILL),
     ]
     if not r.fits:  # no KV: no speed figures (the fit advice says what it needs)
