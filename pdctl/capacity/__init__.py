@@ -228,7 +228,7 @@ def adapt_traffic(
     length = min(shape.model_len(model) for shape in shapes.values())
     if traffic.context <= length or length < 2:
         return traffic, ()
-    written = getattr(getattr(spec, "workload", None), "model_fields_set", set())
+    written: set[str] = getattr(getattr(spec, "workload", None), "model_fields_set", set())
     own_prompt = prompt is not None or "prompt_tokens" in written
     own_output = output is not None or "output_tokens" in written
     if own_prompt and own_output:

@@ -64,8 +64,10 @@ def weight_block(quant: dict[str, Any] | None) -> tuple[int, int] | None:
             if isinstance(weights, dict) and weights.get("block_structure"):
                 block = weights["block_structure"]
                 break
+    if not isinstance(block, (list, tuple)) or len(block) != 2:
+        return None
     try:
-        n, k = (int(v) for v in block)
+        n, k = int(block[0]), int(block[1])
     except (TypeError, ValueError):
         return None
     return (n, k) if n > 0 and k > 0 else None
