@@ -195,7 +195,7 @@ def overhead(
         activation=activation,
         non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
         cuda_graphs=profile.graph_bytes(model, layers, max_num_seqs, enforce_eager),
-        graphs_counted=profile.graphs_counted(engine),
+        graphs_counted=profile.graphs_counted(engine, model),
     )
 
 

@@ -421,6 +421,7 @@ class ModelConfig:
     weight_block: tuple[int, int] | None = None
     from_table: bool = False
     shapes_from: str | None = None
+    architecture: str = ""  # config.json's `architectures[0]` (vLLM picks its runner by it)
     # multimodal: the vision tower (`vision_config`), planned next to the language model
     vision_params: float = 0.0  # tower + projector, kept at the activation dtype
     vision_hidden: int = 0
@@ -445,6 +446,26 @@ class ModelConfig:
             return self.intermediate
         routed = self.experts_per_token * self.moe_intermediate + self.shared_intermediate
         return max(routed, self.intermediate if self.dense_layers else 0)
+
+
+# The architecture of the built-in models vLLM 0.23.0's V2 model runner takes by default
+# (pdctl.capacity.sampler.v2_runner): the table's keys that start so
+_ARCHITECTURES = (
+    ("qwen3-", "Qwen3ForCausalLM"),
+    ("llama-", "LlamaForCausalLM"),
+    ("deepseek-r1-distill-llama", "LlamaForCausalLM"),
+    ("mistral-7b", "MistralForCausalLM"),
+)
+
+
+def builtin_architecture(name: str) -> str:
+    """config.json's `architectures[0]` of a built-in model, where it matters ('' else)."""
+    key = normalize(name)
+    for suffix in ("-fp8", "-awq", "-gptq-int4", "-gptq"):
+        key = key.removesuffix(suffix)
+    if "num_experts" in BUILTIN.get(key, {}):
+        return "Qwen3MoeForCausalLM" if key.startswith("qwen3-") else ""
+    return next((arch for prefix, arch in _ARCHITECTURES if key.startswith(prefix)), "")
 
 
 def normalize(name: str) -> str:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pdctl.capacity.models import BUILTIN, ModelConfig, builtin_config, normalize
+from pdctl.capacity.models import (
+    BUILTIN,
+    ModelConfig,
+    builtin_architecture,
+    builtin_config,
+    normalize,
+)
 from pdctl.errors import SpecError
 
 
@@ -273,6 +279,7 @@ def parse_config(
         quantization=method,
         weight_block=weight_block(config.get("quantization_config")),
         from_table=from_table,
+        architecture=str((raw.get("architectures") or [""])[0] or builtin_architecture(name)),
     )
 
 

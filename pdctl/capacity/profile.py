@@ -29,6 +29,7 @@ from pdctl.capacity.sampler import (
     sm_count,
     triton_buffer_bytes,
     triton_topk,
+    v2_runner,
 )
 
 GRAPHS_COUNTED_FROM = (0, 21)  # CUDA-graph memory profiled before the KV cache since 0.21
@@ -271,8 +272,11 @@ def checks_free_memory(engine: str | None) -> bool:
     return patch_version(engine) >= OTHERS_COUNTED[1]
 
 
-def graphs_counted(engine: str | None) -> bool:
-    """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later)."""
+def graphs_counted(engine: str | None, model: ModelConfig | None = None) -> bool:
+    """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later, except
+    the models vLLM 0.23's V2 model runner serves: `sampler.v2_runner`)."""
+    if model is not None and v2_runner(model, engine):
+        return False
     return version(engine) >= GRAPHS_COUNTED_FROM
 
 
@@ -317,5 +321,6 @@ __all__ = [
     "sm_count",
     "triton_buffer_bytes",
     "triton_topk",
+    "v2_runner",
     "version",
 ]

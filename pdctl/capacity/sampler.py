@@ -79,6 +79,32 @@ def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
     return low <= patch_version(engine) < high and installed is not False
 
 
+# vLLM 0.23.0 runs Llama, Mistral and Qwen3 dense, unquantised models on its V2 model runner
+# (vllm/config/vllm.py l.69-75 DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, l.519-558
+# `use_v2_model_runner`: not MoE, not quantised). Its profile (vllm/v1/worker/gpu/
+# model_runner.py l.609-658) samples a dummy batch without top-k/top-p ("the sampler may skip
+# top_k, top_p, and logprobs"): the bf16 logits (2 bytes a logit) and the fp32 copy of
+# `apply_sampling_params` (4; gumbel sampling allocates per block, not per logit), 6 bytes a
+# logit, no Triton buffer; and its `profile_cudagraph_memory` returns 0 (l.660-662): the
+# graphs come out of the headroom above util, as before 0.21. 0.33.0 runs every model on V2,
+# with a second sampler pass of warm-up parameters (top-k, top-p, logprobs) and a graph
+# estimate; pdctl takes 0.33's sampler as the V1 runner's 14 bytes (not yet checked on a log).
+V2_RUNNER_VERSION = (0, 23)
+V2_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
+V2_BYTES_PER_LOGIT = 6
+
+
+def v2_runner(model: ModelConfig, engine: str | None) -> bool:
+    """Whether vLLM 0.23's V2 model runner serves the model (see V2_ARCHITECTURES)."""
+    return (
+        version(engine) == V2_RUNNER_VERSION
+        and model.architecture in V2_ARCHITECTURES
+        and not model.is_moe
+        and model.weight_bits >= 16
+        and not model.vision_params
+    )
+
+
 def triton_topk(engine: str | None, seqs: int) -> bool:
     """Whether the profile's sampler filters with the Triton kernel (no sort)."""
     return version(engine) >= TRITON_TOPK_FROM and seqs >= TRITON_TOPK_MIN_ROWS
@@ -92,6 +118,8 @@ def sampler_bytes(
     gpu_name: str = "",
 ) -> int:
     """The profile's sampler run: max_num_seqs rows of vocab logits."""
+    if v2_runner(model, engine):
+        return int(seqs * model.vocab * V2_BYTES_PER_LOGIT)
     if triton_topk(engine, seqs):
         return int(seqs * model.vocab * TRITON_TOPK_BYTES_PER_LOGIT) + triton_buffer_bytes(
             model, seqs, gpu_name

@@ -177,3 +177,22 @@ def test_moe_workspace_stays_under_the_sampler_from_0_23() -> None:
     sampler = sampler_bytes(moe, seqs, "0.23.0", None, "H200")
     held = 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2  # the workspace and the hidden states
     assert peak == sampler + held
+
+
+def test_0_23_v2_runner_models_sample_lightly_and_leave_graphs_out() -> None:
+    """vLLM 0.23.0 serves Llama/Mistral/Qwen3 dense bf16 on its V2 model runner: the profile
+    samples without top-k/top-p (bf16 logits + fp32 copy: 6 bytes a logit) and reserves no
+    CUDA-graph memory (`profile_cudagraph_memory` returns 0). MoE and quantised models keep
+    the V1 runner's 14 bytes and graph estimate; 0.33 counts graphs for every model."""
+    from pdctl.capacity.profile import graphs_counted, v2_runner
+
+    dense, moe = model_config("Qwen/Qwen3-8B"), model_config("Qwen/Qwen3-30B-A3B")
+    fp8, qwen2 = model_config("Qwen/Qwen3-8B-FP8"), model_config("Qwen/Qwen2.5-7B-Instruct")
+    assert v2_runner(dense, "0.23.0") and v2_runner(model_config("llama-3.1-8b"), "0.23.0")
+    assert not any(v2_runner(m, "0.23.0") for m in (moe, fp8, qwen2))
+    assert not v2_runner(dense, "0.33.0") and not v2_runner(dense, "0.19.0")
+    assert sampler_bytes(dense, 1024, "0.23.0", None, "H200") == 1024 * dense.vocab * 6
+    assert not graphs_counted("0.23.0", dense) and graphs_counted("0.23.0", moe)
+    assert graphs_counted("0.33.0", dense)
+    mem = instance_memory(dense, 140 * GIB, 0.9, Shape(max_model_len=8192, engine="0.23.0"))
+    assert mem.overhead.cuda_graphs > 0 and not mem.overhead.graphs_counted
