@@ -186,7 +186,11 @@ def parse_config(
     vocab = int(_get(config, "vocab_size", default=32000))
     intermediate = int(_get(config, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
     max_position = int(_get(config, "max_position_embeddings", "seq_length", default=4096))
-    tie = bool(config.get("tie_word_embeddings", False))
+    # transformers' own default where config.json omits it: True for Gemma's configs
+    # (Gemma2Config/GemmaConfig `tie_word_embeddings=True`), False for Llama, Qwen, Mistral,
+    # DeepSeek (their configs pass False)
+    tied_by_default = str(config.get("model_type", "")).startswith("gemma")
+    tie = bool(config.get("tie_word_embeddings", tied_by_default))
 
     kv_lora = config.get("kv_lora_rank")
     mla_latent = None
