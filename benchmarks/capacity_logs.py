@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.capacity.h200_logs import H200_LOGS  # noqa: E402
 from tests.capacity.vllm_logs import LOGS, Log, kv_error, predict, token_error  # noqa: E402
 
 
@@ -37,7 +38,7 @@ class Row:
 
 def rows() -> list[Row]:
     out = []
-    for log in LOGS:
+    for log in LOGS + H200_LOGS:
         if not log.e2e:
             continue
         p = predict(log)
@@ -64,8 +65,8 @@ def distribution(errors: list[float]) -> str:
 def summary(all_rows: list[Row]) -> list[str]:
     lines = []
     groups = (
-        ("V1 (0.8+), tuned on", lambda r: r.log.v1 and r.log.split == "tune"),
-        ("V1 (0.8+), held out", lambda r: r.log.v1 and r.log.split == "holdout"),
+        ("V1 (0.8+), public logs, tuned on", lambda r: r.log.v1 and r.log.split == "tune"),
+        ("V1 (0.8+), public logs, held out", lambda r: r.log.v1 and r.log.split == "holdout"),
         (
             "V1 (0.8+), held out when first evaluated (with cases since used for source fixes)",
             lambda r: r.log.v1 and (r.log.split == "holdout" or "srcfix" in r.log.tags),
@@ -73,6 +74,8 @@ def summary(all_rows: list[Row]) -> list[str]:
         ("V1 (0.8+), third pass, held out", lambda r: r.log.v1 and "pass3" in r.log.tags),
         ("V1 (0.8+), fourth pass, held out", lambda r: r.log.v1 and "pass4" in r.log.tags),
         ("V1 (0.8+), all", lambda r: r.log.v1),
+        ("vLLM 0.23.0 on our H200, fit split", lambda r: r.log.split == "h200-fit"),
+        ("vLLM 0.23.0 on our H200, held out", lambda r: r.log.split == "h200-holdout"),
         ("V0 (before 0.8), reported only", lambda r: not r.log.v1),
     )
     for label, keep in groups:
@@ -116,6 +119,7 @@ def breakdown(all_rows: list[Row], key: object, title: str) -> list[str]:
     groups: dict[str, list[Row]] = {}
     for r in all_rows:
         groups.setdefault(key(r.log), []).append(r)  # type: ignore[operator]
+
     def order(name: str) -> tuple[int, ...]:
         digits = [int(x) for x in name.split(".") if x.isdigit()]
         return tuple(digits) if len(digits) == 2 else (-1,)
