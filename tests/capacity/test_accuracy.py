@@ -36,78 +36,43 @@ class Case:
 
 CASES = (
     Case(
-        "Llama-3.1-8B, RTX 3090, 20k",
-        "dense GQA (8 KV heads)",
+        "Llama-3.1-8B, RTX 3090, 20k", "dense GQA (8 KV heads)",
         "https://github.com/vllm-project/vllm/issues/10517",
         "kv_cache_size=3.81GiB gpu_memory_utilization=0.90 / GPU blocks: 1952",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        1,
-        1,
-        "auto",
-        3.81,
-        1952 * 16,
+        "meta-llama/Llama-3.1-8B-Instruct", 1, 1, "auto", 3.81, 1952 * 16,
     ),
     Case(
-        "Llama-3.1-8B, RTX 3090, 29k",
-        "dense GQA (8 KV heads)",
+        "Llama-3.1-8B, RTX 3090, 29k", "dense GQA (8 KV heads)",
         "https://github.com/vllm-project/vllm/issues/10517",
-        "kv_cache_size=2.89GiB ... maximum number of tokens that can be stored in KV cache (23648)",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        1,
-        1,
-        "auto",
-        2.89,
-        23648,
+        "kv_cache_size=2.89GiB ... maximum number of tokens that can be stored in KV cache "
+        "(23648)",
+        "meta-llama/Llama-3.1-8B-Instruct", 1, 1, "auto", 2.89, 23648,
     ),
     Case(
-        "Qwen3-14B, 1 GPU",
-        "dense GQA (8 KV heads, head_dim 128)",
+        "Qwen3-14B, 1 GPU", "dense GQA (8 KV heads, head_dim 128)",
         "https://github.com/LMCache/LMCache/issues/1739",
         "Available KV cache memory: 6.51 GiB / GPU KV cache size: 42,656 tokens",
-        "Qwen/Qwen3-14B",
-        1,
-        1,
-        "auto",
-        6.51,
-        42656,
+        "Qwen/Qwen3-14B", 1, 1, "auto", 6.51, 42656,
     ),
     Case(
-        "Qwen3-235B-A22B-FP8, 4xH100 TP4",
-        "MoE, GQA 4 KV heads / TP 4 = 1 per GPU",
+        "Qwen3-235B-A22B-FP8, 4xH100 TP4", "MoE, GQA 4 KV heads / TP 4 = 1 per GPU",
         "https://github.com/vllm-project/vllm/issues/21348",
         "Available KV cache memory: 8.11 GiB / GPU KV cache size: 178,880 tokens",
-        "Qwen/Qwen3-235B-A22B-FP8",
-        4,
-        1,
-        "auto",
-        8.11,
-        178880,
+        "Qwen/Qwen3-235B-A22B-FP8", 4, 1, "auto", 8.11, 178880,
     ),
     Case(
-        "DeepSeek-V2-Lite, 4xL4 TP2 PP2",
-        "MoE + MLA (latent 576, not split by TP), PP",
+        "DeepSeek-V2-Lite, 4xL4 TP2 PP2", "MoE + MLA (latent 576, not split by TP), PP",
         "https://github.com/vllm-project/vllm/pull/20665",
         "rank 0/1: Available KV cache memory: 12.13 GiB (ranks 2/3: 11.33 GiB) / "
         "GPU KV cache size: 807,792 tokens",
-        "deepseek-ai/DeepSeek-V2-Lite",
-        2,
-        2,
-        "auto",
-        12.13,
-        807792,
+        "deepseek-ai/DeepSeek-V2-Lite", 2, 2, "auto", 12.13, 807792,
     ),
     Case(
-        "Qwen3-30B-A3B-class FP8, fp8 KV",
-        "MoE, GQA 4 KV heads, fp8 KV cache",
+        "Qwen3-30B-A3B-class FP8, fp8 KV", "MoE, GQA 4 KV heads, fp8 KV cache",
         "https://github.com/vllm-project/vllm/issues/25350",
         "with kv-cache-dtype fp8 ... Available KV cache memory: 10.55 GiB / "
         "GPU KV cache size: 230,528 tokens",
-        "Qwen/Qwen3-30B-A3B-FP8",
-        1,
-        1,
-        "fp8",
-        10.55,
-        230528,
+        "Qwen/Qwen3-30B-A3B-FP8", 1, 1, "fp8", 10.55, 230528,
     ),
 )
 
@@ -158,15 +123,11 @@ def test_weights_match_vllm_model_loading_lines() -> None:
 
 
 def table() -> str:
-    rows = [
-        "| case | model kind | real tokens | predicted | error % | source |",
-        "|---|---|---:|---:|---:|---|",
-    ]
+    rows = ["| case | model kind | real tokens | predicted | error % | source |",
+            "|---|---|---:|---:|---:|---|"]
     for c in CASES:
-        rows.append(
-            f"| {c.name} | {c.kind} | {c.real_tokens:,} | {predict(c):,} | "
-            f"{error(c):+.2f} | {c.url} |"
-        )
+        rows.append(f"| {c.name} | {c.kind} | {c.real_tokens:,} | {predict(c):,} | "
+                    f"{error(c):+.2f} | {c.url} |")
     return "\n".join(rows)
 
 

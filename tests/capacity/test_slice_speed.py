@@ -46,28 +46,17 @@ def test_two_llama_8b_slices_on_an_h200() -> None:
     assert sl.gpu_memory_utilization == _render_util(143771 // 2)
     assert sl.fits and sl.kv_tokens > 300_000
     assert sl.max_per_gpu >= 6  # ~21 GiB minimal slices
-    explicit = decode_slice(
-        model_config("llama-3.1-8b"),
-        H200.memory_mib,
-        Shape(max_model_len=8192),
-        per_gpu=3,
-        mib=40000,
-    )
+    explicit = decode_slice(model_config("llama-3.1-8b"), H200.memory_mib,
+                            Shape(max_model_len=8192), per_gpu=3, mib=40000)
     assert explicit.slice_mib == 40000 and explicit.fits
-    too_many = decode_slice(
-        model_config("llama-3.1-8b"),
-        H200.memory_mib,
-        Shape(max_model_len=8192),
-        per_gpu=4,
-        mib=40000,
-    )
+    too_many = decode_slice(model_config("llama-3.1-8b"), H200.memory_mib,
+                            Shape(max_model_len=8192), per_gpu=4, mib=40000)
     assert not too_many.fits  # 4 x 40000 MiB > 143771 MiB
 
 
 def test_70b_does_not_fit_a_half_h200_slice() -> None:
-    sl = decode_slice(
-        model_config("llama-3.1-70b"), H200.memory_mib, Shape(max_model_len=8192), per_gpu=2
-    )
+    sl = decode_slice(model_config("llama-3.1-70b"), H200.memory_mib, Shape(max_model_len=8192),
+                      per_gpu=2)
     assert not sl.fits and sl.min_slice_mib > sl.slice_mib
 
 
@@ -79,19 +68,9 @@ MEASURED_STEP_MS = {1: 2.0339, 16: 2.0255, 64: 2.2182, 128: 2.4490, 256: 3.7178}
 @pytest.mark.parametrize("batch", sorted(MEASURED_STEP_MS))
 def test_roofline_matches_the_h200_decode_measurement(batch: int) -> None:
     params = 32 * 2 * 4096 * 14336
-    model = ModelConfig(
-        name="decode-share",
-        layers=32,
-        hidden=4096,
-        heads=32,
-        kv_heads=8,
-        head_dim=128,
-        vocab=0,
-        intermediate=14336,
-        max_position=4096,
-        params=params,
-        active_params=params,
-    )
+    model = ModelConfig(name="decode-share", layers=32, hidden=4096, heads=32, kv_heads=8,
+                        head_dim=128, vocab=0, intermediate=14336, max_position=4096,
+                        params=params, active_params=params)
     est = decode_step(model, H200, Shape(), batch, 0)
     assert est.step_bound_s * 1000 <= MEASURED_STEP_MS[batch]  # a lower bound is a bound
     assert abs(est.tpot_ms - MEASURED_STEP_MS[batch]) / MEASURED_STEP_MS[batch] < 0.2
@@ -103,13 +82,10 @@ def test_decode_reads_kv_and_moe_reads_few_experts() -> None:
     long = decode_step(llama, H200, Shape(), 64, 32768)
     assert long.step_bound_s > 2 * short.step_bound_s  # KV read dominates at long context
     moe = model_config("qwen3-30b-a3b")
-    assert (
-        decode_step(moe, H200, Shape(), 1, 0).bytes_read
-        < 0.2 * decode_step(moe, H200, Shape(), 512, 0).bytes_read
-    )
+    assert decode_step(moe, H200, Shape(), 1, 0).bytes_read < 0.2 * decode_step(
+        moe, H200, Shape(), 512, 0).bytes_read
     assert prefill_tokens_per_s(llama, H200, Shape(tp=2), 1024) == pytest.approx(
-        2 * prefill_tokens_per_s(llama, H200, Shape(), 1024)
-    )
+        2 * prefill_tokens_per_s(llama, H200, Shape(), 1024))
 
 
 def test_advice_busy_says_raise_max_num_seqs() -> None:
