@@ -86,12 +86,20 @@ def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
 # top_k, top_p, and logprobs"): the bf16 logits (2 bytes a logit) and the fp32 copy of
 # `apply_sampling_params` (4; gumbel sampling allocates per block, not per logit), 6 bytes a
 # logit, no Triton buffer; and its `profile_cudagraph_memory` returns 0 (l.660-662): the
-# graphs come out of the headroom above util, as before 0.21. 0.33.0 runs every model on V2,
-# with a second sampler pass of warm-up parameters (top-k, top-p, logprobs) and a graph
-# estimate; pdctl takes 0.33's sampler as the V1 runner's 14 bytes (not yet checked on a log).
+# graphs come out of the headroom above util, as before 0.21.
+# 0.33.0 runs every model on V2 (`use_v2_model_runner`, vllm/config/vllm.py l.731-767) and
+# its `_dummy_sampler_run` (v1/worker/gpu/model_runner.py l.993-1014) adds a pass with
+# warm-up parameters (top-k, top-p, penalties, logprobs): the bf16 logits (2) and the fp32
+# processed copy (4) at the peak, top-k/top-p by the Triton kernel in place, the logprobs by
+# top-k and gather (small). Its non-KV sum, `total_consumed` (utils/mem_utils.py l.309-321),
+# also takes the penalties' persistent `output_bin_counts` (max_num_seqs x vocab int32,
+# v1/worker/gpu/sample/penalties.py l.48-50), which 0.23.0's peak-increase sum leaves out:
+# 10 bytes a logit, plus the Triton buffer. From the source only: no 0.33.0 log checks it.
 V2_RUNNER_VERSION = (0, 23)
 V2_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
 V2_BYTES_PER_LOGIT = 6
+V2_EVERY_MODEL_FROM = (0, 24)  # 0.33.0's rule; the release between that changed it not located
+V2_WARMUP_BYTES_PER_LOGIT = 10
 
 
 def v2_runner(model: ModelConfig, engine: str | None) -> bool:
@@ -120,6 +128,10 @@ def sampler_bytes(
     """The profile's sampler run: max_num_seqs rows of vocab logits."""
     if v2_runner(model, engine):
         return int(seqs * model.vocab * V2_BYTES_PER_LOGIT)
+    if version(engine) >= V2_EVERY_MODEL_FROM:
+        return int(seqs * model.vocab * V2_WARMUP_BYTES_PER_LOGIT) + triton_buffer_bytes(
+            model, seqs, gpu_name
+        )
     if triton_topk(engine, seqs):
         return int(seqs * model.vocab * TRITON_TOPK_BYTES_PER_LOGIT) + triton_buffer_bytes(
             model, seqs, gpu_name

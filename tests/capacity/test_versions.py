@@ -35,10 +35,11 @@ def test_sampler_profile_bytes_per_logit_by_version() -> None:
     assert round(_per_logit("0.10.1", flashinfer=False), 1) == 38.6  # pip: no FlashInfer
     for engine in ("0.8.3", "0.11.1", "0.12", "0.19.0"):
         assert round(_per_logit(engine), 1) == 38.6, engine
-    # 0.23.0 and 0.33.0 filter with the Triton kernel in place (no sort): bf16 logits, fp32
-    # copy, softmax, exponential noise = 14 bytes a logit, plus the kernel's 132-row buffer
-    for engine in ("0.23.0", "0.33.0"):
-        assert round(_per_logit(engine) - 132 * 4 / 256, 2) == 14, engine
+    # 0.23.0's V1 runner filters with the Triton kernel in place (no sort): bf16 logits, fp32
+    # copy, softmax, exponential noise = 14 bytes a logit, plus the kernel's 132-row buffer;
+    # 0.33.0's V2 runner: bf16 + fp32 processed logits + the penalties' int32 bin counts = 10
+    assert round(_per_logit("0.23.0") - 132 * 4 / 256, 2) == 14
+    assert round(_per_logit("0.33.0") - 132 * 4 / 256, 2) == 10
 
 
 def test_a100_pcie_pair_at_0_10_within_one_percent() -> None:
