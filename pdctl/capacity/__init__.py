@@ -131,11 +131,13 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     eager = section.enforce_eager if section is not None else False
     engine = getattr(getattr(spec, "engine", None), "version", None) or PINNED
     # Expert parallel shards the experts over every TP x DP rank (docs/multinode.md).
-    ep = tp * section.data_parallel if section is not None and section.expert_parallel else 0
+    dp = getattr(section, "data_parallel", 1) if section is not None else 1
+    ep = tp * dp if section is not None and section.expert_parallel else 0
     return Shape(
         tp=tp,
         pp=pp,
         ep=ep,
+        dp=dp,
         dtype=spec.model.dtype,
         kv_cache_dtype=spec.model.kv_cache_dtype,
         max_model_len=spec.model.max_model_len,
@@ -173,7 +175,7 @@ def spec_gpu(
         name, origin = share.gpu_type, "decode.share.gpuType"
     if name is not None:
         try:
-            gpu = find_gpu(name)
+            gpu = find_gpu(name)  # an ambiguous name ('A100'): the smaller (gpus.ambiguous)
         except SpecError as exc:
             if origin == "--gpu":
                 raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
@@ -210,7 +212,46 @@ def spec_traffic(
     )
 
 
+def adapt_traffic(
+    traffic: Traffic,
+    spec: Any,
+    model: ModelConfig,
+    shapes: dict[str, Shape],
+    prompt: int | None = None,
+    output: int | None = None,
+) -> tuple[Traffic, tuple[str, ...]]:
+    """The default prompt (1,024) and output (256) lengths shrunk to fit maxModelLen, and a
+    note saying so; `prompt`/`output`: the command's options. Only lengths the user wrote
+    (options or workload.*) stay as they are, for the caller to refuse when too long."""
+    from dataclasses import replace
+
+    length = min(shape.model_len(model) for shape in shapes.values())
+    if traffic.context <= length or length < 2:
+        return traffic, ()
+    written: set[str] = getattr(getattr(spec, "workload", None), "model_fields_set", set())
+    own_prompt = prompt is not None or "prompt_tokens" in written
+    own_output = output is not None or "output_tokens" in written
+    if own_prompt and own_output:
+        return traffic, ()
+    if own_prompt:
+        new = replace(traffic, output_tokens=length - traffic.prompt_tokens)
+    elif own_output:
+        new = replace(traffic, prompt_tokens=length - traffic.output_tokens)
+    else:
+        out = max(1, length // 5)  # the default's 4:1 prompt:output
+        new = replace(traffic, prompt_tokens=length - out, output_tokens=out)
+    if new.prompt_tokens < 1 or new.output_tokens < 1:
+        return traffic, ()
+    return new, (
+        f"workload: the default request ({traffic.prompt_tokens:,} prompt + "
+        f"{traffic.output_tokens:,} output tokens) is longer than maxModelLen {length:,}; "
+        f"planned with {new.prompt_tokens:,} + {new.output_tokens:,} (set workload.promptTokens "
+        "and workload.outputTokens to plan your own)",
+    )
+
+
 __all__ = [
+    "adapt_traffic",
     "ASSUMED",
     "BUILTIN",
     "DEFAULT_UTIL",

@@ -24,6 +24,7 @@ from pdctl.capacity.profile import (
     PINNED,
     checks_free_memory,
     counts_other_processes,
+    in_flight_batches,
     mla_block,
     version,
 )
@@ -38,6 +39,7 @@ class Shape:
     tp: int = 1
     pp: int = 1
     ep: int = 0  # expert-parallel size (TP x DP with expertParallel); 0: experts split by TP
+    dp: int = 1  # data-parallel ranks of the instance: each rank has its own KV cache and batch
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit
@@ -145,7 +147,7 @@ def _stage_memory(
             full_layers=layers - sliding,
             sliding_layers=sliding,
             window=model.sliding_window,
-            in_flight=tokens * (2 if shape.pp == 1 else shape.pp),
+            in_flight=tokens * in_flight_batches(shape.engine, shape.pp),
             block_size=block,
             per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM,
         )
@@ -182,6 +184,7 @@ def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: i
         shape.engine,
         shape.flashinfer_sampler,
         stage=stage if shape.pp > 1 else None,
+        ep=shape.ep,
     )
 
 
@@ -231,8 +234,9 @@ def smallest_fit_at(
         if t <= min(gpus_per_node, max_tp) and valid_tp(model, t, shape.ep > 0)
     ]
     top = tps[-1] if tps else 1
-    candidates = [replace(shape, tp=tp, pp=1) for tp in tps] + [
-        replace(shape, tp=top, pp=pp)
+    # expert parallel spans every TP x DP GPU: it follows TP
+    candidates = [replace(shape, tp=tp, pp=1, ep=_ep(shape, tp)) for tp in tps] + [
+        replace(shape, tp=top, pp=pp, ep=_ep(shape, top))
         for pp in range(2, min(max_pp, model.layers) + 1)  # a stage needs a layer
     ]
     for candidate in candidates:
@@ -240,6 +244,10 @@ def smallest_fit_at(
             if instance_memory(model, total_bytes, util, candidate, used).fits:
                 return candidate, util
     return None
+
+
+def _ep(shape: Shape, tp: int) -> int:
+    return tp * shape.dp if shape.ep else 0
 
 
 def longest_len(
@@ -258,6 +266,8 @@ class Alternative:
     change: str
     shape: Shape
     kv_tokens: int
+    util: float | None = None  # the --gpu-memory-utilization it fits at
+    share: tuple[tuple[str, int], ...] = ()  # decode.share fields it sets (HAMi slices)
 
 
 def alternatives(
@@ -269,16 +279,22 @@ def alternatives(
     max_tp: int = 16,
     max_pp: int = 8,
     used: int = 0,
+    min_len: int = 0,
 ) -> tuple[Alternative, ...]:
     """Fitting shapes nearest to `shape`, least change first: a higher memory fraction (or, with
-    less free than total x util because of `used`, the highest the free memory allows), fp8 KV,
-    a shorter max_model_len, more TP (or PP)."""
+    less free than total x util because of `used`, the highest the free memory allows), fewer
+    sequences in the profile (`--max-num-seqs`, then `--max-num-batched-tokens`), fp8 KV, a
+    shorter max_model_len (never below `min_len`, the workload's prompt + output, which vLLM
+    would reject), more TP (or PP).
+
+    Each is one the other rules accept: TPs that `valid_tp` allows (heads, widths, quantisation
+    blocks) on at most `gpus_per_node` GPUs, as `smallest_fit` searches."""
     out: list[Alternative] = []
 
     def add(change: str, candidate: Shape, at: float) -> None:
         mem = instance_memory(model, total_bytes, at, candidate, used)
         if mem.fits:
-            out.append(Alternative(change, candidate, mem.kv_tokens))
+            out.append(Alternative(change, candidate, mem.kv_tokens, at))
 
     free = math.floor((total_bytes - used) / total_bytes * 100) / 100 if used else MAX_UTIL
     also = ""
@@ -287,11 +303,14 @@ def alternatives(
     elif free < util:  # vLLM refuses to start: only a lower fraction can work
         util, also = free, f" at --gpu-memory-utilization {free} (what the free memory allows)"
         add(f"--gpu-memory-utilization {free} (what the free memory allows)", shape, free)
+    batching = _smaller_batch(model, total_bytes, shape, util, used)
+    if batching is not None:
+        add(batching[0] + also, batching[1], util)
     if not shape.kv_cache_dtype.startswith("fp8") and not model.is_mla:
         fp8 = replace(shape, kv_cache_dtype="fp8")
         add("--kv-cache-dtype fp8 (half the KV bytes)" + also, fp8, util)
     length = longest_len(model, total_bytes, util, shape, used)
-    if 0 < length < shape.model_len(model):
+    if max(0, min_len - 1) < length < shape.model_len(model):
         add(f"--max-model-len {length}" + also, replace(shape, max_model_len=length), util)
     # The same search as the plan's "smallest fit" row: at the fraction in use, then (if it is
     # lower and the free memory allows) at 0.95, so "TP 2 at 0.95" is offered beside "TP 4".
@@ -308,5 +327,36 @@ def alternatives(
     return tuple(out)
 
 
+# --max-num-seqs values tried below vLLM's default (largest first): the profile's sampler
+# run is max_num_seqs x vocab logits, often the largest term on a large GPU
+_SEQS = (512, 256, 128, 64, 32, 16, 8)
+_BATCHED = (8192, 4096, 2048)  # --max-num-batched-tokens: the forward pass's tokens
+
+
+def _smaller_batch(
+    model: ModelConfig, total_bytes: int, shape: Shape, util: float, used: int
+) -> tuple[str, Shape] | None:
+    """The largest --max-num-seqs (else --max-num-batched-tokens) below the shape's own that
+    fits, keeping max_num_batched_tokens >= max_num_seqs (vLLM's SchedulerConfig refuses
+    fewer)."""
+    length = shape.model_len(model)
+    tokens, seqs = shape.batching(total_bytes, length)
+    for n in _SEQS:
+        if n < seqs and n <= tokens:
+            candidate = replace(shape, max_num_seqs=n)
+            if instance_memory(model, total_bytes, util, candidate, used).fits:
+                return f"--max-num-seqs {n} (the profile's sampler over fewer rows)", candidate
+    for n in _BATCHED:
+        if n < tokens and n >= seqs:
+            candidate = replace(shape, max_num_batched_tokens=n)
+            if instance_memory(model, total_bytes, util, candidate, used).fits:
+                return f"--max-num-batched-tokens {n} (a smaller profile forward pass)", candidate
+    return None
+
+
 def _parallel(shape: Shape) -> str:
-    return f"tensorParallel {shape.tp}" + (f", pipeline {shape.pp}" if shape.pp > 1 else "")
+    return (
+        f"tensorParallel {shape.tp}"
+        + (f", pipeline {shape.pp}" if shape.pp > 1 else "")
+        + (f" (x dataParallel {shape.dp})" if shape.dp > 1 else "")
+    )

@@ -86,7 +86,11 @@ _ALIASES = {
     "h200": "H200",
     "h200sxm": "H200",
     "h200nvl": "H200",
-    "a100": "A100-80GB",
+    "a100": "A100-40GB",  # two memory sizes: the smaller, with a warning (`ambiguous`)
+    "a100sxm": "A100-40GB",
+    "a100sxm4": "A100-40GB",
+    "a100pcie": "A100-40GB",
+    "a100pcie80gb": "A100-80GB",
     "a10080gb": "A100-80GB",
     "a100sxm480gb": "A100-80GB",
     "a100sxm80gb": "A100-80GB",
@@ -127,6 +131,27 @@ def find_gpu(name: str) -> GpuType:
     raise SpecError(
         f"unknown GPU type {name!r}",
         fix=f"use one of {', '.join(GPUS)}, or give the memory (`--gpu-memory-gib`)",
+    )
+
+
+# Names that do not say the memory, of GPUs sold with two sizes: the plan takes the smaller
+# (a plan that fits the smaller card fits the larger) and says so.
+_SIZES = {
+    "a100": ("A100-40GB", "A100-80GB"),
+    "a100sxm": ("A100-40GB", "A100-80GB"),
+    "a100sxm4": ("A100-40GB", "A100-80GB"),
+    "a100pcie": ("A100-40GB", "A100-80GB"),
+}
+
+
+def ambiguous(name: str) -> str:
+    """'' or a warning when `name` fits GPUs of more than one memory size ('A100')."""
+    sizes = _SIZES.get(_key(name))
+    if not sizes:
+        return ""
+    return (
+        f"GPU {name!r} comes in {' and '.join(sizes)}: planned for the smaller, {sizes[0]}; "
+        f"name the one you have ({', '.join(sizes)})"
     )
 
 

@@ -166,6 +166,7 @@ def overhead(
     engine: str | None = None,
     flashinfer_sampler: bool | None = None,
     stage: int | None = None,
+    ep: int = 0,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`).
 
@@ -187,12 +188,14 @@ def overhead(
         flashinfer_sampler,
         sampler=last,
         encoder=first,
+        gpu_name=gpu_name,
+        ep=ep,
     )
     return Overhead(
         activation=activation,
         non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
         cuda_graphs=profile.graph_bytes(model, layers, max_num_seqs, enforce_eager),
-        graphs_counted=profile.graphs_counted(engine),
+        graphs_counted=profile.graphs_counted(engine, model),
     )
 
 

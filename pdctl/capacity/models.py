@@ -46,7 +46,7 @@ _DEEPSEEK_V3 = {
     "max_position_embeddings": 163840,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
-    "quantization_config": {"quant_method": "fp8"},
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
 }
 _GPT_OSS = {
     "layer_types": ["sliding_attention", "full_attention"] * 18,
@@ -416,8 +416,12 @@ class ModelConfig:
     weight_bits: float = 16.0
     expert_weight_bits: float = 16.0
     quantization: str | None = None
+    # (block_n, block_k) of block-quantised weights (fp8 `weight_block_size`): vLLM refuses a
+    # TP that splits a projection off a block boundary (pdctl.plan.parallel)
+    weight_block: tuple[int, int] | None = None
     from_table: bool = False
     shapes_from: str | None = None
+    architecture: str = ""  # config.json's `architectures[0]` (vLLM picks its runner by it)
     # multimodal: the vision tower (`vision_config`), planned next to the language model
     vision_params: float = 0.0  # tower + projector, kept at the activation dtype
     vision_hidden: int = 0
@@ -442,6 +446,26 @@ class ModelConfig:
             return self.intermediate
         routed = self.experts_per_token * self.moe_intermediate + self.shared_intermediate
         return max(routed, self.intermediate if self.dense_layers else 0)
+
+
+# The architecture of the built-in models vLLM 0.23.0's V2 model runner takes by default
+# (pdctl.capacity.sampler.v2_runner): the table's keys that start so
+_ARCHITECTURES = (
+    ("qwen3-", "Qwen3ForCausalLM"),
+    ("llama-", "LlamaForCausalLM"),
+    ("deepseek-r1-distill-llama", "LlamaForCausalLM"),
+    ("mistral-7b", "MistralForCausalLM"),
+)
+
+
+def builtin_architecture(name: str) -> str:
+    """config.json's `architectures[0]` of a built-in model, where it matters ('' else)."""
+    key = normalize(name)
+    for suffix in ("-fp8", "-awq", "-gptq-int4", "-gptq"):
+        key = key.removesuffix(suffix)
+    if "num_experts" in BUILTIN.get(key, {}):
+        return "Qwen3MoeForCausalLM" if key.startswith("qwen3-") else ""
+    return next((arch for prefix, arch in _ARCHITECTURES if key.startswith(prefix)), "")
 
 
 def normalize(name: str) -> str:
@@ -470,6 +494,10 @@ def builtin_config(name: str) -> dict[str, Any] | None:
         if key.endswith(suffix):
             key = normalize(key[: -len(suffix)])
             quant = {"quant_method": method, "bits": 8 if method == "fp8" else 4}
+            if method == "fp8" and key.startswith("qwen3"):
+                # Qwen's own FP8 checkpoints (Qwen/Qwen3-*-FP8) are block-quantised, 128 x 128
+                # ("weight_block_size": [128, 128] in their config.json)
+                quant["weight_block_size"] = [128, 128]
     config = BUILTIN.get(key)
     if config is None:
         return None

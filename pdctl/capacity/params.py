@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pdctl.capacity.models import BUILTIN, ModelConfig, builtin_config
+from pdctl.capacity.models import (
+    BUILTIN,
+    ModelConfig,
+    builtin_architecture,
+    builtin_config,
+    normalize,
+)
 from pdctl.errors import SpecError
 
 
@@ -50,6 +56,27 @@ def weight_bits(quant: dict[str, Any] | None) -> tuple[float, float, str | None]
     if bits < 8:  # group scales (and zeros): about 0.25 bit per weight at group size 128
         bits += 0.25
     return bits, bits, method or None
+
+
+def weight_block(quant: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(block_n, block_k) of block-quantised weights: fp8's `weight_block_size`, or
+    compressed-tensors' `config_groups.*.weights.block_structure`; None when not blocked."""
+    if not quant:
+        return None
+    block = quant.get("weight_block_size")
+    if not block:
+        for group in (quant.get("config_groups") or {}).values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and weights.get("block_structure"):
+                block = weights["block_structure"]
+                break
+    if not isinstance(block, (list, tuple)) or len(block) != 2:
+        return None
+    try:
+        n, k = int(block[0]), int(block[1])
+    except (TypeError, ValueError):
+        return None
+    return (n, k) if n > 0 and k > 0 else None
 
 
 def sliding_layers(config: dict[str, Any], layers: int) -> tuple[int | None, int]:
@@ -159,7 +186,11 @@ def parse_config(
     vocab = int(_get(config, "vocab_size", default=32000))
     intermediate = int(_get(config, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
     max_position = int(_get(config, "max_position_embeddings", "seq_length", default=4096))
-    tie = bool(config.get("tie_word_embeddings", False))
+    # transformers' own default where config.json omits it: True for Gemma's configs
+    # (Gemma2Config/GemmaConfig `tie_word_embeddings=True`), False for Llama, Qwen, Mistral,
+    # DeepSeek (their configs pass False)
+    tied_by_default = str(config.get("model_type", "")).startswith("gemma")
+    tie = bool(config.get("tie_word_embeddings", tied_by_default))
 
     kv_lora = config.get("kv_lora_rank")
     mla_latent = None
@@ -250,7 +281,9 @@ def parse_config(
         weight_bits=bits,
         expert_weight_bits=expert_bits,
         quantization=method,
+        weight_block=weight_block(config.get("quantization_config")),
         from_table=from_table,
+        architecture=str((raw.get("architectures") or [""])[0] or builtin_architecture(name)),
     )
 
 
@@ -284,12 +317,34 @@ def model_config(
         donor = nearest_dense(params_billion)
         model = parse_config(name, BUILTIN[donor], params_billion)
         return replace(model, shapes_from=donor)
+    near = nearest_names(name)
     raise SpecError(
         f"pdctl does not know the architecture of {name!r}",
         path="model.name",
-        fix="set `model.config` to the model's local config.json (exact figures), or "
-        "`model.paramsBillion` (weights exact, KV estimated); built-in models: " + builtin_list(),
+        fix=(f"did you mean {' or '.join(near)}? Else s" if near else "s")
+        + "et `model.config` to the model's local config.json (exact figures), or "
+        "`model.paramsBillion` (weights exact, KV estimated); "
+        + (
+            f"docs/capacity.md lists the {len(BUILTIN)} built-in models"
+            if near
+            else "built-in models: " + builtin_list()
+        ),
     )
+
+
+def nearest_names(name: str, most: int = 2) -> list[str]:
+    """The built-in model names closest to `name` (a misspelling: 'Qwen3-32B-Instrukt' ->
+    'qwen3-32b'), a quantisation suffix kept; [] when none is close."""
+    import difflib
+
+    key = normalize(name)
+    suffix = next((q for q in ("-fp8", "-awq", "-gptq-int4", "-gptq") if key.endswith(q)), "")
+    base = normalize(key[: len(key) - len(suffix)]) if suffix else key
+    # a known name with words added ('-instrukt', '-v2') counts first: the longest prefix
+    prefixed = sorted((k for k in BUILTIN if base.startswith(k + "-")), key=len, reverse=True)
+    close = difflib.get_close_matches(base, sorted(BUILTIN), n=most, cutoff=0.75)
+    found = list(dict.fromkeys([*prefixed[:1], *close]))[:most]
+    return [k + suffix for k in found]
 
 
 def builtin_list(budget: int = 150) -> str:

@@ -10,41 +10,33 @@ vLLM 0.33.0 (`vllm/v1/worker/gpu_worker.py` `determine_available_memory`):
 The profile run (`gpu_model_runner.py` `profile_run`) is one forward pass over
 max_num_batched_tokens dummy tokens, then the sampler over max_num_seqs rows of logits
 (and, for multimodal models, the encoder over its budget first). docs/capacity.md cites the
-lines. Every figure here is an estimate calibrated on real logs (tests/capacity/vllm_logs.py);
-`pdctl plan --from-log` shows where one went wrong.
+lines. The sampler's term is in pdctl/capacity/sampler.py, version strings in engine.py.
+`pdctl plan --from-log` shows where a prediction went wrong.
 """
 
 from __future__ import annotations
 
-import re
-
+from pdctl.capacity.engine import PINNED, V1_FROM, _key, is_v1, patch_version, version
 from pdctl.capacity.gpus import GIB, MIB
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.sampler import (
+    FLASHINFER_BYTES_PER_LOGIT,
+    FLASHINFER_ONLY,
+    SAMPLER_BYTES_PER_LOGIT,
+    TRITON_TOPK_FROM,
+    flashinfer_only,
+    sampler_bytes,
+    sm_count,
+    triton_buffer_bytes,
+    triton_topk,
+    v2_runner,
+)
 
-PINNED = "0.33.0"
-V1_FROM = (0, 8)  # the V1 engine is the default from vLLM 0.8
 GRAPHS_COUNTED_FROM = (0, 21)  # CUDA-graph memory profiled before the KV cache since 0.21
 CHUNKED_V0_FROM_LEN = 32768  # V0 turned chunked prefill on by itself from this length
 
 # The one GPU-model list with NVLink between cards (SXM/HGX boards); others talk over PCIe.
 _NVLINK = ("h100sxm", "h100", "h200", "a10080gb", "a100sxm", "a10040gb", "b200", "gb200", "h20")
-
-
-def version(text: str | None) -> tuple[int, int]:
-    """(major, minor) of a vLLM version string; the pinned one when unknown."""
-    match = re.match(r"v?(\d+)\.(\d+)", text or PINNED)
-    if match is None:
-        return version(PINNED)
-    return int(match.group(1)), int(match.group(2))
-
-
-def is_v1(engine: str | None) -> bool:
-    """The V1 engine (0.8 and later; logs that say `V0 LLM engine` use `engine: 0.7`)."""
-    return version(engine) >= V1_FROM
-
-
-def _key(gpu_name: str) -> str:
-    return "".join(ch for ch in gpu_name.lower().replace("nvidia", "") if ch.isalnum())
 
 
 def nvlink(gpu_name: str) -> bool:
@@ -94,55 +86,6 @@ def forward_bytes(model: ModelConfig, tp: int, tokens: int, act: int, engine: st
     return int(tokens * width * act * factor)
 
 
-# Bytes per vocab logit of the sampler's profiling run over max_num_seqs rows with top-k and
-# top-p set (logits in bf16 and fp32, probabilities, a sorted copy with int64 indices, the
-# cumulative sum, masks). Calibrated on logs that print the torch peak directly: vLLM 0.11
-# on an H100 (1024 rows; Llama-3.1-8B 4.76 GiB, Qwen3 5.56 GiB, gpt-oss 7.38 GiB: 38.4-38.9
-# bytes a logit, llm-d-benchmark config_explorer) and V0 (256 rows, 1.26-1.42 GiB: 39-41).
-SAMPLER_BYTES_PER_LOGIT = 38.6
-# vLLM 0.9 to 0.11.0 with FlashInfer installed ("Using FlashInfer for top-p & top-k sampling."
-# in the log) profiled the sampler with FlashInfer's kernel alone: no sort, no int64 indices.
-# 16 bytes a logit fitted on vLLM 0.10.1.1 on A100s (dennislee22/vLLM-benchmarking: Qwen2-7B,
-# 256 rows, 0.55-0.61 GiB); the same cluster without FlashInfer matched 38.6, and vLLM 0.11.0
-# on an H100 printed 2.12 GiB for Mistral-Small-3.2 (1024 x 131072 logits: 16.9 a logit).
-FLASHINFER_BYTES_PER_LOGIT = 16.0
-# From 0.9 (vllm#15777 adapted to FlashInfer 0.2.3; 0.8 refused FlashInfer >= 0.2.3) to 0.11.0;
-# vllm#26859 (0.11.1) turned the FlashInfer sampler off by default (the llm-d logs above, from
-# vllm/vllm-openai:latest of January 2026, show the sort's 38.6), and 0.33's
-# `_dummy_sampler_run` runs the native path after FlashInfer's, so the sort sets the peak.
-FLASHINFER_ONLY = ((0, 9, 0), (0, 11, 1))
-
-
-def patch_version(text: str | None) -> tuple[int, int, int]:
-    """(major, minor, patch) of a vLLM version string; the pinned one when unknown."""
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or PINNED)
-    if match is None:
-        return patch_version(PINNED)
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
-    """Whether this engine's profile runs the sampler through FlashInfer alone.
-
-    `installed` None: the vllm/vllm-openai image's, which pdctl deploys (FlashInfer in it).
-    A plain `pip install vllm` of 0.9-0.11.0 had no FlashInfer (an optional extra from
-    vllm#21959 until vllm#26443 made it a dependency in 0.11.1): pass False."""
-    low, high = FLASHINFER_ONLY
-    return low <= patch_version(engine) < high and installed is not False
-
-
-def sampler_bytes(
-    model: ModelConfig, seqs: int, engine: str | None, flashinfer: bool | None = None
-) -> int:
-    """The profile's sampler run: max_num_seqs rows of vocab logits."""
-    per_logit = (
-        FLASHINFER_BYTES_PER_LOGIT
-        if flashinfer_only(engine, flashinfer)
-        else SAMPLER_BYTES_PER_LOGIT
-    )
-    return int(seqs * model.vocab * per_logit)
-
-
 def encoder_tokens(model: ModelConfig, batched_tokens: int, seqs: int) -> int:
     """Language-model tokens of the dummy multimodal batch vLLM encodes in its profile run.
 
@@ -180,6 +123,29 @@ def encoder_bytes(model: ModelConfig, tp: int, tokens: int, act: int) -> int:
     return int(patches * width * act + tokens * model.hidden * act)
 
 
+# From 0.23 the fused-MoE layers take their scratch from the worker's WorkspaceManager
+# (vllm/v1/worker/workspace.py), which keeps it allocated after the forward pass: the
+# sampler then runs on top of it. `TritonExperts.workspace_shapes`
+# (vllm/model_executor/layers/fused_moe/experts/triton_moe.py, 0.23.0 l.141-156): (M, top-k,
+# max(I, K)) shared with the (M, K) output, and (M, top-k, max(2I, K)), M the batch's tokens
+# unchunked (modular_kernel.py l.1211-1235), I one expert's width on this rank, K hidden.
+MOE_WORKSPACE_FROM = (0, 23)
+
+
+def moe_workspace_bytes(
+    model: ModelConfig, tp: int, tokens: int, act: int, engine: str | None, ep: int = 0
+) -> int:
+    """The persistent fused-MoE scratch of a forward pass over `tokens` tokens (0 for dense
+    models, engines before 0.23, and gpt-oss's mxfp4 experts, which use other kernels)."""
+    if not model.is_moe or model.quantization == "mxfp4" or version(engine) < MOE_WORKSPACE_FROM:
+        return 0
+    width = model.moe_intermediate // (1 if ep else tp)  # expert parallel: whole experts
+    k, hidden = model.experts_per_token, model.hidden
+    first = max(tokens * k * max(width, hidden), tokens * hidden)
+    second = tokens * k * max(2 * width, hidden)
+    return (first + second) * act
+
+
 def activation_bytes(
     model: ModelConfig,
     tp: int,
@@ -190,14 +156,25 @@ def activation_bytes(
     flashinfer: bool | None = None,
     sampler: bool = True,
     encoder: bool = True,
+    gpu_name: str = "",
+    ep: int = 0,
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
     largest (they run one after the other). With PP the encoder runs on the first stage
-    only (`encoder`) and the sampler on the last only (`sampler`)."""
+    only (`encoder`) and the sampler on the last only (`sampler`).
+
+    From 0.23 the fused-MoE workspace stays allocated (`moe_workspace_bytes`) and the
+    forward's output hidden states are held while the sampler runs (`profile_run` keeps
+    `hidden_states` until after `_dummy_sampler_run`): both under the sampler's peak."""
+    workspace = moe_workspace_bytes(model, tp, tokens, act, engine, ep)
+    forward = forward_bytes(model, tp, tokens, act, engine)
+    if workspace:
+        forward = max(forward, tokens * 2 * model.hidden * act + workspace)
+    held = workspace + tokens * model.hidden * act if version(engine) >= MOE_WORKSPACE_FROM else 0
     return max(
         encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
-        forward_bytes(model, tp, tokens, act, engine),
-        sampler_bytes(model, seqs, engine, flashinfer) if sampler else 0,
+        forward,
+        sampler_bytes(model, seqs, engine, flashinfer, gpu_name) + held if sampler else 0,
     )
 
 
@@ -295,9 +272,29 @@ def checks_free_memory(engine: str | None) -> bool:
     return patch_version(engine) >= OTHERS_COUNTED[1]
 
 
-def graphs_counted(engine: str | None) -> bool:
-    """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later)."""
+def graphs_counted(engine: str | None, model: ModelConfig | None = None) -> bool:
+    """Whether the CUDA-graph estimate comes out of the KV budget (0.21 and later, except
+    the models vLLM 0.23's V2 model runner serves: `sampler.v2_runner`)."""
+    if model is not None and v2_runner(model, engine):
+        return False
     return version(engine) >= GRAPHS_COUNTED_FROM
+
+
+# Tokens a sliding-window layer holds a request beyond its window: the in-flight batches.
+# vLLM 0.23.0 `SlidingWindowSpec.max_admission_blocks_per_request`
+# (vllm/v1/kv_cache_interface.py l.488-508): window - 1 + max_num_batched_tokens, one batch.
+# vLLM 0.33.0 (same method, l.915-944): window - 1 + `VllmConfig.max_in_flight_tokens` =
+# max_concurrent_batches x max_num_batched_tokens (vllm/config/vllm.py l.587-609: 2 with async
+# scheduling at PP 1, else PP). The release between that made the change was not located;
+# pdctl takes 0.24 and later as 0.33.
+IN_FLIGHT_BATCHES_FROM = (0, 24)
+
+
+def in_flight_batches(engine: str | None, pp: int) -> int:
+    """Batches of max_num_batched_tokens a sliding-window layer keeps beyond its window."""
+    if version(engine) < IN_FLIGHT_BATCHES_FROM:
+        return 1
+    return 2 if pp == 1 else pp
 
 
 def mla_block(gpu_name: str) -> int:
@@ -308,3 +305,22 @@ def mla_block(gpu_name: str) -> int:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+__all__ = [
+    "FLASHINFER_BYTES_PER_LOGIT",
+    "FLASHINFER_ONLY",
+    "PINNED",
+    "SAMPLER_BYTES_PER_LOGIT",
+    "TRITON_TOPK_FROM",
+    "V1_FROM",
+    "flashinfer_only",
+    "is_v1",
+    "patch_version",
+    "sampler_bytes",
+    "sm_count",
+    "triton_buffer_bytes",
+    "triton_topk",
+    "v2_runner",
+    "version",
+]

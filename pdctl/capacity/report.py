@@ -25,7 +25,7 @@ from pdctl.capacity.roofline import (
     prefill_tokens_per_s,
     ridge_batch,
 )
-from pdctl.capacity.slice import DecodeSlice, decode_slice
+from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_alternatives
 
 if TYPE_CHECKING:
     from pdctl.spec.model import Spec
@@ -149,7 +149,10 @@ def role_plan(
     shape: Shape,
     traffic: Traffic,
     used: int = 0,
+    gpus_per_node: int = 8,
 ) -> RolePlan:
+    """One role's plan. `gpus_per_node`: the most GPUs a host of the spec lists (validate
+    refuses a larger TP), which bounds every TP suggestion."""
     shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
@@ -177,14 +180,23 @@ def role_plan(
         gpu.usable_bytes,
         shape,
         (first, MAX_UTIL) if first < MAX_UTIL else (first,),
+        gpus_per_node=gpus_per_node,
         max_tp=max_tp,
         max_pp=max_pp,
         used=mem.used,
     )
     seqs = shape.batching(total)[1]
     kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
+    # co-located decode instances time-slice the GPU (roofline.TIME_SLICE_EFFICIENCY)
+    per_gpu = sl.per_gpu if sl is not None else 1
     batch = best_batch(
-        model, gpu, shape, traffic.mean_context, max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms
+        model,
+        gpu,
+        shape,
+        traffic.mean_context,
+        max(1, min(seqs, kv_batch or 1)),
+        traffic.tpot_ms,
+        per_gpu,
     )
     return RolePlan(
         role=role,
@@ -196,11 +208,24 @@ def role_plan(
         memory=mem,
         smallest=smallest[0] if smallest else None,
         smallest_util=smallest[1] if smallest else None,
-        alternatives=()
-        if mem.fits
-        else alternatives(model, total, shape, util, max_tp=max_tp, max_pp=max_pp, used=mem.used),
+        alternatives=(
+            ()
+            if mem.fits
+            else alternatives(
+                model,
+                total,
+                shape,
+                util,
+                gpus_per_node=gpus_per_node,
+                max_tp=max_tp,
+                max_pp=max_pp,
+                used=mem.used,
+                min_len=traffic.context,
+            )
+        )
+        + slice_alternatives(model, shape, sl, share),
         batch=batch,
-        decode=decode_step(model, gpu, shape, batch, traffic.mean_context),
+        decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )
@@ -209,11 +234,20 @@ def role_plan(
 def _pd(
     model: ModelConfig, gpu: GpuType, prefill: RolePlan, decode: RolePlan, traffic: Traffic
 ) -> PdRatio:
+    # instance seconds a request: DP ranks each prefill and decode their own requests
     pre_s = traffic.prompt_tokens / prefill.prefill_tokens_per_s
-    dec_s = traffic.output_tokens * decode.decode.step_expected_s / max(1, decode.batch)
+    dec_s = (
+        traffic.output_tokens
+        * decode.decode.step_expected_s
+        / max(1, decode.batch)
+        / decode.shape.dp
+    )
     rate = traffic.requests_per_second
-    ttft_ok = None if traffic.ttft_ms is None else pre_s * 1000 <= traffic.ttft_ms
-    one = decode_step(model, gpu, decode.shape, 1, traffic.mean_context).tpot_ms
+    one_rank = pre_s * prefill.shape.dp  # one request's prefill runs on one DP rank
+    ttft_ok = None if traffic.ttft_ms is None else one_rank * 1000 <= traffic.ttft_ms
+    one = decode_step(
+        model, gpu, decode.shape, 1, traffic.mean_context, decode.decode.per_gpu
+    ).tpot_ms
     tpot_ok = None if traffic.tpot_ms is None else one <= traffic.tpot_ms
     if rate is None:
         return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok, tpot_ok, one)
@@ -242,13 +276,21 @@ def plan_capacity(
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
     `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`.
     `used`: bytes other processes hold on the GPU (a preflight recording's most used GPU)."""
+    from pdctl.plan.parallel import gpus_per_host
+
     roles: tuple[RolePlan, ...]
+    per_node = gpus_per_host(spec) or 8
+
+    def one(role: str, section: Any) -> RolePlan:
+        nodes = getattr(section, "nodes", 1) or 1
+        return role_plan(model, gpu, role, section, shapes[role], traffic, used, per_node * nodes)
+
     if spec.phase in (0, 1):
-        roles = (role_plan(model, gpu, "serve", spec.serve, shapes["serve"], traffic, used),)
+        roles = (one("serve", spec.serve),)
         pre = dec = roles[0]
     else:
-        pre = role_plan(model, gpu, "prefill", spec.prefill, shapes["prefill"], traffic, used)
-        dec = role_plan(model, gpu, "decode", spec.decode, shapes["decode"], traffic, used)
+        pre = one("prefill", spec.prefill)
+        dec = one("decode", spec.decode)
         roles = (pre, dec)
     pd = _pd(model, gpu, pre, dec, traffic)
     advice = _advice(model, gpu, spec, dec, traffic, pd)

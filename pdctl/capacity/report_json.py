@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pdctl.capacity.profile import flashinfer_only
+from pdctl.capacity.roofline import time_slice_basis
 
 if TYPE_CHECKING:
     from pdctl.capacity.fit import Shape
@@ -19,8 +20,12 @@ def _shape(shape: Shape) -> dict[str, Any]:
     return {
         "tensorParallel": shape.tp,
         "pipelineParallel": shape.pp,
+        "dataParallel": shape.dp,
+        "expertParallel": shape.ep,  # GPUs the experts are spread over; 0: split by TP
         "kvCacheDtype": shape.kv_cache_dtype,
         "maxModelLen": shape.max_model_len,
+        "maxNumSeqs": shape.max_num_seqs,
+        "maxNumBatchedTokens": shape.max_num_batched_tokens,
     }
 
 
@@ -55,14 +60,22 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "recommendedGpuMemoryUtilization": r.recommended_util,
         "minGpuMemoryUtilization": m.min_util,
         "kvAvailableGib": _gib(m.kv_available),
-        "kvTokens": m.kv_tokens,
+        "kvTokens": m.kv_tokens,  # per DP rank: each has its own cache
+        "kvTokensPerInstance": m.kv_tokens * r.shape.dp,
         "concurrencyAtMaxModelLen": round(m.concurrency, 2),
         "fits": r.fits,
         "smallestFit": {**_shape(r.smallest), "gpuMemoryUtilization": r.smallest_util}
         if r.smallest
         else None,
         "alternatives": [
-            {"change": a.change, **_shape(a.shape), "kvTokens": a.kv_tokens} for a in r.alternatives
+            {
+                "change": a.change,
+                **_shape(a.shape),
+                "gpuMemoryUtilization": a.util,
+                "share": dict(a.share) or None,
+                "kvTokens": a.kv_tokens,
+            }
+            for a in r.alternatives
         ],
         # A role that does not fit has no speed figures (its KV is zero): null.
         "decode": None
@@ -72,8 +85,21 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
             "context": r.decode.context,
             "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
             "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
-            "tokensPerSecond": round(r.decode.tokens_per_s, 1),
-            "tokensPerSecondBound": round(r.decode.tokens_per_s_bound, 1),
+            "tokensPerSecond": round(r.decode.tokens_per_s * r.shape.dp, 1),
+            "tokensPerSecondBound": round(r.decode.tokens_per_s_bound * r.shape.dp, 1),
+            # co-located instances (HAMi slices) time-slicing one GPU
+            "instancesPerGpu": r.decode.per_gpu,
+            "tokensPerSecondPerGpu": round(
+                r.decode.tokens_per_s * r.decode.per_gpu / (r.shape.tp * r.shape.pp), 1
+            ),
+            # where each figure comes from: measured, modelled or assumed
+            "basis": {
+                "step": "modelled (roofline; bandwidth efficiency measured on an H200)",
+                "timeSlicing": None
+                if r.decode.per_gpu == 1
+                else time_slice_basis(r.decode.per_gpu),
+                "prefillMfu": "assumed",
+            },
         },
         "prefillTokensPerSecond": round(r.prefill_tokens_per_s, 1) if r.fits else None,
     }
@@ -133,11 +159,12 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
         "pd": None
         if not plan.fits
         else {
-            "prefillPerDecode": round(pd.prefill_per_decode, 3),
+            # phases 0/1: one instance prefills and decodes, so no P:D ratio
+            "prefillPerDecode": round(pd.prefill_per_decode, 3) if plan.phase in (2, 3) else None,
             "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
             "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
-            "prefillInstances": pd.prefill_instances,
-            "decodeInstances": pd.decode_instances,
+            "prefillInstances": pd.prefill_instances if plan.phase in (2, 3) else None,
+            "decodeInstances": pd.decode_instances if plan.phase in (2, 3) else None,
             "decodeConcurrency": None
             if pd.decode_concurrency is None
             else round(pd.decode_concurrency, 1),

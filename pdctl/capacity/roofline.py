@@ -4,6 +4,11 @@ Lower bounds use the datasheet peaks. "Expected" figures divide by the efficienc
 measured on an H200 (fixtures/gpu/h200x2/decode_share.txt): a decode-like pass over 7.5 GB of
 bf16 weights reached 3.7 TB/s of the 4.8 TB/s peak (77%) at batch 1-16, and about half of the
 peak FLOP/s at batch 256. Communication between TP ranks is ignored.
+
+Co-located instances (phase 3: HAMi slices, `decode.share.perGpu` > 1) time-slice one GPU: N
+instances at batch B each gave 0.91x the tokens/s of ONE instance at batch B on the whole GPU
+(tests/fixtures/gpu/hami-h200/README.md, N = 2, 3, 4 on an H200), so each runs at 0.91 / N of
+its speed alone. Beyond 4 instances the same factor is assumed, not measured.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from pdctl.capacity.models import ModelConfig
 BANDWIDTH_EFFICIENCY = 0.77  # measured: 3.70 of 4.8 TB/s on one H200 (decode_share, B=1..16)
 COMPUTE_EFFICIENCY = 0.5  # measured: B=256 step 3.72 ms vs 1.95 ms of peak-FLOP time
 PREFILL_MFU = 0.5  # share of peak FLOP/s a prefill reaches (typical for large prompts)
+# N co-located instances at batch B vs ONE at B, tokens/s per GPU: 22,785 / 24,984 (N = 2),
+# 22,763 (3), 22,761 (4) at B = 128 (tests/fixtures/gpu/hami-h200/packing.jsonl)
+TIME_SLICE_EFFICIENCY = 0.91
+TIME_SLICE_MEASURED_UP_TO = 4  # instances per GPU the factor was measured for
+
+
+def time_slice_basis(per_gpu: int) -> str:
+    """'measured', or 'assumed' where the time-slicing factor was not measured."""
+    return "measured" if per_gpu <= TIME_SLICE_MEASURED_UP_TO else "assumed"
 
 
 def weights_read_per_step(model: ModelConfig, shape: Shape, batch: int) -> float:
@@ -45,7 +59,8 @@ class DecodeEstimate:
     bytes_read: float  # per GPU: weights read + KV read
     flops: float  # per GPU
     step_bound_s: float  # lower bound: max(bytes / peak bandwidth, flops / peak FLOP/s)
-    step_expected_s: float  # with the measured efficiencies
+    step_expected_s: float  # with the measured efficiencies (and time-slicing, below)
+    per_gpu: int = 1  # instances time-slicing one GPU (HAMi slices): each gets 0.91 / N of it
 
     @property
     def tokens_per_s_bound(self) -> float:
@@ -63,9 +78,12 @@ class DecodeEstimate:
 
 
 def decode_step(
-    model: ModelConfig, gpu: GpuType, shape: Shape, batch: int, context: int
+    model: ModelConfig, gpu: GpuType, shape: Shape, batch: int, context: int, per_gpu: int = 1
 ) -> DecodeEstimate:
-    """Decode step time: (weights per GPU + KV read) / HBM bandwidth, or FLOPs / peak."""
+    """Decode step time: (weights per GPU + KV read) / HBM bandwidth, or FLOPs / peak.
+
+    `per_gpu` instances time-slicing the GPU (HAMi slices): each step takes per_gpu / 0.91
+    times as long (expected; the bound assumes perfect slicing, per_gpu times)."""
     kv = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
     bytes_read = weights_read_per_step(model, shape, batch) + batch * context * kv
     # 2 FLOPs per active parameter per token, plus attention: 4 x layers x heads x head_dim x ctx
@@ -75,7 +93,10 @@ def decode_step(
     peak = gpu.bf16_tflops * 1e12
     bound = max(bytes_read / bw, flops / peak)
     expected = max(bytes_read / (bw * BANDWIDTH_EFFICIENCY), flops / (peak * COMPUTE_EFFICIENCY))
-    return DecodeEstimate(batch, context, bytes_read, flops, bound, expected)
+    if per_gpu > 1:
+        bound *= per_gpu
+        expected *= per_gpu / TIME_SLICE_EFFICIENCY
+    return DecodeEstimate(batch, context, bytes_read, flops, bound, expected, max(1, per_gpu))
 
 
 def prefill_tokens_per_s(model: ModelConfig, gpu: GpuType, shape: Shape, prompt: int) -> float:
@@ -84,7 +105,7 @@ def prefill_tokens_per_s(model: ModelConfig, gpu: GpuType, shape: Shape, prompt:
     FLOPs per prompt token = 2 x active params + attention 2 x layers x heads x head_dim x
     prompt (causal: half of 4 x ... x prompt)."""
     per_token = 2 * model.active_params + 2 * model.layers * model.heads * model.head_dim * prompt
-    gpus = shape.tp * shape.pp
+    gpus = shape.tp * shape.pp * shape.dp  # every DP rank prefills its own requests
     return gpu.bf16_tflops * 1e12 * PREFILL_MFU * gpus / per_token
 
 
@@ -102,16 +123,18 @@ def best_batch(
     context: int,
     max_batch: int,
     tpot_ms: float | None = None,
+    per_gpu: int = 1,
 ) -> int:
-    """The largest batch (<= max_batch) whose expected step time meets `tpot_ms` (if given)."""
+    """The largest batch (<= max_batch) whose expected step time meets `tpot_ms` (if given),
+    with `per_gpu` instances time-slicing the GPU."""
     if tpot_ms is None:
         return max(1, max_batch)
     lo, hi = 1, max(1, max_batch)
-    if decode_step(model, gpu, shape, 1, context).tpot_ms > tpot_ms:
+    if decode_step(model, gpu, shape, 1, context, per_gpu).tpot_ms > tpot_ms:
         return 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if decode_step(model, gpu, shape, mid, context).tpot_ms <= tpot_ms:
+        if decode_step(model, gpu, shape, mid, context, per_gpu).tpot_ms <= tpot_ms:
             lo = mid
         else:
             hi = mid - 1

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
-from pdctl.capacity.fit import Shape, instance_memory, model_fit
+from pdctl.capacity.fit import Alternative, Shape, instance_memory, model_fit
 from pdctl.capacity.gpus import MIB
 from pdctl.capacity.models import ModelConfig
 from pdctl.errors import SpecError
@@ -79,8 +80,11 @@ class DecodeSlice:
 
     @property
     def fits(self) -> bool:
-        return (self.slice_mib >= self.min_slice_mib and self.gpu_memory_utilization > 0
-                and self.slice_mib * self.per_gpu <= self.gpu_mib)
+        return (
+            self.slice_mib >= self.min_slice_mib
+            and self.gpu_memory_utilization > 0
+            and self.slice_mib * self.per_gpu <= self.gpu_mib
+        )
 
 
 def slice_size(
@@ -125,3 +129,43 @@ def decode_slice(
         max_per_gpu=gpu_mib // minimum if minimum else 0,
         gpu_mib=gpu_mib,
     )
+
+
+def slice_alternatives(
+    model: ModelConfig, shape: Shape, sl: DecodeSlice | None, share: Any
+) -> tuple[Alternative, ...]:
+    """For a HAMi slice that does not fit: fewer slices per GPU, or a larger slice, each one
+    that holds weights, overheads and one max-length sequence AND fits the GPU with the
+    others (the same `DecodeSlice.fits` rule the plan applies)."""
+    if sl is None or sl.fits:
+        return ()
+    eager = getattr(share, "enforce_eager", None)
+    out: list[Alternative] = []
+    for per_gpu in range(sl.per_gpu - 1, 0, -1):
+        cand = decode_slice(model, sl.gpu_mib, shape, per_gpu, None, None, eager)
+        if cand.fits:
+            out.append(
+                Alternative(
+                    f"decode.share.perGpu {per_gpu} ({cand.slice_mib:,} MiB slices, "
+                    "without gpuMemoryPercent/gpuMemoryMib)",
+                    replace(shape, enforce_eager=cand.enforce_eager),
+                    cand.kv_tokens,
+                    cand.gpu_memory_utilization,
+                    (("perGpu", per_gpu),),
+                )
+            )
+            break
+    need = sl.min_slice_mib
+    if need * sl.per_gpu <= sl.gpu_mib:
+        cand = decode_slice(model, sl.gpu_mib, shape, sl.per_gpu, None, need, eager)
+        if cand.fits:
+            out.append(
+                Alternative(
+                    f"decode.share.gpuMemoryMib {need}",
+                    replace(shape, enforce_eager=cand.enforce_eager),
+                    cand.kv_tokens,
+                    cand.gpu_memory_utilization,
+                    (("gpuMemoryMib", need),),
+                )
+            )
+    return tuple(out)

@@ -48,10 +48,11 @@ def plan_problems(plan: CapacityPlan) -> tuple[str, ...]:
 def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: GpuType) -> tuple[str, ...]:
     """Problem lines for `spec` on `gpu` (empty when every role fits). Raises SpecError when
     the model is unknown (callers that only warn catch it)."""
-    from pdctl.capacity import spec_model_config, spec_shape
-    from pdctl.capacity.report import Traffic, plan_capacity
+    from pdctl.capacity import adapt_traffic, spec_model_config, spec_shape, spec_traffic
+    from pdctl.capacity.report import plan_capacity
 
     model = spec_model_config(spec.model, hf_config)
     roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
     shapes = {role: spec_shape(spec, role) for role in roles}
-    return plan_problems(plan_capacity(spec, model, gpu, Traffic(), shapes))
+    traffic, _ = adapt_traffic(spec_traffic(spec), spec, model, shapes)
+    return plan_problems(plan_capacity(spec, model, gpu, traffic, shapes))

@@ -24,9 +24,13 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     """Lines `file: warning: role: does not fit ...` for each role of SPEC that does not fit
     on the spec's own GPU (hardware.gpu / gpuMemoryGib / decode.share.gpuType). Nothing when
     the spec names no GPU or pdctl does not know the model (validate must not fail on that).
-    `validate` prints these; `render` should too (and refuse them under --strict)."""
+    `validate` prints these; `render` should too (and refuse them under --strict).
+    First, when pdctl knows nothing of the model: that nothing model-specific was checked."""
     from pdctl.errors import SpecError
 
+    unknown = unknown_model_warning(spec, spec_file)
+    if unknown:
+        return [unknown]  # no shapes: no fit to check either
     hardware = getattr(spec, "hardware", None)
     share = getattr(spec.decode, "share", None) if spec.decode is not None else None
     named = hardware is not None and (hardware.gpu or hardware.gpu_memory_gib)
@@ -44,7 +48,46 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
         lines = does_not_fit(spec, config, device)
     except SpecError:
         return []
+    if lines:  # which GPU it did not fit, where the name left the memory open
+        lines = _gpu_name_note(spec, None) + lines
     return [f"{spec_file}: warning: {line}" for line in lines]
+
+
+def _gpu_name_note(spec: Any, option: str | None) -> tuple[str, ...]:
+    """A warning when the GPU's name leaves its memory open ('A100': 40 or 80 GB)."""
+    from pdctl.capacity.gpus import ambiguous
+
+    hardware = getattr(spec, "hardware", None)
+    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
+    name = option or (hardware.gpu if hardware is not None else None)
+    name = name or (share.gpu_type if share is not None else None)
+    if hardware is not None and hardware.gpu_memory_gib and not option:
+        return ()  # the memory is given
+    note = ambiguous(name) if name else ""
+    return (note,) if note else ()
+
+
+def unknown_model_warning(spec: Any, spec_file: str) -> str:
+    """'' or a warning line when neither `model.config` nor pdctl's table knows the model: no
+    TP/PP rule against its heads and widths, no fit, no quantisation block was checked (a
+    misspelt name would otherwise pass with any TP). Names the nearest known models."""
+    from pdctl.cli.specfile import known_model_config
+
+    raw, _ = known_model_config(spec, spec_file)
+    if raw is not None:
+        return ""
+    from pdctl.capacity.params import nearest_names
+
+    name = spec.model.name
+    near = nearest_names(name)
+    only = " (model.paramsBillion sizes the weights only)" if spec.model.params_billion else ""
+    return (
+        f"{spec_file}: warning: model.name: pdctl does not know {name!r}{only}: nothing "
+        "model-specific was checked (tensor/pipeline parallel against its heads, widths and "
+        "quantisation blocks; whether it fits the GPU)"
+        + (f"; did you mean {' or '.join(near)}?" if near else "")
+        + " Set model.config to its config.json to check it (--strict refuses this)"
+    )
 
 
 def build(
@@ -60,7 +103,14 @@ def build(
 ) -> tuple[Any, str]:
     """Read the spec (and its model.config) and plan its capacity; `facts`: a preflight
     recording whose most used GPU says what other processes hold."""
-    from pdctl.capacity import ASSUMED, spec_gpu, spec_model_config, spec_shape, spec_traffic
+    from pdctl.capacity import (
+        ASSUMED,
+        adapt_traffic,
+        spec_gpu,
+        spec_model_config,
+        spec_shape,
+        spec_traffic,
+    )
     from pdctl.capacity.report import plan_capacity
     from pdctl.cli.specfile import read_spec
     from pdctl.errors import SpecError, UsageError
@@ -84,10 +134,11 @@ def build(
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
         shapes = {role: spec_shape(spec, role) for role in roles}
         traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
+        traffic, adapted = adapt_traffic(traffic, spec, model, shapes, prompt, output)
         _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
         used = used_bytes(facts, spec) if facts is not None else 0
         result = plan_capacity(spec, model, device, traffic, shapes, used)
-        notes = gpu_warnings(device, origin == ASSUMED)
+        notes = adapted + gpu_warnings(device, origin == ASSUMED) + _gpu_name_note(spec, gpu)
         return replace(result, warnings=result.warnings + notes), origin
     except UsageError:
         raise

@@ -27,13 +27,23 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
     smallest = (
         f"TP {r.smallest.tp}"
         + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
+        + (f" x DP {r.smallest.dp}" if r.smallest.dp > 1 else "")
+        + (f" (EP {r.smallest.ep})" if r.smallest.ep else "")
         + f" at util {r.smallest_util:.2f}"
         if r.smallest and r.smallest_util is not None
         else "none up to 8 GPUs x 8 stages"
     )
+    per_rank = " per DP rank" if s.dp > 1 else ""
     return [
-        ("GPUs per instance", f"{s.tp * s.pp} (TP {s.tp}, PP {s.pp})", "tensorParallel x PP"),
-        ("weights / GPU", _gib(m.weights), "params x bytes/param / TP (heaviest PP stage)"),
+        _gpus_row(s),
+        (
+            "weights / GPU",
+            _gib(m.weights),
+            "dense params x bytes/param / TP + expert params x bytes/param / EP (experts whole, "
+            "over TP x DP GPUs); heaviest PP stage"
+            if s.ep and s.ep != s.tp
+            else "params x bytes/param / TP (heaviest PP stage)",
+        ),
         (
             "KV / token / GPU",
             _bytes(m.kv_per_token),
@@ -69,8 +79,22 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             "least = weights + overheads + one sequence, over total",
         ),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
-        ("KV capacity", f"{m.kv_tokens:,} tokens", "KV memory / KV per token, whole blocks"),
-        ("concurrency at maxModelLen", f"{m.concurrency:.2f}x", "KV capacity / maxModelLen"),
+        (
+            "KV capacity" + per_rank,
+            f"{m.kv_tokens:,} tokens",
+            "KV memory / KV per token, whole blocks"
+            + ("; each DP rank has its own cache" if s.dp > 1 else ""),
+        ),
+        *(
+            [("KV capacity per instance", f"{m.kv_tokens * s.dp:,} tokens", f"x {s.dp} DP ranks")]
+            if s.dp > 1
+            else []
+        ),
+        (
+            "concurrency at maxModelLen" + per_rank,
+            f"{m.concurrency:.2f}x",
+            "KV capacity / maxModelLen",
+        ),
         ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
         (
             "smallest fit on this GPU",
@@ -78,6 +102,15 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95",
         ),
     ]
+
+
+def _gpus_row(s: Any) -> tuple[str, str, str]:
+    """GPUs of one instance: TP x PP x DP, and how expert parallel spreads the experts."""
+    parts = f"TP {s.tp}, PP {s.pp}" + (f", DP {s.dp}" if s.dp > 1 else "")
+    if s.ep:
+        parts += f"; experts over EP {s.ep}"
+    how = "tensorParallel x PP" + (" x dataParallel" if s.dp > 1 else "")
+    return ("GPUs per instance", f"{s.tp * s.pp * s.dp} ({parts})", how)
 
 
 def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
@@ -105,43 +138,64 @@ def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
     ]
 
 
+_STEP = "modelled: (weights + KV read) / HBM bandwidth at the efficiency measured on an H200"
+_PREFILL = "modelled: 50% of peak FLOP/s (assumed MFU) / FLOPs per token"
+
+
+def _sliced(per_gpu: int) -> str:
+    from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY, time_slice_basis
+
+    return (
+        f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
+        f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
+        + (
+            " on an H200, 2-4 instances)"
+            if time_slice_basis(per_gpu) == "measured"
+            else ": measured for 2-4 instances only)"
+        )
+    )
+
+
 def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     d = r.decode
+    per_gpu = d.per_gpu if r.role != "prefill" else 1
+    sliced = _sliced(per_gpu) if per_gpu > 1 else ""
+    rows = [
+        ("decode batch", "-", "modelled: min(max-num-seqs, KV, TPOT)"),
+        ("decode step", "-", _STEP + sliced),
+        ("decode tokens/s per instance", "-", "modelled: batch / step (x DP ranks)"),
+        (
+            "decode tokens/s per GPU",
+            "-",
+            "modelled: per instance x instances per GPU / GPUs per instance",
+        ),
+        ("prefill tokens/s", "-", _PREFILL),
+    ]
     if not r.fits:  # no KV: no speed figures (the fit advice says what it needs)
-        return [
-            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
-            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
-            ("decode tokens/s", "-", "batch / step"),
-            ("prefill tokens/s", "-", "50% of peak FLOP/s / FLOPs per token"),
-        ]
+        return rows
     if r.role == "prefill":
-        return [
-            ("decode batch", "-", "min(max-num-seqs, KV, TPOT)"),
-            ("decode step", "-", "(weights + KV read) / HBM bandwidth"),
-            ("decode tokens/s", "-", "batch / step"),
-            (
-                "prefill tokens/s",
-                f"{r.prefill_tokens_per_s:,.0f}",
-                "50% of peak FLOP/s / FLOPs per token",
-            ),
-        ]
+        rows[4] = (rows[4][0], f"{r.prefill_tokens_per_s:,.0f}", rows[4][2])
+        return rows
+    gpus = r.shape.tp * r.shape.pp * r.shape.dp
+    per_instance = d.tokens_per_s * r.shape.dp  # every DP rank decodes its own batch
     return [
-        ("decode batch", f"{r.batch} x {d.context:,} tokens", "min(max-num-seqs, KV, TPOT)"),
+        (
+            "decode batch",
+            f"{r.batch} x {d.context:,} tokens" + (" per DP rank" if r.shape.dp > 1 else ""),
+            rows[0][2],
+        ),
         (
             "decode step",
             f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
-            "(weights + KV read) / HBM bandwidth",
+            rows[1][2],
         ),
         (
-            "decode tokens/s",
-            f"{d.tokens_per_s:,.0f} (bound {d.tokens_per_s_bound:,.0f})",
-            "batch / step",
+            "decode tokens/s per instance",
+            f"{per_instance:,.0f} (bound {d.tokens_per_s_bound * r.shape.dp:,.0f})",
+            rows[2][2],
         ),
-        (
-            "prefill tokens/s",
-            f"{r.prefill_tokens_per_s:,.0f}",
-            "50% of peak FLOP/s / FLOPs per token",
-        ),
+        ("decode tokens/s per GPU", f"{per_instance * per_gpu / gpus:,.0f}", rows[3][2]),
+        ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}", rows[4][2]),
     ]
 
 
@@ -151,9 +205,13 @@ def union_rows(
     """The rows of all roles, each label once, in the order the roles first give them (the
     decode role's HAMi slice rows after the memory rows); "-" where a role has no such row."""
     labels: dict[str, str] = {}
+    shown: set[str] = set()  # labels whose "how" is of a role that has the figure
     for rows in per_role:
-        for label, _, how in rows:
-            labels.setdefault(label, how)
+        for label, value, how in rows:
+            if label not in labels or (value != "-" and label not in shown):
+                labels[label] = how
+            if value != "-":
+                shown.add(label)
     values = [{label: value for label, value, _ in rows} for rows in per_role]
     return [(label, [v.get(label, "-") for v in values], how) for label, how in labels.items()]
 
@@ -204,17 +262,26 @@ def show(plan: Any, origin: str) -> None:
             )
             for alt in r.alternatives:
                 console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
-    pd, t = plan.pd, plan.traffic
     if not plan.fits:
         console.print(f"[bold]advice ({plan.advice.case}):[/]")
         for text in plan.advice.lines:
             console.print(f"  - {text}")
         return
+    _pd_line(console, plan)
+    console.print(f"[bold]packing advice ({plan.advice.case}):[/]")
+    for text in plan.advice.lines:
+        console.print(f"  - {text}")
+
+
+def _pd_line(console: Any, plan: Any) -> None:
+    pd, t, gpu = plan.pd, plan.traffic, plan.gpu
     line = (
         f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
         f"{pd.prefill_per_decode:.2f} prefill instances per decode instance"
     )
-    if pd.prefill_instances is not None:
+    if plan.phase in (0, 1):  # one instance prefills and decodes: no P:D, the targets only
+        line = f"latency for {t.prompt_tokens:,} in / {t.output_tokens:,} out"
+    elif pd.prefill_instances is not None:
         line += (
             f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
             f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)"
@@ -226,10 +293,8 @@ def show(plan: Any, origin: str) -> None:
             f"; TPOT target NOT met: even one sequence takes {pd.batch1_tpot_ms:.2f} ms per "
             f"token on {'an' if gpu.name[0] in 'AEHILR' else 'a'} {gpu.name}"
         )
-    console.print(line)
-    console.print(f"[bold]packing advice ({plan.advice.case}):[/]")
-    for text in plan.advice.lines:
-        console.print(f"  - {text}")
+    if plan.phase in (2, 3) or pd.ttft_ok is not None or pd.tpot_ok is False:
+        console.print(line)
 
 
 def show_comparison(data: dict[str, Any]) -> None:

@@ -161,7 +161,7 @@ def refuse_strict(spec_file: str, strict: bool, capacity: list[str], cautions: l
         return
     what = []
     if capacity:
-        what.append("a role does not fit on its GPU")
+        what.append("a role does not fit on its GPU or a model pdctl could not check")
     if cautions:
         what.append("a network setting may not work where it runs")
     typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)

@@ -16,6 +16,14 @@ pdctl ships); the line numbers below are 0.33.0's (0.23.0's in brackets):
   quantised kernel's block-alignment check), so it is refused too, unless expert parallel moves
   whole experts instead. The vocabulary is padded to a multiple of TP (VocabParallelEmbedding),
   so it never matters;
+- block-quantised weights (fp8 `weight_block_size`, e.g. 128 x 128): every TP-split projection
+  must split on a block boundary. vLLM 0.23.0 `validate_fp8_block_shape`
+  (vllm/model_executor/layers/quantization/utils/fp8_utils.py:1123-1169): a column-parallel
+  output (q/k/v, gate/up) per rank % block_n and a row-parallel input (o, down) per rank %
+  block_k; the fused MoE experts (quantization/fp8.py:621-641 `Fp8MoEMethod.create_weights`):
+  moe_intermediate_size / TP % block_n and % block_k ("The output_size of gate's and up's
+  weight = 192 is not divisible by weight quantization block_n = 128", vllm#17569). Expert
+  parallel keeps each expert whole (the MoE layer's TP is 1), so only the dense parts count;
 - pipeline parallel at most the layers: vllm/distributed/utils.py:225 `get_pp_indices` gives
   each stage num_hidden_layers // pp_size layers, 0 past the layer count [138];
 - expert parallel needs experts: vllm/config/model.py:1498 `_verify_with_expert_parallelism`.
@@ -56,6 +64,10 @@ class Dims:
     source: str = "pdctl's model table"
     intermediate: int = 0  # the dense MLP width (intermediate_size); 0: unknown
     moe_intermediate: int = 0  # one expert's MLP width (moe_intermediate_size); 0: none
+    head_dim: int = 0  # 0: unknown (no attention block check)
+    dense_mlp: bool = True  # some layer has a dense MLP of `intermediate` (not every MoE does)
+    shared_intermediate: int = 0  # the shared experts' MLP width (a dense MLP in every MoE layer)
+    block: tuple[int, int] | None = None  # (block_n, block_k) of block-quantised weights
 
     @classmethod
     def of(cls, model: Any, source: str = "pdctl's model table") -> Dims:
@@ -71,6 +83,10 @@ class Dims:
             source,
             intermediate=model.intermediate,
             moe_intermediate=model.moe_intermediate,
+            head_dim=model.head_dim,
+            dense_mlp=model.dense_layers > 0,
+            shared_intermediate=model.shared_intermediate,
+            block=model.weight_block,
         )
 
 
@@ -84,7 +100,7 @@ def valid_tp(dims: Dims, limit: int = MAX_TP, expert_parallel: bool = False) -> 
         kv = 0 if dims.mla else dims.kv_heads  # MLA: one latent KV, no per-head split
         if kv and (kv % tp if tp <= kv else tp % kv):
             continue
-        if _width_problem(dims, tp, expert_parallel):
+        if _width_problem(dims, tp, expert_parallel) or _block_problem(dims, tp, expert_parallel):
             continue
         out.append(tp)
     return out
@@ -96,6 +112,35 @@ def _width_problem(dims: Dims, tp: int, expert_parallel: bool = False) -> str:
         return f"intermediate_size {dims.intermediate}"
     if dims.moe_intermediate and not expert_parallel and dims.moe_intermediate % tp:
         return f"moe_intermediate_size {dims.moe_intermediate}"
+    return ""
+
+
+def _block_problem(dims: Dims, tp: int, expert_parallel: bool = False) -> str:
+    """'' or which projection of block-quantised weights `tp` splits off a block boundary."""
+    if dims.block is None or tp == 1:
+        return ""
+    n, k = dims.block
+    widths: list[tuple[str, int]] = []
+    if dims.moe_intermediate and not expert_parallel:
+        widths.append(("moe_intermediate_size", dims.moe_intermediate))
+    if dims.intermediate and (dims.dense_mlp or not dims.moe_intermediate):
+        widths.append(("intermediate_size", dims.intermediate))
+    if dims.shared_intermediate:
+        widths.append(("the shared experts' width", dims.shared_intermediate))
+    if dims.head_dim and not dims.mla:
+        widths.append(("the attention heads' width", dims.heads * dims.head_dim))
+        kv = max(1, dims.kv_heads // tp) * dims.head_dim * tp  # replicated heads stay whole
+        widths.append(("the KV heads' width", kv))
+    for what, width in widths:
+        if width % tp:
+            continue  # _width_problem (or the head checks) say it
+        part = width // tp
+        if part % n or part % k:
+            step = n if part % n else k
+            return (
+                f"{what} {width}, which tensorParallel {tp} splits into {part} per rank: not a "
+                f"multiple of the {n}x{k} weight quantization block ({step})"
+            )
     return ""
 
 
@@ -142,6 +187,7 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
     about = f"{dims.name} ({dims.source})"
     if tp not in valid_tp(dims, max(tp, MAX_TP), ep):
         width = _width_problem(dims, tp, ep)
+        block = "" if width else _block_problem(dims, tp, ep)
         if dims.heads % tp:
             why = (
                 f"{about} has {dims.heads} attention heads, which tensorParallel {tp} "
@@ -151,6 +197,11 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
             why = (
                 f"{about} has {width}, which tensorParallel {tp} does not divide (vLLM's "
                 "tensor-parallel linear layers split it evenly over the ranks)"
+            )
+        elif block:
+            why = (
+                f"{about} has block-quantised weights with {block}: vLLM refuses to load "
+                'them ("is not divisible by weight quantization block_n")'
             )
         else:
             why = (
@@ -165,11 +216,14 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
         cut = nearest(tp, options) != nearest(tp, valid)
         gpus = f"{most} GPUs" + (f" on its {nodes} hosts" if nodes > 1 else " on a host")
         within = f" (the instance has at most {gpus})" if most is not None and cut else ""
+        # Expert parallel keeps the experts whole: offered where it alone makes `tp` valid.
+        by_ep = not ep and dims.experts and tp in valid_tp(dims, max(tp, MAX_TP), True)
         raise SpecError(
             why,
             path=f"{section}.tensorParallel",
             fix=f"use tensorParallel {nearest(tp, options)}{within} "
-            f"(valid: {', '.join(map(str, valid))})",
+            f"(valid: {', '.join(map(str, valid))})"
+            + (f", or keep {tp} with expertParallel: true (whole experts a GPU)" if by_ep else ""),
         )
     pp = getattr(role, "pipeline_parallel", 1)
     if pp > dims.layers:

@@ -2,9 +2,10 @@
 
 For each N the decode role is planned as `pdctl plan` plans a phase 3 spec with
 `decode.share.perGpu: N` (pdctl.capacity.report: the HAMi slice, the util inside it, the KV
-it holds, the decode batch that fits, the roofline's tokens/s of one instance at that batch).
-Per GPU: N instances time-slice the GPU, so together they give about PACKED_VS_SAME_BATCH
-(0.91, measured on an H200: pdctl.capacity.advice) of ONE instance's tokens/s at that batch."""
+it holds, the decode batch that fits, the tokens/s of one instance at that batch). N
+instances time-slice the GPU, so the plan gives each PACKED_VS_SAME_BATCH / N (0.91, measured
+on an H200: pdctl.capacity.roofline) of one instance alone at that batch; per GPU, N times
+that."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class Packing:
     fits: bool  # the slice holds the weights and one max-length sequence, N slices fit
     batch: int  # decode batch of one instance in the slice (KV, max-num-seqs, TPOT)
     kv_tokens: int
-    instance_tps: float  # the plan's decode tokens/s of one instance at `batch`
+    instance_tps: float  # the plan's decode tokens/s of one instance at `batch`, time-sliced
     gpu_tps: float  # per GPU, the N instances together
 
     def line(self) -> str:
@@ -50,14 +51,6 @@ def packings(model: Any, gpu: Any, shape: Any, traffic: Any, most: int = 4) -> d
         section = SimpleNamespace(share=Share(per_gpu=n), gpu_memory_utilization=None, replicas=1)
         r = role_plan(model, gpu, "decode", section, shape, traffic)
         assert r.slice is not None
-        tps = r.decode.tokens_per_s
-        out[n] = Packing(
-            n,
-            r.slice.slice_mib,
-            r.fits,
-            r.batch,
-            r.memory.kv_tokens,
-            tps,
-            tps * PACKED_VS_SAME_BATCH,
-        )
+        tps = r.decode.tokens_per_s  # one slice's, time-sliced: 0.91 / n of it alone
+        out[n] = Packing(n, r.slice.slice_mib, r.fits, r.batch, r.memory.kv_tokens, tps, tps * n)
     return out

@@ -25,7 +25,7 @@ def _per_logit(engine: str, flashinfer: bool | None = None) -> float:
     return sampler_bytes(QWEN2_7B, 256, engine, flashinfer) / (256 * QWEN2_7B.vocab)
 
 
-def test_sampler_profiled_with_flashinfer_alone_from_0_9_to_0_11_0() -> None:
+def test_sampler_profile_bytes_per_logit_by_version() -> None:
     # 0.10.1.1 on an A100 logged "Using FlashInfer for top-p & top-k sampling." and its
     # profile peak was ~16 bytes a logit, as was 0.11.0's for Mistral-Small-3.2 (llm-d);
     # vllm#26859 (0.11.1) turned that sampler off by default: llm-d's later runs and 0.33 sort
@@ -33,8 +33,13 @@ def test_sampler_profiled_with_flashinfer_alone_from_0_9_to_0_11_0() -> None:
     assert round(_per_logit("0.9.2")) == 16
     assert round(_per_logit("0.11.0")) == 16
     assert round(_per_logit("0.10.1", flashinfer=False), 1) == 38.6  # pip: no FlashInfer
-    for engine in ("0.8.3", "0.11.1", "0.12", "0.23.0", "0.33.0"):
+    for engine in ("0.8.3", "0.11.1", "0.12", "0.19.0"):
         assert round(_per_logit(engine), 1) == 38.6, engine
+    # 0.23.0's V1 runner filters with the Triton kernel in place (no sort): bf16 logits, fp32
+    # copy, softmax, exponential noise = 14 bytes a logit, plus the kernel's 132-row buffer;
+    # 0.33.0's V2 runner: bf16 + fp32 processed logits + the penalties' int32 bin counts = 10
+    assert round(_per_logit("0.23.0") - 132 * 4 / 256, 2) == 14
+    assert round(_per_logit("0.33.0") - 132 * 4 / 256, 2) == 10
 
 
 def test_a100_pcie_pair_at_0_10_within_one_percent() -> None:
@@ -136,3 +141,59 @@ def test_encoder_profile_takes_the_largest_item_not_the_batch_budget() -> None:
     assert encoder_tokens(mistral, 8192, 1024) == 3 * 3080
     assert encoder_tokens(mistral, 8192, 2) == 2 * 3080
     assert encoder_tokens(model_config("Qwen/Qwen3-0.6B"), 8192, 1024) == 0
+
+
+def test_sliding_window_layers_hold_one_batch_in_0_23_and_two_in_0_33() -> None:
+    """`SlidingWindowSpec.max_admission_blocks_per_request`: 0.23.0 holds window - 1 +
+    max_num_batched_tokens tokens a request; 0.33.0 window - 1 + max_in_flight_tokens (two
+    batches with async scheduling at PP 1). gpt-oss-20b on an H200 (8,192 batched tokens)
+    at 32,768: 521 sliding blocks a request in 0.23, 1,033 in 0.33."""
+    model = model_config("openai/gpt-oss-20b")
+    old, new = (
+        instance_memory(
+            model, 140 * GIB, 0.9, Shape(max_model_len=32768, gpu="H200", engine=engine)
+        )
+        for engine in ("0.23.0", "0.33.0")
+    )
+    assert old.layout is not None and new.layout is not None
+    assert old.layout.in_flight == 8192 and new.layout.in_flight == 16384
+    full = 2048  # 32,768 / 16 for the full-attention group
+    assert old.layout.blocks_per_request(32768) == full + 520 + 1
+    assert new.layout.blocks_per_request(32768) == full + 1032 + 1
+    assert old.kv_tokens > new.kv_tokens * 1.15  # 0.23 holds more requests in the same pool
+
+
+def test_moe_workspace_stays_under_the_sampler_from_0_23() -> None:
+    """TritonExperts.workspace_shapes (0.23.0): (M, top-k, max(I, K)) and (M, top-k,
+    max(2I, K)), kept by the WorkspaceManager after the forward pass."""
+    from pdctl.capacity.profile import moe_workspace_bytes
+
+    moe = model_config("Qwen/Qwen3-30B-A3B")  # hidden 2048, 8 of 128 experts of 768
+    assert moe_workspace_bytes(moe, 1, 8192, 2, "0.23.0") == 8192 * 8 * (2048 + 2048) * 2
+    assert moe_workspace_bytes(moe, 1, 8192, 2, "0.19.0") == 0  # before the manager
+    assert moe_workspace_bytes(model_config("Qwen/Qwen3-8B"), 1, 8192, 2, "0.23.0") == 0
+    assert moe_workspace_bytes(model_config("openai/gpt-oss-20b"), 1, 8192, 2, "0.23.0") == 0
+    seqs = 1024
+    peak = activation_bytes(moe, 1, 8192, seqs, 2, "0.23.0", gpu_name="H200")
+    sampler = sampler_bytes(moe, seqs, "0.23.0", None, "H200")
+    held = 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2  # the workspace and the hidden states
+    assert peak == sampler + held
+
+
+def test_0_23_v2_runner_models_sample_lightly_and_leave_graphs_out() -> None:
+    """vLLM 0.23.0 serves Llama/Mistral/Qwen3 dense bf16 on its V2 model runner: the profile
+    samples without top-k/top-p (bf16 logits + fp32 copy: 6 bytes a logit) and reserves no
+    CUDA-graph memory (`profile_cudagraph_memory` returns 0). MoE and quantised models keep
+    the V1 runner's 14 bytes and graph estimate; 0.33 counts graphs for every model."""
+    from pdctl.capacity.profile import graphs_counted, v2_runner
+
+    dense, moe = model_config("Qwen/Qwen3-8B"), model_config("Qwen/Qwen3-30B-A3B")
+    fp8, qwen2 = model_config("Qwen/Qwen3-8B-FP8"), model_config("Qwen/Qwen2.5-7B-Instruct")
+    assert v2_runner(dense, "0.23.0") and v2_runner(model_config("llama-3.1-8b"), "0.23.0")
+    assert not any(v2_runner(m, "0.23.0") for m in (moe, fp8, qwen2))
+    assert not v2_runner(dense, "0.33.0") and not v2_runner(dense, "0.19.0")
+    assert sampler_bytes(dense, 1024, "0.23.0", None, "H200") == 1024 * dense.vocab * 6
+    assert not graphs_counted("0.23.0", dense) and graphs_counted("0.23.0", moe)
+    assert graphs_counted("0.33.0", dense)
+    mem = instance_memory(dense, 140 * GIB, 0.9, Shape(max_model_len=8192, engine="0.23.0"))
+    assert mem.overhead.cuda_graphs > 0 and not mem.overhead.graphs_counted

@@ -1,0 +1,134 @@
+"""Model checks validate makes before vLLM would refuse: TP (and EP) against block-quantised
+fp8 weights (vllm#17569), and a model pdctl does not know is said, not passed silently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdctl.capacity.params import model_config, parse_config
+from pdctl.plan.parallel import Dims, valid_tp
+from tests.conftest import run_cli as run
+
+SPEC = """\
+name: m
+model: {{name: {name}, maxModelLen: 8192}}
+hosts:
+  - {{name: gpu-a, address: 192.0.2.10, gpus: [{gpus}]}}
+serve: {{replicas: 1, tensorParallel: {tp}{extra}}}
+"""
+
+# Qwen/Qwen3-30B-A3B-FP8's config.json, the fields that matter (huggingface.co/Qwen)
+QWEN3_30B_FP8 = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+}
+
+
+def _spec(tmp_path: Path, name: str, tp: int, extra: str = "") -> str:
+    path = tmp_path / "s.yaml"
+    gpus = ", ".join(str(i) for i in range(tp))
+    path.write_text(SPEC.format(name=name, tp=tp, gpus=gpus, extra=extra))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "width"),
+    [("Qwen/Qwen3-235B-A22B-FP8", 8, "1536"), ("Qwen/Qwen3-30B-A3B-FP8", 4, "768")],
+)
+def test_fp8_block_weights_refuse_a_tp_that_splits_a_block(
+    tmp_path: Path, capsys, name: str, tp: int, width: str
+) -> None:
+    path = _spec(tmp_path, name, tp)
+    for command in (["validate", path], ["plan", path]):
+        code, _, err = run(command, capsys)
+        assert code == 2, err
+        line = err.strip().splitlines()[-1]
+        assert "serve.tensorParallel" in line and f"moe_intermediate_size {width}" in line
+        assert "weight quantization block" in line and "expertParallel: true" in line
+
+
+def test_expert_parallel_keeps_experts_whole(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path, "Qwen/Qwen3-235B-A22B-FP8", 8, ", expertParallel: true")
+    code, _, err = run(["validate", path], capsys)
+    assert code == 0, err
+
+
+def test_the_bf16_model_keeps_its_tp(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path, "Qwen/Qwen3-30B-A3B", 4)
+    code, _, err = run(["validate", path], capsys)
+    assert code == 0, err
+
+
+def test_the_block_comes_from_the_models_config() -> None:
+    model = parse_config("x", QWEN3_30B_FP8, None)
+    assert model.weight_block == (128, 128)
+    dims = Dims.of(model)
+    # 768 / TP must be a multiple of 128: TP 1, 2 (384), 3 (256), 6 (128)
+    assert [t for t in valid_tp(dims, 8) if 32 % t == 0] == [1, 2]
+    assert 4 not in valid_tp(dims, 8) and 4 in valid_tp(dims, 8, expert_parallel=True)
+    no_block = dict(QWEN3_30B_FP8, quantization_config={"quant_method": "fp8"})
+    assert 4 in valid_tp(Dims.of(parse_config("x", no_block, None)), 8)
+
+
+def test_plan_never_suggests_a_tp_the_block_refuses(tmp_path: Path, capsys) -> None:
+    """Qwen3-235B-A22B-FP8 does not fit on TP 4 of L40S: the suggested TP (if any) must
+    split 1536 on a 128 boundary, so never 8."""
+    model = model_config("Qwen/Qwen3-235B-A22B-FP8")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        SPEC.format(name="Qwen/Qwen3-235B-A22B-FP8", tp=4, gpus="0, 1, 2, 3, 4, 5, 6, 7", extra="")
+        + "hardware: {gpu: L40S}\n"
+    )
+    code, out, err = run(["plan", str(path), "-o", "json"], capsys)
+    assert code == 1, err
+    role = json.loads(out)["roles"][0]
+    tps = [a["tensorParallel"] for a in role["alternatives"]]
+    if role["smallestFit"]:
+        tps.append(role["smallestFit"]["tensorParallel"])
+    assert tps and all(model.moe_intermediate // t % 128 == 0 for t in tps), tps
+
+
+def test_an_unknown_model_is_a_warning_and_strict_refuses_it(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path, "Qwen/Qwen3-32B-Instrukt", 3)
+    code, out, err = run(["validate", path], capsys)
+    assert code == 0, err
+    assert "warning: model.name: pdctl does not know 'Qwen/Qwen3-32B-Instrukt'" in err
+    assert "nothing model-specific was checked" in err and "did you mean qwen3-32b?" in err
+    code, out, err = run(["validate", "--strict", path], capsys)
+    assert code == 1 and "refused (--strict)" in err
+    code, out, err = run(["render", "--strict", path], capsys)
+    assert code == 1 and "nothing model-specific was checked" in err
+
+
+def test_plan_names_the_nearest_known_model(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path, "Qwen/Qwen3-32B-Instrukt", 1)
+    code, _, err = run(["plan", path], capsys)
+    assert code == 2
+    assert "did you mean qwen3-32b?" in err
+    assert "deepseek-r1" not in err  # not the alphabetical head of the table
+
+
+def test_a_known_model_has_no_such_warning(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path, "Qwen/Qwen3-32B", 2)
+    code, _, err = run(["validate", "--strict", path], capsys)
+    assert code == 0 and "does not know" not in err, err
