@@ -20,10 +20,10 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.targets import open_target
 from pdctl.targets.base import Connect, Stage, StatusRow, Stopped, Target, Write
-from pdctl.targets.host_diff import script_diffs
-from pdctl.targets.hosts import HostsTarget
-from pdctl.targets.kube import ACTIONS, KubeTarget
-from pdctl.targets.rollout import Outcome, UpFailed
+from pdctl.targets.hosts.diff import script_diffs
+from pdctl.targets.hosts.target import HostsTarget
+from pdctl.targets.kube.target import ACTIONS, KubeTarget
+from pdctl.targets.hosts.rollout import Outcome, UpFailed
 from pdctl.targets.ssh import Unreachable
 from pdctl.targets.state import Change
 
@@ -127,7 +127,7 @@ def up(
             return result
         # Nothing to change asks nothing and still calls apply, which writes only what changed
         # (nothing here) and waits until what runs is healthy. A drifted Kubernetes object is
-        # an update (pdctl.targets.kube_apply), so it is confirmed like any other change.
+        # an update (pdctl.targets.kube.apply), so it is confirmed like any other change.
         if result.todo and not yes and not progress.confirm():
             return result
         with progress.applying(target):

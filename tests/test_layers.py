@@ -157,6 +157,6 @@ def test_the_checks_see_what_they_guard() -> None:
     assert "pdctl.plan.model" in imports("pdctl.render.host") or any(
         m.startswith("pdctl.plan") for m in imports("pdctl.render.host")
     )
-    assert "pdctl.targets.kube" in imports("pdctl.targets")  # inside open_target
+    assert "pdctl.targets.kube.target" in imports("pdctl.targets")  # inside open_target
     assert "pdctl.targets.host_keys" in imports("pdctl.targets.ssh")
-    assert "pdctl.targets.hosts" not in imports("pdctl.targets.rollout", runtime_only=True)
+    assert "pdctl.targets.hosts.target" not in imports("pdctl.targets.hosts.rollout", runtime_only=True)

@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         progress = ConsoleProgress(console)
         if kind == "kubernetes":  # actions.down with the wait's --timeout
             from pdctl.targets import open_target
-            from pdctl.targets.kube import KubeTarget
+            from pdctl.targets.kube.target import KubeTarget
 
             with open_target(plan, bundle, options, progress.say, progress.stage) as tgt:
                 assert isinstance(tgt, KubeTarget)

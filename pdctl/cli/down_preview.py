@@ -69,14 +69,14 @@ def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool =
     found = Preview(kind)
     with open_target(plan, bundle, options) as target:
         if kind == "kubernetes":
-            from pdctl.targets.kube import KEPT_KINDS
+            from pdctl.targets.kube.target import KEPT_KINDS
 
             namespace = plan.spec.kubernetes.namespace
             for res, name in target.owned_objects():  # type: ignore[attr-defined]
                 keep = (res.group, res.kind) in KEPT_KINDS and not delete_volumes
                 (found.kept if keep else found.removed).append((namespace, f"{res.kind}/{name}"))
             return found
-        from pdctl.targets.hosts import HostsTarget
+        from pdctl.targets.hosts.target import HostsTarget
 
         if isinstance(target, HostsTarget):  # SSH hosts: the unreachable ones are recorded
             from pdctl.targets.state import diff

@@ -23,7 +23,7 @@ def open_target(
     say = say or (lambda _m: None)
     stage = stage or (lambda _s: None)
     if plan.target == "kubernetes":
-        from pdctl.targets.kube import KubeTarget, api_client
+        from pdctl.targets.kube.target import KubeTarget, api_client
 
         return KubeTarget(
             api_client(options.kubeconfig, options.context),
@@ -34,7 +34,7 @@ def open_target(
             objects=list(bundle.objects),
         )
     if options.docker_urls:
-        from pdctl.targets.containers import ContainerHosts
+        from pdctl.targets.docker.target import ContainerHosts
 
         return ContainerHosts(
             plan,
@@ -45,6 +45,6 @@ def open_target(
             stage=stage,
             access=options.docker_access(),
         )
-    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.hosts.target import HostsTarget
 
     return HostsTarget(plan, bundle, options.ssh, parallel=options.parallel, say=say, stage=stage)

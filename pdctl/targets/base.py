@@ -19,8 +19,8 @@ from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
-    from pdctl.targets.docker_transport import DockerAccess
-    from pdctl.targets.rollout import Outcome
+    from pdctl.targets.docker.transport import DockerAccess
+    from pdctl.targets.hosts.rollout import Outcome
 
 Say = Callable[[str], None]
 
@@ -94,7 +94,7 @@ class Connect:
     def docker_access(self) -> DockerAccess:
         """What --docker-tls, --docker-cert-path, --insecure-docker and the SSH options say
         about reaching Docker engines (docker_transport decides with it)."""
-        from pdctl.targets.docker_transport import DEFAULT_CERT_PATH, DockerAccess
+        from pdctl.targets.docker.transport import DEFAULT_CERT_PATH, DockerAccess
 
         return DockerAccess(
             tls=self.docker_tls,

@@ -1,4 +1,4 @@
-"""What a rollout (pdctl.targets.rollout) did: each unit's failure, how failed or undone units
+"""What a rollout (pdctl.targets.hosts.rollout) did: each unit's failure, how failed or undone units
 were left, and the error `up` raises from it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`pdctl top` on phase 0 Docker hosts driven through the docker SDK (`--docker-url HOST=URL`,
-as `up` used): the containers found by their pdctl labels (targets.containers), each engine's
+as `up` used): the containers found by their pdctl labels (targets.docker), each engine's
 /metrics on the host's published port from where pdctl runs (as up's health probe), the GPUs
 by running nvml_probe.py inside one running engine container per host (the container has the
 GPUs, python3 and vLLM's nvidia-ml-py; the Docker host need not have them)."""
@@ -28,7 +28,7 @@ class DockerSource:
     containers: dict[str, Any] = field(default_factory=dict)  # unit -> container
 
     def open(self) -> DockerSource:
-        from pdctl.targets.containers import ContainerHosts
+        from pdctl.targets.docker.target import ContainerHosts
 
         c = self.connect
         self.hosts = ContainerHosts(

@@ -97,7 +97,7 @@ class HostSource:
     workers: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def open(self) -> HostSource:
-        from pdctl.targets.hosts import HostsTarget
+        from pdctl.targets.hosts.target import HostsTarget
 
         self.endpoints = host_endpoints(self.plan, self.bundle)
         self.workers = router_workers(self.plan)

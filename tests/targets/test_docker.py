@@ -16,8 +16,8 @@ import pytest
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
 from pdctl.spec.model import Host
-from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
-from pdctl.targets.docker_wait import wait_healthy
+from pdctl.targets.docker.engine import DockerTarget, client_for, docker_home, host_path
+from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import probe
 from tests.targets.testbed import free_port
 

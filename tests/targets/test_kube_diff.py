@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client
 
 from pdctl.errors import PdctlError
-from pdctl.targets.kube import KubeTarget
-from pdctl.targets.kube_diff import PROBE, clean
+from pdctl.targets.kube.target import KubeTarget
+from pdctl.targets.kube.diff import PROBE, clean
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kmock_dry import dry_run_server, writes
 from tests.targets.test_kube import phase1, write_kube_files

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from pdctl.spec.model import Host
-from pdctl.targets.remote import HostOps
+from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, SshOptions
 from tests.targets.testbed import SshEnv
 

@@ -15,7 +15,7 @@ import pytest
 
 from pdctl.spec.model import Host
 from pdctl.targets.batch import run_batch
-from pdctl.targets.remote import HostOps
+from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, Result, SshOptions
 from tests.targets.counting_host import CountingHost, start_counting_host
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec

@@ -20,7 +20,7 @@ from pdctl.plan.model import Unit
 from pdctl.render.container import HostRun, host_run
 from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.base import Stage
-from pdctl.targets.docker_pull import present, pull
+from pdctl.targets.docker.pull import present, pull
 from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"
@@ -31,7 +31,7 @@ HASH = "pdctl.io/hash"  # the unit's spec digest (render.host.unit_hash)
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
     """A docker.DockerClient for `base_url`, as docker_transport allows and secures it
     (default: no TLS options, so plain tcp:// is refused)."""
-    from pdctl.targets.docker_transport import DockerAccess, connect
+    from pdctl.targets.docker.transport import DockerAccess, connect
 
     return connect(name, base_url, access or DockerAccess(), host)
 

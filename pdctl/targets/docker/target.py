@@ -18,12 +18,12 @@ from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import model_dir, unit_hash
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.docker import HASH, DockerTarget, client_for, docker_home, env_value
-from pdctl.targets.docker_transport import DockerAccess, check
-from pdctl.targets.docker_wait import wait_healthy
+from pdctl.targets.docker.engine import HASH, DockerTarget, client_for, docker_home, env_value
+from pdctl.targets.docker.transport import DockerAccess, check
+from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, Health, probe
-from pdctl.targets.remote import NO_LOG_NOTE, WHY_NO_LOG, NoLog
-from pdctl.targets.rollout import Outcome
+from pdctl.targets.hosts.remote import NO_LOG_NOTE, WHY_NO_LOG, NoLog
+from pdctl.targets.hosts.rollout import Outcome
 from pdctl.targets.state import Change
 
 

@@ -19,7 +19,7 @@ from pdctl.targets.health import FIRST_PAUSE, LOOK
 from pdctl.targets.stages import latest_line, stage_of
 
 if TYPE_CHECKING:
-    from pdctl.targets.docker import DockerTarget
+    from pdctl.targets.docker.engine import DockerTarget
 
 POLL = 2.0  # the longest pause between two rounds
 

@@ -11,8 +11,8 @@ from pdctl.targets.state import CHANGED_STOPPED, Change
 
 if TYPE_CHECKING:
     from pdctl.render.bundle import Artifact
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
+    from pdctl.targets.hosts.target import HostsTarget
+    from pdctl.targets.hosts.remote import HostOps
 
 
 def file_diff(old: str | None, new: str, running: str, wanted: str) -> str:

@@ -14,12 +14,12 @@ from pdctl.errors import PdctlError
 from pdctl.targets.base import Stopped
 from pdctl.targets.batch import run_batch
 from pdctl.targets.outcome import last_line
-from pdctl.targets.run_lock import lock_path
+from pdctl.targets.hosts.run_lock import lock_path
 from pdctl.targets.ssh import HostLost
 
 if TYPE_CHECKING:
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
+    from pdctl.targets.hosts.target import HostsTarget
+    from pdctl.targets.hosts.remote import HostOps
     from pdctl.targets.state import Observed
 
 

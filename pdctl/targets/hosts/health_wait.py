@@ -26,7 +26,7 @@ from pdctl.targets.state import Desired
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.hosts.target import HostsTarget
 
 ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
 
@@ -43,7 +43,7 @@ class Look:
 
 
 class HealthWait:
-    """The health wait of pdctl.targets.rollout.Rollout (a mixin: it uses the rollout's
+    """The health wait of pdctl.targets.hosts.rollout.Rollout (a mixin: it uses the rollout's
     target, timeout, poll, events, lost hosts, groups and unit log tails)."""
 
     t: HostsTarget

@@ -19,7 +19,7 @@ from pdctl.targets.health import (
     port_problem,
     probe,
 )
-from pdctl.targets.host_scripts import (
+from pdctl.targets.hosts.scripts import (
     RESTORE_PREVIOUS,
     SAVE_PREVIOUS,
     TAIL_AHEAD,
@@ -76,7 +76,7 @@ class HostOps:
         """Take the deployment's run lock on this host (held until release() or the
         connection ends) and read what runs under it (one exec); PdctlError when another
         `up`/`down` holds it."""
-        from pdctl.targets.run_lock import take
+        from pdctl.targets.hosts.run_lock import take
 
         self.release()
         self._lock, text = take(self.conn, self.dir)

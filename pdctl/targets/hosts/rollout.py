@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.health_wait import HealthWait
+from pdctl.targets.hosts.health_wait import HealthWait
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import HostLost
 from pdctl.targets.state import CHANGED_STOPPED, Change, Desired, host_files
@@ -35,8 +35,8 @@ from pdctl.targets.state import CHANGED_STOPPED, Change, Desired, host_files
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
+    from pdctl.targets.hosts.target import HostsTarget
+    from pdctl.targets.hosts.remote import HostOps
 
 __all__ = ["Outcome", "Rollout", "UnitFailure", "UpFailed"]  # the names others import here
 
@@ -55,7 +55,7 @@ class Done:
 
 class Rollout(HealthWait):
     """One `up` on bare metal: forward, undo; the health wait is HealthWait's
-    (pdctl.targets.health_wait)."""
+    (pdctl.targets.hosts.health_wait)."""
 
     def __init__(
         self,

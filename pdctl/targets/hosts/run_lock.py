@@ -16,7 +16,7 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.targets.batch import new_boundary
-from pdctl.targets.host_scripts import observe_script
+from pdctl.targets.hosts.scripts import observe_script
 from pdctl.targets.ssh import BASH, Connection
 
 LOCKED = 75  # flock's exit status when another run holds the lock (-E)

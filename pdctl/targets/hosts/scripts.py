@@ -1,4 +1,4 @@
-"""The shell scripts HostOps runs on a host's deployment folder (pdctl/targets/remote.py)."""
+"""The shell scripts HostOps runs on a host's deployment folder (pdctl/targets/hosts/remote.py)."""
 
 from __future__ import annotations
 

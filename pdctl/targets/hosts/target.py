@@ -20,8 +20,8 @@ from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import NO_LOG_NOTE, HostOps, NoLog
-from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
+from pdctl.targets.hosts.remote import NO_LOG_NOTE, HostOps, NoLog
+from pdctl.targets.hosts.rollout import Outcome, Rollout, UnitFailure, UpFailed
 from pdctl.targets.ssh import Connection, HostLost, SshOptions
 from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
 
@@ -185,7 +185,7 @@ class HostsTarget(Closing):
     def down(self, delete_volumes: bool = False) -> Stopped:
         """Stop every unit in the deployment folder of every reachable host under the run
         lock, then remove the folder (hosts keep no volumes); see host_down.py."""
-        from pdctl.targets.host_down import down
+        from pdctl.targets.hosts.down import down
 
         return down(self)
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.discovery import ApiError, Resource, split
-from pdctl.targets.kube_errors import naming_applied
+from pdctl.targets.kube.discovery import ApiError, Resource, split
+from pdctl.targets.kube.errors import naming_applied
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.target import KubeTarget
 
 WORKLOADS = ("Deployment", "LeaderWorkerSet", "StatefulSet")  # what serves
 FIELD_MANAGER = "pdctl"

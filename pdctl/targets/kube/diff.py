@@ -26,10 +26,10 @@ import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.discovery import ApiError
+from pdctl.targets.kube.discovery import ApiError
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.target import KubeTarget
 
 DRY_RUN = ("dryRun", "All")
 SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")

@@ -1,7 +1,7 @@
 """The Kubernetes target: server-side apply (field manager `pdctl`), prune, rollout wait, delete.
 
 Which kinds exist, where their REST paths are and whether they are namespaced comes from the
-cluster's API discovery (pdctl.targets.discovery), read once per run. Objects are found by
+cluster's API discovery (pdctl.targets.kube.discovery), read once per run. Objects are found by
 the labels every rendered object carries (`app.kubernetes.io/instance=<name>`,
 `app.kubernetes.io/managed-by=pdctl`) and the hash annotation pdctl writes when it applies.
 Calls go through the official `kubernetes` client's ApiClient as plain REST.
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.discovery import ApiError, Discovery, Resource, split
-from pdctl.targets.kube_status import pod_logs, pod_ready, status_rows
-from pdctl.targets.kube_status import rolled_out as rolled_out  # re-exported
+from pdctl.targets.kube.discovery import ApiError, Discovery, Resource, split
+from pdctl.targets.kube.status import pod_logs, pod_ready, status_rows
+from pdctl.targets.kube.status import rolled_out as rolled_out  # re-exported
 from pdctl.targets.stages import latest_line
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube_diff import ObjectDiff
-    from pdctl.targets.rollout import Outcome
+    from pdctl.targets.kube.diff import ObjectDiff
+    from pdctl.targets.hosts.rollout import Outcome
 
 HASH_ANNOTATION = "pdctl.io/hash"
 # On cluster-scoped objects: the namespace of the deployment that applied them (two
@@ -43,7 +43,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     (exit 2) before anything connects."""
     from kubernetes import client, config
 
-    from pdctl.targets.kube_errors import check_kubeconfig, config_error, files_of
+    from pdctl.targets.kube.errors import check_kubeconfig, config_error, files_of
 
     files = kubeconfig or DEFAULT_KUBECONFIG
     if not files_of(files)[0]:
@@ -151,7 +151,7 @@ class KubeTarget(Closing):
                 method, url, header_params=headers, body=body, _request_timeout=self.timeout
             )
         except Exception as exc:  # connection refused, TLS, timeout, DNS
-            from pdctl.targets.kube_errors import unreachable
+            from pdctl.targets.kube.errors import unreachable
 
             host = getattr(getattr(self.api, "configuration", None), "host", "?")
             raise unreachable(host, exc) from None
@@ -159,7 +159,7 @@ class KubeTarget(Closing):
         if resp.status == 404:
             return None
         if resp.status >= 300:  # the Status's message, naming the object (an ApiError)
-            from pdctl.targets.kube_errors import refused
+            from pdctl.targets.kube.errors import refused
 
             raise refused(method, path, resp.status, resp.reason, data, body)
         if as_text:
@@ -205,7 +205,7 @@ class KubeTarget(Closing):
     def owned_objects(self, objs: list[dict[str, Any]] | None = None) -> list[tuple[Resource, str]]:
         """(resource, name) of every object this deployment applied, in apply order (of every
         kind pdctl could have created: the bundle's, and any listable, creatable, deletable)."""
-        from pdctl.targets.kube_apply import owned_objects
+        from pdctl.targets.kube.apply import owned_objects
 
         return owned_objects(self, objs or [])
 
@@ -241,10 +241,10 @@ class KubeTarget(Closing):
         keep_going: bool = False,
     ) -> Outcome:
         """Apply the bundle's changed objects, wait until every Deployment rolled out, then
-        prune (a failed rollout keeps what prune would delete: pdctl.targets.kube_apply).
+        prune (a failed rollout keeps what prune would delete: pdctl.targets.kube.apply).
         Secret values never reach a cluster through pdctl (Secrets are referenced)."""
-        from pdctl.targets.kube_apply import roll_out
-        from pdctl.targets.rollout import Outcome
+        from pdctl.targets.kube.apply import roll_out
+        from pdctl.targets.hosts.rollout import Outcome
 
         roll_out(self, self.objects, timeout)
         return Outcome()
@@ -252,7 +252,7 @@ class KubeTarget(Closing):
     def down(self, delete_volumes: bool = False) -> Stopped:
         """Delete the objects, then wait until the deployment's pods are gone (their GPUs
         free), reporting each terminating pod; raises when some outlive `down_timeout`."""
-        from pdctl.targets.kube_wait import wait_gone
+        from pdctl.targets.kube.wait import wait_gone
 
         gone = self.delete_objects(volumes=delete_volumes)
         wait_gone(self, self.down_timeout)
@@ -262,11 +262,11 @@ class KubeTarget(Closing):
         """None known from outside the cluster: clients reach its Services (see the docs)."""
         return []
 
-    # -- plan / apply / prune (objects given: pdctl.targets.kube_apply) -------------------
+    # -- plan / apply / prune (objects given: pdctl.targets.kube.apply) -------------------
     def object_changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
         """(action, kind, name): create, update (also a live object edited since), unchanged,
         or prune; refuses (one line) a rendered name taken by an object pdctl did not apply."""
-        from pdctl.targets.kube_apply import object_changes
+        from pdctl.targets.kube.apply import object_changes
 
         return object_changes(self, objs)
 
@@ -281,15 +281,15 @@ class KubeTarget(Closing):
     def apply_objects(self, objs: list[dict[str, Any]]) -> None:
         """Server-side apply each object (field manager pdctl, force) in apply order, then prune
         the rest in reverse order, without waiting (`apply` waits before it prunes)."""
-        from pdctl.targets.kube_apply import apply_objects, prune
+        from pdctl.targets.kube.apply import apply_objects, prune
 
         apply_objects(self, objs)
         prune(self, objs)
 
     def wait(self, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
         """Wait until every Deployment has rolled out, reporting each pod's stage; fail with
-        the reason of a pod that is not ready (pdctl.targets.kube_wait)."""
-        from pdctl.targets.kube_wait import wait
+        the reason of a pod that is not ready (pdctl.targets.kube.wait)."""
+        from pdctl.targets.kube.wait import wait
 
         wait(self, objs, timeout, poll)
 
@@ -308,13 +308,13 @@ class KubeTarget(Closing):
             gone.append((res.kind, name))
         return gone
 
-    # -- a server-side dry run (pdctl.targets.kube_diff) -------------------------------------
+    # -- a server-side dry run (pdctl.targets.kube.diff) -------------------------------------
     def preview(self) -> list[ObjectDiff]:
         """Every object applied with dryRun=All against its live version, and what prune
         would delete; nothing is stored. Refused as `up` refuses a rendered name taken by an
         object pdctl did not apply."""
-        from pdctl.targets.kube_apply import live_objects, refuse_foreign
-        from pdctl.targets.kube_diff import preview
+        from pdctl.targets.kube.apply import live_objects, refuse_foreign
+        from pdctl.targets.kube.diff import preview
 
         refuse_foreign(self, live_objects(self, self.objects))
         return preview(self, self.objects)
@@ -326,7 +326,7 @@ class KubeTarget(Closing):
             for d in self.preview()
         ]
 
-    # -- status / logs (pdctl.targets.kube_status) -----------------------------------------
+    # -- status / logs (pdctl.targets.kube.status) -----------------------------------------
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         items = (self._call("GET", path, query=[("labelSelector", self.selector)]) or {}).get(

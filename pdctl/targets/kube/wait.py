@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.discovery import ApiError
-from pdctl.targets.kube_status import groups_ready, pod_reason, rolled_out, rollout_state
+from pdctl.targets.kube.discovery import ApiError
+from pdctl.targets.kube.status import groups_ready, pod_reason, rolled_out, rollout_state
 from pdctl.targets.stages import latest_line, pod_stage, stage_of
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.target import KubeTarget
 
 
 def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
