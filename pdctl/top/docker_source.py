@@ -28,16 +28,10 @@ class DockerSource:
     containers: dict[str, Any] = field(default_factory=dict)  # unit -> container
 
     def open(self) -> DockerSource:
-        from pdctl.targets.docker.target import ContainerHosts
+        from pdctl.targets import open_target
 
-        c = self.connect
-        self.hosts = ContainerHosts(
-            self.plan,
-            self.bundle,
-            c.docker_urls,
-            c.docker_network,
-            access=c.docker_access(),
-        )
+        # The Docker target (pdctl.targets.docker): its units by host and its engines.
+        self.hosts = open_target(self.plan, self.bundle, self.connect)
         self.hosts.connect()
         insts = {i.name: i for i in self.plan.instances}
         out = []

@@ -25,8 +25,8 @@ from rich.console import Console
 from pdctl.cli.progress import report_failures, report_undo
 from pdctl.spec.model import Host
 from pdctl.targets.health import probe
-from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.hosts.remote import HostOps
+from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec

@@ -15,8 +15,8 @@ import yaml
 from kubernetes import client
 
 from pdctl.targets.kube.discovery import ApiError
-from pdctl.targets.kube.target import KubeTarget
 from pdctl.targets.kube.errors import Refused, Unreached, naming_applied, unreachable
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.test_kube import phase1, write_kube_files

@@ -20,8 +20,7 @@ def sleeper(cwd: Path) -> subprocess.Popen:
 
 def test_stale_pid_of_another_process_group_reads_as_stopped(ssh_env: SshEnv, tmp_path: Path):
     h = ssh_env.host("lo1")  # sshd on this machine: the same files and processes
-    host = Host(name=h.name, address=h.address, port=h.port, user="root",
-                identityFile=ssh_env.key)
+    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
     conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
     unit = tmp_path / "dep" / "d-serve-0"
     unit.mkdir(parents=True)

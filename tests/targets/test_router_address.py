@@ -15,8 +15,8 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
-from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.hosts.remote import HostOps
+from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.state import desired_units
 from tests.targets.testbed import HERE, SshEnv

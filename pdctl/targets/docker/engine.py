@@ -176,7 +176,10 @@ def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: st
 
 
 @dataclass
-class DockerTarget:
+class Engine:
+    """One Docker engine (a docker SDK client) running containers of one deployment: what
+    ContainerHosts (target.py) and wait.py take for each host."""
+
     client: Any
     deployment: str
     network: str = "bridge"  # "host": no port publishing; the engine's port is the host's

@@ -26,23 +26,11 @@ from pdctl.targets.hosts.scripts import (
     TAILS_BODY,
     observe_script,
 )
-from pdctl.targets.outcome import last_line
+from pdctl.targets.outcome import NoLog, last_line
 from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
 NO_LOG_RC = 3  # what a unit's log command exits with when the unit has no log
-
-
-WHY_NO_LOG = "not started, or removed by down"  # why a unit has no log (container)
-NO_LOG_NOTE = f"(no log: {WHY_NO_LOG})\n"  # in place of one unit's log among several
-
-
-class NoLog(PdctlError):
-    """Units with no log on a host: never started there, or removed by `down` (exit 1)."""
-
-    def __init__(self, units: list[str], host: str) -> None:
-        self.units = units
-        super().__init__(f"{', '.join(units)} on {host}: no log ({WHY_NO_LOG})")
 
 
 class HostOps:
