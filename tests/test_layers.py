@@ -213,3 +213,12 @@ def test_the_checks_see_what_they_guard() -> None:
     assert "pdctl.targets.hosts.fleet" not in imports(
         "pdctl.targets.hosts.rollout", runtime_only=True
     )  # under TYPE_CHECKING
+
+
+def test_targets_render_nothing() -> None:
+    """What a target runs comes rendered in the bundle (the units' files, Bundle.scripts for
+    the scripts pdctl runs on hosts): no target module uses the template engine."""
+    rendering = [
+        m for m in MODULES if layer(m) == "targets" and "pdctl.render.template" in imports(m)
+    ]
+    assert rendering == []

@@ -1,20 +1,25 @@
-"""The shell scripts HostOps runs on a host's deployment folder (pdctl/targets/hosts/remote.py)."""
+"""The scripts pdctl runs on a host to read and handle a deployment's units over SSH
+(pdctl.targets.hosts.remote): rendered with the bundle (Bundle.scripts), not while applying.
+Each takes its inputs as shell variables the caller sets before it (`with_vars`, every value
+quoted), so the target supplies values and renders nothing."""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
+from functools import cache
 
 from pdctl.render.template import render_template
 
-# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder. A recorded pid
-# counts as running only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2,
-# rendered into this script): a process of its group runs in the unit's folder. A stale pid
-# file (after a crash or reboot, the number reused by someone else) reads as stopped.
+# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder of the deployment
+# folder $d. A recorded pid counts as running only by the rule start.sh and stop.sh use
+# (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
+# the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
+# else) reads as stopped.
 OBSERVE_BODY = r"""
-d=%(dir)s
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
-  u=${u%%/}; n=${u##*/}
+  u=${u%/}; n=${u##*/}
   [ -f "$u/stop.sh" ] || continue
   h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
   s=stopped; p=-
@@ -28,28 +33,26 @@ for u in "$d"/*/; do
       s=running; p=$c
     fi
   fi
-  printf '%%s\t%%s\t%%s\t%%s\n' "$n" "${h:--}" "$s" "$p"
+  printf '%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p"
 done
 """
 
-# The last lines of every unit's log, each after a line `<mark> <unit>` (mark: a random
-# boundary), read with alive()'s observation: the log lines up's live progress shows.
-TAILS_BODY = r"""
-d=%(dir)s
+# The last $lines lines of every unit's log in $d, each after a line `$mark <unit>` (mark: a
+# random boundary), read with alive()'s observation: the log lines up's live progress shows.
+TAILS = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
-  u=${u%%/}
+  u=${u%/}
   [ -f "$u/stop.sh" ] && [ -f "$u/log" ] || continue
-  printf '\n%%s %%s\n' %(mark)s "${u##*/}"
-  tail -n %(lines)d -- "$u/log"
+  printf '\n%s %s\n' "$mark" "${u##*/}"
+  tail -n "$lines" -- "$u/log"
 done
 """
-TAIL_AHEAD = 50  # lines of each log read with an observation (see alive)
 
-# Before a unit is replaced, its scripts (every file but the runtime ones) are copied to
-# `<unit>/previous/`; a failed replacement copies them back and starts that version again.
+# Before a unit ($u: its folder) is replaced, its scripts (every file but the runtime ones)
+# are copied to `$u/previous/`; a failed replacement copies them back and starts that version
+# again.
 SAVE_PREVIOUS = r"""
-u=%(dir)s
 rm -rf -- "$u/previous"
 mkdir -m 700 -- "$u/previous"
 for f in "$u"/*; do
@@ -59,13 +62,35 @@ for f in "$u"/*; do
 done
 """
 RESTORE_PREVIOUS = r"""
-u=%(dir)s
 [ -f "$u/previous/start.sh" ] || { echo "no previous version kept in $u/previous" >&2; exit 1; }
 cp -p -- "$u"/previous/* "$u/"
 """
 
 
-def observe_script(folder: str) -> str:
-    """The observe script for a deployment folder (an absolute path on the host)."""
-    owned = render_template("process-owned.sh.j2")
-    return owned + OBSERVE_BODY % {"dir": shlex.quote(folder)}
+@dataclass(frozen=True)
+class HostScripts:
+    """observe ($d: the deployment folder), port_owner ($unit_dir, $name, $port: who listens
+    on a unit's port, templates/port-owner.sh.j2), tails ($d, $mark, $lines), save_previous
+    and restore_previous ($u: a unit's folder)."""
+
+    observe: str
+    port_owner: str
+    tails: str
+    save_previous: str
+    restore_previous: str
+
+
+@cache
+def host_scripts() -> HostScripts:
+    return HostScripts(
+        observe=render_template("process-owned.sh.j2") + OBSERVE_BODY,
+        port_owner=render_template("port-owner.sh.j2"),
+        tails=TAILS,
+        save_previous=SAVE_PREVIOUS,
+        restore_previous=RESTORE_PREVIOUS,
+    )
+
+
+def with_vars(script: str, **values: str | int) -> str:
+    """`script` after one `NAME=VALUE` line per value (quoted for sh)."""
+    return "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items()) + script

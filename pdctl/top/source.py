@@ -101,7 +101,7 @@ class HostSource:
 
         self.endpoints = host_endpoints(self.plan, self.bundle)
         self.workers = router_workers(self.plan)
-        self.fleet = fleet_of(self.plan, self.options, self.parallel)
+        self.fleet = fleet_of(self.plan, self.bundle, self.options, self.parallel)
         self.fleet.connect(tolerate=True)
         return self
 

@@ -23,6 +23,7 @@ import pytest
 from rich.console import Console
 
 from pdctl.cli.progress import report_failures, report_undo
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec.model import Host
 from pdctl.targets.health import probe
 from pdctl.targets.hosts.remote import HostOps
@@ -117,7 +118,7 @@ def test_a_refused_port_forward_says_nothing_listens(ssh_env: SshEnv, tmp_path: 
         named = probe(opener, "m", where=f"127.0.0.1:{port}")
         unnamed = probe(opener, "m")
         # what up and status probe through: the host's HostOps names the address and port
-        ops = HostOps(conn, str(tmp_path / "deploy"))
+        ops = HostOps(conn, str(tmp_path / "deploy"), host_scripts())
         through_ops = ops.probe(port, "m")
     finally:
         conn.close()

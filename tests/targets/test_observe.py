@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec.model import Host
 from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, SshOptions
@@ -29,7 +30,7 @@ def test_stale_pid_of_another_process_group_reads_as_stopped(ssh_env: SshEnv, tm
     elsewhere = sleeper(tmp_path)  # alive, but not this unit's (a pid reused after a reboot)
     own = sleeper(unit)
     try:
-        ops = HostOps(conn, str(tmp_path / "dep"))
+        ops = HostOps(conn, str(tmp_path / "dep"), host_scripts())
         (unit / "pid").write_text(f"{elsewhere.pid}\n")
         (seen,) = ops.observe()
         assert (seen.name, seen.running) == ("d-serve-0", False)

@@ -16,6 +16,7 @@ import pytest
 
 from pdctl.plan import make_plan
 from pdctl.render import render
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
 from pdctl.targets.hosts.remote import HostOps
@@ -94,7 +95,7 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
         time.sleep(0.05)
     pid = int((tmp_path / "pid").read_text())
     try:
-        ops = HostOps(conn, str(tmp_path / "deploy"))
+        ops = HostOps(conn, str(tmp_path / "deploy"), host_scripts())
         # Until it listens: it either does or exits (a fixed number of probes could end before
         # a loaded machine started it); 120 s only ends a hang.
         deadline = time.monotonic() + 120

@@ -3,7 +3,7 @@
 Every container carries `pdctl.io/deployment`, `pdctl.io/unit`, `pdctl.io/role` and
 `pdctl.io/hash` (the unit's spec digest): `up` leaves a running container whose hash matches,
 replaces one whose hash differs, and never touches a container without this deployment's
-label. The client comes from docker_transport (the local socket, ssh:// over pdctl's SSH
+label. The client comes from transport.py (the local socket, ssh:// over pdctl's SSH
 connection, or tcp:// with TLS). docker is imported lazily.
 """
 
@@ -29,7 +29,7 @@ HASH = "pdctl.io/hash"  # the unit's spec digest (render.host.unit_hash)
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
-    """A docker.DockerClient for `base_url`, as docker_transport allows and secures it
+    """A docker.DockerClient for `base_url`, as transport.py allows and secures it
     (default: no TLS options, so plain tcp:// is refused)."""
     from pdctl.targets.docker.transport import DockerAccess, connect
 

@@ -13,7 +13,9 @@ from typing import TypeVar
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
+from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
+from pdctl.render.host_scripts import HostScripts
 from pdctl.spec.model import Host
 from pdctl.targets.base import Closing
 from pdctl.targets.hosts.remote import HostOps
@@ -26,10 +28,12 @@ R = TypeVar("R")
 
 @dataclass
 class Fleet(Closing):
-    """`hosts` with the deployment folder of each (`folders`: host name -> folder)."""
+    """`hosts` with the deployment folder of each (`folders`: host name -> folder), and the
+    scripts of the bundle pdctl runs on them."""
 
     hosts: list[Host]
     folders: dict[str, str]
+    scripts: HostScripts
     options: SshOptions = field(default_factory=SshOptions)
     parallel: int = 8
     say: Callable[[str], None] = lambda _msg: None
@@ -46,7 +50,7 @@ class Fleet(Closing):
         def one(host: Host) -> HostOps | tuple[str, PdctlError]:
             try:
                 conn = Connection(host, self.options).connect()
-                return HostOps(conn, self.folders[host.name])
+                return HostOps(conn, self.folders[host.name], self.scripts)
             except PdctlError as exc:
                 return (host.name, exc)
 
@@ -134,8 +138,15 @@ class Fleet(Closing):
 
 
 def fleet_of(
-    plan: Plan, options: SshOptions, parallel: int = 8, say: Callable[[str], None] | None = None
+    plan: Plan,
+    bundle: Bundle,
+    options: SshOptions,
+    parallel: int = 8,
+    say: Callable[[str], None] | None = None,
 ) -> Fleet:
-    """The SSH connections to `plan`'s hosts (not connected yet)."""
+    """The SSH connections to `plan`'s hosts (not connected yet), with `bundle`'s scripts."""
+    if bundle.scripts is None:
+        raise PdctlError(f"{plan.name}: a {bundle.kind} bundle runs nothing on SSH hosts")
     folders = {h.name: deploy_dir(plan, h) for h in plan.spec.hosts}
-    return Fleet(list(plan.spec.hosts), folders, options, parallel, say or (lambda _m: None))
+    hosts = list(plan.spec.hosts)
+    return Fleet(hosts, folders, bundle.scripts, options, parallel, say or (lambda _m: None))

@@ -46,7 +46,7 @@ class HostsTarget(Closing):
     fleet: Fleet = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fleet = fleet_of(self.plan, self.options, self.parallel, self.say)
+        self.fleet = fleet_of(self.plan, self.bundle, self.options, self.parallel, self.say)
 
     @property
     def unreachable(self) -> dict[str, str]:
