@@ -158,7 +158,9 @@ def test_no_import_circles() -> None:
 # ...): outside its package nothing asks for one by type or builds one; actions and the CLI
 # ask the package's CAPABILITIES and open targets through pdctl.targets.open_target.
 TARGET_PACKAGES = sorted(
-    m.rpartition(".")[0] for m in MODULES if m.startswith("pdctl.targets.") and m.endswith(".target")
+    m.rpartition(".")[0]
+    for m in MODULES
+    if m.startswith("pdctl.targets.") and m.endswith(".target")
 )
 
 
