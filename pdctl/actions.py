@@ -18,12 +18,9 @@ from typing import Literal, Protocol
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
-from pdctl.targets import open_target
-from pdctl.targets.base import Connect, Stage, StatusRow, Stopped, Target, Write
-from pdctl.targets.host_diff import script_diffs
-from pdctl.targets.hosts import HostsTarget
-from pdctl.targets.kube import ACTIONS, KubeTarget
-from pdctl.targets.rollout import Outcome, UpFailed
+from pdctl.targets import capabilities, open_target
+from pdctl.targets.base import Capabilities, Connect, Stage, StatusRow, Stopped, Target, Write
+from pdctl.targets.outcome import Outcome, UpFailed
 from pdctl.targets.ssh import Unreachable
 from pdctl.targets.state import Change
 
@@ -65,14 +62,18 @@ class Up:
 
 
 def kind_of(plan: Plan, options: Connect) -> str:
-    if plan.target == "kubernetes":
-        return "kubernetes"
-    return "docker" if options.docker_urls else "hosts"
+    return capabilities_of(plan, options).kind
+
+
+def capabilities_of(plan: Plan, options: Connect) -> Capabilities:
+    """What the target of `plan` can do (pdctl.targets.base.Capabilities), without
+    connecting: what the CLI asks before it offers or refuses an option."""
+    return capabilities(plan, options)
 
 
 def bundle_changes(plan: Plan, bundle: Bundle, kind: str) -> list[Change]:
     """What the bundle starts, read without connecting (every unit or object is new)."""
-    if kind == "kubernetes":
+    if kind == "kubernetes":  # the bundle's objects (a hosts bundle has units)
         return [
             Change(
                 plan.spec.kubernetes.namespace,
@@ -104,19 +105,20 @@ def up(
     """Bring the target in line with the bundle (`applied` false: a dry run,
     or not confirmed). Raises UpFailed when the run failed and was undone, PdctlError when
     a host cannot be reached; with keep_going the failures are in the outcome instead."""
-    kind = kind_of(plan, options)
+    caps = capabilities_of(plan, options)
+    kind = caps.kind
     if dry_run == "client":
         changes = bundle_changes(plan, bundle, kind)
         progress.planned(kind, changes, compared=False)
         return Up(kind, changes)
     # Secrets come from the caller's environment, read before anything connects; Kubernetes
     # objects reference Secrets by name, so pdctl sends no value there.
-    values = secrets() if dry_run == "none" and kind != "kubernetes" else {}
+    values = secrets() if dry_run == "none" and caps.sends_secrets else {}
     stage = progress.stage if dry_run == "none" else None
     with open_target(plan, bundle, options, progress.say, stage) as target:
         try:
-            if dry_run == "server" and isinstance(target, KubeTarget):
-                changes = target.dry_run_changes()  # the API server's dry run (dryRun=All)
+            if dry_run == "server" and caps.server_dry_run:
+                changes = target.diff()[0]  # the API server's dry run (dryRun=All)
             else:
                 changes = target.changes()
         except Unreachable as exc:
@@ -127,7 +129,7 @@ def up(
             return result
         # Nothing to change asks nothing and still calls apply, which writes only what changed
         # (nothing here) and waits until what runs is healthy. A drifted Kubernetes object is
-        # an update (pdctl.targets.kube_apply), so it is confirmed like any other change.
+        # an update (pdctl.targets.kube.apply), so it is confirmed like any other change.
         if result.todo and not yes and not progress.confirm():
             return result
         with progress.applying(target):
@@ -157,31 +159,36 @@ def diff(plan: Plan, bundle: Bundle, options: Connect, progress: Progress) -> Di
     changes `up` would make, with the differing files of each unit it would replace."""
     kind = kind_of(plan, options)
     with open_target(plan, bundle, options, progress.say) as target:
-        if isinstance(target, KubeTarget):
-            found = target.preview()
-            changes = [
-                Change(target.namespace, f"{d.kind}/{d.name}", d.kind, ACTIONS[d.action], d.action)  # type: ignore[arg-type]
-                for d in found
-            ]
-            return Diff(kind, changes, {f"{d.kind}/{d.name}": d.text for d in found if d.text})
         try:
-            changes = target.changes()
+            changes, texts = target.diff()
         except Unreachable as exc:
             raise PdctlError(f"{exc.line()}; check the address") from None
-        if not isinstance(target, HostsTarget):
-            return Diff(kind, changes)
-        texts = script_diffs(target, changes)
-        return Diff(kind, changes, {f"{h}/{u}": t for (h, u), t in texts.items() if t})
+        return Diff(kind, changes, texts)
 
 
 def down(
-    plan: Plan, bundle: Bundle, options: Connect, progress: Progress, delete_volumes: bool = False
+    plan: Plan,
+    bundle: Bundle,
+    options: Connect,
+    progress: Progress,
+    delete_volumes: bool = False,
+    timeout: float | None = None,
 ) -> Stopped:
     """Stop and remove what `up` started (twice is harmless); what could not be reached is
-    in the answer, not raised. Kubernetes: waits until the pods are gone, reporting each
-    pod's stage (`terminating`) through the progress."""
+    in the answer, not raised. Where the target waits for its instances to go
+    (`capabilities.down_timeout`, Kubernetes: the pods), up to `timeout` seconds, reporting
+    each one's stage (`terminating`) through the progress."""
     with open_target(plan, bundle, options, progress.say, progress.stage) as target:
-        return target.down(delete_volumes=delete_volumes)
+        return target.down(delete_volumes=delete_volumes, timeout=timeout)
+
+
+def down_plan(
+    plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool = False
+) -> Stopped:
+    """What `down` would stop, delete and keep, found by connecting and reading only (the
+    hosts it could not reach are in the answer, as `down` records them)."""
+    with open_target(plan, bundle, options) as target:
+        return target.down_plan(delete_volumes)
 
 
 def status(plan: Plan, bundle: Bundle, options: Connect) -> tuple[list[StatusRow], dict[str, str]]:
@@ -204,4 +211,17 @@ def logs(
         target.logs(unit, follow, lines, write)
 
 
-__all__ = ["Diff", "DryRun", "Progress", "Up", "UpFailed", "diff", "down", "logs", "status", "up"]
+__all__ = [
+    "Diff",
+    "DryRun",
+    "Progress",
+    "Up",
+    "UpFailed",
+    "capabilities_of",
+    "diff",
+    "down",
+    "down_plan",
+    "logs",
+    "status",
+    "up",
+]

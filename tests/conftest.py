@@ -22,6 +22,42 @@ settings.load_profile("pdctl")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 K8S_VERSION = "1.29.0"
+LEFT = pytest.StashKey["object"]()  # the leftovers.snapshot() taken when the session starts
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from tests import leftovers
+
+    session.config.stash[LEFT] = leftovers.snapshot()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test left a process or a network namespace behind (tests/
+    leftovers.py), naming each; then stop them so that the next run starts clean."""
+    from tests import leftovers
+
+    before = session.config.stash.get(LEFT, None)
+    if before is None:
+        return
+    marks = [str(ROOT / "tests") + "/"]
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None)  # only when a test asked for a tmp_path
+    if base is not None:
+        marks.append(str(base))
+    found = leftovers.processes(before, marks)
+    made = leftovers.namespaces(before)
+    if not found and not made:
+        return
+    lines = [str(p) for p in found] + [f"network namespace {n}" for n in made]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "left behind by the tests (now stopped)", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    leftovers.stop(found)
+    leftovers.remove(made)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -129,3 +129,32 @@ def test_relative_links_in_docs_resolve() -> None:
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
                 broken.append(f"{page.name}: {target}: no heading #{anchor}")
     assert not broken, "\n".join(broken)
+
+
+# Paths only the machine pdctl is built on has: its reference notes (/work/shared/research,
+# the GPU fixtures under shared/) and any /work/ path. Docs cite what a user can open instead
+# (the upstream file, issue or page; a file of this repository by its repository path).
+MACHINE_PATH = re.compile(
+    r"(?<![\w.-])(/work/\S*|(\.\./)*shared/(research|fixtures|crds|seed|gpu-vllm)\S*)"
+)
+
+
+def machine_paths(text: str) -> list[str]:
+    return [m.group(0).strip("`),;") for m in MACHINE_PATH.finditer(text)]
+
+
+def test_docs_cite_no_machine_path() -> None:
+    assert machine_paths("see `/work/shared/research/mooncake.md` B.4") == [
+        "/work/shared/research/mooncake.md"
+    ]
+    assert machine_paths("(`../shared/fixtures/gpu/README.md`)") == [
+        "../shared/fixtures/gpu/README.md"
+    ]
+    assert machine_paths("`tests/fixtures/gpu/hami-h200/README.md`, /root/.cache") == []
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {hit}"
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for hit in machine_paths(line)
+    ]
+    assert found == [], "cite the upstream source a user can open instead"

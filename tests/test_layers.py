@@ -102,10 +102,11 @@ def upward_imports() -> list[str]:
     return bad
 
 
-def cycles() -> list[list[str]]:
-    """Every circle of runtime imports, each as the modules on it (Tarjan's strongly
-    connected components of more than one module, or a module importing itself)."""
-    graph = {m: sorted(imports(m, runtime_only=True)) for m in MODULES}
+def cycles(runtime_only: bool = False) -> list[list[str]]:
+    """Every circle of imports (those under `if TYPE_CHECKING:` too, unless runtime_only),
+    each as the modules on it (Tarjan's strongly connected components of more than one
+    module, or a module importing itself)."""
+    graph = {m: sorted(imports(m, runtime_only=runtime_only)) for m in MODULES}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -148,7 +149,58 @@ def test_no_layer_imports_a_higher_one() -> None:
 
 
 def test_no_import_circles() -> None:
+    """None at all: not at run time, and not through the imports only a type checker reads
+    (`if TYPE_CHECKING:`), which would say a helper reaches back into what uses it."""
     assert cycles() == []
+
+
+# The concrete targets, each defined in its package's target.py (pdctl.targets.hosts.target
+# ...): outside its package nothing asks for one by type or builds one; actions and the CLI
+# ask the package's CAPABILITIES and open targets through pdctl.targets.open_target.
+TARGET_PACKAGES = sorted(
+    m.rpartition(".")[0]
+    for m in MODULES
+    if m.startswith("pdctl.targets.") and m.endswith(".target")
+)
+
+
+def concrete_targets() -> dict[str, str]:
+    """Class name -> the target package that defines it (classes with a `kind`)."""
+    out = {}
+    for package in TARGET_PACKAGES:
+        tree = ast.parse(MODULES[f"{package}.target"].read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(s, ast.AnnAssign) and getattr(s.target, "id", "") == "kind"
+                for s in node.body
+            ):
+                out[node.name] = package
+    return out
+
+
+def reaches_into_targets() -> list[str]:
+    """Modules outside a target package that import its target module or test an object
+    against one of its classes (isinstance)."""
+    names = concrete_targets()
+    bad = []
+    for module, path in sorted(MODULES.items()):
+        outside = [p for p in TARGET_PACKAGES if module != p and not module.startswith(p + ".")]
+        for package in outside:
+            if f"{package}.target" in imports(module):
+                bad.append(f"{module} imports {package}.target")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance"):
+                continue
+            kinds = node.args[1] if len(node.args) > 1 else None
+            for n in ast.walk(kinds) if kinds is not None else []:
+                if isinstance(n, ast.Name) and n.id in names and names[n.id] in outside:
+                    bad.append(f"{module}:{node.lineno} isinstance on {n.id}")
+    return bad
+
+
+def test_no_concrete_target_outside_its_package() -> None:
+    assert sorted(concrete_targets()) == ["ContainerHosts", "HostsTarget", "KubeTarget"]
+    assert reaches_into_targets() == []
 
 
 def test_the_checks_see_what_they_guard() -> None:
@@ -157,6 +209,18 @@ def test_the_checks_see_what_they_guard() -> None:
     assert "pdctl.plan.model" in imports("pdctl.render.host") or any(
         m.startswith("pdctl.plan") for m in imports("pdctl.render.host")
     )
-    assert "pdctl.targets.kube" in imports("pdctl.targets")  # inside open_target
+    assert "pdctl.targets.kube.target" in imports("pdctl.targets.kube")  # in open_target
     assert "pdctl.targets.host_keys" in imports("pdctl.targets.ssh")
-    assert "pdctl.targets.hosts" not in imports("pdctl.targets.rollout", runtime_only=True)
+    assert "pdctl.targets.hosts.fleet" in imports("pdctl.targets.hosts.rollout")
+    assert "pdctl.targets.hosts.fleet" not in imports(
+        "pdctl.targets.hosts.rollout", runtime_only=True
+    )  # under TYPE_CHECKING
+
+
+def test_targets_render_nothing() -> None:
+    """What a target runs comes rendered in the bundle (the units' files, Bundle.scripts for
+    the scripts pdctl runs on hosts): no target module uses the template engine."""
+    rendering = [
+        m for m in MODULES if layer(m) == "targets" and "pdctl.render.template" in imports(m)
+    ]
+    assert rendering == []

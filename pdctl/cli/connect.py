@@ -64,7 +64,7 @@ class ConnectFlags:
         )
 
     def target(self, dry_run: bool = False) -> Connect:
-        """How to reach the plan's target (pdctl.targets.base.open_target)."""
+        """How to reach the plan's target (pdctl.targets.open_target)."""
         from pdctl.targets.base import Connect
 
         if self.docker_network not in ("bridge", "host"):
@@ -86,7 +86,7 @@ class ConnectFlags:
     @property
     def kube_file(self) -> str | None:
         """--kubeconfig, else $KUBECONFIG (None: neither; the client's ~/.kube/config). Whether
-        it exists is checked where it is loaded (pdctl.targets.kube.api_client): only a
+        it exists is checked where it is loaded (pdctl.targets.kube.api.api_client): only a
         Kubernetes target reads it."""
         return self.kubeconfig or os.environ.get("KUBECONFIG") or None
 

@@ -57,20 +57,12 @@ def register(app: typer.Typer) -> None:
             return
         from pdctl.cli.down_preview import confirm_down
 
-        confirm_down(plan, yes)
         options = conn.target()
+        confirm_down(plan, actions.capabilities_of(plan, options), yes)
         kind = actions.kind_of(plan, options)
         progress = ConsoleProgress(console)
-        if kind == "kubernetes":  # actions.down with the wait's --timeout
-            from pdctl.targets import open_target
-            from pdctl.targets.kube import KubeTarget
-
-            with open_target(plan, bundle, options, progress.say, progress.stage) as tgt:
-                assert isinstance(tgt, KubeTarget)
-                tgt.down_timeout = float(timeout)
-                done = tgt.down(delete_volumes=delete_volumes)
-        else:
-            done = actions.down(plan, bundle, options, progress, delete_volumes)
+        # --timeout: where the target waits for its instances to go (Kubernetes: the pods)
+        done = actions.down(plan, bundle, options, progress, delete_volumes, float(timeout))
         if kind == "kubernetes":
             gone = done.removed
             console.print(f"deleted {len(gone)} objects" if gone else "nothing to delete")
@@ -86,8 +78,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"stopped {unit} on {host}")
         if not done.removed:
             console.print("nothing was running" + (" there" if done.unreachable else ""))
-        folders = getattr(done, "folders", {})  # host -> removed / absent / kept
-        removed = sorted(h for h, what in folders.items() if what == "removed")
+        removed = sorted(h for h, what in done.folders.items() if what == "removed")
         if removed and len(removed) == len(plan.spec.hosts):
             console.print(f"removed the deployment folder of {plan.name!r} on every host")
         elif removed:

@@ -17,7 +17,7 @@ from pdctl.errors import PdctlError
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
-    from pdctl.targets.base import Connect
+    from pdctl.targets.base import Capabilities, Connect
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Preview:
     def lines(self) -> Iterator[str]:
         """The preview, a line at a time; after the last one, when a host could not be
         reached, the PdctlError (exit 1) that names it."""
-        verb = "delete" if self.kind == "kubernetes" else "stop"
+        verb = "delete" if self.kind == "kubernetes" else "stop"  # objects, or instances
         yield from (f"would {verb} {what} ({where})" for where, what in self.removed)
         for where, what in self.kept:
             yield f"would keep {what} ({where}); --delete-volumes removes it"
@@ -59,53 +59,27 @@ class Preview:
 
 
 def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool = False) -> Preview:
-    """Connect and list what `down` would remove; changes nothing. SSH hosts that cannot be
-    reached (or are lost meanwhile) are recorded, as `down` records them."""
-    from pdctl.actions import kind_of
-    from pdctl.render.host import deploy_dir
-    from pdctl.targets import open_target
+    """Connect and list what `down` would remove (actions.down_plan); changes nothing. SSH
+    hosts that cannot be reached (or are lost meanwhile) are recorded, as `down` records
+    them."""
+    from pdctl.actions import down_plan, kind_of
 
-    kind = kind_of(plan, options)
-    found = Preview(kind)
-    with open_target(plan, bundle, options) as target:
-        if kind == "kubernetes":
-            from pdctl.targets.kube import KEPT_KINDS
-
-            namespace = plan.spec.kubernetes.namespace
-            for res, name in target.owned_objects():  # type: ignore[attr-defined]
-                keep = (res.group, res.kind) in KEPT_KINDS and not delete_volumes
-                (found.kept if keep else found.removed).append((namespace, f"{res.kind}/{name}"))
-            return found
-        from pdctl.targets.hosts import HostsTarget
-
-        if isinstance(target, HostsTarget):  # SSH hosts: the unreachable ones are recorded
-            from pdctl.targets.state import diff
-
-            target.connect(tolerate=True)
-            changes = diff(target.desired(), target.observed(tolerate=True))
-            found.unreachable = dict(sorted(target.unreachable.items()))
-            found.left = {host: target.left_on(host) for host in found.unreachable}
-        else:
-            changes = target.changes()
-        # What runs there now: every unit observed (`start` is a unit that does not run).
-        found.removed = [
-            (c.host, c.unit)
-            for c in changes
-            if c.action != "start" and c.host not in found.unreachable
-        ]
-    if kind == "hosts":
-        found.folders = [
-            (h.name, deploy_dir(plan, h))
-            for h in plan.spec.hosts
-            if h.name not in found.unreachable
-        ]
-    return found
+    plan_ = down_plan(plan, bundle, options, delete_volumes)
+    return Preview(
+        kind_of(plan, options),
+        removed=plan_.removed,
+        kept=plan_.kept,
+        folders=list(plan_.folders.items()),
+        unreachable=plan_.unreachable,
+        left=plan_.left,
+    )
 
 
-def confirm_down(plan: Plan, yes: bool) -> None:
-    """On Kubernetes, `down` deletes objects shared by a team: ask first, unless --yes. With
-    no terminal to ask on, refuse (exit 2) instead of deleting unasked."""
-    if yes or plan.target != "kubernetes":
+def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
+    """Where `down` deletes objects shared by a team (`caps.confirm_down`: Kubernetes), ask
+    first, unless --yes. With no terminal to ask on, refuse (exit 2) instead of deleting
+    unasked."""
+    if yes or not caps.confirm_down:
         return
     import typer
 

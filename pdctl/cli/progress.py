@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from pdctl.targets.base import Stage, Target
-    from pdctl.targets.rollout import Outcome, UnitFailure
+    from pdctl.targets.outcome import Outcome, UnitFailure
     from pdctl.targets.state import Change
 
 STYLES = {"start": "green", "restart": "yellow", "stop": "red", "keep": "dim"}

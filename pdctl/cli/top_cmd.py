@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
 
 def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
     if plan.target == "kubernetes":
-        from pdctl.targets.kube import api_client
+        from pdctl.targets.kube.api import api_client
         from pdctl.top.source import KubeSource
 
         return KubeSource(plan, api_client(conn.kube_file, conn.context)).open()

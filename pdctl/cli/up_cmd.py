@@ -106,18 +106,14 @@ def register(app: typer.Typer) -> None:
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"
         console = term.console(log_path=False)
         plan, bundle = load(spec, phase, target, facts)
-        if keep_going and (plan.target == "kubernetes" or conn.docker_url):
-            off = "Kubernetes" if plan.target == "kubernetes" else "--docker-url"
+        options = conn.target(dry_run=dry_run)
+        caps = actions.capabilities_of(plan, options)
+        if keep_going and not caps.keep_going:
             raise UsageError(
-                f"--keep-going works on SSH hosts only: with {off} a failed run is "
-                + (
-                    "not undone (the cluster keeps the previous pods serving)"
-                    if plan.target == "kubernetes"
-                    else "undone as a whole (its containers are removed)"
-                ),
+                f"--keep-going works on SSH hosts only: with {caps.named} a failed run is "
+                f"{caps.undo}",
                 fix="leave out --keep-going",
             )
-        options = conn.target(dry_run=dry_run)
         if dry_run and output == "table":
             from pdctl.plan.place import where
 

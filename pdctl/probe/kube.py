@@ -79,8 +79,8 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
 def _why(kubeconfig: str | None, exc: Exception) -> str:
     """Why no configuration loaded, naming the file(s) looked for when none exists (the
     client says only "Invalid kube-config file. No configuration found.")."""
-    from pdctl.targets.kube import DEFAULT_KUBECONFIG
-    from pdctl.targets.kube_errors import files_of
+    from pdctl.targets.kube.api import DEFAULT_KUBECONFIG
+    from pdctl.targets.kube.errors import files_of
 
     files = kubeconfig or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
     if not files_of(files)[0]:

@@ -25,6 +25,7 @@ def render(plan: Plan) -> Bundle:
         ordered = sorted(objs, key=lambda o: apply_rank(o["kind"]))
         return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)), objects=tuple(ordered))
     from pdctl.render import host
+    from pdctl.render.host_scripts import host_scripts
 
     if plan.phase == 0:
         from pdctl.render.pd_host import group_ports_doc
@@ -36,4 +37,4 @@ def render(plan: Plan) -> Bundle:
 
         units, loose = pd_host_units(plan)
     files = tuple(a for u in units for a in u.files) + tuple(loose)
-    return Bundle("hosts", files, units=tuple(units))
+    return Bundle("hosts", files, units=tuple(units), scripts=host_scripts())

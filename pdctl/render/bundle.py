@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdctl.plan.model import Unit
+
+if TYPE_CHECKING:
+    from pdctl.render.host_scripts import HostScripts
 
 # Apply order by kind (after Helm's install order): the namespace, policies, accounts,
 # configuration, storage and RBAC, Services, then workloads; a kind not named here (a custom
@@ -94,12 +97,14 @@ class UnitFiles:
 class Bundle:
     """What render produces. `kind` is "kubernetes" (YAML documents) or "hosts" (scripts).
     `units`: a hosts bundle's units in render order; `objects`: a
-    Kubernetes bundle's objects as dicts in apply order (kind rank, then bundle order)."""
+    Kubernetes bundle's objects as dicts in apply order (kind rank, then bundle order);
+    `scripts`: a hosts bundle's scripts pdctl runs on the hosts (render/host_scripts.py)."""
 
     kind: str
     artifacts: tuple[Artifact, ...] = field(default=())
     units: tuple[UnitFiles, ...] = field(default=())
     objects: tuple[dict[str, Any], ...] = field(default=())
+    scripts: HostScripts | None = None
 
     def __iter__(self) -> Iterator[Artifact]:
         return iter(self.artifacts)

@@ -1,10 +1,14 @@
 """The one interface every target implements, with the types its verbs answer in.
 
-A target is where a bundle runs: hosts over SSH (hosts.py, rollout.py), Docker engines
-through the docker SDK (containers.py, docker.py), or a Kubernetes cluster (kube.py). Each
-has the same verbs: `changes` (what `apply` would do), `apply`, `status`, `logs`, `down`,
-`endpoints`, and is a context manager that closes its connections on exit. The one function
-that picks and opens a plan's target is `pdctl.targets.open_target`.
+A target is where a bundle runs: hosts over SSH (the package `hosts/`), Docker engines
+through the docker SDK (`docker/`), or a Kubernetes cluster (`kube/`). Each has the same
+verbs: `changes` (what `apply` would do), `diff` (the changes with the text of what changes
+inside them), `apply`, `status`, `logs`, `down`, `down_plan` (what `down` would remove),
+`endpoints`, and is a context manager that closes its connections on exit. What a target can
+do beyond the verbs is data, its package's `CAPABILITIES` (a `Capabilities`, read without
+connecting: `pdctl.targets.capabilities`): actions and the CLI ask it instead of the target's
+type. The one function that picks and opens a plan's
+target is `pdctl.targets.open_target`.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
 from pdctl.targets.state import Change
 
 if TYPE_CHECKING:
-    from pdctl.targets.docker_transport import DockerAccess
-    from pdctl.targets.rollout import Outcome
+    from pdctl.targets.docker.transport import DockerAccess
+    from pdctl.targets.outcome import Outcome
 
 Say = Callable[[str], None]
 
@@ -46,6 +50,39 @@ Kind = Literal["hosts", "docker", "kubernetes"]
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a target can do beyond the common verbs, declared by its package (CAPABILITIES),
+    so that actions and the CLI ask the capability instead of the target's type (as
+    SkyPilot's CloudImplementationFeatures)."""
+
+    kind: Kind
+    named: str  # how a message names the target: "SSH hosts", "--docker-url", "Kubernetes"
+    # `up --dry-run` asks the server (Kubernetes: every object applied with dryRun=All)
+    # instead of comparing what runs with the bundle.
+    server_dry_run: bool
+    # `diff` shows the text that changes inside each unit or object (hosts: the scripts;
+    # Kubernetes: the objects against their live versions); else the changes only.
+    diff_text: bool
+    # `up --keep-going`: a failed unit does not stop the others (hosts: unit by unit).
+    keep_going: bool
+    # What a failed `up` leaves, in words (`undo`): the CLI says it when refusing
+    # --keep-going. undo_on_failure: a failed `up` undoes what it changed.
+    undo_on_failure: bool
+    undo: str
+    # `up` sends secret values (hosts and Docker write them into env files); else they are
+    # referenced by name (Kubernetes Secrets) and pdctl reads none.
+    sends_secrets: bool
+    # `down` waits, up to its --timeout, until the instances are gone (Kubernetes: the pods).
+    down_timeout: bool
+    # `down --delete-volumes` removes what `down` keeps by default (Kubernetes: the PVCs).
+    volumes: bool
+    # `down` deletes what a team may share, so it asks first (--yes) and says `delete`.
+    confirm_down: bool
+    # down, status and logs go on past a host they cannot reach, naming it.
+    partial: bool
+
+
+@dataclass(frozen=True)
 class StatusRow:
     """One instance of a deployment: where (host or node), which unit, its process id,
     container or pod state, health, the models it serves and where clients reach it."""
@@ -66,13 +103,16 @@ class StatusRow:
 
 @dataclass
 class Stopped:
-    """What `down` did: (where, what) removed, (kind, name) kept, hosts it could not reach
-    (name -> why) and what may still run on each of them."""
+    """What `down` did (or, from `down_plan`, would do): (where, what) removed, (kind, name)
+    kept, hosts it could not reach (name -> why) and what may still run on each of them."""
 
     removed: list[tuple[str, str]] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
     left: dict[str, list[str]] = field(default_factory=dict)
+    # SSH hosts, per host: the deployment folder after `down` (`removed`, `absent`: there was
+    # none, `kept`: a unit is left); after `down_plan`, the folder `down` would remove.
+    folders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,8 +133,8 @@ class Connect:
 
     def docker_access(self) -> DockerAccess:
         """What --docker-tls, --docker-cert-path, --insecure-docker and the SSH options say
-        about reaching Docker engines (docker_transport decides with it)."""
-        from pdctl.targets.docker_transport import DEFAULT_CERT_PATH, DockerAccess
+        about reaching Docker engines (docker/transport.py decides with it)."""
+        from pdctl.targets.docker.transport import DEFAULT_CERT_PATH, DockerAccess
 
         return DockerAccess(
             tls=self.docker_tls,
@@ -104,7 +144,16 @@ class Connect:
         )
 
 
-__all__ = ["DEFAULT_KNOWN_HOSTS", "Connect", "Stage", "StageFn", "Stopped", "StatusRow", "Target"]
+__all__ = [
+    "DEFAULT_KNOWN_HOSTS",
+    "Capabilities",
+    "Connect",
+    "Stage",
+    "StageFn",
+    "Stopped",
+    "StatusRow",
+    "Target",
+]
 
 
 class Closing:
@@ -130,8 +179,10 @@ class Target(Protocol):
     @property
     def kind(self) -> Kind: ...
 
-    # Hosts that `status` or `down` could not reach: name -> why.
-    unreachable: dict[str, str]
+    @property
+    def unreachable(self) -> dict[str, str]:
+        """Hosts that `status` or `down` could not reach: name -> why."""
+        ...
 
     def __enter__(self) -> Target: ...
 
@@ -144,6 +195,12 @@ class Target(Protocol):
 
     def changes(self) -> list[Change]:
         """Connect and compare the bundle with what runs: one Change per unit or object."""
+        ...
+
+    def diff(self) -> tuple[list[Change], dict[str, str]]:
+        """The changes as `pdctl diff` shows them, and per changed unit or object (key:
+        `host/unit`, `Kind/name`) the unified diff of what changes inside it (empty unless
+        `capabilities.diff_text`); on Kubernetes the server's dry run."""
         ...
 
     def apply(
@@ -160,7 +217,15 @@ class Target(Protocol):
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None: ...
 
-    def down(self, delete_volumes: bool = False) -> Stopped: ...
+    def down(self, delete_volumes: bool = False, timeout: float | None = None) -> Stopped:
+        """Stop and remove what `up` started (twice is harmless); `delete_volumes` where
+        `capabilities.volumes`, waiting up to `timeout` seconds (None: the target's default)
+        where `capabilities.down_timeout`."""
+        ...
+
+    def down_plan(self, delete_volumes: bool = False) -> Stopped:
+        """What `down` would stop, delete and keep, reading only."""
+        ...
 
     def endpoints(self) -> list[str]:
         """Where clients send requests."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.errors import one_line
-from pdctl.render.template import render_template
 
 API_KEY_ENV = "VLLM_API_KEY"  # the secret's name in secrets.env; vLLM reads this variable
 
@@ -151,11 +150,6 @@ def api_key_of(secrets_env: str) -> str | None:
                 return None
             return words[0] if len(words) == 1 else None
     return None
-
-
-def port_owner_script(unit_dir: str, unit: str, port: int) -> str:
-    """The script that lists who listens on `port` (templates/port-owner.sh.j2)."""
-    return render_template("port-owner.sh.j2", unit_dir=unit_dir, unit=unit, port=port)
 
 
 def port_problem(listing: str, port: int, host: str, unit: str) -> str | None:

@@ -1,4 +1,4 @@
-"""What a rollout (pdctl.targets.rollout) did: each unit's failure, how failed or undone units
+"""What a rollout (pdctl.targets.hosts.rollout) did: each unit's failure, how failed or undone units
 were left, and the error `up` raises from it."""
 
 from __future__ import annotations
@@ -69,3 +69,15 @@ def last_line(text: str) -> str:
     characters gone, a tool's "Run '... --help' for more information" hint skipped."""
     lines = [line for line in log_lines(text) if not HINT.match(line)]
     return lines[-1] if lines else ""
+
+
+WHY_NO_LOG = "not started, or removed by down"  # why a unit has no log (container)
+NO_LOG_NOTE = f"(no log: {WHY_NO_LOG})\n"  # in place of one unit's log among several
+
+
+class NoLog(PdctlError):
+    """Units with no log on a host: never started there, or removed by `down` (exit 1)."""
+
+    def __init__(self, units: list[str], host: str) -> None:
+        self.units = units
+        super().__init__(f"{', '.join(units)} on {host}: no log ({WHY_NO_LOG})")

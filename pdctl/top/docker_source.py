@@ -1,5 +1,5 @@
 """`pdctl top` on phase 0 Docker hosts driven through the docker SDK (`--docker-url HOST=URL`,
-as `up` used): the containers found by their pdctl labels (targets.containers), each engine's
+as `up` used): the containers found by their pdctl labels (targets.docker), each engine's
 /metrics on the host's published port from where pdctl runs (as up's health probe), the GPUs
 by running nvml_probe.py inside one running engine container per host (the container has the
 GPUs, python3 and vLLM's nvidia-ml-py; the Docker host need not have them)."""
@@ -28,16 +28,10 @@ class DockerSource:
     containers: dict[str, Any] = field(default_factory=dict)  # unit -> container
 
     def open(self) -> DockerSource:
-        from pdctl.targets.containers import ContainerHosts
+        from pdctl.targets import open_target
 
-        c = self.connect
-        self.hosts = ContainerHosts(
-            self.plan,
-            self.bundle,
-            c.docker_urls,
-            c.docker_network,
-            access=c.docker_access(),
-        )
+        # The Docker target (pdctl.targets.docker): its units by host and its engines.
+        self.hosts = open_target(self.plan, self.bundle, self.connect)
         self.hosts.connect()
         insts = {i.name: i for i in self.plan.instances}
         out = []

@@ -1,8 +1,8 @@
 """Where `pdctl top`'s figures come from (I/O): each instance's /metrics and the GPUs.
 
-Hosts: over the SSH connections `up` uses (HostsTarget), /metrics through SSH port forwarding
-as the health probe reaches the engines, GPU telemetry by running nvml_probe.py with the
-host's python3. Kubernetes: the pods through the API server's proxy
+Hosts: over the SSH connections `up` uses (pdctl.targets.hosts.fleet), /metrics through SSH
+port forwarding as the health probe reaches the engines, GPU telemetry by running
+nvml_probe.py with the host's python3. Kubernetes: the pods through the API server's proxy
 (`/api/v1/namespaces/NS/pods/POD:PORT/proxy/metrics`), GPUs from dcgm-exporter's pods when the
 cluster runs it."""
 
@@ -93,31 +93,31 @@ class HostSource:
     options: Any
     parallel: int = 8
     endpoints: list[Endpoint] = field(default_factory=list)
-    target: Any = None
+    fleet: Any = None  # the SSH connections (pdctl.targets.hosts.fleet.Fleet)
     workers: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def open(self) -> HostSource:
-        from pdctl.targets.hosts import HostsTarget
+        from pdctl.targets.hosts.fleet import fleet_of
 
         self.endpoints = host_endpoints(self.plan, self.bundle)
         self.workers = router_workers(self.plan)
-        self.target = HostsTarget(self.plan, self.bundle, self.options, self.parallel)
-        self.target.connect(tolerate=True)
+        self.fleet = fleet_of(self.plan, self.bundle, self.options, self.parallel)
+        self.fleet.connect(tolerate=True)
         return self
 
     def close(self) -> None:
-        if self.target is not None:
-            self.target.close()
+        if self.fleet is not None:
+            self.fleet.close()
 
     @property
     def unreachable(self) -> dict[str, str]:
-        return dict(self.target.unreachable) if self.target is not None else {}
+        return dict(self.fleet.unreachable) if self.fleet is not None else {}
 
     def scrape(self) -> dict[str, Snapshot]:
         from pdctl.targets.health import http_get, unanswered
 
         def one(e: Endpoint) -> tuple[str, Snapshot]:
-            ops = self.target.ops.get(e.where)
+            ops = self.fleet.ops.get(e.where)
             if ops is None:
                 return e.name, Snapshot(time.monotonic(), (), f"host {e.where} unreachable")
             try:
@@ -130,16 +130,16 @@ class HostSource:
                 return e.name, Snapshot(at, (), f"/metrics answered {status}")
             return e.name, parse(body, at)
 
-        return dict(self.target.map(one, self.endpoints))
+        return dict(self.fleet.map(one, self.endpoints))
 
     def gpus(self, window_s: float) -> tuple[list[GpuLoad], list[str]]:
         """Every used host's GPUs over `window_s` seconds (blocks that long)."""
         roles = gpu_roles(self.plan)
-        hosts = [h.name for h in self.plan.hosts_used() if h.name in self.target.ops]
+        hosts = [h.name for h in self.plan.hosts_used() if h.name in self.fleet.ops]
 
         def one(name: str) -> tuple[list[GpuLoad], list[str]]:
             try:
-                res = self.target.ops[name].conn.run(
+                res = self.fleet.ops[name].conn.run(
                     probe_command(window_s), timeout=window_s + 60, step="reading GPU telemetry"
                 )
             except Exception as exc:
@@ -153,7 +153,7 @@ class HostSource:
         start = time.monotonic()
         gpus: list[GpuLoad] = []
         missing: list[str] = []
-        for g, m in self.target.map(one, hosts):
+        for g, m in self.fleet.map(one, hosts):
             gpus += g
             missing += m
         # a host without GPUs answers at once: the window still lasts window_s

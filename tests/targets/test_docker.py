@@ -16,8 +16,8 @@ import pytest
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
 from pdctl.spec.model import Host
-from pdctl.targets.docker import DockerTarget, client_for, docker_home, host_path
-from pdctl.targets.docker_wait import wait_healthy
+from pdctl.targets.docker.engine import Engine, client_for, docker_home, host_path
+from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import probe
 from tests.targets.testbed import free_port
 
@@ -173,7 +173,7 @@ def healthy(port: int) -> bool:
 
 @pytest.fixture
 def target(docker_client, request):
-    tgt = DockerTarget(
+    tgt = Engine(
         docker_client,
         f"t-{request.node.name[:40].replace('_', '-')}",
         network="host",
@@ -260,7 +260,7 @@ def test_hf_cache_and_model_path_are_mounted_as_the_script_does(docker_client, t
     Docker host's home) at /root/.cache/huggingface, and a model path read-only at its path."""
     home, model = tmp_path / "home", tmp_path / "model"
     model.mkdir()
-    tgt = DockerTarget(
+    tgt = Engine(
         docker_client,
         "t-mounts",
         network="host",

@@ -26,7 +26,7 @@ import yaml
 
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
-from pdctl.targets.docker import client_for, run_options
+from pdctl.targets.docker.engine import client_for, run_options
 from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.test_hami_hosts_up import ROUTER

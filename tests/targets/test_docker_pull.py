@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.targets.docker_pull import PullProgress, present, reference
+from pdctl.targets.docker.pull import PullProgress, present, reference
 from tests.targets.registry import Image, Registry, image_from_rootfs
 from tests.targets.test_docker import CHANGES, ENTRYPOINT, engine_rootfs, free_port
 from tests.targets.test_docker import docker_client as docker_client  # noqa: F401 (fixture)

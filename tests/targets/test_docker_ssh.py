@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError
-from pdctl.targets.docker import docker_home
-from pdctl.targets.docker_transport import DockerAccess, connect
+from pdctl.targets.docker.engine import docker_home
+from pdctl.targets.docker.transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
 from tests.targets.testbed import free_port

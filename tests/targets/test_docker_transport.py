@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.targets.docker_transport import DockerAccess, check, connect
+from pdctl.targets.docker.transport import DockerAccess, check, connect
 from tests.conftest import run_cli
 from tests.targets.testbed import closed_port
 from tests.targets.tls_engine import TlsEngine, make_certs

@@ -13,7 +13,7 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.kube import KubeTarget
+from pdctl.targets.kube.target import KubeTarget
 from tests.pty_run import on_a_pty
 from tests.targets.test_kube import write_kube_files
 from tests.targets.testbed import (

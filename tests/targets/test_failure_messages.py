@@ -23,10 +23,11 @@ import pytest
 from rich.console import Console
 
 from pdctl.cli.progress import report_failures, report_undo
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec.model import Host
 from pdctl.targets.health import probe
+from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
-from pdctl.targets.remote import HostOps
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
@@ -117,7 +118,7 @@ def test_a_refused_port_forward_says_nothing_listens(ssh_env: SshEnv, tmp_path: 
         named = probe(opener, "m", where=f"127.0.0.1:{port}")
         unnamed = probe(opener, "m")
         # what up and status probe through: the host's HostOps names the address and port
-        ops = HostOps(conn, str(tmp_path / "deploy"))
+        ops = HostOps(conn, str(tmp_path / "deploy"), host_scripts())
         through_ops = ops.probe(port, "m")
     finally:
         conn.close()

@@ -18,7 +18,9 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.kube import HASH_ANNOTATION, KubeTarget, rolled_out
+from pdctl.targets.kube.api import HASH_ANNOTATION
+from pdctl.targets.kube.status import rolled_out
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
 

@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client
 
 from pdctl.errors import PdctlError
-from pdctl.targets.kube import KubeTarget
-from pdctl.targets.kube_diff import PROBE, clean
+from pdctl.targets.kube.diff import PROBE, clean
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kmock_dry import dry_run_server, writes
 from tests.targets.test_kube import phase1, write_kube_files
@@ -84,7 +84,7 @@ def test_dry_run_of_a_new_deployment_creates_nothing(dry):
     assert writes(calls) == [] and stored(srv) == []
     dry_runs = {p for m, p, q in calls if q.get("dryRun") == "All"}
     assert f"/apis/apps/v1/namespaces/{NS}/deployments/kdry-serve" in dry_runs
-    assert tgt.dry_run_changes()[0].why == "create"
+    assert tgt.diff()[0][0].why == "create"
 
 
 def test_diff_after_apply_shows_only_the_change_and_what_prune_deletes(dry):

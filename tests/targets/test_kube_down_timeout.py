@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from pdctl.targets.kube import KubeTarget
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.test_kube_status_reasons import put_pod
 from tests.targets.test_stages import LOADING

@@ -1,4 +1,4 @@
-"""Kubernetes failures in one line (pdctl.targets.kube_errors): a kubeconfig pdctl cannot use
+"""Kubernetes failures in one line (pdctl.targets.kube.errors): a kubeconfig pdctl cannot use
 is exit 2 naming the files read, before anything connects; a server that cannot be reached
 says why and what to check; a server that refuses an object quotes its Status message, not
 the Status JSON. Against kmock and loopback ports (port 1 refuses; a socket that accepts and
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from pdctl.targets.discovery import ApiError
-from pdctl.targets.kube import KubeTarget
-from pdctl.targets.kube_errors import Refused, Unreached, naming_applied, unreachable
+from pdctl.targets.kube.discovery import ApiError
+from pdctl.targets.kube.errors import Refused, Unreached, naming_applied, unreachable
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.test_kube import phase1, write_kube_files
@@ -153,7 +153,7 @@ def test_an_admission_refusal_quotes_the_status_message(refusing):
 
 
 def test_a_refusal_names_what_was_applied_before_it(refusing):
-    """What an apply loop does with naming_applied (pdctl.targets.kube_apply is to use it):
+    """What an apply loop does with naming_applied (pdctl.targets.kube.apply is to use it):
     a refused object's line names those applied before it, left in place."""
     url = f"/apis/apps/v1/namespaces/{NS}/deployments"
     for method, path in (("patch", f"{url}/kpart-serve"), ("post", url)):

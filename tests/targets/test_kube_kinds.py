@@ -18,7 +18,8 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.spec import load_text
-from pdctl.targets.kube import HASH_ANNOTATION, NAMESPACE_ANNOTATION, KubeTarget
+from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
+from pdctl.targets.kube.target import KubeTarget
 from tests.conftest import EXAMPLES, run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig

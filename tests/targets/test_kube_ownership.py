@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError
-from pdctl.targets.kube import HASH_ANNOTATION, NAMESPACE_ANNOTATION
+from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
 from tests.targets.test_kube_kinds import plan_objects, spec_data, target, write_files
 from tests.targets.testbed import pdctl
 

@@ -11,8 +11,8 @@ import yaml
 from kubernetes import client
 
 from pdctl.cli.summary import status_counts, status_line
-from pdctl.targets.kube import KubeTarget
-from pdctl.targets.kube_status import status_rows
+from pdctl.targets.kube.status import status_rows
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.test_kube_status_reasons import put_pod
 from tests.targets.testbed import pdctl

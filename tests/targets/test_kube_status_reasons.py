@@ -10,7 +10,7 @@ import json
 import pytest
 from kubernetes import client
 
-from pdctl.targets.kube import KubeTarget
+from pdctl.targets.kube.target import KubeTarget
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.test_stages import BACKOFF, CRASHING, UNSCHEDULABLE
 from tests.targets.testbed import pdctl
@@ -77,7 +77,7 @@ def test_status_names_why_each_pod_is_not_ready(cluster, tmp_path):
 
 
 def test_a_failed_rollout_says_why():
-    from pdctl.targets.kube_status import rollout_state
+    from pdctl.targets.kube.status import rollout_state
 
     dep = {
         "metadata": {"generation": 2},
@@ -168,7 +168,7 @@ def test_down_waits_until_the_pods_are_gone(cluster):
 
 
 def test_a_leader_worker_set_has_a_rollout_row():
-    from pdctl.targets.kube_status import status_rows
+    from pdctl.targets.kube.status import status_rows
 
     lws = {
         "metadata": {

@@ -20,7 +20,7 @@ from pdctl.errors import PdctlError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.kube import KubeTarget
+from pdctl.targets.kube.target import KubeTarget
 from tests.conftest import K8S_VERSION
 from tests.pd.check import crd_schema
 

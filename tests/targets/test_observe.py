@@ -7,8 +7,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec.model import Host
-from pdctl.targets.remote import HostOps
+from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, SshOptions
 from tests.targets.testbed import SshEnv
 
@@ -20,8 +21,7 @@ def sleeper(cwd: Path) -> subprocess.Popen:
 
 def test_stale_pid_of_another_process_group_reads_as_stopped(ssh_env: SshEnv, tmp_path: Path):
     h = ssh_env.host("lo1")  # sshd on this machine: the same files and processes
-    host = Host(name=h.name, address=h.address, port=h.port, user="root",
-                identityFile=ssh_env.key)
+    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
     conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
     unit = tmp_path / "dep" / "d-serve-0"
     unit.mkdir(parents=True)
@@ -30,7 +30,7 @@ def test_stale_pid_of_another_process_group_reads_as_stopped(ssh_env: SshEnv, tm
     elsewhere = sleeper(tmp_path)  # alive, but not this unit's (a pid reused after a reboot)
     own = sleeper(unit)
     try:
-        ops = HostOps(conn, str(tmp_path / "dep"))
+        ops = HostOps(conn, str(tmp_path / "dep"), host_scripts())
         (unit / "pid").write_text(f"{elsewhere.pid}\n")
         (seen,) = ops.observe()
         assert (seen.name, seen.running) == ("d-serve-0", False)

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec.model import Host
 from pdctl.targets.batch import run_batch
-from pdctl.targets.remote import HostOps
+from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, Result, SshOptions
 from tests.targets.counting_host import CountingHost, start_counting_host
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
@@ -90,7 +91,7 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
         )
         conn = Connection(host, SshOptions(known_hosts=counted.known_hosts)).connect()
         try:
-            ops = HostOps(conn, str(tmp_path / h.name / "counted"))
+            ops = HostOps(conn, str(tmp_path / h.name / "counted"), host_scripts())
             units = sorted(r["unit"] for r in engines)
             counted.reset()
             assert [ops.alive(u) for u in units] == [True, True]

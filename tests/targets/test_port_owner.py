@@ -126,13 +126,14 @@ def host_network_container(docker_client, tmp_path: Path):  # noqa: F811 - the f
 def test_a_containers_listener_is_the_units_and_another_is_not(host_network_container, squatter):
     """The port-owner script (what the probe runs on a host) for a container unit: the
     container's own process is the unit's; another process on the unit's port is not."""
-    from pdctl.targets.health import port_owner_script, port_problem
+    from pdctl.render.host_scripts import host_scripts, with_vars
+    from pdctl.targets.health import port_problem
 
     unit, name, port, url = host_network_container
     env = {"PATH": os.environ["PATH"], "DOCKER_HOST": url}
 
     def listing(p: int) -> str:
-        script = port_owner_script(str(unit), name, p)
+        script = with_vars(host_scripts().port_owner, unit_dir=str(unit), name=name, port=p)
         res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
         assert res.returncode == 0, res.stderr
         return res.stdout
@@ -153,12 +154,14 @@ def test_a_listener_this_user_cannot_see_is_another_process(squatter, tmp_path):
     listener is still not the unit's: the problem says it cannot be seen."""
     import shutil
 
-    from pdctl.targets.health import port_owner_script, port_problem
+    from pdctl.render.host_scripts import host_scripts, with_vars
+    from pdctl.targets.health import port_problem
 
     if os.geteuid() != 0 or shutil.which("runuser") is None:
         pytest.skip("needs root and runuser to run the script as another user")
     proc, port = squatter
-    script = port_owner_script(str(tmp_path / "u-0"), "u-0", port)
+    unit_dir = str(tmp_path / "u-0")
+    script = with_vars(host_scripts().port_owner, unit_dir=unit_dir, name="u-0", port=port)
     res = subprocess.run(
         ["runuser", "-u", "nobody", "--", "bash", "-c", script],
         capture_output=True,

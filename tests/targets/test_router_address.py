@@ -4,7 +4,10 @@ it (an SSH tunnel when it listens on loopback of a remote host)."""
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import os
+import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,10 +16,11 @@ import pytest
 
 from pdctl.plan import make_plan
 from pdctl.render import render
+from pdctl.render.host_scripts import host_scripts
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
-from pdctl.targets.hosts import endpoints
-from pdctl.targets.remote import HostOps
+from pdctl.targets.hosts.remote import HostOps
+from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.state import desired_units
 from tests.targets.testbed import HERE, SshEnv
@@ -79,12 +83,19 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
                                 "user": "root", "identityFile": ssh_env.key})
     conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
     port = 18791
-    res = conn.run(f"cd {tmp_path} && setsid {sys.executable} {HERE / 'fake_vllm.py'} serve m "
-                   f"--host {node.address} --port {port} >fake.log 2>&1 </dev/null & echo $!",
-                   timeout=30)
-    pid = res.out.strip()
+    # The stand-in writes its own pid (sh's `$$`, kept by exec) as the leader of a session of
+    # its own: `$!` of `setsid CMD &` is setsid's pid when setsid has to fork, and killing that
+    # left the stand-in running after the test.
+    serve = f"{sys.executable} {HERE / 'fake_vllm.py'} serve m --host {node.address} --port {port}"
+    script = f"echo $$ >pid.tmp && mv pid.tmp pid && exec {serve}"
+    conn.run(f"cd {tmp_path} && setsid sh -c {shlex.quote(script)} >fake.log 2>&1 </dev/null &",
+             timeout=30)
+    deadline = time.monotonic() + 120  # only ends a hang
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
     try:
-        ops = HostOps(conn, str(tmp_path / "deploy"))
+        ops = HostOps(conn, str(tmp_path / "deploy"), host_scripts())
         # Until it listens: it either does or exits (a fixed number of probes could end before
         # a loaded machine started it); 120 s only ends a hang.
         deadline = time.monotonic() + 120
@@ -97,5 +108,16 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
         assert health.ok, health.detail
         assert not ops.probe(port, "m").ok  # nothing on the host's loopback
     finally:
-        subprocess.run(["kill", pid], check=False)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)  # the stand-in and anything it started
         conn.close()
+        deadline = time.monotonic() + 60  # until it is gone (the run's end checks it)
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -157,7 +157,7 @@ def test_up_changes_nothing_when_what_runs_changed_after_its_plan(ssh_env, fake_
     shown (and confirmed), the plan is stale and nothing is applied."""
     from pdctl.cli.specfile import load
     from pdctl.errors import PdctlError
-    from pdctl.targets.hosts import HostsTarget
+    from pdctl.targets.hosts.target import HostsTarget
     from pdctl.targets.ssh import SshOptions
 
     port = free_port()

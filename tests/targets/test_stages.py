@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.targets.kube_status import pod_reason
+from pdctl.targets.kube.status import pod_reason
 from pdctl.targets.stages import latest_line, pod_stage, stage_of
 
 LOG = (

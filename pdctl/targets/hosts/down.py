@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stopped
 from pdctl.targets.batch import run_batch
+from pdctl.targets.hosts.run_lock import lock_path
 from pdctl.targets.outcome import last_line
-from pdctl.targets.run_lock import lock_path
 from pdctl.targets.ssh import HostLost
 
 if TYPE_CHECKING:
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
-    from pdctl.targets.state import Observed
+    from pdctl.targets.hosts.fleet import Fleet
+    from pdctl.targets.hosts.remote import HostOps
+    from pdctl.targets.state import Desired, Observed
 
 
 @dataclass
@@ -30,14 +30,6 @@ class Removal:
 
     failed: dict[str, str] = field(default_factory=dict)
     folder: str = "kept"
-
-
-@dataclass
-class HostsStopped(Stopped):
-    """Stopped, and on hosts per host what became of the deployment folder (`removed`,
-    `absent`: there was none, `kept`: a unit is left)."""
-
-    folders: dict[str, str] = field(default_factory=dict)
 
 
 def remove_folder_command(ops: HostOps, data_dir: str) -> str:
@@ -83,15 +75,17 @@ def stop_and_remove(ops: HostOps, units: list[str], data_dir: str) -> Removal:
     return out
 
 
-def down(target: HostsTarget) -> HostsStopped:
+def down(fleet: Fleet, desired: list[Desired], name: str) -> Stopped:
     """Stop every unit in the deployment folder of every reachable host, under the run lock.
     Each unit is `stopped`, `was not running`, or `NOT stopped` (its stop.sh failed: then a
     PdctlError line, after the others are done). Hosts that cannot be reached (or are lost
-    meanwhile) are in the answer's `unreachable`, with the spec's units on each in `left`."""
-    target.connect(tolerate=True)
-    stage = {(d.host.name, d.name): d.stage for d in target.desired()}
+    meanwhile) are in the answer's `unreachable`, with the spec's units (`desired`) on each in
+    `left`; `folders`: what became of each host's deployment folder (`removed`, `absent`:
+    there was none, `kept`: a unit is left). `name`: the deployment's."""
+    fleet.connect(tolerate=True)
+    stage = {(d.host.name, d.name): d.stage for d in desired}
     seen: dict[str, list[Observed]] = {}
-    for obs in target.lock(tolerate=True):
+    for obs in fleet.lock(tolerate=True):
         seen.setdefault(obs.host, []).append(obs)
 
     def one(ops: HostOps) -> tuple[list[Observed], Removal] | None:
@@ -102,14 +96,14 @@ def down(target: HostsTarget) -> HostsStopped:
         try:
             return found, stop_and_remove(ops, [o.name for o in found], ops.conn.host.data_dir)
         except HostLost as exc:
-            target.unreachable[ops.name] = exc.line()
+            fleet.unreachable[ops.name] = exc.line()
             return None
 
-    out = HostsStopped()
+    out = Stopped()
     failed: list[str] = []
     lines: list[tuple[bool, str]] = []  # (a `stopped` line, which the CLI prints itself; line)
-    reached = target.reachable()
-    for ops, res in zip(reached, target.map(one, reached), strict=True):
+    reached = fleet.reachable()
+    for ops, res in zip(reached, fleet.map(one, reached), strict=True):
         if res is None:
             continue
         found, removal = res
@@ -125,14 +119,14 @@ def down(target: HostsTarget) -> HostsStopped:
                 lines.append((False, f"{obs.name} on {ops.name} was not running"))
         out.folders[ops.name] = removal.folder
         if removal.folder == "absent":
-            lines.append((False, f"no deployment folder of {target.plan.name!r} on {ops.name}"))
+            lines.append((False, f"no deployment folder of {name!r} on {ops.name}"))
         elif removal.folder == "kept":
             lines.append((False, f"kept the deployment folder {ops.dir} on {ops.name}"))
     for printed, line in lines:
         if failed or not printed:  # with a failure the CLI prints no line of its own
-            target.say(line)
-    out.unreachable = dict(sorted(target.unreachable.items()))
-    out.left = {host: target.left_on(host) for host in out.unreachable}
+            fleet.say(line)
+    out.unreachable = dict(sorted(fleet.unreachable.items()))
+    out.left = {host: [d.name for d in desired if d.host.name == host] for host in out.unreachable}
     if failed:
         lost = [f"{h} not reached ({why})" for h, why in out.unreachable.items()]
         raise PdctlError(

@@ -19,7 +19,7 @@ from pdctl.targets.health import FIRST_PAUSE, LOOK
 from pdctl.targets.stages import latest_line, stage_of
 
 if TYPE_CHECKING:
-    from pdctl.targets.docker import DockerTarget
+    from pdctl.targets.docker.engine import Engine
 
 POLL = 2.0  # the longest pause between two rounds
 
@@ -27,7 +27,7 @@ Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /healt
 
 
 def wait_healthy(
-    targets: dict[str, DockerTarget],
+    targets: dict[str, Engine],
     names: list[tuple[str, str]],
     timeout: float,
     healthy: Healthy,

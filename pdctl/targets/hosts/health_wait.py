@@ -26,7 +26,8 @@ from pdctl.targets.state import Desired
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pdctl.targets.hosts import HostsTarget
+    from pdctl.render.bundle import Bundle
+    from pdctl.targets.hosts.fleet import Fleet
 
 ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
 
@@ -43,10 +44,12 @@ class Look:
 
 
 class HealthWait:
-    """The health wait of pdctl.targets.rollout.Rollout (a mixin: it uses the rollout's
-    target, timeout, poll, events, lost hosts, groups and unit log tails)."""
+    """The health wait of pdctl.targets.hosts.rollout.Rollout (a mixin: it uses the rollout's
+    fleet, timeout, poll, events, lost hosts, groups and unit log tails)."""
 
-    t: HostsTarget
+    fleet: Fleet
+    bundle: Bundle
+    served: str
     timeout: float
     poll: float
     keep_going: bool
@@ -60,7 +63,7 @@ class HealthWait:
         group, plan/group.py), else its own."""
         leaders = getattr(self, "_leaders", None)
         if leaders is None:
-            leaders = {u.unit.name: u.unit.leader for u in self.t.bundle.units}
+            leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
             self._leaders = leaders
         return leaders.get(name) or name
 
@@ -68,7 +71,7 @@ class HealthWait:
         if unit == "-" or host in self.lost:
             return ""
         try:
-            return self.t.ops[host].tail(unit)
+            return self.fleet.ops[host].tail(unit)
         except HostLost:
             self.lost.add(host)
             return ""
@@ -175,13 +178,13 @@ class HealthWait:
         caller, unit by unit in order. A unit seen running less than ALIVE_EVERY seconds
         ago is not looked for again (the short first pauses would otherwise cost the host an
         observation per round while its engines start)."""
-        served = self.t.plan.served_name
+        served = self.served
         hosts: dict[str, list[Desired]] = {}
         for d in pending:
             hosts.setdefault(d.host.name, []).append(d)
 
         def one(d: Desired) -> Look:
-            ops = self.t.ops[d.host.name]
+            ops = self.fleet.ops[d.host.name]
             look = Look()
             if d.port is not None:
                 look.health = ops.probe(
@@ -214,7 +217,7 @@ class HealthWait:
             return out
 
         seen: dict[tuple[str, str], Look] = {}
-        for units, looks in zip(hosts.values(), self.t.map(host, hosts.values()), strict=True):
+        for units, looks in zip(hosts.values(), self.fleet.map(host, hosts.values()), strict=True):
             seen.update(((d.host.name, d.name), look) for d, look in zip(units, looks, strict=True))
         return seen
 

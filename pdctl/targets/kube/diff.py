@@ -26,10 +26,11 @@ import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.discovery import ApiError
+from pdctl.targets.kube.apply import owned_objects
+from pdctl.targets.kube.discovery import ApiError
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.api import KubeApi
 
 DRY_RUN = ("dryRun", "All")
 SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
@@ -117,7 +118,7 @@ def label_of(api_version: str, kind: str, namespace: str, name: str) -> str:
     return ".".join(p for p in (api_version.replace("/", "."), kind, namespace, name) if p)
 
 
-def check_dry_run(tgt: KubeTarget) -> None:
+def check_dry_run(tgt: KubeApi) -> None:
     """Refuse (one line) when the server stores what a dry-run request sends."""
     path = f"/api/v1/namespaces/{tgt.namespace}/configmaps"
     body = {
@@ -147,7 +148,7 @@ def check_dry_run(tgt: KubeTarget) -> None:
     )
 
 
-def dry_run_apply(tgt: KubeTarget, obj: dict[str, Any]) -> dict[str, Any]:
+def dry_run_apply(tgt: KubeApi, obj: dict[str, Any]) -> dict[str, Any]:
     """What the server would store for `obj` applied as `up` applies it (nothing stored)."""
     kind, meta = obj["kind"], obj["metadata"]
     res = tgt.resource(kind, obj["apiVersion"])
@@ -163,7 +164,7 @@ def dry_run_apply(tgt: KubeTarget, obj: dict[str, Any]) -> dict[str, Any]:
     return done
 
 
-def preview(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[ObjectDiff]:
+def preview(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[ObjectDiff]:
     """Each object's dry-run apply against its live version, in apply order, then what
     prune would delete. Nothing is stored."""
     tgt.require_served(objs)
@@ -185,7 +186,7 @@ def preview(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[ObjectDiff]:
         text = "" if action == "unchanged" else unified(live, merged, label)
         out.append(ObjectDiff(action, kind, meta["name"], text))
     wanted = {tgt._key(o) for o in objs}
-    for res, name in tgt.owned_objects(objs):
+    for res, name in owned_objects(tgt, objs):
         if (res.group, res.kind, name) in wanted:
             continue
         live = clean(tgt.get(res.kind, name, api_version=res.api_version))

@@ -1,34 +1,32 @@
 """The bare-metal target: apply a hosts bundle over SSH (phases 0 and 2).
 
-`up`: connect (one SSH connection per host, bounded parallelism), read what runs, diff against
-the bundle, then take the run lock on every host (run_lock.py: one up/down of a deployment at
-a time), and roll the changes out unit by unit and undo them on a failure (rollout.py).
-`down` (under the same lock) and `status` work on the hosts they can reach and say which they
-could not.
+`up`: connect (one SSH connection per host, bounded parallelism: fleet.py), read what runs,
+diff against the bundle, then take the run lock on every host (run_lock.py: one up/down of a
+deployment at a time), and roll the changes out unit by unit and undo them on a failure
+(rollout.py). `down` (under the same lock) and `status` work on the hosts they can reach and
+say which they could not.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.remote import NO_LOG_NOTE, HostOps, NoLog
-from pdctl.targets.rollout import Outcome, Rollout, UnitFailure, UpFailed
-from pdctl.targets.ssh import Connection, HostLost, SshOptions
-from pdctl.targets.state import Change, Desired, Observed, desired_units, diff
+from pdctl.targets.hosts.fleet import Fleet, fleet_of
+from pdctl.targets.hosts.rollout import Rollout
+from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
+from pdctl.targets.ssh import HostLost, SshOptions
+from pdctl.targets.state import Change, Desired, desired_units, diff
 
 __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
 
-T = TypeVar("T")
-R = TypeVar("R")
 Say = Callable[[str], None]
 
 
@@ -41,122 +39,50 @@ class HostsTarget(Closing):
     parallel: int = 8
     say: Say = lambda _msg: None
     stage: Callable[[Stage], None] = lambda _s: None  # where each unit is (read by Rollout)
-    ops: dict[str, HostOps] = field(default_factory=dict)
     # Set by the CLI's SIGINT handler: the first Ctrl-C (undo this run), the second (undo
     # without waiting for health).
     interrupt: threading.Event = field(default_factory=threading.Event)
     hurry: threading.Event = field(default_factory=threading.Event)
-    # Hosts that `connect(tolerate=True)`, `down` or `status` could not reach: name -> why.
-    unreachable: dict[str, str] = field(default_factory=dict)
+    fleet: Fleet = field(init=False)
 
-    # -- connections ---------------------------------------------------------------------
-    def connect(self, host_names: Iterable[str] | None = None, tolerate: bool = False) -> None:
-        """Connect to the hosts (all of them unless named). A host that cannot be reached
-        raises (the first one), or with `tolerate` is recorded in `unreachable`."""
-        hosts = [h for h in self.plan.spec.hosts if host_names is None or h.name in host_names]
-        hosts = [h for h in hosts if h.name not in self.ops and h.name not in self.unreachable]
+    def __post_init__(self) -> None:
+        self.fleet = fleet_of(self.plan, self.bundle, self.options, self.parallel, self.say)
 
-        def one(host):  # type: ignore[no-untyped-def]
-            try:
-                conn = Connection(host, self.options).connect()
-                return HostOps(conn, deploy_dir(self.plan, host))
-            except PdctlError as exc:
-                return (host.name, exc)
-
-        errors: list[PdctlError] = []
-        for res in self.map(one, hosts):
-            if isinstance(res, tuple):
-                if isinstance(res[1], UsageError):  # a bad option (--identity), not the host
-                    raise res[1]
-                self.unreachable[res[0]] = res[1].line()
-                errors.append(res[1])
-                continue
-            self.ops[res.name] = res
-            self.say(f"connected to {res.name} ({res.conn.host.address})")
-        if errors and not tolerate:
-            raise errors[0]
+    @property
+    def unreachable(self) -> dict[str, str]:
+        """Hosts that `changes`, `down`, `status` or `logs` could not reach: name -> why."""
+        return self.fleet.unreachable
 
     def close(self) -> None:
-        for ops in self.ops.values():
-            ops.release()
-            ops.conn.close()
-        self.ops.clear()
+        self.fleet.close()
 
     def interrupts(self) -> tuple[threading.Event, threading.Event]:
         return self.interrupt, self.hurry
-
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        items = list(items)
-        if not items:
-            return []
-        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(items)))) as pool:
-            return list(pool.map(fn, items))
-
-    def reachable(self) -> list[HostOps]:
-        return [ops for name, ops in self.ops.items() if name not in self.unreachable]
 
     # -- reading state ---------------------------------------------------------------------
     def desired(self) -> list[Desired]:
         return desired_units(self.plan, self.bundle)
 
-    def observed(self, tolerate: bool = False, ahead: bool = False) -> list[Observed]:
-        """What runs on every connected host; with `tolerate` a host lost meanwhile is
-        recorded in `unreachable` instead of raising. With `ahead`, the same exec also reads
-        what the health probes of the spec's units will need (HostOps.survey)."""
+    def probe_ports(self) -> dict[str, list[tuple[str, int]]]:
+        """host -> (unit, port) of every unit the health probes ask (HostOps.survey)."""
         ports: dict[str, list[tuple[str, int]]] = {}
-        if ahead:
-            for d in self.desired():
-                if d.port is not None:
-                    ports.setdefault(d.host.name, []).append((d.name, d.port))
-
-        def one(ops: HostOps) -> list[Observed]:
-            try:
-                if ahead:
-                    return ops.survey(ports.get(ops.name, []))
-                return ops.observe()
-            except HostLost as exc:
-                if not tolerate:
-                    raise
-                self.unreachable[ops.name] = exc.line()
-                return []
-
-        out: list[Observed] = []
-        for rows in self.map(one, self.reachable()):
-            out.extend(rows)
-        return out
+        for d in self.desired():
+            if d.port is not None:
+                ports.setdefault(d.host.name, []).append((d.name, d.port))
+        return ports
 
     def changes(self) -> list[Change]:
-        self.connect()
-        return diff(self.desired(), self.observed())
+        self.fleet.connect()
+        return diff(self.desired(), self.fleet.observed())
 
-    def lock(self, tolerate: bool = False) -> list[Observed]:
-        """Take the deployment's run lock on every reachable host (run_lock.py; held until
-        close()) and read what runs there under it. Another `up`/`down` holding it on a host
-        refuses the run in one line (PdctlError), before anything changes; the locks taken
-        meanwhile are released. With `tolerate` a host lost meanwhile is recorded in
-        `unreachable` instead."""
+    def diff(self) -> tuple[list[Change], dict[str, str]]:
+        """The changes, and `host/unit` -> the unified diff of the files of each unit whose
+        scripts change (hosts/diff.py)."""
+        from pdctl.targets.hosts.diff import script_diffs
 
-        def one(ops: HostOps) -> list[Observed] | PdctlError:
-            try:
-                return ops.lock()
-            except HostLost as exc:
-                self.unreachable[ops.name] = exc.line()
-                return [] if tolerate else exc
-            except PdctlError as exc:
-                return exc
-
-        found: list[Observed] = []
-        refused: list[PdctlError] = []
-        for res in self.map(one, self.reachable()):
-            if isinstance(res, PdctlError):
-                refused.append(res)
-            else:
-                found.extend(res)
-        if refused:
-            for ops in self.ops.values():
-                ops.release()
-            raise refused[0]
-        return found
+        changes = self.changes()
+        texts = script_diffs(self.fleet.ops, self.desired(), changes)
+        return changes, {f"{h}/{u}": t for (h, u), t in texts.items() if t}
 
     # -- apply -------------------------------------------------------------------------------
     def apply(
@@ -170,24 +96,57 @@ class HostsTarget(Closing):
         """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
         # One up/down at a time: the changes to make must be the ones read before the lock.
-        if diff(self.desired(), self.lock()) != changes:
+        if diff(self.desired(), self.fleet.lock()) != changes:
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
                 "up or down?); nothing was changed: run `pdctl up` again"
             )
-        rollout = Rollout(self, timeout, keep_going, poll, self.interrupt, self.hurry)
+        rollout = Rollout(
+            self.fleet,
+            self.bundle,
+            self.desired(),
+            self.plan.served_name,
+            self.stage,
+            timeout,
+            keep_going,
+            poll,
+            self.interrupt,
+            self.hurry,
+        )
         outcome = rollout.run(changes, secrets)
         if outcome.interrupted or (outcome.failures and not keep_going):
             raise UpFailed(outcome)
         return outcome
 
     # -- down / status / logs ------------------------------------------------------------
-    def down(self, delete_volumes: bool = False) -> Stopped:
+    def down(self, delete_volumes: bool = False, timeout: float | None = None) -> Stopped:
         """Stop every unit in the deployment folder of every reachable host under the run
-        lock, then remove the folder (hosts keep no volumes); see host_down.py."""
-        from pdctl.targets.host_down import down
+        lock, then remove the folder (hosts keep no volumes; each stop.sh has its own
+        timeout); see hosts/down.py."""
+        from pdctl.targets.hosts.down import down
 
-        return down(self)
+        return down(self.fleet, self.desired(), self.plan.name)
+
+    def down_plan(self, delete_volumes: bool = False) -> Stopped:
+        """What `down` would stop (every unit that runs), reading only; the hosts it could not
+        reach are recorded, with the spec's units on each, as `down` records them; `folders`:
+        the deployment folder `down` would remove on each host reached."""
+        self.fleet.connect(tolerate=True)
+        changes = diff(self.desired(), self.fleet.observed(tolerate=True))
+        out = Stopped(unreachable=dict(sorted(self.unreachable.items())))
+        out.left = {host: self.left_on(host) for host in out.unreachable}
+        # What runs there now: every unit observed (`start` is a unit that does not run).
+        out.removed = [
+            (c.host, c.unit)
+            for c in changes
+            if c.action != "start" and c.host not in out.unreachable
+        ]
+        out.folders = {
+            h.name: deploy_dir(self.plan, h)
+            for h in self.plan.spec.hosts
+            if h.name not in out.unreachable
+        }
+        return out
 
     def left_on(self, host: str) -> list[str]:
         """The spec's units on a host (what may still run where pdctl could not look)."""
@@ -195,9 +154,10 @@ class HostsTarget(Closing):
 
     def status(self) -> list[StatusRow]:
         """One row per unit; units of an unreachable host read `unreachable`."""
-        self.connect(tolerate=True)
+        self.fleet.connect(tolerate=True)
         desired = {(d.host.name, d.name): d for d in self.desired()}
-        observed = {(o.host, o.name): o for o in self.observed(tolerate=True, ahead=True)}
+        seen = self.fleet.observed(tolerate=True, ports=self.probe_ports())
+        observed = {(o.host, o.name): o for o in seen}
         rows = []
         for key in sorted(set(desired) | set(observed)):
             d, o = desired.get(key), observed.get(key)
@@ -215,7 +175,7 @@ class HostsTarget(Closing):
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
                 try:
-                    h = self.ops[key[0]].probe(
+                    h = self.fleet.ops[key[0]].probe(
                         d.port, self.plan.served_name, path, unit=key[1], address=d.address
                     )
                     health = "healthy" if h.ok else h.detail
@@ -232,16 +192,16 @@ class HostsTarget(Closing):
         return rows
 
     def units(self) -> list[tuple[str, str]]:
-        self.connect()
+        self.fleet.connect()
         names = {(d.host.name, d.name) for d in self.desired()}
-        names |= {(o.host, o.name) for o in self.observed()}
+        names |= {(o.host, o.name) for o in self.fleet.observed()}
         return sorted(names)
 
     def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
         """The last `lines` of UNIT's log (of every unit without one), or follow one unit. A
         host that cannot be reached does not hide the others' logs: its units read
         `(host unreachable)` and the run ends with its error (exit 1)."""
-        self.connect(tolerate=True)
+        self.fleet.connect(tolerate=True)
         units = self.units()
         chosen = [u for u in units if unit is None or u[1] == unit]
         if not chosen:
@@ -255,7 +215,7 @@ class HostsTarget(Closing):
         if follow:
             host, name = chosen[0]
             try:
-                self.ops[host].follow(name, write, lines)
+                self.fleet.ops[host].follow(name, write, lines)
             except KeyboardInterrupt:  # Ctrl-C ends following
                 pass
             return
@@ -264,11 +224,11 @@ class HostsTarget(Closing):
         for host in sorted({h for h, _ in chosen} - set(lost)):  # one exec per host
             names = [n for h, n in chosen if h == host]
             try:
-                found = self.ops[host].tails(names, lines)
+                found = self.fleet.ops[host].tails(names, lines)
             except NoLog as none:  # read the others; say which have none
                 absent.append(none)
                 rest = [n for n in names if n not in none.units]
-                found = self.ops[host].tails(rest, lines) if rest else {}
+                found = self.fleet.ops[host].tails(rest, lines) if rest else {}
             text.update(((host, n), t) for n, t in found.items())
         if absent and not text and not lost:  # not one log to show: the one line says why
             raise absent[0] if len(absent) == 1 else PdctlError("; ".join(map(str, absent)))

@@ -1,10 +1,8 @@
-"""The Kubernetes target: server-side apply (field manager `pdctl`), prune, rollout wait, delete.
-
-Which kinds exist, where their REST paths are and whether they are namespaced comes from the
-cluster's API discovery (pdctl.targets.discovery), read once per run. Objects are found by
-the labels every rendered object carries (`app.kubernetes.io/instance=<name>`,
-`app.kubernetes.io/managed-by=pdctl`) and the hash annotation pdctl writes when it applies.
-Calls go through the official `kubernetes` client's ApiClient as plain REST.
+"""The REST face of one deployment on a cluster: the API client, the deployment's name and
+namespace, API discovery (pdctl.targets.kube.discovery), and the calls every Kubernetes helper
+makes (get, list, owns, the body pdctl sends). The helpers (apply.py, diff.py, wait.py,
+status.py) take a KubeApi, not the target; KubeTarget (target.py) is a KubeApi with the Target
+verbs.
 """
 
 from __future__ import annotations
@@ -13,19 +11,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.discovery import ApiError, Discovery, Resource, split
-from pdctl.targets.kube_status import pod_logs, pod_ready, status_rows
-from pdctl.targets.kube_status import rolled_out as rolled_out  # re-exported
+from pdctl.targets.base import Stage
+from pdctl.targets.kube.discovery import ApiError, Discovery, Resource, split
 from pdctl.targets.stages import latest_line
-from pdctl.targets.state import Change
-
-if TYPE_CHECKING:
-    from pdctl.targets.kube_diff import ObjectDiff
-    from pdctl.targets.rollout import Outcome
 
 HASH_ANNOTATION = "pdctl.io/hash"
 # On cluster-scoped objects: the namespace of the deployment that applied them (two
@@ -43,7 +34,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     (exit 2) before anything connects."""
     from kubernetes import client, config
 
-    from pdctl.targets.kube_errors import check_kubeconfig, config_error, files_of
+    from pdctl.targets.kube.errors import check_kubeconfig, config_error, files_of
 
     files = kubeconfig or DEFAULT_KUBECONFIG
     if not files_of(files)[0]:
@@ -75,27 +66,17 @@ def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# A change to an object in the words `up` prints (create, update, unchanged, prune).
-WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop": "prune"}
-ACTIONS = {word: action for action, word in WORDS.items()}
-
-
 @dataclass
-class KubeTarget(Closing):
-    """A deployment's objects on one cluster. `objects` (the bundle's, in apply order) is what
-    `changes`, `apply` and `endpoints` work on; the `*_objects` methods take them explicitly."""
+class KubeApi:
+    """One deployment's objects on one cluster, reached through `api` (a kubernetes ApiClient)
+    as plain REST; `say` gets each step, `stage` where each pod is while a helper waits."""
 
-    kind: ClassVar[Literal["kubernetes"]] = "kubernetes"
     api: Any
     name: str
     namespace: str
     say: Callable[[str], None] = lambda _m: None
     stage: Callable[[Stage], None] = lambda _s: None
     timeout: float = 30.0
-    down_timeout: float = 300.0  # how long `down` waits for the pods to terminate
-    objects: list[dict[str, Any]] = field(default_factory=list)
-    kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete_objects()
-    unreachable: dict[str, str] = field(default_factory=dict)  # a cluster is one endpoint
     discovery: Discovery = field(init=False)
 
     def __post_init__(self) -> None:
@@ -151,7 +132,7 @@ class KubeTarget(Closing):
                 method, url, header_params=headers, body=body, _request_timeout=self.timeout
             )
         except Exception as exc:  # connection refused, TLS, timeout, DNS
-            from pdctl.targets.kube_errors import unreachable
+            from pdctl.targets.kube.errors import unreachable
 
             host = getattr(getattr(self.api, "configuration", None), "host", "?")
             raise unreachable(host, exc) from None
@@ -159,7 +140,7 @@ class KubeTarget(Closing):
         if resp.status == 404:
             return None
         if resp.status >= 300:  # the Status's message, naming the object (an ApiError)
-            from pdctl.targets.kube_errors import refused
+            from pdctl.targets.kube.errors import refused
 
             raise refused(method, path, resp.status, resp.reason, data, body)
         if as_text:
@@ -202,73 +183,9 @@ class KubeTarget(Closing):
         if line:
             raise PdctlError(line)
 
-    def owned_objects(self, objs: list[dict[str, Any]] | None = None) -> list[tuple[Resource, str]]:
-        """(resource, name) of every object this deployment applied, in apply order (of every
-        kind pdctl could have created: the bundle's, and any listable, creatable, deletable)."""
-        from pdctl.targets.kube_apply import owned_objects
-
-        return owned_objects(self, objs or [])
-
-    def owned(self) -> list[tuple[str, str]]:
-        """(kind, name) of every object with this deployment's labels."""
-        return [(res.kind, name) for res, name in self.owned_objects()]
-
     @staticmethod
     def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
         return split(obj["apiVersion"])[0], obj["kind"], obj["metadata"]["name"]
-
-    # -- the Target verbs -------------------------------------------------------------------
-    def close(self) -> None:
-        close = getattr(self.api, "close", None)
-        if close is not None:
-            close()
-
-    def interrupts(self) -> None:
-        return None
-
-    def changes(self) -> list[Change]:
-        """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...)."""
-        return [
-            Change(self.namespace, f"{kind}/{name}", kind, ACTIONS[word], word)  # type: ignore[arg-type]
-            for word, kind, name in self.object_changes(self.objects)
-        ]
-
-    def apply(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        timeout: float = 900.0,
-        keep_going: bool = False,
-    ) -> Outcome:
-        """Apply the bundle's changed objects, wait until every Deployment rolled out, then
-        prune (a failed rollout keeps what prune would delete: pdctl.targets.kube_apply).
-        Secret values never reach a cluster through pdctl (Secrets are referenced)."""
-        from pdctl.targets.kube_apply import roll_out
-        from pdctl.targets.rollout import Outcome
-
-        roll_out(self, self.objects, timeout)
-        return Outcome()
-
-    def down(self, delete_volumes: bool = False) -> Stopped:
-        """Delete the objects, then wait until the deployment's pods are gone (their GPUs
-        free), reporting each terminating pod; raises when some outlive `down_timeout`."""
-        from pdctl.targets.kube_wait import wait_gone
-
-        gone = self.delete_objects(volumes=delete_volumes)
-        wait_gone(self, self.down_timeout)
-        return Stopped(removed=gone, kept=list(self.kept))
-
-    def endpoints(self) -> list[str]:
-        """None known from outside the cluster: clients reach its Services (see the docs)."""
-        return []
-
-    # -- plan / apply / prune (objects given: pdctl.targets.kube_apply) -------------------
-    def object_changes(self, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-        """(action, kind, name): create, update (also a live object edited since), unchanged,
-        or prune; refuses (one line) a rendered name taken by an object pdctl did not apply."""
-        from pdctl.targets.kube_apply import object_changes
-
-        return object_changes(self, objs)
 
     def body(self, obj: dict[str, Any], res: Resource) -> dict[str, Any]:
         """What pdctl sends for `obj`: with the hash annotation, and on a cluster-scoped
@@ -278,55 +195,7 @@ class KubeTarget(Closing):
             body["metadata"]["annotations"][NAMESPACE_ANNOTATION] = self.namespace
         return body
 
-    def apply_objects(self, objs: list[dict[str, Any]]) -> None:
-        """Server-side apply each object (field manager pdctl, force) in apply order, then prune
-        the rest in reverse order, without waiting (`apply` waits before it prunes)."""
-        from pdctl.targets.kube_apply import apply_objects, prune
-
-        apply_objects(self, objs)
-        prune(self, objs)
-
-    def wait(self, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
-        """Wait until every Deployment has rolled out, reporting each pod's stage; fail with
-        the reason of a pod that is not ready (pdctl.targets.kube_wait)."""
-        from pdctl.targets.kube_wait import wait
-
-        wait(self, objs, timeout, poll)
-
-    def delete_objects(self, volumes: bool = False) -> list[tuple[str, str]]:
-        """Delete every object with this deployment's labels (twice is harmless), except its
-        PersistentVolumeClaims (the downloaded weights) unless `volumes`: those it keeps are
-        in `self.kept`."""
-        gone = []
-        self.kept = []
-        for res, name in reversed(self.owned_objects()):
-            if (res.group, res.kind) in KEPT_KINDS and not volumes:
-                self.kept.append((res.kind, name))
-                continue
-            self._call("DELETE", res.path(self.namespace, name))
-            self.say(f"deleted {res.kind}/{name}")
-            gone.append((res.kind, name))
-        return gone
-
-    # -- a server-side dry run (pdctl.targets.kube_diff) -------------------------------------
-    def preview(self) -> list[ObjectDiff]:
-        """Every object applied with dryRun=All against its live version, and what prune
-        would delete; nothing is stored. Refused as `up` refuses a rendered name taken by an
-        object pdctl did not apply."""
-        from pdctl.targets.kube_apply import live_objects, refuse_foreign
-        from pdctl.targets.kube_diff import preview
-
-        refuse_foreign(self, live_objects(self, self.objects))
-        return preview(self, self.objects)
-
-    def dry_run_changes(self) -> list[Change]:
-        """`changes()` as the server's dry run answers them (`up --dry-run`)."""
-        return [
-            Change(self.namespace, f"{d.kind}/{d.name}", d.kind, ACTIONS[d.action], d.action)  # type: ignore[arg-type]
-            for d in self.preview()
-        ]
-
-    # -- status / logs (pdctl.targets.kube_status) -----------------------------------------
+    # -- status / logs (pdctl.targets.kube.status) -----------------------------------------
     def pods(self) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         items = (self._call("GET", path, query=[("labelSelector", self.selector)]) or {}).get(
@@ -356,19 +225,3 @@ class KubeTarget(Closing):
         except ApiError:  # no log (yet): the reason stands without it
             return ""
         return latest_line(text or "")
-
-    def status(self) -> list[StatusRow]:
-        pods = self.pods()
-        ready = all(pod_ready(p) for p in pods)
-        events = [] if ready else self.events()
-        lws = [o for o in self.objects if o["kind"] == "LeaderWorkerSet"]
-        return status_rows(
-            self.list_kind("Deployment", "apps/v1"),
-            pods,
-            events,
-            self.last_log_line,
-            self.list_kind("LeaderWorkerSet", lws[0]["apiVersion"]) if lws else None,
-        )
-
-    def logs(self, unit: str | None, follow: bool, lines: int, write: Write) -> None:
-        pod_logs(self, unit, lines, follow, write)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import StatusRow
+
+if TYPE_CHECKING:
+    from pdctl.targets.kube.api import KubeApi
 
 
 def rolled_out(dep: dict[str, Any] | None) -> bool:
@@ -169,7 +172,7 @@ def status_rows(
 
 
 def pod_logs(
-    tgt: Any, unit: str | None, lines: int, follow: bool, write: Callable[[str], Any]
+    tgt: KubeApi, unit: str | None, lines: int, follow: bool, write: Callable[[str], Any]
 ) -> None:
     """The logs of `tgt`'s pods whose name starts with `unit` (all without), or follow one."""
     names = [

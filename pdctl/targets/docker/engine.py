@@ -3,7 +3,7 @@
 Every container carries `pdctl.io/deployment`, `pdctl.io/unit`, `pdctl.io/role` and
 `pdctl.io/hash` (the unit's spec digest): `up` leaves a running container whose hash matches,
 replaces one whose hash differs, and never touches a container without this deployment's
-label. The client comes from docker_transport (the local socket, ssh:// over pdctl's SSH
+label. The client comes from transport.py (the local socket, ssh:// over pdctl's SSH
 connection, or tcp:// with TLS). docker is imported lazily.
 """
 
@@ -20,7 +20,7 @@ from pdctl.plan.model import Unit
 from pdctl.render.container import HostRun, host_run
 from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.base import Stage
-from pdctl.targets.docker_pull import present, pull
+from pdctl.targets.docker.pull import present, pull
 from pdctl.targets.state import Change
 
 DEPLOYMENT = "pdctl.io/deployment"
@@ -29,9 +29,9 @@ HASH = "pdctl.io/hash"  # the unit's spec digest (render.host.unit_hash)
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
-    """A docker.DockerClient for `base_url`, as docker_transport allows and secures it
+    """A docker.DockerClient for `base_url`, as transport.py allows and secures it
     (default: no TLS options, so plain tcp:// is refused)."""
-    from pdctl.targets.docker_transport import DockerAccess, connect
+    from pdctl.targets.docker.transport import DockerAccess, connect
 
     return connect(name, base_url, access or DockerAccess(), host)
 
@@ -176,7 +176,10 @@ def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: st
 
 
 @dataclass
-class DockerTarget:
+class Engine:
+    """One Docker engine (a docker SDK client) running containers of one deployment: what
+    ContainerHosts (target.py) and wait.py take for each host."""
+
     client: Any
     deployment: str
     network: str = "bridge"  # "host": no port publishing; the engine's port is the host's

@@ -2,7 +2,7 @@
 
 - An object the bundle renders whose name is taken by a live object that is not this
   deployment's (pdctl's labels, this instance, pdctl's hash annotation, and on a
-  cluster-scoped object this namespace: `KubeTarget.owns`) stops `up` before anything is
+  cluster-scoped object this namespace: `KubeApi.owns`) stops `up` before anything is
   applied: applying would take it over (server-side apply with force) and `down` would then
   delete it.
 - An object is `unchanged` only when the live object still holds every field pdctl sends
@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import apply_rank as rank
-from pdctl.targets.discovery import ApiError, Resource, split
-from pdctl.targets.kube_errors import naming_applied
+from pdctl.targets.kube.discovery import ApiError, Resource, split
+from pdctl.targets.kube.errors import naming_applied
+from pdctl.targets.kube.wait import wait
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.api import KubeApi
 
 WORKLOADS = ("Deployment", "LeaderWorkerSet", "StatefulSet")  # what serves
 FIELD_MANAGER = "pdctl"
@@ -48,7 +49,7 @@ def not_created(kind: str, name: str, namespaced: bool, namespace: str) -> str:
     )
 
 
-def live_objects(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Live]:
+def live_objects(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[Live]:
     """Each object of the bundle (apply order) with its resource and its live version."""
     tgt.require_served(objs)
     out: list[Live] = []
@@ -61,7 +62,7 @@ def live_objects(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Live]:
     return out
 
 
-def owner_of(tgt: KubeTarget, live: dict[str, Any]) -> str:
+def owner_of(tgt: KubeApi, live: dict[str, Any]) -> str:
     """Who seems to own a live object that is not this deployment's, in a few words."""
     meta = live.get("metadata") or {}
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
@@ -85,7 +86,7 @@ def owner_of(tgt: KubeTarget, live: dict[str, Any]) -> str:
     return "no labels; not applied by pdctl"
 
 
-def refuse_foreign(tgt: KubeTarget, found: list[Live]) -> None:
+def refuse_foreign(tgt: KubeApi, found: list[Live]) -> None:
     """One line naming every live object the bundle would take over (nothing applied yet)."""
     taken = [
         f"{obj['kind']}/{obj['metadata']['name']} ({owner_of(tgt, live)})"
@@ -150,7 +151,7 @@ def held(have: dict[str, Any], key: str, want: Any) -> bool:
     return holds(have[key], want)
 
 
-def action_of(tgt: KubeTarget, obj: dict[str, Any], res: Resource, live: Any) -> str:
+def action_of(tgt: KubeApi, obj: dict[str, Any], res: Resource, live: Any) -> str:
     """create, update or unchanged: unchanged when the live object holds what pdctl would
     send (its hash annotation included: a changed spec is an update even where a field
     was removed)."""
@@ -159,13 +160,13 @@ def action_of(tgt: KubeTarget, obj: dict[str, Any], res: Resource, live: Any) ->
     return "unchanged" if holds(live, tgt.body(obj, res)) else "update"
 
 
-def stale(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[Resource, str]]:
+def stale(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[tuple[Resource, str]]:
     """What prune deletes: objects this deployment applied that `objs` no longer has."""
     wanted = {tgt._key(o) for o in objs}
-    return [(r, n) for r, n in tgt.owned_objects(objs) if (r.group, r.kind, n) not in wanted]
+    return [(r, n) for r, n in owned_objects(tgt, objs) if (r.group, r.kind, n) not in wanted]
 
 
-def object_changes(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def object_changes(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """(action, kind, name): create, update, unchanged, or prune; refuses (one line) when a
     rendered name is taken by an object this deployment did not apply."""
     found = live_objects(tgt, objs)
@@ -175,7 +176,7 @@ def object_changes(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[st
 
 
 def apply_objects(
-    tgt: KubeTarget, objs: list[dict[str, Any]], only_changed: bool = False
+    tgt: KubeApi, objs: list[dict[str, Any]], only_changed: bool = False
 ) -> list[tuple[str, str]]:
     """Server-side apply (field manager pdctl, force) in apply order; `only_changed`: skip
     what is unchanged. Nothing is applied unless every kind is served and no rendered name
@@ -202,7 +203,7 @@ def apply_objects(
     return done
 
 
-def prune(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def prune(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """Delete, in reverse apply order, what this deployment applied that `objs` lacks."""
     gone = []
     for res, name in reversed(stale(tgt, objs)):
@@ -212,13 +213,13 @@ def prune(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return gone
 
 
-def roll_out(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float) -> None:
+def roll_out(tgt: KubeApi, objs: list[dict[str, Any]], timeout: float) -> None:
     """Apply what changed, wait for the rollout, then prune. When the wait fails, what prune
     would delete is kept (the previous version may still be what serves) and the error line
     says so."""
     apply_objects(tgt, objs, only_changed=True)
     try:
-        tgt.wait(objs, timeout)
+        wait(tgt, objs, timeout)
     except PdctlError as exc:
         kept = [f"{res.kind}/{name}" for res, name in stale(tgt, objs)]
         if not kept:
@@ -234,7 +235,7 @@ def roll_out(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float) -> Non
     prune(tgt, objs)
 
 
-def candidates(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Resource]:
+def candidates(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[Resource]:
     """Every kind pdctl could have created: the bundle's kinds, then every discovered kind
     that can be listed, created and deleted; one version per (group, kind)."""
 
@@ -250,7 +251,7 @@ def candidates(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[Resource]:
     return sorted(kept, key=lambda r: (rank(r.kind), r.group, r.kind))
 
 
-def owned_objects(tgt: KubeTarget, objs: list[dict[str, Any]]) -> list[tuple[Resource, str]]:
+def owned_objects(tgt: KubeApi, objs: list[dict[str, Any]]) -> list[tuple[Resource, str]]:
     """(resource, name) of every object this deployment applied, in apply order."""
 
     bundle_kinds = {split(o["apiVersion"])[0] + "/" + o["kind"] for o in objs}

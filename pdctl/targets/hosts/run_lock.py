@@ -16,7 +16,6 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.targets.batch import new_boundary
-from pdctl.targets.host_scripts import observe_script
 from pdctl.targets.ssh import BASH, Connection
 
 LOCKED = 75  # flock's exit status when another run holds the lock (-E)
@@ -30,10 +29,12 @@ def lock_path(folder: str) -> str:
     return folder.rstrip("/") + ".lock"
 
 
-def lock_command(folder: str, mark: str) -> str:
+def lock_command(folder: str, mark: str, observe: str) -> str:
+    """Take the lock of `folder`, then run `observe` (the observe script with its variables,
+    pdctl.render.host_scripts) under it and hold the lock until the channel closes."""
     path = lock_path(folder)
     base = path.rsplit("/", 1)[0] or "/"
-    held = f"( {observe_script(folder)} ); echo {mark} $?; exec cat"
+    held = f"( {observe} ); echo {mark} $?; exec cat"
     return (
         "umask 077\n"
         f"command -v flock >/dev/null 2>&1 || exit {NO_FLOCK}\n"
@@ -42,10 +43,10 @@ def lock_command(folder: str, mark: str) -> str:
     )
 
 
-def take(conn: Connection, folder: str) -> tuple[Any, str]:
+def take(conn: Connection, folder: str, observe: str) -> tuple[Any, str]:
     """Take the run lock of `folder` on the host: the channel that holds it (close it to
-    release) and the observe script's output, read under the lock. One PdctlError line when
-    another run holds it, or flock is missing; HostLost when the connection dies."""
+    release) and the output of `observe` (lock_command), read under the lock. One PdctlError
+    line when another run holds it, or flock is missing; HostLost when the connection dies."""
     import paramiko
 
     step = "taking the deployment lock"
@@ -53,7 +54,7 @@ def take(conn: Connection, folder: str) -> tuple[Any, str]:
     chan = conn.session(step)
     try:
         chan.settimeout(1.0)
-        chan.exec_command(BASH + shlex.quote(lock_command(folder, mark)))
+        chan.exec_command(BASH + shlex.quote(lock_command(folder, mark, observe)))
         out, err = b"", b""
         deadline = time.monotonic() + WAIT
         while not _ended(out, mark):

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.discovery import ApiError
-from pdctl.targets.kube_status import groups_ready, pod_reason, rolled_out, rollout_state
+from pdctl.targets.kube.discovery import ApiError
+from pdctl.targets.kube.status import groups_ready, pod_reason, rolled_out, rollout_state
 from pdctl.targets.stages import latest_line, pod_stage, stage_of
 
 if TYPE_CHECKING:
-    from pdctl.targets.kube import KubeTarget
+    from pdctl.targets.kube.api import KubeApi
 
 
-def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
+def wait(tgt: KubeApi, objs: list[dict[str, Any]], timeout: float, poll: float = 2.0) -> None:
     """Wait until every Deployment has rolled out (updated, available, observed),
     reporting each pod's stage meanwhile; on the timeout, or a rollout the controller
     gave up on, fail with the reason of the first pod that is not ready."""
@@ -53,7 +53,7 @@ def wait(tgt: KubeTarget, objs: list[dict[str, Any]], timeout: float, poll: floa
 WORKLOADS = {"Deployment": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 
 
-def report(tgt: KubeTarget, deployments: list[str], elapsed: float, timeout: float) -> str:
+def report(tgt: KubeApi, deployments: list[str], elapsed: float, timeout: float) -> str:
     """Report the stage of each pod of `deployments`; answer ": <pod>: <reason>" for the
     pod that is not ready that says most (a pod that cannot schedule or start before one
     that is still starting; "" when none is known)."""
@@ -78,7 +78,7 @@ def report(tgt: KubeTarget, deployments: list[str], elapsed: float, timeout: flo
     return min(found)[1] if found else ""
 
 
-def why(tgt: KubeTarget, deployment: str) -> str:
+def why(tgt: KubeApi, deployment: str) -> str:
     pods = [p for p in tgt.pods() if p["metadata"]["name"].startswith(f"{deployment}-")]
     events = tgt.events() if pods else []
     for pod in pods:
@@ -89,7 +89,7 @@ def why(tgt: KubeTarget, deployment: str) -> str:
     return ""
 
 
-def pod_log(tgt: KubeTarget, pod: dict[str, Any]) -> str:
+def pod_log(tgt: KubeApi, pod: dict[str, Any]) -> str:
     """The last lines of the pod's first container's current log ("" when there is none)."""
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     query = [("tailLines", "50")]
@@ -102,7 +102,7 @@ def pod_log(tgt: KubeTarget, pod: dict[str, Any]) -> str:
         return ""
 
 
-def wait_gone(tgt: KubeTarget, timeout: float, poll: float = 2.0) -> None:
+def wait_gone(tgt: KubeApi, timeout: float, poll: float = 2.0) -> None:
     """After `down` deleted the objects: wait until no pod of the deployment is left,
     reporting each as `terminating`; one line naming those left after `timeout`."""
     start = time.monotonic()

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.targets.discovery import ApiError
+from pdctl.targets.kube.discovery import ApiError
 
 FIX = "fix the file or pass another --kubeconfig"
 LISTS = ("clusters", "contexts", "users")

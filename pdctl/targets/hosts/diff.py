@@ -11,8 +11,8 @@ from pdctl.targets.state import CHANGED_STOPPED, Change
 
 if TYPE_CHECKING:
     from pdctl.render.bundle import Artifact
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
+    from pdctl.targets.hosts.remote import HostOps
+    from pdctl.targets.state import Desired
 
 
 def file_diff(old: str | None, new: str, running: str, wanted: str) -> str:
@@ -37,17 +37,20 @@ def read_files(ops: HostOps, files: list[tuple[Artifact, str]]) -> dict[str, str
     return out
 
 
-def script_diffs(target: HostsTarget, changes: list[Change]) -> dict[tuple[str, str], str]:
+def script_diffs(
+    ops_of: dict[str, HostOps], units: list[Desired], changes: list[Change]
+) -> dict[tuple[str, str], str]:
     """(host, unit) -> the unified diff of its changed files, for every `restart` change and
-    every `start` over changed scripts of a unit that is not running (CHANGED_STOPPED)."""
-    desired = {(d.host.name, d.name): d for d in target.desired()}
+    every `start` over changed scripts of a unit that is not running (CHANGED_STOPPED);
+    `ops_of`: the connected hosts, `units`: the bundle's."""
+    desired = {(d.host.name, d.name): d for d in units}
     out: dict[tuple[str, str], str] = {}
     for c in changes:
         d = desired.get((c.host, c.unit))
         changed = c.action == "restart" or (c.action == "start" and c.why == CHANGED_STOPPED)
-        if not changed or d is None or c.host not in target.ops:
+        if not changed or d is None or c.host not in ops_of:
             continue
-        ops = target.ops[c.host]
+        ops = ops_of[c.host]
         prefix = f"hosts/{c.host}"
         paths = [(a, f"{ops.dir}/{a.path[len(prefix) :].lstrip('/')}") for a in d.files]
         found = read_files(ops, paths)

@@ -1,7 +1,7 @@
 """Phase 0 on Docker hosts through the docker SDK (`pdctl up --docker-url HOST=URL`).
 
-One DockerTarget per host (the local socket, ssh://user@host, or tcp:// with TLS: see
-docker_transport, which checks every URL before anything connects); health is probed on the
+One Engine per host (the local socket, ssh://user@host, or tcp:// with TLS: see
+transport.py, which checks every URL before anything connects); health is probed on the
 host's published port from where pdctl runs.
 """
 
@@ -18,12 +18,11 @@ from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import model_dir, unit_hash
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
-from pdctl.targets.docker import HASH, DockerTarget, client_for, docker_home, env_value
-from pdctl.targets.docker_transport import DockerAccess, check
-from pdctl.targets.docker_wait import wait_healthy
+from pdctl.targets.docker.engine import HASH, Engine, client_for, docker_home, env_value
+from pdctl.targets.docker.transport import DockerAccess, check
+from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, Health, probe
-from pdctl.targets.remote import NO_LOG_NOTE, WHY_NO_LOG, NoLog
-from pdctl.targets.rollout import Outcome
+from pdctl.targets.outcome import NO_LOG_NOTE, WHY_NO_LOG, NoLog, Outcome
 from pdctl.targets.state import Change
 
 
@@ -37,7 +36,7 @@ class ContainerHosts(Closing):
     say: Callable[[str], None] = lambda _m: None
     stage: Callable[[Stage], None] = lambda _s: None  # where each engine is while up waits
     access: DockerAccess = field(default_factory=DockerAccess)
-    targets: dict[str, DockerTarget] = field(default_factory=dict)
+    targets: dict[str, Engine] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)  # an engine that fails raises
 
     def __post_init__(self) -> None:
@@ -76,7 +75,7 @@ class ContainerHosts(Closing):
             if host not in self.targets:
                 spec_host = next((h for h in self.plan.spec.hosts if h.name == host), None)
                 client = client_for(url, self.access, host, spec_host)
-                self.targets[host] = DockerTarget(
+                self.targets[host] = Engine(
                     client,
                     self.plan.name,
                     network=self.network,
@@ -143,7 +142,15 @@ class ContainerHosts(Closing):
             raise
         return Outcome()
 
-    def down(self, delete_volumes: bool = False) -> Stopped:
+    def diff(self) -> tuple[list[Change], dict[str, str]]:
+        """The changes; a container has no text to compare (capabilities.diff_text)."""
+        return self.changes(), {}
+
+    def down_plan(self, delete_volumes: bool = False) -> Stopped:
+        """The containers `down` would remove (every one of this deployment that exists)."""
+        return Stopped(removed=[(c.host, c.unit) for c in self.changes() if c.action != "start"])
+
+    def down(self, delete_volumes: bool = False, timeout: float | None = None) -> Stopped:
         """Remove this deployment's containers (the HF cache on the host is never removed)."""
         self.connect()
         return Stopped(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pdctl.errors import PdctlError
 from pdctl.targets.base import Stage
-from pdctl.targets.health_wait import HealthWait
+from pdctl.targets.hosts.health_wait import HealthWait
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import HostLost
 from pdctl.targets.state import CHANGED_STOPPED, Change, Desired, host_files
@@ -35,8 +35,9 @@ from pdctl.targets.state import CHANGED_STOPPED, Change, Desired, host_files
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pdctl.targets.hosts import HostsTarget
-    from pdctl.targets.remote import HostOps
+    from pdctl.render.bundle import Bundle
+    from pdctl.targets.hosts.fleet import Fleet
+    from pdctl.targets.hosts.remote import HostOps
 
 __all__ = ["Outcome", "Rollout", "UnitFailure", "UpFailed"]  # the names others import here
 
@@ -55,20 +56,24 @@ class Done:
 
 class Rollout(HealthWait):
     """One `up` on bare metal: forward, undo; the health wait is HealthWait's
-    (pdctl.targets.health_wait)."""
+    (pdctl.targets.hosts.health_wait)."""
 
     def __init__(
         self,
-        target: HostsTarget,
+        fleet: Fleet,
+        bundle: Bundle,
+        desired: list[Desired],
+        served: str,
+        stage: Callable[[Stage], None],
         timeout: float,
         keep_going: bool,
         poll: float,
         interrupt: threading.Event,
         hurry: threading.Event,
     ) -> None:
-        self.t = target
-        self.say = target.say
-        self.stage: Callable[[Stage], None] = target.stage  # where each unit is while waiting
+        self.fleet, self.bundle, self.desired, self.served = fleet, bundle, desired, served
+        self.say = fleet.say
+        self.stage = stage  # where each unit is while waiting
         self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
         self.interrupt, self.hurry = interrupt, hurry
         self.done: list[Done] = []
@@ -78,7 +83,7 @@ class Rollout(HealthWait):
 
     # -- forward ---------------------------------------------------------------------------
     def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
-        desired = {(d.host.name, d.name): d for d in self.t.desired()}
+        desired = {(d.host.name, d.name): d for d in self.desired}
         gone = {(c.host, c.unit): c for c in changes if c.action == "stop"}
         restarted = {self.group_of(c.unit) for c in changes if c.action == "restart"}
         changes = list(changes)
@@ -130,7 +135,7 @@ class Rollout(HealthWait):
         for c in gone.values():
             if not self.halted():
                 self.stop_removed(c)
-        for stage in sorted({d.stage for d in self.t.desired()}):
+        for stage in sorted({d.stage for d in self.desired}):
             if self.halted():
                 break
             self.start_new(pick("start", stage), pick("keep", stage))
@@ -147,23 +152,23 @@ class Rollout(HealthWait):
 
     def prepare(self, ops: HostOps, secrets: dict[str, str]) -> None:
         ops.prepare(secrets)
-        ops.upload(host_files(self.t.bundle, ops.name), f"hosts/{ops.name}")
+        ops.upload(host_files(self.bundle, ops.name), f"hosts/{ops.name}")
 
     def each_host(self, hosts: list[str], fn: Callable[..., None]) -> None:
         def one(host: str) -> None:
-            self.guard(host, "-", lambda: fn(self.t.ops[host]))
+            self.guard(host, "-", lambda: fn(self.fleet.ops[host]))
 
-        self.t.map(one, hosts)
+        self.fleet.map(one, hosts)
 
     def stop_removed(self, c: Change) -> None:
-        ops = self.t.ops[c.host]
+        ops = self.fleet.ops[c.host]
         unit = Desired(ops.conn.host, c.unit, c.role, "", None)
         self.done.append(Done(unit, "stopped"))
         if self.guard(c.host, c.unit, lambda: self.stop(unit)):
             self.say(f"{c.unit} on {c.host}: stopped (no longer in the spec)")
 
     def remove(self, c: Change) -> None:
-        if self.guard(c.host, c.unit, lambda: self.t.ops[c.host].remove_unit(c.unit)):
+        if self.guard(c.host, c.unit, lambda: self.fleet.ops[c.host].remove_unit(c.unit)):
             self.say(f"removed {c.unit} on {c.host}")
 
     def start_new(self, new: list[Desired], kept: list[Desired]) -> None:
@@ -171,7 +176,7 @@ class Rollout(HealthWait):
         unsaved: set[tuple[str, str]] = set()  # updated units whose old scripts were not kept
 
         def upload(host: str) -> None:
-            ops = self.t.ops[host]
+            ops = self.fleet.ops[host]
             mine = [d for d in new if d.host.name == host]
             for d in mine:
                 if (host, d.name) in self.updated:
@@ -186,7 +191,7 @@ class Rollout(HealthWait):
                 unuploaded.add(host)
 
         unuploaded: set[str] = set()  # hosts whose scripts could not be written: start none
-        self.t.map(upload, hosts)
+        self.fleet.map(upload, hosts)
         for d in new:
             if d.host.name in self.lost:
                 why = f"not started: host {d.host.name} was lost"
@@ -199,7 +204,7 @@ class Rollout(HealthWait):
         kept = [d for d in kept if d.host.name not in self.lost]
         # before starting: Ctrl-C undoes them
         self.done.extend(Done(d, self.kind_of_start(d)) for d in todo)
-        oks = self.t.map(lambda d: self.guard(d.host.name, d.name, lambda: self.start(d)), todo)
+        oks = self.fleet.map(lambda d: self.guard(d.host.name, d.name, lambda: self.start(d)), todo)
         started = [d for d, ok in zip(todo, oks, strict=True) if ok]
         failures, _ = self.wait_healthy(started + kept, self.interrupt)
         self.out.failures.extend(failures)
@@ -233,10 +238,10 @@ class Rollout(HealthWait):
             return self.guard(d.host.name, d.name, partial(fn, d))
 
         def keep(d: Desired) -> None:
-            self.t.ops[d.host.name].save_previous(d.name)
+            self.fleet.ops[d.host.name].save_previous(d.name)
 
         def swap(d: Desired) -> None:
-            self.t.ops[d.host.name].upload(list(d.files), f"hosts/{d.host.name}")
+            self.fleet.ops[d.host.name].upload(list(d.files), f"hosts/{d.host.name}")
             self.start(d)
 
         for d in batch:
@@ -256,7 +261,7 @@ class Rollout(HealthWait):
             self.undo(items)
 
     def replace(self, d: Desired) -> None:
-        ops = self.t.ops[d.host.name]
+        ops = self.fleet.ops[d.host.name]
         self.say(
             f"replacing {d.name} on {d.host.name} (the running version is kept in "
             f"{d.name}/previous)"
@@ -281,12 +286,12 @@ class Rollout(HealthWait):
     # -- one unit ----------------------------------------------------------------------------
     def start(self, d: Desired) -> None:
         self.say(f"starting {d.name} ({d.role}) on {d.host.name}")
-        ok, text = self.t.ops[d.host.name].start(d.name)
+        ok, text = self.fleet.ops[d.host.name].start(d.name)
         if not ok:
             raise PdctlError(f"start script failed: {last_line(text)}")
 
     def stop(self, d: Desired) -> None:
-        ok, text = self.t.ops[d.host.name].stop(d.name)
+        ok, text = self.fleet.ops[d.host.name].stop(d.name)
         if not ok:
             raise PdctlError(f"cannot stop it: {last_line(text)}")
 
@@ -357,7 +362,7 @@ class Rollout(HealthWait):
         not started (it stays as it was: stopped)."""
         d, host = item.unit, item.unit.host.name
         try:
-            self.t.ops[host].restore_previous(d.name)
+            self.fleet.ops[host].restore_previous(d.name)
         except HostLost as exc:
             self.lost.add(host)
             self.out.left.append(f"{d.name} on {host}: {exc.line()}")
@@ -371,7 +376,7 @@ class Rollout(HealthWait):
 
     def bring_back(self, item: Done) -> bool:
         d, host = item.unit, item.unit.host.name
-        ops = self.t.ops[host]
+        ops = self.fleet.ops[host]
         try:
             if item.kind == "replaced":
                 ops.restore_previous(d.name)

@@ -10,46 +10,24 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.render.bundle import Artifact
+from pdctl.render.host_scripts import HostScripts, with_vars
 from pdctl.targets.batch import new_boundary, run_batch
-from pdctl.targets.health import (
-    API_KEY_ENV,
-    Health,
-    api_key_of,
-    port_owner_script,
-    port_problem,
-    probe,
-)
-from pdctl.targets.host_scripts import (
-    RESTORE_PREVIOUS,
-    SAVE_PREVIOUS,
-    TAIL_AHEAD,
-    TAILS_BODY,
-    observe_script,
-)
-from pdctl.targets.outcome import last_line
+from pdctl.targets.health import API_KEY_ENV, Health, api_key_of, port_problem, probe
+from pdctl.targets.outcome import NoLog, last_line
 from pdctl.targets.ssh import Connection, HostLost, Result, makedirs, put_file
 from pdctl.targets.state import Observed, parse_observed
 
 NO_LOG_RC = 3  # what a unit's log command exits with when the unit has no log
-
-
-WHY_NO_LOG = "not started, or removed by down"  # why a unit has no log (container)
-NO_LOG_NOTE = f"(no log: {WHY_NO_LOG})\n"  # in place of one unit's log among several
-
-
-class NoLog(PdctlError):
-    """Units with no log on a host: never started there, or removed by `down` (exit 1)."""
-
-    def __init__(self, units: list[str], host: str) -> None:
-        self.units = units
-        super().__init__(f"{', '.join(units)} on {host}: no log ({WHY_NO_LOG})")
+TAIL_AHEAD = 50  # lines of each log read with an observation (see alive)
 
 
 class HostOps:
-    """Upload, start, stop, observe and probe the units of one deployment on one host."""
+    """Upload, start, stop, observe and probe the units of one deployment on one host, with the
+    scripts of its bundle (Bundle.scripts: rendered before anything runs)."""
 
-    def __init__(self, conn: Connection, deploy_dir: str) -> None:
+    def __init__(self, conn: Connection, deploy_dir: str, scripts: HostScripts) -> None:
         self.conn = conn
+        self.scripts = scripts
         self.dir = conn.expand(deploy_dir)
         if not self.dir.startswith("/") or self.dir.rstrip("/").count("/") < 1:
             raise PdctlError(f"host {conn.host.name}: unsafe deployment folder {self.dir!r}")
@@ -72,14 +50,19 @@ class HostOps:
     def unit_dir(self, unit: str) -> str:
         return f"{self.dir}/{unit}"
 
+    def _port_owner(self, unit: str, port: int) -> str:
+        """Who listens on `port` (the bundle's port-owner script, for `unit`)."""
+        unit_dir = self.unit_dir(unit)
+        return with_vars(self.scripts.port_owner, unit_dir=unit_dir, name=unit, port=port)
+
     def lock(self) -> list[Observed]:
         """Take the deployment's run lock on this host (held until release() or the
         connection ends) and read what runs under it (one exec); PdctlError when another
         `up`/`down` holds it."""
-        from pdctl.targets.run_lock import take
+        from pdctl.targets.hosts.run_lock import take
 
         self.release()
-        self._lock, text = take(self.conn, self.dir)
+        self._lock, text = take(self.conn, self.dir, self._observe())
         return parse_observed(self.name, text)
 
     def release(self) -> None:
@@ -90,8 +73,11 @@ class HostOps:
                 pass
             self._lock = None
 
+    def _observe(self) -> str:
+        return with_vars(self.scripts.observe, d=self.dir)
+
     def observe(self) -> list[Observed]:
-        res = self.conn.run(observe_script(self.dir), timeout=60, step="reading what runs")
+        res = self.conn.run(self._observe(), timeout=60, step="reading what runs")
         return self._observed(res)
 
     def _observed(self, res: Result) -> list[Observed]:
@@ -104,8 +90,8 @@ class HostOps:
         port) and the secrets file's API key, in ONE exec (`status`: a slow ~/.bashrc is paid
         once per host). The listings are used by the next probe of that unit and port."""
         owners = [(u, p) for u, p in ports]
-        cmds = [observe_script(self.dir)]
-        cmds += [port_owner_script(self.unit_dir(u), u, p) for u, p in owners]
+        cmds = [self._observe()]
+        cmds += [self._port_owner(u, p) for u, p in owners]
         if not self._key_known:
             secrets = shlex.quote(f"{self.dir}/secrets.env")
             cmds.append(f"if [ -e {secrets} ]; then cat -- {secrets}; fi")
@@ -217,7 +203,7 @@ class HostOps:
 
     def save_previous(self, unit: str) -> None:
         """Keep the unit's current scripts in `<unit>/previous/` (before replacing them)."""
-        script = SAVE_PREVIOUS % {"dir": shlex.quote(self.unit_dir(unit))}
+        script = with_vars(self.scripts.save_previous, u=self.unit_dir(unit))
         res = self.conn.run(script, timeout=60, step=f"keeping the running version of {unit}")
         if res.rc != 0:
             raise PdctlError(
@@ -226,7 +212,7 @@ class HostOps:
 
     def restore_previous(self, unit: str) -> None:
         """Put the scripts kept by save_previous back in place."""
-        script = RESTORE_PREVIOUS % {"dir": shlex.quote(self.unit_dir(unit))}
+        script = with_vars(self.scripts.restore_previous, u=self.unit_dir(unit))
         res = self.conn.run(script, timeout=60, step=f"restoring the previous version of {unit}")
         if res.rc != 0:
             raise PdctlError(f"{self.conn.where()}: cannot restore {unit}: {res.err.strip()}")
@@ -251,8 +237,8 @@ class HostOps:
         """One exec: what runs, and the last TAIL_AHEAD lines of every unit's log (the next
         tail() of each unit reads them instead of the host)."""
         mark = new_boundary()
-        tails = TAILS_BODY % {"dir": shlex.quote(self.dir), "mark": mark, "lines": TAIL_AHEAD}
-        cmds = [observe_script(self.dir), tails]
+        tails = with_vars(self.scripts.tails, d=self.dir, mark=mark, lines=TAIL_AHEAD)
+        cmds = [self._observe(), tails]
         results = run_batch(self.conn, cmds, timeout=60, step="reading what runs")
         for res in results:
             if isinstance(res, HostLost):
@@ -337,7 +323,7 @@ class HostOps:
             assert unit is not None
             listing = ahead
             if listing is None:
-                script = port_owner_script(self.unit_dir(unit), unit, port)
+                script = self._port_owner(unit, port)
                 res = self.conn.run(script, timeout=60, step="checking who holds the port")
                 listing = res.out
             return port_problem(listing, port, self.name, unit)

@@ -1,0 +1,47 @@
+"""The end-of-run check (tests/leftovers.py, run by tests/conftest.py) sees what a test leaves
+behind: a process of the session that still runs, a network namespace it made."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests import leftovers
+
+
+def test_a_process_left_running_is_found_then_stopped(tmp_path) -> None:
+    older = subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True)
+    before = leftovers.snapshot()
+    left = subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True)
+    elsewhere = subprocess.Popen(["sleep", "300"], cwd="/", start_new_session=True)
+    try:
+        found = leftovers.processes(before, [str(tmp_path)])
+        # started before the snapshot, or naming none of the marks: not the session's
+        assert [p.pid for p in found] == [left.pid]
+        assert "sleep 300" in str(found[0]) and str(tmp_path) in str(found[0])
+        leftovers.stop(found)
+        assert left.wait(timeout=60) == -9
+        assert leftovers.processes(before, [str(tmp_path)]) == []
+    finally:
+        for proc in (older, left, elsewhere):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_network_namespace_left_is_found_then_removed() -> None:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 (ip netns)")
+    before = leftovers.snapshot()
+    mine = f"pdf{os.getpid() % 100000}xleft"
+    other = f"pdf{(os.getpid() + 1) % 100000}xleft"  # another pytest's fault host
+    for name in (mine, other):
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        assert leftovers.namespaces(before) == [mine]
+        leftovers.remove([mine])
+        assert leftovers.namespaces(before) == []
+    finally:
+        leftovers.remove([mine, other])
