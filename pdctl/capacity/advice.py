@@ -1,9 +1,9 @@
 """Honest advice on packing decode instances on one GPU, from our H200 measurement.
 
-fixtures/gpu/h200x2/decode_share.txt: two decode processes of one model on one H200 time-slice
-it. Two at batch 64 gave 0.91x the tokens/s of ONE process at batch 64, and 0.50x of one
-process at batch 128. So a second copy of the same model adds no throughput to a busy GPU:
-raise --max-num-seqs in one instance first. Packing pays only when one instance cannot fill
+tests/fixtures/gpu/vllm023-h200: decode engines of one model in slices of one H200 time-slice
+it. Two real vLLM engines at batch 64 each gave 0.94x the tokens/s of ONE engine at batch 64,
+and 0.58x of one engine at batch 128. So a second copy of the same model adds no throughput to
+a busy GPU: raise --max-num-seqs in one instance first. Packing pays only when one instance cannot fill
 its batch: too little traffic, or several different models (or adapters) sharing a GPU.
 When the KV cache is what caps the batch, a second copy makes it worse (it halves the KV and
 duplicates the weights).
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PACKED_VS_SAME_BATCH = 0.91  # 2 procs at B each vs 1 proc at B, aggregate tokens/s
-PACKED_VS_DOUBLE_BATCH = 0.50  # 2 procs at B each vs 1 proc at 2B
+from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
+
+PACKED_VS_SAME_BATCH = TIME_SLICE_EFFICIENCY  # N engines at B each vs 1 at B, tokens/s per GPU
+PACKED_VS_DOUBLE_BATCH = 0.58  # 2 engines at B each vs 1 engine at 2B (7,595 vs 13,094 at B 64)
 BUSY = 0.8  # demand at or above this share of one instance's batch counts as busy
 LOW = 0.5  # demand below this share leaves one instance mostly idle
 

@@ -6,9 +6,10 @@ bf16 weights reached 3.7 TB/s of the 4.8 TB/s peak (77%) at batch 1-16, and abou
 peak FLOP/s at batch 256. Communication between TP ranks is ignored.
 
 Co-located instances (phase 3: HAMi slices, `decode.share.perGpu` > 1) time-slice one GPU: N
-instances at batch B each gave 0.91x the tokens/s of ONE instance at batch B on the whole GPU
-(tests/fixtures/gpu/hami-h200/README.md, N = 2, 3, 4 on an H200), so each runs at 0.91 / N of
-its speed alone. Beyond 4 instances the same factor is assumed, not measured.
+real vLLM 0.23.0 engines in HAMi-core slices at batch 64 each gave 0.94x the tokens/s of ONE
+engine at batch 64 on the whole GPU (tests/fixtures/gpu/vllm023-h200/README.md, N = 2, 3, 4 on
+an H200; a stand-in engine gave 0.91x, tests/fixtures/gpu/hami-h200), so each runs at 0.94 / N
+of its speed alone. Beyond 4 instances the same factor is assumed, not measured.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from pdctl.capacity.models import ModelConfig
 BANDWIDTH_EFFICIENCY = 0.77  # measured: 3.70 of 4.8 TB/s on one H200 (decode_share, B=1..16)
 COMPUTE_EFFICIENCY = 0.5  # measured: B=256 step 3.72 ms vs 1.95 ms of peak-FLOP time
 PREFILL_MFU = 0.5  # share of peak FLOP/s a prefill reaches (typical for large prompts)
-# N co-located instances at batch B vs ONE at B, tokens/s per GPU: 22,785 / 24,984 (N = 2),
-# 22,763 (3), 22,761 (4) at B = 128 (tests/fixtures/gpu/hami-h200/packing.jsonl)
-TIME_SLICE_EFFICIENCY = 0.91
+# N co-located vLLM engines at batch B vs ONE at B, tokens/s per GPU: 7,595 / 8,048 (N = 2),
+# 7,543 (3), 7,546 (4) at B = 64 (tests/fixtures/gpu/vllm023-h200: phase0, phase3)
+TIME_SLICE_EFFICIENCY = 0.94
 TIME_SLICE_MEASURED_UP_TO = 4  # instances per GPU the factor was measured for
 
 
@@ -60,7 +61,7 @@ class DecodeEstimate:
     flops: float  # per GPU
     step_bound_s: float  # lower bound: max(bytes / peak bandwidth, flops / peak FLOP/s)
     step_expected_s: float  # with the measured efficiencies (and time-slicing, below)
-    per_gpu: int = 1  # instances time-slicing one GPU (HAMi slices): each gets 0.91 / N of it
+    per_gpu: int = 1  # instances time-slicing one GPU (HAMi slices): each gets 0.94 / N of it
 
     @property
     def tokens_per_s_bound(self) -> float:
@@ -82,7 +83,7 @@ def decode_step(
 ) -> DecodeEstimate:
     """Decode step time: (weights per GPU + KV read) / HBM bandwidth, or FLOPs / peak.
 
-    `per_gpu` instances time-slicing the GPU (HAMi slices): each step takes per_gpu / 0.91
+    `per_gpu` instances time-slicing the GPU (HAMi slices): each step takes per_gpu / 0.94
     times as long (expected; the bound assumes perfect slicing, per_gpu times)."""
     kv = kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
     bytes_read = weights_read_per_step(model, shape, batch) + batch * context * kv

@@ -3,7 +3,7 @@
 For each N the decode role is planned as `pdctl plan` plans a phase 3 spec with
 `decode.share.perGpu: N` (pdctl.capacity.report: the HAMi slice, the util inside it, the KV
 it holds, the decode batch that fits, the tokens/s of one instance at that batch). N
-instances time-slice the GPU, so the plan gives each PACKED_VS_SAME_BATCH / N (0.91, measured
+instances time-slice the GPU, so the plan gives each PACKED_VS_SAME_BATCH / N (0.94, measured
 on an H200: pdctl.capacity.roofline) of one instance alone at that batch; per GPU, N times
 that."""
 
@@ -51,6 +51,6 @@ def packings(model: Any, gpu: Any, shape: Any, traffic: Any, most: int = 4) -> d
         section = SimpleNamespace(share=Share(per_gpu=n), gpu_memory_utilization=None, replicas=1)
         r = role_plan(model, gpu, "decode", section, shape, traffic)
         assert r.slice is not None
-        tps = r.decode.tokens_per_s  # one slice's, time-sliced: 0.91 / n of it alone
+        tps = r.decode.tokens_per_s  # one slice's, time-sliced: 0.94 / n of it alone
         out[n] = Packing(n, r.slice.slice_mib, r.fits, r.batch, r.memory.kv_tokens, tps, tps * n)
     return out

@@ -1,15 +1,16 @@
 """Verdicts: one line each, pure functions of a Window, naming the figures and thresholds.
 
 THRESHOLDS is the one table (docs/top.md prints it). The decode advice follows the H200
-measurements (tests/fixtures/gpu/hami-h200/README.md, ../shared/fixtures/gpu/README.md):
-co-located decode instances of one model time-slice the GPU (N instances at batch B give
-0.91-0.92x of ONE at batch B per GPU), so packing pays only when one instance cannot fill its
-batch; a single instance at twice the batch gave 1.8-2.0x."""
+measurements (tests/fixtures/gpu/vllm023-h200/README.md): co-located decode engines of one
+model time-slice the GPU (N engines at batch B give 0.94x of ONE at batch B per GPU), so
+packing pays only when one instance cannot fill its batch; a single engine at twice the batch
+gave 1.6x."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
 from pdctl.top.gpu import GpuLoad, kind
 from pdctl.top.packing import Packing
 from pdctl.top.router_verdict import router_verdicts
@@ -42,9 +43,9 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     ),
     "route_min_requests": (10.0, "requests routed to a role before its skew is judged"),
 }
-# measured: N co-located decode instances per GPU give this share of ONE instance's tok/s at
-# the same batch per instance (tests/fixtures/gpu/hami-h200/README.md)
-PACKED_SHARE = 0.91
+# measured: N co-located decode engines per GPU give this share of ONE engine's tok/s at the
+# same batch per engine
+PACKED_SHARE = TIME_SLICE_EFFICIENCY
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ def test_packings_are_what_pdctl_plan_predicts_for_that_phase3_spec(tmp_path, pe
     assert found.slice_mib == dec.slice.slice_mib
     assert found.batch == dec.batch and found.kv_tokens == dec.memory.kv_tokens
     assert found.instance_tps == pytest.approx(dec.decode.tokens_per_s)
-    # the plan's per-instance figure is time-sliced (0.91 / N of one instance alone): the N
-    # instances give N times it per GPU, 0.91x of one alone at that batch
+    # the plan's per-instance figure is time-sliced (0.94 / N of one instance alone): the N
+    # instances give N times it per GPU, 0.94x of one alone at that batch
     assert found.gpu_tps == pytest.approx(per_gpu * dec.decode.tokens_per_s)
     assert dec.decode.per_gpu == per_gpu
     assert found.fits == dec.fits
@@ -63,7 +63,7 @@ def test_the_verdict_names_the_plans_per_gpu_throughput_for_the_advised_packing(
     line = pack_line({n: fake(n) for n in (2, 3, 4)})
     assert "pack 4 decode instances per GPU" in line
     assert "pdctl plan for 4 per GPU: slices of 35,942 MiB, batch 25 each, 1,196 tok/s per " in line
-    assert "about 996 tok/s per GPU (0.91x" in line
+    assert "about 996 tok/s per GPU (0.94x" in line
 
 
 def test_a_packing_the_plan_says_does_not_fit_is_not_advised():
