@@ -3,8 +3,8 @@
 tests/fixtures/gpu/vllm023-h200: decode engines of one model in slices of one H200 time-slice
 it. Two real vLLM engines at batch 64 each gave 0.94x the tokens/s of ONE engine at batch 64,
 and 0.58x of one engine at batch 128. So a second copy of the same model adds no throughput to
-a busy GPU: raise --max-num-seqs in one instance first. Packing pays only when one instance cannot fill
-its batch: too little traffic, or several different models (or adapters) sharing a GPU.
+a busy GPU: raise --max-num-seqs in one instance first. Packing pays only when one instance
+cannot fill its batch: too little traffic, or several different models (or adapters) sharing a GPU.
 When the KV cache is what caps the batch, a second copy makes it worse (it halves the KV and
 duplicates the weights).
 """
