@@ -120,12 +120,13 @@ def test_error_names_the_host_instances_that_bound() -> None:
     assert "\n" not in line
 
 
-def test_where_lists_every_instance() -> None:
+def test_where_lists_every_unit() -> None:
     lines = where(_plan(TWO_HOSTS))
     assert lines == [
         "q32-prefill-0  on host-a  GPUs 0,1,2,3  port 8100",
         "q32-decode-0   on host-b  GPUs 0,1      port 8200",
         "q32-decode-1   on host-b  GPUs 2,3      port 8201",
+        "q32-router     on host-a  GPUs -        port 8000",
     ]
 
 

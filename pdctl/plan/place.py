@@ -267,13 +267,14 @@ def _gpus(n: int) -> str:
 
 
 def where(plan: Plan) -> list[str]:
-    """One line per engine process on hosts: `name  host  GPUs 0,1  port 8100` (what
-    `validate` and `up --dry-run` print); nothing on Kubernetes, where the scheduler places."""
-    nodes = [n for i in plan.instances for n in (i, *i.workers)]  # a group's other nodes too
+    """One line per unit on hosts, in start order: `name  on host  GPUs 0,1  port 8100` (what
+    `validate` and `up --dry-run` print): every engine process (a group's other nodes too),
+    the router and a Mooncake master (GPUs `-`); nothing on Kubernetes, where the scheduler
+    places."""
+    gpus = {n.name: n.gpus for i in plan.instances for n in (i, *i.workers)}
     rows = [
-        (i.name, i.host.name, ",".join(map(str, i.gpus)) or "-", str(i.port))
-        for i in nodes
-        if i.host is not None
+        (u.name, u.host.name, ",".join(map(str, gpus.get(u.name, ()))) or "-", str(u.port))
+        for u in plan.units
     ]
     if not rows:
         return []
