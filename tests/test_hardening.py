@@ -49,7 +49,10 @@ GOOD = dict(
 
 
 def spec_text(**over: str) -> str:
-    return BASE.format(**{**GOOD, **over})
+    text = BASE.format(**{**GOOD, **over})
+    if over.get("runtime", "conda") != "conda":  # condaEnv is for runtime conda only
+        text = text.replace(f"    condaEnv: {over.get('conda', GOOD['conda'])}\n", "")
+    return text
 
 
 def plan_error(text: str) -> SpecError:
@@ -308,6 +311,8 @@ def test_cpu_engines_are_not_given_cuda_builds(change: dict, path: str, phrase: 
     text = spec_text().replace('  version: "0.33.0"', "  device: cpu")
     if "runtime" in change:
         text = text.replace("runtime: conda", f"runtime: {change['runtime']}")
+        if change["runtime"] != "conda":  # condaEnv is for runtime conda only
+            text = text.replace("    condaEnv: vllm-env\n", "")
     else:
         text = "phase: 1\n" + text
     err = plan_error(text)

@@ -15,6 +15,8 @@ A container unit without published ports (plan.units: `publish` empty) gets:
   ulimit, which verbs need to pin memory (Mooncake's docs: containers need /dev/infiniband,
   IPC_LOCK and often host networking).
 `--ipc host` (CUDA IPC, NCCL shared memory, /dev/shm) every engine container gets already.
+Every container pdctl starts also gets its host's restart policy and json-file log rotation
+(`Kept`: hosts[].restart, logMaxSize, logMaxFiles).
 The plan decides which units these are (no `publish`), their environment and the host's RDMA
 devices; this module only spells that as `docker run` options and in-container paths, as
 render.host.model_dir does for a model path. Pure: the unit in, the options out; render
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from pdctl.plan.hami_host import LOCK_DIR
 from pdctl.plan.model import Unit
+from pdctl.spec.model import Host
 
 UNIT_MOUNT = "/pdctl/unit"
 HAMI_LIBRARY = "/usr/local/vgpu/libvgpu.so"
@@ -59,6 +62,31 @@ class HostRun:
             self.cap_add,
             self.ulimits,
         ]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """How Docker keeps a container: its restart policy (`docker run --restart`, Docker's
+    https://docs.docker.com/engine/containers/start-containers-automatically/) and the
+    json-file log driver's rotation (https://docs.docker.com/engine/logging/drivers/json-file/)."""
+
+    restart: str  # no | always | unless-stopped | on-failure
+    retries: int  # on-failure:N; 0: no limit
+    log_max_size: str
+    log_max_files: int
+
+    @property
+    def restart_flag(self) -> str:
+        return f"{self.restart}:{self.retries}" if self.retries else self.restart
+
+    def as_data(self) -> list:
+        """For the unit's hash."""
+        return [self.restart_flag, self.log_max_size, self.log_max_files]
+
+
+def kept(host: Host) -> Kept:
+    name, _, retries = host.restart.partition(":")
+    return Kept(name, int(retries or 0), host.log_max_size, host.log_max_files)
 
 
 def in_unit_folder(unit: Unit, value: str) -> str | None:

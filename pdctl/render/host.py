@@ -10,7 +10,7 @@ from dataclasses import replace
 from pdctl import __version__
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
-from pdctl.render.container import host_run
+from pdctl.render.container import host_run, kept
 from pdctl.render.hami_host import slice_setup
 from pdctl.render.template import render_template
 from pdctl.spec.model import Host
@@ -47,6 +47,8 @@ def unit_hash(unit: Unit) -> str:
     run = host_run(unit)
     if run is not None:  # only then: the hashes of other units stay as they were
         data.append(run.as_data())
+    if unit.image is not None:  # a container: its restart policy and log rotation
+        data.append(kept(unit.host).as_data())
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -123,6 +125,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         start = render_template(
             "docker-start.sh.j2",
             run=run,
+            kept=kept(unit.host),
             setup=slice_setup(unit),  # a HAMi-core slice's host-side checks, else ''
             header=header(plan, unit, "container", digest),
             hash=digest,

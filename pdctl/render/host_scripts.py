@@ -11,7 +11,8 @@ from functools import cache
 
 from pdctl.render.template import render_template
 
-# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` for every unit folder of the deployment
+# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` for every unit folder of the
+# deployment
 # folder $d. A recorded pid counts as running only by the rule start.sh and stop.sh use
 # (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
 # the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
@@ -22,18 +23,20 @@ for u in "$d"/*/; do
   u=${u%/}; n=${u##*/}
   [ -f "$u/stop.sh" ] || continue
   h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
-  s=stopped; p=-
+  s=stopped; p=-; r=-
   if [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")
     unit_dir=$u
     if owned "$p"; then s=running; fi
   elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
     c=$(cut -c1-12 "$u/container-id")
-    if [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ]; then
+    i=$(docker inspect -f '{{.State.Running}} {{.RestartCount}}' "$n" 2>/dev/null)
+    r=${i#* }
+    if [ "${i%% *}" = true ]; then
       s=running; p=$c
     fi
   fi
-  printf '%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}"
 done
 """
 

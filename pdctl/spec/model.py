@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, EnvName, Section, pattern
+from pdctl.spec.base import DnsLabel, EnvName, Section, pattern, refuse
 from pdctl.spec.kube import (
     Kubernetes,
     PodSettings,
@@ -185,7 +185,8 @@ class Host(Section):
     runtime: Literal["conda", "docker", "venv"] = Field(
         "conda",
         description="`conda`: a conda env with pip-installed vLLM; `docker`: `docker run` of "
-        "the pinned image; `venv`: an existing Python environment (see `venv`).",
+        "the pinned image; `venv`: an existing Python environment (see `venv`). Default: "
+        "`venv` when only `venv` is given, else `conda`.",
     )
     conda_env: CondaEnv | None = Field(
         None, description="Conda environment name. Default: `pdctl-vllm-<version>`."
@@ -194,6 +195,36 @@ class Host(Section):
         None,
         description="Runtime `venv`: path of the Python environment whose `bin/vllm` runs the "
         "engine (created with the pinned vLLM if it does not exist).",
+    )
+    restart: str = Field(
+        "unless-stopped",
+        pattern=pattern(
+            r"^(no|always|unless-stopped|on-failure(:[1-9][0-9]{0,3})?)$",
+            "a Docker restart policy: no, always, unless-stopped, on-failure or on-failure:N",
+            "write e.g. unless-stopped or on-failure:5 (docker run --restart)",
+        ),
+        description="Runtime `docker`: the engine containers' restart policy (`docker run "
+        "--restart`): `unless-stopped` brings a container whose process died back (and after "
+        "a reboot of the Docker daemon), `on-failure[:N]` only after a non-zero exit (at most "
+        "N times), `always`, or `no`. `pdctl down` stops and removes the containers, so none "
+        "comes back after it.",
+    )
+    log_max_size: str = Field(
+        "100m",
+        pattern=pattern(
+            r"^[1-9][0-9]{0,5}[kmg]$",
+            "a log file size: a number with k, m or g (e.g. 100m)",
+            "write e.g. 100m (docker's json-file max-size)",
+        ),
+        description="Runtime `docker`: the size at which a container's json-file log is "
+        "rotated (`--log-opt max-size`).",
+    )
+    log_max_files: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="Runtime `docker`: how many rotated json-file logs a container keeps "
+        "(`--log-opt max-file`): at most `logMaxSize` x `logMaxFiles` of log per container.",
     )
     data_dir: HostDir = Field(
         "~/.pdctl",
@@ -228,6 +259,33 @@ class Host(Section):
         "without them are warned (refused in containers). Preflight checks they exist with an "
         "ACTIVE port.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_runtime(cls, data: Any) -> Any:
+        """Only `venv` given: runtime venv (only `condaEnv`, or neither: conda)."""
+        if not isinstance(data, dict) or "runtime" in data:
+            return data
+        venv = data.get("venv") is not None
+        conda = data.get("condaEnv", data.get("conda_env")) is not None
+        return {**data, "runtime": "venv"} if venv and not conda else data
+
+    @field_validator("conda_env", "venv")
+    @classmethod
+    def _for_runtime(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """`condaEnv` belongs to runtime conda and `venv` to runtime venv: either with another
+        runtime (or both on one host) would be silently ignored."""
+        own = "conda" if info.field_name == "conda_env" else "venv"
+        runtime = info.data.get("runtime")
+        if value is None or runtime is None or runtime == own:
+            return value
+        key = "condaEnv" if own == "conda" else "venv"
+        both = own == "venv" and info.data.get("conda_env") is not None
+        said = "runtime conda (condaEnv is given too)" if both else f"runtime {runtime}"
+        raise refuse(
+            f"{key} is for runtime {own}, but this host runs {said}",
+            f"remove {key}, or set `runtime: {own}`" + (" and remove condaEnv" if both else ""),
+        )
 
     @field_validator("gpus")
     @classmethod

@@ -47,6 +47,7 @@ class Observed:
     hash: str
     running: bool
     pid: str = "-"
+    restarts: int = 0  # a container's: how often Docker restarted it (its restart policy)
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,20 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
 
 
 def parse_observed(host: str, text: str) -> list[Observed]:
-    """Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid` from the observe script."""
+    """Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` from the observe script
+    (restarts: a container's restart count, `-` for a process)."""
     out = []
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) != 4:
+        if len(parts) != 5:
             continue
-        name, digest, state, pid = parts
-        out.append(Observed(host, name, "" if digest == "-" else digest, state == "running", pid))
+        name, digest, state, pid, count = parts
+        restarts = int(count) if count.isdigit() else 0
+        running = state == "running"
+        out.append(Observed(host, name, "" if digest == "-" else digest, running, pid, restarts))
     return out
+
+
+def restarted(count: int) -> str:
+    """What `status` adds to a container's state after Docker restarted it (its policy)."""
+    return f" (restarted {count} time{'' if count == 1 else 's'})" if count else ""

@@ -17,7 +17,7 @@ from typing import Any
 
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
-from pdctl.render.container import HostRun, host_run
+from pdctl.render.container import HostRun, host_run, kept
 from pdctl.render.host import GRACE_SECONDS, unit_hash
 from pdctl.targets.base import Stage
 from pdctl.targets.docker.pull import present, pull
@@ -94,10 +94,11 @@ def run_options(
     home: str | None = None,
     model_dir: str | None = None,
 ) -> dict:
-    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, and the
-    mounts of docker-start.sh.j2: the host's HF cache (read-write) at the image's cache, and a
-    model given as a host path (read-only) at the same path."""
-    from docker.types import DeviceRequest
+    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, the
+    restart policy and log rotation, and the mounts of docker-start.sh.j2: the host's HF cache
+    (read-write) at the image's cache, and a model given as a host path (read-only) at the
+    same path."""
+    from docker.types import DeviceRequest, LogConfig
 
     assert unit.image is not None, f"{unit.name} is not a container unit"
     opts: dict[str, Any] = {
@@ -110,6 +111,12 @@ def run_options(
         "ipc_mode": "host",
         "detach": True,
     }
+    keep = kept(unit.host)
+    opts["restart_policy"] = {"Name": keep.restart, "MaximumRetryCount": keep.retries}
+    opts["log_config"] = LogConfig(
+        type="json-file",
+        config={"max-size": keep.log_max_size, "max-file": str(keep.log_max_files)},
+    )
     cache = host_path(unit.host.hf_cache, home, f"host {unit.host.name}: hfCache")
     volumes = {cache: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
     if model_dir:

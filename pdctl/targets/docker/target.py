@@ -23,7 +23,7 @@ from pdctl.targets.docker.transport import DockerAccess, check
 from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, Health, probe
 from pdctl.targets.outcome import NO_LOG_NOTE, WHY_NO_LOG, NoLog, Outcome
-from pdctl.targets.state import Change
+from pdctl.targets.state import Change, restarted
 
 
 @dataclass
@@ -202,6 +202,8 @@ class ContainerHosts(Closing):
             endpoint = f"http://{unit.host.address}:{unit.port}" if unit else ""
             role = unit.role if unit else found[key].labels.get("pdctl.io/role", "-")
             state, pid = ("not started", "-") if c is None else (c.status, c.short_id)
+            if c is not None:
+                state += restarted(int(c.attrs.get("RestartCount") or 0))
             if unit is not None and c is not None and c.labels.get(HASH) != unit_hash(unit):
                 state += " (outdated)"
             if unit is None:

@@ -2,7 +2,9 @@
 
 All containers are looked at in each round (the second host's engines are not left waiting
 while the first's load): a container that exited fails the run at once with its last log
-lines; a healthy one is reported `healthy`; the others are reported with the stage their log
+lines, and so does one that Docker restarted (its restart policy) since this run started it
+or first looked at it: an engine that dies while loading would otherwise load again and again
+until the deadline; a healthy one is reported `healthy`; the others are reported with the stage their log
 tells (pdctl.targets.stages), the log read at most every LOOK seconds per container. Rounds
 start with short pauses (an engine up in a second is seen then), doubled up to POLL.
 """
@@ -23,6 +25,13 @@ if TYPE_CHECKING:
 
 POLL = 2.0  # the longest pause between two rounds
 
+
+def restart_policy(container: object) -> str:
+    """The container's restart policy as `docker run --restart` writes it."""
+    policy = (getattr(container, "attrs", {}).get("HostConfig") or {}).get("RestartPolicy") or {}
+    name, retries = policy.get("Name") or "no", policy.get("MaximumRetryCount") or 0
+    return f"{name}:{retries}" if retries else name
+
 Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /health and the model
 
 
@@ -38,17 +47,25 @@ def wait_healthy(
     begun = time.monotonic()
     deadline = begun + timeout
     looked: dict[tuple[str, str], float] = {}
+    restarts: dict[tuple[str, str], int] = {}  # the restart count each was first seen with
     pending = list(names)
     pause = FIRST_PAUSE
     while pending:
         for host, name in list(pending):
             tgt = targets[host]
             c = tgt.client.containers.get(name)
+            code = c.attrs["State"].get("ExitCode")
             if c.status in ("exited", "dead"):
-                code = c.attrs["State"].get("ExitCode")
                 raise PdctlError(
                     f"{name}: the container exited (status {code}); "
                     f"last log lines:\n{tgt.tail(name, 20)}"
+                )
+            count = int(c.attrs.get("RestartCount") or 0)
+            first = restarts.setdefault((host, name), 0 if name in tgt.started else count)
+            if c.status == "restarting" or count > first:
+                raise PdctlError(
+                    f"{name}: the container exited (status {code}) and Docker restarted it "
+                    f"(restart policy {restart_policy(c)}); last log lines:\n{tgt.tail(name, 20)}"
                 )
             if healthy(host, name):
                 pending.remove((host, name))

@@ -23,7 +23,7 @@ from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.rollout import Rollout
 from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
 from pdctl.targets.ssh import HostLost, SshOptions
-from pdctl.targets.state import Change, Desired, desired_units, diff
+from pdctl.targets.state import Change, Desired, desired_units, diff, restarted
 
 __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
 
@@ -183,6 +183,8 @@ class HostsTarget(Closing):
                 except HostLost as exc:  # lost while probing: say so, keep the other rows
                     self.unreachable[key[0]] = exc.line()
                     health = "unreachable"
+            if o is not None:
+                state += restarted(o.restarts)
             if d and o and o.hash != d.hash:
                 state += " (outdated)"
             if d is None:
