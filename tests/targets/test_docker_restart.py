@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.targets.test_docker import IMAGE
@@ -161,3 +162,26 @@ def test_on_failure_with_a_count_reaches_both_paths() -> None:
     assert opts["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
     assert opts["log_config"]["Type"] == "json-file"
     assert opts["log_config"]["Config"] == {"max-size": "1g", "max-file": "9"}
+
+
+def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811
+    """Under unless-stopped an engine that exits is started again and again: `up` reports the
+    first restart with the engine's own error, not a timeout after a crash loop."""
+    from pdctl.errors import PdctlError
+    from pdctl.targets.docker.engine import Engine
+    from pdctl.targets.docker.wait import wait_healthy
+    from tests.targets.test_docker import unit
+
+    tgt = Engine(docker_client, "t-restart-dies", network="host", stop_seconds=1)
+    name = "t-restart-dies-bad"
+    units = [unit(name, free_port(), model="/missing/model")]
+    try:
+        tgt.apply(units, tgt.changes(units), {})
+        with pytest.raises(PdctlError) as err:
+            wait_healthy({tgt.where: tgt}, [(tgt.where, name)], 120, lambda _h, _n: False)
+        message = str(err.value)
+        assert "Docker restarted it (restart policy unless-stopped)" in message, message
+        assert "model path /missing/model does not exist" in message, message
+    finally:
+        tgt.down()
+    assert tgt.containers() == []
