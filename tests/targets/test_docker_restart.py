@@ -60,7 +60,10 @@ def test_ssh_containers_restart_unless_stopped_with_bounded_logs(
         assert up.returncode == 0, up.stdout + up.stderr
         for name in engines:
             host_config = docker_client.containers.get(name).attrs["HostConfig"]
-            assert host_config["RestartPolicy"] == {"Name": "unless-stopped", "MaximumRetryCount": 0}
+            assert host_config["RestartPolicy"] == {
+                "Name": "unless-stopped",
+                "MaximumRetryCount": 0,
+            }
             assert host_config["LogConfig"] == {
                 "Type": "json-file",
                 "Config": {"max-size": "100m", "max-file": "5"},

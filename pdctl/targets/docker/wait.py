@@ -4,7 +4,7 @@ All containers are looked at in each round (the second host's engines are not le
 while the first's load): a container that exited fails the run at once with its last log
 lines, and so does one that Docker restarted (its restart policy) since this run started it
 or first looked at it: an engine that dies while loading would otherwise load again and again
-until the deadline; a healthy one is reported `healthy`; the others are reported with the stage their log
+until the deadline. A healthy one is reported `healthy`; the others with the stage their log
 tells (pdctl.targets.stages), the log read at most every LOOK seconds per container. Rounds
 start with short pauses (an engine up in a second is seen then), doubled up to POLL.
 """
@@ -31,6 +31,7 @@ def restart_policy(container: object) -> str:
     policy = (getattr(container, "attrs", {}).get("HostConfig") or {}).get("RestartPolicy") or {}
     name, retries = policy.get("Name") or "no", policy.get("MaximumRetryCount") or 0
     return f"{name}:{retries}" if retries else name
+
 
 Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /health and the model
 
