@@ -330,6 +330,8 @@ def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> No
     assert caution.path == "decode.extraArgs[0]" and "gpu-c, gpu-d" in caution.message
     for h in d["hosts"][2:]:
         h["runtime"] = "docker"
+        h.pop("venv", None)  # a docker host names no Python environment (refused since)
+        h.pop("condaEnv", None)
     assert refusal(d).path == "decode.extraArgs[0]"
 
 
