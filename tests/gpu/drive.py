@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -102,6 +103,17 @@ def model(name: str, max_len: int = 4096, **extra: object) -> dict:
     }
 
 
+def header(name: str, phase: int) -> dict:
+    """What every scenario's spec starts with: Qwen3-8B on vLLM 0.23.0 on an H200."""
+    return {
+        "name": name,
+        "phase": phase,
+        "model": model("qwen3-8b"),
+        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
+        "hardware": {"gpu": "H200"},
+    }
+
+
 def get(url: str, timeout: float = 30) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read().decode()
@@ -129,9 +141,9 @@ def wait_healthy(port: int, deadline_s: float, pid_file: Path | None = None) -> 
     end = time.time() + deadline_s
     while time.time() < end:
         try:
-            if get(f"http://127.0.0.1:{port}/health", timeout=5) is not None:
-                return True
-        except (urllib.error.URLError, OSError, ConnectionError):
+            get(f"http://127.0.0.1:{port}/health", timeout=5)
+            return True
+        except (urllib.error.URLError, OSError):
             pass
         if pid_file is not None and pid_file.exists():
             pid = pid_file.read_text().strip()
@@ -260,11 +272,7 @@ def save_unit_logs(out: Path, data_dir: Path) -> dict[str, dict]:
 
 def phase0(out: Path, args: argparse.Namespace) -> dict:
     spec = {
-        "name": "g0",
-        "phase": 0,
-        "model": model("qwen3-8b"),
-        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
-        "hardware": {"gpu": "H200"},
+        **header("g0", 0),
         "hosts": [host(0, "h200", [0])],
         "serve": {"port": 8000, "gpuMemoryUtilization": 0.9,
                   "extraArgs": ["--load-format", "dummy"]},
@@ -310,11 +318,7 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
     """NIXL P/D on one GPU: prefill on 'host' a, decode on 'host' b, both GPU 0 of this
     machine (two loopback addresses of one sshd), each with its own util, behind vllm-router."""
     spec = {
-        "name": "g2",
-        "phase": 2,
-        "model": model("qwen3-8b"),
-        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
-        "hardware": {"gpu": "H200"},
+        **header("g2", 2),
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
         "prefill": {"replicas": 1, "hosts": ["h200a"], "gpuMemoryUtilization": 0.42,
                     "extraArgs": ["--load-format", "dummy"]},
@@ -364,11 +368,7 @@ def phase3_spec(n: int, lib: str, total_mib: int) -> dict:
     """examples/phase3-hami-hosts.yaml on this one-GPU machine: GPU 1 (absent) listed first so
     prefill takes it; the n decode slices land on GPU 0. Only the decode units are started."""
     return {
-        "name": f"g3n{n}",
-        "phase": 3,
-        "model": model("qwen3-8b"),
-        "engine": {"version": "0.23.0", "env": ENGINE_ENV},
-        "hardware": {"gpu": "H200"},
+        **header(f"g3n{n}", 3),
         "hosts": [host(0, "h200", [1, 0])],
         "prefill": {"replicas": 1, "extraArgs": ["--load-format", "dummy"]},
         "decode": {"replicas": n, "port": 8400,
@@ -444,11 +444,7 @@ def phase3(out: Path, args: argparse.Namespace) -> dict:
             }
             subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, check=False)
         save_unit_logs(sub, data)
-        for unit in units:  # the slice's HAMi-core cache and logs go with the shape
-            log_path = data / unit.name / "log"
-            if log_path.exists():
-                (sub / f"{unit.name}.log").write_text(log_path.read_text(errors="replace"))
-        subprocess.run(["rm", "-rf", str(data)], check=False)
+        shutil.rmtree(data, ignore_errors=True)
         res["shapes"][str(n)] = shape
         wait_gpu_free()
     return res
