@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
 
-PACKED_VS_SAME_BATCH = TIME_SLICE_EFFICIENCY  # N engines at B each vs 1 at B, tokens/s per GPU
 PACKED_VS_DOUBLE_BATCH = 0.58  # 2 engines at B each vs 1 engine at 2B (7,595 vs 13,094 at B 64)
 BUSY = 0.8  # demand at or above this share of one instance's batch counts as busy
 LOW = 0.5  # demand below this share leaves one instance mostly idle
@@ -62,7 +61,7 @@ def packing_advice(
     """
     measured = (
         f"measured on an H200: 2 co-located decode processes at batch B give "
-        f"{PACKED_VS_SAME_BATCH:.2f}x the tokens/s of one at B and {PACKED_VS_DOUBLE_BATCH:.2f}x "
+        f"{TIME_SLICE_EFFICIENCY:.2f}x the tokens/s of one at B and {PACKED_VS_DOUBLE_BATCH:.2f}x "
         "of one at 2B (they time-slice the GPU)"
     )
     batch = min(kv_batch, target_batch)

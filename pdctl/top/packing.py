@@ -3,7 +3,7 @@
 For each N the decode role is planned as `pdctl plan` plans a phase 3 spec with
 `decode.share.perGpu: N` (pdctl.capacity.report: the HAMi slice, the util inside it, the KV
 it holds, the decode batch that fits, the tokens/s of one instance at that batch). N
-instances time-slice the GPU, so the plan gives each PACKED_VS_SAME_BATCH / N (0.94, measured
+instances time-slice the GPU, so the plan gives each TIME_SLICE_EFFICIENCY / N (0.94, measured
 on an H200: pdctl.capacity.roofline) of one instance alone at that batch; per GPU, N times
 that."""
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from pdctl.capacity.advice import PACKED_VS_SAME_BATCH
+from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Packing:
         return (
             f"pdctl plan for {self.per_gpu} per GPU: slices of {self.slice_mib:,} MiB, batch "
             f"{self.batch} each, {self.instance_tps:,.0f} tok/s per instance, about "
-            f"{self.gpu_tps:,.0f} tok/s per GPU ({PACKED_VS_SAME_BATCH:.2f}x: the instances "
+            f"{self.gpu_tps:,.0f} tok/s per GPU ({TIME_SLICE_EFFICIENCY:.2f}x: the instances "
             f"time-slice it)"
         )
 

@@ -43,9 +43,6 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     ),
     "route_min_requests": (10.0, "requests routed to a role before its skew is judged"),
 }
-# measured: N co-located decode engines per GPU give this share of ONE engine's tok/s at the
-# same batch per engine
-PACKED_SHARE = TIME_SLICE_EFFICIENCY
 
 
 @dataclass(frozen=True)
@@ -141,7 +138,7 @@ def _decode_bound(
                     f"{_f(f.waiting)}: bandwidth-bound with a full batch and KV to spare: raise "
                     f"--max-num-seqs on this instance (twice the batch on one instance gave "
                     f"1.8-2.0x tok/s on the H200; a second packed instance gives "
-                    f"{PACKED_SHARE:.2f}x)"
+                    f"{TIME_SLICE_EFFICIENCY:.2f}x)"
                 )
                 out.append(Verdict("decode-raise-batch", msg))
                 continue
@@ -151,8 +148,9 @@ def _decode_bound(
             msg = (
                 f"{figures}, running {_f(f.running)}, waiting {_f(f.waiting)}: the instance "
                 f"cannot fill its batch: phase 3, pack {n} decode instances per GPU (frees "
-                f"{n - 1} of every {n} decode GPUs; per GPU about {PACKED_SHARE:.2f}x of one "
-                f"instance at the same batch, measured{now}){plan}"
+                f"{n - 1} of every {n} decode GPUs; per GPU about "
+                f"{TIME_SLICE_EFFICIENCY:.2f}x of one instance at the same batch, measured{now})"
+                f"{plan}"
             )
             out.append(Verdict("decode-pack", msg))
     return out
