@@ -81,10 +81,10 @@ def test_a_decode_slice_in_a_container_gets_exactly_the_host_network_flags() -> 
         ("-v", "/home/u/.pdctl/x/unit:/pdctl/unit"),
         ("-v", "/usr/local/vgpu/libvgpu.so:/usr/local/vgpu/libvgpu.so:ro"),
         ("-v", "/tmp/vgpulock:/tmp/vgpulock"),
+        ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
         ("--device", "/dev/infiniband"),
         ("--cap-add", "IPC_LOCK"),
         ("--ulimit", "memlock=-1"),
-        ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
         ("--env", "CUDA_DEVICE_MEMORY_LIMIT=71885m"),
         ("--env", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/pdctl/unit/vgpu.cache"),
         ("--env", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so"),
@@ -211,3 +211,143 @@ def test_the_sdk_path_refuses_a_multinode_group_before_connecting(tmp_path: Path
     assert code == 2, err
     assert err.strip().count("\n") == 0
     assert "llama405b-serve-0 spans 2 hosts" in err and "over SSH" in err
+
+
+def test_the_sdk_path_refuses_a_process_unit_naming_it(tmp_path: Path, capsys) -> None:
+    """The docker SDK starts containers only: a phase 2 spec on docker hosts (its engines
+    containers, its router a process) is refused with one line naming the router, before any
+    Docker host is contacted."""
+    from tests.conftest import run_cli
+
+    doc = yaml.safe_load(NIXL.read_text())
+    on_docker()(doc)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
+    code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
+    assert code == 2, err
+    assert err.strip().count("\n") == 0
+    router = f"{doc['name']}-router (router) on host"
+    assert router in err and "is a process, not a container" in err, err
+
+
+def on_docker(**host):  # type: ignore[no-untyped-def]
+    """A change putting every host of a spec on runtime docker (with `host`'s fields)."""
+
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h.update(runtime="docker", **host)
+            for key in ("venv", "condaEnv"):
+                h.pop(key, None)
+
+    return change
+
+
+SAME_CONTAINER = {
+    "phase0-docker": (ROOT / "examples/phase0-docker.yaml", None),
+    "phase0-docker-host-network": (
+        ROOT / "examples/phase0-docker.yaml",
+        on_docker(network="host", restart="on-failure:3", logMaxSize="1g", logMaxFiles=9),
+    ),
+    "phase3-hami-docker": (HAMI_DOCKER, None),
+    "phase2-nixl-docker": (NIXL, on_docker()),
+    "phase2-mooncake-rdma-docker": (RDMA, on_docker(rdmaDevices=["mlx5_0"])),
+    "phase0-multinode-docker": (MULTINODE, on_docker()),
+}
+
+
+def described_by_script(script: str, secrets: dict[str, str], home: str, unit_dir: str) -> dict:
+    """The container start.sh's `docker run` line makes, as bash passes it to docker."""
+    start = script.index("docker run -d")
+    line = script[start : script.index('>"$unit_dir/container-id"')]
+    line = line.replace("docker run", "printf '%s\\0'", 1)
+    name = shlex.split(next(x for x in script.splitlines() if x.startswith("container=")))[0]
+    env = {"HOME": home, "unit_dir": unit_dir, "PATH": "/bin:/usr/bin", **secrets}
+    env["container"] = name.split("=", 1)[1]
+    out = subprocess.run(["bash", "-c", line], capture_output=True, env=env, check=True)
+    words = out.stdout.decode().split("\0")[:-1]
+    pairs = options(words)
+    image, *args = words[2 * len(pairs) - sum(1 for _, v in pairs if v == "") :]
+    got: dict = {"image": image, "args": args, "labels": {}, "env": {}, "volumes": {}}
+    for flag, value in pairs:
+        if flag == "--label":
+            got["labels"].update([value.split("=", 1)])
+        elif flag == "--env":
+            key, _, val = value.partition("=")
+            got["env"][key] = val if "=" in value else secrets[key]
+        elif flag == "-v":
+            source, target, *mode = value.split(":")
+            got["volumes"][source] = (target, mode[0] if mode else "rw")
+        elif flag == "--gpus":
+            got["gpus"] = value.removeprefix('"device=').removesuffix('"').split(",")
+        elif flag == "--log-opt":
+            got.setdefault("log", {}).update([value.split("=", 1)])
+        elif flag == "-p":
+            got.setdefault("ports", {})[value.split(":")[1] + "/tcp"] = int(value.split(":")[0])
+        elif flag in ("--device", "--cap-add", "--ulimit"):
+            got.setdefault(flag, []).append(value)
+        else:
+            got[flag] = value
+    return got
+
+
+def described_by_sdk(kwargs: dict) -> dict:
+    """The same description of the docker SDK's `containers.create` keyword arguments."""
+    restart = kwargs["restart_policy"]
+    got: dict = {
+        "image": kwargs["image"],
+        "args": kwargs["command"],
+        "labels": kwargs["labels"],
+        "env": kwargs["environment"],
+        "volumes": {s: (v["bind"], v["mode"]) for s, v in kwargs["volumes"].items()},
+        "--name": kwargs["name"],
+        "-d": "",
+        "--ipc=host": "" if kwargs["ipc_mode"] == "host" else kwargs["ipc_mode"],
+        "--restart": restart["Name"]
+        + (f":{restart['MaximumRetryCount']}" if restart["MaximumRetryCount"] else ""),
+        "--log-driver": kwargs["log_config"]["Type"],
+        "log": kwargs["log_config"]["Config"],
+    }
+    if "network_mode" in kwargs:
+        got["--network"] = kwargs["network_mode"]
+    if "ports" in kwargs:
+        got["ports"] = kwargs["ports"]
+    for request in kwargs.get("device_requests", []):
+        assert request["Capabilities"] == [["gpu"]]
+        got["gpus"] = request["DeviceIDs"]
+    for device in kwargs.get("devices", []):
+        source, target, _perm = device.split(":")
+        assert source == target
+        got.setdefault("--device", []).append(source)
+    if "cap_add" in kwargs:
+        got["--cap-add"] = kwargs["cap_add"]
+    for limit in kwargs.get("ulimits", []):
+        assert limit["Soft"] == limit["Hard"]
+        got.setdefault("--ulimit", []).append(f"{limit['Name']}={limit['Soft']}")
+    return got
+
+
+@pytest.mark.parametrize("case", SAME_CONTAINER, ids=str)
+def test_the_script_and_the_sdk_start_the_same_container(case: str) -> None:
+    """For each container unit of each docker spec: the words start.sh gives `docker run` and
+    the keyword arguments the docker SDK target gives `containers.create` (both from the
+    bundle's one definition, render/container.py) describe the same container: name, image,
+    args, labels and hash, environment with secrets, mounts, GPUs, devices, capabilities,
+    ulimits, network, ports, IPC, restart policy and log options."""
+    from pdctl.targets.docker.engine import create_kwargs, host_path
+
+    path, change = SAME_CONTAINER[case]
+    plan = plan_of(path, change)
+    bundle = render(plan)
+    secrets = {s.name: f"secret-{s.name}" for s in plan.secrets}
+    home = "/home/u"
+    containers = [u for u in bundle.units if u.container is not None]
+    assert containers, case
+    for rendered in containers:
+        c = rendered.container
+        assert c is not None and c.hash == rendered.hash
+        unit_dir = host_path(c.unit_dir, home, "unit folder")
+        by_script = described_by_script(rendered.start.text, secrets, home, unit_dir)
+        by_sdk = described_by_sdk(create_kwargs(c, secrets, home))
+        assert by_script == by_sdk, rendered.unit.name
+        assert by_sdk["labels"]["pdctl.io/hash"] == rendered.hash
