@@ -269,37 +269,6 @@ def test_gpu_request_without_gpus_fails_cleanly(target):
     assert target.containers() == []  # the Created container was removed
 
 
-def test_hf_cache_and_model_path_are_mounted_as_the_script_does(docker_client, tmp_path):
-    """Like docker-start.sh.j2: the host's HF cache (default `~/.cache/huggingface`, `~` the
-    Docker host's home) at /root/.cache/huggingface, and a model path read-only at its path."""
-    home, model = tmp_path / "home", tmp_path / "model"
-    model.mkdir()
-    tgt = Engine(docker_client, "t-mounts", stop_seconds=1, home=str(home))
-    # the default hfCache
-    host = Host(name="local", address="127.0.0.1", runtime="docker", dataDir=DATA)
-    port = free_port()
-    u = Unit(
-        name="t-mounts-serve-0",
-        role="serve",
-        host=host,
-        port=port,
-        command=(str(model), "--port", str(port), "--served-model-name", "tiny"),
-        env=(),
-        setup="",
-        image=IMAGE,
-    )
-    c = boxed(u, "t-mounts", model=str(model))
-    try:
-        tgt.apply([c], tgt.changes([c]), {})
-        (c,) = tgt.containers()
-        mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
-        cache = mounts["/root/.cache/huggingface"]
-        assert (cache["Source"], cache["RW"]) == (str(home / ".cache/huggingface"), True)
-        assert (mounts[str(model)]["Source"], mounts[str(model)]["RW"]) == (str(model), False)
-    finally:
-        tgt.down()
-
-
 def test_docker_home_is_known_for_a_local_socket_and_asked_for_otherwise(docker_client):
     url = os.environ["PDCTL_TEST_DOCKER_HOST"]
     assert docker_home(docker_client, url) == os.path.expanduser("~")
