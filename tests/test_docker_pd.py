@@ -37,17 +37,13 @@ def start_script(plan, unit: str) -> str:
     return next(a.text for a in bundle.artifacts if a.path.endswith(f"/{unit}/start.sh"))
 
 
-def docker_words(script: str) -> list[str]:
+def docker_words(script: str, env: dict[str, str] | None = None) -> list[str]:
     """The words bash would pass to `docker run` (the rendered line, parsed by bash itself)."""
     start = script.index("docker run -d")
     end = script.index('>"$unit_dir/container-id"')
     line = script[start:end].replace("docker run", "printf '%s\\0'", 1)
-    env = {
-        "HOME": "/home/u",
-        "unit_dir": "/home/u/.pdctl/x/unit",
-        "container": "c",
-        "PATH": "/bin:/usr/bin",
-    }
+    env = env or {"HOME": "/home/u", "unit_dir": "/home/u/.pdctl/x/unit", "container": "c"}
+    env = {**env, "PATH": "/bin:/usr/bin"}
     out = subprocess.run(["bash", "-c", line], capture_output=True, env=env, check=True)
     return out.stdout.decode().split("\0")[:-1]
 
@@ -256,75 +252,38 @@ SAME_CONTAINER = {
 }
 
 
-def described_by_script(script: str, secrets: dict[str, str], home: str, unit_dir: str) -> dict:
-    """The container start.sh's `docker run` line makes, as bash passes it to docker."""
-    start = script.index("docker run -d")
-    line = script[start : script.index('>"$unit_dir/container-id"')]
-    line = line.replace("docker run", "printf '%s\\0'", 1)
-    name = shlex.split(next(x for x in script.splitlines() if x.startswith("container=")))[0]
-    env = {"HOME": home, "unit_dir": unit_dir, "PATH": "/bin:/usr/bin", **secrets}
-    env["container"] = name.split("=", 1)[1]
-    out = subprocess.run(["bash", "-c", line], capture_output=True, env=env, check=True)
-    words = out.stdout.decode().split("\0")[:-1]
-    pairs = options(words)
-    image, *args = words[2 * len(pairs) - sum(1 for _, v in pairs if v == "") :]
-    got: dict = {"image": image, "args": args, "labels": {}, "env": {}, "volumes": {}}
-    for flag, value in pairs:
-        if flag == "--label":
-            got["labels"].update([value.split("=", 1)])
-        elif flag == "--env":
-            key, _, val = value.partition("=")
-            got["env"][key] = val if "=" in value else secrets[key]
-        elif flag == "-v":
-            source, target, *mode = value.split(":")
-            got["volumes"][source] = (target, mode[0] if mode else "rw")
-        elif flag == "--gpus":
-            got["gpus"] = value.removeprefix('"device=').removesuffix('"').split(",")
-        elif flag == "--log-opt":
-            got.setdefault("log", {}).update([value.split("=", 1)])
-        elif flag == "-p":
-            got.setdefault("ports", {})[value.split(":")[1] + "/tcp"] = int(value.split(":")[0])
-        elif flag in ("--device", "--cap-add", "--ulimit"):
-            got.setdefault(flag, []).append(value)
-        else:
-            got[flag] = value
-    return got
+SDK_KEYS = {
+    *("image", "command", "name", "labels", "environment", "ipc_mode", "restart_policy"),
+    *("log_config", "volumes", "network_mode", "ports", "device_requests", "devices"),
+    *("cap_add", "ulimits"),
+}
 
 
-def described_by_sdk(kwargs: dict) -> dict:
-    """The same description of the docker SDK's `containers.create` keyword arguments."""
-    restart = kwargs["restart_policy"]
-    got: dict = {
-        "image": kwargs["image"],
-        "args": kwargs["command"],
-        "labels": kwargs["labels"],
-        "env": kwargs["environment"],
-        "volumes": {s: (v["bind"], v["mode"]) for s, v in kwargs["volumes"].items()},
-        "--name": kwargs["name"],
-        "-d": "",
-        "--ipc=host": "" if kwargs["ipc_mode"] == "host" else kwargs["ipc_mode"],
-        "--restart": restart["Name"]
-        + (f":{restart['MaximumRetryCount']}" if restart["MaximumRetryCount"] else ""),
-        "--log-driver": kwargs["log_config"]["Type"],
-        "log": kwargs["log_config"]["Config"],
-    }
-    if "network_mode" in kwargs:
-        got["--network"] = kwargs["network_mode"]
-    if "ports" in kwargs:
-        got["ports"] = kwargs["ports"]
-    for request in kwargs.get("device_requests", []):
-        assert request["Capabilities"] == [["gpu"]]
-        got["gpus"] = request["DeviceIDs"]
-    for device in kwargs.get("devices", []):
-        source, target, _perm = device.split(":")
-        assert source == target
-        got.setdefault("--device", []).append(source)
-    if "cap_add" in kwargs:
-        got["--cap-add"] = kwargs["cap_add"]
-    for limit in kwargs.get("ulimits", []):
-        assert limit["Soft"] == limit["Hard"]
-        got.setdefault("--ulimit", []).append(f"{limit['Name']}={limit['Soft']}")
-    return got
+def sdk_options(kw: dict, secrets: dict[str, str]) -> list[tuple[str, str]]:
+    """The docker SDK's `containers.create` arguments as the `docker run` options that ask
+    for the same (the docker CLI's own spelling), for comparing with start.sh's."""
+    restart, log = kw["restart_policy"], kw["log_config"]
+    retries = restart["MaximumRetryCount"]
+    out = [("-d", ""), ("--name", kw["name"]), ("--log-driver", log["Type"])]
+    assert set(kw) <= SDK_KEYS, set(kw) - SDK_KEYS  # a new argument must be compared here
+    out += [("--ipc=host", "")] if kw["ipc_mode"] == "host" else []
+    out += [("--restart", restart["Name"] + (f":{retries}" if retries else ""))]
+    out += [("--log-opt", f"{k}={v}") for k, v in log["Config"].items()]
+    out += [("--label", f"{k}={v}") for k, v in kw["labels"].items()]
+    out += [("--network", kw["network_mode"])] if "network_mode" in kw else []
+    out += [("-p", f"{h}:{c.removesuffix('/tcp')}") for c, h in kw.get("ports", {}).items()]
+    for source, v in kw["volumes"].items():
+        out += [("-v", f"{source}:{v['bind']}" + (":ro" if v["mode"] == "ro" else ""))]
+    for k, v in kw["environment"].items():
+        out += [("--env", k if secrets.get(k) == v else f"{k}={v}")]
+    for r in kw.get("device_requests", []):
+        assert r["Capabilities"] == [["gpu"]] and not r["Count"] and not r["Driver"]
+        out += [("--gpus", f'"device={",".join(r["DeviceIDs"])}"')]
+    out += [("--device", d.removesuffix(":rwm").split(":")[0]) for d in kw.get("devices", [])]
+    out += [("--cap-add", c) for c in kw.get("cap_add", [])]
+    out += [("--ulimit", f"{u['Name']}={u['Soft']}") for u in kw.get("ulimits", [])]
+    assert all(u["Soft"] == u["Hard"] for u in kw.get("ulimits", []))
+    return sorted(out)
 
 
 @pytest.mark.parametrize("case", SAME_CONTAINER, ids=str)
@@ -347,7 +306,13 @@ def test_the_script_and_the_sdk_start_the_same_container(case: str) -> None:
         c = rendered.container
         assert c is not None and c.hash == rendered.hash
         unit_dir = host_path(c.unit_dir, home, "unit folder")
-        by_script = described_by_script(rendered.start.text, secrets, home, unit_dir)
-        by_sdk = described_by_sdk(create_kwargs(c, secrets, home))
-        assert by_script == by_sdk, rendered.unit.name
-        assert by_sdk["labels"]["pdctl.io/hash"] == rendered.hash
+        script = rendered.start.text
+        container = shlex.split(next(x for x in script.splitlines() if x[:10] == "container="))
+        env = {**secrets, "HOME": home, "unit_dir": unit_dir, "container": container[0][10:]}
+        words = docker_words(script, env)
+        pairs = options(words)
+        kw = create_kwargs(c, secrets, home)
+        assert sorted(pairs) == sdk_options(kw, secrets), rendered.unit.name
+        assert words[2 * len(pairs) - sum(v == "" for _, v in pairs) :] == [c.image, *c.args]
+        assert (kw["image"], kw["command"]) == (c.image, list(c.args))
+        assert kw["labels"]["pdctl.io/hash"] == rendered.hash
