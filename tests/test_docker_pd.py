@@ -156,6 +156,18 @@ def test_mooncake_rdma_in_a_container_needs_the_hosts_rdma_devices() -> None:
     assert "/dev/infiniband" in (err.value.fix or "")
 
 
+def on_docker(**host):  # type: ignore[no-untyped-def]
+    """A change putting every host of a spec on runtime docker (with `host`'s fields)."""
+
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h.update(runtime="docker", **host)
+            for key in ("venv", "condaEnv"):
+                h.pop(key, None)
+
+    return change
+
+
 def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
     def change(doc: dict) -> None:
         for h in doc["hosts"]:
@@ -172,13 +184,7 @@ def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
 
 
 def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
-    def change(doc: dict) -> None:
-        for h in doc["hosts"]:
-            h["runtime"] = "docker"
-            h.pop("condaEnv", None)
-            h.pop("venv", None)
-
-    plan = plan_of(MULTINODE, change)
+    plan = plan_of(MULTINODE, on_docker())
     leader, *workers = [u for u in plan.units if u.role == "serve"]
     assert workers and all(u.publish == () for u in (leader, *workers))
     assert workers[0].leader == leader.name  # health is the leader's
@@ -190,53 +196,33 @@ def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
     assert rendezvous
 
 
-def test_the_sdk_path_refuses_a_multinode_group_before_connecting(tmp_path: Path, capsys) -> None:
-    """--docker-url would wait for /health on a headless node's port (it has none): refused
-    with one line, before any Docker host is contacted (the URLs point at nothing)."""
+@pytest.mark.parametrize(
+    ("path", "phrases"),
+    [
+        # --docker-url would wait for /health on a headless node's port (it has none)
+        (MULTINODE, ("llama405b-serve-0 spans 2 hosts", "over SSH")),
+        # the docker SDK starts containers only; the router of phase 2 is a process
+        (NIXL, ("qwen-nixl-router (router) on host", "is a process, not a container")),
+    ],
+    ids=["multinode", "process"],
+)
+def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
+    path: Path, phrases: tuple[str, ...], tmp_path: Path, capsys
+) -> None:
+    """Refused with one line naming the unit, before any Docker host is contacted (the URLs
+    point at nothing)."""
     from tests.conftest import run_cli
 
-    doc = yaml.safe_load(MULTINODE.read_text())
-    for h in doc["hosts"]:
-        h["runtime"] = "docker"
-        h.pop("venv", None)
-    doc.pop("secrets")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
-    code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
-    assert code == 2, err
-    assert err.strip().count("\n") == 0
-    assert "llama405b-serve-0 spans 2 hosts" in err and "over SSH" in err
-
-
-def test_the_sdk_path_refuses_a_process_unit_naming_it(tmp_path: Path, capsys) -> None:
-    """The docker SDK starts containers only: a phase 2 spec on docker hosts (its engines
-    containers, its router a process) is refused with one line naming the router, before any
-    Docker host is contacted."""
-    from tests.conftest import run_cli
-
-    doc = yaml.safe_load(NIXL.read_text())
+    doc = yaml.safe_load(path.read_text())
     on_docker()(doc)
+    doc.pop("secrets", None)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
     urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
     code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
     assert code == 2, err
     assert err.strip().count("\n") == 0
-    router = f"{doc['name']}-router (router) on host"
-    assert router in err and "is a process, not a container" in err, err
-
-
-def on_docker(**host):  # type: ignore[no-untyped-def]
-    """A change putting every host of a spec on runtime docker (with `host`'s fields)."""
-
-    def change(doc: dict) -> None:
-        for h in doc["hosts"]:
-            h.update(runtime="docker", **host)
-            for key in ("venv", "condaEnv"):
-                h.pop(key, None)
-
-    return change
+    assert all(phrase in err for phrase in phrases), err
 
 
 SAME_CONTAINER = {
