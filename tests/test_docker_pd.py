@@ -37,17 +37,13 @@ def start_script(plan, unit: str) -> str:
     return next(a.text for a in bundle.artifacts if a.path.endswith(f"/{unit}/start.sh"))
 
 
-def docker_words(script: str) -> list[str]:
+def docker_words(script: str, env: dict[str, str] | None = None) -> list[str]:
     """The words bash would pass to `docker run` (the rendered line, parsed by bash itself)."""
     start = script.index("docker run -d")
     end = script.index('>"$unit_dir/container-id"')
     line = script[start:end].replace("docker run", "printf '%s\\0'", 1)
-    env = {
-        "HOME": "/home/u",
-        "unit_dir": "/home/u/.pdctl/x/unit",
-        "container": "c",
-        "PATH": "/bin:/usr/bin",
-    }
+    env = env or {"HOME": "/home/u", "unit_dir": "/home/u/.pdctl/x/unit", "container": "c"}
+    env = {**env, "PATH": "/bin:/usr/bin"}
     out = subprocess.run(["bash", "-c", line], capture_output=True, env=env, check=True)
     return out.stdout.decode().split("\0")[:-1]
 
@@ -81,10 +77,10 @@ def test_a_decode_slice_in_a_container_gets_exactly_the_host_network_flags() -> 
         ("-v", "/home/u/.pdctl/x/unit:/pdctl/unit"),
         ("-v", "/usr/local/vgpu/libvgpu.so:/usr/local/vgpu/libvgpu.so:ro"),
         ("-v", "/tmp/vgpulock:/tmp/vgpulock"),
+        ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
         ("--device", "/dev/infiniband"),
         ("--cap-add", "IPC_LOCK"),
         ("--ulimit", "memlock=-1"),
-        ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
         ("--env", "CUDA_DEVICE_MEMORY_LIMIT=71885m"),
         ("--env", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/pdctl/unit/vgpu.cache"),
         ("--env", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so"),
@@ -160,6 +156,18 @@ def test_mooncake_rdma_in_a_container_needs_the_hosts_rdma_devices() -> None:
     assert "/dev/infiniband" in (err.value.fix or "")
 
 
+def on_docker(**host):  # type: ignore[no-untyped-def]
+    """A change putting every host of a spec on runtime docker (with `host`'s fields)."""
+
+    def change(doc: dict) -> None:
+        for h in doc["hosts"]:
+            h.update(runtime="docker", **host)
+            for key in ("venv", "condaEnv"):
+                h.pop(key, None)
+
+    return change
+
+
 def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
     def change(doc: dict) -> None:
         for h in doc["hosts"]:
@@ -176,13 +184,7 @@ def test_tcp_nixl_on_docker_hosts_renders_without_rdma_flags() -> None:
 
 
 def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
-    def change(doc: dict) -> None:
-        for h in doc["hosts"]:
-            h["runtime"] = "docker"
-            h.pop("condaEnv", None)
-            h.pop("venv", None)
-
-    plan = plan_of(MULTINODE, change)
+    plan = plan_of(MULTINODE, on_docker())
     leader, *workers = [u for u in plan.units if u.role == "serve"]
     assert workers and all(u.publish == () for u in (leader, *workers))
     assert workers[0].leader == leader.name  # health is the leader's
@@ -194,20 +196,109 @@ def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
     assert rendezvous
 
 
-def test_the_sdk_path_refuses_a_multinode_group_before_connecting(tmp_path: Path, capsys) -> None:
-    """--docker-url would wait for /health on a headless node's port (it has none): refused
-    with one line, before any Docker host is contacted (the URLs point at nothing)."""
+@pytest.mark.parametrize(
+    ("path", "phrases"),
+    [
+        # --docker-url would wait for /health on a headless node's port (it has none)
+        (MULTINODE, ("llama405b-serve-0 spans 2 hosts", "over SSH")),
+        # the docker SDK starts containers only; the router of phase 2 is a process
+        (NIXL, ("qwen-nixl-router (router) on host", "is a process, not a container")),
+    ],
+    ids=["multinode", "process"],
+)
+def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
+    path: Path, phrases: tuple[str, ...], tmp_path: Path, capsys
+) -> None:
+    """Refused with one line naming the unit, before any Docker host is contacted (the URLs
+    point at nothing)."""
     from tests.conftest import run_cli
 
-    doc = yaml.safe_load(MULTINODE.read_text())
-    for h in doc["hosts"]:
-        h["runtime"] = "docker"
-        h.pop("venv", None)
-    doc.pop("secrets")
+    doc = yaml.safe_load(path.read_text())
+    on_docker()(doc)
+    doc.pop("secrets", None)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(doc))
     urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
     code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
     assert code == 2, err
     assert err.strip().count("\n") == 0
-    assert "llama405b-serve-0 spans 2 hosts" in err and "over SSH" in err
+    assert all(phrase in err for phrase in phrases), err
+
+
+SAME_CONTAINER = {
+    "phase0-docker": (ROOT / "examples/phase0-docker.yaml", None),
+    "phase0-docker-host-network": (
+        ROOT / "examples/phase0-docker.yaml",
+        on_docker(network="host", restart="on-failure:3", logMaxSize="1g", logMaxFiles=9),
+    ),
+    "phase3-hami-docker": (HAMI_DOCKER, None),
+    "phase2-nixl-docker": (NIXL, on_docker()),
+    "phase2-mooncake-rdma-docker": (RDMA, on_docker(rdmaDevices=["mlx5_0"])),
+    "phase0-multinode-docker": (MULTINODE, on_docker()),
+}
+
+
+SDK_KEYS = {
+    *("image", "command", "name", "labels", "environment", "ipc_mode", "restart_policy"),
+    *("log_config", "volumes", "network_mode", "ports", "device_requests", "devices"),
+    *("cap_add", "ulimits"),
+}
+
+
+def sdk_options(kw: dict, secrets: dict[str, str]) -> list[tuple[str, str]]:
+    """The docker SDK's `containers.create` arguments as the `docker run` options that ask
+    for the same (the docker CLI's own spelling), for comparing with start.sh's."""
+    restart, log = kw["restart_policy"], kw["log_config"]
+    retries = restart["MaximumRetryCount"]
+    out = [("-d", ""), ("--name", kw["name"]), ("--log-driver", log["Type"])]
+    assert set(kw) <= SDK_KEYS, set(kw) - SDK_KEYS  # a new argument must be compared here
+    out += [("--ipc=host", "")] if kw["ipc_mode"] == "host" else []
+    out += [("--restart", restart["Name"] + (f":{retries}" if retries else ""))]
+    out += [("--log-opt", f"{k}={v}") for k, v in log["Config"].items()]
+    out += [("--label", f"{k}={v}") for k, v in kw["labels"].items()]
+    out += [("--network", kw["network_mode"])] if "network_mode" in kw else []
+    out += [("-p", f"{h}:{c.removesuffix('/tcp')}") for c, h in kw.get("ports", {}).items()]
+    for source, v in kw["volumes"].items():
+        out += [("-v", f"{source}:{v['bind']}" + (":ro" if v["mode"] == "ro" else ""))]
+    for k, v in kw["environment"].items():
+        out += [("--env", k if secrets.get(k) == v else f"{k}={v}")]
+    for r in kw.get("device_requests", []):
+        assert r["Capabilities"] == [["gpu"]] and not r["Count"] and not r["Driver"]
+        out += [("--gpus", f'"device={",".join(r["DeviceIDs"])}"')]
+    out += [("--device", d.removesuffix(":rwm").split(":")[0]) for d in kw.get("devices", [])]
+    out += [("--cap-add", c) for c in kw.get("cap_add", [])]
+    out += [("--ulimit", f"{u['Name']}={u['Soft']}") for u in kw.get("ulimits", [])]
+    assert all(u["Soft"] == u["Hard"] for u in kw.get("ulimits", []))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("case", SAME_CONTAINER, ids=str)
+def test_the_script_and_the_sdk_start_the_same_container(case: str) -> None:
+    """For each container unit of each docker spec: the words start.sh gives `docker run` and
+    the keyword arguments the docker SDK target gives `containers.create` (both from the
+    bundle's one definition, render/container.py) describe the same container: name, image,
+    args, labels and hash, environment with secrets, mounts, GPUs, devices, capabilities,
+    ulimits, network, ports, IPC, restart policy and log options."""
+    from pdctl.targets.docker.engine import create_kwargs, host_path
+
+    path, change = SAME_CONTAINER[case]
+    plan = plan_of(path, change)
+    bundle = render(plan)
+    secrets = {s.name: f"secret-{s.name}" for s in plan.secrets}
+    home = "/home/u"
+    containers = [u for u in bundle.units if u.container is not None]
+    assert containers, case
+    for rendered in containers:
+        c = rendered.container
+        assert c is not None and c.hash == rendered.hash
+        unit_dir = host_path(c.unit_dir, home, "unit folder")
+        script = rendered.start.text
+        container = shlex.split(next(x for x in script.splitlines() if x[:10] == "container="))
+        env = {**secrets, "HOME": home, "unit_dir": unit_dir, "container": container[0][10:]}
+        words = docker_words(script, env)
+        pairs = options(words)
+        kw = create_kwargs(c, secrets, home)
+        assert sorted(pairs) == sdk_options(kw, secrets), rendered.unit.name
+        assert words[2 * len(pairs) - sum(v == "" for _, v in pairs) :] == [c.image, *c.args]
+        assert (kw["image"], kw["command"]) == (c.image, list(c.args))
+        assert kw["labels"]["pdctl.io/hash"] == rendered.hash

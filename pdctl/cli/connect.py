@@ -36,7 +36,6 @@ class ConnectFlags:
     connect_timeout: float = 10.0
     parallel: int = 8
     docker_url: list[str] = field(default_factory=list)
-    docker_network: str = "bridge"
     docker_tls: bool = False
     docker_cert_path: str | None = None
     insecure_docker: bool = False
@@ -67,15 +66,10 @@ class ConnectFlags:
         """How to reach the plan's target (pdctl.targets.open_target)."""
         from pdctl.targets.base import Connect
 
-        if self.docker_network not in ("bridge", "host"):
-            raise UsageError(
-                f"--docker-network must be bridge or host (got {self.docker_network!r})"
-            )
         return Connect(
             ssh=self.ssh(dry_run),
             parallel=self.parallel,
             docker_urls=docker_urls(self.docker_url),
-            docker_network=self.docker_network,
             docker_tls=self.docker_tls,
             docker_cert_path=self.docker_cert_path,
             insecure_docker=self.insecure_docker,
@@ -161,15 +155,6 @@ DOCKER = {
             help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
             "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
             "--docker-tls) instead of scripts over SSH. Repeat per host.",
-        ),
-    ),
-    "docker_network": (
-        str,
-        typer.Option(
-            "bridge",
-            "--docker-network",
-            metavar="MODE",
-            help="With --docker-url: bridge (publish ports) or host.",
         ),
     ),
     "docker_tls": (

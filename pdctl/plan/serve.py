@@ -183,7 +183,9 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
     # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`). A
     # multi-node group's nodes run on the host's network instead (NCCL and the rendezvous need
     # the host's ports and addresses: render.container), on the spec's port.
-    docker = slot.host.runtime == "docker" and not gshape.multinode
+    # `network: host` runs a single-node engine there too.
+    docker = slot.host.runtime == "docker" and slot.host.network == "bridge"
+    docker = docker and not gshape.multinode
     name = f"{spec.name}-serve-{index}"
     return Instance(
         name=name if rank == 0 else worker_name(name, rank),

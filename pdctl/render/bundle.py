@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.plan.model import Unit
 
 if TYPE_CHECKING:
+    from pdctl.render.container import Container
     from pdctl.render.host_scripts import HostScripts
 
 # Apply order by kind (after Helm's install order): the namespace, policies, accounts,
@@ -81,12 +82,14 @@ class Artifact:
 class UnitFiles:
     """One unit of a hosts bundle: the plan's unit, its rendered files (start.sh first), the
     unit hash written in its scripts (`pdctl-hash`) and the digest of its start script (what
-    change detection compares with the host's copy)."""
+    change detection compares with the host's copy). `container`: a container unit's
+    definition (render/container.py), what start.sh and the docker SDK target both start."""
 
     unit: Unit
     files: tuple[Artifact, ...] = field(repr=False)
     hash: str
     digest: str
+    container: Container | None = None
 
     @property
     def start(self) -> Artifact:

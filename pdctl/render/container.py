@@ -18,9 +18,10 @@ A container unit without published ports (plan.units: `publish` empty) gets:
 Every container pdctl starts also gets its host's restart policy and json-file log rotation
 (`Kept`: hosts[].restart, logMaxSize, logMaxFiles).
 The plan decides which units these are (no `publish`), their environment and the host's RDMA
-devices; this module only spells that as `docker run` options and in-container paths, as
-render.host.model_dir does for a model path. Pure: the unit in, the options out; render
-(docker-start.sh) and the Docker target both read it.
+devices; this module spells each container unit once as a `Container`: bundle data that
+docker-start.sh.j2 writes as `docker run` options (over SSH) and the docker SDK target maps
+to `containers.create` keyword arguments (`--docker-url`), so both paths start the same
+container and neither computes options of its own.
 """
 
 from __future__ import annotations
@@ -28,17 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.plan.hami_host import LOCK_DIR
-from pdctl.plan.model import Unit
+from pdctl.plan.model import Plan, Unit
 from pdctl.spec.model import Host
 
 UNIT_MOUNT = "/pdctl/unit"
+HF_MOUNT = "/root/.cache/huggingface"  # the image's Hugging Face cache
 HAMI_LIBRARY = "/usr/local/vgpu/libvgpu.so"
 RDMA_DEVICE = "/dev/infiniband"
 
 
 @dataclass(frozen=True)
 class Mount:
-    """`source` on the host ('' = the unit's own folder, "$unit_dir" in start.sh)."""
+    """`source` on the host ('' = the unit's own folder, "$unit_dir" in start.sh; `~/`: the
+    home folder of the host's user)."""
 
     source: str
     target: str
@@ -120,4 +123,87 @@ def host_run(unit: Unit) -> HostRun | None:
         devices=(RDMA_DEVICE,),
         cap_add=("IPC_LOCK",),
         ulimits=(("memlock", -1),),
+    )
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container unit as both paths start it: `docker run` in start.sh and the docker SDK's
+    `containers.create`. Secrets are named only (`secret_env`): their values come from the
+    deployment's secrets.env over SSH, from the secrets `up` holds through the SDK."""
+
+    name: str
+    image: str
+    args: tuple[str, ...]  # after the image (its entrypoint is `vllm serve`)
+    labels: tuple[tuple[str, str], ...]  # incl. pdctl.io/hash, the unit's hash
+    env: tuple[tuple[str, str], ...]
+    secret_env: tuple[str, ...]
+    unit_dir: str  # the unit's folder on the host (the source of Mount(""))
+    mounts: tuple[Mount, ...]
+    gpus: tuple[int, ...]  # `--gpus device=...`: a device request
+    host_network: bool  # else the default bridge with `ports` published
+    ports: tuple[tuple[int, int], ...]  # (host port, container port)
+    kept: Kept
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def hash(self) -> str:
+        return dict(self.labels)[HASH]
+
+
+HASH = "pdctl.io/hash"
+DEPLOYMENT = "pdctl.io/deployment"
+UNIT = "pdctl.io/unit"
+ROLE = "pdctl.io/role"
+
+
+def model_dir(plan: Plan) -> str | None:
+    """A model given as a host path must be mounted into the container at the same path."""
+    name = plan.spec.model.name
+    return name.rstrip("/") or None if name.startswith("/") else None
+
+
+def container(
+    unit: Unit,
+    digest: str,
+    deployment: str,
+    unit_dir: str,
+    secret_env: tuple[str, ...] = (),
+    model: str | None = None,
+) -> Container:
+    """`unit` (a container unit: `image` set) as a Container: `digest` is its unit hash,
+    `unit_dir` its folder on the host, `secret_env` the deployment's secrets, `model` a model
+    given as a host path (model_dir)."""
+    assert unit.image is not None, f"{unit.name} is not a container unit"
+    run = host_run(unit)
+    mounts = list(run.mounts) if run is not None else []
+    mounts.append(Mount(unit.host.hf_cache, HF_MOUNT))
+    if model is not None:
+        mounts.append(Mount(model, model, read_only=True))
+    labels = (
+        (DEPLOYMENT, deployment),
+        (UNIT, unit.name),
+        (ROLE, unit.role),
+        (HASH, digest),
+        ("app.kubernetes.io/managed-by", "pdctl"),
+    )
+    ports = tuple((int(h), int(c)) for h, c in (m.split(":", 1) for m in unit.publish))
+    return Container(
+        name=unit.name,
+        image=unit.image,
+        args=unit.command,
+        labels=labels,
+        env=run.env if run is not None else unit.env,
+        secret_env=secret_env,
+        unit_dir=unit_dir,
+        mounts=tuple(mounts),
+        gpus=unit.gpus,
+        host_network=run is not None,
+        ports=ports,
+        kept=kept(unit.host),
+        devices=run.devices if run is not None else (),
+        cap_add=run.cap_add if run is not None else (),
+        ulimits=run.ulimits if run is not None else (),
     )

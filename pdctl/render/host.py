@@ -10,7 +10,7 @@ from dataclasses import replace
 from pdctl import __version__
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
-from pdctl.render.container import host_run, kept
+from pdctl.render.container import HF_MOUNT, container, host_run, kept, model_dir
 from pdctl.render.hami_host import slice_setup
 from pdctl.render.template import render_template
 from pdctl.spec.model import Host
@@ -84,12 +84,6 @@ def engine_setup(plan: Plan, host: Host) -> str:
     return ""
 
 
-def model_dir(plan: Plan) -> str | None:
-    """A model given as a host path must be mounted into the container at the same path."""
-    name = plan.spec.model.name
-    return name.rstrip("/") or None if name.startswith("/") else None
-
-
 def engine_unit(plan: Plan, inst: Instance) -> Unit:
     """The plan's unit of an engine, with the shell that prepares its Python environment."""
     unit = next(u for u in plan.units if u.name == inst.name)
@@ -113,31 +107,17 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         deployment=plan.name,
     )
     digest = unit_hash(unit)  # once per unit: it dumps and hashes the whole command
+    box = None
     if unit.image is not None:
-        labels = [
-            f"pdctl.io/deployment={plan.name}",
-            f"pdctl.io/unit={unit.name}",
-            f"pdctl.io/role={unit.role}",
-            f"pdctl.io/hash={digest}",
-            "app.kubernetes.io/managed-by=pdctl",
-        ]
-        run = host_run(unit)
+        folder = f"{deploy_dir(plan, unit.host)}/{unit.name}"
+        secret_env = tuple(s.name for s in plan.secrets)
+        box = container(unit, digest, plan.name, folder, secret_env, model_dir(plan))
         start = render_template(
             "docker-start.sh.j2",
-            run=run,
-            kept=kept(unit.host),
+            c=box,
+            hf_mount=HF_MOUNT,
             setup=slice_setup(unit),  # a HAMi-core slice's host-side checks, else ''
             header=header(plan, unit, "container", digest),
-            hash=digest,
-            labels=labels,
-            gpus=",".join(map(str, unit.gpus)),
-            publish=unit.publish,
-            hf_cache=unit.host.hf_cache,
-            model_dir=model_dir(plan),
-            secret_names=[s.name for s in plan.secrets],
-            env=run.env if run is not None else unit.env,
-            image=unit.image,
-            args=unit.command,
             **common,
         )
         stop = render_template(
@@ -161,7 +141,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         *extra,
         *(Artifact(f"{base}/{name}", text) for name, text in unit.files),
     )
-    return UnitFiles(unit, files, digest, script_digest(start))
+    return UnitFiles(unit, files, digest, script_digest(start), box)
 
 
 def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:

@@ -226,6 +226,13 @@ class Host(Section):
         description="Runtime `docker`: how many rotated json-file logs a container keeps "
         "(`--log-opt max-file`): at most `logMaxSize` x `logMaxFiles` of log per container.",
     )
+    network: Literal["bridge", "host"] = Field(
+        "bridge",
+        description="Runtime `docker`: the network of a phase 0 engine container: `bridge` "
+        "publishes its port (`-p PORT:8000`), `host` runs it on the host's network, listening "
+        "on the spec's port itself. Prefill/decode engines and multi-node group nodes always "
+        "run on the host's network.",
+    )
     data_dir: HostDir = Field(
         "~/.pdctl",
         description="Folder on the host for scripts, pid files, logs and the env file. "

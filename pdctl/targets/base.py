@@ -124,7 +124,6 @@ class Connect:
     ssh: SshOptions = field(default_factory=SshOptions)
     parallel: int = 8
     docker_urls: dict[str, str] = field(default_factory=dict)
-    docker_network: str = "bridge"
     docker_tls: bool = False
     docker_cert_path: str | None = None
     insecure_docker: bool = False

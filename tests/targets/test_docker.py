@@ -15,6 +15,8 @@ import pytest
 
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Unit
+from pdctl.render.container import Container, container
+from pdctl.render.host import unit_hash
 from pdctl.spec.model import Host
 from pdctl.targets.docker.engine import Engine, client_for, docker_home, host_path
 from pdctl.targets.docker.wait import wait_healthy
@@ -149,11 +151,23 @@ def test_engine_image_is_imported_once_per_content(docker_client):
     assert stale == []
 
 
-HOST = Host(name="local", address="127.0.0.1", runtime="docker", hfCache="/tmp/pdctl-test-hf")
+DATA = "/tmp/pdctl-test-data"
+HOST = Host(
+    name="local", address="127.0.0.1", runtime="docker", hfCache="/tmp/pdctl-test-hf", dataDir=DATA
+)
 
 
-def unit(name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()) -> Unit:
-    return Unit(
+def boxed(u: Unit, deployment: str, secret_env: tuple[str, ...] = (), model=None) -> Container:
+    """`u` as render makes its container (render/container.py): on the host's network, the
+    test dockerd having no bridge."""
+    folder = f"{u.host.data_dir}/{deployment}/{u.name}"
+    return container(u, unit_hash(u), deployment, folder, secret_env, model)
+
+
+def unit(
+    deployment: str, name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()
+) -> Container:
+    u = Unit(
         name=name,
         role="serve",
         host=HOST,
@@ -163,8 +177,8 @@ def unit(name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()) 
         setup="",
         image=IMAGE,
         gpus=gpus,
-        publish=(f"{port}:{port}",),
     )
+    return boxed(u, deployment, ("HF_TOKEN",))
 
 
 def healthy(port: int) -> bool:
@@ -174,10 +188,7 @@ def healthy(port: int) -> bool:
 @pytest.fixture
 def target(docker_client, request):
     tgt = Engine(
-        docker_client,
-        f"t-{request.node.name[:40].replace('_', '-')}",
-        network="host",
-        stop_seconds=1,
+        docker_client, f"t-{request.node.name[:40].replace('_', '-')}", stop_seconds=1
     )  # the stand-in ends on TERM; 1 s bounds a stuck one
     yield tgt
     tgt.down()
@@ -185,7 +196,7 @@ def target(docker_client, request):
 
 def test_up_creates_labelled_containers_and_is_idempotent(target):
     port = free_port()
-    units = [unit(f"{target.deployment}-serve-0", port)]
+    units = [unit(target.deployment, f"{target.deployment}-serve-0", port)]
     changes = target.changes(units)
     assert [c.action for c in changes] == ["start"]
     target.apply(units, changes, {"HF_TOKEN": "hf_docker_secret"})
@@ -213,10 +224,13 @@ def test_up_creates_labelled_containers_and_is_idempotent(target):
 
 def test_spec_change_replaces_only_the_changed_container(target):
     p0, p1 = free_port(), free_port()
-    units = [unit(f"{target.deployment}-a", p0), unit(f"{target.deployment}-b", p1)]
+    units = [
+        unit(target.deployment, f"{target.deployment}-a", p0),
+        unit(target.deployment, f"{target.deployment}-b", p1),
+    ]
     target.apply(units, target.changes(units), {})
     ids = {c.name: c.id for c in target.containers()}
-    changed = [units[0], unit(f"{target.deployment}-b", p1, model="tiny2")]
+    changed = [units[0], unit(target.deployment, f"{target.deployment}-b", p1, model="tiny2")]
     changes = target.changes(changed)
     assert [c.action for c in changes] == ["keep", "restart"]
     target.apply(changed, changes, {})
@@ -226,7 +240,7 @@ def test_spec_change_replaces_only_the_changed_container(target):
 
 
 def test_removed_unit_is_stopped_and_down_removes_all(target):
-    units = [unit(f"{target.deployment}-{n}", free_port()) for n in "ab"]
+    units = [unit(target.deployment, f"{target.deployment}-{n}", free_port()) for n in "ab"]
     target.apply(units, target.changes(units), {})
     changes = target.changes(units[:1])
     assert [c.action for c in changes] == ["keep", "stop"]
@@ -239,7 +253,7 @@ def test_removed_unit_is_stopped_and_down_removes_all(target):
 
 def test_engine_that_exits_is_reported_with_its_error(target):
     name = f"{target.deployment}-bad"
-    units = [unit(name, free_port(), model="/missing/model")]
+    units = [unit(target.deployment, name, free_port(), model="/missing/model")]
     target.apply(units, target.changes(units), {})
     with pytest.raises(PdctlError, match="model path /missing/model does not exist"):
         wait_healthy({target.where: target}, [(target.where, name)], 60, lambda _h, _n: False)
@@ -249,47 +263,10 @@ def test_engine_that_exits_is_reported_with_its_error(target):
 
 def test_gpu_request_without_gpus_fails_cleanly(target):
     name = f"{target.deployment}-gpu"
-    units = [unit(name, free_port(), gpus=(0,))]
+    units = [unit(target.deployment, name, free_port(), gpus=(0,))]
     with pytest.raises(PdctlError, match="did not start"):
         target.apply(units, target.changes(units), {})
     assert target.containers() == []  # the Created container was removed
-
-
-def test_hf_cache_and_model_path_are_mounted_as_the_script_does(docker_client, tmp_path):
-    """Like docker-start.sh.j2: the host's HF cache (default `~/.cache/huggingface`, `~` the
-    Docker host's home) at /root/.cache/huggingface, and a model path read-only at its path."""
-    home, model = tmp_path / "home", tmp_path / "model"
-    model.mkdir()
-    tgt = Engine(
-        docker_client,
-        "t-mounts",
-        network="host",
-        stop_seconds=1,
-        home=str(home),
-        model_dir=str(model),
-    )
-    host = Host(name="local", address="127.0.0.1", runtime="docker")  # the default hfCache
-    port = free_port()
-    u = Unit(
-        name="t-mounts-serve-0",
-        role="serve",
-        host=host,
-        port=port,
-        command=(str(model), "--port", str(port), "--served-model-name", "tiny"),
-        env=(),
-        setup="",
-        image=IMAGE,
-        publish=(f"{port}:{port}",),
-    )
-    try:
-        tgt.apply([u], tgt.changes([u]), {})
-        (c,) = tgt.containers()
-        mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
-        cache = mounts["/root/.cache/huggingface"]
-        assert (cache["Source"], cache["RW"]) == (str(home / ".cache/huggingface"), True)
-        assert (mounts[str(model)]["Source"], mounts[str(model)]["RW"]) == (str(model), False)
-    finally:
-        tgt.down()
 
 
 def test_docker_home_is_known_for_a_local_socket_and_asked_for_otherwise(docker_client):
@@ -306,7 +283,11 @@ def test_foreign_container_is_never_touched(target, docker_client):
     other = docker_client.containers.create(IMAGE, ["tiny"], name=name)
     try:
         with pytest.raises(PdctlError, match="did not create"):
-            target.apply([unit(name, free_port())], target.changes([unit(name, 1)]), {})
+            target.apply(
+                [unit(target.deployment, name, free_port())],
+                target.changes([unit(target.deployment, name, 1)]),
+                {},
+            )
         assert target.down() == []
         assert docker_client.containers.get(name).id == other.id
     finally:
@@ -322,6 +303,8 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
     port = free_port()
     model = tmp_path / "model"  # a model given as a host path is mounted read-only
     model.mkdir()
+    host = {"name": "local", "address": "127.0.0.1", "runtime": "docker", "network": "host"}
+    host["dataDir"] = str(tmp_path / "data")  # the test dockerd has no bridge: `network: host`
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -330,17 +313,12 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
                 "phase": 0,
                 "model": {"name": str(model), "servedName": "tiny"},
                 "engine": {"device": "cpu", "image": IMAGE},
-                "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
+                "hosts": [host],
                 "serve": {"port": port},
             }
         )
     )
-    url = [
-        "--docker-url",
-        f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
-        "--docker-network",
-        "host",
-    ]
+    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
     up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -349,16 +327,20 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert "nothing to change" in again.stdout, again.stdout + again.stderr
         # Nothing to change still checks health and says where to send requests.
         assert f"http://127.0.0.1:{port}/v1" in again.stdout, again.stdout
-        # On the host's network nothing is published: the engine itself was told the host
-        # port (the rendered command names the in-container port, 8000).
+        # On the host's network nothing is published: the engine itself listens on the
+        # spec's port (with `network: bridge` it would be told 8000, mapped from the port).
         (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})
         cmd = c.attrs["Config"]["Cmd"]
         assert cmd[cmd.index("--port") + 1] == str(port), cmd
-        assert c.labels["pdctl.io/network"] == "host"
+        assert c.attrs["HostConfig"]["NetworkMode"] == "host"
         # Switching to the bridge network restarts the engine (its ports change).
-        bridge = [*url[:2], "--docker-network", "bridge"]
-        planned = pdctl("up", str(spec), "--dry-run", *bridge)
-        assert "network host -> bridge" in planned.stdout, planned.stdout + planned.stderr
+        host["network"] = "bridge"
+        doc = yaml.safe_load(spec.read_text())
+        spec.write_text(yaml.safe_dump({**doc, "hosts": [host]}))
+        planned = pdctl("up", str(spec), "--dry-run", *url)
+        assert "spec changed" in planned.stdout, planned.stdout + planned.stderr
+        host["network"] = "host"
+        spec.write_text(yaml.safe_dump({**doc, "hosts": [host]}))
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
         # logs reads the container's log through the same target as up and status.
@@ -369,6 +351,7 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})
         mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in c.attrs["Mounts"]}
         assert mounts == {
+            "/pdctl/unit": (str(tmp_path / "data/sdk/sdk-serve-0"), True),
             "/root/.cache/huggingface": (os.path.expanduser("~/.cache/huggingface"), True),
             str(model): (str(model), False),
         }

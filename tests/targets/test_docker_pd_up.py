@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from pdctl.plan import make_plan
+from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.docker.engine import client_for, run_options
+from pdctl.targets.docker.engine import client_for, create_kwargs
 from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.test_hami_hosts_up import ROUTER
@@ -128,8 +129,9 @@ def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
     docker_client,
     tmp_path: Path,
 ) -> None:
-    """The Docker target's options for a phase 3 decode unit (HAMi-core, rdmaDevices), as the
-    daemon records them: created, not started (no GPU, no /dev/infiniband here)."""
+    """The docker SDK's container of a phase 3 decode unit (HAMi-core, rdmaDevices), the
+    bundle's, as the daemon records it: created, not started (no GPU, no /dev/infiniband
+    here: the stand-in image and no GPU request)."""
     doc = yaml.safe_load((ROOT / "examples/phase3-hami-docker.yaml").read_text())
     library = tmp_path / "libvgpu.so"
     library.write_bytes(b"")
@@ -137,10 +139,12 @@ def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
     doc["hosts"][0]["dataDir"] = str(tmp_path / "data")
     doc["hosts"][0]["hfCache"] = str(tmp_path / "hf")
     plan = make_plan(load_text(yaml.safe_dump(doc), "spec.yaml")[0])
-    unit = next(u for u in plan.units if u.name == "qwen-hami-docker-decode-1")
-    unit = replace(unit, image=IMAGE, gpus=())
-    opts = run_options(plan.name, unit, {}, "bridge", home=os.path.expanduser("~"))
-    container = docker_client.containers.create(**{k: v for k, v in opts.items() if k != "detach"})
+    rendered = next(u for u in render(plan).units if u.unit.name == "qwen-hami-docker-decode-1")
+    assert rendered.container is not None
+    unit = rendered.unit
+    box = replace(rendered.container, image=IMAGE, gpus=())
+    opts = create_kwargs(box, {}, home=os.path.expanduser("~"))
+    container = docker_client.containers.create(**opts)
     try:
         c = docker_client.containers.get(container.id)
         host_config = c.attrs["HostConfig"]

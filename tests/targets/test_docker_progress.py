@@ -38,6 +38,8 @@ def docker_spec(tmp: Path, name: str, hosts: dict[str, str], port: int, image: s
                 "address": address,
                 "runtime": "docker",
                 "hfCache": str(tmp / f"hf-{host}"),
+                "dataDir": str(tmp / "data"),
+                "network": "host",  # the test dockerd has no bridge
             }
         )
     spec = tmp / f"{name}.yaml"
@@ -57,7 +59,7 @@ def docker_spec(tmp: Path, name: str, hosts: dict[str, str], port: int, image: s
 
 
 def urls(*hosts: str) -> list[str]:
-    out = ["--docker-network", "host"]
+    out = []
     for host in hosts:
         out += ["--docker-url", f"{host}={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
     return out

@@ -95,6 +95,8 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
         "logMaxSize": "10m",
         "logMaxFiles": 2,
         "hfCache": str(tmp_path / "hf"),
+        "dataDir": str(tmp_path / "data"),
+        "network": "host",  # the test dockerd has no bridge
     }
     spec = write_spec(
         tmp_path / "spec.yaml",
@@ -108,7 +110,6 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
         },
     )
     url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
-    url += ["--docker-network", "host"]
     name = "sdkrestart-serve-0"
     try:
         up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
@@ -143,30 +144,6 @@ def rows_state(spec: Path, url: list[str], name: str) -> str:
     return status_rows(spec, *url)[name]["state"]
 
 
-def test_on_failure_with_a_count_reaches_both_paths() -> None:
-    """`on-failure:N`: `--restart on-failure:N` in docker-start.sh, and the SDK's policy with
-    MaximumRetryCount N (the stand-in ends with status 0, so this one is read, not crashed)."""
-    from pdctl.plan import make_plan
-    from pdctl.render import render
-    from pdctl.spec import load_text
-    from pdctl.targets.docker.engine import run_options
-
-    text = (
-        "name: r\nmodel: {name: /models/m}\nengine: {device: cpu, image: img:1}\n"
-        "hosts: [{name: h, address: 192.0.2.1, runtime: docker, restart: 'on-failure:3', "
-        "logMaxSize: 1g, logMaxFiles: 9}]\nserve: {replicas: 1}\n"
-    )
-    plan = make_plan(load_text(text, "spec.yaml")[0])
-    script = render(plan)["hosts/h/r-serve-0/start.sh"]
-    assert "  --restart on-failure:3 \\\n" in script
-    assert "  --log-opt max-size=1g \\\n  --log-opt max-file=9 \\\n" in script
-    (unit,) = plan.units
-    opts = run_options("r", unit, {}, "bridge", home="/root")
-    assert opts["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
-    assert opts["log_config"]["Type"] == "json-file"
-    assert opts["log_config"]["Config"] == {"max-size": "1g", "max-file": "9"}
-
-
 def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811
     """Under unless-stopped an engine that exits is started again and again: `up` reports the
     first restart with the engine's own error, not a timeout after a crash loop."""
@@ -175,9 +152,9 @@ def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> 
     from pdctl.targets.docker.wait import wait_healthy
     from tests.targets.test_docker import unit
 
-    tgt = Engine(docker_client, "t-restart-dies", network="host", stop_seconds=1)
+    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1)
     name = "t-restart-dies-bad"
-    units = [unit(name, free_port(), model="/missing/model")]
+    units = [unit(tgt.deployment, name, free_port(), model="/missing/model")]
     try:
         tgt.apply(units, tgt.changes(units), {})
         with pytest.raises(PdctlError) as err:

@@ -100,6 +100,7 @@ def spec_file(
     hf = tmp / "hf"
     hf.mkdir(exist_ok=True)
     host = {"name": "local", "address": "127.0.0.1", "runtime": "docker", "hfCache": str(hf)}
+    host.update(network="host", dataDir=str(tmp / "data"))  # the test dockerd has no bridge
     if replicas > 1:
         host["instances"] = replicas
     engine = {"device": "cpu", "image": image}
@@ -110,12 +111,7 @@ def spec_file(
 
 
 def url() -> list[str]:
-    return [
-        "--docker-url",
-        f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
-        "--docker-network",
-        "host",
-    ]
+    return ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
 
 
 def remove_all(client, deployment: str) -> None:

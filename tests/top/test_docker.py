@@ -52,17 +52,20 @@ def deployed(docker_client, tmp_path_factory):  # noqa: F811
                 "phase": 0,
                 "model": {"name": str(model), "servedName": "tiny"},
                 "engine": {"device": "cpu", "image": IMAGE},
-                "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
+                "hosts": [
+                    {
+                        "name": "local",
+                        "address": "127.0.0.1",
+                        "runtime": "docker",
+                        "network": "host",  # the test dockerd has no bridge
+                        "dataDir": str(data / "data"),
+                    }
+                ],
                 "serve": {"port": port, "maxNumSeqs": 64},
             }
         )
     )
-    url = [
-        "--docker-url",
-        f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}",
-        "--docker-network",
-        "host",
-    ]
+    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
     up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
     assert up.returncode == 0, up.stdout + up.stderr
     (container,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=topsdk"})
@@ -97,7 +100,7 @@ def test_a_window_between_two_scrapes_has_the_engines_deltas(deployed):
     spec, url, container = deployed
     plan, bundle = load(str(spec), None, None)
     source = DockerSource(
-        plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]}, docker_network="host")
+        plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]})
     ).open()
     try:
         serve_metrics(container, "phase0-before.prom")

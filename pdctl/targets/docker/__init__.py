@@ -1,5 +1,5 @@
-"""Docker engines through the docker SDK (`--docker-url HOST=URL`, phase 0): one container
-per engine, found again by its pdctl labels.
+"""Docker hosts through the docker SDK (`--docker-url HOST=URL`): the bundle's containers
+(render/container.py, what start.sh runs over SSH), found again by their pdctl labels.
 
 `open_target` opens ContainerHosts (target.py), one Engine (engine.py) per host over the
 transport transport.py checks; CAPABILITIES is what it can do beyond the common verbs."""
@@ -38,7 +38,6 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say, stage: S
         plan,
         bundle,
         options.docker_urls,
-        options.docker_network,
         say=say,
         stage=stage,
         access=options.docker_access(),

@@ -1,9 +1,10 @@
-"""The Docker target (docker SDK): engine containers owned by pdctl, found by labels.
+"""The Docker target (docker SDK): the bundle's containers (render/container.py), found again
+by their labels.
 
 Every container carries `pdctl.io/deployment`, `pdctl.io/unit`, `pdctl.io/role` and
-`pdctl.io/hash` (the unit's spec digest): `up` leaves a running container whose hash matches,
-replaces one whose hash differs, and never touches a container without this deployment's
-label. The client comes from transport.py (the local socket, ssh:// over pdctl's SSH
+`pdctl.io/hash` (the unit's hash, from render): `up` leaves a running container whose hash
+matches, replaces one whose hash differs, and never touches a container without this
+deployment's label. The client comes from transport.py (the local socket, ssh:// over pdctl's SSH
 connection, or tcp:// with TLS). docker is imported lazily.
 """
 
@@ -16,16 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
-from pdctl.plan.model import Unit
-from pdctl.render.container import HostRun, host_run, kept
-from pdctl.render.host import GRACE_SECONDS, unit_hash
+from pdctl.render.container import DEPLOYMENT, ROLE, UNIT, Container
+from pdctl.render.host import GRACE_SECONDS
 from pdctl.targets.base import Stage
 from pdctl.targets.docker.pull import present, pull
 from pdctl.targets.state import Change
 
-DEPLOYMENT = "pdctl.io/deployment"
-NETWORK = "pdctl.io/network"  # the network the container runs on: host or bridge
-HASH = "pdctl.io/hash"  # the unit's spec digest (render.host.unit_hash)
+HASH = "pdctl.io/hash"
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
@@ -76,110 +74,47 @@ def env_value(container: Any, name: str) -> str | None:
     return None
 
 
-def labels(deployment: str, unit: Unit) -> dict[str, str]:
-    return {
-        DEPLOYMENT: deployment,
-        "pdctl.io/unit": unit.name,
-        "pdctl.io/role": unit.role,
-        HASH: unit_hash(unit),
-        "app.kubernetes.io/managed-by": "pdctl",
-    }
+def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None) -> dict:
+    """`containers.create` keyword arguments for the rendered container `c`, option for option
+    what docker-start.sh.j2 writes for `docker run` (tests/test_docker_pd.py holds the
+    two side by side); `secrets`: the values of its `secret_env` names; `home`:
+    the Docker host's home folder for `~/` mount sources."""
+    from docker.types import DeviceRequest, LogConfig, Ulimit
 
-
-def run_options(
-    deployment: str,
-    unit: Unit,
-    secrets: dict[str, str],
-    network: str,
-    home: str | None = None,
-    model_dir: str | None = None,
-) -> dict:
-    """Keyword arguments for `containers.create`: labels, GPUs, shm/ipc, ports, env, the
-    restart policy and log rotation, and the mounts of docker-start.sh.j2: the host's HF cache
-    (read-write) at the image's cache, and a model given as a host path (read-only) at the
-    same path."""
-    from docker.types import DeviceRequest, LogConfig
-
-    assert unit.image is not None, f"{unit.name} is not a container unit"
+    keep = c.kept
+    env = {name: secrets[name] for name in c.secret_env if name in secrets}
+    volumes = {}
+    for m in c.mounts:
+        source = host_path(m.source or c.unit_dir, home, f"{c.name}: mount {m.target}")
+        volumes[source] = {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
     opts: dict[str, Any] = {
-        "image": unit.image,
-        "command": list(unit.command),
-        "name": unit.name,
-        "labels": {**labels(deployment, unit), NETWORK: network_of(unit, network)},
-        "environment": {**dict(unit.env), **secrets},
-        # vLLM's workers share tensors through shared memory: the host's IPC namespace.
-        "ipc_mode": "host",
-        "detach": True,
+        "image": c.image,
+        "command": list(c.args),
+        "name": c.name,
+        "labels": dict(c.labels),
+        "environment": {**env, **dict(c.env)},
+        "ipc_mode": "host",  # --ipc=host
+        "restart_policy": {"Name": keep.restart, "MaximumRetryCount": keep.retries},
+        "log_config": LogConfig(
+            type="json-file",
+            config={"max-size": keep.log_max_size, "max-file": str(keep.log_max_files)},
+        ),
+        "volumes": volumes,
     }
-    keep = kept(unit.host)
-    opts["restart_policy"] = {"Name": keep.restart, "MaximumRetryCount": keep.retries}
-    opts["log_config"] = LogConfig(
-        type="json-file",
-        config={"max-size": keep.log_max_size, "max-file": str(keep.log_max_files)},
-    )
-    cache = host_path(unit.host.hf_cache, home, f"host {unit.host.name}: hfCache")
-    volumes = {cache: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
-    if model_dir:
-        volumes[model_dir] = {"bind": model_dir, "mode": "ro"}
-    opts["volumes"] = volumes
-    if unit.gpus:
-        opts["device_requests"] = [
-            DeviceRequest(device_ids=[str(g) for g in unit.gpus], capabilities=[["gpu"]])
-        ]
-    run = host_run(unit)
-    if run is not None:
-        # Prefill/decode engines and group nodes: the host's network, whatever `network` says
-        # (render.container), with the unit folder, HAMi-core and RDMA devices as start.sh has.
-        add_host_run(opts, run, unit, deployment, home)
-    elif network == "host":
-        # No publishing on the host's network: the engine itself must listen on the host port
-        # pdctl probes and clients use (the command names the in-container port).
+    if c.host_network:
         opts["network_mode"] = "host"
-        opts["command"] = on_host_ports(list(unit.command), unit.publish)
-    else:
-        opts["ports"] = {
-            f"{container}/tcp": int(host)
-            for host, container in (mapping.split(":", 1) for mapping in unit.publish)
-        }
+    if c.ports:
+        opts["ports"] = {f"{inside}/tcp": host for host, inside in c.ports}
+    if c.gpus:  # --gpus "device=0,1"
+        ids = [str(g) for g in c.gpus]
+        opts["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if c.devices:
+        opts["devices"] = [f"{d}:{d}:rwm" for d in c.devices]
+    if c.cap_add:
+        opts["cap_add"] = list(c.cap_add)
+    if c.ulimits:
+        opts["ulimits"] = [Ulimit(name=n, soft=v, hard=v) for n, v in c.ulimits]
     return opts
-
-
-def network_of(unit: Unit, network: str) -> str:
-    """The network `unit`'s container runs on: prefill/decode engines and group nodes always
-    on the host's (render.container), a phase 0 engine on `network` (--docker-network)."""
-    return "host" if host_run(unit) is not None else network
-
-
-def on_host_ports(command: list[str], publish: tuple[str, ...]) -> list[str]:
-    """`command` with each published container port given to `--port` replaced by its host
-    port (`HOST:CONTAINER` mappings), for a container on the host's network."""
-    ports = {container: host for host, container in (m.split(":", 1) for m in publish)}
-    out = list(command)
-    for i, word in enumerate(out):
-        if word == "--port" and i + 1 < len(out) and out[i + 1] in ports:
-            out[i + 1] = ports[out[i + 1]]
-        elif word.startswith("--port=") and word[7:] in ports:
-            out[i] = "--port=" + ports[word[7:]]
-    return out
-
-
-def add_host_run(opts: dict, run: HostRun, unit: Unit, deployment: str, home: str | None) -> None:
-    """docker SDK options for a container on the host's network (render.container.HostRun)."""
-    from docker.types import Ulimit
-
-    opts["network_mode"] = "host"
-    opts["environment"] = {**opts["environment"], **dict(run.env)}
-    folder = f"{unit.host.data_dir.rstrip('/')}/{deployment}/{unit.name}"
-    for mount in run.mounts:
-        source = mount.source or folder
-        where = host_path(source, home, f"{unit.name}: mount")
-        opts["volumes"][where] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
-    if run.devices:
-        opts["devices"] = [f"{d}:{d}:rwm" for d in run.devices]
-    if run.cap_add:
-        opts["cap_add"] = list(run.cap_add)
-    if run.ulimits:
-        opts["ulimits"] = [Ulimit(name=n, soft=v, hard=v) for n, v in run.ulimits]
 
 
 @dataclass
@@ -189,11 +124,9 @@ class Engine:
 
     client: Any
     deployment: str
-    network: str = "bridge"  # "host": no port publishing; the engine's port is the host's
     say: Callable[[str], None] = lambda _m: None
     stop_seconds: int = GRACE_SECONDS  # SIGTERM, then SIGKILL after this long
     home: str | None = None  # the Docker host's home folder (docker_home), for `~/` paths
-    model_dir: str | None = None  # a model given as a host path (render.host.model_dir)
     where: str = "docker"  # the host's name in the spec, for stage reports
     stage: Callable[[Stage], None] = lambda _s: None
     started: list[str] = field(default_factory=list)
@@ -203,45 +136,35 @@ class Engine:
         found = self.client.containers.list(all=True, filters=selector)
         return [c for c in found if c.labels.get(DEPLOYMENT) == self.deployment]
 
-    def changes(self, units: list[Unit]) -> list[Change]:
-        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+    def changes(self, wanted: list[Container]) -> list[Change]:
+        """What `up` does to each rendered container (and to this deployment's others)."""
+        live = {c.labels.get(UNIT): c for c in self.containers()}
         out = []
-        for unit in units:
-            c = live.get(unit.name)
-            host = unit.host.name
+        for want in wanted:
+            c, role = live.get(want.name), dict(want.labels)[ROLE]
             if c is None:
-                out.append(Change(host, unit.name, unit.role, "start", "new"))
-            elif c.labels.get(HASH) != unit_hash(unit):
-                out.append(Change(host, unit.name, unit.role, "restart", "spec changed"))
-            elif c.labels.get(NETWORK, net := network_of(unit, self.network)) != net:
-                why = f"network {c.labels[NETWORK]} -> {net}"
-                out.append(Change(host, unit.name, unit.role, "restart", why))
+                out.append(Change(self.where, want.name, role, "start", "new"))
+            elif c.labels.get(HASH) != want.hash:
+                out.append(Change(self.where, want.name, role, "restart", "spec changed"))
             elif c.status != "running":
-                out.append(Change(host, unit.name, unit.role, "start", f"container {c.status}"))
+                out.append(Change(self.where, want.name, role, "start", f"container {c.status}"))
             else:
-                out.append(Change(host, unit.name, unit.role, "keep", "unchanged, running"))
-        wanted = {u.name for u in units}
+                out.append(Change(self.where, want.name, role, "keep", "unchanged, running"))
+        names = {w.name for w in wanted}
         for name, c in live.items():
-            if name not in wanted:
-                out.append(
-                    Change(
-                        "-",
-                        str(name),
-                        c.labels.get("pdctl.io/role", "-"),
-                        "stop",
-                        "no longer in the spec",
-                    )
-                )
+            if name not in names:
+                role = c.labels.get(ROLE, "-")
+                out.append(Change("-", str(name), role, "stop", "no longer in the spec"))
         return out
 
-    def pull_missing(self, units: list[Unit], changes: list[Change], timeout: float) -> None:
-        """Pull the images of the units `changes` start or replace that the engine lacks,
+    def pull_missing(self, wanted: list[Container], changes: list[Change], timeout: float) -> None:
+        """Pull the images of the containers `changes` start or replace that the engine lacks,
         before anything is removed (a bad image fails while the old containers still run)."""
         todo = {c.unit for c in changes if c.action in ("start", "restart")}
         pulled: set[str] = set()
-        for unit in units:
+        for unit in wanted:
             image = unit.image
-            if unit.name not in todo or image is None or image in pulled:
+            if unit.name not in todo or image in pulled:
                 continue
             pulled.add(image)
             if present(self.client, image):
@@ -256,12 +179,12 @@ class Engine:
             pull(self.client, image, f"{unit.name} on {self.where}", report)
             self.say(f"pulled {image} on {self.where}")
 
-    def apply(self, units: list[Unit], changes: list[Change], secrets: dict[str, str]) -> None:
+    def apply(self, wanted: list[Container], changes: list[Change], secrets: dict) -> None:
         """Remove what is gone or changed, create and start what is new or changed."""
         import docker
 
-        by_name = {u.name: u for u in units}
-        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+        by_name = {u.name: u for u in wanted}
+        live = {c.labels.get(UNIT): c for c in self.containers()}
         for change in changes:
             if change.action in ("stop", "restart") or (
                 change.action == "start" and change.unit in live
@@ -272,11 +195,7 @@ class Engine:
             unit = by_name[change.unit]
             self._refuse_foreign(unit.name)
             try:
-                container = self.client.containers.create(
-                    **run_options(
-                        self.deployment, unit, secrets, self.network, self.home, self.model_dir
-                    )
-                )
+                container = self.client.containers.create(**create_kwargs(unit, secrets, self.home))
             except docker.errors.ImageNotFound:
                 raise PdctlError(
                     f"{unit.name}: image {unit.image} is not on the Docker host "
@@ -309,7 +228,7 @@ class Engine:
         if container.labels.get(DEPLOYMENT) != self.deployment:
             raise PdctlError(f"refusing to remove {container.name}: not this deployment's")
         if container.status == "running":
-            unit = container.labels.get("pdctl.io/unit", container.name)
+            unit = container.labels.get(UNIT, container.name)
             self.stage(Stage(unit, self.where, "stopping", "", 0.0, self.stop_seconds))
             container.stop(timeout=self.stop_seconds)
         container.remove(force=True)
@@ -317,7 +236,7 @@ class Engine:
 
     def rollback(self) -> None:
         """Remove the containers this run created (after a failure or Ctrl-C)."""
-        live = {c.labels.get("pdctl.io/unit"): c for c in self.containers()}
+        live = {c.labels.get(UNIT): c for c in self.containers()}
         for name in reversed(self.started):
             if name in live:
                 self._remove(live[name])

@@ -1,8 +1,10 @@
-"""Phase 0 on Docker hosts through the docker SDK (`pdctl up --docker-url HOST=URL`).
+"""A deployment whose units are all containers on Docker hosts, through the docker SDK
+(`pdctl up --docker-url HOST=URL`): the bundle's containers (render/container.py), the same
+ones start.sh runs over SSH.
 
 One Engine per host (the local socket, ssh://user@host, or tcp:// with TLS: see
 transport.py, which checks every URL before anything connects); health is probed on the
-host's published port from where pdctl runs.
+unit's port on its host from where pdctl runs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
-from pdctl.render.host import model_dir, unit_hash
+from pdctl.render.container import Container
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.docker.engine import HASH, Engine, client_for, docker_home, env_value
 from pdctl.targets.docker.transport import DockerAccess, check
@@ -32,7 +34,6 @@ class ContainerHosts(Closing):
     plan: Plan
     bundle: Bundle
     urls: dict[str, str]
-    network: str = "bridge"
     say: Callable[[str], None] = lambda _m: None
     stage: Callable[[Stage], None] = lambda _s: None  # where each engine is while up waits
     access: DockerAccess = field(default_factory=DockerAccess)
@@ -40,17 +41,21 @@ class ContainerHosts(Closing):
     unreachable: dict[str, str] = field(default_factory=dict)  # an engine that fails raises
 
     def __post_init__(self) -> None:
-        if self.plan.phase != 0:
-            raise UsageError("--docker-url works for phase 0 specs (engines only)")
-        for inst in self.plan.instances:
-            assert inst.host is not None
-            if inst.host.runtime != "docker":
+        for rendered in self.bundle.units:
+            unit, on = rendered.unit, rendered.unit.host
+            if on.runtime != "docker":
                 raise UsageError(
-                    f"--docker-url: host {inst.host.name} has runtime "
-                    f"{inst.host.runtime}, not docker"
+                    f"--docker-url: host {on.name} has runtime {on.runtime}, not docker"
                 )
-            if inst.host.name not in self.urls:
-                raise UsageError(f"--docker-url: no URL for host {inst.host.name}")
+            if on.name not in self.urls:
+                raise UsageError(f"--docker-url: no URL for host {on.name}")
+            if rendered.container is None:
+                raise UsageError(
+                    f"--docker-url: {unit.name} ({unit.role}) on host {on.name} is a "
+                    "process, not a container, and the docker SDK starts containers only "
+                    "(leave out --docker-url: the rendered scripts start every unit over SSH)"
+                )
+        for inst in self.plan.instances:
             if inst.workers:
                 raise UsageError(
                     f"--docker-url: {inst.name} spans {1 + len(inst.workers)} hosts; the SDK "
@@ -64,11 +69,16 @@ class ContainerHosts(Closing):
             check(host, url, self.access)
 
     def units(self) -> dict[str, list[Unit]]:
-        """The bundle's units by host (phase 0: one engine container each)."""
+        """The bundle's units by host (every one a container: __post_init__)."""
         out: dict[str, list[Unit]] = {}
         for rendered in self.bundle.units:
             out.setdefault(rendered.unit.host.name, []).append(rendered.unit)
         return out
+
+    def containers(self, host: str) -> list[Container]:
+        """The rendered containers of `host`."""
+        units = self.bundle.units
+        return [u.container for u in units if u.container and u.unit.host.name == host]
 
     def connect(self) -> None:
         for host, url in self.urls.items():
@@ -78,10 +88,8 @@ class ContainerHosts(Closing):
                 self.targets[host] = Engine(
                     client,
                     self.plan.name,
-                    network=self.network,
                     say=self.say,
                     home=docker_home(client, url),
-                    model_dir=model_dir(self.plan),
                     where=host,
                     stage=self.stage,
                 )
@@ -89,12 +97,11 @@ class ContainerHosts(Closing):
     def changes(self) -> list[Change]:
         self.connect()
         out: list[Change] = []
-        units = self.units()
         # A container seen through two spec hosts sharing one engine is one host's (found):
         # the other host must not plan to stop it as "no longer in the spec".
         mine = self.found()
         for host, tgt in self.targets.items():
-            for change in tgt.changes(units.get(host, [])):
+            for change in tgt.changes(self.containers(host)):
                 if change.action == "stop" and (host, change.unit) not in mine:
                     continue
                 out.append(Change(host, change.unit, change.role, change.action, change.why))
@@ -128,12 +135,11 @@ class ContainerHosts(Closing):
 
         try:
             for host, tgt in self.targets.items():
-                tgt.pull_missing(
-                    units.get(host, []), [c for c in changes if c.host == host], timeout
-                )
+                mine = [c for c in changes if c.host == host]
+                tgt.pull_missing(self.containers(host), mine, timeout)
             for host, tgt in self.targets.items():
                 mine = [c for c in changes if c.host == host]
-                tgt.apply(units.get(host, []), mine, secrets)
+                tgt.apply(self.containers(host), mine, secrets)
             names = [(host, u.name) for host in self.targets for u in units.get(host, [])]
             wait_healthy(self.targets, names, timeout, healthy, self.say, self.stage)
         except (PdctlError, KeyboardInterrupt):
@@ -186,6 +192,7 @@ class ContainerHosts(Closing):
         engine is probed as `up` probes it, with the API key the container runs with."""
         self.connect()
         planned = {(host, u.name): u for host, units in self.units().items() for u in units}
+        hashes = {u.unit.name: u.hash for u in self.bundle.units}
         found = self.found()
         keys = sorted(set(planned) | set(found))
         asks = [k for k in keys if k in planned and k in found and found[k].status == "running"]
@@ -204,7 +211,7 @@ class ContainerHosts(Closing):
             state, pid = ("not started", "-") if c is None else (c.status, c.short_id)
             if c is not None:
                 state += restarted(int(c.attrs.get("RestartCount") or 0))
-            if unit is not None and c is not None and c.labels.get(HASH) != unit_hash(unit):
+            if unit is not None and c is not None and c.labels.get(HASH) != hashes[unit.name]:
                 state += " (outdated)"
             if unit is None:
                 state += " (not in spec)"
