@@ -480,6 +480,12 @@ STARTUPS = {
                                         "--max-model-len", "32768"]),
     "deepseek-v2-lite-u0.7-seqs256": ("deepseek-v2-lite", ["--gpu-memory-utilization", "0.7",
                                                            "--max-num-seqs", "256"]),
+    # LoRA buffers (issue 26): the same engine without and with adapters' GPU slots.
+    "qwen3-8b-u0.9": ("qwen3-8b", ["--gpu-memory-utilization", "0.9"]),
+    "qwen3-8b-u0.9-lora4r16": ("qwen3-8b", ["--gpu-memory-utilization", "0.9", "--enable-lora",
+                                            "--max-loras", "4", "--max-lora-rank", "16"]),
+    "qwen3-8b-u0.9-lora8r64": ("qwen3-8b", ["--gpu-memory-utilization", "0.9", "--enable-lora",
+                                            "--max-loras", "8", "--max-lora-rank", "64"]),
 }
 
 
