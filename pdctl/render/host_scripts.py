@@ -11,9 +11,10 @@ from functools import cache
 
 from pdctl.render.template import render_template
 
-# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` for every unit folder of the
-# deployment
-# folder $d. A recorded pid counts as running only by the rule start.sh and stop.sh use
+# Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts<TAB>supervisor` for every unit folder of
+# the deployment folder $d: state running, stopped, or a systemd unit's `auto-restart` (between
+# restarts) or `failed:<Result>` (e.g. failed:start-limit-hit); supervisor systemd, nohup or
+# docker; restarts a container's RestartCount or a systemd unit's NRestarts. A recorded pid counts as running only by the rule start.sh and stop.sh use
 # (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
 # the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
 # else) reads as stopped.
@@ -23,8 +24,26 @@ for u in "$d"/*/; do
   u=${u%/}; n=${u##*/}
   [ -f "$u/stop.sh" ] || continue
   h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
-  s=stopped; p=-; r=-
-  if [ -s "$u/pid" ]; then
+  s=stopped; p=-; r=-; m=nohup
+  if [ -s "$u/systemd" ] && command -v systemctl >/dev/null; then
+    m=systemd; as=; ss=; rs=; mp=0
+    read -r sc sv <"$u/systemd"
+    if [ "$sc" = user ]; then
+      o=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
+    else
+      o=--system
+    fi
+    while IFS='=' read -r k v; do
+      case $k in ActiveState) as=$v ;; SubState) ss=$v ;; Result) rs=$v ;;
+        NRestarts) r=$v ;; MainPID) mp=$v ;; esac
+    done < <(systemctl "$o" show -p ActiveState -p SubState -p Result -p NRestarts -p MainPID \
+      -- "$sv" 2>/dev/null)
+    case $as in
+      active) if [ "$mp" != 0 ]; then s=running; p=$mp; fi ;;
+      activating) s=$ss ;;
+      failed) s=failed:$rs ;;
+    esac
+  elif [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")
     unit_dir=$u
     if owned "$p"; then s=running; fi
@@ -36,7 +55,8 @@ for u in "$d"/*/; do
       s=running; p=$c
     fi
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}"
+  [ -f "$u/container-id" ] && m=docker
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}" "$m"
 done
 """
 
@@ -46,7 +66,18 @@ TAILS = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
   u=${u%/}
-  [ -f "$u/stop.sh" ] && [ -f "$u/log" ] || continue
+  [ -f "$u/stop.sh" ] || continue
+  if [ -s "$u/systemd" ]; then
+    read -r sc sv <"$u/systemd"
+    printf '\n%s %s\n' "$mark" "${u##*/}"
+    if [ "$sc" = user ]; then
+      journalctl --user-unit "$sv" -n "$lines" -o cat --no-pager 2>/dev/null
+    else
+      journalctl -u "$sv" -n "$lines" -o cat --no-pager 2>/dev/null
+    fi
+    continue
+  fi
+  [ -f "$u/log" ] || continue
   printf '\n%s %s\n' "$mark" "${u##*/}"
   tail -n "$lines" -- "$u/log"
 done
@@ -60,7 +91,7 @@ rm -rf -- "$u/previous"
 mkdir -m 700 -- "$u/previous"
 for f in "$u"/*; do
   [ -f "$f" ] || continue
-  case ${f##*/} in pid|log|container-id|*.pdctl-tmp) continue ;; esac
+  case ${f##*/} in pid|log|log.[0-9]*|container-id|systemd|*.pdctl-tmp) continue ;; esac
   cp -p -- "$f" "$u/previous/"
 done
 """

@@ -47,7 +47,9 @@ class Observed:
     hash: str
     running: bool
     pid: str = "-"
-    restarts: int = 0  # a container's: how often Docker restarted it (its restart policy)
+    restarts: int = 0  # how often Docker (a container's policy) or systemd restarted it
+    state: str = ""  # the observe script's word: running, stopped, auto-restart, failed:<why>
+    supervisor: str = ""  # systemd, nohup or docker ('' from an older observe script)
 
 
 @dataclass(frozen=True)
@@ -106,20 +108,34 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
 
 
 def parse_observed(host: str, text: str) -> list[Observed]:
-    """Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` from the observe script
-    (restarts: a container's restart count, `-` for a process)."""
+    """Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts[<TAB>supervisor]` from the observe
+    script (restarts: Docker's or systemd's restart count, `-` for a nohup'd process)."""
     out = []
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) != 5:
+        if len(parts) not in (5, 6):
             continue
-        name, digest, state, pid, count = parts
+        name, digest, state, pid, count = parts[:5]
         restarts = int(count) if count.isdigit() else 0
+        how = parts[5] if len(parts) == 6 else ""
         running = state == "running"
-        out.append(Observed(host, name, "" if digest == "-" else digest, running, pid, restarts))
+        digest = "" if digest == "-" else digest
+        out.append(Observed(host, name, digest, running, pid, restarts, state, how))
     return out
 
 
+def supervision(o: Observed) -> str:
+    """What `status` adds to a unit's state about who restarts it: a systemd unit between
+    restarts or stopped at its start limit, and a nohup'd process that nothing restarts."""
+    words = {"auto-restart": "restarting", "failed:start-limit-hit": "start limit hit"}
+    said = ""
+    if o.supervisor == "systemd" and not o.running and o.state != "stopped":
+        said = f" ({words.get(o.state, o.state.replace(':', ': '))})"
+    if o.supervisor in ("systemd", "nohup"):
+        said += f" [{o.supervisor}]"
+    return said
+
+
 def restarted(count: int) -> str:
-    """What `status` adds to a container's state after Docker restarted it (its policy)."""
+    """What `status` adds to a unit's state after Docker or systemd restarted it."""
     return f" (restarted {count} time{'' if count == 1 else 's'})" if count else ""

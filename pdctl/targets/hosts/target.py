@@ -23,7 +23,14 @@ from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.rollout import Rollout
 from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
 from pdctl.targets.ssh import HostLost, SshOptions
-from pdctl.targets.state import Change, Desired, desired_units, diff, restarted
+from pdctl.targets.state import (
+    Change,
+    Desired,
+    desired_units,
+    diff,
+    restarted,
+    supervision,
+)
 
 __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
 
@@ -184,7 +191,7 @@ class HostsTarget(Closing):
                     self.unreachable[key[0]] = exc.line()
                     health = "unreachable"
             if o is not None:
-                state += restarted(o.restarts)
+                state += supervision(o) + restarted(o.restarts)
             if d and o and o.hash != d.hash:
                 state += " (outdated)"
             if d is None:
