@@ -26,7 +26,7 @@ for u in "$d"/*/; do
   h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
   s=stopped; p=-; r=-; m=nohup
   if [ -s "$u/systemd" ] && command -v systemctl >/dev/null; then
-    m=systemd; as=; ss=; rs=; mp=0
+    m=systemd; as=; ss=; rs=; mp=0; lb=0
     read -r sc sv <"$u/systemd"
     if [ "$sc" = user ]; then
       o=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
@@ -35,9 +35,14 @@ for u in "$d"/*/; do
     fi
     while IFS='=' read -r k v; do
       case $k in ActiveState) as=$v ;; SubState) ss=$v ;; Result) rs=$v ;;
-        NRestarts) r=$v ;; MainPID) mp=$v ;; esac
+        NRestarts) r=$v ;; MainPID) mp=$v ;; StartLimitBurst) lb=$v ;; esac
     done < <(systemctl "$o" show -p ActiveState -p SubState -p Result -p NRestarts -p MainPID \
-      -- "$sv" 2>/dev/null)
+      -p StartLimitBurst -- "$sv" 2>/dev/null)
+    # systemd 252 keeps the last exit's Result when an automatic restart hits the start limit:
+    # failed after StartLimitBurst starts is the limit.
+    if [ "$as" = failed ] && [ "$((${r:-0} + 1))" -ge "${lb:-0}" ] && [ "${lb:-0}" -gt 0 ]; then
+      rs=start-limit-hit
+    fi
     case $as in
       active) if [ "$mp" != 0 ]; then s=running; p=$mp; fi ;;
       activating) s=$ss ;;
