@@ -13,7 +13,8 @@ from pdctl.render.template import render_template
 
 # Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts<TAB>supervisor` for every unit folder of
 # the deployment folder $d: state running, stopped, or a systemd unit's `auto-restart` (between
-# restarts) or `failed:<Result>` (e.g. failed:start-limit-hit); supervisor systemd, nohup or
+# restarts) or `failed:<Result>` (e.g. failed:start-limit-hit), or `gone` (a process unit whose
+# recorded server process died while others of its group live on); supervisor systemd, nohup or
 # docker; restarts a container's RestartCount or a systemd unit's NRestarts. A recorded pid counts as running only by the rule start.sh and stop.sh use
 # (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
 # the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
@@ -51,7 +52,12 @@ for u in "$d"/*/; do
   elif [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")
     unit_dir=$u
-    if owned "$p"; then s=running; fi
+    if owned "$p"; then
+      s=running
+      # The recorded process (the API server) is gone while others of its group live on: a
+      # unit that can no longer answer, which `up` restarts.
+      kill -0 "$p" 2>/dev/null || s=gone
+    fi
   elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
     c=$(cut -c1-12 "$u/container-id")
     i=$(docker inspect -f '{{.State.Running}} {{.RestartCount}}' "$n" 2>/dev/null)

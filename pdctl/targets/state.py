@@ -92,6 +92,9 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
         o = seen.get((d.host.name, d.name))
         if o is None:
             changes.append(Change(d.host.name, d.name, d.role, "start", "new"))
+        elif o.state == "gone":
+            why = f"restart: not answering, its server process (pid {o.pid}) is gone"
+            changes.append(Change(d.host.name, d.name, d.role, "restart", why))
         elif not o.running:
             # Nothing runs to replace: a start, of the new scripts when they changed (the old
             # ones are kept in `previous/`, and an undo puts them back without starting them).
@@ -125,15 +128,14 @@ def parse_observed(host: str, text: str) -> list[Observed]:
 
 
 def supervision(o: Observed) -> str:
-    """What `status` adds to a unit's state about who restarts it: a systemd unit between
-    restarts or stopped at its start limit, and a nohup'd process that nothing restarts."""
+    """What `status` adds to a systemd unit's state that is not running: between restarts, or
+    stopped at its start limit."""
+    if o.state == "gone":
+        return " (its server process is gone; `pdctl up` restarts it)"
     words = {"auto-restart": "restarting", "failed:start-limit-hit": "start limit hit"}
-    said = ""
-    if o.supervisor == "systemd" and not o.running and o.state != "stopped":
-        said = f" ({words.get(o.state, o.state.replace(':', ': '))})"
-    if o.supervisor in ("systemd", "nohup"):
-        said += f" [{o.supervisor}]"
-    return said
+    if o.supervisor == "systemd" and not o.running and o.state not in ("stopped", ""):
+        return f" ({words.get(o.state, o.state.replace(':', ': '))})"
+    return ""
 
 
 def restarted(count: int) -> str:

@@ -178,6 +178,8 @@ class HostsTarget(Closing):
                 )
                 continue
             state = "running" if o and o.running else ("stopped" if o else "not started")
+            if o and o.state == "gone":
+                state = "not answering"
             health, models = "-", ""
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
@@ -197,7 +199,9 @@ class HostsTarget(Closing):
             if d is None:
                 state += " (not in spec)"
             pid = o.pid if o else "-"
-            rows.append(StatusRow(key[0], key[1], role, pid, state, health, models, endpoint))
+            row = StatusRow(key[0], key[1], role, pid, state, health, models, endpoint)
+            row.supervisor = o.supervisor if o else ""
+            rows.append(row)
         return rows
 
     def units(self) -> list[tuple[str, str]]:
