@@ -86,7 +86,8 @@ def test_nohup_log_rotates_at_the_spec_limits(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     chatty = venv / "bin" / "vllm"
-    chatty.write_text("#!/bin/sh\nfor i in $(seq 1000); do echo \"line $i of 40 bytes padded ....\"; done\n")
+    line = "line $i of 40 bytes padded ...."
+    chatty.write_text(f'#!/bin/sh\nfor i in $(seq 1000); do echo "{line}"; done\n')
     chatty.chmod(0o755)
     spec = spec_with(
         tmp_path,

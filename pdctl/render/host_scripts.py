@@ -15,7 +15,8 @@ from pdctl.render.template import render_template
 # the deployment folder $d: state running, stopped, or a systemd unit's `auto-restart` (between
 # restarts) or `failed:<Result>` (e.g. failed:start-limit-hit), or `gone` (a process unit whose
 # recorded server process died while others of its group live on); supervisor systemd, nohup or
-# docker; restarts a container's RestartCount or a systemd unit's NRestarts. A recorded pid counts as running only by the rule start.sh and stop.sh use
+# docker; restarts a container's RestartCount or a systemd unit's NRestarts. A recorded pid
+# counts as running only by the rule start.sh and stop.sh use
 # (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
 # the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
 # else) reads as stopped.

@@ -98,12 +98,19 @@ def test_crash_reboot_and_down(host, tmp_path: Path):
     up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
     assert up.returncode == 0, up.stdout + up.stderr
     first = row(spec)
-    assert first["state"] == "running" and first["supervisor"] == "systemd" and first["health"] == "healthy", first
+    assert (
+        first["state"] == "running"
+        and first["supervisor"] == "systemd"
+        and first["health"] == "healthy"
+    ), first
     assert sh(f"systemctl is-enabled {service}").strip() == "enabled"
 
     # A crash: systemd starts it again and status counts one restart.
     sh(f"kill -9 {first['pid']}")
-    until("the restart", lambda: show(service)["NRestarts"] == "1" and show(service)["ActiveState"] == "active")
+    until(
+        "the restart",
+        lambda: show(service)["NRestarts"] == "1" and show(service)["ActiveState"] == "active",
+    )
     again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
     assert again["state"] == "running (restarted 1 time)", again
     assert again["pid"] != first["pid"]
@@ -118,9 +125,9 @@ def test_crash_reboot_and_down(host, tmp_path: Path):
 
     down = pdctl("down", str(spec), *known())
     assert down.returncode == 0, down.stdout + down.stderr
-    assert sh(f"ls /etc/systemd/system/{service} 2>&1; systemctl list-units --all 'pdctl-*' --no-legend") == (
-        f"ls: cannot access '/etc/systemd/system/{service}': No such file or directory\n"
-    )
+    assert sh(
+        f"ls /etc/systemd/system/{service} 2>&1; systemctl list-units --all 'pdctl-*' --no-legend"
+    ) == (f"ls: cannot access '/etc/systemd/system/{service}': No such file or directory\n")
     assert sh("find /etc/systemd -name 'pdctl-*'") == ""
     assert sh("pgrep -f /opt/fak[e] || true") == ""
     assert sh(f"ls -A {DATA} 2>/dev/null") == ""
@@ -133,8 +140,11 @@ def test_crash_loop_stops_at_the_start_limit(host, tmp_path: Path):
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         # The engine now fails at every start: systemd gives up after StartLimitBurst starts.
-        sh(f"mv {VENV}/bin/vllm {VENV}/bin/vllm.ok && printf '#!/bin/sh\\nexit 1\\n' >{VENV}/bin/vllm"
-           f" && chmod 755 {VENV}/bin/vllm && kill -9 {show(service)['MainPID']}")
+        sh(
+            f"mv {VENV}/bin/vllm {VENV}/bin/vllm.ok"
+            f" && printf '#!/bin/sh\\nexit 1\\n' >{VENV}/bin/vllm"
+            f" && chmod 755 {VENV}/bin/vllm && kill -9 {show(service)['MainPID']}"
+        )
         until("the start limit", lambda: show(service)["ActiveState"] == "failed", 120)
         stopped = row(spec)
         assert stopped["state"] == "stopped (start limit hit) (restarted 5 times)", stopped

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
@@ -199,9 +199,9 @@ class HostsTarget(Closing):
             if d is None:
                 state += " (not in spec)"
             pid = o.pid if o else "-"
+            how = o.supervisor if o else ""
             row = StatusRow(key[0], key[1], role, pid, state, health, models, endpoint)
-            row.supervisor = o.supervisor if o else ""
-            rows.append(row)
+            rows.append(replace(row, supervisor=how))
         return rows
 
     def units(self) -> list[tuple[str, str]]:
