@@ -148,7 +148,7 @@ def supervision(host: Host, hf: HostFacts) -> list[Finding]:
     elif got.get("uid") != "0" and got.get("manager", "").strip() != "yes":
         why = "the user's systemd manager does not answer"
     if why:
-        status = "FAIL" if host.supervise == "systemd" else "WARN"
+        status: Status = "FAIL" if host.supervise == "systemd" else "WARN"
         fix = (f"sudo loginctl enable-linger {got.get('user', 'USER')}" if "linger" in why
                else "accept nohup (nothing restarts an engine that dies), or run on a systemd host")
         return [Finding(status, "host.supervise", host.name, f"{why}: units run under nohup"
