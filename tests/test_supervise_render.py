@@ -118,3 +118,29 @@ def test_nohup_log_rotates_at_the_spec_limits(tmp_path: Path) -> None:
     assert logs == ["log", "log.1", "log.2"], logs
     assert all((unit_dir / n).stat().st_size <= 4096 + 64 for n in logs)
     assert "line 1000 " in (unit_dir / "log").read_text()
+
+
+def test_observed_states_become_repairs() -> None:
+    from pdctl.targets.state import (
+        START_GRACE,
+        Change,
+        not_answering,
+        overdue,
+        parse_observed,
+        supervision,
+    )
+
+    text = (
+        f"a\th\trunning\t10\t-\tnohup\t{START_GRACE + 60}\n"
+        "b\th\trunning\t11\t-\tnohup\t5\n"
+        "c\th\tgone\t12\t-\tnohup\t-\n"
+        "d\th\tfailed:start-limit-hit\t-\t5\tsystemd\t-\n"
+    )
+    a, b, c, d = parse_observed("h1", text)
+    assert overdue(a) and not overdue(b) and not overdue(c)
+    keep = Change("h1", "a", "serve", "keep", "unchanged, running")
+    fixed = not_answering(keep, "no answer", a)
+    assert fixed.action == "restart"
+    assert fixed.why == "restart: not answering (no answer) after 16 min running"
+    assert supervision(c).startswith(" (its server process is gone")
+    assert supervision(d) == " (start limit hit)" and d.restarts == 5

@@ -11,15 +11,15 @@ from functools import cache
 
 from pdctl.render.template import render_template
 
-# Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts<TAB>supervisor` for every unit folder of
-# the deployment folder $d: state running, stopped, or a systemd unit's `auto-restart` (between
-# restarts) or `failed:<Result>` (e.g. failed:start-limit-hit), or `gone` (a process unit whose
-# recorded server process died while others of its group live on); supervisor systemd, nohup or
-# docker; restarts a container's RestartCount or a systemd unit's NRestarts. A recorded pid
-# counts as running only by the rule start.sh and stop.sh use
-# (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
-# the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
-# else) reads as stopped.
+# Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts<TAB>supervisor<TAB>age` for every unit
+# folder of the deployment folder $d. state: running, stopped, a systemd unit's `auto-restart`
+# (between restarts) or `failed:<Result>` (e.g. failed:start-limit-hit), or `gone` (a process
+# unit whose recorded server process died while others of its group live on). supervisor:
+# systemd, nohup or docker. restarts: a container's RestartCount or a systemd unit's NRestarts.
+# age: the seconds a running process unit's server has run. A recorded pid counts as running
+# only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2, rendered before this
+# body): a process of its group runs in the unit's folder. A stale pid file (after a crash or
+# reboot, the number reused by someone else) reads as stopped.
 OBSERVE_BODY = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
@@ -68,7 +68,11 @@ for u in "$d"/*/; do
     fi
   fi
   [ -f "$u/container-id" ] && m=docker
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}" "$m"
+  a=-  # how long a process unit's server has run, in seconds
+  if [ "$m" != docker ] && [ "$s" = running ]; then
+    a=$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' '); a=${a:--}
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}" "$m" "$a"
 done
 """
 

@@ -50,6 +50,7 @@ class Observed:
     restarts: int = 0  # how often Docker (a container's policy) or systemd restarted it
     state: str = ""  # the observe script's word: running, stopped, auto-restart, failed:<why>
     supervisor: str = ""  # systemd, nohup or docker ('' from an older observe script)
+    age: int | None = None  # seconds a running process unit's server has run
 
 
 @dataclass(frozen=True)
@@ -111,20 +112,38 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
 
 
 def parse_observed(host: str, text: str) -> list[Observed]:
-    """Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts[<TAB>supervisor]` from the observe
-    script (restarts: Docker's or systemd's restart count, `-` for a nohup'd process)."""
+    """Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts[<TAB>supervisor<TAB>age]` from the
+    observe script (restarts: Docker's or systemd's restart count, `-` for a nohup'd process)."""
     out = []
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) not in (5, 6):
+        if len(parts) not in (5, 6, 7):
             continue
         name, digest, state, pid, count = parts[:5]
         restarts = int(count) if count.isdigit() else 0
-        how = parts[5] if len(parts) == 6 else ""
+        how = parts[5] if len(parts) >= 6 else ""
+        age = int(parts[6]) if len(parts) == 7 and parts[6].isdigit() else None
         running = state == "running"
         digest = "" if digest == "-" else digest
-        out.append(Observed(host, name, digest, running, pid, restarts, state, how))
+        out.append(Observed(host, name, digest, running, pid, restarts, state, how, age))
     return out
+
+
+# A server that has run this long (up's default --timeout) and does not answer its health
+# probe is broken, not starting: `status` says `not answering` and `up` restarts it.
+START_GRACE = 900
+
+
+def overdue(o: Observed | None) -> bool:
+    """Running past START_GRACE: a failed health probe means not answering."""
+    return o is not None and o.running and o.age is not None and o.age > START_GRACE
+
+
+def not_answering(c: Change, detail: str, o: Observed) -> Change:
+    """The restart `up` plans for a kept unit whose server does not answer past the grace."""
+    since = o.age // 60 if o.age is not None else 0
+    why = f"restart: not answering ({detail}) after {since} min running"
+    return Change(c.host, c.unit, c.role, "restart", why)
 
 
 def supervision(o: Observed) -> str:

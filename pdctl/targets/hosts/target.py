@@ -26,8 +26,11 @@ from pdctl.targets.ssh import HostLost, SshOptions
 from pdctl.targets.state import (
     Change,
     Desired,
+    Observed,
     desired_units,
     diff,
+    not_answering,
+    overdue,
     restarted,
     supervision,
 )
@@ -80,7 +83,28 @@ class HostsTarget(Closing):
 
     def changes(self) -> list[Change]:
         self.fleet.connect()
-        return diff(self.desired(), self.fleet.observed())
+        return self.repairs(diff(self.desired(), seen := self.fleet.observed()), seen)
+
+    def repairs(self, changes: list[Change], seen: list[Observed]) -> list[Change]:
+        """A kept unit whose server has run past START_GRACE and does not answer its health
+        probe is restarted (never kept and waited on)."""
+        observed = {(o.host, o.name): o for o in seen}
+        desired = {(d.host.name, d.name): d for d in self.desired()}
+        out = []
+        for c in changes:
+            o, d = observed.get((c.host, c.unit)), desired.get((c.host, c.unit))
+            if c.action == "keep" and d and d.port is not None and o and overdue(o):
+                h = self.fleet.ops[c.host].probe(
+                    d.port,
+                    self.plan.served_name,
+                    d.health_path or "/health",
+                    unit=d.name,
+                    address=d.address,
+                )
+                if not h.ok:
+                    c = not_answering(c, h.detail, o)
+            out.append(c)
+        return out
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:
         """The changes, and `host/unit` -> the unified diff of the files of each unit whose
@@ -103,7 +127,8 @@ class HostsTarget(Closing):
         """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
         # One up/down at a time: the changes to make must be the ones read before the lock.
-        if diff(self.desired(), self.fleet.lock()) != changes:
+        locked = self.fleet.lock()
+        if self.repairs(diff(self.desired(), locked), locked) != changes:
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
                 "up or down?); nothing was changed: run `pdctl up` again"
@@ -192,6 +217,8 @@ class HostsTarget(Closing):
                 except HostLost as exc:  # lost while probing: say so, keep the other rows
                     self.unreachable[key[0]] = exc.line()
                     health = "unreachable"
+            if health not in ("healthy", "-", "unreachable") and overdue(o):
+                state = "not answering"  # past its start grace: broken, not starting
             if o is not None:
                 state += supervision(o) + restarted(o.restarts)
             if d and o and o.hash != d.hash:
