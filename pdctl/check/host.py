@@ -129,7 +129,34 @@ def shm(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
 
 def runtime(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     """The environment the units run in: the Python runtime, then the system libraries."""
-    return _python(host, hf, plan) + libraries(host, hf, plan)
+    return _python(host, hf, plan) + libraries(host, hf, plan) + supervision(host, hf)
+
+
+def supervision(host: Host, hf: HostFacts) -> list[Finding]:
+    """Who keeps a process unit running: systemd (system units for root, user units with
+    lingering otherwise) or, where it cannot, nohup (supervise: auto) or a refusal (systemd)."""
+    if host.runtime == "docker" or host.supervise == "none" or hf.supervise is None:
+        return []
+    got = dict(line.partition(" ")[::2] for line in hf.supervise.splitlines())
+    version = got.get("version", "").strip()
+    want = "systemd as PID 1" + ("" if got.get("uid") == "0" else ", lingering for the user")
+    why = ""
+    if got.get("pid1") != "systemd":
+        why = "systemd is not PID 1"
+    elif got.get("uid") != "0" and got.get("linger", "").strip() != "yes":
+        why = f"lingering is off for {got.get('user', '?')}"
+    elif got.get("uid") != "0" and got.get("manager", "").strip() != "yes":
+        why = "the user's systemd manager does not answer"
+    if why:
+        status: Status = "FAIL" if host.supervise == "systemd" else "WARN"
+        fix = (f"sudo loginctl enable-linger {got.get('user', 'USER')}" if "linger" in why
+               else "accept nohup (nothing restarts an engine that dies), or run on a systemd host")
+        return [Finding(status, "host.supervise", host.name, f"{why}: units run under nohup"
+                        if status == "WARN" else why, want, fix)]
+    scope = "system units" if got.get("uid") == "0" else f"user units of {got.get('user')}"
+    steps = "" if version.isdigit() and int(version) >= 254 else " (no RestartSteps: fixed backoff)"
+    return [Finding("PASS", "host.supervise", host.name, f"systemd {version}: {scope}{steps}",
+                    want)]
 
 
 def libraries(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:

@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
                 raise failed
             return
         table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
-        columns = ["host", "unit", "role", "pid", "state", "health", "model", "endpoint", "why"]
+        columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model"]
+        columns += ["endpoint", "why"]
         # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
         columns = [
             c
@@ -68,5 +69,11 @@ def register(app: typer.Typer) -> None:
         console = term.console()
         console.print(table)
         console.print(status_line(rows))
+        bare = sorted({r["host"] for r in rows if r["supervisor"] == "nohup"})
+        if bare:  # nothing restarts these: said once, under the table
+            console.print(
+                f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
+                "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)"
+            )
         if failed:
             raise failed

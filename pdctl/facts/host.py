@@ -58,6 +58,7 @@ CONDA = "conda-version.txt"
 PORTS = "ports.txt"
 HOSTNAME = "hostname.txt"
 VENV = "venv.txt"
+SUPERVISE = "supervise.txt"
 LIBS = "libraries.txt"
 SSH = "ssh.err"
 
@@ -83,6 +84,7 @@ KNOWN = (
     PORTS,
     HOSTNAME,
     VENV,
+    SUPERVISE,
     LIBS,
     VLLM_VERSION,
     MEMLOCK,
@@ -286,6 +288,7 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         conda=conda,
         conda_error=_conda_error(raw),
         venv=raw[VENV].strip() if VENV in raw else None,
+        supervise=raw[SUPERVISE].strip() if SUPERVISE in raw else None,
         listening=parse_listening(raw[PORTS]) if PORTS in raw else None,
         mig_profiles=tuple(
             sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})

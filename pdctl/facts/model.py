@@ -103,6 +103,9 @@ class HostFacts:
     conda: str | None = None  # version text; "" = gathered but absent
     conda_error: str = ""
     venv: str | None = None  # `python --version` and `vllm: PATH|missing` lines
+    # What systemd supervision finds (probe SUPERVISE): `key value` lines pid1, version, uid,
+    # user, linger, manager; None when not gathered.
+    supervise: str | None = None
     listening: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts

@@ -23,6 +23,17 @@ IB_PORTS = (
     '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
 )
 
+# What systemd supervision needs (docs/phase0-hosts.md): PID 1 systemd, its version, and for
+# a non-root user lingering and a user manager that answers. POSIX sh.
+SUPERVISE_COMMAND = (
+    "if [ -d /run/systemd/system ]; then echo 'pid1 systemd'; else echo 'pid1 other'; fi; "
+    "echo \"version $(systemctl --version 2>/dev/null | awk 'NR == 1 {print $2}')\"; "
+    'echo "uid $(id -u)"; echo "user $(id -un)"; '
+    'echo "linger $(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"; '
+    'XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}" systemctl --user '
+    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'"
+)
+
 NET_DEVICES_COMMAND = (
     'for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
     'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done'
@@ -90,6 +101,8 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
         out[f.LIBS] = libraries_command(ENGINE_LIBRARIES)
     out.update(hami_commands(spec))
     out.update(group_commands(spec, host))  # multi-node groups: vLLM version, memlock
+    if host.runtime != "docker" and host.supervise != "none":
+        out[f.SUPERVISE] = SUPERVISE_COMMAND
     if host.runtime == "docker":
         out[f.DOCKER] = "docker info --format '{{json .}}'"
     elif host.runtime == "venv" and host.venv:

@@ -12,6 +12,7 @@ from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
 from pdctl.render.container import HF_MOUNT, container, host_run, kept, model_dir
 from pdctl.render.hami_host import slice_setup
+from pdctl.render.supervise import supervise_files, supervise_vars
 from pdctl.render.template import render_template
 from pdctl.spec.model import Host
 
@@ -124,17 +125,19 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             "docker-stop.sh.j2", header=header(plan, unit, "container", digest), **common
         )
     else:
+        top = header(plan, unit, "process", digest)
+        how = supervise_vars(plan, unit)
         start = render_template(
             "process-start.sh.j2",
-            header=header(plan, unit, "process", digest),
+            header=top,
             setup=unit.setup,
             env=start_env(unit),
             command=unit.command,
+            **how,
             **common,
         )
-        stop = render_template(
-            "process-stop.sh.j2", header=header(plan, unit, "process", digest), **common
-        )
+        stop = render_template("process-stop.sh.j2", header=top, **how, **common)
+        extra = supervise_files(plan, unit, top, common, start_env(unit)) + extra
     files = (
         Artifact(f"{base}/start.sh", start, executable=True),
         Artifact(f"{base}/stop.sh", stop, executable=True),

@@ -11,23 +11,54 @@ from functools import cache
 
 from pdctl.render.template import render_template
 
-# Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` for every unit folder of the
-# deployment
-# folder $d. A recorded pid counts as running only by the rule start.sh and stop.sh use
-# (templates/process-owned.sh.j2, rendered before this body): a process of its group runs in
-# the unit's folder. A stale pid file (after a crash or reboot, the number reused by someone
-# else) reads as stopped.
+# Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts<TAB>supervisor<TAB>age` for every unit
+# folder of the deployment folder $d. state: running, stopped, a systemd unit's `auto-restart`
+# (between restarts) or `failed:<Result>` (e.g. failed:start-limit-hit), or `gone` (a process
+# unit whose recorded server process died while others of its group live on). supervisor:
+# systemd, nohup or docker. restarts: a container's RestartCount or a systemd unit's NRestarts.
+# age: the seconds a running process unit's server has run. A recorded pid counts as running
+# only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2, rendered before this
+# body): a process of its group runs in the unit's folder. A stale pid file (after a crash or
+# reboot, the number reused by someone else) reads as stopped.
 OBSERVE_BODY = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
   u=${u%/}; n=${u##*/}
   [ -f "$u/stop.sh" ] || continue
   h=$(sha256sum "$u/start.sh" 2>/dev/null | cut -c1-16)
-  s=stopped; p=-; r=-
-  if [ -s "$u/pid" ]; then
+  s=stopped; p=-; r=-; m=nohup
+  if [ -s "$u/systemd" ] && command -v systemctl >/dev/null; then
+    m=systemd; as=; ss=; rs=; mp=0; lb=0
+    read -r sc sv <"$u/systemd"
+    if [ "$sc" = user ]; then
+      o=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
+    else
+      o=--system
+    fi
+    while IFS='=' read -r k v; do
+      case $k in ActiveState) as=$v ;; SubState) ss=$v ;; Result) rs=$v ;;
+        NRestarts) r=$v ;; MainPID) mp=$v ;; StartLimitBurst) lb=$v ;; esac
+    done < <(systemctl "$o" show -p ActiveState -p SubState -p Result -p NRestarts -p MainPID \
+      -p StartLimitBurst -- "$sv" 2>/dev/null)
+    # systemd 252 keeps the last exit's Result when an automatic restart hits the start limit:
+    # failed after StartLimitBurst starts is the limit.
+    if [ "$as" = failed ] && [ "$((${r:-0} + 1))" -ge "${lb:-0}" ] && [ "${lb:-0}" -gt 0 ]; then
+      rs=start-limit-hit
+    fi
+    case $as in
+      active) if [ "$mp" != 0 ]; then s=running; p=$mp; fi ;;
+      activating) s=$ss ;;
+      failed) s=failed:$rs ;;
+    esac
+  elif [ -s "$u/pid" ]; then
     p=$(cat "$u/pid")
     unit_dir=$u
-    if owned "$p"; then s=running; fi
+    if owned "$p"; then
+      s=running
+      # The recorded process (the API server) is gone while others of its group live on: a
+      # unit that can no longer answer, which `up` restarts.
+      kill -0 "$p" 2>/dev/null || s=gone
+    fi
   elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
     c=$(cut -c1-12 "$u/container-id")
     i=$(docker inspect -f '{{.State.Running}} {{.RestartCount}}' "$n" 2>/dev/null)
@@ -36,7 +67,12 @@ for u in "$d"/*/; do
       s=running; p=$c
     fi
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}"
+  [ -f "$u/container-id" ] && m=docker
+  a=-  # how long a process unit's server has run, in seconds
+  if [ "$m" != docker ] && [ "$s" = running ]; then
+    a=$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' '); a=${a:--}
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "${h:--}" "$s" "$p" "${r:--}" "$m" "$a"
 done
 """
 
@@ -46,7 +82,18 @@ TAILS = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
   u=${u%/}
-  [ -f "$u/stop.sh" ] && [ -f "$u/log" ] || continue
+  [ -f "$u/stop.sh" ] || continue
+  if [ -s "$u/systemd" ]; then
+    read -r sc sv <"$u/systemd"
+    printf '\n%s %s\n' "$mark" "${u##*/}"
+    if [ "$sc" = user ]; then
+      journalctl --user-unit "$sv" -n "$lines" -o cat --no-pager 2>/dev/null
+    else
+      journalctl -u "$sv" -n "$lines" -o cat --no-pager 2>/dev/null
+    fi
+    continue
+  fi
+  [ -f "$u/log" ] || continue
   printf '\n%s %s\n' "$mark" "${u##*/}"
   tail -n "$lines" -- "$u/log"
 done
@@ -60,7 +107,7 @@ rm -rf -- "$u/previous"
 mkdir -m 700 -- "$u/previous"
 for f in "$u"/*; do
   [ -f "$f" ] || continue
-  case ${f##*/} in pid|log|container-id|*.pdctl-tmp) continue ;; esac
+  case ${f##*/} in pid|log|log.[0-9]*|container-id|systemd|*.pdctl-tmp) continue ;; esac
   cp -p -- "$f" "$u/previous/"
 done
 """

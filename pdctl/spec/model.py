@@ -209,6 +209,15 @@ class Host(Section):
         "N times), `always`, or `no`. `pdctl down` stops and removes the containers, so none "
         "comes back after it.",
     )
+    supervise: Literal["auto", "systemd", "none"] = Field(
+        "auto",
+        description="Runtimes `conda` and `venv`: who keeps the engines running. `systemd`: a "
+        "systemd unit per process (a system unit when the SSH user is root, else a user unit, "
+        "which needs lingering), restarted on failure with a backoff and a start limit, started "
+        "again at boot, its log in the journal; `none`: started with nohup, nothing restarts a "
+        "process that dies; `auto`: systemd where the host runs it (PID 1 systemd, and lingering "
+        "for a non-root user), else nohup (said in `up` and `status`).",
+    )
     log_max_size: str = Field(
         "100m",
         pattern=pattern(
@@ -216,15 +225,18 @@ class Host(Section):
             "a log file size: a number with k, m or g (e.g. 100m)",
             "write e.g. 100m (docker's json-file max-size)",
         ),
-        description="Runtime `docker`: the size at which a container's json-file log is "
-        "rotated (`--log-opt max-size`).",
+        description="The size at which a log is rotated: a container's json-file log "
+        "(`--log-opt max-size`), or the log file of a process started with nohup "
+        "(`supervise: none`, or `auto` without systemd; under systemd the journal keeps logs, "
+        "within journald's own limits).",
     )
     log_max_files: int = Field(
         5,
         ge=1,
         le=100,
-        description="Runtime `docker`: how many rotated json-file logs a container keeps "
-        "(`--log-opt max-file`): at most `logMaxSize` x `logMaxFiles` of log per container.",
+        description="How many log files a container (`--log-opt max-file`) or a nohup'd "
+        "process keeps, the current one included: at most `logMaxSize` x `logMaxFiles` of log "
+        "per unit.",
     )
     network: Literal["bridge", "host"] = Field(
         "bridge",

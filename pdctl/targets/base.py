@@ -99,6 +99,9 @@ class StatusRow:
     # "instance": a process, container or pod; "rollout": a Kubernetes workload's summary row
     # (Deployment, LeaderWorkerSet), shown but not counted as a unit.
     kind: str = "instance"
+    # Who restarts a unit on a host that dies: systemd, docker (its restart policy) or nohup
+    # (nothing); '' elsewhere.
+    supervisor: str = ""
 
 
 @dataclass

@@ -47,7 +47,10 @@ class Observed:
     hash: str
     running: bool
     pid: str = "-"
-    restarts: int = 0  # a container's: how often Docker restarted it (its restart policy)
+    restarts: int = 0  # how often Docker (a container's policy) or systemd restarted it
+    state: str = ""  # the observe script's word: running, stopped, auto-restart, failed:<why>
+    supervisor: str = ""  # systemd, nohup or docker ('' from an older observe script)
+    age: int | None = None  # seconds a running process unit's server has run
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,9 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
         o = seen.get((d.host.name, d.name))
         if o is None:
             changes.append(Change(d.host.name, d.name, d.role, "start", "new"))
+        elif o.state == "gone":
+            why = f"restart: not answering, its server process (pid {o.pid}) is gone"
+            changes.append(Change(d.host.name, d.name, d.role, "restart", why))
         elif not o.running:
             # Nothing runs to replace: a start, of the new scripts when they changed (the old
             # ones are kept in `previous/`, and an undo puts them back without starting them).
@@ -106,20 +112,51 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
 
 
 def parse_observed(host: str, text: str) -> list[Observed]:
-    """Lines `unit<TAB>hash<TAB>running|stopped<TAB>pid<TAB>restarts` from the observe script
-    (restarts: a container's restart count, `-` for a process)."""
+    """Lines `unit<TAB>hash<TAB>state<TAB>pid<TAB>restarts[<TAB>supervisor<TAB>age]` from the
+    observe script (restarts: Docker's or systemd's restart count, `-` for a nohup'd process)."""
     out = []
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) != 5:
+        if len(parts) not in (5, 6, 7):
             continue
-        name, digest, state, pid, count = parts
+        name, digest, state, pid, count = parts[:5]
         restarts = int(count) if count.isdigit() else 0
+        how = parts[5] if len(parts) >= 6 else ""
+        age = int(parts[6]) if len(parts) == 7 and parts[6].isdigit() else None
         running = state == "running"
-        out.append(Observed(host, name, "" if digest == "-" else digest, running, pid, restarts))
+        digest = "" if digest == "-" else digest
+        out.append(Observed(host, name, digest, running, pid, restarts, state, how, age))
     return out
 
 
+# A server that has run this long (up's default --timeout) and does not answer its health
+# probe is broken, not starting: `status` says `not answering` and `up` restarts it.
+START_GRACE = 900
+
+
+def overdue(o: Observed | None) -> bool:
+    """Running past START_GRACE: a failed health probe means not answering."""
+    return o is not None and o.running and o.age is not None and o.age > START_GRACE
+
+
+def not_answering(c: Change, detail: str, o: Observed) -> Change:
+    """The restart `up` plans for a kept unit whose server does not answer past the grace."""
+    since = o.age // 60 if o.age is not None else 0
+    why = f"restart: not answering ({detail}) after {since} min running"
+    return Change(c.host, c.unit, c.role, "restart", why)
+
+
+def supervision(o: Observed) -> str:
+    """What `status` adds to a systemd unit's state that is not running: between restarts, or
+    stopped at its start limit."""
+    if o.state == "gone":
+        return " (its server process is gone; `pdctl up` restarts it)"
+    words = {"auto-restart": "restarting", "failed:start-limit-hit": "start limit hit"}
+    if o.supervisor == "systemd" and not o.running and o.state not in ("stopped", ""):
+        return f" ({words.get(o.state, o.state.replace(':', ': '))})"
+    return ""
+
+
 def restarted(count: int) -> str:
-    """What `status` adds to a container's state after Docker restarted it (its policy)."""
+    """What `status` adds to a unit's state after Docker or systemd restarted it."""
     return f" (restarted {count} time{'' if count == 1 else 's'})" if count else ""

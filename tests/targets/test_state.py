@@ -57,7 +57,7 @@ def test_stopped_unit_with_same_script_is_started_again():
 def test_parse_observed_ignores_noise():
     text = "u1\tabc\trunning\t42\t-\ngarbage line\nu2\t-\tstopped\t-\t-\nc\tx\trunning\tab12\t3\n"
     assert parse_observed("h", text) == [
-        Observed("h", "u1", "abc", True, "42"),
-        Observed("h", "u2", "", False, "-"),
-        Observed("h", "c", "x", True, "ab12", restarts=3),
+        Observed("h", "u1", "abc", True, "42", state="running"),
+        Observed("h", "u2", "", False, "-", state="stopped"),
+        Observed("h", "c", "x", True, "ab12", restarts=3, state="running"),
     ]

@@ -269,7 +269,14 @@ class HostOps:
         log = shlex.quote(self.unit_dir(unit) + "/log")
         n = int(lines)
         tail = f"exec tail -n {n} -F -- {log}" if follow else f"tail -n {n} -- {log}"
-        cmd = f"if [ -f {log} ]; then {tail}; "
+        unit_file = shlex.quote(self.unit_dir(unit) + "/systemd")
+        journal = "exec journalctl -f" if follow else "journalctl"
+        cmd = (  # a systemd unit: its journal (a user unit's by --user-unit)
+            f"if [ -s {unit_file} ]; then read -r sc sv <{unit_file}; "
+            f'if [ "$sc" = user ]; then o=--user-unit; else o=-u; fi; '
+            f'{journal} "$o" "$sv" -n {n} -o cat --no-pager; '
+            f"elif [ -f {log} ]; then {tail}; "
+        )
         if self.conn.host.runtime == "docker":
             docker = "exec docker logs -f" if follow else "docker logs"
             cmd += (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
@@ -23,7 +23,17 @@ from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.rollout import Rollout
 from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
 from pdctl.targets.ssh import HostLost, SshOptions
-from pdctl.targets.state import Change, Desired, desired_units, diff, restarted
+from pdctl.targets.state import (
+    Change,
+    Desired,
+    Observed,
+    desired_units,
+    diff,
+    not_answering,
+    overdue,
+    restarted,
+    supervision,
+)
 
 __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
 
@@ -73,7 +83,28 @@ class HostsTarget(Closing):
 
     def changes(self) -> list[Change]:
         self.fleet.connect()
-        return diff(self.desired(), self.fleet.observed())
+        return self.repairs(diff(self.desired(), seen := self.fleet.observed()), seen)
+
+    def repairs(self, changes: list[Change], seen: list[Observed]) -> list[Change]:
+        """A kept unit whose server has run past START_GRACE and does not answer its health
+        probe is restarted (never kept and waited on)."""
+        observed = {(o.host, o.name): o for o in seen}
+        desired = {(d.host.name, d.name): d for d in self.desired()}
+        out = []
+        for c in changes:
+            o, d = observed.get((c.host, c.unit)), desired.get((c.host, c.unit))
+            if c.action == "keep" and d and d.port is not None and o and overdue(o):
+                h = self.fleet.ops[c.host].probe(
+                    d.port,
+                    self.plan.served_name,
+                    d.health_path or "/health",
+                    unit=d.name,
+                    address=d.address,
+                )
+                if not h.ok:
+                    c = not_answering(c, h.detail, o)
+            out.append(c)
+        return out
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:
         """The changes, and `host/unit` -> the unified diff of the files of each unit whose
@@ -96,7 +127,8 @@ class HostsTarget(Closing):
         """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
         # One up/down at a time: the changes to make must be the ones read before the lock.
-        if diff(self.desired(), self.fleet.lock()) != changes:
+        locked = self.fleet.lock()
+        if self.repairs(diff(self.desired(), locked), locked) != changes:
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
                 "up or down?); nothing was changed: run `pdctl up` again"
@@ -171,6 +203,8 @@ class HostsTarget(Closing):
                 )
                 continue
             state = "running" if o and o.running else ("stopped" if o else "not started")
+            if o and o.state == "gone":
+                state = "not answering"
             health, models = "-", ""
             if d and d.port is not None and o and o.running:
                 path = d.health_path or "/health"
@@ -183,14 +217,18 @@ class HostsTarget(Closing):
                 except HostLost as exc:  # lost while probing: say so, keep the other rows
                     self.unreachable[key[0]] = exc.line()
                     health = "unreachable"
+            if health not in ("healthy", "-", "unreachable") and overdue(o):
+                state = "not answering"  # past its start grace: broken, not starting
             if o is not None:
-                state += restarted(o.restarts)
+                state += supervision(o) + restarted(o.restarts)
             if d and o and o.hash != d.hash:
                 state += " (outdated)"
             if d is None:
                 state += " (not in spec)"
             pid = o.pid if o else "-"
-            rows.append(StatusRow(key[0], key[1], role, pid, state, health, models, endpoint))
+            how = o.supervisor if o else ""
+            row = StatusRow(key[0], key[1], role, pid, state, health, models, endpoint)
+            rows.append(replace(row, supervisor=how))
         return rows
 
     def units(self) -> list[tuple[str, str]]:

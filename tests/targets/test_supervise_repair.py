@@ -1,0 +1,53 @@
+"""`up` repairs a unit whose API server died while other processes of its group live on (the
+issue's scenario: `status` said running, `up` kept it and waited out its timeout): `status`
+says `not answering`, `up` plans `restart` with the reason and brings it back healthy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
+
+
+def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path):
+    # An engine with a helper process in its group (as vLLM's engine core beside its API
+    # server): bin/vllm starts the helper, then execs the stand-in server.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    engine = venv / "bin" / "vllm"
+    engine.write_text(f'#!/bin/sh\nsleep 100000 &\nexec python3 {HERE / "fake_vllm.py"} "$@"\n')
+    engine.chmod(0o755)
+    port = free_port()
+    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(venv), supervise="none")
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("fix", [host], {"port": port}))
+    known = ["--known-hosts", ssh_env.known_hosts]
+    try:
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        assert up.returncode == 0, up.stdout + up.stderr
+        unit_dir = tmp_path / "lo1" / "fix" / "fix-serve-0"
+        server = int((unit_dir / "pid").read_text())
+        os.kill(server, signal.SIGKILL)  # the API server dies; the helper lives on
+
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert rows[0]["state"].startswith("not answering (its server process is gone"), rows
+
+        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "restart: not answering, its server process" in again.stdout, again.stdout
+        assert "nothing to change" not in again.stdout
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
+        assert int(rows[0]["pid"]) != server
+    finally:
+        pdctl("down", str(spec), *known)
