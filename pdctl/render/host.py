@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pdctl import __version__
+from pdctl.plan.lora import FETCH_CODE, fetched, folder, host_mounts
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
 from pdctl.render.container import host_run, kept
@@ -84,6 +85,20 @@ def engine_setup(plan: Plan, host: Host) -> str:
     return ""
 
 
+def adapter_fetch(plan: Plan, unit: Unit) -> str:
+    """Shell that fetches the adapters pinned at a revision (templates/adapter-fetch.sh.j2)."""
+    adapters = fetched(plan.spec.model.lora)
+    if not adapters or unit.role not in ENGINE_ROLES:
+        return ""
+    return render_template(
+        "adapter-fetch.sh.j2",
+        adapters=[{"folder": folder(a), "hf": a.hf, "revision": a.revision} for a in adapters],
+        image=unit.image,
+        hf_cache=unit.host.hf_cache,
+        code=FETCH_CODE,
+    )
+
+
 def model_dir(plan: Plan) -> str | None:
     """A model given as a host path must be mounted into the container at the same path."""
     name = plan.spec.model.name
@@ -134,6 +149,8 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             publish=unit.publish,
             hf_cache=unit.host.hf_cache,
             model_dir=model_dir(plan),
+            fetch=adapter_fetch(plan, unit),
+            adapter_mounts=host_mounts(plan.spec) if unit.role in ENGINE_ROLES else (),
             secret_names=[s.name for s in plan.secrets],
             env=run.env if run is not None else unit.env,
             image=unit.image,
@@ -148,6 +165,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             "process-start.sh.j2",
             header=header(plan, unit, "process", digest),
             setup=unit.setup,
+            fetch=adapter_fetch(plan, unit),
             env=start_env(unit),
             command=unit.command,
             **common,
