@@ -82,9 +82,8 @@ def test_every_engine_gets_the_same_pinned_lora_flags(base: str, version: str) -
 
 
 def test_no_lora_section_no_lora_flags() -> None:
-    spec = load("phase0", {}).model_copy(
-        update={"model": load("phase0", {}).model.model_copy(update={"lora": None})}
-    )
+    spec = load("phase0", {})
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"lora": None})})
     assert lora_args(spec) == []
 
 
