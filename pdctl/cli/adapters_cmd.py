@@ -39,8 +39,10 @@ def register(app: typer.Typer) -> None:
         """List, load or unload LoRA adapters on every engine of SPEC (prefill and decode
         alike) through vLLM's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter.
         load and unload need `model.lora.runtimeLoading` (and so `secrets.apiKey`)."""
-        from pdctl.cli.specfile import load
-        from pdctl.errors import PdctlError, UsageError
+        from pdctl.cli.options import check_phase_target
+        from pdctl.cli.specfile import plan_from
+        from pdctl.errors import PdctlError, SpecError, UsageError
+        from pdctl.render import render
 
         if action not in ACTIONS:
             raise UsageError(f"ACTION must be list, load or unload (got {action!r})")
@@ -51,8 +53,13 @@ def register(app: typer.Typer) -> None:
         if len(given) != need:
             usage = {"list": "", "load": " NAME PATH", "unload": " NAME"}[action]
             raise UsageError(f"usage: pdctl adapters {action} SPEC{usage}")
-        plan, bundle = load(spec, phase, target)
-        _check(plan, action, name)
+        check_phase_target(phase, target)
+        plan, source = plan_from(spec, phase, target)
+        try:
+            _check(plan, action, name)
+            bundle = render(plan)
+        except SpecError as exc:
+            raise source.locate(exc) from None
         key = _api_key(plan)
         from pdctl.top.adapters import call_engines
 
