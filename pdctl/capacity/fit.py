@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, replace
 
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.lora import LoraShape
+from pdctl.capacity.lora import gpu_bytes as lora_gpu_bytes
 from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     MAX_UTIL,
@@ -19,8 +21,6 @@ from pdctl.capacity.memory import (
     stage_partition,
     weights_bytes_per_gpu,
 )
-from pdctl.capacity.lora import LoraShape
-from pdctl.capacity.lora import gpu_bytes as lora_gpu_bytes
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.profile import (
     GRAPHS_COUNTED_FROM,

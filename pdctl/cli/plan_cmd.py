@@ -104,9 +104,9 @@ def build(
     """Read the spec (and its model.config) and plan its capacity; `facts`: a preflight
     recording whose most used GPU says what other processes hold."""
     from pdctl.capacity import (
-        lora_shape,
         ASSUMED,
         adapt_traffic,
+        lora_shape,
         spec_gpu,
         spec_model_config,
         spec_shape,
