@@ -62,3 +62,15 @@ def test_pdctl_plan_shows_the_lora_rows(tmp_path) -> None:
     assert "of which LoRA buffers" in result.output
     assert "352.3 MiB (-2,816 KV tokens)" in result.output
     assert "LoRA adapters in host memory" in result.output and "26.0 MiB" in result.output
+
+
+def test_pdctl_plan_json_has_the_lora_bytes(tmp_path) -> None:
+    import json
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
+    result = CliRunner().invoke(app, ["plan", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    (role,) = json.loads(result.output)["roles"]
+    assert role["loraBuffersBytesPerGpu"] == GPU_TP1
+    assert role["loraAdapterBytes"] == ADAPTER and role["loraHostBytes"] == 4 * ADAPTER
