@@ -19,6 +19,7 @@ from tests.targets.testbed import pdctl, write_spec
 pytestmark = pytest.mark.e2e
 PORT = 18740
 PREFILL, DECODE, ROUTER, METRICS = 18750, 18760, 18770, 18771
+SIDE_CHANNEL = 18780
 API_KEY = "sk-e2e-lora-key-7c1d"
 LORA = {"maxLoras": 2, "maxLoraRank": 8, "maxCpuLoras": 4}
 
@@ -126,6 +127,8 @@ def test_phase2_serves_the_adapter_through_the_router(
     doc = pd_spec(vllm_cpu, ssh_env, data, "e2elorapd", (PREFILL, DECODE, ROUTER, METRICS))
     doc["model"]["lora"] = {**LORA, "adapters": [{"name": "sql", "path": str(adapters[0])}]}
     doc["secrets"] = {"apiKey": {"env": "PDCTL_E2E_API_KEY"}}
+    # NIXL's side channel off the default 5600: other P/D runs on this machine use that one.
+    doc["disaggregation"]["sideChannelPort"] = SIDE_CHANNEL
     spec = write_spec(data / "spec.yaml", doc)
     try:
         result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
