@@ -10,8 +10,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pdctl.plan import make_plan
 from pdctl.plan.lora import lora_args
-from tests.conftest import check_scripts
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.conftest import EXAMPLES, check_scripts
 from tests.lora.specs import BASES, bundle, load
 
 ADAPTERS = [
@@ -158,3 +161,30 @@ def test_runtime_loading_sets_the_switch_only_when_asked() -> None:
             assert ("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True") in inst.env
     plan, _ = bundle("phase2-hosts", {}, secrets=key)
     assert all("VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in dict(i.env) for i in plan.instances)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_with_an_adapter_renders_it_on_every_engine(example: Path) -> None:
+    """Every shipped example (each phase, target, runtime, connector, LWS, HAMi) with one
+    adapter added: every engine, workers of a group included, gets the same LoRA flags."""
+    data = yaml.safe_load(example.read_text())
+    data["model"]["lora"] = {"maxLoras": 2, "adapters": [{"name": "sql", "hf": "org/sql-lora"}]}
+    spec, _ = load_text(yaml.safe_dump(data), example.name)
+    plan = make_plan(spec)
+    b = render(plan)
+    engines = [i for i in plan.instances if i.role in ("serve", "prefill", "decode")]
+    engines += [w for i in engines for w in i.workers]
+    assert engines
+    parts = {lora_part(i.args) for i in engines}
+    assert parts == {
+        (
+            "--enable-lora",
+            "--max-loras",
+            "2",
+            "--max-lora-rank",
+            "16",
+            "--lora-modules",
+            "sql=org/sql-lora",
+        )
+    }
+    assert "sql=org/sql-lora" in b.stream()
