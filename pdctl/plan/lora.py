@@ -97,7 +97,6 @@ def check_lora(spec: Spec, target: str) -> None:
             path="model.lora.runtimeLoading",
             fix="set secrets.apiKey, or remove runtimeLoading (docs/security.md)",
         )
-    docker = any(h.runtime == "docker" for h in spec.hosts)
     for i, a in enumerate(lora.adapters):
         where = f"model.lora.adapters[{i}].{a.source}"
         if target == "kubernetes" and a.path is not None:
@@ -120,12 +119,6 @@ def check_lora(spec: Spec, target: str) -> None:
                 "(Kubernetes 1.31+, feature ImageVolume); hosts cannot mount it",
                 path=where,
                 fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
-            )
-        if a.path is not None and docker and a.path.startswith(FETCHED_IN_ROOT):
-            raise SpecError(
-                f"adapter {a.name}: {a.path} is where pdctl mounts fetched adapters in containers",
-                path=where,
-                fix="keep the adapter in another folder",
             )
 
 
