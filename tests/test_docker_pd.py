@@ -196,6 +196,20 @@ def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
     assert rendezvous
 
 
+def lora_pinned(tmp: Path) -> Path:
+    """examples/phase0-docker.yaml serving one adapter pinned at a revision."""
+    doc = yaml.safe_load((ROOT / "examples/phase0-docker.yaml").read_text())
+    doc["model"]["lora"] = {
+        "adapters": [{"name": "support", "hf": "example-org/support-lora", "revision": "5d4c0f1"}]
+    }
+    path = tmp / "lora-pinned.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+LORA_PINNED = Path("lora-pinned")  # made by lora_pinned() in the test's folder
+
+
 @pytest.mark.parametrize(
     ("path", "phrases"),
     [
@@ -203,8 +217,10 @@ def test_a_multinode_group_on_docker_hosts_runs_on_the_host_network() -> None:
         (MULTINODE, ("llama405b-serve-0 spans 2 hosts", "over SSH")),
         # the docker SDK starts containers only; the router of phase 2 is a process
         (NIXL, ("qwen-nixl-router (router) on host", "is a process, not a container")),
+        # an adapter pinned at a revision is fetched by start.sh, which the SDK path skips
+        (LORA_PINNED, ("adapter support is fetched at its revision by start.sh", "a path")),
     ],
-    ids=["multinode", "process"],
+    ids=["multinode", "process", "fetched-adapter"],
 )
 def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
     path: Path, phrases: tuple[str, ...], tmp_path: Path, capsys
@@ -213,6 +229,8 @@ def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
     point at nothing)."""
     from tests.conftest import run_cli
 
+    if path == LORA_PINNED:
+        path = lora_pinned(tmp_path)
     doc = yaml.safe_load(path.read_text())
     on_docker()(doc)
     doc.pop("secrets", None)
@@ -235,6 +253,8 @@ SAME_CONTAINER = {
     "phase2-nixl-docker": (NIXL, on_docker()),
     "phase2-mooncake-rdma-docker": (RDMA, on_docker(rdmaDevices=["mlx5_0"])),
     "phase0-multinode-docker": (MULTINODE, on_docker()),
+    # adapters: the fetched folder and a host path mounted read-only into the engines
+    "phase2-lora-docker": (ROOT / "examples/phase2-lora-hosts.yaml", on_docker()),
 }
 
 

@@ -145,7 +145,30 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
         max_num_batched_tokens=tokens,
         enforce_eager=eager,
         engine=engine,
+        lora=lora_shape(spec.model, None),
     )
+
+
+def lora_shape(model: Model, config: ModelConfig | None) -> Any:
+    """The spec's LoRA limits as a capacity LoraShape (None without `model.lora`); with the
+    model's config, the largest declared adapter's weights (for the host-memory figure)."""
+    from pdctl.capacity.lora import LoraShape, adapter_bytes
+    from pdctl.capacity.memory import dtype_bytes
+
+    lora = model.lora
+    if lora is None:
+        return None
+    size = 0
+    if config is not None:
+        width = dtype_bytes(model.dtype, config)
+        size = max(
+            (
+                adapter_bytes(config, a.rank or lora.max_lora_rank, a.target_modules, width)
+                for a in lora.adapters
+            ),
+            default=adapter_bytes(config, lora.max_lora_rank, (), width),
+        )
+    return LoraShape(lora.max_loras, lora.max_lora_rank, lora.max_cpu_loras or lora.max_loras, size)
 
 
 # spec_gpu's origin when neither the command's options nor the spec name a GPU

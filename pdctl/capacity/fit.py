@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, replace
 
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.lora import LoraShape
+from pdctl.capacity.lora import gpu_bytes as lora_gpu_bytes
 from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     MAX_UTIL,
@@ -13,6 +15,7 @@ from pdctl.capacity.memory import (
     KvLayout,
     Overhead,
     default_batching,
+    dtype_bytes,
     kv_bytes_per_token,
     overhead,
     stage_partition,
@@ -51,6 +54,7 @@ class Shape:
     # FlashInfer installed (the vllm/vllm-openai image: yes); None: the image's. Only 0.9-0.10
     # profile their sampler with FlashInfer alone (see pdctl.capacity.profile.sampler_bytes).
     flashinfer_sampler: bool | None = None
+    lora: LoraShape | None = None  # LoRA on (model.lora): its GPU buffers count as weights
 
     def model_len(self, model: ModelConfig) -> int:
         return self.max_model_len or model.max_position
@@ -99,6 +103,9 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
             ModelFit(
                 weights=weights_bytes_per_gpu(
                     model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
+                )
+                + lora_gpu_bytes(
+                    model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model)
                 ),
                 kv_per_token=per_token // model.layers * layers,
                 max_model_len=shape.model_len(model),
@@ -152,12 +159,13 @@ def _stage_memory(
             per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM,
         )
         per_token = layout.layer_bytes * max(1, layout.full_layers)
+    lora = lora_gpu_bytes(model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model))
     return InstanceMemory(
         total=total_bytes,
         util=util,
-        weights=weights_bytes_per_gpu(
-            model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
-        ),
+        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage)
+        + lora,
+        lora=lora,
         overhead=_overhead(model, shape, tokens, seqs, stage),
         kv_per_token=per_token,
         max_model_len=length,

@@ -271,6 +271,7 @@ class InstanceMemory:
     used: int = 0  # bytes other processes held on the GPU when vLLM started
     used_counted: bool = False  # the engine took `used` as its own (V1 0.8.x; profile.py)
     free_checked: bool = False  # the engine refuses when total - used < budget
+    lora: int = 0  # of `weights`: the LoRA buffers vLLM reserves (capacity/lora.py)
 
     @property
     def budget(self) -> int:

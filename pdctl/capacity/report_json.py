@@ -29,6 +29,20 @@ def _shape(shape: Shape) -> dict[str, Any]:
     }
 
 
+def _lora(r: RolePlan) -> dict[str, Any]:
+    """With model.lora: the GPU buffers (part of the weights) and the host cache (lora.py)."""
+    from pdctl.capacity.lora import host_bytes
+
+    lo = r.shape.lora
+    if lo is None:
+        return {}
+    return {
+        "loraBuffersBytesPerGpu": r.memory.lora,
+        "loraHostBytes": host_bytes(lo),
+        "loraAdapterBytes": lo.adapter_bytes,
+    }
+
+
 def role_dict(r: RolePlan) -> dict[str, Any]:
     """One role as plain JSON-able data (bytes as ints, GiB rounded to 0.01)."""
     m = r.memory
@@ -41,6 +55,7 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "otherProcessesGib": _gib(m.used),
         "weightsBytesPerGpu": m.weights,
         "weightsGib": _gib(m.weights),
+        **_lora(r),
         "kvBytesPerToken": m.kv_per_token,
         "kvBytesPerSequence": m.kv_per_sequence,
         "activationGib": _gib(m.overhead.activation),

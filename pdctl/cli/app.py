@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "pdctl.cli.status_cmd",
     "pdctl.cli.logs_cmd",
     "pdctl.cli.top_cmd",
+    "pdctl.cli.adapters_cmd",
 )
 
 app = typer.Typer(

@@ -106,6 +106,7 @@ def build(
     from pdctl.capacity import (
         ASSUMED,
         adapt_traffic,
+        lora_shape,
         spec_gpu,
         spec_model_config,
         spec_shape,
@@ -132,7 +133,8 @@ def build(
         check_parallel(spec, spec.phase, dims)
         device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
         roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
-        shapes = {role: spec_shape(spec, role) for role in roles}
+        lora = lora_shape(spec.model, model)
+        shapes = {role: replace(spec_shape(spec, role), lora=lora) for role in roles}
         traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
         traffic, adapted = adapt_traffic(traffic, spec, model, shapes, prompt, output)
         _within_model_len(traffic, model, shapes, prompt is not None or output is not None)

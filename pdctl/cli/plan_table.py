@@ -11,8 +11,36 @@ def _gib(value: float) -> str:
     return f"{value / GIB:,.2f} GiB"
 
 
+def _mib(value: float) -> str:
+    return f"{value / 1024**2:,.1f} MiB"
+
+
 def _bytes(value: int) -> str:
     return f"{value:,} B ({value / 1024:,.0f} KiB)" if value >= 1024 else f"{value} B"
+
+
+def _lora_rows(m: Any, s: Any) -> list[tuple[str, str, str]]:
+    """The LoRA buffers (part of the weights) and the adapters' host memory (docs/lora.md)."""
+    from pdctl.capacity.lora import host_bytes
+
+    if s.lora is None:
+        return []
+    lo = s.lora
+    lost = m.lora // (m.kv_per_token * m.block_size) * m.block_size if m.kv_per_token else 0
+    return [
+        (
+            "  of which LoRA buffers",
+            f"{_mib(m.lora)} (-{lost:,} KV tokens)",
+            f"maxLoras {lo.slots} x maxLoraRank {lo.rank} x (A: rank x in + B: out x rank) of "
+            "every LoRA-able layer, embedding and lm_head, per GPU",
+        ),
+        (
+            "LoRA adapters in host memory",
+            _mib(host_bytes(lo)),
+            f"maxCpuLoras {lo.cpu_slots} x the largest adapter ({_mib(lo.adapter_bytes)}: "
+            "rank x (in + out) of its target modules x layers x bytes)",
+        ),
+    ]
 
 
 def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
@@ -44,6 +72,7 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             if s.ep and s.ep != s.tp
             else "params x bytes/param / TP (heaviest PP stage)",
         ),
+        *_lora_rows(m, s),
         (
             "KV / token / GPU",
             _bytes(m.kv_per_token),

@@ -12,6 +12,7 @@ from pdctl.plan.group import group_kinds, refuse_kube_groups
 from pdctl.plan.kube_checks import check_kube, pod_settings
 from pdctl.plan.kv import require_connectors
 from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
+from pdctl.plan.lora import check_lora
 from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
 from pdctl.plan.parallel import Dims, check_parallel, pin_notes
 from pdctl.plan.pd import host_instances
@@ -79,6 +80,7 @@ def make_plan(
     phase = spec.phase if phase is None else phase
     tgt = target_of(spec, phase, target)
     check_parallel(spec, phase, dims)
+    check_lora(spec, tgt)
     rel = release_for(spec.engine.version)
     plan = Plan(
         spec=spec,

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from pdctl.compat import Release
 from pdctl.errors import SpecError
+from pdctl.plan.lora import lora_args
 from pdctl.spec.model import Spec
 
 
@@ -63,6 +64,7 @@ def engine_args(
         # vLLM <= 0.23 has the BooleanOptionalAction form; 0.33 only the --disable- alias.
         off = "--no-enable-prefix-caching"
         args.append(off if release.has_flag(off) else "--disable-prefix-caching")
+    args += lora_args(spec)
     for flag, value in extra:
         args.append(flag)
         if value != "":
@@ -88,6 +90,11 @@ MANAGED = {
     "--pipeline-parallel-size": "set pipelineParallel (pdctl places GPUs from it)",
     "--api-key": "use secrets.apiKey (exported as VLLM_API_KEY from a 0600 file or a Secret)",
     "--hf-token": "use secrets.hfToken (exported as HF_TOKEN from a 0600 file or a Secret)",
+    "--enable-lora": "set model.lora (docs/lora.md)",
+    "--lora-modules": "list the adapters in model.lora.adapters",
+    "--max-loras": "set model.lora.maxLoras",
+    "--max-lora-rank": "set model.lora.maxLoraRank",
+    "--max-cpu-loras": "set model.lora.maxCpuLoras",
 }
 SECRET_FLAGS = ("--api-key", "--hf-token")
 SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}

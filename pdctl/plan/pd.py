@@ -20,6 +20,7 @@ from pdctl.plan.group import (
 )
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import P2P_ENV, kv_args, mooncake_config, nixl_config, p2p_config
+from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
@@ -67,7 +68,7 @@ def role_env(
                     path=f"{field}.{key}",
                     fix=f"remove {key}; pdctl sets it from {PD_ENV.get(key, 'the placement')}",
                 )
-    return tuple(sorted({**spec.engine.env, **role.env, **ours}.items()))
+    return tuple(sorted({**spec.engine.env, **role.env, **lora_env(spec), **ours}.items()))
 
 
 # Flags pdctl sets itself for PD; a second copy in extraArgs would fight it.

@@ -16,6 +16,7 @@ from pdctl.plan.group import (
     lws_launch,
     worker_name,
 )
+from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance, Target
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
@@ -91,7 +92,7 @@ def serve_instances(
             role_path="serve",
         )
 
-    env = tuple(sorted(spec.engine.env.items()))
+    env = tuple(sorted({**spec.engine.env, **lora_env(spec)}.items()))
     if target == "kubernetes":
         env = _with_rdma_env(spec, env)
         # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose

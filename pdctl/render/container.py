@@ -172,16 +172,18 @@ def container(
     unit_dir: str,
     secret_env: tuple[str, ...] = (),
     model: str | None = None,
+    adapters: tuple[Mount, ...] = (),
 ) -> Container:
     """`unit` (a container unit: `image` set) as a Container: `digest` is its unit hash,
     `unit_dir` its folder on the host, `secret_env` the deployment's secrets, `model` a model
-    given as a host path (model_dir)."""
+    given as a host path (model_dir), `adapters` the engine's LoRA adapter mounts."""
     assert unit.image is not None, f"{unit.name} is not a container unit"
     run = host_run(unit)
     mounts = list(run.mounts) if run is not None else []
     mounts.append(Mount(unit.host.hf_cache, HF_MOUNT))
     if model is not None:
         mounts.append(Mount(model, model, read_only=True))
+    mounts.extend(adapters)
     labels = (
         (DEPLOYMENT, deployment),
         (UNIT, unit.name),

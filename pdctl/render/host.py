@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pdctl import __version__
+from pdctl.plan.lora import FETCH_CODE, FETCHED, FETCHED_IN_ROOT, fetched, folder, host_paths
 from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
-from pdctl.render.container import HF_MOUNT, container, host_run, kept, model_dir
+from pdctl.render.container import HF_MOUNT, Mount, container, host_run, kept, model_dir
 from pdctl.render.hami_host import slice_setup
 from pdctl.render.supervise import supervise_files, supervise_vars
 from pdctl.render.template import render_template
@@ -85,6 +86,29 @@ def engine_setup(plan: Plan, host: Host) -> str:
     return ""
 
 
+def adapter_fetch(plan: Plan, unit: Unit) -> str:
+    """Shell that fetches the adapters pinned at a revision (templates/adapter-fetch.sh.j2)."""
+    adapters = fetched(plan.spec.model.lora)
+    if not adapters or unit.role not in ENGINE_ROLES:
+        return ""
+    return render_template(
+        "adapter-fetch.sh.j2",
+        adapters=[{"folder": folder(a), "hf": a.hf, "revision": a.revision} for a in adapters],
+        image=unit.image,
+        hf_cache=unit.host.hf_cache,
+        code=FETCH_CODE,
+    )
+
+
+def adapter_mounts(plan: Plan, unit: Unit, fetched_here: bool) -> tuple[Mount, ...]:
+    """An engine container's adapters: the folder start.sh fetches pinned ones into, and the
+    adapters given as host paths (read-only, at the same path)."""
+    if unit.role not in ENGINE_ROLES:
+        return ()
+    out = [Mount(FETCHED, FETCHED_IN_ROOT, read_only=True)] if fetched_here else []
+    return (*out, *(Mount(p, p, read_only=True) for p in host_paths(plan.spec)))
+
+
 def engine_unit(plan: Plan, inst: Instance) -> Unit:
     """The plan's unit of an engine, with the shell that prepares its Python environment."""
     unit = next(u for u in plan.units if u.name == inst.name)
@@ -112,13 +136,16 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
     if unit.image is not None:
         folder = f"{deploy_dir(plan, unit.host)}/{unit.name}"
         secret_env = tuple(s.name for s in plan.secrets)
-        box = container(unit, digest, plan.name, folder, secret_env, model_dir(plan))
+        fetch = adapter_fetch(plan, unit)
+        adapters = adapter_mounts(plan, unit, bool(fetch))
+        box = container(unit, digest, plan.name, folder, secret_env, model_dir(plan), adapters)
         start = render_template(
             "docker-start.sh.j2",
             c=box,
             hf_mount=HF_MOUNT,
             setup=slice_setup(unit),  # a HAMi-core slice's host-side checks, else ''
             header=header(plan, unit, "container", digest),
+            fetch=fetch,
             **common,
         )
         stop = render_template(
@@ -131,6 +158,7 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
             "process-start.sh.j2",
             header=top,
             setup=unit.setup,
+            fetch=adapter_fetch(plan, unit),
             env=start_env(unit),
             command=unit.command,
             **how,

@@ -11,6 +11,7 @@ import yaml
 from pdctl import __version__
 from pdctl.plan.model import Instance, Plan
 from pdctl.render.bundle import Artifact
+from pdctl.render.kube_lora import fetch_containers, lora_mounts, lora_volumes
 from pdctl.render.kube_pod import (
     add_container_extras,
     add_scheduling,
@@ -187,7 +188,11 @@ def engine_container(
         "env": env_list(plan, inst),
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "resources": resources(pod.resources, gpu),
-        "volumeMounts": [model_mount(plan), {"name": "shm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            model_mount(plan),
+            {"name": "shm", "mountPath": "/dev/shm"},
+            *lora_mounts(plan),
+        ],
         # Model download and load take minutes: the startup probe allows for it, then
         # readiness and liveness take over.
         "startupProbe": probe("/health", "http", 10, load_failures),
@@ -204,7 +209,7 @@ def volumes(plan: Plan, tensor_parallel: int) -> list[Obj]:
         "name": "shm",
         "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan, tensor_parallel)},
     }
-    return [cache, shm]
+    return [cache, shm, *lora_volumes(plan)]
 
 
 def pod_spec(
@@ -216,6 +221,9 @@ def pod_spec(
     # Engines call no Kubernetes API: no token in reach of the model's code.
     spec.setdefault("automountServiceAccountToken", False)
     spec["containers"] = containers
+    fetch = fetch_containers(plan, containers[0]["env"], containers[0]["securityContext"])
+    if fetch:  # before any other init container (the decode sidecar): the engine needs them
+        spec["initContainers"] = fetch + list(spec.get("initContainers", []))
     spec["terminationGracePeriodSeconds"] = 60
     spec["volumes"] = volumes(plan, tensor_parallel)
     return add_scheduling(spec, settings(plan, role), selector(plan, role))

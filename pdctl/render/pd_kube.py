@@ -149,12 +149,16 @@ def inference_pool(plan: Plan) -> Obj:
     }
 
 
-def epp_config() -> Obj:
-    """Prefix-cache, queue and KV-cache-utilization scoring; P/D split by a prefix decider."""
+def epp_config(lora: bool = False) -> Obj:
+    """Prefix-cache, queue and KV-cache-utilization scoring; P/D split by a prefix decider.
+    With LoRA adapters also `lora-affinity-scorer`: it prefers pods whose vLLM already runs the
+    request's adapter (vllm:lora_requests_info, the Inference Extension's model server
+    protocol), so an adapter is not swapped into a GPU slot where one is already loaded."""
     scorers = [
         {"pluginRef": "prefix-cache-scorer", "weight": 2},
         {"pluginRef": "queue-scorer", "weight": 1},
         {"pluginRef": "kv-cache-utilization-scorer", "weight": 1},
+        *([{"pluginRef": "lora-affinity-scorer", "weight": 1}] if lora else []),
         {"pluginRef": "max-score-picker"},
     ]
     return {
@@ -164,6 +168,7 @@ def epp_config() -> Obj:
             {"type": "prefix-cache-scorer"},
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
+            *([{"type": "lora-affinity-scorer"}] if lora else []),
             {"type": "prefill-filter"},
             {"type": "decode-filter"},
             {"type": "max-score-picker"},
@@ -215,7 +220,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(plan, name, "epp"),
-        "data": {EPP_CONFIG: dump(epp_config())},
+        "data": {EPP_CONFIG: dump(epp_config(plan.spec.model.lora is not None))},
     }
     # gRPC is HTTP/2 over plain TCP to the Service: Kubernetes' standard appProtocol for it is
     # `kubernetes.io/h2c` (what llm-d-router's chart sets on 9002); a bare `http2` is not one

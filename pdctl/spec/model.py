@@ -17,6 +17,7 @@ from pdctl.spec.kube import (
     Toleration,
     section_mounts,
 )
+from pdctl.spec.lora import Lora, check_names
 from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
 from pdctl.spec.value import (
     Address,
@@ -80,10 +81,20 @@ class Model(Section):
         "not in pdctl's table and `config` gives no count.",
     )
 
+    lora: Lora | None = Field(
+        None, description="LoRA adapters served on this model (docs/lora.md)."
+    )
+
     @field_validator("name")
     @classmethod
     def _model_path(cls, value: str) -> str:
         return mountable(value) if value.startswith("/") else value
+
+    @model_validator(mode="after")
+    def _adapter_names(self) -> Model:
+        if self.lora is not None:
+            check_names(self.lora, self.name, self.served_name)
+        return self
 
 
 class Engine(Section):

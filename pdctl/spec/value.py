@@ -42,6 +42,8 @@ RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES": "pdctl sets it from the GPUs it places (hosts[].gpus)",
     "LD_PRELOAD": "pdctl sets it for HAMi-core on sliced decode engines (decode.share); "
     "a library every engine loads belongs in the image or the environment",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "set model.lora.runtimeLoading (refused without "
+    "secrets.apiKey: docs/security.md)",
     "HF_HOME": "set hosts[].hfCache (on Kubernetes the model-cache volume is mounted at "
     "/root/.cache/huggingface)",
 }

@@ -43,12 +43,29 @@ def http_get(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """One HTTP/1.0 GET over an open socket-like channel; returns (status, body)."""
+    return http_request(channel, "GET", path, host=host, timeout=timeout, headers=headers)
+
+
+def http_request(
+    channel: Any,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    host: str = "127.0.0.1",
+    timeout: float = 10.0,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """One HTTP/1.0 request over an open socket-like channel; returns (status, body)."""
     channel.settimeout(timeout)
     try:
-        request = f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: */*\r\nConnection: close\r\n"
+        request = (
+            f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nAccept: */*\r\nConnection: close\r\n"
+        )
         for name, value in (headers or {}).items():
             request += f"{name}: {value}\r\n"
-        channel.sendall((request + "\r\n").encode())
+        if body:
+            request += f"Content-Length: {len(body)}\r\n"
+        channel.sendall((request + "\r\n").encode() + body)
         chunks = []
         while True:
             data = channel.recv(65536)
@@ -58,12 +75,12 @@ def http_get(
     finally:
         channel.close()
     raw = b"".join(chunks)
-    head, _, body = raw.partition(b"\r\n\r\n")
+    head, _, content = raw.partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = status_line.split(" ", 2)
     if len(parts) < 2 or not parts[1].isdigit():
         return 0, raw.decode("utf-8", "replace")
-    return int(parts[1]), body.decode("utf-8", "replace")
+    return int(parts[1]), content.decode("utf-8", "replace")
 
 
 def model_ids(body: str) -> tuple[str, ...]:

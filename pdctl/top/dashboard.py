@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.top.gpu import kind
+from pdctl.top.lora import lora_line
 from pdctl.top.verdict import Verdict, limits
 from pdctl.top.window import Window, role_totals
 
@@ -127,6 +128,10 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
             kind(g, t),
         )
     parts: list[Any] = [inst, roles, *[_router(r) for r in w.routers], gpus]
+    with_lora = [f for f in answered if f.lora is not None]
+    if with_lora:
+        parts.append(Text("LoRA adapters with requests (vllm:lora_requests_info):", style="bold"))
+        parts += [Text(lora_line(f.name, f.lora)) for f in with_lora if f.lora is not None]
     for why in w.gpu_missing:
         parts.append(Text(f"GPU telemetry missing: {why}", style="yellow"))
     parts.append(Text("verdicts:", style="bold"))

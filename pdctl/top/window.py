@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pdctl.top.gpu import GpuLoad
+from pdctl.top.lora import lora_adapters
 from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, quantile
 from pdctl.top.router import RouterFigures, router_figures
 
@@ -39,6 +40,8 @@ class Figures:
     max_num_seqs: int | None = None
     gpus: tuple[tuple[str, int], ...] = ()  # (host, index) of its GPUs where known
     error: str | None = None
+    # LoRA: (adapters with running requests, with waiting ones); None without LoRA (top/lora.py)
+    lora: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 def _delta(first: Snapshot, last: Snapshot, name: str | None) -> float | None:
@@ -133,6 +136,7 @@ def figures(
         totals=totals,
         max_num_seqs=max_num_seqs,
         gpus=gpus,
+        lora=lora_adapters(last),
     )
 
 

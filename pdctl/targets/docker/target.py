@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
+from pdctl.plan.lora import fetched
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.container import Container
@@ -55,6 +56,13 @@ class ContainerHosts(Closing):
                     "process, not a container, and the docker SDK starts containers only "
                     "(leave out --docker-url: the rendered scripts start every unit over SSH)"
                 )
+        pinned = fetched(self.plan.spec.model.lora)
+        if pinned:
+            raise UsageError(
+                f"--docker-url: adapter {pinned[0].name} is fetched at its revision by start.sh "
+                "on the host, which the docker SDK does not run (leave out --docker-url, or "
+                "give the adapter as a path on the host)"
+            )
         for inst in self.plan.instances:
             if inst.workers:
                 raise UsageError(

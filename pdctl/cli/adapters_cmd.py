@@ -1,0 +1,159 @@
+"""`pdctl adapters load|unload|list SPEC`: LoRA adapters at run time (docs/lora.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import typer
+
+from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
+
+ACTIONS = ("list", "load", "unload")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("adapters")
+    @with_overlays
+    @connection(docker=False)
+    def adapters(
+        conn: ConnectFlags,
+        action: str = typer.Argument(..., metavar="ACTION", help="list, load or unload."),
+        spec: str = SPEC,
+        name: str | None = typer.Argument(
+            None, metavar="NAME", help="load/unload: the adapter's name (a request's `model`)."
+        ),
+        path: str | None = typer.Argument(
+            None,
+            metavar="PATH",
+            help="load: the adapter's folder on the engines' hosts, or a Hugging Face id.",
+        ),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table or json."
+        ),
+    ) -> None:
+        """List, load or unload LoRA adapters on every engine of SPEC (prefill and decode
+        alike) through vLLM's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter.
+        load and unload need `model.lora.runtimeLoading` (and so `secrets.apiKey`)."""
+        from pdctl.cli.options import check_phase_target
+        from pdctl.cli.specfile import plan_from
+        from pdctl.errors import PdctlError, SpecError, UsageError
+        from pdctl.render import render
+
+        if action not in ACTIONS:
+            raise UsageError(f"ACTION must be list, load or unload (got {action!r})")
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        need = {"list": 0, "load": 2, "unload": 1}[action]
+        given = [v for v in (name, path) if v is not None]
+        if len(given) != need:
+            usage = {"list": "", "load": " NAME PATH", "unload": " NAME"}[action]
+            raise UsageError(f"usage: pdctl adapters {action} SPEC{usage}")
+        check_phase_target(phase, target)
+        plan, source = plan_from(spec, phase, target)
+        try:
+            _check(plan, action, name)
+            bundle = render(plan)
+        except SpecError as exc:
+            raise source.locate(exc) from None
+        key = _api_key(plan)
+        from pdctl.top.adapters import call_engines
+
+        if action == "list":
+            answers, gone = call_engines(
+                plan, bundle, conn.ssh(), conn.parallel, "GET", "/v1/models", api_key=key
+            )
+        else:
+            body = {"lora_name": str(name)} | ({"lora_path": str(path)} if path else {})
+            answers, gone = call_engines(
+                plan,
+                bundle,
+                conn.ssh(),
+                conn.parallel,
+                "POST",
+                f"/v1/{action}_lora_adapter",
+                body,
+                api_key=key,
+            )
+        _show(plan, action, answers, output)
+        failed = [a for a in answers if not a.ok]
+        if failed or gone:
+            whys = [f"{a.engine}: {_why(a)}" for a in failed] + list(gone.values())
+            raise PdctlError(f"adapters {action} failed on " + "; ".join(whys))
+
+
+def _check(plan: object, action: str, name: str | None) -> None:
+    from pdctl.errors import SpecError, UsageError
+
+    spec = plan.spec  # type: ignore[attr-defined]
+    if plan.target != "hosts":  # type: ignore[attr-defined]
+        raise UsageError(
+            "pdctl adapters reaches engines on hosts; on Kubernetes the API server's proxy "
+            "drops the Authorization header the API key needs",
+            fix="kubectl port-forward a pod and POST to /v1/load_lora_adapter (docs/lora.md)",
+        )
+    lora = spec.model.lora
+    if action != "list" and (lora is None or not lora.runtime_loading):
+        raise SpecError(
+            f"adapters {action} needs run-time loading, which this spec leaves off",
+            path="model.lora.runtimeLoading" if lora is not None else "model.lora",
+            fix="set model.lora.runtimeLoading: true (with secrets.apiKey) and run pdctl up",
+        )
+    served = spec.model.served_name or spec.model.name
+    if name is not None and name in (served, spec.model.name):
+        raise UsageError(f"{name!r} is the served model's name; choose another adapter name")
+
+
+def _api_key(plan: object) -> str | None:
+    """The API key from the local variable `secrets.apiKey.env` (as `pdctl up` reads it)."""
+    from pdctl.errors import UsageError
+
+    ref = plan.spec.secrets.api_key  # type: ignore[attr-defined]
+    if ref is None:
+        return None
+    value = os.environ.get(ref.env)
+    if not value:
+        raise UsageError(
+            f"${ref.env} is not set: the engines require the API key (secrets.apiKey)",
+            fix=f"export {ref.env} as for `pdctl up`",
+        )
+    return value
+
+
+def _why(answer: object) -> str:
+    from pdctl.top.adapters import reason
+
+    a = answer
+    return a.text if a.status == 0 else f"{a.status} {reason(a.text)}"  # type: ignore[attr-defined]
+
+
+def _show(plan: object, action: str, answers: list, output: str) -> None:
+    from pdctl.top.adapters import listed_adapters
+
+    served = plan.served_name  # type: ignore[attr-defined]
+    rows = []
+    for a in answers:
+        row = {"engine": a.engine, "role": a.role, "host": a.host, "status": a.status}
+        if action == "list" and a.ok:
+            row["adapters"] = listed_adapters(a.text, served)
+        else:
+            row["result"] = "ok" if a.ok else _why(a)
+        rows.append(row)
+    if output == "json":
+        typer.echo(json.dumps({"name": plan.name, "action": action, "engines": rows}, indent=2))  # type: ignore[attr-defined]
+        return
+    from rich.table import Table
+
+    from pdctl.cli import term
+
+    table = Table(title=f"{plan.name}: adapters {action}")  # type: ignore[attr-defined]
+    for col in ("engine", "role", "host", "adapters" if action == "list" else "result"):
+        table.add_column(col)
+    for row in rows:
+        last = ", ".join(row["adapters"]) if "adapters" in row else str(row.get("result", ""))
+        table.add_row(row["engine"], row["role"], row["host"], last or "-")
+    term.console().print(table)

@@ -1,0 +1,138 @@
+"""LoRA adapters in the plan (docs/lora.md): the `vllm serve` flags, the adapters' paths as the
+engine sees them, the run-time loading switch, and what each target can mount.
+
+One rule for every phase: every engine serves the same adapters with the same flags. In P/D the
+KV a prefill engine computes under an adapter is only valid for decoding under that adapter
+(the adapter changes the K and V projections), so prefill and decode must both hold it; the
+router forwards the request's `model` (the adapter's name) unchanged to both."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pdctl.errors import SpecError
+from pdctl.spec.lora import Adapter, Lora
+from pdctl.spec.model import Spec
+
+# Adapters fetched at a pinned revision: each engine's home (vLLM expands `~` in a LoRA path:
+# vllm/lora/utils.py get_adapter_absolute_path). On hosts `$HOME/.cache/pdctl-adapters`
+# (containers get it mounted at /root/.cache/pdctl-adapters); in pods an emptyDir there.
+FETCHED = "~/.cache/pdctl-adapters"
+FETCHED_IN_ROOT = "/root/.cache/pdctl-adapters"
+# Kubernetes volumes (claim, image) of adapters are mounted here, one folder per adapter.
+MOUNTED = "/adapters"
+RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
+def folder(adapter: Adapter) -> str:
+    """A fetched adapter's folder: its name and revision with anything but [A-Za-z0-9._-] as
+    '_' (a new revision is a new folder, so the engine's command changes and `up` restarts it)."""
+    return safe(f"{adapter.name}@{adapter.revision}")
+
+
+def adapter_path(adapter: Adapter) -> str:
+    """Where the engine loads the adapter from (the same on every target that can mount it)."""
+    if adapter.hf is not None:
+        return adapter.hf if adapter.revision is None else f"{FETCHED}/{folder(adapter)}"
+    if adapter.path is not None:
+        return adapter.path
+    return f"{MOUNTED}/{safe(adapter.name)}"
+
+
+def lora_module(adapter: Adapter, served: str) -> str:
+    """One `--lora-modules` value: `name=path`, or the JSON form when the adapter names its
+    base model (vllm/entrypoints/openai/cli_args.py LoRAParserAction: `name=path` unless the
+    value holds ',' or no '=', else JSON of LoRAModulePath {name, path, base_model_name})."""
+    path = adapter_path(adapter)
+    if adapter.base_model is None:
+        return f"{adapter.name}={path}"
+    data = {"name": adapter.name, "path": path, "base_model_name": served}
+    return json.dumps(data, separators=(",", ":"))
+
+
+def lora_args(spec: Spec) -> list[str]:
+    """`--enable-lora --max-loras N --max-lora-rank R [--max-cpu-loras C] [--lora-modules ...]`
+    (each flag is in pdctl/data/vllm_flags_*.txt: vllm/engine/arg_utils.py, cli_args.py)."""
+    lora = spec.model.lora
+    if lora is None:
+        return []
+    args = ["--enable-lora", "--max-loras", str(lora.max_loras)]
+    args += ["--max-lora-rank", str(lora.max_lora_rank)]
+    if lora.max_cpu_loras is not None:
+        args += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+    if lora.adapters:
+        served = spec.model.served_name or spec.model.name
+        args += ["--lora-modules", *(lora_module(a, served) for a in lora.adapters)]
+    return args
+
+
+def lora_env(spec: Spec) -> dict[str, str]:
+    """Run-time loading on: vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter exist
+    only with VLLM_ALLOW_RUNTIME_LORA_UPDATING true (vllm/envs.py)."""
+    lora = spec.model.lora
+    return {RUNTIME_ENV: "True"} if lora is not None and lora.runtime_loading else {}
+
+
+def fetched(lora: Lora | None) -> tuple[Adapter, ...]:
+    """The adapters pdctl downloads before the engine starts (an `hf` source at a revision)."""
+    if lora is None:
+        return ()
+    return tuple(a for a in lora.adapters if a.hf is not None and a.revision is not None)
+
+
+def check_lora(spec: Spec, target: str) -> None:
+    """What the target cannot mount, and run-time loading without the API key."""
+    lora = spec.model.lora
+    if lora is None:
+        return
+    if lora.runtime_loading and spec.secrets.api_key is None:
+        raise SpecError(
+            "runtimeLoading opens /v1/load_lora_adapter (an admin surface: it loads files from "
+            "the engine's disk or the Hub) on engines reachable without an API key",
+            path="model.lora.runtimeLoading",
+            fix="set secrets.apiKey, or remove runtimeLoading (docs/security.md)",
+        )
+    for i, a in enumerate(lora.adapters):
+        where = f"model.lora.adapters[{i}].{a.source}"
+        if target == "kubernetes" and a.path is not None:
+            raise SpecError(
+                f"adapter {a.name}: a host path cannot be mounted into Kubernetes pods",
+                path=where,
+                fix="put the adapter in a PersistentVolumeClaim (`claim`), an OCI image "
+                "(`image`) or on the Hub (`hf`)",
+            )
+        if target == "hosts" and a.claim is not None:
+            raise SpecError(
+                f"adapter {a.name}: a PersistentVolumeClaim is a Kubernetes volume; hosts "
+                "cannot mount it",
+                path=where,
+                fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
+            )
+        if target == "hosts" and a.image is not None:
+            raise SpecError(
+                f"adapter {a.name}: an OCI image source is a Kubernetes image volume "
+                "(Kubernetes 1.31+, feature ImageVolume); hosts cannot mount it",
+                path=where,
+                fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
+            )
+
+
+# Fetches one adapter: argv = repository, revision, folder; writes the revision it fetched.
+FETCH_CODE = (
+    "import sys; from huggingface_hub import snapshot_download as get; "
+    "d = get(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3]); "
+    "open(d + '/.pdctl-revision', 'w').write(sys.argv[2])"
+)
+
+
+def host_paths(spec: Spec) -> tuple[str, ...]:
+    """The adapters given as host paths (an engine container mounts each at the same path)."""
+    lora = spec.model.lora
+    if lora is None:
+        return ()
+    return tuple(sorted({a.path.rstrip("/") for a in lora.adapters if a.path}))
