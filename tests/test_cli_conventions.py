@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT, run_cli
+from tests import helpers
+from tests.conftest import EXAMPLES, ROOT
+from tests.helpers import run_cli
 from tests.pty_run import on_a_pty
 
 ESC = "\x1b"
@@ -25,13 +27,8 @@ MOONCAKE = str(ROOT / "examples" / "phase2-mooncake-tcp.yaml")
 
 
 def pdctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess; `env` is added to a copy of this one's, without
-    NO_COLOR and COLUMNS unless given."""
-    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *args], capture_output=True, text=True, env=full
-    )
+    """The real CLI without NO_COLOR and COLUMNS unless `env` sets them."""
+    return helpers.pdctl(*args, env={"NO_COLOR": None, "COLUMNS": None, **(env or {})})
 
 
 def on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.cli.app import main
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 GOOD = """\
 name: demo

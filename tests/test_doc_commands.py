@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^\s*<!--\s*doc-test:(.*?)-->\s*$")

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from pdctl.spec.model import Spec, Storage
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def explain(field: str, capsys) -> str:

@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 BASE = """\
 name: demo

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.render.template import render_template
 from pdctl.spec import load_text
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "setsid", "ps", "readlink")),
@@ -48,11 +48,7 @@ def alive(pid: int) -> bool:
 
 
 def wait_gone(pid: int) -> bool:
-    for _ in range(200):
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_until(lambda: not alive(pid), f"pid {pid} gone", timeout=10)
 
 
 @pytest.fixture

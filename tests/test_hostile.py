@@ -22,7 +22,8 @@ import pytest
 
 from pdctl.errors import one_line
 from pdctl.spec import load_text
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 from tests.hostile_corpus import BASE, BOUNDED, Case, corpus, with_model
 
 REPLAY = ROOT / "tests" / "fixtures" / "gpu" / "pcie4"  # one host's outputs: BASE's gpu-a

@@ -16,7 +16,8 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import EXAMPLES, K8S_VERSION, ROOT, run_cli
+from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
+from tests.helpers import run_cli
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 

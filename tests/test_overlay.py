@@ -11,7 +11,8 @@ import yaml
 from pdctl.errors import SpecError
 from pdctl.spec.overlay import merge
 from pdctl.spec.source import parse
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 BASE = """\
 name: demo

@@ -11,7 +11,7 @@ import pytest
 from pdctl.errors import SpecError
 from pdctl.plan.parallel import Dims, check_parallel, valid_tp
 from pdctl.spec import load_text
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 SERVE = """\
 name: q32

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 SPEC = (ROOT / "examples" / "phase0-docker.yaml").read_text()
 SERVE = "hosts/gpu-a/qwen-docker-serve-{}/start.sh"

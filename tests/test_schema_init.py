@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pdctl import __version__
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_schema_has_a_stable_id(capsys) -> None:

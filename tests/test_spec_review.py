@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 from tests.test_cli_errors import GOOD
 
 PHASE1 = """\

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.spec.load import MAX_PROBLEMS
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 # Three independent problems, in three sections, on lines 4, 8 and 11.
 THREE = """\

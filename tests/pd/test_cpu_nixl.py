@@ -14,8 +14,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -24,6 +22,7 @@ from pdctl.plan import make_plan
 from pdctl.plan.router import router_service
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.helpers import answers, wait_until
 from tests.targets.testbed import free_port
 
 FAKE = textwrap.dedent(
@@ -136,17 +135,10 @@ def test_rendered_scripts_run(tmp_path: Path) -> None:
         for unit in units:
             subprocess.run(["bash", str(deploy / unit / "start.sh")], env=env, check=True,
                            capture_output=True, text=True, timeout=60)
-        url = f"http://127.0.0.1:{ports[2]}/liveness"
-        for _ in range(360):  # generous: the machine may be busy
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            logs = {u: (deploy / u / "log").read_text() for u in units
-                    if (deploy / u / "log").exists()}
-            raise AssertionError(f"router never answered on {url}: {logs}")
+        logs = lambda: {u: (deploy / u / "log").read_text() for u in units  # noqa: E731
+                        if (deploy / u / "log").exists()}
+        wait_until(lambda: answers(f"http://127.0.0.1:{ports[2]}/liveness"), "the router",
+                   timeout=180, detail=logs)
         router = json.loads((marks / "router").read_text())
         # The router started only after both engines were up.
         assert set(router["engines_seen"]) == {f"engine-{ports[0]}", f"engine-{ports[1]}"}

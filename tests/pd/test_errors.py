@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import pdctl as cli
 
 P2P = ROOT / "examples/phase2-p2p-nccl.yaml"
 HAMI = ROOT / "examples/phase3-hami.yaml"
@@ -24,12 +24,6 @@ def edited(example: Path, tmp: Path, change) -> Path:
     path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -4,7 +4,6 @@ each decode engine, one slice formula with Kubernetes, and the spec errors."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.helpers import pdctl
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = "/usr/local/vgpu/libvgpu.so"
@@ -128,9 +128,7 @@ def test_spec_errors_name_the_field(share: str, extra: str, path: str, tmp_path:
     assert err.value.path == path
     f = tmp_path / "sl.yaml"
     f.write_text(text)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pdctl", "render", str(f)], capture_output=True, text=True, cwd=ROOT
-    )
+    proc = pdctl("render", str(f))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f": {path}: " in lines[0], proc.stderr

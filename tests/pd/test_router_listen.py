@@ -13,7 +13,8 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 HOST_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("phase2-*.yaml") if "llmd" not in p.name)
 

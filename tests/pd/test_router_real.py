@@ -11,8 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.plan.router import router_service
 from pdctl.spec import load_text
+from tests.helpers import answers, wait_until
 from tests.pd.test_cpu_nixl import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -76,15 +75,8 @@ def test_router_starts_with_rendered_flags(connector: str, tmp_path: Path) -> No
     log = (tmp_path / "router.log").open("w")
     router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        for _ in range(240):
-            assert router.poll() is None, (tmp_path / "router.log").read_text()
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/liveness", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError((tmp_path / "router.log").read_text())
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/liveness"), "the router",
+                   lambda: router.poll() is None, detail=(tmp_path / "router.log").read_text)
     finally:
         router.send_signal(signal.SIGTERM)
         router.wait(30)

@@ -18,7 +18,8 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import EXAMPLES, K8S_VERSION, run_cli
+from tests.conftest import EXAMPLES, K8S_VERSION
+from tests.helpers import run_cli
 from tests.pd.check import check_kube_docs, check_transports, llmd_facts, rdma_resources
 from tests.pd.pod_security import (
     all_containers,

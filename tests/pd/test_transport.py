@@ -14,7 +14,8 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
+from tests.helpers import run_cli
 from tests.pd.check import check_transports, engine_pods, rdma_resources, ucx_over_tcp
 
 EXAMPLES = ROOT / "examples"

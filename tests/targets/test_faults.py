@@ -19,6 +19,7 @@ import yaml
 from pdctl.errors import PdctlError
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions
+from tests.helpers import wait_until
 from tests.targets.faulthost import start_fault_host, stop_fault_host
 from tests.targets.testbed import (
     SshEnv,
@@ -290,10 +291,8 @@ def test_engine_killed_during_a_replacement_brings_the_previous_back(ssh_env, fa
         up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
         up.wait_for("starting fake-serve-0")
         pid_file = tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid"
-        new = wait_pid_file(pid_file, up)
-        while new == int(before["fake-serve-0"]):
-            time.sleep(0.1)
-            new = wait_pid_file(pid_file, up)
+        old = int(before["fake-serve-0"])
+        new = wait_until(lambda: (n := wait_pid_file(pid_file, up)) != old and n, "a new pid")
         os.killpg(new, signal.SIGKILL)
         rc, out, err = up.finish()
         assert rc == 1, out + err
@@ -313,11 +312,11 @@ def test_engine_killed_during_a_replacement_brings_the_previous_back(ssh_env, fa
 
 def wait_until_serving(spec: Path, env: SshEnv) -> None:
     """Until status says every unit is healthy (a restored unit may still be starting)."""
-    for _ in range(100):
+    def serving() -> bool:
         rc, data = status(spec, env.known_hosts)
-        if rc == 0 and all(r["health"] == "healthy" for r in data["instances"]):
-            return
-        time.sleep(0.2)
+        return rc == 0 and all(r["health"] == "healthy" for r in data["instances"])
+
+    wait_until(serving, "every unit healthy", step=0.2)
 
 
 @pytest.mark.parametrize(

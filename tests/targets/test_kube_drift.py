@@ -4,9 +4,7 @@ change writes nothing to the cluster. Against kmock (conftest.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+from tests.helpers import pdctl
 from tests.targets.test_kube_kinds import plan_objects, spec_data, target, write_files
 from tests.targets.test_kube_prune_order import roll_out
 
@@ -41,19 +39,19 @@ def test_up_asks_before_undoing_a_drift_and_a_no_op_up_writes_nothing(cluster, t
     tgt = target(cluster, plan)
     tgt.apply_objects(objs)
     spec, kubeconfig = write_files(cluster, tmp_path, data)
-    cmd = [sys.executable, "-m", "pdctl", "up", spec, "--timeout", "5", "--kubeconfig", kubeconfig]
+    cmd = ["up", spec, "--timeout", "5", "--kubeconfig", kubeconfig]
     try:
         roll_out(tgt, "kdriftcli-serve")
         scale(tgt, "kdriftcli-serve", 5)
-        no = subprocess.run(cmd, input="n\n", capture_output=True, text=True, timeout=600)
+        no = pdctl(*cmd, input="n\n")
         assert "update   Deployment/kdriftcli-serve" in no.stdout, no.stdout + no.stderr
         assert "apply these changes?" in no.stdout, no.stdout
         assert tgt.get("Deployment", "kdriftcli-serve")["spec"]["replicas"] == 5
-        yes = subprocess.run(cmd + ["--yes"], capture_output=True, text=True, timeout=600)
+        yes = pdctl(*cmd, "--yes")
         assert tgt.get("Deployment", "kdriftcli-serve")["spec"]["replicas"] == 2
         roll_out(tgt, "kdriftcli-serve")
         start = len(cluster.log)
-        same = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        same = pdctl(*cmd)
         assert same.returncode == 0, same.stdout + same.stderr
         assert "nothing to change" in same.stdout, same.stdout
         written = [(m, p) for m, p in cluster.log[start:] if m != "GET"]

@@ -20,7 +20,8 @@ from pdctl.render.bundle import apply_rank as rank
 from pdctl.spec import load_text
 from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
 from pdctl.targets.kube.target import KubeTarget
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES
+from tests.helpers import run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 

@@ -11,11 +11,10 @@ CLI in a subprocess whose stdout is a pipe and with no COLUMNS, over the real ss
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.helpers import pdctl
 from tests.targets.testbed import (
     SshEnv,
     TestHost,
@@ -31,15 +30,7 @@ NAME = "a-deployment-whose-long-name-passes-eighty-columns"
 
 def piped(*args: str) -> subprocess.CompletedProcess:
     """`pdctl ARGS` with stdout and stderr pipes and no COLUMNS (as in a CI log or `| tee`)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
+    return pdctl(*args, env={"COLUMNS": None, "LINES": None})
 
 
 def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:

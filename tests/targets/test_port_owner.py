@@ -13,11 +13,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_port
 from tests.targets.test_docker import IMAGE, docker_client  # noqa: F401 - a fixture
 from tests.targets.testbed import (
     HERE,
@@ -58,13 +58,7 @@ def squatter(tmp_path: Path):
         start_new_session=True,
     )
     try:
-        while True:  # until it listens
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "the squatting server exited"
-                time.sleep(0.05)
+        wait_port(port, alive=lambda: proc.poll() is None, what="the squatting server")
         yield proc, port
     finally:
         proc.terminate()
@@ -110,14 +104,11 @@ def host_network_container(docker_client, tmp_path: Path):  # noqa: F811 - the f
     unit.mkdir()
     (unit / "container-id").write_text(container.id + "\n")
     try:
-        while True:  # until it listens
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                container.reload()
-                assert container.status in ("created", "running"), container.logs()
-                time.sleep(0.05)
+        def alive() -> bool:
+            container.reload()
+            return container.status in ("created", "running")
+
+        wait_port(port, alive=alive, what="the squatting container", detail=container.logs)
         yield unit, name, port, url
     finally:
         container.remove(force=True)

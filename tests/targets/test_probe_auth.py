@@ -12,12 +12,12 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pdctl.targets.health import probe
+from tests.helpers import wait_port
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -53,13 +53,7 @@ def engine_with_key(tmp_path: Path):
         cwd=tmp_path,
     )
     try:
-        while True:  # until it listens (no timing assertion: it either comes up or fails)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "the stand-in engine exited"
-                time.sleep(0.05)
+        wait_port(port, alive=lambda: proc.poll() is None, what="the stand-in engine")
         yield port
     finally:
         proc.terminate()

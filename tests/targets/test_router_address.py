@@ -9,7 +9,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.state import desired_units
+from tests.helpers import wait_until
 from tests.targets.testbed import HERE, SshEnv
 
 PD = """\
@@ -90,30 +90,21 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
     script = f"echo $$ >pid.tmp && mv pid.tmp pid && exec {serve}"
     conn.run(f"cd {tmp_path} && setsid sh -c {shlex.quote(script)} >fake.log 2>&1 </dev/null &",
              timeout=30)
-    deadline = time.monotonic() + 120  # only ends a hang
-    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until((tmp_path / "pid").exists, "the stand-in's pid file")
     pid = int((tmp_path / "pid").read_text())
     try:
         ops = HostOps(conn, str(tmp_path / "deploy"), host_scripts())
-        # Until it listens: it either does or exits (a fixed number of probes could end before
-        # a loaded machine started it); 120 s only ends a hang.
-        deadline = time.monotonic() + 120
-        while True:
-            health = ops.probe(port, "m", address=node.address)
-            if health.ok or time.monotonic() > deadline:
-                break
-            assert Path(f"/proc/{pid}").exists(), (tmp_path / "fake.log").read_text()
-            time.sleep(0.05)
-        assert health.ok, health.detail
+        # Until it answers: it either does or exits.
+        alive = Path(f"/proc/{pid}").exists
+        wait_until(lambda: ops.probe(port, "m", address=node.address).ok, "the stand-in", alive,
+                   detail=(tmp_path / "fake.log").read_text)
         assert not ops.probe(port, "m").ok  # nothing on the host's loopback
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)  # the stand-in and anything it started
         conn.close()
-        deadline = time.monotonic() + 60  # until it is gone (the run's end checks it)
-        while _running(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # until it is gone (the run's end checks it)
+        wait_until(lambda: not _running(pid), "the stopped stand-in", timeout=60)
 
 
 def _running(pid: int) -> bool:

@@ -12,11 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import known, wait_until
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -37,10 +37,6 @@ def spec_file(env: SshEnv, venv: Path, data: Path, port: int, file: str, **engin
     host = host_entry(env, env.host("lo1"), data, venv=str(venv))
     spec = stand_in_spec(NAME, [host], {"replicas": 1, "port": port}, engine=engine)
     return write_spec(data / file, spec)
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def lock_path(data: Path) -> Path:
@@ -126,11 +122,9 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
     )
     try:
         log = tmp_path / "lo1" / NAME / f"{NAME}-serve-0" / "log"
-        for _ in range(600):  # until the slow engine runs (pdctl now waits for its health)
-            if log.exists() and "loading forever" in log.read_text():
-                break
-            assert running.poll() is None, "the slow up ended early"
-            time.sleep(0.1)
+        # until the slow engine runs (pdctl now waits for its health)
+        ran = lambda: log.exists() and "loading forever" in log.read_text()  # noqa: E731
+        wait_until(ran, "the slow up", lambda: running.poll() is None)
         assert held(lock_path(tmp_path))
         second = pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60")
         assert second.returncode == 1, second.stdout + second.stderr
@@ -140,10 +134,7 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
         running.send_signal(signal.SIGKILL)
         running.wait()
     # sshd ends the killed client's session once it sees the connection closed
-    for _ in range(300):
-        if not held(lock_path(tmp_path)):
-            break
-        time.sleep(0.1)
+    wait_until(lambda: not held(lock_path(tmp_path)), "the killed run's lock")
     try:
         up = pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60")
         assert up.returncode == 0, up.stdout + up.stderr

@@ -4,11 +4,10 @@ name stays whole. Over the loopback sshd, with the recorded /metrics (tests/top/
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.helpers import pdctl
 from tests.targets.testbed import host_entry, write_spec
 from tests.top.test_cli import engine  # noqa: F401 - the fixture
 
@@ -16,13 +15,8 @@ NAME = "top-deployment-with-a-long-name"
 
 
 def _top(spec: Path, known_hosts: str, columns: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    if columns:
-        env["COLUMNS"] = columns
     argv = ["top", str(spec), "--once", "--window", "1s", "--known-hosts", known_hosts]
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *argv], capture_output=True, text=True, env=env
-    )
+    return pdctl(*argv, env={"COLUMNS": columns})
 
 
 def test_once_table_keeps_names_and_headers(ssh_env, engine, tmp_path):  # noqa: F811
