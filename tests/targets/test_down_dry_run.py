@@ -14,6 +14,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.kube.target import KubeTarget
+from tests.helpers import known
 from tests.pty_run import on_a_pty
 from tests.targets.test_kube import write_kube_files
 from tests.targets.testbed import (
@@ -27,10 +28,6 @@ from tests.targets.testbed import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def test_down_dry_run_on_a_host_lists_and_stops_nothing(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import known
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -89,10 +90,6 @@ def spec_file(env: SshEnv, tmp: Path, venv: Path, router: Path, library: Path) -
         "router": {"port": free_port(), "metricsPort": free_port(), "venv": str(router)},
     }
     return write_spec(tmp / "spec.yaml", spec)
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def proc_env(pid: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import known
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
 
 
@@ -34,10 +35,6 @@ def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:
         },
     }
     return write_spec(data / "spec.yaml", spec)
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def test_group_starts_reports_every_node_and_goes_down(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import known
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -37,10 +38,6 @@ def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: objec
         {"replicas": 2, "port": port, **serve},
         secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
     )
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def deploy(env: SshEnv, venv: Path, data: Path):
