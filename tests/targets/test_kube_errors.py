@@ -17,7 +17,6 @@ from kubernetes import client
 from pdctl.targets.kube.discovery import ApiError
 from pdctl.targets.kube.errors import Refused, Unreached, naming_applied, unreachable
 from pdctl.targets.kube.target import KubeTarget
-from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.test_kube import phase1, write_kube_files
 from tests.targets.testbed import pdctl
@@ -123,21 +122,13 @@ STATUS = {
 }
 
 
-@pytest.fixture
-def refusing():
-    """A kmock of its own: the refusal rules below must not reach other tests' objects on the
-    session's shared cluster (a rule for Deployment POSTs refuses every later Deployment)."""
-    with kube_server(builtin_resources()) as srv:
-        yield srv
-
-
-def test_an_admission_refusal_quotes_the_status_message(refusing):
+def test_an_admission_refusal_quotes_the_status_message(cluster):
     for method in ("patch", "post"):
         for path in ("", "/krej-serve"):
             url = f"/apis/apps/v1/namespaces/{NS}/deployments{path}"
-            refusing.emulator[method, url] << kmock.Response(status=422, payload=STATUS)
+            cluster.emulator[method, url] << kmock.Response(status=422, payload=STATUS)
     _, objs = phase1("krej")
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=refusing.url)), "krej", NS)
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "krej", NS)
     with pytest.raises(ApiError) as caught:
         tgt.apply_objects(objs)
     line = caught.value.line()
@@ -152,14 +143,14 @@ def test_an_admission_refusal_quotes_the_status_message(refusing):
     tgt.delete_objects(volumes=True)
 
 
-def test_a_refusal_names_what_was_applied_before_it(refusing):
+def test_a_refusal_names_what_was_applied_before_it(cluster):
     """What an apply loop does with naming_applied (pdctl.targets.kube.apply is to use it):
     a refused object's line names those applied before it, left in place."""
     url = f"/apis/apps/v1/namespaces/{NS}/deployments"
     for method, path in (("patch", f"{url}/kpart-serve"), ("post", url)):
-        refusing.emulator[method, path] << kmock.Response(status=403, payload=STATUS)
+        cluster.emulator[method, path] << kmock.Response(status=403, payload=STATUS)
     _, objs = phase1("kpart")
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=refusing.url)), "kpart", NS)
+    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kpart", NS)
     done: list[tuple[str, str]] = []
     with pytest.raises(Refused) as caught:
         for obj in objs:  # PVC, Service, then the Deployment (refused)

@@ -105,40 +105,40 @@ def test_up_waits_with_each_pods_stage_and_fails_with_the_reason(cluster, tmp_pa
 
     seen = []
     tgt = KubeTarget(
-        client.ApiClient(client.Configuration(host=cluster.url)), "kstage", NS, stage=seen.append
+        client.ApiClient(client.Configuration(host=cluster.url)), "kwait", NS, stage=seen.append
     )
-    _, objs = phase1("kstage")
+    _, objs = phase1("kwait")
     tgt.apply_objects(objs)
-    put_pod(tgt, LOADING, "kstage-serve-l")
-    put_pod(tgt, UNSCHEDULABLE, "kstage-serve-u")
+    put_pod(tgt, LOADING, "kwait-serve-l")
+    put_pod(tgt, UNSCHEDULABLE, "kwait-serve-u")
     cut = upto("Using cache directory")  # the engine is compiling
-    cluster.emulator[f"get /api/v1/namespaces/{NS}/pods/kstage-serve-l/log"] << cut.encode()
+    cluster.emulator[f"get /api/v1/namespaces/{NS}/pods/kwait-serve-l/log"] << cut.encode()
     try:
         with pytest.raises(PdctlError) as err:
             tgt.wait(objs, timeout=0.2, poll=0.1)
         assert str(err.value).startswith(
-            "Deployment/kstage-serve not rolled out after 0 s: kstage-serve-u: Pending: 0/4 nodes "
+            "Deployment/kwait-serve not rolled out after 0 s: kwait-serve-u: Pending: 0/4 nodes "
             "are available: 4 Insufficient nvidia.com/gpu."
         )
         stages = {(s.unit, s.stage, s.line) for s in seen}
         assert (
-            "kstage-serve-l",
+            "kwait-serve-l",
             "compiling",
             "Using cache directory: /root/.cache/vllm/torch_compile_cache/2b1c3b1a/rank_0_0/"
             "backbone for vLLM's torch.compile",
         ) in stages
-        assert any(s[:2] == ("kstage-serve-u", "scheduling") for s in stages)
+        assert any(s[:2] == ("kwait-serve-u", "scheduling") for s in stages)
         assert all(s.timeout == 0.2 for s in seen)
         # the CLI, piped: plain lines per stage change, and the one-line reason on stderr
-        spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kstage")
+        spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kwait")
         up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
         assert up.returncode == 1
-        assert "kstage-serve-l on -: compiling | Using cache directory:" in up.stdout
-        assert "kstage-serve-u on -: scheduling | Pending: 0/4 nodes are available" in up.stdout
-        assert "kstage-serve-u: Pending: 0/4 nodes are available" in up.stderr
+        assert "kwait-serve-l on -: compiling | Using cache directory:" in up.stdout
+        assert "kwait-serve-u on -: scheduling | Pending: 0/4 nodes are available" in up.stdout
+        assert "kwait-serve-u: Pending: 0/4 nodes are available" in up.stderr
         assert "\x1b[" not in up.stdout  # no live display when piped
     finally:
-        for name in ("kstage-serve-l", "kstage-serve-u"):
+        for name in ("kwait-serve-l", "kwait-serve-u"):
             tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
         tgt.delete_objects(volumes=True)
 
