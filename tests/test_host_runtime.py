@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.conftest import run_cli
+from tests.helpers import at, run_cli
 
 
 def spec(host: str) -> str:
@@ -58,9 +58,8 @@ def test_only_venv_runs_the_venv_not_conda() -> None:
 def test_a_runtime_that_ignores_an_environment_is_refused(host: str, path: str, phrase: str):
     with pytest.raises(SpecError) as err:
         load_text(spec(host), "spec.yaml")
-    line = err.value.line()
-    assert line.startswith(f"spec.yaml:4: {path}: ") and phrase in line, line
-    assert "\n" not in line
+    assert at(err.value) == ("spec.yaml", 4, path) and phrase in err.value.message, err.value
+    assert "\n" not in err.value.line()
 
 
 STORE = Path(__file__).resolve().parents[1] / "examples" / "phase2-mooncake-store.yaml"
