@@ -27,9 +27,9 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from pdctl.targets.docker.engine import client_for, run_options
+from tests.targets.hosts.test_hami_hosts_up import ROUTER
 from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
-from tests.targets.test_hami_hosts_up import ROUTER
 from tests.targets.testbed import free_port, pdctl, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
