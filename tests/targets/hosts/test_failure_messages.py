@@ -1,7 +1,7 @@
 """The one-line errors and failure reports of `up` (review of 2026-12-01):
 
 - log text quoted in an error or stage line carries no escape sequence or control character
-  (a vllm-router log line's colour codes came out as '\\x1b[2m...' in the error line);
+  (a vllm-router log line's colour codes came out as '\x1b[2m...' in the error line);
 - a tool's "Run 'docker run --help' for more information" hint is never the quoted cause;
 - a health probe whose SSH port forward is refused says that nothing listens on the port
   (it said 'no answer (ChannelException)');
@@ -30,7 +30,15 @@ from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
-from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    closed_port,
+    free_port,
+    host_entry,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
 
 # A vllm-router log line as it writes it (tracing's colours), then a progress bar's rewrite,
 # a window title (OSC ... BEL), a bell and a backspace.
@@ -173,3 +181,69 @@ def test_a_full_data_dir_is_named_with_its_cause(
     assert f"cannot write {folder}: No space left on device" in up.stderr, up.stderr
     assert "stopped what this run started" not in up.stdout, up.stdout
     assert len(up.stderr.strip().splitlines()) == 1, up.stderr
+
+
+# `pdctl up` when a host cannot be reached: one line naming the host, its address and the
+# cause (exit 1, no traceback); `--dry-run --offline` shows the plan without connecting.
+def spec_for(tmp_path: Path, port: int) -> Path:
+    return write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "u",
+            "phase": 0,
+            "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+            "hosts": [
+                {
+                    "name": "gpu-a",
+                    "address": "127.0.0.1",
+                    "port": port,
+                    "gpus": [0],
+                    "dataDir": str(tmp_path / "data"),
+                }
+            ],
+            "serve": {"port": 8000},
+        },
+    )
+
+
+def test_unreachable_host_is_one_line_naming_host_address_and_cause(tmp_path: Path):
+    port = closed_port()
+    for extra in (["--dry-run"], ["--yes"]):
+        proc = pdctl("up", str(spec_for(tmp_path, port)), *extra)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"error: host gpu-a (127.0.0.1:{port}): cannot connect: "), line
+        assert "--dry-run --offline" in line
+
+
+def test_dry_run_offline_shows_the_plan_without_connecting(tmp_path: Path):
+    proc = pdctl("up", str(spec_for(tmp_path, closed_port())), "--dry-run", "--offline")
+    assert proc.returncode == 0, proc.stderr
+    assert "u-serve-0" in proc.stdout and "start" in proc.stdout
+    assert "not contacted" in proc.stdout
+    assert not (tmp_path / "data").exists()
+
+
+def test_offline_without_dry_run_is_a_usage_error(tmp_path: Path):
+    proc = pdctl("up", str(spec_for(tmp_path, closed_port())), "--offline")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --offline works only with --dry-run; add --dry-run"
+
+
+@pytest.mark.parametrize("where", ["kubernetes", "docker"])
+def test_keep_going_off_ssh_hosts_is_a_usage_error_before_connecting(tmp_path: Path, where: str):
+    """--keep-going undoes only the failed instances on SSH hosts; the Docker engine target
+    undoes a failed run whole and Kubernetes undoes nothing, so it is refused there at once."""
+    port = closed_port()
+    extra = (
+        ["--phase", "1", "--target", "kubernetes"]
+        if where == "kubernetes"
+        else ["--docker-url", f"gpu-a=tcp://127.0.0.1:{port}"]
+    )
+    proc = pdctl("up", str(spec_for(tmp_path, port)), "--keep-going", "--yes", *extra)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    shown = "Kubernetes" if where == "kubernetes" else "--docker-url"
+    assert line.startswith(f"error: --keep-going works on SSH hosts only: with {shown} "), line
+    assert line.endswith("; leave out --keep-going"), line

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pdctl.targets.ssh import Connection, SshOptions, makedirs
+from pdctl.targets.state import Desired, Observed, diff
 from tests.helpers import known
 from tests.targets.testbed import (
     SshEnv,
@@ -279,3 +283,140 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
         assert processes_in(tmp_path) == []
     finally:
         pdctl("down", str(spec), *known(ssh_env))
+
+
+# A host whose scripts cannot be written starts none of its units: `up` fails naming the
+# upload, and no start.sh is run that is not there ('start.sh: No such file or directory').
+def test_a_failed_upload_starts_nothing_on_that_host(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        stand_in_spec(
+            "fup",
+            [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))],
+            {"replicas": 1, "port": free_port()},
+        ),
+    )
+    deploy = tmp_path / "lo1" / "fup"
+    deploy.mkdir(parents=True)
+    (deploy / "fup-serve-0").write_text("a file where the unit's folder goes\n")
+    up = pdctl("up", str(spec), "--yes", "--timeout", "30", "--known-hosts", ssh_env.known_hosts)
+    assert up.returncode == 1, up.stdout + up.stderr
+    out = up.stdout + up.stderr
+    assert "uploading scripts" in out, out
+    assert "No such file or directory" not in out, out
+    assert "start script failed" not in out, out
+
+
+# Two pdctl sessions creating the same folder at once (two hosts whose dataDir lies on one
+# shared filesystem, such as an NFS home; or the test hosts, which share this machine's) must
+# both succeed: a folder that appears between pdctl's check and its mkdir is not an error.
+#
+# Over a real SFTP session to a real sshd host. The race is made certain, not timed: between
+# pdctl's stat (missing) and its mkdir, a second real SFTP session creates the folder.
+class OtherWriterFirst:
+    """A real SFTP client; the first time it is asked about `folder` and answers 'missing',
+    `other` (another real session) creates that folder right after."""
+
+    def __init__(self, sftp: Any, other: Any, folder: str) -> None:
+        self.sftp, self.other, self.folder, self.raced = sftp, other, folder, False
+
+    def stat(self, path: str) -> Any:
+        try:
+            return self.sftp.stat(path)
+        except FileNotFoundError:
+            if path == self.folder and not self.raced:
+                self.raced = True
+                self.other.mkdir(path, mode=0o700)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sftp, name)
+
+
+def test_makedirs_accepts_a_folder_made_meanwhile(ssh_env: SshEnv, tmp_path: Path) -> None:
+    host = ssh_env.host("lo1")
+    from pdctl.spec.model import Host
+
+    spec_host = Host(
+        name=host.name,
+        address=host.address,
+        port=host.port,
+        user="root",
+        identityFile=ssh_env.key,
+    )
+    options = SshOptions(known_hosts=ssh_env.known_hosts)
+    first = Connection(spec_host, options).connect()
+    second = Connection(spec_host, options).connect()
+    try:
+        shared = str(tmp_path / "shared")
+        sftp = OtherWriterFirst(first.client.open_sftp(), second.client.open_sftp(), shared)
+        makedirs(sftp, f"{shared}/deploy", 0o700)
+        assert sftp.raced
+        assert (tmp_path / "shared" / "deploy").is_dir()
+    finally:
+        first.close()
+        second.close()
+
+
+# A unit found stopped whose scripts changed is a start of the new version, not a restart:
+# nothing was running, so nothing is 'kept' or 'stopped'; and undoing it puts the previous
+# scripts back WITHOUT starting them (the unit was stopped before `up`: it stays stopped).
+NAME = "undost"
+
+
+def test_diff_of_a_stopped_unit_whose_scripts_changed_is_a_start():
+    from pdctl.spec.model import Host
+
+    host = Host(name="h", address="127.0.0.1")
+    wanted = [Desired(host, "u", "serve", "new", 8000)]
+    change = diff(wanted, [Observed("h", "u", "old", running=False)])[0]
+    assert (change.action, change.why) == ("start", "spec changed, not running")
+    change = diff(wanted, [Observed("h", "u", "old", running=True)])[0]
+    assert (change.action, change.why) == ("restart", "spec changed")
+
+
+def spec_file(env: SshEnv, venv: Path, data: Path, port: int, file: str, **engine_env: str):
+    engine: dict = {"device": "cpu"}
+    if engine_env:
+        engine["env"] = engine_env
+    host = host_entry(env, env.host("lo1"), data, venv=str(venv))
+    spec = stand_in_spec(NAME, [host], {"replicas": 1, "port": port}, engine=engine)
+    return write_spec(data / file, spec)
+
+
+def test_undo_of_a_stopped_unit_keeps_it_stopped_with_its_previous_scripts(
+    ssh_env, fake_venv, tmp_path
+):
+    port = free_port()
+    known = ["--known-hosts", ssh_env.known_hosts]
+    first = spec_file(ssh_env, fake_venv, tmp_path, port, "su1.yaml")
+    hang = spec_file(ssh_env, fake_venv, tmp_path, port, "su2.yaml", FAKE_VLLM_HANG="1")
+    up = pdctl("up", str(first), "--yes", *known, "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        unit = tmp_path / "lo1" / NAME / f"{NAME}-serve-0"
+        before = (unit / "start.sh").read_text()
+        stop = subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        status = pdctl("status", str(first), "-o", "json", *known)
+        rows = json.loads(status.stdout)["instances"]
+        assert [r["state"] for r in rows] == ["stopped"], rows
+
+        up = pdctl("up", str(hang), "--yes", *known, "--timeout", "5")
+        out = up.stdout + up.stderr
+        assert up.returncode == 1, out
+        assert "spec changed, not running" in out
+        assert "the running version" not in out  # nothing ran: nothing kept or stopped
+        assert "(healthy)" not in out
+        assert f"the previous version of {NAME}-serve-0 (not started" in out
+        # as before up: stopped, with the scripts of su1.yaml
+        assert not listening(port)
+        assert (unit / "start.sh").read_text() == before
+        status = pdctl("status", str(first), "-o", "json", *known)
+        rows = json.loads(status.stdout)["instances"]
+        assert [r["state"] for r in rows] == ["stopped"], rows
+    finally:
+        down = pdctl("down", str(first), *known)
+    assert down.returncode == 0, down.stdout + down.stderr

@@ -17,6 +17,7 @@ from kubernetes import client
 from pdctl.targets.kube.discovery import ApiError
 from pdctl.targets.kube.errors import Refused, Unreached, naming_applied, unreachable
 from pdctl.targets.kube.target import KubeTarget
+from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kube.test_target import phase1, write_kube_files
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
@@ -187,3 +188,23 @@ def test_the_kubeconfig_of_the_tests_still_loads(cluster, tmp_path):
         str(write_kubeconfig(tmp_path, cluster.url)),
     )
     assert out.returncode in (0, 1) and "error:" not in out.stderr, out.stderr
+
+
+# An object the API server refuses in the middle of `up` (an admission webhook's 422) stops
+# the run in one line that quotes the server's message and names what this run applied before
+# it, left in place. Against a kmock of its own (its refusal rule must not reach other tests).
+def test_up_names_what_it_applied_before_a_refused_object(tmp_path) -> None:
+    with kube_server(builtin_resources()) as srv:
+        url = f"/apis/apps/v1/namespaces/{NS}/deployments"
+        for method, path in (("patch", f"{url}/krefused-serve"), ("post", url)):
+            srv.emulator[method, path] << kmock.Response(status=422, payload=STATUS)
+        spec, kubeconfig = write_kube_files(srv.url, tmp_path, "krefused")
+        up = pdctl("up", str(spec), "--yes", "--timeout", "1", "--kubeconfig", str(kubeconfig))
+        assert up.returncode == 1, up.stdout + up.stderr
+        line = up.stderr.strip()
+        assert len(line.splitlines()) == 1, line
+        assert "Deployment/krefused-serve" in line and "must not run as root" in line, line
+        assert line.endswith(
+            "already applied, left in place: PersistentVolumeClaim/krefused-model-cache, "
+            "Service/krefused (`pdctl down` removes them)"
+        ), line
