@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_port
-from tests.targets.test_docker import IMAGE, docker_client  # noqa: F401 - a fixture
+from tests.targets.docker.test_target import IMAGE, docker_client  # noqa: F401 - a fixture
 from tests.targets.testbed import (
     HERE,
     SshEnv,

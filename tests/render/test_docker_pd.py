@@ -2,7 +2,7 @@
 network (no `-p`), the unit folder, HAMi-core's library and lock, RDMA devices: the words
 start.sh passes to `docker run`, exactly as bash parses the rendered line (the line run with
 `printf` in place of `docker run`). The lifecycle on the real dockerd is
-tests/targets/test_docker_pd_up.py."""
+tests/targets/docker/test_pd_up.py."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.targets.test_docker import docker_client as docker_client  # noqa: F401 (fixture)
-from tests.targets.test_docker_progress import docker_spec, remove_all, urls
+from tests.targets.docker.test_progress import docker_spec, remove_all, urls
+from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.testbed import free_port, pdctl
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pdctl.targets.docker.pull import PullProgress, present, reference
+from tests.targets.docker.test_progress import docker_spec, remove_all, stage_lines, urls
+from tests.targets.docker.test_target import CHANGES, ENTRYPOINT, engine_rootfs, free_port
+from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.registry import Image, Registry, image_from_rootfs
-from tests.targets.test_docker import CHANGES, ENTRYPOINT, engine_rootfs, free_port
-from tests.targets.test_docker import docker_client as docker_client  # noqa: F401 (fixture)
-from tests.targets.test_docker_progress import docker_spec, remove_all, stage_lines, urls
 from tests.targets.testbed import pdctl
 
 REPO = "pdctl-test/pulled"
@@ -108,7 +108,7 @@ def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
 ):
     """The running engine stays when the new spec names an image that cannot be pulled: one
     line naming the unit and the image, exit 1, nothing of this run left behind."""
-    from tests.targets.test_docker import IMAGE
+    from tests.targets.docker.test_target import IMAGE
 
     port = free_port()
     spec = docker_spec(tmp_path, "dnope", {"local": "127.0.0.1"}, port, image=IMAGE)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.hosts.test_up_progress import LOADING, follow
-from tests.targets.test_docker import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.testbed import pdctl
 
 

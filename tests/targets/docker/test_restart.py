@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.targets.test_docker import IMAGE
-from tests.targets.test_docker_pd_up import docker_client as docker_client  # noqa: F401
-from tests.targets.test_docker_pd_up import spec_file
-from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
+from tests.targets.docker.test_pd_up import docker_client as docker_client  # noqa: F401
+from tests.targets.docker.test_pd_up import spec_file
+from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
+from tests.targets.docker.test_target import IMAGE
 from tests.targets.testbed import free_port, pdctl, write_spec
 
 
@@ -173,7 +173,7 @@ def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> 
     from pdctl.errors import PdctlError
     from pdctl.targets.docker.engine import Engine
     from pdctl.targets.docker.wait import wait_healthy
-    from tests.targets.test_docker import unit
+    from tests.targets.docker.test_target import unit
 
     tgt = Engine(docker_client, "t-restart-dies", network="host", stop_seconds=1)
     name = "t-restart-dies-bad"

@@ -4,7 +4,7 @@ stand-in engine image listens on the spec's port itself, no `-p`), the router as
 `status` finds them healthy, `docker inspect` shows the host network, the host IPC namespace,
 the unit folder mount and pdctl's environment; `down` removes them.
 
-The host is an sshd this module starts (as tests/targets/test_docker_ssh.py's, with SFTP for
+The host is an sshd this module starts (as tests/targets/docker/test_ssh.py's, with SFTP for
 the deployment folder) whose sessions see DOCKER_HOST, so the scripts' `docker` reaches the
 test dockerd. Its containers share this machine's network namespace with `--network host`
 (the test dockerd runs in it), so the health probes reach them on 127.0.0.1. GPUs,
@@ -27,17 +27,17 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from pdctl.targets.docker.engine import client_for, run_options
+from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
+from tests.targets.docker.test_target import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.hosts.test_hami_hosts_up import ROUTER
-from tests.targets.test_docker import IMAGE, engine_rootfs, ensure_engine_image
-from tests.targets.test_docker_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.testbed import free_port, pdctl, write_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def docker_client():
-    """The test dockerd with the stand-in engine image (tests/targets/test_docker.py)."""
+    """The test dockerd with the stand-in engine image (tests/targets/docker/test_target.py)."""
     url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
     busybox = shutil.which("busybox")
     if not url or busybox is None:

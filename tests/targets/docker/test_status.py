@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from pdctl.targets.health import probe
-from tests.targets.test_docker import IMAGE, add, docker_client  # noqa: F401
+from tests.targets.docker.test_target import IMAGE, add, docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, stand_in_spec, write_spec
 
 KEY = "sk-pdctl-docker-key-5d2a91"
