@@ -74,7 +74,7 @@ MOONCAKE_PACKAGE = {
 # NIXL for pip/conda engines (the vllm/vllm-openai images ship it already).
 NIXL_PIP = "nixl==1.5.1"
 # The request router on bare metal ("conductor"): PyPI `vllm-router`, flags checked against
-# its 0.1.17 `--help` (tests/pd/data/vllm_router_help.txt).
+# its 0.1.17 `--help` (tests/render/data/vllm_router_help.txt).
 ROUTER_VERSION = "0.1.17"
 
 
@@ -84,7 +84,7 @@ class LlmdPins:
 
     llm-d-router v0.10.0 (2026-08-17) is the first release under the new image names; its release
     publishes both images with the release tag. Checked in that tag (the extracted facts are
-    in tests/pd/data/llmd_v0.10.0.json): the sidecar's `--model-server-port` (`--vllm-port` is
+    in tests/render/data/llmd_v0.10.0.json): the sidecar's `--model-server-port` (`--vllm-port` is
     only its deprecated alias there), `--kv-connector=nixlv2` and `--secure-proxy`; the EPP's
     `--pool-*`, `--config-file`, port and `--metrics-endpoint-auth` flags; `llm-d.ai/v1alpha1`
     EndpointPickerConfig; every plugin type pdctl names (the approx-prefix-cache-producer that

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from hypothesis import settings
 
+from tests.helpers import run_cli  # noqa: F401 - the Docker SDK tests import it from here
+
 # No per-example deadline for any hypothesis test (it is a timed assertion: speed belongs in
 # benchmarks/). The default 200 ms fails a fast example that a loaded 2-core CI machine stalled
 # once (DeadlineExceeded, or Flaky when the replay is fast); tests that need no deadline but
@@ -87,25 +89,6 @@ def check_scripts(files: dict[str, str], tmp: Path) -> None:
         ["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run `pdctl ARGV` in this process through the real entry point: (exit code, out, err)."""
-    import sys
-
-    from pdctl.cli.app import main
-
-    old = sys.argv
-    sys.argv = ["pdctl", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

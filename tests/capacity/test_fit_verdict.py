@@ -9,7 +9,7 @@ from pathlib import Path
 from pdctl.capacity import model_config
 from pdctl.capacity.fit import Shape, alternatives, smallest_fit
 from pdctl.capacity.gpus import GIB
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 SERVE = """\
 name: demo

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.fromlog import parse_log
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 # vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
 # dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log), lines trimmed.

@@ -10,7 +10,7 @@ import pytest
 
 from pdctl.capacity.params import model_config, parse_config
 from pdctl.plan.parallel import Dims, valid_tp
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 SPEC = """\
 name: m

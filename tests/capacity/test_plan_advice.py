@@ -17,7 +17,7 @@ from pdctl.capacity.models import BUILTIN
 from pdctl.capacity.params import model_config
 from pdctl.plan.parallel import Dims
 from pdctl.plan.parallel import valid_tp as dims_valid_tp
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASE0 = (ROOT / "examples" / "phase0-conda.yaml").read_text()

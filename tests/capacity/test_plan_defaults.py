@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.gpus import find_gpu
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 SHORT = """\
 name: short

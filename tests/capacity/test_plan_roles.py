@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 EP = """\
 name: ep

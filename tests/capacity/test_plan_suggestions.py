@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 OSS = """\
 name: oss

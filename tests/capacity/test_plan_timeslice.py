@@ -13,7 +13,7 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import find_gpu
 from pdctl.capacity.params import model_config
 from pdctl.capacity.roofline import decode_step
-from tests.conftest import run_cli as run
+from tests.helpers import run_cli as run
 
 SPEC = """\
 name: slices

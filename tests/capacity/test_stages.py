@@ -18,7 +18,7 @@ from pdctl.capacity import find_gpu, instance_memory, model_config, model_fit
 from pdctl.capacity.fit import Shape, stage_memories
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import stage_partition, used_memory_notes, weights_bytes_per_gpu
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 @pytest.mark.parametrize(

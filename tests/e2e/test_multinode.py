@@ -11,10 +11,6 @@ between them and a group's nodes must meet on the rendezvous port.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +25,8 @@ from tests.e2e.common import (
     printed_urls,
     up,
 )
-from tests.targets.testbed import SshEnv, TestHost, pdctl, write_spec
+from tests.sshd import make_netns, need_root, reach_each_other, remove_netns, start_sshd
+from tests.targets.testbed import SshEnv, pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
 PORT = 18780  # ports no other e2e file uses (test_top: 18740-18771)
@@ -39,90 +36,29 @@ RPC_PORT = 18781
 NETNS = (("mn1", "10.77.31"), ("mn2", "10.77.32"))
 
 
-def _sshd_conf(folder: Path, name: str, address: str, keys: Path) -> Path:
-    conf = folder / f"sshd_{name}.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                "Port 22",
-                f"ListenAddress {address}",
-                f"HostKey {folder / ('host_' + name)}",
-                f"PidFile {folder / ('sshd_' + name + '.pid')}",
-                f"AuthorizedKeysFile {keys}",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "PermitRootLogin prohibit-password",
-                "StrictModes no",
-                "UsePAM no",
-                "AllowTcpForwarding yes",
-                "MaxSessions 64",
-                "Subsystem sftp internal-sftp",
-                "",
-            ]
-        )
-    )
-    return conf
-
-
-def _run(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def routed_pair(ssh_env: SshEnv, tmp_path_factory):
     """Two SSH hosts in network namespaces of their own that route to each other."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/usr/sbin/sshd"):
-        pytest.skip("needs root, iproute2 and sshd to make two routed namespaces")
+    need_root("ip")
     folder = tmp_path_factory.mktemp("netns")
-    keys = Path(ssh_env.known_hosts).parent / "authorized_keys"
     known = folder / "known_hosts"
     known.write_text(Path(ssh_env.known_hosts).read_text())
-    procs, made, hosts = [], [], []
+    servers, made = [], []
     try:
         for name, net in NETNS:
-            ns, address = f"pdctl-{name}", f"{net}.2"
-            _run("ip", "netns", "add", ns)
+            ns = f"pdctl-{name}"
+            address = make_netns(ns, net, route=True)
             made.append(ns)
-            _run("ip", "link", "add", f"v{ns}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _run("ip", "addr", "add", f"{net}.1/24", "dev", f"v{ns}")
-            _run("ip", "link", "set", f"v{ns}", "up")
-            _run("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-            _run("ip", "-n", ns, "link", "set", "eth0", "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
-            _run("ip", "-n", ns, "route", "add", "default", "via", f"{net}.1")
-            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / f"host_{name}"))
-            conf = _sshd_conf(folder, name, address, keys)
-            log = open(folder / f"sshd_{name}.log", "w")  # noqa: SIM115 (closed with the process)
-            procs.append(
-                subprocess.Popen(
-                    ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(conf)],
-                    stdout=log,
-                    stderr=log,
-                )
-            )
-            pub = (folder / f"host_{name}.pub").read_text().split()[:2]
+            servers.append(start_sshd(ssh_env, folder, name, address, netns=ns))
             with known.open("a") as f:
-                f.write(f"{address} {' '.join(pub)}\n")
-            hosts.append(TestHost(name, address, 22))
-        for host in hosts:  # sshd up, and the other namespace reachable from this one
-            ns = f"pdctl-{host.name}"
-            other = next(h for h in hosts if h is not host)
-            for _ in range(100):
-                probe = f"echo > /dev/tcp/{other.address}/22"
-                done = subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", probe])
-                if done.returncode == 0:
-                    break
-                time.sleep(0.1)
-            else:
-                pytest.fail(f"{ns} does not reach {other.address}:22")
-        yield SshEnv(tuple(hosts), ssh_env.key, str(known))
+                f.write(Path(servers[-1].known_hosts).read_text().splitlines()[-1] + "\n")
+        reach_each_other(servers, made)
+        yield SshEnv(tuple(s.host for s in servers), ssh_env.key, str(known))
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
+        for server in servers:
+            server.stop()
         for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            subprocess.run(["ip", "link", "del", f"v{ns}"], capture_output=True)
+            remove_netns(ns)
 
 
 def group_spec(vllm_cpu, env: SshEnv, data: Path, names: tuple[str, str]) -> Path:

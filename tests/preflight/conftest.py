@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from pdctl.plan import make_plan
 from pdctl.probe import record
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import pdctl  # noqa: F401 - the preflight tests import it from here
 
 FIX = ROOT / "tests" / "fixtures" / "gpu"
 
@@ -44,11 +44,6 @@ def replay_dir(tmp: Path, hosts: dict[str, Path]) -> Path:
     root = tmp / "replay"
     record.write(root, {name: raw_of(src) for name, src in hosts.items()})
     return root
-
-
-def pdctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pdctl", *args], capture_output=True,
-                          text=True, cwd=cwd or ROOT)
 
 
 def json_findings(proc: subprocess.CompletedProcess[str]) -> list[dict[str, str]]:

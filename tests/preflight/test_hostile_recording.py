@@ -68,7 +68,7 @@ def test_hostile_cluster_output_gives_facts(payload: str) -> None:
 
 
 def test_hostile_replay_through_the_cli_is_not_a_traceback(tmp_path: Path, capsys) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     root = tmp_path / "rec" / "h200x2"
     root.mkdir(parents=True)

@@ -5,7 +5,6 @@ client from kmock's API emulator seeded with the same objects."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -163,15 +162,9 @@ def test_a_kubeconfig_named_but_missing_is_a_usage_error(tmp_path: Path) -> None
 def test_no_kubeconfig_is_a_finding_naming_where_it_looked(tmp_path: Path, env: str) -> None:
     """Without any configuration the cluster.reach finding names the file(s) looked for (the
     client's own words, 'Invalid kube-config file. No configuration found.', name none)."""
-    base = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    base["HOME"] = str(tmp_path)
-    looked = "~/.kube/config"
-    if env == "KUBECONFIG":
-        looked = f"{tmp_path}/a:{tmp_path}/b"
-        base["KUBECONFIG"] = looked
-    proc = subprocess.run(
-        [sys.executable, "-m", "pdctl", "preflight", str(ROOT / "examples" / "phase1-k8s.yaml"),
-         "-o", "json"], capture_output=True, text=True, cwd=ROOT, env=base)
+    looked = f"{tmp_path}/a:{tmp_path}/b" if env == "KUBECONFIG" else "~/.kube/config"
+    base = {"HOME": str(tmp_path), "KUBECONFIG": looked if env == "KUBECONFIG" else None}
+    proc = pdctl("preflight", str(ROOT / "examples" / "phase1-k8s.yaml"), "-o", "json", env=base)
     assert proc.returncode == 1, proc
     (reach,) = [f for f in json_findings(proc) if f["check"] == "cluster.reach"]
     named = " ($KUBECONFIG)" if env == "KUBECONFIG" else ""

@@ -16,12 +16,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import wait_until
 from tests.preflight.conftest import json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.faulthost import start_fault_host, stop_fault_host
@@ -39,14 +39,10 @@ def routed(tmp_path_factory: pytest.TempPathFactory):
     made = []
     try:
         for name in ("node1", "node2"):
-            made.append(start_fault_host(env, tmp, name))
+            made.append(start_fault_host(env, tmp, name, route=True))
         known = tmp / "known_hosts"
         known.write_text(Path(made[0].known_hosts).read_text()
                          + Path(made[1].known_hosts).read_text().splitlines()[-1] + "\n")
-        for fault in made:
-            net = fault.host.address.rsplit(".", 1)[0]
-            subprocess.run(["ip", "-n", fault.netns, "route", "add", "default", "via",
-                            f"{net}.1"], check=True)
         hosts = {f.host.name: (f.host.address, f.host.port) for f in made}
         yield hosts, str(known), made[1].netns
     finally:
@@ -202,14 +198,11 @@ def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, routed, venv) -> Non
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
-            for _ in range(1200):  # until both agents run (generous: a busy machine)
-                ps = subprocess.run(["pgrep", "-af", AGENT], capture_output=True, text=True)
-                if " send " in ps.stdout and " listen " in ps.stdout:
-                    break
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.1)
-            else:
-                raise AssertionError("the agents never started")
+            def both() -> bool:  # until both agents run
+                ps = subprocess.run(["pgrep", "-af", AGENT], capture_output=True, text=True).stdout
+                return " send " in ps and " listen " in ps
+
+            wait_until(both, "the agents", lambda: proc.poll() is None)
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
         finally:

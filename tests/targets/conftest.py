@@ -215,9 +215,10 @@ def kube_server(resources: dict[str, dict[str, Any]]) -> Iterator[KubeServer]:
         thread.join(5)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def cluster() -> Iterator[KubeServer]:
-    """A kmock cluster serving the built-in API of Kubernetes 1.29, the Gateway API HTTPRoute
-    and the Gateway API Inference Extension InferencePool."""
+    """A kmock cluster of this test's own (no object, rule or request log of another test
+    reaches it) serving the built-in API of Kubernetes 1.29, the Gateway API HTTPRoute and the
+    Gateway API Inference Extension InferencePool."""
     with kube_server({**builtin_resources(), **installed_crds()}) as srv:
         yield srv

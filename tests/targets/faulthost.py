@@ -5,16 +5,13 @@ disturbing the shared test hosts (tests/services.sh). Needs root (`ip netns`).""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
-import pytest
-
+from tests.sshd import make_netns, need_root, remove_netns, start_sshd
 from tests.targets.testbed import SshEnv, TestHost
 
 _SEQ = count()
@@ -71,67 +68,23 @@ def _free_subnet() -> str:
     raise RuntimeError("no free 10.77.x.0/24 subnet")
 
 
-def start_fault_host(env: SshEnv, tmp: Path, name: str = "faulty") -> FaultHost:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("fault hosts need root and iproute2 (ip netns)")
+def start_fault_host(
+    env: SshEnv, tmp: Path, name: str = "faulty", route: bool = False
+) -> FaultHost:
+    """`route`: the namespace's default route goes through this machine (to reach others)."""
+    need_root("ip")
     ns = f"pdf{os.getpid() % 100000}x{next(_SEQ)}"
-    veth = f"v{ns}"
-    net = _free_subnet()
-    address = f"{net}.2"
-    d = tmp / f"sshd-{ns}"
-    d.mkdir()
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
-    )
-    shutil.copy(env.key + ".pub", d / "authorized_keys")
-    (d / "sshd.conf").write_text(
-        f"Port 22\nListenAddress {address}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n"
-        f"AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-        "UsePAM no\nAllowTcpForwarding yes\nMaxSessions 64\nMaxStartups 64:30:128\n"
-        "Subsystem sftp internal-sftp\n"
-    )
-    known = d / "known_hosts"
-    key = (d / "host_key.pub").read_text().split()[:2]
-    known.write_text(Path(env.known_hosts).read_text() + f"{address} {key[0]} {key[1]}\n")
-    ip = ["ip"]
-    subprocess.run([*ip, "netns", "add", ns], check=True)
+    address = make_netns(ns, _free_subnet(), route)
     try:
-        subprocess.run(
-            [*ip, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
-            check=True,
-        )
-        subprocess.run([*ip, "addr", "add", f"{net}.1/24", "dev", veth], check=True)
-        subprocess.run([*ip, "link", "set", veth, "up"], check=True)
-        subprocess.run([*ip, "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0"], check=True)
-        subprocess.run([*ip, "-n", ns, "link", "set", "eth0", "up"], check=True)
-        subprocess.run([*ip, "-n", ns, "link", "set", "lo", "up"], check=True)
-        sshd = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd.conf")],
-            stdout=subprocess.DEVNULL,
-            stderr=open(d / "sshd.log", "w"),
-            start_new_session=True,
-        )
+        sshd = start_sshd(env, tmp, ns, address, netns=ns)
     except BaseException:
-        subprocess.run([*ip, "netns", "del", ns])
+        remove_netns(ns)
         raise
-    fault = FaultHost(TestHost(name, address, 22), ns, veth, str(known), sshd)
-    # Until it listens: it either does or exits; 120 s only ends a hang (it takes < 1 s).
-    deadline = time.monotonic() + 120
-    while True:
-        probe = subprocess.run(["bash", "-c", f"echo > /dev/tcp/{address}/22"], capture_output=True)
-        if probe.returncode == 0:
-            break
-        if sshd.poll() is not None or time.monotonic() > deadline:
-            stop_fault_host(fault)
-            raise RuntimeError(f"sshd in {ns} did not start: " + (d / "sshd.log").read_text())
-        time.sleep(0.1)
-    return fault
+    return FaultHost(TestHost(name, address, 22), ns, f"v{ns}", sshd.known_hosts, sshd.proc)
 
 
 def stop_fault_host(fault: FaultHost) -> None:
     subprocess.run(["ip", "link", "set", fault.veth, "up"], capture_output=True)
     if fault.sshd.poll() is None:
         fault.kill_sshd()
-    subprocess.run(["ip", "netns", "del", fault.netns], capture_output=True)
-    subprocess.run(["ip", "link", "del", fault.veth], capture_output=True)
+    remove_netns(fault.netns)

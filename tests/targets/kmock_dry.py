@@ -1,7 +1,7 @@
 """kmock with `dryRun=All` honoured, for the server-side dry run tests.
 
 kmock 0.8 ignores the `dryRun` query parameter: a dry-run POST creates the object and a
-dry-run PATCH changes it (tests/targets/test_kube_diff.py shows it). A real API server
+dry-run PATCH changes it (tests/targets/kube/test_diff.py shows it). A real API server
 answers a dry-run request with the object it would store and stores nothing. This emulator
 does that much, and no more: the answer to a dry-run PATCH is kmock's own merge of the body
 into the stored object (no server-side-apply field ownership, no defaulting, no admission),

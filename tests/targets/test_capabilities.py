@@ -41,7 +41,7 @@ def test_a_plans_capabilities_are_its_targets(example, urls, kind, cls) -> None:
 
 
 def test_keep_going_is_refused_with_what_a_failed_run_leaves(capsys) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     spec = str(ROOT / "examples" / "phase1-k8s.yaml")
     code, _out, err = run_cli(["up", spec, "--keep-going", "--dry-run", "--offline"], capsys)

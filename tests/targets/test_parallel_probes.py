@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.test_ssh_up import free_port, known
+from tests.targets.hosts.test_ssh_up import free_port, known
 from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tests.preflight.conftest import FIX, raw_of
-from tests.targets.test_ssh_up import free_port, known
+from tests.targets.hosts.test_ssh_up import free_port, known
 from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in, write_spec
 
 # 4 PCIe GPUs with NVLink bridges 0-2 and 1-3: listed order would pair 0,1 (PHB).

@@ -9,12 +9,13 @@ import random
 import shutil
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.helpers import pdctl  # noqa: F401 - the target tests import it from here
 
 HERE = Path(__file__).resolve().parent
 
@@ -127,20 +128,6 @@ def stand_in_spec(
 def write_spec(path: Path, spec: dict) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
-
-
-def pdctl(
-    *args: str, env: dict[str, str] | None = None, timeout: int = 600
-) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess (as a user would)."""
-    full_env = dict(os.environ, COLUMNS="200", **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from tests.targets.testbed import closed_port, host_entry, pdctl, write_spec
+from pdctl.top.dashboard import render
+from pdctl.top.window import Figures, Window
+from tests.helpers import pdctl
+from tests.targets.testbed import closed_port, host_entry, write_spec
 
 DATA = Path(__file__).parent / "data"
 
@@ -158,3 +162,59 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
     res = pdctl("top", str(spec), *args)
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+
+
+# `pdctl top --once`'s table into a pipe (review finding 17): as wide as it needs, like
+# kubectl (was cut at 80 columns: names and headers ending in '…'); at 80 columns the instance
+# name stays whole. Over the loopback sshd, with the recorded /metrics (tests/top/test_cli.py).
+NAME = "top-deployment-with-a-long-name"
+
+
+def _top(spec: Path, known_hosts: str, columns: str | None) -> subprocess.CompletedProcess:
+    argv = ["top", str(spec), "--once", "--window", "1s", "--known-hosts", known_hosts]
+    return pdctl(*argv, env={"COLUMNS": columns})
+
+
+def test_once_table_keeps_names_and_headers(ssh_env, engine, tmp_path):  # noqa: F811
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": NAME,
+            "phase": 0,
+            "model": {"name": "org/tiny", "servedName": "tiny"},
+            "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0])],
+            "serve": {"port": engine},
+        },
+    )
+    piped = _top(spec, ssh_env.known_hosts, None)
+    assert piped.returncode == 0, piped.stderr
+    assert "…" not in piped.stdout, piped.stdout
+    for word in (f"{NAME}-serve-0", "TTFT p50/p95 ms", "ITL p50/p95 ms", "KV recv tok"):
+        assert word in piped.stdout, piped.stdout
+    narrow = _top(spec, ssh_env.known_hosts, "80")
+    assert narrow.returncode == 0, narrow.stderr
+    assert f"{NAME}-serve-0" in narrow.stdout, narrow.stdout
+
+
+# The dashboard of a window in which no instance answered says so: no `window 0s` title and
+# no `nothing crossed a threshold` verdict, which read as if the deployment were judged fine.
+def _text(w: Window) -> str:
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render(w, []))
+    return console.export_text()
+
+
+def test_no_instance_answered_is_said_not_judged() -> None:
+    down = Figures("d-serve-0", "serve", "lo1", error="connection refused")
+    text = _text(Window("d", 0, "hosts", 0.0, (down,)))
+    assert "d  phase 0 (hosts)  no instance answered" in text
+    assert "window 0s" not in text
+    assert "none: no instance answered /metrics, so nothing could be judged" in text
+    assert "nothing crossed a threshold" not in text
+
+
+def test_a_window_with_answers_and_no_verdict_says_nothing_crossed() -> None:
+    up = Figures("d-serve-0", "serve", "lo1", seconds=30.0, running=0.0)
+    text = _text(Window("d", 0, "hosts", 30.0, (up,)))
+    assert "window 30s" in text
+    assert "none: nothing crossed a threshold in this window" in text

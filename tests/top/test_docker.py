@@ -1,6 +1,6 @@
 """`pdctl top --docker-url HOST=URL`: a phase 0 deployment `up` made through the docker SDK,
 read from its containers on the real test dockerd (tests/services.sh). The stand-in engine
-(tests/targets/test_docker.py: busybox httpd) serves a recorded vLLM /metrics put into the
+(tests/targets/docker/test_target.py: busybox httpd) serves a recorded vLLM /metrics put into the
 container with the Docker API (tests/top/data/phase0-*.prom, from the real CPU engine)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from pdctl.top.docker_source import DockerSource
 from pdctl.top.window import assemble
-from tests.targets.test_docker import IMAGE, docker_client, free_port  # noqa: F401
+from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.testbed import pdctl
 
 DATA = Path(__file__).parent / "data"

@@ -76,7 +76,7 @@ def env_value(container: Any, name: str) -> str | None:
 
 def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None) -> dict:
     """`containers.create` keyword arguments for the rendered container `c`, option for option
-    what docker-start.sh.j2 writes for `docker run` (tests/test_docker_pd.py holds the
+    what docker-start.sh.j2 writes for `docker run` (tests/render/test_docker_pd.py holds the
     two side by side); `secrets`: the values of its `secret_env` names; `home`:
     the Docker host's home folder for `~/` mount sources."""
     from docker.types import DeviceRequest, LogConfig, Ulimit

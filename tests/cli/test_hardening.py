@@ -1,0 +1,365 @@
+"""Review fixes: no injection through spec values, flags pdctl owns, clean usage errors,
+render --output-dir / init -o that never clobber or trace back."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdctl.errors import SpecError
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.helpers import run_cli
+
+BASE = """\
+name: demo
+model:
+  name: {model}
+engine:
+  version: {version}
+  extraArgs: {extra}
+  env: {env}
+hosts:
+  - name: {host}
+    address: {address}
+    user: {user}
+    gpus: [0, 1]
+    runtime: {runtime}
+    condaEnv: {conda}
+    hfCache: {cache}
+serve:
+  replicas: 1
+"""
+
+GOOD = dict(
+    model="Qwen/Qwen2.5-7B-Instruct",
+    version='"0.33.0"',
+    extra="[]",
+    env="{}",
+    host="gpu-a",
+    address="192.0.2.10",
+    user="ubuntu",
+    runtime="conda",
+    conda="vllm-env",
+    cache="/data/hf",
+)
+
+
+def spec_text(**over: str) -> str:
+    text = BASE.format(**{**GOOD, **over})
+    if over.get("runtime", "conda") != "conda":  # condaEnv is for runtime conda only
+        text = text.replace(f"    condaEnv: {over.get('conda', GOOD['conda'])}\n", "")
+    return text
+
+
+def plan_error(text: str) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        spec, source = load_text(text, "spec.yaml")
+        try:
+            make_plan(spec)
+        except SpecError as exc:
+            raise source.locate(exc) from None
+    return info.value
+
+
+def test_the_base_spec_is_good() -> None:
+    spec, _ = load_text(spec_text(), "spec.yaml")
+    assert render(make_plan(spec)).paths()
+
+
+# (case, field overrides, error path, phrase)
+BAD = [
+    # A newline in a value once ended a comment line in start.sh and ran the rest as a command.
+    ("conda-newline", dict(conda='"x\\ntouch /tmp/pwned"'), "hosts[0].condaEnv", "conda env"),
+    ("version-newline", dict(version='"0.33.0\\n"'), "engine.version", "control"),
+    ("host-newline", dict(host='"gpu-a\\n"'), "hosts[0].name", "DNS-1123"),
+    ("env-key-newline", dict(env='{"FOO\\n": bar}'), "engine.env", "variable name"),
+    ("env-value-tab", dict(env='{FOO: "a\\tb"}'), "engine.env", "control"),
+    ("version-unicode-digit", dict(version='"0.33.\u0663"'), "engine.version", "X.Y.Z"),
+    ("conda-option", dict(conda='"-n"'), "hosts[0].condaEnv", "conda environment name"),
+    ("conda-space", dict(conda='"my env"'), "hosts[0].condaEnv", "conda environment name"),
+    ("model-option", dict(model='"--trust-remote-code"'), "model.name", "starts with '-'"),
+    ("address-option", dict(address='"-oProxyCommand=x"'), "hosts[0].address", "IP address"),
+    ("address-space", dict(address='"a b"'), "hosts[0].address", "IP address"),
+    ("user-option", dict(user='"-x"'), "hosts[0].user", "user name"),
+    ("cache-colon", dict(cache="/a:/etc"), "hosts[0].hfCache", "':'"),
+    ("env-cuda", dict(env="{CUDA_VISIBLE_DEVICES: '7'}"), "engine.env", "set by pdctl"),
+    ("env-hf-home", dict(env="{HF_HOME: /x}"), "engine.env", "hfCache"),
+    ("flag-api-key", dict(extra="[--api-key, sk-1]"), "engine.extraArgs[0]", "secret"),
+    ("flag-hf-token", dict(extra="['--hf_token=hf_1']"), "engine.extraArgs[0]", "secret"),
+    ("flag-port", dict(extra="[--port, '9000']"), "engine.extraArgs[0]", "set by pdctl"),
+    ("flag-port-eq", dict(extra="['--port=9000']"), "engine.extraArgs[0]", "serve.port"),
+    ("flag-tp-short", dict(extra="[-tp, '4']"), "engine.extraArgs[0]", "tensorParallel"),
+    ("flag-served", dict(extra="[--served-model-name, x]"), "engine.extraArgs[0]", "servedName"),
+]
+
+
+@pytest.mark.parametrize(("case", "over", "path", "phrase"), BAD, ids=[b[0] for b in BAD])
+def test_bad_value_is_a_spec_error(case: str, over: dict, path: str, phrase: str) -> None:
+    err = plan_error(spec_text(**over))
+    assert err.path.startswith(path), err.line()
+    assert phrase in err.line()
+    assert len(err.line().splitlines()) == 1
+    assert err.file == "spec.yaml" and err.line_no is not None
+
+
+def test_image_that_reads_as_a_docker_option_is_refused() -> None:
+    text = spec_text(runtime="docker").replace('  version: "0.33.0"', "  image: --privileged")
+    err = plan_error(text)
+    assert err.path == "engine.image" and "image reference" in err.message
+
+
+def test_secret_key_must_be_a_secret_key() -> None:
+    text = "name: d\nphase: 1\nmodel: {name: x}\nserve: {}\n"
+    text += "secrets: {hfToken: {env: HF_TOKEN, secretKey: 'a b'}}\n"
+    assert plan_error(text).path == "secrets.hfToken.secretKey"
+
+
+def test_comment_lines_quote_spec_values(tmp_path: Path) -> None:
+    """Values in rendered comments are shell-quoted like everywhere else."""
+    spec, _ = load_text(spec_text(conda="my.env-1"), "spec.yaml")
+    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+    assert "# Runtime conda: the env my.env-1 with vllm==0.33.0" in script
+    venv = (
+        spec_text()
+        .replace("runtime: conda", "runtime: venv")
+        .replace("condaEnv: vllm-env", "venv: /opt/my venv")
+    )
+    spec, _ = load_text(venv, "spec.yaml")
+    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+    assert "# Runtime venv: the Python environment '/opt/my venv'." in script
+
+
+def test_docker_mounts_a_model_folder_given_as_a_path() -> None:
+    spec, _ = load_text(spec_text(runtime="docker", model="/models/qwen"), "spec.yaml")
+    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+    assert "  -v /models/qwen:/models/qwen:ro \\\n" in script
+    assert "\n  /models/qwen --host 0.0.0.0 --port 8000" in script
+    spec, _ = load_text(spec_text(runtime="docker"), "spec.yaml")
+    assert ":ro" not in render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+
+
+# ---- the CLI ---------------------------------------------------------------------------
+
+
+run = run_cli
+
+
+@pytest.mark.parametrize(
+    ("argv", "phrase"),
+    [
+        (["render", "SPEC", "--bogus"], "No such option: --bogus; see `pdctl render --help`"),
+        (["render"], "Missing argument"),
+        (["validate", "SPEC", "extra"], "unexpected extra argument"),
+        (["init", "-p", "x"], "Invalid value for '--phase'"),
+        (["schema", "x"], "unexpected extra argument"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["render", "SPEC", "--phase"], "requires an argument"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(
+    argv: list[str], phrase: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    code, out, err = run([str(spec) if a == "SPEC" else a for a in argv], capsys)
+    assert code == 2, err
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: ") and phrase in err
+
+
+def test_render_output_refuses_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    code, _, err = run(["render", str(spec), "--output-dir", str(spec)], capsys)
+    assert code == 2 and "is a file, not a folder" in err and len(err.splitlines()) == 1
+    assert spec.read_text() == spec_text()
+
+
+def test_render_output_refuses_another_deployments_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    out = tmp_path / "out"
+    assert run(["render", str(spec), "--output-dir", str(out)], capsys)[0] == 0
+    again = run(["render", str(spec), "--output-dir", str(out)], capsys)
+    assert again[0] == 0  # its own: rewritten
+    assert (out / ".pdctl-bundle").read_text() == "demo\n"
+    other = tmp_path / "other.yaml"
+    other.write_text(spec_text().replace("name: demo", "name: other"))
+    code, _, err = run(["render", str(other), "--output-dir", str(out)], capsys)
+    assert code == 2 and "holds the bundle of deployment 'demo'" in err
+    assert (out / ".pdctl-bundle").read_text() == "demo\n"
+
+
+def test_render_output_unwritable_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out, err = run(["render", str(spec), "--output-dir", str(blocker / "out")], capsys)
+    assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
+    assert out == "" and blocker.read_text() == "x"
+
+
+def test_init_output_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["init", "-o", str(tmp_path / "missing" / "spec.yaml")], capsys)
+    assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
+    code, _, err = run(["init", "-o", str(tmp_path), "--force"], capsys)
+    assert code == 2 and "is a folder" in err
+    target = tmp_path / "spec.yaml"
+    target.write_text("mine\n")
+    code, _, err = run(["init", "-o", str(target)], capsys)
+    assert code == 2 and "--force" in err and target.read_text() == "mine\n"
+
+
+K8S = "name: d\nphase: 1\nmodel: {name: x}\nserve: {}\nkubernetes: %s\n"
+
+
+@pytest.mark.parametrize(
+    ("kube", "path", "phrase"),
+    [
+        (
+            "{tolerations: [{key: a, operator: Exists, value: b}]}",
+            "kubernetes.tolerations[0]",
+            "takes no `value`",
+        ),
+        (
+            "{tolerations: [{operator: Equal, value: b}]}",
+            "kubernetes.tolerations[0]",
+            "needs operator Exists",
+        ),
+        ("{nodeSelector: {'bad key!': x}}", "kubernetes.nodeSelector", "label key"),
+        ("{nodeSelector: {gpu: 'NVIDIA H100'}}", "kubernetes.nodeSelector.gpu", "label value"),
+        ("{resources: {memory: 64}}", "kubernetes.resources.memory", "no unit"),
+        ("{shmSize: 8}", "kubernetes.shmSize", "no unit"),
+        ("{storage: {size: '100'}}", "kubernetes.storage.size", "no unit"),
+    ],
+)
+def test_kubernetes_values_the_api_server_would_refuse(kube: str, path: str, phrase: str) -> None:
+    err = plan_error(K8S % kube)
+    assert err.path.startswith(path), err.line()
+    assert phrase in err.message
+
+
+def test_cpu_may_be_a_plain_number() -> None:
+    spec, _ = load_text(K8S % "{resources: {cpu: 0.5, memory: 2Gi}, shmSize: 8Gi}", "s.yaml")
+    text = render(make_plan(spec)).stream()
+    assert "cpu: '0.5'" in text and "memory: 2Gi" in text and "sizeLimit: 8Gi" in text
+
+
+def test_one_machine_listed_twice_is_refused() -> None:
+    text = spec_text().replace(
+        "serve:", "  - {name: gpu-b, address: 192.0.2.10, gpus: [2, 3]}\nserve:"
+    )
+    err = plan_error(text)
+    assert err.path == "hosts" and "same machine" in err.message
+    # Same address, another SSH port: another machine (e.g. a forwarded port).
+    load_text(
+        text.replace("address: 192.0.2.10, gpus", "address: 192.0.2.10, port: 2222, gpus"), "s.yaml"
+    )
+
+
+def test_stdin_that_is_not_utf8_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfename: d\n")))
+    code, out, err = run(["validate", "-"], capsys)
+    assert code == 2 and err == "error: <stdin>: is not UTF-8 text\n" and out == ""
+
+
+def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
+    err = plan_error(
+        spec_text().replace("gpus: [0, 1]", "gpus: [0]").replace("replicas: 1", "replicas: 2")
+    )
+    assert "needs 1 free GPU on one host" in err.message and "1 GPUs" not in err.message
+
+
+def test_a_target_from_the_command_line_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text())
+    code, _, err = run(["render", str(spec), "--target", "kubernetes"], capsys)
+    assert code == 2
+    assert err == (
+        f"error: {spec}: --target kubernetes: phase 0 runs on hosts only; "
+        "use phase 1 for Kubernetes\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "phrase"),
+    [
+        ({"runtime": "conda"}, "hosts[0].runtime", "CUDA build of vLLM"),
+        ({"runtime": "docker"}, "engine.image", "CPU image"),
+        ({"phase": 1}, "engine.image", "CPU image"),
+    ],
+)
+def test_cpu_engines_are_not_given_cuda_builds(change: dict, path: str, phrase: str) -> None:
+    text = spec_text().replace('  version: "0.33.0"', "  device: cpu")
+    if "runtime" in change:
+        text = text.replace("runtime: conda", f"runtime: {change['runtime']}")
+        if change["runtime"] != "conda":  # condaEnv is for runtime conda only
+            text = text.replace("    condaEnv: vllm-env\n", "")
+    else:
+        text = "phase: 1\n" + text
+    err = plan_error(text)
+    assert err.path == path and phrase in err.message, err.line()
+    # With a CPU image the container runtimes are fine.
+    if path == "engine.image":
+        spec, _ = load_text(
+            text.replace("  device: cpu", "  device: cpu\n  image: my/vllm-cpu:1"), "s.yaml"
+        )
+        make_plan(spec)
+
+
+@pytest.mark.parametrize("name", ["7b", "a" * 51])
+def test_deployment_name_fits_service_names(name: str) -> None:
+    err = plan_error(spec_text().replace("name: demo", f"name: {name}"))
+    assert err.path == "name" and "starts with a letter" in err.message
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [("0.23.0", "--no-enable-prefix-caching"), ("0.33.0", "--disable-prefix-caching")],
+)
+def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str) -> None:
+    """vLLM 0.33.0's parser has no --no-enable-prefix-caching (pdctl/data flag dump)."""
+    text = spec_text(version=f'"{version}"').replace(
+        "replicas: 1", "replicas: 1\n  enablePrefixCaching: false"
+    )
+    spec, _ = load_text(text, "s.yaml")
+    plan = make_plan(spec)
+    assert flag in plan.instances[0].args
+    assert plan.release.has_flag(flag)
+
+
+def test_render_stdin_with_facts_reads_the_spec_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(spec_text().encode())))
+    code, out, err = run(["render", "-", "--facts", str(facts)], capsys)
+    assert code == 0, err
+    assert out.startswith("#### hosts/gpu-a/demo-serve-0/start.sh\n")
+
+
+def test_ports_past_65535_are_a_spec_error() -> None:
+    text = spec_text().replace("replicas: 1", "replicas: 2\n  port: 65535")
+    err = plan_error(text)
+    assert err.path == "serve.port" and "65536" in err.message and "65534" in err.fix

@@ -1,0 +1,133 @@
+"""`up --docker-url`: where each engine is while `up` waits (the same stage lines as the hosts
+target), one deadline for all engines, and `stopping` while `down` stops a container. Against
+the real test dockerd with the stand-in engine (test_docker.py), steered through its HF cache
+folder: `listen` (address:port), `log` (printed first), `hold` (no serving while it exists).
+
+No timing is assumed: the engine is held until the test has seen pdctl show its stage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
+from tests.targets.hosts.test_up_progress import LOADING, follow
+from tests.targets.testbed import pdctl
+
+
+def docker_spec(tmp: Path, name: str, hosts: dict[str, str], port: int, image: str = IMAGE) -> Path:
+    """A phase 0 spec of one engine per docker host (name -> address); each host's HF cache
+    is its own folder, tmp/hf-NAME, whose `standin/listen` makes the engine listen on the
+    host's address and `port`."""
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    entries = []
+    for host, address in hosts.items():
+        ctl = tmp / f"hf-{host}" / "standin"
+        ctl.mkdir(parents=True, exist_ok=True)
+        (ctl / "listen").write_text(f"{address}:{port}")
+        entries.append(
+            {
+                "name": host,
+                "address": address,
+                "runtime": "docker",
+                "hfCache": str(tmp / f"hf-{host}"),
+                "dataDir": str(tmp / "data"),
+                "network": "host",  # the test dockerd has no bridge
+            }
+        )
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "phase": 0,
+                "model": {"name": str(model), "servedName": "tiny"},
+                "engine": {"device": "cpu", "image": image},
+                "hosts": entries,
+                "serve": {"port": port, "replicas": len(hosts)},
+            }
+        )
+    )
+    return spec
+
+
+def urls(*hosts: str) -> list[str]:
+    out = []
+    for host in hosts:
+        out += ["--docker-url", f"{host}={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    return out
+
+
+def remove_all(client, deployment: str) -> None:
+    for c in client.containers.list(
+        all=True, filters={"label": f"pdctl.io/deployment={deployment}"}
+    ):
+        c.remove(force=True)
+
+
+def stage_lines(out: str, timeout: int) -> list[str]:
+    """`[  3s/200s] unit on host: stage | line` lines, without the time."""
+    return [
+        x.split("] ", 1)[1] for x in out.splitlines() if re.match(rf"\[ *\d+s/{timeout}s\] ", x)
+    ]
+
+
+def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path):  # noqa: F811
+    spec = docker_spec(tmp_path, "dprog", {"local": "127.0.0.1"}, free_port())
+    ctl = tmp_path / "hf-local" / "standin"
+    (ctl / "log").write_text(LOADING + "\n")
+    (ctl / "hold").touch()
+    cmd = [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", "--timeout", "200"]
+    proc = subprocess.Popen(
+        [*cmd, *urls("local")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, COLUMNS="200"),
+    )
+    assert proc.stdout is not None
+    try:
+        out = follow(proc.stdout.fileno(), proc, [("loading weights", (ctl / "hold").unlink)])
+        assert proc.wait(60) == 0, out
+        stages = stage_lines(out, 200)
+        assert "dprog-serve-0 on local: loading weights | Starting to load model stand-in..." in (
+            stages
+        ), out
+        assert stages[-1] == "dprog-serve-0 on local: healthy", out
+        assert "\x1b[" not in out
+        down = pdctl("down", str(spec), *urls("local"))
+        assert down.returncode == 0, down.stdout + down.stderr
+        # `[   0s/30s] dprog-serve-0 on local: stopping`
+        assert re.search(r"\] dprog-serve-0 on local: stopping", down.stdout), down.stdout
+    finally:
+        proc.kill()
+        remove_all(docker_client, "dprog")
+
+
+def test_one_deadline_for_the_engines_of_all_hosts(docker_client, tmp_path: Path):  # noqa: F811
+    """Two docker hosts (two spec hosts on the one test engine, at 127.0.0.1 and 127.0.0.2):
+    the first never serves. The second is watched (and found healthy) while the first is
+    still waited for, and the run fails once, naming the first and the timeout."""
+    spec = docker_spec(tmp_path, "dwait", {"a": "127.0.0.1", "b": "127.0.0.2"}, free_port())
+    (tmp_path / "hf-a" / "standin" / "hold").touch()
+    try:
+        up = pdctl("up", str(spec), "--yes", "--timeout", "6", *urls("a", "b"))
+        assert up.returncode == 1, up.stdout + up.stderr
+        stages = stage_lines(up.stdout, 6)
+        assert "dwait-serve-1 on b: healthy" in stages, up.stdout
+        assert any(s.startswith("dwait-serve-0 on a: starting") for s in stages), up.stdout
+        assert "not healthy after 6 s" in up.stderr, up.stderr
+        assert up.stderr.count("dwait-serve-0") == 1 and "dwait-serve-1" not in up.stderr
+        # the run was undone: both containers removed
+        left = docker_client.containers.list(
+            all=True, filters={"label": "pdctl.io/deployment=dwait"}
+        )
+        assert left == []
+    finally:
+        remove_all(docker_client, "dwait")

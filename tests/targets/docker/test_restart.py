@@ -1,0 +1,167 @@
+"""Restart policy and log rotation of the containers pdctl starts, on the real dockerd: the
+rendered docker-start.sh over SSH and the docker SDK path (--docker-url) give each container
+the host's `restart` policy (default unless-stopped) and json-file rotation (default 100m x 5);
+an engine whose main process dies is brought back by Docker and `status` says how often;
+`down` removes the containers and none comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.targets.docker.test_pd_up import docker_client as docker_client  # noqa: F401
+from tests.targets.docker.test_pd_up import spec_file
+from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
+from tests.targets.docker.test_target import IMAGE
+from tests.targets.testbed import free_port, pdctl, write_spec
+
+
+def kill_main_process(container) -> None:
+    """End the container's PID 1 from inside (the stand-in exits on TERM), as a crash of the
+    engine would: not `docker stop`/`docker kill`, which mark the container stopped by hand."""
+    container.exec_run(["sh", "-c", "kill -TERM 1"])
+
+
+def restarted_once(client, name: str) -> None:
+    """Until Docker has restarted `name` once and it runs again (it does at once: a bound
+    of 120 s only ends a hang)."""
+    deadline = time.monotonic() + 120
+    while True:
+        c = client.containers.get(name)
+        if c.attrs["RestartCount"] >= 1 and c.status == "running":
+            return
+        assert time.monotonic() < deadline, (c.status, c.attrs["RestartCount"])
+        time.sleep(0.2)
+
+
+def status_rows(spec: Path, *args: str) -> dict[str, dict]:
+    status = pdctl("status", str(spec), "-o", "json", *args)
+    assert status.returncode == 0, status.stdout + status.stderr
+    return {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+
+
+def test_ssh_containers_restart_unless_stopped_with_bounded_logs(
+    docker_client,  # noqa: F811
+    docker_sshd: DockerSshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    spec = spec_file(docker_sshd, tmp_path)
+    known = tmp_path / "known_hosts"
+    known.write_text(docker_sshd.known_line)
+    conn = ["--known-hosts", str(known)]
+    engines = ("dockpd-prefill-0", "dockpd-decode-0")
+    try:
+        up = pdctl("up", str(spec), "--yes", *conn, "--timeout", "90")
+        assert up.returncode == 0, up.stdout + up.stderr
+        for name in engines:
+            host_config = docker_client.containers.get(name).attrs["HostConfig"]
+            assert host_config["RestartPolicy"] == {
+                "Name": "unless-stopped",
+                "MaximumRetryCount": 0,
+            }
+            assert host_config["LogConfig"] == {
+                "Type": "json-file",
+                "Config": {"max-size": "100m", "max-file": "5"},
+            }
+        kill_main_process(docker_client.containers.get(engines[0]))
+        restarted_once(docker_client, engines[0])
+        rows = status_rows(spec, *conn)
+        assert rows[engines[0]]["state"] == "running (restarted 1 time)", rows[engines[0]]
+        assert rows[engines[1]]["state"] == "running", rows[engines[1]]
+    finally:
+        down = pdctl("down", str(spec), *conn)
+    assert down.returncode == 0, down.stdout + down.stderr
+    left = docker_client.containers.list(all=True, filters={"label": "pdctl.io/deployment=dockpd"})
+    assert left == []
+
+
+def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
+    docker_client,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    model = tmp_path / "model"
+    model.mkdir()
+    host = {
+        "name": "local",
+        "address": "127.0.0.1",
+        "runtime": "docker",
+        "restart": "always",
+        "logMaxSize": "10m",
+        "logMaxFiles": 2,
+        "hfCache": str(tmp_path / "hf"),
+        "dataDir": str(tmp_path / "data"),
+        "network": "host",  # the test dockerd has no bridge
+    }
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "sdkrestart",
+            "phase": 0,
+            "model": {"name": str(model), "servedName": "tiny"},
+            "engine": {"device": "cpu", "image": IMAGE},
+            "hosts": [host],
+            "serve": {"port": port},
+        },
+    )
+    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    name = "sdkrestart-serve-0"
+    try:
+        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
+        assert up.returncode == 0, up.stdout + up.stderr
+        c = docker_client.containers.get(name)
+        host_config = c.attrs["HostConfig"]
+        assert host_config["RestartPolicy"] == {"Name": "always", "MaximumRetryCount": 0}
+        assert host_config["LogConfig"] == {
+            "Type": "json-file",
+            "Config": {"max-size": "10m", "max-file": "2"},
+        }
+        kill_main_process(c)
+        restarted_once(docker_client, name)
+        assert rows_state(spec, url, name) == "running (restarted 1 time)"
+        # The policy is part of the unit: a changed policy replaces the container.
+        host["restart"] = "on-failure:3"
+        doc = yaml.safe_load(spec.read_text())
+        doc["hosts"] = [host]
+        write_spec(spec, doc)
+        planned = pdctl("up", str(spec), "--dry-run", *url)
+        assert "spec changed" in planned.stdout, planned.stdout + planned.stderr
+    finally:
+        down = pdctl("down", str(spec), *url)
+    assert down.returncode == 0, down.stdout + down.stderr
+    left = docker_client.containers.list(
+        all=True, filters={"label": "pdctl.io/deployment=sdkrestart"}
+    )
+    assert left == []
+
+
+def rows_state(spec: Path, url: list[str], name: str) -> str:
+    return status_rows(spec, *url)[name]["state"]
+
+
+def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811
+    """Under unless-stopped an engine that exits is started again and again: `up` reports the
+    first restart with the engine's own error, not a timeout after a crash loop."""
+    from pdctl.errors import PdctlError
+    from pdctl.targets.docker.engine import Engine
+    from pdctl.targets.docker.wait import wait_healthy
+    from tests.targets.docker.test_target import unit
+
+    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1)
+    name = "t-restart-dies-bad"
+    units = [unit(tgt.deployment, name, free_port(), model="/missing/model")]
+    try:
+        tgt.apply(units, tgt.changes(units), {})
+        with pytest.raises(PdctlError) as err:
+            wait_healthy({tgt.where: tgt}, [(tgt.where, name)], 120, lambda _h, _n: False)
+        message = str(err.value)
+        assert "Docker restarted it (restart policy unless-stopped)" in message, message
+        assert "model path /missing/model does not exist" in message, message
+    finally:
+        tgt.down()
+    assert tgt.containers() == []

@@ -1,0 +1,280 @@
+"""`status` and `logs` through the docker SDK (`--docker-url`) say what they say over SSH: each
+running engine's health and served model (probed as `up` probes it, with the API key when
+`secrets.apiKey` is set), every unit the spec plans (`not started` without a container),
+containers of the deployment that the spec no longer plans (`(not in spec)`), and for `logs`
+of a unit without a container the SSH target's one line, exit 1.
+
+Against the real test dockerd with the stand-in engine of test_docker.py; the API key test
+uses a second stand-in that enforces the key as vLLM does (401 on /v1/* without
+`Authorization: Bearer <key>`, the key read from VLLM_API_KEY).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import socket
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdctl.targets.health import probe
+from tests.targets.docker.test_target import IMAGE, add, docker_client  # noqa: F401
+from tests.targets.testbed import free_port, pdctl, stand_in_spec, write_spec
+
+KEY = "sk-pdctl-docker-key-5d2a91"
+AUTH_REPO = "pdctl-test/auth-engine"
+
+# Serves /health openly and /v1/models only with `Authorization: Bearer $VLLM_API_KEY` (when
+# the variable is set), one request per connection through busybox nc.
+AUTH_ENGINE = """#!/bin/sh
+port=8000; name=$1
+while [ $# -gt 0 ]; do
+  case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
+  shift
+done
+export NAME=$name
+echo "auth stand-in serving $name on port $port"
+exec nc -ll -p "$port" -e /answer.sh
+"""
+ANSWER = """#!/bin/sh
+read -r method path proto
+auth=
+cr=$(printf '\\r')
+while read -r line; do
+  line=${line%$cr}
+  [ -z "$line" ] && break
+  case $line in [Aa]uthorization:*) auth=${line#*: };; esac
+done
+case ${path%%\\?*} in
+  /health) printf 'HTTP/1.0 200 OK\\r\\n\\r\\n';;
+  /v1/*)
+    if [ -n "$VLLM_API_KEY" ] && [ "$auth" != "Bearer $VLLM_API_KEY" ]; then
+      printf 'HTTP/1.0 401 Unauthorized\\r\\n\\r\\n{"error": "Unauthorized"}'
+    else
+      printf 'HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n'
+      printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$NAME"
+    fi;;
+  *) printf 'HTTP/1.0 404 Not Found\\r\\n\\r\\n';;
+esac
+"""
+AUTH_CHANGES = ["ENV PATH=/bin", 'ENTRYPOINT ["/bin/sh", "/engine.sh"]', "LABEL pdctl.test=auth"]
+
+
+@pytest.fixture(scope="module")
+def auth_image(docker_client) -> str:  # noqa: F811
+    """The key-enforcing stand-in, imported once per content (tagged by its digest)."""
+    import docker
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for d in ("bin", "tmp", "proc", "sys", "dev", "etc"):
+            add(tar, d, kind=tarfile.DIRTYPE)
+        with open(shutil.which("busybox") or "", "rb") as fh:
+            add(tar, "bin/busybox", fh.read())
+        for tool in ("sh", "nc", "printf", "echo"):
+            add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
+        add(tar, "engine.sh", AUTH_ENGINE.encode())
+        add(tar, "answer.sh", ANSWER.encode())
+    rootfs = buf.getvalue()
+    digest = hashlib.sha256(rootfs + json.dumps(AUTH_CHANGES).encode()).hexdigest()[:16]
+    tag = f"{AUTH_REPO}:c-{digest}"
+    try:
+        docker_client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        docker_client.api.import_image_from_data(
+            rootfs, repository=AUTH_REPO, tag=f"c-{digest}", changes=AUTH_CHANGES
+        )
+    return tag
+
+
+def spec_file(
+    tmp: Path, name: str, replicas: int = 1, image: str = IMAGE, **sections: object
+) -> Path:
+    """A phase 0 spec of `replicas` stand-in engines on the one docker host `local`."""
+    hf = tmp / "hf"
+    hf.mkdir(exist_ok=True)
+    host = {"name": "local", "address": "127.0.0.1", "runtime": "docker", "hfCache": str(hf)}
+    host.update(network="host", dataDir=str(tmp / "data"))  # the test dockerd has no bridge
+    if replicas > 1:
+        host["instances"] = replicas
+    engine = {"device": "cpu", "image": image}
+    serve = {"port": free_port(), "replicas": replicas}
+    return write_spec(
+        tmp / f"{name}.yaml", stand_in_spec(name, [host], serve, engine=engine, **sections)
+    )
+
+
+def url() -> list[str]:
+    return ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+
+
+def remove_all(client, deployment: str) -> None:
+    for c in client.containers.list(
+        all=True, filters={"label": f"pdctl.io/deployment={deployment}"}
+    ):
+        c.remove(force=True)
+
+
+def status_json(spec: Path, env: dict[str, str] | None = None) -> dict:
+    out = pdctl("status", str(spec), "-o", "json", *url(), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
+
+
+def rows(doc: dict) -> list[tuple[str, str, str, str]]:
+    return [(r["unit"], r["state"], r["health"], r["model"]) for r in doc["instances"]]
+
+
+def test_status_probes_each_engines_health_and_model(docker_client, tmp_path):  # noqa: F811
+    """A running engine is up only when it answers as `up` requires: healthy with its model;
+    one whose model is no longer listed reads why, and is not counted up."""
+    spec = spec_file(tmp_path, "dkst")
+    try:
+        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url())
+        assert up.returncode == 0, up.stdout + up.stderr
+        doc = status_json(spec)
+        assert rows(doc) == [("dkst-serve-0", "running", "healthy", "stand-in")]
+        assert (doc["summary"]["units"], doc["summary"]["up"]) == (1, 1)
+        table = pdctl("status", str(spec), *url())
+        assert "healthy" in table.stdout and "stand-in" in table.stdout, table.stdout
+        assert "1 of 1 unit up" in table.stdout, table.stdout
+        # The engine goes on answering /health but stops listing the model.
+        (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=dkst"})
+        models = '{"object":"list","data":[{"id":"other","object":"model"}]}'
+        done = c.exec_run(["sh", "-c", f"printf '%s' '{models}' > /www/v1/models"])
+        assert done.exit_code == 0, done.output
+        doc = status_json(spec)
+        why = "model 'stand-in' not listed (got ['other'])"
+        assert rows(doc) == [("dkst-serve-0", "running", why, "other")]
+        assert (doc["summary"]["units"], doc["summary"]["up"]) == (1, 0)
+        table = pdctl("status", str(spec), *url())
+        assert "0 of 1 unit up" in table.stdout, table.stdout
+    finally:
+        remove_all(docker_client, "dkst")
+
+
+def test_status_sends_the_api_key_of_the_running_engine(
+    docker_client,  # noqa: F811
+    auth_image,
+    tmp_path,
+):
+    """With secrets.apiKey the engines refuse /v1/models without the key: `status` (which reads
+    no secrets from the environment) probes with the key the container runs with, and the key
+    is in no command line and in none of pdctl's output."""
+    spec = spec_file(
+        tmp_path, "dkkey", image=auth_image, secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}}
+    )
+    try:
+        up = pdctl(
+            "up", str(spec), "--yes", "--timeout", "60", *url(), env={"PDCTL_TEST_API_KEY": KEY}
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        env = {k: v for k, v in os.environ.items() if k != "PDCTL_TEST_API_KEY"}
+        out = pdctl("status", str(spec), "-o", "json", *url(), env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert rows(json.loads(out.stdout)) == [("dkkey-serve-0", "running", "healthy", "stand-in")]
+        assert KEY not in out.stdout + out.stderr
+        (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=dkkey"})
+        assert KEY not in " ".join(c.attrs["Config"]["Cmd"])
+        # The engine does refuse a probe without the key.
+        port = yaml.safe_load(spec.read_text())["serve"]["port"]
+        opener = lambda: socket.create_connection(("127.0.0.1", port), timeout=5)  # noqa: E731
+        assert "401" in probe(opener, "stand-in").detail
+        assert probe(opener, "stand-in", api_key=KEY).ok
+    finally:
+        remove_all(docker_client, "dkkey")
+
+
+def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
+    docker_client,  # noqa: F811
+    tmp_path,
+):
+    """Before `up` (or after `down`) every unit the spec plans is listed `not started`; a
+    container of the deployment that the spec does not plan is listed `(not in spec)`."""
+    spec = spec_file(tmp_path, "dkns", replicas=2)
+    try:
+        doc = status_json(spec)
+        assert rows(doc) == [
+            ("dkns-serve-0", "not started", "-", ""),
+            ("dkns-serve-1", "not started", "-", ""),
+        ]
+        assert [r["pid"] for r in doc["instances"]] == ["-", "-"]
+        assert all(r["endpoint"].startswith("http://127.0.0.1:") for r in doc["instances"])
+        table = pdctl("status", str(spec), *url())
+        assert "0 of 2 units up (2 serve)" in table.stdout, table.stdout
+        old = docker_client.containers.create(
+            IMAGE,
+            ["stand-in"],
+            name="dkns-serve-7",
+            labels={
+                "pdctl.io/deployment": "dkns",
+                "pdctl.io/unit": "dkns-serve-7",
+                "pdctl.io/role": "serve",
+            },
+        )
+        doc = status_json(spec)
+        assert rows(doc)[-1] == ("dkns-serve-7", "created (not in spec)", "-", "")
+        assert doc["instances"][-1]["pid"] == old.short_id
+        assert [r[1] for r in rows(doc)[:2]] == ["not started", "not started"]
+    finally:
+        remove_all(docker_client, "dkns")
+
+
+NO_CONTAINER = "no instance of 'dklg' has a container on local (not started, or removed by down)"
+
+
+@pytest.mark.parametrize("follow", [[], ["-f"]], ids=["tail", "follow"])
+def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, follow):  # noqa: F811
+    """Nothing of the deployment has a container: `logs` says so (exit 1); a unit the spec
+    plans has no log (exit 1, the SSH target's words); only a name the spec does not plan is
+    a usage error (exit 2) that lists the spec's units."""
+    spec = spec_file(tmp_path, "dklg", replicas=2)
+    every = pdctl("logs", str(spec), *follow, *url())
+    assert (every.returncode, every.stdout) == (1, ""), every
+    assert every.stderr.strip().splitlines() == ["error: " + NO_CONTAINER]
+    one = pdctl("logs", str(spec), "dklg-serve-1", *follow, *url())
+    assert (one.returncode, one.stdout) == (1, ""), one
+    no_log = "dklg-serve-1 on local: no log (not started, or removed by down)"
+    assert one.stderr.strip().splitlines() == [f"error: {no_log}"]
+    other = pdctl("logs", str(spec), "nope", *follow, *url())
+    assert other.returncode == 2, other
+    assert other.stderr.strip().splitlines() == [
+        "error: no unit 'nope' in 'dklg' (units: dklg-serve-0, dklg-serve-1)"
+    ]
+
+
+def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_path):  # noqa: F811
+    """Without UNIT, a unit without a container does not hide the others' logs."""
+    spec = spec_file(tmp_path, "dklh", replicas=2)
+    try:
+        c = docker_client.containers.run(
+            IMAGE,
+            name="dklh-serve-1",
+            entrypoint=["/bin/sh", "-c", "echo first; echo second"],
+            labels={
+                "pdctl.io/deployment": "dklh",
+                "pdctl.io/unit": "dklh-serve-1",
+                "pdctl.io/role": "serve",
+            },
+            detach=True,
+        )
+        c.wait(timeout=60)
+        out = pdctl("logs", str(spec), *url())
+        assert out.returncode == 0, out
+        assert out.stdout.splitlines() == [
+            "==> dklh-serve-0 on local <==",
+            "(no log: not started, or removed by down)",
+            "==> dklh-serve-1 on local <==",
+            "first",
+            "second",
+        ]
+        one = pdctl("logs", str(spec), "dklh-serve-1", *url())
+        assert (one.returncode, one.stdout) == (0, "first\nsecond\n"), one
+    finally:
+        remove_all(docker_client, "dklh")

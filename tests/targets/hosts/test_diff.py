@@ -1,0 +1,73 @@
+"""`pdctl diff` on hosts over a real sshd host (tests/services.sh) with the stand-in engine:
+new units, no changes after `up`, and the unified diff of a replaced unit's start script."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.targets.hosts.test_ssh_up import free_port, known
+from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+
+
+def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int, max_len: int) -> dict:
+    return {
+        "name": "fdiff",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in", "maxModelLen": max_len},
+        "engine": {"device": "cpu"},
+        "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+        "serve": {"replicas": 1, "port": port},
+    }
+
+
+def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+):
+    port = free_port()
+    spec = write_spec(
+        tmp_path / "spec.yaml", one_host_spec(ssh_env, fake_venv, tmp_path, port, 2048)
+    )
+    new = pdctl("diff", str(spec), *known(ssh_env))
+    assert new.returncode == 1, new.stderr
+    assert new.stdout.startswith("start     fdiff-serve-0 on lo1 (new)\n")
+    assert new.stdout.endswith("1 start\n")
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")
+    assert up.returncode == 0, up.stderr
+    try:
+        same = pdctl("diff", str(spec), *known(ssh_env))
+        assert same.returncode == 0, same.stderr
+        assert same.stdout == "1 keep\nno changes\n"
+        write_spec(spec, one_host_spec(ssh_env, fake_venv, tmp_path, port, 4096))
+        changed = pdctl("diff", str(spec), *known(ssh_env))
+        assert changed.returncode == 1, changed.stderr
+        lines = changed.stdout.splitlines()
+        assert lines[0] == "restart   fdiff-serve-0 on lo1 (spec changed)"
+        folder = tmp_path / "lo1" / "fdiff" / "fdiff-serve-0"
+        assert lines[1] == f"--- lo1:{folder}/start.sh"
+        assert lines[2] == "+++ hosts/lo1/fdiff-serve-0/start.sh"
+        removed = [x for x in lines if x.startswith("-") and "2048" in x]
+        added = [x for x in lines if x.startswith("+") and "4096" in x]
+        assert removed and added, changed.stdout
+        # diff changed nothing: the host still runs the first version
+        assert "2048" in (folder / "start.sh").read_text()
+        # Stopped, then changed: a start of the new version, whose script diff is shown too.
+        stop = subprocess.run(["bash", str(folder / "stop.sh")], capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stderr
+        stopped = pdctl("diff", str(spec), *known(ssh_env))
+        assert stopped.returncode == 1, stopped.stderr
+        lines = stopped.stdout.splitlines()
+        assert lines[0] == "start     fdiff-serve-0 on lo1 (spec changed, not running)", lines
+        assert lines[1] == f"--- lo1:{folder}/start.sh", lines
+        assert [x for x in lines if x.startswith("+") and "4096" in x], stopped.stdout
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_diff_of_an_unreachable_host_is_an_error(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+    data = one_host_spec(ssh_env, fake_venv, tmp_path, free_port(), 2048)
+    data["hosts"][0]["port"] = free_port()  # nobody listens there
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    out = pdctl("diff", str(spec), *known(ssh_env), "--connect-timeout", "2")
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "lo1" in out.stderr

@@ -1,0 +1,130 @@
+"""A multi-node group over real SSH hosts with the stand-in engine (fake_vllm.py), which
+behaves like vLLM's native multi-node launch: the leader serves /health only once its
+`--headless` node joined on the rendezvous port; a node that dies fails the group.
+
+The two loopback test hosts (lo1 127.0.0.1, lo2 127.0.0.2) are used: the network-namespace
+hosts of tests/services.sh have no route to each other, and a group's nodes must meet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import known
+from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
+
+
+def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:
+    names = [h.name for h in env.hosts]
+    if not {"lo1", "lo2"} <= set(names):
+        pytest.skip("needs the loopback test hosts lo1 and lo2")
+    spec = {
+        "name": "group",
+        "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu", "env": engine_env},
+        "hosts": [host_entry(env, env.host(n), data, venv=str(venv)) for n in ("lo1", "lo2")],
+        "serve": {
+            "tensorParallel": 2,
+            "nodes": 2,
+            "port": free_port(),
+            "rendezvousPort": free_port(),
+        },
+    }
+    return write_spec(data / "spec.yaml", spec)
+
+
+def test_group_starts_reports_every_node_and_goes_down(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    spec = group_spec(ssh_env, fake_venv, tmp_path)
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "group-serve-0 on lo1: healthy" in up.stdout
+        assert "group-serve-0-node1 on lo2: running" in up.stdout
+        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        assert set(rows) == {"group-serve-0", "group-serve-0-node1"}
+        assert rows["group-serve-0"]["health"] == "healthy"
+        assert rows["group-serve-0"]["host"] == "lo1"
+        assert rows["group-serve-0-node1"]["host"] == "lo2"
+        assert all(r["pid"].isdigit() for r in rows.values())
+        worker_log = pdctl("logs", str(spec), "group-serve-0-node1", *known(ssh_env))
+        assert "headless node rank 1 joined 127.0.0.1:" in worker_log.stdout, worker_log.stdout
+        leader_log = pdctl("logs", str(spec), "group-serve-0", *known(ssh_env))
+        assert "rank 1 joined from" in leader_log.stdout, leader_log.stdout
+    finally:
+        down = pdctl("down", str(spec), *known(ssh_env))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert processes_in(tmp_path) == []
+
+
+def test_a_failing_worker_fails_the_group_and_stops_all_of_it(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_FAIL_RANK="1")
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "300")
+        assert up.returncode == 1, up.stdout + up.stderr
+        # The worker's own failure is reported (not the leader's timeout), with its log.
+        assert "group-serve-0-node1 on host lo2 failed: the process exited" in up.stderr
+        assert "NCCL error" in up.stderr
+        assert "stopped what this run started: group-serve-0" in up.stderr
+        assert processes_in(tmp_path) == []
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_a_change_on_one_node_restarts_the_whole_group(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """vLLM's nodes cannot rejoin a running group (the stand-in's leader exits when a node
+    leaves, as vLLM's does): a change to the worker alone replaces every node together."""
+    import yaml
+
+    spec = group_spec(ssh_env, fake_venv, tmp_path)
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+
+        def pids() -> dict[str, str]:
+            out = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+            return {r["unit"]: r["pid"] for r in json.loads(out.stdout)["instances"]}
+
+        before = pids()
+        data = yaml.safe_load(spec.read_text())
+        data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only lo2's node changes
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+        again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "replacing the group group-serve-0, group-serve-0-node1 together" in again.stdout
+        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        assert rows["group-serve-0"]["health"] == "healthy", rows
+        after = pids()
+        assert all(after[u] != before[u] for u in before), (before, after)
+        assert all(p.isdigit() for p in after.values())
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+    assert processes_in(tmp_path) == []
+
+
+def test_keep_going_still_fails_and_stops_the_whole_group(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """--keep-going undoes only what failed: for a group that is every node, and the leader
+    fails with its node instead of waiting out the timeout."""
+    spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_FAIL_RANK="1")
+    try:
+        up = pdctl("up", str(spec), "--yes", "--keep-going", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 1, up.stdout + up.stderr
+        out = up.stdout + up.stderr
+        assert "a node of its group failed (group-serve-0-node1)" in out
+        assert processes_in(tmp_path) == []
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))

@@ -1,0 +1,422 @@
+"""`pdctl up/status/logs/down` over real SSH (tests/services.sh hosts) with a stand-in engine.
+
+The stand-in (fake_vllm.py) serves /health and /v1/models, so these tests exercise the whole
+path fast: host-key checks, SFTP upload, secrets file, start/stop scripts, port-forwarded
+health probes, idempotence, restarts after a spec change, failure reports and cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pdctl.targets.ssh import Connection, SshOptions, makedirs
+from pdctl.targets.state import Desired, Observed, diff
+from tests.helpers import known
+from tests.targets.testbed import (
+    SshEnv,
+    free_port,
+    host_entry,
+    listening,
+    pdctl,
+    processes_in,
+    processes_with,
+    stand_in_spec,
+    write_spec,
+)
+
+
+def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: object) -> dict:
+    names = [h.name for h in env.hosts]
+    if "node1" not in names:
+        pytest.skip("needs the network-namespace test host node1 (two hosts, one port)")
+    chosen = [env.host("lo1"), env.host("node1")]
+    return stand_in_spec(
+        "fake",
+        [host_entry(env, h, data, venv=str(venv)) for h in chosen],
+        {"replicas": 2, "port": port, **serve},
+        secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
+    )
+
+
+def deploy(env: SshEnv, venv: Path, data: Path):
+    port = free_port()
+    spec = write_spec(data / "spec.yaml", two_host_spec(env, venv, data, port))
+    secret = {"PDCTL_TEST_HF_TOKEN": "hf_test_not_a_real_token_1234"}
+    up = pdctl("up", str(spec), "--yes", *known(env), "--timeout", "60", env=secret)
+    return spec, port, secret, up
+
+
+@pytest.fixture(scope="module")
+def deployed(ssh_env: SshEnv, fake_venv: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One deployment shared by the tests that only read it."""
+    data = tmp_path_factory.mktemp("deployed")
+    spec, port, secret, up = deploy(ssh_env, fake_venv, data)
+    yield spec, port, secret, up, data
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+@pytest.fixture
+def own_deployment(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+    """A deployment for a test that changes it."""
+    spec, port, secret, up = deploy(ssh_env, fake_venv, tmp_path)
+    yield spec, port, secret, up
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv):
+    spec, port, secret, up, _ = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "send requests to" in up.stdout
+    assert f":{port}/v1" in up.stdout
+    status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+    assert status.returncode == 0, status.stderr
+    rows = json.loads(status.stdout)["instances"]
+    assert len(rows) == 2
+    assert {r["health"] for r in rows} == {"healthy"}
+    assert {r["model"] for r in rows} == {"stand-in"}
+    assert all(r["pid"].isdigit() for r in rows)
+
+
+def test_secrets_file_is_0600_and_nothing_is_wider(deployed):
+    spec, port, secret, up, tmp_path = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    value = secret["PDCTL_TEST_HF_TOKEN"]
+    deploy = tmp_path / "lo1" / "fake"
+    assert stat.S_IMODE(deploy.stat().st_mode) == 0o700
+    env_file = deploy / "secrets.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert value in env_file.read_text()
+    for path in deploy.rglob("*"):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+        if path.is_file() and path != env_file:
+            assert value not in path.read_text(errors="replace"), path
+    assert processes_with(value) == []
+    assert value not in up.stdout + up.stderr
+
+
+def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
+    spec, port, secret, up, _ = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    pids = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
+    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to change" in again.stdout
+    after = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
+    assert after == pids
+
+
+def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env, tmp_path):
+    spec, port, secret, up = own_deployment
+    assert up.returncode == 0, up.stdout + up.stderr
+    before = {
+        r["unit"]: r["pid"]
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
+    import yaml
+
+    data = yaml.safe_load(spec.read_text())
+    data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only host 2's unit changes
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    dry = pdctl("up", str(spec), "--dry-run", *known(ssh_env))
+    assert "restart" in dry.stdout and "keep" in dry.stdout, dry.stdout
+    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = {
+        r["unit"]: r
+        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
+            "instances"
+        ]
+    }
+    assert after["fake-serve-0"]["pid"] == before["fake-serve-0"]
+    assert after["fake-serve-1"]["pid"] != before["fake-serve-1"]
+    assert after["fake-serve-1"]["health"] == "healthy"
+
+
+def test_logs_show_the_engine_output(deployed, ssh_env: SshEnv):
+    spec, port, secret, up, _ = deployed
+    assert up.returncode == 0, up.stdout + up.stderr
+    out = pdctl("logs", str(spec), "fake-serve-0", *known(ssh_env))
+    assert out.returncode == 0, out.stderr
+    assert "fake-vllm serving stand-in" in out.stdout
+    missing = pdctl("logs", str(spec), "nope", *known(ssh_env))
+    assert missing.returncode == 2 and "fake-serve-0" in missing.stderr
+
+
+def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_path):
+    port = free_port()
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, port))
+    secret = {"PDCTL_TEST_HF_TOKEN": "x"}
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert listening(port)
+    down = pdctl("down", str(spec), *known(ssh_env))
+    assert down.returncode == 0, down.stderr
+    assert "stopped fake-serve-0" in down.stdout
+    assert "removed the deployment folder of 'fake' on every host" in down.stdout, down.stdout
+    assert not listening(port) and not listening(port + 1)
+    assert not (tmp_path / "lo1").exists()
+    assert processes_in(tmp_path) == []
+    again = pdctl("down", str(spec), *known(ssh_env))
+    assert again.returncode == 0 and "nothing was running" in again.stdout
+    # The second down found no folder: it says so, and claims no removal.
+    assert "no deployment folder of 'fake' on lo1" in again.stdout, again.stdout
+    assert "removed the deployment folder" not in again.stdout, again.stdout
+
+
+def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv, tmp_path):
+    port = free_port()
+    data = two_host_spec(ssh_env, fake_venv, tmp_path, port)
+    data["model"]["name"] = "/nonexistent/model"
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    up = pdctl(
+        "up",
+        str(spec),
+        "--yes",
+        *known(ssh_env),
+        "--timeout",
+        "30",
+        env={"PDCTL_TEST_HF_TOKEN": "x"},
+    )
+    assert up.returncode == 1
+    assert "model path /nonexistent/model does not exist" in up.stdout
+    assert "its log ends: OSError: fake-vllm: model path" in up.stderr
+    assert "FAILED" in up.stdout
+    assert processes_in(tmp_path) == []
+    assert not listening(port)
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_missing_secret_fails_before_anything_starts(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    up = pdctl("up", str(spec), "--yes", *known(ssh_env))
+    assert up.returncode == 1
+    assert "PDCTL_TEST_HF_TOKEN is not set" in up.stderr
+    assert not (tmp_path / "lo1").exists()
+
+
+def test_unknown_host_key_is_refused(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty))
+    assert dry.returncode == 1
+    assert "unknown host key" in dry.stderr and "--accept-new-host-keys" in dry.stderr
+    accepted = pdctl(
+        "up", str(spec), "--dry-run", "--known-hosts", str(empty), "--accept-new-host-keys"
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    assert empty.read_text() == ""  # a dry run trusts new keys for that run only
+    recorded = pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys")
+    assert recorded.returncode == 0, recorded.stderr
+    assert len(empty.read_text().splitlines()) == 2
+    # now known: accepted without the flag
+    assert pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty)).returncode == 0
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(ssh_env, fake_venv, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
+    lines = Path(ssh_env.known_hosts).read_text().splitlines()
+    by_name = {line.split()[0]: line.split() for line in lines}
+    lo1 = by_name["[127.0.0.1]:2222"]
+    other = next(v for k, v in by_name.items() if k != "[127.0.0.1]:2222")
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{lo1[0]} {other[1]} {other[2]}\n")  # lo1 with another host's key
+    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(wrong), "--accept-new-host-keys")
+    assert dry.returncode == 1
+    assert "does not match" in dry.stderr
+
+
+def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    data = two_host_spec(ssh_env, fake_venv, tmp_path, free_port())
+    data["engine"]["env"] = {"FAKE_VLLM_HANG": "1"}  # started, never healthy
+    spec = write_spec(tmp_path / "spec.yaml", data)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**__import__("os").environ, "PDCTL_TEST_HF_TOKEN": "x", "COLUMNS": "200"},
+    )
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until both instances were started
+        lines.append(line)
+        if sum("starting fake-serve" in x for x in lines) == 2:
+            break
+    pids = [
+        tmp_path / h / "fake" / f"fake-serve-{i}" / "pid"
+        for i, h in enumerate((data["hosts"][0]["name"], data["hosts"][1]["name"]))
+    ]
+    while not all(p.exists() and p.read_text().strip() for p in pids):
+        # a run that ended will never write them: fail with its output instead of hanging
+        assert proc.poll() is None, "".join(lines) + proc.stdout.read()
+        __import__("time").sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    try:
+        rest, _ = proc.communicate(timeout=120)
+        out = "".join(lines) + rest
+        assert proc.returncode == 1, out
+        assert "interrupted (Ctrl-C)" in out
+        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
+        assert processes_in(tmp_path) == []
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+
+
+# A host whose scripts cannot be written starts none of its units: `up` fails naming the
+# upload, and no start.sh is run that is not there ('start.sh: No such file or directory').
+def test_a_failed_upload_starts_nothing_on_that_host(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        stand_in_spec(
+            "fup",
+            [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))],
+            {"replicas": 1, "port": free_port()},
+        ),
+    )
+    deploy = tmp_path / "lo1" / "fup"
+    deploy.mkdir(parents=True)
+    (deploy / "fup-serve-0").write_text("a file where the unit's folder goes\n")
+    up = pdctl("up", str(spec), "--yes", "--timeout", "30", "--known-hosts", ssh_env.known_hosts)
+    assert up.returncode == 1, up.stdout + up.stderr
+    out = up.stdout + up.stderr
+    assert "uploading scripts" in out, out
+    assert "No such file or directory" not in out, out
+    assert "start script failed" not in out, out
+
+
+# Two pdctl sessions creating the same folder at once (two hosts whose dataDir lies on one
+# shared filesystem, such as an NFS home; or the test hosts, which share this machine's) must
+# both succeed: a folder that appears between pdctl's check and its mkdir is not an error.
+#
+# Over a real SFTP session to a real sshd host. The race is made certain, not timed: between
+# pdctl's stat (missing) and its mkdir, a second real SFTP session creates the folder.
+class OtherWriterFirst:
+    """A real SFTP client; the first time it is asked about `folder` and answers 'missing',
+    `other` (another real session) creates that folder right after."""
+
+    def __init__(self, sftp: Any, other: Any, folder: str) -> None:
+        self.sftp, self.other, self.folder, self.raced = sftp, other, folder, False
+
+    def stat(self, path: str) -> Any:
+        try:
+            return self.sftp.stat(path)
+        except FileNotFoundError:
+            if path == self.folder and not self.raced:
+                self.raced = True
+                self.other.mkdir(path, mode=0o700)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sftp, name)
+
+
+def test_makedirs_accepts_a_folder_made_meanwhile(ssh_env: SshEnv, tmp_path: Path) -> None:
+    host = ssh_env.host("lo1")
+    from pdctl.spec.model import Host
+
+    spec_host = Host(
+        name=host.name,
+        address=host.address,
+        port=host.port,
+        user="root",
+        identityFile=ssh_env.key,
+    )
+    options = SshOptions(known_hosts=ssh_env.known_hosts)
+    first = Connection(spec_host, options).connect()
+    second = Connection(spec_host, options).connect()
+    try:
+        shared = str(tmp_path / "shared")
+        sftp = OtherWriterFirst(first.client.open_sftp(), second.client.open_sftp(), shared)
+        makedirs(sftp, f"{shared}/deploy", 0o700)
+        assert sftp.raced
+        assert (tmp_path / "shared" / "deploy").is_dir()
+    finally:
+        first.close()
+        second.close()
+
+
+# A unit found stopped whose scripts changed is a start of the new version, not a restart:
+# nothing was running, so nothing is 'kept' or 'stopped'; and undoing it puts the previous
+# scripts back WITHOUT starting them (the unit was stopped before `up`: it stays stopped).
+NAME = "undost"
+
+
+def test_diff_of_a_stopped_unit_whose_scripts_changed_is_a_start():
+    from pdctl.spec.model import Host
+
+    host = Host(name="h", address="127.0.0.1")
+    wanted = [Desired(host, "u", "serve", "new", 8000)]
+    change = diff(wanted, [Observed("h", "u", "old", running=False)])[0]
+    assert (change.action, change.why) == ("start", "spec changed, not running")
+    change = diff(wanted, [Observed("h", "u", "old", running=True)])[0]
+    assert (change.action, change.why) == ("restart", "spec changed")
+
+
+def spec_file(env: SshEnv, venv: Path, data: Path, port: int, file: str, **engine_env: str):
+    engine: dict = {"device": "cpu"}
+    if engine_env:
+        engine["env"] = engine_env
+    host = host_entry(env, env.host("lo1"), data, venv=str(venv))
+    spec = stand_in_spec(NAME, [host], {"replicas": 1, "port": port}, engine=engine)
+    return write_spec(data / file, spec)
+
+
+def test_undo_of_a_stopped_unit_keeps_it_stopped_with_its_previous_scripts(
+    ssh_env, fake_venv, tmp_path
+):
+    port = free_port()
+    known = ["--known-hosts", ssh_env.known_hosts]
+    first = spec_file(ssh_env, fake_venv, tmp_path, port, "su1.yaml")
+    hang = spec_file(ssh_env, fake_venv, tmp_path, port, "su2.yaml", FAKE_VLLM_HANG="1")
+    up = pdctl("up", str(first), "--yes", *known, "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        unit = tmp_path / "lo1" / NAME / f"{NAME}-serve-0"
+        before = (unit / "start.sh").read_text()
+        stop = subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        status = pdctl("status", str(first), "-o", "json", *known)
+        rows = json.loads(status.stdout)["instances"]
+        assert [r["state"] for r in rows] == ["stopped"], rows
+
+        up = pdctl("up", str(hang), "--yes", *known, "--timeout", "5")
+        out = up.stdout + up.stderr
+        assert up.returncode == 1, out
+        assert "spec changed, not running" in out
+        assert "the running version" not in out  # nothing ran: nothing kept or stopped
+        assert "(healthy)" not in out
+        assert f"the previous version of {NAME}-serve-0 (not started" in out
+        # as before up: stopped, with the scripts of su1.yaml
+        assert not listening(port)
+        assert (unit / "start.sh").read_text() == before
+        status = pdctl("status", str(first), "-o", "json", *known)
+        rows = json.loads(status.stdout)["instances"]
+        assert [r["state"] for r in rows] == ["stopped"], rows
+    finally:
+        down = pdctl("down", str(first), *known)
+    assert down.returncode == 0, down.stdout + down.stderr

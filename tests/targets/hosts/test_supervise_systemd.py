@@ -1,0 +1,158 @@
+"""Supervision under a real systemd (PID 1 in the tests/services.sh container at 10.77.3.2, a
+Debian 12 rootfs with systemd 252), with the stand-in engine (fake_vllm.py: a real vLLM adds
+nothing to what systemd does with a process that dies): a kill -9 is restarted and counted, a
+crash loop stops at the start limit and `status` names it, `up` starts it again, a reboot of
+the host brings the engine back, and `down` leaves no unit, no process and no file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.targets.testbed import HERE, pdctl, stand_in_spec, write_spec
+
+ADDRESS = os.environ.get("PDCTL_TEST_SYSTEMD_HOST", "")
+CONTAINER = os.environ.get("PDCTL_TEST_SYSTEMD_CONTAINER", "")
+DOCKER = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
+DATA = "/var/lib/pdctl-test"
+VENV = "/opt/fake"
+SERVICES = Path(__file__).resolve().parents[2] / "services.sh"
+
+
+def sh(cmd: str) -> str:
+    """A command in the systemd host (docker exec), its output."""
+    out = subprocess.run(
+        ["docker", "-H", DOCKER, "exec", CONTAINER, "bash", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.stdout
+
+
+def until(what: str, check, seconds: int = 120):
+    """Poll `check` until it returns something true (a bounded wait, not a timed assertion)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(1)
+    raise AssertionError(f"waited {seconds} s for {what}")
+
+
+@pytest.fixture(scope="module")
+def host():
+    if not (ADDRESS and CONTAINER and DOCKER):
+        pytest.skip("no systemd test host: run `RUN=... tests/services.sh start` (or systemd)")
+    subprocess.run(
+        ["docker", "-H", DOCKER, "cp", str(HERE / "fake_vllm.py"), f"{CONTAINER}:/tmp/vllm"],
+        check=True,
+    )
+    sh(f"mkdir -p {VENV}/bin && install -m 0755 /tmp/vllm {VENV}/bin/vllm")
+    return ADDRESS
+
+
+def spec_of(tmp_path: Path, name: str, port: int) -> Path:
+    entry = {
+        "name": "sys1",
+        "address": ADDRESS,
+        "user": "root",
+        "identityFile": os.environ["PDCTL_TEST_SSH_KEY"],
+        "runtime": "venv",
+        "venv": VENV,
+        "dataDir": DATA,
+        "supervise": "systemd",
+    }
+    return write_spec(tmp_path / "spec.yaml", stand_in_spec(name, [entry], {"port": port}))
+
+
+def known() -> list[str]:
+    return ["--known-hosts", os.environ["PDCTL_TEST_KNOWN_HOSTS"]]
+
+
+def row(spec: Path) -> dict:
+    out = pdctl("status", str(spec), "-o", "json", *known())
+    return json.loads(out.stdout)["instances"][0]
+
+
+def show(service: str) -> dict[str, str]:
+    text = sh(f"systemctl show -p ActiveState -p Result -p NRestarts -p MainPID {service}")
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def reboot() -> None:
+    subprocess.run(["docker", "-H", DOCKER, "restart", "-t", "5", CONTAINER], check=True)
+    env = dict(os.environ, RUN=os.environ["PDCTL_TEST_RUN"])
+    subprocess.run(["bash", str(SERVICES), "systemd-net"], check=True, env=env)
+
+
+def test_crash_reboot_and_down(host, tmp_path: Path):
+    spec = spec_of(tmp_path, "sup", 18301)
+    service = "pdctl-sup-sup-serve-0.service"
+    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
+    assert up.returncode == 0, up.stdout + up.stderr
+    first = row(spec)
+    assert (
+        first["state"] == "running"
+        and first["supervisor"] == "systemd"
+        and first["health"] == "healthy"
+    ), first
+    assert sh(f"systemctl is-enabled {service}").strip() == "enabled"
+
+    # A crash: systemd starts it again and status counts one restart.
+    sh(f"kill -9 {first['pid']}")
+    until(
+        "the restart",
+        lambda: show(service)["NRestarts"] == "1" and show(service)["ActiveState"] == "active",
+    )
+    again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
+    assert again["state"] == "running (restarted 1 time)", again
+    assert again["pid"] != first["pid"]
+    logs = pdctl("logs", str(spec), "sup-serve-0", *known())
+    assert "fake-vllm serving stand-in" in logs.stdout, logs.stdout + logs.stderr
+
+    # A reboot: the enabled unit starts at boot.
+    reboot()
+    until("the unit after the reboot", lambda: show(service).get("ActiveState") == "active")
+    back = until("health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r)
+    assert back["state"] == "running", back
+
+    down = pdctl("down", str(spec), *known())
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert sh(
+        f"ls /etc/systemd/system/{service} 2>&1; systemctl list-units --all 'pdctl-*' --no-legend"
+    ) == (f"ls: cannot access '/etc/systemd/system/{service}': No such file or directory\n")
+    assert sh("find /etc/systemd -name 'pdctl-*'") == ""
+    assert sh("pgrep -f /opt/fak[e] || true") == ""
+    assert sh(f"ls -A {DATA} 2>/dev/null") == ""
+
+
+def test_crash_loop_stops_at_the_start_limit(host, tmp_path: Path):
+    spec = spec_of(tmp_path, "loop", 18311)
+    service = "pdctl-loop-loop-serve-0.service"
+    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        # The engine now fails at every start: systemd gives up after StartLimitBurst starts.
+        sh(
+            f"mv {VENV}/bin/vllm {VENV}/bin/vllm.ok"
+            f" && printf '#!/bin/sh\\nexit 1\\n' >{VENV}/bin/vllm"
+            f" && chmod 755 {VENV}/bin/vllm && kill -9 {show(service)['MainPID']}"
+        )
+        until("the start limit", lambda: show(service)["ActiveState"] == "failed", 120)
+        stopped = row(spec)
+        assert stopped["state"] == "stopped (start limit hit) (restarted 5 times)", stopped
+        # Fixed, `up` resets the limit and starts it again.
+        sh(f"mv {VENV}/bin/vllm.ok {VENV}/bin/vllm")
+        again = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert row(spec)["state"] == "running"
+    finally:
+        sh(f"[ -f {VENV}/bin/vllm.ok ] && mv {VENV}/bin/vllm.ok {VENV}/bin/vllm")
+        pdctl("down", str(spec), *known())
