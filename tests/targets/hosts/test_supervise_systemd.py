@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.targets.testbed import HERE, pdctl, stand_in_spec, write_spec
 
 ADDRESS = os.environ.get("PDCTL_TEST_SYSTEMD_HOST", "")
@@ -36,14 +36,8 @@ def sh(cmd: str) -> str:
 
 
 def until(what: str, check, seconds: int = 120):
-    """Poll `check` until it returns something true (a bounded wait, not a timed assertion)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"waited {seconds} s for {what}")
+    """Poll `check` each second until it returns something true (tests/helpers.wait_until)."""
+    return wait_until(check, what, timeout=seconds, step=1)
 
 
 @pytest.fixture(scope="module")
