@@ -9,7 +9,7 @@ from pdctl.compat import release as release_for
 from pdctl.errors import SpecError, UsageError
 from pdctl.plan.firewall import group_ports
 from pdctl.plan.group import group_kinds
-from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
+from pdctl.plan.model import Instance, Plan, SecretEnv, TargetName, Unit
 from pdctl.plan.parallel import check_parallel
 from pdctl.plan.peers import check_loopback_peers
 from pdctl.plan.place import Chooser, first_free
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # facts load only where a recording is given (plan.topology)
 __all__ = ["Instance", "Plan", "SecretEnv", "Unit", "make_plan", "target_of"]
 
 
-def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
+def target_of(spec: Spec, phase: int, target: str | None = None) -> TargetName:
     """The target: `target` (the command line's --target) over the spec's, else by phase."""
     chosen = target or spec.target
     if chosen is None:

@@ -12,7 +12,7 @@ from pdctl.spec.kube import PodSettings
 from pdctl.spec.model import Host, Spec
 
 Role = Literal["serve", "prefill", "decode"]
-Target = Literal["hosts", "kubernetes"]
+TargetName = Literal["hosts", "kubernetes"]
 ENGINE_ROLES: tuple[str, ...] = ("serve", "prefill", "decode")
 # Start order: stores first, then engines, then the router in front of them.
 STAGES = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
@@ -142,7 +142,7 @@ class Caution:
 class Plan:
     spec: Spec
     phase: int
-    target: Target
+    target: TargetName
     release: Release
     image: str
     instances: tuple[Instance, ...]

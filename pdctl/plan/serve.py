@@ -16,7 +16,7 @@ from pdctl.plan.group import (
     lws_launch,
     worker_name,
 )
-from pdctl.plan.model import Instance, Target
+from pdctl.plan.model import Instance, TargetName
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
 from pdctl.plan.transport import nvshmem_env, rdma_env
@@ -43,7 +43,7 @@ def serve_shape(spec: Spec, phase: int) -> Serve:
     return spec.serve
 
 
-def check_cpu(spec: Spec, target: Target) -> None:
+def check_cpu(spec: Spec, target: TargetName) -> None:
     """vLLM's CPU build is not what pdctl installs or pulls by default (pip `vllm` and the
     `vllm/vllm-openai` image are CUDA builds): say so at plan time, not at start."""
     docker = target == "kubernetes" or any(h.runtime == "docker" for h in spec.hosts)
@@ -65,7 +65,7 @@ def check_cpu(spec: Spec, target: Target) -> None:
 
 
 def serve_instances(
-    spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
+    spec: Spec, release: Release, phase: int, target: TargetName, choose: Chooser
 ) -> tuple[Instance, ...]:
     shape = serve_shape(spec, phase)
     gshape = group_shape(shape, "serve", shape.pipeline_parallel)

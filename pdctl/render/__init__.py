@@ -30,7 +30,7 @@ def render(plan: Plan) -> Bundle:
     if plan.phase == 0:
         from pdctl.render.pd_host import group_ports_doc
 
-        units = host.host_units(plan, [host.with_setup(plan, u) for u in plan.units])
+        units = host.render_units(plan, [host.with_setup(plan, u) for u in plan.units])
         loose: list[Artifact] = group_ports_doc(plan, units)  # multi-node groups only
     else:
         from pdctl.render.pd_host import pd_host_units

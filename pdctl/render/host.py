@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pdctl import __version__
-from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
+from pdctl.plan.model import ENGINE_ROLES, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
 from pdctl.render.container import host_run, kept
 from pdctl.render.hami_host import slice_setup
@@ -90,12 +90,6 @@ def model_dir(plan: Plan) -> str | None:
     return name.rstrip("/") or None if name.startswith("/") else None
 
 
-def engine_unit(plan: Plan, inst: Instance) -> Unit:
-    """The plan's unit of an engine, with the shell that prepares its Python environment."""
-    unit = next(u for u in plan.units if u.name == inst.name)
-    return with_setup(plan, unit)
-
-
 def with_setup(plan: Plan, unit: Unit) -> Unit:
     if unit.image is not None:
         return unit
@@ -168,5 +162,5 @@ def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
     return list(unit_files(plan, unit).files)
 
 
-def host_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
+def render_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
     return [unit_files(plan, unit) for unit in units]
