@@ -59,6 +59,9 @@ class Instance:
     # Kubernetes (LeaderWorkerSet pods): the container command that wraps `vllm serve` and
     # adds the rank flags from the LWS_* variables; empty: `vllm serve` itself.
     launch: tuple[str, ...] = ()
+    # The engine's --max-num-seqs (the role's maxNumSeqs, else an extraArgs one); None: vLLM's
+    # default. `pdctl top` reads it to tell a full batch.
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pdctl.compat import Release
 from pdctl.errors import SpecError
-from pdctl.plan.args import engine_args
+from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import (
     Rendezvous,
     group_env,
@@ -92,6 +94,7 @@ def serve_instances(
         )
 
     env = tuple(sorted(spec.engine.env.items()))
+    seqs = batch_limit(shape.max_num_seqs, spec, shape.extra_args)
     if target == "kubernetes":
         env = _with_rdma_env(spec, env)
         # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose
@@ -131,6 +134,7 @@ def serve_instances(
                 replicas=shape.replicas,
                 workers=workers,
                 launch=launch,
+                max_num_seqs=seqs,
             ),
         )
     group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
@@ -142,7 +146,8 @@ def serve_instances(
         port = meet.port(leader, gshape) if gshape.multinode else 0
         members = []
         for rank, slot in enumerate(nodes):
-            members.append(_node(spec, gshape, index, rank, slot, leader, port, env, args))
+            node = _node(spec, gshape, index, rank, slot, leader, port, env, args)
+            members.append(replace(node, max_num_seqs=seqs))
         out.append(join(members))
     return tuple(out)
 
