@@ -158,6 +158,20 @@ def root_help() -> str:
     return out.getvalue()
 
 
+def no_pydantic_plugins() -> None:
+    """pdctl uses no pydantic plugins. pydantic imports its plugin loader (and with it
+    importlib.metadata and the email package: ~15 ms of a cold run) when it builds a
+    validator (typer's option adapters, the spec's models), only to ask it for plugins: this
+    process gets a loader that has none, unless the real one is loaded already."""
+    import types
+
+    name = "pydantic.plugin._loader"
+    if name not in sys.modules:
+        loader = types.ModuleType(name)
+        loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
+        sys.modules[name] = loader
+
+
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
     from pdctl.cli.way_out import exit_now as _exit
@@ -169,6 +183,7 @@ def main() -> None:
         _fail("error: standard output is closed; redirect it to a file or /dev/null", 2)
     from pdctl.cli import state
 
+    no_pydantic_plugins()
     args, state.DEBUG = take_debug(sys.argv[1:])
     try:
         # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
