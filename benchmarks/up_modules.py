@@ -36,7 +36,11 @@ def count(spec: str) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(spec=spec)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     line = [x for x in proc.stderr.splitlines() if x.startswith("PDCTL-MODULES ")][-1]
     _, code, *mods = line.split()
