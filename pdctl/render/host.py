@@ -158,9 +158,5 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
     return UnitFiles(unit, files, digest, script_digest(start))
 
 
-def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
-    return list(unit_files(plan, unit).files)
-
-
 def render_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
     return [unit_files(plan, unit) for unit in units]
