@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from pdctl.spec.model import Spec
+from pdctl.spec.walk import models, section
 
 
 def cell(text: str) -> str:
@@ -63,30 +64,6 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
-    seen: list[type[BaseModel]] = []
-
-    def visit(model: type[BaseModel]) -> None:
-        if model in seen:
-            return
-        seen.append(model)
-        for field in model.model_fields.values():
-            for inner in _inner(field.annotation):
-                visit(inner)
-
-    visit(root)
-    return seen
-
-
-def _inner(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    out: list[type[BaseModel]] = []
-    for arg in typing.get_args(annotation):
-        out += _inner(arg)
-    return out
-
-
 def reference() -> str:
     lines = [
         "# Spec reference",
@@ -98,13 +75,14 @@ def reference() -> str:
         "the same models: `pdctl schema`.",
         "",
     ]
-    for model in _models(Spec):
+    for model in models(Spec):
         doc = (model.__doc__ or "").strip().splitlines()[0]
         rows = []
         for name, field in model.model_fields.items():
             key = field.alias or name
             desc = field.description or " ".join(
-                (m.__doc__ or "").strip().splitlines()[0] for m in _inner(field.annotation)[:1]
+                (m.__doc__ or "").strip().splitlines()[0]
+                for m in filter(None, [section(field.annotation)])
             )
             desc = desc.replace("|", "\\|").replace("\n", " ")
             rows.append([f"`{key}`", _type_name(field.annotation), _default(field), desc])

@@ -74,9 +74,12 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 
 def check_scripts(files: dict[str, str], tmp: Path) -> None:
-    """bash -n and shellcheck (warnings and errors) over rendered scripts."""
+    """bash -n and shellcheck (warnings and errors) over rendered scripts (the `.sh` files and
+    those with a shebang; systemd unit files and drop-ins are not shell)."""
     paths = []
     for rel, text in files.items():
+        if not (rel.endswith(".sh") or text.startswith("#!")):
+            continue
         path = tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

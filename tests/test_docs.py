@@ -7,8 +7,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pdctl.docgen import _models, reference
+from pdctl.docgen import reference
 from pdctl.spec.model import Spec
+from pdctl.spec.walk import models
 from tests.conftest import ROOT
 
 
@@ -21,7 +22,7 @@ def test_spec_reference_is_fresh() -> None:
 
 def test_every_spec_field_has_a_description() -> None:
     missing = []
-    for model in _models(Spec):
+    for model in models(Spec):
         assert issubclass(model, BaseModel)
         assert model.__doc__, f"{model.__name__} has no docstring"
         for name, field in model.model_fields.items():

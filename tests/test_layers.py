@@ -28,9 +28,10 @@ RANK = {
     "probe": 8,  # probe, check and top share a rank and import none of each other
     "check": 8,
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like probe
-    "cli": 9,
-    "docgen": 9,  # writes docs/ from the spec models and the CLI: a CLI tool
-    "__main__": 9,
+    "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
+    "cli": 10,
+    "docgen": 10,  # writes docs/ from the spec models and the CLI: a CLI tool
+    "__main__": 10,
     "": 0,  # pdctl/__init__.py: the version
 }
 
@@ -96,7 +97,7 @@ def upward_imports() -> list[str]:
             if theirs == mine:
                 continue
             if RANK[theirs] > RANK[mine] or (
-                RANK[theirs] == RANK[mine] and RANK[mine] not in (0, 9)
+                RANK[theirs] == RANK[mine] and RANK[mine] not in (0, 10)
             ):
                 bad.append(f"{module} ({mine}) imports {target} ({theirs})")
     return bad

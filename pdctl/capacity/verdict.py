@@ -1,7 +1,7 @@
 """Does every role of a spec fit on its GPU: the lines `validate` and `render` warn with.
 
 Pure: the caller reads the model's config.json and picks the GPU (see
-`pdctl.cli.plan_cmd.capacity_warnings`, which `validate` calls and `render` should call).
+`pdctl.inputs.capacity_warnings`, which `validate` calls and `render` should call).
 """
 
 from __future__ import annotations

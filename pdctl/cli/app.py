@@ -10,35 +10,27 @@ import typer
 
 from pdctl import __version__
 
-# One module per command; each has `register(app)`. Command modules import heavy clients
-# (paramiko, docker, kubernetes) only inside the command functions.
-COMMAND_MODULES = (
-    "pdctl.cli.init_cmd",
-    "pdctl.cli.validate_cmd",
-    "pdctl.cli.render_cmd",
-    "pdctl.cli.schema_cmd",
-    "pdctl.cli.explain_cmd",
-    "pdctl.cli.plan_cmd",
-    "pdctl.cli.preflight_cmd",
-    "pdctl.cli.up_cmd",
-    "pdctl.cli.diff_cmd",
-    "pdctl.cli.down_cmd",
-    "pdctl.cli.status_cmd",
-    "pdctl.cli.logs_cmd",
-    "pdctl.cli.top_cmd",
-    "pdctl.cli.adapters_cmd",
-)
-
-app = typer.Typer(
-    name="pdctl",
-    help="Deploy vLLM from one declarative spec: processes over SSH (phase 0), Kubernetes "
-    "(phase 1), prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3).",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+# The command of each module; each module has `register(app)`. Command modules import heavy
+# clients (paramiko, docker, kubernetes) only inside the command functions, and a run loads
+# only the module of the command it runs (`command(args)`): `pdctl render` imports no other
+# command's module.
+COMMANDS = {
+    "init": "pdctl.cli.init_cmd",
+    "validate": "pdctl.cli.validate_cmd",
+    "render": "pdctl.cli.render_cmd",
+    "schema": "pdctl.cli.schema_cmd",
+    "explain": "pdctl.cli.explain_cmd",
+    "plan": "pdctl.cli.plan_cmd",
+    "preflight": "pdctl.cli.preflight_cmd",
+    "up": "pdctl.cli.up_cmd",
+    "diff": "pdctl.cli.diff_cmd",
+    "down": "pdctl.cli.down_cmd",
+    "status": "pdctl.cli.status_cmd",
+    "logs": "pdctl.cli.logs_cmd",
+    "top": "pdctl.cli.top_cmd",
+    "adapters": "pdctl.cli.adapters_cmd",
+}
+COMMAND_MODULES = tuple(COMMANDS.values())
 
 
 def _version_callback(value: bool) -> None:
@@ -47,7 +39,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
@@ -62,23 +53,62 @@ def root(
     state.DEBUG = state.DEBUG or debug
 
 
-@app.command("version")
 def version_cmd() -> None:
     """Print the pdctl version."""
     typer.echo(f"pdctl {__version__}")
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app)
+def build(names: tuple[str, ...] | None = None) -> typer.Typer:
+    """The typer app with the commands `names` (every command when None)."""
+    made = typer.Typer(
+        name="pdctl",
+        help="Deploy vLLM from one declarative spec: processes over SSH (phase 0), Kubernetes "
+        "(phase 1), prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3).",
+        no_args_is_help=True,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    made.callback()(root)
+    made.command("version")(version_cmd)
+    for name in COMMANDS if names is None else names:
+        importlib.import_module(COMMANDS[name]).register(made)
+    return made
 
 
-def command() -> Any:
-    """The click command tree of the app, with pdctl's metavars (SPEC, DIR, INTEGER)."""
+_FULL: list[typer.Typer] = []
+
+
+def __getattr__(name: str) -> Any:
+    """`app`: the typer app with every command (docs, tests), built at first use."""
+    if name != "app":
+        raise AttributeError(name)
+    if not _FULL:
+        _FULL.append(build())
+    return _FULL[0]
+
+
+def wanted(args: list[str] | None) -> tuple[str, ...] | None:
+    """The one command a run needs: the first word of `args` when it names a command (the
+    root's options take no values); None (every command) for help, completion or a typo."""
+    import os
+
+    if args is None or os.environ.get("_PDCTL_COMPLETE"):
+        return None
+    first = next((a for a in args if not a.startswith("-")), None)
+    return (first,) if first in COMMANDS else None
+
+
+def command(args: list[str] | None = None) -> Any:
+    """The click command tree with pdctl's metavars (SPEC, DIR, INTEGER): of every command,
+    or, given a run's arguments, of the command they name only."""
     from typer.main import get_command
 
     from pdctl.cli.metavars import polish
 
-    return polish(get_command(app))
+    names = wanted(args)
+    return polish(get_command(__getattr__("app") if names is None else build(names)))
 
 
 def take_debug(args: list[str]) -> tuple[list[str], bool]:
@@ -143,7 +173,7 @@ def main() -> None:
     args, state.DEBUG = take_debug(sys.argv[1:])
     try:
         # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting.
-        rc = command()(args, standalone_mode=False, prog_name="pdctl")
+        rc = command(args)(args, standalone_mode=False, prog_name="pdctl")
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at interpreter exit
     except PdctlError as exc:
         if state.DEBUG:

@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
 
 
 def explain_text(path: str) -> str:
+    from pdctl.spec import walk
     from pdctl.spec.model import Spec
 
     written = path.strip().split(".") if path.strip() else []
@@ -53,35 +54,13 @@ def explain_text(path: str) -> str:
     field: Any = None
     names: list[str] = []
     for part in parts:
-        found = _field(model, part) if model is not None else None
+        found = walk.field_of(model, part, loose=True) if model is not None else None
         if found is None:
             raise _unknown(path, names, part)
         name, field = found
         names.append(name)
-        model = _section(field.annotation)
+        model = walk.section(field.annotation)
     return _describe(".".join(names) or "spec", field, model, names)
-
-
-def _field(model: Any, part: str) -> tuple[str, Any] | None:
-    for name, field in model.model_fields.items():
-        alias = field.alias or name
-        if part in (alias, name) or part.lower() == alias.lower():
-            return alias, field
-    return None
-
-
-def _section(annotation: Any) -> Any:
-    """The section model a field holds (itself, optional, or in a list), if any."""
-    from pydantic import BaseModel
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple, list):
-        for arg in typing.get_args(annotation):
-            found = _section(arg)
-            if found is not None:
-                return found
-    return None
 
 
 def _describe(title: str, field: Any, model: Any, names: list[str]) -> str:
@@ -148,8 +127,10 @@ def _scalar(value: Any) -> str:
 def _default(field: Any) -> str:
     from pydantic_core import PydanticUndefined
 
+    from pdctl.spec import walk
+
     if field.default_factory is not None:
-        if _section(field.annotation) is not None:
+        if walk.section(field.annotation) is not None:
             return "the section's own defaults (below)"
         return _yaml_value(field.default_factory())
     if field.default is PydanticUndefined:
@@ -308,35 +289,26 @@ def _one_marker(lines: list[str]) -> list[str]:
 def _list_parts(names: list[str]) -> list[bool]:
     """For each name, whether the field holds a list of sections (so the next name is inside
     one entry of it)."""
+    from pdctl.spec import walk
     from pdctl.spec.model import Spec
 
     out = []
     model: Any = Spec
     for i, name in enumerate(names):
-        found = _field(model, name) if model is not None else None
+        found = walk.field_of(model, name, loose=True) if model is not None else None
         annotation = found[1].annotation if found else None
         origin = typing.get_origin(annotation)
         out.append(origin in (tuple, list) and i < len(names) - 1)
-        model = _section(annotation) if annotation is not None else None
-    return out
-
-
-def _all_paths(model: Any, prefix: str = "", depth: int = 0) -> list[str]:
-    out = []
-    for name, field in model.model_fields.items():
-        path = f"{prefix}{field.alias or name}"
-        out.append(path)
-        inner = _section(field.annotation)
-        if inner is not None and depth < 6:
-            out += _all_paths(inner, path + ".", depth + 1)
+        model = walk.section(annotation) if annotation is not None else None
     return out
 
 
 def _unknown(path: str, names: list[str], part: str) -> Exception:
     from pdctl.errors import UsageError
+    from pdctl.spec import walk
     from pdctl.spec.model import Spec
 
-    paths = _all_paths(Spec)
+    paths = walk.paths(Spec)
     wanted = ".".join([*names, part])
     level = [p for p in paths if p.count(".") == wanted.count(".")]  # siblings first
     close = difflib.get_close_matches(wanted, level, n=3, cutoff=0.6)

@@ -33,6 +33,7 @@ ROOT_HELP = (
     "  status     Show every instance of SPEC and whether it is healthy.\n"
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
     "  top        Show how the running deployment of SPEC uses its GPUs: per...\n"
+    "  adapters   List, load or unload LoRA adapters on every engine of SPEC...\n"
 )
 
 

@@ -15,6 +15,17 @@ TARGET = typer.Option(
     help="hosts or kubernetes (phases 2 and 3; default from the spec).",
 )
 
+# `--facts DIR`, declared once for every command that takes it (render, up, status, plan),
+# read by one loader (pdctl.inputs.read_facts) that refuses a recording of other machines.
+FACTS = typer.Option(
+    None,
+    "--facts",
+    metavar="DIR",
+    help="A preflight recording of the spec's hosts (pdctl preflight --record DIR): render, "
+    "up and status pick each instance's GPUs by its topology (give status the DIR up had); "
+    "plan counts the memory other processes already hold on the GPUs.",
+)
+
 
 def check_phase_target(phase: int | None, target: str | None) -> None:
     if phase is not None and phase not in (0, 1, 2, 3):

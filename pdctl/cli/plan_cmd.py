@@ -10,84 +10,15 @@ from typing import Any
 
 import typer
 
-from pdctl.cli.options import SPEC
-from pdctl.cli.specfile import read_model_config, with_overlays
+from pdctl.cli.options import FACTS, SPEC
+from pdctl.cli.specfile import with_overlays
+from pdctl.inputs import gpu_name_note, read_model_config
 
 
 def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
     from pdctl.capacity.gpus import gpu_notes
 
     return gpu_notes(gpu, assumed)
-
-
-def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
-    """Lines `file: warning: role: does not fit ...` for each role of SPEC that does not fit
-    on the spec's own GPU (hardware.gpu / gpuMemoryGib / decode.share.gpuType). Nothing when
-    the spec names no GPU or pdctl does not know the model (validate must not fail on that).
-    `validate` prints these; `render` should too (and refuse them under --strict).
-    First, when pdctl knows nothing of the model: that nothing model-specific was checked."""
-    from pdctl.errors import SpecError
-
-    unknown = unknown_model_warning(spec, spec_file)
-    if unknown:
-        return [unknown]  # no shapes: no fit to check either
-    hardware = getattr(spec, "hardware", None)
-    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
-    named = hardware is not None and (hardware.gpu or hardware.gpu_memory_gib)
-    if not (named or (share is not None and share.gpu_type)):
-        return []  # no GPU named: nothing to check against (and nothing to import)
-    try:
-        from pdctl.capacity import ASSUMED, spec_gpu
-
-        device, origin = spec_gpu(spec)
-        if origin == ASSUMED:
-            return []
-        from pdctl.capacity.verdict import does_not_fit
-
-        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
-        lines = does_not_fit(spec, config, device)
-    except SpecError:
-        return []
-    if lines:  # which GPU it did not fit, where the name left the memory open
-        lines = _gpu_name_note(spec, None) + lines
-    return [f"{spec_file}: warning: {line}" for line in lines]
-
-
-def _gpu_name_note(spec: Any, option: str | None) -> tuple[str, ...]:
-    """A warning when the GPU's name leaves its memory open ('A100': 40 or 80 GB)."""
-    from pdctl.capacity.gpus import ambiguous
-
-    hardware = getattr(spec, "hardware", None)
-    share = getattr(spec.decode, "share", None) if spec.decode is not None else None
-    name = option or (hardware.gpu if hardware is not None else None)
-    name = name or (share.gpu_type if share is not None else None)
-    if hardware is not None and hardware.gpu_memory_gib and not option:
-        return ()  # the memory is given
-    note = ambiguous(name) if name else ""
-    return (note,) if note else ()
-
-
-def unknown_model_warning(spec: Any, spec_file: str) -> str:
-    """'' or a warning line when neither `model.config` nor pdctl's table knows the model: no
-    TP/PP rule against its heads and widths, no fit, no quantisation block was checked (a
-    misspelt name would otherwise pass with any TP). Names the nearest known models."""
-    from pdctl.cli.specfile import known_model_config
-
-    raw, _ = known_model_config(spec, spec_file)
-    if raw is not None:
-        return ""
-    from pdctl.capacity.params import nearest_names
-
-    name = spec.model.name
-    near = nearest_names(name)
-    only = " (model.paramsBillion sizes the weights only)" if spec.model.params_billion else ""
-    return (
-        f"{spec_file}: warning: model.name: pdctl does not know {name!r}{only}: nothing "
-        "model-specific was checked (tensor/pipeline parallel against its heads, widths and "
-        "quantisation blocks; whether it fits the GPU)"
-        + (f"; did you mean {' or '.join(near)}?" if near else "")
-        + " Set model.config to its config.json to check it (--strict refuses this)"
-    )
 
 
 def build(
@@ -115,10 +46,10 @@ def build(
     from pdctl.capacity.report import plan_capacity
     from pdctl.cli.specfile import read_spec
     from pdctl.errors import SpecError, UsageError
+    from pdctl.inputs import model_dims, read_facts
 
     spec, source = read_spec(spec_file)
     try:
-        from pdctl.cli.specfile import model_dims
         from pdctl.plan.parallel import check_parallel
 
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
@@ -138,9 +69,9 @@ def build(
         traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
         traffic, adapted = adapt_traffic(traffic, spec, model, shapes, prompt, output)
         _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
-        used = used_bytes(facts, spec) if facts is not None else 0
+        used = used_bytes(read_facts(facts, spec)) if facts is not None else 0
         result = plan_capacity(spec, model, device, traffic, shapes, used)
-        notes = adapted + gpu_warnings(device, origin == ASSUMED) + _gpu_name_note(spec, gpu)
+        notes = adapted + gpu_warnings(device, origin == ASSUMED) + gpu_name_note(spec, gpu)
         return replace(result, warnings=result.warnings + notes), origin
     except UsageError:
         raise
@@ -174,13 +105,9 @@ def _within_model_len(traffic: Any, model: Any, shapes: dict[str, Any], flags: b
     )
 
 
-def used_bytes(facts: Path, spec: Any) -> int:
+def used_bytes(facts: Any) -> int:
     """The most memory any GPU of a preflight recording had in use before vLLM started."""
-    from pdctl.facts import facts_from
-    from pdctl.probe.record import read
-
-    hosts = read(facts, tuple(h.name for h in getattr(spec, "hosts", ()) or ()))
-    used = [g.memory_used_mib for h in facts_from(hosts).hosts for g in h.gpus or ()]
+    used = [g.memory_used_mib for h in facts.hosts for g in h.gpus or ()]
     return max(used, default=0) * 1024 * 1024
 
 
@@ -221,13 +148,7 @@ def register(app: typer.Typer) -> None:
             help="A vLLM start-up log: show predicted vs observed memory "
             "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
         ),
-        facts: Path | None = typer.Option(
-            None,
-            "--facts",
-            metavar="DIR",
-            help="A preflight recording (pdctl preflight --record DIR): plan with the "
-            "memory other processes already hold on the GPUs.",
-        ),
+        facts: Path | None = FACTS,
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 

@@ -17,7 +17,7 @@ STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
 def _hf_config(plan: Any, spec_path: str, source: Any) -> dict[str, Any] | None:
-    from pdctl.cli.specfile import read_model_config
+    from pdctl.inputs import read_model_config
 
     ref = plan.spec.model.config
     return read_model_config(ref, spec_path, source) if ref else None

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
 
 
@@ -35,13 +35,7 @@ def register(app: typer.Typer) -> None:
         ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
-        facts: Path | None = typer.Option(
-            None,
-            "--facts",
-            metavar="DIR",
-            help="A preflight recording (pdctl preflight --record DIR): "
-            "place tensor-parallel groups and prefill/decode pairs by GPU topology.",
-        ),
+        facts: Path | None = FACTS,
         strict: bool = typer.Option(
             False,
             "--strict",
@@ -54,28 +48,12 @@ def register(app: typer.Typer) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
-        from pdctl.errors import SpecError
-        from pdctl.render import render as render_plan
+        from pdctl.inputs import render_plan
 
         check_phase_target(phase, target)
         check_output(output, output_dir)
-        if facts is None:
-            plan, source = plan_from(spec, phase, target)
-        else:
-            from pdctl.cli.specfile import plan_spec, read_spec
-            from pdctl.facts import facts_from
-            from pdctl.plan.topology import chooser
-            from pdctl.probe.record import read
-
-            # Read SPEC once: `-` (stdin) cannot be read twice.
-            loaded, source = read_spec(spec)
-            names = tuple(h.name for h in loaded.hosts)
-            choose = chooser(facts_from(read(facts, names)))
-            plan = plan_spec(loaded, source, phase, target, choose=choose)
-        try:
-            bundle = render_plan(plan)
-        except SpecError as exc:
-            raise source.locate(exc) from None
+        plan, source = plan_from(spec, phase, target, facts)
+        bundle = render_plan(plan, source)
         _warn(spec, plan, strict, source)
         if output_dir is None:
             if output == "json":
@@ -141,8 +119,8 @@ def _warn(spec_file: str, plan: object, strict: bool, source: object) -> None:
     """The plan's notes, located cautions and capacity warnings on stderr, as `validate`
     prints them; --strict refuses a role that does not fit, or a caution, before anything is
     written."""
-    from pdctl.cli.plan_cmd import capacity_warnings
     from pdctl.cli.specfile import caution_lines
+    from pdctl.inputs import capacity_warnings
 
     for note in plan.notes:  # type: ignore[attr-defined]
         typer.echo(f"{spec_file}: warning: {note}", err=True)

@@ -9,9 +9,8 @@ from pathlib import Path
 import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
-from pdctl.cli.up_cmd import FACTS
 
 
 def register(app: typer.Typer) -> None:

@@ -135,7 +135,7 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
             spec_shape,
             spec_traffic,
         )
-        from pdctl.cli.specfile import read_model_config
+        from pdctl.inputs import read_model_config
         from pdctl.top.packing import packings
 
         spec = plan.spec

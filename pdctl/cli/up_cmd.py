@@ -9,30 +9,11 @@ from typing import TYPE_CHECKING
 import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
-    from pdctl.render.bundle import Bundle
-
-
-def load(
-    spec: str, phase: int | None, target: str | None, facts: Path | None = None
-) -> tuple[Plan, Bundle]:
-    from pdctl.cli import specfile
-
-    return specfile.load(spec, phase, target, facts)
-
-
-# `up`, `status`: the recording whose topology placed the GPUs (docs/placement.md).
-FACTS = typer.Option(
-    None,
-    "--facts",
-    metavar="DIR",
-    help="A preflight recording (pdctl preflight --record DIR): pick each instance's GPUs by "
-    "topology, as `render --facts` does. Give `status` the same DIR.",
-)
 
 
 def read_secrets(plan: Plan) -> dict[str, str]:
@@ -105,6 +86,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError("-o json prints the changes of a dry run", fix="add --dry-run")
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"
         console = term.console(log_path=False)
+        from pdctl.cli.specfile import load
+
         plan, bundle = load(spec, phase, target, facts)
         options = conn.target(dry_run=dry_run)
         caps = actions.capabilities_of(plan, options)

@@ -38,16 +38,16 @@ def register(app: typer.Typer) -> None:
         --strict): vLLM would refuse to start it. So is a network setting that may not work
         where it runs (an RDMA-only transport on a host without rdmaDevices)."""
         from pdctl.cli.options import check_phase_target
-        from pdctl.cli.plan_cmd import capacity_warnings
         from pdctl.cli.render_cmd import refuse_strict
-        from pdctl.cli.specfile import caution_lines, plan_spec, read_spec
-        from pdctl.errors import SpecError, UsageError
+        from pdctl.cli.specfile import caution_lines, plan_from
+        from pdctl.errors import UsageError
+        from pdctl.inputs import capacity_warnings, render_plan
 
         check_phase_target(phase, target)
         if output not in ("text", "json"):
             raise UsageError(f"--output must be text or json (got {output!r})")
-        parsed, source = read_spec(spec)
-        plan = plan_spec(parsed, source, phase, target)
+        plan, source = plan_from(spec, phase, target)
+        parsed = plan.spec
         for note in plan.notes:
             typer.echo(f"{spec}: warning: {note}", err=True)
         cautions = caution_lines(plan, source)
@@ -58,12 +58,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(line, err=True)
         refuse_strict(spec, strict, warnings, cautions)
         from pdctl.cli.summary import counted, planned
-        from pdctl.render import render
 
-        try:  # what `up` would start: the count `up --dry-run` lists (objects: rendered)
-            word, names = planned(plan, render(plan) if plan.target == "kubernetes" else None)
-        except SpecError as exc:
-            raise source.locate(exc) from None
+        # what `up` would start: the count `up --dry-run` lists (objects: rendered)
+        bundle = render_plan(plan, source) if plan.target == "kubernetes" else None
+        word, names = planned(plan, bundle)
         if output == "json":
             import json
 

@@ -6,7 +6,6 @@ File names are those of a recording folder; a failed command is recorded as `<na
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -299,9 +298,3 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         **transfer_fields(raw),  # network preflight
         missing=tuple(missing),
     )
-
-
-def dump_json(facts: HostFacts) -> str:
-    from dataclasses import asdict
-
-    return json.dumps(asdict(facts), indent=1, sort_keys=True)

@@ -3,35 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pdctl.compat import release as release_for
 from pdctl.errors import SpecError, UsageError
-from pdctl.facts.model import ClusterFacts
-from pdctl.plan.firewall import group_ports, port_rules
-from pdctl.plan.group import group_kinds, refuse_kube_groups
-from pdctl.plan.kube_checks import check_kube, pod_settings
-from pdctl.plan.kv import require_connectors
-from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
+from pdctl.plan.firewall import group_ports
+from pdctl.plan.group import group_kinds
 from pdctl.plan.lora import check_lora
-from pdctl.plan.model import Instance, Plan, SecretEnv, Target, Unit
-from pdctl.plan.parallel import Dims, check_parallel, pin_notes
-from pdctl.plan.pd import host_instances
+from pdctl.plan.model import Instance, Plan, SecretEnv, TargetName, Unit
+from pdctl.plan.parallel import check_parallel
 from pdctl.plan.peers import check_loopback_peers
 from pdctl.plan.place import Chooser, first_free
-from pdctl.plan.router import mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
-from pdctl.plan.shape import pd_shape
-from pdctl.plan.slice import plan_slice, slice_notes
-from pdctl.plan.topology import TopologyChooser
 from pdctl.plan.transport import check_hosts, check_leaders
-from pdctl.plan.transport import check_kube as check_transport
 from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
+
+if TYPE_CHECKING:  # facts load only where a recording is given (plan.topology)
+    from pdctl.facts.model import ClusterFacts
+    from pdctl.plan.parallel import Dims
 
 __all__ = ["Instance", "Plan", "SecretEnv", "Unit", "make_plan", "target_of"]
 
 
-def target_of(spec: Spec, phase: int, target: str | None = None) -> Target:
+def target_of(spec: Spec, phase: int, target: str | None = None) -> TargetName:
     """The target: `target` (the command line's --target) over the spec's, else by phase."""
     chosen = target or spec.target
     if chosen is None:
@@ -98,11 +93,18 @@ def make_plan(
     else:
         plan = pd_plan(plan, choose)
         if phase == 3:
+            from pdctl.plan.slice import slice_notes
+
             plan = replace(plan, notes=slice_notes(spec.decode))
     if plan.target == "kubernetes":
+        # Each phase's and target's steps load where they run (a cold `pdctl render`).
+        from pdctl.plan.kube_checks import check_kube, pod_settings
+        from pdctl.plan.parallel import pin_notes
+        from pdctl.plan.transport import check_kube as check_transport
+
         plan = replace(plan, pods=pod_settings(spec, phase))
-        if cluster is None and isinstance(choose, TopologyChooser):
-            cluster = choose.facts.cluster
+        if cluster is None:  # a TopologyChooser's recording
+            cluster = getattr(getattr(choose, "facts", None), "cluster", None)
         check_kube(plan, cluster)
         check_transport(plan)
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
@@ -116,6 +118,15 @@ def pd_plan(plan: Plan, choose: Chooser) -> Plan:
     """Phases 2 and 3, stage by stage: the shape, the engines (placement, KV config, ports,
     environment), then on hosts the router and mooncake_master, the firewall list and the
     libraries Mooncake needs; on Kubernetes the slice (phase 3) and the custom resources."""
+    from pdctl.plan.firewall import port_rules
+    from pdctl.plan.group import refuse_kube_groups
+    from pdctl.plan.kv import require_connectors
+    from pdctl.plan.llmd import check_llmd, custom_kinds, kube_instances
+    from pdctl.plan.pd import host_instances
+    from pdctl.plan.router import mooncake_libraries, plan_services
+    from pdctl.plan.shape import pd_shape
+    from pdctl.plan.slice import plan_slice
+
     spec, rel = plan.spec, plan.release
     shape = pd_shape(spec, plan.phase)
     require_connectors(shape.dis, rel)

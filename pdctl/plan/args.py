@@ -74,6 +74,23 @@ def engine_args(
     return tuple(args)
 
 
+def batch_limit(
+    max_num_seqs: int | None, spec: Spec, role_args: tuple[str, ...] = ()
+) -> int | None:
+    """The engine's --max-num-seqs: the role's maxNumSeqs, else the first one the spec's
+    extraArgs give (engine's, then the role's); None when neither sets it."""
+    if max_num_seqs is not None:
+        return max_num_seqs
+    args = (*spec.engine.extra_args, *role_args)
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if flag == "--max-num-seqs" and not value and i + 1 < len(args):
+            value = args[i + 1]
+        if flag == "--max-num-seqs" and value.isdigit():
+            return int(value)
+    return None
+
+
 def _fraction(value: float) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 

@@ -26,7 +26,7 @@ from pdctl.spec.pd import Multinode
 MASTER_PORT = 29501  # ParallelConfig.master_port's default
 DP_RPC_PORT = 29550  # ParallelConfig.data_parallel_rpc_port's default
 
-Kind = Literal["single", "tp", "dp"]
+GroupKind = Literal["single", "tp", "dp"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class GroupShape:
     rendezvous_port: int | None
 
     @property
-    def kind(self) -> Kind:
+    def kind(self) -> GroupKind:
         if self.data_parallel > 1:
             return "dp"
         return "tp" if self.nodes > 1 else "single"

@@ -5,13 +5,17 @@ node has (when a cluster recording is given), settings a role cannot take."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pdctl.errors import SpecError
-from pdctl.facts.model import ClusterFacts
 from pdctl.plan.model import Instance, Plan
 from pdctl.spec.kube import PodSettings, role_settings
 from pdctl.spec.model import Serve, Spec
 from pdctl.spec.pd import Role
 from pdctl.spec.rdma import MULTUS_ANNOTATION
+
+if TYPE_CHECKING:
+    from pdctl.facts.model import ClusterFacts
 
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"

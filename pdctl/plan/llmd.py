@@ -6,6 +6,7 @@ from typing import Literal
 
 from pdctl.compat import LLMD, Release
 from pdctl.errors import SpecError
+from pdctl.plan.args import batch_limit
 from pdctl.plan.group import LWS_KIND, GroupShape, group_shape, kube_group, lws_flags
 from pdctl.plan.kv import nixl_config
 from pdctl.plan.model import Instance
@@ -127,6 +128,7 @@ def _role_instance(
         tensor_parallel=section.tensor_parallel,
         replicas=section.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
+        max_num_seqs=batch_limit(section.max_num_seqs, spec, section.extra_args),
     )
     if g.multinode:
         worker_over = {**over, "flags": lws_flags(g, worker=True)}

@@ -12,7 +12,7 @@ from pdctl.spec.kube import PodSettings
 from pdctl.spec.model import Host, Spec
 
 Role = Literal["serve", "prefill", "decode"]
-Target = Literal["hosts", "kubernetes"]
+TargetName = Literal["hosts", "kubernetes"]
 ENGINE_ROLES: tuple[str, ...] = ("serve", "prefill", "decode")
 # Start order: stores first, then engines, then the router in front of them.
 STAGES = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
@@ -59,6 +59,9 @@ class Instance:
     # Kubernetes (LeaderWorkerSet pods): the container command that wraps `vllm serve` and
     # adds the rank flags from the LWS_* variables; empty: `vllm serve` itself.
     launch: tuple[str, ...] = ()
+    # The engine's --max-num-seqs (the role's maxNumSeqs, else an extraArgs one); None: vLLM's
+    # default. `pdctl top` reads it to tell a full batch.
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Caution:
 class Plan:
     spec: Spec
     phase: int
-    target: Target
+    target: TargetName
     release: Release
     image: str
     instances: tuple[Instance, ...]

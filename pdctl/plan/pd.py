@@ -8,7 +8,7 @@ import math
 
 from pdctl.compat import Release
 from pdctl.errors import SpecError
-from pdctl.plan.args import engine_args
+from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import (
     Rendezvous,
     group_env,
@@ -266,6 +266,7 @@ def host_instances(
                         tensor_parallel=role.tensor_parallel,
                         extra_ports=tuple(extra_ports),
                         files=files,
+                        max_num_seqs=batch_limit(role.max_num_seqs, spec, role.extra_args),
                     )
                 )
             out.append(join(members))

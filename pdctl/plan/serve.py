@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pdctl.compat import Release
 from pdctl.errors import SpecError
-from pdctl.plan.args import engine_args
+from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import (
     Rendezvous,
     group_env,
@@ -17,7 +19,7 @@ from pdctl.plan.group import (
     worker_name,
 )
 from pdctl.plan.lora import lora_env
-from pdctl.plan.model import Instance, Target
+from pdctl.plan.model import Instance, TargetName
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
 from pdctl.plan.transport import nvshmem_env, rdma_env
@@ -44,7 +46,7 @@ def serve_shape(spec: Spec, phase: int) -> Serve:
     return spec.serve
 
 
-def check_cpu(spec: Spec, target: Target) -> None:
+def check_cpu(spec: Spec, target: TargetName) -> None:
     """vLLM's CPU build is not what pdctl installs or pulls by default (pip `vllm` and the
     `vllm/vllm-openai` image are CUDA builds): say so at plan time, not at start."""
     docker = target == "kubernetes" or any(h.runtime == "docker" for h in spec.hosts)
@@ -66,7 +68,7 @@ def check_cpu(spec: Spec, target: Target) -> None:
 
 
 def serve_instances(
-    spec: Spec, release: Release, phase: int, target: Target, choose: Chooser
+    spec: Spec, release: Release, phase: int, target: TargetName, choose: Chooser
 ) -> tuple[Instance, ...]:
     shape = serve_shape(spec, phase)
     gshape = group_shape(shape, "serve", shape.pipeline_parallel)
@@ -93,6 +95,7 @@ def serve_instances(
         )
 
     env = tuple(sorted({**spec.engine.env, **lora_env(spec)}.items()))
+    seqs = batch_limit(shape.max_num_seqs, spec, shape.extra_args)
     if target == "kubernetes":
         env = _with_rdma_env(spec, env)
         # One pod template; a multi-node group is a LeaderWorkerSet (render/lws.py), whose
@@ -132,6 +135,7 @@ def serve_instances(
                 replicas=shape.replicas,
                 workers=workers,
                 launch=launch,
+                max_num_seqs=seqs,
             ),
         )
     group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
@@ -143,7 +147,8 @@ def serve_instances(
         port = meet.port(leader, gshape) if gshape.multinode else 0
         members = []
         for rank, slot in enumerate(nodes):
-            members.append(_node(spec, gshape, index, rank, slot, leader, port, env, args))
+            node = _node(spec, gshape, index, rank, slot, leader, port, env, args)
+            members.append(replace(node, max_num_seqs=seqs))
         out.append(join(members))
     return tuple(out)
 

@@ -28,10 +28,12 @@ def render(plan: Plan) -> Bundle:
     from pdctl.render.host_scripts import host_scripts
 
     if plan.phase == 0:
-        from pdctl.render.pd_host import group_ports_doc
+        units = host.render_units(plan, [host.with_setup(plan, u) for u in plan.units])
+        loose: list[Artifact] = []
+        if plan.ports:  # multi-node groups: the ports between their hosts (ports.md)
+            from pdctl.render.pd_host import group_ports_doc
 
-        units = host.host_units(plan, [host.with_setup(plan, u) for u in plan.units])
-        loose: list[Artifact] = group_ports_doc(plan, units)  # multi-node groups only
+            loose = group_ports_doc(plan, units)
     else:
         from pdctl.render.pd_host import pd_host_units
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pdctl import __version__
-from pdctl.plan.lora import FETCH_CODE, FETCHED, FETCHED_IN_ROOT, fetched, folder, host_paths
-from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Unit
+from pdctl.plan.model import ENGINE_ROLES, Plan, Unit
 from pdctl.render.bundle import Artifact, UnitFiles, script_digest
 from pdctl.render.container import HF_MOUNT, Mount, container, host_run, kept, model_dir
 from pdctl.render.hami_host import slice_setup
 from pdctl.render.supervise import supervise_files, supervise_vars
 from pdctl.render.template import render_template
+from pdctl.spec.lora import FETCH_CODE, FETCHED, FETCHED_IN_ROOT, fetched, folder, host_paths
 from pdctl.spec.model import Host
 
 GRACE_SECONDS = 30
@@ -106,13 +106,7 @@ def adapter_mounts(plan: Plan, unit: Unit, fetched_here: bool) -> tuple[Mount, .
     if unit.role not in ENGINE_ROLES:
         return ()
     out = [Mount(FETCHED, FETCHED_IN_ROOT, read_only=True)] if fetched_here else []
-    return (*out, *(Mount(p, p, read_only=True) for p in host_paths(plan.spec)))
-
-
-def engine_unit(plan: Plan, inst: Instance) -> Unit:
-    """The plan's unit of an engine, with the shell that prepares its Python environment."""
-    unit = next(u for u in plan.units if u.name == inst.name)
-    return with_setup(plan, unit)
+    return (*out, *(Mount(p, p, read_only=True) for p in host_paths(plan.spec.model.lora)))
 
 
 def with_setup(plan: Plan, unit: Unit) -> Unit:
@@ -175,9 +169,5 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
     return UnitFiles(unit, files, digest, script_digest(start), box)
 
 
-def unit_artifacts(plan: Plan, unit: Unit) -> list[Artifact]:
-    return list(unit_files(plan, unit).files)
-
-
-def host_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
+def render_units(plan: Plan, units: Sequence[Unit]) -> list[UnitFiles]:
     return [unit_files(plan, unit) for unit in units]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdctl.plan.lora import (
+from pdctl.plan.model import Plan
+from pdctl.spec.lora import (
     FETCH_CODE,
     FETCHED_IN_ROOT,
     MOUNTED,
@@ -15,7 +16,6 @@ from pdctl.plan.lora import (
     folder,
     safe,
 )
-from pdctl.plan.model import Plan
 
 Obj = dict[str, Any]
 FETCHED_VOLUME = "lora-fetched"

@@ -7,16 +7,15 @@ aside and the rest validated again)."""
 from __future__ import annotations
 
 import difflib
-import types
-import typing
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import PATTERNS
 from pdctl.spec.model import Spec
 from pdctl.spec.source import Loc, Source, dotted, parse
+from pdctl.spec.walk import model_at, section
 
 MAX_PROBLEMS = 20  # lines a user reads; the rest is counted
 
@@ -242,12 +241,12 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
 
 def _nested_match(loc: Loc, key: str) -> str | None:
     """A key that belongs one level deeper, e.g. top-level `replicas` -> `serve.replicas`."""
-    model = _model_at(loc)
+    model = model_at(loc)
     if model is None:
         return None
     candidates: list[str] = []
     for name, field in model.model_fields.items():
-        inner = _inner_model(field.annotation)
+        inner = section(field.annotation)
         if inner is not None:
             candidates += [
                 f"{field.alias or name}.{f.alias or n}" for n, f in inner.model_fields.items()
@@ -257,38 +256,9 @@ def _nested_match(loc: Loc, key: str) -> str | None:
     return by_leaf[close[0]] if close else None
 
 
-def _model_at(loc: Loc) -> Any:
-    model: Any = Spec
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = next(
-            (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part),
-            None,
-        )
-        if field is None:
-            return None
-        model = _inner_model(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
 def _allowed_keys(loc: Loc) -> set[str]:
     """The camelCase keys the model at loc accepts."""
-    model = _model_at(loc)
+    model = model_at(loc)
     if model is None:
         return set()
     return {f.alias or n for n, f in model.model_fields.items()}
-
-
-def _inner_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, tuple, list, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _inner_model(arg)
-            if found is not None:
-                return found
-    return None

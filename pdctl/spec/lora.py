@@ -192,3 +192,44 @@ def check_names(lora: Lora, model_name: str, served: str | None) -> None:
                 path=f"{where}.baseModel",
                 fix="serve it on its own base model, or correct baseModel",
             )
+
+
+# Adapters fetched at a pinned revision: each engine's home (vLLM expands `~` in a LoRA path:
+# vllm/lora/utils.py get_adapter_absolute_path). On hosts `$HOME/.cache/pdctl-adapters`
+# (containers get it mounted at /root/.cache/pdctl-adapters); in pods an emptyDir there.
+FETCHED = "~/.cache/pdctl-adapters"
+FETCHED_IN_ROOT = "/root/.cache/pdctl-adapters"
+# Kubernetes volumes (claim, image) of adapters are mounted here, one folder per adapter.
+MOUNTED = "/adapters"
+
+
+def safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
+def folder(adapter: Adapter) -> str:
+    """A fetched adapter's folder: its name and revision with anything but [A-Za-z0-9._-] as
+    '_' (a new revision is a new folder, so the engine's command changes and `up` restarts it)."""
+    return safe(f"{adapter.name}@{adapter.revision}")
+
+
+def fetched(lora: Lora | None) -> tuple[Adapter, ...]:
+    """The adapters pdctl downloads before the engine starts (an `hf` source at a revision)."""
+    if lora is None:
+        return ()
+    return tuple(a for a in lora.adapters if a.hf is not None and a.revision is not None)
+
+
+# Fetches one adapter: argv = repository, revision, folder; writes the revision it fetched.
+FETCH_CODE = (
+    "import sys; from huggingface_hub import snapshot_download as get; "
+    "d = get(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3]); "
+    "open(d + '/.pdctl-revision', 'w').write(sys.argv[2])"
+)
+
+
+def host_paths(lora: Lora | None) -> tuple[str, ...]:
+    """The adapters given as host paths (an engine container mounts each at the same path)."""
+    if lora is None:
+        return ()
+    return tuple(sorted({a.path.rstrip("/") for a in lora.adapters if a.path}))

@@ -46,7 +46,7 @@ class Stage:
 
 StageFn = Callable[[Stage], None]
 Write = Callable[[str], object]
-Kind = Literal["hosts", "docker", "kubernetes"]
+TargetKind = Literal["hosts", "docker", "kubernetes"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Capabilities:
     so that actions and the CLI ask the capability instead of the target's type (as
     SkyPilot's CloudImplementationFeatures)."""
 
-    kind: Kind
+    kind: TargetKind
     named: str  # how a message names the target: "SSH hosts", "--docker-url", "Kubernetes"
     # `up --dry-run` asks the server (Kubernetes: every object applied with dryRun=All)
     # instead of comparing what runs with the bundle.
@@ -179,7 +179,7 @@ class Closing:
 
 class Target(Protocol):
     @property
-    def kind(self) -> Kind: ...
+    def kind(self) -> TargetKind: ...
 
     @property
     def unreachable(self) -> dict[str, str]:

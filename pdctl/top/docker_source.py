@@ -14,7 +14,7 @@ from typing import Any
 
 from pdctl.top.gpu import GpuLoad, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
-from pdctl.top.source import Endpoint, gpu_roles, max_num_seqs, with_roles
+from pdctl.top.source import Endpoint, gpu_roles, with_roles
 
 
 @dataclass
@@ -39,7 +39,7 @@ class DockerSource:
             for u in units:
                 inst = insts.get(u.name)
                 gpus = tuple((host, g) for g in inst.gpus) if inst is not None else ()
-                seqs = max_num_seqs(inst.args) if inst is not None else None
+                seqs = inst.max_num_seqs if inst is not None else None
                 out.append(Endpoint(u.name, u.role, host, u.port, u.host.address, seqs, gpus))
         self.endpoints = sorted(out, key=lambda e: (e.role, e.name))
         self._find()

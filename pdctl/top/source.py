@@ -29,19 +29,6 @@ class Endpoint:
     gpus: tuple[tuple[str, int], ...] = ()
 
 
-def max_num_seqs(args: tuple[str, ...]) -> int | None:
-    """The engine's --max-num-seqs in its arguments; None when not given."""
-    for i, arg in enumerate(args):
-        value = None
-        if arg == "--max-num-seqs" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--max-num-seqs="):
-            value = arg.split("=", 1)[1]
-        if value is not None and value.isdigit():
-            return int(value)
-    return None
-
-
 def host_endpoints(plan: Any, bundle: Any) -> list[Endpoint]:
     """Every engine unit with a port, and the router's metrics port (pure)."""
     from pdctl.targets.state import desired_units
@@ -59,7 +46,7 @@ def host_endpoints(plan: Any, bundle: Any) -> list[Endpoint]:
             continue
         gpus = tuple((d.host.name, g) for g in inst.gpus)
         out.append(
-            Endpoint(d.name, d.role, d.host.name, d.port, d.address, max_num_seqs(inst.args), gpus)
+            Endpoint(d.name, d.role, d.host.name, d.port, d.address, inst.max_num_seqs, gpus)
         )
     return sorted(out, key=lambda e: (e.role != "router", e.role, e.name))
 
@@ -210,7 +197,7 @@ class KubeSource:
                     role,
                     pod.spec.node_name or pod.metadata.name,
                     port,
-                    max_num_seqs=max_num_seqs(inst.args),
+                    max_num_seqs=inst.max_num_seqs,
                 )
             )
         self.endpoints = sorted(out, key=lambda e: (e.role, e.name))

@@ -51,7 +51,11 @@ PAGE_FILES: dict[str, dict[str, str]] = {
     "phase2-kubernetes.md": {"spec.yaml": "examples/phase2-llmd.yaml"},
     "phase3-hami.md": {"spec.yaml": "examples/phase3-hami.yaml"},
     "phase2-bare-metal.md": {"spec.yaml": "examples/phase2-mooncake-tcp.yaml"},
-    "capacity.md": {"vllm.log": "tests/fixtures/vllm/startup-docker.log"},
+    # `--facts rec/` is a recording of the h200x2 spec's host (another machine's is refused).
+    "capacity.md": {
+        "vllm.log": "tests/fixtures/vllm/startup-docker.log",
+        "spec.yaml": "tests/fixtures/gpu/h200x2-live/spec.yaml",
+    },
     "placement.md": {"spec.yaml": "tests/fixtures/gpu/h200x2-live/spec.yaml"},
     "preflight.md": {"spec.yaml": "tests/fixtures/gpu/h200x2-live/spec.yaml"},
 }

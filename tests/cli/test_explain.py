@@ -87,9 +87,10 @@ def test_unknown_field_is_one_line(field: str, suggestion: str, capsys) -> None:
 
 
 def test_every_field_explains_and_its_example_sets_it() -> None:
-    from pdctl.cli.explain_cmd import _all_paths, explain_text
+    from pdctl.cli.explain_cmd import explain_text
+    from pdctl.spec.walk import paths
 
-    for path in _all_paths(Spec):
+    for path in paths(Spec):
         out = explain_text(path) + "\n"
         assert out.startswith(f"FIELD:    {path}\n")
         if "\nEXAMPLE:\n" not in out:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT
@@ -22,8 +23,19 @@ def _spec(tmp_path: Path, gpus: list[int]) -> Path:
     return path
 
 
-def _render(spec: Path, rec: Path) -> tuple[int, str, str]:
-    proc = pdctl("up", str(spec), "--dry-run", "--offline", "--facts", str(rec))
+# Every command that takes --facts reads it with the one loader (pdctl.inputs.read_facts):
+# `render --facts` of another machine's recording once exited 0 where `up` exited 2.
+COMMANDS = {
+    "up": ("up", "{spec}", "--dry-run", "--offline", "--facts", "{rec}"),
+    "render": ("render", "{spec}", "--facts", "{rec}"),
+    "status": ("status", "{spec}", "--facts", "{rec}"),
+    "plan": ("plan", "{spec}", "--facts", "{rec}"),
+}
+
+
+def _render(spec: Path, rec: Path, command: str = "up") -> tuple[int, str, str]:
+    argv = [a.format(spec=spec, rec=rec) for a in COMMANDS[command]]
+    proc = pdctl(*argv)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -33,10 +45,11 @@ def test_the_recording_of_the_spec_s_host_chooses_by_topology(tmp_path: Path) ->
     assert "topo-serve-0  on lo1  GPUs 0,2" in out and "topo-serve-1  on lo1  GPUs 1,3" in out
 
 
-def test_a_recording_without_a_folder_for_any_host_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_recording_without_a_folder_for_any_host_is_refused(tmp_path: Path, command: str) -> None:
     rec = tmp_path / "rec"
     shutil.copytree(DOCS / "rec-bridged" / "lo1", rec / "gpu-a")
-    code, out, err = _render(_spec(tmp_path, [0, 1, 2, 3]), rec)
+    code, out, err = _render(_spec(tmp_path, [0, 1, 2, 3]), rec, command)
     assert (code, out) == (2, ""), err
     assert err.strip().splitlines() == [
         f"error: --facts {rec}: no folder for a host of the spec (it has gpu-a; the spec's hosts "
@@ -45,8 +58,11 @@ def test_a_recording_without_a_folder_for_any_host_is_refused(tmp_path: Path) ->
     ]
 
 
-def test_a_recording_lacking_gpus_the_spec_lists_is_refused(tmp_path: Path) -> None:
-    code, out, err = _render(_spec(tmp_path, [0, 1, 2, 3, 4, 5, 6, 7]), DOCS / "rec-bridged")
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_recording_lacking_gpus_the_spec_lists_is_refused(tmp_path: Path, command: str) -> None:
+    code, out, err = _render(
+        _spec(tmp_path, [0, 1, 2, 3, 4, 5, 6, 7]), DOCS / "rec-bridged", command
+    )
     assert (code, out) == (2, ""), err
     (line,) = err.strip().splitlines()
     assert line.startswith(

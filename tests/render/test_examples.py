@@ -39,7 +39,9 @@ def variants(example: Path) -> list[dict]:
     nixl = spec.disaggregation is None or spec.disaggregation.connector == "nixl"
     # Multi-node prefill/decode groups render on hosts only (docs/multinode.md).
     groups = any(r is not None and r.nodes > 1 for r in (spec.prefill, spec.decode))
-    if spec.phase == 2 and spec.hosts and nixl and not groups:
+    # An adapter given as a host path cannot be mounted into pods (docs/lora.md).
+    host_paths = spec.model.lora is not None and any(a.path for a in spec.model.lora.adapters)
+    if spec.phase == 2 and spec.hosts and nixl and not groups and not host_paths:
         out.append({"target": "kubernetes"})
     if nixl and spec.decode is not None and spec.decode.share is not None and spec.phase == 2:
         out.append({"phase": 3})

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.plan.lora import fetched
 from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.container import Container
+from pdctl.spec.lora import fetched
 from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
 from pdctl.targets.docker.engine import HASH, Engine, client_for, docker_home, env_value
 from pdctl.targets.docker.transport import DockerAccess, check

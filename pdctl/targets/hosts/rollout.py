@@ -44,13 +44,13 @@ __all__ = ["Outcome", "Rollout", "UnitFailure", "UpFailed"]  # the names others 
 # started: new, or found stopped (undo: stop it); updated: found stopped, started with changed
 # scripts (undo: stop it, put the previous scripts back, do not start them); replaced: running,
 # replaced (undo: stop the new one, start the previous one); stopped: no longer in the spec.
-Kind = Literal["started", "updated", "replaced", "stopped"]
+DoneKind = Literal["started", "updated", "replaced", "stopped"]
 
 
 @dataclass
 class Done:
     unit: Desired
-    kind: Kind
+    kind: DoneKind
     undone: bool = False
 
 
@@ -213,7 +213,7 @@ class Rollout(HealthWait):
             failed = {self.group_of(f.unit) for f in failures}
             self.undo([i for i in self.done if self.group_of(i.unit.name) in failed])
 
-    def kind_of_start(self, d: Desired) -> Kind:
+    def kind_of_start(self, d: Desired) -> DoneKind:
         return "updated" if (d.host.name, d.name) in self.updated else "started"
 
     def restart_batches(self, restart: list[Desired], kept: list[Desired]) -> list[list[Desired]]:
