@@ -26,6 +26,8 @@ COMMAND_MODULES = (
     "pdctl.cli.status_cmd",
     "pdctl.cli.logs_cmd",
     "pdctl.cli.top_cmd",
+    "pdctl.cli.bench_cmd",
+    "pdctl.cli.tune_cmd",
 )
 
 app = typer.Typer(

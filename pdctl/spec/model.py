@@ -31,6 +31,7 @@ from pdctl.spec.value import (
     engine_env,
     mountable,
 )
+from pdctl.spec.bench import Bench
 from pdctl.spec.workload import Hardware, Workload
 
 # Kubernetes and its parts live in spec/kube.py; imported here for older importers.
@@ -380,6 +381,9 @@ class Spec(Section):
     )
     workload: Workload | None = Field(
         None, description="Expected traffic, for `pdctl plan` (P:D ratio, batch, advice)."
+    )
+    bench: Bench | None = Field(
+        None, description="The load `pdctl bench` sends and the P/D canary (docs/bench.md)."
     )
 
     @field_validator("name")
