@@ -2,7 +2,7 @@
 two reports (pure).
 
 The predictions are those of `pdctl plan --output json` (pdctl.capacity.report_json) for the
-bench's workload: TTFT from the prefill time of one request (no queue), TPOT from the decode
+bench's workload: TTFT from the prefill role's tokens/s over one prompt (no queue), TPOT from the decode
 step (batch 1 where at most one request ran at a time, else at the planned batch), output
 throughput from the decode instances' tokens/s (capped by what the step offered)."""
 
@@ -20,19 +20,27 @@ def capacity(plan_json: dict[str, Any]) -> dict[str, float | None]:
     """The plan's figures the report compares with (None where the plan has none)."""
     pd = plan_json.get("pd") or {}
     roles = plan_json.get("roles") or []
+    prompt = (plan_json.get("traffic") or {}).get("promptTokens")
     out_tps = 0.0
-    step_ms = None
+    step_ms = ttft = None
     for r in roles:
         dec = r.get("decode")
         if r.get("role") in ("serve", "decode") and dec:
             out_tps += dec["tokensPerSecond"] * r.get("replicas", 1)
             step_ms = dec["stepMsExpected"]
+        if r.get("role") in ("serve", "prefill") and r.get("prefillTokensPerSecond") and prompt:
+            ttft = _sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
     return {
-        "ttftMs": round(pd["prefillSecondsPerRequest"] * 1000, 3) if pd else None,
+        "ttftMs": ttft,
         "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
         "tpotMsBatch": step_ms,
         "outputThroughput": round(out_tps, 1) if out_tps else None,
     }
+
+
+def _sig(x: float) -> float:
+    """`x` to 4 significant digits (ratios and predictions span many orders of magnitude)."""
+    return float(f"{x:.4g}")
 
 
 def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: int,
@@ -48,9 +56,9 @@ def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: in
     return {
         "ttftMs": cap["ttftMs"],
         "tpotMs": tpot,
-        "requestThroughput": None if req is None else round(req, 4),
-        "outputThroughput": None if out is None else round(out, 1),
-        "totalTokenThroughput": None if req is None else round(req * (prompt_tokens + output_tokens), 1),
+        "requestThroughput": None if req is None else _sig(req),
+        "outputThroughput": None if out is None else _sig(out),
+        "totalTokenThroughput": None if req is None else _sig(req * (prompt_tokens + output_tokens)),
     }
 
 
@@ -67,7 +75,7 @@ def measured_for_ratio(m: dict[str, Any]) -> dict[str, float | None]:
 def ratios(meas: dict[str, float | None], pred: dict[str, float | None]) -> dict[str, float | None]:
     """measured / predicted per figure (None where either is missing or the plan says 0)."""
     return {
-        k: round(meas[k] / pred[k], 3) if meas.get(k) is not None and pred.get(k) else None
+        k: _sig(meas[k] / pred[k]) if meas.get(k) is not None and pred.get(k) else None
         for k in pred
     }
 
@@ -165,7 +173,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict
                 vb = (vb or {}).get(pct)
             rows.append({
                 "load": sa["load"], "figure": label, "a": va, "b": vb,
-                "bOverA": round(vb / va, 3) if va and vb is not None else None,
+                "bOverA": _sig(vb / va) if va and vb is not None else None,
             })
     return {
         "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},

@@ -224,6 +224,7 @@ def _show_compare(doc: dict[str, Any], output: str) -> None:
     from rich.table import Table
 
     from pdctl.cli import term
+    from pdctl.cli.bench_show import num
 
     console = term.console()
     for line in doc["flagDifferences"]:
@@ -232,9 +233,5 @@ def _show_compare(doc: dict[str, Any], output: str) -> None:
     for col in ("load", "figure", "A", "B", "B/A"):
         table.add_column(col)
     for r in doc["rows"]:
-        table.add_row(r["load"], r["figure"], _num(r["a"]), _num(r["b"]), _num(r["bOverA"]))
+        table.add_row(r["load"], r["figure"], num(r["a"]), num(r["b"]), num(r["bOverA"]))
     console.print(table)
-
-
-def _num(v: Any) -> str:
-    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)

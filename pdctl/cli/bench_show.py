@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdctl.cli.bench_cmd import _num
 
 ROWS = (
     ("TTFT ms", "ttftMs"),
@@ -38,21 +37,21 @@ def show(report: dict[str, Any]) -> None:
     if c is not None:
         state = "[green]passed[/]" if c["ok"] else "[red]FAILED[/]"
         console.print(f"P/D canary {state}: {len(c['pairs'])} prompts, KV tokens received "
-                      f"{_num(c['kvTokensReceived'])}", highlight=False)
+                      f"{num(c['kvTokensReceived'])}", highlight=False)
         for line in c["failures"]:
             console.print(f"  {line}", highlight=False)
     for s in report["steps"]:
         m, pred, ratio = s["measured"], s.get("predicted") or {}, s.get("ratio") or {}
         t = Table(title=f"{s['load']}: {m['completed']} done, {m['failed']} failed in "
-                        f"{_num(m['durationS'])} s (driven from {s['driver']})")
+                        f"{num(m['durationS'])} s (driven from {s['driver']})")
         for col in ("figure", "p50", "p90", "p99", "plan", "p50/plan"):
             t.add_column(col)
         for label, key in ROWS:
             v = m.get(key) or {}
-            t.add_row(label, _num(v.get("p50")), _num(v.get("p90")), _num(v.get("p99")),
-                      _num(pred.get(key)), _num(ratio.get(key)))
+            t.add_row(label, num(v.get("p50")), num(v.get("p90")), num(v.get("p99")),
+                      num(pred.get(key)), num(ratio.get(key)))
         for label, key in RATES:
-            t.add_row(label, _num(m.get(key)), "", "", _num(pred.get(key)), _num(ratio.get(key)))
+            t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
         console.print(t)
         r = Table(title="per role over the step (peaks from /metrics every 2 s)")
         for col in ("instance", "role", "requests", "gen tok/s", "peak running", "peak waiting",
@@ -62,14 +61,18 @@ def show(report: dict[str, Any]) -> None:
             peak = row.get("peak") or {}
             errs = sum((row.get("connector_errors") or {}).values())
             kv = peak.get("kv_usage")
-            r.add_row(row["name"], row["role"], _num(row.get("requests")),
-                      _num(row.get("generation_tps")), _num(peak.get("running")),
-                      _num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
-                      _num(row.get("preemptions")), _num(row.get("kv_tokens_received")),
-                      _num(errs))
+            r.add_row(row["name"], row["role"], num(row.get("requests")),
+                      num(row.get("generation_tps")), num(peak.get("running")),
+                      num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
+                      num(row.get("preemptions")), num(row.get("kv_tokens_received")),
+                      num(errs))
         console.print(r)
         for g in s["metrics"].get("gpus", []):
             console.print(f"  GPU {g['host']}:{g['index']} {g['name']} ({'/'.join(g['roles'])}): "
-                          f"SM {_num(g['sm_util'])}%, DRAM bandwidth {_num(g['dram_bw_util'])}%, "
-                          f"tensor {_num(g['tensor_util'])}%, memory {_num(g['mem_used_mib'])} "
+                          f"SM {num(g['sm_util'])}%, DRAM bandwidth {num(g['dram_bw_util'])}%, "
+                          f"tensor {num(g['tensor_util'])}%, memory {num(g['mem_used_mib'])} "
                           "MiB", highlight=False)
+
+
+def num(v: Any) -> str:
+    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)

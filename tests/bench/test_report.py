@@ -10,9 +10,11 @@ from pdctl.bench.report import capacity, compare, engine_flags, predicted, ratio
 from pdctl.errors import UsageError
 
 PLAN = {
-    "pd": {"prefillSecondsPerRequest": 0.05, "batch1TpotMs": 8.0},
+    "traffic": {"promptTokens": 32},
+    "pd": {"prefillSecondsPerRequest": 0.0, "batch1TpotMs": 8.0},
     "roles": [
-        {"role": "prefill", "replicas": 1, "decode": {"tokensPerSecond": 1, "stepMsExpected": 1}},
+        {"role": "prefill", "replicas": 1, "prefillTokensPerSecond": 640.0,
+         "decode": {"tokensPerSecond": 1, "stepMsExpected": 1}},
         {"role": "decode", "replicas": 2,
          "decode": {"tokensPerSecond": 1000.0, "stepMsExpected": 20.0}},
     ],
