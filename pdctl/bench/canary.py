@@ -90,13 +90,13 @@ def agree(a: Answer, b: Answer) -> int:
     """Leading tokens the two answers share (token ids; the text where one has none)."""
     if a.tokens and b.tokens:
         n = 0
-        for x, y in zip(a.tokens, b.tokens):
+        for x, y in zip(a.tokens, b.tokens, strict=False):
             if x != y:
                 break
             n += 1
         return n
     n = 0
-    for x, y in zip(a.text, b.text):
+    for x, y in zip(a.text, b.text, strict=False):
         if x != y:
             break
         n += 1
@@ -116,7 +116,7 @@ def judge(
     the connector (decode's prompt_tokens_by_source{source=external_kv_transfer} grew) and no
     connector error counter grew. `names`: engine URL -> instance name."""
     pairs = []
-    for i, (a, b) in enumerate(zip(via, alone)):
+    for i, (a, b) in enumerate(zip(via, alone, strict=True)):
         who = "router"
         if a.pair:
             who = f"{names.get(a.pair[0], a.pair[0])} -> {names.get(a.pair[1], a.pair[1])}"

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.bench import canary, load
+from pdctl.bench import canary as check
+from pdctl.bench import load
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
 
@@ -173,7 +174,7 @@ class Bench:
 
         def sample() -> None:
             gpu_box.append(self.source.gpus(2.0))
-            while not done.wait(2.0):
+            while not done.wait(1.0):
                 for name, snap in self.source.scrape().items():
                     row = peaks.setdefault(name, {})
                     for fig in ("kv_usage", "running", "waiting"):
@@ -207,7 +208,7 @@ class Bench:
                 "metrics": window}
 
     # ------------------------------------------------------------------ canary
-    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float) -> canary.Verdict:
+    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float) -> check.Verdict:
         """The canary through the router and through the first prefill engine alone."""
         from pdctl.top.source import router_workers
         from pdctl.top.window import figures
@@ -228,11 +229,11 @@ class Bench:
         for url, (name, _role) in router_workers(self.plan).items():
             names[url] = name
             names[url.split("://", 1)[-1]] = name
-        texts = canary.prompts(n_prompts, seed)
+        texts = check.prompts(n_prompts, seed)
         first = self.source.scrape()
         via, alone = [], []
         for text in texts:
-            body = canary.payload(self.plan.served_name, text, tokens, seed)
+            body = check.payload(self.plan.served_name, text, tokens, seed)
             via.append(self._ask(r_ops, router.port, router.address, body, {}, timeout))
             alone.append(self._ask(p_ops, prefill.port, "127.0.0.1", body, headers, timeout))
         last = self.source.scrape()
@@ -245,15 +246,15 @@ class Bench:
             kv += f.kv_tokens_received or 0.0
             for k, v in f.connector_errors.items():
                 errors[k] = errors.get(k, 0.0) + v
-        return canary.judge(via, alone, tokens, names, prefill.name, kv, errors)
+        return check.judge(via, alone, tokens, names, prefill.name, kv, errors)
 
     @staticmethod
     def _ask(ops: Any, port: int, address: str, body: dict[str, Any], headers: dict[str, str],
-             timeout: float) -> canary.Answer:
+             timeout: float) -> check.Answer:
         try:
             status, doc = post_json(
                 ops.conn.open_channel(port, address), "/v1/completions", body, headers, timeout
             )
         except Exception as exc:  # refused, reset, timed out: the canary fails on it
-            return canary.Answer(error=f"no answer from {address}:{port} ({type(exc).__name__})")
-        return canary.answer_of(status, doc)
+            return check.Answer(error=f"no answer from {address}:{port} ({type(exc).__name__})")
+        return check.answer_of(status, doc)

@@ -2,9 +2,9 @@
 two reports (pure).
 
 The predictions are those of `pdctl plan --output json` (pdctl.capacity.report_json) for the
-bench's workload: TTFT from the prefill role's tokens/s over one prompt (no queue), TPOT from the decode
-step (batch 1 where at most one request ran at a time, else at the planned batch), output
-throughput from the decode instances' tokens/s (capped by what the step offered)."""
+bench's workload: TTFT from the prefill role's tokens/s over one prompt (no queue), TPOT from
+the decode step (batch 1 where at most one request ran at a time, else at the planned batch),
+output throughput from the decode instances' tokens/s (capped by what the step offered)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: in
         "tpotMs": tpot,
         "requestThroughput": None if req is None else _sig(req),
         "outputThroughput": None if out is None else _sig(out),
-        "totalTokenThroughput": None if req is None else _sig(req * (prompt_tokens + output_tokens)),
+        "totalTokenThroughput": None
+        if req is None
+        else _sig(req * (prompt_tokens + output_tokens)),
     }
 
 
@@ -74,10 +76,11 @@ def measured_for_ratio(m: dict[str, Any]) -> dict[str, float | None]:
 
 def ratios(meas: dict[str, float | None], pred: dict[str, float | None]) -> dict[str, float | None]:
     """measured / predicted per figure (None where either is missing or the plan says 0)."""
-    return {
-        k: _sig(meas[k] / pred[k]) if meas.get(k) is not None and pred.get(k) else None
-        for k in pred
-    }
+    out: dict[str, float | None] = {}
+    for k, want in pred.items():
+        got = meas.get(k)
+        out[k] = _sig(got / want) if got is not None and want else None
+    return out
 
 
 def engine_flags(args: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -80,7 +80,8 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
         return int(_section(spec, r).get("replicas", 1))
 
     if len(roles) == 2:
-        for busy, other, late in (("prefill", "decode", late_ttft), ("decode", "prefill", late_tpot)):
+        pairs = (("prefill", "decode", late_ttft), ("decode", "prefill", late_tpot))
+        for busy, other, late in pairs:
             why = saturated(busy)
             if why is None and late:
                 why = f"p90 {'TTFT' if busy == 'prefill' else 'TPOT'} over the SLO"

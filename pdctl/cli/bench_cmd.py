@@ -47,7 +47,9 @@ def read_report(path: str) -> dict[str, Any]:
     try:
         doc = json.loads(read_bounded(Path(path), 64 << 20, path))
     except ValueError as exc:
-        raise UsageError(f"{path}: not JSON ({exc})", fix="pass a file `pdctl bench` saved")
+        raise UsageError(
+            f"{path}: not JSON ({exc})", fix="pass a file `pdctl bench` saved"
+        ) from None
     return check_report(doc, path)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 ROWS = (
     ("TTFT ms", "ttftMs"),
     ("TPOT ms", "tpotMs"),
@@ -53,7 +52,7 @@ def show(report: dict[str, Any]) -> None:
         for label, key in RATES:
             t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
         console.print(t)
-        r = Table(title="per role over the step (peaks from /metrics every 2 s)")
+        r = Table(title="per role over the step (peaks from /metrics every second)")
         for col in ("instance", "role", "requests", "gen tok/s", "peak running", "peak waiting",
                     "peak KV", "preempted", "KV in (tokens)", "connector errors"):
             r.add_column(col)

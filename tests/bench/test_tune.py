@@ -24,8 +24,8 @@ def report(*rows: dict, ttft=None, tpot=None, slo=None) -> dict:
         "workload": slo or {},
         "steps": [{
             "load": "concurrency 64",
-            "measured": {"outputThroughput": 100.0, "ttftMs": {"p90": ttft}, "tpotMs": {"p90": tpot},
-                         "itlMs": {}},
+            "measured": {"outputThroughput": 100.0, "ttftMs": {"p90": ttft},
+                         "tpotMs": {"p90": tpot}, "itlMs": {}},
             "ratio": {"outputThroughput": 0.2},
             "metrics": {"instances": list(rows)},
         }],
@@ -40,7 +40,8 @@ def test_prefill_queueing_while_decode_idles_moves_a_decode_instance_to_prefill(
                instance("decode", running=4, kv=0.1))
     found = {".".join(p.path): p for p in propose(PD, r)}
     assert (found["decode.replicas"].value, found["prefill.replicas"].value) == (2, 2)
-    assert "prefill queued up to 12 requests while decode idled" in found["decode.replicas"].evidence
+    why = found["decode.replicas"].evidence
+    assert "prefill queued up to 12 requests while decode idled" in why
     assert overlay(list(found.values())) == {"decode": {"replicas": 2}, "prefill": {"replicas": 2}}
 
 

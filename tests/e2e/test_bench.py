@@ -27,7 +27,7 @@ from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
 SERVE = 18780
-PREFILL, DECODE, ROUTER, METRICS = 18790, 18791, 18792, 18793
+PREFILL, DECODE, ROUTER, METRICS, SIDE = 18790, 18791, 18792, 18793, 18794
 API_KEY = "sk-e2e-bench-key-5e2a"
 WORKLOAD = {"promptTokens": 32, "outputTokens": 16, "ttftMs": 5000, "tpotMs": 1000}
 
@@ -93,6 +93,7 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("benchpd")
     doc = pd_spec(vllm_cpu, ssh_env, data, "e2ebpd", (PREFILL, DECODE, ROUTER, METRICS))
     doc["model"] = tiny(vllm_cpu)
+    doc["disaggregation"]["sideChannelPort"] = SIDE  # clear of other tests' engines (5600)
     doc["workload"] = WORKLOAD
     doc["bench"] = {"requests": 8, "concurrency": [8], "canaryPrompts": 2, "canaryTokens": 8}
     spec = write_spec(data / "spec.yaml", doc)
