@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         from pdctl.bench.tune import notes, overlay, propose
         from pdctl.cli.bench_cmd import read_report, spec_hash
         from pdctl.cli.specfile import OVERLAYS, load, read_spec
-        from pdctl.errors import UsageError
+        from pdctl.errors import PdctlError, UsageError
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         doc = overlay(found)
         text = yaml.safe_dump(doc, sort_keys=False) if doc else ""
         diff: list[str] = []
+        unplanned = None  # why SPEC with the overlay does not plan (e.g. more GPUs than hosts)
         if doc:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "tune.yaml"
@@ -55,11 +56,14 @@ def register(app: typer.Typer) -> None:
                 token = OVERLAYS.set((*OVERLAYS.get(), str(path)))
                 try:
                     _, after = load(spec, None, None)
+                except PdctlError as exc:
+                    unplanned, after = exc.line().replace(str(path), "the overlay"), None
                 finally:
                     OVERLAYS.reset(token)
-            diff = list(difflib.unified_diff(
-                before.stream().splitlines(), after.stream().splitlines(),
-                "rendered", "rendered with the overlay", lineterm="", n=1))
+            if after is not None:
+                diff = list(difflib.unified_diff(
+                    before.stream().splitlines(), after.stream().splitlines(),
+                    "rendered", "rendered with the overlay", lineterm="", n=1))
         if write is not None and doc:
             try:
                 write.write_text(text)
@@ -69,7 +73,7 @@ def register(app: typer.Typer) -> None:
         result: dict[str, Any] = {
             "proposals": [{"path": ".".join(p.path), "from": p.was, "to": p.value,
                            "rule": p.rule, "evidence": p.evidence} for p in found],
-            "overlay": doc, "notes": notes(report), "diff": diff,
+            "overlay": doc, "notes": notes(report), "diff": diff, "doesNotPlan": unplanned,
             "specMatchesReport": not stale,
         }
         if output == "json":
@@ -92,6 +96,10 @@ def register(app: typer.Typer) -> None:
         if doc:
             console.print("\noverlay" + (f" (written to {write})" if write else "") + ":")
             console.print(text.rstrip(), highlight=False, markup=False)
-            console.print("\nwhat it changes (pdctl render):")
-            console.print("\n".join(diff) or "(nothing rendered changes)", highlight=False,
-                          markup=False)
+            if unplanned:
+                console.print(f"\nSPEC with it does not plan yet: {unplanned}",
+                              highlight=False, markup=False)
+            else:
+                console.print("\nwhat it changes (pdctl render):")
+                console.print("\n".join(diff) or "(nothing rendered changes)",
+                              highlight=False, markup=False)
