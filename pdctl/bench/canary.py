@@ -26,19 +26,22 @@ def prompts(n: int, seed: int, words: int = 48) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(n)]
 
 
-def payload(model: str, prompt: str, tokens: int, seed: int) -> dict[str, Any]:
-    """A completion every engine must answer alike: greedy, seeded, exactly `tokens` tokens,
-    token ids returned (vLLM's `return_tokens_as_token_ids`)."""
-    return {
+def payload(model: str, prompt: str, tokens: int, seed: int, token_ids: bool = False
+            ) -> dict[str, Any]:
+    """A completion every engine must answer alike: greedy, seeded, exactly `tokens` tokens.
+    With `token_ids`, the token ids come back too (`logprobs` with vLLM's
+    `return_tokens_as_token_ids`); without, the texts are compared."""
+    body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
         "max_tokens": tokens,
         "temperature": 0,
         "seed": seed,
         "ignore_eos": True,
-        "logprobs": 1,
-        "return_tokens_as_token_ids": True,
     }
+    if token_ids:
+        body.update(logprobs=1, return_tokens_as_token_ids=True)
+    return body
 
 
 @dataclass(frozen=True)

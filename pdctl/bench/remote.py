@@ -208,7 +208,8 @@ class Bench:
                 "metrics": window}
 
     # ------------------------------------------------------------------ canary
-    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float) -> check.Verdict:
+    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float,
+               token_ids: bool = False) -> check.Verdict:
         """The canary through the router and through the first prefill engine alone."""
         from pdctl.top.source import router_workers
         from pdctl.top.window import figures
@@ -233,7 +234,7 @@ class Bench:
         first = self.source.scrape()
         via, alone = [], []
         for text in texts:
-            body = check.payload(self.plan.served_name, text, tokens, seed)
+            body = check.payload(self.plan.served_name, text, tokens, seed, token_ids)
             via.append(self._ask(r_ops, router.port, router.address, body, {}, timeout))
             alone.append(self._ask(p_ops, prefill.port, "127.0.0.1", body, headers, timeout))
         last = self.source.scrape()

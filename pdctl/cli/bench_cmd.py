@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
         no_canary: bool = typer.Option(False, "--no-canary", help="Skip the P/D canary."),
         canary_only: bool = typer.Option(False, "--canary-only",
                                          help="Run the P/D canary only, no load."),
+        token_ids: bool = typer.Option(
+            False, "--canary-token-ids",
+            help="The canary compares token ids (logprobs) instead of the completions' text."),
         instance: str | None = typer.Option(None, "--instance", metavar="UNIT",
                                             help="Send the load to this unit (default: the "
                                             "router, else the one serve engine)."),
@@ -96,7 +99,7 @@ def register(app: typer.Typer) -> None:
             return
         if spec is None:
             raise UsageError("missing SPEC", fix="pdctl bench SPEC, or --compare A.json B.json")
-        report = run(spec, conn, instance, timeout, not no_canary, canary_only)
+        report = run(spec, conn, instance, timeout, not no_canary, canary_only, token_ids)
         if save is not None:
             try:
                 save.write_text(json.dumps(report, indent=2) + "\n")
@@ -127,7 +130,7 @@ def _problems(report: dict[str, Any]) -> list[str]:
 
 
 def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float,
-        with_canary: bool, canary_only: bool) -> dict[str, Any]:
+        with_canary: bool, canary_only: bool, token_ids: bool = False) -> dict[str, Any]:
     """Plan, connect, run the canary and the steps; the report."""
     from pdctl import __version__
     from pdctl.bench import canary, load, report
@@ -164,7 +167,7 @@ def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float
         n_prompts = b.canary_prompts if b is not None else 4
         tokens = b.canary_tokens if b is not None else 16
         if pd and with_canary and n_prompts:
-            verdict = session.canary(n_prompts, tokens, w.seed, min(timeout, 300))
+            verdict = session.canary(n_prompts, tokens, w.seed, min(timeout, 300), token_ids)
             doc["canary"] = canary.as_dict(verdict)
         if canary_only:
             return doc

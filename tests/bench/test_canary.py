@@ -72,5 +72,6 @@ def test_text_is_compared_where_no_token_ids_came_back():
 def test_prompts_and_payload_are_deterministic_and_greedy():
     assert prompts(3, 7) == prompts(3, 7) != prompts(3, 8)
     body = payload("m", "p", 8, 7)
+    assert "logprobs" not in body and payload("m", "p", 8, 7, token_ids=True)["logprobs"] == 1
     assert (body["temperature"], body["seed"], body["max_tokens"], body["ignore_eos"]) == (
         0, 7, 8, True)
