@@ -28,6 +28,8 @@ def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
     from pdctl.cli.plan_cmd import build
     from pdctl.errors import PdctlError
 
+    if spec_file == "-":  # stdin was read once, for the deployment
+        return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)"
     try:
         result, origin = build(spec_file, None, None, w.prompt_tokens, w.output_tokens,
                                None, w.ttft_ms, w.tpot_ms)
