@@ -21,9 +21,12 @@ WORDS = (
 PAIR = re.compile(r"___prefill_addr_(?P<prefill>.+?)___decode_addr_(?P<decode>.+?)_")
 
 
-def prompts(n: int, seed: int, words: int = 48) -> list[str]:
+def prompts(n: int, seed: int, run: str = "", words: int = 48) -> list[str]:
+    """`n` prompts of `words` words from `seed`, each opened by `run` (new for every canary:
+    a prompt decode has cached from an earlier canary would need no KV transfer)."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(n)]
+    head = f"{run} " if run else ""
+    return [head + " ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(n)]
 
 
 def payload(model: str, prompt: str, tokens: int, seed: int, token_ids: bool = False

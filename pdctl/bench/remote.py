@@ -230,7 +230,7 @@ class Bench:
         for url, (name, _role) in router_workers(self.plan).items():
             names[url] = name
             names[url.split("://", 1)[-1]] = name
-        texts = check.prompts(n_prompts, seed)
+        texts = check.prompts(n_prompts, seed, f"run {os.urandom(4).hex()}")
         first = self.source.scrape()
         via, alone = [], []
         for text in texts:

@@ -80,7 +80,10 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
         return int(_section(spec, r).get("replicas", 1))
 
     if len(roles) == 2:
-        pairs = (("prefill", "decode", late_ttft), ("decode", "prefill", late_tpot))
+        # the client's first token comes through decode: a queue there delays TTFT too, so
+        # a late TTFT is prefill's only while decode is not saturated
+        pairs = (("prefill", "decode", late_ttft and saturated("decode") is None),
+                 ("decode", "prefill", late_tpot))
         for busy, other, late in pairs:
             why = saturated(busy)
             if why is None and late:
@@ -92,8 +95,10 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
                             f"{load[other]['busy']:.0%} of max-num-seqs): move one instance")
                 out.append(Proposal((other, "replicas"), replicas(other) - 1, replicas(other),
                                     "P:D ratio", evidence))
+            elif idle(other):
+                evidence = f"{why}; {other} idled but has a single instance to keep"
             else:
-                evidence = f"{why}; {other} was not idle enough to give an instance"
+                evidence = f"{why}; {other} was busy too: no instance to move"
             out.append(Proposal((busy, "replicas"), replicas(busy) + 1, replicas(busy),
                                 "P:D ratio" if idle(other) else "replicas", evidence))
     else:

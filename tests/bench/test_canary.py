@@ -71,6 +71,7 @@ def test_text_is_compared_where_no_token_ids_came_back():
 
 def test_prompts_and_payload_are_deterministic_and_greedy():
     assert prompts(3, 7) == prompts(3, 7) != prompts(3, 8)
+    assert prompts(1, 7, "run a1")[0] == "run a1 " + prompts(1, 7)[0]
     body = payload("m", "p", 8, 7)
     assert "logprobs" not in body and payload("m", "p", 8, 7, token_ids=True)["logprobs"] == 1
     assert (body["temperature"], body["seed"], body["max_tokens"], body["ignore_eos"]) == (

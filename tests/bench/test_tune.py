@@ -81,4 +81,6 @@ def test_the_recorded_unbalanced_pd_run_proposes_more_decode():
     assert found["decode.replicas"].value == 2, found
     assert "decode queued up to" in found["decode.replicas"].evidence
     assert found["decode.maxNumSeqs"].value == 4
-    assert "prefill.replicas" not in found  # prefill idled: never more prefill
+    assert "prefill idled but has a single instance" in found["decode.replicas"].evidence
+    # TTFT missed its SLO, but behind decode's queue: never more prefill
+    assert "prefill.replicas" not in found
