@@ -117,13 +117,15 @@ def judge(
     alone_name: str,
     kv_received: float | None,
     connector_errors: dict[str, float],
+    engines: str = "router",
 ) -> Verdict:
     """The canary's verdict: every prompt agrees on its first `tokens` tokens, KV came over
     the connector (decode's prompt_tokens_by_source{source=external_kv_transfer} grew) and no
-    connector error counter grew. `names`: engine URL -> instance name."""
+    connector error counter grew. `names`: engine URL -> instance name; `engines`: what the
+    P/D path is called where the router's answer does not say which pair served it."""
     pairs = []
     for i, (a, b) in enumerate(zip(via, alone, strict=True)):
-        who = "router"
+        who = engines
         if a.pair:
             who = f"{names.get(a.pair[0], a.pair[0])} -> {names.get(a.pair[1], a.pair[1])}"
         detail = ""

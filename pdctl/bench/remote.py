@@ -247,7 +247,13 @@ class Bench:
             kv += f.kv_tokens_received or 0.0
             for k, v in f.connector_errors.items():
                 errors[k] = errors.get(k, 0.0) + v
-        return check.judge(via, alone, tokens, names, prefill.name, kv, errors)
+        roles: dict[str, list[str]] = {}
+        for i in self.plan.instances:
+            roles.setdefault(i.role, []).append(i.name)
+        pre, dec = roles.get("prefill", []), roles.get("decode", [])
+        engines = (f"{pre[0]} -> {dec[0]}" if len(pre) == 1 and len(dec) == 1
+                   else f"router (prefill {', '.join(pre)}; decode {', '.join(dec)})")
+        return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines)
 
     @staticmethod
     def _ask(ops: Any, port: int, address: str, body: dict[str, Any], headers: dict[str, str],

@@ -40,8 +40,10 @@ def test_a_divergent_token_fails_and_names_the_pair_and_where():
 
 def test_an_error_on_the_pd_path_fails():
     v = judge([answer_of(500, {"error": "kv load failed"})], [answer_of(200, plain(IDS))], 4,
-              NAMES, "pd-prefill-0", kv_received=0.0, connector_errors={})
+              NAMES, "pd-prefill-0", kv_received=0.0, connector_errors={},
+              engines="pd-prefill-0 -> pd-decode-0")
     assert not v.ok and "P/D path answered 500" in v.lines[0]
+    assert v.lines[0].startswith("prompt 0 via pd-prefill-0 -> pd-decode-0 vs pd-prefill-0")
 
 
 def test_same_tokens_without_kv_transfer_fail():
