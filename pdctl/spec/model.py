@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, EnvName, Section, pattern, refuse
+from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
     PodSettings,
@@ -31,7 +32,6 @@ from pdctl.spec.value import (
     engine_env,
     mountable,
 )
-from pdctl.spec.bench import Bench
 from pdctl.spec.workload import Hardware, Workload
 
 # Kubernetes and its parts live in spec/kube.py; imported here for older importers.
