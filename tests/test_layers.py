@@ -28,6 +28,7 @@ RANK = {
     "probe": 8,  # probe, check and top share a rank and import none of each other
     "check": 8,
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like probe
+    "bench": 8.5,  # `pdctl bench`/`tune`: loads a deployment, reads it with top's sources
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
     "cli": 10,
     "docgen": 10,  # writes docs/ from the spec models and the CLI: a CLI tool

@@ -29,6 +29,8 @@ COMMANDS = {
     "logs": "pdctl.cli.logs_cmd",
     "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd",
+    "bench": "pdctl.cli.bench_cmd",
+    "tune": "pdctl.cli.tune_cmd",
 }
 COMMAND_MODULES = tuple(COMMANDS.values())
 

@@ -34,6 +34,8 @@ ROOT_HELP = (
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
     "  top        Show how the running deployment of SPEC uses its GPUs: per...\n"
     "  adapters   List, load or unload LoRA adapters on every engine of SPEC...\n"
+    "  bench      Load SPEC's running deployment with its workload (`vllm...\n"
+    "  tune       Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,...\n"
 )
 
 

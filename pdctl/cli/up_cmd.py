@@ -68,6 +68,12 @@ def register(app: typer.Typer) -> None:
             metavar="FORMAT",
             help="With --dry-run: table, or json (the changes as one document).",
         ),
+        verify: bool = typer.Option(
+            False,
+            "--verify",
+            help="Once healthy, run the quick P/D canary (phases 2 and 3 on hosts): greedy "
+            "prompts through the router and the prefill engine alone must agree; exit 1 if not.",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
@@ -89,6 +95,10 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.specfile import load
 
         plan, bundle = load(spec, phase, target, facts)
+        if verify:
+            from pdctl.cli.bench_cmd import check_verify
+
+            check_verify(plan)
         options = conn.target(dry_run=dry_run)
         caps = actions.capabilities_of(plan, options)
         if keep_going and not caps.keep_going:
@@ -126,6 +136,10 @@ def register(app: typer.Typer) -> None:
             report_undo(console, exc.outcome)
             raise PdctlError(f"up failed: {exc.line()}") from None
         if not done.applied:
+            if verify and mode == "none":  # nothing to change: verify what runs
+                from pdctl.cli.bench_cmd import verify as run_canary
+
+                run_canary(plan, bundle, conn, console)
             return
         failures = done.outcome.failures
         if failures:
@@ -137,6 +151,10 @@ def register(app: typer.Typer) -> None:
             console.print("[bold]ready.[/] send requests to:")
             for url in done.endpoints:
                 console.print(f"  {url}  (model {plan.served_name})")
+        if verify and not failures and not dry_run:
+            from pdctl.cli.bench_cmd import verify as run_canary
+
+            run_canary(plan, bundle, conn, console)
         if failures:
             names = ", ".join(f.unit for f in failures)
             raise PdctlError(

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, EnvName, Section, pattern, refuse
+from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
     PodSettings,
@@ -410,6 +411,9 @@ class Spec(Section):
     )
     workload: Workload | None = Field(
         None, description="Expected traffic, for `pdctl plan` (P:D ratio, batch, advice)."
+    )
+    bench: Bench | None = Field(
+        None, description="The load `pdctl bench` sends and the P/D canary (docs/bench.md)."
     )
 
     @field_validator("name")

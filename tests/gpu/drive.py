@@ -6,7 +6,8 @@ machine). Every scenario writes under OUT/<scenario>/: the spec, pdctl's output 
 the engines' logs and /metrics, nvidia-smi, and `results.json` with the figures the CPU suite
 replays (tests/gpu/test_replay.py).
 
-usage: python3 drive.py SCENARIO OUT [options]   (SCENARIO: phase0, phase2, phase3, startups)
+usage: python3 drive.py SCENARIO OUT [options]   (SCENARIO: phase0, phase2, phase3, startups,
+bench)
 The environment names the machine: PDCTL_GPU_VENV (the venv holding vLLM and vllm-router),
 PDCTL_GPU_MODELS (folder of model folders with config.json and a tokenizer), PDCTL_GPU_KEY
 (SSH key), PDCTL_GPU_KNOWN_HOSTS, PDCTL_GPU_HOSTS ("127.0.0.1:2222,127.0.0.2:2222": two
@@ -308,6 +309,41 @@ def phase0(out: Path, args: argparse.Namespace) -> dict:
     return res
 
 
+def bench_spec() -> dict:
+    """Phase 0 Qwen3-8B with the workload `pdctl bench` sends (and `pdctl plan` predicts):
+    1024-token prompts, 256-token outputs, a concurrency sweep, SLOs for goodput."""
+    return {
+        **header("gb", 0),
+        "hosts": [host(0, "h200", [0])],
+        "serve": {"port": 8000, "gpuMemoryUtilization": 0.9,
+                  "extraArgs": ["--load-format", "dummy"]},
+        "workload": {"promptTokens": 1024, "outputTokens": 256, "ttftMs": 500, "tpotMs": 50},
+        "bench": {"requests": 256, "concurrency": [1, 16, 64, 128], "seed": 1},
+    }
+
+
+def bench(out: Path, args: argparse.Namespace) -> dict:
+    """`pdctl bench` against the phase 0 deployment; its report is kept as OUT/bench/bench.json
+    (a fixture of a real GPU engine against its plan, docs/bench.md)."""
+    spec = bench_spec()
+    path = out / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    res: dict = {"spec": spec}
+    k = ["--known-hosts", KNOWN]
+    pdctl(out, "plan", "plan", str(path), "-o", "json")
+    up = pdctl(out, "up", "up", str(path), "--yes", "--timeout", "600", *k)
+    res["up_exit"] = up.returncode
+    if up.returncode == 0:
+        ran = pdctl(out, "bench", "bench", str(path), "--save", str(out / "bench.json"), *k,
+                    timeout=3000)
+        res["bench_exit"] = ran.returncode
+        (out / "metrics.txt").write_text(get("http://127.0.0.1:8000/metrics"))
+        smi(out, "nvidia-smi")
+    res["units"] = save_unit_logs(out, DATA / "h200")
+    pdctl(out, "down", "down", str(path), *k)
+    return res
+
+
 def external_tokens(metrics: str) -> float:
     m = re.search(r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"'
                   r'[^}]*\} (\S+)$', metrics, re.M)
@@ -526,7 +562,7 @@ def startups(out: Path, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["phase0", "phase2", "phase3", "startups"])
+    p.add_argument("scenario", choices=["phase0", "phase2", "phase3", "startups", "bench"])
     p.add_argument("out", type=Path)
     p.add_argument("--batches", type=int, nargs="*", default=[64, 128, 192, 256])
     p.add_argument("--slice-batches", type=int, nargs="*", default=[64])

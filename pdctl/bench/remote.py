@@ -1,0 +1,267 @@
+"""`pdctl bench` and the canary on a running hosts deployment (I/O).
+
+Everything goes over the SSH connections `pdctl top` reads through (pdctl.top.source
+.HostSource): `vllm bench serve` runs on a host that runs an engine (vLLM is installed there,
+in the engines' environment), /metrics and the canary's requests go through SSH port
+forwarding, the API key (secrets.apiKey) is read from the deployment's 0600 secrets file and
+sent in a header, never on a command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pdctl.bench import canary as check
+from pdctl.bench import load
+from pdctl.errors import PdctlError, UsageError
+from pdctl.plan.model import ENGINE_ROLES
+
+
+def post_json(channel: Any, path: str, body: dict[str, Any], headers: dict[str, str],
+              timeout: float) -> tuple[int, Any]:
+    """One HTTP/1.0 POST of JSON over an open channel; (status, parsed body or text)."""
+    data = json.dumps(body).encode()
+    channel.settimeout(timeout)
+    try:
+        head = (f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\nConnection: close\r\n")
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        channel.sendall(head.encode() + b"\r\n" + data)
+        chunks = []
+        while True:
+            got = channel.recv(65536)
+            if not got:
+                break
+            chunks.append(got)
+    finally:
+        channel.close()
+    raw = b"".join(chunks)
+    top, _, rest = raw.partition(b"\r\n\r\n")
+    parts = top.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    text = rest.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+@dataclass
+class Bench:
+    """A bench session on one deployment: `open()`, the steps and the canary, `close()`."""
+
+    plan: Any
+    bundle: Any
+    options: Any
+    instance: str | None = None
+    source: Any = None
+
+    def open(self) -> Bench:
+        if self.plan.target != "hosts":
+            raise UsageError(
+                f"pdctl bench drives SSH-hosts deployments; {self.plan.name} runs on "
+                f"{self.plan.target}",
+                fix="run `vllm bench serve` against the gateway from a pod (docs/bench.md)",
+            )
+        from pdctl.top.source import HostSource
+
+        self.source = HostSource(self.plan, self.bundle, self.options).open()
+        if self.source.unreachable:
+            self.close()
+            raise PdctlError("cannot reach " + "; ".join(self.source.unreachable.values()))
+        return self
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+
+    # ------------------------------------------------------------------ where
+    def units(self) -> list[Any]:
+        from pdctl.targets.state import desired_units
+
+        return desired_units(self.plan, self.bundle)
+
+    def target(self) -> Any:
+        """The unit requests go to: the router, else the one serve engine (or --instance)."""
+        units = [u for u in self.units() if u.port and u.role in ("router", "serve")]
+        if self.instance is not None:
+            found = [u for u in self.units() if u.name == self.instance and u.port]
+            if not found:
+                raise UsageError(
+                    f"--instance {self.instance}: no such unit with a port in {self.plan.name}",
+                    fix="one of: " + ", ".join(u.name for u in units),
+                )
+            return found[0]
+        routers = [u for u in units if u.role == "router"]
+        if routers:
+            return routers[0]
+        if len(units) != 1:
+            raise UsageError(
+                f"{self.plan.name} has {len(units)} serve instances and no router",
+                fix="pick one with --instance: " + ", ".join(u.name for u in units),
+            )
+        return units[0]
+
+    def driver(self) -> Any:
+        """The engine unit whose host runs `vllm bench serve` (the target's host first)."""
+        from pdctl.render.host import with_setup
+
+        want = self.target().host.name
+        units = sorted(
+            (u for u in self.plan.units if u.role in ENGINE_ROLES and not u.leader),
+            key=lambda u: u.host.name != want,
+        )
+        for u in units:
+            if u.image is None:
+                return with_setup(self.plan, u)
+        raise UsageError(
+            f"{self.plan.name}: every engine runs in a container; pdctl bench runs vLLM's "
+            "load generator from a host's venv, conda or system Python",
+            fix="run `vllm bench serve` inside the engine image (docs/bench.md)",
+        )
+
+    def base_url(self, driver: Any) -> str:
+        t = self.target()
+        where = t.address if t.host.name == driver.host.name else t.host.address
+        return f"http://{where}:{t.port}"
+
+    # ------------------------------------------------------------------ facts
+    def engines(self) -> list[dict[str, Any]]:
+        """Each engine: role, host, flags (its command line) and version (GET /version)."""
+        from pdctl.bench.report import engine_flags
+        from pdctl.targets.health import http_get
+
+        out = []
+        for inst in self.plan.instances:
+            if inst.host is None or inst.role not in ENGINE_ROLES:
+                continue
+            version = None
+            ops = self.source.fleet.ops.get(inst.host.name)
+            try:
+                status, body = http_get(ops.conn.open_channel(inst.port), "/version")
+                version = json.loads(body).get("version") if status == 200 else None
+            except Exception:  # the engine still answers /metrics; the version is a nicety
+                version = None
+            out.append({
+                "name": inst.name, "role": inst.role, "host": inst.host.name,
+                "address": inst.host.address, "version": version,
+                "flags": engine_flags(inst.args),
+            })
+        return out
+
+    # ------------------------------------------------------------------ load
+    def step(self, w: load.Workload, step: load.Step, timeout: float) -> dict[str, Any]:
+        """Run one step; its measured figures and what /metrics saw meanwhile."""
+        from pdctl.render.host import start_env
+        from pdctl.top.window import as_dict, assemble
+
+        drv = self.driver()
+        ops = self.source.fleet.ops[drv.host.name]
+        folder = ops.dir
+        work = f"{folder}/bench-{os.getpid()}-{int(time.time())}"
+        args = load.bench_args(
+            w, step, self.base_url(drv), self.plan.served_name, self.plan.spec.model.name, work
+        )
+        text = load.script(drv.setup, start_env(drv), f"{folder}/secrets.env", args, work)
+        first = self.source.scrape()
+        peaks: dict[str, dict[str, float]] = {}
+        gpu_box: list[Any] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            gpu_box.append(self.source.gpus(2.0))
+            while not done.wait(1.0):
+                for name, snap in self.source.scrape().items():
+                    row = peaks.setdefault(name, {})
+                    for fig in ("kv_usage", "running", "waiting"):
+                        metric = snap.pick(fig) if not snap.error else None
+                        v = snap.total(metric) if metric else None
+                        if v is not None:
+                            row[fig] = max(row.get(fig, 0.0), v)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            res = ops.conn.run(text, timeout=timeout, step=f"vllm bench serve ({step.label})")
+        finally:
+            done.set()
+            sampler.join(timeout=30)
+        last = self.source.scrape()
+        if res.rc != 0 or load.MARK not in res.out:
+            raise PdctlError(
+                f"{drv.host.name}: vllm bench serve ({step.label}) exited {res.rc}: "
+                + " ".join(res.err.strip().splitlines()[-3:])[-400:]
+            )
+        result = json.loads(res.out.split(load.MARK, 1)[1])
+        gpus, missing = gpu_box[0] if gpu_box else ([], ["no GPU sample"])
+        window = as_dict(assemble(
+            self.plan.name, self.plan.phase, self.plan.target, self.source.endpoints,
+            first, last, gpus, missing, self.source.workers,
+        ))
+        for row in window["instances"]:
+            row["peak"] = peaks.get(row["name"], {})
+        return {"load": step.label, "driver": drv.host.name, "measured": load.measured(result),
+                "metrics": window}
+
+    # ------------------------------------------------------------------ canary
+    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float,
+               token_ids: bool = False) -> check.Verdict:
+        """The canary through the router and through the first prefill engine alone."""
+        from pdctl.top.source import router_workers
+        from pdctl.top.window import figures
+
+        router = next((u for u in self.units() if u.role == "router" and u.port), None)
+        prefill = next((i for i in self.plan.instances
+                        if i.role == "prefill" and i.host is not None), None)
+        if router is None or prefill is None:
+            raise UsageError(
+                f"{self.plan.name}: the canary compares the P/D path with one engine; it needs "
+                "a router and a prefill engine (phases 2 and 3 on hosts)"
+            )
+        r_ops = self.source.fleet.ops[router.host.name]
+        p_ops = self.source.fleet.ops[prefill.host.name]
+        key = p_ops.api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        names = {}
+        for url, (name, _role) in router_workers(self.plan).items():
+            names[url] = name
+            names[url.split("://", 1)[-1]] = name
+        texts = check.prompts(n_prompts, seed, f"run {os.urandom(4).hex()}")
+        first = self.source.scrape()
+        via, alone = [], []
+        for text in texts:
+            body = check.payload(self.plan.served_name, text, tokens, seed, token_ids)
+            via.append(self._ask(r_ops, router.port, router.address, body, {}, timeout))
+            alone.append(self._ask(p_ops, prefill.port, "127.0.0.1", body, headers, timeout))
+        last = self.source.scrape()
+        kv = 0.0
+        errors: dict[str, float] = {}
+        for e in self.source.endpoints:
+            if e.role != "decode":
+                continue
+            f = figures(e.name, e.role, e.where, first[e.name], last[e.name])
+            kv += f.kv_tokens_received or 0.0
+            for k, v in f.connector_errors.items():
+                errors[k] = errors.get(k, 0.0) + v
+        roles: dict[str, list[str]] = {}
+        for i in self.plan.instances:
+            roles.setdefault(i.role, []).append(i.name)
+        pre, dec = roles.get("prefill", []), roles.get("decode", [])
+        engines = (f"{pre[0]} -> {dec[0]}" if len(pre) == 1 and len(dec) == 1
+                   else f"router (prefill {', '.join(pre)}; decode {', '.join(dec)})")
+        return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines)
+
+    @staticmethod
+    def _ask(ops: Any, port: int, address: str, body: dict[str, Any], headers: dict[str, str],
+             timeout: float) -> check.Answer:
+        try:
+            status, doc = post_json(
+                ops.conn.open_channel(port, address), "/v1/completions", body, headers, timeout
+            )
+        except Exception as exc:  # refused, reset, timed out: the canary fails on it
+            return check.Answer(error=f"no answer from {address}:{port} ({type(exc).__name__})")
+        return check.answer_of(status, doc)

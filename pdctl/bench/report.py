@@ -1,0 +1,186 @@
+"""A bench report: measured figures beside what `pdctl plan` predicted, and the comparison of
+two reports (pure).
+
+The predictions are those of `pdctl plan --output json` (pdctl.capacity.report_json) for the
+bench's workload: TTFT from the prefill role's tokens/s over one prompt (no queue), TPOT from
+the decode step (batch 1 where at most one request ran at a time, else at the planned batch),
+output throughput from the decode instances' tokens/s (capped by what the step offered)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdctl.errors import UsageError
+
+KIND = "pdctl-bench"
+VERSION = 1
+
+
+def capacity(plan_json: dict[str, Any]) -> dict[str, float | None]:
+    """The plan's figures the report compares with (None where the plan has none)."""
+    pd = plan_json.get("pd") or {}
+    roles = plan_json.get("roles") or []
+    prompt = (plan_json.get("traffic") or {}).get("promptTokens")
+    out_tps = 0.0
+    step_ms = ttft = None
+    for r in roles:
+        dec = r.get("decode")
+        if r.get("role") in ("serve", "decode") and dec:
+            out_tps += dec["tokensPerSecond"] * r.get("replicas", 1)
+            step_ms = dec["stepMsExpected"]
+        if r.get("role") in ("serve", "prefill") and r.get("prefillTokensPerSecond") and prompt:
+            ttft = _sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
+    return {
+        "ttftMs": ttft,
+        "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
+        "tpotMsBatch": step_ms,
+        "outputThroughput": round(out_tps, 1) if out_tps else None,
+    }
+
+
+def _sig(x: float) -> float:
+    """`x` to 4 significant digits (ratios and predictions span many orders of magnitude)."""
+    return float(f"{x:.4g}")
+
+
+def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: int,
+              prompt_tokens: int, offered_rate: float | None) -> dict[str, float | None]:
+    """What the plan predicts for one step, given what the step offered."""
+    batch1 = (m.get("maxConcurrentRequests") or 0) <= 1
+    tpot = cap["tpotMsBatch1"] if batch1 else cap["tpotMsBatch"]
+    out = cap["outputThroughput"]
+    req = out / output_tokens if out else None
+    if req is not None and offered_rate is not None:
+        req = min(req, offered_rate)
+        out = req * output_tokens
+    return {
+        "ttftMs": cap["ttftMs"],
+        "tpotMs": tpot,
+        "requestThroughput": None if req is None else _sig(req),
+        "outputThroughput": None if out is None else _sig(out),
+        "totalTokenThroughput": None
+        if req is None
+        else _sig(req * (prompt_tokens + output_tokens)),
+    }
+
+
+def measured_for_ratio(m: dict[str, Any]) -> dict[str, float | None]:
+    return {
+        "ttftMs": (m.get("ttftMs") or {}).get("p50"),
+        "tpotMs": (m.get("tpotMs") or {}).get("p50"),
+        "requestThroughput": m.get("requestThroughput"),
+        "outputThroughput": m.get("outputThroughput"),
+        "totalTokenThroughput": m.get("totalTokenThroughput"),
+    }
+
+
+def ratios(meas: dict[str, float | None], pred: dict[str, float | None]) -> dict[str, float | None]:
+    """measured / predicted per figure (None where either is missing or the plan says 0)."""
+    out: dict[str, float | None] = {}
+    for k, want in pred.items():
+        got = meas.get(k)
+        out[k] = _sig(got / want) if got is not None and want else None
+    return out
+
+
+def engine_flags(args: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """An engine's command-line flags as name -> value ("" for a switch), model and port
+    left out: what two runs must share to be compared."""
+    out: dict[str, str] = {}
+    skip = {"--port", "--host"}
+    items = list(args)
+    i = 0
+    while i < len(items):
+        a = items[i]
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            if not eq and i + 1 < len(items) and not items[i + 1].startswith("--"):
+                value, i = items[i + 1], i + 1
+            if name not in skip:
+                out[name] = value
+        i += 1
+    return out
+
+
+def flag_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The engine flags that differ between two reports, per role ("decode: --enforce-eager
+    only in A")."""
+    def by_role(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for e in doc.get("engines", []):
+            out.setdefault(e["role"], e.get("flags", {}))
+        return out
+
+    ra, rb = by_role(a), by_role(b)
+    lines = []
+    for role in sorted(set(ra) | set(rb)):
+        fa, fb = ra.get(role), rb.get(role)
+        if fa is None or fb is None:
+            lines.append(f"{role}: only in {'A' if fb is None else 'B'}")
+            continue
+        for flag in sorted(set(fa) | set(fb)):
+            if flag not in fb:
+                lines.append(f"{role}: {flag} only in A")
+            elif flag not in fa:
+                lines.append(f"{role}: {flag} only in B")
+            elif fa[flag] != fb[flag]:
+                lines.append(f"{role}: {flag} {fa[flag]} in A, {fb[flag]} in B")
+    for key in ("version",):
+        va = sorted({e.get(key) or "?" for e in a.get("engines", [])})
+        vb = sorted({e.get(key) or "?" for e in b.get("engines", [])})
+        if va != vb:
+            lines.append(f"engine version {','.join(va)} in A, {','.join(vb)} in B")
+    return lines
+
+
+FIGURES = (
+    ("ttftMs", "p50", "TTFT p50 ms"),
+    ("ttftMs", "p99", "TTFT p99 ms"),
+    ("tpotMs", "p50", "TPOT p50 ms"),
+    ("itlMs", "p50", "ITL p50 ms"),
+    ("requestThroughput", None, "requests/s"),
+    ("outputThroughput", None, "output tok/s"),
+    ("requestGoodput", None, "goodput req/s"),
+)
+
+
+def check_report(doc: Any, name: str) -> dict[str, Any]:
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise UsageError(
+            f"{name}: not a pdctl bench report (no \"kind\": \"{KIND}\")",
+            fix="pass files written by `pdctl bench -o json` or `--save`",
+        )
+    return doc
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict[str, Any]:
+    """Step by step (matched by load), B's figures over A's. UsageError when the engines'
+    flags or versions differ and `allow_flag_diff` is off (naming what differs)."""
+    diffs = flag_differences(a, b)
+    if diffs and not allow_flag_diff:
+        raise UsageError(
+            "the runs' engines differ: " + "; ".join(diffs),
+            fix="compare runs of the same engine flags, or pass --allow-flag-diff",
+        )
+    steps_b = {s["load"]: s for s in b.get("steps", [])}
+    rows = []
+    for sa in a.get("steps", []):
+        sb = steps_b.get(sa["load"])
+        if sb is None:
+            continue
+        for key, pct, label in FIGURES:
+            va = sa["measured"].get(key)
+            vb = sb["measured"].get(key)
+            if pct is not None:
+                va = (va or {}).get(pct)
+                vb = (vb or {}).get(pct)
+            rows.append({
+                "load": sa["load"], "figure": label, "a": va, "b": vb,
+                "bOverA": _sig(vb / va) if va and vb is not None else None,
+            })
+    return {
+        "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},
+        "b": {"specHash": b.get("specHash"), "createdAt": b.get("createdAt")},
+        "flagDifferences": diffs,
+        "rows": rows,
+    }

@@ -1,0 +1,175 @@
+"""`pdctl tune`: rules that turn a bench report into proposed spec changes (pure).
+
+Each rule reads the heaviest step of the report (the one that moved the most output tokens)
+and the spec, and proposes one change with its evidence. The rules and their sources are in
+docs/bench.md ("tune's rules"). Proposals are an overlay (camelCase keys, as `--overlay`
+takes); nothing is applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+KV_FULL = 0.9  # a role whose KV cache peaked above this is memory-bound
+IDLE = 0.25  # a role whose running peak stayed under this share of its batch cap idles
+SLOW = 2.0  # measured over predicted beyond this: the plan and the deployment disagree
+
+
+@dataclass(frozen=True)
+class Proposal:
+    path: tuple[str, ...]  # spec keys (camelCase), e.g. ("decode", "replicas")
+    value: Any
+    was: Any
+    rule: str
+    evidence: str
+
+
+def heaviest(report: dict[str, Any]) -> dict[str, Any] | None:
+    steps = report.get("steps") or []
+    return max(steps, key=lambda s: s["measured"].get("outputThroughput") or 0, default=None)
+
+
+def role_load(step: dict[str, Any], role: str) -> dict[str, float]:
+    """A role's peaks over the step: waiting, running share of max-num-seqs, KV usage, and
+    its preemptions."""
+    out = {"waiting": 0.0, "busy": 0.0, "kv": 0.0, "preemptions": 0.0, "instances": 0}
+    for row in step["metrics"].get("instances", []):
+        if row.get("role") != role or row.get("error"):
+            continue
+        peak = row.get("peak") or {}
+        out["instances"] += 1
+        out["waiting"] = max(out["waiting"], peak.get("waiting", row.get("waiting") or 0))
+        out["kv"] = max(out["kv"], peak.get("kv_usage", row.get("kv_usage") or 0))
+        cap = row.get("max_num_seqs") or 256  # vLLM's default batch cap (0.23.0 on)
+        out["busy"] = max(out["busy"], peak.get("running", row.get("running") or 0) / cap)
+        out["preemptions"] += row.get("preemptions") or 0
+    return out
+
+
+def _section(spec: dict[str, Any], role: str) -> dict[str, Any]:
+    return spec.get(role) or {}
+
+
+def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
+    """The proposals for `spec` (its data, camelCase keys) from a bench `report`."""
+    step = heaviest(report)
+    if step is None:
+        return []
+    out: list[Proposal] = []
+    slo = report.get("workload", {})
+    m = step["measured"]
+    ttft, tpot = (m.get("ttftMs") or {}).get("p90"), (m.get("tpotMs") or {}).get("p90")
+    late_ttft = slo.get("ttftMs") is not None and ttft is not None and ttft > slo["ttftMs"]
+    late_tpot = slo.get("tpotMs") is not None and tpot is not None and tpot > slo["tpotMs"]
+    roles = ("prefill", "decode") if spec.get("phase", 0) in (2, 3) else ("serve",)
+    load = {r: role_load(step, r) for r in roles}
+
+    def saturated(r: str) -> str | None:
+        x = load[r]
+        if x["waiting"] > 0:
+            return f"{r} queued up to {x['waiting']:g} requests"
+        if x["kv"] >= KV_FULL:
+            return f"{r} KV cache peaked at {x['kv']:.0%}"
+        return None
+
+    def idle(r: str) -> bool:
+        x = load[r]
+        return x["waiting"] == 0 and x["busy"] < IDLE and x["kv"] < KV_FULL / 2
+
+    def replicas(r: str) -> int:
+        return int(_section(spec, r).get("replicas", 1))
+
+    if len(roles) == 2:
+        # the client's first token comes through decode: a queue there delays TTFT too, so
+        # a late TTFT is prefill's only while decode is not saturated
+        pairs = (("prefill", "decode", late_ttft and saturated("decode") is None),
+                 ("decode", "prefill", late_tpot))
+        for busy, other, late in pairs:
+            why = saturated(busy)
+            if why is None and late:
+                why = f"p90 {'TTFT' if busy == 'prefill' else 'TPOT'} over the SLO"
+            if why is None:
+                continue
+            if idle(other) and replicas(other) > 1:
+                evidence = (f"{why} while {other} idled (running peak "
+                            f"{load[other]['busy']:.0%} of max-num-seqs): move one instance")
+                out.append(Proposal((other, "replicas"), replicas(other) - 1, replicas(other),
+                                    "P:D ratio", evidence))
+            elif idle(other):
+                evidence = f"{why}; {other} idled but has a single instance to keep"
+            else:
+                evidence = f"{why}; {other} was busy too: no instance to move"
+            out.append(Proposal((busy, "replicas"), replicas(busy) + 1, replicas(busy),
+                                "P:D ratio" if idle(other) else "replicas", evidence))
+    else:
+        why = saturated("serve") or ("p90 TTFT or TPOT over the SLO" if late_ttft or late_tpot
+                                     else None)
+        if why:
+            out.append(Proposal(("serve", "replicas"), replicas("serve") + 1, replicas("serve"),
+                                "replicas", why))
+
+    for r in roles:
+        x, sec = load[r], _section(spec, r)
+        if x["preemptions"] > 0 and x["kv"] >= KV_FULL:
+            tp = int(sec.get("tensorParallel", 1))
+            out.append(Proposal((r, "tensorParallel"), tp * 2, tp, "TP",
+                                f"{r} preempted {x['preemptions']:g} requests with its KV cache "
+                                f"at {x['kv']:.0%}: twice the GPUs hold more than twice the KV"))
+        cap = sec.get("maxNumSeqs")
+        if cap and x["busy"] >= 1.0 and x["waiting"] > 0 and x["kv"] < KV_FULL / 2:
+            out.append(Proposal((r, "maxNumSeqs"), int(cap) * 2, cap, "max-num-seqs",
+                                f"{r} ran its cap of {cap} with {x['waiting']:g} waiting and "
+                                f"the KV cache at {x['kv']:.0%}: the cap, not memory, binds"))
+        itl = m.get("itlMs") or {}
+        if (r in ("serve", "decode") and late_tpot and itl.get("p99") and itl.get("p50")
+                and itl["p99"] > 3 * itl["p50"]):
+            mbt = int(sec.get("maxNumBatchedTokens") or 8192)
+            if mbt > 512:
+                out.append(Proposal((r, "maxNumBatchedTokens"), mbt // 2, sec.get(
+                    "maxNumBatchedTokens"), "max-num-batched-tokens",
+                    f"ITL p99 {itl['p99']:.1f} ms is over 3x p50 {itl['p50']:.1f} ms with TPOT "
+                    "over the SLO: long prefill chunks stall decode steps; halve the chunk"))
+    share = _section(spec, "decode").get("share")
+    if spec.get("phase") == 3 and share is not None:
+        per = int(share.get("perGpu", 2))
+        d = load["decode"]
+        if d["kv"] >= KV_FULL or d["preemptions"] > 0:
+            out.append(Proposal(("decode", "share", "perGpu"), max(1, per - 1), per,
+                                "slices per GPU", f"decode slices ran out of KV (peak "
+                                f"{d['kv']:.0%}, {d['preemptions']:g} preemptions)"))
+        elif idle("decode") and per < 16:
+            out.append(Proposal(("decode", "share", "perGpu"), per + 1, per, "slices per GPU",
+                                f"decode slices idled (running peak {d['busy']:.0%}, KV "
+                                f"{d['kv']:.0%}): pack one more per GPU"))
+    return _merge(out)
+
+
+def _merge(found: list[Proposal]) -> list[Proposal]:
+    """One proposal per path: the first rule that set it wins."""
+    seen: dict[tuple[str, ...], Proposal] = {}
+    for p in found:
+        seen.setdefault(p.path, p)
+    return list(seen.values())
+
+
+def notes(report: dict[str, Any]) -> list[str]:
+    """Where the plan and the measurement disagree by more than SLOW (either way)."""
+    step = heaviest(report)
+    if step is None:
+        return []
+    out = []
+    for fig, r in (step.get("ratio") or {}).items():
+        if r and (r > SLOW or r < 1 / SLOW):
+            out.append(f"{fig}: measured {r:g}x what `pdctl plan` predicted ({step['load']})")
+    return out
+
+
+def overlay(proposals: list[Proposal]) -> dict[str, Any]:
+    """The proposals as an overlay document (what `--overlay` merges)."""
+    doc: dict[str, Any] = {}
+    for p in proposals:
+        node = doc
+        for key in p.path[:-1]:
+            node = node.setdefault(key, {})
+        node[p.path[-1]] = p.value
+    return doc

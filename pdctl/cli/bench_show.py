@@ -1,0 +1,77 @@
+"""A bench report as tables: per step measured / predicted / ratio, per role what /metrics
+saw, the canary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS = (
+    ("TTFT ms", "ttftMs"),
+    ("TPOT ms", "tpotMs"),
+    ("ITL ms", "itlMs"),
+    ("E2E latency ms", "e2elMs"),
+)
+RATES = (
+    ("requests/s", "requestThroughput"),
+    ("output tok/s", "outputThroughput"),
+    ("total tok/s", "totalTokenThroughput"),
+    ("goodput req/s", "requestGoodput"),
+)
+
+
+def show(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from pdctl.cli import term
+
+    console = term.console()
+    versions = sorted({str(e.get("version")) for e in report["engines"]})
+    console.print(
+        f"[bold]{report['name']}[/] (phase {report['phase']}, spec {report['specHash']}), "
+        f"vLLM {', '.join(versions)}, endpoint {report['endpoint']}; plan: "
+        f"{report['plan']['basis']}",
+        highlight=False,
+    )
+    c = report.get("canary")
+    if c is not None:
+        state = "[green]passed[/]" if c["ok"] else "[red]FAILED[/]"
+        console.print(f"P/D canary {state}: {len(c['pairs'])} prompts, KV tokens received "
+                      f"{num(c['kvTokensReceived'])}", highlight=False)
+        for line in c["failures"]:
+            console.print(f"  {line}", highlight=False)
+    for s in report["steps"]:
+        m, pred, ratio = s["measured"], s.get("predicted") or {}, s.get("ratio") or {}
+        t = Table(title=f"{s['load']}: {m['completed']} done, {m['failed']} failed in "
+                        f"{num(m['durationS'])} s (driven from {s['driver']})")
+        for col in ("figure", "p50", "p90", "p99", "plan", "p50/plan"):
+            t.add_column(col)
+        for label, key in ROWS:
+            v = m.get(key) or {}
+            t.add_row(label, num(v.get("p50")), num(v.get("p90")), num(v.get("p99")),
+                      num(pred.get(key)), num(ratio.get(key)))
+        for label, key in RATES:
+            t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
+        console.print(t)
+        r = Table(title="per role over the step (peaks from /metrics every second)")
+        for col in ("instance", "role", "requests", "gen tok/s", "peak running", "peak waiting",
+                    "peak KV", "preempted", "KV in (tokens)", "connector errors"):
+            r.add_column(col)
+        for row in s["metrics"]["instances"]:
+            peak = row.get("peak") or {}
+            errs = sum((row.get("connector_errors") or {}).values())
+            kv = peak.get("kv_usage")
+            r.add_row(row["name"], row["role"], num(row.get("requests")),
+                      num(row.get("generation_tps")), num(peak.get("running")),
+                      num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
+                      num(row.get("preemptions")), num(row.get("kv_tokens_received")),
+                      num(errs))
+        console.print(r)
+        for g in s["metrics"].get("gpus", []):
+            console.print(f"  GPU {g['host']}:{g['index']} {g['name']} ({'/'.join(g['roles'])}): "
+                          f"SM {num(g['sm_util'])}%, DRAM bandwidth {num(g['dram_bw_util'])}%, "
+                          f"tensor {num(g['tensor_util'])}%, memory {num(g['mem_used_mib'])} "
+                          "MiB", highlight=False)
+
+
+def num(v: Any) -> str:
+    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -1,0 +1,136 @@
+"""E2E `pdctl bench` and the P/D canary on the real vLLM CPU build (small bounded loads).
+
+Phase 0: the report's request count is the engine's own (vllm:request_success_total), its
+percentiles and plan ratios are there, and `--compare` of a run with itself divides to 1.
+Phase 2 (NIXL over UCX behind vllm-router): `up --verify` and bench's canary pass on the
+correct deployment; with decode's UCX limited to TCP on another interface (it cannot reach
+prefill's NIXL agent, so no KV arrives: NIXL's kv_load_failure_policy `fail` fails the request)
+the canary fails, names the engines, and `up --verify` exits 1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.common import (
+    ENGINE_ENV,
+    get,
+    host,
+    known,
+    model_section,
+    pd_spec,
+    up,
+)
+from tests.e2e.test_top import counter
+from tests.targets.testbed import pdctl, write_spec
+
+pytestmark = pytest.mark.e2e
+SERVE = 18780
+PREFILL, DECODE, ROUTER, METRICS, SIDE = 18790, 18791, 18792, 18793, 18794
+API_KEY = "sk-e2e-bench-key-5e2a"
+WORKLOAD = {"promptTokens": 32, "outputTokens": 16, "ttftMs": 5000, "tpotMs": 1000}
+
+
+def tiny(vllm_cpu) -> dict:
+    return {**model_section(vllm_cpu), "config": str(vllm_cpu.model / "config.json")}
+
+
+@pytest.fixture(scope="module")
+def served(vllm_cpu, ssh_env, tmp_path_factory):
+    data = tmp_path_factory.mktemp("bench0")
+    spec = write_spec(data / "spec.yaml", {
+        "name": "e2eb0",
+        "phase": 0,
+        "model": tiny(vllm_cpu),
+        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
+        "hosts": [host(ssh_env, vllm_cpu, data)],
+        "serve": {"port": SERVE, "enforceEager": True},
+        "workload": WORKLOAD,
+        "bench": {"requests": 12, "concurrency": [4]},
+    })
+    result = up(spec, ssh_env)
+    yield spec, data, result
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_phase0_report_counts_what_the_engine_counted(served, ssh_env):
+    spec, data, result = served
+    assert result.returncode == 0, result.stdout + result.stderr
+    metrics = f"http://127.0.0.1:{SERVE}/metrics"
+    before = counter(get(metrics), "vllm:request_success_total")
+    ran = pdctl("bench", str(spec), "-o", "json", "--save", str(data / "run.json"),
+                *known(ssh_env), timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    after = counter(get(metrics), "vllm:request_success_total")
+    report = json.loads(ran.stdout)
+    (step,) = report["steps"]
+    m = step["measured"]
+    assert (m["completed"], m["failed"]) == (12, 0)
+    assert after - before == 12  # the engine's own counter: every request, no other
+    (row,) = step["metrics"]["instances"]
+    assert (row["name"], row["requests"]) == ("e2eb0-serve-0", 12.0)
+    assert m["outputTokens"] == 12 * 16  # --ignore-eos: every request its whole output
+    assert set(m["ttftMs"]) == {"mean", "p50", "p90", "p99"} and m["ttftMs"]["p50"] > 0
+    assert step["predicted"]["tpotMs"] and step["ratio"]["tpotMs"] > 0
+    (engine,) = report["engines"]
+    assert engine["version"] == "0.32.0" and "--enforce-eager" in engine["flags"]
+    assert report["canary"] is None  # no P/D path in phase 0
+    same = pdctl("bench", "--compare", str(data / "run.json"), str(data / "run.json"), "-o",
+                 "json")
+    assert same.returncode == 0, same.stderr
+    assert {r["bOverA"] for r in json.loads(same.stdout)["rows"] if r["a"]} == {1.0}
+
+
+def test_phase0_refuses_verify_before_starting_anything(served, ssh_env):
+    spec, data, result = served
+    refused = pdctl("up", str(spec), "--verify", "--yes", *known(ssh_env))
+    assert refused.returncode == 2 and "--verify runs the P/D canary" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def pd(vllm_cpu, ssh_env, tmp_path_factory):
+    data = tmp_path_factory.mktemp("benchpd")
+    doc = pd_spec(vllm_cpu, ssh_env, data, "e2ebpd", (PREFILL, DECODE, ROUTER, METRICS))
+    doc["model"] = tiny(vllm_cpu)
+    doc["disaggregation"]["sideChannelPort"] = SIDE  # clear of other tests' engines (5600)
+    doc["workload"] = WORKLOAD
+    doc["bench"] = {"requests": 8, "concurrency": [8], "canaryPrompts": 2, "canaryTokens": 8}
+    spec = write_spec(data / "spec.yaml", doc)
+    # decode's UCX on TCP over a test bridge only: it starts (UCX_TLS=self alone fails
+    # NIXL's backend at start-up, NIXL_ERR_BACKEND) but cannot reach prefill's agent on lo
+    broken = write_spec(data / "broken.yaml", {"decode": {"env": {
+        "UCX_TLS": "tcp", "UCX_NET_DEVICES": "vpdctl-s1"}}})
+    env = {"PDCTL_E2E_API_KEY": API_KEY}
+    result = pdctl("up", str(spec), "--yes", "--verify", "--timeout", "600", *known(ssh_env),
+                   env=env, timeout=900)
+    yield spec, broken, env, result
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_phase2_verify_and_canary_pass_on_a_correct_deployment(pd, ssh_env):
+    spec, broken, env, result = pd
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified: 2 greedy prompts agree on 8 tokens" in result.stdout
+    ran = pdctl("bench", str(spec), "--canary-only", "-o", "json", *known(ssh_env), env=env,
+                timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    canary = json.loads(ran.stdout)["canary"]
+    assert canary["ok"] and canary["kvTokensReceived"] >= 2 * 32, canary
+    assert {p["via"] for p in canary["pairs"]} == {"e2ebpd-prefill-0 -> e2ebpd-decode-0"}
+    assert all(p["agree"] == 8 for p in canary["pairs"])
+
+
+def test_phase2_canary_fails_when_kv_transfer_is_broken(pd, ssh_env):
+    spec, broken, env, result = pd
+    changed = pdctl("up", str(spec), "--overlay", str(broken), "--yes", "--verify",
+                    "--timeout", "600", *known(ssh_env), env=env, timeout=900)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "verify: the P/D canary failed (" in changed.stderr, changed.stderr
+    assert "vs e2ebpd-prefill-0)" in changed.stderr
+    ran = pdctl("bench", str(spec), "--overlay", str(broken), "--canary-only", "-o", "json",
+                *known(ssh_env), env=env, timeout=600)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    canary = json.loads(ran.stdout)["canary"]
+    assert not canary["ok"] and canary["failures"], canary
+    assert "P/D canary failed" in ran.stderr
