@@ -43,8 +43,8 @@ def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
 
 def read_report(path: str) -> dict[str, Any]:
     from pdctl.bench.report import check_report
-    from pdctl.inputs import read_bounded
     from pdctl.errors import UsageError
+    from pdctl.inputs import read_bounded
 
     try:
         doc = json.loads(read_bounded(Path(path), 64 << 20, path))

@@ -318,7 +318,7 @@ def bench_spec() -> dict:
         "serve": {"port": 8000, "gpuMemoryUtilization": 0.9,
                   "extraArgs": ["--load-format", "dummy"]},
         "workload": {"promptTokens": 1024, "outputTokens": 256, "ttftMs": 500, "tpotMs": 50},
-        "bench": {"requests": 256, "concurrency": [1, 16, 64, 128], "seed": 1},
+        "bench": {"requests": 128, "concurrency": [4, 32, 128], "seed": 1},
     }
 
 
