@@ -17,7 +17,7 @@ from pdctl.plan.parallel import Dims, check_parallel, pin_notes
 from pdctl.plan.pd import host_instances
 from pdctl.plan.peers import check_loopback_peers
 from pdctl.plan.place import Chooser, first_free
-from pdctl.plan.router import mooncake_libraries, plan_services
+from pdctl.plan.router import front_door, mooncake_libraries, plan_services
 from pdctl.plan.serve import serve_instances
 from pdctl.plan.shape import pd_shape
 from pdctl.plan.slice import plan_slice, slice_notes
@@ -92,6 +92,7 @@ def make_plan(
     )
     if phase in (0, 1):
         plan = replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
+        plan = replace(plan, services=front_door(plan) if phase == 0 else ())
         plan = replace(plan, kinds=group_kinds(plan), ports=group_ports(plan))
     else:
         plan = pd_plan(plan, choose)

@@ -28,10 +28,12 @@ def render(plan: Plan) -> Bundle:
     from pdctl.render.host_scripts import host_scripts
 
     if plan.phase == 0:
-        from pdctl.render.pd_host import group_ports_doc
+        from pdctl.render.pd_host import group_ports_doc, service_files
 
-        units = host.host_units(plan, [host.with_setup(plan, u) for u in plan.units])
-        loose: list[Artifact] = group_ports_doc(plan, units)  # multi-node groups only
+        engines = [host.with_setup(plan, u) for u in plan.units if u.role == "serve"]
+        units = host.host_units(plan, engines)
+        units += [service_files(plan, u) for u in plan.units if u.role == "router"]
+        loose: list[Artifact] = group_ports_doc(plan, units)  # groups, the router
     else:
         from pdctl.render.pd_host import pd_host_units
 

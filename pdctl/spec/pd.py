@@ -295,6 +295,8 @@ class Router(Section):
     """The request router ("conductor") that sends each request to prefill, then decode.
 
     On hosts it is `vllm-router`; on Kubernetes the llm-d endpoint picker (EPP) plays the role.
+    Phase 0: a `router` section (`router: {}` takes every default) puts `vllm-router` in its
+    plain mode in front of the replicas, as the one endpoint (docs/phase0-hosts.md).
     """
 
     port: int = Field(8000, ge=1024, le=65535, description="Port clients send requests to.")
@@ -317,8 +319,17 @@ class Router(Section):
         description="Python environment holding `bin/vllm-router` (created with the pinned "
         "version if missing). Default: `~/.pdctl/venv/vllm-router-<version>`.",
     )
-    policy: Literal["random", "round_robin", "cache_aware", "power_of_two", "consistent_hash"] = (
-        Field("round_robin", description="`--policy` for prefill and decode.")
+    policy: Literal[
+        "random",
+        "round_robin",
+        "cache_aware",
+        "power_of_two",
+        "consistent_hash",
+        "sticky_least_loaded",
+    ] = Field(
+        "round_robin",
+        description="`--policy`: for prefill and decode, or (phase 0) across the replicas. "
+        "`power_of_two` and `sticky_least_loaded` pick by load, `cache_aware` by prefix.",
     )
     health_check_interval_secs: int = Field(
         3,
