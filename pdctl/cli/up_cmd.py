@@ -154,6 +154,9 @@ def register(app: typer.Typer) -> None:
             console.print("[bold]ready.[/] send requests to:")
             for url in done.endpoints:
                 console.print(f"  {url}  (model {plan.served_name})")
+            for router in (s for s in plan.services if s.role == "router"):
+                behind = ", ".join(u.removesuffix("/health") for u in router.wait_urls)
+                console.print(f"  the router sends them on to: {behind}")
         if failures:
             names = ", ".join(f.unit for f in failures)
             raise PdctlError(

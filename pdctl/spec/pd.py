@@ -311,7 +311,8 @@ class Router(Section):
         "this address is authenticated to the engines. Default: the router host's "
         "`addressForPeers` (or `address`), or `127.0.0.1` when the router and every engine "
         "run on one host. `0.0.0.0` (every address) only when you write it. With "
-        "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it.",
+        "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it (PD mode; "
+        "phase 0's plain mode forwards each client's key to the engines).",
     )
     version: str = Field(ROUTER_VERSION, description="Pinned `vllm-router` package version.")
     venv: str | None = Field(
