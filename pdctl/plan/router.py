@@ -144,7 +144,8 @@ def front_door(plan: Plan) -> tuple[Service, ...]:
         return ()
     if len(plan.instances) < 2:
         raise SpecError(
-            "a router in front of one engine spreads nothing (serve.replicas is 1 on one host)",
+            f"a router in front of one engine spreads nothing (the plan has {len(plan.instances)} "
+            "replica)",
             path="router",
             fix="set serve.replicas to 2 or more (or list more hosts), or remove `router`",
         )
