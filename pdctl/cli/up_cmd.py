@@ -151,6 +151,9 @@ def register(app: typer.Typer) -> None:
             console.print("[bold]ready.[/] send requests to:")
             for url in done.endpoints:
                 console.print(f"  {url}  (model {plan.served_name})")
+            for router in (s for s in plan.services if s.role == "router"):
+                behind = ", ".join(u.removesuffix("/health") for u in router.wait_urls)
+                console.print(f"  the router sends them on to: {behind}")
         if verify and not failures and not dry_run:
             from pdctl.cli.bench_cmd import verify as run_canary
 

@@ -89,6 +89,10 @@ def make_plan(
     )
     if phase in (0, 1):
         plan = replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
+        if phase == 0 and "router" in spec.model_fields_set:  # the front door (plan/router.py)
+            from pdctl.plan.router import front_door
+
+            plan = replace(plan, services=front_door(plan))
         plan = replace(plan, kinds=group_kinds(plan), ports=group_ports(plan))
     else:
         plan = pd_plan(plan, choose)

@@ -20,26 +20,43 @@ def _span(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
 
 
+def _taker():
+    """take(host, first, count, owner, path): claims ports, SpecError on a clash."""
+    used: dict[tuple[str, int], str] = {}
+
+    def take(host, first: int, count: int, owner: str, path: str) -> None:
+        for port in range(first, first + count):
+            clash = used.get((host.name, port))
+            if clash is not None:
+                raise SpecError(
+                    f"port {port} on host {host.name} is used by {clash} and {owner}",
+                    path=path,
+                    fix="move one of them to a free port range",
+                )
+            used[(host.name, port)] = owner
+
+    return take
+
+
 def group_ports(plan: Plan) -> tuple[PortRule, ...]:
-    """Phases 0 and 1 on hosts: the ports multi-node groups need between their nodes (none
-    without a group: single-node instances only take their HTTP port)."""
-    if plan.target != "hosts" or not any(i.workers for i in plan.instances):
+    """Phases 0 and 1 on hosts: the ports multi-node groups need between their nodes and the
+    phase 0 router's (none otherwise: single-node instances only take their HTTP port)."""
+    if plan.target != "hosts" or not (plan.services or any(i.workers for i in plan.instances)):
         return ()
     rules: list[PortRule] = []
+    take = _taker()
     for inst in plan.instances:
         assert inst.host is not None
         peers = inst.host.address_for_peers or inst.host.address
+        purpose = f"{inst.name} HTTP (vLLM API)"
+        take(inst.host, inst.port, 1, purpose, "serve.port")
+        opened_to = "the router" if plan.services else "clients"
         rules.append(
-            PortRule(
-                inst.host.name,
-                peers,
-                str(inst.port),
-                "clients",
-                f"{inst.name} HTTP (vLLM API)",
-                "serve.port",
-            )
+            PortRule(inst.host.name, peers, str(inst.port), opened_to, purpose, "serve.port")
         )
         rules += _group_rules(inst)
+    for svc in plan.services:
+        rules += _service_rules(svc, plan, take)
     return tuple(rules)
 
 
@@ -81,18 +98,7 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
     assert plan.shape is not None
     dis = plan.shape.dis
     rules: list[PortRule] = []
-    used: dict[tuple[str, int], str] = {}
-
-    def take(host, first: int, count: int, owner: str, path: str) -> None:
-        for port in range(first, first + count):
-            clash = used.get((host.name, port))
-            if clash is not None:
-                raise SpecError(
-                    f"port {port} on host {host.name} is used by {clash} and {owner}",
-                    path=path,
-                    fix="move one of them to a free port range",
-                )
-            used[(host.name, port)] = owner
+    take = _taker()
 
     def add(host, first: int, count: int, opened_to: str, purpose: str, path: str) -> None:
         take(host, first, count, purpose, path)
@@ -179,8 +185,6 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
 
 def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
     spec = plan.spec
-    assert plan.shape is not None
-    dis = plan.shape.dis
     peers = svc.host.address_for_peers or svc.host.address
     out = []
     items: list[tuple[int, str, str, str, str]] = []
@@ -194,7 +198,7 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
             (r.port, where, clients, "router HTTP (OpenAI API; /liveness)", "router.port"),
             (r.metrics_port, where, monitoring, "router Prometheus metrics", "router.metricsPort"),
         ]
-        if dis.connector == "p2p-nccl":
+        if plan.shape is not None and plan.shape.dis.connector == "p2p-nccl":
             items.append(
                 (
                     r.discovery_port,
@@ -205,7 +209,8 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
                 )
             )
     else:
-        st = dis.store
+        assert plan.shape is not None
+        st = plan.shape.dis.store
         p = "disaggregation.store."
         items = [
             (st.rpc_port, svc.address, "engine hosts", "mooncake_master RPC", p + "rpcPort"),

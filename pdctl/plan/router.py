@@ -85,8 +85,7 @@ def on_one_host(plan: Plan) -> bool:
     """The router, every engine and mooncake_master run on the same host."""
     names = {i.host.name for i in plan.instances if i.host is not None}
     names.add(router_host(plan.spec).name)
-    assert plan.shape is not None
-    if plan.shape.dis.store.enabled:
+    if plan.shape is not None and plan.shape.dis.store.enabled:
         names.add(master_host(plan.spec).name)
     return len(names) == 1
 
@@ -137,41 +136,41 @@ def local_address(listen: str) -> str:
     return listen
 
 
+def front_door(plan: Plan) -> tuple[Service, ...]:
+    """Phase 0 on hosts: vllm-router in plain mode in front of the replicas when the spec
+    writes a `router` section; one engine behind it spreads nothing, so that is refused."""
+    spec = plan.spec
+    if plan.target != "hosts" or "router" not in spec.model_fields_set:
+        return ()
+    if len(plan.instances) < 2:
+        raise SpecError(
+            f"a router in front of one engine spreads nothing (the plan has {len(plan.instances)} "
+            "replica)",
+            path="router",
+            fix="set serve.replicas to 2 or more (or list more hosts), or remove `router`",
+        )
+    return (router_service(plan),)
+
+
 def router_service(plan: Plan) -> Service:
     spec = plan.spec
-    assert plan.shape is not None
-    dis = plan.shape.dis
     router = spec.router
     host = router_host(spec)
     listen = router_listen(plan)
-    _check_api_key(plan, listen)
-    prefills = [i for i in plan.instances if i.role == "prefill"]
-    decodes = [i for i in plan.instances if i.role == "decode"]
-    args: list[str] = [
-        "vllm-router",
-        "--host",
-        listen,
-        "--port",
-        str(router.port),
-        "--vllm-pd-disaggregation",
-    ]
-    if dis.connector == "p2p-nccl":
-        # Engines register themselves over ZMQ (P2pNcclConnector's proxy protocol) at the
-        # router host's peer address (their kv_transfer_config proxy_ip).
-        disc = bind_address(spec, host, "the router's ZMQ discovery (router.discoveryPort)")
-        args += ["--vllm-discovery-address", host_port(disc, router.discovery_port)]
+    engines = plan.instances
+    args: list[str] = ["vllm-router", "--host", listen, "--port", str(router.port)]
+    if plan.shape is None:
+        # Plain mode forwards each client's headers, Authorization included: the engines
+        # check every client's key themselves, so the router gets no key.
+        args += ["--worker-urls", *(engine_url(i) for i in engines)]
     else:
-        for inst in prefills:
-            args += ["--prefill", engine_url(inst)]
-            boot = dict(inst.extra_ports).get("bootstrap")
-            if boot is not None:
-                args.append(str(boot))
-        for inst in decodes:
-            args += ["--decode", engine_url(inst)]
-        args += ["--kv-connector", dis.connector]
+        _check_api_key(plan, listen)
+        args += _pd_args(plan)
     args += [
         "--policy",
         router.policy,
+        # A dead engine is dropped after two failed checks; until then the router's retries
+        # (5 by default, backoff from 50 ms) send a failed request to the next engine.
         "--health-check-interval-secs",
         str(router.health_check_interval_secs),
         "--health-failure-threshold",
@@ -195,10 +194,37 @@ def router_service(plan: Plan) -> Service:
         executable="vllm-router",
         health=f"http://{host_port(local_address(listen), router.port)}/liveness",
         address=listen,
-        wait_urls=tuple(engine_url(i) + "/health" for i in (*prefills, *decodes)),
-        api_key=spec.secrets.api_key is not None,
+        wait_urls=tuple(engine_url(i) + "/health" for i in engines),
+        api_key=plan.shape is not None and spec.secrets.api_key is not None,
         local=local_address(listen),
     )
+
+
+def _pd_args(plan: Plan) -> list[str]:
+    """PD mode: the engines by role, or ZMQ registration for p2p-nccl; the connector."""
+    spec = plan.spec
+    assert plan.shape is not None
+    dis = plan.shape.dis
+    args = ["--vllm-pd-disaggregation"]
+    prefills = [i for i in plan.instances if i.role == "prefill"]
+    decodes = [i for i in plan.instances if i.role == "decode"]
+    if dis.connector == "p2p-nccl":
+        # Engines register themselves over ZMQ (P2pNcclConnector's proxy protocol) at the
+        # router host's peer address (their kv_transfer_config proxy_ip).
+        where = bind_address(
+            spec, router_host(spec), "the router's ZMQ discovery (router.discoveryPort)"
+        )
+        args += ["--vllm-discovery-address", host_port(where, spec.router.discovery_port)]
+    else:
+        for inst in prefills:
+            args += ["--prefill", engine_url(inst)]
+            boot = dict(inst.extra_ports).get("bootstrap")
+            if boot is not None:
+                args.append(str(boot))
+        for inst in decodes:
+            args += ["--decode", engine_url(inst)]
+        args += ["--kv-connector", dis.connector]
+    return args
 
 
 def master_service(plan: Plan) -> Service | None:

@@ -28,11 +28,14 @@ def render(plan: Plan) -> Bundle:
     from pdctl.render.host_scripts import host_scripts
 
     if plan.phase == 0:
-        units = host.render_units(plan, [host.with_setup(plan, u) for u in plan.units])
+        engines = [host.with_setup(plan, u) for u in plan.units if u.role == "serve"]
+        units = host.render_units(plan, engines)
         loose: list[Artifact] = []
-        if plan.ports:  # multi-node groups: the ports between their hosts (ports.md)
-            from pdctl.render.pd_host import group_ports_doc
+        routers = [u for u in plan.units if u.role == "router"]
+        if plan.ports or routers:  # multi-node groups, the router: ports.md; the router's files
+            from pdctl.render.pd_host import group_ports_doc, service_files
 
+            units += [service_files(plan, u) for u in routers]
             loose = group_ports_doc(plan, units)
     else:
         from pdctl.render.pd_host import pd_host_units

@@ -86,10 +86,21 @@ def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:
         "",
         f"vllm-router listens on {where} (`router.listen`; Prometheus metrics on port "
         f"{plan.spec.router.metrics_port} of the same address).",
-        "vllm-router 0.1.17 has no client authentication: in PD mode it drops the client's",
-        "`Authorization` header and sends its own to the engines.",
     ]
-    if plan.spec.secrets.api_key is not None:
+    if plan.shape is None:  # phase 0: plain mode
+        lines += [
+            "vllm-router 0.1.17 has no client authentication; in plain mode it forwards the",
+            "client's headers, `Authorization` included, so engines with `secrets.apiKey` check",
+            "each client's key themselves.",
+        ]
+    else:
+        lines += [
+            "vllm-router 0.1.17 has no client authentication: in PD mode it drops the client's",
+            "`Authorization` header and sends its own to the engines.",
+        ]
+    if plan.spec.secrets.api_key is not None and plan.shape is None:
+        lines.append("Here the engines require `secrets.apiKey`: clients send it.")
+    elif plan.spec.secrets.api_key is not None:
         lines += [
             "Here the engines require `secrets.apiKey`, and the router sends that key with every",
             f"request: anyone who reaches {where} is authenticated to the engines.",
@@ -162,11 +173,12 @@ def ports_doc(
 
 
 def group_ports_doc(plan: Plan, units: list[UnitFiles]) -> list[Artifact]:
-    """Phase 0: ports.md when multi-node groups need ports between hosts (plan.ports)."""
+    """Phase 0: ports.md when multi-node groups need ports between hosts or a router is in
+    front (plan.ports)."""
     if not plan.ports:
         return []
     order = [f"{u.unit.host.name}/{u.unit.name}" for u in units]
-    return [Artifact("ports.md", ports_doc(plan, plan.ports, order))]
+    return [Artifact("ports.md", ports_doc(plan, plan.ports, order, plan.services))]
 
 
 def pd_host_units(plan: Plan) -> tuple[list[UnitFiles], list[Artifact]]:

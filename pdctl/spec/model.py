@@ -403,7 +403,8 @@ class Spec(Section):
     )
     router: Router = Field(
         default_factory=Router,
-        description="The request router (the 'conductor') in front of prefill and decode.",
+        description="The request router (the 'conductor') in front of prefill and decode; "
+        "in phase 0, when written, the one endpoint in front of the replicas.",
     )
 
     hardware: Hardware | None = Field(

@@ -295,6 +295,8 @@ class Router(Section):
     """The request router ("conductor") that sends each request to prefill, then decode.
 
     On hosts it is `vllm-router`; on Kubernetes the llm-d endpoint picker (EPP) plays the role.
+    Phase 0: a `router` section (`router: {}` takes every default) puts `vllm-router` in its
+    plain mode in front of the replicas, as the one endpoint (docs/phase0-hosts.md).
     """
 
     port: int = Field(8000, ge=1024, le=65535, description="Port clients send requests to.")
@@ -309,7 +311,8 @@ class Router(Section):
         "this address is authenticated to the engines. Default: the router host's "
         "`addressForPeers` (or `address`), or `127.0.0.1` when the router and every engine "
         "run on one host. `0.0.0.0` (every address) only when you write it. With "
-        "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it.",
+        "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it (PD mode; "
+        "phase 0's plain mode forwards each client's key to the engines).",
     )
     version: str = Field(ROUTER_VERSION, description="Pinned `vllm-router` package version.")
     venv: str | None = Field(
@@ -317,8 +320,17 @@ class Router(Section):
         description="Python environment holding `bin/vllm-router` (created with the pinned "
         "version if missing). Default: `~/.pdctl/venv/vllm-router-<version>`.",
     )
-    policy: Literal["random", "round_robin", "cache_aware", "power_of_two", "consistent_hash"] = (
-        Field("round_robin", description="`--policy` for prefill and decode.")
+    policy: Literal[
+        "random",
+        "round_robin",
+        "cache_aware",
+        "power_of_two",
+        "consistent_hash",
+        "sticky_least_loaded",
+    ] = Field(
+        "round_robin",
+        description="`--policy`: for prefill and decode, or (phase 0) across the replicas. "
+        "`power_of_two` and `sticky_least_loaded` pick by load, `cache_aware` by prefix.",
     )
     health_check_interval_secs: int = Field(
         3,
