@@ -17,25 +17,43 @@ VERSION = 1
 
 
 def capacity(plan_json: dict[str, Any]) -> dict[str, float | None]:
-    """The plan's figures the report compares with (None where the plan has none)."""
+    """The plan's figures the report compares with (None where the plan has none): TTFT of one
+    prompt, the decode step at batch 1 and at the plan's batch, that batch, the decode engines
+    and their output tokens/s at that batch."""
     pd = plan_json.get("pd") or {}
     roles = plan_json.get("roles") or []
     prompt = (plan_json.get("traffic") or {}).get("promptTokens")
     out_tps = 0.0
-    step_ms = ttft = None
+    step_ms = ttft = batch = None
+    engines = 0
     for r in roles:
         dec = r.get("decode")
         if r.get("role") in ("serve", "decode") and dec:
             out_tps += dec["tokensPerSecond"] * r.get("replicas", 1)
             step_ms = dec["stepMsExpected"]
+            batch = dec.get("batch")
+            engines += r.get("replicas", 1)
         if r.get("role") in ("serve", "prefill") and r.get("prefillTokensPerSecond") and prompt:
             ttft = _sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
     return {
         "ttftMs": ttft,
         "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
         "tpotMsBatch": step_ms,
+        "decodeBatch": batch,
+        "decodeEngines": engines or None,
         "outputThroughput": round(out_tps, 1) if out_tps else None,
     }
+
+
+def tpot_at(cap: dict[str, float | None], batch: float) -> float | None:
+    """The plan's decode step (ms) at `batch` sequences per engine. The roofline step is the
+    weights plus the batch's KV read over the bandwidth, so it is linear in the batch between
+    batch 1 and the plan's batch (capped there: the engine runs no more at once)."""
+    one, full, top = cap["tpotMsBatch1"], cap["tpotMsBatch"], cap.get("decodeBatch")
+    if one is None or full is None or not top or top <= 1:
+        return full if batch > 1 or one is None else one
+    b = min(max(batch, 1.0), float(top))
+    return one + (full - one) * (b - 1) / (top - 1)
 
 
 def _sig(x: float) -> float:
@@ -44,18 +62,28 @@ def _sig(x: float) -> float:
 
 
 def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: int,
-              prompt_tokens: int, offered_rate: float | None) -> dict[str, float | None]:
-    """What the plan predicts for one step, given what the step offered."""
-    batch1 = (m.get("maxConcurrentRequests") or 0) <= 1
-    tpot = cap["tpotMsBatch1"] if batch1 else cap["tpotMsBatch"]
+              prompt_tokens: int, offered_rate: float | None,
+              concurrency: int | None = None) -> dict[str, float | None]:
+    """What the plan predicts for one step, given what the step offered: with a concurrency
+    cap, the decode step at that many sequences spread over the decode engines and the
+    closed-loop rate it allows (each request holds its place for one TTFT plus its output
+    tokens' steps); else the plan's batch and rate, capped by the offered rate."""
+    if concurrency is None and (m.get("maxConcurrentRequests") or 0) == 1:
+        concurrency = 1  # one at a time however the step was asked
+    engines = cap.get("decodeEngines") or 1
+    tpot = cap["tpotMsBatch"] if concurrency is None else tpot_at(cap, concurrency / engines)
     out = cap["outputThroughput"]
     req = out / output_tokens if out else None
+    if concurrency is not None and tpot:
+        held_ms = (cap["ttftMs"] or 0.0) + output_tokens * tpot
+        closed = concurrency / held_ms * 1000
+        req = closed if req is None else min(req, closed)
     if req is not None and offered_rate is not None:
         req = min(req, offered_rate)
-        out = req * output_tokens
+    out = None if req is None else req * output_tokens
     return {
         "ttftMs": cap["ttftMs"],
-        "tpotMs": tpot,
+        "tpotMs": None if tpot is None else _sig(tpot),
         "requestThroughput": None if req is None else _sig(req),
         "outputThroughput": None if out is None else _sig(out),
         "totalTokenThroughput": None

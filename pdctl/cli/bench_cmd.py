@@ -178,7 +178,7 @@ def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float
             if cap is not None:
                 offered = step.rate if step.rate is not None and math.isfinite(step.rate) else None
                 pred = report.predicted(cap, row["measured"], w.output_tokens, w.prompt_tokens,
-                                        offered)
+                                        offered, step.concurrency)
                 row["predicted"] = pred
                 row["ratio"] = report.ratios(report.measured_for_ratio(row["measured"]), pred)
             doc["steps"].append(row)

@@ -3,10 +3,20 @@ whose engines differ."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pdctl.bench.load import Step, Workload, bench_args, measured, requests_of, steps
-from pdctl.bench.report import capacity, compare, engine_flags, predicted, ratios
+from pdctl.bench.report import (
+    capacity,
+    compare,
+    engine_flags,
+    measured_for_ratio,
+    predicted,
+    ratios,
+)
 from pdctl.errors import UsageError
 
 PLAN = {
@@ -31,7 +41,7 @@ RESULT = {
 def test_capacity_sums_decode_replicas_and_takes_prefill_time():
     cap = capacity(PLAN)
     assert cap == {"ttftMs": 50.0, "tpotMsBatch1": 8.0, "tpotMsBatch": 20.0,
-                   "outputThroughput": 2000.0}
+                   "decodeBatch": None, "decodeEngines": 2, "outputThroughput": 2000.0}
 
 
 def test_prediction_is_capped_by_the_offered_rate_and_ratios_divide():
@@ -49,6 +59,28 @@ def test_prediction_is_capped_by_the_offered_rate_and_ratios_divide():
 def test_one_at_a_time_compares_with_the_batch1_step():
     m = {**measured(RESULT), "maxConcurrentRequests": 1}
     assert predicted(capacity(PLAN), m, 16, 32, None)["tpotMs"] == 8.0
+
+
+H200 = Path(__file__).resolve().parents[1] / "fixtures/gpu/vllm023-h200/bench"
+
+
+def test_the_plan_predicts_each_concurrency_of_a_real_h200_bench():
+    """`pdctl bench` of Qwen3-8B on an H200 (vLLM 0.23.0, 1,024 in / 256 out, concurrency
+    4, 32, 128; a run the plan was not fitted to): the decode step predicted at each step's
+    concurrency is within -10%..+30% of the measured TPOT and the closed-loop rate within
+    -30%..+10% (the plan's batch-622 figures alone would be 6x and 26x off at concurrency 4)."""
+    plan = json.loads((H200 / "plan.json").read_text())
+    bench = json.loads((H200 / "bench.json").read_text())
+    cap = capacity(plan)
+    seen = []
+    for step in bench["steps"]:
+        c = int(step["load"].removeprefix("concurrency "))
+        pred = predicted(cap, step["measured"], 256, 1024, None, c)
+        r = ratios(measured_for_ratio(step["measured"]), pred)
+        assert 0.9 <= r["tpotMs"] <= 1.3, (c, r)
+        assert 0.7 <= r["outputThroughput"] <= 1.1, (c, r)
+        seen.append(c)
+    assert seen == [4, 32, 128]
 
 
 def test_measured_reads_the_percentiles_vllm_bench_serve_saves():
