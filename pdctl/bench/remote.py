@@ -21,14 +21,17 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
 
 
-def post_json(channel: Any, path: str, body: dict[str, Any], headers: dict[str, str],
-              timeout: float) -> tuple[int, Any]:
+def post_json(
+    channel: Any, path: str, body: dict[str, Any], headers: dict[str, str], timeout: float
+) -> tuple[int, Any]:
     """One HTTP/1.0 POST of JSON over an open channel; (status, parsed body or text)."""
     data = json.dumps(body).encode()
     channel.settimeout(timeout)
     try:
-        head = (f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(data)}\r\nConnection: close\r\n")
+        head = (
+            f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n"
+        )
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         channel.sendall(head.encode() + b"\r\n" + data)
         chunks = []
@@ -146,11 +149,16 @@ class Bench:
                 version = json.loads(body).get("version") if status == 200 else None
             except Exception:  # the engine still answers /metrics; the version is a nicety
                 version = None
-            out.append({
-                "name": inst.name, "role": inst.role, "host": inst.host.name,
-                "address": inst.host.address, "version": version,
-                "flags": engine_flags(inst.args),
-            })
+            out.append(
+                {
+                    "name": inst.name,
+                    "role": inst.role,
+                    "host": inst.host.name,
+                    "address": inst.host.address,
+                    "version": version,
+                    "flags": engine_flags(inst.args),
+                }
+            )
         return out
 
     # ------------------------------------------------------------------ load
@@ -173,7 +181,8 @@ class Bench:
         done = threading.Event()
 
         def sample() -> None:
-            gpu_box.append(self.source.gpus(2.0))
+            # every ~2 s while the step runs: the engines' peaks, and the busiest GPU sample
+            # (one taken once at the start saw the GPU before the load reached it)
             while not done.wait(1.0):
                 for name, snap in self.source.scrape().items():
                     row = peaks.setdefault(name, {})
@@ -182,6 +191,9 @@ class Bench:
                         v = snap.total(metric) if metric else None
                         if v is not None:
                             row[fig] = max(row.get(fig, 0.0), v)
+                got = self.source.gpus(1.0)
+                if not gpu_box or busy(got[0]) > busy(gpu_box[0][0]):
+                    gpu_box[:] = [got]
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -197,26 +209,43 @@ class Bench:
                 + " ".join(res.err.strip().splitlines()[-3:])[-400:]
             )
         result = json.loads(res.out.split(load.MARK, 1)[1])
-        gpus, missing = gpu_box[0] if gpu_box else ([], ["no GPU sample"])
-        window = as_dict(assemble(
-            self.plan.name, self.plan.phase, self.plan.target, self.source.endpoints,
-            first, last, gpus, missing, self.source.workers,
-        ))
+        if not gpu_box:  # a step shorter than one sample: the GPUs as the step ended
+            gpu_box.append(self.source.gpus(1.0))
+        gpus, missing = gpu_box[0]
+        window = as_dict(
+            assemble(
+                self.plan.name,
+                self.plan.phase,
+                self.plan.target,
+                self.source.endpoints,
+                first,
+                last,
+                gpus,
+                missing,
+                self.source.workers,
+            )
+        )
         for row in window["instances"]:
             row["peak"] = peaks.get(row["name"], {})
-        return {"load": step.label, "driver": drv.host.name, "measured": load.measured(result),
-                "metrics": window}
+        return {
+            "load": step.label,
+            "driver": drv.host.name,
+            "measured": load.measured(result),
+            "metrics": window,
+        }
 
     # ------------------------------------------------------------------ canary
-    def canary(self, n_prompts: int, tokens: int, seed: int, timeout: float,
-               token_ids: bool = False) -> check.Verdict:
+    def canary(
+        self, n_prompts: int, tokens: int, seed: int, timeout: float, token_ids: bool = False
+    ) -> check.Verdict:
         """The canary through the router and through the first prefill engine alone."""
         from pdctl.top.source import router_workers
         from pdctl.top.window import figures
 
         router = next((u for u in self.units() if u.role == "router" and u.port), None)
-        prefill = next((i for i in self.plan.instances
-                        if i.role == "prefill" and i.host is not None), None)
+        prefill = next(
+            (i for i in self.plan.instances if i.role == "prefill" and i.host is not None), None
+        )
         if router is None or prefill is None:
             raise UsageError(
                 f"{self.plan.name}: the canary compares the P/D path with one engine; it needs "
@@ -251,13 +280,22 @@ class Bench:
         for i in self.plan.instances:
             roles.setdefault(i.role, []).append(i.name)
         pre, dec = roles.get("prefill", []), roles.get("decode", [])
-        engines = (f"{pre[0]} -> {dec[0]}" if len(pre) == 1 and len(dec) == 1
-                   else f"router (prefill {', '.join(pre)}; decode {', '.join(dec)})")
+        engines = (
+            f"{pre[0]} -> {dec[0]}"
+            if len(pre) == 1 and len(dec) == 1
+            else f"router (prefill {', '.join(pre)}; decode {', '.join(dec)})"
+        )
         return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines)
 
     @staticmethod
-    def _ask(ops: Any, port: int, address: str, body: dict[str, Any], headers: dict[str, str],
-             timeout: float) -> check.Answer:
+    def _ask(
+        ops: Any,
+        port: int,
+        address: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout: float,
+    ) -> check.Answer:
         try:
             status, doc = post_json(
                 ops.conn.open_channel(port, address), "/v1/completions", body, headers, timeout
@@ -265,3 +303,10 @@ class Bench:
         except Exception as exc:  # refused, reset, timed out: the canary fails on it
             return check.Answer(error=f"no answer from {address}:{port} ({type(exc).__name__})")
         return check.answer_of(status, doc)
+
+
+def busy(gpus: list[Any]) -> float:
+    """How busy a GPU sample is: the highest SM activity (else utilization) among its GPUs."""
+    return max(
+        ((g.sm_util if g.sm_util is not None else g.util_gpu) or 0.0 for g in gpus), default=0.0
+    )

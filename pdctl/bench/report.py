@@ -61,9 +61,14 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def predicted(cap: dict[str, float | None], m: dict[str, Any], output_tokens: int,
-              prompt_tokens: int, offered_rate: float | None,
-              concurrency: int | None = None) -> dict[str, float | None]:
+def predicted(
+    cap: dict[str, float | None],
+    m: dict[str, Any],
+    output_tokens: int,
+    prompt_tokens: int,
+    offered_rate: float | None,
+    concurrency: int | None = None,
+) -> dict[str, float | None]:
     """What the plan predicts for one step, given what the step offered: with a concurrency
     cap, the decode step at that many sequences spread over the decode engines and the
     closed-loop rate it allows (each request holds its place for one TTFT plus its output
@@ -133,6 +138,7 @@ def engine_flags(args: tuple[str, ...] | list[str]) -> dict[str, str]:
 def flag_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """The engine flags that differ between two reports, per role ("decode: --enforce-eager
     only in A")."""
+
     def by_role(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
         for e in doc.get("engines", []):
@@ -175,7 +181,7 @@ FIGURES = (
 def check_report(doc: Any, name: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise UsageError(
-            f"{name}: not a pdctl bench report (no \"kind\": \"{KIND}\")",
+            f'{name}: not a pdctl bench report (no "kind": "{KIND}")',
             fix="pass files written by `pdctl bench -o json` or `--save`",
         )
     return doc
@@ -202,10 +208,15 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict
             if pct is not None:
                 va = (va or {}).get(pct)
                 vb = (vb or {}).get(pct)
-            rows.append({
-                "load": sa["load"], "figure": label, "a": va, "b": vb,
-                "bOverA": _sig(vb / va) if va and vb is not None else None,
-            })
+            rows.append(
+                {
+                    "load": sa["load"],
+                    "figure": label,
+                    "a": va,
+                    "b": vb,
+                    "bOverA": _sig(vb / va) if va and vb is not None else None,
+                }
+            )
     return {
         "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},
         "b": {"specHash": b.get("specHash"), "createdAt": b.get("createdAt")},
