@@ -118,7 +118,8 @@ def test_phase2_verify_and_canary_pass_on_a_correct_deployment(pd, ssh_env):
     canary = json.loads(ran.stdout)["canary"]
     assert canary["ok"] and canary["kvTokensReceived"] >= 2 * 32, canary
     assert {p["via"] for p in canary["pairs"]} == {"e2ebpd-prefill-0 -> e2ebpd-decode-0"}
-    assert all(p["agree"] == 8 for p in canary["pairs"])
+    # the whole answer agrees (the canary compares text by default: `agree` counts characters)
+    assert all(p["ok"] and p["agree"] == p["expected"] > 0 for p in canary["pairs"]), canary
 
 
 def test_phase2_canary_fails_when_kv_transfer_is_broken(pd, ssh_env):
