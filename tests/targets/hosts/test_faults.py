@@ -96,14 +96,19 @@ def status(spec: Path, known_hosts: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+LOG_WRITER = b"path, cap, keep = sys.argv"  # templates/process-start.sh.j2's rotating writer
+
+
 def engines(folder: Path) -> dict[str, set[int]]:
     """Unit folder name -> process groups running there (every stand-in engine is one)."""
     groups: dict[str, set[int]] = {}
     for line in processes_in(folder):
         pid, cwd = line.split(": ", 1)
         try:
+            if LOG_WRITER in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue  # start.sh's log writer: it ends when the engine closes its output
             groups.setdefault(Path(cwd).name, set()).add(os.getpgid(int(pid)))
-        except ProcessLookupError:
+        except (ProcessLookupError, FileNotFoundError):
             continue
     return groups
 

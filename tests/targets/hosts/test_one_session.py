@@ -63,7 +63,8 @@ def test_preflight_runs_one_exec_per_host(ssh_env, counted, fake_venv, tmp_path)
     assert recorded["hostname.txt"].strip() == socket.gethostname()
     assert recorded["df-shm.txt"].startswith("Filesystem")
     assert recorded["venv.txt"].endswith("vllm: " + str(fake_venv / "bin" / "vllm") + "\n")
-    assert len(recorded) == 8, sorted(recorded)  # ls /sys/class/infiniband fails: .err
+    assert recorded["supervise.txt"].startswith("pid1 ")  # what systemd supervision needs
+    assert len(recorded) == 9, sorted(recorded)  # ls /sys/class/infiniband fails: .err
     assert counted.count() == 1
 
 
