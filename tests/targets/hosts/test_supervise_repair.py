@@ -33,7 +33,7 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
     spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("fix", [host], {"port": port}))
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
         assert up.returncode == 0, up.stdout + up.stderr
         unit_dir = tmp_path / "lo1" / "fix" / "fix-serve-0"
         server = int((unit_dir / "pid").read_text())
@@ -42,7 +42,7 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert rows[0]["state"].startswith("not answering (its server process is gone"), rows
 
-        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
+        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
         assert again.returncode == 0, again.stdout + again.stderr
         assert "restart: not answering, its server process" in again.stdout, again.stdout
         assert "nothing to change" not in again.stdout
