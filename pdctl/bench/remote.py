@@ -24,29 +24,18 @@ from pdctl.plan.model import ENGINE_ROLES
 def post_json(
     channel: Any, path: str, body: dict[str, Any], headers: dict[str, str], timeout: float
 ) -> tuple[int, Any]:
-    """One HTTP/1.0 POST of JSON over an open channel; (status, parsed body or text)."""
-    data = json.dumps(body).encode()
-    channel.settimeout(timeout)
-    try:
-        head = (
-            f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n"
-        )
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        channel.sendall(head.encode() + b"\r\n" + data)
-        chunks = []
-        while True:
-            got = channel.recv(65536)
-            if not got:
-                break
-            chunks.append(got)
-    finally:
-        channel.close()
-    raw = b"".join(chunks)
-    top, _, rest = raw.partition(b"\r\n\r\n")
-    parts = top.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
-    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    text = rest.decode("utf-8", "replace")
+    """One POST of JSON over an open channel (targets/health.http_request); (status, parsed
+    body or text)."""
+    from pdctl.targets.health import http_request
+
+    status, text = http_request(
+        channel,
+        "POST",
+        path,
+        json.dumps(body).encode(),
+        timeout=timeout,
+        headers={"Content-Type": "application/json", **headers},
+    )
     try:
         return status, json.loads(text)
     except ValueError:
