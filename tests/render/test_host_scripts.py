@@ -285,3 +285,29 @@ def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) 
         assert res.returncode == 0 and "is not running" in res.stdout
     finally:
         subprocess.run(["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, capture_output=True)
+
+
+def shell_check(function: str, pid: int) -> bool:
+    """Run one of process-owned.sh.j2's functions (runs, group_runs) on `pid` under bash."""
+    script = render_template("process-owned.sh.j2") + f'\n{function} "$1"\n'
+    done = subprocess.run(["bash", "-c", script, "check", str(pid)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_zombie_server_and_a_group_of_zombies_do_not_run():
+    """An exited process nobody reaped yet answers `kill -0`, so status would call a dead
+    server running and stop.sh would wait out its grace on a group of zombies (a host whose
+    PID 1 does not reap keeps them for good): runs/group_runs read the process state."""
+    server = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        assert shell_check("runs", server.pid) and shell_check("group_runs", server.pid)
+        os.kill(server.pid, signal.SIGKILL)
+        wait_until(lambda: not alive(server.pid), "the server is a zombie", timeout=10)
+        os.kill(server.pid, 0)  # still there for kill -0: a zombie until we reap it
+        os.killpg(server.pid, 0)
+        assert not shell_check("runs", server.pid)
+        assert not shell_check("group_runs", server.pid)
+    finally:
+        server.kill()
+        server.wait()
+    assert not shell_check("runs", server.pid)
