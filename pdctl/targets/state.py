@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -109,6 +110,37 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
         if (o.host, o.name) not in wanted:
             changes.append(Change(o.host, o.name, "-", "stop", "no longer in the spec"))
     return changes
+
+
+def whole_groups(changes: list[Change], leaders: Mapping[str, str | None]) -> list[Change]:
+    """A multi-node group restarts as one: when a node of a group is not running (or is
+    restarted), every other node that would be kept is restarted with it, and a stopped node
+    is restarted rather than started alone (a node cannot rejoin a running vLLM group; a
+    half-restarted group hangs). `leaders`: unit -> its group's leader (None: its own group).
+    A node that is new (never deployed) is started; a group whose nodes all start starts as
+    one anyway."""
+    group = {c.unit: leaders.get(c.unit) or c.unit for c in changes}
+    members: dict[str, list[Change]] = {}
+    for c in changes:
+        if c.action != "stop":
+            members.setdefault(group[c.unit], []).append(c)
+    cause: dict[str, str] = {}  # group -> why its kept nodes restart
+    for name, nodes in members.items():
+        moved = [c for c in nodes if c.action in ("start", "restart") and c.why != "new"]
+        if len(nodes) > 1 and moved and any(c.action != "start" for c in nodes):
+            first = moved[0]
+            state = "is not running" if first.action == "start" else "restarts"
+            cause[name] = f"restart: {first.unit} of its multi-node group {state} (one group)"
+    out = []
+    for c in changes:
+        why = cause.get(group[c.unit]) if c.action != "stop" else None
+        if why and c.action == "keep":
+            out.append(Change(c.host, c.unit, c.role, "restart", why))
+        elif why and c.action == "start" and c.why != "new":
+            out.append(Change(c.host, c.unit, c.role, "restart", c.why))
+        else:
+            out.append(c)
+    return out
 
 
 def parse_observed(host: str, text: str) -> list[Observed]:

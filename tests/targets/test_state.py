@@ -7,7 +7,14 @@ from pathlib import Path
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.state import Observed, desired_units, diff, parse_observed, script_digest
+from pdctl.targets.state import (
+    Observed,
+    desired_units,
+    diff,
+    parse_observed,
+    script_digest,
+    whole_groups,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +68,67 @@ def test_parse_observed_ignores_noise():
         Observed("h", "u2", "", False, "-", state="stopped"),
         Observed("h", "c", "x", True, "ab12", restarts=3, state="running"),
     ]
+
+
+def group_changes(observed_states: dict[str, tuple[bool, str]]):
+    """The whole-group change plan of the multi-node example; observed_states: unit ->
+    (running, hash or '' for the desired one)."""
+    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    units = desired_units(plan, bundle)
+    observed = [
+        Observed(
+            u.host.name,
+            u.name,
+            observed_states[u.name][1] or u.hash,
+            *observed_states[u.name][:1],
+            "7",
+        )
+        for u in units
+        if u.name in observed_states
+    ]
+    leaders = {u.unit.name: u.unit.leader for u in bundle.units}
+    return units, {c.unit: c for c in whole_groups(diff(units, observed), leaders)}
+
+
+def test_a_stopped_worker_restarts_its_whole_group():
+    """A headless node that died cannot rejoin its running leader: up restarts the group as
+    one (the kept leader too), never starts the worker alone."""
+    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    names = [u.unit.name for u in bundle.units]
+    leader = next(u.unit.name for u in bundle.units if not u.unit.leader)
+    worker = next(u.unit.name for u in bundle.units if u.unit.leader)
+    states = {n: (True, "") for n in names}
+    states[worker] = (False, "")
+    _, changes = group_changes(states)
+    assert changes[worker].action == "restart" and changes[worker].why == "not running"
+    assert changes[leader].action == "restart"
+    assert changes[leader].why == (
+        f"restart: {worker} of its multi-node group is not running (one group)"
+    )
+
+
+def test_a_group_that_runs_or_is_all_new_is_left_as_diff_says():
+    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    names = [u.unit.name for u in bundle.units]
+    _, running = group_changes({n: (True, "") for n in names})
+    assert {c.action for c in running.values()} == {"keep"}
+    _, new = group_changes({})
+    assert {(c.action, c.why) for c in new.values()} == {("start", "new")}
+    stopped = {n: (False, "") for n in names}
+    _, after_reboot = group_changes(stopped)  # every node down: they start together
+    assert {(c.action, c.why) for c in after_reboot.values()} == {("start", "not running")}
+
+
+def test_one_changed_node_restarts_the_others_of_its_group():
+    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    names = [u.unit.name for u in bundle.units]
+    leader = next(u.unit.name for u in bundle.units if not u.unit.leader)
+    states = {n: (True, "") for n in names}
+    states[leader] = (True, "old")
+    _, changes = group_changes(states)
+    assert changes[leader].why == "spec changed"
+    others = [changes[n] for n in names if n != leader]
+    assert others and all(c.action == "restart" for c in others)
+    assert all(
+        c.why == f"restart: {leader} of its multi-node group restarts (one group)" for c in others
+    )

@@ -33,6 +33,7 @@ from pdctl.targets.state import (
     overdue,
     restarted,
     supervision,
+    whole_groups,
 )
 
 __all__ = ["HostsTarget", "Outcome", "StatusRow", "UnitFailure", "UpFailed", "endpoints"]
@@ -83,7 +84,12 @@ class HostsTarget(Closing):
 
     def changes(self) -> list[Change]:
         self.fleet.connect()
-        return self.repairs(diff(self.desired(), seen := self.fleet.observed()), seen)
+        return self.planned(self.fleet.observed())
+
+    def planned(self, seen: list[Observed]) -> list[Change]:
+        """The changes from what runs (`seen`): the diff, the repairs, whole groups."""
+        leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
+        return whole_groups(self.repairs(diff(self.desired(), seen), seen), leaders)
 
     def repairs(self, changes: list[Change], seen: list[Observed]) -> list[Change]:
         """A kept unit whose server has run past START_GRACE and does not answer its health
@@ -128,7 +134,7 @@ class HostsTarget(Closing):
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
         # One up/down at a time: the changes to make must be the ones read before the lock.
         locked = self.fleet.lock()
-        if self.repairs(diff(self.desired(), locked), locked) != changes:
+        if self.planned(locked) != changes:
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
                 "up or down?); nothing was changed: run `pdctl up` again"
