@@ -120,7 +120,7 @@ def up(
             if dry_run == "server" and caps.server_dry_run:
                 changes = target.diff()[0]  # the API server's dry run (dryRun=All)
             else:
-                changes = target.changes()
+                changes = target.changes(grace=timeout)
         except Unreachable as exc:
             raise PdctlError(f"{exc.line()}; check the address, or {OFFLINE_HINT}") from None
         result = Up(kind, changes)

@@ -59,7 +59,11 @@ def register(app: typer.Typer) -> None:
             "rest; still exit 1. Without it a failure undoes the whole run.",
         ),
         timeout: int = typer.Option(
-            900, "--timeout", min=1, help="Seconds each stage may take to become healthy."
+            900,
+            "--timeout",
+            min=1,
+            help="Seconds each stage may take to become healthy; a process unit that has run "
+            "longer and does not answer is restarted.",
         ),
         output: str = typer.Option(
             "table",

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
-from pdctl.targets.state import Change
+from pdctl.targets.state import START_GRACE, Change
 
 if TYPE_CHECKING:
     from pdctl.targets.docker.transport import DockerAccess
@@ -195,8 +195,11 @@ class Target(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    def changes(self) -> list[Change]:
-        """Connect and compare the bundle with what runs: one Change per unit or object."""
+    def changes(self, grace: float = START_GRACE) -> list[Change]:
+        """Connect and compare the bundle with what runs: one Change per unit or object.
+        `grace`: how long a process unit's server may run without answering its health
+        probe before it is planned as a restart (`up --timeout`; hosts only: containers and
+        pods restart by their own policy and probes)."""
         ...
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:

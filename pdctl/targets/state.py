@@ -166,15 +166,16 @@ def parse_observed(host: str, text: str) -> list[Observed]:
 START_GRACE = 900
 
 
-def overdue(o: Observed | None) -> bool:
-    """Running past START_GRACE: a failed health probe means not answering."""
-    return o is not None and o.running and o.age is not None and o.age > START_GRACE
+def overdue(o: Observed | None, grace: float = START_GRACE) -> bool:
+    """Running past `grace` seconds: a failed health probe means not answering."""
+    return o is not None and o.running and o.age is not None and o.age > grace
 
 
 def not_answering(c: Change, detail: str, o: Observed) -> Change:
     """The restart `up` plans for a kept unit whose server does not answer past the grace."""
-    since = o.age // 60 if o.age is not None else 0
-    why = f"restart: not answering ({detail}) after {since} min running"
+    age = o.age or 0
+    since = f"{age // 60} min" if age >= 120 else f"{age} s"
+    why = f"restart: not answering ({detail}) after {since} running"
     return Change(c.host, c.unit, c.role, "restart", why)
 
 

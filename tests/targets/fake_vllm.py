@@ -22,6 +22,9 @@ With FAKE_VLLM_MEET=DIR:ME:OTHER a /health request is answered only while anothe
 /health request is in flight too: it creates DIR/ME and answers 200 once DIR/OTHER exists; if
 the client gives up first, DIR/ME is removed again (to test that probes run concurrently,
 without timing).
+
+With FAKE_VLLM_SICK=PATH /health answers 503 while PATH holds this process's pid (a server that
+runs but stopped answering; the one started in its place answers again).
 """
 
 import json
@@ -149,6 +152,13 @@ def main(argv: list[str]) -> int:
     api_key = opts.get("--api-key") or os.environ.get("VLLM_API_KEY") or None
     body = json.dumps({"object": "list", "data": [{"id": name, "object": "model"}]}).encode()
 
+    def sick() -> bool:
+        path = os.environ.get("FAKE_VLLM_SICK", "")
+        try:
+            return bool(path) and open(path).read().strip() == str(os.getpid())
+        except OSError:
+            return False
+
     class Handler(BaseHTTPRequestHandler):
         def authorized(self) -> bool:
             path = self.path.split("?", 1)[0]
@@ -165,7 +175,7 @@ def main(argv: list[str]) -> int:
             elif self.path == "/health" and os.environ.get("FAKE_VLLM_MEET"):
                 self.meet(*os.environ["FAKE_VLLM_MEET"].rsplit(":", 2))
             elif self.path == "/health":
-                self.send_response(200)
+                self.send_response(503 if sick() else 200)
                 self.end_headers()
             elif self.path == "/v1/models":
                 self.send_response(200)

@@ -26,7 +26,7 @@ from pdctl.targets.docker.transport import DockerAccess, check
 from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import API_KEY_ENV, Health, probe
 from pdctl.targets.outcome import NO_LOG_NOTE, WHY_NO_LOG, NoLog, Outcome
-from pdctl.targets.state import Change, restarted
+from pdctl.targets.state import START_GRACE, Change, restarted
 
 
 @dataclass
@@ -102,7 +102,7 @@ class ContainerHosts(Closing):
                     stage=self.stage,
                 )
 
-    def changes(self) -> list[Change]:
+    def changes(self, grace: float = START_GRACE) -> list[Change]:
         self.connect()
         out: list[Change] = []
         # A container seen through two spec hosts sharing one engine is one host's (found):

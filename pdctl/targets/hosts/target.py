@@ -24,6 +24,7 @@ from pdctl.targets.hosts.rollout import Rollout
 from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
 from pdctl.targets.ssh import HostLost, SshOptions
 from pdctl.targets.state import (
+    START_GRACE,
     Change,
     Desired,
     Observed,
@@ -82,24 +83,24 @@ class HostsTarget(Closing):
                 ports.setdefault(d.host.name, []).append((d.name, d.port))
         return ports
 
-    def changes(self) -> list[Change]:
+    def changes(self, grace: float = START_GRACE) -> list[Change]:
         self.fleet.connect()
-        return self.planned(self.fleet.observed())
+        return self.planned(self.fleet.observed(), grace)
 
-    def planned(self, seen: list[Observed]) -> list[Change]:
+    def planned(self, seen: list[Observed], grace: float) -> list[Change]:
         """The changes from what runs (`seen`): the diff, the repairs, whole groups."""
         leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
-        return whole_groups(self.repairs(diff(self.desired(), seen), seen), leaders)
+        return whole_groups(self.repairs(diff(self.desired(), seen), seen, grace), leaders)
 
-    def repairs(self, changes: list[Change], seen: list[Observed]) -> list[Change]:
-        """A kept unit whose server has run past START_GRACE and does not answer its health
-        probe is restarted (never kept and waited on)."""
+    def repairs(self, changes: list[Change], seen: list[Observed], grace: float) -> list[Change]:
+        """A kept unit whose server has run past `grace` seconds and does not answer its
+        health probe is restarted (never kept and waited on)."""
         observed = {(o.host, o.name): o for o in seen}
         desired = {(d.host.name, d.name): d for d in self.desired()}
         out = []
         for c in changes:
             o, d = observed.get((c.host, c.unit)), desired.get((c.host, c.unit))
-            if c.action == "keep" and d and d.port is not None and o and overdue(o):
+            if c.action == "keep" and d and d.port is not None and o and overdue(o, grace):
                 h = self.fleet.ops[c.host].probe(
                     d.port,
                     self.plan.served_name,
@@ -134,7 +135,7 @@ class HostsTarget(Closing):
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""
         # One up/down at a time: the changes to make must be the ones read before the lock.
         locked = self.fleet.lock()
-        if self.planned(locked) != changes:
+        if self.planned(locked, timeout) != changes:
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
                 "up or down?); nothing was changed: run `pdctl up` again"

@@ -19,7 +19,7 @@ from pdctl.targets.kube.diff import ObjectDiff
 from pdctl.targets.kube.discovery import Resource
 from pdctl.targets.kube.status import pod_logs, pod_ready, status_rows
 from pdctl.targets.outcome import Outcome
-from pdctl.targets.state import Change
+from pdctl.targets.state import START_GRACE, Change
 
 # A change to an object in the words `up` prints (create, update, unchanged, prune).
 WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop": "prune"}
@@ -57,7 +57,7 @@ class KubeTarget(KubeApi, Closing):
     def interrupts(self) -> None:
         return None
 
-    def changes(self) -> list[Change]:
+    def changes(self, grace: float = START_GRACE) -> list[Change]:
         """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...)."""
         return [
             Change(self.namespace, f"{kind}/{name}", kind, ACTIONS[word], word)  # type: ignore[arg-type]

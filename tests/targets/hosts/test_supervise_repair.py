@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
+from tests.helpers import wait_until
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -51,3 +53,46 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
         assert int(rows[0]["pid"]) != server
     finally:
         pdctl("down", str(spec), *known)
+
+
+def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+):
+    """A server that runs but no longer answers its health probe: within `up --timeout` it
+    is still starting (kept); past it, `up` restarts it with the probe's answer and how long
+    it ran. `status` (no --timeout) keeps the 900 s grace."""
+    sick = tmp_path / "sick"  # /health answers 503 while this file holds the server's pid
+    port = free_port()
+    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))
+    engine = {"device": "cpu", "env": {"FAKE_VLLM_SICK": str(sick)}}
+    spec = write_spec(
+        tmp_path / "spec.yaml", stand_in_spec("slow", [host], {"port": port}, engine=engine)
+    )
+    known = ["--known-hosts", ssh_env.known_hosts]
+    try:
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
+        assert up.returncode == 0, up.stdout + up.stderr
+        server = (tmp_path / "lo1" / "slow" / "slow-serve-0" / "pid").read_text().strip()
+        sick.write_text(server)
+
+        within = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "300")
+        assert "unchanged, running" in within.stdout, within.stdout
+        wait_until(lambda: age_of(server) > 3, "the server has run 3 s", step=0.5)
+        past = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "2")
+        assert "restart: not answering (/health answered 503) after" in past.stdout, past.stdout
+        assert " s running" in past.stdout, past.stdout
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert rows[0]["state"] == "running", rows  # within status's 900 s grace
+
+        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "2")
+        assert again.returncode == 0, again.stdout + again.stderr
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert (rows[0]["health"], rows[0]["pid"] != server) == ("healthy", True), rows
+    finally:
+        pdctl("down", str(spec), *known)
+
+
+def age_of(pid: str) -> int:
+    """Seconds process `pid` has run (ps etimes, as the observe script reads it)."""
+    out = subprocess.run(["ps", "-o", "etimes=", "-p", pid], capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
