@@ -93,8 +93,11 @@ start_dockerd() {
 # A host whose PID 1 is systemd: a Debian container (rootfs by debootstrap, imported once and
 # kept as pdctl-test/systemd:$SYSTEMD_IMAGE_REV) on the real dockerd, in its own network namespace
 # reached over a veth at 10.77.3.2 (plumbed again after every container start: tests restart it
-# to play a reboot), sshd trusting $RUN/ssh/client_key with a known host key.
-SYSTEMD_IMAGE_REV=1
+# to play a reboot), sshd trusting $RUN/ssh/client_key with a known host key, for root and for
+# $SYSTEMD_USER, a user with lingering (its user manager runs from boot with no login: the
+# user units pdctl installs when it is not root).
+SYSTEMD_IMAGE_REV=2
+SYSTEMD_USER=pdu
 SYSTEMD_IMAGE=pdctl-test/systemd:$SYSTEMD_IMAGE_REV
 SYSTEMD_NAME=pdctl-test-systemd1
 SYSTEMD_ADDR=10.77.3.2
@@ -104,7 +107,7 @@ systemd_image() {
   command -v debootstrap >/dev/null || { echo "debootstrap not installed; no systemd host" >&2; return 1; }
   local root=$RUN/systemd-rootfs
   rm -rf "$root"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,openssh-server,python3,procps,iproute2 \
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,libpam-systemd,dbus,openssh-server,python3,procps,iproute2 \
     bookworm "$root" http://deb.debian.org/debian >"$RUN/systemd-debootstrap.log" 2>&1
   rm -f "$root"/etc/ssh/ssh_host_*
   cat >"$root/etc/ssh/sshd_config" <<'CONF'
@@ -112,7 +115,7 @@ HostKey /etc/ssh/host_key
 PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-AuthorizedKeysFile /etc/ssh/authorized_keys
+AuthorizedKeysFile /etc/ssh/authorized_keys .ssh/authorized_keys
 StrictModes no
 UsePAM no
 MaxSessions 64
@@ -124,6 +127,10 @@ CONF
       systemd-resolved.service systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer; do
     ln -sf /dev/null "$root/etc/systemd/system/$u"
   done
+  # The user: '*' (no password, not locked: sshd without PAM refuses a locked account), and the
+  # file `loginctl enable-linger` writes.
+  useradd --root "$root" -m -s /bin/bash -p '*' "$SYSTEMD_USER"
+  mkdir -p "$root/var/lib/systemd/linger" && touch "$root/var/lib/systemd/linger/$SYSTEMD_USER"
   tar -C "$root" -c . | "${docker[@]}" import -c 'CMD ["/lib/systemd/systemd"]' - "$SYSTEMD_IMAGE" >/dev/null
   rm -rf "$root"
 }
@@ -154,6 +161,10 @@ start_systemd() {
     --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock \
     -v "$d/host_sys1:/etc/ssh/host_key:ro" -v "$d/authorized_keys:/etc/ssh/authorized_keys:ro" \
     "${vllm[@]}" "$SYSTEMD_IMAGE" >/dev/null
+  # The user's key file: sshd reads it as the user, who cannot read the root-only mounted one.
+  "${docker[@]}" exec "$SYSTEMD_NAME" sh -c "install -d -o $SYSTEMD_USER -g $SYSTEMD_USER -m 700 \
+    /home/$SYSTEMD_USER/.ssh && install -o $SYSTEMD_USER -g $SYSTEMD_USER -m 600 \
+    /etc/ssh/authorized_keys /home/$SYSTEMD_USER/.ssh/authorized_keys"
   systemd_net
   echo "$SYSTEMD_ADDR $(cut -d' ' -f1,2 "$d/host_sys1.pub")" >>"$d/known_hosts"
   echo "export PDCTL_TEST_SYSTEMD_HOST=$SYSTEMD_ADDR" >"$RUN/systemd.env"

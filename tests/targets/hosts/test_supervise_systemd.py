@@ -22,6 +22,7 @@ DOCKER = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
 DATA = "/var/lib/pdctl-test"
 VENV = "/opt/fake"
 SERVICES = Path(__file__).resolve().parents[2] / "services.sh"
+USER = "pdu"  # a non-root user with lingering on the systemd host (tests/services.sh)
 
 
 def sh(cmd: str) -> str:
@@ -52,15 +53,15 @@ def host():
     return ADDRESS
 
 
-def spec_of(tmp_path: Path, name: str, port: int) -> Path:
+def spec_of(tmp_path: Path, name: str, port: int, user: str = "root", data: str = DATA) -> Path:
     entry = {
         "name": "sys1",
         "address": ADDRESS,
-        "user": "root",
+        "user": user,
         "identityFile": os.environ["PDCTL_TEST_SSH_KEY"],
         "runtime": "venv",
         "venv": VENV,
-        "dataDir": DATA,
+        "dataDir": data,
         "supervise": "systemd",
     }
     return write_spec(tmp_path / "spec.yaml", stand_in_spec(name, [entry], {"port": port}))
@@ -75,8 +76,12 @@ def row(spec: Path) -> dict:
     return json.loads(out.stdout)["instances"][0]
 
 
-def show(service: str) -> dict[str, str]:
-    text = sh(f"systemctl show -p ActiveState -p Result -p NRestarts -p MainPID {service}")
+def show(service: str, user: str = "") -> dict[str, str]:
+    """A unit's systemctl properties (`user`: the user manager of that user)."""
+    ctl = "systemctl"
+    if user:
+        ctl = f"runuser -u {user} -- env XDG_RUNTIME_DIR=/run/user/$(id -u {user}) systemctl --user"
+    text = sh(f"{ctl} show -p ActiveState -p Result -p NRestarts -p MainPID {service}")
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
@@ -150,3 +155,49 @@ def test_crash_loop_stops_at_the_start_limit(host, tmp_path: Path):
     finally:
         sh(f"[ -f {VENV}/bin/vllm.ok ] && mv {VENV}/bin/vllm.ok {VENV}/bin/vllm")
         pdctl("down", str(spec), *known())
+
+
+def test_user_units_of_a_lingering_user(host, tmp_path: Path):
+    """pdctl as a non-root user (USER, lingering; made by tests/services.sh): user units under
+    ~/.config/systemd/user, restarted by the user's manager, started again at boot (lingering
+    starts the user manager with no login), and `down` leaves none."""
+    home = f"/home/{USER}"
+    spec = spec_of(tmp_path, "usr", 18321, user=USER, data=f"{home}/pdctl-test")
+    service = "pdctl-usr-usr-serve-0.service"
+    unit_file = f"{home}/.config/systemd/user/{service}"
+    preflight = pdctl("preflight", str(spec), "-o", "json", "--no-transfer", *known())
+    checks = {c["check"]: c for c in json.loads(preflight.stdout)["findings"]}
+    assert checks["host.supervise"]["status"] == "PASS", checks["host.supervise"]
+    assert f"user units of {USER}" in checks["host.supervise"]["found"]
+    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        assert sh(f"cat {home}/pdctl-test/usr/usr-serve-0/systemd") == f"user {service}\n"
+        first = row(spec)
+        assert (first["state"], first["supervisor"]) == ("running", "systemd"), first
+        assert sh(f"stat -c %U {unit_file}").strip() == USER
+        assert sh(f"ls /etc/systemd/system/{service} 2>/dev/null") == ""  # not a system unit
+
+        sh(f"kill -9 {first['pid']}")
+        until(
+            "the user manager's restart",
+            lambda: (u := show(service, USER))["NRestarts"] == "1" and u["ActiveState"] == "active",
+        )
+        again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
+        assert again["state"] == "running (restarted 1 time)", again
+
+        reboot()
+        until(
+            "the user unit after the reboot",
+            lambda: show(service, USER).get("ActiveState") == "active",
+        )
+        back = until(
+            "health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r
+        )
+        assert back["state"] == "running", back
+    finally:
+        down = pdctl("down", str(spec), *known())
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert sh(f"ls {unit_file} 2>/dev/null; find {home}/.config/systemd -name 'pdctl-*'") == ""
+    assert sh(f"pgrep -u {USER} -f /opt/fak[e] || true") == ""
+    assert sh(f"ls -A {home}/pdctl-test 2>/dev/null") == ""
