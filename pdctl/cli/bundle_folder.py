@@ -58,9 +58,9 @@ def refuse_place(out: Path) -> None:
         raise _no(f"--output-dir {out} is a file, not a folder", "choose a folder")
     real = Path(os.path.realpath(out))
     what = "the root folder" if real == Path(real.anchor) else ""
-    for place, name in (("~", "your home folder"), (".", "the working folder")):
+    for where, name in (("~", "your home folder"), (".", "the working folder")):
         with contextlib.suppress(OSError):
-            place = Path(os.path.realpath(os.path.expanduser(place)))
+            place = Path(os.path.realpath(os.path.expanduser(where)))
             if not what and (real == place or real in place.parents):
                 what = name if real == place else f"a parent of {name}"
     if what:
@@ -110,7 +110,8 @@ def write(bundle: Bundle, name: str, out: Path, say: Callable[[str], None]) -> W
         _put(stage / (MANIFEST + ".all"), json.dumps(wide, indent=1) + "\n", 0o644)
         for artifact in bundle:
             _put(stage / artifact.path, artifact.text, 0o755 if artifact.executable else 0o644)
-        moves = [(MANIFEST, MANIFEST + ".all"), *((p, p) for p in paths)]
+        moves: list[tuple[str, str | None]] = [(MANIFEST, MANIFEST + ".all")]
+        moves += [(p, p) for p in paths]
         moves += [(p, None) for p in drop + legacy] + [(MANIFEST, MANIFEST)]
         try:
             _commit(out, stage, moves)
