@@ -214,17 +214,22 @@ def _put(path: Path, text: str, mode: int) -> None:
 
 
 def _commit(out: Path, stage: Path, moves: list[tuple[str, str | None]]) -> None:
-    """Rename each staged file to its path (None: only move the old one aside), the old file
-    into the staging folder first; on an error, rename everything back."""
+    """Rename each staged file over its path (None: move the old one aside); the old file is
+    kept aside in the staging folder first; on an error, rename everything back."""
     done: list[tuple[Path, Path]] = []
     made: list[Path] = []
     path = ""
     try:
         for i, (path, staged) in enumerate(moves):
             target = out / path
-            if _is_file(target):
-                os.rename(target, stage / f"{_MOVE_ASIDE}{i}")
-                done.append((target, stage / f"{_MOVE_ASIDE}{i}"))
+            if _is_file(target):  # kept aside: a second link (no moment without it) or moved
+                aside = stage / f"{_MOVE_ASIDE}{i}"
+                with contextlib.suppress(OSError):
+                    if staged:
+                        os.link(target, aside, follow_symlinks=False)
+                if not os.path.lexists(aside):
+                    target.rename(aside)
+                done.append((target, aside))
             if staged is not None:
                 for parent in reversed(target.relative_to(out).parents[:-1]):
                     if not os.path.lexists(out / parent):
