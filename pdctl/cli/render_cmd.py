@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--output-dir",
             metavar="DIR",
-            help="Write the bundle as files under DIR (as `helm template --output-dir`).",
+            help="Write the bundle as files under DIR (as `helm template --output-dir`), "
+            "staged, then renamed into place, with a .pdctl-manifest of what pdctl wrote.",
         ),
         phase: int | None = PHASE,
         target: str | None = TARGET,

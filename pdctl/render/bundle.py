@@ -4,7 +4,8 @@ objects as dicts in apply order) and as artifacts ({relative path: text}, in a s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -132,14 +133,50 @@ class Bundle:
         return "\n".join(parts)
 
 
-MANIFEST_HEADER = (
-    "# files pdctl render --output-dir wrote here; the next render removes the ones it drops"
-)
+MANIFEST = ".pdctl-manifest"
 
 
-def manifest(paths: list[str] | tuple[str, ...]) -> str:
-    """The text of a bundle folder's file list (`.pdctl-files`): one relative path a line."""
-    return MANIFEST_HEADER + "\n" + "".join(f"{p}\n" for p in sorted(set(paths)))
+def folder_manifest(bundle: Bundle, name: str, version: str) -> dict[str, Any]:
+    """What `render --output-dir` writes as `.pdctl-manifest`: the deployment, the pdctl version
+    and every file it wrote with its sha256 and mode."""
+    files = {
+        a.path: {
+            "sha256": hashlib.sha256(a.text.encode()).hexdigest(),
+            "mode": "0755" if a.executable else "0644",
+        }
+        for a in bundle
+    }
+    return {"pdctl": version, "deployment": name, "files": dict(sorted(files.items()))}
+
+
+def parse_folder_manifest(text: str) -> tuple[str, dict[str, Any]]:
+    """(deployment, files) of a `.pdctl-manifest`; ValueError for one that is damaged or names a
+    path outside the folder."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not (isinstance(doc, dict) and isinstance(doc.get("deployment"), str)):
+        raise ValueError("no deployment name")
+    files = doc.get("files")
+    if not isinstance(files, dict):
+        raise ValueError("no files")
+    for path in files:
+        why = bad_path(path)
+        if why is not None:
+            raise ValueError(f"{path!r}: {why}")
+    return doc["deployment"], files
+
+
+def folder_changes(
+    old: Collection[str] | None, new: Collection[str], present: Collection[str]
+) -> tuple[list[str], list[str]]:
+    """(the files of the previous render the new one drops, the files present where it writes
+    that pdctl did not write). `old` None: a bundle of an older pdctl that kept no list, whose
+    files at the new paths are its own and which removes nothing."""
+    if old is None:
+        return [], []
+    return sorted(set(old) - set(new)), sorted(p for p in present if p not in old)
 
 
 def bad_path(path: str) -> str | None:
@@ -155,8 +192,8 @@ def bad_path(path: str) -> str | None:
 
 
 def parse_manifest(text: str) -> tuple[str, ...]:
-    """The paths of a `.pdctl-files` text; ValueError("line N: PATH: why") for a line that does
-    not name a file inside the folder (a damaged or planted list)."""
+    """The paths of a `.pdctl-files` text (an older pdctl's list); ValueError("line N: PATH:
+    why") for a line that does not name a file inside the folder (a damaged or planted list)."""
     paths = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line or line.startswith("#"):

@@ -3,6 +3,7 @@ render --output-dir / init -o that never clobber or trace back."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -189,12 +190,12 @@ def test_render_output_refuses_another_deployments_bundle(
     assert run(["render", str(spec), "--output-dir", str(out)], capsys)[0] == 0
     again = run(["render", str(spec), "--output-dir", str(out)], capsys)
     assert again[0] == 0  # its own: rewritten
-    assert (out / ".pdctl-bundle").read_text() == "demo\n"
+    assert json.loads((out / ".pdctl-manifest").read_text())["deployment"] == "demo"
     other = tmp_path / "other.yaml"
     other.write_text(spec_text().replace("name: demo", "name: other"))
     code, _, err = run(["render", str(other), "--output-dir", str(out)], capsys)
     assert code == 2 and "holds the bundle of deployment 'demo'" in err
-    assert (out / ".pdctl-bundle").read_text() == "demo\n"
+    assert json.loads((out / ".pdctl-manifest").read_text())["deployment"] == "demo"
 
 
 def test_render_output_unwritable_is_one_line(

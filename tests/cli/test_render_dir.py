@@ -4,14 +4,14 @@ files."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from pdctl.render.bundle import folder_changes, parse_folder_manifest
 from tests.conftest import ROOT
 from tests.helpers import run_cli
 
@@ -36,6 +36,10 @@ def refused(spec: Path, out: Path | str, capsys: pytest.CaptureFixture[str], phr
     code, err = render(spec, out, capsys)
     assert code == 2, err
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and phrase in err, err
+
+
+def listed(out: Path) -> dict[str, dict[str, str]]:
+    return json.loads((out / ".pdctl-manifest").read_text())["files"]
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -74,8 +78,7 @@ def test_files_the_new_bundle_drops_are_removed_and_only_those(
     assert not (out / SERVE.format(1)).exists()
     assert (out / "hosts" / "gpu-a" / "qwen-docker-serve-1" / "notes.txt").read_text() == "keep\n"
     assert (out / SERVE.format(0)).is_file()
-    listed = (out / ".pdctl-files").read_text().splitlines()[1:]
-    assert listed == [
+    assert list(listed(out)) == [
         "hosts/gpu-a/qwen-docker-serve-0/start.sh",
         "hosts/gpu-a/qwen-docker-serve-0/stop.sh",
     ]
@@ -120,7 +123,7 @@ def test_an_older_bundle_without_a_list_keeps_every_file_it_does_not_rewrite(
     assert (out / SERVE.format(0)).read_text() != "old script\n"
     assert (out / "hosts" / "gpu-a" / "gone.sh").read_text() == "maybe pdctl's, maybe not\n"
     assert (out / "NOTES.md").read_text() == "notes\n"
-    assert "hosts/gpu-a/gone.sh" not in (out / ".pdctl-files").read_text()
+    assert "hosts/gpu-a/gone.sh" not in listed(out) and not (out / ".pdctl-bundle").exists()
 
 
 def test_a_symlinked_output_folder_is_refused(
@@ -190,19 +193,19 @@ def test_a_symlinked_or_planted_file_list_removes_nothing_outside(
     (victim / "precious").write_text("precious\n")
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
-    files = out / ".pdctl-files"
-    listed = files.read_text()
+    files = out / ".pdctl-manifest"
+    doc = json.loads(files.read_text())
     # A list naming a path outside the folder is refused before anything changes.
-    files.write_text("# list\n../victim/precious\n")
+    files.write_text(json.dumps({**doc, "files": {"../victim/precious": {}}}))
     refused(spec, out, capsys, "the list of pdctl's files is damaged")
     # A list that is a link is not read.
     files.unlink()
-    (victim / "list").write_text("# list\nprecious\n")
+    (victim / "list").write_text(json.dumps({**doc, "files": {"precious": {}}}))
     files.symlink_to(victim / "list")
-    refused(spec, out, capsys, ".pdctl-files is a symbolic link")
+    refused(spec, out, capsys, ".pdctl-manifest is a symbolic link")
     # A listed file behind a symlinked folder inside the bundle is not removed through it.
     files.unlink()
-    files.write_text(listed + "sub/precious\n")
+    files.write_text(json.dumps({**doc, "files": {**doc["files"], "sub/precious": {}}}))
     (out / "sub").symlink_to(victim)
     assert render(spec, out, capsys)[0] == 0
     assert (victim / "precious").read_text() == "precious\n"
@@ -222,37 +225,29 @@ def test_a_symlinked_folder_where_pdctl_writes_is_refused(
     assert os.listdir(victim) == []
 
 
-def dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-def stage(out: Path, name: str, pid: int, age: float = 0.0, host: str = "") -> Path:
+def stage(out: Path, name: str) -> Path:
+    """A staging folder a killed render left (`.pdctl-render` is its marker)."""
     folder = out / f".pdctl-render-{name}"
     (folder / "hosts").mkdir(parents=True)
     (folder / "hosts" / "start.sh").write_text("half written")
-    marker = folder / ".pdctl-render"
-    marker.write_text(f"pdctl-render {pid} {host or socket.gethostname()}\n")
-    if age:
-        then = time.time() - age
-        os.utime(marker, (then, then))
+    (folder / ".pdctl-render").write_text("pdctl-render 123 a-host\n")
     return folder
 
 
-def test_staging_folders_of_killed_runs_are_removed(
+def test_staging_folders_of_killed_runs_are_removed_and_no_other(
     spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
-    dead = stage(out, "dead0000", dead_pid())
-    old = stage(out, "old00000", os.getpid(), age=2 * 3600)
-    other_host = stage(out, "away0000", 1, age=2 * 3600, host="another-machine")
+    dead, empty = stage(out, "dead0000"), out / ".pdctl-render-empty000"
+    empty.mkdir()
+    unmarked = out / ".pdctl-render-mine0000"
+    unmarked.mkdir()
+    (unmarked / "data").write_text("not pdctl's\n")
     code, err = render(spec, out, capsys)
     assert code == 0, err
-    assert not dead.exists() and not old.exists() and not other_host.exists()
-    assert f"removed {dead}" in err
-    assert not [e for e in os.listdir(out) if e.startswith(".pdctl-render")]
+    assert not dead.exists() and not empty.exists() and f"removed {dead}" in err
+    assert (unmarked / "data").read_text() == "not pdctl's\n"
 
 
 def test_a_killed_run_in_a_new_folder_does_not_block_the_next(
@@ -260,29 +255,9 @@ def test_a_killed_run_in_a_new_folder_does_not_block_the_next(
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    stage(out, "dead0000", dead_pid())
+    stage(out, "dead0000")
     assert render(spec, out, capsys)[0] == 0
-    assert sorted(os.listdir(out)) == [".pdctl-bundle", ".pdctl-files", "hosts"]
-
-
-def test_a_fresh_staging_folder_of_a_running_render_is_kept(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "out"
-    assert render(spec, out, capsys)[0] == 0
-    with subprocess.Popen(["sleep", "60"]) as running:
-        try:
-            live = stage(out, "live0000", running.pid)
-            other_host = stage(out, "away0000", 1, host="another-machine")
-            unmarked = out / ".pdctl-render-mine0000"
-            unmarked.mkdir()
-            (unmarked / "data").write_text("not pdctl's\n")
-            assert render(spec, out, capsys)[0] == 0
-        finally:
-            running.kill()
-    assert (live / "hosts" / "start.sh").read_text() == "half written"
-    assert (other_host / ".pdctl-render").is_file()
-    assert (unmarked / "data").read_text() == "not pdctl's\n"
+    assert sorted(os.listdir(out)) == [".pdctl-manifest", "hosts"]
 
 
 def test_a_render_already_writing_the_folder_stops_the_second(
@@ -290,6 +265,7 @@ def test_a_render_already_writing_the_folder_stops_the_second(
 ) -> None:
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
+    live = stage(out, "live0000")  # the running render's staging folder
     before = tree(out)
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -299,15 +275,66 @@ def test_a_render_already_writing_the_folder_stops_the_second(
         os.close(fd)
     assert code == 1 and "another pdctl render is writing this folder" in err
     assert len(err.splitlines()) == 1
-    assert tree(out) == before
+    assert tree(out) == before and live.is_dir()
 
 
-def test_a_new_folder_gets_exactly_the_bundle(
+def test_a_new_folder_gets_exactly_the_bundle_and_its_manifest(
     spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "deep" / "out"
     assert render(spec, out, capsys)[0] == 0
     scripts = [SERVE.format(i).replace("start", name) for i in (0, 1) for name in ("start", "stop")]
-    assert sorted(tree(out)) == [".pdctl-bundle", ".pdctl-files", *scripts]
+    assert sorted(tree(out)) == [".pdctl-manifest", *scripts]
     assert os.access(out / SERVE.format(0), os.X_OK)
     assert out.stat().st_mode & 0o777 == 0o755
+    doc = json.loads((out / ".pdctl-manifest").read_text())
+    assert doc["deployment"] == "qwen-docker" and doc["pdctl"]
+    for path in scripts:
+        data = (out / path).read_bytes()
+        mode = f"{(out / path).stat().st_mode & 0o777:04o}"
+        assert doc["files"][path] == {"sha256": hashlib.sha256(data).hexdigest(), "mode": mode}
+
+
+def test_a_failure_half_way_leaves_the_previous_render_and_no_staging_folder(
+    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert render(spec, out, capsys)[0] == 0
+    (out / SERVE.format(1)).unlink()  # a folder where the last file pdctl writes goes
+    (out / SERVE.format(1)).mkdir()
+    (out / SERVE.format(1) / "x").write_text("x\n")
+    before = tree(out)
+    spec.write_text(SPEC.replace("maxNumSeqs: 256", "maxNumSeqs: 128"))  # new scripts
+    refused(spec, out, capsys, "is a folder where pdctl writes a file (nothing was changed)")
+    assert tree(out) == before
+    assert sorted(os.listdir(out)) == [".pdctl-manifest", "hosts"]
+
+
+def test_a_folder_of_the_previous_pdctl_version_is_updated_cleanly(
+    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "hosts" / "gpu-a" / "old-serve").mkdir(parents=True)
+    (out / ".pdctl-bundle").write_text("qwen-docker\n")
+    (out / ".pdctl-files").write_text("# list\nhosts/gpu-a/old-serve/start.sh\n")
+    (out / "hosts" / "gpu-a" / "old-serve" / "start.sh").write_text("old\n")
+    (out / "NOTES.md").write_text("notes\n")
+    code, err = render(spec, out, capsys)
+    assert code == 0 and "removed 1 it no longer writes" in err, err
+    assert sorted(os.listdir(out)) == [".pdctl-manifest", "NOTES.md", "hosts"]
+    assert not (out / "hosts" / "gpu-a" / "old-serve").exists() and len(listed(out)) == 4
+    (out / ".pdctl-bundle").write_text("qwen-docker\n")  # a stray marker never wins over it
+    (out / ".pdctl-manifest").write_text(json.dumps({"deployment": "x", "files": {}}))
+    refused(spec, out, capsys, "holds the bundle of deployment 'x'")
+
+
+def test_what_to_remove_and_what_is_not_pdctls_without_a_filesystem() -> None:
+    assert folder_changes(["a", "b/c"], ["a", "d"], ["a", "d"]) == (["b/c"], ["d"])
+    assert folder_changes(None, ["a"], ["a", "z"]) == ([], [])
+    assert parse_folder_manifest('{"deployment": "x", "files": {"a/b": {}}}') == (
+        "x",
+        {"a/b": {}},
+    )
+    for bad in ('{"files": {}}', "[1]", '{"deployment": "x", "files": {"/etc/x": {}}}', "{"):
+        with pytest.raises(ValueError):
+            parse_folder_manifest(bad)
