@@ -77,14 +77,15 @@ def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
 
         within = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "300")
         assert "unchanged, running" in within.stdout, within.stdout
-        wait_until(lambda: age_of(server) > 3, "the server has run 3 s", step=0.5)
-        past = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "2")
+        # Past a 20 s --timeout (the restarted server gets those 20 s to answer again).
+        wait_until(lambda: age_of(server) > 21, "the server has run 21 s", step=0.5)
+        past = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "20")
         assert "restart: not answering (/health answered 503) after" in past.stdout, past.stdout
         assert " s running" in past.stdout, past.stdout
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert rows[0]["state"] == "running", rows  # within status's 900 s grace
 
-        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "2")
+        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "20")
         assert again.returncode == 0, again.stdout + again.stderr
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert (rows[0]["health"], rows[0]["pid"] != server) == ("healthy", True), rows
