@@ -85,14 +85,10 @@ class Rollout(HealthWait):
     def run(self, changes: list[Change], secrets: dict[str, str]) -> Outcome:
         desired = {(d.host.name, d.name): d for d in self.desired}
         gone = {(c.host, c.unit): c for c in changes if c.action == "stop"}
-        restarted = {self.group_of(c.unit) for c in changes if c.action == "restart"}
-        changes = list(changes)
-        for i, c in enumerate(changes):
-            if c.action == "start" and c.why == CHANGED_STOPPED:
-                if self.group_of(c.unit) in restarted:  # a group restarts as a whole
-                    changes[i] = Change(c.host, c.unit, c.role, "restart", c.why)
-                else:
-                    self.updated.add((c.host, c.unit))
+        # A stopped node of a group that restarts is a `restart` already (state.whole_groups).
+        self.updated = {
+            (c.host, c.unit) for c in changes if c.action == "start" and c.why == CHANGED_STOPPED
+        }
 
         def pick(action: str, stage: int) -> list[Desired]:
             units = [desired[(c.host, c.unit)] for c in changes if c.action == action]
