@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 from pdctl.errors import SpecError
 from pdctl.plan.group import all_nodes
@@ -54,14 +55,15 @@ def group_ports(plan: Plan) -> tuple[PortRule, ...]:
         rules.append(
             PortRule(inst.host.name, peers, str(inst.port), opened_to, purpose, "serve.port")
         )
-        rules += _group_rules(inst)
+        rules += _group_rules(inst, take)
     for svc in plan.services:
         rules += _service_rules(svc, plan, take)
     return tuple(rules)
 
 
-def _group_rules(inst: Instance) -> list[PortRule]:
-    """A group leader's rendezvous port, and the random ports between the group's nodes."""
+def _group_rules(inst: Instance, take: Callable[..., None]) -> list[PortRule]:
+    """A group leader's rendezvous port, each node's guard port (plan/guard.py), and the random
+    ports between the group's nodes."""
     port = dict(inst.extra_ports).get("rendezvous")
     if port is None or inst.host is None:
         return []
@@ -79,6 +81,20 @@ def _group_rules(inst: Instance) -> list[PortRule]:
     ]
     for node in (inst, *inst.workers):
         assert node.host is not None
+        guard = dict(node.extra_ports).get("guard")
+        if guard is not None:
+            purpose = f"{node.name} group guard (pdctl's watch over the group's nodes)"
+            take(node.host, guard, 1, purpose, f"{inst.role}.nodes")
+            out.append(
+                PortRule(
+                    node.host.name,
+                    node.host.address_for_peers or node.host.address,
+                    str(guard),
+                    f"its group's nodes ({inst.name})",
+                    purpose,
+                    "",
+                )
+            )
         out.append(
             PortRule(
                 node.host.name,
@@ -122,7 +138,7 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
                 f"{inst.name} group rendezvous",
                 f"{inst.role}.rendezvousPort",
             )
-            rules += _group_rules(inst)
+            rules += _group_rules(inst, take)
         if "kv" in extra:
             add(
                 inst.host,

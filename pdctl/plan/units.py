@@ -3,15 +3,18 @@ start order (mooncake_master, the engines, the router). Render adds the setup sh
 
 from __future__ import annotations
 
-from pdctl.plan.group import all_nodes
+from collections.abc import Sequence
+
+from pdctl.plan.guard import GUARD_FILE, guard_launch, guard_port, guard_source
 from pdctl.plan.model import Instance, Plan, Service, Unit
 
 
-def engine_unit(plan: Plan, inst: Instance) -> Unit:
+def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance] = ()) -> Unit:
     """An engine: `vllm serve` as a process, or the image's entrypoint in a container (whose
     GPUs docker gives it: no CUDA_VISIBLE_DEVICES). A container whose instance has a
     `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
-    multi-node group nodes) runs on the host's network with no port mapping (render.container)."""
+    multi-node group nodes) runs on the host's network with no port mapping (render.container).
+    A process node of a guarded multi-node `group` runs under the group guard (plan/guard.py)."""
     assert inst.host is not None
     host = inst.host
     if host.runtime == "docker":
@@ -29,15 +32,18 @@ def engine_unit(plan: Plan, inst: Instance) -> Unit:
             files=inst.files,
             leader=inst.leader,
         )
+    files = inst.files
+    if guard_port(inst) is not None:
+        files += ((GUARD_FILE, guard_source()),)
     return Unit(
         name=inst.name,
         role=inst.role,
         host=host,
         port=inst.port,
-        command=("vllm", "serve", *inst.args),
+        command=guard_launch(inst, group, ("vllm", "serve", *inst.args)),
         env=inst.env,
         setup="",
-        files=inst.files,
+        files=files,
         leader=inst.leader,
     )
 
@@ -63,5 +69,9 @@ def host_units(plan: Plan) -> tuple[Unit, ...]:
     routers = [service_unit(s) for s in plan.services if s.role == "router"]
     # A multi-node group: the leader, then its headless nodes (started together; the
     # group's health is the leader's /health).
-    engines = (engine_unit(plan, n) for n in all_nodes(plan.instances))
+    engines = (
+        engine_unit(plan, n, group)
+        for group in ((i, *i.workers) for i in plan.instances)
+        for n in group
+    )
     return (*masters, *engines, *routers)

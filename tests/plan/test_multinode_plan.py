@@ -60,7 +60,10 @@ def test_every_rendered_flag_exists_in_the_pinned_version(name: str, version: st
     engines = [u for u in plan.units if u.role in ("serve", "prefill", "decode")]
     assert any(u.leader for u in engines), "the example has no multi-node group"
     for unit in engines:
-        for flag in flags_of(unit.command):
+        command = unit.command
+        if command[:2] == ("python3", "guard.py"):  # a process node under the group guard
+            command = command[command.index("--") + 1 :]
+        for flag in flags_of(command):
             assert rel.has_flag(flag), f"{unit.name}: {flag} is not in vLLM {version}"
 
 
@@ -82,7 +85,9 @@ def test_tp_pp_across_nodes_leader_and_headless_worker_flags() -> None:
     assert leader_env["NCCL_SOCKET_IFNAME"] == leader_env["GLOO_SOCKET_IFNAME"] == "eth1"
     assert "NCCL_SOCKET_IFNAME" not in worker_env  # gpu-b names no interface
     assert worker_env["VLLM_HOST_IP"] == "192.0.2.11"
-    assert dict(inst.extra_ports) == {"rendezvous": 29501}
+    # Each node's group guard port (plan/guard.py): the first guarded node on each address.
+    assert dict(inst.extra_ports) == {"rendezvous": 29501, "guard": 29700}
+    assert dict(worker.extra_ports) == {"guard": 29700}
     units = {u.name: u for u in plan.units}
     assert units[worker.name].leader == inst.name
     assert units[worker.name].health_path is None

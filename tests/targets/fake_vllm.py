@@ -23,6 +23,10 @@ With FAKE_VLLM_MEET=DIR:ME:OTHER a /health request is answered only while anothe
 the client gives up first, DIR/ME is removed again (to test that probes run concurrently,
 without timing).
 
+With FAKE_VLLM_DEAF=1 neither side notices a node going away (what the real vLLM does: its
+leader runs on, or hangs in its next collective, when a headless rank dies): the group's guard
+has to stop it.
+
 With FAKE_VLLM_SICK=PATH /health answers 503 while PATH holds this process's pid (a server that
 runs but stopped answering; the one started in its place answers again).
 """
@@ -103,6 +107,8 @@ def headless(address: str, port: int, rank: int) -> int:
     conn.sendall(f"rank {rank}\n".encode())
     conn.recv(1)  # blocks until the leader goes away
     print("fake-vllm: the leader went away", file=sys.stderr, flush=True)
+    while os.environ.get("FAKE_VLLM_DEAF"):
+        time.sleep(60)
     return 1
 
 
@@ -119,6 +125,9 @@ def lead(port: int, expected: int) -> None:
 
     def watch(conn: socket.socket) -> None:
         conn.recv(1)
+        if os.environ.get("FAKE_VLLM_DEAF"):
+            print("fake-vllm: a node left the group; running on", file=sys.stderr, flush=True)
+            return
         print("fake-vllm: a node left the group; shutting down", file=sys.stderr, flush=True)
         os._exit(1)
 

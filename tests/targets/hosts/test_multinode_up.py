@@ -128,3 +128,36 @@ def test_keep_going_still_fails_and_stops_the_whole_group(
         assert processes_in(tmp_path) == []
     finally:
         pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+) -> None:
+    """Hosts without systemd: when the worker dies, the leader's group guard stops the leader
+    (the stand-in runs deaf, like vLLM, whose leader does not notice a dead headless node), so
+    `status` shows the group stopped instead of a leader that only looks alive; `up` starts
+    the group again."""
+    import os
+    import signal
+
+    from tests.helpers import wait_until
+
+    spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_DEAF="1")
+    leader_dir = tmp_path / "lo1" / "group" / "group-serve-0"
+    worker_dir = tmp_path / "lo2" / "group" / "group-serve-0-node1"
+    try:
+        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+        os.killpg(int((worker_dir / "pid").read_text()), signal.SIGKILL)
+        wait_until(lambda: not processes_in(leader_dir), "the guard stops the leader", timeout=60)
+        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
+        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        assert {r["state"] for r in rows.values()} == {"stopped"}, rows
+        log = (leader_dir / "log").read_text()
+        assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:29700) has not answered" in log
+        again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "group-serve-0 on lo1: healthy" in again.stdout
+    finally:
+        pdctl("down", str(spec), *known(ssh_env))
+    assert processes_in(tmp_path) == []

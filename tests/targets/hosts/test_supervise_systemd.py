@@ -201,3 +201,71 @@ def test_user_units_of_a_lingering_user(host, tmp_path: Path):
     assert sh(f"ls {unit_file} 2>/dev/null; find {home}/.config/systemd -name 'pdctl-*'") == ""
     assert sh(f"pgrep -u {USER} -f /opt/fak[e] || true") == ""
     assert sh(f"ls -A {home}/pdctl-test 2>/dev/null") == ""
+
+
+SECOND = "10.77.3.3"  # a second address of the systemd host, for the group's second node
+
+
+@pytest.fixture
+def two_managers(host, tmp_path: Path):
+    """Two hosts for one group: root's system manager at ADDRESS and USER's user manager at
+    SECOND (the same machine: two service managers that know nothing of each other, as two
+    hosts' systemds do), and a known_hosts file that knows the host at both addresses."""
+    sh(f"ip addr add {SECOND}/24 dev eth0")
+    lines = Path(os.environ["PDCTL_TEST_KNOWN_HOSTS"]).read_text().splitlines()
+    key = next(line.split(" ", 1)[1] for line in lines if line.startswith(ADDRESS + " "))
+    known_file = tmp_path / "known_hosts"
+    known_file.write_text("\n".join([*lines, f"{SECOND} {key}"]) + "\n")
+    yield ["--known-hosts", str(known_file)]
+    sh(f"ip addr del {SECOND}/24 dev eth0")
+
+
+def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
+    """A multi-node group whose nodes two service managers supervise: the worker's engine
+    crashes, its manager restarts it, and the leader's group guard stops the leader (which its
+    own manager restarts), so the group meets again as one. The stand-in runs with
+    FAKE_VLLM_DEAF: like vLLM, its leader does not notice that a headless node died."""
+    ids = os.environ["PDCTL_TEST_SSH_KEY"]
+    hosts = [
+        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
+        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/grp"},
+    ]
+    for h in hosts:
+        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
+    serve = {"tensorParallel": 2, "nodes": 2, "port": 18331, "rendezvousPort": 18332}
+    engine = {"device": "cpu", "env": {"FAKE_VLLM_DEAF": "1"}}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("grp", hosts, serve, engine))
+    leader, worker = "pdctl-grp-grp-serve-0.service", "pdctl-grp-grp-serve-0-node1.service"
+
+    def rows() -> dict[str, dict]:
+        out = pdctl("status", str(spec), "-o", "json", *two_managers)
+        return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
+
+    up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        first = rows()
+        assert first["grp-serve-0"]["health"] == "healthy", first
+        assert {r["supervisor"] for r in first.values()} == {"systemd"}, first
+
+        # The worker's engine crashes (its guard, the unit's main process, passes that on).
+        sh(f"pkill -KILL -P {first['grp-serve-0-node1']['pid']}")
+        until(
+            "both units restarted once",
+            lambda: show(worker, USER)["NRestarts"] == "1" and show(leader)["NRestarts"] == "1",
+        )
+        again = until(
+            "the group answers again",
+            lambda: (r := rows())["grp-serve-0"]["health"] == "healthy" and r,
+        )
+        assert again["grp-serve-0"]["state"] == "running (restarted 1 time)", again
+        assert again["grp-serve-0-node1"]["state"] == "running (restarted 1 time)", again
+        log = pdctl("logs", str(spec), "grp-serve-0", *two_managers).stdout
+        assert f"pdctl-guard: grp-serve-0-node1 ({SECOND}:29700) has not answered for" in log
+        assert "stopping grp-serve-0 so that its group starts again as one" in log
+        # The restarted leader met the restarted worker.
+        assert "rank 1 joined from" in log.split("so that its group starts again as one")[1]
+    finally:
+        down = pdctl("down", str(spec), *two_managers)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert sh("pgrep -f /opt/fak[e] || true") == ""

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""pdctl's group guard: runs one node of a multi-node vLLM group and stops it when another node
+of the group goes away, so that whoever restarts the node (systemd, or `pdctl up`) starts the
+group again as one. A vLLM node cannot rejoin a running group, and a leader whose headless
+worker died keeps running (or hangs in its next collective) instead of failing; systemd cannot
+bind units on different hosts. See docs/multinode.md.
+
+    python3 guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...] -- COMMAND...
+
+- It listens on HOST:PORT (the node's address for its peers) and answers each connection with
+  one line, `pdctl-guard NODE TOKEN` (TOKEN: random, new at every start); it reads nothing.
+- It runs COMMAND as its child, in the guard's process group, and exits with its status.
+- Every POLL seconds it asks each peer's guard. A peer it has heard from since it started is
+  gone when it has not answered for LOST seconds, or answers with another token (it started
+  again). Then the guard stops COMMAND and the rest of its process group (SIGTERM, SIGKILL
+  after STOP seconds) and exits GONE (75): a failure, which systemd's Restart=on-failure
+  restarts. A peer it never heard from (a node still starting) is waited for, never acted on.
+- SIGTERM and SIGINT: the stop scripts signal the whole process group, COMMAND included; the
+  guard waits for COMMAND and exits with its status.
+
+Standard library only: it runs under the engine's own Python (`python3` of its environment).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+POLL = 1.0  # seconds between two rounds of questions
+ASK_TIMEOUT = 2.0  # a peer's connect + answer
+LOST = 5.0  # a peer heard from that has not answered for this long is gone
+STOP = 20.0  # SIGTERM, then SIGKILL after this many seconds
+GONE = 75  # exit status when a peer went away (EX_TEMPFAIL)
+
+
+USAGE = "usage: guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...] -- CMD..."
+
+
+def address(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 HOST with or without brackets) as (host, port)."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def parse(argv: list[str]) -> tuple[str, tuple[str, int], list[tuple[str, str, int]], list[str]]:
+    """(name, (host, port), peers as (name, host, port), command) from the command line."""
+    if "--" not in argv:
+        raise SystemExit(USAGE)
+    cut = argv.index("--")
+    opts, command = argv[:cut], argv[cut + 1 :]
+    if len(opts) % 2:
+        raise SystemExit(f"guard.py: {opts[-1]} needs a value")
+    name, here, peers = "", ("", 0), []
+    for flag, value in zip(opts[::2], opts[1::2], strict=True):
+        if flag == "--name":
+            name = value
+        elif flag == "--listen":
+            here = address(value)
+        elif flag == "--peer":
+            peer, _, where = value.partition("=")
+            peers.append((peer, *address(where)))
+        else:
+            raise SystemExit(f"guard.py: unknown option {flag}")
+    if not (name and here[1] and command):
+        raise SystemExit(USAGE)
+    return name, here, peers, command
+
+
+def listen(here: tuple[str, int]) -> socket.socket:
+    family = socket.getaddrinfo(*here, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    return socket.create_server(here, family=family)
+
+
+def answer(server: socket.socket, line: bytes) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.sendall(line)
+            except OSError:
+                pass
+
+
+def ask(host: str, port: int, timeout: float = ASK_TIMEOUT) -> tuple[str, str] | None:
+    """(name, token) from the guard at host:port; None when nothing (or no guard) answers."""
+    data = b""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            while b"\n" not in data and len(data) < 256:
+                chunk = conn.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        return None
+    words = data.decode(errors="replace").split()
+    if len(words) == 3 and words[0] == "pdctl-guard":
+        return words[1], words[2]
+    return None
+
+
+class Watch:
+    """What this guard heard from each peer: its token and when it last answered."""
+
+    def __init__(self, peers: list[tuple[str, str, int]]) -> None:
+        self.peers = peers
+        self.token: dict[str, str] = {}
+        self.heard: dict[str, float] = {}
+
+    def gone(self, now: float, answers: dict[str, tuple[str, str] | None]) -> str:
+        """Why the group is broken ("" while it is not), given one round of answers."""
+        for name, host, port in self.peers:
+            got = answers.get(name)
+            where = f"{name} ({host}:{port})"
+            if got is not None and got[0] == name:
+                if name not in self.token:
+                    self.token[name] = got[1]
+                    print(f"pdctl-guard: heard from {where}", file=sys.stderr, flush=True)
+                elif got[1] != self.token[name]:
+                    return f"{where} started again: a node cannot rejoin a running group"
+                self.heard[name] = now
+            elif name in self.heard and now - self.heard[name] >= LOST:
+                return f"{where} has not answered for {now - self.heard[name]:.0f} s"
+        return ""
+
+    def round(self) -> dict[str, tuple[str, str] | None]:
+        return {name: ask(host, port) for name, host, port in self.peers}
+
+
+def members() -> list[int]:
+    """The other processes of this guard's process group (the engine and its workers)."""
+    me, group, out = os.getpid(), os.getpgrp(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                if os.getpgid(int(entry)) == group:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the engine (every process of the group when the guard leads it, as under
+    systemd or setsid), SIGKILL to what is left after STOP seconds."""
+    own = os.getpgrp() == os.getpid()
+    for sig, wait in ((signal.SIGTERM, STOP), (signal.SIGKILL, 5.0)):
+        for pid in members() if own else [child.pid]:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                continue
+        try:
+            child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGKILL or not (own and members()):
+            return
+
+
+def status_of(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str]) -> int:
+    name, here, peers, command = parse(argv)
+    token = secrets.token_hex(8)
+    try:
+        server = listen(here)
+    except OSError as exc:
+        print(
+            f"pdctl-guard: {name}: cannot listen on {here[0]}:{here[1]} ({exc.strerror}): the "
+            "group's nodes find each other's guards there; free the port or set guardPort",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    line = f"pdctl-guard {name} {token}\n".encode()
+    threading.Thread(target=answer, args=(server, line), daemon=True).start()
+    # The engine runs in the guard's process group: the stop scripts signal that group, so
+    # a signal for the group reaches the engine itself; one for the guard alone is passed on.
+    child = subprocess.Popen(command)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        if os.getpgrp() != os.getpid():
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    watch = Watch(peers)
+    while True:
+        try:
+            return status_of(child.wait(timeout=POLL))
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping:
+            continue
+        why = watch.gone(time.monotonic(), watch.round())
+        if why and not stopping:
+            print(
+                f"pdctl-guard: {why}; stopping {name} so that its group starts again as one",
+                file=sys.stderr,
+                flush=True,
+            )
+            stop(child)
+            return GONE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

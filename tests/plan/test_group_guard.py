@@ -1,0 +1,153 @@
+"""The group guard itself (pdctl/plan/group_guard.py, shipped beside each node's scripts), run as
+real processes on loopback: it runs its engine, answers its peers, and stops its engine when a
+peer it heard from goes away or comes back as a new process; it never acts on a peer it never
+heard from, passes its engine's exit status on, and refuses a taken port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pdctl.plan import group_guard
+from pdctl.render.supervise import RESTART_SEC
+from tests.helpers import wait_until
+
+GUARD = Path(group_guard.__file__)
+# How long a guard may take to act: LOST, a round of questions, the engine's stop.
+ACTS_WITHIN = group_guard.LOST + group_guard.POLL + group_guard.ASK_TIMEOUT + 10
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """One guard (a process-group leader, as setsid and systemd start it) and its engine."""
+
+    def __init__(self, tmp: Path, name: str, port: int, peers: dict[str, int], cmd=SLEEPER):
+        self.name, self.port = name, port
+        self.err = tmp / f"{name}.err"
+        args = [sys.executable, str(GUARD), "--name", name, "--listen", f"127.0.0.1:{port}"]
+        for peer, peer_port in peers.items():
+            args += ["--peer", f"{peer}=127.0.0.1:{peer_port}"]
+        with self.err.open("ab") as err:
+            self.proc = subprocess.Popen([*args, "--", *cmd], stderr=err, start_new_session=True)
+
+    def said(self) -> str:
+        return self.err.read_text()
+
+    def engine(self) -> list[int]:
+        """The other processes of the guard's group (its engine)."""
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.proc.pid:
+                try:
+                    if os.getpgid(int(entry)) == self.proc.pid:
+                        out.append(int(entry))
+                except OSError:
+                    continue
+        return out
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def nodes(tmp_path: Path):
+    made: list[Node] = []
+
+    def make(name: str, port: int, peers: dict[str, int], cmd=SLEEPER) -> Node:
+        node = Node(tmp_path, name, port, peers, cmd)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.kill()
+
+
+def pair(nodes) -> tuple[Node, Node]:
+    pa, pb = free_port(), free_port()
+    a = nodes("lead", pa, {"work": pb})
+    b = nodes("work", pb, {"lead": pa})
+    for me, other in ((a, "work"), (b, "lead")):
+        wait_until(
+            lambda me=me, other=other: f"heard from {other}" in me.said(),
+            "contact",
+            alive=lambda me=me: me.proc.poll() is None,
+            detail=me.said,
+        )
+    return a, b
+
+
+def test_a_node_that_dies_stops_the_other_with_a_failure(nodes) -> None:
+    lead, work = pair(nodes)
+    engine = lead.engine()
+    assert engine, "the leader's engine runs in the guard's process group"
+    work.kill()  # kill -9 of the worker's whole group (engine and guard)
+    assert lead.proc.wait(timeout=ACTS_WITHIN) == 75
+    assert "work (127.0.0.1:" in lead.said() and "has not answered for" in lead.said()
+    assert "stopping lead so that its group starts again as one" in lead.said()
+    assert not lead.engine(), "the leader's engine was stopped with it"
+
+
+def test_a_node_that_came_back_as_a_new_process_stops_the_other(nodes) -> None:
+    lead, work = pair(nodes)
+    work.kill()
+    nodes("work", work.port, {"lead": lead.port})  # back at once, before the leader noticed
+    assert lead.proc.wait(timeout=ACTS_WITHIN) == 75
+    assert "started again: a node cannot rejoin a running group" in lead.said()
+
+
+def test_a_peer_never_heard_from_is_waited_for(nodes) -> None:
+    alone = nodes("lead", free_port(), {"work": free_port()})
+    wait_until(alone.engine, "the engine starts")
+    time.sleep(group_guard.LOST + 3)  # longer than a heard-from peer may stay silent
+    assert alone.proc.poll() is None, alone.said()
+    assert alone.engine()
+
+
+@pytest.mark.parametrize(
+    ("code", "status"), [("raise SystemExit(3)", 3), ("import os; os.kill(os.getpid(), 9)", 137)]
+)
+def test_the_engine_exit_status_is_the_guard_s(nodes, code: str, status: int) -> None:
+    node = nodes("lead", free_port(), {}, [sys.executable, "-c", code])
+    assert node.proc.wait(timeout=20) == status
+
+
+def test_a_stop_signal_to_the_group_stops_the_engine_and_the_guard(nodes) -> None:
+    node = nodes("lead", free_port(), {})
+    wait_until(node.engine, "the engine starts")
+    os.killpg(node.proc.pid, signal.SIGTERM)  # what stop.sh and halt.sh send
+    assert node.proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert not node.engine()
+
+
+def test_a_taken_port_is_refused_before_the_engine_starts(nodes, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        node = nodes("lead", port, {}, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+        assert node.proc.wait(timeout=20) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in node.said()
+    assert not marker.exists()
+
+
+def test_the_guard_acts_before_systemd_restarts_the_node_it_lost() -> None:
+    """A node restarted by systemd is gone for RestartSec at least: its peers must notice within
+    that time, or the restarted node would meet peers of the old group."""
+    assert group_guard.LOST + group_guard.POLL + group_guard.ASK_TIMEOUT < RESTART_SEC
