@@ -18,6 +18,7 @@ import yaml
 from pdctl.compat import release
 from pdctl.errors import PdctlError
 from pdctl.plan import make_plan
+from pdctl.plan.group import RESOLVE_TRIES
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.kube.target import KubeTarget
@@ -150,6 +151,9 @@ def test_the_leader_name_is_resolved_or_the_pod_stops_with_one_line() -> None:
             script = template["spec"]["containers"][0]["command"][2]
             assert "$LWS_LEADER_ADDRESS" not in script.split("exec vllm serve", 1)[1]
             run = script.replace("exec vllm serve", "echo").replace("sleep 2", ":")
+            tries = f'-ge {RESOLVE_TRIES} ]'
+            assert tries in run
+            run = run.replace(tries, "-ge 3 ]")  # each failed lookup of x.invalid takes time
             ok = subprocess.run(
                 ["sh", "-c", run, "vllm"],
                 env={"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
