@@ -5,7 +5,8 @@ group again as one. A vLLM node cannot rejoin a running group, and a leader whos
 worker died keeps running (or hangs in its next collective) instead of failing; systemd cannot
 bind units on different hosts. See docs/multinode.md.
 
-    python3 guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...] -- COMMAND...
+    python3 guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...]
+                     [--restart-delay SECONDS] -- COMMAND...
 
 - It listens on HOST:PORT (the node's address for its peers) and answers each connection with
   one line, `pdctl-guard NODE TOKEN` (TOKEN: random, new at every start); it reads nothing.
@@ -15,6 +16,9 @@ bind units on different hosts. See docs/multinode.md.
   again). Then the guard stops COMMAND and the rest of its process group (SIGTERM, SIGKILL
   after STOP seconds) and exits GONE (75): a failure, which systemd's Restart=on-failure
   restarts. A peer it never heard from (a node still starting) is waited for, never acted on.
+- With --restart-delay (in a container, which Docker restarts at once), a guard that runs again
+  in the same container first waits that long, silent, so that its peers see it gone (what
+  systemd's RestartSec does on a host).
 - SIGTERM and SIGINT: the stop scripts signal the whole process group, COMMAND included; the
   guard waits for COMMAND and exits with its status.
 
@@ -29,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -39,7 +44,10 @@ STOP = 20.0  # SIGTERM, then SIGKILL after this many seconds
 GONE = 75  # exit status when a peer went away (EX_TEMPFAIL)
 
 
-USAGE = "usage: guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...] -- CMD..."
+USAGE = (
+    "usage: guard.py --name NODE --listen HOST:PORT [--peer NAME=HOST:PORT ...] "
+    "[--restart-delay SECONDS] -- CMD..."
+)
 
 
 def address(text: str) -> tuple[str, int]:
@@ -48,28 +56,56 @@ def address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse(argv: list[str]) -> tuple[str, tuple[str, int], list[tuple[str, str, int]], list[str]]:
-    """(name, (host, port), peers as (name, host, port), command) from the command line."""
+class Options:
+    def __init__(self) -> None:
+        self.name = ""
+        self.here = ("", 0)
+        self.peers: list[tuple[str, str, int]] = []
+        self.restart_delay = 0.0
+        self.command: list[str] = []
+
+
+def parse(argv: list[str]) -> Options:
+    """The command line's options."""
     if "--" not in argv:
         raise SystemExit(USAGE)
     cut = argv.index("--")
     opts, command = argv[:cut], argv[cut + 1 :]
     if len(opts) % 2:
         raise SystemExit(f"guard.py: {opts[-1]} needs a value")
-    name, here, peers = "", ("", 0), []
+    out = Options()
+    out.command = command
     for flag, value in zip(opts[::2], opts[1::2], strict=True):
         if flag == "--name":
-            name = value
+            out.name = value
         elif flag == "--listen":
-            here = address(value)
+            out.here = address(value)
         elif flag == "--peer":
             peer, _, where = value.partition("=")
-            peers.append((peer, *address(where)))
+            out.peers.append((peer, *address(where)))
+        elif flag == "--restart-delay":
+            out.restart_delay = float(value)
         else:
             raise SystemExit(f"guard.py: unknown option {flag}")
-    if not (name and here[1] and command):
+    if not (out.name and out.here[1] and command):
         raise SystemExit(USAGE)
-    return name, here, peers, command
+    return out
+
+
+def wait_if_restarted(name: str, delay: float) -> None:
+    """In a container Docker restarted (its /tmp kept a mark of the last start): wait `delay`
+    seconds before answering, so that every peer sees this node gone."""
+    mark = os.path.join(tempfile.gettempdir(), f"pdctl-guard-{name}.started")
+    if os.path.exists(mark):
+        print(
+            f"pdctl-guard: {name} started again: waiting {delay:.0f} s so that the other "
+            "nodes of its group see it gone",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(delay)
+    with open(mark, "w"):
+        pass
 
 
 def listen(here: tuple[str, int]) -> socket.socket:
@@ -173,7 +209,10 @@ def status_of(code: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    name, here, peers, command = parse(argv)
+    opts = parse(argv)
+    name, here, peers, command = opts.name, opts.here, opts.peers, opts.command
+    if opts.restart_delay:
+        wait_if_restarted(name, opts.restart_delay)
     token = secrets.token_hex(8)
     try:
         server = listen(here)

@@ -1,13 +1,15 @@
-"""The group guard step (hosts): every node of a multi-node group whose engines run as processes
-(conda, venv) runs under pdctl's guard (pdctl/plan/group_guard.py), which stops its node when
-another node of the group goes away, so that systemd (or `pdctl up`) restarts the group as one
-instead of leaving a half-restarted group that hangs. docs/multinode.md.
+"""The group guard step (hosts): every node of a multi-node group runs under pdctl's guard
+(pdctl/plan/group_guard.py), which stops its node when another node of the group goes away, so
+that systemd, Docker's restart policy (or `pdctl up`) restarts the group as one instead of
+leaving a half-restarted group that hangs. docs/multinode.md.
 
 Each guarded node takes a guard port: the k-th guarded node of a role's base port (`guardPort`,
 default GUARD_PORT) on an address listens on base + k, on that address (the one its peers use,
 which is also the engine's VLLM_HOST_IP), so two hosts of one machine never share one.
-Groups with a node in a container (`runtime: docker`) are not guarded: their nodes restart by
-Docker's restart policy alone (docs/multinode.md says so)."""
+In a container (`runtime: docker`, whose group nodes run on the host's network) the guard runs
+as the container's entrypoint with the image's `python3`, from the unit folder the container
+mounts at UNIT_MOUNT; as Docker restarts a container at once, the guard of a restarted container
+first waits RESTART_DELAY seconds (as systemd's RestartSec), so that its peers see it gone."""
 
 from __future__ import annotations
 
@@ -23,14 +25,13 @@ from pdctl.spec.model import Spec
 
 GUARD_PORT = 29700
 GUARD_FILE = "guard.py"
+UNIT_MOUNT = "/pdctl/unit"  # where a container sees its unit folder (render/container.py)
+RESTART_DELAY = 10  # a restarted container's guard waits this long (systemd: RestartSec)
 
 
 def guarded(inst: Instance) -> bool:
-    """A leader of a group whose every node runs as a process."""
-    nodes = (inst, *inst.workers)
-    return bool(inst.workers) and all(
-        n.host is not None and n.host.runtime != "docker" for n in nodes
-    )
+    """A leader of a multi-node group."""
+    return bool(inst.workers)
 
 
 def guard_ports(spec: Spec, instances: Sequence[Instance]) -> tuple[Instance, ...]:
@@ -63,20 +64,35 @@ def guard_port(node: Instance) -> int | None:
     return dict(node.extra_ports).get("guard")
 
 
+def guard_args(node: Instance, group: Sequence[Instance]) -> tuple[str, ...]:
+    """The guard's options for `node`: its name, where it listens, every other node's guard."""
+    assert node.host is not None
+    out = ["--name", node.name, "--listen", f"{peer_address(node.host)}:{guard_port(node)}"]
+    for other in group:
+        if other.name != node.name and other.host is not None:
+            out += ["--peer", f"{other.name}={peer_address(other.host)}:{guard_port(other)}"]
+    return tuple(out)
+
+
 def guard_launch(
     node: Instance, group: Sequence[Instance], command: tuple[str, ...]
 ) -> tuple[str, ...]:
-    """`command` (the engine's) run under the guard, which knows every other node's guard."""
-    port = guard_port(node)
-    if port is None:
+    """`command` (the engine's) run under the guard, as a process started in the unit folder."""
+    if guard_port(node) is None:
         return command
-    peers: list[str] = []
-    for other in group:
-        if other.name != node.name and other.host is not None:
-            peers += ["--peer", f"{other.name}={peer_address(other.host)}:{guard_port(other)}"]
-    assert node.host is not None
-    here = ("--name", node.name, "--listen", f"{peer_address(node.host)}:{port}")
-    return ("python3", GUARD_FILE, *here, *peers, "--", *command)
+    return ("python3", GUARD_FILE, *guard_args(node, group), "--", *command)
+
+
+def container_launch(
+    node: Instance, group: Sequence[Instance], args: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """(entrypoint, command) of a container node: `vllm serve ARGS` under the guard, or the
+    image's own entrypoint (`vllm serve`) with ARGS when the node is not guarded."""
+    if guard_port(node) is None:
+        return "", args
+    delay = ("--restart-delay", str(RESTART_DELAY))
+    guard = (f"{UNIT_MOUNT}/{GUARD_FILE}", *guard_args(node, group), *delay)
+    return "python3", (*guard, "--", "vllm", "serve", *args)
 
 
 @cache

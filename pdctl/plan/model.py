@@ -85,6 +85,9 @@ class Unit:
     files: tuple[tuple[str, str], ...] = ()
     # A headless node of a multi-node group: the leader unit's name (health is the leader's).
     leader: str = ""
+    # A container whose command is not the image's entrypoint (`vllm serve`): what runs it
+    # (the group guard's python3, plan/guard.py); `command` is then that program's arguments.
+    entrypoint: str = ""
 
     @property
     def stage(self) -> int:

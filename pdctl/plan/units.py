@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdctl.plan.guard import GUARD_FILE, guard_launch, guard_port, guard_source
+from pdctl.plan.guard import (
+    GUARD_FILE,
+    container_launch,
+    guard_launch,
+    guard_port,
+    guard_source,
+)
 from pdctl.plan.model import Instance, Plan, Service, Unit
 
 
@@ -17,24 +23,26 @@ def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance] = ()) -> U
     A process node of a guarded multi-node `group` runs under the group guard (plan/guard.py)."""
     assert inst.host is not None
     host = inst.host
+    files = inst.files
+    if guard_port(inst) is not None:
+        files += ((GUARD_FILE, guard_source()),)
     if host.runtime == "docker":
+        entrypoint, command = container_launch(inst, group, inst.args)
         return Unit(
             name=inst.name,
             role=inst.role,
             host=host,
             port=inst.port,
-            command=inst.args,
+            command=command,
+            entrypoint=entrypoint,
             env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"),
             setup="",
             image=plan.image,
             gpus=inst.gpus,
             publish=(f"{inst.port}:{inst.container_port}",) if inst.container_port else (),
-            files=inst.files,
+            files=files,
             leader=inst.leader,
         )
-    files = inst.files
-    if guard_port(inst) is not None:
-        files += ((GUARD_FILE, guard_source()),)
     return Unit(
         name=inst.name,
         role=inst.role,

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdctl.plan.guard import UNIT_MOUNT
 from pdctl.plan.hami_host import LOCK_DIR
 from pdctl.plan.model import Plan, Unit
 from pdctl.spec.model import Host
 
-UNIT_MOUNT = "/pdctl/unit"
 HF_MOUNT = "/root/.cache/huggingface"  # the image's Hugging Face cache
 HAMI_LIBRARY = "/usr/local/vgpu/libvgpu.so"
 RDMA_DEVICE = "/dev/infiniband"
@@ -134,7 +134,7 @@ class Container:
 
     name: str
     image: str
-    args: tuple[str, ...]  # after the image (its entrypoint is `vllm serve`)
+    args: tuple[str, ...]  # after the image (its entrypoint is `vllm serve`, or `entrypoint`)
     labels: tuple[tuple[str, str], ...]  # incl. pdctl.io/hash, the unit's hash
     env: tuple[tuple[str, str], ...]
     secret_env: tuple[str, ...]
@@ -147,6 +147,7 @@ class Container:
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[tuple[str, int], ...] = ()
+    entrypoint: str = ""  # `docker run --entrypoint` (the group guard's python3), else the image's
 
     @property
     def hash(self) -> str:
@@ -208,4 +209,5 @@ def container(
         devices=run.devices if run is not None else (),
         cap_add=run.cap_add if run is not None else (),
         ulimits=run.ulimits if run is not None else (),
+        entrypoint=unit.entrypoint,
     )

@@ -59,8 +59,8 @@ class Multinode(Section):
         None,
         ge=1024,
         le=65535,
-        description="Hosts whose engines run as processes (conda, venv): the port of the first "
-        "group guard on each node's address (default 29700); further nodes on the same "
+        description="Multi-node groups on hosts: the port of the first group guard on each "
+        "node's address (default 29700); further nodes on the same "
         "address take the next ports. A group's guards ask each other whether every node is "
         "still there, and stop their node when one is gone, so the group restarts as one "
         "(docs/multinode.md#the-group-guard). Open it to the group's nodes.",

@@ -34,10 +34,12 @@ def free_port() -> int:
 class Node:
     """One guard (a process-group leader, as setsid and systemd start it) and its engine."""
 
-    def __init__(self, tmp: Path, name: str, port: int, peers: dict[str, int], cmd=SLEEPER):
+    def __init__(self, tmp: Path, name: str, port: int, peers: dict[str, int], cmd, delay=0):
         self.name, self.port = name, port
         self.err = tmp / f"{name}.err"
         args = [sys.executable, str(GUARD), "--name", name, "--listen", f"127.0.0.1:{port}"]
+        if delay:
+            args += ["--restart-delay", str(delay)]
         for peer, peer_port in peers.items():
             args += ["--peer", f"{peer}=127.0.0.1:{peer_port}"]
         with self.err.open("ab") as err:
@@ -69,9 +71,10 @@ class Node:
 @pytest.fixture
 def nodes(tmp_path: Path):
     made: list[Node] = []
+    (tmp_path / "log").mkdir()
 
-    def make(name: str, port: int, peers: dict[str, int], cmd=SLEEPER) -> Node:
-        node = Node(tmp_path, name, port, peers, cmd)
+    def make(name: str, port: int, peers: dict[str, int], cmd=SLEEPER, delay=0) -> Node:
+        node = Node(tmp_path / "log", name, port, peers, cmd, delay)
         made.append(node)
         return node
 
@@ -151,3 +154,19 @@ def test_the_guard_acts_before_systemd_restarts_the_node_it_lost() -> None:
     """A node restarted by systemd is gone for RestartSec at least: its peers must notice within
     that time, or the restarted node would meet peers of the old group."""
     assert group_guard.LOST + group_guard.POLL + group_guard.ASK_TIMEOUT < RESTART_SEC
+
+
+def test_a_guard_started_again_in_its_container_waits_silent_first(
+    nodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--restart-delay (containers): a guard that finds its mark from an earlier start (Docker
+    restarted the container, whose /tmp it keeps) waits before it answers its peers."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the guards' /tmp
+    port = free_port()
+    first = nodes("work", port, {}, [sys.executable, "-c", "pass"], delay=30)
+    assert first.proc.wait(timeout=20) == 0
+    assert "waiting" not in first.said()  # a first start does not wait
+    again = nodes("work", port, {}, SLEEPER, delay=30)
+    wait_until(lambda: "started again: waiting 30 s" in again.said(), "the wait")
+    assert group_guard.ask("127.0.0.1", port) is None  # silent: its peers see it gone
+    assert not again.engine()

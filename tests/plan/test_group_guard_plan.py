@@ -72,14 +72,28 @@ def test_nodes_on_one_address_take_their_own_guard_ports() -> None:
     assert (err.value.path, err.value.fix) == ("serve.guardPort", "lower guardPort")
 
 
-def test_single_node_engines_and_container_groups_are_not_guarded() -> None:
+def test_single_node_engines_are_not_guarded() -> None:
     single = plan_of(serve_doc({"tensorParallel": 8}))
     assert all(u.command[0] == "vllm" for u in single.units)
     assert not any("guard" in dict(i.extra_ports) for i in single.instances)
+    assert not any("group guard" in r.purpose for r in single.ports)
+
+
+def test_a_container_node_runs_the_guard_as_its_entrypoint_with_a_restart_delay() -> None:
     hosts = [host("gpu-a", 10, runtime="docker"), host("gpu-b", 11, runtime="docker")]
-    boxed = plan_of(serve_doc(TP_PP, hosts))
-    assert not any(name == "guard.py" for u in boxed.units for name, _ in u.files)
-    assert not any("group guard" in r.purpose for r in boxed.ports)
+    plan = plan_of(serve_doc(TP_PP, hosts))
+    worker = next(u for u in plan.units if u.name == "big-serve-0-node1")
+    assert worker.entrypoint == "python3"
+    assert worker.command[0] == "/pdctl/unit/guard.py"  # the unit folder, mounted
+    opts, engine = guard_args(("python3", "guard.py", *worker.command[1:]))
+    assert opts["--listen"] == ["192.0.2.11:29700"]
+    assert opts["--peer"] == ["big-serve-0=192.0.2.10:29700"]
+    assert opts["--restart-delay"] == ["10"]  # Docker restarts at once; systemd waits 10 s
+    assert engine[:3] == ("vllm", "serve", "meta-llama/Llama-3.1-405B-Instruct")
+    start = render(plan)["hosts/gpu-b/big-serve-0-node1/start.sh"]
+    assert "  --entrypoint python3 \\\n  vllm/vllm-openai:" in start
+    assert "/pdctl/unit/guard.py --name big-serve-0-node1 --listen 192.0.2.11:29700" in start
+    assert render(plan)["hosts/gpu-b/big-serve-0-node1/guard.py"] == guard_source()
 
 
 def test_a_guard_port_that_clashes_with_another_port_is_refused() -> None:

@@ -261,7 +261,7 @@ SAME_CONTAINER = {
 SDK_KEYS = {
     *("image", "command", "name", "labels", "environment", "ipc_mode", "restart_policy"),
     *("log_config", "volumes", "network_mode", "ports", "device_requests", "devices"),
-    *("cap_add", "ulimits"),
+    *("cap_add", "ulimits", "entrypoint"),
 }
 
 
@@ -288,6 +288,7 @@ def sdk_options(kw: dict, secrets: dict[str, str]) -> list[tuple[str, str]]:
     out += [("--device", d.removesuffix(":rwm").split(":")[0]) for d in kw.get("devices", [])]
     out += [("--cap-add", c) for c in kw.get("cap_add", [])]
     out += [("--ulimit", f"{u['Name']}={u['Soft']}") for u in kw.get("ulimits", [])]
+    out += [("--entrypoint", e) for e in kw.get("entrypoint", [])]  # a group node's guard
     assert all(u["Soft"] == u["Hard"] for u in kw.get("ulimits", []))
     return sorted(out)
 

@@ -101,6 +101,8 @@ def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None
         ),
         "volumes": volumes,
     }
+    if c.entrypoint:
+        opts["entrypoint"] = [c.entrypoint]
     if c.host_network:
         opts["network_mode"] = "host"
     if c.ports:
