@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -303,3 +304,96 @@ def unknown_model_warning(spec: Any, spec_file: str) -> str:
         + (f"; did you mean {' or '.join(near)}?" if near else "")
         + " Set model.config to its config.json to check it (--strict refuses this)"
     )
+
+
+def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
+    from pdctl.capacity.gpus import gpu_notes
+
+    return gpu_notes(gpu, assumed)
+
+
+def capacity_plan(
+    spec: Spec,
+    source: Source,
+    spec_file: str,
+    gpu: str | None = None,
+    gpu_memory_gib: float | None = None,
+    prompt: int | None = None,
+    output: int | None = None,
+    rate: float | None = None,
+    ttft: float | None = None,
+    tpot: float | None = None,
+    facts: Path | None = None,
+) -> tuple[Any, str]:
+    """`pdctl plan`'s figures for a loaded spec (`spec_file`: where its model.config is
+    relative to), with the command line's overrides; `facts`: a preflight recording whose
+    most used GPU says what other processes hold. Errors are located in `source`."""
+    from pdctl.capacity import (
+        ASSUMED,
+        adapt_traffic,
+        lora_shape,
+        spec_gpu,
+        spec_model_config,
+        spec_shape,
+        spec_traffic,
+    )
+    from pdctl.capacity.report import plan_capacity
+
+    try:
+        from pdctl.plan.parallel import check_parallel
+
+        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
+        model = spec_model_config(spec.model, config)
+        # The same parallelism rules as validate/render: TP dividing the heads and the MLP
+        # widths (which model_dims may not know: the plan's model does), PP <= layers.
+        dims = model_dims(spec, spec_file)
+        if dims is not None and model.shapes_from is None:  # not a borrowed shape
+            dims = replace(
+                dims, intermediate=model.intermediate, moe_intermediate=model.moe_intermediate
+            )
+        check_parallel(spec, spec.phase, dims)
+        device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
+        roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
+        lora = lora_shape(spec.model, model)
+        shapes = {role: replace(spec_shape(spec, role), lora=lora) for role in roles}
+        traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
+        traffic, adapted = adapt_traffic(traffic, spec, model, shapes, prompt, output)
+        _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
+        used = used_bytes(read_facts(facts, spec)) if facts is not None else 0
+        result = plan_capacity(spec, model, device, traffic, shapes, used)
+        notes = adapted + gpu_warnings(device, origin == ASSUMED) + gpu_name_note(spec, gpu)
+        return replace(result, warnings=result.warnings + notes), origin
+    except UsageError:
+        raise
+    except SpecError as exc:
+        raise source.locate(exc) from None
+
+
+def _within_model_len(traffic: Any, model: Any, shapes: dict[str, Any], flags: bool) -> None:
+    """A request of prompt + output tokens must fit maxModelLen: vLLM's OpenAI server rejects
+    longer ones ("This model's maximum context length is ..."), so a plan for them is moot."""
+    length = min(shape.model_len(model) for shape in shapes.values())
+    if traffic.context <= length:
+        return
+    what = (
+        f"a request of {traffic.prompt_tokens:,} prompt + {traffic.output_tokens:,} output "
+        f"tokens ({traffic.context:,}) is longer than maxModelLen {length:,}: vLLM rejects it"
+    )
+    most = max(1, length - traffic.output_tokens)
+    if flags:
+        raise UsageError(
+            what,
+            fix=f"use --prompt-tokens {most} or fewer (with --output-tokens "
+            f"{traffic.output_tokens}), or raise model.maxModelLen",
+        )
+    raise SpecError(
+        what,
+        path="workload.promptTokens",
+        fix=f"set workload.promptTokens to {most} or fewer, or raise model.maxModelLen",
+    )
+
+
+def used_bytes(facts: Any) -> int:
+    """The most memory any GPU of a preflight recording had in use before vLLM started."""
+    used = [g.memory_used_mib for h in facts.hosts for g in h.gpus or ()]
+    return max(used, default=0) * 1024 * 1024

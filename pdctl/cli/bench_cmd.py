@@ -25,14 +25,18 @@ def spec_hash(spec: Any) -> str:
 def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
     """`pdctl plan`'s figures for the bench's workload, or None and why."""
     from pdctl.capacity.report_json import plan_dict
-    from pdctl.cli.plan_cmd import build
+    from pdctl.cli.specfile import read_spec
     from pdctl.errors import PdctlError
+    from pdctl.inputs import capacity_plan
 
     if spec_file == "-":  # stdin was read once, for the deployment
         return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)"
     try:
-        result, origin = build(spec_file, None, None, w.prompt_tokens, w.output_tokens,
-                               None, w.ttft_ms, w.tpot_ms)
+        spec, source = read_spec(spec_file)
+        result, origin = capacity_plan(
+            spec, source, spec_file, None, None, w.prompt_tokens, w.output_tokens, None,
+            w.ttft_ms, w.tpot_ms,
+        )
     except PdctlError as exc:
         return None, exc.line()
     from pdctl.bench.report import capacity

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +11,6 @@ import typer
 
 from pdctl.cli.options import FACTS, SPEC
 from pdctl.cli.specfile import with_overlays
-from pdctl.inputs import gpu_name_note, read_model_config
-
-
-def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
-    from pdctl.capacity.gpus import gpu_notes
-
-    return gpu_notes(gpu, assumed)
 
 
 def build(
@@ -32,83 +24,14 @@ def build(
     tpot: float | None = None,
     facts: Path | None = None,
 ) -> tuple[Any, str]:
-    """Read the spec (and its model.config) and plan its capacity; `facts`: a preflight
-    recording whose most used GPU says what other processes hold."""
-    from pdctl.capacity import (
-        ASSUMED,
-        adapt_traffic,
-        lora_shape,
-        spec_gpu,
-        spec_model_config,
-        spec_shape,
-        spec_traffic,
-    )
-    from pdctl.capacity.report import plan_capacity
+    """Read SPEC (and its overlays) and plan its capacity (pdctl.inputs.capacity_plan)."""
     from pdctl.cli.specfile import read_spec
-    from pdctl.errors import SpecError, UsageError
-    from pdctl.inputs import model_dims, read_facts
+    from pdctl.inputs import capacity_plan
 
     spec, source = read_spec(spec_file)
-    try:
-        from pdctl.plan.parallel import check_parallel
-
-        config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
-        model = spec_model_config(spec.model, config)
-        # The same parallelism rules as validate/render: TP dividing the heads and the MLP
-        # widths (which model_dims may not know: the plan's model does), PP <= layers.
-        dims = model_dims(spec, spec_file)
-        if dims is not None and model.shapes_from is None:  # not a borrowed shape
-            dims = replace(
-                dims, intermediate=model.intermediate, moe_intermediate=model.moe_intermediate
-            )
-        check_parallel(spec, spec.phase, dims)
-        device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
-        roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
-        lora = lora_shape(spec.model, model)
-        shapes = {role: replace(spec_shape(spec, role), lora=lora) for role in roles}
-        traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)
-        traffic, adapted = adapt_traffic(traffic, spec, model, shapes, prompt, output)
-        _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
-        used = used_bytes(read_facts(facts, spec)) if facts is not None else 0
-        result = plan_capacity(spec, model, device, traffic, shapes, used)
-        notes = adapted + gpu_warnings(device, origin == ASSUMED) + gpu_name_note(spec, gpu)
-        return replace(result, warnings=result.warnings + notes), origin
-    except UsageError:
-        raise
-    except SpecError as exc:
-        raise source.locate(exc) from None
-
-
-def _within_model_len(traffic: Any, model: Any, shapes: dict[str, Any], flags: bool) -> None:
-    """A request of prompt + output tokens must fit maxModelLen: vLLM's OpenAI server rejects
-    longer ones ("This model's maximum context length is ..."), so a plan for them is moot."""
-    from pdctl.errors import SpecError, UsageError
-
-    length = min(shape.model_len(model) for shape in shapes.values())
-    if traffic.context <= length:
-        return
-    what = (
-        f"a request of {traffic.prompt_tokens:,} prompt + {traffic.output_tokens:,} output "
-        f"tokens ({traffic.context:,}) is longer than maxModelLen {length:,}: vLLM rejects it"
+    return capacity_plan(
+        spec, source, spec_file, gpu, gpu_memory_gib, prompt, output, rate, ttft, tpot, facts
     )
-    most = max(1, length - traffic.output_tokens)
-    if flags:
-        raise UsageError(
-            what,
-            fix=f"use --prompt-tokens {most} or fewer (with --output-tokens "
-            f"{traffic.output_tokens}), or raise model.maxModelLen",
-        )
-    raise SpecError(
-        what,
-        path="workload.promptTokens",
-        fix=f"set workload.promptTokens to {most} or fewer, or raise model.maxModelLen",
-    )
-
-
-def used_bytes(facts: Any) -> int:
-    """The most memory any GPU of a preflight recording had in use before vLLM started."""
-    used = [g.memory_used_mib for h in facts.hosts for g in h.gpus or ()]
-    return max(used, default=0) * 1024 * 1024
 
 
 def register(app: typer.Typer) -> None:
