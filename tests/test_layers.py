@@ -32,6 +32,7 @@ RANK = {
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
     "cli": 10,
     "docgen": 10,  # writes docs/ from the spec models and the CLI: a CLI tool
+    "explain": 9,  # `pdctl explain`'s text from the spec models and the init templates
     "__main__": 10,
     "": 0,  # pdctl/__init__.py: the version
 }

@@ -87,7 +87,7 @@ def test_unknown_field_is_one_line(field: str, suggestion: str, capsys) -> None:
 
 
 def test_every_field_explains_and_its_example_sets_it() -> None:
-    from pdctl.cli.explain_cmd import explain_text
+    from pdctl.explain import explain_text
     from pdctl.spec.walk import paths
 
     for path in paths(Spec):
