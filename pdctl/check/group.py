@@ -12,7 +12,7 @@ from typing import Any
 
 from pdctl.check import host as h
 from pdctl.check.finding import Finding
-from pdctl.check.reach import memlock, reach, vllm_versions
+from pdctl.check.reach import guards, memlock, reach, vllm_versions
 from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance, Plan
 
@@ -178,6 +178,7 @@ def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
         out += same_across(leader, facts, gpu)
         out += vllm_versions(leader, facts)
         out += reach(leader, facts)
+        out += guards(leader, facts)
         out += traffic(plan, leader, model)
         for node in (leader, *leader.workers):
             assert node.host is not None

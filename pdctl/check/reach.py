@@ -1,8 +1,10 @@
 """Preflight for multi-node groups from probe/group.py's probes: one vLLM version on every
-node, the locked-memory limit on RDMA hosts, and every node reaching its leader's rendezvous
-port. Pure: (instances, facts) -> findings."""
+node, the locked-memory limit on RDMA hosts, every node reaching its leader's rendezvous
+port and every other node's group guard port. Pure: (instances, facts) -> findings."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from pdctl.check.finding import Finding
 from pdctl.facts.model import Facts, HostFacts
@@ -75,57 +77,89 @@ def reach(leader: Instance, facts: Facts) -> list[Finding]:
     """Every other node connected to a short-lived listener on its leader's rendezvous port
     (probe/group.py): the route and every firewall between them let that port through, and
     the port is free on the leader."""
+    port = Meeting("group.reach", leader.name, "rendezvousPort", "the group's rendezvous")
+    return met(port, leader, leader.workers, facts)
+
+
+def guards(leader: Instance, facts: Facts) -> list[Finding]:
+    """Each node's group guard port (plan/guard.py) reached from every other node of the
+    group, and free on the node's host. Only where the rendezvous port was probed (a recording
+    made before guards has no guard probes: group.reach says `not probed` already)."""
     assert leader.host is not None
     lf = facts.host(leader.host.name)
-    listens = [x for x in (lf.listen if lf and not lf.error else ()) if x.group == leader.name]
+    if not any(x.group == leader.name for x in (lf.listen if lf and not lf.error else ())):
+        return []
+    nodes = (leader, *leader.workers)
+    out: list[Finding] = []
+    for node in nodes:
+        if "guard" in dict(node.extra_ports):
+            guard = Meeting("group.guard", f"{node.name}/guard", "guardPort", "its group guard")
+            out += met(guard, node, tuple(n for n in nodes if n is not node), facts)
+    return out
+
+
+class Meeting(NamedTuple):
+    check: str  # the finding's check id
+    label: str  # the probes' group label
+    field: str  # the spec field that moves the port
+    what: str  # what listens there
+
+
+def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts) -> list[Finding]:
+    """Findings of one listener on `target`'s host and the connects of `nodes` to it."""
+    assert target.host is not None
+    there = target.host.name
+    tf = facts.host(there)
+    listens = [x for x in (tf.listen if tf and not tf.error else ()) if x.group == m.label]
     out: list[Finding] = []
     tried = [
         r
-        for node in leader.workers
+        for node in nodes
         if node.host is not None and (hf := facts.host(node.host.name)) and not hf.error
         for r in hf.reach
-        if r.group == leader.name
+        if r.group == m.label
     ]
     for x in listens:
         if not x.error:
             continue
-        want = f"port {x.port} free on {leader.host.name} for the group's rendezvous"
-        fix = f"free port {x.port} on {leader.host.name}, or set rendezvousPort"
+        want = f"port {x.port} free on {there} for {m.what}"
+        fix = f"free port {x.port} on {there}, or set {m.field}"
         if tried and all(r.result == "connected" for r in tried):
             # something answers there already: this group running (preflight after up)?
-            fix = f"if {leader.name} is running already, nothing to do; else {fix}"
-            out.append(Finding("WARN", "group.reach", leader.host.name, x.error, want, fix))
+            fix = f"if {target.name} is running already, nothing to do; else {fix}"
+            out.append(Finding("WARN", m.check, there, x.error, want, fix))
         else:
-            out.append(Finding("FAIL", "group.reach", leader.host.name, x.error, want, fix))
-    for node in leader.workers:
+            out.append(Finding("FAIL", m.check, there, x.error, want, fix))
+    for node in nodes:
         assert node.host is not None
         hf = facts.host(node.host.name)
-        tries = [r for r in (hf.reach if hf and not hf.error else ()) if r.group == leader.name]
+        tries = [r for r in (hf.reach if hf and not hf.error else ()) if r.group == m.label]
         where = node.host.name
         if not tries:
-            want = f"{where} reaches {leader.name}'s rendezvous port"
-            out.append(Finding("WARN", "group.reach", where, "not probed", want, GATHER))
+            want = f"{where} reaches {target.name}'s {m.what} port"
+            out.append(Finding("WARN", m.check, where, "not probed", want, GATHER))
             continue
         for r in tries:
-            want = f"{where} connects to the leader {r.address}:{r.port}"
+            to = "the leader" if m.check == "group.reach" else target.name
+            want = f"{where} connects to {to} {r.address}:{r.port}"
             via = f" (route: {r.route})" if r.route else ""
             found = f"{r.result}{via}"
             if r.result != "connected":
-                why = _WHY.get(r.result, r.result)
+                why = _WHY.get(r.result, r.result).replace("the leader", target.name)
                 fix = (
                     f"{why}: let {where} reach {r.address} on TCP {r.port} (firewall, routes), "
-                    f"or give {leader.host.name} an addressForPeers that {where} reaches"
+                    f"or give {there} an addressForPeers that {where} reaches"
                 )
-                out.append(Finding("FAIL", "group.reach", where, found, want, fix))
+                out.append(Finding("FAIL", m.check, where, found, want, fix))
                 continue
             ifname = node.host.network_interface
-            if ifname and r.device and r.device != ifname:
+            if m.check == "group.reach" and ifname and r.device and r.device != ifname:
                 fix = (
                     f"the route to the leader leaves through {r.device}, but NCCL/Gloo use "
                     f"{ifname} (networkInterface): use the leader's address on {ifname}'s "
                     "network as its addressForPeers, or fix networkInterface"
                 )
-                out.append(Finding("WARN", "group.reach", where, found, want, fix))
+                out.append(Finding("WARN", m.check, where, found, want, fix))
                 continue
-            out.append(Finding("PASS", "group.reach", where, found, want))
+            out.append(Finding("PASS", m.check, where, found, want))
     return out

@@ -13,8 +13,9 @@ on the leader's host on the group's rendezvous port (the port `--master-port` /
 every other node a TCP connect to the leader's peer address and that port, with the route the
 kernel picks (`ip -o route get`). A connection that the leader's listener accepts proves the
 route, every firewall between the two and the port being free on the leader. It does not prove
-NCCL's own data connections (ephemeral ports, or RDMA) work. Nothing stays listening: the
-listener exits once every node connected, or after LISTEN_S seconds.
+NCCL's own data connections (ephemeral ports, or RDMA) work. Then the same for each node's
+group guard port (plan/guard.py), from every other node of its group. Nothing stays
+listening: a listener exits once every node connected, or after LISTEN_S seconds.
 """
 
 from __future__ import annotations
@@ -127,8 +128,10 @@ Run = Callable[[Host, str, float], str]  # (host, command, timeout) -> stdout an
 
 
 def reach(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
-    """host name -> {LISTEN or REACH: output} for every group on hosts. `run` executes one
-    command on a host (locally or over SSH) and returns its output."""
+    """host name -> {LISTEN or REACH: output} for every group on hosts: its leader's rendezvous
+    port from every other node, then each node's group guard port (plan/guard.py) from every
+    other node, labelled NODE/guard. `run` executes one command on a host (locally or over
+    SSH) and returns its output."""
     out: dict[str, dict[str, str]] = {}
     if plan.target != "hosts":
         return out
@@ -136,21 +139,40 @@ def reach(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
         port = rendezvous_port(leader)
         if not leader.workers or port is None or leader.host is None:
             continue
-        lhost, address = leader.host, peer_address(leader.host)
-        heard: list[str] = []
-        command = listen_command(lhost, port, len(leader.workers))
-        listener = threading.Thread(
-            target=lambda h, c, into: into.append(run(h, c, LISTEN_S + 30)),
-            args=(lhost, command, heard),
-        )
-        listener.start()
-        for node in leader.workers:
-            assert node.host is not None
-            text = run(node.host, connect_command(node.host, address, port), CONNECT_S + 30)
-            folder = out.setdefault(node.host.name, {})
-            folder[REACH] = folder.get(REACH, "") + f"leader {leader.name} {address} {port}\n"
-            folder[REACH] += text
-        listener.join()
-        folder = out.setdefault(lhost.name, {})
-        folder[LISTEN] = folder.get(LISTEN, "") + f"group {leader.name}\n" + "".join(heard)
+        _meet(out, run, leader.name, leader, leader.workers, port)
+        nodes = (leader, *leader.workers)
+        for node in nodes:
+            guard = dict(node.extra_ports).get("guard")
+            if guard is not None:
+                others = tuple(n for n in nodes if n is not node)
+                _meet(out, run, f"{node.name}/guard", node, others, guard)
     return out
+
+
+def _meet(
+    out: dict[str, dict[str, str]],
+    run: Run,
+    label: str,
+    target: Instance,
+    nodes: tuple[Instance, ...],
+    port: int,
+) -> None:
+    """A listener on `target`'s host at `port`, and a connect from each of `nodes`' hosts to
+    `target`'s peer address, recorded under `label`."""
+    assert target.host is not None
+    lhost, address = target.host, peer_address(target.host)
+    heard: list[str] = []
+    command = listen_command(lhost, port, len(nodes))
+    listener = threading.Thread(
+        target=lambda h, c, into: into.append(run(h, c, LISTEN_S + 30)),
+        args=(lhost, command, heard),
+    )
+    listener.start()
+    for node in nodes:
+        assert node.host is not None
+        text = run(node.host, connect_command(node.host, address, port), CONNECT_S + 30)
+        folder = out.setdefault(node.host.name, {})
+        folder[REACH] = folder.get(REACH, "") + f"leader {label} {address} {port}\n" + text
+    listener.join()
+    folder = out.setdefault(lhost.name, {})
+    folder[LISTEN] = folder.get(LISTEN, "") + f"group {label}\n" + "".join(heard)

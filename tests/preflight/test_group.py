@@ -158,6 +158,53 @@ def test_a_route_off_the_nccl_interface_warns() -> None:
     assert r.status == "WARN" and "leaves through eth0" in r.fix and "ib0" in r.fix
 
 
+GUARDS_MET = {
+    "a": {
+        LISTEN: REACHED["a"][LISTEN]
+        + "group t-serve-0/guard\nlistening 29700\naccepted 10.0.0.2\n",
+        REACH: "leader t-serve-0-node1/guard 10.0.0.2 29700\nconnected 10.0.0.2 29700\n",
+    },
+    "b": {
+        LISTEN: "group t-serve-0-node1/guard\nlistening 29700\naccepted 10.0.0.1\n",
+        REACH: REACHED["b"][REACH] + "leader t-serve-0/guard 10.0.0.1 29700\n"
+        "failed 10.0.0.1 29700 ETIMEDOUT\n",
+    },
+}
+
+
+def test_every_node_must_reach_the_other_nodes_group_guard() -> None:
+    found = {f.where: f for f in by_check(check(with_raw(GUARDS_MET)), "group.guard")}
+    assert found["a"].status == "PASS"
+    assert found["a"].expected == "a connects to t-serve-0-node1 10.0.0.2:29700"
+    assert found["b"].status == "FAIL" and found["b"].found == "ETIMEDOUT"
+    assert found["b"].fix.startswith("no answer: a firewall drops the packets")
+    assert "let b reach 10.0.0.1 on TCP 29700" in found["b"].fix
+    (rendezvous,) = by_check(check(with_raw(GUARDS_MET)), "group.reach")
+    assert rendezvous.status == "PASS"  # the guard probes are told apart from it
+    taken = {
+        **GUARDS_MET,
+        "b": {
+            **GUARDS_MET["b"],
+            LISTEN: "group t-serve-0-node1/guard\nbind-error 29700 Address already in use\n",
+        },
+    }
+    bad = [f for f in by_check(check(with_raw(taken)), "group.guard") if f.found.startswith("Add")]
+    # a reached it: a running guard holds the port (preflight after `up`)
+    assert [(f.where, f.status) for f in bad] == [("b", "WARN")]
+    assert bad[0].fix.endswith(
+        "running already, nothing to do; else free port 29700 on b, or set guardPort"
+    )
+
+
+def test_guard_ports_unprobed_where_the_rendezvous_was_probed_are_said() -> None:
+    found = by_check(check(with_raw(REACHED)), "group.guard")
+    assert [(f.where, f.status, f.found) for f in found] == [
+        ("b", "WARN", "not probed"),
+        ("a", "WARN", "not probed"),
+    ]
+    assert by_check(check(h200_pair()), "group.guard") == []  # group.reach says it already
+
+
 def test_not_probed_is_said() -> None:
     (r,) = by_check(check(h200_pair()), "group.reach")
     assert r.status == "WARN" and r.found == "not probed"
@@ -188,7 +235,7 @@ def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str =
     ]
     serve = (
         "{replicas: 1, tensorParallel: 1, dataParallel: 2, nodes: 2, "
-        f"rendezvousPort: {free_port(1)}}}"
+        f"rendezvousPort: {free_port(1)}, guardPort: {free_port(1)}}}"
     )
     spec, _ = load_text(spec_text("\n".join(lines), serve), "spec.yaml")
     plan = make_plan(spec)
@@ -207,6 +254,10 @@ def test_over_ssh_the_worker_reaches_the_leader_and_versions_are_compared(tmp_pa
     assert version.status == "FAIL" and version.found == "lo1: 0.33.0; lo2: 0.32.1"
     (mem,) = by_check(found, "group.memlock")  # lo2 names an RDMA device
     assert mem.where == "lo2" and re.fullmatch(r"ulimit -l: (unlimited|\d+ KiB)", mem.found)
+    # Each node reached the other's group guard port.
+    guards = {f.where: f for f in by_check(found, "group.guard")}
+    assert {w: f.status for w, f in guards.items()} == {"lo1": "PASS", "lo2": "PASS"}, guards
+    assert guards["lo1"].expected.startswith("lo1 connects to t-serve-0-node1 127.0.0.2:")
 
 
 def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
@@ -219,6 +270,9 @@ def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
     assert reach.found.startswith("ENETUNREACH (route: RTNETLINK answers: Network is unreachable")
     (version,) = by_check(found, "group.vllm")
     assert version.status == "PASS"
+    guards = by_check(found, "group.guard")  # neither reaches the other's guard port
+    assert sorted((f.where, f.status) for f in guards) == [("node1", "FAIL"), ("node2", "FAIL")]
+    assert all("guardPort" not in f.fix and "TCP" in f.fix for f in guards), guards
 
 
 def test_a_taken_port_that_answers_the_nodes_only_warns() -> None:
