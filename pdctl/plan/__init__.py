@@ -9,7 +9,6 @@ from pdctl.compat import release as release_for
 from pdctl.errors import SpecError, UsageError
 from pdctl.plan.firewall import group_ports
 from pdctl.plan.group import group_kinds
-from pdctl.plan.guard import guard_ports
 from pdctl.plan.lora import check_lora
 from pdctl.plan.model import Instance, Plan, SecretEnv, TargetName, Unit
 from pdctl.plan.parallel import check_parallel
@@ -91,6 +90,8 @@ def make_plan(
     if phase in (0, 1):
         plan = replace(plan, instances=serve_instances(spec, rel, phase, tgt, choose))
         if tgt == "hosts":
+            from pdctl.plan.guard import guard_ports
+
             plan = replace(plan, instances=guard_ports(spec, plan.instances))
         if phase == 0 and "router" in spec.model_fields_set:  # the front door (plan/router.py)
             from pdctl.plan.router import front_door
@@ -147,6 +148,8 @@ def pd_plan(plan: Plan, choose: Chooser) -> Plan:
             plan, shape=shape, instances=insts, slice=sl, kinds=kinds, gateway_pods=gateway_pods
         )
     sl = plan_slice(spec.decode) if plan.phase == 3 and spec.decode is not None else None
+    from pdctl.plan.guard import guard_ports
+
     insts = guard_ports(spec, host_instances(spec, rel, shape, choose, sl))
     plan = replace(plan, shape=shape, instances=insts, slice=sl)
     plan = replace(plan, services=plan_services(plan))

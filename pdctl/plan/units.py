@@ -5,13 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdctl.plan.guard import (
-    GUARD_FILE,
-    container_launch,
-    guard_launch,
-    guard_port,
-    guard_source,
-)
 from pdctl.plan.model import Instance, Plan, Service, Unit
 
 
@@ -21,6 +14,14 @@ def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance] = ()) -> U
     `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
     multi-node group nodes) runs on the host's network with no port mapping (render.container).
     A process node of a guarded multi-node `group` runs under the group guard (plan/guard.py)."""
+    from pdctl.plan.guard import (
+        GUARD_FILE,
+        container_launch,
+        guard_launch,
+        guard_port,
+        guard_source,
+    )
+
     assert inst.host is not None
     host = inst.host
     files = inst.files
