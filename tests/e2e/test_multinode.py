@@ -136,8 +136,10 @@ def test_up_restarts_the_whole_group_when_a_worker_dies(group):
     nodes = ((first, "e2emn-serve-0"), (second, "e2emn-serve-0-node1"))
     units = {n: data / h / "e2emn" / n for h, n in nodes}
     before = {n: int((u / "pid").read_text()) for n, u in units.items()}
-    os.killpg(before["e2emn-serve-0-node1"], signal.SIGKILL)
     leader = units["e2emn-serve-0"]
+    heard = "pdctl-guard: heard from e2emn-serve-0-node1"  # it acts only on a node it heard
+    wait_until(lambda: heard in (leader / "log").read_text(), "the guard's contact", timeout=60)
+    os.killpg(before["e2emn-serve-0-node1"], signal.SIGKILL)
     wait_until(lambda: not processes_in(leader), "the guard stops the leader", timeout=120)
     log = (leader / "log").read_text()
     assert "pdctl-guard: e2emn-serve-0-node1 (" in log and "has not answered for" in log, log

@@ -78,6 +78,7 @@ def test_a_group_in_containers_restarts_as_one_when_a_node_dies(
             entry["addressForPeers"] = peers
         hosts.append(entry)
     serve = {"tensorParallel": 2, "nodes": 2, "port": free_port(), "rendezvousPort": free_port()}
+    serve["guardPort"] = free_port()
     engine = {"device": "cpu", "image": IMAGE, "env": {"FAKE_VLLM_DEAF": "1"}}
     spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("dgrp", hosts, serve, engine))
     known = tmp_path / "known_hosts"
@@ -92,9 +93,14 @@ def test_a_group_in_containers_restarts_as_one_when_a_node_dies(
         assert box.attrs["Config"]["Entrypoint"] == ["python3"]
         assert box.attrs["Config"]["Cmd"][0] == "/pdctl/unit/guard.py"
 
+        deadline = time.monotonic() + 180  # only ends a hang
+        # The guard acts on a node it has heard from (never on one still starting).
+        heard = f"pdctl-guard: heard from {worker}".encode()
+        while heard not in client.containers.get(leader).logs():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
         # The worker's engine crashes: the guard (the container's PID 1) passes it on.
         box.exec_run(["pkill", "-KILL", "-P", "1"])
-        deadline = time.monotonic() + 180  # only ends a hang
         while not (restarts(client, worker) >= 1 and restarts(client, leader) >= 1):
             assert time.monotonic() < deadline, (restarts(client, worker), restarts(client, leader))
             time.sleep(0.5)

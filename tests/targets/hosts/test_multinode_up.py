@@ -32,6 +32,7 @@ def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:
             "nodes": 2,
             "port": free_port(),
             "rendezvousPort": free_port(),
+            "guardPort": free_port(),
         },
     }
     return write_spec(data / "spec.yaml", spec)
@@ -148,13 +149,22 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
     try:
         up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
         assert up.returncode == 0, up.stdout + up.stderr
+        # The guard acts on a node it has heard from (never on one still starting): wait for
+        # that first; vLLM's group takes far longer to form than the stand-in's.
+        heard = "pdctl-guard: heard from group-serve-0-node1"
+        wait_until(lambda: heard in (leader_dir / "log").read_text(), "the guard's contact")
         os.killpg(int((worker_dir / "pid").read_text()), signal.SIGKILL)
-        wait_until(lambda: not processes_in(leader_dir), "the guard stops the leader", timeout=60)
+        wait_until(
+            lambda: not processes_in(leader_dir),
+            "the guard stops the leader",
+            timeout=60,
+            detail=lambda: (leader_dir / "log").read_text() + "\n".join(processes_in(leader_dir)),
+        )
         status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
         rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
         assert {r["state"] for r in rows.values()} == {"stopped"}, rows
         log = (leader_dir / "log").read_text()
-        assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:29700) has not answered" in log
+        assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:" in log and "has not answered" in log
         again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
         assert again.returncode == 0, again.stdout + again.stderr
         assert "group-serve-0 on lo1: healthy" in again.stdout

@@ -248,6 +248,12 @@ def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
         assert first["grp-serve-0"]["health"] == "healthy", first
         assert {r["supervisor"] for r in first.values()} == {"systemd"}, first
 
+        # The guard acts on a node it has heard from (never on one still starting).
+        until(
+            "the leader's guard heard the worker",
+            lambda: "pdctl-guard: heard from grp-serve-0-node1"
+            in pdctl("logs", str(spec), "grp-serve-0", *two_managers).stdout,
+        )
         # The worker's engine crashes (its guard, the unit's main process, passes that on).
         sh(f"pkill -KILL -P {first['grp-serve-0-node1']['pid']}")
         until(
