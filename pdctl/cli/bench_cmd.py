@@ -35,7 +35,7 @@ def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
         spec, source = read_spec(spec_file)
         result, origin = capacity_plan(
             spec, source, spec_file, None, None, w.prompt_tokens, w.output_tokens, None,
-            w.ttft_ms, w.tpot_ms,
+            w.ttft_ms, w.tpot_ms
         )
     except PdctlError as exc:
         return None, exc.line()

@@ -13,27 +13,6 @@ from pdctl.cli.options import FACTS, SPEC
 from pdctl.cli.specfile import with_overlays
 
 
-def build(
-    spec_file: str,
-    gpu: str | None = None,
-    gpu_memory_gib: float | None = None,
-    prompt: int | None = None,
-    output: int | None = None,
-    rate: float | None = None,
-    ttft: float | None = None,
-    tpot: float | None = None,
-    facts: Path | None = None,
-) -> tuple[Any, str]:
-    """Read SPEC (and its overlays) and plan its capacity (pdctl.inputs.capacity_plan)."""
-    from pdctl.cli.specfile import read_spec
-    from pdctl.inputs import capacity_plan
-
-    spec, source = read_spec(spec_file)
-    return capacity_plan(
-        spec, source, spec_file, gpu, gpu_memory_gib, prompt, output, rate, ttft, tpot, facts
-    )
-
-
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     @with_overlays
@@ -87,8 +66,13 @@ def register(app: typer.Typer) -> None:
             ("--ttft-ms", ttft_ms),
             ("--tpot-ms", tpot_ms),
         )
-        result, origin = build(
-            spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts
+        from pdctl.cli.specfile import read_spec
+        from pdctl.inputs import capacity_plan
+
+        spec_model, source = read_spec(spec)
+        result, origin = capacity_plan(
+            spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
+            ttft_ms, tpot_ms, facts
         )
         if output == "json":
             from pdctl.capacity.report_json import plan_dict

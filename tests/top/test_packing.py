@@ -11,8 +11,8 @@ import yaml
 
 from pdctl.capacity import find_gpu, spec_model_config, spec_shape
 from pdctl.capacity.report import Traffic
-from pdctl.cli.plan_cmd import build
 from pdctl.cli.specfile import read_spec
+from pdctl.inputs import capacity_plan
 from pdctl.top.packing import Packing, packings
 from pdctl.top.verdict import verdicts
 from tests.top.test_gpu import window_on
@@ -33,9 +33,9 @@ def spec_with(tmp_path: Path, per_gpu: int, total: bool = False) -> str:
 @pytest.mark.parametrize("per_gpu", [2, 3])
 def test_packings_are_what_pdctl_plan_predicts_for_that_phase3_spec(tmp_path, per_gpu):
     path = spec_with(tmp_path, per_gpu)
-    plan, _ = build(path, gpu="H200")
+    spec, source = read_spec(path)
+    plan, _ = capacity_plan(spec, source, path, gpu="H200")
     dec = plan.role("decode")
-    spec, _ = read_spec(path)
     found = packings(
         spec_model_config(spec.model), find_gpu("H200"), spec_shape(spec, "decode"), Traffic()
     )[per_gpu]
