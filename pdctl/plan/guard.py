@@ -28,13 +28,8 @@ UNIT_MOUNT = "/pdctl/unit"  # where a container sees its unit folder (render/con
 RESTART_DELAY = 10  # a restarted container's guard waits this long (systemd: RestartSec)
 
 
-def guarded(inst: Instance) -> bool:
-    """A leader of a multi-node group."""
-    return bool(inst.workers)
-
-
 def guard_ports(spec: Spec, instances: Sequence[Instance]) -> tuple[Instance, ...]:
-    """The instances with a ("guard", port) extra port on every node of a guarded group."""
+    """The instances with a ("guard", port) extra port on every node of a multi-node group."""
     taken: dict[tuple[str, int], int] = {}
 
     def take(node: Instance) -> Instance:
@@ -53,7 +48,7 @@ def guard_ports(spec: Spec, instances: Sequence[Instance]) -> tuple[Instance, ..
 
     out = []
     for inst in instances:
-        if guarded(inst):
+        if inst.workers:  # a group's leader
             inst = replace(take(inst), workers=tuple(take(w) for w in inst.workers))
         out.append(inst)
     return tuple(out)

@@ -13,7 +13,7 @@ def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance] = ()) -> U
     GPUs docker gives it: no CUDA_VISIBLE_DEVICES). A container whose instance has a
     `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
     multi-node group nodes) runs on the host's network with no port mapping (render.container).
-    A process node of a guarded multi-node `group` runs under the group guard (plan/guard.py)."""
+    A node of a multi-node `group` runs under the group guard (plan/guard.py)."""
     from pdctl.plan.guard import (
         GUARD_FILE,
         container_launch,
