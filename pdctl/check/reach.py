@@ -77,7 +77,9 @@ def reach(leader: Instance, facts: Facts) -> list[Finding]:
     """Every other node connected to a short-lived listener on its leader's rendezvous port
     (probe/group.py): the route and every firewall between them let that port through, and
     the port is free on the leader."""
-    port = Meeting("group.reach", leader.name, "rendezvousPort", "the group's rendezvous")
+    port = Meeting(
+        "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True
+    )
     return met(port, leader, leader.workers, facts)
 
 
@@ -93,7 +95,8 @@ def guards(leader: Instance, facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     for node in nodes:
         if "guard" in dict(node.extra_ports):
-            guard = Meeting("group.guard", f"{node.name}/guard", "guardPort", "its group guard")
+            label = f"{node.name}/guard"
+            guard = Meeting("group.guard", label, "guardPort", "its group guard", node.name, False)
             out += met(guard, node, tuple(n for n in nodes if n is not node), facts)
     return out
 
@@ -103,6 +106,8 @@ class Meeting(NamedTuple):
     label: str  # the probes' group label
     field: str  # the spec field that moves the port
     what: str  # what listens there
+    to: str  # how a finding names the node that listens ("the leader", a node's name)
+    nccl_route: bool  # WARN when the route leaves off the node's networkInterface (NCCL's)
 
 
 def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts) -> list[Finding]:
@@ -140,12 +145,11 @@ def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts)
             out.append(Finding("WARN", m.check, where, "not probed", want, GATHER))
             continue
         for r in tries:
-            to = "the leader" if m.check == "group.reach" else target.name
-            want = f"{where} connects to {to} {r.address}:{r.port}"
+            want = f"{where} connects to {m.to} {r.address}:{r.port}"
             via = f" (route: {r.route})" if r.route else ""
             found = f"{r.result}{via}"
             if r.result != "connected":
-                why = _WHY.get(r.result, r.result).replace("the leader", target.name)
+                why = _WHY.get(r.result, r.result).replace("the leader", m.to)
                 fix = (
                     f"{why}: let {where} reach {r.address} on TCP {r.port} (firewall, routes), "
                     f"or give {there} an addressForPeers that {where} reaches"
@@ -153,7 +157,7 @@ def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts)
                 out.append(Finding("FAIL", m.check, where, found, want, fix))
                 continue
             ifname = node.host.network_interface
-            if m.check == "group.reach" and ifname and r.device and r.device != ifname:
+            if m.nccl_route and ifname and r.device and r.device != ifname:
                 fix = (
                     f"the route to the leader leaves through {r.device}, but NCCL/Gloo use "
                     f"{ifname} (networkInterface): use the leader's address on {ifname}'s "

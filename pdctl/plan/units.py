@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from pdctl.plan.model import Instance, Plan, Service, Unit
 
 
-def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance] = ()) -> Unit:
+def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance]) -> Unit:
     """An engine: `vllm serve` as a process, or the image's entrypoint in a container (whose
     GPUs docker gives it: no CUDA_VISIBLE_DEVICES). A container whose instance has a
     `container_port` (phase 0) publishes it on the host's port; one without (prefill/decode,
     multi-node group nodes) runs on the host's network with no port mapping (render.container).
-    A node of a multi-node `group` runs under the group guard (plan/guard.py)."""
+    `group`: the nodes of its group (itself alone when single); a node of a multi-node group
+    runs under the group guard (plan/guard.py), which asks the others."""
     from pdctl.plan.guard import (
         GUARD_FILE,
         container_launch,
