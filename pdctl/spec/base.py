@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from pydantic import (
@@ -12,25 +13,17 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    ValidationInfo,
-    field_validator,
+    Field,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from pdctl.spec import walk
 
 # Patterns are used with fullmatch: `$` would also accept one trailing newline ("a\n").
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-# Control characters (newline, tab, NUL, ESC, C1 controls, ...) have no place in any spec
-# value: a newline would end a comment line in a rendered script and start a command. Nor do
-# the characters that reorder or break a line as a terminal or editor shows it: the bidi
-# marks, embeddings, overrides and isolates (an `rm` that reads as `mr`) and the Unicode line
-# and paragraph separators.
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-# The longest string any spec field takes; fields of a narrower kind have their own bound
-# (DNS labels 63, model names 1,024, image references 512: docs/spec.md lists them).
-MAX_TEXT = 4096
 # What a `Field(pattern=...)` value is, and how to write one: the error line says this instead
 # of pydantic's "String should match pattern '...'" (spec/load.py reads it). Register a pattern
 # with `pattern(regex, what, fix)` where the field declares it; the JSON Schema keeps the regex.
@@ -59,40 +52,13 @@ class Section(BaseModel):
         allow_inf_nan=False,
     )
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """YAML reads yes/no/on/off/true/false as booleans, and pydantic would take them as
-        1 and 0 for a number field (`replicas: yes`); the JSON Schema says integer or number,
-        so an editor refuses them too. Ints stay accepted for floats."""
-        if isinstance(value, bool):
-            index = None
-        elif isinstance(value, (list, tuple)):
-            index = next((i for i, v in enumerate(value) if isinstance(v, bool)), None)
-            if index is None:
-                return value
-        else:
-            return value
-        field = cls.model_fields.get(info.field_name or "")
-        what = _number_kind(field.annotation, index is not None) if field else None
-        if what is None:
-            return value
-        got = value if index is None else value[index]
-        raise PydanticCustomError(
-            "bool_for_number",
-            "{where}must be {what} (got a boolean ({got}))",
-            {
-                "where": "" if index is None else f"entry {index} ",
-                "what": what,
-                "got": str(got).lower(),
-            },
-        )
 
-    @field_validator("*", mode="after")
-    @classmethod
-    def _no_control_characters(cls, value: Any) -> Any:
-        _check_text(value)
-        return value
+def defaults(**field: Any) -> Any:
+    """A field holding a whole section, by default the section with its own defaults: the
+    empty mapping, validated by the enclosing model's validator. A `default_factory` of the
+    section class would build that class's own validator the first time a spec leaves the
+    section out (2-20 ms of a cold start each; docs/performance.md)."""
+    return Field(default_factory=dict, validate_default=True, **field)
 
 
 def refuse(what: str, fix: str) -> PydanticCustomError:
@@ -128,26 +94,42 @@ def _number_kind(annotation: Any, item: bool) -> str | None:
     return None
 
 
-def _check_text(value: Any) -> None:
-    """Reject control and bidi characters and overlong text in any string, also inside lists
-    and mappings (keys too)."""
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise ValueError(f"is {len(value):,} characters long, more than {MAX_TEXT:,}")
-        bad = CONTROL.search(value)
-        if bad:
-            shown = value if len(value) <= 60 else value[:55] + "..."
-            raise ValueError(
-                f"{shown!r} holds the control character U+{ord(bad.group()):04X}; write it on "
-                "one line, without tabs, newlines or direction marks"
-            )
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _check_text(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key)
-            _check_text(item)
+def booleans_for_numbers(
+    data: Any, model: type[BaseModel], loc: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(location, message) of each YAML boolean in `data` where `model` takes a number.
+    YAML reads yes/no/on/off/true/false as booleans, and pydantic would take them as 1 and 0
+    for a number field (`replicas: yes`); the JSON Schema says integer or number, so an editor
+    refuses them too. Ints stay accepted for floats. spec/load.py asks this before pydantic
+    (one walk of the data instead of a validator on each of the spec's 400 fields)."""
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        found = walk.field_of(model, key)
+        if found is None:
+            continue  # pydantic reports the unknown key
+        annotation = found[1].annotation
+        inner = walk.section(annotation)
+        if inner is not None:
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    yield from booleans_for_numbers(item, inner, loc + (key, i))
+            else:
+                yield from booleans_for_numbers(value, inner, loc + (key,))
+            continue
+        if isinstance(value, bool):
+            index = None
+        elif isinstance(value, list):
+            index = next((i for i, v in enumerate(value) if isinstance(v, bool)), None)
+            if index is None:
+                continue
+        else:
+            continue
+        what = _number_kind(annotation, index is not None)
+        if what is not None:
+            got = str(value if index is None else value[index]).lower()
+            where = "" if index is None else f"entry {index} "
+            yield loc + (key,), f"{where}must be {what} (got a boolean ({got}))"
 
 
 def _dns_label(value: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, Quantity, Section, Size
+from pdctl.spec.base import DnsLabel, Quantity, Section, Size, defaults
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
 from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
 from pdctl.spec.rdma import Rdma
@@ -191,9 +191,7 @@ class PodSettings(Section):
     image_pull_secrets: tuple[DnsLabel, ...] = Field(
         (), description="Names of Secrets for pulling images."
     )
-    resources: Resources = Field(
-        default_factory=Resources, description="CPU, memory and ephemeral storage."
-    )
+    resources: Resources = defaults(description="CPU, memory and ephemeral storage.")
     env_from: tuple[EnvFrom, ...] = Field(
         (), description="Environment from whole ConfigMaps or Secrets."
     )
@@ -225,7 +223,7 @@ class Kubernetes(PodSettings):
 
     namespace: DnsLabel = Field("default", description="Namespace for every object.")
     create_namespace: bool = Field(False, description="Render the Namespace object too.")
-    storage: Storage = Field(default_factory=Storage, description="Model source volume.")
+    storage: Storage = defaults(description="Model source volume.")
     shm_size: Size | None = Field(
         None,
         description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "

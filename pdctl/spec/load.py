@@ -12,12 +12,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from pdctl.errors import SpecError
-from pdctl.spec.base import PATTERNS
+from pdctl.spec.base import PATTERNS, booleans_for_numbers
 from pdctl.spec.model import Spec
 from pdctl.spec.source import Loc, Source, dotted, parse
 from pdctl.spec.walk import model_at, section
 
 MAX_PROBLEMS = 20  # lines a user reads; the rest is counted
+_BOOL_FIX = "write a number: YAML reads yes, no, on, off, true and false as booleans"
 
 
 class SpecErrors(SpecError):
@@ -67,14 +68,20 @@ def load_data(data: Any, source: Source) -> Spec:
             line=source.lines.get(()),
             fix="start from `pdctl init > spec.yaml`",
         )
-    problems: list[SpecError] = []
+    problems = [
+        SpecError(message, path=dotted(loc), file=file, line=line, fix=_BOOL_FIX)
+        for loc, message in booleans_for_numbers(data, Spec)
+        for file, line in [source.where(loc)]
+    ]
+    booleans = {p.path for p in problems}
     aside: set[str] = set()  # top-level sections whose own checks failed
     current = data
     while True:
         try:
             spec = Spec.model_validate(current)
         except ValidationError as exc:
-            problems += _to_spec_errors(exc, source, current, aside)
+            found = _to_spec_errors(exc, source, current, aside)
+            problems += [p for p in found if p.path not in booleans]
             break
         except SpecError as exc:
             problems.append(source.locate(exc))
@@ -206,11 +213,6 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
         return f"must be one of {ctx.get('expected')} (got {_show(got)})", ""
     if kind == "spec_value":
         return str(ctx.get("what", err["msg"])), str(ctx.get("fix", ""))
-    if kind == "bool_for_number":
-        return (
-            err["msg"],
-            "write a number: YAML reads yes, no, on, off, true and false as booleans",
-        )
     if kind == "string_pattern_mismatch":
         what, fix = PATTERNS.get(
             str(ctx.get("pattern")), (f"of the form {ctx.get('pattern')}", "see `pdctl explain`")

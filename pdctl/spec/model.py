@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, EnvName, Section, pattern, refuse
+from pdctl.spec.base import DnsLabel, EnvName, Section, defaults, pattern, refuse
 from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
@@ -391,18 +391,17 @@ class Spec(Section):
         "on hosts slices decode with HAMi-core alone: `decode.share.library`).",
     )
     model: Model
-    engine: Engine = Field(default_factory=Engine)
-    secrets: Secrets = Field(default_factory=Secrets)
+    engine: Engine = defaults()
+    secrets: Secrets = defaults()
     hosts: tuple[Host, ...] = Field((), description="Hosts for bare-metal phases.")
-    kubernetes: Kubernetes = Field(default_factory=Kubernetes)
+    kubernetes: Kubernetes = defaults()
     serve: Serve | None = Field(None, description="Serving shape for phases 0 and 1.")
     prefill: Prefill | None = Field(None, description="Prefill instances (phases 2 and 3).")
     decode: Decode | None = Field(None, description="Decode instances (phases 2 and 3).")
     disaggregation: Disaggregation | None = Field(
         None, description="KV-transfer connector between prefill and decode (phases 2 and 3)."
     )
-    router: Router = Field(
-        default_factory=Router,
+    router: Router = defaults(
         description="The request router (the 'conductor') in front of prefill and decode; "
         "in phase 0, when written, the one endpoint in front of the replicas.",
     )

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, Section
+from pdctl.spec.base import DnsLabel, Section, defaults
 from pdctl.spec.kube import PodSettings
 from pdctl.spec.value import EngineEnvName, engine_env
 
@@ -268,7 +268,7 @@ class Disaggregation(Section):
         description="nixl: first `VLLM_NIXL_SIDE_CHANNEL_PORT` on a host; each further "
         "instance on the host takes the next port.",
     )
-    store: Store = Field(default_factory=Store, description="Mooncake shared KV store.")
+    store: Store = defaults(description="Mooncake shared KV store.")
 
     @model_validator(mode="after")
     def _checks(self) -> Disaggregation:

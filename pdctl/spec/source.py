@@ -24,6 +24,12 @@ MAX_SCALAR = 4096  # characters in one key or value
 # (it is about 30x slower than libyaml): above it libyaml's own message is reported.
 _RECHECK_BYTES = 16 * 1024
 _MERGE = "tag:yaml.org,2002:merge"
+# Control characters (newline, tab, NUL, ESC, C1 controls, ...) have no place in any spec
+# key or value: a newline would end a comment line in a rendered script and start a command.
+# Nor do the characters that reorder or break a line as a terminal or editor shows it: the
+# bidi marks, embeddings, overrides and isolates (an `rm` that reads as `mr`) and the Unicode
+# line and paragraph separators.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def dotted(loc: Loc) -> str:
@@ -203,6 +209,16 @@ def _too_deep(file: str, mark: Any, line: int | None = None) -> SpecError:
     )
 
 
+def control_character(text: str) -> str | None:
+    """What is wrong with a spec string that holds a control or bidi character, or None.
+    _Builder asks it of every key and value it reads."""
+    bad = CONTROL.search(text)
+    if bad is None:
+        return None
+    shown = text if len(text) <= 60 else text[:55] + "..."
+    return f"{shown!r} holds the control character U+{ord(bad.group()):04X}"
+
+
 class _Builder:
     """Node tree -> plain data, counting what it builds."""
 
@@ -250,7 +266,13 @@ class _Builder:
                 f"{MAX_SCALAR:,} pdctl reads",
                 "shorten it",
             )
-        return self.loader.construct_object(node, deep=True)
+        value = self.loader.construct_object(node, deep=True)
+        bad = control_character(value) if isinstance(value, str) else None
+        if bad is not None:
+            raise self.refuse(
+                node, loc, bad, "write it on one line, without tabs, newlines or direction marks"
+            )
+        return value
 
     def key(self, node: yaml.Node, loc: Loc) -> str:
         key = self.scalar(node, loc) if isinstance(node, yaml.ScalarNode) else None

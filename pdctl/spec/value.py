@@ -57,7 +57,7 @@ SHELL_ENV = {
     "environment with hosts[].venv or engine.image",
 }
 SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
-# Length bounds by kind of value (every other string: base.MAX_TEXT). A Hugging Face id is at
+# Length bounds by kind of value (every other string: source.MAX_SCALAR). A Hugging Face id is at
 # most 96 + 1 + 96 characters; a local model folder is a path, so it gets room.
 MAX_ARGUMENT = 1024  # model names, served names, revisions
 MAX_IMAGE = 512  # Docker caps a repository name at 255 and a tag at 128

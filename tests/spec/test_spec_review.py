@@ -70,7 +70,7 @@ CASES = [
         "bool-gpus",
         GOOD.replace("gpus: [0, 1, 2, 3]", "gpus: [false, true, 2, 3]"),
         ":8: hosts[0].gpus: ",
-        ["whole number", "boolean"],
+        ["entry 0 must be a whole number", "boolean (false)"],
     ),
     ("bool-port", GOOD + "  port: true\n", ":12: serve.port: ", ["whole number"]),
     (
