@@ -18,7 +18,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from pdctl.spec import walk
+from pdctl.spec.walk import field_of, section
 
 # Patterns are used with fullmatch: `$` would also accept one trailing newline ("a\n").
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -105,11 +105,11 @@ def booleans_for_numbers(
     if not isinstance(data, dict):
         return
     for key, value in data.items():
-        found = walk.field_of(model, key)
+        found = field_of(model, key)
         if found is None:
             continue  # pydantic reports the unknown key
         annotation = found[1].annotation
-        inner = walk.section(annotation)
+        inner = section(annotation)
         if inner is not None:
             if isinstance(value, list):
                 for i, item in enumerate(value):
