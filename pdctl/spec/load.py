@@ -243,7 +243,7 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
 
 def _nested_match(loc: Loc, key: str) -> str | None:
     """A key that belongs one level deeper, e.g. top-level `replicas` -> `serve.replicas`."""
-    model = model_at(loc)
+    model = model_at(loc, Spec)
     if model is None:
         return None
     candidates: list[str] = []
@@ -260,7 +260,7 @@ def _nested_match(loc: Loc, key: str) -> str | None:
 
 def _allowed_keys(loc: Loc) -> set[str]:
     """The camelCase keys the model at loc accepts."""
-    model = model_at(loc)
+    model = model_at(loc, Spec)
     if model is None:
         return set()
     return {f.alias or n for n, f in model.model_fields.items()}

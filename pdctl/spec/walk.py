@@ -34,12 +34,8 @@ def field_of(model: type[BaseModel], key: str, loose: bool = False) -> tuple[str
     return None
 
 
-def model_at(path: Iterable[str | int], root: type[BaseModel] | None = None) -> Any:
+def model_at(path: Iterable[str | int], root: type[BaseModel]) -> Any:
     """The model at a YAML path (list indexes skipped) from `root` (the Spec), or None."""
-    if root is None:
-        from pdctl.spec.model import Spec
-
-        root = Spec
     model: type[BaseModel] | None = root
     for part in path:
         if isinstance(part, int):
