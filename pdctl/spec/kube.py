@@ -2,7 +2,6 @@
 `prefill.kubernetes`, `decode.kubernetes`, `router.kubernetes`): scheduling, pod shape, model
 source. A role's settings override the section's: maps merge, lists replace (`merged`)."""
 
-from __future__ import annotations
 
 from typing import Any, Literal
 
@@ -47,7 +46,7 @@ class Toleration(Section):
     )
 
     @model_validator(mode="after")
-    def _rules(self) -> Toleration:
+    def _rules(self) -> "Toleration":
         # The API server's rules (core/v1 validation of tolerations).
         if self.operator == "Exists" and self.value:
             raise ValueError("operator Exists takes no `value`; use operator Equal, or drop it")
@@ -101,7 +100,7 @@ class Storage(Section):
         return None if value is None else abs_path(value)
 
     @model_validator(mode="after")
-    def _fields_of_type(self) -> Storage:
+    def _fields_of_type(self) -> "Storage":
         needs = {
             "existingClaim": ("claim_name",),
             "hostPath": ("path",),

@@ -2,7 +2,6 @@
 topology spread constraints, label selectors. Field names and rules are the API server's
 (core/v1 and meta/v1 validation), so a spec that passes here is accepted there."""
 
-from __future__ import annotations
 
 from typing import Literal
 
@@ -34,7 +33,7 @@ class LabelRequirement(Section):
     )
 
     @model_validator(mode="after")
-    def _rules(self) -> LabelRequirement:
+    def _rules(self) -> "LabelRequirement":
         _values_rule(self.operator, self.values)
         return self
 
@@ -60,7 +59,7 @@ class NodeRequirement(Section):
     )
 
     @model_validator(mode="after")
-    def _rules(self) -> NodeRequirement:
+    def _rules(self) -> "NodeRequirement":
         _values_rule(self.operator, self.values, numeric=True)
         return self
 
@@ -72,7 +71,7 @@ class NodeSelectorTerm(Section):
     match_fields: tuple[NodeRequirement, ...] = Field((), description="On node fields.")
 
     @model_validator(mode="after")
-    def _not_empty(self) -> NodeSelectorTerm:
+    def _not_empty(self) -> "NodeSelectorTerm":
         if not self.match_expressions and not self.match_fields:
             raise ValueError("a node selector term needs matchExpressions or matchFields")
         return self
@@ -84,7 +83,7 @@ class NodeSelector(Section):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = Field(..., description="Terms, ORed.")
 
     @model_validator(mode="after")
-    def _not_empty(self) -> NodeSelector:
+    def _not_empty(self) -> "NodeSelector":
         # Here, not min_length: a bad term would be reported twice (item, then length).
         if not self.node_selector_terms:
             raise ValueError("nodeSelectorTerms needs at least one term")
@@ -182,7 +181,7 @@ class TopologySpread(Section):
     )
 
     @model_validator(mode="after")
-    def _rules(self) -> TopologySpread:
+    def _rules(self) -> "TopologySpread":
         if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
             raise ValueError("minDomains applies with whenUnsatisfiable DoNotSchedule only")
         return self

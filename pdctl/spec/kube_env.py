@@ -1,7 +1,6 @@
 """Extra environment and volumes of a role's pods (`env`, `envFrom`, `volumes`,
 `volumeMounts` in `kubernetes` and the per-role overrides), in the Kubernetes shapes."""
 
-from __future__ import annotations
 
 import re
 from typing import Any
@@ -62,7 +61,7 @@ class ValueFrom(Section):
     secret_key_ref: KeyRef | None = Field(None, description="A Secret key.")
 
     @model_validator(mode="after")
-    def _one(self) -> ValueFrom:
+    def _one(self) -> "ValueFrom":
         one_of(self, ("config_map_key_ref", "secret_key_ref"), "valueFrom")
         return self
 
@@ -82,7 +81,7 @@ class EnvFrom(Section):
     prefix: EnvName | None = Field(None, description="Prefix for each variable name.")
 
     @model_validator(mode="after")
-    def _one(self) -> EnvFrom:
+    def _one(self) -> "EnvFrom":
         one_of(self, ("config_map_ref", "secret_ref"), "envFrom")
         return self
 
@@ -104,7 +103,7 @@ class Volume(Section):
     )
 
     @model_validator(mode="after")
-    def _one(self) -> Volume:
+    def _one(self) -> "Volume":
         sources = (
             "config_map",
             "secret",

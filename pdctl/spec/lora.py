@@ -3,7 +3,6 @@
 The checks that need only the model live here; the ones that depend on the target (what it can
 mount) or on the secrets (run-time loading needs the API key) live in plan/lora.py."""
 
-from __future__ import annotations
 
 import re
 
@@ -89,7 +88,7 @@ class Adapter(Section):
         return value
 
     @model_validator(mode="after")
-    def _one_source(self) -> Adapter:
+    def _one_source(self) -> "Adapter":
         given = [k for k in ("hf", "path", "claim", "image") if getattr(self, k) is not None]
         if len(given) != 1:
             what = "no source" if not given else f"{len(given)} sources ({', '.join(given)})"
@@ -143,7 +142,7 @@ class Lora(Section):
         return value
 
     @model_validator(mode="after")
-    def _limits(self) -> Lora:
+    def _limits(self) -> "Lora":
         seen: dict[str, int] = {}
         for i, a in enumerate(self.adapters):
             where = f"model.lora.adapters[{i}]"

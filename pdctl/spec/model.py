@@ -1,6 +1,5 @@
 """The pdctl spec: frozen pydantic models. Docs and the JSON Schema are generated from these."""
 
-from __future__ import annotations
 
 import re
 from typing import Any, Literal
@@ -92,7 +91,7 @@ class Model(Section):
         return mountable(value) if value.startswith("/") else value
 
     @model_validator(mode="after")
-    def _adapter_names(self) -> Model:
+    def _adapter_names(self) -> "Model":
         if self.lora is not None:
             check_names(self.lora, self.name, self.served_name)
         return self
@@ -428,7 +427,7 @@ class Spec(Section):
         return value
 
     @model_validator(mode="after")
-    def _section_mounts(self) -> Spec:
+    def _section_mounts(self) -> "Spec":
         """The `kubernetes` section's volumeMounts, checked where they are written (the
         per-role checks of plan/kube_checks see them merged into each role)."""
         kube = self.phase == 1 or (

@@ -1,6 +1,5 @@
 """Spec sections for prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3)."""
 
-from __future__ import annotations
 
 import ipaddress
 import re
@@ -181,7 +180,7 @@ class Share(Section):
         return value
 
     @model_validator(mode="after")
-    def _one_size(self) -> Share:
+    def _one_size(self) -> "Share":
         # SpecError (not ValueError): load_text locates it, and the line names field and fix.
         if self.gpu_memory_percent is not None and self.gpu_memory_mib is not None:
             raise SpecError(
@@ -271,7 +270,7 @@ class Disaggregation(Section):
     store: Store = defaults(description="Mooncake shared KV store.")
 
     @model_validator(mode="after")
-    def _checks(self) -> Disaggregation:
+    def _checks(self) -> "Disaggregation":
         if self.store.enabled and self.connector != "mooncake":
             raise SpecError(
                 f"store.enabled needs connector mooncake (connector is {self.connector})",

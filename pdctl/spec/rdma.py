@@ -3,7 +3,6 @@ what makes the HCAs appear in a pod differs per cluster (a device plugin's exten
 SR-IOV networks attached through Multus), so the spec names it. On hosts the same concept is
 `hosts[].rdmaDevices`. docs/phase2-kubernetes.md#rdma has the table per connector."""
 
-from __future__ import annotations
 
 import re
 from typing import Annotated
@@ -87,7 +86,7 @@ class Rdma(Section):
     )
 
     @model_validator(mode="after")
-    def _some_device(self) -> Rdma:
+    def _some_device(self) -> "Rdma":
         if not self.resources and not self.networks:
             raise ValueError(
                 "rdma puts no RDMA device in the pods: name the device plugin's resource "

@@ -3,7 +3,6 @@
 Both are optional: `pdctl plan` also takes them as command-line options.
 """
 
-from __future__ import annotations
 
 from pydantic import Field
 
