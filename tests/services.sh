@@ -6,6 +6,7 @@
 set -euo pipefail
 RUN=${RUN:?set RUN to a scratch folder}
 PIDS=$RUN/pids
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$RUN" "$PIDS"
 
 install() {
@@ -43,22 +44,9 @@ start_ssh() {
   for h in "${hosts[@]}"; do
     read -r -a parts <<<"$h"; set -- "${parts[@]}"; local name=$1 addr=$2 port=$3 ns=$4
     [ -f "$d/host_$name" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/host_$name"
-    cat >"$d/sshd_$name.conf" <<CONF
-Port $port
-ListenAddress $addr
-HostKey $d/host_$name
-PidFile $d/sshd_$name.pid
-AuthorizedKeysFile $d/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-AllowTcpForwarding yes
-MaxSessions 64
-MaxStartups 64:30:128
-Subsystem sftp internal-sftp
-CONF
+    sed -e "s|{port}|$port|" -e "s|{address}|$addr|" -e "s|{hostkey}|$d/host_$name|" \
+      -e "s|{pidfile}|$d/sshd_$name.pid|" -e "s|{authorized}|$d/authorized_keys|" \
+      "$here/sshd_config.in" >"$d/sshd_$name.conf"
     if [ "$ns" = "-" ]; then
       bg "sshd_$name" /usr/sbin/sshd -D -e -f "$d/sshd_$name.conf"
     else

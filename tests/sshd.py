@@ -16,21 +16,8 @@ import pytest
 from tests.helpers import wait_port
 from tests.targets.testbed import SshEnv, TestHost, free_port
 
-CONF = """Port {port}
-ListenAddress {address}
-HostKey {d}/host_key
-PidFile {d}/sshd.pid
-AuthorizedKeysFile {d}/authorized_keys
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-AllowTcpForwarding yes
-MaxSessions 64
-MaxStartups 64:30:128
-Subsystem sftp internal-sftp
-"""
+# The settings of every test sshd, the shared hosts of tests/services.sh too.
+CONF = (Path(__file__).parent / "sshd_config.in").read_text()
 
 
 @dataclass
@@ -59,16 +46,27 @@ def start_sshd(
     address: str = "127.0.0.1",
     netns: str | None = None,
     wrapper: tuple[str, ...] = (),
+    extra: str = "",
 ) -> Sshd:
     """sshd for `name` on `address` (port 22 in `netns`, else a free loopback port), in
-    `folder`/sshd-`name`, started as `wrapper + sshd ...`; returns once it listens."""
+    `folder`/sshd-`name`, started as `wrapper + sshd ...`, with `extra` settings lines;
+    returns once it listens."""
     d = folder / f"sshd-{name}"
     d.mkdir()
     keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")]
     subprocess.run(keygen, check=True)
     shutil.copy(env.key + ".pub", d / "authorized_keys")
     port = 22 if netns else free_port(1)  # below the ephemeral range: no outgoing connection
-    (d / "sshd.conf").write_text(CONF.format(port=port, address=address, d=d))
+    (d / "sshd.conf").write_text(
+        CONF.format(
+            port=port,
+            address=address,
+            hostkey=d / "host_key",
+            pidfile=d / "sshd.pid",
+            authorized=d / "authorized_keys",
+        )
+        + extra
+    )
     key = " ".join((d / "host_key.pub").read_text().split()[:2])
     where = address if port == 22 else f"[{address}]:{port}"
     known = d / "known_hosts"
@@ -82,8 +80,13 @@ def start_sshd(
     )
     server = Sshd(TestHost(name, address, port), str(known), proc, d)
     try:
-        wait_port(port, address, lambda: proc.poll() is None, f"sshd {name}",
-                  detail=(d / "sshd.log").read_text)
+        wait_port(
+            port,
+            address,
+            lambda: proc.poll() is None,
+            f"sshd {name}",
+            detail=(d / "sshd.log").read_text,
+        )
     except BaseException:
         server.stop()
         raise
@@ -121,6 +124,6 @@ def remove_netns(ns: str) -> None:
 def reach_each_other(hosts: list[Sshd], netns: list[str]) -> None:
     """Until each namespace reaches the next one's sshd (the routes are up)."""
     for ns, other in zip(netns, hosts[1:] + hosts[:1], strict=True):
-        wait_port(22, other.host.address, netns=ns, what=f"{other.host.address}:22 from {ns}",
-                  timeout=10)
-
+        wait_port(
+            22, other.host.address, netns=ns, what=f"{other.host.address}:22 from {ns}", timeout=10
+        )

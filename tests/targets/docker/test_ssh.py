@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +21,8 @@ from pdctl.targets.docker.engine import docker_home
 from pdctl.targets.docker.transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
-from tests.targets.testbed import free_port
+from tests.sshd import need_root, start_sshd
+from tests.targets.testbed import ssh_env_or_skip
 
 
 @dataclass(frozen=True)
@@ -37,45 +35,17 @@ class DockerSshd:
 @pytest.fixture(scope="module")
 def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
     docker_host = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    if not docker_host or not os.path.exists(sshd) or shutil.which("docker") is None:
-        pytest.skip("needs the test dockerd (tests/services.sh), sshd and the docker CLI")
-    d = tmp_path_factory.mktemp("docker-sshd")
-    for name in ("host", "client"):
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
-        )
-    shutil.copy(d / "client.pub", d / "authorized_keys")
-    port = free_port()
-    (d / "sshd.conf").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\n"
-        f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
-        "Subsystem sftp internal-sftp\n"  # `up` writes the deployment folder over SFTP
-        f"SetEnv DOCKER_HOST={docker_host}\n"
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [sshd, "-D", "-e", "-f", str(d / "sshd.conf")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    if not docker_host or shutil.which("docker") is None:
+        pytest.skip("needs the test dockerd (tests/services.sh) and the docker CLI")
+    need_root()
+    env = ssh_env_or_skip()
+    folder = tmp_path_factory.mktemp("docker-sshd")
+    server = start_sshd(env, folder, "docker", extra=f"SetEnv DOCKER_HOST={docker_host}\n")
     try:
-        # Until it listens: it either does or exits; 120 s only ends a hang (it takes < 1 s).
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "sshd did not start"
-                time.sleep(0.1)
-        host_key = " ".join((d / "host.pub").read_text().split()[:2])
-        yield DockerSshd(port, str(d / "client"), f"[127.0.0.1]:{port} {host_key}\n")
+        own = Path(server.known_hosts).read_text().splitlines()[-1]
+        yield DockerSshd(server.host.port, env.key, own + "\n")
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
 
 
 @pytest.fixture(scope="module")
