@@ -26,6 +26,15 @@ FACTS = typer.Option(
     "plan counts the memory other processes already hold on the GPUs.",
 )
 
+STRICT = typer.Option(
+    False,
+    "--strict",
+    help="Refuse (exit 1) a spec with a role that does not fit on "
+    "its GPU (hardware.gpu), or a network setting that may not work where it runs "
+    "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
+    "name), instead of warning.",
+)
+
 
 def check_phase_target(phase: int | None, target: str | None) -> None:
     if phase is not None and phase not in (0, 1, 2, 3):

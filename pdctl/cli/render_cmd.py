@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, STRICT, TARGET
 from pdctl.cli.specfile import with_overlays
 
 
@@ -37,25 +37,18 @@ def register(app: typer.Typer) -> None:
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
-        strict: bool = typer.Option(
-            False,
-            "--strict",
-            help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), or a network setting that may not work where it runs "
-            "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
-            "name), instead of warning.",
-        ),
+        strict: bool = STRICT,
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
         from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from
+        from pdctl.cli.specfile import plan_from, warn
         from pdctl.inputs import render_plan
 
         check_phase_target(phase, target)
         check_output(output, output_dir)
         plan, source = plan_from(spec, phase, target, facts)
         bundle = render_plan(plan, source)
-        _warn(spec, plan, strict, source)
+        warn(spec, plan, strict, source)
         if output_dir is None:
             if output == "json":
                 sys.stdout.write(json.dumps(as_json(plan, bundle), indent=2) + "\n")
@@ -114,34 +107,3 @@ def as_json(plan: Any, bundle: Any) -> dict[str, Any]:
             {"path": a.path, "executable": a.executable, "text": a.text} for a in bundle.artifacts
         ],
     }
-
-
-def _warn(spec_file: str, plan: object, strict: bool, source: object) -> None:
-    """The plan's notes, located cautions and capacity warnings on stderr, as `validate`
-    prints them; --strict refuses a role that does not fit, or a caution, before anything is
-    written."""
-    from pdctl.cli.specfile import caution_lines
-    from pdctl.inputs import capacity_warnings
-
-    for note in plan.notes:  # type: ignore[attr-defined]
-        typer.echo(f"{spec_file}: warning: {note}", err=True)
-    cautions = caution_lines(plan, source)  # type: ignore[arg-type]
-    for line in cautions:
-        typer.echo(line, err=True)
-    warnings = capacity_warnings(plan.spec, spec_file)  # type: ignore[attr-defined]
-    for line in warnings:
-        typer.echo(line, err=True)
-    refuse_strict(spec_file, strict, warnings, cautions)
-
-
-def refuse_strict(spec_file: str, strict: bool, capacity: list[str], cautions: list[str]) -> None:
-    """--strict: exit 1, naming what the warnings were about."""
-    if not strict or not (capacity or cautions):
-        return
-    what = []
-    if capacity:
-        what.append("a role does not fit on its GPU or a model pdctl could not check")
-    if cautions:
-        what.append("a network setting may not work where it runs")
-    typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)
-    raise typer.Exit(1)

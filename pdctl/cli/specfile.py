@@ -128,3 +128,28 @@ def caution_lines(plan: Plan, source: Source) -> list[str]:
             where = f"{where}:{located.line_no}"
         out.append(one_line(f"{where}: warning: {c.path}: {c.message}; {c.fix}"))
     return out
+
+
+def warn(spec_file: str, plan: Plan, strict: bool, source: Source) -> tuple[list[str], list[str]]:
+    """The plan's notes, located cautions and capacity warnings on stderr (render, validate);
+    `--strict` refuses (exit 1) a role that does not fit, or a caution, before anything is
+    written. Returns (cautions, capacity warnings) as printed."""
+    import typer
+
+    from pdctl.inputs import capacity_warnings
+
+    for note in plan.notes:
+        typer.echo(f"{spec_file}: warning: {note}", err=True)
+    cautions = caution_lines(plan, source)
+    warnings = capacity_warnings(plan.spec, spec_file)
+    for line in cautions + warnings:
+        typer.echo(line, err=True)
+    if strict and (cautions or warnings):
+        what = []
+        if warnings:
+            what.append("a role does not fit on its GPU or a model pdctl could not check")
+        if cautions:
+            what.append("a network setting may not work where it runs")
+        typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)
+        raise typer.Exit(1)
+    return cautions, warnings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import PHASE, SPEC, STRICT, TARGET
 from pdctl.cli.specfile import with_overlays
 
 
@@ -15,14 +15,7 @@ def register(app: typer.Typer) -> None:
         spec: str = SPEC,
         phase: int | None = PHASE,
         target: str | None = TARGET,
-        strict: bool = typer.Option(
-            False,
-            "--strict",
-            help="Refuse (exit 1) a spec with a role that does not fit on "
-            "its GPU (hardware.gpu), or a network setting that may not work where it runs "
-            "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
-            "name), instead of warning.",
-        ),
+        strict: bool = STRICT,
         output: str = typer.Option(
             "text",
             "--output",
@@ -38,25 +31,15 @@ def register(app: typer.Typer) -> None:
         --strict): vLLM would refuse to start it. So is a network setting that may not work
         where it runs (an RDMA-only transport on a host without rdmaDevices)."""
         from pdctl.cli.options import check_phase_target
-        from pdctl.cli.render_cmd import refuse_strict
-        from pdctl.cli.specfile import caution_lines, plan_from
+        from pdctl.cli.specfile import plan_from, warn
         from pdctl.errors import UsageError
-        from pdctl.inputs import capacity_warnings, render_plan
+        from pdctl.inputs import render_plan
 
         check_phase_target(phase, target)
         if output not in ("text", "json"):
             raise UsageError(f"--output must be text or json (got {output!r})")
         plan, source = plan_from(spec, phase, target)
-        parsed = plan.spec
-        for note in plan.notes:
-            typer.echo(f"{spec}: warning: {note}", err=True)
-        cautions = caution_lines(plan, source)
-        for line in cautions:
-            typer.echo(line, err=True)
-        warnings = capacity_warnings(parsed, spec)
-        for line in warnings:
-            typer.echo(line, err=True)
-        refuse_strict(spec, strict, warnings, cautions)
+        cautions, warnings = warn(spec, plan, strict, source)
         from pdctl.cli.summary import counted, planned
 
         # what `up` would start: the count `up --dry-run` lists (objects: rendered)

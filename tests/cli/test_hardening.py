@@ -74,10 +74,15 @@ def test_the_base_spec_is_good() -> None:
 # (case, field overrides, error path, phrase)
 BAD = [
     # A newline in a value once ended a comment line in start.sh and ran the rest as a command.
-    ("conda-newline", dict(conda='"x\\ntouch /tmp/pwned"'), "hosts[0].condaEnv", "conda env"),
+    (
+        "conda-newline",
+        dict(conda='"x\\ntouch /tmp/pwned"'),
+        "hosts[0].condaEnv",
+        "control character U+000A",
+    ),
     ("version-newline", dict(version='"0.33.0\\n"'), "engine.version", "control"),
-    ("host-newline", dict(host='"gpu-a\\n"'), "hosts[0].name", "DNS-1123"),
-    ("env-key-newline", dict(env='{"FOO\\n": bar}'), "engine.env", "variable name"),
+    ("host-newline", dict(host='"gpu-a\\n"'), "hosts[0].name", "control character"),
+    ("env-key-newline", dict(env='{"FOO\\n": bar}'), "engine.env", "control character"),
     ("env-value-tab", dict(env='{FOO: "a\\tb"}'), "engine.env", "control"),
     ("version-unicode-digit", dict(version='"0.33.\u0663"'), "engine.version", "X.Y.Z"),
     ("conda-option", dict(conda='"-n"'), "hosts[0].condaEnv", "conda environment name"),
