@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -20,6 +21,12 @@ from tests.helpers import run_cli  # noqa: F401 - the Docker SDK tests import it
 # say nothing about it get none either.
 settings.register_profile("pdctl", deadline=None)
 settings.load_profile("pdctl")
+
+# A runner started in the background by a non-interactive shell (`cmd &`) ignores SIGINT, and
+# every pdctl process a test starts would inherit that: the Ctrl-C tests would see pdctl run
+# on. A handled signal is reset to its default in a child, so handle it here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
