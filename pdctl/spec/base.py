@@ -1,6 +1,5 @@
 """The base model every spec section uses: camelCase keys, unknown keys rejected, frozen."""
 
-
 import re
 import types
 import typing

@@ -3,7 +3,6 @@
 Prompt and output lengths and the SLOs come from `workload` (what `pdctl plan` plans for), so
 the bench measures the traffic the plan predicted."""
 
-
 from pydantic import Field
 
 from pdctl.spec.base import Section

@@ -2,7 +2,6 @@
 `prefill.kubernetes`, `decode.kubernetes`, `router.kubernetes`): scheduling, pod shape, model
 source. A role's settings override the section's: maps merge, lists replace (`merged`)."""
 
-
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator

@@ -2,7 +2,6 @@
 topology spread constraints, label selectors. Field names and rules are the API server's
 (core/v1 and meta/v1 validation), so a spec that passes here is accepted there."""
 
-
 from typing import Literal
 
 from pydantic import Field, model_validator

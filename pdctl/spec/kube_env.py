@@ -1,7 +1,6 @@
 """Extra environment and volumes of a role's pods (`env`, `envFrom`, `volumes`,
 `volumeMounts` in `kubernetes` and the per-role overrides), in the Kubernetes shapes."""
 
-
 import re
 from typing import Any
 

@@ -3,7 +3,6 @@
 The checks that need only the model live here; the ones that depend on the target (what it can
 mount) or on the secrets (run-time loading needs the API key) live in plan/lora.py."""
 
-
 import re
 
 from pydantic import Field, field_validator, model_validator

@@ -1,6 +1,5 @@
 """The pdctl spec: frozen pydantic models. Docs and the JSON Schema are generated from these."""
 
-
 import re
 from typing import Any, Literal
 

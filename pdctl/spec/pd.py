@@ -1,6 +1,5 @@
 """Spec sections for prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3)."""
 
-
 import ipaddress
 import re
 from typing import Literal

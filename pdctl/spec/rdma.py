@@ -3,7 +3,6 @@ what makes the HCAs appear in a pod differs per cluster (a device plugin's exten
 SR-IOV networks attached through Multus), so the spec names it. On hosts the same concept is
 `hosts[].rdmaDevices`. docs/phase2-kubernetes.md#rdma has the table per connector."""
 
-
 import re
 from typing import Annotated
 

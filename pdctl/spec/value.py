@@ -4,7 +4,6 @@ Patterns use fullmatch (`$` would accept a trailing newline). A value passed as 
 must never read as an option ("-..."): `--privileged` as an image, `-oProxyCommand=...` as an
 address."""
 
-
 import ipaddress
 import re
 from typing import Annotated

@@ -3,7 +3,6 @@
 Both are optional: `pdctl plan` also takes them as command-line options.
 """
 
-
 from pydantic import Field
 
 from pdctl.spec.base import Section
