@@ -26,6 +26,7 @@ class Sshd:
     known_hosts: str  # a file: the shared test hosts' keys plus this one's
     proc: subprocess.Popen
     folder: Path
+    host_line: str  # this host's own known_hosts entry ("[addr]:port key-type key\n")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -70,7 +71,8 @@ def start_sshd(
     key = " ".join((d / "host_key.pub").read_text().split()[:2])
     where = address if port == 22 else f"[{address}]:{port}"
     known = d / "known_hosts"
-    known.write_text(Path(env.known_hosts).read_text() + f"{where} {key}\n")
+    own = f"{where} {key}\n"
+    known.write_text(Path(env.known_hosts).read_text() + own)
     ns = ("ip", "netns", "exec", netns) if netns else ()
     proc = subprocess.Popen(
         [*ns, *wrapper, "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd.conf")],
@@ -78,7 +80,7 @@ def start_sshd(
         stderr=open(d / "sshd.log", "w"),  # noqa: SIM115 (closed with the process)
         start_new_session=True,
     )
-    server = Sshd(TestHost(name, address, port), str(known), proc, d)
+    server = Sshd(TestHost(name, address, port), str(known), proc, d, own)
     try:
         wait_port(
             port,

@@ -42,8 +42,7 @@ def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("docker-sshd")
     server = start_sshd(env, folder, "docker", extra=f"SetEnv DOCKER_HOST={docker_host}\n")
     try:
-        own = Path(server.known_hosts).read_text().splitlines()[-1]
-        yield DockerSshd(server.host.port, env.key, own + "\n")
+        yield DockerSshd(server.host.port, env.key, server.host_line)
     finally:
         server.stop()
 
