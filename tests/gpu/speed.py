@@ -70,8 +70,8 @@ def held_out(key: str) -> bool:
 
 
 def requests_for(concurrency: int) -> int:
-    """At least two rounds of the concurrency (a steady middle), at least 4 requests."""
-    return max(4, 2 * concurrency)
+    """At least two rounds of the concurrency (a steady middle), at least 3 requests."""
+    return max(3, 2 * concurrency)
 
 
 def prompt(n: int, rng: random.Random, vocab: int) -> str:
