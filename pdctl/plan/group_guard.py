@@ -10,12 +10,16 @@ bind units on different hosts. See docs/multinode.md.
 
 - It listens on HOST:PORT (the node's address for its peers) and answers each connection with
   one line, `pdctl-guard NODE TOKEN` (TOKEN: random, new at every start); it reads nothing.
-- It runs COMMAND as its child, in the guard's process group, and exits with its status.
+- It runs COMMAND as its child, in the guard's process group, and exits with its status; but
+  an exit with status 0 that nobody asked for (no SIGTERM or SIGINT came) exits GONE: vLLM's
+  API server and its headless nodes exit 0 when their EngineCore dies (vllm#48966), and a
+  Restart=on-failure or Docker `on-failure` policy must restart that death too.
 - Every POLL seconds it asks each peer's guard. A peer it has heard from since it started is
   gone when it has not answered for LOST seconds, or answers with another token (it started
   again). Then the guard stops COMMAND and the rest of its process group (SIGTERM, SIGKILL
-  after STOP seconds) and exits GONE (75): a failure, which systemd's Restart=on-failure
-  restarts. A peer it never heard from (a node still starting) is waited for, never acted on.
+  after STOP seconds) and exits GONE (75): a failure, which the unit's Restart=always (and a
+  Docker `on-failure` policy) restarts. A peer it never heard from (a node still starting) is
+  waited for, never acted on.
 - With --restart-delay (in a container, which Docker restarts at once), a guard that runs again
   in the same container first waits that long, silent, so that its peers see it gone (what
   systemd's RestartSec does on a host).
@@ -241,9 +245,20 @@ def main(argv: list[str]) -> int:
     watch = Watch(peers)
     while True:
         try:
-            return status_of(child.wait(timeout=POLL))
+            code = child.wait(timeout=POLL)
         except subprocess.TimeoutExpired:
             pass
+        else:
+            if code == 0 and not stopping:
+                print(
+                    f"pdctl-guard: {name}'s engine exited with status 0 though nothing asked it "
+                    f"to stop (vLLM does so when its EngineCore dies): exiting {GONE} so that "
+                    "it is restarted",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return GONE
+            return status_of(code)
         if stopping:
             continue
         why = watch.gone(time.monotonic(), watch.round())

@@ -132,6 +132,26 @@ def test_the_engine_exit_status_is_the_guard_s(nodes, code: str, status: int) ->
     assert node.proc.wait(timeout=20) == status
 
 
+def test_an_engine_exit_0_nobody_asked_for_is_a_failure(nodes) -> None:
+    """vLLM's API server and headless nodes exit 0 when their EngineCore dies (vllm#48966): the
+    guard exits GONE instead, so that Restart=on-failure and Docker's on-failure restart it."""
+    node = nodes("lead", free_port(), {}, [sys.executable, "-c", "pass"])
+    assert node.proc.wait(timeout=20) == group_guard.GONE
+    assert "exited with status 0 though nothing asked it to stop" in node.said()
+
+
+def test_an_engine_exit_0_after_a_stop_signal_stays_0(nodes, tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    graceful = (
+        "import signal, sys, time; signal.signal(15, lambda *a: sys.exit(0)); "
+        f"open({str(ready)!r}, 'w').close(); time.sleep(600)"
+    )
+    node = nodes("lead", free_port(), {}, [sys.executable, "-c", graceful])
+    wait_until(ready.exists, "the engine handles SIGTERM")
+    os.killpg(node.proc.pid, signal.SIGTERM)  # what stop.sh and halt.sh send
+    assert node.proc.wait(timeout=20) == 0
+
+
 def test_a_stop_signal_to_the_group_stops_the_engine_and_the_guard(nodes) -> None:
     node = nodes("lead", free_port(), {})
     wait_until(node.engine, "the engine starts")
@@ -164,7 +184,7 @@ def test_a_guard_started_again_in_its_container_waits_silent_first(
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the guards' /tmp
     port = free_port()
     first = nodes("work", port, {}, [sys.executable, "-c", "pass"], delay=30)
-    assert first.proc.wait(timeout=20) == 0
+    assert first.proc.wait(timeout=20) == group_guard.GONE
     assert "waiting" not in first.said()  # a first start does not wait
     again = nodes("work", port, {}, SLEEPER, delay=30)
     wait_until(lambda: "started again: waiting 30 s" in again.said(), "the wait")

@@ -29,15 +29,28 @@ has to stop it.
 
 With FAKE_VLLM_SICK=PATH /health answers 503 while PATH holds this process's pid (a server that
 runs but stopped answering; the one started in its place answers again).
+
+With FAKE_VLLM_ENGINE_CORE=1 it has vLLM's process shape (v1: an API server, or a `--headless`
+node, with an EngineCore child process, `vllm engine-core` on its command line):
+- when the EngineCore child dies (kill -9, as a CUDA error or the OOM killer ends it), the API
+  server or headless node shuts down and exits 0, as vLLM 0.23.0 and 0.33.0 do (vllm#48966);
+- SIGTERM stops the child and exits 0 (uvicorn's graceful shutdown);
+- like vLLM's ZMQ IPC sockets (envs.VLLM_RPC_BASE_PATH, i.e. tempfile.gettempdir()) and its
+  file store (`vllm_dist_<hex>`), each start leaves 7 Unix sockets and a vllm_dist_ file in the
+  temporary folder (TMPDIR), which it never removes.
 """
 
 import json
 import os
 import select
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 AUTHENTICATED = ("/v1", "/v2", "/inference")
@@ -74,6 +87,49 @@ def group_of(opts: dict[str, str]) -> tuple[str, int, int, int] | None:
         address = opts.get("--data-parallel-address", "127.0.0.1")
         return address, port, start // local, size // local - 1
     return None
+
+
+def engine_core() -> int:
+    """The EngineCore child: runs until killed, or until its parent goes away."""
+    parent = os.getppid()
+    print(f"fake-vllm EngineCore pid {os.getpid()} running", flush=True)
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    return 1
+
+
+def start_engine_core() -> None:
+    """vLLM's shape (FAKE_VLLM_ENGINE_CORE): its temporary files, an EngineCore child; when the
+    child dies this process exits 0, and SIGTERM stops the child and exits 0."""
+    if not os.environ.get("FAKE_VLLM_ENGINE_CORE"):
+        return
+    tmp = tempfile.gettempdir()
+    for _ in range(7):  # the ZMQ IPC sockets (ipc://TMPDIR/<uuid4>), left behind
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(os.path.join(tmp, str(uuid.uuid4())))
+        sock.listen(1)
+    open(os.path.join(tmp, f"vllm_dist_{uuid.uuid4().hex}"), "w").close()
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "engine-core"])
+    stopping: list[int] = []
+
+    def on_term(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        child.terminate()
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    def watch() -> None:
+        child.wait()
+        if not stopping:
+            print(
+                "ERROR fake-vllm: Engine core proc EngineCore_DP0 died unexpectedly, "
+                "shutting down client.",
+                file=sys.stderr,
+                flush=True,
+            )
+        os._exit(0)  # vLLM's launcher shuts the server down cleanly: exit status 0
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def headless(address: str, port: int, rank: int) -> int:
@@ -136,6 +192,8 @@ def lead(port: int, expected: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["engine-core"]:
+        return engine_core()
     if len(argv) < 2 or argv[0] != "serve":
         print("usage: vllm serve MODEL [options]", file=sys.stderr)
         return 2
@@ -146,6 +204,7 @@ def main(argv: list[str]) -> int:
         if group is None or group[2] == 0:
             print("ValueError: --headless needs a node rank above 0", file=sys.stderr)
             return 1
+        start_engine_core()
         return headless(group[0], group[1], group[2])
     if group is not None:
         lead(group[1], group[3])
@@ -158,6 +217,7 @@ def main(argv: list[str]) -> int:
         print("fake-vllm: loading forever", flush=True)
         while True:
             time.sleep(60)
+    start_engine_core()
     api_key = opts.get("--api-key") or os.environ.get("VLLM_API_KEY") or None
     body = json.dumps({"object": "list", "data": [{"id": name, "object": "model"}]}).encode()
 

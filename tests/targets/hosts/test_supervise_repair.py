@@ -97,3 +97,41 @@ def age_of(pid: str) -> int:
     """Seconds process `pid` has run (ps etimes, as the observe script reads it)."""
     out = subprocess.run(["ps", "-o", "etimes=", "-p", pid], capture_output=True, text=True)
     return int(out.stdout.strip() or 0)
+
+
+def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
+    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
+):
+    """vLLM's shape (fake_vllm FAKE_VLLM_ENGINE_CORE) under nohup: kill -9 of the EngineCore and
+    the API server exits 0; `status` shows the unit stopped (never running or ok), and `up`
+    starts it again."""
+    port = free_port()
+    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))
+    host["supervise"] = "none"
+    engine = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1"}}
+    spec = write_spec(
+        tmp_path / "spec.yaml", stand_in_spec("zero", [host], {"port": port}, engine=engine)
+    )
+    known = ["--known-hosts", ssh_env.known_hosts]
+    try:
+        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
+        assert up.returncode == 0, up.stdout + up.stderr
+        unit_dir = tmp_path / "lo1" / "zero" / "zero-serve-0"
+        server = int((unit_dir / "pid").read_text())
+        children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
+        core = [c for c in children if b"engine-core" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(core) == 1, children  # the EngineCore (the other child: the log writer)
+        os.kill(int(core[0]), signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{server}").exists(), "the API server exits")
+        assert "died unexpectedly" in (unit_dir / "log").read_text()
+
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert (rows[0]["state"], rows[0]["health"]) == ("stopped", "-"), rows
+
+        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
+        assert again.returncode == 0, again.stdout + again.stderr
+        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
+        assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
+        assert int(rows[0]["pid"]) != server
+    finally:
+        pdctl("down", str(spec), *known)

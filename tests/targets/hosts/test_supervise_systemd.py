@@ -275,3 +275,109 @@ def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
         down = pdctl("down", str(spec), *two_managers)
     assert down.returncode == 0, down.stdout + down.stderr
     assert sh("pgrep -f /opt/fak[e] || true") == ""
+
+
+# vLLM's process shape (fake_vllm.py FAKE_VLLM_ENGINE_CORE): an API server (or headless node)
+# with an EngineCore child; when the child dies, the parent exits 0 (vllm#48966).
+ENGINE_CORE = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1"}}
+
+
+def temp_files() -> set[str]:
+    """vLLM's temporary files in the systemd host's /tmp (the stand-in's, named as vLLM's)."""
+    out = sh("find /tmp -maxdepth 1 \\( -name 'vllm_dist_*' -o -type s \\) 2>/dev/null")
+    return set(out.split())
+
+
+def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
+    """kill -9 of the EngineCore (not the API server): the API server exits 0, and the unit
+    restarts all the same (Restart=always); `down` still stops it for good."""
+    entry = {
+        "name": "sys1",
+        "address": ADDRESS,
+        "identityFile": os.environ["PDCTL_TEST_SSH_KEY"],
+        "runtime": "venv",
+        "venv": VENV,
+        "dataDir": DATA,
+        "supervise": "systemd",
+    }
+    spec = write_spec(
+        tmp_path / "spec.yaml", stand_in_spec("core", [entry], {"port": 18351}, ENGINE_CORE)
+    )
+    service = "pdctl-core-core-serve-0.service"
+    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        first = row(spec)
+        assert (first["state"], first["health"]) == ("running", "healthy"), first
+        core = sh(f"pgrep -P {first['pid']}").split()
+        assert len(core) == 1, core  # the API server's EngineCore child
+
+        sh(f"kill -9 {core[0]}")
+        until(
+            "the restart",
+            lambda: (u := show(service))["NRestarts"] == "1" and u["ActiveState"] == "active",
+        )
+        again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
+        assert again["state"] == "running (restarted 1 time)", again
+        assert again["pid"] != first["pid"]
+        log = pdctl("logs", str(spec), "core-serve-0", *known()).stdout
+        assert "EngineCore_DP0 died unexpectedly" in log, log
+    finally:
+        down = pdctl("down", str(spec), *known())
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert sh(f"systemctl list-units --all {service} --no-legend") == ""
+    assert sh("pgrep -f /opt/fak[e] || true") == ""
+    assert sh(f"ls -A {DATA} 2>/dev/null") == ""
+
+
+def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path: Path):
+    """A headless data-parallel node whose EngineCore dies exits 0: its guard turns that into
+    a failure, its unit restarts, the leader's guard restarts the leader, and the group meets
+    again as one."""
+    ids = os.environ["PDCTL_TEST_SSH_KEY"]
+    hosts = [
+        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
+        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/dpg"},
+    ]
+    for h in hosts:
+        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
+    serve = {"dataParallel": 2, "nodes": 2, "port": 18361, "rendezvousPort": 18362}
+    engine = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1", "FAKE_VLLM_DEAF": "1"}}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("dpg", hosts, serve, engine))
+    leader, worker = "pdctl-dpg-dpg-serve-0.service", "pdctl-dpg-dpg-serve-0-node1.service"
+
+    def rows() -> dict[str, dict]:
+        out = pdctl("status", str(spec), "-o", "json", *two_managers)
+        return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
+
+    up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        first = rows()
+        assert first["dpg-serve-0"]["health"] == "healthy", first
+        until(
+            "the leader's guard heard the worker",
+            lambda: "pdctl-guard: heard from dpg-serve-0-node1"
+            in pdctl("logs", str(spec), "dpg-serve-0", *two_managers).stdout,
+        )
+        # The worker's unit: its guard, the headless node under it, the EngineCore under that.
+        node = sh(f"pgrep -P {first['dpg-serve-0-node1']['pid']}").split()
+        core = sh(f"pgrep -P {node[0]}").split() if len(node) == 1 else []
+        assert len(core) == 1, (node, core)
+        sh(f"kill -9 {core[0]}")
+        until(
+            "both units restarted once",
+            lambda: show(worker, USER)["NRestarts"] == "1" and show(leader)["NRestarts"] == "1",
+        )
+        again = until(
+            "the group answers again",
+            lambda: (r := rows())["dpg-serve-0"]["health"] == "healthy" and r,
+        )
+        assert again["dpg-serve-0"]["state"] == "running (restarted 1 time)", again
+        assert again["dpg-serve-0-node1"]["state"] == "running (restarted 1 time)", again
+        log = pdctl("logs", str(spec), "dpg-serve-0-node1", *two_managers).stdout
+        assert "exited with status 0 though nothing asked it to stop" in log, log
+    finally:
+        down = pdctl("down", str(spec), *two_managers)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert sh("pgrep -f /opt/fak[e] || true") == ""
