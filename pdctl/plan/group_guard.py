@@ -16,15 +16,16 @@ bind units on different hosts. See docs/multinode.md.
   Restart=on-failure or Docker `on-failure` policy must restart that death too.
 - Every POLL seconds it asks each peer's guard. A peer it has heard from since it started is
   gone when it has not answered for LOST seconds, or answers with another token (it started
-  again). Then the guard stops COMMAND and the rest of its process group (SIGTERM, SIGKILL
-  after STOP seconds) and exits GONE (75): a failure, which the unit's Restart=always (and a
-  Docker `on-failure` policy) restarts. A peer it never heard from (a node still starting) is
-  waited for, never acted on.
+  again). Then the guard closes its listener (it answers no more, so a peer restarted while
+  the engine stops never takes the old token for its new group), stops COMMAND and the rest of
+  its process group (SIGTERM, SIGKILL after STOP seconds) and exits GONE (75): a failure,
+  which the unit's Restart=always (and a Docker `on-failure` policy) restarts. A peer it never
+  heard from (a node still starting) is waited for, never acted on.
 - With --restart-delay (in a container, which Docker restarts at once), a guard that runs again
   in the same container first waits that long, silent, so that its peers see it gone (what
   systemd's RestartSec does on a host).
 - SIGTERM and SIGINT: the stop scripts signal the whole process group, COMMAND included; the
-  guard waits for COMMAND and exits with its status.
+  guard closes its listener at once, waits for COMMAND and exits with its status.
 
 Standard library only: it runs under the engine's own Python (`python3` of its environment).
 """
@@ -117,17 +118,33 @@ def listen(here: tuple[str, int]) -> socket.socket:
     return socket.create_server(here, family=family)
 
 
-def answer(server: socket.socket, line: bytes) -> None:
+def answer(server: socket.socket, line: bytes, closed: threading.Event) -> None:
     while True:
         try:
             conn, _ = server.accept()
         except OSError:
             return
         with conn:
+            if closed.is_set():
+                return
             try:
                 conn.sendall(line)
             except OSError:
                 pass
+
+
+def close(server: socket.socket, closed: threading.Event) -> None:
+    """Answer no more: before the engine stops (which may take STOP seconds), so that no peer,
+    restarted meanwhile, hears this node's old token and takes it for a member of its new
+    group. shutdown() wakes the answering thread's accept() (close() alone would not)."""
+    if closed.is_set():
+        return
+    closed.set()
+    try:
+        server.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    server.close()
 
 
 def ask(host: str, port: int, timeout: float = ASK_TIMEOUT) -> tuple[str, str] | None:
@@ -165,7 +182,11 @@ class Watch:
             if got is not None and got[0] == name:
                 if name not in self.token:
                     self.token[name] = got[1]
-                    print(f"pdctl-guard: heard from {where}", file=sys.stderr, flush=True)
+                    print(
+                        f"pdctl-guard: heard from {where}, token {got[1]}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 elif got[1] != self.token[name]:
                     return f"{where} started again: a node cannot rejoin a running group"
                 self.heard[name] = now
@@ -229,7 +250,8 @@ def main(argv: list[str]) -> int:
         )
         return 1
     line = f"pdctl-guard {name} {token}\n".encode()
-    threading.Thread(target=answer, args=(server, line), daemon=True).start()
+    closed = threading.Event()
+    threading.Thread(target=answer, args=(server, line, closed), daemon=True).start()
     # The engine runs in the guard's process group: the stop scripts signal that group, so
     # a signal for the group reaches the engine itself; one for the guard alone is passed on.
     child = subprocess.Popen(command)
@@ -237,6 +259,7 @@ def main(argv: list[str]) -> int:
 
     def on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
+        close(server, closed)
         if os.getpgrp() != os.getpid():
             child.send_signal(signum)
 
@@ -268,6 +291,7 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            close(server, closed)
             stop(child)
             return GONE
 

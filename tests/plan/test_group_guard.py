@@ -170,6 +170,36 @@ def test_a_taken_port_is_refused_before_the_engine_starts(nodes, tmp_path: Path)
     assert not marker.exists()
 
 
+def test_a_guard_stopping_its_engine_answers_no_more(nodes, tmp_path: Path) -> None:
+    """The guard closes its listener before it stops its engine. Here the engine takes longer
+    than LOST to stop: a peer restarted meanwhile must not hear the dying guard (it would take
+    its token for the new group, see the node come back with another token, and stop itself:
+    the group would bounce until the start limit)."""
+    ready = tmp_path / "ready"
+    slow = (
+        "import signal, sys, time; "
+        f"signal.signal(15, lambda *a: (time.sleep({group_guard.LOST + 5}), sys.exit(0))); "
+        f"open({str(ready)!r}, 'w').close(); time.sleep(600)"
+    )
+    pa, pb = free_port(), free_port()
+    lead = nodes("lead", pa, {"work": pb}, [sys.executable, "-c", slow])
+    work = nodes("work", pb, {"lead": pa})
+    for me, other in ((lead, "work"), (work, "lead")):
+        wait_until(lambda me=me, other=other: f"heard from {other}" in me.said(), "contact")
+    wait_until(ready.exists, "the slow engine handles SIGTERM")
+    work.kill()
+    wait_until(lambda: "stopping lead so that" in lead.said(), "the leader's guard acts")
+    seen = len(work.said())  # the restarted node writes to the same file
+    work = nodes("work", pb, {"lead": pa})  # restarted while the leader's engine still stops
+    assert lead.proc.wait(timeout=ACTS_WITHIN + group_guard.LOST + 5) == group_guard.GONE
+    nodes("lead", pa, {"work": pb})  # the leader restarted
+    token = wait_until(lambda: group_guard.ask("127.0.0.1", pa), "the new leader answers")[1]
+    wait_until(lambda: "heard from lead" in work.said()[seen:], "the worker hears the leader")
+    heard = work.said()[seen:]
+    assert f"token {token}" in heard, heard  # the new leader's, never the stopping one's
+    assert "started again" not in heard
+
+
 def test_the_guard_acts_before_systemd_restarts_the_node_it_lost() -> None:
     """A node restarted by systemd is gone for RestartSec at least: its peers must notice within
     that time, or the restarted node would meet peers of the old group."""
