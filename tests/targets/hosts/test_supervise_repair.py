@@ -133,5 +133,13 @@ def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
         assert int(rows[0]["pid"]) != server
+        # vLLM's temporary files are in the unit's own TMPDIR, emptied at each start: the 7
+        # sockets and the vllm_dist_ file of this start only. (This unit folder is too deep for
+        # a Unix socket path: its TMPDIR is the short folder in /tmp named after it.)
+        env = Path(f"/proc/{rows[0]['pid']}/environ").read_bytes().split(b"\0")
+        tmp = Path(next(e for e in env if e.startswith(b"TMPDIR=")).decode()[7:])
+        left = sorted(p.name.startswith("vllm_dist_") for p in tmp.iterdir())
+        assert left == [False] * 7 + [True], left
     finally:
         pdctl("down", str(spec), *known)
+    assert not tmp.exists()

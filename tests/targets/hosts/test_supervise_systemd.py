@@ -290,7 +290,9 @@ def temp_files() -> set[str]:
 
 def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
     """kill -9 of the EngineCore (not the API server): the API server exits 0, and the unit
-    restarts all the same (Restart=always); `down` still stops it for good."""
+    restarts all the same (Restart=always); `down` still stops it for good and leaves none of
+    its temporary files (its TMPDIR is in its unit folder)."""
+    before = temp_files()
     entry = {
         "name": "sys1",
         "address": ADDRESS,
@@ -328,6 +330,7 @@ def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
     assert sh(f"systemctl list-units --all {service} --no-legend") == ""
     assert sh("pgrep -f /opt/fak[e] || true") == ""
     assert sh(f"ls -A {DATA} 2>/dev/null") == ""
+    assert temp_files() - before == set()
 
 
 def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path: Path):
