@@ -567,7 +567,7 @@ def speed(out: Path, args: argparse.Namespace) -> dict:
     cut short keeps what it measured."""
     from tests.gpu import speed as sp
 
-    res: dict = {}
+    res: dict = {"gpu": sp.gpu_name()}
     deadline = time.time() + args.budget_s
     k = ["--known-hosts", KNOWN]
     for name in args.only or list(sp.MODELS):
@@ -583,7 +583,8 @@ def speed(out: Path, args: argparse.Namespace) -> dict:
         sub = out / name
         sub.mkdir(parents=True, exist_ok=True)
         spec = sp.spec_for(folder, name, host(0, "h200", [0]), {"version": "0.23.0",
-                                                                 "env": ENGINE_ENV})
+                                                                 "env": ENGINE_ENV},
+                           gpu=res["gpu"])
         path = sub / "spec.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         doc: dict = {"model": name, "spec": spec, "cells": {}}

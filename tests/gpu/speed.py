@@ -232,8 +232,22 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
             if v - before.get(k, 0.0) != 0}
 
 
+def gpu_name() -> str:
+    """pdctl's name of GPU 0 (nvidia-smi's name: "NVIDIA H200", "NVIDIA H100 80GB HBM3")."""
+    import subprocess
+
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                         capture_output=True, text=True, check=False).stdout
+    if "H200" in out:
+        return "H200"
+    if "H100" in out:
+        return "H100-PCIe" if "PCIe" in out else "H100-SXM"
+    return "H200"
+
+
 def spec_for(model_dir: Path, name: str, host: dict[str, Any], engine: dict[str, Any],
-             extra: list[str] | None = None, util: float = 0.9) -> dict[str, Any]:
+             extra: list[str] | None = None, util: float = 0.9,
+             gpu: str = "H200") -> dict[str, Any]:
     """Phase 0, one engine on GPU 0, the user's default engine settings except the dummy
     weights and the prefix cache."""
     return {
@@ -242,7 +256,7 @@ def spec_for(model_dir: Path, name: str, host: dict[str, Any], engine: dict[str,
         "model": {"name": str(model_dir), "servedName": name, "maxModelLen": 8192,
                   "config": str(model_dir / "config.json")},
         "engine": engine,
-        "hardware": {"gpu": "H200"},
+        "hardware": {"gpu": gpu},
         "hosts": [host],
         "serve": {"port": 8000, "gpuMemoryUtilization": util,
                   "extraArgs": ["--load-format", "dummy", "--no-enable-prefix-caching",
