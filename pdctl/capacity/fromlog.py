@@ -1,8 +1,9 @@
 """Read vLLM's start-up lines from a log and compare them with pdctl's prediction, per term.
 
 `parse_log(text)` is pure (the CLI reads the file). It understands the V1 lines
-(`Model loading took`, `Available KV cache memory`, `GPU KV cache size`, `Estimated CUDA graph
-memory`, `Graph capturing finished ... took`, the engine config line) and the older V0 ones
+(`Model loading took`, `Available KV cache memory`, `GPU KV cache size`, `Maximum concurrency`,
+`Estimated CUDA graph memory`, `Graph capturing finished ... took`, the engine config line) and
+the older V0 ones
 (`Loading model weights took`, `Memory profiling ...` summaries, `# GPU blocks`). With several
 workers vLLM sizes the cache by the smallest figure, so the smallest "Available" is kept.
 """
@@ -45,7 +46,8 @@ class Observed:
     graphs_gib: float | None = None  # the profiler's estimate (counted before the KV cache)
     graphs_actual_gib: float | None = None  # "Graph capturing finished ... took"
     kv_available_gib: float | None = None
-    kv_tokens: int | None = None
+    kv_tokens: int | None = None  # "GPU KV cache size": vLLM's count (concurrency x length)
+    max_concurrency: float | None = None  # "Maximum concurrency for L tokens per request"
     block_size: int | None = None
     flashinfer_sampler: bool | None = None  # "Using FlashInfer for top-p & top-k sampling."
 
@@ -58,6 +60,7 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("weights_gib", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B"),
     ("kv_available_gib", r"Available KV cache memory: " + _NUM + r" ?GiB"),
     ("kv_tokens", r"GPU KV cache size: " + _NUM + r" tokens"),
+    ("max_concurrency", r"Maximum concurrency for [0-9,]+ tokens per request: " + _NUM + r" ?x"),
     ("graphs_gib", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB"),
     ("graphs_actual_gib", r"Graph capturing finished in [0-9.]+ secs?, took " + _NUM + r" ?GiB"),
     ("total_gib", r"total_gpu_memory(?: \(|=)" + _NUM + r" ?GiB"),
@@ -95,7 +98,8 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("block_size", r"Block size is set to ([0-9]+)"),
 )
 _INTS = {"kv_tokens", "tp", "pp", "max_model_len", "max_num_batched_tokens", "block_size"}
-_MIN = {"kv_available_gib", "kv_tokens"}  # several workers: vLLM uses the smallest
+# several workers: vLLM uses the smallest
+_MIN = {"kv_available_gib", "kv_tokens", "max_concurrency"}
 _BLOCKS = re.compile(r"(?:GPU|cuda) blocks: ([0-9]+)")
 # which top-k/top-p sampler the engine set up (vllm/v1/sample/ops/topk_topp_sampler.py)
 _FLASHINFER_ON = re.compile(r"Using FlashInfer for top-p & top-k sampling")
@@ -148,6 +152,11 @@ class Term:
         if self.observed is None or self.observed == 0:
             return None
         return (self.predicted - self.observed) / self.observed * 100
+
+
+def _rounded(value: float, unit: str) -> float | int:
+    """GiB and concurrency (x) to 0.01, tokens whole."""
+    return round(value, 2) if unit in ("GiB", "x") else int(value)
 
 
 def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict[str, Any]:
@@ -211,11 +220,19 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             seen.graphs_gib if seen.graphs_gib is not None else None,
         ),
         Term("KV cache memory", mem.kv_available / g, seen.kv_available_gib),
+        # like with like: vLLM's own count (concurrency at max_model_len x max_model_len),
+        # never the tokens the pool stores at once (kvTokenSlots), which vLLM does not print
         Term(
-            "KV cache tokens",
+            "KV cache size (vLLM's count)",
             float(mem.kv_tokens),
             None if seen.kv_tokens is None else float(seen.kv_tokens),
             "tokens",
+        ),
+        Term(
+            "concurrency at maxModelLen",
+            mem.concurrency,
+            seen.max_concurrency,
+            "x",
         ),
     ]
     pinned = None
@@ -232,6 +249,7 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
         pinned = {
             "kvAvailableGib": seen.kv_available_gib,
             "kvTokens": held,
+            "kvTokenSlots": planned.layout.slots(kv) if planned.layout is not None else held,
             "fits": kv >= planned.kv_per_sequence,
         }
     return {
@@ -243,10 +261,8 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             {
                 "term": t.name,
                 "unit": t.unit,
-                "predicted": round(t.predicted, 2) if t.unit == "GiB" else int(t.predicted),
-                "observed": None
-                if t.observed is None
-                else (round(t.observed, 2) if t.unit == "GiB" else int(t.observed)),
+                "predicted": _rounded(t.predicted, t.unit),
+                "observed": None if t.observed is None else _rounded(t.observed, t.unit),
                 "errorPct": None if t.error_pct is None else round(t.error_pct, 1),
             }
             for t in terms

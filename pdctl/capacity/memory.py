@@ -207,6 +207,11 @@ class KvLayout:
     window (or chunked-local) layers keep at most window - 1 + in-flight tokens a request.
     With both kinds vLLM makes groups of `group` layers that share one block pool: a block
     is `group` layers x block_size tokens; a request takes blocks from every group.
+
+    Two token counts come out of it and differ with sliding windows (docs/capacity.md):
+    `tokens` is vLLM's "GPU KV cache size" (concurrency at max_model_len x max_model_len:
+    context tokens, of which a sliding layer keeps only its window), `slots` the tokens the
+    pool stores at once (blocks x block_size over the groups every token takes a block in).
     """
 
     layer_bytes: int
@@ -222,6 +227,33 @@ class KvLayout:
         if self.full_layers and self.sliding_layers:
             return min(self.full_layers, self.sliding_layers)
         return self.full_layers or self.sliding_layers or 1
+
+    @property
+    def groups_per_token(self) -> int:
+        """Block groups one token takes a block in (Gemma 2: a full and a sliding group)."""
+        return math.ceil(self.full_layers / self.group) + math.ceil(
+            self.sliding_layers / self.group
+        )
+
+    def blocks(self, available: int) -> int:
+        """The pool's blocks: available // (layer bytes x block_size x group)
+        (`get_num_blocks` in v1/core/kv_cache_utils.py)."""
+        if available <= 0 or self.layer_bytes <= 0:
+            return 0
+        return available // (self.layer_bytes * self.block_size * self.group)
+
+    def slots(self, available: int) -> int:
+        """Tokens whose KV the pool stores at once: blocks x block_size / groups a token
+        takes (Mistral-7B, one sliding group: every block of the pool; Gemma 2: half)."""
+        return self.blocks(available) * self.block_size // max(1, self.groups_per_token)
+
+    def sequences(self, available: int, length: int) -> int:
+        """Requests of `length` tokens the pool holds at once: blocks over the blocks one
+        such request takes (vLLM's `get_max_concurrency_for_kv_cache_config` at that
+        length; a sliding layer keeps min(window - 1 + in-flight, length) tokens)."""
+        if length <= 0:
+            return 0
+        return self.blocks(available) // self.blocks_per_request(length)
 
     def blocks_per_request(self, length: int) -> int:
         full = math.ceil(self.full_layers / self.group) * math.ceil(length / self.block_size)
@@ -244,14 +276,11 @@ class KvLayout:
         """vLLM's 'GPU KV cache size': concurrency at max_model_len x max_model_len."""
         if available <= 0 or self.layer_bytes <= 0 or length <= 0:
             return 0
-        blocks = available // (self.layer_bytes * self.block_size * self.group)
+        blocks = self.blocks(available)
         if not self.sliding_layers:
             return blocks * self.block_size
         if not self.per_request:  # older engines: the pool split evenly between groups
-            groups = math.ceil(self.full_layers / self.group) + math.ceil(
-                self.sliding_layers / self.group
-            )
-            return blocks * self.block_size // groups
+            return self.slots(available)
         return int(blocks / self.blocks_per_request(length) * length)
 
 
@@ -292,10 +321,39 @@ class InstanceMemory:
 
     @property
     def kv_tokens(self) -> int:
-        """vLLM's 'GPU KV cache size: N tokens'."""
+        """vLLM's 'GPU KV cache size: N tokens' (`_report_kv_cache_config` in vLLM 0.23.0's
+        v1/core/kv_cache_utils.py: int(concurrency at max_model_len x max_model_len)). With
+        sliding-window layers these are context tokens, not stored ones (`kv_token_slots`)."""
         if self.layout is not None:
             return self.layout.tokens(self.kv_available, self.max_model_len)
         return tokens_in(self.kv_available, self.kv_per_token, self.block_size)
+
+    @property
+    def kv_token_slots(self) -> int:
+        """Tokens whose KV the cache stores at once (every layer of each): the pool's blocks
+        x block size over the groups a token takes a block in. The same as `kv_tokens`
+        without sliding-window layers; below it when max_model_len passes the window (a
+        long sequence keeps only its window), e.g. Mistral-7B at 32k: 935,680 vs 2,491,816."""
+        if self.layout is not None:
+            return self.layout.slots(self.kv_available)
+        return self.kv_tokens
+
+    def kv_sequences(self, length: int) -> int:
+        """Sequences of `length` tokens the cache holds at once (vLLM's concurrency at that
+        length, whole). Without sliding-window layers: kv_tokens // length."""
+        if length <= 0:
+            return 0
+        if self.layout is not None:
+            return self.layout.sequences(self.kv_available, length)
+        return self.kv_tokens // length
+
+    @property
+    def kv_per_token_all_layers(self) -> int:
+        """KV bytes one token takes in every layer of the GPU (`kv_per_token` counts the
+        full-attention layers only when there are sliding-window ones)."""
+        if self.layout is not None:
+            return self.layout.layer_bytes * (self.layout.full_layers + self.layout.sliding_layers)
+        return self.kv_per_token
 
     @property
     def kv_per_sequence(self) -> int:

@@ -186,7 +186,9 @@ def role_plan(
         used=mem.used,
     )
     seqs = shape.batching(total)[1]
-    kv_batch = max(1, mem.kv_tokens // traffic.context) if mem.kv_tokens else 0
+    # sequences of this context the cache holds (not kv_tokens // context: with sliding
+    # windows vLLM's count is of max-length contexts, which keep only their window)
+    kv_batch = max(1, mem.kv_sequences(traffic.context)) if mem.kv_tokens else 0
     # co-located decode instances time-slice the GPU (roofline.TIME_SLICE_EFFICIENCY)
     per_gpu = sl.per_gpu if sl is not None else 1
     batch = best_batch(
@@ -312,11 +314,11 @@ def _advice(
         where = f"{_article(gpu.name)} {gpu.name} (TP {dec.shape.tp})"
         return unmet_tpot_advice(traffic.tpot_ms, pd.batch1_tpot_ms, where)
     if dec.slice is None:
-        total, kv_tokens = dec.memory.total, dec.memory.kv_tokens
+        total, kv_batch = dec.memory.total, dec.memory.kv_sequences(traffic.context)
     else:
         total = gpu.usable_bytes
-        kv_tokens = instance_memory(model, total, DEFAULT_UTIL, dec.shape).kv_tokens
-    kv_batch = kv_tokens // traffic.context
+        whole = instance_memory(model, total, DEFAULT_UTIL, dec.shape)
+        kv_batch = whole.kv_sequences(traffic.context)
     seqs = dec.shape.batching(total, dec.memory.max_model_len)[1]
     if traffic.tpot_ms is None:
         target = ridge_batch(model, gpu, dec.shape)

@@ -56,7 +56,8 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "weightsBytesPerGpu": m.weights,
         "weightsGib": _gib(m.weights),
         **_lora(r),
-        "kvBytesPerToken": m.kv_per_token,
+        "kvBytesPerToken": m.kv_per_token,  # full-attention layers only with sliding ones
+        "kvBytesPerTokenAllLayers": m.kv_per_token_all_layers,
         "kvBytesPerSequence": m.kv_per_sequence,
         "activationGib": _gib(m.overhead.activation),
         "nonTorchGib": _gib(m.overhead.non_torch),
@@ -75,8 +76,13 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "recommendedGpuMemoryUtilization": r.recommended_util,
         "minGpuMemoryUtilization": m.min_util,
         "kvAvailableGib": _gib(m.kv_available),
-        "kvTokens": m.kv_tokens,  # per DP rank: each has its own cache
+        # vLLM's "GPU KV cache size: N tokens" (concurrency at maxModelLen x maxModelLen),
+        # per DP rank: each has its own cache
+        "kvTokens": m.kv_tokens,
         "kvTokensPerInstance": m.kv_tokens * r.shape.dp,
+        # tokens the cache stores at once (below kvTokens where sliding windows cut long
+        # sequences), per DP rank
+        "kvTokenSlots": m.kv_token_slots,
         "concurrencyAtMaxModelLen": round(m.concurrency, 2),
         "fits": r.fits,
         "smallestFit": {**_shape(r.smallest), "gpuMemoryUtilization": r.smallest_util}

@@ -75,11 +75,12 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         *_lora_rows(m, s),
         (
             "KV / token / GPU",
-            _bytes(m.kv_per_token),
+            _bytes(m.kv_per_token_all_layers),
             "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
             + (
-                f"; full-attention layers only ({m.layout.sliding_layers} sliding-window layers "
-                f"keep {m.layout.window} tokens)"
+                f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
+                f" layers sliding-window: a sequence keeps at most {m.layout.window:,} - 1 + "
+                f"{m.layout.in_flight:,} in-flight tokens there"
                 if m.layout is not None
                 else ""
             ),
@@ -87,7 +88,10 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         (
             f"KV / {m.max_model_len:,}-token sequence",
             _gib(m.kv_per_sequence),
-            "KV / token x maxModelLen (+ the sliding window's blocks)",
+            "KV / token x maxModelLen"
+            if m.layout is None
+            else "full-attention layers: maxModelLen; sliding-window layers: their window + "
+            "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)",
         ),
         (
             "activation + graphs + other",
@@ -109,20 +113,44 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         ),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
         (
-            "KV capacity" + per_rank,
+            "KV cache size (vLLM's count)" + per_rank,
             f"{m.kv_tokens:,} tokens",
-            "KV memory / KV per token, whole blocks"
+            "vLLM's 'GPU KV cache size': concurrency at maxModelLen x maxModelLen"
+            + (
+                " (context tokens: a long sequence keeps only its window in sliding layers)"
+                if m.layout is not None and not _same_tokens(m)
+                else " (= KV memory / KV per token, whole blocks)"
+            )
             + ("; each DP rank has its own cache" if s.dp > 1 else ""),
         ),
         *(
-            [("KV capacity per instance", f"{m.kv_tokens * s.dp:,} tokens", f"x {s.dp} DP ranks")]
+            [
+                (
+                    "KV cache size per instance",
+                    f"{m.kv_tokens * s.dp:,} tokens",
+                    f"x {s.dp} DP ranks",
+                )
+            ]
             if s.dp > 1
+            else []
+        ),
+        *(
+            [
+                (
+                    "KV tokens stored at once" + per_rank,
+                    f"{m.kv_token_slots:,} tokens",
+                    "the pool's blocks x block size / block groups a token takes (every layer "
+                    "of each token): what sequences shorter than the window can fill",
+                )
+            ]
+            if m.layout is not None and not _same_tokens(m)
             else []
         ),
         (
             "concurrency at maxModelLen" + per_rank,
             f"{m.concurrency:.2f}x",
-            "KV capacity / maxModelLen",
+            "vLLM's 'Maximum concurrency': the pool's blocks / blocks one maxModelLen "
+            "sequence takes",
         ),
         ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
         (
@@ -131,6 +159,12 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95",
         ),
     ]
+
+
+def _same_tokens(m: Any) -> bool:
+    """vLLM's count and the tokens stored at once agree within 1% (no sliding window cuts
+    a max-length sequence short)."""
+    return abs(m.kv_tokens - m.kv_token_slots) <= 0.01 * max(1, m.kv_token_slots)
 
 
 def _gpus_row(s: Any) -> tuple[str, str, str]:
@@ -344,7 +378,10 @@ def show_comparison(data: dict[str, Any]) -> None:
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in data["terms"]:
-        fmt = (lambda v: f"{v:,.2f} GiB") if t["unit"] == "GiB" else (lambda v: f"{v:,}")
+        fmt = {
+            "GiB": lambda v: f"{v:,.2f} GiB",
+            "x": lambda v: f"{v:,.2f}x",
+        }.get(t["unit"], lambda v: f"{v:,}")
         seen = "-" if t["observed"] is None else fmt(t["observed"])
         err = "-" if t["errorPct"] is None else f"{t['errorPct']:+.1f}%"
         table.add_row(t["term"], fmt(t["predicted"]), seen, err)
@@ -358,9 +395,11 @@ def show_comparison(data: dict[str, Any]) -> None:
         )
     pinned = data["observedUnderPlan"]
     if pinned is not None:
+        slots = pinned.get("kvTokenSlots", pinned["kvTokens"])
+        stored = f"; {slots:,} stored at once" if slots != pinned["kvTokens"] else ""
         console.print(
             f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
-            f"plan's shape holds {pinned['kvTokens']:,} tokens"
+            f"plan's shape holds {pinned['kvTokens']:,} tokens (vLLM's count{stored})"
             f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
             "sequence)"
         )

@@ -107,7 +107,7 @@ def test_plan_from_log_shows_each_term(capsys, tmp_path: Path) -> None:
         "non-torch",
         "CUDA graphs",
         "KV cache memory",
-        "KV cache tokens",
+        "KV cache size (vLLM's count)",
     ):
         assert term in out
     assert "464,848" in out and "CUDA graphs captured after the KV cache: 0.50 GiB" in out
@@ -123,7 +123,7 @@ def test_plan_from_log_json_predicts_under_the_logs_conditions(capsys, tmp_path:
     assert "gpuMemoryUtilization: plan 0.9, log 0.5" in data["conditions"]
     assert any(c.startswith("vLLM: plan 0.33.0, log 0.10.1.1") for c in data["conditions"])
     terms = {t["term"]: t for t in data["terms"]}
-    assert terms["KV cache tokens"]["observed"] == 464848
+    assert terms["KV cache size (vLLM's count)"]["observed"] == 464848
     assert terms["weights"]["observed"] == 14.25
     # predicted at util 0.5 (the log's), not the spec's 0.9: within 5% of what vLLM printed
     assert abs(terms["KV cache memory"]["errorPct"]) < 5, terms

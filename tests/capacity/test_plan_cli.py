@@ -40,7 +40,7 @@ def test_there_are_examples_of_every_phase() -> None:
 def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
     code, out, err = run(["plan", str(example)], capsys)
     assert code == 0, err
-    assert "KV capacity" in out and "--gpu-memory-utilization" in out
+    assert "KV cache size (vLLM's count)" in out and "--gpu-memory-utilization" in out
     assert "packing advice" in out
     # P:D only where prefill and decode are separate roles (phases 2 and 3)
     assert ("P:D" in out) == example.name.startswith(("phase2", "phase3"))

@@ -43,8 +43,8 @@ def test_dp_and_ep_are_named(tmp_path: Path, capsys) -> None:
     role = data["roles"][0]
     assert (role["dataParallel"], role["expertParallel"]) == (4, 4)
     tokens = role["kvTokens"]
-    assert f"KV capacity per DP rank {tokens:,} tokens" in out
-    assert f"KV capacity per instance {tokens * 4:,} tokens" in out
+    assert f"KV cache size (vLLM's count) per DP rank {tokens:,} tokens" in out
+    assert f"KV cache size per instance {tokens * 4:,} tokens" in out
     assert role["kvTokensPerInstance"] == 4 * tokens
     assert "TP 1 x DP 4 (EP 4) at util" in out  # not "TP 1": the instance is 4 GPUs
     dec = role["decode"]

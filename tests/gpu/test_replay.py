@@ -182,3 +182,53 @@ def test_startup_logs_parse_to_what_the_harness_read():
     for name, run in runs.items():
         seen = parse_log((REC / "startups" / f"{name}.log").read_text())
         assert seen.kv_tokens == run["kv_tokens"], name
+
+
+# ------------------------------------------------------------ sliding-window KV counts
+
+SLIDING = ("mistral-7b-u0.6", "gemma-2-9b-u0.85")
+
+
+def startup_spec(name: str, tmp_path: Path) -> Path:
+    """A phase-0 spec of the recorded start-up's command line (model, util, max-model-len)."""
+    cmd = results("startups")[name]["cmd"]
+    model = Path(cmd[1]).name
+    spec = {
+        "name": "kv",
+        "phase": 0,
+        "model": {
+            "name": cmd[1],
+            "maxModelLen": int(cmd[cmd.index("--max-model-len") + 1]),
+            "config": str(MODELS / model / "config.json"),
+        },
+        "engine": {"version": "0.23.0"},
+        "hardware": {"gpu": "H200"},
+        "hosts": [{"name": "h200", "address": "127.0.0.1", "gpus": [0], "runtime": "venv",
+                   "venv": "/opt/torch/.venv"}],
+        "serve": {"gpuMemoryUtilization": float(cmd[cmd.index("--gpu-memory-utilization") + 1])},
+    }
+    out = tmp_path / "spec.yaml"
+    out.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return out
+
+
+@pytest.mark.parametrize("name", SLIDING)
+def test_sliding_window_kv_tokens_are_vllms_count_within_5_percent(name, tmp_path):
+    """Mistral-7B (sliding window on every layer) and Gemma-2-9B (hybrid): the tokens pdctl
+    prints as "KV cache size (vLLM's count)", in the table and in `-o json` (`kvTokens`), and
+    its concurrency, against the log's "GPU KV cache size" and "Maximum concurrency" lines."""
+    spec = startup_spec(name, tmp_path)
+    role = planned(spec, "serve")
+    log = parse_log((REC / "startups" / f"{name}.log").read_text())
+    assert (log.kv_tokens, log.max_concurrency) == (
+        results("startups")[name]["kv_tokens"], results("startups")[name]["max_concurrency"])
+    assert abs(role["kvTokens"] - log.kv_tokens) / log.kv_tokens <= 0.05, role["kvTokens"]
+    conc = role["concurrencyAtMaxModelLen"]
+    assert abs(conc - log.max_concurrency) / log.max_concurrency <= 0.05, conc
+    # vLLM's count is concurrency x max_model_len, the tokens stored at once a separate key
+    assert abs(role["kvTokens"] - conc * role["maxModelLen"]) <= role["maxModelLen"] * 0.01
+    assert role["kvTokenSlots"] >= role["kvTokens"]
+    table = pdctl("plan", str(spec))
+    assert table.returncode == 0, table.stderr
+    text = " ".join(table.stdout.split())
+    assert f"KV cache size (vLLM's count) │ {role['kvTokens']:,} tokens" in text
