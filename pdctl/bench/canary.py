@@ -2,9 +2,14 @@
 (the router) and through one engine alone (a prefill engine addressed directly: a request
 without `kv_transfer_params` runs there as on a plain engine, NixlConnector's and
 MooncakeConnector's `request_finished` leave it alone). The first N tokens must agree, and
-the decode engines must have received prompt KV over the connector with no connector error:
-a P/D deployment that recomputes every prompt on decode, or loses KV, is not what was asked
-for (vllm#52617: disaggregated output diverging at the first token)."""
+the decode engines must have received prompt KV over the connector with no connector error
+and no suspect KV event in any engine's log (top/kv_events.py: an expired KV lease, blocks
+read after prefill released them): a P/D deployment that recomputes every prompt on decode,
+loses KV or may answer from freed blocks is not what was asked for (vllm#52617:
+disaggregated output diverging at the first token).
+
+`verdict_line(v)` is the one line every command prints (`up --verify`, `status --verify`,
+`top --canary`, `bench`): passed, or FAILED naming the prefill -> decode pair(s)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from pdctl.top.kv_events import KvEvent, as_dicts, summary
 
 WORDS = (
     "river stone light cloud number garden paper engine window silver market yellow "
@@ -90,6 +97,27 @@ class Verdict:
     kv_tokens_received: float | None
     connector_errors: dict[str, float] = field(default_factory=dict)
     lines: tuple[str, ...] = ()
+    events: tuple[KvEvent, ...] = ()  # suspect KV events logged or counted meanwhile
+    tokens: int = 0  # leading tokens compared
+
+    @property
+    def failed_pairs(self) -> list[str]:
+        """The prefill -> decode pairs of the failing prompts and of the suspect events."""
+        out = [p.via for p in self.pairs if not p.ok]
+        out += [e.pair for e in self.events]
+        return list(dict.fromkeys(out))
+
+
+def verdict_line(v: Verdict) -> str:
+    """`P/D canary passed: ...` or `P/D canary FAILED for P -> D: <why>` (first 3 reasons)."""
+    if v.ok:
+        via = sorted({p.via for p in v.pairs})
+        kv = "-" if v.kv_tokens_received is None else f"{v.kv_tokens_received:g}"
+        return (f"P/D canary passed: {len(v.pairs)} greedy prompts agree on "
+                f"{v.tokens or '?'} tokens through {', '.join(via)} and "
+                f"{v.pairs[0].alone} alone; {kv} prompt tokens came over the KV connector")
+    who = ", ".join(v.failed_pairs) or "the P/D path"
+    return f"P/D canary FAILED for {who}: " + "; ".join(v.lines[:3])
 
 
 def agree(a: Answer, b: Answer) -> int:
@@ -118,11 +146,13 @@ def judge(
     kv_received: float | None,
     connector_errors: dict[str, float],
     engines: str = "router",
+    events: list[KvEvent] | tuple[KvEvent, ...] = (),
 ) -> Verdict:
     """The canary's verdict: every prompt agrees on its first `tokens` tokens, KV came over
-    the connector (decode's prompt_tokens_by_source{source=external_kv_transfer} grew) and no
-    connector error counter grew. `names`: engine URL -> instance name; `engines`: what the
-    P/D path is called where the router's answer does not say which pair served it."""
+    the connector (decode's prompt_tokens_by_source{source=external_kv_transfer} grew), no
+    connector error counter grew and no engine logged a suspect KV event (`events`, from
+    top/kv_events.py, counters included). `names`: engine URL -> instance name; `engines`:
+    what the P/D path is called where the router's answer does not say which pair served it."""
     pairs = []
     for i, (a, b) in enumerate(zip(via, alone, strict=True)):
         who = engines
@@ -143,8 +173,9 @@ def judge(
         pairs.append(Pair(i, who, alone_name, n, expected, detail))
     lines = [f"prompt {p.prompt} via {p.via} vs {p.alone}: {p.detail}" for p in pairs if not p.ok]
     grew = {k: v for k, v in connector_errors.items() if v > 0}
-    if grew:
+    if grew and not events:  # events carry the counters per engine, with the pair
         lines.append("KV connector errors: " + ", ".join(f"{k} +{v:g}" for k, v in grew.items()))
+    lines += ["suspect KV: " + line for line in summary(list(events))]
     if not kv_received:
         lines.append(
             "decode received no prompt KV over the connector "
@@ -152,7 +183,8 @@ def judge(
             "path recomputed or lost the prefill"
         )
     ok = bool(pairs) and not lines
-    return Verdict(ok, tuple(pairs), kv_received, dict(connector_errors), tuple(lines))
+    return Verdict(ok, tuple(pairs), kv_received, dict(connector_errors), tuple(lines),
+                   tuple(events), tokens)
 
 
 def as_dict(v: Verdict) -> dict[str, Any]:
@@ -166,4 +198,7 @@ def as_dict(v: Verdict) -> dict[str, Any]:
             for p in v.pairs
         ],
         "failures": list(v.lines),
+        "failedPairs": v.failed_pairs,
+        "kvEvents": as_dicts(list(v.events)),
+        "verdict": verdict_line(v),
     }

@@ -19,6 +19,15 @@ from pdctl.bench import canary as check
 from pdctl.bench import load
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
+from pdctl.top.kv_events import (
+    KvEvent,
+    as_dicts,
+    counter_events,
+    new_lines,
+    peers_of,
+    scan,
+    summary,
+)
 
 
 def post_json(
@@ -164,6 +173,7 @@ class Bench:
             w, step, self.base_url(drv), self.plan.served_name, self.plan.spec.model.name, work
         )
         text = load.script(drv.setup, start_env(drv), f"{folder}/secrets.env", args, work)
+        logs = self.source.logs()
         first = self.source.scrape()
         peaks: dict[str, dict[str, float]] = {}
         gpu_box: list[Any] = []
@@ -216,19 +226,51 @@ class Bench:
         )
         for row in window["instances"]:
             row["peak"] = peaks.get(row["name"], {})
+        events = self.kv_events(logs, first, last)
         return {
             "load": step.label,
             "driver": drv.host.name,
             "measured": load.measured(result),
             "metrics": window,
+            "kvEvents": as_dicts(events),
+            "failures": summary(events),
         }
+
+    def names(self) -> dict[str, str]:
+        """Engine address (URL and host:port, as vllm-router names it) -> instance name."""
+        from pdctl.top.source import router_workers
+
+        names = {}
+        for url, (name, _role) in router_workers(self.plan).items():
+            names[url] = name
+            names[url.split("://", 1)[-1]] = name
+        return names
+
+    def kv_events(self, logs: dict[str, str], first: dict[str, Any], last: dict[str, Any]
+                  ) -> list[KvEvent]:
+        """The suspect KV events since `logs` (every engine's log tail) and `first` (its
+        /metrics): what each engine logged meanwhile, and its connector error counters that
+        grew (prefill's too: NIXL counts an expired lease there)."""
+        from pdctl.top.window import figures
+
+        after = self.source.logs()
+        names, peers = self.names(), peers_of(self.plan)
+        events: list[KvEvent] = []
+        for e in self.source.endpoints:
+            if e.role == "router":
+                continue
+            text = new_lines(logs.get(e.name, ""), after.get(e.name, ""))
+            events += scan(e.name, e.role, text, names, peers)
+            if e.name in first and e.name in last:
+                f = figures(e.name, e.role, e.where, first[e.name], last[e.name])
+                events += counter_events(f, peers)
+        return events
 
     # ------------------------------------------------------------------ canary
     def canary(
         self, n_prompts: int, tokens: int, seed: int, timeout: float, token_ids: bool = False
     ) -> check.Verdict:
         """The canary through the router and through the first prefill engine alone."""
-        from pdctl.top.source import router_workers
         from pdctl.top.window import figures
 
         router = next((u for u in self.units() if u.role == "router" and u.port), None)
@@ -244,11 +286,9 @@ class Bench:
         p_ops = self.source.fleet.ops[prefill.host.name]
         key = p_ops.api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        names = {}
-        for url, (name, _role) in router_workers(self.plan).items():
-            names[url] = name
-            names[url.split("://", 1)[-1]] = name
+        names = self.names()
         texts = check.prompts(n_prompts, seed, f"run {os.urandom(4).hex()}")
+        logs = self.source.logs()
         first = self.source.scrape()
         via, alone = [], []
         for text in texts:
@@ -259,12 +299,14 @@ class Bench:
         kv = 0.0
         errors: dict[str, float] = {}
         for e in self.source.endpoints:
-            if e.role != "decode":
+            if e.role not in ("prefill", "decode"):
                 continue
             f = figures(e.name, e.role, e.where, first[e.name], last[e.name])
-            kv += f.kv_tokens_received or 0.0
+            if e.role == "decode":
+                kv += f.kv_tokens_received or 0.0
             for k, v in f.connector_errors.items():
                 errors[k] = errors.get(k, 0.0) + v
+        events = self.kv_events(logs, first, last)
         roles: dict[str, list[str]] = {}
         for i in self.plan.instances:
             roles.setdefault(i.role, []).append(i.name)
@@ -274,7 +316,7 @@ class Bench:
             if len(pre) == 1 and len(dec) == 1
             else f"router (prefill {', '.join(pre)}; decode {', '.join(dec)})"
         )
-        return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines)
+        return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines, events)
 
     @staticmethod
     def _ask(

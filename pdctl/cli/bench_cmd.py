@@ -129,9 +129,12 @@ def _problems(report: dict[str, Any]) -> list[str]:
         if failed:
             out.append(f"{s['load']}: {failed} of {failed + (s['measured']['completed'] or 0)} "
                        "requests failed")
+        suspect = s.get("failures") or []
+        if suspect:  # answered 200 maybe, but from KV that may be wrong: never a success
+            out.append(f"{s['load']}: suspect KV transfers: " + "; ".join(suspect[:2]))
     c = report.get("canary")
     if c is not None and not c["ok"]:
-        out.append("P/D canary failed: " + "; ".join(c["failures"][:3]))
+        out.append(c.get("verdict") or "P/D canary failed: " + "; ".join(c["failures"][:3]))
     return out
 
 
@@ -194,38 +197,44 @@ def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float
 VERIFY_PROMPTS, VERIFY_TOKENS, VERIFY_TIMEOUT = 2, 8, 120.0
 
 
-def check_verify(plan: Any) -> None:
-    """`up --verify` is for a P/D deployment on hosts: refused before anything starts."""
+def check_verify(plan: Any, option: str = "--verify") -> None:
+    """`up --verify` (`status --verify`, `top --canary`) is for a P/D deployment on hosts:
+    refused before anything starts."""
     from pdctl.errors import UsageError
 
     if plan.phase not in (2, 3) or plan.target != "hosts":
         raise UsageError(
-            "--verify runs the P/D canary: phases 2 and 3 on SSH hosts "
+            f"{option} runs the P/D canary: phases 2 and 3 on SSH hosts "
             f"({plan.name} is phase {plan.phase} on {plan.target})",
-            fix="leave out --verify",
+            fix=f"leave out {option}",
         )
 
 
-def verify(plan: Any, bundle: Any, conn: ConnectFlags, console: Any) -> None:
-    """The quick canary after `up`: a few greedy prompts through the router and through the
-    first prefill engine alone; PdctlError naming the engines when they disagree."""
+def quick_canary(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
+    """The quick canary (`up --verify`, `status --verify`, `top --canary`): a few greedy
+    prompts through the router and through the first prefill engine alone, with the engines'
+    logs and connector counters read around them; its bench.canary.Verdict."""
     from pdctl.bench.remote import Bench
-    from pdctl.errors import PdctlError
 
     seed = plan.spec.bench.seed if plan.spec.bench is not None else 0
     session = Bench(plan, bundle, conn.ssh()).open()
     try:
-        v = session.canary(VERIFY_PROMPTS, VERIFY_TOKENS, seed, VERIFY_TIMEOUT)
+        return session.canary(VERIFY_PROMPTS, VERIFY_TOKENS, seed, VERIFY_TIMEOUT)
     finally:
         session.close()
+
+
+def verify(plan: Any, bundle: Any, conn: ConnectFlags, console: Any) -> None:
+    """The quick canary after `up`; PdctlError naming the prefill -> decode pair when it
+    fails (its tokens differ, or an engine logged a suspect KV event)."""
+    from pdctl.errors import PdctlError
+
+    v = quick_canary(plan, bundle, conn)
+    from pdctl.bench.canary import verdict_line
+
     if not v.ok:
-        bad = next((p for p in v.pairs if not p.ok), v.pairs[0] if v.pairs else None)
-        who = f"{bad.via} vs {bad.alone}" if bad else "the P/D path"
-        raise PdctlError(f"verify: the P/D canary failed ({who}): " + "; ".join(v.lines[:3]))
-    console.print(f"verified: {len(v.pairs)} greedy prompts agree on {VERIFY_TOKENS} tokens "
-                  f"through the router and {v.pairs[0].alone} alone; "
-                  f"{v.kv_tokens_received:g} prompt tokens came over the KV connector",
-                  highlight=False)
+        raise PdctlError("verify: " + verdict_line(v))
+    console.print("verified: " + verdict_line(v), highlight=False, markup=False)
 
 
 def _show_compare(doc: dict[str, Any], output: str) -> None:

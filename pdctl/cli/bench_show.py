@@ -20,6 +20,7 @@ RATES = (
 
 
 def show(report: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from pdctl.cli import term
@@ -35,13 +36,17 @@ def show(report: dict[str, Any]) -> None:
     c = report.get("canary")
     if c is not None:
         state = "[green]passed[/]" if c["ok"] else "[red]FAILED[/]"
-        console.print(f"P/D canary {state}: {len(c['pairs'])} prompts, KV tokens received "
-                      f"{num(c['kvTokensReceived'])}", highlight=False)
+        pairs = f" for {', '.join(c['failedPairs'])}" if c.get("failedPairs") else ""
+        console.print(f"P/D canary {state}{pairs}: {len(c['pairs'])} prompts, KV tokens "
+                      f"received {num(c['kvTokensReceived'])}", highlight=False)
         for line in c["failures"]:
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {escape(line)}", highlight=False)
     for s in report["steps"]:
         m, pred, ratio = s["measured"], s.get("predicted") or {}, s.get("ratio") or {}
-        t = Table(title=f"{s['load']}: {m['completed']} done, {m['failed']} failed in "
+        suspect = s.get("failures") or []
+        events = len(s.get("kvEvents") or [])
+        more = f", [red]{events} suspect KV event{'' if events == 1 else 's'}[/]" if events else ""
+        t = Table(title=f"{s['load']}: {m['completed']} done, {m['failed']} failed{more} in "
                         f"{num(m['durationS'])} s (driven from {s['driver']})")
         for col in ("figure", "p50", "p90", "p99", "plan", "p50/plan"):
             t.add_column(col)
@@ -66,6 +71,8 @@ def show(report: dict[str, Any]) -> None:
                       num(row.get("preemptions")), num(row.get("kv_tokens_received")),
                       num(errs))
         console.print(r)
+        for line in suspect:  # a failure of the step, with the pair and the log lines
+            console.print(f"  [red]FAILED[/] suspect KV: {escape(line)}", highlight=False)
         for g in s["metrics"].get("gpus", []):
             console.print(f"  GPU {g['host']}:{g['index']} {g['name']} ({'/'.join(g['roles'])}): "
                           f"SM {num(g['sm_util'])}%, DRAM bandwidth {num(g['dram_bw_util'])}%, "

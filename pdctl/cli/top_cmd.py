@@ -53,6 +53,10 @@ def register(app: typer.Typer) -> None:
         output: str = typer.Option(
             "table", "--output", "-o", metavar="FORMAT", help="table or json (--once)."
         ),
+        canary: bool = typer.Option(
+            False, "--canary",
+            help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
+            "verdict; with --once, exit 1 when it fails."),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
@@ -69,16 +73,26 @@ def register(app: typer.Typer) -> None:
         window_s = seconds_of(window, "--window")
         refresh_s = seconds_of(refresh, "--refresh")
         plan, bundle = load(spec, phase, target)
+        checked: tuple[bool, str] | None = None
+        if canary:
+            from pdctl.bench.canary import verdict_line
+            from pdctl.cli.bench_cmd import check_verify, quick_canary
+
+            check_verify(plan, "--canary")
+            v = quick_canary(plan, bundle, conn)
+            checked = (v.ok, verdict_line(v))
         source = _source(plan, bundle, conn)
         try:
             if not once:
-                _live(plan, source, window_s, refresh_s, spec)
+                _live(plan, source, window_s, refresh_s, spec, checked)
                 return
-            w, found = _once(plan, source, window_s, spec)
+            w, found = _once(plan, source, window_s, spec, checked)
         finally:
             source.close()
         _print_once(w, found, output)
         failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
+        if checked is not None and not checked[0]:
+            failed.insert(0, checked[1])
         failed += [f"cannot reach {why}" for why in source.unreachable.values()]
         if failed:
             raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
@@ -99,13 +113,39 @@ def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
     return HostSource(plan, bundle, conn.ssh(), conn.parallel).open()
 
 
-def _once(plan: Any, source: Any, window_s: float, spec_file: str) -> tuple[Any, Any]:
+def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str, str]
+                ) -> list[Any]:
+    """The suspect KV lines each engine logged between two reads of its log tail."""
+    from pdctl.top.kv_events import new_lines, peers_of, scan
+
+    names: dict[str, str] = {}
+    for url, (name, _role) in source.workers.items():
+        names[url] = names[url.split("://", 1)[-1]] = name
+    out: list[Any] = []
+    for e in source.endpoints:
+        if e.role in ("prefill", "decode"):
+            text = new_lines(before.get(e.name, ""), after.get(e.name, ""))
+            out += scan(e.name, e.role, text, names, peers_of(plan))
+    return out
+
+
+def _logs(source: Any, lines: int) -> dict[str, str]:
+    """The engines' log tails where the source reads logs (SSH hosts), else none."""
+    read = getattr(source, "logs", None)
+    return read(lines) if read is not None else {}
+
+
+def _once(plan: Any, source: Any, window_s: float, spec_file: str,
+          checked: tuple[bool, str] | None = None) -> tuple[Any, Any]:
+    from pdctl.top.kv_events import peers_of
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import assemble
 
+    logs = _logs(source, 2000)
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
     last = source.scrape()
+    events = _log_events(plan, source, logs, _logs(source, 2000)) if logs else []
     w = assemble(
         plan.name,
         plan.phase,
@@ -117,7 +157,9 @@ def _once(plan: Any, source: Any, window_s: float, spec_file: str) -> tuple[Any,
         missing,
         source.workers,
     )
-    return w, verdicts(w, packed=_packed(spec_file, plan, gpus))
+    found = verdicts(w, packed=_packed(spec_file, plan, gpus), events=events, canary=checked,
+                     peers=peers_of(plan))
+    return w, found
 
 
 def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
@@ -168,15 +210,19 @@ def _print_once(w: Any, found: Any, output: str) -> None:
     term.console().print(render(w, found))
 
 
-def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str) -> None:
+def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str,
+          checked: tuple[bool, str] | None = None) -> None:
     from rich.live import Live
 
     from pdctl.cli import term
     from pdctl.top.dashboard import render
+    from pdctl.top.kv_events import peers_of
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import assemble
 
     history: deque[dict[str, Any]] = deque()
+    seen: deque[tuple[float, Any]] = deque()  # (when, suspect KV event) within the window
+    logs = _logs(source, 300)
     packed: dict[int, Any] | None = None
     keys = _Keys()
     console = term.console()
@@ -209,7 +255,14 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                 )
                 if packed is None:
                     packed = _packed(spec_file, plan, gpus)
-                found = verdicts(w, packed=packed)
+                if logs:
+                    fresh = _logs(source, 300)
+                    seen.extend((newest, e) for e in _log_events(plan, source, logs, fresh))
+                    logs = fresh or logs
+                while seen and newest - seen[0][0] > window_s:
+                    seen.popleft()
+                found = verdicts(w, packed=packed, events=[e for _, e in seen],
+                                 canary=checked, peers=peers_of(plan))
                 frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)")
                 if live is not None:
                     term.fit(frame, console)  # Live renders past the console's print hook

@@ -28,11 +28,16 @@ NAMES: dict[str, tuple[str, ...]] = {
 }
 # the KV connectors' own error counters (0.33.0 `vllm/distributed/kv_transfer/kv_connector/v1/`
 # nixl and mooncake; the CPU build 0.32.0 has the NIXL ones); any other `vllm:*failed*_total`
-# counter is reported too
+# counter is reported too. Each one that grows is a failure of a bench step, the canary and a
+# `top` verdict (top/kv_events.py), prefill's as much as decode's: NIXL counts an expired KV
+# lease on prefill. `nixl_num_notifications_after_expiry`: decode read blocks prefill had
+# already released (0.33.0 `nixl/stats.py` l.276; the counter of the "Potentially invalid KV
+# blocks" log line).
 CONNECTOR_ERRORS = (
     "vllm:nixl_num_failed_transfers_total",
     "vllm:nixl_num_failed_notifications_total",
     "vllm:nixl_num_kv_expired_reqs_total",
+    "vllm:nixl_num_notifications_after_expiry_total",
     "vllm:mooncake_num_failed_transfers_total",
     "vllm:mooncake_num_failed_recvs_total",
     "vllm:mooncake_num_kv_expired_reqs_total",

@@ -174,3 +174,26 @@ def router_figures(
         latency_p95=quantile(0.95, buckets),
         workers=tuple(rows),
     )
+
+
+def readiness(status: int, body: str) -> dict[str, tuple[int, int]] | None:
+    """vllm-router's `GET /readiness` in P/D mode -> role -> (healthy, total) workers; None
+    where the answer has no such counts (plain mode, an older router). Recorded from the real
+    0.1.17 (tests/cli/data/router-readiness-*.json): 200 `{"status":"ready","prefill":
+    {"healthy":1,"total":1},"decode":{"healthy":1,"total":1}}`, and 503 `{"status":
+    "not_ready","reason":"no healthy decode workers",...}` while every request gets 503 "No
+    available workers: 1 prefill, 0 decode" and /liveness still answers 200 OK."""
+    import json
+
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    out = {}
+    for role in ("prefill", "decode"):
+        counts = doc.get(role)
+        if isinstance(counts, dict) and isinstance(counts.get("total"), int):
+            out[role] = (int(counts.get("healthy") or 0), int(counts["total"]))
+    return out or None

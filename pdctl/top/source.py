@@ -119,6 +119,47 @@ class HostSource:
 
         return dict(self.fleet.map(one, self.endpoints))
 
+    def router_readiness(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Each running router's own view of its workers (`GET /readiness` on its port, as
+        top.router.readiness reads it): router unit -> role -> (healthy, total); a router
+        that does not answer, or answers without counts, is left out."""
+        from pdctl.targets.health import http_get
+        from pdctl.targets.state import desired_units
+        from pdctl.top.router import readiness
+
+        out = {}
+        for d in desired_units(self.plan, self.bundle):
+            ops = self.fleet.ops.get(d.host.name)
+            if d.role != "router" or d.port is None or ops is None:
+                continue
+            try:
+                status, body = http_get(ops.conn.open_channel(d.port, d.address), "/readiness")
+            except Exception:  # not answering: status says so from its own probe
+                continue
+            view = readiness(status, body)
+            if view is not None:
+                out[d.name] = view
+        return out
+
+    def logs(self, lines: int = 2000) -> dict[str, str]:
+        """The last `lines` of every engine's log (one exec per host; '' where a host or a
+        log cannot be read): what top/kv_events.py scans for suspect KV events."""
+        by_host: dict[str, list[str]] = {}
+        for e in self.endpoints:
+            if e.role != "router" and e.where in self.fleet.ops:
+                by_host.setdefault(e.where, []).append(e.name)
+
+        def one(host: str) -> dict[str, str]:
+            try:
+                return self.fleet.ops[host].tails(by_host[host], lines, missing_ok=True)
+            except Exception:  # a host lost meanwhile: its scrape says so
+                return {}
+
+        out: dict[str, str] = {}
+        for got in self.fleet.map(one, sorted(by_host)):
+            out.update(got)
+        return out
+
     def gpus(self, window_s: float) -> tuple[list[GpuLoad], list[str]]:
         """Every used host's GPUs over `window_s` seconds (blocks that long)."""
         roles = gpu_roles(self.plan)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
 from pdctl.top.gpu import GpuLoad, kind
+from pdctl.top.kv_events import KvEvent, counter_events, summary
 from pdctl.top.packing import Packing
 from pdctl.top.router_verdict import router_verdicts
 from pdctl.top.window import Figures, Window, role_totals
@@ -69,12 +70,21 @@ def verdicts(
     w: Window,
     overrides: dict[str, float] | None = None,
     packed: dict[int, Packing] | None = None,
+    events: list[KvEvent] | None = None,
+    canary: tuple[bool, str] | None = None,
+    peers: dict[str, list[str]] | None = None,
 ) -> list[Verdict]:
     """`packed`: what `pdctl plan` predicts for decode packed N per GPU (top.packing), quoted
-    by the phase 3 verdict; without it the verdict quotes the measured packing factor only."""
+    by the phase 3 verdict; without it the verdict quotes the measured packing factor only.
+    `events`: the suspect KV lines the engines logged in the window (top/kv_events.py);
+    `canary`: (passed, its line) where `top --canary` ran it; `peers`: role -> instances,
+    to name the pair of an engine's counter. Those come first: a wrong answer outranks advice."""
     t = limits(overrides)
     out: list[Verdict] = []
     live = [f for f in w.instances if f.error is None]
+    if canary is not None:
+        out.append(Verdict("pd-canary" if canary[0] else "pd-canary-failed", canary[1]))
+    out += kv_suspect(w, live, events or [], peers or {})
     out += _idle(w, t)
     out += _decode_bound(w, live, t, packed or {})
     out += _interference(w, live, t)
@@ -240,3 +250,21 @@ def _fallback(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdi
         )
         out.append(Verdict("kv-transfer-broken", msg))
     return out
+
+
+def kv_suspect(w: Window, live: list[Figures], events: list[KvEvent],
+               peers: dict[str, list[str]]) -> list[Verdict]:
+    """One verdict per prefill -> decode pair and kind of suspect KV event: a line an engine
+    logged, or a connector error counter that grew (prefill's or decode's): requests through
+    that pair may have been answered from KV that was lost or freed."""
+    if w.phase < 2:
+        return []
+    found = list(events)
+    for f in live:
+        if f.role in ("prefill", "decode"):
+            found += counter_events(f, peers)
+    return [
+        Verdict("kv-suspect", f"{line} in {w.seconds:.0f}s: answers through this pair may be "
+                "wrong; count them as failures (docs/top.md)")
+        for line in summary(found, shown=1)
+    ]

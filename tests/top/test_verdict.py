@@ -85,7 +85,8 @@ def test_decode_computing_prompts_itself_with_no_kv_received_is_kv_transfer_not_
         },
         connector_errors={"vllm:nixl_num_failed_transfers_total": 4.0},
     )
-    (v,) = verdicts(win(broken, phase=2))
+    suspect, v = verdicts(win(broken, phase=2))
+    assert suspect.key == "kv-suspect" and "nixl_num_failed_transfers_total +4" in suspect.line
     assert v.key == "kv-transfer-broken"
     assert "computed 380 of the 380 uncached prompt tokens itself (100% >= 50%), received 0" in (
         v.line
@@ -115,6 +116,7 @@ def test_the_recorded_phase2_window_shows_kv_received_and_no_fallback():
         "vllm:nixl_num_failed_notifications_total": 0.0,
         "vllm:nixl_num_failed_transfers_total": 0.0,
         "vllm:nixl_num_kv_expired_reqs_total": 0.0,
+        "vllm:nixl_num_notifications_after_expiry_total": 0.0,  # the CPU build 0.32.0 has it
     }
     assert verdicts(win(f, phase=2)) == []
 
@@ -122,7 +124,9 @@ def test_the_recorded_phase2_window_shows_kv_received_and_no_fallback():
 def test_the_fallback_window_says_kv_transfer_is_not_working_with_the_connector_errors():
     """phase2-decode-after-broken.prom: the recorded window edited to the silent fallback
     (tests/top/data/README.md)."""
-    (v,) = verdicts(win(phase2_decode("phase2-decode-after-broken.prom"), phase=2))
+    suspect, v = verdicts(win(phase2_decode("phase2-decode-after-broken.prom"), phase=2))
+    assert suspect.key == "kv-suspect"
+    assert suspect.line.startswith("? -> e2etoppd-decode-0: 1 counter event")
     assert v.key == "kv-transfer-broken"
     assert v.line.startswith("e2etoppd-decode-0: computed 192 of the 192 uncached prompt tokens")
     assert "received 0 over the KV connector in 60s" in v.line
