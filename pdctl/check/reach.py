@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pdctl.check.finding import Finding
+from pdctl.check.finding import Finding, Status
 from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance
 
@@ -61,16 +61,38 @@ def memlock(node: Instance, hf: HostFacts) -> list[Finding]:
     kib = hf.memlock_kib
     if kib is None:
         return [Finding("WARN", "group.memlock", where, "ulimit -l: not gathered", want, GATHER)]
+    # Where probe/group.py measured it: the context the engines will run in (named when that
+    # is a systemd unit, whose limit is not the login shell's).
+    unit = hf.memlock_where not in ("", "the login shell")
+    ctx = f" (in {hf.memlock_where})" if unit else ""
     if kib < 0:
-        return [Finding("PASS", "group.memlock", where, "ulimit -l: unlimited", want)]
-    found = f"ulimit -l: {kib} KiB"
-    fix = (
+        return [Finding("PASS", "group.memlock", where, f"ulimit -l: unlimited{ctx}", want)]
+    found = f"ulimit -l: {kib} KiB{ctx}"
+    status: Status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
+    fix = memlock_fix(hf.memlock_where, where)
+    return [Finding(status, "group.memlock", where, found, want, fix)]
+
+
+def memlock_fix(context: str, host: str) -> str:
+    """How to raise the limit where the engines run: limits.conf applies to login sessions (and
+    nohup'd engines), never to systemd services; a unit's LimitMEMLOCK=infinity (pdctl's units
+    say it) is capped by its manager's hard limit."""
+    if context.startswith("a user unit"):
+        return (
+            "raise the user manager's hard limit on " + host + ": `LimitMEMLOCK=infinity` in a "
+            "drop-in for user@.service (`sudo systemctl edit user@.service`), then restart "
+            "user@UID.service or reboot; or run pdctl as root (system units)"
+        )
+    if context.startswith("a system unit"):
+        return (
+            "systemd itself cannot raise it on " + host + " (PID 1 without CAP_SYS_RESOURCE, "
+            "e.g. in a container): raise the hard limit of the machine or container (`docker "
+            "run --ulimit memlock=-1`) that runs it"
+        )
+    return (
         "set `* soft memlock unlimited` and `* hard memlock unlimited` in "
-        "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + where
+        "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + host
     )
-    if kib < MEMLOCK_FLOOR_KIB:
-        return [Finding("FAIL", "group.memlock", where, found, want, fix)]
-    return [Finding("WARN", "group.memlock", where, found, want, fix)]
 
 
 def reach(leader: Instance, facts: Facts) -> list[Finding]:

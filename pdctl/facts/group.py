@@ -1,7 +1,8 @@
 """Facts about multi-node groups from raw outputs (probe/group.py writes them). Pure.
 
 - `vllm-version.txt`: the vLLM version in the host's runtime environment;
-- `ulimit-l.txt`: the locked-memory limit, KiB or `unlimited`;
+- `ulimit-l.txt`: the locked-memory limit, KiB or `unlimited` (its last line), after a line
+  `context WHERE` saying where it was measured (a system or user unit, the login shell);
 - `group-reach.txt` (a group's other nodes): per group, `leader NAME ADDRESS PORT`, the route
   (`route ...`, `ip -o route get`) and `connected ADDRESS PORT` or `failed ADDRESS PORT ERRNO`;
 - `group-listen.txt` (the leader's host): per group, `group NAME`, then `listening PORT` and
@@ -61,6 +62,14 @@ def parse_memlock(text: str) -> int | None:
     return int(word) if word.isdigit() else None
 
 
+def parse_memlock_where(text: str) -> str:
+    """Where the limit was measured ('' in a recording made before pdctl said so)."""
+    for line in text.splitlines():
+        if line.startswith("context "):
+            return line[len("context ") :].strip()
+    return ""
+
+
 def parse_reach(text: str) -> tuple[Reach, ...]:
     out: list[Reach] = []
     head: list[str] | None = None
@@ -114,6 +123,7 @@ def group_fields(raw: dict[str, str]) -> dict[str, Any]:
     return {
         "vllm_version": parse_version(raw[VLLM_VERSION]) if VLLM_VERSION in raw else None,
         "memlock_kib": parse_memlock(raw[MEMLOCK]) if MEMLOCK in raw else None,
+        "memlock_where": parse_memlock_where(raw.get(MEMLOCK, "")),
         "reach": parse_reach(raw.get(REACH, "")),
         "listen": parse_listen(raw.get(LISTEN, "")),
     }

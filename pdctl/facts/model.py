@@ -113,6 +113,7 @@ class HostFacts:
     # multi-node groups (facts/group.py): "" = no vLLM found; memlock KiB, -1 = unlimited
     vllm_version: str | None = None
     memlock_kib: int | None = None
+    memlock_where: str = ""  # where it was measured: a system or user unit, the login shell
     reach: tuple[Reach, ...] = ()  # a node's connect to its group leader
     listen: tuple[Listen, ...] = ()  # the leader's short-lived listener
     # network preflight (facts/transfer.py): interface names; transfers to decode hosts

@@ -7,7 +7,7 @@ from pdctl.facts import host as f
 from pdctl.facts.group import MEMLOCK
 from pdctl.facts.transfer import NET_DEVICES, PEERMEM, uses_rdma
 from pdctl.plan.router import ENGINE_LIBRARIES
-from pdctl.probe.group import group_commands
+from pdctl.probe.group import group_commands, memlock_command
 from pdctl.probe.hami import hami_commands
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
@@ -94,7 +94,7 @@ def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
     if spec.phase in (2, 3) and dis is not None:
         out[NET_DEVICES] = NET_DEVICES_COMMAND  # the network preflight's interfaces
         if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
-            out[MEMLOCK] = "ulimit -l"  # RDMA registers (pins) the KV buffers
+            out[MEMLOCK] = memlock_command(host)  # RDMA registers (pins) the KV buffers
             out[PEERMEM] = "if [ -d /sys/module/nvidia_peermem ]; then echo loaded; " \
                 "else echo absent; fi"
     if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":

@@ -5,7 +5,9 @@ Per host, added to the host's command list when the spec has a group (probe/comm
   python, or `conda run` in the host's conda env), read from the package metadata without
   importing vLLM;
 - `ulimit-l.txt`: the locked-memory limit (KiB or `unlimited`) of a process started the way
-  `pdctl up` starts engines (the same SSH login shell).
+  `pdctl up` will start the engines (memlock_command): where they run as systemd units, in a
+  transient unit with the rendered units' `LimitMEMLOCK=infinity` (limits.conf does not apply
+  to services); else in the SSH login shell, as nohup starts them.
 
 Across hosts, after the per-host probes (`reach`): for each group, a short-lived TCP listener
 on the leader's host on the group's rendezvous port (the port `--master-port` /
@@ -96,6 +98,42 @@ def python(host: Host) -> str:
     return "python3"
 
 
+# POSIX sh (the login shell runs it). A first line `context WHERE`, then the limit. Where
+# `pdctl up` would install systemd units (templates/systemd-start.sh.j2: PID 1 systemd; root, or a
+# lingering user), `systemd-run --wait --pipe` runs `ulimit -l` in a transient unit with the
+# rendered units' LimitMEMLOCK=infinity, which systemd lowers to its manager's hard limit where
+# it cannot raise it; without a transient unit (a user manager with no D-Bus), that hard limit
+# read from the manager's /proc/PID/limits; else the login shell's, as nohup runs the engines.
+_MEMLOCK_UNIT = r"""w=; v=; s=; m=
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then s=--system; w='a system unit'; m=1
+  elif [ "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes ]; then
+    s=--user; w="a user unit of $(id -un)"
+    export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
+    m=$(pgrep -u "$(id -u)" -x systemd 2>/dev/null | head -n 1)
+  fi
+fi
+if [ -n "$w" ]; then
+  v=$(timeout 30 systemd-run "$s" --wait --pipe --quiet --collect -p LimitMEMLOCK=infinity \
+    sh -c 'ulimit -l' </dev/null 2>/dev/null) || v=
+  if [ -z "$v" ] && [ -n "$m" ]; then
+    v=$(awk '/^Max locked memory/ {print $5}' "/proc/$m/limits" 2>/dev/null)
+    case $v in unlimited|'') ;; *) v=$((v / 1024)) ;; esac
+    w="$w, its service manager's hard limit"
+  fi
+fi
+if [ -z "$v" ]; then w='the login shell'; v=$(ulimit -l); fi
+echo "context $w"; echo "$v"
+"""
+
+
+def memlock_command(host: Host) -> str:
+    """The locked-memory limit the host's engines will get (see _MEMLOCK_UNIT)."""
+    if host.runtime == "docker" or host.supervise == "none":
+        return "echo 'context the login shell'; ulimit -l"
+    return _MEMLOCK_UNIT
+
+
 def group_commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> command, for hosts of a spec with multi-node groups."""
     if not has_groups(spec) or host.runtime == "docker":
@@ -104,7 +142,7 @@ def group_commands(spec: Spec, host: Host) -> dict[str, str]:
         version = _conda(host, spec, _VERSION_PY)
     else:
         version = f"{python(host)} -c {quote(_VERSION_PY)}"
-    return {VLLM_VERSION: version, MEMLOCK: "ulimit -l"}
+    return {VLLM_VERSION: version, MEMLOCK: memlock_command(host)}
 
 
 def rendezvous_port(inst: Instance) -> int | None:

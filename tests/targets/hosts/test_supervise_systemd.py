@@ -313,6 +313,7 @@ def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
         assert (first["state"], first["health"]) == ("running", "healthy"), first
         core = sh(f"pgrep -P {first['pid']}").split()
         assert len(core) == 1, core  # the API server's EngineCore child
+        assert sh(f"systemctl show -p LimitMEMLOCK --value {service}").strip() == "infinity"
 
         sh(f"kill -9 {core[0]}")
         until(
@@ -384,3 +385,30 @@ def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path
         down = pdctl("down", str(spec), *two_managers)
     assert down.returncode == 0, down.stdout + down.stderr
     assert sh("pgrep -f /opt/fak[e] || true") == ""
+
+
+def test_preflight_measures_memlock_where_the_units_run(two_managers, tmp_path: Path):
+    """group.memlock on RDMA hosts reads the limit of a systemd unit like the engines' (a
+    transient unit with LimitMEMLOCK=infinity; for the lingering user, its manager's hard
+    limit), not the SSH login shell's, and says so."""
+    ids = os.environ["PDCTL_TEST_SSH_KEY"]
+    hosts = [
+        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
+        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/mem"},
+    ]
+    for h in hosts:
+        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
+        h["rdmaDevices"] = ["mlx5_0"]
+    serve = {"tensorParallel": 2, "nodes": 2, "port": 18371, "rendezvousPort": 18372}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("mem", hosts, serve))
+    out = pdctl("preflight", str(spec), "-o", "json", "--no-transfer", *two_managers)
+    found = {
+        f["where"]: f for f in json.loads(out.stdout)["findings"] if f["check"] == "group.memlock"
+    }
+    unit = sh("systemd-run --wait --pipe --quiet -p LimitMEMLOCK=infinity sh -c 'ulimit -l'")
+    # What a unit gets: the test container's hard limit (8192 KiB in CI's container).
+    limit = "unlimited" if unit.strip() == "unlimited" else f"{unit.strip()} KiB"
+    assert found["sysr"]["found"] == f"ulimit -l: {limit} (in a system unit)", found
+    assert found["sysu"]["found"] == (
+        f"ulimit -l: {limit} (in a user unit of {USER}, its service manager's hard limit)"
+    ), found
