@@ -26,6 +26,18 @@ GIB = 1024**3  # disaggregation.gpuMemoryGib is in GiB; kv_buffer_size is in byt
 # different keys and decode waits forever (vllm#42839). vLLM's own switch (envs.py, vllm PR
 # #34415) keeps the router's id as it is.
 P2P_ENV = (("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "1"),)
+# NixlConnector's KV lease, in seconds (`kv_connector_extra_config.kv_lease_duration`; vLLM
+# 0.23.0 nixl/scheduler.py reads it with a default of 30, and 0.33.0 still does). A prefill
+# keeps a finished request's KV blocks that long unless the decode's heartbeats (every
+# lease/6 s, each extending it by 2/3 of the lease) renew it; heartbeats start only once the
+# decode's scheduler holds the request and its NIXL handshake with that prefill is done. Past
+# the lease the blocks go back to the free pool and a decode that reads them later gets
+# whatever another request wrote there: HTTP 200 with wrong tokens. The hold before the
+# first heartbeat is the router's hop plus the decode's first handshake with a (re)started
+# peer: 30-62 s measured on the CPU e2e deployment after a restart, above the default. 120 s
+# keeps a margin; it only costs prefill KV blocks for requests whose decode never reads them
+# (the decode died, or the router dropped the request). docs/phase2-bare-metal.md explains.
+NIXL_KV_LEASE_S = 120
 
 
 def connector_classes(dis: Disaggregation) -> list[str]:
@@ -88,10 +100,14 @@ def mooncake_config(dis: Disaggregation, role: str) -> dict[str, Any]:
     }
 
 
-def nixl_config(kv_role: str, buffer_device: str | None) -> dict[str, Any]:
+def nixl_config(
+    kv_role: str, buffer_device: str | None, lease: int | None = None
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": kv_role}
     if buffer_device is not None:
         cfg["kv_buffer_device"] = buffer_device
+    if lease is not None:
+        cfg["kv_connector_extra_config"] = {"kv_lease_duration": lease}
     return cfg
 
 

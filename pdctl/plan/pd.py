@@ -19,7 +19,14 @@ from pdctl.plan.group import (
     worker_name,
 )
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
-from pdctl.plan.kv import P2P_ENV, kv_args, mooncake_config, nixl_config, p2p_config
+from pdctl.plan.kv import (
+    NIXL_KV_LEASE_S,
+    P2P_ENV,
+    kv_args,
+    mooncake_config,
+    nixl_config,
+    p2p_config,
+)
 from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance
 from pdctl.plan.place import Chooser, Group, place
@@ -247,7 +254,9 @@ def host_instances(
                     extra_ports += [("nixl-side-channel", side + j) for j in range(local)]
                     device = dis.kv_buffer_device or ("cpu" if cpu else None)
                     kv = nixl_config(
-                        "kv_producer" if slot.role == "prefill" else "kv_consumer", device
+                        "kv_producer" if slot.role == "prefill" else "kv_consumer",
+                        device,
+                        NIXL_KV_LEASE_S,
                     )
                 flags = group_flags(gs, rank, peer_address(leader), port)
                 members.append(
