@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -26,27 +27,52 @@ def register(app: typer.Typer) -> None:
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
+        verify: bool = typer.Option(
+            False, "--verify",
+            help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "
+            "verdict, naming the prefill -> decode pair when it fails (exit 1)."),
     ) -> None:
-        """Show every instance of SPEC and whether it is healthy."""
+        """Show every instance of SPEC and whether it is healthy (a router with no healthy
+        engine of a role behind it is `degraded`)."""
         from rich.table import Table
 
         from pdctl import actions
         from pdctl.cli import term
         from pdctl.cli.specfile import load
-        from pdctl.cli.summary import status_counts, status_line
+        from pdctl.cli.summary import degrade, status_counts, status_line
         from pdctl.errors import PdctlError, UsageError
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
+        if verify:
+            from pdctl.cli.bench_cmd import check_verify
+
+            check_verify(plan)
         found, unreachable = actions.status(plan, bundle, conn.target())
-        rows = [asdict(r) for r in found]
+        rows = degrade([asdict(r) for r in found], router_views(plan, bundle, conn, found))
         failed = None
         if unreachable:  # the rows say `unreachable`; the exit status and stderr say why
             failed = PdctlError("cannot reach " + "; ".join(unreachable.values()))
+        canary = None
+        if verify:
+            from pdctl.bench.canary import verdict_line
+            from pdctl.cli.bench_cmd import quick_canary
+
+            try:
+                v = quick_canary(plan, bundle, conn)
+                canary = {"ok": v.ok, "verdict": verdict_line(v),
+                          "failedPairs": v.failed_pairs}
+            except PdctlError as exc:  # e.g. a host lost: the canary could not run
+                canary = {"ok": False, "verdict": f"P/D canary FAILED: {exc.line()}",
+                          "failedPairs": []}
+            if not canary["ok"]:
+                failed = PdctlError(str(canary["verdict"]))
         if output == "json":
             gone = [{"host": h, "error": why} for h, why in unreachable.items()]
-            doc = {"name": plan.name, "instances": rows, "unreachable": gone}
+            doc: dict[str, Any] = {"name": plan.name, "instances": rows, "unreachable": gone}
+            if canary is not None:
+                doc["canary"] = canary
             typer.echo(json.dumps({**doc, "summary": status_counts(rows)}, indent=2))
             if failed:
                 raise failed
@@ -67,7 +93,9 @@ def register(app: typer.Typer) -> None:
             table.add_row(*(str(row[c]) for c in columns))
         console = term.console()
         console.print(table)
-        console.print(status_line(rows))
+        console.print(status_line(rows), markup=False)
+        if canary is not None:
+            console.print(str(canary["verdict"]), markup=False, highlight=False)
         bare = sorted({r["host"] for r in rows if r["supervisor"] == "nohup"})
         if bare:  # nothing restarts these: said once, under the table
             console.print(
@@ -76,3 +104,23 @@ def register(app: typer.Typer) -> None:
             )
         if failed:
             raise failed
+
+
+def router_views(plan: object, bundle: object, conn: ConnectFlags, rows: list) -> dict:
+    """What each running, live router says of its workers (GET /readiness, SSH hosts only):
+    router unit -> role -> (healthy, total); {} where no router runs or none answers."""
+    if getattr(plan, "target", None) != "hosts" or not any(
+        r.role == "router" and r.health == "healthy" for r in rows
+    ):
+        return {}
+    from pdctl.errors import PdctlError
+    from pdctl.top.source import HostSource
+
+    try:
+        source = HostSource(plan, bundle, conn.ssh()).open()
+    except PdctlError:  # the rows already say what cannot be reached
+        return {}
+    try:
+        return source.router_readiness()
+    finally:
+        source.close()

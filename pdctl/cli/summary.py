@@ -54,6 +54,44 @@ def missing(rollout: dict[str, Any], instances: list[dict[str, Any]]) -> int:
     return max(0, want - have)
 
 
+ENGINES = ("prefill", "decode", "serve")
+
+
+def degrade(
+    rows: list[dict[str, Any]], views: dict[str, dict[str, tuple[int, int]]] | None = None
+) -> list[dict[str, Any]]:
+    """A router that answers its own /liveness is not up while it has no healthy worker of
+    a role it routes to: every request then gets 503 ("No available workers: 1 prefill, 0
+    decode", vllm-router 0.1.17). Its row becomes `degraded`, with why: from the router's
+    own view (`views`: router unit -> role -> (healthy, total), its GET /readiness) and from
+    the engines' rows behind it (a role none of whose rows is up)."""
+    instances = [r for r in rows if r.get("kind", "instance") == "instance"]
+    behind: dict[str, list[dict[str, Any]]] = {}
+    for r in instances:
+        if r["role"] in ENGINES:
+            behind.setdefault(str(r["role"]), []).append(r)
+    out = []
+    for r in rows:
+        if r.get("role") != "router" or not up(r):
+            out.append(r)
+            continue
+        why = []
+        for role, (healthy, total) in sorted((views or {}).get(str(r["unit"]), {}).items()):
+            if total and not healthy:
+                why.append(f"the router sees 0 of {total} {role} healthy (its /readiness)")
+        for role, engines in sorted(behind.items()):
+            if not any(up(e) for e in engines):
+                states = ", ".join(
+                    f"{e['unit']}: {e['health'] if e['health'] != '-' else e['state']}"
+                    for e in engines
+                )
+                why.append(f"no {role} up ({states})")
+        if why:
+            r = {**r, "health": "degraded", "why": "; ".join(why) + ": requests get 503"}
+        out.append(r)
+    return out
+
+
 def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Every instance counts, the router's and the master's too: units, how many are up, per
     role. A Kubernetes workload's rollout row summarises its pods and is not counted again,
@@ -67,18 +105,25 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     rows = instances + absent
     roles = Counter(str(r["role"]) for r in rows)
+    ups = Counter(str(r["role"]) for r in rows if up(r))
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
     return {
         "units": len(rows),
         "up": sum(1 for r in rows if up(r)),
         "roles": {r: roles[r] for r in ordered},
+        "upByRole": {r: ups[r] for r in ordered},
+        "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"],
     }
 
 
 def status_line(rows: list[dict[str, Any]]) -> str:
-    """`4 of 5 units up (2 prefill, 2 decode, 1 router)`: up is healthy, or running where
-    there is no health check."""
+    """`3 of 5 units up (prefill 2/2, decode 1/2, router 0/1 degraded)`: per role what is up
+    of what the spec has; up is healthy, or running where there is no health check."""
     counts = status_counts(rows)
-    roles = ", ".join(f"{n} {role}" for role, n in counts["roles"].items())
+    degraded = Counter(str(r["role"]) for r in rows if r.get("health") == "degraded")
+    roles = ", ".join(
+        f"{role} {counts['upByRole'][role]}/{n}" + (" degraded" if degraded[role] else "")
+        for role, n in counts["roles"].items()
+    )
     line = f"{counts['up']} of {counted(counts['units'], 'unit')} up"
     return line + (f" ({roles})" if roles else "")

@@ -207,7 +207,7 @@ def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
         assert [r["pid"] for r in doc["instances"]] == ["-", "-"]
         assert all(r["endpoint"].startswith("http://127.0.0.1:") for r in doc["instances"])
         table = pdctl("status", str(spec), *url())
-        assert "0 of 2 units up (2 serve)" in table.stdout, table.stdout
+        assert "0 of 2 units up (serve 0/2)" in table.stdout, table.stdout
         old = docker_client.containers.create(
             IMAGE,
             ["stand-in"],

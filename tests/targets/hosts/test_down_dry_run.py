@@ -66,6 +66,8 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
             "units": 1,
             "up": 1,
             "roles": {"serve": 1},
+            "upByRole": {"serve": 1},
+            "degraded": [],
         }
     finally:
         down = pdctl("down", str(spec), *known(ssh_env))
@@ -80,7 +82,7 @@ def test_status_counts_the_router(ssh_env: SshEnv, tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "spec.yaml", data)
     table = pdctl("status", str(spec), *known(ssh_env))
     assert table.returncode == 0, table.stderr
-    assert "0 of 4 units up (1 prefill, 2 decode, 1 router)" in table.stdout, table.stdout
+    assert "0 of 4 units up (prefill 0/1, decode 0/2, router 0/1)" in table.stdout, table.stdout
     doc = json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)
     assert doc["summary"]["units"] == 4 and doc["summary"]["roles"]["router"] == 1
 

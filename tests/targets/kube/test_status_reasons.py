@@ -69,10 +69,11 @@ def test_status_names_why_each_pod_is_not_ready(cluster, tmp_path):
         found = {r["unit"]: r["why"] for r in doc["instances"]}
         assert found["kwhy-serve-b"].startswith("ImagePullBackOff"), out.stderr
         # the Deployment's row summarises its pods: 3 pods are the units, not 4 rows
-        assert doc["summary"] == {"units": 3, "up": 0, "roles": {"serve": 3}}, doc["summary"]
+        assert doc["summary"] == {"units": 3, "up": 0, "roles": {"serve": 3},
+                                  "upByRole": {"serve": 0}, "degraded": []}, doc["summary"]
         table = pdctl("status", str(spec), "--kubeconfig", str(kubeconfig))
         assert "why" in table.stdout and "Insufficient nvidia.com/gpu" in table.stdout
-        assert "0 of 3 units up (3 serve)" in table.stdout, table.stdout
+        assert "0 of 3 units up (serve 0/3)" in table.stdout, table.stdout
     finally:
         for name in ("kwhy-serve-a", "kwhy-serve-b", "kwhy-serve-c", "other-serve-z"):
             tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
@@ -249,13 +250,14 @@ def test_a_deployment_without_pods_counts_its_replicas_as_not_up(cluster, tmp_pa
         kc = ("--kubeconfig", str(kubeconfig))
         out = pdctl("status", str(spec), "-o", "json", *kc)
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["summary"] == {"units": 2, "up": 0, "roles": {"serve": 2}}
+        assert json.loads(out.stdout)["summary"] == {
+            "units": 2, "up": 0, "roles": {"serve": 2}, "upByRole": {"serve": 0}, "degraded": []}
         table = pdctl("status", str(spec), *kc)
         assert table.returncode == 0, table.stderr
-        assert "0 of 2 units up (2 serve)" in table.stdout, table.stdout
+        assert "0 of 2 units up (serve 0/2)" in table.stdout, table.stdout
         put_pod(tgt, READY, "kquota-serve-5d9c-a")  # one replica got its pod, and is ready
         table = pdctl("status", str(spec), *kc)
-        assert "1 of 2 units up (2 serve)" in table.stdout, table.stdout
+        assert "1 of 2 units up (serve 1/2)" in table.stdout, table.stdout
     finally:
         tgt._call("DELETE", f"/api/v1/namespaces/{NS}/pods/kquota-serve-5d9c-a")
         tgt.delete_objects(volumes=True)
@@ -279,12 +281,13 @@ def test_a_leader_worker_set_counts_each_group_without_pods():
     set_ = lws(1, 0)
     set_["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
     rows = [r.__dict__ for r in status_rows([], [], leader_worker_sets=[set_])]
-    assert status_line(rows) == "0 of 1 unit up (1 serve)"
+    assert status_line(rows) == "0 of 1 unit up (serve 0/1)"
     two = lws(2, 1)
     two["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
     pods = [pod("big-serve-0", True), pod("big-serve-0-1", True)]  # group 0: leader, worker
     rows = [r.__dict__ for r in status_rows([], pods, leader_worker_sets=[two])]
-    assert status_counts(rows) == {"units": 3, "up": 2, "roles": {"serve": 3}}
+    assert status_counts(rows) == {"units": 3, "up": 2, "roles": {"serve": 3},
+                                   "upByRole": {"serve": 2}, "degraded": []}
 
 
 def test_hosts_rows_count_as_before():
@@ -292,4 +295,4 @@ def test_hosts_rows_count_as_before():
         {"role": "serve", "health": "healthy", "state": "running"},
         {"role": "serve", "health": "-", "state": "stopped"},
     ]
-    assert status_line(rows) == "1 of 2 units up (2 serve)"
+    assert status_line(rows) == "1 of 2 units up (serve 1/2)"
