@@ -34,10 +34,10 @@ P2P_ENV = (("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "1"),)
 # the lease the blocks go back to the free pool and a decode that reads them later gets
 # whatever another request wrote there: HTTP 200 with wrong tokens. The hold before the
 # first heartbeat is the router's hop plus the decode's first handshake with a (re)started
-# peer: 30-62 s measured on the CPU e2e deployment after a restart, above the default. 120 s
+# peer: 30-62 s measured on the CPU e2e deployment after a restart, above the default. 240 s
 # keeps a margin; it only costs prefill KV blocks for requests whose decode never reads them
 # (the decode died, or the router dropped the request). docs/phase2-bare-metal.md explains.
-NIXL_KV_LEASE_S = 120
+NIXL_KV_LEASE_S = 240
 
 
 def connector_classes(dis: Disaggregation) -> list[str]:
