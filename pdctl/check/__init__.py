@@ -51,7 +51,8 @@ def run_checks(
         out += h.runtime(host, hf, plan)
         out += hami_library(host, hf, plan, insts)
         out += h.disk(host, hf, weights)
-        out += h.ports(host, hf, insts, tuple(s.port for s in svc if s.host.name == host.name))
+        out += h.ports(host, hf, insts, tuple(s.port for s in svc if s.host.name == host.name),
+                       h.spec_ports(plan, host.name))
     out += group_checks(plan, facts, model)
     out += rdma_limits(plan, facts)
     out += transfers(plan, facts, model, transfer)

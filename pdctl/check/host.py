@@ -226,10 +226,34 @@ def _python(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     return []
 
 
+def spec_ports(plan: Plan, host: str) -> dict[int, str]:
+    """Every port the plan's firewall list gives `host` that a spec field sets (port -> the
+    field, e.g. 29000 -> router.metricsPort): the router's Prometheus port and the Mooncake
+    master's ports as much as the engines'. vllm-router panics on a taken --prometheus-port
+    after it started (`up` then fails ~30 s later); ranges pdctl does not choose (ephemeral,
+    Mooncake's random handshake ports) are left out."""
+    out: dict[int, str] = {}
+    for rule in plan.ports:
+        if rule.host != host or not rule.source:
+            continue
+        first, _, last = rule.ports.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            continue
+        lo, hi = int(first), int(last or first)
+        if hi - lo < 64:
+            for p in range(lo, hi + 1):
+                out.setdefault(p, rule.source)
+    return out
+
+
 def ports(host: Host, hf: HostFacts, instances: list[Instance],
-          extra: tuple[int, ...] = ()) -> list[Finding]:
+          extra: tuple[int, ...] = (), named: dict[int, str] | None = None) -> list[Finding]:
+    """The host's listening ports against every port the deployment will bind there:
+    the engines' (and their extra ports), `extra`, and `named` (port -> spec field,
+    spec_ports), which a taken port is reported with."""
+    named = named or {}
     wanted = sorted({p for i in instances for p in (i.port, *(q for _, q in i.extra_ports))}
-                    | set(extra))
+                    | set(extra) | set(named))
     if not wanted:
         return []
     if hf.listening is None:
@@ -237,10 +261,13 @@ def ports(host: Host, hf: HostFacts, instances: list[Instance],
                         f"ports {gpu_list(wanted)} free", GATHER)]
     taken = [p for p in wanted if p in hf.listening]
     if taken:
-        return [Finding("FAIL", "host.ports", host.name, f"in use: {gpu_list(taken)}",
+        shown = ", ".join(f"{p} ({named[p]})" if p in named else str(p) for p in taken)
+        fields = sorted({named[p] for p in taken if p in named})
+        return [Finding("FAIL", "host.ports", host.name, f"in use: {shown}",
                         f"ports {gpu_list(wanted)} free",
                         "stop what listens there (`pdctl down` if it is this deployment) or "
-                        "change the port in the spec")]
+                        "change the port in the spec"
+                        + (f" ({', '.join(fields)})" if fields else ""))]
     return [Finding("PASS", "host.ports", host.name, f"ports {gpu_list(wanted)} free",
                     f"ports {gpu_list(wanted)} free")]
 
