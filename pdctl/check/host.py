@@ -7,6 +7,7 @@ from pdctl.check.finding import Finding, Status, gib, gpu_list
 from pdctl.compat import parse_version
 from pdctl.facts.host import LIBS
 from pdctl.facts.model import HostFacts
+from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.router import install_hint
 from pdctl.spec.model import Host
@@ -279,6 +280,15 @@ def rdma(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance]) -> li
         return []
     want = "an RDMA device with an ACTIVE port"
     names = [n.strip() for n in (d.device_name or "").split(",") if n.strip()]
+    ignored = ""
+    if names and d.connector == "mooncake" and not honours_device_name(plan.spec.engine.version):
+        # vLLM up to 0.24.0 passes "" as the device to Mooncake (plan/kv.py): what it uses
+        # is what Mooncake finds, narrowed by MC_TE_FILTERS in the engines' environment
+        ignored = (f"vLLM {plan.spec.engine.version}'s MooncakeConnector ignores deviceName "
+                   f"{d.device_name} (it passes \"\" to the transfer engine; read from 0.25.0 "
+                   "on): Mooncake picks among the RDMA NICs it finds")
+        env = dict(instances[0].env) if instances else {}
+        names = [n.strip() for n in env.get("MC_TE_FILTERS", "").split(",") if n.strip()]
     if names:
         want = f"RDMA device {', '.join(names)} with an ACTIVE port"
     if hf.rdma_devices is None:
@@ -289,8 +299,12 @@ def rdma(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance]) -> li
     found = (f"devices {', '.join(hf.rdma_devices)}; active: {', '.join(active) or 'none'}"
              if hf.rdma_devices else "no RDMA devices (/sys/class/infiniband empty)")
     if not ok or (names and len(ok) < len(names)):
-        return [Finding("WARN", "host.rdma", host.name, found, want,
-                        "set disaggregation.protocol: tcp, or bring an RDMA port up")]
+        return [Finding("WARN", "host.rdma", host.name, found + (f"; {ignored}" if ignored else ""),
+                        want, "set disaggregation.protocol: tcp, or bring an RDMA port up")]
+    if ignored:
+        return [Finding("WARN", "host.rdma", host.name, f"{found}; {ignored}", want,
+                        f"restrict them with MC_TE_FILTERS={d.device_name} in engine.env, or "
+                        "pin engine.version 0.25.0 or later (docs/phase2-bare-metal.md)")]
     return [Finding("PASS", "host.rdma", host.name, found, want)]
 
 

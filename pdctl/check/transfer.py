@@ -179,6 +179,8 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
         found = (f"{t.transport}: {t.gbps:.3g} GB/s, latency {t.latency_us:.0f} us "
                  f"({t.bytes / 2**20:.0f} MiB in {t.seconds:.2f} s)"
                  if t.latency_us is not None else f"{t.transport}: {t.gbps:.3g} GB/s")
+        if t.memory:  # sender -> listener: GPU memory where the engines register theirs
+            found += f", {t.memory} memory"
         slow = _quote("\n".join(t.logs), PEERMEM)
         if not t.verified:
             out.append(Finding("FAIL", CHECK, where, found + "; the bytes did not arrive intact",

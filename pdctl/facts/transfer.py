@@ -87,6 +87,7 @@ class Transfer:
     gbps: float | None = None  # None: nothing measured
     latency_us: float | None = None
     verified: bool = False  # the listener saw the sender's bytes in its buffer
+    memory: str = ""  # Mooncake: which memory each side registered, "GPU (cuda:0) -> host"
     side: str = ""  # which agent failed first: listen or send ("" when none)
     stage: str = ""  # where: import, bind, connect, accept, register, metadata, transfer, ...
     errno: str = ""
@@ -180,6 +181,7 @@ def parse_transfer(decode: str, text: str) -> Transfer:
             gbps=float(result.get("gbps") or 0),
             latency_us=_number(result.get("latency_us")),
             verified=bool(result.get("verified")),
+            memory=str(result.get("memory") or "")[:200],
         )
     if failure is not None:
         fields.update(

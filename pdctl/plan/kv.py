@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pdctl.compat import Release
+from pdctl.compat import Release, parse_version
 from pdctl.errors import SpecError
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import url_host
@@ -78,9 +78,22 @@ def p2p_config(
     }
 
 
-def mooncake_config(dis: Disaggregation, role: str) -> dict[str, Any]:
+# vLLM's MooncakeConnector reads kv_connector_extra_config.device_name from 0.25.0 on; up to
+# 0.24.0 it passes "" to TransferEngine.initialize and Mooncake picks the RDMA NICs itself
+# (0.23.0 vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py l.765
+# `self.engine.initialize(self.hostname, "P2PHANDSHAKE", protocol, "")`; 0.24.0 the same;
+# 0.25.0 l.932 and 0.33.0 l.1261-1268 read "device_name"; checked in each release's wheel).
+MOONCAKE_DEVICE_NAME_FROM = (0, 25, 0)
+
+
+def honours_device_name(version: str) -> bool:
+    """Whether vLLM `version`'s MooncakeConnector passes device_name to Mooncake."""
+    return parse_version(version) >= MOONCAKE_DEVICE_NAME_FROM
+
+
+def mooncake_config(dis: Disaggregation, role: str, version: str) -> dict[str, Any]:
     extra: dict[str, Any] = {"mooncake_protocol": dis.protocol}
-    if dis.device_name:
+    if dis.device_name and honours_device_name(version):  # older vLLM ignores it
         extra["device_name"] = dis.device_name
     direct = {
         "kv_connector": "MooncakeConnector",

@@ -220,7 +220,7 @@ def host_instances(
                         dis, slot.role, kv_port=kv_port, http_port=slot.port, proxy=proxy
                     )
                 elif dis.connector == "mooncake":
-                    kv = mooncake_config(dis, slot.role)
+                    kv = mooncake_config(dis, slot.role, release.version)
                     if slot.role == "prefill":
                         k = singles.get(host.name, 0)
                         singles[host.name] = k + 1

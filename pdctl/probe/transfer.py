@@ -27,6 +27,7 @@ from pdctl.facts.transfer import (
     transfer_file,
     transport_of,
 )
+from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
 from pdctl.probe.agent_host import AgentHost, open_host
@@ -79,10 +80,16 @@ def agent_args(plan: Plan, pair: Pair, side: str, bounds: Bounds) -> list[str]:
         assert pair.prefill.host is not None
         args += ["--bind", peer_address(pair.prefill.host)]
     gpu = plan.spec.engine.device != "cpu" and dis.kv_buffer_device != "cpu"
-    if pair.transport in ("nixl", "nccl") and gpu:
+    if pair.transport in ("nixl", "nccl", "mooncake") and gpu:
+        # the engines register their GPU KV cache (MooncakeConnector: register_kv_caches),
+        # so the agent registers GPU memory too where the host has CUDA (GPUDirect RDMA needs
+        # nvidia-peermem); it falls back to host memory, and says so, where it has none
         args += ["--device", "cuda"]
     if pair.transport == "mooncake":
-        args += ["--protocol", dis.protocol, "--rdma-devices", dis.device_name or ""]
+        # the devices the engine will pass: none before vLLM 0.25.0 (Mooncake then finds the
+        # NICs itself, narrowed by MC_TE_FILTERS, which the agent's environment carries)
+        devices = dis.device_name if honours_device_name(plan.spec.engine.version) else None
+        args += ["--protocol", dis.protocol, "--rdma-devices", devices or ""]
     return args
 
 

@@ -169,7 +169,7 @@ def main() -> int:
     p.add_argument("--bytes", type=int, default=256 << 20)
     p.add_argument("--buffer", type=int, default=64 << 20)
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--device", default="cpu")  # cpu, or cuda for GPU memory (nixl, nccl)
+    p.add_argument("--device", default="cpu")  # cpu, or cuda: GPU memory (nixl, nccl, mooncake)
     p.add_argument("--protocol", default="tcp")  # mooncake: tcp or rdma
     p.add_argument("--rdma-devices", default="")  # mooncake: device_name
     p.add_argument("--rank", type=int, default=0)  # group: this node's rank, 0 the leader

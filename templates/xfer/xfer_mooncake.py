@@ -4,6 +4,10 @@ MooncakeConnector uses it: P2P handshake (no metadata server), the spec's protoc
 rdma) and RDMA devices. The listener initializes an engine on its address, registers a buffer
 and sends `ADDRESS:RPC_PORT` and the buffer's address over the side channel; the sender
 initializes its own engine and writes into that buffer with transfer_sync_write.
+With --device cuda (a GPU deployment) both buffers are GPU memory, as the engines register
+their KV cache (MooncakeConnector `register_kv_caches`; over RDMA that needs GPUDirect,
+nvidia-peermem), where the host has CUDA (torch sees a GPU); elsewhere host memory, and the
+result says which (`memory`).
 Mooncake logs its failures (e.g. "No available RNIC") on stderr, which pdctl records."""
 
 from __future__ import annotations
@@ -25,35 +29,63 @@ def _engine(a, address: str):
     return engine
 
 
-def _buffer(engine, size: int, fill: int):
-    import numpy as np
+def _cuda(device: str) -> bool:
+    """Whether to use GPU memory: asked for, and torch sees a CUDA device here."""
+    if not device.startswith("cuda"):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
-    arr = np.full(size, fill, dtype=np.uint8)
-    ret = engine.register_memory(arr.ctypes.data, size)
+
+def _buffer(engine, size: int, fill: int, device: str = "cpu"):
+    """(the buffer, its address, which memory) registered with the engine."""
+    if _cuda(device):
+        import torch
+
+        t = torch.full((size,), fill, dtype=torch.uint8, device=device)
+        torch.cuda.synchronize(t.device)
+        buf, addr, memory = t, t.data_ptr(), f"GPU ({t.device})"
+    else:
+        import numpy as np
+
+        buf = np.full(size, fill, dtype=np.uint8)
+        addr = buf.ctypes.data
+        memory = "host" if not device.startswith("cuda") else "host (no CUDA device here)"
+    ret = engine.register_memory(addr, size)
     if ret != 0:
-        raise Failed("register", f"TransferEngine.register_memory of {size} bytes returned {ret}")
-    return arr
+        raise Failed("register", f"TransferEngine.register_memory of {size} bytes of {memory} "
+                     f"memory returned {ret}")
+    return buf, addr, memory
+
+
+def _ends(buf) -> tuple[int, int]:
+    """The first and last byte of a buffer (a numpy array or a torch tensor)."""
+    return int(buf[0]), int(buf[-1])
 
 
 def run(a) -> dict:
     if a.side == "listen":
         ch, peer = listen(a.bind, a.port, a.seconds + 20)
         engine = _engine(a, a.bind)
-        buf = _buffer(engine, a.buffer, 0)
+        buf, addr, memory = _buffer(engine, a.buffer, 0, a.device)
         session = f"{a.bind}:{engine.get_rpc_port()}"
-        ch.send(session=session, addr=buf.ctypes.data, size=a.buffer)
+        ch.send(session=session, addr=addr, size=a.buffer)
         result = ch.recv()
-        verified = int(buf[0]) == PATTERN and int(buf[-1]) == PATTERN
-        return {**result, "verified": verified, "peer": peer}
+        verified = _ends(buf) == (PATTERN, PATTERN)
+        return {**result, "verified": verified, "peer": peer,
+                "memory": f"{result.get('memory', '?')} -> {memory}"}
     ch = connect(a.to, a.port, 20.0)
     phase("waiting for the decode side's Mooncake session")
     remote = ch.recv()
     phase("starting the Mooncake transfer engine")
     engine = _engine(a, a.bind or "0.0.0.0")
-    buf = _buffer(engine, a.buffer, PATTERN)
+    buf, addr, memory = _buffer(engine, a.buffer, PATTERN, a.device)
 
     def post(size: int) -> None:
-        ret = engine.transfer_sync_write(remote["session"], buf.ctypes.data, remote["addr"], size)
+        ret = engine.transfer_sync_write(remote["session"], addr, remote["addr"], size)
         if ret != 0:
             raise Failed("transfer", f"transfer_sync_write of {size} bytes to "
                          f"{remote['session']} returned {ret}")
@@ -62,5 +94,6 @@ def run(a) -> dict:
     result = measure(post, a.buffer, a.bytes, a.seconds)
     post(a.buffer)
     result["backend"] = f"mooncake-{a.protocol}"
+    result["memory"] = memory
     ch.send(**result)
     return result
