@@ -27,13 +27,21 @@ def adapter_path(adapter: Adapter) -> str:
 
 
 def lora_module(adapter: Adapter, served: str) -> str:
-    """One `--lora-modules` value: `name=path`, or the JSON form when the adapter names its
-    base model (vllm/entrypoints/openai/cli_args.py LoRAParserAction: `name=path` unless the
-    value holds ',' or no '=', else JSON of LoRAModulePath {name, path, base_model_name})."""
+    """One `--lora-modules` value: `name=path`, or the JSON form (LoRAModulePath {name, path,
+    base_model_name}) when the adapter names its base model or its path holds '=' or ','.
+    vLLM's LoRAParserAction reads `name=path` when the value holds '=' and no ',', else JSON;
+    0.23.0 splits that form on every '=' (`name, path = item.split("=")`:
+    vllm/entrypoints/openai/cli_args.py l.52-53), so a path with '=' failed to start the
+    engine ("too many values to unpack"); 0.33.0 splits once (entrypoints/common/cli_args.py
+    l.55-56). A path with ',' sends either version to JSON, which `name=path` is not. The
+    JSON form holds any path on both (its ',' sends it there), so pdctl writes it instead of
+    refusing the path."""
     path = adapter_path(adapter)
-    if adapter.base_model is None:
+    if adapter.base_model is None and "=" not in path and "," not in path:
         return f"{adapter.name}={path}"
-    data = {"name": adapter.name, "path": path, "base_model_name": served}
+    data: dict[str, str] = {"name": adapter.name, "path": path}
+    if adapter.base_model is not None:
+        data["base_model_name"] = served
     return json.dumps(data, separators=(",", ":"))
 
 
