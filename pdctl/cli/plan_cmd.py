@@ -51,6 +51,14 @@ def register(app: typer.Typer) -> None:
             "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
         ),
         facts: Path | None = FACTS,
+        load: list[str] = typer.Option(
+            [],
+            "--load",
+            metavar="LOAD",
+            help="Predict TTFT, TPOT, ITL, E2E, throughput and goodput under a load: "
+            "concurrency=N (N clients, each sending its next request when the last ends) or "
+            "rate=R (Poisson, requests/s). Repeat for several loads.",
+        ),
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
@@ -60,6 +68,9 @@ def register(app: typer.Typer) -> None:
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
+        from pdctl.capacity.atload import parse_load
+
+        loads = [parse_load(x) for x in load]
         _finite(
             ("--gpu-memory-gib", gpu_memory_gib),
             ("--rate", rate),
@@ -74,6 +85,7 @@ def register(app: typer.Typer) -> None:
             spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
             ttft_ms, tpot_ms, facts
         )
+        at_loads = _at_loads(result, loads)
         if output == "json":
             from pdctl.capacity.report_json import plan_dict
 
@@ -81,15 +93,29 @@ def register(app: typer.Typer) -> None:
             data["gpu"]["from"] = origin
             if from_log is not None:
                 data["fromLog"] = _compare(result, from_log)
+            if loads:
+                data["loads"] = at_loads
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
-            from pdctl.cli.plan_table import show, show_comparison
+            from pdctl.cli.plan_table import show, show_comparison, show_loads
 
             show(result, origin)
             if from_log is not None:
                 show_comparison(_compare(result, from_log))
+            if loads:
+                show_loads(at_loads)
         if not result.fits:
             raise typer.Exit(1)
+
+
+def _at_loads(result: Any, loads: list[Any]) -> list[dict[str, Any]]:
+    """The predictions at each --load (none where a role does not fit)."""
+    if not loads or not result.fits:
+        return []
+    from pdctl.capacity.atload import predict
+
+    t = result.traffic
+    return [predict(result, x, t.ttft_ms, t.tpot_ms) for x in loads]
 
 
 def _finite(*options: tuple[str, float | None]) -> None:

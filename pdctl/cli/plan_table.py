@@ -403,3 +403,48 @@ def show_comparison(data: dict[str, Any]) -> None:
             f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
             "sequence)"
         )
+
+
+def show_loads(loads: list[dict[str, Any]]) -> None:
+    """Print `--load`: one column per load, p50 (p90) of each latency, throughput, goodput."""
+    from rich.table import Table
+
+    from pdctl.cli.term import console as make_console
+
+    console = make_console(piped_width=132)
+    if not loads:
+        console.print("speed at a load: none (a role does not fit)")
+        return
+    table = Table(title="speed at a load (modelled)", title_justify="left")
+    table.add_column("")
+    for x in loads:
+        table.add_column(x["load"], justify="right")
+
+    def lat(key: str) -> list[str]:
+        out = []
+        for x in loads:
+            p = x[key]
+            out.append("-" if p.get("p50") is None else f"{p['p50']:,.4g} ({p['p90']:,.4g})")
+        return out
+
+    def num(key: str, fmt: str) -> list[str]:
+        return ["-" if x[key] is None else format(x[key], fmt) for x in loads]
+
+    table.add_row("TTFT ms p50 (p90)", *lat("ttftMs"))
+    table.add_row("TPOT ms p50 (p90)", *lat("tpotMs"))
+    table.add_row("ITL ms p50 (p90)", *lat("itlMs"))
+    table.add_row("E2E ms p50 (p90)", *lat("e2elMs"))
+    table.add_row("requests/s", *num("requestThroughput", ",.4g"))
+    table.add_row("output tokens/s", *num("outputThroughput", ",.0f"))
+    if any(x["goodput"] for x in loads):
+        table.add_row(
+            "goodput req/s (share in SLO)",
+            *[
+                "-" if not x["goodput"] else
+                f"{x['goodput']['requestsPerSecond']:,.4g} "
+                f"({100 * x['goodput']['shareMeetingSlo']:.0f}%)"
+                for x in loads
+            ],
+        )
+    console.print(table)
+    console.print(f"[dim]speed figures: {loads[0]['basis']}[/]")

@@ -1,0 +1,275 @@
+"""A load on one engine, step by step: what `pdctl plan --load` predicts and `pdctl bench`
+compares with (pure, deterministic).
+
+The scheduler is vLLM's V1 scheduler as 0.23.0 runs it (vllm/v1/core/sched/scheduler.py,
+`schedule()`): each step first gives every running request its next tokens (one for a decoding
+sequence, the rest of its prompt for a partly prefilled one, within the step's token budget
+`--max-num-batched-tokens`), then admits waiting requests in arrival order while the budget
+lasts and fewer than `--max-num-seqs` run, a prompt longer than what is left of the budget
+being prefilled in chunks over several steps (chunked prefill). A request emits its first token
+at the end of the step that computes the last of its prompt, then one token a step. Each step
+takes pdctl.capacity.steptime's time for what it ran. The KV cache bounds admission: a request
+is admitted only while the running requests' whole lengths fit the engine's KV tokens (vLLM
+would preempt later; a plan that needs preemption is past its capacity anyway).
+
+Loads are those `vllm bench serve` sends: a closed loop of N clients (`--max-concurrency`),
+each sending its next request when its last one ends, or Poisson arrivals at a rate
+(`--request-rate`), or all at once. A request may find part of its prompt in the prefix cache
+(`cached_tokens`): only the rest is prefilled, against the cached part as context. The measures
+are `vllm bench serve`'s: TTFT, TPOT = (last token - first) / (output - 1), ITL (every gap
+between two tokens), E2E, and throughput over the whole run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdctl.capacity.steptime import Engine
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Load:
+    """A bench-like load: a closed loop of `concurrency` clients or Poisson arrivals at `rate`
+    requests/s, `requests` in all (sending stops after `submit_s` if given)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    requests: int
+    concurrency: int | None = None
+    rate: float | None = None
+    submit_s: float | None = None
+    seed: int = 0
+    cached_tokens: int = 0  # prompt tokens each request finds in the prefix cache
+
+    @property
+    def label(self) -> str:
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        return f"rate {self.rate:g}/s" if self.rate is not None else "all at once"
+
+
+@dataclass
+class _Req:
+    id: int
+    arrival: float
+    prompt: int
+    done_prompt: int = 0
+    first: float | None = None
+    end: float | None = None
+
+
+@dataclass
+class Result:
+    """Per-request times of one simulated load and the engine's steps."""
+
+    load: Load
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    steps: list[tuple[float, int]] = field(default_factory=list)  # (duration, decodes)
+    wall_s: float = 0.0
+    output_tokens: int = 0
+    max_running: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """The figures, in ms and per second (bench's names)."""
+        done = len(self.e2e_s)
+        return {
+            "requests": done,
+            "ttftMs": _pcts(self.ttft_s),
+            "tpotMs": _pcts(self.tpot_s),
+            "itlMs": _weighted(self.steps),
+            "e2elMs": _pcts(self.e2e_s),
+            "requestThroughput": _sig(done / self.wall_s) if self.wall_s else None,
+            "outputThroughput": _sig(self.output_tokens / self.wall_s) if self.wall_s else None,
+            "totalTokenThroughput": _sig(
+                (self.output_tokens + done * self.load.prompt_tokens) / self.wall_s
+            )
+            if self.wall_s
+            else None,
+            "maxRunning": self.max_running,
+        }
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _pct(sorted_xs: list[float], p: float) -> float:
+    k = (len(sorted_xs) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (k - lo)
+
+
+def _pcts(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    s = sorted(xs)
+    out: dict[str, float | None] = {"mean": _sig(sum(s) / len(s) * 1000)}
+    out.update({f"p{p}": _sig(_pct(s, p) * 1000) for p in PERCENTILES})
+    return out
+
+
+def _weighted(steps: list[tuple[float, int]]) -> dict[str, float | None]:
+    """Percentiles of the gaps between tokens: each step's time, once per sequence it
+    decoded."""
+    pairs = sorted((d, n) for d, n in steps if n > 0)
+    total = sum(n for _, n in pairs)
+    if not total:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    out: dict[str, float | None] = {"mean": _sig(sum(d * n for d, n in pairs) / total * 1000)}
+    for p in PERCENTILES:
+        want, seen = total * p / 100, 0
+        for d, n in pairs:
+            seen += n
+            if seen >= want:
+                out[f"p{p}"] = _sig(d * 1000)
+                break
+    return out
+
+
+def simulate(
+    engine: Engine,
+    load: Load,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    kv_tokens: int | None = None,
+    prefilled: bool = False,
+) -> Result:
+    """Run `load` on `engine`. `prefilled`: requests arrive with their KV already there (a P/D
+    decode instance): no prefill steps, the first token counts from their arrival."""
+    cal = engine.cal
+    out = load.output_tokens
+    res = Result(load)
+    rng = random.Random(load.seed)
+    arrivals: list[float] = []  # Poisson or all-at-once arrival times, in order
+    if load.concurrency is None:
+        t = 0.0
+        for _ in range(load.requests):
+            arrivals.append(t)
+            if load.rate:
+                t += rng.expovariate(load.rate)
+    sent = 0
+    waiting: list[_Req] = []  # arrived (after request_s), in order
+    pending: list[tuple[float, int, _Req]] = []  # (ready time, id, request) not yet arrived
+
+    front_free = 0.0  # when the API server is done with the requests sent so far
+    front_s = cal.request_s + cal.prompt_token_s * load.prompt_tokens
+
+    def send(at: float) -> None:
+        nonlocal sent, front_free
+        if sent >= load.requests:
+            return
+        if load.submit_s is not None and sent >= (load.concurrency or 0) and at > load.submit_s:
+            return
+        cached = min(load.cached_tokens, load.prompt_tokens - 1)
+        r = _Req(sent, at, load.prompt_tokens,
+                 done_prompt=load.prompt_tokens if prefilled else max(0, cached))
+        sent += 1
+        front_free = max(front_free, at) + front_s  # one request after another
+        heapq.heappush(pending, (front_free, r.id, r))
+
+    if load.concurrency is not None:
+        for _ in range(min(load.concurrency, load.requests)):
+            send(0.0)
+    else:
+        for a in arrivals:
+            send(a)
+    now = 0.0
+    step = 0
+    prefilling: list[_Req] = []  # admitted, prompt not yet all computed
+    decoding: dict[int, _Req] = {}
+    finish: list[tuple[int, int]] = []  # (step at whose end it emits its last token, id)
+    ctx_sum = 0.0  # context of the decoding sequences, all together
+    held = 0  # KV tokens the admitted requests will hold at their end
+    cap = kv_tokens if kv_tokens else None
+    while pending or waiting or prefilling or decoding:
+        while pending and pending[0][0] <= now:
+            waiting.append(heapq.heappop(pending)[2])
+        if not (waiting or prefilling or decoding):
+            now = pending[0][0]
+            continue
+        budget = max_num_batched_tokens - len(decoding)
+        chunks: list[tuple[int, int]] = []
+        finished_prefill: list[_Req] = []
+        for r in prefilling:
+            if budget <= 0:
+                break
+            n = min(r.prompt - r.done_prompt, budget)
+            chunks.append((n, r.done_prompt))
+            r.done_prompt += n
+            budget -= n
+            if r.done_prompt >= r.prompt:
+                finished_prefill.append(r)
+        running = len(decoding) + len(prefilling)
+        while waiting and running < max_num_seqs and (budget > 0 or prefilled):
+            r = waiting[0]
+            if cap is not None and held + r.prompt + out > cap and running:
+                break
+            waiting.pop(0)
+            held += r.prompt + out
+            running += 1
+            if prefilled:
+                finished_prefill.append(r)
+                continue
+            n = min(r.prompt - r.done_prompt, budget)
+            chunks.append((n, r.done_prompt))
+            r.done_prompt += n
+            budget -= n
+            prefilling.append(r)
+            if r.done_prompt >= r.prompt:
+                finished_prefill.append(r)
+        res.max_running = max(res.max_running, running)
+        if not chunks and not decoding and not finished_prefill:
+            now = pending[0][0] if pending else now  # nothing fits yet: wait for arrivals
+            continue
+        dt = engine.step_s(len(decoding), ctx_sum, tuple(chunks)) if (chunks or decoding) else 0.0
+        now += dt
+        if dt:
+            res.steps.append((dt, len(decoding)))
+        # the API server streams this step's tokens back between the requests it takes in
+        emitted = len(decoding) + len(finished_prefill)
+        front_free = max(front_free, now) + emitted * cal.output_token_s
+        ctx_sum += len(decoding)
+        # the decoding sequences emitted a token each; those at their last one end
+        while finish and finish[0][0] <= step:
+            _, rid = heapq.heappop(finish)
+            r = decoding.pop(rid)
+            r.end = now
+            ctx_sum -= r.prompt + out
+            held -= r.prompt + out
+            _done(res, r, out)
+            if load.concurrency is not None:
+                send(now)
+        for r in finished_prefill:
+            if r in prefilling:
+                prefilling.remove(r)
+            r.first = now
+            if out <= 1:
+                r.end = now
+                held -= r.prompt + out
+                _done(res, r, out)
+                if load.concurrency is not None:
+                    send(now)
+                continue
+            decoding[r.id] = r
+            ctx_sum += r.prompt + 1
+            heapq.heappush(finish, (step + out - 1, r.id))
+        step += 1
+    res.wall_s = now
+    return res
+
+
+def _done(res: Result, r: _Req, out: int) -> None:
+    assert r.first is not None and r.end is not None
+    res.ttft_s.append(r.first - r.arrival)
+    res.e2e_s.append(r.end - r.arrival)
+    if out > 1:
+        res.tpot_s.append((r.end - r.first) / (out - 1))
+    res.output_tokens += out

@@ -1,0 +1,107 @@
+"""Recorded speed cells (the GPU harness's speed scenario, tests/gpu/speed.py) against the
+simulator: what the fit in benchmarks/fit_speed.py minimises and the replay tests check (pure,
+given the recordings' parsed JSON).
+
+A recording is one model's JSON: its spec, the engine's start-up facts (KV tokens) and its
+cells, each a closed-loop load with measured TTFT, TPOT, ITL, E2E and throughput."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pdctl.capacity.fit import Shape
+from pdctl.capacity.gpus import GPUS
+from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.simulate import Load, simulate
+from pdctl.capacity.steptime import Calibration, engine_for
+
+# the figures the issue judges, measured name -> simulated name
+FIGURES = (("ttft", "ttftMs"), ("tpot", "tpotMs"), ("throughput", "outputThroughput"))
+SUBMIT_S = 25.0  # tests/gpu/speed.py STEP_SUBMIT_S: a cell stops sending after this long
+
+
+@dataclass(frozen=True)
+class Cell:
+    key: str  # model/workload/cN
+    model: ModelConfig
+    gpu: str
+    engine: str
+    max_model_len: int
+    kv_tokens: int | None
+    batched_tokens: int
+    seqs: int
+    load: Load
+    measured: dict[str, float]  # ttft, tpot (p50 ms), throughput (output tok/s)
+    held_out: bool
+
+
+def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
+    """The completed cells of one recording."""
+    spec = doc["spec"]
+    gpu = spec.get("hardware", {}).get("gpu", "H200")
+    engine = spec.get("engine", {}).get("version", "0.23.0")
+    kv = next((u.get("kv_tokens") for u in (doc.get("units") or {}).values()), None)
+    eng = doc.get("engine") or {}
+    shape = Shape(gpu=gpu, engine=engine, max_model_len=spec["model"].get("maxModelLen"))
+    util = spec.get("serve", {}).get("gpuMemoryUtilization", 0.9)
+    tokens, seqs = shape.batching(int(GPUS[gpu].usable_bytes * util))
+    tokens = int(eng.get("max_num_batched_tokens") or tokens)
+    seqs = int(eng.get("max_num_seqs") or seqs)
+    out = []
+    for key, c in sorted(doc.get("cells", {}).items()):
+        if "skipped" in c or not c.get("completed"):
+            continue
+        load = Load(
+            c["prompt_tokens"],
+            c["output_tokens"],
+            c["requests"],
+            concurrency=c.get("concurrency"),
+            rate=c.get("rate"),
+            submit_s=c.get("submit_s", SUBMIT_S),
+            cached_tokens=int(c.get("cached_tokens", 0)),
+        )
+        measured = {
+            "ttft": (c.get("ttft_ms") or {}).get("p50"),
+            "tpot": (c.get("tpot_ms") or {}).get("p50"),
+            "throughput": c["output_tok_s"],
+        }
+        out.append(
+            Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
+                 measured, bool(c.get("held_out")))
+        )
+    return out
+
+
+def predict(cell: Cell, cal: Calibration) -> dict[str, float]:
+    """The simulator's figures for one cell under `cal`."""
+    shape = Shape(gpu=cell.gpu, engine=cell.engine, max_model_len=cell.max_model_len)
+    engine = engine_for(cell.model, GPUS[cell.gpu], shape, cal=cal)
+    s = simulate(engine, cell.load, cell.batched_tokens, cell.seqs, cell.kv_tokens).summary()
+    return {
+        "ttft": s["ttftMs"]["p50"],  # type: ignore[index]
+        "tpot": s["tpotMs"]["p50"],  # type: ignore[index]
+        "throughput": s["outputThroughput"],  # type: ignore[dict-item]
+    }
+
+
+def errors(cells: list[Cell], cal: Calibration) -> dict[str, dict[str, float]]:
+    """Per cell, per figure: predicted / measured - 1."""
+    out: dict[str, dict[str, float]] = {}
+    for c in cells:
+        p = predict(c, cal)
+        out[c.key] = {
+            f: (p[f] / c.measured[f] - 1) if c.measured.get(f) and p.get(f) else math.nan
+            for f, _ in FIGURES
+        }
+    return out
+
+
+def mape(errs: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Mean absolute percentage error per figure, over the cells given."""
+    out = {}
+    for f, _ in FIGURES:
+        xs = [abs(e[f]) for e in errs.values() if not math.isnan(e[f])]
+        out[f] = 100 * sum(xs) / len(xs) if xs else math.nan
+    return out

@@ -1,0 +1,114 @@
+"""The step model and the scheduler simulation behind `pdctl plan --load` (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdctl.capacity.fit import Shape
+from pdctl.capacity.gpus import GPUS
+from pdctl.capacity.params import model_config
+from pdctl.capacity.simulate import Load, simulate
+from pdctl.capacity.steptime import calibration_for, calibrations, engine_for
+
+MODELS = Path(__file__).resolve().parents[1] / "gpu" / "models"
+H200 = GPUS["H200"]
+
+
+def model(name: str):
+    return model_config(name, json.loads((MODELS / name / "config.json").read_text()))
+
+
+def engine(name: str = "qwen3-8b", **cal):
+    base = calibration_for(H200, "0.23.0")
+    return engine_for(model(name), H200, Shape(gpu="H200", engine="0.23.0", max_model_len=8192),
+                      cal=replace(base, **cal) if cal else base)
+
+
+def test_every_calibration_names_its_gpu_version_and_constants():
+    cals = calibrations()
+    assert cals, "pdctl/data/speed/ ships no calibration"
+    for c in cals:
+        assert c.gpu in GPUS and c.engine.count(".") == 2
+        assert 0 < c.weights_bw <= 1 and 0 < c.kv_bw <= 1 and 0 < c.linear_flops <= 1
+
+
+def test_a_gpu_without_calibration_is_extrapolated_and_says_from_which():
+    cal = calibration_for(GPUS["H100-SXM"], "0.23.0")
+    assert cal.extrapolated_from == "H200"
+    assert "extrapolated from H200" in cal.basis
+    assert calibration_for(H200, "0.23.0").basis == "calibrated on H200 (vLLM 0.23.0)"
+
+
+def test_one_request_alone_waits_its_prefill_then_one_step_a_token():
+    e = engine()
+    r = simulate(e, Load(1000, 11, 1, concurrency=1), 8192, 256)
+    prefill = e.step_s(0, 0, ((1000, 0),))
+    assert r.ttft_s[0] == pytest.approx(e.cal.request_s + 1000 * e.cal.prompt_token_s + prefill)
+    # ten decode steps after the first token, context 1001 .. 1010
+    steps = sum(e.step_s(1, 1000 + i) for i in range(1, 11))
+    assert r.e2e_s[0] - r.ttft_s[0] == pytest.approx(steps)
+    assert r.tpot_s[0] == pytest.approx(steps / 10)
+
+
+def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks():
+    e = engine()
+    one = simulate(e, Load(4096, 2, 1, concurrency=1), 8192, 256)
+    chunked = simulate(e, Load(4096, 2, 1, concurrency=1), 1024, 256)
+    # four chunks of 1,024: four fixed costs and more attention against the earlier chunks
+    assert chunked.ttft_s[0] > one.ttft_s[0]
+    assert len(chunked.steps) == len(one.steps) + 3
+
+
+def test_a_closed_loop_keeps_its_concurrency_and_counts_every_request():
+    e = engine()
+    r = simulate(e, Load(256, 64, 40, concurrency=8), 8192, 256)
+    assert len(r.e2e_s) == 40 and r.max_running == 8
+    assert r.output_tokens == 40 * 64
+    s = r.summary()
+    assert s["outputThroughput"] == pytest.approx(40 * 64 / r.wall_s, rel=1e-3)
+
+
+def test_more_concurrency_more_throughput_and_slower_tokens():
+    e = engine()
+    low = simulate(e, Load(256, 256, 32, concurrency=1), 8192, 256).summary()
+    high = simulate(e, Load(256, 256, 256, concurrency=64), 8192, 256).summary()
+    assert high["outputThroughput"] > 10 * low["outputThroughput"]
+    assert high["tpotMs"]["p50"] > low["tpotMs"]["p50"]
+
+
+def test_max_num_seqs_and_the_kv_cache_bound_what_runs_at_once():
+    e = engine()
+    assert simulate(e, Load(256, 32, 64, concurrency=64), 8192, 16).max_running == 16
+    # room for 10 whole requests of 256 + 32 tokens
+    assert simulate(e, Load(256, 32, 64, concurrency=64), 8192, 256, 2880).max_running == 10
+
+
+def test_poisson_arrivals_below_capacity_do_not_queue():
+    e = engine()
+    r = simulate(e, Load(512, 64, 200, rate=2.0, seed=3), 8192, 256).summary()
+    assert r["requestThroughput"] == pytest.approx(2.0, rel=0.25)
+    alone = simulate(e, Load(512, 64, 1, concurrency=1), 8192, 256).summary()
+    assert r["ttftMs"]["p50"] < 2 * alone["ttftMs"]["p50"]
+
+
+def test_a_decode_instance_of_pd_gets_its_requests_prefilled():
+    e = engine()
+    r = simulate(e, Load(4096, 16, 4, concurrency=1), 8192, 256, prefilled=True)
+    front = e.cal.request_s + 4096 * e.cal.prompt_token_s
+    # the API server's intake, after streaming the last token of the request before
+    assert all(front <= t <= front + 2 * e.cal.output_token_s + 1e-9 for t in r.ttft_s)
+    assert len(r.steps) == 4 * 15  # no prefill step: 15 decode steps each
+
+
+def test_moe_reads_more_experts_as_the_batch_grows_and_mla_reads_its_latent():
+    moe = engine("qwen3-30b-a3b")
+    assert moe.step_s(64, 64 * 300) / moe.step_s(1, 300) > 2  # experts touched: 8 -> most
+    dense = engine("qwen3-8b")
+    dense_growth = dense.step_s(64, 64 * 300) / dense.step_s(1, 300)
+    assert dense_growth < moe.step_s(64, 64 * 300) / moe.step_s(1, 300)
+    mla = engine("deepseek-v2-lite")
+    assert mla.kv_bytes < dense.kv_bytes
