@@ -77,14 +77,21 @@ class Calibration:
     extrapolated_from: str | None = None  # "H200": this GPU had no calibration of its own
 
     @property
+    def fitted(self) -> bool:
+        """The constants were fitted to measured cells (else they are first estimates)."""
+        return bool(self.provenance.get("cells_fitted"))
+
+    @property
     def basis(self) -> str:
         """What a speed figure rests on, in words."""
+        how = "calibrated on" if self.fitted else "estimated (not yet fitted to measurements) for"
         if self.extrapolated_from:
             return (
-                f"extrapolated from {self.extrapolated_from} (vLLM {self.engine}), scaled by "
-                "bandwidth and FLOP/s"
+                f"extrapolated from {self.extrapolated_from} (vLLM {self.engine}; "
+                f"{'fitted' if self.fitted else 'not yet fitted'}), scaled by bandwidth and "
+                "FLOP/s"
             )
-        return f"calibrated on {self.gpu} (vLLM {self.engine})"
+        return f"{how} {self.gpu} (vLLM {self.engine})"
 
 
 @lru_cache(maxsize=1)
