@@ -32,8 +32,9 @@ def register(app: typer.Typer) -> None:
             help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "
             "verdict, naming the prefill -> decode pair when it fails (exit 1)."),
     ) -> None:
-        """Show every instance of SPEC and whether it is healthy (a router with no healthy
-        engine of a role behind it is `degraded`)."""
+        """Show every instance of SPEC and whether it is healthy.
+
+        A router with no healthy engine of a role behind it is `degraded`."""
         from rich.table import Table
 
         from pdctl import actions
