@@ -22,15 +22,16 @@ def spec_hash(spec: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
-    """`pdctl plan`'s figures for the bench's workload, or None and why."""
+def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str, Any]:
+    """`pdctl plan`'s figures for the bench's workload and the plan itself (what `plan --load`
+    simulates each step on), or None and why."""
     from pdctl.capacity.report_json import plan_dict
     from pdctl.cli.specfile import read_spec
     from pdctl.errors import PdctlError
     from pdctl.inputs import capacity_plan
 
     if spec_file == "-":  # stdin was read once, for the deployment
-        return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)"
+        return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)", None
     try:
         spec, source = read_spec(spec_file)
         result, origin = capacity_plan(
@@ -38,11 +39,16 @@ def predictions(spec_file: str, w: Any) -> tuple[dict[str, Any] | None, str]:
             w.ttft_ms, w.tpot_ms
         )
     except PdctlError as exc:
-        return None, exc.line()
+        return None, exc.line(), None
     from pdctl.bench.report import capacity
 
     doc = plan_dict(result)
-    return capacity(doc), f"{doc['gpu']['name']} ({origin})"
+    if not result.fits:
+        return capacity(doc), f"{doc['gpu']['name']} ({origin})", None
+    from pdctl.capacity.steptime import calibration_for
+
+    basis = calibration_for(result.gpu, result.roles[-1].shape.engine).basis
+    return capacity(doc), f"{doc['gpu']['name']} ({origin}); speed {basis}", result
 
 
 def read_report(path: str) -> dict[str, Any]:
@@ -155,7 +161,7 @@ def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float
     pd = plan.phase in (2, 3)
     if canary_only and not pd:
         raise UsageError("--canary-only: the canary checks the P/D path (phases 2 and 3)")
-    cap, plan_basis = predictions(spec_file, w)
+    cap, plan_basis, planned = predictions(spec_file, w)
     session = Bench(plan, bundle, conn.ssh(), instance).open()
     try:
         doc: dict[str, Any] = {
@@ -182,10 +188,12 @@ def run(spec_file: str, conn: ConnectFlags, instance: str | None, timeout: float
             return doc
         for step in load.steps(b.request_rate if b else (), b.concurrency if b else ()):
             row = session.step(w, step, timeout)
-            if cap is not None:
+            if planned is not None:  # `pdctl plan --load` of this very step's load
+                from pdctl.capacity.atload import predict_step
+
                 offered = step.rate if step.rate is not None and math.isfinite(step.rate) else None
-                pred = report.predicted(cap, row["measured"], w.output_tokens, w.prompt_tokens,
-                                        offered, step.concurrency)
+                pred = predict_step(planned, load.requests_of(w, step), step.concurrency,
+                                    offered)
                 row["predicted"] = pred
                 row["ratio"] = report.ratios(report.measured_for_ratio(row["measured"]), pred)
             doc["steps"].append(row)
@@ -230,11 +238,12 @@ def verify(plan: Any, bundle: Any, conn: ConnectFlags, console: Any) -> None:
     from pdctl.errors import PdctlError
 
     v = quick_canary(plan, bundle, conn)
-    from pdctl.bench.canary import verdict_line
+    from pdctl.bench.canary import failed_who, passed_line
 
     if not v.ok:
-        raise PdctlError("verify: " + verdict_line(v))
-    console.print("verified: " + verdict_line(v), highlight=False, markup=False)
+        raise PdctlError(f"verify: the P/D canary failed ({failed_who(v)}): "
+                         + "; ".join(v.lines[:3]))
+    console.print("verified: " + passed_line(v), highlight=False, markup=False)
 
 
 def _show_compare(doc: dict[str, Any], output: str) -> None:
