@@ -9,7 +9,7 @@ loses KV or may answer from freed blocks is not what was asked for (vllm#52617:
 disaggregated output diverging at the first token).
 
 `verdict_line(v)` is the one line every command prints (`up --verify`, `status --verify`,
-`top --canary`, `bench`): passed, or FAILED naming the prefill -> decode pair(s)."""
+`top --canary`, `bench`): passed, or failed naming the prefill -> decode pair(s)."""
 
 from __future__ import annotations
 
@@ -108,16 +108,26 @@ class Verdict:
         return list(dict.fromkeys(out))
 
 
+def passed_line(v: Verdict) -> str:
+    """What a passing canary showed: `2 greedy prompts agree on 8 tokens through P -> D and
+    P alone; 96 prompt tokens came over the KV connector`."""
+    via = sorted({p.via for p in v.pairs})
+    kv = "-" if v.kv_tokens_received is None else f"{v.kv_tokens_received:g}"
+    alone = v.pairs[0].alone if v.pairs else "?"
+    return (f"{len(v.pairs)} greedy prompts agree on {v.tokens or '?'} tokens through "
+            f"{', '.join(via)} and {alone} alone; {kv} prompt tokens came over the KV connector")
+
+
+def failed_who(v: Verdict) -> str:
+    """The prefill -> decode pair(s) a failed canary names."""
+    return ", ".join(v.failed_pairs) or "the P/D path"
+
+
 def verdict_line(v: Verdict) -> str:
-    """`P/D canary passed: ...` or `P/D canary FAILED for P -> D: <why>` (first 3 reasons)."""
+    """`P/D canary passed: ...` or `P/D canary failed for P -> D: <why>` (first 3 reasons)."""
     if v.ok:
-        via = sorted({p.via for p in v.pairs})
-        kv = "-" if v.kv_tokens_received is None else f"{v.kv_tokens_received:g}"
-        return (f"P/D canary passed: {len(v.pairs)} greedy prompts agree on "
-                f"{v.tokens or '?'} tokens through {', '.join(via)} and "
-                f"{v.pairs[0].alone} alone; {kv} prompt tokens came over the KV connector")
-    who = ", ".join(v.failed_pairs) or "the P/D path"
-    return f"P/D canary FAILED for {who}: " + "; ".join(v.lines[:3])
+        return "P/D canary passed: " + passed_line(v)
+    return f"P/D canary failed for {failed_who(v)}: " + "; ".join(v.lines[:3])
 
 
 def agree(a: Answer, b: Answer) -> int:

@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
                 canary = {"ok": v.ok, "verdict": verdict_line(v),
                           "failedPairs": v.failed_pairs}
             except PdctlError as exc:  # e.g. a host lost: the canary could not run
-                canary = {"ok": False, "verdict": f"P/D canary FAILED: {exc.line()}",
+                canary = {"ok": False, "verdict": f"P/D canary failed: {exc.line()}",
                           "failedPairs": []}
             if not canary["ok"]:
                 failed = PdctlError(str(canary["verdict"]))

@@ -32,7 +32,8 @@ def test_lines_without_the_router_id_take_the_pair_from_who_logged_them():
     assert (e.kind, e.pair) == ("transfer-failed", "p-0 -> d-0")
     (e,) = scan("d-0", "decode", line, {}, {"prefill": ["p-0", "p-1"], "decode": ["d-0"]})
     assert e.pair == "? -> d-0"
-    mooncake = "WARNING 12-05 [mooncake_connector.py:1107] Request r1 expired before sending on P side."
+    mooncake = ("WARNING 12-05 [mooncake_connector.py:1107] Request r1 expired before sending "
+                "on P side.")
     (e,) = scan("p-0", "prefill", mooncake, {}, {"prefill": ["p-0"], "decode": ["d-0"]})
     assert (e.kind, e.pair) == ("lease-expired", "p-0 -> d-0")
 
@@ -69,7 +70,7 @@ def test_the_canary_fails_on_suspect_events_and_names_the_pair():
     assert not v.ok
     assert v.failed_pairs == ["pdr-prefill-0 -> pdr-decode-0"]
     line = verdict_line(v)
-    assert line.startswith("P/D canary FAILED for pdr-prefill-0 -> pdr-decode-0: suspect KV: ")
+    assert line.startswith("P/D canary failed for pdr-prefill-0 -> pdr-decode-0: suspect KV: ")
     assert "invalid-kv" in line
     ok = judge([same], [same], 2, NAMES, "pdr-prefill-0", 64.0, {}, "pdr-prefill-0 -> "
                "pdr-decode-0")
@@ -92,7 +93,7 @@ def test_a_prefill_counter_that_grew_is_a_top_verdict_naming_the_pair():
 def test_top_shows_logged_events_and_a_failed_canary_first():
     events = scan("pdr-prefill-0", "prefill", LOG, NAMES, PEERS)
     w = Window("pd", 2, "hosts", 60.0, ())
-    found = verdicts(w, events=events, canary=(False, "P/D canary FAILED for a -> b: x"))
+    found = verdicts(w, events=events, canary=(False, "P/D canary failed for a -> b: x"))
     assert [v.key for v in found] == ["pd-canary-failed", "kv-suspect", "kv-suspect"]
     assert found[2].line.startswith("pdr-prefill-0 -> pdr-decode-0: 1 invalid-kv event")
 
