@@ -41,13 +41,13 @@ from typing import Any
 PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "invalid-kv",
-        "decode read KV blocks prefill had already released (the answer may be wrong)",
+        "decode read KV blocks prefill had already released: the answer may be wrong",
         re.compile(r"Potentially invalid KV blocks for unrecognized request (?P<req>\S+) were "
                    r"retrieved by a decode worker"),
     ),
     (
         "lease-expired",
-        "the KV lease expired before decode read the blocks (prefill freed them)",
+        "the KV lease expired before decode read the blocks: prefill freed them",
         re.compile(r"Releasing expired KV blocks for request (?P<req>\S+) which were retrieved "
                    r"by (?P<n>\d+) remote worker\(s\) before lease expired"),
     ),
@@ -58,12 +58,12 @@ PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ),
     (
         "lease-expired",
-        "the request's KV expired on prefill before it was sent (Mooncake)",
+        "Mooncake: the request's KV expired on prefill before it was sent",
         re.compile(r"Request (?P<req>\S+) expired before sending on P side"),
     ),
     (
         "lease-expired",
-        "prefill freed the KV blocks unsent after its timeout (Mooncake)",
+        "Mooncake: prefill freed the KV blocks unsent after its timeout",
         re.compile(r"Request (?P<req>\S+) timed out after \d+ seconds without being sent"),
     ),
     (
