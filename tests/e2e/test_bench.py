@@ -127,8 +127,10 @@ def test_phase2_canary_fails_when_kv_transfer_is_broken(pd, ssh_env):
     changed = pdctl("up", str(spec), "--overlay", str(broken), "--yes", "--verify",
                     "--timeout", "600", *known(ssh_env), env=env, timeout=900)
     assert changed.returncode == 1, changed.stdout + changed.stderr
-    assert "verify: the P/D canary failed (" in changed.stderr, changed.stderr
-    assert "vs e2ebpd-prefill-0)" in changed.stderr
+    # the verdict names the failing prefill -> decode pair, and what it was compared with
+    assert "verify: the P/D canary failed (e2ebpd-prefill-0 -> e2ebpd-decode-0)" in \
+        changed.stderr, changed.stderr
+    assert "vs e2ebpd-prefill-0" in changed.stderr
     ran = pdctl("bench", str(spec), "--overlay", str(broken), "--canary-only", "-o", "json",
                 *known(ssh_env), env=env, timeout=600)
     assert ran.returncode == 1, ran.stdout + ran.stderr
