@@ -72,10 +72,9 @@ def _run(plan: Any, role: Any, load: Load, prefilled: bool = False) -> Result:
     return simulate(engine, load, tokens, seqs, kv, prefilled=prefilled)
 
 
-def _requests(per_instance_concurrency: int | None, rate: float | None, output: int) -> int:
-    if per_instance_concurrency:
-        return max(LOAD_REQUESTS // 4, LOAD_MIN_ROUNDS * per_instance_concurrency)
-    return LOAD_REQUESTS
+def _requests(concurrency: int) -> int:
+    """Requests a closed loop of `concurrency` runs: enough rounds for a steady middle."""
+    return max(LOAD_REQUESTS // 4, LOAD_MIN_ROUNDS * concurrency)
 
 
 def predict(plan: Any, spec: LoadSpec, slo_ttft_ms: float | None = None,
@@ -147,7 +146,7 @@ def _share(xs: list[float], slo_ms: float | None) -> float:
 def _load(spec: LoadSpec, instances: int, prompt: int, output: int) -> Load:
     if spec.concurrency is not None:
         c = max(1, math.ceil(spec.concurrency / instances))
-        return Load(prompt, output, _requests(c, None, output), concurrency=c)
+        return Load(prompt, output, _requests(c), concurrency=c)
     rate = (spec.rate or 0.0) / instances
     return Load(prompt, output, LOAD_REQUESTS, rate=rate)
 
