@@ -594,21 +594,26 @@ def speed(out: Path, args: argparse.Namespace) -> dict:
         doc["up_exit"], doc["up_s"] = up.returncode, round(time.time() - t0, 1)
         if up.returncode == 0:
             metrics = "http://127.0.0.1:8000/metrics"
-            for wname, pin, pout, loads in sp.WORKLOADS:
-                for c in loads:
-                    key = sp.cell_key(name, wname, c)
-                    if time.time() + 45 > deadline:
-                        doc["cells"][key] = {"skipped": "out of this call's time"}
-                        continue
-                    before = sp.scrape(get(metrics))
-                    cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c,
-                                       seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16))
-                    cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
-                    cell["workload"], cell["held_out"] = wname, sp.held_out(key)
-                    doc["cells"][key] = cell
-                    log(f"{key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
-                        f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
-                        f"({cell['completed']}/{cell['requests']})")
+            # Workloads interleaved (each one's lowest concurrency first), so a call cut short
+            # still has cells of every workload.
+            depth = max(len(w[3]) for w in sp.WORKLOADS)
+            order = [(w[0], w[1], w[2], w[3][i]) for i in range(depth) for w in sp.WORKLOADS
+                     if i < len(w[3])]
+            for wname, pin, pout, c in order:
+                key = sp.cell_key(name, wname, c)
+                if time.time() + 45 > deadline:
+                    doc["cells"][key] = {"skipped": "out of this call's time"}
+                    continue
+                before = sp.scrape(get(metrics))
+                cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c,
+                                   seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
+                                   submit_s=args.submit_s)
+                cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
+                cell["workload"], cell["held_out"] = wname, sp.held_out(key)
+                doc["cells"][key] = cell
+                log(f"{key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
+                    f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
+                    f"({cell['completed']}/{cell['requests']})")
             smi(sub, "nvidia-smi")
         units = save_unit_logs(sub, DATA / "h200")
         doc["units"] = units
@@ -637,6 +642,7 @@ def main() -> None:
     p.add_argument("--hami-lib", default="/tmp/hami/build/libvgpu.so")
     p.add_argument("--gpu-total-mib", type=int, default=143771)
     p.add_argument("--budget-s", type=float, default=500)
+    p.add_argument("--submit-s", type=float, default=25.0)  # speed: a cell's sending time
     p.add_argument("--only", nargs="*")
     args = p.parse_args()
     out = args.out / args.scenario
