@@ -18,15 +18,15 @@ RANK = {
     "errors": 0,
     "compat": 0,
     "hami": 0,
-    "facts": 1,
+    "preflight.facts": 1,  # the fact types preflight fills and the plan reads
     "spec": 2,
     "plan": 3,
     "capacity": 4,
     "render": 5,
     "targets": 6,
     "actions": 7,
-    "probe": 8,  # probe, check and top share a rank and import none of each other
-    "check": 8,
+    "preflight": 8,  # preflight (a file per topic: commands, parser, check) and top share a
+    # rank and import none of each other
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like probe
     "bench": 8.5,  # `pdctl bench`/`tune`: loads a deployment, reads it with top's sources
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
@@ -50,6 +50,10 @@ MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 def layer(module: str) -> str:
     parts = module.split(".")
+    if parts[1:3] == ["preflight", "facts"]:
+        return "preflight.facts"
+    if parts[1:2] in (["facts"], ["probe"], ["check"]):  # moving into preflight/
+        return "preflight"
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -227,3 +231,19 @@ def test_targets_render_nothing() -> None:
         m for m in MODULES if layer(m) == "targets" and "pdctl.render.template" in imports(m)
     ]
     assert rendering == []
+
+
+def test_only_targets_choose_by_the_plans_target() -> None:
+    """cli/, top/ and bench/ ask the target (open_target, its observe(), its capabilities) or
+    a plan property, never `plan.target ==` / `!=` themselves (issue 39)."""
+    import re
+
+    test = re.compile(r"\bplan\.target\s*[!=]=")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for part in ("cli", "top", "bench")
+        for path in sorted((PKG / part).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if test.search(line)
+    ]
+    assert found == []
