@@ -1,9 +1,14 @@
-"""Built-in GPU table: memory, memory bandwidth and dense BF16 tensor throughput."""
+"""Built-in GPU table (pdctl/data/gpus.yaml): memory, memory bandwidth, dense BF16 FLOP/s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from pdctl.capacity import tables
 from pdctl.errors import SpecError
 
 MIB = 1024**2
@@ -37,9 +42,8 @@ class GpuType:
         return self.bf16_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
 
 
-# usable_mib: CUDA's total where measured or shown in a vLLM log (`total_gpu_memory`):
-# H100 79.22 GiB (vllm PR #10511), H200 143155.94 MiB (torch.cuda.mem_get_info on our H200),
-# A100 40GB 39.38 GiB (vllm #16570). Else the driver keeps about 512 MiB (438-635 seen).
+# The driver keeps about 512 MiB of the memory CUDA does not report (438-635 seen): CUDA's
+# total where pdctl/data/gpus.yaml gives no measured `usable_mib`.
 RESERVED_MIB = 512
 
 
@@ -47,66 +51,46 @@ def _usable(total_mib: int) -> int:
     return total_mib - RESERVED_MIB
 
 
-GPUS: dict[str, GpuType] = {
-    g.name: g
-    for g in (
-        GpuType("H100-SXM", 81559, 81121, 3350, 989.4, "NVIDIA H100 datasheet; vLLM log 79.22 GiB"),
-        GpuType("H100-PCIe", 81559, 81121, 2000, 756.0, "NVIDIA H100 datasheet (PCIe)"),
-        GpuType("H200", 143771, 143155, 4800, 989.4, "NVIDIA H200 datasheet; measured CUDA total"),
-        GpuType("A100-80GB", 81920, _usable(81920), 2039, 312.0, "NVIDIA A100 datasheet (SXM)"),
-        GpuType(
-            "A100-40GB",
-            40960,
-            40325,
-            1555,
-            312.0,
-            "NVIDIA A100 datasheet; vLLM log 39.38 GiB",
-        ),
-        GpuType("L40S", 46068, _usable(46068), 864, 362.0, "NVIDIA L40S datasheet"),
-        GpuType("L4", 23034, _usable(23034), 300, 121.0, "NVIDIA L4 datasheet"),
-        GpuType("A10G", 23028, _usable(23028), 600, 70.0, "AWS G5 (A10G) figures"),
-        GpuType("RTX-4090", 24564, _usable(24564), 1008, 165.2, "NVIDIA Ada whitepaper"),
-        GpuType(
-            "RTX-3090",
-            24576,
-            24145,
-            936,
-            71.0,
-            "NVIDIA Ampere whitepaper; vLLM log 23.58 GiB",
-        ),
-        GpuType("RTX-4060", 8188, _usable(8188), 272, 60.0, "NVIDIA Ada whitepaper"),
-    )
-}
+Number = Annotated[int | float, Field(gt=0)]  # an int stays an int (3350 GB/s)
 
-_ALIASES = {
-    "h100": "H100-SXM",
-    "h100sxm": "H100-SXM",
-    "h10080gbhbm3": "H100-SXM",
-    "h100pcie": "H100-PCIe",
-    "h200": "H200",
-    "h200sxm": "H200",
-    "h200nvl": "H200",
-    "a100": "A100-40GB",  # two memory sizes: the smaller, with a warning (`ambiguous`)
-    "a100sxm": "A100-40GB",
-    "a100sxm4": "A100-40GB",
-    "a100pcie": "A100-40GB",
-    "a100pcie80gb": "A100-80GB",
-    "a10080gb": "A100-80GB",
-    "a100sxm480gb": "A100-80GB",
-    "a100sxm80gb": "A100-80GB",
-    "a10040gb": "A100-40GB",
-    "a100sxm440gb": "A100-40GB",
-    "a100pcie40gb": "A100-40GB",
-    "l40s": "L40S",
-    "l4": "L4",
-    "a10g": "A10G",
-    "rtx4090": "RTX-4090",
-    "4090": "RTX-4090",
-    "geforcertx4090": "RTX-4090",
-    "rtx3090": "RTX-3090",
-    "3090": "RTX-3090",
-    "rtx4060": "RTX-4060",
-}
+
+class GpuEntry(BaseModel):
+    """One entry of pdctl/data/gpus.yaml (GpuType's fields; usable_mib may be left out)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    memory_mib: PositiveInt
+    usable_mib: PositiveInt | None = None
+    bandwidth_gbs: Number
+    bf16_tflops: Number
+    source: str
+
+
+def load_table(
+    path: Path | None = None,
+) -> tuple[dict[str, GpuType], dict[str, str], dict[str, tuple[str, str]]]:
+    """(name -> GpuType, alias -> name, ambiguous name -> its two sizes) of gpus.yaml."""
+    where, doc = tables.read("gpus.yaml", path)
+    gpus = {}
+    for name, values in tables.section(where, doc, "gpus").items():
+        e = tables.check(where, f"gpus.{name}", values, GpuEntry)
+        usable = e.usable_mib or _usable(e.memory_mib)
+        gpus[name] = GpuType(name, e.memory_mib, usable, e.bandwidth_gbs, e.bf16_tflops, e.source)
+    aliases = tables.section(where, doc, "aliases")
+    for alias, name in aliases.items():
+        tables.refer(where, f"aliases.{alias}", name, gpus)
+    sizes = {}
+    for name, pair in tables.section(where, doc, "sizes").items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise tables.TableError(f"{where}: sizes.{name}: two GPU names expected")
+        sizes[name] = (
+            tables.refer(where, f"sizes.{name}", pair[0], gpus).name,
+            tables.refer(where, f"sizes.{name}", pair[1], gpus).name,
+        )
+    return gpus, aliases, sizes
+
+
+GPUS, _ALIASES, _SIZES = load_table()
 
 
 def _key(name: str) -> str:
@@ -132,16 +116,6 @@ def find_gpu(name: str) -> GpuType:
         f"unknown GPU type {name!r}",
         fix=f"use one of {', '.join(GPUS)}, or give the memory (`--gpu-memory-gib`)",
     )
-
-
-# Names that do not say the memory, of GPUs sold with two sizes: the plan takes the smaller
-# (a plan that fits the smaller card fits the larger) and says so.
-_SIZES = {
-    "a100": ("A100-40GB", "A100-80GB"),
-    "a100sxm": ("A100-40GB", "A100-80GB"),
-    "a100sxm4": ("A100-40GB", "A100-80GB"),
-    "a100pcie": ("A100-40GB", "A100-80GB"),
-}
 
 
 def ambiguous(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Model architecture: a built-in table of HF `config.json` values and their parsing.
+"""Model architecture: the built-in table of HF `config.json` values (pdctl/data/models.yaml).
 
 `ModelConfig` holds only what capacity planning needs. `model_config` builds one from a
 HF config dict (the caller reads the file) or from the built-in table, by model name.
@@ -7,345 +7,52 @@ HF config dict (the caller reads the file) or from the built-in table, by model 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-_LLAMA3 = {"vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
-_QWEN2 = {
-    "vocab_size": 152064,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "attention_bias": True,
-    "max_position_embeddings": 32768,
-}
-_QWEN2_SMALL = {**_QWEN2, "vocab_size": 151936, "tie_word_embeddings": True}
-_QWEN3 = {
-    "vocab_size": 151936,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "head_dim": 128,
-    "max_position_embeddings": 40960,
-}
-_QWEN3_SMALL = {**_QWEN3, "tie_word_embeddings": True}
-_DEEPSEEK_V3 = {
-    "hidden_size": 7168,
-    "num_hidden_layers": 61,
-    "num_attention_heads": 128,
-    "num_key_value_heads": 128,
-    "kv_lora_rank": 512,
-    "q_lora_rank": 1536,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
-    "n_routed_experts": 256,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 8,
-    "first_k_dense_replace": 3,
-    "vocab_size": 129280,
-    "max_position_embeddings": 163840,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
-}
-_GPT_OSS = {
-    "layer_types": ["sliding_attention", "full_attention"] * 18,
-    "hidden_size": 2880,
-    "intermediate_size": 2880,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "experts_per_token": 4,
-    "vocab_size": 201088,
-    "max_position_embeddings": 131072,
-    "sliding_window": 128,
-    "tie_word_embeddings": False,
-    "attention_bias": True,
-    "torch_dtype": "bfloat16",
-    "quantization_config": {"quant_method": "mxfp4"},
-}
+from pydantic import BaseModel, ConfigDict, PositiveInt
 
-# Canonical name -> the HF config.json values that matter here (from the models' HF repos).
-BUILTIN: dict[str, dict[str, Any]] = {
-    "llama-3-8b": {
-        **_LLAMA3,
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 8192,
-    },
-    "llama-3.1-8b": {
-        **_LLAMA3,
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 131072,
-    },
-    "llama-3-70b": {
-        **_LLAMA3,
-        "hidden_size": 8192,
-        "intermediate_size": 28672,
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 8192,
-    },
-    "llama-3.1-70b": {
-        **_LLAMA3,
-        "hidden_size": 8192,
-        "intermediate_size": 28672,
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 131072,
-    },
-    "llama-3.3-70b": {
-        **_LLAMA3,
-        "hidden_size": 8192,
-        "intermediate_size": 28672,
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 131072,
-    },
-    "qwen2.5-0.5b": {
-        **_QWEN2_SMALL,
-        "hidden_size": 896,
-        "intermediate_size": 4864,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 14,
-        "num_key_value_heads": 2,
-    },
-    "qwen2.5-1.5b": {
-        **_QWEN2_SMALL,
-        "hidden_size": 1536,
-        "intermediate_size": 8960,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-    },
-    "qwen2.5-3b": {
-        **_QWEN2_SMALL,
-        "hidden_size": 2048,
-        "intermediate_size": 11008,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-    },
-    "qwen2.5-7b": {
-        **_QWEN2,
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-    },
-    "qwen2.5-14b": {
-        **_QWEN2,
-        "hidden_size": 5120,
-        "intermediate_size": 13824,
-        "num_hidden_layers": 48,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-    },
-    "qwen2.5-32b": {
-        **_QWEN2,
-        "hidden_size": 5120,
-        "intermediate_size": 27648,
-        "num_hidden_layers": 64,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-    },
-    "qwen2.5-72b": {
-        **_QWEN2,
-        "hidden_size": 8192,
-        "intermediate_size": 29568,
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-    },
-    "qwen2-57b-a14b": {
-        **_QWEN2,
-        "vocab_size": 151936,
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "num_experts": 64,
-        "num_experts_per_tok": 8,
-        "moe_intermediate_size": 2560,
-        "shared_expert_intermediate_size": 20480,
-    },
-    "qwen3-0.6b": {
-        **_QWEN3_SMALL,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-1.7b": {
-        **_QWEN3_SMALL,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-4b": {
-        **_QWEN3_SMALL,
-        "hidden_size": 2560,
-        "intermediate_size": 9728,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-8b": {
-        **_QWEN3,
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-14b": {
-        **_QWEN3,
-        "hidden_size": 5120,
-        "intermediate_size": 17408,
-        "num_hidden_layers": 40,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-32b": {
-        **_QWEN3,
-        "hidden_size": 5120,
-        "intermediate_size": 25600,
-        "num_hidden_layers": 64,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-    },
-    "qwen3-30b-a3b": {
-        **_QWEN3,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 48,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "moe_intermediate_size": 768,
-    },
-    "qwen3-235b-a22b": {
-        **_QWEN3,
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 94,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 4,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "moe_intermediate_size": 1536,
-    },
-    "mistral-7b": {
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "vocab_size": 32768,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    },
-    "mixtral-8x7b": {
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "vocab_size": 32000,
-        "num_local_experts": 8,
-        "num_experts_per_tok": 2,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    },
-    "deepseek-v2-lite": {
-        "hidden_size": 2048,
-        "num_hidden_layers": 27,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 16,
-        "kv_lora_rank": 512,
-        "q_lora_rank": None,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "intermediate_size": 10944,
-        "moe_intermediate_size": 1408,
-        "n_routed_experts": 64,
-        "n_shared_experts": 2,
-        "num_experts_per_tok": 6,
-        "first_k_dense_replace": 1,
-        "vocab_size": 102400,
-        "max_position_embeddings": 163840,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    },
-    "deepseek-v2": {
-        "hidden_size": 5120,
-        "num_hidden_layers": 60,
-        "num_attention_heads": 128,
-        "num_key_value_heads": 128,
-        "kv_lora_rank": 512,
-        "q_lora_rank": 1536,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "intermediate_size": 12288,
-        "moe_intermediate_size": 1536,
-        "n_routed_experts": 160,
-        "n_shared_experts": 2,
-        "num_experts_per_tok": 6,
-        "first_k_dense_replace": 1,
-        "vocab_size": 102400,
-        "max_position_embeddings": 163840,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    },
-    "mistral-small-3.2-24b": {
-        # Mistral3ForConditionalGeneration: a Pixtral vision tower in front of the text model
-        "vision_config": {
-            "model_type": "pixtral",
-            "hidden_size": 1024,
-            "intermediate_size": 4096,
-            "num_hidden_layers": 24,
-            "num_attention_heads": 16,
-            "patch_size": 14,
-            "image_size": 1540,
-            "hidden_act": "silu",
-        },
-        "spatial_merge_size": 2,
-        "hidden_size": 5120,
-        "intermediate_size": 32768,
-        "num_hidden_layers": 40,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 131072,
-        "max_position_embeddings": 131072,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-    },
-    "deepseek-v3": _DEEPSEEK_V3,
-    "deepseek-r1": _DEEPSEEK_V3,
-    "gpt-oss-20b": {**_GPT_OSS, "num_hidden_layers": 24, "num_local_experts": 32},
-    "gpt-oss-120b": {**_GPT_OSS, "num_hidden_layers": 36, "num_local_experts": 128},
-}
+from pdctl.capacity import tables
+
+
+class ModelEntry(BaseModel):
+    """What every entry of pdctl/data/models.yaml must give (with its family's values); any
+    other config.json key is kept as it is."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    intermediate_size: PositiveInt
+    vocab_size: PositiveInt
+    max_position_embeddings: PositiveInt
+    tie_word_embeddings: bool
+    torch_dtype: str
+
+
+def load_table(path: Path | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(canonical name -> config.json values, alias -> canonical name) of models.yaml."""
+    where, doc = tables.read("models.yaml", path)
+    families = tables.section(where, doc, "families")
+    models: dict[str, dict[str, Any]] = {}
+    for name, own in tables.section(where, doc, "models").items():
+        entry = f"models.{name}"
+        family = tables.mapping(where, entry, own).get("family")
+        base = tables.refer(where, f"{entry}.family", family, families) if family else {}
+        config = {**tables.mapping(where, f"families.{family}", base)}
+        config.update((k, v) for k, v in own.items() if k != "family")
+        tables.check(where, entry, config, ModelEntry)
+        models[name] = config
+    aliases = tables.section(where, doc, "aliases")
+    for alias, name in aliases.items():
+        tables.refer(where, f"aliases.{alias}", name, models)
+    return models, aliases
+
+
+# Canonical name -> the HF config.json values that matter here (pdctl/data/models.yaml).
+BUILTIN, _ALIASES = load_table()
 
 # Name suffixes that do not change the architecture or the weights.
 _NEUTRAL_SUFFIXES = (
@@ -362,21 +69,6 @@ _NEUTRAL_SUFFIXES = (
     "-v0.2",
     "-v0.3",
 )
-_ALIASES = {
-    "meta-llama-3-8b": "llama-3-8b",
-    "meta-llama-3-70b": "llama-3-70b",
-    "meta-llama-3.1-8b": "llama-3.1-8b",
-    "meta-llama-3.1-70b": "llama-3.1-70b",
-    "deepseek-coder-v2-lite": "deepseek-v2-lite",
-    "deepseek-coder-v2": "deepseek-v2",
-    "deepseek-v2.5": "deepseek-v2",
-    "deepseek-v3.1": "deepseek-v3",
-    "deepseek-r1-distill-qwen-14b": "qwen2.5-14b",
-    "qwen2-7b": "qwen2.5-7b",
-    "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
-    "deepseek-r1-distill-llama-8b": "llama-3.1-8b",
-    "deepseek-r1-distill-llama-70b": "llama-3.3-70b",
-}
 
 
 @dataclass(frozen=True)
