@@ -161,6 +161,13 @@ def test_no_import_circles() -> None:
     assert cycles() == []
 
 
+def test_no_command_module_imports_another() -> None:
+    """What two commands share lives below them (bench/, actions.py, a cli helper module)."""
+    commands = {m for m in MODULES if m.startswith("pdctl.cli.") and m.endswith("_cmd")}
+    assert len(commands) > 10
+    assert sorted(f"{m} imports {t}" for m in commands for t in imports(m) & commands) == []
+
+
 # The concrete targets, each defined in its package's target.py (pdctl.targets.hosts.target
 # ...): outside its package nothing asks for one by type or builds one; actions and the CLI
 # ask the package's CAPABILITIES and open targets through pdctl.targets.open_target.

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdctl.check.finding import Finding, gib
 from pdctl.errors import SpecError
-from pdctl.facts.model import Facts
 from pdctl.plan.model import Instance, Plan
+from pdctl.preflight.facts import Facts
+from pdctl.preflight.finding import Finding, gib
 
 MIB = 1024 * 1024
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.check import host as h
-from pdctl.check.finding import Finding
 from pdctl.check.reach import guards, memlock, reach, vllm_versions
-from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance, Plan
+from pdctl.preflight.facts import Facts, HostFacts
+from pdctl.preflight.finding import Finding
 
 # Link bandwidths (GB/s, one direction, per host or per GPU for NVLink) the traffic figures
 # use: NVLink 4 (H100/H200: 900 GB/s per GPU), 4 x 400 Gb/s InfiniBand NDR (one NIC per two

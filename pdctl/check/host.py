@@ -3,13 +3,13 @@ system libraries Mooncake loads), ports. Pure."""
 
 from __future__ import annotations
 
-from pdctl.check.finding import Finding, Status, gib, gpu_list
 from pdctl.compat import parse_version
 from pdctl.facts.host import LIBS
-from pdctl.facts.model import HostFacts
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.router import install_hint
+from pdctl.preflight.facts import HostFacts
+from pdctl.preflight.finding import Finding, Status, gib, gpu_list
 from pdctl.spec.model import Host
 
 GATHER = "gather it live, or record it with --record"

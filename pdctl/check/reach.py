@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pdctl.check.finding import Finding, Status
-from pdctl.facts.model import Facts, HostFacts
 from pdctl.plan.model import Instance
+from pdctl.preflight.facts import Facts, HostFacts
+from pdctl.preflight.finding import Finding, Status
 
 GATHER = "run `pdctl preflight` against the hosts (or record their facts with `pdctl probe`)"
 # RDMA registers (pins) host memory, which counts against RLIMIT_MEMLOCK; NCCL over InfiniBand

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from itertools import combinations, permutations
 
-from pdctl.check.finding import Finding, gpu_list
-from pdctl.facts.model import HostFacts, is_nvlink
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.topology import best_group, describe, group_score
+from pdctl.preflight.facts import HostFacts, is_nvlink
+from pdctl.preflight.finding import Finding, gpu_list
 from pdctl.spec.model import Host
 
 

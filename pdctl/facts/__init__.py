@@ -1,8 +1,9 @@
 """Facts about GPUs, hosts and clusters, and pure parsers of the raw outputs they come from."""
 
-from pdctl.facts.cluster import cluster_facts
 from pdctl.facts.host import host_facts
-from pdctl.facts.model import (
+from pdctl.preflight.cluster import cluster_facts
+from pdctl.preflight.facts import (
+    CLUSTER,
     ClusterFacts,
     ClusterWorkload,
     Crd,
@@ -39,9 +40,6 @@ __all__ = [
     "facts_from",
     "CLUSTER",
 ]
-
-CLUSTER = "_kubernetes"
-
 
 def facts_from(raw: dict[str, dict[str, str]]) -> Facts:
     """Facts from raw outputs per folder (host name, or `_kubernetes` for the cluster)."""

@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import replace
 
-from pdctl.facts.model import Gpu
+from pdctl.preflight.facts import Gpu
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NUMBER = re.compile(r"-?\d+")

@@ -12,40 +12,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from pdctl.preflight.facts import Listen, Reach
 
 VLLM_VERSION = "vllm-version.txt"
 MEMLOCK = "ulimit-l.txt"
 REACH = "group-reach.txt"
 LISTEN = "group-listen.txt"
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?\S*$")
-
-
-@dataclass(frozen=True)
-class Reach:
-    """One node's TCP connect to its group leader's rendezvous port."""
-
-    group: str
-    address: str
-    port: int
-    result: str  # "connected", an errno name (ECONNREFUSED, ENETUNREACH, ETIMEDOUT), "error: .."
-    route: str = ""  # `ip -o route get` line ("" when unknown)
-
-    @property
-    def device(self) -> str:
-        m = re.search(r"\bdev (\S+)", self.route)
-        return m.group(1) if m else ""
-
-
-@dataclass(frozen=True)
-class Listen:
-    """The leader's short-lived listener of one group."""
-
-    group: str
-    port: int
-    accepted: int
-    error: str = ""  # why it could not listen (the port taken, ...)
 
 
 def parse_version(text: str) -> str:

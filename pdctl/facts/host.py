@@ -21,8 +21,6 @@ from pdctl.facts.gpu import (
     with_topology,
 )
 from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION, group_fields
-from pdctl.facts.hami import HAMI_LIBRARY, parse_hami_library
-from pdctl.facts.model import Docker, Gpu, HostFacts, Missing
 from pdctl.facts.system import (
     command_failure,
     parse_conda,
@@ -35,6 +33,8 @@ from pdctl.facts.system import (
 )
 from pdctl.facts.topo import parse_nvlink, parse_p2p, parse_topo_matrix
 from pdctl.facts.transfer import transfer_fields
+from pdctl.preflight.facts import Docker, Gpu, HostFacts, Missing
+from pdctl.preflight.hami import HAMI_LIBRARY, parse_hami_library
 
 QUERY = "query-gpu.csv"
 TOPO = "topo-m.txt"

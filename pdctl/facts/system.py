@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from pdctl.facts.model import Disk, Docker, Port
+from pdctl.preflight.facts import Disk, Docker, Port
 
 
 def parse_ib_listing(text: str) -> tuple[str, ...]:

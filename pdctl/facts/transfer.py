@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from pdctl.preflight.facts import Transfer
 
 NET_DEVICES = "net-devices.txt"
 PEERMEM = "nvidia-peermem.txt"  # `loaded` or `absent`: /sys/module/nvidia_peermem
@@ -72,35 +73,6 @@ GROUP_PREFIX = "group-transfer-"
 
 def group_file(group: str) -> str:
     return f"{GROUP_PREFIX}{group}{TRANSFER_SUFFIX}"
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """One measured (or failed, or skipped) transfer from a prefill host to a decode host."""
-
-    decode: str  # the decode host's name
-    transport: str = ""  # tcp, nixl, mooncake, nccl
-    address: str = ""  # the decode side's address and port the sender used
-    port: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    gbps: float | None = None  # None: nothing measured
-    latency_us: float | None = None
-    verified: bool = False  # the listener saw the sender's bytes in its buffer
-    memory: str = ""  # Mooncake: which memory each side registered, "GPU (cuda:0) -> host"
-    side: str = ""  # which agent failed first: listen or send ("" when none)
-    stage: str = ""  # where: import, bind, connect, accept, register, metadata, transfer, ...
-    errno: str = ""
-    message: str = ""
-    skipped: str = ""  # why no transfer was tried (a missing interface, --no-transfer)
-    connected: bool = False  # the sender reached the decode side's side channel
-    phase: str = ""  # what the sender was doing last (its last `phase` line)
-    listen_phase: str = ""  # and the listener
-    logs: tuple[str, ...] = ()  # the agents' stderr (UCX, NCCL, Mooncake messages)
-
-    @property
-    def reached(self) -> bool:
-        return self.gbps is not None and not self.stage and not self.skipped
 
 
 def parse_net_devices(text: str) -> tuple[str, ...]:

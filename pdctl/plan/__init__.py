@@ -20,8 +20,8 @@ from pdctl.plan.units import host_units
 from pdctl.spec.model import Spec
 
 if TYPE_CHECKING:  # facts load only where a recording is given (plan.topology)
-    from pdctl.facts.model import ClusterFacts
     from pdctl.plan.parallel import Dims
+    from pdctl.preflight.facts import ClusterFacts
 
 __all__ = ["Instance", "Plan", "SecretEnv", "Unit", "make_plan", "target_of"]
 

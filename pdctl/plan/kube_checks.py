@@ -15,7 +15,7 @@ from pdctl.spec.pd import Role
 from pdctl.spec.rdma import MULTUS_ANNOTATION
 
 if TYPE_CHECKING:
-    from pdctl.facts.model import ClusterFacts
+    from pdctl.preflight.facts import ClusterFacts
 
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from itertools import combinations
 from math import comb
 
-from pdctl.facts.model import Facts, HostFacts, is_nvlink, link_rank
 from pdctl.plan.model import Plan
 from pdctl.plan.place import Chooser, first_free
+from pdctl.preflight.facts import Facts, HostFacts, is_nvlink, link_rank
 from pdctl.spec.model import Host
 
 MAX_CANDIDATES = 20_000

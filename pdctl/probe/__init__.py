@@ -78,7 +78,7 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
                                                local).items():
                 out[name].update(files)  # multi-node groups: all-to-all
     if plan.target == "kubernetes":
-        from pdctl.probe.kube import gather as gather_cluster
+        from pdctl.preflight.cluster import gather as gather_cluster
 
         out[CLUSTER] = gather_cluster(options.kubeconfig, options.context)
         if step:

@@ -7,8 +7,8 @@ from pdctl.facts import host as f
 from pdctl.facts.group import MEMLOCK
 from pdctl.facts.transfer import NET_DEVICES, PEERMEM, uses_rdma
 from pdctl.plan.router import ENGINE_LIBRARIES
+from pdctl.preflight.hami import hami_commands
 from pdctl.probe.group import group_commands, memlock_command
-from pdctl.probe.hami import hami_commands
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import pdctl.plan
-from pdctl.check.cluster import BUILTIN_GROUPS, required_kinds
 from pdctl.plan import make_plan
 from pdctl.plan.group import all_nodes
+from pdctl.preflight.cluster import BUILTIN_GROUPS, required_kinds
 from pdctl.render import render
 from pdctl.spec import load_text
 

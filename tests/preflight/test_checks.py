@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from pdctl.check import run_checks, worst
 from pdctl.facts import facts_from, host_facts
-from pdctl.facts.model import Facts, Port
 from pdctl.plan import make_plan
+from pdctl.preflight.facts import Facts, Port
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pdctl.facts import cluster, gpu, system, topo
+from pdctl.facts import gpu, system, topo
+from pdctl.preflight import cluster
 from tests.preflight.conftest import FIX
 
 CASES = Path(__file__).resolve().parent / "facts"

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check.hami import hami_library
-from pdctl.facts.hami import HOOKS, elf_functions, parse_hami_library
-from pdctl.facts.model import HostFacts
 from pdctl.plan import make_plan
-from pdctl.probe.hami import library_command
+from pdctl.preflight.facts import HOOKS, HostFacts
+from pdctl.preflight.hami import elf_functions, hami_library, library_command, parse_hami_library
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts

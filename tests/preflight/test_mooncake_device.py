@@ -80,7 +80,7 @@ def test_the_transfer_finding_names_the_memory_each_side_registered():
     t = parse_transfer("gpu-a", "".join(json.dumps(x) + "\n" for x in lines))
     assert t.memory == "GPU (cuda:0) -> GPU (cuda:0)"
     from pdctl.check.transfer import transfers
-    from pdctl.facts.model import Facts
+    from pdctl.preflight.facts import Facts
     from tests.preflight.conftest import facts_from
 
     facts: Facts = facts_from({"gpu-a": {"transfer-to-gpu-b.jsonl": "".join(

@@ -8,9 +8,9 @@ import sys
 
 from pdctl.check import run_checks
 from pdctl.facts import facts_from, host_facts
-from pdctl.facts.model import Facts
 from pdctl.plan import make_plan
 from pdctl.plan.topology import best_group, chooser
+from pdctl.preflight.facts import Facts
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.preflight.conftest import FIX, raw_of

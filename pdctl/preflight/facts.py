@@ -1,13 +1,11 @@
-"""Facts about hosts and clusters: plain frozen data that probes gather and checks read."""
+"""The facts preflight gathers about hosts and clusters: plain frozen data that each topic's
+parser fills and its check reads (pdctl/preflight/<topic>.py). Pure, and below the plan, which
+reads them too."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
-from pdctl.facts.group import Listen, Reach
-from pdctl.facts.hami import HamiLibrary
-from pdctl.facts.transfer import Transfer
 
 # Link levels from `nvidia-smi topo -m`, best first (NV# is ranked by its link count).
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -26,6 +24,93 @@ def link_rank(level: str) -> tuple[int, int]:
 
 def is_nvlink(level: str) -> bool:
     return bool(NVLINK.match(level))
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One node's TCP connect to its group leader's rendezvous port."""
+
+    group: str
+    address: str
+    port: int
+    result: str  # "connected", an errno name (ECONNREFUSED, ENETUNREACH, ETIMEDOUT), "error: .."
+    route: str = ""  # `ip -o route get` line ("" when unknown)
+
+    @property
+    def device(self) -> str:
+        m = re.search(r"\bdev (\S+)", self.route)
+        return m.group(1) if m else ""
+
+
+@dataclass(frozen=True)
+class Listen:
+    """The leader's short-lived listener of one group."""
+
+    group: str
+    port: int
+    accepted: int
+    error: str = ""  # why it could not listen (the port taken, ...)
+
+
+# The hooks that make HAMi-core cap memory: allocation, the memory query vLLM sizes its KV cache
+# from, and the entry point CUDA 12+ runtimes resolve every driver call through. A Release build
+# (-fvisibility=hidden) exports none of them, and the preload then limits nothing.
+HOOKS = ("cuMemAlloc_v2", "cuMemGetInfo_v2", "cuGetProcAddress")
+# HAMi-core compiles these hooks only against CUDA < 13 headers (`#if CUDA_VERSION < 13000` in
+# src/cuda/context.c and src/libvgpu.c @8f3a89c): the only build-time CUDA mark in its exports.
+BEFORE_13 = ("cuCtxCreate_v2", "cuCtxCreate_v3")
+
+
+@dataclass(frozen=True)
+class HamiLibrary:
+    path: str
+    exists: bool = False
+    readable: bool = False
+    symbols: tuple[str, ...] | None = None  # defined dynamic function symbols; None: unread
+    how: str = ""  # "nm" or "elf" (pdctl read the file)
+    error: str = ""  # why the symbols could not be read
+
+    @property
+    def missing_hooks(self) -> tuple[str, ...]:
+        have = set(self.symbols or ())
+        return tuple(h for h in HOOKS if h not in have)
+
+    @property
+    def cuda_headers(self) -> str:
+        """'<13' or '>=13': the CUDA headers HAMi-core was built with, from its exports; ''
+        when its exports say nothing (no hooks at all)."""
+        if not self.symbols or self.missing_hooks:
+            return ""
+        return "<13" if any(s in self.symbols for s in BEFORE_13) else ">=13"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One measured (or failed, or skipped) transfer from a prefill host to a decode host."""
+
+    decode: str  # the decode host's name
+    transport: str = ""  # tcp, nixl, mooncake, nccl
+    address: str = ""  # the decode side's address and port the sender used
+    port: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    gbps: float | None = None  # None: nothing measured
+    latency_us: float | None = None
+    verified: bool = False  # the listener saw the sender's bytes in its buffer
+    memory: str = ""  # Mooncake: which memory each side registered, "GPU (cuda:0) -> host"
+    side: str = ""  # which agent failed first: listen or send ("" when none)
+    stage: str = ""  # where: import, bind, connect, accept, register, metadata, transfer, ...
+    errno: str = ""
+    message: str = ""
+    skipped: str = ""  # why no transfer was tried (a missing interface, --no-transfer)
+    connected: bool = False  # the sender reached the decode side's side channel
+    phase: str = ""  # what the sender was doing last (its last `phase` line)
+    listen_phase: str = ""  # and the listener
+    logs: tuple[str, ...] = ()  # the agents' stderr (UCX, NCCL, Mooncake messages)
+
+    @property
+    def reached(self) -> bool:
+        return self.gbps is not None and not self.stage and not self.skipped
 
 
 @dataclass(frozen=True)
@@ -149,6 +234,9 @@ class HostFacts:
             if m.name in names:
                 return m.reason
         return "not gathered"
+
+
+CLUSTER = "_kubernetes"  # a recording's folder of the cluster's outputs
 
 
 @dataclass(frozen=True)
