@@ -157,6 +157,19 @@ def read_bounded(path: Path, limit: int, name: str) -> str:
     return text_of(data, limit, name)
 
 
+def read_report(path: str) -> dict[str, Any]:
+    """A report `pdctl bench` saved (`bench --compare`, `tune --from`)."""
+    from pdctl.bench.report import check_report
+
+    try:
+        doc = json.loads(read_bounded(Path(path), 64 << 20, path))
+    except ValueError as exc:
+        raise UsageError(
+            f"{path}: not JSON ({exc})", fix="pass a file `pdctl bench` saved"
+        ) from None
+    return check_report(doc, path)
+
+
 def text_of(data: bytes | str, limit: int, name: str) -> str:
     if len(data) > limit:
         raise too_big(name, limit)

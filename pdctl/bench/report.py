@@ -8,6 +8,8 @@ output throughput from the decode instances' tokens/s (capped by what the step o
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from pdctl.errors import UsageError
@@ -176,6 +178,29 @@ FIGURES = (
     ("outputThroughput", None, "output tok/s"),
     ("requestGoodput", None, "goodput req/s"),
 )
+
+
+def spec_hash(spec: Any) -> str:
+    """A digest of the merged spec (overlays applied), as pdctl validated it."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    """Why a run fails (exit 1): failed requests, suspect KV transfers, a failed canary."""
+    out = []
+    for s in report["steps"]:
+        failed = s["measured"].get("failed") or 0
+        if failed:
+            out.append(f"{s['load']}: {failed} of {failed + (s['measured']['completed'] or 0)} "
+                       "requests failed")
+        suspect = s.get("failures") or []
+        if suspect:  # answered 200 maybe, but from KV that may be wrong: never a success
+            out.append(f"{s['load']}: suspect KV transfers: " + "; ".join(suspect[:2]))
+    c = report.get("canary")
+    if c is not None and not c["ok"]:
+        out.append(c.get("verdict") or "P/D canary failed: " + "; ".join(c["failures"][:3]))
+    return out
 
 
 def check_report(doc: Any, name: str) -> dict[str, Any]:

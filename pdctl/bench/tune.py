@@ -7,6 +7,8 @@ takes); nothing is applied."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,3 +175,33 @@ def overlay(proposals: list[Proposal]) -> dict[str, Any]:
             node = node.setdefault(key, {})
         node[p.path[-1]] = p.value
     return doc
+
+
+def tune(spec: dict[str, Any], report: dict[str, Any],
+         render: Callable[[str | None], str]) -> tuple[dict[str, Any], str]:
+    """`pdctl tune`'s result and its overlay as YAML: the proposals, the notes, and what the
+    overlay changes in the rendered deployment (`render(overlay)`: SPEC's bundle rendered
+    with the overlay's text, or without it for None), or why SPEC with it does not plan."""
+    import yaml
+
+    from pdctl.errors import PdctlError
+
+    found = propose(spec, report)
+    doc = overlay(found)
+    text = yaml.safe_dump(doc, sort_keys=False) if doc else ""
+    diff: list[str] = []
+    unplanned = None  # why SPEC with the overlay does not plan (e.g. more GPUs than hosts)
+    if doc:
+        before = render(None)
+        try:
+            after = render(text)
+        except PdctlError as exc:
+            unplanned = exc.line()
+        else:
+            diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), "rendered",
+                                             "rendered with the overlay", lineterm="", n=1))
+    return {
+        "proposals": [{"path": ".".join(p.path), "from": p.was, "to": p.value,
+                       "rule": p.rule, "evidence": p.evidence} for p in found],
+        "overlay": doc, "notes": notes(report), "diff": diff, "doesNotPlan": unplanned,
+    }, text

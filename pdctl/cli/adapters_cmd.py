@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
+    from pdctl.top.adapters import Answer
 
 ACTIONS = ("list", "load", "unload")
 
@@ -42,6 +47,7 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
         from pdctl.errors import PdctlError, SpecError, UsageError
+        from pdctl.plan.lora import check_adapters_call
         from pdctl.render import render
 
         if action not in ACTIONS:
@@ -56,7 +62,7 @@ def register(app: typer.Typer) -> None:
         check_phase_target(phase, target)
         plan, source = plan_from(spec, phase, target)
         try:
-            _check(plan, action, name)
+            check_adapters_call(plan, action, name)
             bundle = render(plan)
         except SpecError as exc:
             raise source.locate(exc) from None
@@ -86,33 +92,11 @@ def register(app: typer.Typer) -> None:
             raise PdctlError(f"adapters {action} failed on " + "; ".join(whys))
 
 
-def _check(plan: object, action: str, name: str | None) -> None:
-    from pdctl.errors import SpecError, UsageError
-
-    spec = plan.spec  # type: ignore[attr-defined]
-    if plan.target != "hosts":  # type: ignore[attr-defined]
-        raise UsageError(
-            "pdctl adapters reaches engines on hosts; on Kubernetes the API server's proxy "
-            "drops the Authorization header the API key needs",
-            fix="kubectl port-forward a pod and POST to /v1/load_lora_adapter (docs/lora.md)",
-        )
-    lora = spec.model.lora
-    if action != "list" and (lora is None or not lora.runtime_loading):
-        raise SpecError(
-            f"adapters {action} needs run-time loading, which this spec leaves off",
-            path="model.lora.runtimeLoading" if lora is not None else "model.lora",
-            fix="set model.lora.runtimeLoading: true (with secrets.apiKey) and run pdctl up",
-        )
-    served = spec.model.served_name or spec.model.name
-    if name is not None and name in (served, spec.model.name):
-        raise UsageError(f"{name!r} is the served model's name; choose another adapter name")
-
-
-def _api_key(plan: object) -> str | None:
+def _api_key(plan: Plan) -> str | None:
     """The API key from the local variable `secrets.apiKey.env` (as `pdctl up` reads it)."""
     from pdctl.errors import UsageError
 
-    ref = plan.spec.secrets.api_key  # type: ignore[attr-defined]
+    ref = plan.spec.secrets.api_key
     if ref is None:
         return None
     value = os.environ.get(ref.env)
@@ -124,33 +108,33 @@ def _api_key(plan: object) -> str | None:
     return value
 
 
-def _why(answer: object) -> str:
+def _why(a: Answer) -> str:
     from pdctl.top.adapters import reason
 
-    a = answer
-    return a.text if a.status == 0 else f"{a.status} {reason(a.text)}"  # type: ignore[attr-defined]
+    return a.text if a.status == 0 else f"{a.status} {reason(a.text)}"
 
 
-def _show(plan: object, action: str, answers: list, output: str) -> None:
+def _show(plan: Plan, action: str, answers: list[Answer], output: str) -> None:
     from pdctl.top.adapters import listed_adapters
 
-    served = plan.served_name  # type: ignore[attr-defined]
+    served = plan.served_name
     rows = []
     for a in answers:
-        row = {"engine": a.engine, "role": a.role, "host": a.host, "status": a.status}
+        row: dict[str, Any] = {"engine": a.engine, "role": a.role, "host": a.host,
+                               "status": a.status}
         if action == "list" and a.ok:
             row["adapters"] = listed_adapters(a.text, served)
         else:
             row["result"] = "ok" if a.ok else _why(a)
         rows.append(row)
     if output == "json":
-        typer.echo(json.dumps({"name": plan.name, "action": action, "engines": rows}, indent=2))  # type: ignore[attr-defined]
+        typer.echo(json.dumps({"name": plan.name, "action": action, "engines": rows}, indent=2))
         return
     from rich.table import Table
 
     from pdctl.cli import term
 
-    table = Table(title=f"{plan.name}: adapters {action}")  # type: ignore[attr-defined]
+    table = Table(title=f"{plan.name}: adapters {action}")
     for col in ("engine", "role", "host", "adapters" if action == "list" else "result"):
         table.add_column(col)
     for row in rows:

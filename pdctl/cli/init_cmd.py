@@ -14,12 +14,12 @@ PHASES = {
     2: "init-phase2.yaml",
     3: "init-phase3.yaml",
 }
+SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl schema >` writes, for editors
 
 
 def example_text(phase: int, schema: str | None = None) -> str:
     """The example spec of a phase, its first line the yaml-language-server modeline that
     points editors at the spec's JSON Schema (a path relative to the spec, or a URL)."""
-    from pdctl.cli.schema_cmd import SCHEMA_FILE
     from pdctl.render.template import templates_dir
 
     text = (templates_dir() / PHASES[phase]).read_text(encoding="utf-8")
@@ -27,8 +27,6 @@ def example_text(phase: int, schema: str | None = None) -> str:
 
 
 def modeline(schema: str) -> str:
-    from pdctl.cli.schema_cmd import SCHEMA_FILE
-
     head = f"# yaml-language-server: $schema={schema}\n"
     if schema == SCHEMA_FILE:
         head += f"# (editors: `pdctl schema > {SCHEMA_FILE}` beside this file; docs/spec.md)\n"

@@ -10,7 +10,6 @@ import typer
 # reserved domain (RFC 2606): the $id names the schema and is never fetched; editors read the
 # file `pdctl schema` writes (docs/spec.md, "Editor support").
 SCHEMA_ID = "https://pdctl.example/schema/spec-{version}.json"
-SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl init` points editors at
 
 
 def schema_id() -> str:

@@ -60,11 +60,15 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
 def read_spec(path: str) -> tuple[Spec, Source]:
     """Load SPEC (a file, or '-' for stdin) merged with the command's `--overlay` files.
     Every failure is one located SpecError (SpecErrors for several problems)."""
+    return inputs.read_spec(spec_texts(path))
+
+
+def spec_texts(path: str) -> list[tuple[str, str]]:
+    """(text, file name) of SPEC and of the command's `--overlay` files, for inputs.read_spec."""
     overlays = OVERLAYS.get()
     if path == "-" and "-" in overlays:
         raise UsageError("SPEC and an --overlay cannot both be - (stdin)", fix="give a file")
-    texts = [(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)]
-    return inputs.read_spec(texts)
+    return [(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)]
 
 
 def _read_text(path: str) -> str:

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--output must be table or json (got {output!r})")
         plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
         if verify:
-            from pdctl.cli.bench_cmd import check_verify
+            from pdctl.bench.run import check_verify
 
             check_verify(plan)
         found, unreachable = actions.status(plan, bundle, conn.target())
@@ -58,10 +58,10 @@ def register(app: typer.Typer) -> None:
         canary = None
         if verify:
             from pdctl.bench.canary import verdict_line
-            from pdctl.cli.bench_cmd import quick_canary
+            from pdctl.bench.run import quick_canary
 
             try:
-                v = quick_canary(plan, bundle, conn)
+                v = quick_canary(plan, bundle, conn.ssh())
                 canary = {"ok": v.ok, "verdict": verdict_line(v),
                           "failedPairs": v.failed_pairs}
             except PdctlError as exc:  # e.g. a host lost: the canary could not run

@@ -76,10 +76,10 @@ def register(app: typer.Typer) -> None:
         checked: tuple[bool, str] | None = None
         if canary:
             from pdctl.bench.canary import verdict_line
-            from pdctl.cli.bench_cmd import check_verify, quick_canary
+            from pdctl.bench.run import check_verify, quick_canary
 
             check_verify(plan, "--canary")
-            v = quick_canary(plan, bundle, conn)
+            v = quick_canary(plan, bundle, conn.ssh())
             checked = (v.ok, verdict_line(v))
         source = _source(plan, bundle, conn)
         try:

@@ -13,7 +13,10 @@ from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
 from pdctl.cli.specfile import with_overlays
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from pdctl.plan.model import Plan
+    from pdctl.render.bundle import Bundle
 
 
 def read_secrets(plan: Plan) -> dict[str, str]:
@@ -100,7 +103,7 @@ def register(app: typer.Typer) -> None:
 
         plan, bundle = load(spec, phase, target, facts)
         if verify:
-            from pdctl.cli.bench_cmd import check_verify
+            from pdctl.bench.run import check_verify
 
             check_verify(plan)
         options = conn.target(dry_run=dry_run)
@@ -141,9 +144,7 @@ def register(app: typer.Typer) -> None:
             raise PdctlError(f"up failed: {exc.line()}") from None
         if not done.applied:
             if verify and mode == "none":  # nothing to change: verify what runs
-                from pdctl.cli.bench_cmd import verify as run_canary
-
-                run_canary(plan, bundle, conn, console)
+                _verify(plan, bundle, conn, console)
             return
         failures = done.outcome.failures
         if failures:
@@ -159,12 +160,24 @@ def register(app: typer.Typer) -> None:
                 behind = ", ".join(u.removesuffix("/health") for u in router.wait_urls)
                 console.print(f"  the router sends them on to: {behind}")
         if verify and not failures and not dry_run:
-            from pdctl.cli.bench_cmd import verify as run_canary
-
-            run_canary(plan, bundle, conn, console)
+            _verify(plan, bundle, conn, console)
         if failures:
             names = ", ".join(f.unit for f in failures)
             raise PdctlError(
                 f"up failed for {names} (--keep-going went on with the others); "
                 f"{done.outcome.summary()}"
             )
+
+
+def _verify(plan: Plan, bundle: Bundle, conn: ConnectFlags, console: Console) -> None:
+    """The quick canary after `up`; PdctlError naming the prefill -> decode pair when it
+    fails (its tokens differ, or an engine logged a suspect KV event)."""
+    from pdctl.bench.canary import failed_who, passed_line
+    from pdctl.bench.run import quick_canary
+    from pdctl.errors import PdctlError
+
+    v = quick_canary(plan, bundle, conn.ssh())
+    if not v.ok:
+        raise PdctlError(f"verify: the P/D canary failed ({failed_who(v)}): "
+                         + "; ".join(v.lines[:3]))
+    console.print("verified: " + passed_line(v), highlight=False, markup=False)

@@ -9,10 +9,14 @@ router forwards the request's `model` (the adapter's name) unchanged to both."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from pdctl.errors import SpecError
+from pdctl.errors import SpecError, UsageError
 from pdctl.spec.lora import FETCHED, MOUNTED, Adapter, folder, safe
 from pdctl.spec.model import Spec
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
 
 RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
@@ -103,3 +107,26 @@ def check_lora(spec: Spec, target: str) -> None:
                 path=where,
                 fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
             )
+
+
+def check_adapters_call(plan: Plan, action: str, name: str | None) -> None:
+    """`pdctl adapters ACTION [NAME]` reaches the engines pdctl started on hosts (plan.units;
+    none on Kubernetes); load and unload need run-time loading; an adapter cannot take the
+    served model's name."""
+    spec = plan.spec
+    if not plan.units:
+        raise UsageError(
+            "pdctl adapters reaches engines on hosts; on Kubernetes the API server's proxy "
+            "drops the Authorization header the API key needs",
+            fix="kubectl port-forward a pod and POST to /v1/load_lora_adapter (docs/lora.md)",
+        )
+    lora = spec.model.lora
+    if action != "list" and (lora is None or not lora.runtime_loading):
+        raise SpecError(
+            f"adapters {action} needs run-time loading, which this spec leaves off",
+            path="model.lora.runtimeLoading" if lora is not None else "model.lora",
+            fix="set model.lora.runtimeLoading: true (with secrets.apiKey) and run pdctl up",
+        )
+    served = spec.model.served_name or spec.model.name
+    if name is not None and name in (served, spec.model.name):
+        raise UsageError(f"{name!r} is the served model's name; choose another adapter name")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdctl.bench.canary import Answer, judge, verdict_line
-from pdctl.cli.bench_cmd import _problems
+from pdctl.bench.report import problems as _problems
 from pdctl.top.kv_events import counter_events, new_lines, scan, summary
 from pdctl.top.verdict import verdicts
 from pdctl.top.window import Figures, Window
