@@ -4,11 +4,12 @@
     python -m benchmarks.capacity_logs --summary  # the summary only
     python -m benchmarks.capacity_logs --summary --breakdown  # and per vLLM release / family
 
-The cases are tests/capacity/vllm_logs.py (URLs, conditions, printed figures). For each case
-pdctl predicts from the conditions alone; the error is against the printed KV tokens, or the
-printed "Available KV cache memory" where the log has no token line (tokens are that memory
-over the bytes per token, so the two errors agree to rounding). Cases where vLLM refused to
-start count for the fit verdict only. Pure computation: no GPU, no network, no timing.
+The cases are tests/fixtures/capacity/vllm_logs.yaml (URLs, conditions, printed figures). For
+each case pdctl predicts from the conditions alone; the error is against the printed KV
+tokens, or the printed "Available KV cache memory" where the log has no token line (tokens
+are that memory over the bytes per token, so the two errors agree to rounding). Cases where
+vLLM refused to start count for the fit verdict only. Pure computation: no GPU, no network, no
+timing.
 """
 
 from __future__ import annotations

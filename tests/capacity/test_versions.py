@@ -16,7 +16,7 @@ from pdctl.capacity.profile import (
     encoder_tokens,
     sampler_bytes,
 )
-from tests.capacity.vllm_logs import LOGS, predict
+from tests.capacity.vllm_logs import CONFIGS, LOGS, predict
 
 QWEN2_7B = model_config("Qwen/Qwen2-7B-Instruct")
 
@@ -126,9 +126,7 @@ def test_encoder_profile_takes_the_largest_item_not_the_batch_budget() -> None:
     # vLLM encodes cdiv(max(max_num_batched_tokens, item), item) copies of the largest item
     # (compute_mm_encoder_budget, profile_run): for Qwen2.5-VL one 16,384-token image
     # (max_pixels 12845056 / 28^2) even at max_num_batched_tokens 2048 (an A100's default)
-    from tests.capacity.vllm_logs import _QWEN25_VL_3B
-
-    vl = model_config("Qwen/Qwen2.5-VL-3B-Instruct", _QWEN25_VL_3B)
+    vl = model_config("Qwen/Qwen2.5-VL-3B-Instruct", CONFIGS["qwen2.5-vl-3b"])
     one_image = encoder_bytes(vl, 1, 16384, 2)
     assert one_image == int(16384 * 4 * (2 * 1280 + 3 * 3420) * 2 + 16384 * vl.hidden * 2)
     mem = instance_memory(
