@@ -1,10 +1,10 @@
 """`pdctl bench` and the canary on a running hosts deployment (I/O).
 
-Everything goes over the SSH connections `pdctl top` reads through (pdctl.top.source
-.HostSource): `vllm bench serve` runs on a host that runs an engine (vLLM is installed there,
-in the engines' environment), /metrics and the canary's requests go through SSH port
-forwarding, the API key (secrets.apiKey) is read from the deployment's 0600 secrets file and
-sent in a header, never on a command line."""
+Everything goes through the target's observer that `pdctl top` reads through
+(pdctl.top.source.Source over targets/hosts/observe.py): `vllm bench serve` runs on a host
+that runs an engine (vLLM is installed there, in the engines' environment), /metrics and the
+canary's requests go through SSH port forwarding, the API key (secrets.apiKey) is read from
+the deployment's 0600 secrets file and sent in a header, never on a command line."""
 
 from __future__ import annotations
 
@@ -30,27 +30,6 @@ from pdctl.top.kv_events import (
 )
 
 
-def post_json(
-    channel: Any, path: str, body: dict[str, Any], headers: dict[str, str], timeout: float
-) -> tuple[int, Any]:
-    """One POST of JSON over an open channel (targets/health.http_request); (status, parsed
-    body or text)."""
-    from pdctl.targets.health import http_request
-
-    status, text = http_request(
-        channel,
-        "POST",
-        path,
-        json.dumps(body).encode(),
-        timeout=timeout,
-        headers={"Content-Type": "application/json", **headers},
-    )
-    try:
-        return status, json.loads(text)
-    except ValueError:
-        return status, text
-
-
 @dataclass
 class Bench:
     """A bench session on one deployment: `open()`, the steps and the canary, `close()`."""
@@ -60,17 +39,21 @@ class Bench:
     options: Any
     instance: str | None = None
     source: Any = None
+    seen: Any = None
 
     def open(self) -> Bench:
-        if self.plan.target != "hosts":
+        from pdctl.targets import capabilities
+        from pdctl.targets.base import Connect
+        from pdctl.top.source import open_source
+
+        if not capabilities(self.plan, Connect(ssh=self.options)).commands:
             raise UsageError(
                 f"pdctl bench drives SSH-hosts deployments; {self.plan.name} runs on "
                 f"{self.plan.target}",
                 fix="run `vllm bench serve` against the gateway from a pod (docs/bench.md)",
             )
-        from pdctl.top.source import HostSource
-
-        self.source = HostSource(self.plan, self.bundle, self.options).open()
+        self.source = open_source(self.plan, self.bundle, Connect(ssh=self.options))
+        self.seen = self.source.observer  # run, folder, api_key: capabilities.commands
         if self.source.unreachable:
             self.close()
             raise PdctlError("cannot reach " + "; ".join(self.source.unreachable.values()))
@@ -134,18 +117,18 @@ class Bench:
     def engines(self) -> list[dict[str, Any]]:
         """Each engine: role, host, flags (its command line) and version (GET /version)."""
         from pdctl.bench.report import engine_flags
-        from pdctl.targets.health import http_get
+        from pdctl.targets.base import Endpoint
 
         out = []
         for inst in self.plan.instances:
             if inst.host is None or inst.role not in ENGINE_ROLES:
                 continue
-            version = None
-            ops = self.source.fleet.ops.get(inst.host.name)
-            try:
-                status, body = http_get(ops.conn.open_channel(inst.port), "/version")
-                version = json.loads(body).get("version") if status == 200 else None
-            except Exception:  # the engine still answers /metrics; the version is a nicety
+            got = self.seen.request(
+                Endpoint(inst.name, inst.role, inst.host.name, inst.port), "/version"
+            )
+            try:  # the engine still answers /metrics; the version is a nicety
+                version = json.loads(got.text).get("version") if got.status == 200 else None
+            except (ValueError, AttributeError):
                 version = None
             out.append(
                 {
@@ -166,8 +149,7 @@ class Bench:
         from pdctl.top.window import as_dict, assemble
 
         drv = self.driver()
-        ops = self.source.fleet.ops[drv.host.name]
-        folder = ops.dir
+        folder = self.seen.folder(drv.host.name)
         work = f"{folder}/bench-{os.getpid()}-{int(time.time())}"
         args = load.bench_args(
             w, step, self.base_url(drv), self.plan.served_name, self.plan.spec.model.name, work
@@ -197,7 +179,7 @@ class Bench:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         try:
-            res = ops.conn.run(text, timeout=timeout, step=f"vllm bench serve ({step.label})")
+            res = self.seen.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
         finally:
             done.set()
             sampler.join(timeout=30)
@@ -238,10 +220,8 @@ class Bench:
 
     def names(self) -> dict[str, str]:
         """Engine address (URL and host:port, as vllm-router names it) -> instance name."""
-        from pdctl.top.source import router_workers
-
         names = {}
-        for url, (name, _role) in router_workers(self.plan).items():
+        for url, (name, _role) in self.source.workers.items():
             names[url] = name
             names[url.split("://", 1)[-1]] = name
         return names
@@ -282,9 +262,11 @@ class Bench:
                 f"{self.plan.name}: the canary compares the P/D path with one engine; it needs "
                 "a router and a prefill engine (phases 2 and 3 on hosts)"
             )
-        r_ops = self.source.fleet.ops[router.host.name]
-        p_ops = self.source.fleet.ops[prefill.host.name]
-        key = p_ops.api_key()
+        from pdctl.targets.base import Endpoint
+
+        via_router = Endpoint(router.name, "router", router.host.name, router.port, router.address)
+        alone_at = Endpoint(prefill.name, "prefill", prefill.host.name, prefill.port)
+        key = self.seen.api_key(prefill.host.name)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         names = self.names()
         texts = check.prompts(n_prompts, seed, f"run {os.urandom(4).hex()}")
@@ -293,8 +275,8 @@ class Bench:
         via, alone = [], []
         for text in texts:
             body = check.payload(self.plan.served_name, text, tokens, seed, token_ids)
-            via.append(self._ask(r_ops, router.port, router.address, body, {}, timeout))
-            alone.append(self._ask(p_ops, prefill.port, "127.0.0.1", body, headers, timeout))
+            via.append(self._ask(via_router, body, {}, timeout))
+            alone.append(self._ask(alone_at, body, headers, timeout))
         last = self.source.scrape()
         kv = 0.0
         errors: dict[str, float] = {}
@@ -318,22 +300,20 @@ class Bench:
         )
         return check.judge(via, alone, tokens, names, prefill.name, kv, errors, engines, events)
 
-    @staticmethod
     def _ask(
-        ops: Any,
-        port: int,
-        address: str,
-        body: dict[str, Any],
-        headers: dict[str, str],
-        timeout: float,
+        self, e: Any, body: dict[str, Any], headers: dict[str, str], timeout: float
     ) -> check.Answer:
+        got = self.seen.request(
+            e, "/v1/completions", "POST", json.dumps(body).encode(),
+            {"Content-Type": "application/json", **headers}, timeout,
+        )
+        if got.status == 0:  # refused, reset, timed out: the canary fails on it
+            why = got.text.removeprefix("/v1/completions: no answer (").removesuffix(")")
+            return check.Answer(error=f"no answer from {e.address}:{e.port} ({why})")
         try:
-            status, doc = post_json(
-                ops.conn.open_channel(port, address), "/v1/completions", body, headers, timeout
-            )
-        except Exception as exc:  # refused, reset, timed out: the canary fails on it
-            return check.Answer(error=f"no answer from {address}:{port} ({type(exc).__name__})")
-        return check.answer_of(status, doc)
+            return check.answer_of(got.status, json.loads(got.text))
+        except ValueError:
+            return check.answer_of(got.status, got.text)
 
 
 def busy(gpus: list[Any]) -> float:

@@ -27,7 +27,7 @@ def unit_names(ctx: typer.Context, incomplete: str) -> list[str]:
         plan, bundle = load(spec, ctx.params.get("phase"), ctx.params.get("target"))
     except (PdctlError, OSError, ValueError):
         return []
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         names = [o["metadata"]["name"] for o in bundle.objects if o.get("kind") in WORKLOADS]
     else:
         names = [u.name for u in plan.units]

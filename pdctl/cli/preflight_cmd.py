@@ -180,10 +180,10 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--local {unknown[0]}: no host of that name in the spec")
         if replay is not None:
             raw = rec.read(replay, names)
-            if plan.target == "kubernetes" and CLUSTER not in raw:
+            if plan.on_kubernetes and CLUSTER not in raw:
                 raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
         else:
-            if plan.target == "kubernetes" and conn.kubeconfig:  # as up: a named file must exist
+            if plan.on_kubernetes and conn.kubeconfig:  # as up: a named file must exist
                 must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
             options = Options(
                 ssh=conn.ssh(),

@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
             raise failed
 
 
-def router_views(plan: object, bundle: object, conn: ConnectFlags, rows: list) -> dict:
+def router_views(plan: Any, bundle: Any, conn: ConnectFlags, rows: list) -> dict:
     """What each running, live router says of its workers (GET /readiness, SSH hosts only):
     router unit -> role -> (healthy, total); {} where no router runs or none answers."""
     if getattr(plan, "target", None) != "hosts" or not any(
@@ -115,10 +115,10 @@ def router_views(plan: object, bundle: object, conn: ConnectFlags, rows: list) -
     ):
         return {}
     from pdctl.errors import PdctlError
-    from pdctl.top.source import HostSource
+    from pdctl.top.source import open_source
 
     try:
-        source = HostSource(plan, bundle, conn.ssh()).open()
+        source = open_source(plan, bundle, conn.target())
     except PdctlError:  # the rows already say what cannot be reached
         return {}
     try:

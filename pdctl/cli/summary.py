@@ -19,7 +19,7 @@ def planned(plan: Plan, bundle: Bundle | None = None) -> tuple[str, list[str]]:
     """What `up` starts, in start order, and the word for it: on hosts the plan's units
     (processes and containers, the router and a Mooncake master included), on Kubernetes the
     bundle's objects (`Kind/name`: give the bundle)."""
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         assert bundle is not None, "the objects are the bundle's"
         return "object", [f"{o['kind']}/{o['metadata']['name']}" for o in bundle.objects]
     return "unit", [u.name for u in plan.units]

@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
             check_verify(plan, "--canary")
             v = quick_canary(plan, bundle, conn.ssh())
             checked = (v.ok, verdict_line(v))
-        source = _source(plan, bundle, conn)
+        from pdctl.top.source import open_source
+
+        source = open_source(plan, bundle, conn.target())
         try:
             if not once:
                 _live(plan, source, window_s, refresh_s, spec, checked)
@@ -96,21 +98,6 @@ def register(app: typer.Typer) -> None:
         failed += [f"cannot reach {why}" for why in source.unreachable.values()]
         if failed:
             raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
-
-
-def _source(plan: Any, bundle: Any, conn: ConnectFlags) -> Any:
-    if plan.target == "kubernetes":
-        from pdctl.targets.kube.api import api_client
-        from pdctl.top.source import KubeSource
-
-        return KubeSource(plan, api_client(conn.kube_file, conn.context)).open()
-    if conn.docker_url:  # phase 0 on Docker hosts through the docker SDK, as `up` ran it
-        from pdctl.top.docker_source import DockerSource
-
-        return DockerSource(plan, bundle, conn.target()).open()
-    from pdctl.top.source import HostSource
-
-    return HostSource(plan, bundle, conn.ssh(), conn.parallel).open()
 
 
 def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str, str]
@@ -129,23 +116,17 @@ def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str,
     return out
 
 
-def _logs(source: Any, lines: int) -> dict[str, str]:
-    """The engines' log tails where the source reads logs (SSH hosts), else none."""
-    read = getattr(source, "logs", None)
-    return read(lines) if read is not None else {}
-
-
 def _once(plan: Any, source: Any, window_s: float, spec_file: str,
           checked: tuple[bool, str] | None = None) -> tuple[Any, Any]:
     from pdctl.top.kv_events import peers_of
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import assemble
 
-    logs = _logs(source, 2000)
+    logs = source.logs(2000)
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
     last = source.scrape()
-    events = _log_events(plan, source, logs, _logs(source, 2000)) if logs else []
+    events = _log_events(plan, source, logs, source.logs(2000)) if logs else []
     w = assemble(
         plan.name,
         plan.phase,
@@ -222,7 +203,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
 
     history: deque[dict[str, Any]] = deque()
     seen: deque[tuple[float, Any]] = deque()  # (when, suspect KV event) within the window
-    logs = _logs(source, 300)
+    logs = source.logs(300)
     packed: dict[int, Any] | None = None
     keys = _Keys()
     console = term.console()
@@ -256,7 +237,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                 if packed is None:
                     packed = _packed(spec_file, plan, gpus)
                 if logs:
-                    fresh = _logs(source, 300)
+                    fresh = source.logs(300)
                     seen.extend((newest, e) for e in _log_events(plan, source, logs, fresh))
                     logs = fresh or logs
                 while seen and newest - seen[0][0] > window_s:

@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.summary import counted, planned
 
         # what `up` would start: the count `up --dry-run` lists (objects: rendered)
-        bundle = render_plan(plan, source) if plan.target == "kubernetes" else None
+        bundle = render_plan(plan, source) if plan.on_kubernetes else None
         word, names = planned(plan, bundle)
         if output == "json":
             import json

@@ -173,6 +173,11 @@ class Plan:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def on_kubernetes(self) -> bool:
+        """What `up` applies are the bundle's objects on a cluster, not `units` on hosts."""
+        return self.target == "kubernetes"
+
     def hosts_used(self) -> tuple[Host, ...]:
         seen: dict[str, Host] = {}
         for inst in self.instances:

@@ -4,7 +4,8 @@ A target is where a bundle runs: hosts over SSH (the package `hosts/`), Docker e
 through the docker SDK (`docker/`), or a Kubernetes cluster (`kube/`). Each has the same
 verbs: `changes` (what `apply` would do), `diff` (the changes with the text of what changes
 inside them), `apply`, `status`, `logs`, `down`, `down_plan` (what `down` would remove),
-`endpoints`, and is a context manager that closes its connections on exit. What a target can
+`endpoints`, `observe` (an Observer: how `top`, `bench` and `adapters` read the live
+deployment), and is a context manager that closes its connections on exit. What a target can
 do beyond the verbs is data, its package's `CAPABILITIES` (a `Capabilities`, read without
 connecting: `pdctl.targets.capabilities`): actions and the CLI ask it instead of the target's
 type. The one function that picks and opens a plan's
@@ -80,6 +81,8 @@ class Capabilities:
     confirm_down: bool
     # down, status and logs go on past a host they cannot reach, naming it.
     partial: bool
+    # Runs commands on the deployment's hosts (pdctl bench's load generator, the P/D canary).
+    commands: bool
 
 
 @dataclass(frozen=True)
@@ -146,10 +149,84 @@ class Connect:
         )
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One instance to read (an engine, or the router's metrics port): where (host, or the
+    pod's node), its port and address as seen from there."""
+
+    name: str  # unit, or pod
+    role: str
+    where: str
+    port: int
+    address: str = "127.0.0.1"
+    max_num_seqs: int | None = None
+    gpus: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An instance's answer to one HTTP request: `status` 0 when none came, `text` then says
+    why in the target's words (naming the path), else the body; `at`: time.monotonic()."""
+
+    status: int
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """One host's GPU telemetry as read (`form`: the GPU probe's JSON lines, or dcgm-exporter's
+    /metrics); `failed`: why nothing was read, in full; `exited`: said instead of the probe's
+    own errors when its output holds no GPU."""
+
+    host: str
+    text: str = ""
+    form: Literal["probe", "dcgm"] = "probe"
+    failed: str = ""
+    exited: str = ""
+
+
+class Observer(Protocol):
+    """A running deployment read through its target (`Target.observe()`; `close()` when done):
+    its instances, an HTTP request to one, the engines' log tails, GPU telemetry."""
+
+    endpoints: list[Endpoint]
+    # The engine URLs a router is given -> (instance, role); {} where no router runs.
+    workers: dict[str, tuple[str, str]]
+
+    @property
+    def unreachable(self) -> dict[str, str]: ...
+
+    def request(
+        self,
+        e: Endpoint,
+        path: str,
+        method: str = "GET",
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> Reply: ...
+
+    def logs(self, lines: int) -> dict[str, str]:
+        """The last `lines` of each engine's log ({} where the target keeps none to tail)."""
+        ...
+
+    def gpus(self, command: str, window_s: float) -> list[Telemetry]:
+        """Every host's GPUs sampled over `window_s` seconds by `command` (the GPU probe)
+        where the target runs it, else what the cluster's exporter reports."""
+        ...
+
+    def close(self) -> None: ...
+
+
 __all__ = [
     "DEFAULT_KNOWN_HOSTS",
     "Capabilities",
     "Connect",
+    "Endpoint",
+    "Observer",
+    "Reply",
+    "Telemetry",
     "Stage",
     "StageFn",
     "Stopped",
@@ -234,6 +311,10 @@ class Target(Protocol):
 
     def endpoints(self) -> list[str]:
         """Where clients send requests."""
+        ...
+
+    def observe(self) -> Observer:
+        """The running deployment to read (connects; the observer closes the target)."""
         ...
 
     def interrupts(self) -> tuple[threading.Event, threading.Event] | None:

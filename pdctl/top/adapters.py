@@ -1,7 +1,7 @@
 """`pdctl adapters`: list, load and unload LoRA adapters on every engine of a hosts deployment
 through vLLM's own API (GET /v1/models, POST /v1/load_lora_adapter and
-/v1/unload_lora_adapter), reached over the SSH connections `status` and `top` use
-(an SSH channel to each engine's port, as the health probe does). docs/lora.md."""
+/v1/unload_lora_adapter), reached through the target's observer (on hosts an SSH channel to
+each engine's port, as the health probe does). docs/lora.md."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.targets.health import http_request, unanswered
-from pdctl.top.source import Endpoint, host_endpoints
+from pdctl.targets.base import Connect, Endpoint
 
 
 @dataclass(frozen=True)
@@ -28,12 +27,6 @@ class Answer:
         return self.status == 200
 
 
-def engines(plan: Any, bundle: Any) -> list[Endpoint]:
-    """Every engine with a port (not the router: in P/D both prefill and decode must hold an
-    adapter, so each is called itself)."""
-    return [e for e in host_endpoints(plan, bundle) if e.role != "router"]
-
-
 def call_engines(
     plan: Any,
     bundle: Any,
@@ -44,34 +37,29 @@ def call_engines(
     body: dict[str, str] | None = None,
     api_key: str | None = None,
 ) -> tuple[list[Answer], dict[str, str]]:
-    """`method path` on every engine; (answers, unreachable hosts -> why)."""
-    from pdctl.targets.hosts.fleet import fleet_of
+    """`method path` on every engine (not the router: in P/D both prefill and decode must
+    hold an adapter, so each is called itself); (answers, unreachable hosts -> why)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pdctl.targets import open_target
 
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     data = json.dumps(body).encode() if body is not None else b""
-    fleet = fleet_of(plan, bundle, options, parallel)
-    fleet.connect(tolerate=True)
+    seen = open_target(plan, bundle, Connect(ssh=options, parallel=parallel)).observe()
     try:
 
         def one(e: Endpoint) -> Answer:
-            ops = fleet.ops.get(e.where)
-            if ops is None:
-                return Answer(e.name, e.role, e.where, 0, f"host {e.where} unreachable")
-            try:
-                channel = ops.conn.open_channel(e.port, e.address)
-                status, text = http_request(
-                    channel, method, path, data, timeout=120.0, headers=headers
-                )
-            except Exception as exc:  # refused, reset, timeout, host lost
-                why = unanswered(exc, f"{e.address}:{e.port} on {e.where}")
-                return Answer(e.name, e.role, e.where, 0, f"no answer ({why})")
-            return Answer(e.name, e.role, e.where, status, text.strip())
+            got = seen.request(e, path, method, data, headers, timeout=120.0)
+            text = got.text.removeprefix(f"{path}: ") if got.status == 0 else got.text.strip()
+            return Answer(e.name, e.role, e.where, got.status, text)
 
-        return fleet.map(one, engines(plan, bundle)), dict(fleet.unreachable)
+        engines = [e for e in seen.endpoints if e.role != "router"]
+        with ThreadPoolExecutor(max(1, min(parallel, len(engines)))) as pool:
+            return list(pool.map(one, engines)), dict(seen.unreachable)
     finally:
-        fleet.close()
+        seen.close()
 
 
 def listed_adapters(body: str, served: str) -> list[str]:

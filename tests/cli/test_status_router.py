@@ -93,9 +93,10 @@ def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
     kv-suspect verdicts name the pair; the lines that were there before count no more."""
     from pdctl.cli.specfile import load
     from pdctl.cli.top_cmd import _log_events
+    from pdctl.targets.base import Connect
     from pdctl.targets.ssh import SshOptions
     from pdctl.top.kv_events import peers_of
-    from pdctl.top.source import HostSource
+    from pdctl.top.source import open_source
     from pdctl.top.verdict import verdicts
     from pdctl.top.window import Window
 
@@ -104,7 +105,7 @@ def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
     lines = lines.replace("127.0.0.1:18820", f"127.0.0.1:{ports['decode']}")
     log = tmp_path / "lo1" / "rdeg" / "rdeg-prefill-0" / "log"
     plan, bundle = load(str(spec), None, None)
-    source = HostSource(plan, bundle, SshOptions(known_hosts=ssh_env.known_hosts)).open()
+    source = open_source(plan, bundle, Connect(ssh=SshOptions(known_hosts=ssh_env.known_hosts)))
     try:
         before = source.logs()
         assert "rdeg-prefill-0" in before and "rdeg-decode-0" in before, before.keys()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdctl.top.docker_source import DockerSource
+from pdctl.top.source import open_source
 from pdctl.top.window import assemble
 from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.testbed import pdctl
@@ -99,9 +99,7 @@ def test_a_window_between_two_scrapes_has_the_engines_deltas(deployed):
 
     spec, url, container = deployed
     plan, bundle = load(str(spec), None, None)
-    source = DockerSource(
-        plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]})
-    ).open()
+    source = open_source(plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]}))
     try:
         serve_metrics(container, "phase0-before.prom")
         first = source.scrape()

@@ -12,7 +12,7 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.top.source import host_endpoints
+from pdctl.targets.hosts.observe import host_endpoints
 from tests.conftest import ROOT
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pdctl.targets.base import Endpoint
 from pdctl.top import router as rt
 from pdctl.top.dashboard import render
 from pdctl.top.metrics import parse
 from pdctl.top.router import router_figures
-from pdctl.top.source import Endpoint
 from pdctl.top.verdict import verdicts
 from pdctl.top.window import Window, as_dict, assemble
 

@@ -28,6 +28,7 @@ CAPABILITIES = Capabilities(
     volumes=False,
     confirm_down=False,
     partial=False,
+    commands=False,
 )
 
 

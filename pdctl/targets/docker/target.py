@@ -20,7 +20,7 @@ from pdctl.plan.model import Plan, Unit
 from pdctl.render.bundle import Bundle
 from pdctl.render.container import Container
 from pdctl.spec.lora import fetched
-from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, Observer, Stage, StatusRow, Stopped, Write
 from pdctl.targets.docker.engine import HASH, Engine, client_for, docker_home, env_value
 from pdctl.targets.docker.transport import DockerAccess, check
 from pdctl.targets.docker.wait import wait_healthy
@@ -265,6 +265,11 @@ class ContainerHosts(Closing):
                 raise NoLog([name], host)
             if c is None:
                 write(NO_LOG_NOTE)
+
+    def observe(self) -> Observer:
+        from pdctl.targets.docker.observe import DockerObserver
+
+        return DockerObserver(self)
 
     def endpoints(self) -> list[str]:
         return [

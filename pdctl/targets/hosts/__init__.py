@@ -27,6 +27,7 @@ CAPABILITIES = Capabilities(
     volumes=False,
     confirm_down=False,
     partial=True,
+    commands=True,
 )
 
 

@@ -18,7 +18,7 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
-from pdctl.targets.base import Closing, Stage, StatusRow, Stopped, Write
+from pdctl.targets.base import Closing, Observer, Stage, StatusRow, Stopped, Write
 from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.rollout import Rollout
 from pdctl.targets.outcome import NO_LOG_NOTE, NoLog, Outcome, UnitFailure, UpFailed
@@ -294,6 +294,11 @@ class HostsTarget(Closing):
             write(text.get((host, name), NO_LOG_NOTE))
         if lost:
             raise PdctlError("; ".join(self.unreachable[h] for h in lost))
+
+    def observe(self) -> Observer:
+        from pdctl.targets.hosts.observe import HostsObserver
+
+        return HostsObserver(self.plan, self.bundle, self.fleet)
 
     def endpoints(self) -> list[str]:
         return endpoints(self.plan, self.desired())

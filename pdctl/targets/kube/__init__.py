@@ -27,6 +27,7 @@ CAPABILITIES = Capabilities(
     volumes=True,
     confirm_down=True,
     partial=False,
+    commands=False,
 )
 
 
@@ -41,4 +42,5 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say, stage: S
         say=say,
         stage=stage,
         objects=list(bundle.objects),
+        plan=plan,
     )
