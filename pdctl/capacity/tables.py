@@ -55,10 +55,12 @@ def check(where: str, entry: str, values: Any, schema: type[Schema]) -> Schema:
     try:
         return schema.model_validate(values)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = first["loc"][0] if first["loc"] else ""
-        got = f" (got {first['input']!r})" if field in values else ""
-        raise TableError(f"{where}: {entry}: {field}: {first['msg']}{got}") from None
+        errors = exc.errors()
+        field = errors[0]["loc"][0] if errors[0]["loc"] else ""
+        # the last error of the field: an int-or-float field says "a valid number"
+        what = [e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]][-1]["msg"]
+        got = f" (got {values[field]!r})" if field in values else ""
+        raise TableError(f"{where}: {entry}: {field}: {what}{got}") from None
 
 
 def refer(where: str, entry: str, name: str, known: dict[str, Any]) -> Any:
