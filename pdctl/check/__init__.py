@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdctl.check import host as h
 from pdctl.check.fit import fit, model_of, weights_total
-from pdctl.check.group import group_checks
 from pdctl.check.topology import host_topology
 from pdctl.check.transfer import group_transfers, rdma_limits, transfers
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
+from pdctl.preflight import host as h
 from pdctl.preflight.cluster import cluster
 from pdctl.preflight.facts import Facts
 from pdctl.preflight.finding import Finding, Status, worst
+from pdctl.preflight.group import group_checks
 from pdctl.preflight.hami import hami_library
 
 __all__ = ["Finding", "Status", "run_checks", "worst"]

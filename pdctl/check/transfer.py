@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pdctl.check.reach import MEMLOCK_FLOOR_KIB
 from pdctl.facts.transfer import Transfer, host_pairs, transport_of, uses_rdma
 from pdctl.plan.model import Instance, Plan
 from pdctl.preflight.facts import Facts
 from pdctl.preflight.finding import Finding, Status
+from pdctl.preflight.group import MEMLOCK_FLOOR_KIB
 
 CHECK = "net.transfer"
 GATHER = "run `pdctl preflight` against the hosts (without --no-transfer)"

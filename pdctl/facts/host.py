@@ -20,21 +20,36 @@ from pdctl.facts.gpu import (
     query_driver,
     with_topology,
 )
-from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION, group_fields
-from pdctl.facts.system import (
+from pdctl.facts.topo import parse_nvlink, parse_p2p, parse_topo_matrix
+from pdctl.facts.transfer import transfer_fields
+from pdctl.preflight import host
+from pdctl.preflight.facts import SSH, Gpu, HostFacts, Missing
+from pdctl.preflight.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION, group_fields
+from pdctl.preflight.hami import HAMI_LIBRARY, parse_hami_library
+from pdctl.preflight.host import (
+    CACHE,
+    CONDA,
+    DOCKER,
+    HOSTNAME,
+    IB,
+    IB_PORTS,
+    LIBS,
+    MODEL,
+    PORTS,
+    SHM,
+    SUPERVISE,
+    VENV,
     command_failure,
+    failure,
     parse_conda,
     parse_df,
     parse_docker_info,
     parse_du,
     parse_ib_listing,
     parse_ib_ports,
+    parse_libraries,
     parse_listening,
 )
-from pdctl.facts.topo import parse_nvlink, parse_p2p, parse_topo_matrix
-from pdctl.facts.transfer import transfer_fields
-from pdctl.preflight.facts import Docker, Gpu, HostFacts, Missing
-from pdctl.preflight.hami import HAMI_LIBRARY, parse_hami_library
 
 QUERY = "query-gpu.csv"
 TOPO = "topo-m.txt"
@@ -47,19 +62,6 @@ SMI_L = "nvidia-smi-L.txt"
 SMI_MEMORY = "q-memory-compute-clock.txt"
 MIG_PROFILES = "mig-lgip.txt"
 NVML = "nvml.json"
-IB = "sys-class-infiniband.txt"
-IB_PORTS = "infiniband-ports.txt"
-SHM = "df-shm.txt"
-CACHE = "df-cache.txt"
-MODEL = "du-model.txt"
-DOCKER = "docker-info.json"
-CONDA = "conda-version.txt"
-PORTS = "ports.txt"
-HOSTNAME = "hostname.txt"
-VENV = "venv.txt"
-SUPERVISE = "supervise.txt"
-LIBS = "libraries.txt"
-SSH = "ssh.err"
 
 KNOWN = (
     SMI_L,
@@ -92,12 +94,6 @@ KNOWN = (
 )
 
 
-def _fail(raw: dict[str, str], name: str) -> str:
-    if name + ".err" in raw:
-        return command_failure(raw[name + ".err"])
-    return ""
-
-
 def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
     if nvml is not None and nvml.error and not raw.get(QUERY):
         # NVML failed; nvidia-smi tells more when it ran.
@@ -114,26 +110,6 @@ def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
     if reason.startswith("not installed"):
         return "no NVIDIA driver: nvidia-smi not found"
     return "nvidia-smi failed: " + reason
-
-
-def _conda_error(raw: dict[str, str]) -> str:
-    err = raw.get(CONDA + ".err", "")
-    if "not-on-path" in err:
-        path = err.split("not-on-path", 1)[1].split()[0]
-        return f"{path} exists but conda is not on the PATH of non-interactive shells"
-    return _fail(raw, CONDA)
-
-
-def parse_libraries(text: str) -> tuple[tuple[str, bool], ...] | None:
-    """`<soname> yes|no` lines of the library probe; None when it found no ldconfig."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if parts[:1] == ["ldconfig:"]:
-            return None
-        if len(parts) == 2 and parts[1] in ("yes", "no"):
-            out.append((parts[0], parts[1] == "yes"))
-    return tuple(out)
 
 
 # What a damaged output can raise in a parser (a replayed recording, a tool printing garbage).
@@ -241,34 +217,11 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         gpus = tuple(replace(g, nvlinks=counts.get(g.index, g.nvlinks)) for g in gpus)
     for n in (TOPO, P2P_R, P2P_W):
         if not raw.get(n) and gpus:
-            missing.append(Missing(n, _fail(raw, n) or "not gathered"))
-    rdma = None
-    if IB in raw:
-        rdma = parse_ib_listing(raw[IB])
-    elif IB + ".err" in raw:
-        rdma = ()  # no /sys/class/infiniband: no RDMA devices
-    else:
-        missing.append(Missing(IB, "not gathered"))
-    docker = None
-    if DOCKER in raw:
-        docker = parse_docker_info(raw[DOCKER])
-        if not docker.ok and raw.get(DOCKER + ".err"):
-            docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
-    elif DOCKER + ".err" in raw:
-        docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
-    conda = parse_conda(raw[CONDA]) if CONDA in raw else None
-    if conda is None and CONDA + ".err" in raw:
-        conda = ""
-    for n in (SHM, CACHE, PORTS):
-        if n not in raw:
-            missing.append(Missing(n, _fail(raw, n) or "not gathered"))
-    libraries = parse_libraries(raw[LIBS]) if LIBS in raw else None
-    if libraries is None:
-        why = "no ldconfig on the host" if LIBS in raw else _fail(raw, LIBS) or "not gathered"
-        missing.append(Missing(LIBS, why))
+            missing.append(Missing(n, failure(raw, n) or "not gathered"))
+    system, lacking = host.fields(raw)
+    missing += lacking
     return HostFacts(
         name=name,
-        hostname=raw.get(HOSTNAME, "").strip(),
         gpu_error=gpu_error,
         driver=driver,
         kernel_module=parse_proc_version(raw[PROC]) if raw.get(PROC) else "",
@@ -278,22 +231,11 @@ def _host_facts(name: str, raw: dict[str, str]) -> HostFacts:
         p2p_read=p2p_r,
         p2p_write=p2p_w,
         nics=nics,
-        rdma_devices=rdma,
-        rdma_ports=parse_ib_ports(raw[IB_PORTS]) if raw.get(IB_PORTS) else (),
-        shm=parse_df(raw[SHM]) if raw.get(SHM) else None,
-        cache_disk=parse_df(raw[CACHE]) if raw.get(CACHE) else None,
-        model_cached_kib=parse_du(raw[MODEL]) if MODEL in raw else None,
-        docker=docker,
-        conda=conda,
-        conda_error=_conda_error(raw),
-        venv=raw[VENV].strip() if VENV in raw else None,
-        supervise=raw[SUPERVISE].strip() if SUPERVISE in raw else None,
-        listening=parse_listening(raw[PORTS]) if PORTS in raw else None,
         mig_profiles=tuple(
             sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
         ),
-        libraries=libraries,
         hami=parse_hami_library(raw[HAMI_LIBRARY]) if raw.get(HAMI_LIBRARY) else None,
+        **system,  # the host outside its GPUs
         **group_fields(raw),  # multi-node groups
         **transfer_fields(raw),  # network preflight
         missing=tuple(missing),

@@ -237,6 +237,7 @@ class HostFacts:
 
 
 CLUSTER = "_kubernetes"  # a recording's folder of the cluster's outputs
+SSH = "ssh.err"  # a host's file in a recording when it could not be reached
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from pdctl.facts import CLUSTER
+from pdctl.facts.host import NVML
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
+from pdctl.preflight.run import Bounds, Options, Step, run_local, run_ssh
 from pdctl.probe.command import commands
-from pdctl.probe.run import Bounds, Options, Step, run_local, run_ssh
 from pdctl.spec.model import Host
 
 __all__ = ["CLUSTER", "Bounds", "Options", "gather", "hosts_to_probe", "is_local", "steps"]
@@ -53,8 +54,13 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
 
     def one(host: Host) -> tuple[str, dict[str, str]]:
         cmds = commands(plan.spec, host, _gpus(plan, host))
-        if is_local(host, options):
-            return host.name, run_local(host.name, cmds, options, step)
+        if is_local(host, options):  # NVML first (no driver is a recorded answer)
+            from pdctl.probe.nvml import dump
+
+            raw = {NVML: dump()}
+            if step:
+                step(host.name, NVML)
+            return host.name, raw | run_local(host.name, cmds, options, step)
         return host.name, run_ssh(host, cmds, options, step)
 
     if hosts:
@@ -62,7 +68,7 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for name, raw in pool.map(one, hosts):
                 out[name] = raw
-        from pdctl.probe.reach import reach_hosts
+        from pdctl.preflight.group import reach_hosts
 
         local = lambda h: is_local(h, options)  # noqa: E731
         for name, files in reach_hosts(plan, options, out, local).items():

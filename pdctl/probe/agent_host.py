@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pdctl.plan.model import Instance, Plan
-from pdctl.probe.run import Options
+from pdctl.preflight.run import Options
 from pdctl.render.template import quote, quote_path, templates_dir
 from pdctl.spec.model import Host
 

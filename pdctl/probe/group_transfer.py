@@ -12,13 +12,13 @@ import json
 from collections.abc import Callable
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.facts.host import SSH
 from pdctl.facts.transfer import NET_DEVICES, group_file, missing_interfaces, parse_net_devices
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
+from pdctl.preflight.facts import SSH
+from pdctl.preflight.group import rendezvous_port
+from pdctl.preflight.run import Bounds, Options
 from pdctl.probe.agent_host import AgentHost, open_host
-from pdctl.probe.group import rendezvous_port
-from pdctl.probe.run import Bounds, Options
 from pdctl.probe.transfer import AGENT_GRACE_S, agent_env, failure, tag
 from pdctl.spec.model import Host
 

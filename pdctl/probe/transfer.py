@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.facts.host import SSH
 from pdctl.facts.transfer import (
     NET_DEVICES,
     host_pairs,
@@ -30,8 +29,9 @@ from pdctl.facts.transfer import (
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
+from pdctl.preflight.facts import SSH
+from pdctl.preflight.run import Bounds, Options
 from pdctl.probe.agent_host import AgentHost, open_host
-from pdctl.probe.run import Bounds, Options
 from pdctl.spec.model import Host
 
 AGENT_GRACE_S = 50.0  # the agent's own grace (templates/xfer/agent.py: GRACE_S + CONNECT_S)

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from pdctl.facts import gpu, system, topo
-from pdctl.preflight import cluster
+from pdctl.facts import gpu, topo
+from pdctl.preflight import cluster, host
 from tests.preflight.conftest import FIX
 
 CASES = Path(__file__).resolve().parent / "facts"
 PARSERS = {
     name: getattr(module, name)
-    for module in (cluster, gpu, system, topo)
+    for module in (cluster, gpu, host, topo)
     for name in dir(module)
     if name.startswith("parse_")
 }

@@ -15,9 +15,9 @@ import pytest
 
 from pdctl.check import run_checks
 from pdctl.facts import facts_from
-from pdctl.facts.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
 from pdctl.plan import make_plan
 from pdctl.preflight.facts import Facts
+from pdctl.preflight.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts

@@ -4,8 +4,7 @@ unit with the rendered units' LimitMEMLOCK=infinity and names that context and i
 
 from __future__ import annotations
 
-from pdctl.facts.group import MEMLOCK, parse_memlock, parse_memlock_where
-from pdctl.probe.group import memlock_command
+from pdctl.preflight.group import MEMLOCK, memlock_command, parse_memlock, parse_memlock_where
 from pdctl.spec.model import Host
 from tests.preflight.conftest import by_check
 from tests.preflight.test_group import check, with_raw

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from pdctl.plan import make_plan
-from pdctl.probe.run import Bounds
+from pdctl.preflight.run import Bounds
 from pdctl.probe.transfer import agent_args, pairs
 from pdctl.spec import load_text
 from tests.preflight.conftest import by_check, findings

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pdctl.facts.transfer import parse_transfer
 from pdctl.plan import make_plan
+from pdctl.preflight.run import Bounds, Options
 from pdctl.probe.agent_host import open_host
-from pdctl.probe.run import Bounds, Options
 from pdctl.probe.transfer import pairs, run_pair, transfer_pairs
 from pdctl.spec import load_text
 from tests.targets.testbed import free_port

@@ -1,5 +1,6 @@
-"""Run the probe commands on one host, locally or over one SSH connection, and collect the
-raw outputs: file name -> stdout, or `<name>.err` ('exit N' + stderr) when a command fails."""
+"""Preflight's I/O: run the topics' probe commands on one host, locally or over one SSH
+connection, and collect the raw outputs: file name -> stdout, or `<name>.err` ('exit N' +
+stderr) when a command fails; one command at a time for the probes that pair hosts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pdctl.facts import host as f
-from pdctl.probe.command import prefix
+from pdctl.preflight.facts import SSH
+from pdctl.render.template import quote_path
+from pdctl.spec.model import Host
 from pdctl.targets.ssh import SshOptions
 
 Step = Callable[[str, str], None]  # (host name, file name) after each command
@@ -50,12 +52,8 @@ def _record(raw: dict[str, str], name: str, rc: int, out: str, err: str) -> None
 def run_local(
     name: str, cmds: dict[str, str], options: Options, step: Step | None
 ) -> dict[str, str]:
-    """This machine: NVML first (no driver is a recorded answer), then the same commands."""
-    from pdctl.probe.nvml import dump
-
-    raw: dict[str, str] = {f.NVML: dump()}
-    if step:
-        step(name, f.NVML)
+    """The commands on this machine."""
+    raw: dict[str, str] = {}
     env = dict(os.environ)
     env.update(options.env)
     for file, cmd in cmds.items():
@@ -93,7 +91,7 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
         if step:
             for file in cmds:
                 step(host.name, file)
-        return {f.SSH: str(exc) + "\n"}
+        return {SSH: str(exc) + "\n"}
     raw: dict[str, str] = {}
     files = list(cmds)
 
@@ -116,3 +114,36 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
     finally:
         conn.close()
     return raw
+
+
+def prefix(path: tuple[str, ...] = ()) -> str:
+    """What every command starts with: C locale, and extra PATH entries when asked."""
+    text = "export LC_ALL=C; "
+    if path:
+        text += "export PATH=" + ":".join(quote_path(p) for p in path) + ':"$PATH"; '
+    return text
+
+
+def run_ssh_command(host: Host, command: str, options: Options, timeout: float) -> str:
+    from pdctl.errors import PdctlError
+    from pdctl.targets.ssh import Connection
+
+    conn = Connection(host, options.ssh)
+    try:
+        conn.connect()
+        res = conn.run(command, timeout=timeout)
+    except PdctlError as exc:
+        return f"error {exc}\n"
+    finally:
+        conn.close()
+    return res.out + res.err
+
+
+def run_local_command(command: str, timeout: float) -> str:
+    try:
+        proc = subprocess.run(  # noqa: S603 - fixed commands, values quoted
+            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return f"error timed out after {timeout:.0f}s\n"
+    return proc.stdout + proc.stderr

@@ -1,18 +1,286 @@
-"""Host rules: reachability, GPUs present, driver, MIG mode, /dev/shm, runtime (and the
-system libraries Mooncake loads), ports. Pure."""
+"""A host's system outside its GPUs: reachability, RDMA devices and their ports, /dev/shm, the
+disk of the model cache, listening ports, the runtime (docker, a venv's python and vllm,
+conda, the system libraries Mooncake loads) and systemd supervision: the commands (POSIX sh,
+locally or over SSH; no Python is needed on the host), their parsers and the checks. Pure."""
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 from pdctl.compat import parse_version
-from pdctl.facts.host import LIBS
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
-from pdctl.plan.router import install_hint
-from pdctl.preflight.facts import HostFacts
+from pdctl.plan.router import ENGINE_LIBRARIES, install_hint
+from pdctl.preflight.facts import Disk, Docker, HostFacts, Missing, Port
 from pdctl.preflight.finding import Finding, Status, gib, gpu_list
-from pdctl.spec.model import Host
+from pdctl.render.template import quote, quote_path
+from pdctl.spec.model import Host, Spec
 
+HOSTNAME = "hostname.txt"
+IB = "sys-class-infiniband.txt"
+IB_PORTS = "infiniband-ports.txt"
+SHM = "df-shm.txt"
+CACHE = "df-cache.txt"
+MODEL = "du-model.txt"
+DOCKER = "docker-info.json"
+CONDA = "conda-version.txt"
+PORTS = "ports.txt"
+VENV = "venv.txt"
+SUPERVISE = "supervise.txt"
+LIBS = "libraries.txt"
 GATHER = "gather it live, or record it with --record"
+
+IB_PORTS_COMMAND = (
+    'for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
+    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
+    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
+)
+
+# What systemd supervision needs (docs/phase0-hosts.md): PID 1 systemd, its version, and for
+# a non-root user lingering and a user manager that answers. POSIX sh.
+SUPERVISE_COMMAND = (
+    "if [ -d /run/systemd/system ]; then echo 'pid1 systemd'; else echo 'pid1 other'; fi; "
+    "echo \"version $(systemctl --version 2>/dev/null | awk 'NR == 1 {print $2}')\"; "
+    'echo "uid $(id -u)"; echo "user $(id -un)"; '
+    'echo "linger $(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"; '
+    'XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}" systemctl --user '
+    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'"
+)
+
+
+def libraries_command(names: tuple[str, ...]) -> str:
+    """`<soname> yes|no` per library: in the linker cache (`ldconfig -p`, also where /sbin is
+    not on a user's PATH) or in a folder of LD_LIBRARY_PATH. POSIX sh: the login shell runs it."""
+    return (
+        'PATH="$PATH:/sbin:/usr/sbin"; '
+        "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
+        "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
+        f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
+        'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
+        "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
+        'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
+        'echo "$l $f"; done'
+    )
+
+
+def model_dir(spec: Spec, host: Host) -> str:
+    """Where the model's files are on the host, shell-quoted."""
+    name = spec.model.name
+    if name.startswith("/"):
+        return quote(name)
+    return quote_path(host.hf_cache.rstrip("/") + "/hub/models--" + name.replace("/", "--"))
+
+
+def commands(spec: Spec, host: Host) -> dict[str, str]:
+    """file name -> shell command, in the order they run."""
+    cache = quote_path(host.hf_cache)
+    out = {
+        HOSTNAME: "hostname",
+        IB: "ls -la /sys/class/infiniband",
+        IB_PORTS: IB_PORTS_COMMAND,
+        SHM: "df -Pk /dev/shm",
+        CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
+        MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
+        PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
+    }
+    dis = spec.disaggregation
+    if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
+        out[LIBS] = libraries_command(ENGINE_LIBRARIES)
+    if host.runtime != "docker" and host.supervise != "none":
+        out[SUPERVISE] = SUPERVISE_COMMAND
+    if host.runtime == "docker":
+        out[DOCKER] = "docker info --format '{{json .}}'"
+    elif host.runtime == "venv" and host.venv:
+        v = quote_path(host.venv)
+        out[VENV] = (
+            f'v={v}; "$v/bin/python" --version 2>&1 || echo "python: missing"; '
+            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi'
+        )
+    elif host.runtime == "conda":
+        out[CONDA] = (
+            "if command -v conda >/dev/null; then conda --version; exit; fi; "
+            "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
+            'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
+            "echo 'conda: command not found' >&2; exit 127"
+        )
+    return out
+
+
+def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
+    """HostFacts fields from the outputs, and what is missing."""
+    missing: list[Missing] = []
+    rdma = None
+    if IB in raw:
+        rdma = parse_ib_listing(raw[IB])
+    elif IB + ".err" in raw:
+        rdma = ()  # no /sys/class/infiniband: no RDMA devices
+    else:
+        missing.append(Missing(IB, "not gathered"))
+    docker = None
+    if DOCKER in raw:
+        docker = parse_docker_info(raw[DOCKER])
+        if not docker.ok and raw.get(DOCKER + ".err"):
+            docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
+    elif DOCKER + ".err" in raw:
+        docker = Docker(ok=False, error=command_failure(raw[DOCKER + ".err"]))
+    conda = parse_conda(raw[CONDA]) if CONDA in raw else None
+    if conda is None and CONDA + ".err" in raw:
+        conda = ""
+    for n in (SHM, CACHE, PORTS):
+        if n not in raw:
+            missing.append(Missing(n, failure(raw, n) or "not gathered"))
+    libraries = parse_libraries(raw[LIBS]) if LIBS in raw else None
+    if libraries is None:
+        why = "no ldconfig on the host" if LIBS in raw else failure(raw, LIBS) or "not gathered"
+        missing.append(Missing(LIBS, why))
+    return {
+        "hostname": raw.get(HOSTNAME, "").strip(),
+        "rdma_devices": rdma,
+        "rdma_ports": parse_ib_ports(raw[IB_PORTS]) if raw.get(IB_PORTS) else (),
+        "shm": parse_df(raw[SHM]) if raw.get(SHM) else None,
+        "cache_disk": parse_df(raw[CACHE]) if raw.get(CACHE) else None,
+        "model_cached_kib": parse_du(raw[MODEL]) if MODEL in raw else None,
+        "docker": docker,
+        "conda": conda,
+        "conda_error": _conda_error(raw),
+        "venv": raw[VENV].strip() if VENV in raw else None,
+        "supervise": raw[SUPERVISE].strip() if SUPERVISE in raw else None,
+        "listening": parse_listening(raw[PORTS]) if PORTS in raw else None,
+        "libraries": libraries,
+    }, missing
+
+
+def failure(raw: dict[str, str], name: str) -> str:
+    if name + ".err" in raw:
+        return command_failure(raw[name + ".err"])
+    return ""
+
+
+def _conda_error(raw: dict[str, str]) -> str:
+    err = raw.get(CONDA + ".err", "")
+    if "not-on-path" in err:
+        path = err.split("not-on-path", 1)[1].split()[0]
+        return f"{path} exists but conda is not on the PATH of non-interactive shells"
+    return failure(raw, CONDA)
+
+
+def parse_libraries(text: str) -> tuple[tuple[str, bool], ...] | None:
+    """`<soname> yes|no` lines of the library probe; None when it found no ldconfig."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts[:1] == ["ldconfig:"]:
+            return None
+        if len(parts) == 2 and parts[1] in ("yes", "no"):
+            out.append((parts[0], parts[1] == "yes"))
+    return tuple(out)
+
+
+def parse_ib_listing(text: str) -> tuple[str, ...]:
+    """`ls -la /sys/class/infiniband` (or plain `ls`): the device names."""
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("total "):
+            continue
+        fields = line.split()
+        if len(fields) >= 9 and fields[0][:1] in "dl-":
+            name = line.split(" -> ")[0].split()[-1]
+        elif len(fields) == 1:
+            name = fields[0]
+        else:
+            continue
+        if name not in (".", ".."):
+            names.append(name)
+    return tuple(sorted(names))
+
+
+def parse_ib_ports(text: str) -> tuple[Port, ...]:
+    """Lines `<device> <port> <state file> <link_layer>`, e.g. `mlx5_0 1 4:ACTIVE InfiniBand`
+    (what pdctl's probe prints from /sys/class/infiniband/*/ports/*)."""
+    ports = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or not fields[1].isdigit():
+            continue
+        state = fields[2].split(":")[-1].strip().upper()
+        ports.append(Port(fields[0], int(fields[1]), state, fields[3] if len(fields) > 3 else ""))
+    return tuple(ports)
+
+
+def parse_df(text: str) -> Disk | None:
+    """`df -Pk PATH`: the filesystem holding PATH (sizes in KiB)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1].isdigit() and fields[3].isdigit():
+            return Disk(mount=" ".join(fields[5:]), total_kib=int(fields[1]),
+                        avail_kib=int(fields[3]))
+    return None
+
+
+def parse_du(text: str) -> int | None:
+    """`du -sk PATH`: KiB used (None when nothing was printed: the path does not exist)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0].isdigit():
+            return int(fields[0])
+    return None
+
+
+def parse_docker_info(text: str) -> Docker:
+    """`docker info --format '{{json .}}'`."""
+    try:
+        data = json.loads(text.strip().splitlines()[-1] if text.strip() else "{}")
+    except (json.JSONDecodeError, IndexError):
+        return Docker(ok=False, error="docker info printed no JSON")
+    errors = data.get("ServerErrors") or []
+    if errors or not data.get("ServerVersion"):
+        return Docker(ok=False, error="; ".join(errors) or "no docker daemon answered")
+    runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
+    return Docker(
+        ok=True,
+        version=str(data.get("ServerVersion", "")),
+        runtimes=runtimes,
+        default_runtime=str(data.get("DefaultRuntime", "")),
+    )
+
+
+def parse_conda(text: str) -> str:
+    """`conda --version` -> '24.7.1' ('' when absent)."""
+    m = re.search(r"conda\s+(\S+)", text)
+    return m.group(1) if m else ""
+
+
+def parse_listening(text: str) -> tuple[int, ...]:
+    """TCP ports in LISTEN state, from `ss -Htln` or /proc/net/tcp{,6}."""
+    ports: set[int] = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if re.match(r"^\d+:$", fields[0]) and len(fields) > 3:  # /proc/net/tcp
+            if fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        elif fields[0] == "LISTEN" and len(fields) >= 4:  # ss -Htln
+            tail = fields[3].rsplit(":", 1)
+            if len(tail) == 2 and tail[1].isdigit():
+                ports.add(int(tail[1]))
+    return tuple(sorted(ports))
+
+
+def command_failure(text: str) -> str:
+    """A short reason from a recorded failure file (`<name>.err`: 'exit N' then stderr)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return "failed"
+    status, rest = lines[0], lines[1:]
+    msg = rest[0] if rest else ""
+    if status == "exit 127" or "command not found" in msg or "not found" in msg.lower():
+        return f"not installed ({msg})" if msg else "not installed"
+    return f"{status}: {msg}" if msg else status
 
 
 def _version(text: str) -> tuple[int, ...]:
