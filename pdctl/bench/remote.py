@@ -39,7 +39,6 @@ class Bench:
     options: Any
     instance: str | None = None
     source: Any = None
-    seen: Any = None
 
     def open(self) -> Bench:
         from pdctl.targets import capabilities
@@ -53,7 +52,7 @@ class Bench:
                 fix="run `vllm bench serve` against the gateway from a pod (docs/bench.md)",
             )
         self.source = open_source(self.plan, self.bundle, Connect(ssh=self.options))
-        self.seen = self.source.observer  # run, folder, api_key: capabilities.commands
+        # the observer's own request, and (capabilities.commands) run, folder, api_key
         if self.source.unreachable:
             self.close()
             raise PdctlError("cannot reach " + "; ".join(self.source.unreachable.values()))
@@ -123,7 +122,7 @@ class Bench:
         for inst in self.plan.instances:
             if inst.host is None or inst.role not in ENGINE_ROLES:
                 continue
-            got = self.seen.request(
+            got = self.source.request(
                 Endpoint(inst.name, inst.role, inst.host.name, inst.port), "/version"
             )
             try:  # the engine still answers /metrics; the version is a nicety
@@ -146,10 +145,10 @@ class Bench:
     def step(self, w: load.Workload, step: load.Step, timeout: float) -> dict[str, Any]:
         """Run one step; its measured figures and what /metrics saw meanwhile."""
         from pdctl.render.host import start_env
-        from pdctl.top.window import as_dict, assemble
+        from pdctl.top.window import as_dict
 
         drv = self.driver()
-        folder = self.seen.folder(drv.host.name)
+        folder = self.source.folder(drv.host.name)
         work = f"{folder}/bench-{os.getpid()}-{int(time.time())}"
         args = load.bench_args(
             w, step, self.base_url(drv), self.plan.served_name, self.plan.spec.model.name, work
@@ -179,7 +178,7 @@ class Bench:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         try:
-            res = self.seen.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
+            res = self.source.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
         finally:
             done.set()
             sampler.join(timeout=30)
@@ -194,17 +193,7 @@ class Bench:
             gpu_box.append(self.source.gpus(1.0))
         gpus, missing = gpu_box[0]
         window = as_dict(
-            assemble(
-                self.plan.name,
-                self.plan.phase,
-                self.plan.target,
-                self.source.endpoints,
-                first,
-                last,
-                gpus,
-                missing,
-                self.source.workers,
-            )
+            self.source.window(first, last, gpus, missing)
         )
         for row in window["instances"]:
             row["peak"] = peaks.get(row["name"], {})
@@ -218,14 +207,6 @@ class Bench:
             "failures": summary(events),
         }
 
-    def names(self) -> dict[str, str]:
-        """Engine address (URL and host:port, as vllm-router names it) -> instance name."""
-        names = {}
-        for url, (name, _role) in self.source.workers.items():
-            names[url] = name
-            names[url.split("://", 1)[-1]] = name
-        return names
-
     def kv_events(self, logs: dict[str, str], first: dict[str, Any], last: dict[str, Any]
                   ) -> list[KvEvent]:
         """The suspect KV events since `logs` (every engine's log tail) and `first` (its
@@ -234,7 +215,7 @@ class Bench:
         from pdctl.top.window import figures
 
         after = self.source.logs()
-        names, peers = self.names(), peers_of(self.plan)
+        names, peers = self.source.names(), peers_of(self.plan)
         events: list[KvEvent] = []
         for e in self.source.endpoints:
             if e.role == "router":
@@ -266,9 +247,9 @@ class Bench:
 
         via_router = Endpoint(router.name, "router", router.host.name, router.port, router.address)
         alone_at = Endpoint(prefill.name, "prefill", prefill.host.name, prefill.port)
-        key = self.seen.api_key(prefill.host.name)
+        key = self.source.api_key(prefill.host.name)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        names = self.names()
+        names = self.source.names()
         texts = check.prompts(n_prompts, seed, f"run {os.urandom(4).hex()}")
         logs = self.source.logs()
         first = self.source.scrape()
@@ -303,7 +284,7 @@ class Bench:
     def _ask(
         self, e: Any, body: dict[str, Any], headers: dict[str, str], timeout: float
     ) -> check.Answer:
-        got = self.seen.request(
+        got = self.source.request(
             e, "/v1/completions", "POST", json.dumps(body).encode(),
             {"Content-Type": "application/json", **headers}, timeout,
         )

@@ -105,9 +105,7 @@ def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str,
     """The suspect KV lines each engine logged between two reads of its log tail."""
     from pdctl.top.kv_events import new_lines, peers_of, scan
 
-    names: dict[str, str] = {}
-    for url, (name, _role) in source.workers.items():
-        names[url] = names[url.split("://", 1)[-1]] = name
+    names = source.names()
     out: list[Any] = []
     for e in source.endpoints:
         if e.role in ("prefill", "decode"):
@@ -120,24 +118,13 @@ def _once(plan: Any, source: Any, window_s: float, spec_file: str,
           checked: tuple[bool, str] | None = None) -> tuple[Any, Any]:
     from pdctl.top.kv_events import peers_of
     from pdctl.top.verdict import verdicts
-    from pdctl.top.window import assemble
 
     logs = source.logs(2000)
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
     last = source.scrape()
     events = _log_events(plan, source, logs, source.logs(2000)) if logs else []
-    w = assemble(
-        plan.name,
-        plan.phase,
-        plan.target,
-        source.endpoints,
-        first,
-        last,
-        gpus,
-        missing,
-        source.workers,
-    )
+    w = source.window(first, last, gpus, missing)
     found = verdicts(w, packed=_packed(spec_file, plan, gpus), events=events, canary=checked,
                      peers=peers_of(plan))
     return w, found
@@ -199,7 +186,6 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
     from pdctl.top.dashboard import render
     from pdctl.top.kv_events import peers_of
     from pdctl.top.verdict import verdicts
-    from pdctl.top.window import assemble
 
     history: deque[dict[str, Any]] = deque()
     seen: deque[tuple[float, Any]] = deque()  # (when, suspect KV event) within the window
@@ -223,17 +209,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                     and (newest - _oldest(history[1]) >= window_s)
                 ):
                     history.popleft()
-                w = assemble(
-                    plan.name,
-                    plan.phase,
-                    plan.target,
-                    source.endpoints,
-                    history[0],
-                    now,
-                    gpus,
-                    missing,
-                    source.workers,
-                )
+                w = source.window(history[0], now, gpus, missing)
                 if packed is None:
                     packed = _packed(spec_file, plan, gpus)
                 if logs:

@@ -176,8 +176,7 @@ class Reply:
 @dataclass(frozen=True)
 class Telemetry:
     """One host's GPU telemetry as read (`form`: the GPU probe's JSON lines, or dcgm-exporter's
-    /metrics); `failed`: why nothing was read, in full; `exited`: said instead of the probe's
-    own errors when its output holds no GPU."""
+    /metrics); `failed`: why none was read; `exited`: said when the probe's output has no GPU."""
 
     host: str
     text: str = ""
@@ -188,33 +187,20 @@ class Telemetry:
 
 class Observer(Protocol):
     """A running deployment read through its target (`Target.observe()`; `close()` when done):
-    its instances, an HTTP request to one, the engines' log tails, GPU telemetry."""
+    its instances, an HTTP request to one, the engines' log tails ({} where the target keeps
+    none), every host's GPUs sampled over `window_s` by `command` (the GPU probe) where the
+    target runs it, else what the cluster's exporter reports."""
 
     endpoints: list[Endpoint]
-    # The engine URLs a router is given -> (instance, role); {} where no router runs.
-    workers: dict[str, tuple[str, str]]
+    workers: dict[str, tuple[str, str]]  # the engine URLs a router is given -> (name, role)
+    unreachable: dict[str, str]
 
-    @property
-    def unreachable(self) -> dict[str, str]: ...
+    def request(self, e: Endpoint, path: str, method: str = "GET", body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 10.0) -> Reply: ...
 
-    def request(
-        self,
-        e: Endpoint,
-        path: str,
-        method: str = "GET",
-        body: bytes = b"",
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> Reply: ...
+    def logs(self, lines: int = 2000) -> dict[str, str]: ...
 
-    def logs(self, lines: int) -> dict[str, str]:
-        """The last `lines` of each engine's log ({} where the target keeps none to tail)."""
-        ...
-
-    def gpus(self, command: str, window_s: float) -> list[Telemetry]:
-        """Every host's GPUs sampled over `window_s` seconds by `command` (the GPU probe)
-        where the target runs it, else what the cluster's exporter reports."""
-        ...
+    def gpus(self, command: str, window_s: float) -> list[Telemetry]: ...
 
     def close(self) -> None: ...
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pdctl.targets.base import Endpoint, Observer, Reply
+from pdctl.targets.base import Endpoint, Observer
 from pdctl.top.gpu import GpuLoad, parse_dcgm, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
     from pdctl.targets.base import Connect
+    from pdctl.top.window import Window
 
 
 def gpu_roles(plan: Plan) -> dict[tuple[str, int], tuple[str, ...]]:
@@ -28,14 +29,6 @@ def gpu_roles(plan: Plan) -> dict[tuple[str, int], tuple[str, ...]]:
             for g in inst.gpus:
                 roles.setdefault((inst.host.name, g), set()).add(inst.role)
     return {k: tuple(sorted(v)) for k, v in roles.items()}
-
-
-def snapshot(reply: Reply, path: str = "/metrics") -> Snapshot:
-    if reply.status == 0:
-        return Snapshot(reply.at, (), reply.text)
-    if reply.status != 200:
-        return Snapshot(reply.at, (), f"{path} answered {reply.status}")
-    return parse(reply.text, reply.at)
 
 
 def open_source(plan: Plan, bundle: Bundle, options: Connect) -> Source:
@@ -48,32 +41,37 @@ def open_source(plan: Plan, bundle: Bundle, options: Connect) -> Source:
 
 @dataclass
 class Source:
+    """The observer's figures; its endpoints, workers, unreachable, logs(lines) (what
+    top/kv_events.py scans) and close() are the observer's own."""
+
     plan: Plan
     observer: Observer
 
-    @property
-    def endpoints(self) -> list[Endpoint]:
-        return self.observer.endpoints
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.observer, name)
 
-    @property
-    def workers(self) -> dict[str, tuple[str, str]]:
-        return self.observer.workers
+    def window(self, first: dict[str, Snapshot], last: dict[str, Snapshot],
+               gpus: list[GpuLoad], missing: list[str]) -> Window:
+        """The deployment's figures between two scrapes (top.window.assemble)."""
+        from pdctl.top.window import assemble
 
-    @property
-    def unreachable(self) -> dict[str, str]:
-        return self.observer.unreachable
+        p, seen = self.plan, self.observer
+        return assemble(p.name, p.phase, p.target, seen.endpoints, first, last, gpus, missing,
+                        seen.workers)
 
-    def close(self) -> None:
-        self.observer.close()
-
-    def logs(self, lines: int = 2000) -> dict[str, str]:
-        """The last `lines` of every engine's log where the target keeps them (SSH hosts):
-        what top/kv_events.py scans for suspect KV events."""
-        return self.observer.logs(lines)
+    def names(self) -> dict[str, str]:
+        """Engine address (URL and host:port, as vllm-router names it) -> instance name."""
+        out: dict[str, str] = {}
+        for url, (name, _role) in self.observer.workers.items():
+            out[url] = out[url.split("://", 1)[-1]] = name
+        return out
 
     def scrape(self) -> dict[str, Snapshot]:
         def one(e: Endpoint) -> tuple[str, Snapshot]:
-            return e.name, snapshot(self.observer.request(e, "/metrics"))
+            got = self.observer.request(e, "/metrics")  # status 0: no answer, the text says why
+            why = got.text if not got.status else f"/metrics answered {got.status}"
+            ok = got.status == 200
+            return e.name, parse(got.text, got.at) if ok else Snapshot(got.at, (), why)
 
         with ThreadPoolExecutor(max(1, min(8, len(self.endpoints)))) as pool:
             return dict(pool.map(one, self.endpoints))

@@ -19,6 +19,7 @@ class DockerObserver:
 
     def __init__(self, target: Any) -> None:  # ContainerHosts, which imports this module
         self.target = target
+        self.unreachable: dict[str, str] = target.unreachable
         target.connect()
         insts = {i.name: i for i in target.plan.instances}
         out = []
@@ -35,22 +36,11 @@ class DockerObserver:
     def _find(self) -> None:
         self.containers = {unit: c for (_host, unit), c in self.target.found().items()}
 
-    @property
-    def unreachable(self) -> dict[str, str]:
-        return dict(self.target.unreachable)
-
     def close(self) -> None:
         self.target.close()
 
-    def request(
-        self,
-        e: Endpoint,
-        path: str,
-        method: str = "GET",
-        body: bytes = b"",
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> Reply:
+    def request(self, e: Endpoint, path: str, method: str = "GET", body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 10.0) -> Reply:
         self._find()
         cont = self.containers.get(e.name)
         if cont is None or cont.status != "running":
@@ -64,7 +54,7 @@ class DockerObserver:
             return Reply(0, f"{path}: no answer ({why})", time.monotonic())
         return Reply(status, text, time.monotonic())
 
-    def logs(self, lines: int) -> dict[str, str]:
+    def logs(self, lines: int = 2000) -> dict[str, str]:
         return {}
 
     def gpus(self, command: str, window_s: float) -> list[Telemetry]:

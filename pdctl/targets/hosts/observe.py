@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from pdctl.plan.model import Plan
+from pdctl.plan.router import engine_url
 from pdctl.render.bundle import Bundle
 from pdctl.targets.base import Endpoint, Reply, Telemetry
 from pdctl.targets.health import http_request, unanswered
@@ -39,8 +40,6 @@ def host_endpoints(plan: Plan, bundle: Bundle) -> list[Endpoint]:
 
 def router_workers(plan: Plan) -> dict[str, tuple[str, str]]:
     """The engine URLs the router is given (plan.router.engine_url) -> (instance, role)."""
-    from pdctl.plan.router import engine_url
-
     return {
         engine_url(i): (i.name, i.role)
         for i in plan.instances
@@ -55,28 +54,19 @@ class HostsObserver:
     fleet: Fleet
     endpoints: list[Endpoint] = field(default_factory=list)
     workers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.endpoints = host_endpoints(self.plan, self.bundle)
         self.workers = router_workers(self.plan)
         self.fleet.connect(tolerate=True)
-
-    @property
-    def unreachable(self) -> dict[str, str]:
-        return dict(self.fleet.unreachable)
+        self.unreachable = self.fleet.unreachable
 
     def close(self) -> None:
         self.fleet.close()
 
-    def request(
-        self,
-        e: Endpoint,
-        path: str,
-        method: str = "GET",
-        body: bytes = b"",
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> Reply:
+    def request(self, e: Endpoint, path: str, method: str = "GET", body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 10.0) -> Reply:
         ops = self.fleet.ops.get(e.where)
         if ops is None:
             return Reply(0, f"host {e.where} unreachable", time.monotonic())
@@ -90,7 +80,7 @@ class HostsObserver:
             return Reply(0, f"{path}: no answer ({why})", time.monotonic())
         return Reply(status, text, time.monotonic())
 
-    def logs(self, lines: int) -> dict[str, str]:
+    def logs(self, lines: int = 2000) -> dict[str, str]:
         """One exec per host; '' where a host or a log cannot be read."""
         by_host: dict[str, list[str]] = {}
         for e in self.endpoints:
@@ -122,12 +112,11 @@ class HostsObserver:
 
         return self.fleet.map(one, hosts)
 
-    # -- pdctl bench: hosts only (capabilities.commands) --------------------------------------
+    # -- pdctl bench: hosts only (capabilities.commands); folder: the deployment's on `host`
     def run(self, host: str, script: str, timeout: float, step: str) -> Result:
         return self.fleet.ops[host].conn.run(script, timeout=timeout, step=step)
 
     def folder(self, host: str) -> str:
-        """The deployment's folder on `host` (its secrets.env, its units)."""
         return self.fleet.ops[host].dir
 
     def api_key(self, host: str) -> str | None:

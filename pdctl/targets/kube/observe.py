@@ -18,11 +18,11 @@ class KubeObserver:
     workers: dict[str, tuple[str, str]] = {}  # noqa: RUF012 (no vllm-router here)
     unreachable: dict[str, str] = {}  # noqa: RUF012 (a cluster is one endpoint: it raises)
 
-    def __init__(self, api: Any, plan: Plan) -> None:
+    def __init__(self, target: Any, plan: Plan) -> None:  # KubeTarget, which imports this
         from kubernetes import client
 
-        self.api = api
-        self.core: Any = client.CoreV1Api(api)
+        self.close = target.close
+        self.core: Any = client.CoreV1Api(target.api)
         self.ns = plan.spec.kubernetes.namespace
         by_role: dict[str, Any] = {}
         for one in plan.instances:
@@ -44,11 +44,6 @@ class KubeObserver:
             out.append(Endpoint(pod.metadata.name, role, where, port, "", inst.max_num_seqs))
         self.endpoints = sorted(out, key=lambda e: (e.role, e.name))
 
-    def close(self) -> None:
-        close = getattr(self.api, "close", None)
-        if close is not None:
-            close()
-
     def _get(self, ns: str, pod: str, port: int, path: str) -> Reply:
         try:
             body = self.core.connect_get_namespaced_pod_proxy_with_path(
@@ -60,19 +55,12 @@ class KubeObserver:
             return Reply(0, f"{path} through the API server {why}", time.monotonic())
         return Reply(200, body, time.monotonic())
 
-    def request(
-        self,
-        e: Endpoint,
-        path: str,
-        method: str = "GET",
-        body: bytes = b"",
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> Reply:
+    def request(self, e: Endpoint, path: str, method: str = "GET", body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 10.0) -> Reply:
         """GET only: the API server's proxy drops the Authorization header an API key needs."""
         return self._get(self.ns, e.name, e.port, path)
 
-    def logs(self, lines: int) -> dict[str, str]:
+    def logs(self, lines: int = 2000) -> dict[str, str]:
         return {}
 
     def gpus(self, command: str, window_s: float) -> list[Telemetry]:

@@ -11,7 +11,7 @@ which the helpers take).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pdctl.targets.base import Closing, Observer, StatusRow, Stopped, Write
 from pdctl.targets.kube.api import KEPT_KINDS, KubeApi
@@ -20,9 +20,6 @@ from pdctl.targets.kube.discovery import Resource
 from pdctl.targets.kube.status import pod_logs, pod_ready, status_rows
 from pdctl.targets.outcome import Outcome
 from pdctl.targets.state import START_GRACE, Change
-
-if TYPE_CHECKING:
-    from pdctl.plan.model import Plan
 
 # A change to an object in the words `up` prints (create, update, unchanged, prune).
 WORDS = {"start": "create", "restart": "update", "keep": "unchanged", "stop": "prune"}
@@ -39,7 +36,7 @@ class KubeTarget(KubeApi, Closing):
     objects: list[dict[str, Any]] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)  # by the last delete_objects()
     unreachable: dict[str, str] = field(default_factory=dict)  # a cluster is one endpoint
-    plan: Plan | None = None  # what observe() reads the pods of
+    plan: Any = None  # the Plan whose pods observe() reads
 
     def owned_objects(self, objs: list[dict[str, Any]] | None = None) -> list[tuple[Resource, str]]:
         """(resource, name) of every object this deployment applied, in apply order (of every
@@ -115,7 +112,7 @@ class KubeTarget(KubeApi, Closing):
         from pdctl.targets.kube.observe import KubeObserver
 
         assert self.plan is not None, "open_target gives the plan"
-        return KubeObserver(self.api, self.plan)
+        return KubeObserver(self, self.plan)
 
     def endpoints(self) -> list[str]:
         """None known from outside the cluster: clients reach its Services (see the docs)."""
