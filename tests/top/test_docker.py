@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from pdctl.top.source import open_source
-from pdctl.top.window import assemble
 from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.testbed import pdctl
 
@@ -107,8 +106,7 @@ def test_a_window_between_two_scrapes_has_the_engines_deltas(deployed):
         last = source.scrape()
     finally:
         source.close()
-    w = assemble(plan.name, 0, "hosts", source.endpoints, first, last, [], [])
-    (f,) = w.instances
+    (f,) = source.window(first, last, [], []).instances
     metric = "vllm:request_success_total"
     assert f.requests == counter("phase0-after.prom", metric) - counter(
         "phase0-before.prom", metric

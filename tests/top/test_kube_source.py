@@ -36,13 +36,14 @@ def pod(name: str, namespace: str, labels: dict[str, str]) -> dict:
     }
 
 
-def setup(srv, tmp_path: Path, dcgm: bool) -> tuple[str, str]:
+def setup(srv, tmp_path: Path, dcgm: bool, more: tuple[str, ...] = ()) -> tuple[str, str]:
     import kmock
     from kubernetes import client
 
     api = client.CoreV1Api(client.ApiClient(client.Configuration(host=srv.url)))
     labels = {"app.kubernetes.io/instance": "ktop", "app.kubernetes.io/component": "serve"}
-    api.create_namespaced_pod(NS, pod("ktop-serve-abc", NS, labels))
+    for name in ("ktop-serve-abc", *more):  # more: pods whose proxy answers nothing
+        api.create_namespaced_pod(NS, pod(name, NS, labels))
     api.create_namespaced_pod(
         NS, pod("other-serve-xyz", NS, {**labels, "app.kubernetes.io/instance": "other"})
     )
@@ -104,18 +105,7 @@ def test_an_unanswered_pod_is_a_row_with_the_reason_and_exit_1(tmp_path):
     import json
 
     with kube_server(builtin_resources()) as srv:
-        spec, kubeconfig = setup(srv, tmp_path, False)
-        from kubernetes import client
-
-        api = client.CoreV1Api(client.ApiClient(client.Configuration(host=srv.url)))
-        api.create_namespaced_pod(
-            NS,
-            pod(
-                "ktop-serve-def",
-                NS,
-                {"app.kubernetes.io/instance": "ktop", "app.kubernetes.io/component": "serve"},
-            ),
-        )
+        spec, kubeconfig = setup(srv, tmp_path, False, ("ktop-serve-def",))
         res = pdctl(
             "top", spec, "--once", "--window", "1s", "-o", "json", "--kubeconfig", kubeconfig
         )
