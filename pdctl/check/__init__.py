@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.check.fit import fit, model_of, weights_total
-from pdctl.check.topology import host_topology
 from pdctl.check.transfer import group_transfers, rdma_limits, transfers
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
+from pdctl.preflight import gpu as gpu_topic
 from pdctl.preflight import host as h
 from pdctl.preflight.cluster import cluster
 from pdctl.preflight.facts import Facts
 from pdctl.preflight.finding import Finding, Status, worst
+from pdctl.preflight.gpu import host_topology
 from pdctl.preflight.group import group_checks
 from pdctl.preflight.hami import hami_library
 
@@ -41,9 +42,9 @@ def run_checks(
             continue
         insts = [i for i in plan.instances if i.host is not None and i.host.name == host.name]
         if gpu and any(i.gpus for i in insts):
-            out += h.gpus(host, hf, insts, index)
-            out += h.driver(host, hf, plan)
-            out += h.mig(host, hf, insts)
+            out += gpu_topic.gpus(host, hf, insts, index)
+            out += gpu_topic.driver(host, hf, plan)
+            out += gpu_topic.mig(host, hf, insts)
             if not hf.gpu_error:
                 out += host_topology(host, hf, plan, insts, index)
         out += h.rdma(host, hf, plan, insts)

@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
+from pdctl.preflight import gpu as gpu_topic
 from pdctl.preflight import host as h
 from pdctl.preflight.facts import SSH, Facts, HostFacts, Listen, Reach
 from pdctl.preflight.finding import Finding, Status
@@ -614,9 +615,9 @@ def worker_host(plan: Plan, node: Instance, hf: HostFacts, gpu: bool) -> list[Fi
     index = next(i for i, x in enumerate(plan.spec.hosts) if x.name == node.host.name)
     out: list[Finding] = []
     if gpu and node.gpus:
-        out += h.gpus(node.host, hf, [node], index)
-        out += h.driver(node.host, hf, plan)
-        out += h.mig(node.host, hf, [node])
+        out += gpu_topic.gpus(node.host, hf, [node], index)
+        out += gpu_topic.driver(node.host, hf, plan)
+        out += gpu_topic.mig(node.host, hf, [node])
     out += h.shm(node.host, hf, [node])
     out += h.runtime(node.host, hf, plan)
     out += h.ports(node.host, hf, [node])

@@ -283,10 +283,6 @@ def command_failure(text: str) -> str:
     return f"{status}: {msg}" if msg else status
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
 def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
     if hf is None:
         return [Finding("FAIL", "host.facts", host.name, "no facts for this host",
@@ -296,89 +292,6 @@ def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
         return [Finding("FAIL", "host.reach", host.name, hf.error, "an SSH connection",
                         "check address, port, user and key; known_hosts must hold its key")]
     return []
-
-
-def needed_gpus(instances: list[Instance]) -> tuple[int, ...]:
-    return tuple(sorted({g for i in instances for g in i.gpus}))
-
-
-def gpus(host: Host, hf: HostFacts, instances: list[Instance], index: int) -> list[Finding]:
-    need = needed_gpus(instances)
-    if hf.gpu_error:
-        return [Finding("FAIL", "gpu.driver", host.name, hf.gpu_error,
-                        f"NVIDIA GPUs {gpu_list(need)} with a working driver",
-                        "install the NVIDIA driver (or set engine.device: cpu)")]
-    if hf.gpus is None:
-        return [Finding("WARN", "gpu.count", host.name, "GPU inventory: " + hf.why_missing("gpus"),
-                        f"GPUs {gpu_list(need)}", "record query-gpu.csv or nvml.json")]
-    present = {g.index for g in hf.gpus}
-    lacking = [g for g in need if g not in present]
-    names = sorted({g.name for g in hf.gpus})
-    found = f"{len(hf.gpus)} GPUs (" + ", ".join(names) + ")" if hf.gpus else "no GPUs"
-    if hf.gpus:
-        found += f" indices {gpu_list(sorted(present))}"
-    out = []
-    if lacking:
-        out.append(Finding("FAIL", "gpu.count", host.name, found,
-                           f"GPUs {gpu_list(need)} (hosts[{index}].gpus)",
-                           f"list only GPUs the host has in hosts[{index}].gpus"))
-    else:
-        out.append(Finding("PASS", "gpu.count", host.name, found, f"GPUs {gpu_list(need)}"))
-    unused = [g for g in host.gpus if g not in present and g not in need]
-    if unused and not lacking:
-        out.append(Finding("WARN", "gpu.count", host.name, found,
-                           f"every GPU in hosts[{index}].gpus present",
-                           f"drop {gpu_list(unused)} from hosts[{index}].gpus"))
-    busy = [g for g in hf.gpus if g.index in need and g.memory_mib
-            and g.memory_used_mib > 0.05 * g.memory_mib]
-    for g in busy:
-        out.append(Finding("WARN", "gpu.busy", host.name,
-                           f"GPU {g.index}: {g.memory_used_mib} MiB of {g.memory_mib} MiB in use",
-                           "free GPUs (under 5% used)",
-                           "stop what runs there (nvidia-smi shows it) or choose other GPUs"))
-    return out
-
-
-def driver(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
-    rel = plan.release
-    want = f">= {rel.min_driver} (CUDA {rel.cuda_major}, vLLM {rel.version})"
-    if hf.gpu_error:
-        return []
-    if not hf.driver:
-        return [Finding("WARN", "gpu.driver", host.name, "driver version not gathered", want,
-                        GATHER)]
-    out = []
-    if _version(hf.driver) < _version(rel.min_driver):
-        out.append(Finding("FAIL", "gpu.driver", host.name, f"driver {hf.driver}", want,
-                           "upgrade the NVIDIA driver, or pin an older engine.version"))
-    else:
-        cuda = f", CUDA {hf.cuda}" if hf.cuda else ""
-        out.append(Finding("PASS", "gpu.driver", host.name, f"driver {hf.driver}{cuda}", want))
-    if hf.kernel_module and hf.kernel_module != hf.driver:
-        out.append(Finding("FAIL", "gpu.driver", host.name,
-                           f"kernel module {hf.kernel_module}, user-space driver {hf.driver}",
-                           "the same version", "reboot (or reload the nvidia modules)"))
-    return out
-
-
-def mig(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
-    need = set(needed_gpus(instances))
-    gpus = [g for g in hf.gpus or () if g.index in need]
-    if not gpus:
-        return []
-    enabled = [g.index for g in gpus if g.mig_mode == "Enabled"]
-    pending = [g.index for g in gpus if g.mig_pending and g.mig_pending != g.mig_mode]
-    if enabled:
-        return [Finding("FAIL", "gpu.mig", host.name, f"MIG enabled on GPUs {gpu_list(enabled)}",
-                        "MIG disabled on whole GPUs the plan uses",
-                        "nvidia-smi -i N -mig 0 (then reset the GPU), or choose other GPUs")]
-    if pending:
-        return [Finding("WARN", "gpu.mig", host.name,
-                        f"MIG mode change pending on GPUs {gpu_list(pending)}",
-                        "no pending MIG change", "reset the GPUs or reboot")]
-    modes = sorted({g.mig_mode or "not supported" for g in gpus})
-    return [Finding("PASS", "gpu.mig", host.name, "MIG " + "/".join(modes).lower(),
-                    "MIG disabled (whole GPUs)")]
 
 
 def shm(host: Host, hf: HostFacts, instances: list[Instance]) -> list[Finding]:
@@ -594,5 +507,5 @@ def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
     return [Finding("PASS", "host.disk", host.name, found, want)]
 
 
-__all__ = ["driver", "disk", "gpus", "libraries", "mig", "parse_version", "ports", "rdma",
+__all__ = ["disk", "libraries", "parse_version", "ports", "rdma",
            "reach", "runtime", "shm"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from pdctl.facts import CLUSTER
-from pdctl.facts.host import NVML
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
+from pdctl.preflight.gpu import NVML
 from pdctl.preflight.run import Bounds, Options, Step, run_local, run_ssh
 from pdctl.probe.command import commands
 from pdctl.spec.model import Host
@@ -55,7 +55,7 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
     def one(host: Host) -> tuple[str, dict[str, str]]:
         cmds = commands(plan.spec, host, _gpus(plan, host))
         if is_local(host, options):  # NVML first (no driver is a recorded answer)
-            from pdctl.probe.nvml import dump
+            from pdctl.preflight.gpu import dump
 
             raw = {NVML: dump()}
             if step:

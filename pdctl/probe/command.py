@@ -3,18 +3,13 @@ recorded in. The same commands run locally and over SSH; no Python is needed on 
 
 from __future__ import annotations
 
-from pdctl.facts import host as f
 from pdctl.facts.transfer import NET_DEVICES, PEERMEM, uses_rdma
+from pdctl.preflight import gpu as gpus_topic
 from pdctl.preflight.group import MEMLOCK, group_commands, memlock_command
 from pdctl.preflight.hami import hami_commands
 from pdctl.preflight.host import commands as host_commands
 from pdctl.spec.model import Host, Spec
 
-FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id,mig.mode.current"
-QUERY = (
-    f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
-    f" || nvidia-smi --query-gpu={FIELDS} --format=csv"
-)
 NET_DEVICES_COMMAND = (
     'for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
     'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done'
@@ -23,20 +18,7 @@ NET_DEVICES_COMMAND = (
 
 def commands(spec: Spec, host: Host, gpus: bool = True) -> dict[str, str]:
     """file name -> shell command, in the order they run."""
-    out: dict[str, str] = {}
-    if gpus:
-        out.update(
-            {
-                f.SMI: "nvidia-smi",
-                f.QUERY: QUERY,
-                f.TOPO: "nvidia-smi topo -m",
-                f.P2P_R: "nvidia-smi topo -p2p r",
-                f.P2P_W: "nvidia-smi topo -p2p w",
-                f.NVLINK: "nvidia-smi nvlink -s",
-                f.MIG_PROFILES: "nvidia-smi mig -lgip",
-                f.PROC: "cat /proc/driver/nvidia/version",
-            }
-        )
+    out: dict[str, str] = gpus_topic.commands() if gpus else {}
     out.update(host_commands(spec, host))
     dis = spec.disaggregation
     if spec.phase in (2, 3) and dis is not None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.facts import CLUSTER
-from pdctl.facts import host as f
+from pdctl.preflight import gpu as f
+from pdctl.preflight.facts import SSH
 
-MARKERS = (f.QUERY, f.TOPO, f.NVML, f.SMI, f.PROC, f.SSH, f.QUERY + ".err")
+MARKERS = (f.QUERY, f.TOPO, f.NVML, f.SMI, f.PROC, SSH, f.QUERY + ".err")
 
 
 def write(root: Path, raw: dict[str, dict[str, str]]) -> None:

@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from pdctl.facts import gpu, topo
-from pdctl.preflight import cluster, host
+from pdctl.preflight import cluster, gpu, host
 from tests.preflight.conftest import FIX
 
 CASES = Path(__file__).resolve().parent / "facts"
 PARSERS = {
     name: getattr(module, name)
-    for module in (cluster, gpu, host, topo)
+    for module in (cluster, gpu, host)
     for name in dir(module)
     if name.startswith("parse_")
 }

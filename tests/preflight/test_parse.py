@@ -7,8 +7,8 @@ import json
 import pytest
 
 from pdctl.facts import host_facts
-from pdctl.facts.gpu import NvmlDump
 from pdctl.preflight.cluster import parse_hami_register, parse_node
+from pdctl.preflight.gpu import NvmlDump
 from tests.preflight.conftest import FIX, raw_of
 
 H200 = FIX / "h200x2"
