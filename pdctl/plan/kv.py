@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pdctl.compat import Release, parse_version
 from pdctl.errors import SpecError
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import url_host
+from pdctl.spec.workload import Workload
 
 CONNECTOR_CLASS = {
     "p2p-nccl": "P2pNcclConnector",
@@ -37,7 +39,20 @@ P2P_ENV = (("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "1"),)
 # peer: 30-62 s measured on the CPU e2e deployment after a restart, above the default. 240 s
 # keeps a margin; it only costs prefill KV blocks for requests whose decode never reads them
 # (the decode died, or the router dropped the request). docs/phase2-bare-metal.md explains.
+# The lease is the plan's expected hold: that handshake, then a wait for a decode slot of up
+# to two whole generations of the workload's mean output at its TPOT (a waiting request gets a
+# slot when a running one ends; twice the mean covers longer answers), never under 240 s.
 NIXL_KV_LEASE_S = 240
+NIXL_HANDSHAKE_S = 60
+SLOW_TPOT_S = 0.1  # no workload.tpotMs: a slow decode step
+
+
+def nixl_lease_s(workload: Workload | None) -> int:
+    """kv_lease_duration for a deployment with this workload (seconds, a multiple of 10)."""
+    out = workload.output_tokens if workload else Workload().output_tokens
+    tpot = workload.tpot_ms / 1000 if workload and workload.tpot_ms else SLOW_TPOT_S
+    hold = NIXL_HANDSHAKE_S + 2 * out * tpot
+    return max(NIXL_KV_LEASE_S, 10 * math.ceil(hold / 10))
 
 
 def connector_classes(dis: Disaggregation) -> list[str]:

@@ -20,11 +20,11 @@ from pdctl.plan.group import (
 )
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import (
-    NIXL_KV_LEASE_S,
     P2P_ENV,
     kv_args,
     mooncake_config,
     nixl_config,
+    nixl_lease_s,
     p2p_config,
 )
 from pdctl.plan.lora import lora_env
@@ -256,7 +256,7 @@ def host_instances(
                     kv = nixl_config(
                         "kv_producer" if slot.role == "prefill" else "kv_consumer",
                         device,
-                        NIXL_KV_LEASE_S,
+                        nixl_lease_s(spec.workload),
                     )
                 flags = group_flags(gs, rank, peer_address(leader), port)
                 members.append(

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 from pdctl.plan import make_plan
-from pdctl.plan.kv import NIXL_KV_LEASE_S, nixl_config
+from pdctl.plan.kv import NIXL_KV_LEASE_S, nixl_config, nixl_lease_s
+from pdctl.spec.workload import Workload
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 
@@ -16,8 +17,8 @@ NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
 LLMD = ROOT / "examples/phase2-llmd.yaml"
 
 
-def kv_configs(path) -> dict[str, dict]:
-    spec, _ = load_text(path.read_text())
+def kv_configs(path, workload: str = "") -> dict[str, dict]:
+    spec, _ = load_text(path.read_text() + workload)
     plan = make_plan(spec)
     out = {}
     for inst in plan.instances:
@@ -46,3 +47,16 @@ def test_nixl_config_without_lease_leaves_vllm_default() -> None:
     assert nixl_config("kv_consumer", None, 90)["kv_connector_extra_config"] == {
         "kv_lease_duration": 90
     }
+
+
+def test_lease_follows_the_plans_expected_hold() -> None:
+    """Handshake (60 s) + two generations of the workload's mean output at its TPOT: long
+    answers hold a request longer in the decode's queue, so the lease grows with them."""
+    assert "workload:" not in NIXL.read_text()
+    cfgs = kv_configs(NIXL, "workload:\n  outputTokens: 4096\n  tpotMs: 50\n")
+    for cfg in cfgs.values():  # 60 + 2 x 4096 x 0.05 = 469.6 s
+        assert cfg["kv_connector_extra_config"] == {"kv_lease_duration": 470}
+    # short answers keep the floor; no TPOT target means a slow 100 ms step
+    assert nixl_lease_s(Workload(output_tokens=256, tpot_ms=20)) == NIXL_KV_LEASE_S
+    assert nixl_lease_s(Workload(output_tokens=2000)) == 460
+    assert nixl_lease_s(None) == NIXL_KV_LEASE_S
