@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.check.fit import fit, model_of, weights_total
-from pdctl.check.transfer import group_transfers, rdma_limits, transfers
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.preflight import gpu as gpu_topic
@@ -16,6 +15,7 @@ from pdctl.preflight.finding import Finding, Status, worst
 from pdctl.preflight.gpu import host_topology
 from pdctl.preflight.group import group_checks
 from pdctl.preflight.hami import hami_library
+from pdctl.preflight.transfer import group_transfers, rdma_limits, transfers
 
 __all__ = ["Finding", "Status", "run_checks", "worst"]
 

@@ -9,7 +9,6 @@ import csv
 from collections.abc import Callable
 from dataclasses import replace
 
-from pdctl.facts.transfer import transfer_fields
 from pdctl.preflight import gpu as gpus
 from pdctl.preflight import host
 from pdctl.preflight.facts import SSH, HostFacts, Missing
@@ -60,6 +59,7 @@ from pdctl.preflight.host import (
     parse_libraries,
     parse_listening,
 )
+from pdctl.preflight.transfer import transfer_fields
 
 KNOWN = (
     SMI_L,

@@ -37,7 +37,7 @@ def steps(plan: Plan, options: Options) -> dict[str, int]:
         out[h.name] = len(commands(plan.spec, h, _gpus(plan, h))) + (1 if is_local(h, options)
                                                                       else 0)
     if options.transfer is not None:
-        from pdctl.probe.transfer import pairs
+        from pdctl.preflight.transfer import pairs
 
         for pair in pairs(plan):
             assert pair.prefill.host is not None
@@ -74,8 +74,7 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
         for name, files in reach_hosts(plan, options, out, local).items():
             out[name].update(files)  # multi-node groups: the nodes reach their leader
         if options.transfer is not None:
-            from pdctl.probe.group_transfer import transfer_groups
-            from pdctl.probe.transfer import transfer_pairs
+            from pdctl.preflight.transfer import transfer_groups, transfer_pairs
 
             moved = transfer_pairs(plan, options, options.transfer, out, local, step)
             for name, files in moved.items():

@@ -11,7 +11,7 @@ import json
 
 from pdctl.plan import make_plan
 from pdctl.preflight.run import Bounds
-from pdctl.probe.transfer import agent_args, pairs
+from pdctl.preflight.transfer import agent_args, pairs
 from pdctl.spec import load_text
 from tests.preflight.conftest import by_check, findings
 from tests.preflight.test_transfer import spec as transfer_spec
@@ -68,7 +68,7 @@ def test_the_transfer_agent_gets_the_devices_the_engine_passes_and_gpu_memory():
 
 
 def test_the_transfer_finding_names_the_memory_each_side_registered():
-    from pdctl.facts.transfer import parse_transfer
+    from pdctl.preflight.transfer import parse_transfer
 
     lines = [
         {"event": "pair", "prefill": "gpu-a", "decode": "gpu-b", "transport": "mooncake",
@@ -79,8 +79,8 @@ def test_the_transfer_finding_names_the_memory_each_side_registered():
     ]
     t = parse_transfer("gpu-a", "".join(json.dumps(x) + "\n" for x in lines))
     assert t.memory == "GPU (cuda:0) -> GPU (cuda:0)"
-    from pdctl.check.transfer import transfers
     from pdctl.preflight.facts import Facts
+    from pdctl.preflight.transfer import transfers
     from tests.preflight.conftest import facts_from
 
     facts: Facts = facts_from({"gpu-a": {"transfer-to-gpu-b.jsonl": "".join(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check.transfer import cause
-from pdctl.facts.transfer import (
+from pdctl.preflight.transfer import (
+    cause,
     missing_interfaces,
     named_interfaces,
     parse_net_devices,

@@ -9,11 +9,9 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from pdctl.facts.transfer import parse_transfer
 from pdctl.plan import make_plan
 from pdctl.preflight.run import Bounds, Options
-from pdctl.probe.agent_host import open_host
-from pdctl.probe.transfer import pairs, run_pair, transfer_pairs
+from pdctl.preflight.transfer import open_host, pairs, parse_transfer, run_pair, transfer_pairs
 from pdctl.spec import load_text
 from tests.targets.testbed import free_port
 
@@ -73,8 +71,8 @@ def test_a_missing_interface_starts_no_agent(tmp_path: Path) -> None:
 
 
 def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> None:
-    from pdctl.check.transfer import cause
     from pdctl.errors import PdctlError
+    from pdctl.preflight.transfer import cause
 
     plan = plan_for(tmp_path, free_port(1))
     opened = []
@@ -114,7 +112,7 @@ def engine_plan(tmp: Path):
 def test_the_gpu_and_rdma_agents_say_why_they_cannot_run_here(tmp_path: Path) -> None:
     """On these CPU-only machines, for real: the NCCL agent finds no CUDA device and the
     Mooncake agent no mooncake package, each a cause naming it, and nothing is left."""
-    from pdctl.check.transfer import cause
+    from pdctl.preflight.transfer import cause
 
     plan = engine_plan(tmp_path)
     (pair,) = pairs(plan)

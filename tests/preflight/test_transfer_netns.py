@@ -249,11 +249,9 @@ def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, routed, venv)
     login shell, over the same upload, start and stop as the others."""
     from dataclasses import replace
 
-    from pdctl.facts.transfer import parse_transfer
     from pdctl.plan import make_plan
     from pdctl.preflight.run import Bounds, Options
-    from pdctl.probe.agent_host import open_host
-    from pdctl.probe.transfer import pairs, run_pair
+    from pdctl.preflight.transfer import open_host, pairs, parse_transfer, run_pair
     from pdctl.spec import load_text
     from pdctl.targets.ssh import SshOptions
 
