@@ -57,7 +57,7 @@ Number = Annotated[int | float, Field(gt=0)]  # an int stays an int (3350 GB/s)
 class GpuEntry(BaseModel):
     """One entry of pdctl/data/gpus.yaml (GpuType's fields; usable_mib may be left out)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     memory_mib: PositiveInt
     usable_mib: PositiveInt | None = None

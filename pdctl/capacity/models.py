@@ -19,7 +19,7 @@ class ModelEntry(BaseModel):
     """What every entry of pdctl/data/models.yaml must give (with its family's values); any
     other config.json key is kept as it is."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, defer_build=True)
 
     hidden_size: PositiveInt
     num_hidden_layers: PositiveInt
