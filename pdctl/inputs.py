@@ -18,9 +18,9 @@ from pdctl.errors import SpecError, UsageError
 from pdctl.spec.source import too_big
 
 if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at start-up
-    from pdctl.facts import Facts
     from pdctl.plan import Plan
     from pdctl.plan.parallel import Dims
+    from pdctl.preflight.facts import Facts
     from pdctl.render.bundle import Bundle
     from pdctl.spec import Spec
     from pdctl.spec.source import Source
@@ -83,8 +83,8 @@ def read_facts(root: Path, spec: Spec) -> Facts:
     of the spec's hosts. A recording of other machines must not silently pick GPUs or size
     memory: one usage error (exit 2) when no host of the spec has a folder in it, or when a
     host's recording lacks GPUs the spec lists for it (another machine, or a stale one)."""
-    from pdctl.facts import facts_from
-    from pdctl.probe.record import read
+    from pdctl.preflight.record import read
+    from pdctl.preflight.registry import facts_from
 
     facts = facts_from(read(root, tuple(h.name for h in spec.hosts)))
     names = [h.name for h in spec.hosts]
@@ -319,12 +319,6 @@ def unknown_model_warning(spec: Any, spec_file: str) -> str:
     )
 
 
-def gpu_warnings(gpu: Any, assumed: bool) -> tuple[str, ...]:
-    from pdctl.capacity.gpus import gpu_notes
-
-    return gpu_notes(gpu, assumed)
-
-
 def capacity_plan(
     spec: Spec,
     source: Source,
@@ -350,6 +344,7 @@ def capacity_plan(
         spec_shape,
         spec_traffic,
     )
+    from pdctl.capacity.gpus import gpu_notes
     from pdctl.capacity.report import plan_capacity
 
     try:
@@ -374,7 +369,7 @@ def capacity_plan(
         _within_model_len(traffic, model, shapes, prompt is not None or output is not None)
         used = used_bytes(read_facts(facts, spec)) if facts is not None else 0
         result = plan_capacity(spec, model, device, traffic, shapes, used)
-        notes = adapted + gpu_warnings(device, origin == ASSUMED) + gpu_name_note(spec, gpu)
+        notes = adapted + gpu_notes(device, origin == ASSUMED) + gpu_name_note(spec, gpu)
         return replace(result, warnings=result.warnings + notes), origin
     except UsageError:
         raise

@@ -27,7 +27,7 @@ def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
     from pdctl.cli import term
-    from pdctl.probe import gather, steps
+    from pdctl.preflight.registry import gather, steps
 
     console = term.console(stderr=True)
     if quiet or not console.is_terminal:
@@ -155,16 +155,17 @@ def register(app: typer.Typer) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
         transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
-        from pdctl.check import run_checks, worst
         from pdctl.cli import term
         from pdctl.cli.connect import must_exist
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
         from pdctl.errors import UsageError
-        from pdctl.facts import CLUSTER, facts_from
         from pdctl.plan.topology import plan_hosts
-        from pdctl.probe import Bounds, Options
-        from pdctl.probe import record as rec
+        from pdctl.preflight import record as rec
+        from pdctl.preflight.facts import CLUSTER
+        from pdctl.preflight.finding import worst
+        from pdctl.preflight.registry import facts_from, run_checks
+        from pdctl.preflight.run import Bounds, Options
 
         check_phase_target(phase, target)
         if output not in ("table", "json"):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pdctl.plan.model import Plan
 from pdctl.preflight.facts import ClusterFacts, ClusterWorkload, Crd, HamiDevice, Missing, Node
-from pdctl.preflight.finding import Finding
+from pdctl.preflight.finding import Finding, PlanCheck
 from pdctl.render.pd_kube import HAMI_SCHEDULER
 
 REGISTER = "hami.io/node-nvidia-register"
@@ -588,3 +588,7 @@ def cluster(plan: Plan, c: ClusterFacts | None) -> list[Finding]:
     out = [Finding("WARN", "cluster.facts", "cluster", f"{m.name}: {m.reason}", "readable")
            for m in c.missing]
     return out + gpus(plan, c) + drivers(plan, c) + hami(plan, c) + crds(plan, c)
+
+
+def check(c: PlanCheck) -> list[Finding]:
+    return cluster(c.plan, c.facts.cluster) if c.plan.target == "kubernetes" else []

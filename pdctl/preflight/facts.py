@@ -195,13 +195,13 @@ class HostFacts:
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts
     hami: HamiLibrary | None = None  # phase 3 on hosts: decode.share.library
-    # multi-node groups (facts/group.py): "" = no vLLM found; memlock KiB, -1 = unlimited
+    # multi-node groups (group.py): "" = no vLLM found; memlock KiB, -1 = unlimited
     vllm_version: str | None = None
     memlock_kib: int | None = None
     memlock_where: str = ""  # where it was measured: a system or user unit, the login shell
     reach: tuple[Reach, ...] = ()  # a node's connect to its group leader
     listen: tuple[Listen, ...] = ()  # the leader's short-lived listener
-    # network preflight (facts/transfer.py): interface names; transfers to decode hosts
+    # network preflight (transfer.py): interface names; transfers to decode hosts
     net_devices: tuple[str, ...] | None = None
     transfers: tuple[Transfer, ...] = ()
     group_transfers: tuple[Transfer, ...] = ()  # a group leader's host: its all-to-all

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from pdctl.plan.model import Instance, Plan
+from pdctl.preflight.facts import Facts, HostFacts
+from pdctl.spec.model import Host
 
 Status = Literal["PASS", "WARN", "FAIL"]
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
@@ -33,3 +37,26 @@ def gib(kib_or_bytes: int, unit: str = "KiB") -> str:
 
 def gpu_list(gpus: tuple[int, ...] | list[int]) -> str:
     return ",".join(str(g) for g in gpus)
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """What a topic's per-host check reads: the plan, one host, its facts and instances."""
+
+    plan: Plan
+    host: Host
+    facts: HostFacts
+    instances: list[Instance]
+    index: int  # the host's place in spec.hosts, for the fixes' field paths
+    weights: int | None  # the model's weights (bytes) when known
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """What a topic's check over the whole plan reads."""
+
+    plan: Plan
+    facts: Facts
+    model: Any  # capacity's model (None: unknown, `why` says why)
+    why: str
+    transfer: bool  # whether the network preflight ran

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import combinations, permutations
 from typing import Any
@@ -22,9 +23,9 @@ from typing import Any
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.topology import best_group, describe, group_score
 from pdctl.preflight.facts import Gpu, HostFacts, Missing, is_nvlink
-from pdctl.preflight.finding import Finding, gpu_list
+from pdctl.preflight.finding import Finding, HostCheck, gpu_list
 from pdctl.preflight.host import GATHER, command_failure, failure
-from pdctl.spec.model import Host
+from pdctl.spec.model import Host, Spec
 
 QUERY = "query-gpu.csv"
 TOPO = "topo-m.txt"
@@ -45,8 +46,10 @@ QUERY_COMMAND = (
 )
 
 
-def commands() -> dict[str, str]:
+def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run (hosts whose engines use GPUs)."""
+    if spec.engine.device == "cpu" or not host.gpus:
+        return {}
     return {
         SMI: "nvidia-smi",
         QUERY: QUERY_COMMAND,
@@ -501,10 +504,19 @@ def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
     return "nvidia-smi failed: " + reason
 
 
-def nvml_all(text: str) -> None:
+def _nvml_all(text: str) -> None:
     dump = NvmlDump(text)
     if not dump.error:
         dump.gpus(), dump.driver(), dump.cuda(), dump.links(), dump.p2p("r"), dump.p2p("w")
+
+
+# A parser per file, each run alone first: an output it cannot read is named, never raised.
+PARSERS: dict[str, Callable[[str], object]] = {
+    QUERY: lambda t: (parse_query_gpu(t), query_driver(t)),
+    NVML: _nvml_all, SMI_L: parse_smi_list, SMI_MEMORY: parse_smi_memory, SMI: parse_smi_header,
+    TOPO: parse_topo_matrix, P2P_R: parse_p2p, P2P_W: parse_p2p, NVLINK: parse_nvlink,
+    PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles,
+}
 
 
 def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
@@ -783,3 +795,15 @@ def host_topology(host: Host, hf: HostFacts, plan: Plan, instances: list[Instanc
 
 
 __all__ = ["combinations", "host_topology", "p2p", "tp_links"]
+
+
+def check_host(c: HostCheck) -> list[Finding]:
+    """GPUs present, driver, MIG and topology, for hosts whose engines use GPUs."""
+    if c.plan.spec.engine.device == "cpu" or not any(i.gpus for i in c.instances):
+        return []
+    out = gpus(c.host, c.facts, c.instances, c.index)
+    out += driver(c.host, c.facts, c.plan)
+    out += mig(c.host, c.facts, c.instances)
+    if not c.facts.gpu_error:
+        out += host_topology(c.host, c.facts, c.plan, c.instances, c.index)
+    return out

@@ -1,6 +1,6 @@
 """Multi-node groups (plan/group.py): the probes, their parsers and the checks.
 
-Per host, added to the host's command list when the spec has a group (`group_commands`):
+Per host, added to the host's command list when the spec has a group (`commands`):
 - `vllm-version.txt`: the vLLM installed in the host's runtime environment (the venv's
   python, or `conda run` in the host's conda env), read from the package metadata without
   importing vLLM;
@@ -43,9 +43,9 @@ from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
 from pdctl.preflight import gpu as gpu_topic
 from pdctl.preflight import host as h
-from pdctl.preflight.facts import SSH, Facts, HostFacts, Listen, Reach
-from pdctl.preflight.finding import Finding, Status
-from pdctl.preflight.run import Options, prefix, run_local_command, run_ssh_command
+from pdctl.preflight.facts import SSH, Facts, HostFacts, Listen, Missing, Reach
+from pdctl.preflight.finding import Finding, PlanCheck, Status
+from pdctl.preflight.run import Options, Step, prefix, run_local_command, run_ssh_command
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -159,7 +159,7 @@ def memlock_command(host: Host) -> str:
     return _MEMLOCK_UNIT
 
 
-def group_commands(spec: Spec, host: Host) -> dict[str, str]:
+def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> command, for hosts of a spec with multi-node groups."""
     if not has_groups(spec) or host.runtime == "docker":
         return {}
@@ -243,8 +243,9 @@ def _meet(
     folder[LISTEN] = folder.get(LISTEN, "") + f"group {label}\n" + "".join(heard)
 
 
-def reach_hosts(
-    plan: Plan, options: Options, raw: dict[str, dict[str, str]], local: Callable[[Host], bool]
+def probe(
+    plan: Plan, options: Options, raw: dict[str, dict[str, str]], local: Callable[[Host], bool],
+    step: Step | None = None,
 ) -> dict[str, dict[str, str]]:
     """`reach` over the hosts' SSH (or locally for local hosts), skipping groups with a host
     that could not be reached at all (its ssh.err says why)."""
@@ -334,7 +335,7 @@ def parse_listen(text: str) -> tuple[Listen, ...]:
     return tuple(out)
 
 
-def group_fields(raw: dict[str, str]) -> dict[str, Any]:
+def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
     """HostFacts fields from a host's raw outputs (None: not gathered)."""
     return {
         "vllm_version": parse_version(raw[VLLM_VERSION]) if VLLM_VERSION in raw else None,
@@ -342,7 +343,7 @@ def group_fields(raw: dict[str, str]) -> dict[str, Any]:
         "memlock_where": parse_memlock_where(raw.get(MEMLOCK, "")),
         "reach": parse_reach(raw.get(REACH, "")),
         "listen": parse_listen(raw.get(LISTEN, "")),
-    }
+    }, []
 
 
 # RDMA registers (pins) host memory, which counts against RLIMIT_MEMLOCK; NCCL over InfiniBand
@@ -395,7 +396,7 @@ def memlock(node: Instance, hf: HostFacts) -> list[Finding]:
     kib = hf.memlock_kib
     if kib is None:
         return [Finding("WARN", "group.memlock", where, "ulimit -l: not gathered", want, GATHER)]
-    # Where probe/group.py measured it: the context the engines will run in (named when that
+    # Where memlock_command measured it: the context the engines will run in (named when that
     # is a systemd unit, whose limit is not the login shell's).
     unit = hf.memlock_where not in ("", "the login shell")
     ctx = f" (in {hf.memlock_where})" if unit else ""
@@ -431,7 +432,7 @@ def memlock_fix(context: str, host: str) -> str:
 
 def reach(leader: Instance, facts: Facts) -> list[Finding]:
     """Every other node connected to a short-lived listener on its leader's rendezvous port
-    (probe/group.py): the route and every firewall between them let that port through, and
+    (`reach_all`): the route and every firewall between them let that port through, and
     the port is free on the leader."""
     port = Meeting(
         "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True
@@ -700,3 +701,7 @@ def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
             if node.leader:
                 out += worker_host(plan, node, hf, gpu)
     return out
+
+
+def check(c: PlanCheck) -> list[Finding]:
+    return group_checks(c.plan, c.facts, c.model)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from typing import Any
 
 from pdctl.plan.model import Instance, Plan
-from pdctl.preflight.facts import HOOKS, HamiLibrary, HostFacts
-from pdctl.preflight.finding import Finding
+from pdctl.preflight.facts import HOOKS, HamiLibrary, HostFacts, Missing
+from pdctl.preflight.finding import Finding, HostCheck
 from pdctl.render.template import quote
 from pdctl.spec.model import Host, Spec
 
@@ -52,7 +53,7 @@ def library_command(path: str) -> str:
     )
 
 
-def hami_commands(spec: Spec) -> dict[str, str]:
+def commands(spec: Spec, host: Host) -> dict[str, str]:
     """{file: command} for a phase 3 spec on hosts that names a library; else nothing."""
     share = spec.decode.share if spec.decode is not None else None
     if spec.phase != 3 or not spec.hosts or share is None or share.library is None:
@@ -258,3 +259,11 @@ def cuda_match(host: Host, hf: HostFacts, plan: Plan, lib: HamiLibrary) -> list[
             )
         ]
     return [Finding("PASS", "hami.cuda", host.name, found, want)]
+
+
+def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
+    return {"hami": parse_hami_library(raw[HAMI_LIBRARY]) if raw.get(HAMI_LIBRARY) else None}, []
+
+
+def check_host(c: HostCheck) -> list[Finding]:
+    return hami_library(c.host, c.facts, c.plan, c.instances)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pdctl.compat import parse_version
@@ -14,7 +15,7 @@ from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.router import ENGINE_LIBRARIES, install_hint
 from pdctl.preflight.facts import Disk, Docker, HostFacts, Missing, Port
-from pdctl.preflight.finding import Finding, Status, gib, gpu_list
+from pdctl.preflight.finding import Finding, HostCheck, Status, gib, gpu_list
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -283,6 +284,14 @@ def command_failure(text: str) -> str:
     return f"{status}: {msg}" if msg else status
 
 
+# A parser per file, each run alone first: an output it cannot read is named, never raised.
+PARSERS: dict[str, Callable[[str], object]] = {
+    IB: parse_ib_listing, IB_PORTS: parse_ib_ports, DOCKER: parse_docker_info,
+    CONDA: parse_conda, LIBS: parse_libraries, SHM: parse_df, CACHE: parse_df, MODEL: parse_du,
+    PORTS: parse_listening,
+}
+
+
 def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
     if hf is None:
         return [Finding("FAIL", "host.facts", host.name, "no facts for this host",
@@ -509,3 +518,14 @@ def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
 
 __all__ = ["disk", "libraries", "parse_version", "ports", "rdma",
            "reach", "runtime", "shm"]
+
+
+def check_host(c: HostCheck) -> list[Finding]:
+    """RDMA devices, /dev/shm, the runtime, the disk and the ports of one host."""
+    host, hf, insts = c.host, c.facts, c.instances
+    out = rdma(host, hf, c.plan, insts)
+    out += shm(host, hf, insts)
+    out += runtime(host, hf, c.plan)
+    out += disk(host, hf, c.weights)
+    services = tuple(s.port for s in c.plan.services if s.host.name == host.name)
+    return out + ports(host, hf, insts, services, spec_ports(c.plan, host.name))

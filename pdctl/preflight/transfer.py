@@ -54,10 +54,10 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
-from pdctl.preflight.facts import SSH, Facts, Transfer
-from pdctl.preflight.finding import Finding, Status
+from pdctl.preflight.facts import SSH, Facts, Missing, Transfer
+from pdctl.preflight.finding import Finding, PlanCheck, Status
 from pdctl.preflight.group import MEMLOCK, MEMLOCK_FLOOR_KIB, memlock_command, rendezvous_port
-from pdctl.preflight.run import Bounds, Options
+from pdctl.preflight.run import Bounds, Options, Step
 from pdctl.render.template import quote, quote_path, templates_dir
 from pdctl.spec.model import Host, Spec
 
@@ -263,7 +263,7 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def transfer_fields(raw: dict[str, str]) -> dict:
+def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
     """HostFacts fields from a host's raw outputs."""
     transfers = []
     for name, text in sorted(raw.items()):
@@ -288,7 +288,7 @@ def transfer_fields(raw: dict[str, str]) -> dict:
     peermem = raw[PEERMEM].strip().splitlines()[-1:] if raw.get(PEERMEM, "").strip() else None
     return {"net_devices": devices, "peermem": None if peermem is None else
             peermem == ["loaded"], "transfers": tuple(transfers),
-            "group_transfers": tuple(groups)}
+            "group_transfers": tuple(groups)}, []
 
 
 def agent_files() -> dict[str, bytes]:
@@ -965,7 +965,7 @@ def need_gbps(plan: Plan, model: Any, p: Instance, d: Instance) -> tuple[float |
 
 
 def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Finding]:
-    """One finding per pair of probe/transfer.py's pairs."""
+    """One finding per pair of `pairs`."""
     if plan.target != "hosts" or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
         return []
     transport = transport_of(plan.spec.disaggregation.connector)
@@ -1010,7 +1010,7 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
 
 def group_transfers(plan: Plan, facts: Facts, run: bool = True) -> list[Finding]:
     """One `net.alltoall` finding per multi-node group on hosts: every node exchanged bytes
-    with every other over the group's backend (probe/group_transfer.py)."""
+    with every other over the group's backend (`run_group`)."""
     if plan.target != "hosts":
         return []
     out: list[Finding] = []
@@ -1080,3 +1080,22 @@ def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
                 status, fix = "WARN", PEERMEM_FIX
         out.append(Finding(status, "net.rdma", name, "; ".join(parts), want, fix))
     return out
+
+
+def probe(
+    plan: Plan, options: Options, raw: dict[str, dict[str, str]], local: Callable[[Host], bool],
+    step: Step | None = None,
+) -> dict[str, dict[str, str]]:
+    """Phase 2's pair transfers, then the groups' all-to-all (when asked: options.transfer)."""
+    if options.transfer is None:
+        return {}
+    out = transfer_pairs(plan, options, options.transfer, raw, local, step)
+    for name, files in transfer_groups(plan, options, options.transfer, raw, local).items():
+        out.setdefault(name, {}).update(files)
+    return out
+
+
+def check(c: PlanCheck) -> list[Finding]:
+    out = rdma_limits(c.plan, c.facts)
+    out += transfers(c.plan, c.facts, c.model, c.transfer)
+    return out + group_transfers(c.plan, c.facts, c.transfer)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check import Finding, run_checks
-from pdctl.facts import facts_from
 from pdctl.plan import make_plan
-from pdctl.probe import record
+from pdctl.preflight import record
+from pdctl.preflight.finding import Finding
+from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import pdctl  # noqa: F401 - the preflight tests import it from here

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdctl.check import run_checks, worst
-from pdctl.facts import facts_from, host_facts
 from pdctl.plan import make_plan
 from pdctl.preflight.facts import Facts, Port
+from pdctl.preflight.finding import worst
+from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check import run_checks
-from pdctl.facts import facts_from
 from pdctl.plan import make_plan
 from pdctl.preflight.facts import Facts
 from pdctl.preflight.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
+from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
@@ -222,7 +221,8 @@ def _venv(root: Path, version: str) -> Path:
 
 
 def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str = "") -> list:
-    from pdctl.probe import Options, gather
+    from pdctl.preflight.registry import gather
+    from pdctl.preflight.run import Options
     from pdctl.targets.ssh import SshOptions
 
     hosts, key = sshd_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check import run_checks
-from pdctl.facts import CLUSTER, facts_from
 from pdctl.plan import make_plan
+from pdctl.preflight.facts import CLUSTER
+from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
 from tests.preflight.conftest import FIX, raw_of
 

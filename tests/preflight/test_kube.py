@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.check import run_checks
-from pdctl.facts import CLUSTER, facts_from
 from pdctl.plan import make_plan
+from pdctl.preflight.facts import CLUSTER
+from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.preflight.conftest import FIX, json_findings, pdctl, raw_of

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from pdctl.check import run_checks
-from pdctl.facts import CLUSTER, facts_from
+from pdctl.preflight.facts import CLUSTER
+from pdctl.preflight.registry import facts_from, run_checks
 from tests.preflight.conftest import raw_of
 from tests.preflight.test_kube import K8S, _plan
 

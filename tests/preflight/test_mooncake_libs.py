@@ -9,12 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from pdctl.check import run_checks
-from pdctl.facts import facts_from
-from pdctl.facts.host import host_facts
 from pdctl.plan import make_plan
 from pdctl.preflight.host import LIBS, libraries_command
-from pdctl.probe.command import commands
+from pdctl.preflight.registry import commands, facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.preflight.conftest import FIX, by_check, raw_of

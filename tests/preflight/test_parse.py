@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pdctl.facts import host_facts
 from pdctl.preflight.cluster import parse_hami_register, parse_node
 from pdctl.preflight.gpu import NvmlDump
+from pdctl.preflight.registry import host_facts
 from tests.preflight.conftest import FIX, raw_of
 
 H200 = FIX / "h200x2"

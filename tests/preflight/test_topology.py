@@ -6,11 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from pdctl.check import run_checks
-from pdctl.facts import facts_from, host_facts
 from pdctl.plan import make_plan
 from pdctl.plan.topology import best_group, chooser
 from pdctl.preflight.facts import Facts
+from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.preflight.conftest import FIX, raw_of

@@ -12,11 +12,11 @@ import pytest
 
 from pdctl.preflight.transfer import (
     cause,
+    fields,
     missing_interfaces,
     named_interfaces,
     parse_net_devices,
     parse_transfer,
-    transfer_fields,
 )
 from tests.conftest import ROOT
 from tests.preflight.conftest import by_check, findings, pdctl
@@ -90,9 +90,8 @@ def test_measured_bandwidth_against_the_plans_need() -> None:
 
 
 def test_not_measured_warns_and_no_transfer_says_nothing() -> None:
-    from pdctl.check import run_checks
-    from pdctl.facts import facts_from
     from pdctl.plan import make_plan
+    from pdctl.preflight.registry import facts_from, run_checks
     from pdctl.spec import load_text
 
     plan = make_plan(load_text(spec(), "s.yaml")[0])
@@ -120,7 +119,7 @@ def test_interface_names_as_the_transports_read_them() -> None:
 
 def test_a_hand_edited_recording_is_a_finding_not_a_crash() -> None:
     raw = {"transfer-to-gpu-b.jsonl": '{"event": "pair", "port": "x"}\n[1, 2]\nnot json\n'}
-    [t] = transfer_fields(raw)["transfers"]
+    [t] = fields(raw)[0]["transfers"]
     assert t.stage == "recording" and not t.reached
 
 
@@ -206,7 +205,7 @@ def test_rdma_hosts_show_memlock_and_peermem_before_any_transfer() -> None:
 
 
 def test_rdma_hosts_gather_the_limits() -> None:
-    from pdctl.probe.command import commands
+    from pdctl.preflight.registry import commands
     from pdctl.spec import load_text
 
     s, _ = load_text(spec("mooncake", extra=", protocol: rdma"), "s.yaml")

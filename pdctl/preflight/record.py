@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdctl.errors import PdctlError, UsageError
-from pdctl.facts import CLUSTER
 from pdctl.preflight import gpu as f
-from pdctl.preflight.facts import SSH
+from pdctl.preflight.facts import CLUSTER, SSH
 
 MARKERS = (f.QUERY, f.TOPO, f.NVML, f.SMI, f.PROC, SSH, f.QUERY + ".err")
 

@@ -8,7 +8,7 @@ from typing import Any
 from pdctl.errors import SpecError
 from pdctl.plan.model import Instance, Plan
 from pdctl.preflight.facts import Facts
-from pdctl.preflight.finding import Finding, gib
+from pdctl.preflight.finding import Finding, PlanCheck, gib
 
 MIB = 1024 * 1024
 
@@ -104,3 +104,7 @@ def fit(plan: Plan, facts: Facts, model: Any, why: str) -> list[Finding]:
         else:
             out.append(Finding("PASS", "model.fit", where, found, want))
     return out
+
+
+def check(c: PlanCheck) -> list[Finding]:
+    return fit(c.plan, c.facts, c.model, c.why)
