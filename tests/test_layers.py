@@ -27,7 +27,7 @@ RANK = {
     "actions": 7,
     "preflight": 8,  # preflight (a file per topic: commands, parser, check) and top share a
     # rank and import none of each other
-    "top": 8,  # `pdctl top`: reads a running deployment through targets, like probe
+    "top": 8,  # `pdctl top`: reads a running deployment through targets, like preflight
     "bench": 8.5,  # `pdctl bench`/`tune`: loads a deployment, reads it with top's sources
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
     "cli": 10,
@@ -50,10 +50,8 @@ MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    if parts[1:3] == ["preflight", "facts"]:
+    if parts[1:3] == ["preflight", "facts"]:  # the fact types, below the plan that reads them
         return "preflight.facts"
-    if parts[1:2] in (["facts"], ["probe"], ["check"]):  # moving into preflight/
-        return "preflight"
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -167,6 +165,112 @@ def test_no_command_module_imports_another() -> None:
     assert len(commands) > 10
     assert sorted(f"{m} imports {t}" for m in commands for t in imports(m) & commands) == []
 
+
+
+# Preflight keeps the pure/impure split inside each topic file (pdctl/preflight/<topic>.py):
+# what the registry calls as a topic's commands, parsers, fields and checks, and every
+# function or class of the file they reach by name, does no I/O: it neither uses a name an
+# I/O module's import binds nor imports one. Only a topic's probe (and the runner, run.py, and
+# the recording, record.py) may.
+IO_MODULES = ("subprocess", "socket", "threading", "os", "shutil", "tempfile", "time",
+              "pathlib", "concurrent", "kubernetes", "pynvml", "paramiko", "docker",
+              "pdctl.targets", "pdctl.preflight.run", "pdctl.preflight.record")
+
+
+def _io(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in IO_MODULES)
+
+
+def _io_imports(node: ast.AST) -> set[str]:
+    """Names that imports of I/O modules bind in `node` (the module's own level only when
+    `node` is a module), and '<import>' for such an import anywhere inside a definition."""
+    out = set()
+    nodes = node.body if isinstance(node, ast.Module) else list(ast.walk(node))
+    for n in nodes:
+        if isinstance(n, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in n.names if _io(a.name)}
+        elif isinstance(n, ast.ImportFrom) and not n.level and _io(n.module or ""):
+            out |= {a.asname or a.name for a in n.names}
+    return out if isinstance(node, ast.Module) else ({"<import>"} if out else set())
+
+
+def _used_names(node: ast.AST) -> set[str]:
+    """The module-level names `node` uses: not its own locals and arguments, nor names only in
+    annotations (types, never run)."""
+    notes, local = set(), set()
+    for n in ast.walk(node):
+        for a in (getattr(n, "annotation", None), getattr(n, "returns", None)):
+            if a is not None:
+                notes |= {id(x) for x in ast.walk(a)}
+        if isinstance(n, ast.arg) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)):
+            local.add(n.arg if isinstance(n, ast.arg) else n.id)
+    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in notes}
+    return used - local
+
+
+def impure_reach(module: str, roots: set[str]) -> dict[str, str]:
+    """root -> the I/O it reaches (a chain of the module's definitions, then the name), for
+    every root (a function of `module`) that reaches any."""
+    tree = ast.parse(MODULES[module].read_text())
+    defs = {n.name: n for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    io_names = _io_imports(tree)
+    names = {d: _used_names(node) for d, node in defs.items()}
+    direct = {d: sorted((names[d] & io_names) | _io_imports(node)) for d, node in defs.items()}
+    found = {}
+    for root in sorted(roots & set(defs)):
+        seen, todo = {root: root}, [root]
+        while todo:
+            d = todo.pop()
+            if direct[d]:
+                found[root] = f"{seen[d]}: {', '.join(direct[d])}"
+                break
+            for callee in sorted(names[d] & set(defs) - set(seen)):
+                seen[callee] = f"{seen[d]} -> {callee}"
+                todo.append(callee)
+    return found
+
+
+def pure_parts() -> dict[str, set[str]]:
+    """module -> the functions of it the registry calls as pure (commands, parsers, fields,
+    checks), with every `parse_*` function and what its PARSERS table names."""
+    from pdctl.preflight.registry import TOPICS
+
+    out: dict[str, set[str]] = {}
+    for topic in TOPICS:
+        parts = [topic.commands, topic.fields, topic.check_host, topic.check,
+                 *topic.parsers.values()]
+        for fn in parts:
+            if fn is not None:
+                out.setdefault(fn.__module__, set()).add(fn.__name__)
+    for module in out:
+        tree = ast.parse(MODULES[module].read_text())
+        out[module] |= {n.name for n in tree.body
+                        if isinstance(n, ast.FunctionDef) and n.name.startswith("parse_")}
+        for n in tree.body:
+            if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "PARSERS":
+                out[module] |= {x.id for x in ast.walk(n) if isinstance(x, ast.Name)}
+    return out
+
+
+def test_preflight_topics_keep_their_pure_parts_pure() -> None:
+    parts = pure_parts()
+    assert sorted(parts) == sorted(
+        f"pdctl.preflight.{t}" for t in ("cluster", "fit", "gpu", "group", "hami", "host",
+                                         "transfer"))
+    assert {m: impure_reach(m, roots) for m, roots in parts.items()} == {m: {} for m in parts}
+    # the fact types and the findings import no I/O at all
+    for module in ("pdctl.preflight.facts", "pdctl.preflight.finding"):
+        assert not _io_imports(ast.parse(MODULES[module].read_text())), module
+
+
+def test_the_purity_check_sees_the_probes() -> None:
+    """The probes are found impure, through a chain of calls too."""
+    assert set(impure_reach("pdctl.preflight.gpu", {"dump", "fields"})) == {"dump"}
+    assert set(impure_reach("pdctl.preflight.cluster", {"gather"})) == {"gather"}  # in-function
+    found = impure_reach("pdctl.preflight.transfer", {"probe", "transfer_pairs", "check"})
+    assert set(found) == {"probe", "transfer_pairs"}
+    assert "open_host" in found["probe"]
 
 # The concrete targets, each defined in its package's target.py (pdctl.targets.hosts.target
 # ...): outside its package nothing asks for one by type or builds one; actions and the CLI
