@@ -98,12 +98,14 @@ def printed_urls(output: str) -> list[str]:
     return re.findall(r"(http://\S+/v1)\s", output)
 
 
-def complete(base_url: str, prompt: str = PROMPT, max_tokens: int = 8) -> dict:
+def complete(
+    base_url: str, prompt: str = PROMPT, max_tokens: int = 8, timeout: float = 120
+) -> dict:
     body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).encode()
     req = urllib.request.Request(
         f"{base_url}/completions", data=body, headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(req, timeout=120) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 
