@@ -5,6 +5,8 @@ reaches itself through imports (a circle)."""
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -167,110 +169,72 @@ def test_no_command_module_imports_another() -> None:
 
 
 
-# Preflight keeps the pure/impure split inside each topic file (pdctl/preflight/<topic>.py):
-# what the registry calls as a topic's commands, parsers, fields and checks, and every
-# function or class of the file they reach by name, does no I/O: it neither uses a name an
-# I/O module's import binds nor imports one. Only a topic's probe (and the runner, run.py, and
-# the recording, record.py) may.
-IO_MODULES = ("subprocess", "socket", "threading", "os", "shutil", "tempfile", "time",
-              "pathlib", "concurrent", "kubernetes", "pynvml", "paramiko", "docker",
-              "pdctl.targets", "pdctl.preflight.run", "pdctl.preflight.record")
+# Preflight keeps the pure/impure split inside each topic (pdctl/preflight/<topic>.py): what
+# the registry calls as a topic's commands, parsers, fields and checks, and all it reaches by
+# name in its file, neither imports an I/O module nor uses a name such an import binds (only a
+# topic's probe, the runner run.py and record.py may).
+IO = re.compile(r"^(subprocess|socket|threading|os|shutil|tempfile|time|pathlib|concurrent|"
+                r"kubernetes|pynvml|paramiko|docker|pdctl\.targets|pdctl\.preflight\.(run|record))"
+                r"(\.|$)")
 
 
-def _io(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in IO_MODULES)
-
-
-def _io_imports(node: ast.AST) -> set[str]:
-    """Names that imports of I/O modules bind in `node` (the module's own level only when
-    `node` is a module), and '<import>' for such an import anywhere inside a definition."""
+def _io_names(nodes: Iterable[ast.AST]) -> set[str]:
     out = set()
-    nodes = node.body if isinstance(node, ast.Module) else list(ast.walk(node))
     for n in nodes:
         if isinstance(n, ast.Import):
-            out |= {a.asname or a.name.split(".")[0] for a in n.names if _io(a.name)}
-        elif isinstance(n, ast.ImportFrom) and not n.level and _io(n.module or ""):
+            out |= {a.asname or a.name.split(".")[0] for a in n.names if IO.match(a.name)}
+        elif isinstance(n, ast.ImportFrom) and not n.level and IO.match(n.module or ""):
             out |= {a.asname or a.name for a in n.names}
-    return out if isinstance(node, ast.Module) else ({"<import>"} if out else set())
+    return out
 
 
-def _used_names(node: ast.AST) -> set[str]:
-    """The module-level names `node` uses: not its own locals and arguments, nor names only in
-    annotations (types, never run)."""
-    notes, local = set(), set()
-    for n in ast.walk(node):
-        for a in (getattr(n, "annotation", None), getattr(n, "returns", None)):
-            if a is not None:
-                notes |= {id(x) for x in ast.walk(a)}
-        if isinstance(n, ast.arg) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)):
-            local.add(n.arg if isinstance(n, ast.arg) else n.id)
-    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in notes}
-    return used - local
+def _uses(node: ast.AST) -> set[str]:
+    """The outer names `node` uses: not its locals, nor names only in annotations (types)."""
+    notes = {id(x) for n in ast.walk(node) for a in (getattr(n, "annotation", None),
+             getattr(n, "returns", None)) if a is not None for x in ast.walk(a)}
+    names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in notes]
+    local = {n.id for n in names if isinstance(n.ctx, ast.Store)}
+    return {n.id for n in names} - local - {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
 
 
 def impure_reach(module: str, roots: set[str]) -> dict[str, str]:
-    """root -> the I/O it reaches (a chain of the module's definitions, then the name), for
-    every root (a function of `module`) that reaches any."""
+    """root -> the I/O it reaches (the chain of the file's definitions, then what), for each
+    root (a function of `module`) that reaches any."""
     tree = ast.parse(MODULES[module].read_text())
-    defs = {n.name: n for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    io_names = _io_imports(tree)
-    names = {d: _used_names(node) for d, node in defs.items()}
-    direct = {d: sorted((names[d] & io_names) | _io_imports(node)) for d, node in defs.items()}
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    io, uses = _io_names(tree.body), {d: _uses(n) for d, n in defs.items()}
+    bad = {d: (uses[d] & io) | ({"import"} if _io_names(ast.walk(n)) else set())
+           for d, n in defs.items()}
     found = {}
-    for root in sorted(roots & set(defs)):
-        seen, todo = {root: root}, [root]
-        while todo:
+    for root in roots & defs.keys():
+        path, todo = {root: root}, [root]
+        while todo and root not in found:
             d = todo.pop()
-            if direct[d]:
-                found[root] = f"{seen[d]}: {', '.join(direct[d])}"
-                break
-            for callee in sorted(names[d] & set(defs) - set(seen)):
-                seen[callee] = f"{seen[d]} -> {callee}"
+            if bad[d]:
+                found[root] = f"{path[d]}: {', '.join(sorted(bad[d]))}"
+            for callee in uses[d] & defs.keys() - path.keys():
+                path[callee] = f"{path[d]} -> {callee}"
                 todo.append(callee)
     return found
 
 
-def pure_parts() -> dict[str, set[str]]:
-    """module -> the functions of it the registry calls as pure (commands, parsers, fields,
-    checks), with every `parse_*` function and what its PARSERS table names."""
+def test_preflight_topics_keep_their_pure_parts_pure() -> None:
     from pdctl.preflight.registry import TOPICS
 
-    out: dict[str, set[str]] = {}
-    for topic in TOPICS:
-        parts = [topic.commands, topic.fields, topic.check_host, topic.check,
-                 *topic.parsers.values()]
-        for fn in parts:
+    roots: dict[str, set[str]] = {}
+    for t in TOPICS:
+        for fn in (t.commands, t.fields, t.check_host, t.check, *t.parsers.values()):
             if fn is not None:
-                out.setdefault(fn.__module__, set()).add(fn.__name__)
-    for module in out:
-        tree = ast.parse(MODULES[module].read_text())
-        out[module] |= {n.name for n in tree.body
-                        if isinstance(n, ast.FunctionDef) and n.name.startswith("parse_")}
-        for n in tree.body:
-            if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "PARSERS":
-                out[module] |= {x.id for x in ast.walk(n) if isinstance(x, ast.Name)}
-    return out
-
-
-def test_preflight_topics_keep_their_pure_parts_pure() -> None:
-    parts = pure_parts()
-    assert sorted(parts) == sorted(
-        f"pdctl.preflight.{t}" for t in ("cluster", "fit", "gpu", "group", "hami", "host",
-                                         "transfer"))
-    assert {m: impure_reach(m, roots) for m, roots in parts.items()} == {m: {} for m in parts}
-    # the fact types and the findings import no I/O at all
-    for module in ("pdctl.preflight.facts", "pdctl.preflight.finding"):
-        assert not _io_imports(ast.parse(MODULES[module].read_text())), module
-
-
-def test_the_purity_check_sees_the_probes() -> None:
-    """The probes are found impure, through a chain of calls too."""
+                roots.setdefault(fn.__module__, set()).add(fn.__name__)
+    assert len(roots) == len(TOPICS) == 7
+    assert {m: impure_reach(m, r) for m, r in roots.items()} == {m: {} for m in roots}
+    for module in ("pdctl.preflight.facts", "pdctl.preflight.finding"):  # no I/O import at all
+        assert not _io_names(ast.walk(ast.parse(MODULES[module].read_text())))
+    # it sees the probes as such, through calls and imports inside functions too
     assert set(impure_reach("pdctl.preflight.gpu", {"dump", "fields"})) == {"dump"}
-    assert set(impure_reach("pdctl.preflight.cluster", {"gather"})) == {"gather"}  # in-function
-    found = impure_reach("pdctl.preflight.transfer", {"probe", "transfer_pairs", "check"})
-    assert set(found) == {"probe", "transfer_pairs"}
-    assert "open_host" in found["probe"]
+    assert set(impure_reach("pdctl.preflight.cluster", {"gather", "check"})) == {"gather"}
+    assert "open_host" in impure_reach("pdctl.preflight.transfer", {"probe"})["probe"]
+
 
 # The concrete targets, each defined in its package's target.py (pdctl.targets.hosts.target
 # ...): outside its package nothing asks for one by type or builds one; actions and the CLI

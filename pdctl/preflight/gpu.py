@@ -504,6 +504,10 @@ def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
     return "nvidia-smi failed: " + reason
 
 
+def _query_all(text: str) -> None:
+    parse_query_gpu(text), query_driver(text)
+
+
 def _nvml_all(text: str) -> None:
     dump = NvmlDump(text)
     if not dump.error:
@@ -512,7 +516,7 @@ def _nvml_all(text: str) -> None:
 
 # A parser per file, each run alone first: an output it cannot read is named, never raised.
 PARSERS: dict[str, Callable[[str], object]] = {
-    QUERY: lambda t: (parse_query_gpu(t), query_driver(t)),
+    QUERY: _query_all,
     NVML: _nvml_all, SMI_L: parse_smi_list, SMI_MEMORY: parse_smi_memory, SMI: parse_smi_header,
     TOPO: parse_topo_matrix, P2P_R: parse_p2p, P2P_W: parse_p2p, NVLINK: parse_nvlink,
     PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles,
