@@ -1,13 +1,28 @@
-"""Developer tasks: `nox` runs lint, typecheck, tests and e2e; `nox -s bench` the benchmarks."""
+"""Developer tasks: `nox` runs lint, typecheck, tests and e2e in one virtualenv (session `ci`);
+the sessions of each step stay for running one; `nox -s bench` the benchmarks."""
 
 from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "e2e"]
+nox.options.sessions = ["ci"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter nox runs under
+
+
+TOOLS = ("ruff>=0.6", "mypy>=1.10", "types-PyYAML", "types-paramiko")
+
+
+@nox.session(python=PYTHON)
+def ci(session: nox.Session) -> None:
+    """Everything CI runs, installed once: lint, types, unit tests, then e2e (slowest tests
+    listed, so a slow one shows in the log)."""
+    session.install("-e", ".[test]", *TOOLS)
+    session.run("ruff", "check", "pdctl", "tests", "benchmarks", "noxfile.py")
+    session.run("mypy", "pdctl")
+    session.run("pytest", "-m", "not e2e", "--durations=15", *session.posargs)
+    session.run("pytest", "-m", "e2e", "--durations=40", *session.posargs)
 
 
 @nox.session(python=PYTHON)
