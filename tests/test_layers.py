@@ -173,38 +173,31 @@ def test_no_command_module_imports_another() -> None:
 # the registry calls as a topic's commands, parsers, fields and checks, and all it reaches by
 # name in its file, neither imports an I/O module nor uses a name such an import binds (only a
 # topic's probe, the runner run.py and record.py may).
-IO = re.compile(r"^(subprocess|socket|threading|os|shutil|tempfile|time|pathlib|concurrent|"
+IO = re.compile(r"(subprocess|socket|threading|os|shutil|tempfile|time|pathlib|concurrent|"
                 r"kubernetes|pynvml|paramiko|docker|pdctl\.targets|pdctl\.preflight\.(run|record))"
                 r"(\.|$)")
 
 
 def _io_names(nodes: Iterable[ast.AST]) -> set[str]:
-    out = set()
-    for n in nodes:
-        if isinstance(n, ast.Import):
-            out |= {a.asname or a.name.split(".")[0] for a in n.names if IO.match(a.name)}
-        elif isinstance(n, ast.ImportFrom) and not n.level and IO.match(n.module or ""):
-            out |= {a.asname or a.name for a in n.names}
-    return out
-
-
-def _uses(node: ast.AST) -> set[str]:
-    """The outer names `node` uses: not its locals, nor names only in annotations (types)."""
-    notes = {id(x) for n in ast.walk(node) for a in (getattr(n, "annotation", None),
-             getattr(n, "returns", None)) if a is not None for x in ast.walk(a)}
-    names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in notes]
-    local = {n.id for n in names if isinstance(n.ctx, ast.Store)}
-    return {n.id for n in names} - local - {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    return {a.asname or a.name.split(".")[0] for n in nodes for a in getattr(n, "names", ())
+            if (isinstance(n, ast.Import) and IO.match(a.name))
+            or (isinstance(n, ast.ImportFrom) and not n.level and IO.match(n.module or ""))}
 
 
 def impure_reach(module: str, roots: set[str]) -> dict[str, str]:
-    """root -> the I/O it reaches (the chain of the file's definitions, then what), for each
-    root (a function of `module`) that reaches any."""
+    """root -> the chain of the file's definitions to the I/O it reaches, for each root (a
+    function of `module`) that reaches any. Names only in annotations and locals don't count."""
     tree = ast.parse(MODULES[module].read_text())
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    io, uses = _io_names(tree.body), {d: _uses(n) for d, n in defs.items()}
-    bad = {d: (uses[d] & io) | ({"import"} if _io_names(ast.walk(n)) else set())
-           for d, n in defs.items()}
+    uses, bad = {}, {}
+    for d, node in defs.items():
+        notes = {id(x) for n in ast.walk(node) for a in (getattr(n, "annotation", None),
+                 getattr(n, "returns", None)) if a is not None for x in ast.walk(a)}
+        names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in notes]
+        local = {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        local |= {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+        uses[d] = {n.id for n in names} - local
+        bad[d] = (uses[d] & _io_names(tree.body)) | _io_names(ast.walk(node))
     found = {}
     for root in roots & defs.keys():
         path, todo = {root: root}, [root]
@@ -223,9 +216,9 @@ def test_preflight_topics_keep_their_pure_parts_pure() -> None:
 
     roots: dict[str, set[str]] = {}
     for t in TOPICS:
-        for fn in (t.commands, t.fields, t.check_host, t.check, *t.parsers.values()):
-            if fn is not None:
-                roots.setdefault(fn.__module__, set()).add(fn.__name__)
+        for fn in filter(None, (t.commands, t.fields, t.check_host, t.check,
+                                *t.parsers.values())):
+            roots.setdefault(fn.__module__, set()).add(fn.__name__)
     assert len(roots) == len(TOPICS) == 7
     assert {m: impure_reach(m, r) for m, r in roots.items()} == {m: {} for m in roots}
     for module in ("pdctl.preflight.facts", "pdctl.preflight.finding"):  # no I/O import at all

@@ -10,6 +10,7 @@ import pytest
 
 from pdctl.plan import make_plan
 from pdctl.preflight import record
+from pdctl.preflight.facts import Facts
 from pdctl.preflight.finding import Finding
 from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
@@ -29,10 +30,10 @@ def spec_text(hosts: str, serve: str = "{replicas: 1, tensorParallel: 2}", extra
             f"engine: {{version: '0.33.0'}}\nhosts:\n{hosts}\nserve: {serve}\n{extra}")
 
 
-def findings(text: str, raw: dict[str, dict[str, str]]) -> tuple[Finding, ...]:
+def findings(text: str, raw: dict[str, dict[str, str]] | Facts) -> tuple[Finding, ...]:
+    """The findings of spec `text` over raw outputs per host (or facts)."""
     spec, _ = load_text(text, "spec.yaml")
-    plan = make_plan(spec)
-    return run_checks(plan, facts_from(raw))
+    return run_checks(make_plan(spec), raw if isinstance(raw, Facts) else facts_from(raw))
 
 
 def by_check(found: tuple[Finding, ...], check: str) -> list[Finding]:

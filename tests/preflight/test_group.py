@@ -1,4 +1,4 @@
-"""Preflight for multi-node groups (check/group.py) over recorded H200 facts: the nodes of a
+"""Preflight for multi-node groups (preflight/group.py) over recorded H200 facts: the nodes of a
 group must match, the headless node's host is checked like any engine host, and RDMA devices
 named for NCCL must be up."""
 
@@ -15,9 +15,18 @@ import pytest
 
 from pdctl.plan import make_plan
 from pdctl.preflight.facts import Facts
-from pdctl.preflight.group import LISTEN, MEMLOCK, REACH, VLLM_VERSION
+from pdctl.preflight.group import (
+    LISTEN,
+    MEMLOCK,
+    REACH,
+    VLLM_VERSION,
+    memlock_command,
+    parse_memlock,
+    parse_memlock_where,
+)
 from pdctl.preflight.registry import facts_from, run_checks
 from pdctl.spec import load_text
+from pdctl.spec.model import Host
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port
@@ -284,3 +293,34 @@ def test_a_taken_port_that_answers_the_nodes_only_warns() -> None:
     found = {f.where: f for f in by_check(check(with_raw(busy)), "group.reach")}
     assert found["a"].status == "WARN" and "running already" in found["a"].fix
     assert found["b"].status == "PASS"
+
+
+# group.memlock reads the limit where the engines will run (memlock_command): a systemd unit's
+# limit is systemd's, never limits.conf's, so preflight measures it in a transient unit with the
+# rendered units' LimitMEMLOCK=infinity and names that context and its fix.
+RDMA = ", rdmaDevices: [mlx5_0]"
+
+
+def test_the_context_line_is_read_and_named() -> None:
+    text = "context a user unit of alice, its service manager's hard limit\n8192\n"
+    assert parse_memlock(text) == 8192
+    assert parse_memlock_where(text) == "a user unit of alice, its service manager's hard limit"
+    assert parse_memlock_where("8192\n") == ""  # a recording from before the context line
+    (b,) = by_check(check(with_raw({"b": {MEMLOCK: text}}), RDMA), "group.memlock")
+    assert b.status == "FAIL"
+    want = "ulimit -l: 8192 KiB (in a user unit of alice, its service manager's hard limit)"
+    assert b.found == want
+    assert "user@.service" in b.fix
+    system = "context a system unit\nunlimited\n"
+    (ok,) = by_check(check(with_raw({"b": {MEMLOCK: system}}), RDMA), "group.memlock")
+    assert ok.status == "PASS" and ok.found == "ulimit -l: unlimited (in a system unit)"
+    login = "context the login shell\n8192\n"
+    (shell,) = by_check(check(with_raw({"b": {MEMLOCK: login}}), RDMA), "group.memlock")
+    assert shell.found == "ulimit -l: 8192 KiB" and "limits.conf" in shell.fix
+
+
+def test_systemd_hosts_are_measured_in_a_unit_nohup_hosts_in_the_login_shell() -> None:
+    unit = memlock_command(Host(name="a", address="192.0.2.1", runtime="venv", venv="/v"))
+    assert "systemd-run" in unit and "LimitMEMLOCK=infinity" in unit
+    nohup = Host(name="a", address="192.0.2.1", runtime="venv", venv="/v", supervise="none")
+    assert memlock_command(nohup) == "echo 'context the login shell'; ulimit -l"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.preflight.conftest import FIX, json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts
+from tests.targets.testbed import free_port
 
 FAKE_SMI = """#!/bin/sh
 ip=$(echo "$SSH_CONNECTION" | cut -d' ' -f3)
@@ -152,3 +154,42 @@ def test_unknown_host_key_is_refused_unless_accepted(testbed) -> None:
     addr, port = hosts[name]
     assert known.read_text().startswith(f"[{addr}]:{port} ssh-ed25519 ")
     assert json.loads(proc.stdout)["counts"]["PASS"] > 0
+
+
+# preflight checks the router's Prometheus port like every other port (issue 36): with
+# `router.metricsPort` taken on the router's host, vllm-router panics in its Prometheus listener
+# some 30 s into `up`; preflight must fail first and name the field. Over SSH to lo1, with a
+# real listening socket holding the port.
+def test_a_taken_router_metrics_port_fails_preflight_naming_the_field(
+    testbed: tuple, tmp_path: Path
+) -> None:
+    hosts, fakebin, tmp = testbed
+    if hosts.get("lo1", ("",))[0] != "127.0.0.1":
+        pytest.skip("needs the loopback test host lo1 on 127.0.0.1")
+    addr, port = hosts["lo1"]
+    key = os.environ["PDCTL_TEST_SSH_KEY"]
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    spec = tmp / "spec.yaml"
+    spec.write_text(
+        "name: rport\nphase: 2\nmodel: {name: meta-llama/Llama-3.1-8B-Instruct, "
+        "maxModelLen: 8192}\nengine: {version: '0.33.0'}\nhosts:\n"
+        f"  - {{name: lo1, address: '{addr}', port: {port}, user: root, identityFile: '{key}', "
+        f"gpus: [0, 1], runtime: conda, hfCache: '{tmp}/hf'}}\n"
+        f"prefill: {{replicas: 1, port: {free_port()}}}\n"
+        f"decode: {{replicas: 1, port: {free_port()}}}\n"
+        "disaggregation: {connector: nixl}\n"
+        f"router: {{port: {free_port()}, metricsPort: {taken}}}\n"
+    )
+    try:
+        proc = pdctl("preflight", str(spec), "-o", "json", "--no-transfer", "--known-hosts",
+                     os.environ["PDCTL_TEST_KNOWN_HOSTS"], "--remote-path", str(fakebin))
+    finally:
+        held.close()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (found,) = _by(json_findings(proc), "host.ports", "lo1")
+    assert found["status"] == "FAIL"
+    assert f"in use: {taken} (router.metricsPort)" in found["found"], found
+    assert "(router.metricsPort)" in found["fix"]

