@@ -591,4 +591,4 @@ def cluster(plan: Plan, c: ClusterFacts | None) -> list[Finding]:
 
 
 def check(c: PlanCheck) -> list[Finding]:
-    return cluster(c.plan, c.facts.cluster) if c.plan.target == "kubernetes" else []
+    return cluster(c.plan, c.facts.cluster) if c.plan.on_kubernetes else []

@@ -196,7 +196,7 @@ def reach_all(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
     other node, labelled NODE/guard. `run` executes one command on a host (locally or over
     SSH) and returns its output."""
     out: dict[str, dict[str, str]] = {}
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return out
     for leader in plan.instances:
         port = rendezvous_port(leader)
@@ -677,7 +677,7 @@ def traffic(plan: Plan, leader: Instance, model: Any) -> list[Finding]:
 
 def group_checks(plan: Plan, facts: Facts, model: Any = None) -> list[Finding]:
     """Every finding about multi-node groups on hosts ([] when there is none)."""
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return []
     gpu = plan.spec.engine.device != "cpu"
     leaders = [i for i in plan.instances if i.workers]

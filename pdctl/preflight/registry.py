@@ -119,7 +119,7 @@ def steps(plan: Plan, options: Options) -> dict[str, int]:
         for pair in transfer.pairs(plan):
             assert pair.prefill.host is not None
             out[pair.prefill.host.name] = out.get(pair.prefill.host.name, 0) + 1
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         out[CLUSTER] = 1
     return out
 
@@ -148,7 +148,7 @@ def gather(plan: Plan, options: Options, step: Step | None = None) -> dict[str, 
             if t.probe is not None:
                 for name, files in t.probe(plan, options, out, local, step).items():
                     out[name].update(files)
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         out[CLUSTER] = cluster.gather(options.kubeconfig, options.context)
         if step:
             step(CLUSTER, "cluster")

@@ -587,7 +587,7 @@ def listen_port(plan: Plan, decode: Instance) -> int:
 
 def pairs(plan: Plan) -> list[Pair]:
     """One pair per (prefill host, decode host), their first instances standing for them."""
-    if plan.target != "hosts" or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
+    if plan.on_kubernetes or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
         return []
     transport = transport_of(plan.spec.disaggregation.connector)
     return [Pair(p, d, transport, peer_address(d.host), listen_port(plan, d))
@@ -744,7 +744,7 @@ def backend(plan: Plan) -> str:
 
 def groups(plan: Plan) -> list[tuple[Instance, int]]:
     """(leader, rendezvous port) of every multi-node group on hosts."""
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return []
     out = []
     for leader in plan.instances:
@@ -966,7 +966,7 @@ def need_gbps(plan: Plan, model: Any, p: Instance, d: Instance) -> tuple[float |
 
 def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Finding]:
     """One finding per pair of `pairs`."""
-    if plan.target != "hosts" or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
+    if plan.on_kubernetes or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
         return []
     transport = transport_of(plan.spec.disaggregation.connector)
     out: list[Finding] = []
@@ -1011,7 +1011,7 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
 def group_transfers(plan: Plan, facts: Facts, run: bool = True) -> list[Finding]:
     """One `net.alltoall` finding per multi-node group on hosts: every node exchanged bytes
     with every other over the group's backend (`run_group`)."""
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return []
     out: list[Finding] = []
     for leader in plan.instances:
@@ -1048,7 +1048,7 @@ def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
     locked-memory limit (registration pins the KV buffers) and, with GPU KV buffers, the
     nvidia_peermem module (GPUDirect RDMA), read before any transfer."""
     dis = plan.spec.disaggregation
-    if plan.target != "hosts" or plan.phase not in (2, 3) or dis is None:
+    if plan.on_kubernetes or plan.phase not in (2, 3) or dis is None:
         return []
     gpu = plan.spec.engine.device != "cpu" and dis.kv_buffer_device != "cpu"
     seen: dict[str, Instance] = {}
