@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
+from typing import Any
 
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.lora import lora_args
+from pdctl.plan.offload import check_offload_env, check_offload_flags, offload_args
 from pdctl.spec.model import Spec
+from pdctl.spec.speculative import Speculative
 
 
 def engine_args(
@@ -65,13 +69,78 @@ def engine_args(
         off = "--no-enable-prefix-caching"
         args.append(off if release.has_flag(off) else "--disable-prefix-caching")
     args += lora_args(spec)
-    for flag, value in extra:
+    speculative = role_speculative(spec, role_path)
+    if speculative is not None:
+        path = f"{role_path}.speculative"
+        args += speculative_args(speculative, release, tensor_parallel, path)
+        for where, given in (
+            ("engine.extraArgs", spec.engine.extra_args),
+            (f"{role_path}.extraArgs", role_args),
+        ):
+            check_owned_flag(given, SPEC_FLAG, where, f"set by pdctl from {path}")
+    check_offload_flags(spec, spec.engine.extra_args, "engine.extraArgs")
+    check_offload_flags(spec, role_args, f"{role_path}.extraArgs")
+    check_offload_env(spec)
+    for flag, value in offload_args(spec, release, list(extra)):
         args.append(flag)
         if value != "":
             args.append(value)
     args += check_user_flags(spec.engine.extra_args, release, "engine.extraArgs")
     args += check_user_flags(role_args, release, f"{role_path}.extraArgs")
     return tuple(args)
+
+
+SPEC_FLAG = "--speculative-config"
+
+
+def role_speculative(spec: Spec, role_path: str) -> Speculative | None:
+    """The speculative section of the role whose engines these are (serve, prefill, decode)."""
+    section = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}.get(role_path)
+    return getattr(section, "speculative", None)
+
+
+def speculative_config(s: Speculative) -> dict[str, Any]:
+    """vLLM's SpeculativeConfig keys (vllm/config/speculative.py; the same names in 0.23.0
+    l.80-143 and 0.33.0 l.413-506)."""
+    cfg: dict[str, Any] = {"method": s.method}
+    if s.model is not None:
+        cfg["model"] = s.model
+    cfg["num_speculative_tokens"] = s.num_speculative_tokens
+    if s.draft_tensor_parallel is not None:
+        cfg["draft_tensor_parallel_size"] = s.draft_tensor_parallel
+    if s.prompt_lookup_min is not None:
+        cfg["prompt_lookup_min"] = s.prompt_lookup_min
+    if s.prompt_lookup_max is not None:
+        cfg["prompt_lookup_max"] = s.prompt_lookup_max
+    return cfg
+
+
+def speculative_args(
+    s: Speculative, release: Release, tensor_parallel: int, path: str
+) -> list[str]:
+    """`--speculative-config '<json>'`, refused where vLLM would refuse it at start."""
+    if not release.has_flag(SPEC_FLAG):
+        raise SpecError(
+            f"{SPEC_FLAG} is not a `vllm serve` flag in vLLM {release.version}",
+            path=path,
+            fix="pin an engine.version that has it (0.23.0 or 0.33.0)",
+        )
+    draft_tp = s.draft_tensor_parallel
+    if draft_tp is not None and draft_tp not in (1, tensor_parallel):
+        # SpeculativeConfig._verify_and_get_draft_tp (0.23.0 l.893-925, 0.33.0 l.1849-1870).
+        raise SpecError(
+            f"draftTensorParallel {draft_tp} is neither 1 nor the role's tensorParallel "
+            f"{tensor_parallel}; vLLM accepts only those",
+            path=f"{path}.draftTensorParallel",
+            fix=f"set draftTensorParallel to 1 or {tensor_parallel}, or leave it out",
+        )
+    return [SPEC_FLAG, json.dumps(speculative_config(s), separators=(",", ":"))]
+
+
+def check_owned_flag(args: tuple[str, ...], flag: str, path: str, why: str) -> None:
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0].replace("_", "-") == flag:
+            raise SpecError(f"{flag} is {why}", path=f"{path}[{i}]", fix=f"remove it from {path}")
 
 
 def batch_limit(

@@ -29,6 +29,7 @@ from pdctl.plan.kv import (
 )
 from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance
+from pdctl.plan.offload import offload_env
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
 from pdctl.plan.slice import Slice
@@ -75,6 +76,7 @@ def role_env(
                     path=f"{field}.{key}",
                     fix=f"remove {key}; pdctl sets it from {PD_ENV.get(key, 'the placement')}",
                 )
+    ours = {**offload_env(spec, role.tensor_parallel), **ours}
     return tuple(sorted({**spec.engine.env, **role.env, **lora_env(spec), **ours}.items()))
 
 

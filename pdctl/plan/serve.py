@@ -20,6 +20,7 @@ from pdctl.plan.group import (
 )
 from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance, TargetName
+from pdctl.plan.offload import offload_env
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
 from pdctl.plan.transport import nvshmem_env, rdma_env
@@ -94,7 +95,9 @@ def serve_instances(
             role_path="serve",
         )
 
-    env = tuple(sorted({**spec.engine.env, **lora_env(spec)}.items()))
+    workers = shape.tensor_parallel * shape.pipeline_parallel
+    own = {**lora_env(spec), **offload_env(spec, workers)}
+    env = tuple(sorted({**spec.engine.env, **own}.items()))
     seqs = batch_limit(shape.max_num_seqs, spec, shape.extra_args)
     if target == "kubernetes":
         env = _with_rdma_env(spec, env)

@@ -18,6 +18,7 @@ from pdctl.spec.kube import (
 )
 from pdctl.spec.lora import Lora, check_names
 from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
+from pdctl.spec.speculative import KvOffload, Speculative
 from pdctl.spec.value import (
     Address,
     Argument,
@@ -119,6 +120,11 @@ class Engine(Section):
         {},
         description="Extra environment variables for every engine process. Not for secrets: "
         "use `secrets`.",
+    )
+    kv_offload: KvOffload | None = Field(
+        None,
+        description="Offload KV blocks to host memory (a second KV tier; docs/spec.md"
+        "#kv-offloading): `sizeGib` per engine, backend native or lmcache.",
     )
 
     @field_validator("version")
@@ -360,6 +366,11 @@ class Serve(Multinode):
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
     enable_prefix_caching: bool | None = Field(
         None, description="Prefix caching on/off. Default: vLLM's (on)."
+    )
+    speculative: Speculative | None = Field(
+        None,
+        description="Speculative decoding (`--speculative-config`; docs/spec.md"
+        "#speculative-decoding).",
     )
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
     kubernetes: PodSettings | None = Field(

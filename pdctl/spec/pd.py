@@ -10,6 +10,7 @@ from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Section, defaults
 from pdctl.spec.kube import PodSettings
+from pdctl.spec.speculative import Speculative
 from pdctl.spec.value import EngineEnvName, engine_env
 
 # fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
@@ -96,6 +97,11 @@ class Role(Multinode):
         "behind the sidecar on 8000).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (`--enforce-eager`).")
+    speculative: Speculative | None = Field(
+        None,
+        description="Speculative decoding for this role's engines (`--speculative-config`; "
+        "docs/spec.md#speculative-decoding). Usually on decode only.",
+    )
     extra_args: tuple[str, ...] = Field((), description="Extra `vllm serve` arguments.")
     kubernetes: PodSettings | None = Field(
         None,
