@@ -1,0 +1,236 @@
+"""Speculative decoding (`serve/prefill/decode.speculative`) and KV offloading
+(`engine.kvOffload`), issue 37 items 1-2: what each target's engines are given, for both
+pinned vLLM versions, and the combinations refused with one located line (exit 2).
+
+The JSON keys are vLLM's SpeculativeConfig fields and the offloading connectors' documents
+(vllm/config/speculative.py, vllm/config/vllm.py `_post_init_kv_transfer_config`, v0.23.0 and
+v0.33.0), written out here independently of pdctl's code."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_validate import validate as kube_validate
+
+from pdctl.errors import SpecError
+from pdctl.plan import make_plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.conftest import K8S_VERSION
+from tests.helpers import run_cli
+
+VERSIONS = ("0.23.0", "0.33.0")
+HOSTS = """
+hosts:
+  - {name: gpu-a, address: 192.0.2.10, user: ubuntu, gpus: [0, 1, 2, 3], runtime: RUNTIME}
+"""
+
+
+def spec_text(version: str, serve: str, engine: str = "", runtime: str = "venv") -> str:
+    venv = ", venv: /opt/vllm" if runtime == "venv" else ""
+    hosts = HOSTS.replace("runtime: RUNTIME", f"runtime: {runtime}{venv}")
+    return (
+        f"name: feat\nphase: 0\nmodel: {{name: Qwen/Qwen3-8B}}\n"
+        f'engine: {{version: "{version}"{engine}}}\n{hosts}serve:\n{serve}'
+    )
+
+
+def arg_after(args: tuple[str, ...], flag: str) -> str:
+    assert args.count(flag) == 1, args
+    return args[args.index(flag) + 1]
+
+
+def plan_of(text: str, **kw):
+    spec, _ = load_text(text, "s.yaml")
+    return make_plan(spec, **kw)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ngram_renders_vllm_keys_on_hosts_and_docker(version: str) -> None:
+    serve = (
+        "  replicas: 1\n  speculative: {method: ngram, numSpeculativeTokens: 4,"
+        " promptLookupMin: 2, promptLookupMax: 5}\n"
+    )
+    for runtime in ("venv", "docker"):
+        plan = plan_of(spec_text(version, serve, runtime=runtime))
+        (inst,) = plan.instances
+        doc = json.loads(arg_after(inst.args, "--speculative-config"))
+        assert doc == {
+            "method": "ngram",
+            "num_speculative_tokens": 4,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 5,
+        }
+        # what the host runs: the JSON is one shell word, unchanged
+        bundle = render(plan)
+        scripts = [bundle[p] for p in bundle.paths() if p.endswith(".sh")]
+        assert scripts
+        words = [w for text in scripts for w in shlex.split(text, comments=True)]
+        assert json.dumps(doc, separators=(",", ":")) in words
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_eagle3_draft_and_draft_tp(version: str) -> None:
+    serve = (
+        "  tensorParallel: 2\n  speculative: {method: eagle3, model: org/eagle3-head,"
+        " numSpeculativeTokens: 3, draftTensorParallel: 1}\n"
+    )
+    (inst,) = plan_of(spec_text(version, serve)).instances
+    assert json.loads(arg_after(inst.args, "--speculative-config")) == {
+        "method": "eagle3",
+        "model": "org/eagle3-head",
+        "num_speculative_tokens": 3,
+        "draft_tensor_parallel_size": 1,
+    }
+
+
+def test_mtp_without_model_uses_the_target() -> None:
+    serve = "  speculative: {method: mtp, numSpeculativeTokens: 1}\n"
+    (inst,) = plan_of(spec_text("0.33.0", serve)).instances
+    assert json.loads(arg_after(inst.args, "--speculative-config")) == {
+        "method": "mtp",
+        "num_speculative_tokens": 1,
+    }
+
+
+BAD = [
+    (
+        "  speculative: {method: ngram, model: org/draft, numSpeculativeTokens: 3}\n",
+        "",
+        "serve.speculative",
+        "takes no draft model",
+    ),
+    (
+        "  speculative: {method: eagle, numSpeculativeTokens: 3}\n",
+        "",
+        "serve.speculative",
+        "needs the draft checkpoint",
+    ),
+    (
+        "  speculative: {method: eagle, model: a/b, numSpeculativeTokens: 3, promptLookupMax: 4}\n",
+        "",
+        "serve.speculative",
+        "are for method ngram",
+    ),
+    (
+        "  speculative: {method: ngram, numSpeculativeTokens: 3, promptLookupMin: 6,"
+        " promptLookupMax: 4}\n",
+        "",
+        "serve.speculative",
+        "above promptLookupMax",
+    ),
+    (
+        "  tensorParallel: 4\n  speculative: {method: eagle, model: a/b,"
+        " numSpeculativeTokens: 3, draftTensorParallel: 2}\n",
+        "",
+        "serve.speculative.draftTensorParallel",
+        "neither 1 nor",
+    ),
+    (
+        "  speculative: {method: ngram, numSpeculativeTokens: 3}\n"
+        "  extraArgs: ['--speculative-config={}']\n",
+        "",
+        "serve.extraArgs[0]",
+        "set by pdctl",
+    ),
+    (
+        "  replicas: 1\n",
+        ", extraArgs: ['--kv-offloading-size', '4'], kvOffload: {sizeGib: 8}",
+        "engine.extraArgs[0]",
+        "set by pdctl from engine.kvOffload",
+    ),
+    (
+        "  replicas: 1\n",
+        ", env: {LMCACHE_MAX_LOCAL_CPU_SIZE: '2'}, kvOffload: {sizeGib: 8, backend: lmcache}",
+        "engine.env.LMCACHE_MAX_LOCAL_CPU_SIZE",
+        "set by pdctl",
+    ),
+]
+
+
+@pytest.mark.parametrize(("serve", "engine", "path", "what"), BAD)
+def test_invalid_combinations_are_refused_where_written(
+    serve: str, engine: str, path: str, what: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        plan_of(spec_text("0.33.0", serve, engine))
+    assert info.value.path == path and what in info.value.message, info.value
+
+
+def test_cli_says_one_located_line_and_exits_2(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    bad = "  speculative: {method: eagle, numSpeculativeTokens: 3}\n"
+    spec.write_text(spec_text("0.33.0", bad))
+    code, out, err = run_cli(["validate", str(spec)])
+    assert code == 2 and out == "", (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "serve.speculative" in lines[0] and str(spec) in lines[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_native_offload_alone_uses_vllms_flags(version: str) -> None:
+    engine = ", kvOffload: {sizeGib: 2.5}"
+    (inst,) = plan_of(spec_text(version, "  replicas: 1\n", engine)).instances
+    assert arg_after(inst.args, "--kv-offloading-size") == "2.5"
+    assert arg_after(inst.args, "--kv-offloading-backend") == "native"
+    assert "--kv-transfer-config" not in inst.args
+
+
+def test_lmcache_alone_is_lmcache_connector_v1_sized_per_worker() -> None:
+    engine = ", kvOffload: {sizeGib: 8, backend: lmcache}"
+    (inst,) = plan_of(spec_text("0.23.0", "  tensorParallel: 2\n", engine)).instances
+    assert json.loads(arg_after(inst.args, "--kv-transfer-config")) == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+    }
+    env = dict(inst.env)
+    assert env["LMCACHE_LOCAL_CPU"] == "True"
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"  # 8 GiB over 2 TP workers
+    assert "--kv-offloading-size" not in inst.args
+
+
+STORE = Path(__file__).parents[2] / "examples/phase2-mooncake-store.yaml"
+
+
+def test_offload_joins_the_mooncake_store_multiconnector() -> None:
+    text = STORE.read_text().replace("engine:\n", "engine:\n  kvOffload: {sizeGib: 1}\n", 1)
+    assert "kvOffload" in text
+    for inst in plan_of(text).instances:
+        if inst.role not in ("prefill", "decode"):
+            continue
+        doc = json.loads(arg_after(inst.args, "--kv-transfer-config"))
+        assert doc["kv_connector"] == "MultiConnector"
+        parts = doc["kv_connector_extra_config"]["connectors"]
+        names = [p["kv_connector"] for p in parts]
+        assert names == ["MooncakeConnector", "MooncakeStoreConnector", "OffloadingConnector"]
+        assert parts[2] == {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"cpu_bytes_to_use": 1 << 30},
+        }
+
+
+def test_phase1_kubernetes_passes_strict_validation() -> None:
+    text = (
+        "name: feat\nphase: 1\nmodel: {name: Qwen/Qwen3-8B}\n"
+        'engine: {version: "0.23.0", kvOffload: {sizeGib: 4, backend: lmcache}}\n'
+        "serve:\n  speculative: {method: ngram, numSpeculativeTokens: 3}\n"
+    )
+    plan = plan_of(text)
+    docs = [d for d in yaml.safe_load_all(render(plan).stream()) if d]
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployments
+    for doc in docs:
+        kube_validate(doc, K8S_VERSION, strict=True)
+    (container,) = [
+        c for c in deployments[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
+    ]
+    words = [*container.get("command", []), *container.get("args", [])]
+    assert '{"method":"ngram","num_speculative_tokens":3}' in words
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
