@@ -234,3 +234,15 @@ def test_phase1_kubernetes_passes_strict_validation() -> None:
     assert '{"method":"ngram","num_speculative_tokens":3}' in words
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
+
+
+def test_plan_shows_offload_host_memory_per_host_and_the_uncounted_draft() -> None:
+    """examples/phase2-spec-offload.yaml: one prefill and one decode on gpu-a, 16 GiB each."""
+    example = Path(__file__).parents[2] / "examples/phase2-spec-offload.yaml"
+    code, out, err = run_cli(["plan", str(example), "-o", "json"])
+    assert code in (0, 1), err
+    warnings = json.loads(out)["warnings"]
+    (offload,) = [w for w in warnings if w.startswith("engine.kvOffload")]
+    assert offload.endswith("per host: gpu-a 32 GiB"), offload
+    (draft,) = [w for w in warnings if w.startswith("decode.speculative (eagle3)")]
+    assert "not counted" in draft

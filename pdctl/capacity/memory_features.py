@@ -1,0 +1,86 @@
+"""What speculative decoding and KV offloading do to the plan: the host memory that
+`engine.kvOffload` takes per host, and a note where a draft model's memory is not counted
+(docs/capacity.md#speculative-decoding-and-kv-offloading).
+
+Each engine core allocates the offload tier for its size (vLLM's `kv_offloading_size` is the
+engine's, all TP ranks together: vllm/config/cache.py, 0.23.0 l.168-172), its TP ranks each
+holding a share (CPUOffloadingSpec `cpu_page_size_per_worker`, vllm/v1/kv_offload/cpu/
+spec.py); every data-parallel rank is an engine core of its own. So a node of an instance
+spanning `nodes` hosts with `dataParallel` ranks holds size x dataParallel / nodes."""
+
+from __future__ import annotations
+
+from pdctl.errors import PdctlError
+from pdctl.spec.model import Spec
+
+
+def _text(gib: float) -> str:
+    return f"{gib:.2f}".rstrip("0").rstrip(".")
+
+
+def offload_host_gib(spec: Spec) -> dict[str, float] | None:
+    """GiB of host memory per host for offloaded KV (None: Kubernetes, where each pod holds
+    its own; empty: the spec does not place its engines)."""
+    off = spec.engine.kv_offload
+    if off is None:
+        return None
+    try:
+        from pdctl.plan import make_plan
+
+        plan = make_plan(spec)
+    except PdctlError:
+        return {}  # the spec does not place (yet): `validate` says why
+    if plan.target != "hosts":
+        return None
+    sections = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}
+    out: dict[str, float] = {}
+    for inst in plan.instances:
+        section = sections.get(inst.role)
+        if section is None:
+            continue
+        dp = max(1, getattr(section, "data_parallel", 1))
+        nodes = max(1, getattr(section, "nodes", 1))
+        for node in (inst, *inst.workers):
+            if node.host is not None:
+                name = node.host.name
+                out[name] = out.get(name, 0.0) + off.size_gib * dp / nodes
+    return out
+
+
+def offload_notes(spec: Spec) -> tuple[str, ...]:
+    """One line for `pdctl plan`: the host memory KV offloading takes, per host."""
+    off = spec.engine.kv_offload
+    if off is None:
+        return ()
+    head = (
+        f"engine.kvOffload ({off.backend}): {_text(off.size_gib)} GiB of host memory per "
+        "engine (per data-parallel rank) for offloaded KV blocks"
+    )
+    per_host = offload_host_gib(spec)
+    if per_host is None:
+        return (f"{head}; on Kubernetes each engine pod holds it within its memory limit",)
+    if not per_host:
+        return (head,)
+    hosts = ", ".join(f"{h} {_text(g)} GiB" for h, g in sorted(per_host.items()))
+    return (f"{head}; per host: {hosts}",)
+
+
+def speculative_notes(spec: Spec) -> tuple[str, ...]:
+    """The draft's weights and KV layers are not in pdctl's figures: say so per role.
+
+    vLLM loads the draft beside the target before it profiles memory, and its attention layers
+    get KV cache like the target's (the KV cache config is built from every attention layer
+    of the model runner, draft included: vllm/v1/worker/gpu_model_runner.py
+    `get_kv_cache_spec`), so the real KV token count is lower than pdctl's."""
+    out = []
+    for role in ("serve", "prefill", "decode"):
+        s = getattr(getattr(spec, role, None), "speculative", None)
+        if s is None or s.method == "ngram":  # ngram: no draft model, no extra memory
+            continue
+        what = "MTP layers" if s.method == "mtp" else f"draft ({s.model})"
+        out.append(
+            f"{role}.speculative ({s.method}): the {what} weights and KV layers are not "
+            "counted: vLLM holds fewer KV tokens than shown (docs/capacity.md"
+            "#speculative-decoding-and-kv-offloading)"
+        )
+    return tuple(out)
