@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import combinations, permutations
+from itertools import permutations
 from typing import Any
 
 from pdctl.plan.model import Instance, Plan
@@ -796,9 +796,6 @@ def host_topology(host: Host, hf: HostFacts, plan: Plan, instances: list[Instanc
             out += p2p(host, hf, f"{host.name}/{p.name}+{q.name}", p.gpus, q.gpus,
                        "P2pNccl KV transfer on one host")
     return out
-
-
-__all__ = ["combinations", "host_topology", "p2p", "tp_links"]
 
 
 def check_host(c: HostCheck) -> list[Finding]:

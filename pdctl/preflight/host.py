@@ -10,7 +10,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pdctl.compat import parse_version
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.router import ENGINE_LIBRARIES, install_hint
@@ -514,10 +513,6 @@ def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
         return [Finding("FAIL", "host.disk", host.name, found, want,
                         "free space or point hosts[].hfCache at a larger disk")]
     return [Finding("PASS", "host.disk", host.name, found, want)]
-
-
-__all__ = ["disk", "libraries", "parse_version", "ports", "rdma",
-           "reach", "runtime", "shm"]
 
 
 def check_host(c: HostCheck) -> list[Finding]:
