@@ -161,11 +161,11 @@ def test_invalid_combinations_are_refused_where_written(
     assert info.value.path == path and what in info.value.message, info.value
 
 
-def test_cli_says_one_located_line_and_exits_2(tmp_path: Path) -> None:
+def test_cli_says_one_located_line_and_exits_2(tmp_path: Path, capsys) -> None:
     spec = tmp_path / "s.yaml"
     bad = "  speculative: {method: eagle, numSpeculativeTokens: 3}\n"
     spec.write_text(spec_text("0.33.0", bad))
-    code, out, err = run_cli(["validate", str(spec)])
+    code, out, err = run_cli(["validate", str(spec)], capsys)
     assert code == 2 and out == "", (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "serve.speculative" in lines[0] and str(spec) in lines[0], err
@@ -236,10 +236,10 @@ def test_phase1_kubernetes_passes_strict_validation() -> None:
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
 
 
-def test_plan_shows_offload_host_memory_per_host_and_the_uncounted_draft() -> None:
+def test_plan_shows_offload_host_memory_per_host_and_the_uncounted_draft(capsys) -> None:
     """examples/phase2-spec-offload.yaml: one prefill and one decode on gpu-a, 16 GiB each."""
     example = Path(__file__).parents[2] / "examples/phase2-spec-offload.yaml"
-    code, out, err = run_cli(["plan", str(example), "-o", "json"])
+    code, out, err = run_cli(["plan", str(example), "-o", "json"], capsys)
     assert code in (0, 1), err
     warnings = json.loads(out)["warnings"]
     (offload,) = [w for w in warnings if w.startswith("engine.kvOffload")]
