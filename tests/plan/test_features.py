@@ -169,6 +169,8 @@ def test_cli_says_one_located_line_and_exits_2(tmp_path: Path, capsys) -> None:
     assert code == 2 and out == "", (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "serve.speculative" in lines[0] and str(spec) in lines[0], err
+    assert "needs the draft checkpoint" in lines[0], err  # what, and the fix:
+    assert "set `model:`" in lines[0], err
     assert "Traceback" not in err
 
 
