@@ -95,8 +95,8 @@ def serve_instances(
             role_path="serve",
         )
 
-    workers = shape.tensor_parallel * shape.pipeline_parallel
-    own = {**lora_env(spec), **offload_env(spec, workers)}
+    ranks = shape.tensor_parallel * shape.pipeline_parallel
+    own = {**lora_env(spec), **offload_env(spec, ranks)}
     env = tuple(sorted({**spec.engine.env, **own}.items()))
     seqs = batch_limit(shape.max_num_seqs, spec, shape.extra_args)
     if target == "kubernetes":
