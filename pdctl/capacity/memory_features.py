@@ -47,6 +47,33 @@ def offload_host_gib(spec: Spec) -> dict[str, float] | None:
     return out
 
 
+def _pod_limits(spec: Spec, size_gib: float) -> tuple[str, ...]:
+    """Engine pods whose memory limit the offload tier alone fills: the kernel kills them."""
+    from pdctl.plan import make_plan
+    from pdctl.plan.kube_checks import amount
+
+    try:
+        pods = make_plan(spec).pods
+    except PdctlError:
+        return ()
+    out = []
+    for role, pod in pods:
+        section = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}.get(role)
+        if section is None:
+            continue
+        res = pod.resources
+        limit = (res.limits.memory if res.limits and res.limits.memory else None) or res.memory
+        need = size_gib * max(1, getattr(section, "data_parallel", 1)) * 2**30
+        if amount(limit) <= need:
+            out.append(
+                f"{role}: its pods' memory limit {limit} leaves no room beyond the "
+                f"{_text(size_gib)} GiB KV offload tier (engine.kvOffload.sizeGib): the kernel "
+                "would kill the engine (OOM); raise kubernetes.resources.memory (and "
+                "limits.memory) above it"
+            )
+    return tuple(out)
+
+
 def offload_notes(spec: Spec) -> tuple[str, ...]:
     """One line for `pdctl plan`: the host memory KV offloading takes, per host."""
     off = spec.engine.kv_offload
@@ -58,7 +85,10 @@ def offload_notes(spec: Spec) -> tuple[str, ...]:
     )
     per_host = offload_host_gib(spec)
     if per_host is None:
-        return (f"{head}; on Kubernetes each engine pod holds it within its memory limit",)
+        return (
+            f"{head}; on Kubernetes each engine pod holds it within its memory limit",
+            *_pod_limits(spec, off.size_gib),
+        )
     if not per_host:
         return (head,)
     hosts = ", ".join(f"{h} {_text(g)} GiB" for h, g in sorted(per_host.items()))

@@ -248,3 +248,20 @@ def test_plan_shows_offload_host_memory_per_host_and_the_uncounted_draft(capsys)
     assert offload.endswith("per host: gpu-a 32 GiB"), offload
     (draft,) = [w for w in warnings if w.startswith("decode.speculative (eagle3)")]
     assert "not counted" in draft
+
+
+def test_plan_warns_when_the_offload_tier_fills_the_pods_memory_limit(capsys, tmp_path) -> None:
+    spec = tmp_path / "s.yaml"
+    text = (
+        "name: feat\nphase: 1\nmodel: {name: Qwen/Qwen3-8B}\n"
+        'engine: {version: "0.33.0", kvOffload: {sizeGib: SIZE}}\nserve: {replicas: 1}\n'
+    )
+    found = {}
+    for size in ("80", "16"):  # the engine pods' default memory limit is 64Gi
+        spec.write_text(text.replace("SIZE", size))
+        code, out, err = run_cli(["plan", str(spec), "-o", "json"], capsys)
+        assert code in (0, 1), err
+        found[size] = [w for w in json.loads(out)["warnings"] if "OOM" in w]
+    (line,) = found["80"]
+    assert line.startswith("serve: its pods' memory limit 64Gi") and "OOM" in line
+    assert found["16"] == []
