@@ -15,9 +15,11 @@ def render(plan: Plan) -> Bundle:
         if plan.phase == 1 and any(i.workers for i in plan.instances):
             from pdctl.render.lws import phase1_group  # multi-node: a LeaderWorkerSet
 
-            objs = kube.common_objects(plan) + phase1_group(plan)
+            objs = phase1_group(plan)
         elif plan.phase == 1:
-            objs = kube.phase1_objects(plan)
+            from pdctl.render.kube_pod import phase1_objects
+
+            objs = phase1_objects(plan)
         else:
             from pdctl.render.pd_kube import pd_objects
 

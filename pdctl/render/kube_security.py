@@ -4,6 +4,8 @@ metrics auth. The containers' securityContext is kube.container_security."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pdctl.compat import LLMD
 from pdctl.plan.model import Plan
 from pdctl.render.kube import Obj, metadata
@@ -47,17 +49,26 @@ def token_mount() -> Obj:
     return {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
 
 
+def _role(plan: Plan, kind: str, name: str, component: str, rules: list[Obj]) -> Obj:
+    meta = metadata(plan, name, component, namespaced=kind == "Role")
+    return {"apiVersion": RBAC_API, "kind": kind, "metadata": meta, "rules": rules}
+
+
 def _binding(plan: Plan, kind: str, name: str, account: str, component: str) -> Obj:
-    cluster = kind == "ClusterRole"
     return {
         "apiVersion": RBAC_API,
         "kind": f"{kind}Binding",
-        "metadata": metadata(plan, name, component, namespaced=not cluster),
+        "metadata": metadata(plan, name, component, namespaced=kind == "Role"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
         "subjects": [
             {"kind": "ServiceAccount", "name": account, "namespace": plan.spec.kubernetes.namespace}
         ],
     }
+
+
+def _account(plan: Plan, name: str, component: str, **extra: Any) -> Obj:
+    meta = metadata(plan, name, component)
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, **extra}
 
 
 def sidecar_rbac(plan: Plan) -> list[Obj]:
@@ -66,23 +77,38 @@ def sidecar_rbac(plan: Plan) -> list[Obj]:
     namespace (llm-d-router v0.10.0 pkg/sidecar/proxy/allowlist.go); nothing else."""
     name = sidecar_account(plan)
     watch = ["list", "watch"]
-    role = {
-        "apiVersion": RBAC_API,
-        "kind": "Role",
-        "metadata": metadata(plan, name, "routing-proxy"),
-        "rules": [
-            {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": watch},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": watch},
-        ],
-    }
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(plan, name, "routing-proxy"),
+    rules = [
+        {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": watch},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": watch},
+    ]
+    return [
         # The token is mounted into the sidecar alone (token_volume), not into vLLM.
-        "automountServiceAccountToken": False,
-    }
-    return [account, role, _binding(plan, "Role", name, name, "routing-proxy")]
+        _account(plan, name, "routing-proxy", automountServiceAccountToken=False),
+        _role(plan, "Role", name, "routing-proxy", rules),
+        _binding(plan, "Role", name, name, "routing-proxy"),
+    ]
+
+
+def epp_rbac(plan: Plan, name: str) -> list[Obj]:
+    """The endpoint picker's account: it reads the pool, its pods and the objectives and
+    rewrites that apply to them, in the namespace (a Role), and reviews metrics tokens
+    (metrics_rbac)."""
+    read = ["get", "list", "watch"]
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+        {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": read},
+        {
+            "apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
+            "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+            "verbs": read,
+        },
+    ]
+    return [
+        _account(plan, name, "epp"),
+        _role(plan, "Role", name, "epp", rules),
+        _binding(plan, "Role", name, name, "epp"),
+        *metrics_rbac(plan, name),
+    ]
 
 
 def cluster_name(plan: Plan, role: str) -> str:
@@ -100,28 +126,15 @@ def metrics_rbac(plan: Plan, epp_account: str) -> list[Obj]:
     config/charts/routerlib/templates/_rbac.yaml). Cluster-wide names: cluster_name."""
     auth = cluster_name(plan, "epp-metrics-auth")
     reader = cluster_name(plan, "epp-metrics-reader")
-    auth_role = {
-        "apiVersion": RBAC_API,
-        "kind": "ClusterRole",
-        "metadata": metadata(plan, auth, "epp", namespaced=False),
-        "rules": [
-            {
-                "apiGroups": ["authentication.k8s.io"],
-                "resources": ["tokenreviews"],
-                "verbs": ["create"],
-            },
-            {
-                "apiGroups": ["authorization.k8s.io"],
-                "resources": ["subjectaccessreviews"],
-                "verbs": ["create"],
-            },
-        ],
-    }
+    review = [
+        {"apiGroups": [group], "resources": [kind], "verbs": ["create"]}
+        for group, kind in (
+            ("authentication.k8s.io", "tokenreviews"),
+            ("authorization.k8s.io", "subjectaccessreviews"),
+        )
+    ]
     # Bound to nobody: bind your Prometheus' ServiceAccount to it (docs/phase2-kubernetes.md).
-    reader_role = {
-        "apiVersion": RBAC_API,
-        "kind": "ClusterRole",
-        "metadata": metadata(plan, reader, "epp", namespaced=False),
-        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
-    }
+    scrape = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    auth_role = _role(plan, "ClusterRole", auth, "epp", review)
+    reader_role = _role(plan, "ClusterRole", reader, "epp", scrape)
     return [auth_role, _binding(plan, "ClusterRole", auth, epp_account, "epp"), reader_role]

@@ -15,30 +15,20 @@ rejoin a running group.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from pdctl.plan.model import Instance, Plan
-from pdctl.render.kube import (
-    engine_container,
-    gpu_request,
-    metadata,
-    pod_spec,
-    selector,
-    service_obj,
-)
-from pdctl.render.kube_pod import pod_metadata
+from pdctl.render.kube import Obj, common_objects, http_service, metadata, pod_metadata, port
+from pdctl.render.kube_pod import engine_container, gpu_request, pod_spec
 
-Obj = dict[str, Any]
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-POOL_LABEL = "pdctl.io/pool"  # render/pd_kube.py's: the InferencePool selects it
 WORKER_LABEL = "pdctl.io/group-worker"  # a phase 2 group's worker pods (no pool labels)
 
 
-def group_container(plan: Plan, inst: Instance, port: int = 8000) -> Obj:
+def group_container(plan: Plan, inst: Instance, number: int = 8000) -> Obj:
     """The engine container of a group's pod: the leader keeps its port and /health probes;
     a worker (`--headless`) serves no HTTP, so it has neither."""
-    container = engine_container(plan, inst, gpu_request(inst.gpu_count), port)
+    container = engine_container(plan, inst, gpu_request(inst.gpu_count), number)
     container["command"] = list(inst.launch)
     if inst.leader:
         for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
@@ -46,11 +36,11 @@ def group_container(plan: Plan, inst: Instance, port: int = 8000) -> Obj:
     return container
 
 
-def lws_obj(plan: Plan, leader: Instance, component: str, port: int = 8000) -> Obj:
+def lws_obj(plan: Plan, leader: Instance, component: str, number: int = 8000) -> Obj:
     (worker,) = leader.workers
     templates = {}
     for key, inst in (("leaderTemplate", leader), ("workerTemplate", worker)):
-        pod = pod_spec(plan, [group_container(plan, inst, port)], inst.tensor_parallel, component)
+        pod = pod_spec(plan, [group_container(plan, inst, number)], inst.tensor_parallel, component)
         templates[key] = {"metadata": pod_metadata(plan, component, {}, {}), "spec": pod}
     return lws(plan, leader, component, templates["leaderTemplate"], templates["workerTemplate"])
 
@@ -76,17 +66,13 @@ def lws(plan: Plan, leader: Instance, component: str, leader_tpl: Obj, worker_tp
     }
 
 
-def leader_service(plan: Plan, name: str, component: str, port: int) -> Obj:
-    """A Service in front of the groups' leaders only (worker index 0)."""
-    svc = service_obj(plan, name, component, port)
-    svc["spec"]["selector"] = {**selector(plan, component), WORKER_INDEX: "0"}
-    return svc
-
-
 def phase1_group(plan: Plan) -> list[Obj]:
-    """Phase 1's Service and LeaderWorkerSet for an instance that spans nodes."""
+    """Phase 1 for an instance that spans nodes: a Service in front of the groups' leaders
+    only (worker index 0) and the LeaderWorkerSet."""
     (inst,) = plan.instances
-    return [leader_service(plan, plan.name, "serve", 8000), lws_obj(plan, inst, "serve")]
+    svc = http_service(plan, plan.name, "serve", 8000)
+    svc["spec"]["selector"][WORKER_INDEX] = "0"
+    return [*common_objects(plan), svc, lws_obj(plan, inst, "serve")]
 
 
 def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Obj:
@@ -99,37 +85,8 @@ def group_lws(plan: Plan, leader: Instance, template: Obj, component: str) -> Ob
     engine["command"] = list(leader.launch)
     container = group_container(plan, worker, leader.port)
     container["env"] = copy.deepcopy(engine["env"])  # with the pod-IP side-channel host
-    container["ports"] = [
-        {"name": name, "containerPort": number, "protocol": "TCP"}
-        for name, number in worker.extra_ports
-    ]
+    container["ports"] = [port(name, number) for name, number in worker.extra_ports]
     pod = pod_spec(plan, [container], worker.tensor_parallel, component)
     labels = {WORKER_LABEL: plan.name}
     worker_tpl = {"metadata": pod_metadata(plan, component, labels, {}), "spec": pod}
     return lws(plan, leader, component, leader_tpl, worker_tpl)
-
-
-def admit_workers(plan: Plan, policy: Obj) -> None:
-    """A NetworkPolicy's rule that lets the pool's pods reach each other on every port also
-    lets the groups' workers in (they carry no pool labels): the rendezvous and DP traffic
-    between a group's pods and NIXL between prefill and decode ranks."""
-    for rule in policy["spec"]["ingress"]:
-        peers = rule.get("from", [])
-        pool = any(POOL_LABEL in p.get("podSelector", {}).get("matchLabels", {}) for p in peers)
-        if pool and "ports" not in rule:
-            peers.append({"podSelector": {"matchLabels": {WORKER_LABEL: plan.name}}})
-
-
-def phase2_groups(plan: Plan, workloads: list[tuple[Instance, Obj]], objs: list[Obj]) -> list[Obj]:
-    """`objs` (phase 2 as pd_kube renders it) with the Deployment of each role that spans nodes
-    replaced by its LeaderWorkerSet, and the NetworkPolicies admitting the groups' workers."""
-    groups = {
-        id(dep): group_lws(plan, inst, dep["spec"]["template"], inst.role)
-        for inst, dep in workloads
-        if inst.workers
-    }
-    out = [groups.get(id(o), o) for o in objs]
-    for o in out:
-        if o["kind"] == "NetworkPolicy":
-            admit_workers(plan, o)
-    return out

@@ -1,5 +1,6 @@
 """Kubernetes phases 2 and 3, llm-d style: prefill and decode Deployments (decode behind the
-routing sidecar), an InferencePool, the endpoint picker (EPP) and, in phase 3, HAMi slices."""
+routing sidecar), an InferencePool, the endpoint picker (EPP) and, in phase 3, HAMi slices; a
+role across nodes is a LeaderWorkerSet of its pod (lws.py). Its RBAC is kube_security.py's."""
 
 from __future__ import annotations
 
@@ -10,24 +11,28 @@ from pdctl.plan.llmd import K8S_DECODE_PORT, K8S_PREFILL_PORT
 from pdctl.plan.model import Instance, Plan
 from pdctl.render.kube import (
     Obj,
+    add_container_extras,
+    add_scheduling,
     common_objects,
     container_security,
     deployment_obj,
     dump,
-    engine_container,
-    gpu_request,
     metadata,
-    pod_spec,
+    port,
+    resources,
     selector,
+    service_obj,
+    settings,
 )
-from pdctl.render.kube_pod import add_container_extras, add_scheduling, resources, settings
+from pdctl.render.kube_pod import engine_container, gpu_request, pod_spec
 from pdctl.render.kube_security import (
-    metrics_rbac,
+    epp_rbac,
     sidecar_account,
     sidecar_rbac,
     token_mount,
     token_volume,
 )
+from pdctl.render.lws import WORKER_LABEL, group_lws
 from pdctl.render.netpol import network_policies
 
 POOL_LABEL = "pdctl.io/pool"
@@ -52,11 +57,10 @@ def _pod_ip_env() -> Obj:
     }
 
 
-def _vllm_container(plan: Plan, inst: Instance, gpu: dict[str, str], port: int) -> Obj:
-    container = engine_container(plan, inst, gpu, port=port)
+def _vllm_container(plan: Plan, inst: Instance, gpu: dict[str, str], number: int) -> Obj:
+    container = engine_container(plan, inst, gpu, number)
     container["env"].append(_pod_ip_env())
-    for name, number in inst.extra_ports:
-        container["ports"].append({"name": name, "containerPort": number, "protocol": "TCP"})
+    container["ports"] += [port(name, extra) for name, extra in inst.extra_ports]
     return container
 
 
@@ -78,7 +82,7 @@ def sidecar_container(plan: Plan) -> Obj:
             f"--inference-pool={plan.spec.kubernetes.namespace}/{plan.name}",
             f"--pool-group={LLMD.pool_group}",
         ],
-        "ports": [{"name": "sidecar", "containerPort": K8S_PREFILL_PORT, "protocol": "TCP"}],
+        "ports": [port("sidecar", K8S_PREFILL_PORT)],
         "restartPolicy": "Always",
         "resources": {
             "requests": {"cpu": "250m", "memory": "256Mi"},
@@ -189,33 +193,6 @@ def epp_objects(plan: Plan) -> list[Obj]:
     name = f"{plan.name}-epp"
     ns = plan.spec.kubernetes.namespace
     epp = settings(plan, "epp")
-    read = ["get", "list", "watch"]
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(plan, name, "epp"),
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
-            {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": read},
-            {
-                "apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
-                "resources": ["inferenceobjectives", "inferencemodelrewrites"],
-                "verbs": read,
-            },
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(plan, name, "epp"),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-    }
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(plan, name, "epp"),
-    }
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -245,7 +222,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
             # Scrapers need a token allowed to get /metrics (the metrics-reader ClusterRole).
             "--metrics-endpoint-auth=true",
         ],
-        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p, _ in ports],
+        "ports": [port(n, p) for n, p, _ in ports],
         "resources": resources(epp.resources, {}),
         "readinessProbe": {
             "grpc": {"port": LLMD.epp_health_port, "service": "readiness"},
@@ -272,20 +249,12 @@ def epp_objects(plan: Plan) -> list[Obj]:
     # One replica: the picker's in-flight load accounting is per process.
     deployment = deployment_obj(plan, name, "epp", 1, pod)
     deployment["spec"]["strategy"] = {"type": "Recreate"}
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(plan, name, "epp"),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector(plan, "epp"),
-            "ports": [
-                {"name": n, "port": p, "targetPort": n, "protocol": "TCP", "appProtocol": a}
-                for n, p, a in ports
-            ],
-        },
-    }
-    return [account, role, binding, *metrics_rbac(plan, name), config, deployment, service]
+    service_ports = [
+        {"name": n, "port": p, "targetPort": n, "protocol": "TCP", "appProtocol": a}
+        for n, p, a in ports
+    ]
+    service = service_obj(plan, name, "epp", service_ports, "ClusterIP")
+    return [*epp_rbac(plan, name), config, deployment, service]
 
 
 def http_route(plan: Plan, gateway: str) -> Obj:
@@ -322,15 +291,13 @@ def pd_objects(plan: Plan) -> list[Obj]:
     objs.append(inference_pool(plan))
     if plan.spec.router.gateway:  # plan.kinds then holds HTTPRoute
         objs.append(http_route(plan, plan.spec.router.gateway))
-    workloads = [
-        (prefill, prefill_deployment(plan, prefill)),
-        (decode, decode_deployment(plan, decode)),
-    ]
-    objs += [dep for _, dep in workloads]
+    for inst, dep in ((prefill, prefill_deployment), (decode, decode_deployment)):
+        workload = dep(plan, inst)
+        if inst.workers:  # a role across nodes: a LeaderWorkerSet
+            workload = group_lws(plan, inst, workload["spec"]["template"], inst.role)
+        objs.append(workload)
     if plan.spec.kubernetes.network_policy:
-        objs += network_policies(plan, {POOL_LABEL: plan.name})
-    if prefill.workers or decode.workers:  # a role across nodes: a LeaderWorkerSet
-        from pdctl.render.lws import phase2_groups
-
-        objs = phase2_groups(plan, workloads, objs)
+        groups = prefill.workers or decode.workers
+        workers = {WORKER_LABEL: plan.name} if groups else {}
+        objs += network_policies(plan, {POOL_LABEL: plan.name}, workers)
     return objs

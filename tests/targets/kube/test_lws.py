@@ -363,10 +363,6 @@ def _admits(policy: dict, labels: dict) -> bool:
 
 
 def test_network_policies_let_a_groups_pods_reach_each_other() -> None:
-    from pdctl.render import lws as lws_mod
-    from pdctl.render import pd_kube
-
-    assert lws_mod.POOL_LABEL == pd_kube.POOL_LABEL
     data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
     data["kubernetes"]["networkPolicy"] = True
     data["router"] = {"gateway": "inference-gateway"}
