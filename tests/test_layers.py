@@ -37,6 +37,7 @@ RANK = {
     "explain": 9,  # `pdctl explain`'s text from the spec models and the init templates
     "__main__": 10,
     "": 0,  # pdctl/__init__.py: the version
+    "hostside": 0,  # programs pdctl ships to the hosts (standard library only)
 }
 
 

@@ -1,5 +1,5 @@
 """The group guard step (hosts): every node of a multi-node group runs under pdctl's guard
-(pdctl/plan/group_guard.py), which stops its node when another node of the group goes away, so
+(pdctl/hostside/group_guard.py), which stops its node when another node of the group goes away, so
 that systemd, Docker's restart policy (or `pdctl up`) restarts the group as one instead of
 leaving a half-restarted group that hangs. docs/multinode.md.
 
@@ -93,4 +93,4 @@ def container_launch(
 def guard_source() -> str:
     from importlib import resources
 
-    return resources.files("pdctl.plan").joinpath("group_guard.py").read_text()
+    return resources.files("pdctl.hostside").joinpath("group_guard.py").read_text()

@@ -1,7 +1,7 @@
-"""The group guard itself (pdctl/plan/group_guard.py, shipped beside each node's scripts), run as
-real processes on loopback: it runs its engine, answers its peers, and stops its engine when a
-peer it heard from goes away or comes back as a new process; it never acts on a peer it never
-heard from, passes its engine's exit status on, and refuses a taken port."""
+"""The group guard itself (pdctl/hostside/group_guard.py, shipped beside each node's scripts),
+run as real processes on loopback: it runs its engine, answers its peers, and stops its engine
+when a peer it heard from goes away or comes back as a new process; it never acts on a peer it
+never heard from, passes its engine's exit status on, and refuses a taken port."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.plan import group_guard
+from pdctl.hostside import group_guard
 from pdctl.render.supervise import RESTART_SEC
 from tests.helpers import wait_until
 
