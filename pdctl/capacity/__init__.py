@@ -46,9 +46,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The public names and the module that defines each. They are imported when first used
-# (PEP 562 `__getattr__`): `validate`/`render` read only the model table (capacity.models and
-# capacity.params, for the parallelism checks) and should not load the memory model with it.
+# The public names and the module that defines each, listed here only (__all__ adds this
+# file's own). They are imported when first used (PEP 562 `__getattr__`): `validate`/`render`
+# read only the model table (capacity.models and capacity.params, for the parallelism checks)
+# and should not load the memory model with it.
 _FROM = {
     "pdctl.capacity.fit": (
         "Alternative",
@@ -74,29 +75,11 @@ _FROM = {
 }
 _MODULE_OF = {name: module for module, names in _FROM.items() for name in names}
 
-if TYPE_CHECKING:
-    from pdctl.capacity.fit import (
-        Alternative,
-        ModelFit,
-        Shape,
-        alternatives,
-        instance_memory,
-        model_fit,
-        smallest_fit,
-    )
-    from pdctl.capacity.gpus import GPUS, GpuType, custom_gpu, find_gpu
-    from pdctl.capacity.memory import (
-        DEFAULT_UTIL,
-        InstanceMemory,
-        Overhead,
-        kv_bytes_per_token,
-        weights_bytes_per_gpu,
-    )
-    from pdctl.capacity.models import BUILTIN, ModelConfig
-    from pdctl.capacity.params import model_config
-    from pdctl.capacity.profile import PINNED
+if TYPE_CHECKING:  # the types this file's own functions name (the names above are Any to mypy)
+    from pdctl.capacity.fit import Shape
+    from pdctl.capacity.gpus import GpuType
+    from pdctl.capacity.models import ModelConfig
     from pdctl.capacity.report import Traffic
-    from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_util
     from pdctl.spec.model import Model, Spec
 
 
@@ -274,33 +257,11 @@ def adapt_traffic(
 
 
 __all__ = [
-    "adapt_traffic",
+    *_MODULE_OF,
     "ASSUMED",
-    "BUILTIN",
-    "DEFAULT_UTIL",
-    "GPUS",
-    "Alternative",
-    "DecodeSlice",
-    "GpuType",
-    "InstanceMemory",
-    "ModelConfig",
-    "ModelFit",
-    "Overhead",
-    "PINNED",
-    "Shape",
-    "alternatives",
-    "custom_gpu",
-    "decode_slice",
-    "find_gpu",
-    "instance_memory",
-    "kv_bytes_per_token",
-    "model_config",
-    "model_fit",
-    "slice_util",
-    "smallest_fit",
+    "adapt_traffic",
     "spec_gpu",
     "spec_model_config",
     "spec_shape",
     "spec_traffic",
-    "weights_bytes_per_gpu",
 ]
