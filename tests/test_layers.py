@@ -30,6 +30,7 @@ RANK = {
     "preflight": 8,  # preflight (a file per topic: commands, parser, check) and top share a
     # rank and import none of each other
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like preflight
+    "offline": 8,  # `pdctl bundle`, `up --bundle`: pip download, the manifest, the copy
     "bench": 8.5,  # `pdctl bench`/`tune`: loads a deployment, reads it with top's sources
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
     "cli": 10,

@@ -22,6 +22,7 @@ COMMANDS = {
     "explain": "pdctl.cli.explain_cmd",
     "plan": "pdctl.cli.plan_cmd",
     "preflight": "pdctl.cli.preflight_cmd",
+    "bundle": "pdctl.cli.bundle_cmd",
     "up": "pdctl.cli.up_cmd",
     "diff": "pdctl.cli.diff_cmd",
     "down": "pdctl.cli.down_cmd",

@@ -84,6 +84,13 @@ def register(app: typer.Typer) -> None:
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
+        wheels: Path | None = typer.Option(
+            None,
+            "--bundle",
+            metavar="DIR",
+            help="Hosts with no package index: install from the wheels of `pdctl bundle` in DIR "
+            "(checked first, copied to each host over SSH; docs/offline.md).",
+        ),
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         from pdctl import actions
@@ -102,6 +109,10 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.specfile import load
 
         plan, bundle = load(spec, phase, target, facts)
+        if wheels is not None:  # checked before anything connects; scripts install from it
+            from pdctl.offline.ship import bundled
+
+            plan, bundle, manifest = bundled(plan, wheels)
         if verify:
             from pdctl.bench.run import check_verify
 
@@ -126,18 +137,14 @@ def register(app: typer.Typer) -> None:
             actions.up(plan, bundle, options, shown, dict, mode, yes, timeout, keep_going)
             shown.print()
             return
+        if wheels is not None and mode == "none":
+            from pdctl.offline.ship import ship
+
+            ship(plan, wheels, manifest, options.ssh, options.parallel,
+                 lambda line: console.print(line, highlight=False, markup=False))
         try:
-            done = actions.up(
-                plan,
-                bundle,
-                options,
-                ConsoleProgress(console),
-                lambda: read_secrets(plan),
-                mode,
-                yes,
-                timeout,
-                keep_going,
-            )
+            done = actions.up(plan, bundle, options, ConsoleProgress(console),
+                              lambda: read_secrets(plan), mode, yes, timeout, keep_going)
         except actions.UpFailed as exc:
             report_failures(console, exc.failures)
             report_undo(console, exc.outcome)

@@ -168,6 +168,8 @@ class Plan:
     units: tuple[Unit, ...] = ()
     # Kubernetes: each pod role's effective settings (section + role override; plan/kube_checks).
     pods: tuple[tuple[str, PodSettings], ...] = ()
+    # Hosts: install from the wheels `up --bundle` copies (render.host.wheels_dir), never an index.
+    bundled: bool = False
 
     @property
     def name(self) -> str:

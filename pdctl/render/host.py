@@ -25,6 +25,16 @@ def deploy_dir(plan: Plan, host: Host) -> str:
     return f"{base}/{plan.name}"
 
 
+def wheels_dir(plan: Plan, host: Host) -> str:
+    """Where `up --bundle` puts the bundle's wheels on a host (docs/offline.md)."""
+    return f"{deploy_dir(plan, host)}/wheels"
+
+
+def find_links(plan: Plan, host: Host) -> str:
+    """The folder a bundled plan's pip installs from with --no-index on host, else ''."""
+    return wheels_dir(plan, host) if plan.bundled else ""
+
+
 def start_env(unit: Unit) -> tuple[tuple[str, str], ...]:
     """The environment a process unit's start.sh exports: an engine gets HF_HOME (its cache)."""
     if unit.image is None and unit.role in ENGINE_ROLES:
@@ -74,6 +84,7 @@ def engine_setup(plan: Plan, host: Host) -> str:
             package="vllm",
             version=rel.version,
             pip=rel.pip,
+            find_links=find_links(plan, host),
         )
     if host.runtime == "venv":
         return render_template(
@@ -82,6 +93,7 @@ def engine_setup(plan: Plan, host: Host) -> str:
             executable="vllm",
             install=plan.spec.engine.device == "cuda",
             pip=rel.pip,
+            find_links=find_links(plan, host),
         )
     return ""
 

@@ -10,8 +10,9 @@ from pdctl.plan.model import ENGINE_ROLES, Plan, PortRule, Service, Unit
 from pdctl.plan.router import LIBRARY_PACKAGES, MASTER_LIBRARIES
 from pdctl.render.bundle import Artifact, UnitFiles
 from pdctl.render.hami_host import slice_setup
-from pdctl.render.host import header, unit_files, with_setup
+from pdctl.render.host import find_links, header, unit_files, with_setup
 from pdctl.render.template import render_template
+from pdctl.spec.model import Host
 from pdctl.spec.value import host_port
 
 
@@ -21,7 +22,7 @@ def library_check(what: str, libraries: tuple[str, ...]) -> str:
     return render_template("mooncake-libs.sh.j2", what=what, libraries=rows)
 
 
-def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
+def kv_setup(plan: Plan, host: Host, libraries: tuple[str, ...] = ()) -> str:
     """Shell that makes sure the engine's environment has the connector's library."""
     assert plan.shape is not None
     dis = plan.shape.dis
@@ -40,6 +41,7 @@ def kv_setup(plan: Plan, libraries: tuple[str, ...] = ()) -> str:
         pip=pip,
         check=check,
         install=install,
+        find_links=find_links(plan, host),
         libraries=library_check(pip.split("==")[0], libraries) if libraries else "",
     )
 
@@ -50,7 +52,7 @@ def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
         # docker-start.sh has the HAMi-core checks (render.host.unit_files).
         return unit_files(plan, unit)
     unit = with_setup(plan, unit)
-    extra = kv_setup(plan, plan.libraries_on(unit.host.name)) + slice_setup(unit)
+    extra = kv_setup(plan, unit.host, plan.libraries_on(unit.host.name)) + slice_setup(unit)
     if extra:
         unit = replace(unit, setup=unit.setup + extra)
     return unit_files(plan, unit)
@@ -59,7 +61,12 @@ def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
 def service_files(plan: Plan, planned: Unit) -> UnitFiles:
     svc = next(s for s in plan.services if s.name == planned.name)
     setup = render_template(
-        "setup-venv.sh.j2", venv=svc.venv, executable=svc.executable, install=True, pip=svc.pip
+        "setup-venv.sh.j2",
+        venv=svc.venv,
+        executable=svc.executable,
+        install=True,
+        pip=svc.pip,
+        find_links=find_links(plan, svc.host),
     )
     if svc.role == "master":
         setup = library_check(svc.executable, MASTER_LIBRARIES) + setup

@@ -1,0 +1,56 @@
+"""`pdctl bundle`: the wheels a spec's hosts install, downloaded for hosts with no package
+index, with a manifest (docs/offline.md). `up --bundle DIR` installs from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
+from pdctl.cli.specfile import with_overlays
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bundle")
+    @with_overlays
+    def bundle(
+        spec: str = SPEC,
+        output: Path = typer.Option(
+            ..., "--output", "-o", metavar="DIR",
+            help="The bundle folder (created; a second run keeps the files whose sha256 the "
+            "manifest vouches for and downloads the rest).",
+        ),
+        python: str | None = typer.Option(
+            None, "--python", metavar="3.X",
+            help="The hosts' Python version (default: 3.11 when every environment is a conda "
+            "env pdctl creates; else required).",
+        ),
+        platform: str | None = typer.Option(
+            None, "--platform", metavar="TAG",
+            help="The hosts' wheel platform tag, e.g. manylinux_2_28_x86_64 (glibc 2.28+, "
+            "x86_64).",
+        ),
+        phase: int | None = PHASE,
+        target: str | None = TARGET,
+        facts: Path | None = FACTS,
+    ) -> None:
+        """Download the vLLM wheel and its whole dependency closure (and the KV connector's
+        and the router's) for the hosts' Python and platform into DIR/wheels, with
+        DIR/manifest.json (sha256 and size of every file), written last. Run it where a
+        package index is reachable; `pdctl up SPEC --bundle DIR` installs from it."""
+        from pdctl.cli.options import check_phase_target
+        from pdctl.cli.specfile import plan_from
+        from pdctl.offline.download import bundle as download
+        from pdctl.offline.need import needs, platform_for, python_for
+
+        check_phase_target(phase, target)
+        plan, _ = plan_from(spec, phase, target, facts)
+        found = needs(plan)
+        version = python_for(found, python)
+        tag = platform_for(platform)
+        made = download(plan, found, version, tag, output,
+                        lambda line: typer.echo(line, err=True))
+        typer.echo(f"{output}: {len(made.files)} files, {made.total() / 1e6:.1f} MB "
+                   f"(Python {version}, {tag}); install with "
+                   f"`pdctl up {spec} --bundle {output}`")

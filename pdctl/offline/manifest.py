@@ -1,0 +1,153 @@
+"""The bundle's manifest: every file with its sha256 and size, the spec's hash, the pdctl
+version and what was resolved for which Python and platform. Written last, so a bundle
+whose download stopped half-way has none and is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdctl.errors import UsageError
+
+MANIFEST = "manifest.json"
+WHEELS = "wheels"
+FORMAT = 1
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # relative to the bundle folder, e.g. wheels/vllm-0.23.0-....whl
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    pdctl: str
+    spec: str  # sha256 of the validated spec
+    python: str
+    platform: str
+    needs: tuple[tuple[str, tuple[str, ...]], ...]  # (environment, pinned requirements)
+    files: tuple[Entry, ...]
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "pdctl": self.pdctl,
+            "spec": self.spec,
+            "python": self.python,
+            "platform": self.platform,
+            "needs": [{"for": what, "requirements": list(pips)} for what, pips in self.needs],
+            "files": [{"path": e.path, "sha256": e.sha256, "size": e.size} for e in self.files],
+        }
+
+    def requirements(self) -> set[str]:
+        return {p for _, pips in self.needs for p in pips}
+
+    def total(self) -> int:
+        return sum(e.size for e in self.files)
+
+
+class BundleError(UsageError):
+    """A bundle folder that is not complete, or not what it says (exit 2)."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entries(folder: Path) -> tuple[Entry, ...]:
+    """The files under folder/wheels, hashed, in name order."""
+    wheels = folder / WHEELS
+    out = []
+    for path in sorted(wheels.iterdir()) if wheels.is_dir() else []:
+        if path.is_file() and not path.name.startswith("."):
+            out.append(Entry(f"{WHEELS}/{path.name}", sha256_of(path), path.stat().st_size))
+    return tuple(out)
+
+
+def write(folder: Path, manifest: Manifest) -> None:
+    """The manifest, atomically (a temporary file renamed into place)."""
+    text = json.dumps(manifest.as_data(), indent=1, sort_keys=True) + "\n"
+    tmp = folder / f".{MANIFEST}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+
+
+def read(folder: Path) -> Manifest:
+    """The folder's manifest; BundleError naming the file when it is absent or malformed."""
+    where = folder / MANIFEST
+    if not folder.is_dir():
+        raise BundleError(f"{folder}: no such bundle folder", fix="run `pdctl bundle SPEC -o DIR`")
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(
+            f"{where}: missing: the bundle is incomplete (`pdctl bundle` writes it last)",
+            fix="run `pdctl bundle SPEC -o DIR` again",
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{where}: unreadable ({exc})", fix="run `pdctl bundle` again") from None
+    try:
+        if data["format"] != FORMAT:
+            raise ValueError(f"format {data['format']!r}, this pdctl reads {FORMAT}")
+        files = tuple(
+            Entry(str(f["path"]), str(f["sha256"]), int(f["size"])) for f in data["files"]
+        )
+        needs = tuple((str(n["for"]), tuple(str(p) for p in n["requirements"]))
+                      for n in data["needs"])
+        for e in files:
+            name = e.path.removeprefix(f"{WHEELS}/")
+            if not e.path.startswith(f"{WHEELS}/") or "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"file path {e.path!r} is not wheels/NAME")
+        return Manifest(str(data["pdctl"]), str(data["spec"]), str(data["python"]),
+                        str(data["platform"]), needs, files)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"{where}: malformed manifest ({exc})",
+                          fix="run `pdctl bundle SPEC -o DIR` again") from None
+
+
+def check_file(folder: Path, entry: Entry) -> str | None:
+    """Why the file does not match its entry, or None."""
+    path = folder / entry.path
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    if size != entry.size:
+        return f"size {size}, the manifest says {entry.size}"
+    if sha256_of(path) != entry.sha256:
+        return "sha256 differs from the manifest"
+    return None
+
+
+def verify(folder: Path) -> Manifest:
+    """The manifest, after checking every file it lists (size, then sha256); BundleError
+    naming the first file that is missing or differs."""
+    manifest = read(folder)
+    for entry in manifest.files:
+        why = check_file(folder, entry)
+        if why is not None:
+            raise BundleError(f"{folder / entry.path}: {why}; the bundle is corrupted or "
+                              f"incomplete", fix="run `pdctl bundle SPEC -o DIR` again")
+    return manifest
+
+
+def covers(manifest: Manifest, wanted: set[str], folder: Path) -> None:
+    """BundleError when the bundle lacks a requirement the plan installs."""
+    missing = sorted(wanted - manifest.requirements())
+    if missing:
+        raise BundleError(
+            f"{folder / MANIFEST}: the bundle does not carry {', '.join(missing)}, which the "
+            f"spec installs",
+            fix="run `pdctl bundle` of this spec again",
+        )
+

@@ -1,0 +1,79 @@
+"""E2E offline: a host with no route to any package index (node1, a network namespace of
+tests/services.sh) gets vllm-router from `pdctl bundle`'s wheels. `pdctl bundle` resolves the
+router's closure against the index this machine has; `up --bundle` copies the wheels over SSH,
+the router's start script makes a fresh venv and installs with `pip install --no-index
+--find-links` only; a completion is answered through the router by the real vLLM CPU build.
+The engine's own environment is the prepared CPU build (the CPU build is no PyPI wheel; a
+CUDA host's vLLM comes from the bundle the same way: tests/offline/test_bundle.py renders it)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pdctl.offline import manifest as mf
+from tests.e2e.common import ENGINE_ENV, complete, host, model_section, printed_urls
+from tests.helpers import known
+from tests.targets.testbed import pdctl, write_spec
+
+pytestmark = pytest.mark.e2e
+SERVE, ROUTER, METRICS = 18820, 18830, 18831  # the replicas take 18820 and 18821
+ROUTER_PIP = "vllm-router==0.1.17"
+
+
+def offline_pip(*args: str) -> subprocess.CompletedProcess[str]:
+    """pip in node1's network namespace (the test host's only way out is its veth)."""
+    cmd = ["ip", "netns", "exec", "pdctl-n1", "/usr/bin/python3", "-m", "pip", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def offline(vllm_cpu, ssh_env, tmp_path_factory):
+    data = tmp_path_factory.mktemp("offline")
+    probe = offline_pip("download", "--no-deps", "-d", str(data / "probe"), ROUTER_PIP)
+    assert probe.returncode != 0, "node1 reaches a package index: not an offline host"
+    spec = write_spec(data / "spec.yaml", {
+        "name": "e2eoffl",
+        "phase": 0,
+        "model": model_section(vllm_cpu),
+        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
+        "hosts": [{**host(ssh_env, vllm_cpu, data, "node1"), "instances": 2}],
+        # a router needs two replicas or more (the plan refuses one)
+        "serve": {"replicas": 2, "port": SERVE, "enforceEager": True},
+        "router": {"port": ROUTER, "metricsPort": METRICS, "venv": str(data / "router-venv"),
+                   "listen": "10.77.1.2"},  # reached from this namespace over node1's veth
+    })
+    folder = data / "bundle"
+    made = pdctl("bundle", str(spec), "-o", str(folder), "--python", "3.11",
+                 "--platform", "manylinux_2_28_x86_64", timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    print(made.stdout)
+    result = pdctl("up", str(spec), "--bundle", str(folder), "--yes", "--timeout", "600",
+                   *known(ssh_env), timeout=900)
+    yield data, spec, folder, result
+    pdctl("down", str(spec), *known(ssh_env))
+
+
+def test_the_bundle_holds_the_routers_closure_pinned_by_sha256(offline):
+    _, _, folder, _ = offline
+    manifest = mf.verify(folder)
+    names = [e.path for e in manifest.files]
+    assert any(n.startswith("wheels/vllm_router-0.1.17-") for n in names), names
+    assert manifest.needs == (("e2eoffl-router", (ROUTER_PIP,)),)
+    print(f"bundle: {len(names)} files, {manifest.total() / 1e6:.1f} MB")
+
+
+def test_the_offline_host_installs_from_the_bundle_and_answers(offline):
+    data, spec, _, result = offline
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout)
+    start = (data / "node1" / "e2eoffl" / "e2eoffl-router" / "start.sh").read_text()
+    assert "pip install --no-index --find-links" in start, start
+    venv = data / "router-venv"
+    show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vllm-router"],
+                          capture_output=True, text=True)
+    assert "Version: 0.1.17" in show.stdout, show.stdout + show.stderr
+    urls = printed_urls(result.stdout)
+    assert urls == [f"http://10.77.1.2:{ROUTER}/v1"], result.stdout
+    assert complete(urls[0])["usage"]["completion_tokens"] == 8

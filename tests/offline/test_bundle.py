@@ -1,0 +1,166 @@
+"""`pdctl bundle` and the bundle's manifest: what a spec's hosts install (pip resolves it for
+their Python and platform), every file pinned by sha256 and size, a damaged or incomplete
+bundle refused in one line naming the file, a second run incremental; start scripts rendered
+for a bundle install with --no-index from its wheels only."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdctl.errors import PdctlError
+from pdctl.offline import manifest as mf
+from pdctl.offline.download import bundle, keep_good
+from pdctl.offline.need import Need, needs
+from pdctl.plan import make_plan
+from pdctl.plan.model import Plan
+from pdctl.render import render
+from pdctl.spec import load_text
+from tests.helpers import ROOT, pdctl
+
+EXAMPLES = ROOT / "examples"
+
+
+def plan_of(example: str) -> Plan:
+    spec, _ = load_text((EXAMPLES / example).read_text(), example)
+    return make_plan(spec)
+
+
+def test_a_nixl_spec_needs_vllm_with_nixl_in_the_engines_env_and_the_router_in_its_own():
+    plan = plan_of("phase2-nixl-hosts.yaml")
+    found = needs(plan)
+    assert [(n.what, n.pips) for n in found] == [
+        ("engines (venv)", (plan.release.pip, "nixl==1.5.1")),
+        ("qwen-nixl-router", ("vllm-router==0.1.17",)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["examples/phase0-docker.yaml", "--python", "3.11"], "runtime docker; images cannot"),
+        (["examples/phase1-k8s.yaml"], "Kubernetes specs cannot be bundled yet"),
+        (["examples/phase2-nixl-hosts.yaml", "--platform", "manylinux_2_28_x86_64"],
+         "--python: the hosts' Python version is not in the spec"),
+        (["examples/phase2-nixl-hosts.yaml", "--python", "3.11"],
+         "--platform: the hosts' platform is not in the spec"),
+        (["examples/phase2-nixl-hosts.yaml", "--python", "3.x", "--platform", "m"],
+         "--python: expected a version like 3.11 (got '3.x')"),
+        (["examples/phase0-conda.yaml", "--python", "3.12", "--platform", "m"],
+         "--python 3.12: the engines (conda) run Python 3.11"),
+    ],
+)
+def test_what_cannot_be_bundled_is_refused_in_one_line(tmp_path: Path, args, says):
+    out = tmp_path / "b"
+    result = pdctl("bundle", *args, "-o", str(out))
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not out.exists()  # refused before anything is downloaded or written
+
+
+def pip_lines(plan: Plan) -> list[str]:
+    return [ln for a in render(plan).artifacts for ln in a.text.splitlines()
+            if re.search(r"\bpip install\b", ln) or "conda create" in ln]
+
+
+@pytest.mark.parametrize(
+    "example", ["phase0-conda.yaml", "phase2-nixl-hosts.yaml", "phase2-mooncake-tcp.yaml"]
+)
+def test_scripts_rendered_for_a_bundle_install_from_its_wheels_only(example: str):
+    plan = plan_of(example)
+    networked = pip_lines(plan)
+    assert networked and not any("--no-index" in ln for ln in networked)  # the test can fail
+    lines = pip_lines(replace(plan, bundled=True))
+    assert len(lines) == len([ln for ln in networked if "pip install" in ln])
+    for line in lines:
+        assert re.search(r"pip install --no-index --find-links \S+/wheels \S+==\S+$", line), line
+        assert "://" not in line and "--index-url" not in line
+    texts = "\n".join(a.text for a in render(replace(plan, bundled=True)).artifacts)
+    assert "conda create" not in texts
+
+
+def make_bundle(folder: Path, files: dict[str, bytes], pips: tuple[str, ...]) -> mf.Manifest:
+    (folder / mf.WHEELS).mkdir(parents=True)
+    for name, data in files.items():
+        (folder / mf.WHEELS / name).write_bytes(data)
+    made = mf.Manifest("0", "spec", "3.11", "manylinux_2_28_x86_64", (("engines", pips),),
+                       mf.entries(folder))
+    mf.write(folder, made)
+    return made
+
+
+WHEELS = {"a-1.0-py3-none-any.whl": b"a" * 100, "b-2.0-py3-none-any.whl": b"b" * 50}
+
+
+def test_a_complete_bundle_verifies_with_every_file_hashed(tmp_path: Path):
+    made = make_bundle(tmp_path, WHEELS, ("a==1.0",))
+    data = json.loads((tmp_path / mf.MANIFEST).read_text())
+    assert [(f["path"], f["size"]) for f in data["files"]] == [
+        ("wheels/a-1.0-py3-none-any.whl", 100), ("wheels/b-2.0-py3-none-any.whl", 50)]
+    assert all(len(f["sha256"]) == 64 for f in data["files"])
+    assert mf.verify(tmp_path) == made
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda w: w.write_bytes(b"x" + b"a" * 99), "a-1.0-py3-none-any.whl: sha256 differs"),
+        (lambda w: w.write_bytes(b"a" * 99), "a-1.0-py3-none-any.whl: size 99, the manifest"),
+        (lambda w: w.unlink(), "a-1.0-py3-none-any.whl: missing"),
+        (lambda w: (w.parent.parent / mf.MANIFEST).unlink(), "manifest.json: missing"),
+        (lambda w: (w.parent.parent / mf.MANIFEST).write_text("{"), "manifest.json: unreadable"),
+        (lambda w: (w.parent.parent / mf.MANIFEST).write_text(
+            (w.parent.parent / mf.MANIFEST).read_text().replace("wheels/b-", "wheels/../b-")),
+         "malformed manifest (file path 'wheels/../b-"),
+    ],
+)
+def test_a_damaged_or_incomplete_bundle_is_refused_naming_the_file(tmp_path, damage, says):
+    make_bundle(tmp_path, WHEELS, ("a==1.0",))
+    damage(tmp_path / mf.WHEELS / "a-1.0-py3-none-any.whl")
+    with pytest.raises(mf.BundleError) as err:
+        mf.verify(tmp_path)
+    assert says in str(err.value) and err.value.exit_code == 2, err.value
+
+
+def test_a_bundle_without_what_the_spec_installs_is_refused(tmp_path: Path):
+    made = make_bundle(tmp_path, WHEELS, ("a==1.0",))
+    mf.covers(made, {"a==1.0"}, tmp_path)
+    with pytest.raises(mf.BundleError, match="does not carry vllm==9.9, which the spec"):
+        mf.covers(made, {"a==1.0", "vllm==9.9"}, tmp_path)
+
+
+def test_before_a_second_run_only_files_the_manifest_vouches_for_stay(tmp_path: Path):
+    make_bundle(tmp_path, WHEELS, ("a==1.0",))
+    (tmp_path / mf.WHEELS / "b-2.0-py3-none-any.whl").write_bytes(b"B" * 50)  # damaged
+    (tmp_path / mf.WHEELS / "c-1.0-py3-none-any.whl").write_bytes(b"c")  # not vouched for
+    assert keep_good(tmp_path) == 1
+    assert sorted(p.name for p in (tmp_path / mf.WHEELS).iterdir()) == ["a-1.0-py3-none-any.whl"]
+    assert not (tmp_path / mf.MANIFEST).exists()  # until the run completes
+
+
+def test_pip_downloads_for_the_hosts_python_and_the_manifest_comes_last(tmp_path: Path):
+    """A real `pip download` (from the package index this machine has) of a small package:
+    the wheel lands in wheels/, the manifest names it; a second run keeps it; a damaged copy
+    is downloaded again; a failed resolution leaves no manifest."""
+    plan = plan_of("phase0-conda.yaml")
+    found = (Need("test", ("six==1.17.0",)),)
+    said: list[str] = []
+    made = bundle(plan, found, "3.11", "manylinux_2_28_x86_64", tmp_path, said.append)
+    assert [e.path for e in made.files] == ["wheels/six-1.17.0-py2.py3-none-any.whl"]
+    assert made.needs == (("test", ("six==1.17.0",)),) and made.python == "3.11"
+    assert mf.verify(tmp_path) == made
+    wheel = tmp_path / made.files[0].path
+    inode = wheel.stat().st_ino
+    bundle(plan, found, "3.11", "manylinux_2_28_x86_64", tmp_path, said.append)
+    assert wheel.stat().st_ino == inode and "1 files already present" in said[-2], said
+    wheel.write_bytes(b"damaged")
+    again = bundle(plan, found, "3.11", "manylinux_2_28_x86_64", tmp_path, said.append)
+    assert again == made and mf.verify(tmp_path) == made
+    with pytest.raises(PdctlError, match="pip download of six==0.0.1 for Python 3.11 on "):
+        bundle(plan, (Need("test", ("six==0.0.1",)),), "3.11", "manylinux_2_28_x86_64",
+               tmp_path, said.append)
+    assert not (tmp_path / mf.MANIFEST).exists()
