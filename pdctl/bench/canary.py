@@ -131,20 +131,11 @@ def verdict_line(v: Verdict) -> str:
 
 
 def agree(a: Answer, b: Answer) -> int:
-    """Leading tokens the two answers share (token ids; the text where one has none)."""
-    if a.tokens and b.tokens:
-        n = 0
-        for x, y in zip(a.tokens, b.tokens, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-    n = 0
-    for x, y in zip(a.text, b.text, strict=False):
-        if x != y:
-            break
-        n += 1
-    return len(a.text) if a.text == b.text else n  # characters, where no ids came back
+    """Leading tokens the two answers share (token ids; characters of the text where one has
+    none)."""
+    x, y = (a.tokens, b.tokens) if a.tokens and b.tokens else (a.text, b.text)
+    diff = (i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q)
+    return next(diff, min(len(x), len(y)))
 
 
 def judge(

@@ -77,25 +77,16 @@ def bench_args(
 ) -> list[str]:
     """`vllm bench serve` arguments for one step against `base_url` (no /v1)."""
     args = [
-        "bench", "serve",
-        "--backend", "openai",
-        "--base-url", base_url,
-        "--endpoint", "/v1/completions",
-        "--model", model,
-        "--tokenizer", tokenizer,
-        "--dataset-name", "random",
-        "--random-input-len", str(w.prompt_tokens),
-        "--random-output-len", str(w.output_tokens),
-        "--random-range-ratio", f"{w.range_ratio:g}",
-        "--num-prompts", str(requests_of(w, step)),
-        "--seed", str(w.seed),
+        "bench", "serve", "--backend", "openai", "--base-url", base_url,
+        "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(w.prompt_tokens),
+        "--random-output-len", str(w.output_tokens), "--random-range-ratio", f"{w.range_ratio:g}",
+        "--num-prompts", str(requests_of(w, step)), "--seed", str(w.seed),
         # every request generates its output length: the plan's traffic, and counts that add up
         "--ignore-eos",
         "--percentile-metrics", ",".join(METRICS),
         "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
-        "--save-result",
-        "--result-dir", result_dir,
-        "--result-filename", RESULT,
+        "--save-result", "--result-dir", result_dir, "--result-filename", RESULT,
         "--disable-tqdm",
     ]
     if step.rate is not None:

@@ -88,15 +88,10 @@ def predicted(
     if req is not None and offered_rate is not None:
         req = min(req, offered_rate)
     out = None if req is None else req * output_tokens
-    return {
-        "ttftMs": cap["ttftMs"],
-        "tpotMs": None if tpot is None else _sig(tpot),
-        "requestThroughput": None if req is None else _sig(req),
-        "outputThroughput": None if out is None else _sig(out),
-        "totalTokenThroughput": None
-        if req is None
-        else _sig(req * (prompt_tokens + output_tokens)),
-    }
+    total = None if req is None else req * (prompt_tokens + output_tokens)
+    return {"ttftMs": cap["ttftMs"]} | {k: None if v is None else _sig(v) for k, v in (
+        ("tpotMs", tpot), ("requestThroughput", req), ("outputThroughput", out),
+        ("totalTokenThroughput", total))}
 
 
 def measured_for_ratio(m: dict[str, Any]) -> dict[str, float | None]:
@@ -233,15 +228,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict
             if pct is not None:
                 va = (va or {}).get(pct)
                 vb = (vb or {}).get(pct)
-            rows.append(
-                {
-                    "load": sa["load"],
-                    "figure": label,
-                    "a": va,
-                    "b": vb,
-                    "bOverA": _sig(vb / va) if va and vb is not None else None,
-                }
-            )
+            rows.append({"load": sa["load"], "figure": label, "a": va, "b": vb,
+                         "bOverA": _sig(vb / va) if va and vb is not None else None})
     return {
         "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},
         "b": {"specHash": b.get("specHash"), "createdAt": b.get("createdAt")},

@@ -1,6 +1,5 @@
-"""One `pdctl bench` run as its report document, and the quick P/D canary of `up --verify`,
-`status --verify` and `top --canary`: the plan, a bench session (remote.py) and what `pdctl
-plan` predicted for the same workload (docs/bench.md). The CLI reads the files and prints."""
+"""One `pdctl bench` run as its report document (docs/bench.md), and the quick P/D canary of
+`up --verify`, `status --verify` and `top --canary`. The CLI reads the files and prints."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ VERIFY_PROMPTS, VERIFY_TOKENS, VERIFY_TIMEOUT = 2, 8, 120.0
 
 
 def predictions(result: CapacityPlan, origin: str) -> Predictions:
-    """`pdctl plan`'s figures (inputs.capacity_plan: `result` on the GPU of `origin`) as the
-    report compares them, with their basis."""
+    """`pdctl plan`'s figures (inputs.capacity_plan) as the report compares them."""
     from pdctl.bench.report import capacity
     from pdctl.capacity.report_json import plan_dict
 
@@ -40,9 +38,8 @@ def predictions(result: CapacityPlan, origin: str) -> Predictions:
 
 
 def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
-        predict: Callable[[Workload], Predictions],
-        instance: str | None, timeout: float, with_canary: bool, canary_only: bool,
-        token_ids: bool = False) -> dict[str, Any]:
+        predict: Callable[[Workload], Predictions], instance: str | None, timeout: float,
+        with_canary: bool, canary_only: bool, token_ids: bool = False) -> dict[str, Any]:
     """Connect (`ssh`: the options, asked for then), run the canary and the steps; the report
     (`predict`: the plan's figures for the spec's workload)."""
     from pdctl import __version__
@@ -98,9 +95,8 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
 
 
 def check_verify(plan: Plan, option: str = "--verify") -> None:
-    """The quick canary is for a P/D deployment (phases 2, 3) of units on hosts (plan.units;
-    none on Kubernetes), which the bench session reaches over SSH: refused before anything
-    starts."""
+    """The quick canary is for P/D (phases 2, 3) units on hosts (plan.units; none on
+    Kubernetes), which a bench session reaches: refused before anything starts."""
     if plan.phase not in (2, 3) or not plan.units:
         raise UsageError(
             f"{option} runs the P/D canary: phases 2 and 3 on SSH hosts "

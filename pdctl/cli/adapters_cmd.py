@@ -69,22 +69,10 @@ def register(app: typer.Typer) -> None:
         key = _api_key(plan)
         from pdctl.top.adapters import call_engines
 
-        if action == "list":
-            answers, gone = call_engines(
-                plan, bundle, conn.ssh(), conn.parallel, "GET", "/v1/models", api_key=key
-            )
-        else:
-            body = {"lora_name": str(name)} | ({"lora_path": str(path)} if path else {})
-            answers, gone = call_engines(
-                plan,
-                bundle,
-                conn.ssh(),
-                conn.parallel,
-                "POST",
-                f"/v1/{action}_lora_adapter",
-                body,
-                api_key=key,
-            )
+        body = {"lora_name": str(name)} | ({"lora_path": str(path)} if path else {})
+        call: tuple[str, str, dict[str, str] | None] = ("POST", f"/v1/{action}_lora_adapter", body)
+        call = ("GET", "/v1/models", None) if action == "list" else call
+        answers, gone = call_engines(plan, bundle, conn.ssh(), conn.parallel, *call, api_key=key)
         _show(plan, action, answers, output)
         failed = [a for a in answers if not a.ok]
         if failed or gone:

@@ -23,50 +23,25 @@ PLAN = {
     "traffic": {"promptTokens": 32},
     "pd": {"prefillSecondsPerRequest": 0.0, "batch1TpotMs": 8.0},
     "roles": [
-        {
-            "role": "prefill",
-            "replicas": 1,
-            "prefillTokensPerSecond": 640.0,
-            "decode": {"tokensPerSecond": 1, "stepMsExpected": 1},
-        },
-        {
-            "role": "decode",
-            "replicas": 2,
-            "decode": {"tokensPerSecond": 1000.0, "stepMsExpected": 20.0},
-        },
+        {"role": "prefill", "replicas": 1, "prefillTokensPerSecond": 640.0,
+         "decode": {"tokensPerSecond": 1, "stepMsExpected": 1}},
+        {"role": "decode", "replicas": 2,
+         "decode": {"tokensPerSecond": 1000.0, "stepMsExpected": 20.0}},
     ],
 }
 RESULT = {
-    "completed": 16,
-    "failed": 0,
-    "duration": 8.0,
-    "total_input_tokens": 512,
-    "total_output_tokens": 256,
-    "request_throughput": 2.0,
-    "output_throughput": 32.0,
-    "total_token_throughput": 96.0,
-    "request_goodput": 1.5,
-    "max_concurrent_requests": 4,
-    "p50_ttft_ms": 100.0,
-    "p90_ttft_ms": 150.0,
-    "p99_ttft_ms": 200.0,
-    "mean_ttft_ms": 110.0,
-    "p50_tpot_ms": 40.0,
-    "p90_tpot_ms": 45.0,
-    "p99_tpot_ms": 50.0,
+    "completed": 16, "failed": 0, "duration": 8.0, "total_input_tokens": 512,
+    "total_output_tokens": 256, "request_throughput": 2.0, "output_throughput": 32.0,
+    "total_token_throughput": 96.0, "request_goodput": 1.5, "max_concurrent_requests": 4,
+    "p50_ttft_ms": 100.0, "p90_ttft_ms": 150.0, "p99_ttft_ms": 200.0, "mean_ttft_ms": 110.0,
+    "p50_tpot_ms": 40.0, "p90_tpot_ms": 45.0, "p99_tpot_ms": 50.0,
 }
 
 
 def test_capacity_sums_decode_replicas_and_takes_prefill_time():
     cap = capacity(PLAN)
-    assert cap == {
-        "ttftMs": 50.0,
-        "tpotMsBatch1": 8.0,
-        "tpotMsBatch": 20.0,
-        "decodeBatch": None,
-        "decodeEngines": 2,
-        "outputThroughput": 2000.0,
-    }
+    assert cap == {"ttftMs": 50.0, "tpotMsBatch1": 8.0, "tpotMsBatch": 20.0,
+                   "decodeBatch": None, "decodeEngines": 2, "outputThroughput": 2000.0}
 
 
 def test_prediction_is_capped_by_the_offered_rate_and_ratios_divide():
@@ -75,23 +50,10 @@ def test_prediction_is_capped_by_the_offered_rate_and_ratios_divide():
     assert pred["requestThroughput"] == 2.5  # not the 125/s the decode could take
     assert pred["outputThroughput"] == 40.0 and pred["totalTokenThroughput"] == 120.0
     assert pred["tpotMs"] == 20.0  # four at once: the batched step, not batch 1
-    r = ratios(
-        {
-            "ttftMs": 100.0,
-            "tpotMs": 40.0,
-            "requestThroughput": 2.0,
-            "outputThroughput": 32.0,
-            "totalTokenThroughput": 96.0,
-        },
-        pred,
-    )
-    assert r == {
-        "ttftMs": 2.0,
-        "tpotMs": 2.0,
-        "requestThroughput": 0.8,
-        "outputThroughput": 0.8,
-        "totalTokenThroughput": 0.8,
-    }
+    r = ratios({"ttftMs": 100.0, "tpotMs": 40.0, "requestThroughput": 2.0,
+                "outputThroughput": 32.0, "totalTokenThroughput": 96.0}, pred)
+    assert r == {"ttftMs": 2.0, "tpotMs": 2.0, "requestThroughput": 0.8,
+                 "outputThroughput": 0.8, "totalTokenThroughput": 0.8}
 
 
 def test_one_at_a_time_compares_with_the_batch1_step():
@@ -131,18 +93,10 @@ def test_bench_args_carry_the_workload_the_sweep_and_the_slos():
     w = Workload(prompt_tokens=32, output_tokens=16, requests=8, ttft_ms=500, tpot_ms=50)
     args = bench_args(w, Step(concurrency=4), "http://127.0.0.1:8000", "tiny", "/m", "/tmp/r")
     text = " ".join(args)
-    for part in (
-        "--dataset-name random",
-        "--random-input-len 32",
-        "--random-output-len 16",
-        "--num-prompts 8",
-        "--max-concurrency 4",
-        "--goodput ttft:500 tpot:50",
-        "--percentile-metrics ttft,tpot,itl,e2el",
-        "--metric-percentiles 50,90,99",
-        "--save-result",
-        "--result-dir /tmp/r",
-    ):
+    for part in ("--dataset-name random", "--random-input-len 32", "--random-output-len 16",
+                 "--num-prompts 8", "--max-concurrency 4", "--goodput ttft:500 tpot:50",
+                 "--percentile-metrics ttft,tpot,itl,e2el", "--metric-percentiles 50,90,99",
+                 "--save-result", "--result-dir /tmp/r"):
         assert part in text
     assert "--request-rate" not in args
     assert steps((1.0, 2.0), (4,)) == [Step(rate=1.0), Step(rate=2.0), Step(concurrency=4)]
@@ -150,30 +104,16 @@ def test_bench_args_carry_the_workload_the_sweep_and_the_slos():
 
 
 def test_engine_flags_leave_out_host_and_port():
-    args = (
-        "serve",
-        "/m",
-        "--port",
-        "8000",
-        "--enforce-eager",
-        "--max-num-seqs=64",
-        "--kv-transfer-config",
-        "{}",
-    )
-    assert engine_flags(args) == {
-        "--enforce-eager": "",
-        "--max-num-seqs": "64",
-        "--kv-transfer-config": "{}",
-    }
+    args = ("serve", "/m", "--port", "8000", "--enforce-eager", "--max-num-seqs=64",
+            "--kv-transfer-config", "{}")
+    assert engine_flags(args) == {"--enforce-eager": "", "--max-num-seqs": "64",
+                                  "--kv-transfer-config": "{}"}
 
 
 def report(flags: dict, version: str = "0.23.0") -> dict:
-    return {
-        "kind": "pdctl-bench",
-        "specHash": "x",
-        "engines": [{"role": "decode", "flags": flags, "version": version}],
-        "steps": [{"load": "concurrency 4", "measured": measured(RESULT)}],
-    }
+    return {"kind": "pdctl-bench", "specHash": "x",
+            "engines": [{"role": "decode", "flags": flags, "version": version}],
+            "steps": [{"load": "concurrency 4", "measured": measured(RESULT)}]}
 
 
 def test_compare_refuses_runs_whose_flags_differ_and_names_the_flag():
