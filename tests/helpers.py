@@ -9,17 +9,22 @@ patching os.environ around it.
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, TypeVar
-
-import pytest
+from subprocess import DEVNULL, CompletedProcess, TimeoutExpired, run
+from typing import IO, Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -43,57 +48,141 @@ def pdctl(
     cwd: Path | str | None = ROOT,
     timeout: float = 600,
     input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """`python -m pdctl ARGS` in a subprocess, as a user runs it, `input` on its stdin (else
-    /dev/null). The environment is this one's with COLUMNS=200 (wide enough that no line
-    wraps) and then `env` applied."""
-    return subprocess.run(
-        [sys.executable, "-m", "pdctl", *args],
-        capture_output=True,
-        text=True,
-        env=environment({"COLUMNS": "200", **(env or {})}),
-        cwd=cwd,
-        timeout=timeout,
-        input=input,
-        stdin=subprocess.DEVNULL if input is None else None,
-    )
+    subprocess: bool = False,
+) -> CompletedProcess[str]:
+    """`pdctl ARGS` as a user runs it, `input` on its stdin (else an empty one). The environment
+    is this one's with COLUMNS=200 (wide enough that no line wraps) and then `env` applied.
+
+    In this process through `python -m pdctl`'s entry point (`in_process`): no interpreter and
+    typer start per run. `subprocess=True` (or SUBPROCESS, PDCTL_TEST_SUBPROCESS=1 sets it)
+    runs `python -m pdctl` in a child, for a test about the process itself: what `ps` shows,
+    signals, its process group, the installed entry point. A call from another thread than the
+    main one gets a child too: fds 0-2 are one set per process."""
+    full = environment({"COLUMNS": "200", **(env or {})})
+    if subprocess or SUBPROCESS or threading.current_thread() is not threading.main_thread():
+        return run(
+            [sys.executable, "-m", "pdctl", *args], capture_output=True, text=True, env=full,
+            cwd=cwd, timeout=timeout, input=input, stdin=DEVNULL if input is None else None,
+        )
+    return in_process(list(args), full, Path(cwd or os.getcwd()), timeout, input or "")
 
 
-@contextmanager
-def injected(env: Env | None) -> Iterator[None]:
-    """os.environ with `env` applied for the duration; restored after."""
-    if not env:
-        yield
-        return
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(environment(env, saved))
+SUBPROCESS = bool(os.environ.get("PDCTL_TEST_SUBPROCESS"))  # every pdctl() run in a child
+
+
+class _TimedOut(BaseException):
+    """SIGALRM's in `in_process`: not an Exception, so no `except Exception` in pdctl eats it."""
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise _TimedOut
+
+
+def _status(code: object) -> int:
+    """The exit status of `sys.exit(code)`, printing a non-int code as the interpreter does."""
+    if code is None or isinstance(code, int):
+        return (code or 0) & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _show(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
+
+
+def in_process(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float, input: str | None = None
+) -> CompletedProcess[str]:
+    """pdctl.cli.entry.main with what a process of its own would have: fds 0-2 on files (a
+    child pdctl starts writes where pdctl does; `input` None: stdin as it is), `env` as
+    os.environ, `cwd`, sys.argv, no logging handlers (pytest's) and Python's default warning
+    filters; its exit status as returncode (an uncaught exception: its traceback and 1;
+    KeyboardInterrupt: -SIGINT), and TimeoutExpired after `timeout` seconds. What it changes
+    is put back after."""
+    from pdctl.cli import state
+    from pdctl.cli.entry import main
+
+    files = [tempfile.TemporaryFile() for _ in range(3)]
+    files[0].write((input or "").encode())  # None: sys.stdin as it is
+    files[0].seek(0)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    streams, fds = (sys.stdin, sys.stdout, sys.stderr), [os.dup(fd) for fd in (0, 1, 2)]
+    saved = (sys.argv, os.getcwd(), dict(os.environ), logging.root.handlers[:], state.DEBUG)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    code, timed_out = 0, False
     try:
-        yield
-    finally:
+        for fd, file in enumerate(files):
+            if fd or input is not None:
+                os.dup2(file.fileno(), fd)
+        if input is not None:
+            sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                          buffering=1, closefd=False)
         os.environ.clear()
-        os.environ.update(saved)
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = [str(ROOT / "pdctl" / "__main__.py"), *argv]
+        logging.root.handlers, state.DEBUG = [], False
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for kind in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                         ResourceWarning):
+                warnings.simplefilter("ignore", kind)
+            warnings.showwarning = _show
+            try:
+                main()
+            except SystemExit as exc:
+                code = _status(exc.code)
+            except KeyboardInterrupt:
+                traceback.print_exc()
+                code = -signal.SIGINT
+            except _TimedOut:
+                timed_out = True
+            except BaseException:  # noqa: BLE001 - the interpreter's report of it, as a process
+                traceback.print_exc()
+                code = 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        for stream in {sys.stdin, sys.stdout, sys.stderr} - set(streams):
+            with suppress(OSError, ValueError):
+                stream.close()  # flushed; fds 0-2 stay open (closefd=False)
+        for name, handler in handlers.items():
+            if handler is not None:
+                signal.signal(name, handler)
+        for fd, old in enumerate(fds):
+            os.dup2(old, fd)
+            os.close(old)
+        sys.stdin, sys.stdout, sys.stderr = streams
+        sys.argv, cwd_was, env_was, logging.root.handlers, state.DEBUG = saved
+        os.chdir(cwd_was)
+        os.environ.clear()
+        os.environ.update(env_was)
+    files[0].close()
+    out, err = (_read(file) for file in files[1:])
+    if timed_out:
+        raise TimeoutExpired(["pdctl", *argv], timeout, out, err)
+    return CompletedProcess(["pdctl", *argv], code, out, err)
+
+
+def _read(file: IO[bytes]) -> str:
+    with file:
+        file.seek(0)
+        return file.read().decode("utf-8", "replace")
 
 
 def run_cli(
-    argv: list[str], capsys: pytest.CaptureFixture[str], env: Env | None = None
+    argv: list[str], capsys: object = None, env: Env | None = None
 ) -> tuple[int, str, str]:
-    """`pdctl ARGV` in this process through the real entry point, with `env` applied to the
-    environment it sees: (exit code, out, err)."""
-    from pdctl.cli.app import main
-
-    old = sys.argv
-    sys.argv = ["pdctl", *argv]
-    try:
-        with injected(env):
-            main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+    """`pdctl ARGV` in this process (`in_process`) from the current folder, with `env` applied
+    to this environment and sys.stdin as it is: (exit code, out, err). The run has stdout and
+    stderr of its own: `capsys` is unused."""
+    proc = in_process(argv, environment(env), Path.cwd(), 600)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def wait_until(

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import environment, pdctl
 
 HEAVY = ("paramiko", "docker", "kubernetes", "pynvml", "kubernetes_validate")
 
@@ -54,12 +55,7 @@ def test_every_command_help_works() -> None:
     group = get_command(app)
     for name, command in group.commands.items():  # type: ignore[attr-defined]
         assert command.help, f"command {name} has no help text"
-        result = subprocess.run(
-            [sys.executable, "-m", "pdctl", name, "--help"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+        result = pdctl(name, "--help")
         assert result.returncode == 0, result.stderr
 
 
@@ -79,22 +75,13 @@ def test_spec_commands_do_not_scan_pydantic_plugins(tmp_path, command: str) -> N
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plugin-probe\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[pydantic]\nprobe = plugin_probe:plugin\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PYDANTIC_DISABLE_PLUGINS": None}
     probe = subprocess.run(
         [sys.executable, "-c", "import pydantic.plugin._loader as l; list(l.get_plugins())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+        env=environment(env), capture_output=True, text=True, check=True,
     )
     assert "PLUGIN LOADED" in probe.stderr  # the probe plugin is found when pydantic looks
-    result = subprocess.run(
-        [sys.executable, "-m", "pdctl", command, "examples/phase1-k8s.yaml"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    # a process of its own: pydantic looks for plugins once a process
+    result = pdctl(command, "examples/phase1-k8s.yaml", env=env, subprocess=True)
     assert result.returncode == 0, result.stderr
     assert "PLUGIN LOADED" not in result.stderr

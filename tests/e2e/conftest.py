@@ -4,12 +4,24 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests import helpers
 from tests.targets.testbed import SshEnv, ssh_env_or_skip
+
+
+@pytest.fixture(scope="package", autouse=True)
+def pdctl_in_a_process() -> Iterator[None]:
+    """Every e2e `pdctl()` (module fixtures' too) runs as a user runs it: a process of its own
+    (the engines it starts and stops are the point; a start saved in process is small next to
+    theirs)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(helpers, "SUBPROCESS", True)
+        yield
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def test_status_sends_the_api_key_of_the_running_engine(
         )
         assert up.returncode == 0, up.stdout + up.stderr
         env = {k: v for k, v in os.environ.items() if k != "PDCTL_TEST_API_KEY"}
-        out = pdctl("status", str(spec), "-o", "json", *url(), env=env)
+        out = pdctl("status", str(spec), "-o", "json", *url(), env=env, subprocess=True)
         assert out.returncode == 0, out.stdout + out.stderr
         assert rows(json.loads(out.stdout)) == [("dkkey-serve-0", "running", "healthy", "stand-in")]
         assert KEY not in out.stdout + out.stderr

@@ -66,7 +66,8 @@ def test_a_held_lock_refuses_up_and_down_and_a_finished_run_releases_it(
     up = pdctl("up", str(first), "--yes", *known(ssh_env), "--timeout", "60")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        assert not held(lock_path(tmp_path)), "the lock outlived the run"
+        # the run closed the lock's channel; sshd ends the flock on the host after it
+        wait_until(lambda: not held(lock_path(tmp_path)), "the lock released after the run")
         start = (tmp_path / "lo1" / NAME / f"{NAME}-serve-0" / "start.sh").read_text()
         holder = subprocess.Popen(
             ["flock", str(lock_path(tmp_path)), "-c", "echo held; exec sleep 300"],
@@ -91,7 +92,7 @@ def test_a_held_lock_refuses_up_and_down_and_a_finished_run_releases_it(
             holder.wait()
         again = pdctl("up", str(other), "--yes", *known(ssh_env), "--timeout", "60")
         assert again.returncode == 0, again.stdout + again.stderr
-        assert not held(lock_path(tmp_path))
+        wait_until(lambda: not held(lock_path(tmp_path)), "the lock released after the run")
     finally:
         down = pdctl("down", str(first), *known(ssh_env))
     assert down.returncode == 0, down.stdout + down.stderr
