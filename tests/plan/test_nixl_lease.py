@@ -9,8 +9,8 @@ import json
 
 from pdctl.plan import make_plan
 from pdctl.plan.kv import NIXL_KV_LEASE_S, nixl_config, nixl_lease_s
-from pdctl.spec.workload import Workload
 from pdctl.spec import load_text
+from pdctl.spec.workload import Workload
 from tests.conftest import ROOT
 
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
