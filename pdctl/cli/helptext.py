@@ -27,6 +27,7 @@ ROOT_HELP = (
     "  explain    Explain a spec field: type, default, allowed values,...\n"
     "  plan       Capacity plan for SPEC: does the model fit, KV cache, memory...\n"
     "  preflight  Check hosts or the cluster against SPEC before deploying:...\n"
+    "  bundle     Download the vLLM wheel and its whole dependency closure...\n"
     "  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n"
     "  diff       Show what `up` would change: on Kubernetes a server-side dry...\n"
     "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
