@@ -254,17 +254,25 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=answer, args=(server, line, closed), daemon=True).start()
     # The engine runs in the guard's process group: the stop scripts signal that group, so
     # a signal for the group reaches the engine itself; one for the guard alone is passed on.
-    child = subprocess.Popen(command)
+    # The handlers are in place before the engine starts: a stop that comes at once still
+    # ends the guard with 128+signal, not by the default action.
     stopping: list[int] = []
+    started: list[subprocess.Popen] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
         close(server, closed)
-        if os.getpgrp() != os.getpid():
-            child.send_signal(signum)
+        if started and os.getpgrp() != os.getpid():
+            started[0].send_signal(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if stopping:  # stopped before its engine started: the engine never runs
+        return 128 + stopping[0]
+    child = subprocess.Popen(command)
+    started.append(child)
+    if stopping and os.getpgrp() != os.getpid():  # a signal for the guard alone, just now
+        child.send_signal(stopping[0])
     watch = Watch(peers)
     while True:
         try:
