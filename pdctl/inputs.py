@@ -9,7 +9,6 @@ recording), render. Every failure is a located SpecError or a UsageError.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at st
     from pdctl.spec.source import Source
 
 MAX_CONFIG_BYTES = 2 * 1024 * 1024  # a model's config.json is a few KiB
-_NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
 def read_spec(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
@@ -34,22 +32,15 @@ def read_spec(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
     Validated with pydantic's plugins off: looking for plugins reads every installed
     package's entry points (20-45 ms of a cold render; docs/performance.md). Checks
     model.maxModelLen against the model's config, as every command does."""
-    from pdctl.spec.load import load_data
+    from pdctl.spec.load import load_data, plugins_off
     from pdctl.spec.overlay import merge
     from pdctl.spec.source import parse
 
-    old = os.environ.get(_NO_PLUGINS)
-    os.environ[_NO_PLUGINS] = "1"
-    try:
+    with plugins_off():
         for text, name in texts[1:]:
             _not_empty_overlay(text, name)
         data, source = merge(*(parse(text, name) for text, name in texts))
         spec = load_data(data, source)
-    finally:
-        if old is None:
-            del os.environ[_NO_PLUGINS]
-        else:
-            os.environ[_NO_PLUGINS] = old
     if spec.model.max_model_len is not None:
         from pdctl.plan.context import check_max_model_len
 

@@ -7,7 +7,6 @@ names the file and the entry (`pdctl/data/gpus.yaml: gpus.H200: bandwidth_gbs: .
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,9 +15,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pdctl.errors import PdctlError
+from pdctl.spec.load import plugins_off
 
 Schema = TypeVar("Schema", bound=BaseModel)
-_NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML has it: 7x faster
 
 
@@ -56,10 +55,9 @@ def check(where: str, entry: str, values: Any, schema: type[Schema]) -> Schema:
     mapping(where, entry, values)
     # The schemas defer their build to here, where pydantic's plugins are off: looking for
     # them reads every installed package's entry points (as pdctl.inputs.read_spec avoids).
-    old = os.environ.get(_NO_PLUGINS)
-    os.environ[_NO_PLUGINS] = "1"
     try:
-        return schema.model_validate(values)
+        with plugins_off():
+            return schema.model_validate(values)
     except ValidationError as exc:
         errors = exc.errors()
         field = errors[0]["loc"][0] if errors[0]["loc"] else ""
@@ -67,11 +65,6 @@ def check(where: str, entry: str, values: Any, schema: type[Schema]) -> Schema:
         what = [e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]][-1]["msg"]
         got = f" (got {values[field]!r})" if field in values else ""
         raise TableError(f"{where}: {entry}: {field}: {what}{got}") from None
-    finally:
-        if old is None:
-            del os.environ[_NO_PLUGINS]
-        else:
-            os.environ[_NO_PLUGINS] = old
 
 
 def refer(where: str, entry: str, name: str, known: dict[str, Any]) -> Any:
