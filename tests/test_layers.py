@@ -32,6 +32,7 @@ RANK = {
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like preflight
     "offline": 8,  # `pdctl bundle`, `up --bundle`: pip download, the manifest, the copy
     "bench": 8.5,  # `pdctl bench`/`tune`: loads a deployment, reads it with top's sources
+    "report": 8.5,  # HTML reports of bench and plan (pure: report data in, a string out)
     "inputs": 9,  # spec + overlays + model + --facts -> plan and bundle, for every command
     "cli": 10,
     "docgen": 10,  # writes docs/ from the spec models and the CLI: a CLI tool

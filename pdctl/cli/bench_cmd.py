@@ -66,6 +66,10 @@ def register(app: typer.Typer) -> None:
         allow_flag_diff: bool = typer.Option(
             False, "--allow-flag-diff",
             help="With --compare: compare runs whose engine flags or versions differ."),
+        report_file: Path | None = typer.Option(
+            None, "--report", metavar="FILE.html",
+            help="Also write a self-contained HTML report with charts (with --compare: both "
+            "runs on the same axes)."),
     ) -> None:
         """Load SPEC's running deployment with its workload (`vllm bench serve` on a
         deployment host) and report TTFT/TPOT/ITL, throughput and goodput beside what `pdctl
@@ -75,13 +79,22 @@ def register(app: typer.Typer) -> None:
 
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
+        if report_file is not None:
+            from pdctl.cli.report_file import check_report_path
+
+            check_report_path(report_file)
         if compare is not None:
             from pdctl.bench.report import compare as compare_reports
             from pdctl.inputs import read_report
 
-            doc = compare_reports(read_report(compare[0]), read_report(compare[1]),
-                                  allow_flag_diff)
+            run_a, run_b = read_report(compare[0]), read_report(compare[1])
+            doc = compare_reports(run_a, run_b, allow_flag_diff)
             _show_compare(doc, output)
+            if report_file is not None:
+                from pdctl.cli.report_file import write_report
+                from pdctl.report.bench import compare_html
+
+                write_report(report_file, compare_html(run_a, run_b, doc["flagDifferences"]))
             return
         if spec is None:
             raise UsageError("missing SPEC", fix="pdctl bench SPEC, or --compare A.json B.json")
@@ -97,6 +110,11 @@ def register(app: typer.Typer) -> None:
                 save.write_text(json.dumps(report, indent=2) + "\n")
             except OSError as exc:
                 raise UsageError(f"--save {save}: {exc.strerror}") from None
+        if report_file is not None:
+            from pdctl.cli.report_file import write_report
+            from pdctl.report.bench import bench_html
+
+            write_report(report_file, bench_html(report))
         if output == "json":
             typer.echo(json.dumps(report, indent=2))
         else:

@@ -59,6 +59,10 @@ def register(app: typer.Typer) -> None:
             "concurrency=N (N clients, each sending its next request when the last ends) or "
             "rate=R (Poisson, requests/s). Repeat for several loads.",
         ),
+        report_file: Path | None = typer.Option(
+            None, "--report", metavar="FILE.html",
+            help="Also write a self-contained HTML report: memory per GPU, packing advice.",
+        ),
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
@@ -71,6 +75,10 @@ def register(app: typer.Typer) -> None:
         from pdctl.capacity.atload import parse_load
 
         loads = [parse_load(x) for x in load]
+        if report_file is not None:
+            from pdctl.cli.report_file import check_report_path
+
+            check_report_path(report_file)
         _finite(
             ("--gpu-memory-gib", gpu_memory_gib),
             ("--rate", rate),
@@ -104,6 +112,14 @@ def register(app: typer.Typer) -> None:
                 show_comparison(_compare(result, from_log))
             if loads:
                 show_loads(at_loads)
+        if report_file is not None:
+            from pdctl.capacity.report_json import plan_dict as as_dict
+            from pdctl.cli.report_file import write_report
+            from pdctl.report.plan import plan_html
+
+            doc = as_dict(result)
+            doc["gpu"]["from"] = origin
+            write_report(report_file, plan_html(doc))
         if not result.fits:
             raise typer.Exit(1)
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.helpers import environment, pdctl
 
-HEAVY = ("paramiko", "docker", "kubernetes", "pynvml", "kubernetes_validate")
+HEAVY = ("paramiko", "docker", "kubernetes", "pynvml", "kubernetes_validate", "matplotlib")
 
 PROBE = """
 import sys
