@@ -41,7 +41,12 @@ def register(app: typer.Typer) -> None:
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
         output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
+            "table",
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            help="table (compact, fits 80 columns), wide (the table with how each figure "
+            "is made) or json.",
         ),
         from_log: str | None = typer.Option(
             None,
@@ -70,8 +75,8 @@ def register(app: typer.Typer) -> None:
         2 when the spec or an option is wrong."""
         from pdctl.errors import UsageError
 
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        if output not in ("table", "wide", "json"):
+            raise UsageError(f"--output must be table, wide or json (got {output!r})")
         from pdctl.capacity.atload import parse_load
 
         loads = [parse_load(x) for x in load]
@@ -107,7 +112,7 @@ def register(app: typer.Typer) -> None:
         else:
             from pdctl.cli.plan_table import show, show_comparison, show_loads
 
-            show(result, origin)
+            show(result, origin, wide=output == "wide")
             if from_log is not None:
                 show_comparison(_compare(result, from_log))
             if loads:

@@ -19,7 +19,7 @@ def _bytes(value: int) -> str:
     return f"{value:,} B ({value / 1024:,.0f} KiB)" if value >= 1024 else f"{value} B"
 
 
-def _lora_rows(m: Any, s: Any) -> list[tuple[str, str, str]]:
+def _lora_rows(m: Any, s: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     """The LoRA buffers (part of the weights) and the adapters' host memory (docs/lora.md)."""
     from pdctl.capacity.lora import host_bytes
 
@@ -30,7 +30,7 @@ def _lora_rows(m: Any, s: Any) -> list[tuple[str, str, str]]:
     return [
         (
             "  of which LoRA buffers",
-            f"{_mib(m.lora)} (-{lost:,} KV tokens)",
+            f"{_mib(m.lora)} (-{lost:,} KV tokens)" if wide else _mib(m.lora),
             f"maxLoras {lo.slots} x maxLoraRank {lo.rank} x (A: rank x in + B: out x rank) of "
             "every LoRA-able layer, embedding and lm_head, per GPU",
         ),
@@ -43,27 +43,53 @@ def _lora_rows(m: Any, s: Any) -> list[tuple[str, str, str]]:
     ]
 
 
-def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
+def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
+    """The memory rows: (label, value, how). Not `wide`: the short values of the compact
+    table (80 columns, no "how"): `-o wide` shows the whole figure and how it is made."""
     from pdctl.capacity.profile import flashinfer_only, nvlink
 
     m, s = r.memory, r.shape
     batched, seqs = s.batching(m.total, m.max_model_len)
     util = f"{r.util:.2f}" + (" (spec)" if r.util_from_spec else " (recommended)")
-    if r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util:
+    other = r.util_from_spec and r.recommended_util is not None and r.recommended_util != r.util
+    if other:
         util += f"; recommended {r.recommended_util:.2f}"
     util += f"; least {m.min_util:.2f}"
+    if not wide:
+        spec_or_rec = "(spec)" if r.util_from_spec else "(rec.)"
+        util = f"{r.util:.2f} " + (f"(rec. {r.recommended_util:.2f})" if other else spec_or_rec)
+    overheads = (
+        f"{_gib(m.overhead.activation)} + "
+        f"{_gib(m.overhead.cuda_graphs)}"
+        + ("" if m.overhead.graphs_counted else " (not counted)")
+        + f" + {_gib(m.overhead.non_torch)}"
+        if wide
+        else _gib(
+            m.overhead.activation
+            + (m.overhead.cuda_graphs if m.overhead.graphs_counted else 0)
+            + m.overhead.non_torch
+        )
+    )
     smallest = (
-        f"TP {r.smallest.tp}"
+        f"{_compact_shape(r.smallest.tp, r.smallest.pp, r.smallest.dp, r.smallest.ep)}, "
+        f"util {r.smallest_util:.2f}"
+        if not wide and r.smallest and r.smallest_util is not None
+        else f"TP {r.smallest.tp}"
         + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
         + (f" x DP {r.smallest.dp}" if r.smallest.dp > 1 else "")
         + (f" (EP {r.smallest.ep})" if r.smallest.ep else "")
         + f" at util {r.smallest_util:.2f}"
         if r.smallest and r.smallest_util is not None
-        else "none up to 8 GPUs x 8 stages"
+        else "none up to 8 GPUs x 8 stages" if wide else "none (8 GPUs x 8 stages)"
     )
     per_rank = " per DP rank" if s.dp > 1 else ""
+    kv_token = (
+        _bytes(m.kv_per_token_all_layers)
+        if wide or m.kv_per_token_all_layers < 1024
+        else f"{m.kv_per_token_all_layers / 1024:,.0f} KiB"
+    )
     return [
-        _gpus_row(s),
+        _gpus_row(s, wide),
         (
             "weights / GPU",
             _gib(m.weights),
@@ -72,10 +98,10 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             if s.ep and s.ep != s.tp
             else "params x bytes/param / TP (heaviest PP stage)",
         ),
-        *_lora_rows(m, s),
+        *_lora_rows(m, s, wide),
         (
             "KV / token / GPU",
-            _bytes(m.kv_per_token_all_layers),
+            kv_token,
             "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
             + (
                 f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
@@ -94,11 +120,8 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
             "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)",
         ),
         (
-            "activation + graphs + other",
-            f"{_gib(m.overhead.activation)} + "
-            f"{_gib(m.overhead.cuda_graphs)}"
-            + ("" if m.overhead.graphs_counted else " (not counted)")
-            + f" + {_gib(m.overhead.non_torch)}",
+            "activation + graphs + other" if wide else "activation+graphs+other",
+            overheads,
             f"vLLM {s.engine} profile: max("
             f"forward over {batched:,} tokens, sampler over {seqs:,} x vocab"
             + (", FlashInfer only" if flashinfer_only(s.engine, s.flashinfer_sampler) else "")
@@ -113,7 +136,7 @@ def _memory_rows(r: Any) -> list[tuple[str, str, str]]:
         ),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
         (
-            "KV cache size (vLLM's count)" + per_rank,
+            ("KV cache size (vLLM's count)" if wide else "KV cache tokens") + per_rank,
             f"{m.kv_tokens:,} tokens",
             "vLLM's 'GPU KV cache size': concurrency at maxModelLen x maxModelLen"
             + (
@@ -167,16 +190,25 @@ def _same_tokens(m: Any) -> bool:
     return abs(m.kv_tokens - m.kv_token_slots) <= 0.01 * max(1, m.kv_token_slots)
 
 
-def _gpus_row(s: Any) -> tuple[str, str, str]:
+def _compact_shape(tp: int, pp: int, dp: int, ep: int | None) -> str:
+    """TP 2 PP 2 DP 4 EP 8: the factors above 1 (TP always), for the compact table."""
+    return f"TP {tp}" + "".join(
+        f" {name} {n}" for name, n in (("PP", pp), ("DP", dp), ("EP", ep or 1)) if n > 1
+    )
+
+
+def _gpus_row(s: Any, wide: bool = True) -> tuple[str, str, str]:
     """GPUs of one instance: TP x PP x DP, and how expert parallel spreads the experts."""
     parts = f"TP {s.tp}, PP {s.pp}" + (f", DP {s.dp}" if s.dp > 1 else "")
     if s.ep:
         parts += f"; experts over EP {s.ep}"
+    if not wide:
+        parts = _compact_shape(s.tp, s.pp, s.dp, s.ep)
     how = "tensorParallel x PP" + (" x dataParallel" if s.dp > 1 else "")
     return ("GPUs per instance", f"{s.tp * s.pp * s.dp} ({parts})", how)
 
 
-def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
+def _slice_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     s = r.slice
     if s is None:
         return []
@@ -184,7 +216,9 @@ def _slice_rows(r: Any) -> list[tuple[str, str, str]]:
         ("HAMi slice (nvidia.com/gpumem)", f"{s.slice_mib:,} MiB", "decode.share"),
         (
             "slices per GPU",
-            f"{s.per_gpu} (room for {s.max_per_gpu} minimal)",
+            f"{s.per_gpu} (room for {s.max_per_gpu} minimal)"
+            if wide
+            else f"{s.per_gpu} (room for {s.max_per_gpu})",
             "GPU memory / smallest slice",
         ),
         (
@@ -219,7 +253,7 @@ def _sliced(per_gpu: int) -> str:
     )
 
 
-def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
+def _speed_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     d = r.decode
     per_gpu = d.per_gpu if r.role != "prefill" else 1
     sliced = _sliced(per_gpu) if per_gpu > 1 else ""
@@ -244,12 +278,15 @@ def _speed_rows(r: Any) -> list[tuple[str, str, str]]:
     return [
         (
             "decode batch",
-            f"{r.batch} x {d.context:,} tokens" + (" per DP rank" if r.shape.dp > 1 else ""),
+            f"{r.batch} x {d.context:,} tokens"
+            + (" per DP rank" if r.shape.dp > 1 and wide else "/rank" if r.shape.dp > 1 else ""),
             rows[0][2],
         ),
         (
             "decode step",
-            f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected",
+            f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected"
+            if wide
+            else f"{d.tpot_ms:.2f} ms (bound {d.step_bound_s * 1000:.2f})",
             rows[1][2],
         ),
         (
@@ -279,8 +316,34 @@ def union_rows(
     return [(label, [v.get(label, "-") for v in values], how) for label, how in labels.items()]
 
 
-def show(plan: Any, origin: str) -> None:
-    """Print the capacity plan as tables, then the P:D ratio and the packing advice."""
+_SHORT = {  # the compact table's labels: at most 24 characters, never wrapped
+    "KV cache tokens": "KV cache tokens",
+    "KV cache size per instance": "KV tokens per instance",
+    "KV tokens stored at once": "KV tokens stored at once",
+    "concurrency at maxModelLen": "max-length concurrency",
+    "LoRA adapters in host memory": "LoRA adapters (host)",
+    "HAMi slice (nvidia.com/gpumem)": "HAMi slice (gpumem)",
+    "decode tokens/s per instance": "decode tok/s per instance",
+    "decode tokens/s per GPU": "decode tok/s per GPU",
+}
+
+
+def short_label(label: str) -> str:
+    """A row's label in the compact table ("per DP rank" as "/rank")."""
+    rank = label.endswith(" per DP rank")
+    base = label.removesuffix(" per DP rank")
+    if base.startswith("KV / ") and base.endswith("-token sequence"):
+        base = base.removesuffix("-token sequence") + "-token seq."
+    base = _SHORT.get(base, base)
+    return base + "/rank" if rank else base
+
+
+def show(plan: Any, origin: str, wide: bool = False) -> None:
+    """Print the capacity plan as tables, then the P:D ratio and the packing advice.
+
+    The default table is compact (figures only, readable at 80 columns); `wide` (`-o wide`,
+    the kubectl habit) adds the "how" column and the whole figures (docs/capacity.md)."""
+    from rich import box
     from rich.table import Table
 
     from pdctl.cli.term import console as make_console
@@ -304,17 +367,21 @@ def show(plan: Any, origin: str) -> None:
         f"phase {plan.phase}"
     )
     for title, rows_of in (
-        ("memory per GPU", lambda r: _memory_rows(r) + _slice_rows(r)),
-        ("speed (roofline)", _speed_rows),
+        ("memory per GPU", lambda r: _memory_rows(r, wide) + _slice_rows(r, wide)),
+        ("speed (roofline)", lambda r: _speed_rows(r, wide)),
     ):
-        table = Table(title=title, title_justify="left")
-        table.add_column("")
+        compact: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False}
+        table = Table(title=title, title_justify="left", **({} if wide else compact))
+        table.add_column("", no_wrap=not wide)
         for r in plan.roles:
             table.add_column(f"{r.role} x{r.replicas}", justify="right")
-        table.add_column("how", style="dim")
+        if wide:
+            table.add_column("how", style="dim")
         for label, values, how in union_rows([rows_of(r) for r in plan.roles]):
-            table.add_row(label, *values, how)
+            table.add_row(*([label, *values, how] if wide else [short_label(label), *values]))
         console.print(table)
+    if not wide:
+        console.print("[dim]how each figure is made: pdctl plan -o wide[/]")
     for text in plan.warnings:
         console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:

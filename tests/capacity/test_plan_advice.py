@@ -36,7 +36,7 @@ def _spec(tmp_path: Path, text: str, name: str = "s.yaml") -> str:
 
 def _both(argv: list[str], capsys) -> tuple[str, dict]:
     """The table's text (flattened) and the JSON of the same plan."""
-    code, out, err = run(["plan", *argv], capsys)
+    code, out, err = run(["plan", *argv, "-o", "wide"], capsys)
     assert code in (0, 1), err
     jcode, jout, jerr = run(["plan", *argv, "-o", "json"], capsys)
     assert jcode == code, jerr

@@ -40,7 +40,8 @@ def test_there_are_examples_of_every_phase() -> None:
 def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
     code, out, err = run(["plan", str(example)], capsys)
     assert code == 0, err
-    assert "KV cache size (vLLM's count)" in out and "--gpu-memory-utilization" in out
+    assert "KV cache tokens" in out and "--gpu-memory-utilization" in out
+    assert "how each figure is made: pdctl plan -o wide" in out
     assert "packing advice" in out
     # P:D only where prefill and decode are separate roles (phases 2 and 3)
     assert ("P:D" in out) == example.name.startswith(("phase2", "phase3"))
@@ -202,14 +203,28 @@ def test_plan_table_names_the_flashinfer_only_sampler_of_0_10(capsys, tmp_path: 
     spec = tmp_path / "s.yaml"
     old = SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra="\nengine: {version: '0.10.1'}")
     spec.write_text(old)
-    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB"], capsys)
+    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"], capsys)
     assert code == 0, err
     assert re.search(r"FlashInfer[\s│|]*only", out), out
     data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
     assert data["roles"][0]["samplerProfile"] == "flashinfer"
     spec.write_text(SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra=""))
-    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB"], capsys)
+    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"], capsys)
     assert code == 0, err
     assert not re.search(r"FlashInfer[\s│|]*only", out)
     data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
     assert data["roles"][0]["samplerProfile"] == "sorted"
+
+
+def test_plan_wide_has_the_how_column_and_the_default_does_not(capsys) -> None:
+    """Before `-o wide`: `-o wide` was refused (exit 2) and the default table had the "how"
+    column (a 240-column table)."""
+    example = str(ROOT / "examples" / "phase0-conda.yaml")
+    code, wide, err = run(["plan", example, "-o", "wide"], capsys, env={"COLUMNS": "250"})
+    assert code == 0, err
+    assert "KV cache size (vLLM's count)" in wide and "params x bytes/param / TP" in wide
+    code, compact, err = run(["plan", example], capsys, env={"COLUMNS": "250"})
+    assert code == 0, err
+    assert "params x bytes/param" not in compact and " how " not in compact
+    code, _, err = run(["plan", example, "-o", "yaml"], capsys)
+    assert code == 2 and "table, wide or json" in err

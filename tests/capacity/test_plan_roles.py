@@ -28,7 +28,7 @@ def _flat(text: str) -> str:
 def _plan(tmp_path: Path, capsys, text: str) -> tuple[str, dict]:
     path = tmp_path / "s.yaml"
     path.write_text(text)
-    code, out, err = run(["plan", str(path)], capsys)
+    code, out, err = run(["plan", str(path), "-o", "wide"], capsys)
     assert code == 0, err
     jcode, jout, _ = run(["plan", str(path), "-o", "json"], capsys)
     assert jcode == 0

@@ -80,7 +80,7 @@ def test_pd_ratio_counts_the_time_slicing(tmp_path: Path, capsys) -> None:
 def test_the_table_says_the_slices_time_slice(tmp_path: Path, capsys) -> None:
     path = tmp_path / "p4.yaml"
     path.write_text(SPEC.format(per_gpu=4))
-    code, out, _ = run(["plan", str(path)], capsys)
+    code, out, _ = run(["plan", str(path), "-o", "wide"], capsys)
     assert code == 0
     flat = " ".join(out.split())
     assert "decode tokens/s per GPU" in flat

@@ -228,7 +228,7 @@ def test_sliding_window_kv_tokens_are_vllms_count_within_5_percent(name, tmp_pat
     # vLLM's count is concurrency x max_model_len, the tokens stored at once a separate key
     assert abs(role["kvTokens"] - conc * role["maxModelLen"]) <= role["maxModelLen"] * 0.01
     assert role["kvTokenSlots"] >= role["kvTokens"]
-    table = pdctl("plan", str(spec))
+    table = pdctl("plan", str(spec), "-o", "wide")
     assert table.returncode == 0, table.stderr
     text = " ".join(table.stdout.split())
     assert f"KV cache size (vLLM's count) │ {role['kvTokens']:,} tokens" in text

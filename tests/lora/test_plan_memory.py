@@ -61,7 +61,7 @@ def test_the_buffers_come_out_of_the_kv_cache() -> None:
 def test_pdctl_plan_shows_the_lora_rows(tmp_path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
-    result = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "250"})
+    result = CliRunner().invoke(app, ["plan", str(path), "-o", "wide"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "of which LoRA buffers" in result.output
     assert "352.3 MiB (-2,816 KV tokens)" in result.output
