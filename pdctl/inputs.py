@@ -352,7 +352,7 @@ def capacity_plan(
             )
         check_parallel(spec, spec.phase, dims)
         device, origin = spec_gpu(spec, gpu, gpu_memory_gib)
-        roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
+        roles = spec.roles
         lora = lora_shape(spec.model, model)
         shapes = {role: replace(spec_shape(spec, role), lora=lora) for role in roles}
         traffic = spec_traffic(spec, prompt, output, rate, ttft, tpot)

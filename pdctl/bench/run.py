@@ -50,7 +50,7 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
     spec = plan.spec
     w = load.workload_of(spec)
     b = spec.bench
-    pd = plan.phase in (2, 3)
+    pd = plan.disaggregated
     if canary_only and not pd:
         raise UsageError("--canary-only: the canary checks the P/D path (phases 2 and 3)")
     cap, plan_basis, planned = predict(w)
@@ -97,7 +97,7 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
 def check_verify(plan: Plan, option: str = "--verify") -> None:
     """The quick canary is for P/D (phases 2, 3) units on hosts (plan.units; none on
     Kubernetes), which a bench session reaches: refused before anything starts."""
-    if plan.phase not in (2, 3) or not plan.units:
+    if not plan.disaggregated or not plan.units:
         raise UsageError(
             f"{option} runs the P/D canary: phases 2 and 3 on SSH hosts "
             f"({plan.name} is phase {plan.phase} on {plan.target})",

@@ -82,7 +82,7 @@ def predict(plan: Any, spec: LoadSpec, slo_ttft_ms: float | None = None,
     """The figures of `plan` (a CapacityPlan) under `spec`, for the whole deployment."""
     t = plan.traffic
     prompt, output = t.prompt_tokens, t.output_tokens
-    if plan.phase in (0, 1):
+    if not plan.disaggregated:
         role = plan.roles[0]
         n = _instances(role)
         res = _run(plan, role, _load(spec, n, prompt, output))
@@ -164,7 +164,7 @@ def predict_step(plan: Any, requests: int, concurrency: int | None, rate: float 
         concurrency = requests
     spec = LoadSpec(concurrency=concurrency, rate=None if concurrency else rate)
     t = plan.traffic
-    if plan.phase in (0, 1):
+    if not plan.disaggregated:
         role = plan.roles[0]
         n = _instances(role)
         if spec.concurrency is not None:

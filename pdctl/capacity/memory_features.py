@@ -30,7 +30,7 @@ def offload_host_gib(spec: Spec) -> dict[str, float] | None:
         plan = make_plan(spec)
     except PdctlError:
         return {}  # the spec does not place (yet): `validate` says why
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return None
     sections = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}
     out: dict[str, float] = {}

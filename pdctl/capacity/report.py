@@ -104,6 +104,11 @@ class CapacityPlan:
     warnings: tuple[str, ...] = ()  # what the plan assumed (no GPU given, unknown GPU, ...)
 
     @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode planned apart (phases 2 and 3)."""
+        return self.phase in (2, 3)
+
+    @property
     def fits(self) -> bool:
         """Every role fits (what `pdctl plan` turns into its exit code)."""
         return all(r.fits for r in self.roles)
@@ -288,7 +293,7 @@ def plan_capacity(
         nodes = getattr(section, "nodes", 1) or 1
         return role_plan(model, gpu, role, section, shapes[role], traffic, used, per_node * nodes)
 
-    if spec.phase in (0, 1):
+    if not spec.disaggregated:
         roles = (one("serve", spec.serve),)
         pre = dec = roles[0]
     else:

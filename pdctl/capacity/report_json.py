@@ -181,11 +181,11 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
         if not plan.fits
         else {
             # phases 0/1: one instance prefills and decodes, so no P:D ratio
-            "prefillPerDecode": round(pd.prefill_per_decode, 3) if plan.phase in (2, 3) else None,
+            "prefillPerDecode": round(pd.prefill_per_decode, 3) if plan.disaggregated else None,
             "prefillSecondsPerRequest": round(pd.prefill_s_per_request, 4),
             "decodeSecondsPerRequest": round(pd.decode_s_per_request, 4),
-            "prefillInstances": pd.prefill_instances if plan.phase in (2, 3) else None,
-            "decodeInstances": pd.decode_instances if plan.phase in (2, 3) else None,
+            "prefillInstances": pd.prefill_instances if plan.disaggregated else None,
+            "decodeInstances": pd.decode_instances if plan.disaggregated else None,
             "decodeConcurrency": None
             if pd.decode_concurrency is None
             else round(pd.decode_concurrency, 1),

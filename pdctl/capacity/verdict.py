@@ -52,7 +52,7 @@ def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: GpuType) -> 
     from pdctl.capacity.report import plan_capacity
 
     model = spec_model_config(spec.model, hf_config)
-    roles = ("serve",) if spec.phase in (0, 1) else ("prefill", "decode")
+    roles = spec.roles
     shapes = {role: spec_shape(spec, role) for role in roles}
     traffic, _ = adapt_traffic(spec_traffic(spec), spec, model, shapes)
     return plan_problems(plan_capacity(spec, model, gpu, traffic, shapes))

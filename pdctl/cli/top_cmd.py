@@ -157,7 +157,7 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
             gpu = find_gpu(names.pop())
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
         model = spec_model_config(spec.model, config)
-        shape = spec_shape(spec, "serve" if plan.phase in (0, 1) else "decode")
+        shape = spec_shape(spec, "decode" if plan.disaggregated else "serve")
         traffic = spec_traffic(spec)
         return packings(model, gpu, shape, traffic)
     except PdctlError:

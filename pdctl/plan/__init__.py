@@ -104,7 +104,7 @@ def make_plan(
             from pdctl.plan.slice import slice_notes
 
             plan = replace(plan, notes=slice_notes(spec.decode))
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         # Each phase's and target's steps load where they run (a cold `pdctl render`).
         from pdctl.plan.kube_checks import check_kube, pod_settings
         from pdctl.plan.parallel import pin_notes
@@ -138,7 +138,7 @@ def pd_plan(plan: Plan, choose: Chooser) -> Plan:
     spec, rel = plan.spec, plan.release
     shape = pd_shape(spec, plan.phase)
     require_connectors(shape.dis, rel)
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         refuse_kube_groups(spec)
         gateway_pods = check_llmd(spec, plan.phase, shape)
         sl = plan_slice(spec.decode) if plan.phase == 3 and spec.decode is not None else None

@@ -42,7 +42,7 @@ def _taker():
 def group_ports(plan: Plan) -> tuple[PortRule, ...]:
     """Phases 0 and 1 on hosts: the ports multi-node groups need between their nodes and the
     phase 0 router's (none otherwise: single-node instances only take their HTTP port)."""
-    if plan.target != "hosts" or not (plan.services or any(i.workers for i in plan.instances)):
+    if plan.on_kubernetes or not (plan.services or any(i.workers for i in plan.instances)):
         return ()
     rules: list[PortRule] = []
     take = _taker()

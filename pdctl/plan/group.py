@@ -291,7 +291,7 @@ LWS_KIND = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
 
 def group_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
     """The custom kinds multi-node instances need on Kubernetes (LeaderWorkerSet)."""
-    if plan.target == "kubernetes" and any(i.workers for i in plan.instances):
+    if plan.on_kubernetes and any(i.workers for i in plan.instances):
         return tuple(sorted({*plan.kinds, LWS_KIND}))
     return plan.kinds
 

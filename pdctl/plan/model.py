@@ -180,6 +180,11 @@ class Plan:
         """What `up` applies are the bundle's objects on a cluster, not `units` on hosts."""
         return self.target == "kubernetes"
 
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode run apart (phases 2 and 3)."""
+        return self.phase in (2, 3)
+
     def hosts_used(self) -> tuple[Host, ...]:
         seen: dict[str, Host] = {}
         for inst in self.instances:

@@ -98,7 +98,7 @@ def chooser(facts: Facts) -> Chooser:
 
 def plan_hosts(plan: Plan) -> tuple[Host, ...]:
     """The hosts a preflight looks at: those with instances or services (router)."""
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         return ()
     used = {h.name for h in plan.hosts_used()} | {s.host.name for s in plan.services}
     return tuple(h for h in plan.spec.hosts if h.name in used)

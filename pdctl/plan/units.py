@@ -73,7 +73,7 @@ def service_unit(svc: Service) -> Unit:
 
 
 def host_units(plan: Plan) -> tuple[Unit, ...]:
-    if plan.target != "hosts":
+    if plan.on_kubernetes:
         return ()
     masters = [service_unit(s) for s in plan.services if s.role != "router"]
     routers = [service_unit(s) for s in plan.services if s.role == "router"]

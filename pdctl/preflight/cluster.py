@@ -547,7 +547,7 @@ def _slices(plan: Plan, registered: list[Node], nodes: tuple[Node, ...]) -> list
 
 
 def crds(plan: Plan, c: ClusterFacts) -> list[Finding]:
-    needed = required_kinds(plan) if plan.phase in (2, 3) else ()
+    needed = required_kinds(plan) if plan.disaggregated else ()
     if not needed:
         return []
     if c.crds is None:

@@ -86,7 +86,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
     }
     dis = spec.disaggregation
-    if spec.phase in (2, 3) and dis is not None and dis.connector == "mooncake":
+    if spec.disaggregated and dis is not None and dis.connector == "mooncake":
         out[LIBS] = libraries_command(ENGINE_LIBRARIES)
     if host.runtime != "docker" and host.supervise != "none":
         out[SUPERVISE] = SUPERVISE_COMMAND

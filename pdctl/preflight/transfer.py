@@ -121,7 +121,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     locked-memory limit (RDMA registers, pins, the KV buffers) and nvidia_peermem."""
     out: dict[str, str] = {}
     dis = spec.disaggregation
-    if spec.phase in (2, 3) and dis is not None:
+    if spec.disaggregated and dis is not None:
         out[NET_DEVICES] = NET_DEVICES_COMMAND
         if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
             out[MEMLOCK] = memlock_command(host)
@@ -587,7 +587,7 @@ def listen_port(plan: Plan, decode: Instance) -> int:
 
 def pairs(plan: Plan) -> list[Pair]:
     """One pair per (prefill host, decode host), their first instances standing for them."""
-    if plan.on_kubernetes or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
+    if plan.on_kubernetes or not plan.disaggregated or plan.spec.disaggregation is None:
         return []
     transport = transport_of(plan.spec.disaggregation.connector)
     return [Pair(p, d, transport, peer_address(d.host), listen_port(plan, d))
@@ -966,7 +966,7 @@ def need_gbps(plan: Plan, model: Any, p: Instance, d: Instance) -> tuple[float |
 
 def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Finding]:
     """One finding per pair of `pairs`."""
-    if plan.on_kubernetes or plan.phase not in (2, 3) or plan.spec.disaggregation is None:
+    if plan.on_kubernetes or not plan.disaggregated or plan.spec.disaggregation is None:
         return []
     transport = transport_of(plan.spec.disaggregation.connector)
     out: list[Finding] = []
@@ -1048,7 +1048,7 @@ def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
     locked-memory limit (registration pins the KV buffers) and, with GPU KV buffers, the
     nvidia_peermem module (GPUDirect RDMA), read before any transfer."""
     dis = plan.spec.disaggregation
-    if plan.on_kubernetes or plan.phase not in (2, 3) or dis is None:
+    if plan.on_kubernetes or not plan.disaggregated or dis is None:
         return []
     gpu = plan.spec.engine.device != "cpu" and dis.kv_buffer_device != "cpu"
     seen: dict[str, Instance] = {}

@@ -9,7 +9,7 @@ __all__ = ["Artifact", "Bundle", "UnitFiles", "render"]
 
 
 def render(plan: Plan) -> Bundle:
-    if plan.target == "kubernetes":
+    if plan.on_kubernetes:
         from pdctl.render import kube
 
         if plan.phase == 1 and any(i.workers for i in plan.instances):

@@ -425,6 +425,16 @@ class Spec(Section):
         None, description="The load `pdctl bench` sends and the P/D canary (docs/bench.md)."
     )
 
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode run apart (phases 2 and 3)."""
+        return self.phase in (2, 3)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The engine roles: serve (phases 0, 1), or prefill and decode."""
+        return ("prefill", "decode") if self.disaggregated else ("serve",)
+
     @field_validator("name")
     @classmethod
     def _object_name(cls, value: str) -> str:
@@ -441,7 +451,7 @@ class Spec(Section):
         """The `kubernetes` section's volumeMounts, checked where they are written (the
         per-role checks of plan/kube_checks see them merged into each role)."""
         kube = self.phase == 1 or (
-            self.phase in (2, 3)
+            self.disaggregated
             and (self.target == "kubernetes" or (self.target is None and not self.hosts))
         )
         if kube:
