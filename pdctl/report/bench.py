@@ -167,17 +167,19 @@ def roles_chart(rep: dict[str, Any]) -> str | None:
     fig = figure(cols=3, rows=2, width=11, height=3.0)
     width = 0.8 / len(names)
     for ax, (title, get) in zip(fig.axes, ROLE_BARS, strict=True):
+        top = 0.0
         for i, (name, role) in enumerate(names):
             ys = []
             for s in steps:
                 rows = {r["name"]: r for r in (s.get("metrics") or {}).get("instances", [])}
                 v = get(rows[name]) if name in rows else None
                 ys.append(v or 0.0)
+            top = max(top, *ys)
             off = (i - (len(names) - 1) / 2) * width
             ax.bar([k + off for k in range(len(steps))], ys, width, label=f"{name} ({role})")
         ax.set_title(title)
         ax.set_xticks(range(len(steps)), [s["load"] for s in steps], fontsize=7)
-        ax.set_ylim(bottom=0, top=None if ax.get_ylim()[1] > 0.05 else 1)  # all zero: 0..1
+        ax.set_ylim(0, None if top > 0 else 1)  # all zero: 0..1, not a negative axis
     fig.axes[0].legend(fontsize=7)
     return to_svg(fig)
 
@@ -200,8 +202,9 @@ def _about(rep: dict[str, Any]) -> str:
         ("pdctl", rep.get("pdctl")),
         ("endpoint", rep.get("endpoint")),
         ("plan", (rep.get("plan") or {}).get("basis")),
-        ("workload", f"{w.get('promptTokens')} prompt / {w.get('outputTokens')} output tokens, "
-                     f"SLOs TTFT {p.num(w.get('ttftMs'))} ms, TPOT {p.num(w.get('tpotMs'))} ms"),
+        ("workload", f"{w.get('promptTokens')} prompt / {w.get('outputTokens')} output tokens; "
+                     + (f"SLOs TTFT {p.num(w.get('ttftMs'))} ms, TPOT {p.num(w.get('tpotMs'))} ms"
+                        if w.get("ttftMs") or w.get("tpotMs") else "no SLOs")),
     ]
     return p.table(("", ""), rows)
 
