@@ -88,6 +88,36 @@ def _table(findings: Any, console: Any) -> None:
     console.print(table)
 
 
+def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
+    """The bundle checked as `up --bundle` checks it (every file's sha256, the spec's
+    requirements carried): (what it asks of a host, the scripts rendered from it)."""
+    from pdctl.offline.ship import bundled
+    from pdctl.preflight.bundle import Wanted
+
+    _, rendered, manifest = bundled(plan, folder)
+    return Wanted(manifest.python, manifest.platform, manifest.total(), str(folder)), rendered
+
+
+def _bundle_findings(plan: Any, raw: dict[str, dict[str, str]], want: Any,
+                     rendered: Any) -> tuple[Any, ...]:
+    """bundle.* findings: each reached host that installs from the bundle, then the scripts."""
+    import re
+
+    from pdctl.offline.ship import hosts_of
+    from pdctl.preflight import bundle
+    from pdctl.preflight.facts import SSH
+
+    out = []
+    for h in hosts_of(plan):
+        if SSH not in raw.get(h.name, {SSH: ""}):
+            index = next(i for i, x in enumerate(plan.spec.hosts) if x.name == h.name)
+            out += bundle.host_findings(h, index, raw[h.name], want)
+    pips = [ln for a in rendered.artifacts for ln in a.text.splitlines()
+            if re.search(r"\bpip install\b", ln)]
+    out.append(bundle.no_index(plan.name, pips))
+    return tuple(out)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("preflight")
     @with_overlays
@@ -149,6 +179,14 @@ def register(app: typer.Typer) -> None:
             metavar="S",
             help="Phase 2: at most S seconds of transfer per pair (start-up not counted).",
         ),
+        wheels: Path | None = typer.Option(
+            None,
+            "--bundle",
+            metavar="DIR",
+            help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
+            "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
+            "(docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
@@ -175,6 +213,7 @@ def register(app: typer.Typer) -> None:
         bounds = None if no_transfer else Bounds(_size(transfer_bytes), transfer_seconds)
         plan, source = plan_from(spec, phase, target)
         hf_config = _hf_config(plan, spec, source)
+        checked = None if wheels is None else _bundle_of(plan, wheels)  # before gathering
         names = tuple(h.name for h in plan_hosts(plan))
         unknown = sorted(set(local) - {h.name for h in plan.spec.hosts})
         if unknown:
@@ -201,6 +240,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"recorded raw outputs under {record}", err=True)
         facts = facts_from(raw)
         findings = run_checks(plan, facts, hf_config, transfer=not no_transfer)
+        if checked is not None:
+            findings += _bundle_findings(plan, raw, *checked)
         status = worst(findings)
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
         if output == "json":

@@ -16,7 +16,7 @@ from typing import Any
 
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
-from pdctl.preflight import cluster, fit, gpu, group, hami, host, transfer
+from pdctl.preflight import bundle, cluster, fit, gpu, group, hami, host, transfer
 from pdctl.preflight.facts import CLUSTER, SSH, Facts, HostFacts, Missing
 from pdctl.preflight.finding import Finding, HostCheck, PlanCheck
 from pdctl.preflight.run import Options, Step, run_local, run_ssh
@@ -51,6 +51,8 @@ TOPICS = (
     Topic("transfer", transfer.commands, fields=transfer.fields, check=transfer.check,
           probe=transfer.probe),
     Topic("fit", check=fit.check),
+    # findings only with `preflight --bundle` (the manifest's wants): cli/preflight_cmd.py
+    Topic("bundle", bundle.commands, bundle.PARSERS),
 )
 
 LOCAL_ADDRESSES = ("localhost",)

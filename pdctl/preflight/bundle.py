@@ -1,0 +1,179 @@
+"""`preflight --bundle DIR`: will each host take what `pdctl bundle` made for it, with no
+package index? The Python its environments install into (the bundle resolved one version),
+its C library and machine against the bundle's wheel platform tag, and free space in its
+dataDir for the wheels and the environments they unpack into (docs/offline.md).
+
+The commands run on every venv and conda host (one short file, bundle.txt); the findings come
+only with --bundle, from the manifest's Python, platform and size (`Wanted`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pdctl.preflight.finding import Finding, gib
+from pdctl.render.template import quote_path
+from pdctl.spec.model import Host, Spec
+
+FILE = "bundle.txt"
+# The wheels are unpacked into the environments: an installed closure takes about twice its
+# wheels, and the wheels themselves stay in <dataDir>/<name>/wheels.
+ROOM = 3
+# Legacy manylinux tags and the glibc they mean (PEP 600:
+# https://peps.python.org/pep-0600/#legacy-manylinux-tags).
+LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a bundle asks of a host (from its manifest)."""
+
+    python: str  # "3.11"
+    platform: str  # "manylinux_2_28_x86_64"
+    size: int  # bytes of the files that go to each host
+    folder: str  # the bundle folder, for the fix lines
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What bundle.txt tells of one host."""
+
+    python: str  # "3.11", "" when there is no python3
+    python_from: str  # which interpreter answered (the venv's, or python3)
+    glibc: tuple[int, int] | None  # None: not glibc (musl) or unknown
+    machine: str  # uname -m
+    free_kib: int | None
+    mount: str
+
+
+def commands(spec: Spec, host: Host) -> dict[str, str]:
+    """One file of `key value` lines: the Python of the host's venv (python3 where the venv
+    does not exist yet: the start script makes it from python3), glibc, machine, free space
+    where dataDir is or will be."""
+    if host.runtime == "docker":
+        return {}
+    venv = quote_path(host.venv) if host.runtime == "venv" and host.venv else "''"
+    data = quote_path(host.data_dir)
+    return {FILE: (
+        f'v={venv}; if [ -n "$v" ] && [ -x "$v/bin/python" ]; then py="$v/bin/python"; '
+        'else py=python3; fi; echo "from $py"; '
+        'echo "python $("$py" -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
+        '2>/dev/null)"; '
+        'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
+        f'p={data}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
+        'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\''
+    )}
+
+
+def parse(text: str) -> Seen:
+    """bundle.txt's lines; ValueError for a text that is not one."""
+    got = dict(ln.partition(" ")[::2] for ln in text.splitlines() if ln.strip())
+    if "machine" not in got or "python" not in got:
+        raise ValueError("no python or machine line")
+    m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
+    free = got.get("free", "").strip()
+    return Seen(
+        python=got["python"].strip(),
+        python_from=got.get("from", "python3").strip(),
+        glibc=(int(m.group(1)), int(m.group(2))) if m else None,
+        machine=got["machine"].strip(),
+        free_kib=int(free) if free.isdigit() else None,
+        mount=got.get("mount", "").strip(),
+    )
+
+
+PARSERS = {FILE: parse}
+
+
+def tag_needs(tag: str) -> tuple[tuple[int, int] | None, str] | None:
+    """(the glibc a wheel platform tag needs, None for none; its machine), or None for a tag
+    no Linux host takes."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", tag)
+    if m:
+        return (int(m.group(1)), int(m.group(2))), m.group(3)
+    legacy, _, machine = tag.partition("_")
+    if legacy in LEGACY and machine:
+        return LEGACY[legacy], machine
+    if tag.startswith("linux_"):
+        return None, tag.removeprefix("linux_")
+    return None
+
+
+def host_findings(host: Host, index: int, raw: dict[str, str], want: Wanted) -> list[Finding]:
+    """bundle.python, bundle.platform and bundle.disk for one reached host."""
+    where = host.name
+    if FILE not in raw:
+        why = raw.get(FILE + ".err", "not gathered").strip().splitlines()
+        return [Finding("WARN", "bundle.host", where, f"{FILE}: {why[-1] if why else '?'}",
+                        "the host's Python, glibc and free space",
+                        "check the host (sh, python3, getconf, df) and run preflight again")]
+    seen = parse(raw[FILE])
+    return [_python(host, index, seen, want), _platform(where, seen, want),
+            _disk(host, index, seen, want)]
+
+
+def _python(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
+    expected = f"Python {want.python} (the bundle's)"
+    if host.runtime == "conda":  # the env pdctl creates has CONDA_PYTHON; an existing one its own
+        return Finding("PASS" if want.python == "3.11" else "FAIL", "bundle.python", host.name,
+                       "conda env (Python 3.11 when pdctl creates it; offline it must exist)",
+                       expected, "" if want.python == "3.11" else
+                       f"bundle again with --python 3.11 (pdctl bundle SPEC -o {want.folder})")
+    if not seen.python:
+        return Finding("FAIL", "bundle.python", host.name, f"no Python ({seen.python_from})",
+                       expected, f"install python{want.python} on the host, or set "
+                       f"hosts[{index}].venv to a venv with it")
+    found = f"Python {seen.python} ({seen.python_from})"
+    if seen.python != want.python:
+        return Finding("FAIL", "bundle.python", host.name, found, expected,
+                       f"bundle again for this host: pdctl bundle SPEC -o {want.folder} "
+                       f"--python {seen.python} --platform {want.platform}")
+    return Finding("PASS", "bundle.python", host.name, found, expected)
+
+
+def _platform(where: str, seen: Seen, want: Wanted) -> Finding:
+    needs = tag_needs(want.platform)
+    libc = "glibc ?" if seen.glibc is None else f"glibc {seen.glibc[0]}.{seen.glibc[1]}"
+    found = f"{libc}, {seen.machine}"
+    if needs is None:
+        return Finding("FAIL", "bundle.platform", where, found,
+                       f"{want.platform}: not a Linux wheel platform tag",
+                       f"bundle again with --platform manylinux_2_28_{seen.machine}")
+    glibc, machine = needs
+    expected = (f"{machine}" if glibc is None
+                else f"glibc {glibc[0]}.{glibc[1]} or newer, {machine} ({want.platform})")
+    fix = ""
+    if machine != seen.machine:
+        fix = "bundle again with the hosts' machine in --platform"
+    elif glibc is not None and (seen.glibc is None or seen.glibc < glibc):
+        fix = ("bundle again with an older --platform the host's glibc takes, e.g. "
+               f"manylinux_{seen.glibc[0]}_{seen.glibc[1]}_{machine}" if seen.glibc
+               else "this host has no glibc (musl?): manylinux wheels do not install there")
+    if fix:
+        return Finding("FAIL", "bundle.platform", where, found, expected, fix)
+    return Finding("PASS", "bundle.platform", where, found, expected)
+
+
+def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
+    need = want.size * ROOM
+    expected = (f">= {gib(need, 'B')} free ({gib(want.size, 'B')} of wheels, unpacked into "
+                f"the environments)")
+    if seen.free_kib is None:
+        return Finding("WARN", "bundle.disk", host.name, "free space unknown (df)", expected,
+                       f"check df on hosts[{index}].dataDir")
+    found = f"{gib(seen.free_kib * 1024, 'B')} free on {seen.mount}"
+    if seen.free_kib * 1024 < need:
+        return Finding("FAIL", "bundle.disk", host.name, found, expected,
+                       f"free space there, or point hosts[{index}].dataDir at a larger disk")
+    return Finding("PASS", "bundle.disk", host.name, found, expected)
+
+
+def no_index(where: str, pip_lines: list[str]) -> Finding:
+    """The start scripts rendered for the bundle install with --no-index only."""
+    networked = [ln.strip() for ln in pip_lines if "--no-index" not in ln]
+    expected = "every pip install with --no-index --find-links (no package index)"
+    if networked:
+        return Finding("FAIL", "bundle.index", where, f"needs an index: {networked[0][:120]}",
+                       expected, "report this: a script rendered for a bundle reaches an index")
+    return Finding("PASS", "bundle.index", where,
+                   f"{len(pip_lines)} pip installs, all from the bundle", expected)

@@ -1,0 +1,106 @@
+"""`preflight --bundle DIR` (pdctl/preflight/bundle.py): on the real sshd test host lo1
+(tests/services.sh), the host's Python against the bundle's (FAIL with the `pdctl bundle
+--python` that fits, then PASS with it), its glibc and machine against the platform tag, its
+free space in dataDir; the scripts rendered for the bundle install with --no-index only; a
+damaged bundle is refused before anything connects. The checks themselves on recorded lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pdctl.offline import manifest as mf
+from pdctl.plan import make_plan
+from pdctl.preflight import bundle
+from pdctl.spec import load_text
+from tests.helpers import known, pdctl
+from tests.offline.test_ship import spec_file
+from tests.targets.testbed import ssh_env  # noqa: F401 - fixture
+
+LINES = "from python3\npython 3.12\nglibc glibc 2.36\nmachine x86_64\nfree {free}\nmount /\n"
+
+
+def made(folder: Path, python: str, platform: str, pips: tuple[str, ...]) -> None:
+    (folder / mf.WHEELS).mkdir(parents=True, exist_ok=True)
+    (folder / mf.WHEELS / "a-1.0-py3-none-any.whl").write_bytes(b"a" * 1000)
+    mf.write(folder, mf.Manifest("0", "spec", python, platform, (("engines", pips),),
+                                 mf.entries(folder)))
+
+
+def preflight(ssh_env, spec: Path, folder: Path):  # noqa: F811 - the fixture
+    result = pdctl("preflight", str(spec), "--bundle", str(folder), "-o", "json",
+                   "--no-transfer", *known(ssh_env))
+    assert result.returncode in (0, 1), result.stderr
+    return {f["check"]: f for f in json.loads(result.stdout)["findings"]
+            if f["check"].startswith("bundle.")}
+
+
+def test_the_hosts_python_platform_and_disk_against_the_bundle(ssh_env, tmp_path):  # noqa: F811
+    spec = spec_file(ssh_env, tmp_path)
+    plan = make_plan(load_text(spec.read_text(), "spec.yaml")[0])
+    folder = tmp_path / "bundle"
+    made(folder, "3.0", "manylinux_2_17_x86_64", (plan.release.pip,))
+    found = preflight(ssh_env, spec, folder)
+    assert sorted(found) == ["bundle.disk", "bundle.index", "bundle.platform", "bundle.python"]
+    py = found["bundle.python"]
+    assert py["status"] == "FAIL" and py["where"] == "lo1", py
+    have = re.search(r"--python (3\.\d+) --platform manylinux_2_17_x86_64$", py["fix"])
+    assert have and py["found"].startswith(f"Python {have.group(1)} (python3)"), py
+    assert found["bundle.platform"]["status"] == "PASS", found["bundle.platform"]
+    assert found["bundle.disk"]["status"] == "PASS" and " free on " in found["bundle.disk"]["found"]
+    assert found["bundle.index"]["status"] == "PASS", found["bundle.index"]
+    made(folder, have.group(1), "manylinux_2_17_aarch64", (plan.release.pip,))
+    again = preflight(ssh_env, spec, folder)
+    assert again["bundle.python"]["status"] == "PASS", again["bundle.python"]
+    plat = again["bundle.platform"]
+    assert plat["status"] == "FAIL" and plat["found"].endswith(", x86_64"), plat
+
+
+def test_a_damaged_bundle_is_refused_before_preflight_connects(ssh_env, tmp_path):  # noqa: F811
+    spec = spec_file(ssh_env, tmp_path)
+    folder = tmp_path / "bundle"
+    made(folder, "3.11", "manylinux_2_28_x86_64", ("vllm==0.33.0",))
+    (folder / mf.WHEELS / "a-1.0-py3-none-any.whl").write_bytes(b"b" * 1000)
+    result = pdctl("preflight", str(spec), "--bundle", str(folder), *known(ssh_env))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {folder}/wheels/a-1.0-py3-none-any.whl: sha256 differs from the manifest; "
+        "the bundle is corrupted or incomplete; run `pdctl bundle SPEC -o DIR` again"]
+
+
+HOST = make_plan(load_text((Path(__file__).parents[2] / "examples" / "phase2-nixl-hosts.yaml")
+                           .read_text(), "x")[0]).spec.hosts[0]
+
+
+@pytest.mark.parametrize(
+    ("platform", "size", "check", "status", "says"),
+    [
+        ("manylinux_2_28_x86_64", 1 << 30, "bundle.platform", "PASS", "glibc 2.28 or newer"),
+        ("manylinux_2_39_x86_64", 1 << 30, "bundle.platform", "FAIL", "manylinux_2_36_x86_64"),
+        ("manylinux2014_x86_64", 1 << 30, "bundle.platform", "PASS", "glibc 2.17 or newer"),
+        ("macosx_11_0_arm64", 1 << 30, "bundle.platform", "FAIL", "not a Linux wheel"),
+        ("manylinux_2_28_x86_64", 4 << 30, "bundle.disk", "FAIL", "hosts[0].dataDir"),
+        ("manylinux_2_28_x86_64", 3 << 30, "bundle.disk", "PASS", ">= 9.0 GiB free"),
+    ],
+)
+def test_the_checks_on_recorded_lines(platform, size, check, status, says):
+    raw = {bundle.FILE: LINES.format(free=10 << 20)}  # 10 GiB free
+    want = bundle.Wanted("3.12", platform, size, "b/")
+    got = {f.check: f for f in bundle.host_findings(HOST, 0, raw, want)}[check]
+    assert got.status == status and says in f"{got.expected} {got.fix}", got
+
+
+def test_a_script_that_reaches_an_index_fails():
+    assert bundle.no_index("x", ["pip install --no-index --find-links /w vllm==1"]).status == "PASS"
+    bad = bundle.no_index("x", ["pip install --no-index --find-links /w a", "pip install b"])
+    assert bad.status == "FAIL" and bad.found == "needs an index: pip install b"
+
+
+def test_a_host_without_the_file_warns_and_a_damaged_one_is_no_crash():
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1, "b/")
+    assert [f.status for f in bundle.host_findings(HOST, 0, {}, want)] == ["WARN"]
+    with pytest.raises(ValueError):
+        bundle.parse("garbage")
