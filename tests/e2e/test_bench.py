@@ -60,8 +60,10 @@ def test_phase0_report_counts_what_the_engine_counted(served, ssh_env):
     metrics = f"http://127.0.0.1:{SERVE}/metrics"
     before = counter(get(metrics), "vllm:request_success_total")
     ran = pdctl("bench", str(spec), "-o", "json", "--save", str(data / "run.json"),
-                *known(ssh_env), timeout=600)
+                "--report", str(data / "run.html"), *known(ssh_env), timeout=600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    page = (data / "run.html").read_text()  # the HTML report of the very same run
+    assert page.count("<svg") >= 3 and "e2eb0-serve-0" in page
     after = counter(get(metrics), "vllm:request_success_total")
     report = json.loads(ran.stdout)
     (step,) = report["steps"]
