@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ def _ws_url(proc: subprocess.Popen[str]) -> str:
     assert proc.stderr is not None
     for line in proc.stderr:
         m = re.search(r"DevTools listening on (ws://\S+)", line)
-        if m:
+        if m:  # keep reading its stderr, or a full pipe would stall the browser
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
             return m.group(1)
     raise RuntimeError(f"chromium exited {proc.wait()} before its DevTools port was up")
 
@@ -69,7 +71,8 @@ def visit(page: Path, shot: Path) -> Visit:
     assert BINARY is not None
     profile = shot.parent / "chromium-profile"
     proc = subprocess.Popen(
-        [BINARY, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        [BINARY, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-default-apps", "--remote-debugging-port=0", f"--user-data-dir={profile}",
          "--window-size=1200,900", "about:blank"],
