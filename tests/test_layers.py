@@ -24,6 +24,7 @@ RANK = {
     "spec": 2,
     "plan": 3,
     "capacity": 4,
+    "autoscale": 4.5,  # the autoscaling policy and its replay (pure; targets from plan)
     "render": 5,
     "targets": 6,
     "actions": 7,

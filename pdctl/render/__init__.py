@@ -24,8 +24,16 @@ def render(plan: Plan) -> Bundle:
             from pdctl.render.pd_kube import pd_objects
 
             objs = pd_objects(plan)
+        if plan.spec.autoscaling is not None:  # per-role HPA / KEDA ScaledObject
+            from pdctl.render.kube_autoscale import autoscale_objects
+
+            objs += autoscale_objects(plan, objs)
         ordered = sorted(objs, key=lambda o: apply_rank(o["kind"]))
         return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)), objects=tuple(ordered))
+    if plan.spec.autoscaling is not None:  # `pdctl autoscale` on hosts is not built yet
+        from pdctl.render.kube_autoscale import refuse_on_hosts
+
+        refuse_on_hosts()
     from pdctl.render import host
     from pdctl.render.host_scripts import host_scripts
 

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
+from pdctl.spec.autoscaling import Autoscaling
 from pdctl.spec.base import DnsLabel, EnvName, Section, defaults, pattern, refuse
 from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
@@ -423,6 +424,9 @@ class Spec(Section):
     )
     bench: Bench | None = Field(
         None, description="The load `pdctl bench` sends and the P/D canary (docs/bench.md)."
+    )
+    autoscaling: Autoscaling | None = Field(
+        None, description="Per-role autoscaling on Kubernetes (docs/autoscaling.md)."
     )
 
     @property
