@@ -31,13 +31,20 @@ def register(app: typer.Typer) -> None:
             help="The hosts' wheel platform tag, e.g. manylinux_2_28_x86_64 (glibc 2.28+, "
             "x86_64).",
         ),
+        weights: Path | None = typer.Option(
+            None, "--weights", metavar="PATH",
+            help="A local Hugging Face model folder (config.json, *.safetensors, tokenizer "
+            "files) copied into DIR/weights, pinned by sha256; `up --bundle` copies it to each "
+            "engine host and starts the engines from it (docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
     ) -> None:
         """Download the vLLM wheel and its whole dependency closure (and the KV connector's
         and the router's) for the hosts' Python and platform into DIR/wheels, with
-        DIR/manifest.json (sha256 and size of every file), written last. Run it where a
+        DIR/manifest.json (sha256 and size of every file), written last. With --weights,
+        the model's folder too. Run it where a
         package index is reachable; `pdctl up SPEC --bundle DIR` installs from it."""
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
@@ -46,11 +53,13 @@ def register(app: typer.Typer) -> None:
 
         check_phase_target(phase, target)
         plan, _ = plan_from(spec, phase, target, facts)
-        found = needs(plan)
+        found = needs(plan, weights=weights is not None)
         version = python_for(found, python)
-        tag = platform_for(platform)
+        tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
-                        lambda line: typer.echo(line, err=True))
+                        lambda line: typer.echo(line, err=True), weights)
+        what = f"Python {version}, {tag}" if found else "no wheels"
+        if made.weights:
+            what += f"; weights: {len(made.part('weights'))} files"
         typer.echo(f"{output}: {len(made.files)} files, {made.total() / 1e6:.1f} MB "
-                   f"(Python {version}, {tag}); install with "
-                   f"`pdctl up {spec} --bundle {output}`")
+                   f"({what}); install with `pdctl up {spec} --bundle {output}`")

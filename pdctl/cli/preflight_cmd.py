@@ -95,7 +95,9 @@ def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
     from pdctl.preflight.bundle import Wanted
 
     _, rendered, manifest = bundled(plan, folder)
-    return Wanted(manifest.python, manifest.platform, manifest.total(), str(folder)), rendered
+    wheels, weights = (sum(e.size for e in manifest.part(top).values())
+                       for top in ("wheels", "weights"))
+    return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights), rendered
 
 
 def _bundle_findings(plan: Any, raw: dict[str, dict[str, str]], want: Any,

@@ -6,13 +6,15 @@ pip does the resolution (`pip download --only-binary=:all: --python-version --pl
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from pdctl import __version__
-from pdctl.errors import PdctlError
+from pdctl.errors import PdctlError, UsageError
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import Need
 from pdctl.plan.model import Plan
@@ -46,14 +48,61 @@ def keep_good(folder: Path) -> int:
     (folder / mf.MANIFEST).unlink(missing_ok=True)
     good = {} if old is None else {e.path: e for e in old.files}
     kept = 0
-    wheels = folder / mf.WHEELS
-    for path in sorted(wheels.iterdir()) if wheels.is_dir() else []:
-        entry = good.get(f"{mf.WHEELS}/{path.name}")
+    wheels, weights = folder / mf.WHEELS, folder / mf.WEIGHTS
+    paths = sorted(wheels.iterdir()) if wheels.is_dir() else []
+    paths += sorted(weights.rglob("*")) if weights.is_dir() else []
+    for path in paths:
+        entry = good.get(path.relative_to(folder).as_posix())
         if path.is_file() and entry is not None and mf.check_file(folder, entry) is None:
             kept += 1
-        elif path.is_file():
+        elif path.is_file() or path.is_symlink():
             path.unlink()
     return kept
+
+
+def snapshot_files(source: Path) -> dict[str, Path]:
+    """A local Hugging Face snapshot folder's files by their path in it (links followed, as
+    the hub cache's snapshots/<rev>/ links to blobs; hidden files and folders left out).
+    UsageError when it is no model folder."""
+    if not source.is_dir():
+        raise UsageError(f"--weights {source}: no such folder",
+                         fix="give a local model folder (config.json, *.safetensors, tokenizer)")
+    if not (source / "config.json").is_file():
+        raise UsageError(f"--weights {source}: no config.json: not a Hugging Face model folder",
+                         fix="give the snapshot folder, e.g. ~/.cache/huggingface/hub/"
+                         "models--ORG--NAME/snapshots/REVISION")
+    out = {}
+    for root, dirs, names in os.walk(source, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(root) / name
+            if not name.startswith(".") and path.is_file():
+                out[path.relative_to(source).as_posix()] = path
+    return out
+
+
+def copy_weights(source: Path, folder: Path, say: Callable[[str], None]) -> None:
+    """The snapshot's files into folder/weights: a file already there with the same sha256
+    stays; files there that the snapshot does not have are removed."""
+    files = snapshot_files(source)
+    dest = folder / mf.WEIGHTS
+    for path in sorted(dest.rglob("*"), reverse=True) if dest.is_dir() else []:
+        rel = path.relative_to(dest).as_posix()
+        if path.is_file() and rel not in files:
+            path.unlink()
+    copied = kept = 0
+    for rel, src in files.items():
+        there = dest / rel
+        if (there.is_file() and there.stat().st_size == src.stat().st_size
+                and mf.sha256_of(there) == mf.sha256_of(src)):
+            kept += 1
+            continue
+        there.parent.mkdir(parents=True, exist_ok=True)
+        tmp = there.with_name(f".{there.name}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, there)
+        copied += 1
+    say(f"weights from {source}: {copied} files copied, {kept} already there")
 
 
 def bundle(
@@ -63,14 +112,22 @@ def bundle(
     platform: str,
     folder: Path,
     say: Callable[[str], None],
+    weights: Path | None = None,
 ) -> mf.Manifest:
-    """Download every environment's wheels into folder/wheels and write the manifest last."""
+    """Download every environment's wheels into folder/wheels, copy the model's snapshot folder
+    into folder/weights (`weights`), and write the manifest last."""
+    if weights is not None:
+        snapshot_files(weights)  # refused before anything is downloaded
     if folder.exists() and not folder.is_dir():
         raise PdctlError(f"{folder}: not a folder")
     (folder / mf.WHEELS).mkdir(parents=True, exist_ok=True)
     kept = keep_good(folder)
     if kept:
         say(f"{kept} files already present with the right sha256: kept")
+    if weights is not None:
+        copy_weights(weights, folder, say)
+    else:
+        shutil.rmtree(folder / mf.WEIGHTS, ignore_errors=True)
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
         cmd = pip_command(need, python, platform, folder / mf.WHEELS)
@@ -88,6 +145,7 @@ def bundle(
         platform=platform,
         needs=tuple((n.what, n.pips) for n in found),
         files=mf.entries(folder),
+        weights="" if weights is None else str(weights),
     )
     mf.write(folder, manifest)
     return manifest

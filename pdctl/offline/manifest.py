@@ -14,6 +14,7 @@ from pdctl.errors import UsageError
 
 MANIFEST = "manifest.json"
 WHEELS = "wheels"
+WEIGHTS = "weights"  # a Hugging Face snapshot folder (`pdctl bundle --weights`), as it was
 FORMAT = 1
 CHUNK = 1 << 20
 
@@ -33,6 +34,7 @@ class Manifest:
     platform: str
     needs: tuple[tuple[str, tuple[str, ...]], ...]  # (environment, pinned requirements)
     files: tuple[Entry, ...]
+    weights: str = ""  # the snapshot folder the weights/ files came from ("" = none)
 
     def as_data(self) -> dict[str, object]:
         return {
@@ -43,6 +45,7 @@ class Manifest:
             "platform": self.platform,
             "needs": [{"for": what, "requirements": list(pips)} for what, pips in self.needs],
             "files": [{"path": e.path, "sha256": e.sha256, "size": e.size} for e in self.files],
+            **({"weights": self.weights} if self.weights else {}),
         }
 
     def requirements(self) -> set[str]:
@@ -50,6 +53,11 @@ class Manifest:
 
     def total(self) -> int:
         return sum(e.size for e in self.files)
+
+    def part(self, top: str) -> dict[str, Entry]:
+        """The files under `top` (WHEELS or WEIGHTS), by their path below it."""
+        return {e.path.removeprefix(f"{top}/"): e for e in self.files
+                if e.path.startswith(f"{top}/")}
 
 
 class BundleError(UsageError):
@@ -65,13 +73,27 @@ def sha256_of(path: Path) -> str:
 
 
 def entries(folder: Path) -> tuple[Entry, ...]:
-    """The files under folder/wheels, hashed, in name order."""
+    """The files under folder/wheels and folder/weights (every level), hashed, in name order."""
     wheels = folder / WHEELS
     out = []
     for path in sorted(wheels.iterdir()) if wheels.is_dir() else []:
         if path.is_file() and not path.name.startswith("."):
             out.append(Entry(f"{WHEELS}/{path.name}", sha256_of(path), path.stat().st_size))
+    weights = folder / WEIGHTS
+    for path in sorted(weights.rglob("*")) if weights.is_dir() else []:
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(weights).parts):
+            out.append(Entry(rel, sha256_of(path), path.stat().st_size))
     return tuple(out)
+
+
+def safe_path(path: str) -> bool:
+    """wheels/NAME or weights/REL (no empty, `.` or `..` part, no leading /)."""
+    top, _, rest = path.partition("/")
+    parts = rest.split("/")
+    if top == WHEELS and len(parts) != 1:
+        return False
+    return top in (WHEELS, WEIGHTS) and all(p not in ("", ".", "..") for p in parts)
 
 
 def write(folder: Path, manifest: Manifest) -> None:
@@ -105,11 +127,10 @@ def read(folder: Path) -> Manifest:
         needs = tuple((str(n["for"]), tuple(str(p) for p in n["requirements"]))
                       for n in data["needs"])
         for e in files:
-            name = e.path.removeprefix(f"{WHEELS}/")
-            if not e.path.startswith(f"{WHEELS}/") or "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"file path {e.path!r} is not wheels/NAME")
+            if not safe_path(e.path):
+                raise ValueError(f"file path {e.path!r} is not wheels/NAME or weights/PATH")
         return Manifest(str(data["pdctl"]), str(data["spec"]), str(data["python"]),
-                        str(data["platform"]), needs, files)
+                        str(data["platform"]), needs, files, str(data.get("weights", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise BundleError(f"{where}: malformed manifest ({exc})",
                           fix="run `pdctl bundle SPEC -o DIR` again") from None

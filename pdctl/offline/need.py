@@ -33,10 +33,10 @@ def connector_pip(plan: Plan) -> str | None:
     return None  # P2pNcclConnector ships inside vLLM
 
 
-def needs(plan: Plan) -> tuple[Need, ...]:
+def needs(plan: Plan, weights: bool = False) -> tuple[Need, ...]:
     """Every environment the plan's start scripts would fill from a package index. Refuses
     what a bundle cannot carry yet (Kubernetes, docker hosts) and a spec that installs
-    nothing."""
+    nothing (unless the bundle carries the model's weights)."""
     if plan.on_kubernetes:
         raise UsageError(
             "pdctl bundle: Kubernetes specs cannot be bundled yet (images are pulled by the "
@@ -66,7 +66,7 @@ def needs(plan: Plan) -> tuple[Need, ...]:
             out.append(Need(f"engines ({runtime})", tuple(pips), conda=runtime == "conda"))
     for svc in plan.services:
         out.append(Need(svc.name, (svc.pip,)))
-    if not out:
+    if not out and not weights:
         raise UsageError(
             "pdctl bundle: this spec installs nothing with pip (engine.device "
             f"{plan.spec.engine.device} on runtime venv uses an environment prepared by hand)",
@@ -78,6 +78,8 @@ def needs(plan: Plan) -> tuple[Need, ...]:
 def python_for(found: tuple[Need, ...], given: str | None) -> str:
     """The hosts' Python version (3.X): --python, else the conda envs' when every environment
     is one pdctl creates with conda."""
+    if not found and given is None:
+        return ""  # nothing to resolve: a bundle of weights only
     if given is not None:
         parts = given.split(".")
         if len(parts) != 2 or not all(p.isdigit() for p in parts) or parts[0] != "3":
@@ -100,7 +102,9 @@ def python_for(found: tuple[Need, ...], given: str | None) -> str:
     )
 
 
-def platform_for(given: str | None) -> str:
+def platform_for(given: str | None, found: tuple[Need, ...] | None = None) -> str:
+    if found == () and not given:
+        return ""  # nothing to resolve: a bundle of weights only
     if not given:
         raise UsageError(
             "--platform: the hosts' platform is not in the spec",

@@ -1,5 +1,6 @@
-"""`up --bundle`: the bundle verified, the plan rendered to install from it, and its wheels
-copied to each host over SSH (only the files a host lacks or holds with another sha256)."""
+"""`up --bundle`: the bundle verified, the plan rendered to install from it (and its engines
+started from the bundle's weights), and its wheels and weights copied to each host over SSH
+(only the files a host lacks or holds with another sha256)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,62 @@ from pathlib import Path
 from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import needs
-from pdctl.plan.model import Plan
+from pdctl.plan.model import ENGINE_ROLES, Plan
 from pdctl.render import render
 from pdctl.render.bundle import Bundle
-from pdctl.render.host import wheels_dir
+from pdctl.render.host import deploy_dir, wheels_dir
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions, makedirs
 
 TMP = ".pdctl-tmp"
+# An engine starts in its unit's folder (<dataDir>/<name>/<unit>: templates/process-start.sh.j2
+# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/<name>/weights are this
+# path from there on every host, whatever its dataDir (a `~/` one included).
+FROM_UNIT = "../weights"
+# The engines never ask the Hub (https://huggingface.co/docs/huggingface_hub/package_reference/
+# environment_variables#hfhuboffline).
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "1")
+
+
+def weights_dir(plan: Plan, host: Host) -> str:
+    """Where `up --bundle` puts the bundle's weights on a host."""
+    return f"{deploy_dir(plan, host)}/{mf.WEIGHTS}"
+
+
+def point(command: tuple[str, ...], model: str, served: str) -> tuple[str, ...]:
+    """`vllm serve MODEL ...` made `vllm serve ../weights --served-model-name SERVED ...`
+    (the group guard's wrapper kept)."""
+    cmd = list(command)
+    for i in range(len(cmd) - 2):
+        if cmd[i:i + 2] == ["vllm", "serve"] and cmd[i + 2] == model:
+            cmd[i + 2] = FROM_UNIT
+            if "--served-model-name" not in cmd[i + 3:]:
+                cmd[i + 3:i + 3] = ["--served-model-name", served]
+            return tuple(cmd)
+    raise PdctlError(f"cannot point {' '.join(command[:4])} ... at the bundle's weights")
+
+
+def from_weights(plan: Plan) -> Plan:
+    """The engines started from the bundle's weights, served under the same name."""
+    units = []
+    for u in plan.units:
+        if u.role in ENGINE_ROLES and u.image is None:
+            env = u.env if OFFLINE_ENV[0] in dict(u.env) else (*u.env, OFFLINE_ENV)
+            u = replace(u, command=point(u.command, plan.spec.model.name, plan.served_name),
+                        env=env)
+        units.append(u)
+    return replace(plan, units=tuple(units))
 
 
 def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
     """The bundle checked before anything is copied or started (every file's size and sha256,
     and that it carries what this spec installs), and the plan rendered to install from it."""
     manifest = mf.verify(folder)
-    mf.covers(manifest, {p for n in needs(plan) for p in n.pips}, folder)
+    found = needs(plan, weights=bool(manifest.weights))
+    mf.covers(manifest, {p for n in found for p in n.pips}, folder)
     plan = replace(plan, bundled=True)
+    if manifest.weights:
+        plan = from_weights(plan)
     return plan, render(plan), manifest
 
 
@@ -40,11 +81,17 @@ def hosts_of(plan: Plan) -> tuple[Host, ...]:
     return tuple(seen.values())
 
 
-def remote_sums(conn: Connection, folder: str) -> dict[str, str]:
-    """name -> sha256 of the files in a host's wheels folder (none when it is absent)."""
+def engine_hosts(plan: Plan) -> set[str]:
+    """The hosts that get the weights: those with an engine process."""
+    return {u.host.name for u in plan.units if u.role in ENGINE_ROLES and u.image is None}
+
+
+def remote_sums(conn: Connection, folder: str, depth: str = "-maxdepth 1 ") -> dict[str, str]:
+    """path -> sha256 of the files in a host's wheels (weights: depth "") folder (none when it
+    is absent)."""
     cmd = (f"cd {shlex.quote(folder)} 2>/dev/null || exit 0; "
-           "find . -maxdepth 1 -type f -exec sha256sum -- {} +")
-    res = conn.run(cmd, step="hashing the bundle's wheels")
+           f"find . {depth}-type f -exec sha256sum -- {{}} +")
+    res = conn.run(cmd, step="hashing the bundle's files")
     if res.rc != 0:
         raise PdctlError(f"{conn.where()}: hashing {folder} failed: {res.err.strip()[-200:]}")
     out = {}
@@ -60,42 +107,59 @@ class Shipped:
     sent: int  # files copied
     sent_bytes: int
     kept: int  # files already there with the right sha256
+    weights_sent: int = 0  # of the weights' files (in sent and sent_bytes too)
 
 
-def ship_host(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest) -> Shipped:
-    """Copy one host's missing or differing wheels, check their sha256 there, and remove the
-    files the manifest does not list (pip --find-links would see them)."""
-    where = conn.expand(wheels_dir(plan, conn.host))
-    have = remote_sums(conn, where)
-    wanted = {e.path.removeprefix(f"{mf.WHEELS}/"): e for e in manifest.files}
+def sync(conn: Connection, where: str, wanted: dict[str, mf.Entry], folder: Path,
+         top: str) -> tuple[list[mf.Entry], int]:
+    """Make the host's folder `where` hold exactly `wanted` (path below it -> entry): copy what
+    it lacks or holds with another sha256 (each copy checked there before it takes its name),
+    remove the rest. Returns (the entries sent, how many were kept)."""
+    depth = "-maxdepth 1 " if top == mf.WHEELS else ""
+    have = remote_sums(conn, where, depth)
     send = [e for name, e in wanted.items() if have.get(name) != e.sha256]
     extra = sorted(set(have) - set(wanted))
-    sftp = conn.sftp("copying the bundle's wheels", timeout=300.0)
+    sftp = conn.sftp(f"copying the bundle's {top}", timeout=300.0)
     try:
         makedirs(sftp, where, 0o700)
         for name in extra:
             sftp.remove(f"{where}/{name}")
-        for e in send:
-            name = e.path.removeprefix(f"{mf.WHEELS}/")
-            sftp.put(str(folder / e.path), f"{where}/{name}{TMP}", confirm=True)
+        for name, e in wanted.items():
+            if e in send:
+                if "/" in name:
+                    makedirs(sftp, f"{where}/{name.rsplit('/', 1)[0]}", 0o700)
+                sftp.put(str(folder / e.path), f"{where}/{name}{TMP}", confirm=True)
     except OSError as exc:
-        raise PdctlError(f"{conn.where()}: copying the bundle's wheels to {where} failed: "
+        raise PdctlError(f"{conn.where()}: copying the bundle's {top} to {where} failed: "
                          f"{exc}") from None
     finally:
         sftp.close()
-    if send:  # each copy checked where it landed before it takes its name
-        got = remote_sums(conn, where)
-        for e in send:
-            name = e.path.removeprefix(f"{mf.WHEELS}/")
-            if got.get(name + TMP) != e.sha256:
+    if send:
+        got = remote_sums(conn, where, depth)
+        names = [n for n, e in wanted.items() if e in send]
+        for name in names:
+            if got.get(name + TMP) != wanted[name].sha256:
                 raise PdctlError(f"{conn.where()}: {where}/{name}: the copy's sha256 differs "
                                  f"from the bundle's; try again")
-        moves = "; ".join(f"mv -f -- {shlex.quote(n + TMP)} {shlex.quote(n)}"
-                          for n in (e.path.removeprefix(f"{mf.WHEELS}/") for e in send))
-        res = conn.run(f"cd {shlex.quote(where)} && {moves}", step="placing the wheels")
+        moves = "; ".join(f"mv -f -- {shlex.quote(n + TMP)} {shlex.quote(n)}" for n in names)
+        res = conn.run(f"cd {shlex.quote(where)} && {moves}", step=f"placing the {top}")
         if res.rc != 0:
-            raise PdctlError(f"{conn.where()}: placing the wheels failed: {res.err.strip()}")
-    return Shipped(conn.host.name, len(send), sum(e.size for e in send), len(wanted) - len(send))
+            raise PdctlError(f"{conn.where()}: placing the {top} failed: {res.err.strip()}")
+    return send, len(wanted) - len(send)
+
+
+def ship_host(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest) -> Shipped:
+    """Copy one host's missing or differing wheels (and the weights to an engine host), and
+    remove the files the manifest does not list (pip --find-links would see them)."""
+    where = conn.expand(wheels_dir(plan, conn.host))
+    send, kept = sync(conn, where, manifest.part(mf.WHEELS), folder, mf.WHEELS)
+    heavy: list[mf.Entry] = []
+    if manifest.weights and conn.host.name in engine_hosts(plan):
+        there = conn.expand(weights_dir(plan, conn.host))
+        heavy, more = sync(conn, there, manifest.part(mf.WEIGHTS), folder, mf.WEIGHTS)
+        kept += more
+    sent = send + heavy
+    return Shipped(conn.host.name, len(sent), sum(e.size for e in sent), kept, len(heavy))
 
 
 def ship(
@@ -114,8 +178,8 @@ def ship(
             done = ship_host(conn, plan, folder, manifest)
         finally:
             conn.close()
-        say(f"{done.host}: {done.sent} wheels copied ({done.sent_bytes / 1e6:.1f} MB), "
-            f"{done.kept} already there")
+        say(f"{done.host}: {done.sent - done.weights_sent} wheels and {done.weights_sent} "
+            f"weights files copied ({done.sent_bytes / 1e6:.1f} MB), {done.kept} already there")
         return done
 
     hosts = hosts_of(plan)

@@ -30,8 +30,9 @@ class Wanted:
 
     python: str  # "3.11"
     platform: str  # "manylinux_2_28_x86_64"
-    size: int  # bytes of the files that go to each host
+    size: int  # bytes of the wheels that go to each host
     folder: str  # the bundle folder, for the fix lines
+    weights: int = 0  # bytes of the model's files (`pdctl bundle --weights`), copied as they are
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ def host_findings(host: Host, index: int, raw: dict[str, str], want: Wanted) -> 
                         "the host's Python, glibc and free space",
                         "check the host (sh, python3, getconf, df) and run preflight again")]
     seen = parse(raw[FILE])
+    if not want.python:  # a bundle of weights only: nothing installs
+        return [_disk(host, index, seen, want)]
     return [_python(host, index, seen, want), _platform(where, seen, want),
             _disk(host, index, seen, want)]
 
@@ -155,9 +158,10 @@ def _platform(where: str, seen: Seen, want: Wanted) -> Finding:
 
 
 def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
-    need = want.size * ROOM
+    need = want.size * ROOM + want.weights
     expected = (f">= {gib(need, 'B')} free ({gib(want.size, 'B')} of wheels, unpacked into "
-                f"the environments)")
+                f"the environments" + (f"; {gib(want.weights, 'B')} of weights" if want.weights
+                                       else "") + ")")
     if seen.free_kib is None:
         return Finding("WARN", "bundle.disk", host.name, "free space unknown (df)", expected,
                        f"check df on hosts[{index}].dataDir")

@@ -4,7 +4,9 @@ router's closure against the index this machine has; `up --bundle` copies the wh
 the router's start script makes a fresh venv and installs with `pip install --no-index
 --find-links` only; a completion is answered through the router by the real vLLM CPU build.
 The engine's own environment is the prepared CPU build (the CPU build is no PyPI wheel; a
-CUDA host's vLLM comes from the bundle the same way: tests/offline/test_bundle.py renders it)."""
+CUDA host's vLLM comes from the bundle the same way: tests/offline/test_bundle.py renders it).
+The model is a Hub id that exists nowhere: the engines can only start from the tiny model's
+folder that `pdctl bundle --weights` carries and `up --bundle` copies to the host."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tests.targets.testbed import pdctl, write_spec
 pytestmark = pytest.mark.e2e
 SERVE, ROUTER, METRICS = 18820, 18830, 18831  # the replicas take 18820 and 18821
 ROUTER_PIP = "vllm-router==0.1.17"
+HUB_ID = "pdctl-test/tiny-offline"  # no such model anywhere: only the bundle's copy serves
 
 
 def offline_pip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +39,7 @@ def offline(vllm_cpu, ssh_env, tmp_path_factory):
     spec = write_spec(data / "spec.yaml", {
         "name": "e2eoffl",
         "phase": 0,
-        "model": model_section(vllm_cpu),
+        "model": model_section(vllm_cpu, name=HUB_ID),
         "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
         "hosts": [{**host(ssh_env, vllm_cpu, data, "node1"), "instances": 2}],
         # a router needs two replicas or more (the plan refuses one)
@@ -46,7 +49,8 @@ def offline(vllm_cpu, ssh_env, tmp_path_factory):
     })
     folder = data / "bundle"
     made = pdctl("bundle", str(spec), "-o", str(folder), "--python", "3.11",
-                 "--platform", "manylinux_2_28_x86_64", timeout=300)
+                 "--platform", "manylinux_2_28_x86_64", "--weights", str(vllm_cpu.model),
+                 timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     print(made.stdout)
     result = pdctl("up", str(spec), "--bundle", str(folder), "--yes", "--timeout", "600",
@@ -61,6 +65,7 @@ def test_the_bundle_holds_the_routers_closure_pinned_by_sha256(offline):
     names = [e.path for e in manifest.files]
     assert any(n.startswith("wheels/vllm_router-0.1.17-") for n in names), names
     assert manifest.needs == (("e2eoffl-router", (ROUTER_PIP,)),)
+    assert "weights/config.json" in names and any(n.endswith(".safetensors") for n in names)
     print(f"bundle: {len(names)} files, {manifest.total() / 1e6:.1f} MB")
 
 
@@ -74,6 +79,10 @@ def test_the_offline_host_installs_from_the_bundle_and_answers(offline):
     show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vllm-router"],
                           capture_output=True, text=True)
     assert "Version: 0.1.17" in show.stdout, show.stdout + show.stderr
+    weights = data / "node1" / "e2eoffl" / "weights"
+    assert (weights / "config.json").is_file(), result.stdout  # the engines' model folder
+    engine = (data / "node1" / "e2eoffl" / "e2eoffl-serve-0" / "start.sh").read_text()
+    assert "vllm serve ../weights " in engine and HUB_ID not in engine, engine
     urls = printed_urls(result.stdout)
     assert urls == [f"http://10.77.1.2:{ROUTER}/v1"], result.stdout
     assert complete(urls[0])["usage"]["completion_tokens"] == 8

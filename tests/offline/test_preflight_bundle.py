@@ -76,19 +76,20 @@ HOST = make_plan(load_text((Path(__file__).parents[2] / "examples" / "phase2-nix
 
 
 @pytest.mark.parametrize(
-    ("platform", "size", "check", "status", "says"),
+    ("platform", "size", "weights", "check", "status", "says"),
     [
-        ("manylinux_2_28_x86_64", 1 << 30, "bundle.platform", "PASS", "glibc 2.28 or newer"),
-        ("manylinux_2_39_x86_64", 1 << 30, "bundle.platform", "FAIL", "manylinux_2_36_x86_64"),
-        ("manylinux2014_x86_64", 1 << 30, "bundle.platform", "PASS", "glibc 2.17 or newer"),
-        ("macosx_11_0_arm64", 1 << 30, "bundle.platform", "FAIL", "not a Linux wheel"),
-        ("manylinux_2_28_x86_64", 4 << 30, "bundle.disk", "FAIL", "hosts[0].dataDir"),
-        ("manylinux_2_28_x86_64", 3 << 30, "bundle.disk", "PASS", ">= 9.0 GiB free"),
+        ("manylinux_2_28_x86_64", 1 << 30, 0, "bundle.platform", "PASS", "glibc 2.28 or newer"),
+        ("manylinux_2_39_x86_64", 1 << 30, 0, "bundle.platform", "FAIL", "manylinux_2_36_x86_64"),
+        ("manylinux2014_x86_64", 1 << 30, 0, "bundle.platform", "PASS", "glibc 2.17 or newer"),
+        ("macosx_11_0_arm64", 1 << 30, 0, "bundle.platform", "FAIL", "not a Linux wheel"),
+        ("manylinux_2_28_x86_64", 4 << 30, 0, "bundle.disk", "FAIL", "hosts[0].dataDir"),
+        ("manylinux_2_28_x86_64", 3 << 30, 0, "bundle.disk", "PASS", ">= 9.0 GiB free"),
+        ("manylinux_2_28_x86_64", 3 << 30, 2 << 30, "bundle.disk", "FAIL", "2.0 GiB of weights"),
     ],
 )
-def test_the_checks_on_recorded_lines(platform, size, check, status, says):
+def test_the_checks_on_recorded_lines(platform, size, weights, check, status, says):
     raw = {bundle.FILE: LINES.format(free=10 << 20)}  # 10 GiB free
-    want = bundle.Wanted("3.12", platform, size, "b/")
+    want = bundle.Wanted("3.12", platform, size, "b/", weights)
     got = {f.check: f for f in bundle.host_findings(HOST, 0, raw, want)}[check]
     assert got.status == status and says in f"{got.expected} {got.fix}", got
 
