@@ -127,3 +127,25 @@ def status_line(rows: list[dict[str, Any]]) -> str:
     )
     line = f"{counts['up']} of {counted(counts['units'], 'unit')} up"
     return line + (f" ({roles})" if roles else "")
+
+
+def endpoints_hint(plan: Plan) -> str | None:
+    """Phase 0 on hosts with several replicas and no `router`: the clients get one endpoint per
+    replica and choose among them themselves; a warning line (validate, up) that lists them and
+    says how to get one address (docs/phase0-hosts.md, "One endpoint"). None otherwise."""
+    from pdctl.spec.value import url_host
+
+    if plan.phase != 0 or plan.on_kubernetes or any(s.role == "router" for s in plan.services):
+        return None
+    urls = [
+        f"http://{url_host(u.host.address)}:{u.port}/v1"
+        for u in plan.units
+        if u.role == "serve" and not u.leader and u.port
+    ]
+    if len(urls) < 2:
+        return None
+    return (
+        f"serve: clients get {len(urls)} endpoints, one per replica, and must spread requests "
+        f"over them themselves: {', '.join(urls)}; for one address add `router: {{}}` "
+        "(vllm-router in front of the replicas, docs/phase0-hosts.md)"
+    )

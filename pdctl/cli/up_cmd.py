@@ -109,6 +109,10 @@ def register(app: typer.Typer) -> None:
         from pdctl.cli.specfile import load
 
         plan, bundle = load(spec, phase, target, facts)
+        from pdctl.cli.summary import endpoints_hint
+
+        if (hint := endpoints_hint(plan)) is not None:  # N replicas, no router
+            typer.echo(f"{spec}: warning: {hint}", err=True)
         if wheels is not None:  # checked before anything connects; scripts install from it
             from pdctl.offline.ship import bundled
 

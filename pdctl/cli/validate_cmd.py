@@ -40,7 +40,11 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--output must be text or json (got {output!r})")
         plan, source = plan_from(spec, phase, target)
         cautions, warnings = warn(spec, plan, strict, source)
-        from pdctl.cli.summary import counted, planned
+        from pdctl.cli.summary import counted, endpoints_hint, planned
+
+        hint = endpoints_hint(plan)  # several replicas, no router: N endpoints (a warning)
+        if hint is not None:
+            typer.echo(f"{spec}: warning: {hint}", err=True)
 
         # what `up` would start: the count `up --dry-run` lists (objects: rendered)
         bundle = render_plan(plan, source) if plan.on_kubernetes else None
@@ -56,7 +60,7 @@ def register(app: typer.Typer) -> None:
                 "target": plan.target,
                 "engine": plan.release.version,
                 f"{word}s": names,
-                "warnings": [*plan.notes, *cautions, *warnings],
+                "warnings": [*plan.notes, *cautions, *warnings, *([hint] if hint else [])],
             }
             typer.echo(json.dumps(doc, indent=2))
             return

@@ -313,7 +313,15 @@ class Router(Section):
     plain mode in front of the replicas, as the one endpoint (docs/phase0-hosts.md).
     """
 
-    port: int = Field(8000, ge=1024, le=65535, description="Port clients send requests to.")
+    port: int = Field(
+        8090,
+        ge=1024,
+        le=65535,
+        description="Port clients send requests to. The default 8090 is no default port of an "
+        "engine (8000 and up, prefill 8100 and up, decode 8200 and up), a Mooncake service "
+        "(8080, 8998, 9003) or a metrics port, so `router: {}` runs beside the engines on "
+        "one host.",
+    )
     host: str | None = Field(
         None, description="Host (by name) that runs the router. Default: the first host."
     )

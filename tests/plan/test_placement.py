@@ -128,7 +128,7 @@ def test_where_lists_every_unit() -> None:
         "q32-prefill-0  on host-a  GPUs 0,1,2,3  port 8100",
         "q32-decode-0   on host-b  GPUs 0,1      port 8200",
         "q32-decode-1   on host-b  GPUs 2,3      port 8201",
-        "q32-router     on host-a  GPUs -        port 8000",
+        "q32-router     on host-a  GPUs -        port 8090",
     ]
 
 

@@ -58,7 +58,7 @@ def test_router_on_its_hosts_peer_address_across_hosts() -> None:
     router = by_role(spec_of())["router"]
     assert flag(router.command, "--host") == "192.168.0.1"
     assert flag(router.command, "--prometheus-host") == "192.168.0.1"
-    assert router.health == "http://192.168.0.1:8000/liveness"
+    assert router.health == "http://192.168.0.1:8090/liveness"
 
 
 def test_router_on_loopback_when_everything_is_on_one_host() -> None:
@@ -66,15 +66,15 @@ def test_router_on_loopback_when_everything_is_on_one_host() -> None:
     router = by_role(doc)["router"]
     assert flag(router.command, "--host") == "127.0.0.1"
     assert flag(router.command, "--prometheus-host") == "127.0.0.1"
-    assert router.health == "http://127.0.0.1:8000/liveness"
+    assert router.health == "http://127.0.0.1:8090/liveness"
 
 
 def test_explicit_listen_is_used_even_every_address() -> None:
     router = by_role(spec_of(router={"listen": "0.0.0.0"}))["router"]
     assert flag(router.command, "--host") == "0.0.0.0"
-    assert router.health == "http://127.0.0.1:8000/liveness"  # probed from the host itself
+    assert router.health == "http://127.0.0.1:8090/liveness"  # probed from the host itself
     router = by_role(spec_of(router={"listen": "::1"}))["router"]
-    assert router.health == "http://[::1]:8000/liveness"
+    assert router.health == "http://[::1]:8090/liveness"
 
 
 def test_master_binds_the_peer_address() -> None:
@@ -111,7 +111,7 @@ def test_api_key_with_a_reachable_router_is_refused(capsys, tmp_path: Path) -> N
     assert (
         "router.listen: secrets.apiKey protects the engines, but vllm-router 0.1.17 has no "
         "client authentication and forwards with the key: anyone who reaches "
-        "192.168.0.1:8000 is authenticated; set router.listen to an address only trusted "
+        "192.168.0.1:8090 is authenticated; set router.listen to an address only trusted "
         "clients reach (127.0.0.1 with an SSH tunnel or a proxy in front), or remove "
         "secrets.apiKey" in err
     ), err
@@ -159,9 +159,9 @@ def test_ports_md_says_the_router_checks_no_client() -> None:
         )
     )["ports.md"]
     assert "vllm-router 0.1.17 has no client authentication" in ports
-    assert "anyone who reaches 192.168.0.1:8000 is authenticated to the engines" in ports
-    assert "| a | 192.168.0.1 (`router.listen`) | 8000 | clients |" in ports
+    assert "anyone who reaches 192.168.0.1:8090 is authenticated to the engines" in ports
+    assert "| a | 192.168.0.1 (`router.listen`) | 8090 | clients |" in ports
     assert "| a | 192.168.0.1 | 50051 | engine hosts | mooncake_master RPC |" in ports
     local = files(plan_of(spec_of(router={"listen": "127.0.0.1"})))["ports.md"]
-    assert "| 8000 | this host only (an SSH tunnel or a proxy) |" in local
-    assert "ssh -N -L 8000:127.0.0.1:8000 10.0.0.1" in local
+    assert "| 8090 | this host only (an SSH tunnel or a proxy) |" in local
+    assert "ssh -N -L 8090:127.0.0.1:8090 10.0.0.1" in local

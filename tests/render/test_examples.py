@@ -187,7 +187,7 @@ def test_mooncake_bootstrap_ports_distinct_per_host() -> None:
 def test_ports_md_lists_every_listening_port() -> None:
     bundle = render(plan_of(ROOT / "examples/phase2-mooncake-rdma.yaml"))
     ports = bundle["ports.md"]
-    for needle in ("| 8100 |", "| 8998 |", "| 8999 |", "| 8000 |", "15000-17000", "| 29000 |"):
+    for needle in ("| 8100 |", "| 8998 |", "| 8999 |", "| 8090 |", "15000-17000", "| 29000 |"):
         assert needle in ports, needle
     assert "198.51.100.11" in ports  # addressForPeers, not the SSH address
     # MooncakeConnector's ZMQ side channel: pyzmq bind_to_random_port, 49152-65535
