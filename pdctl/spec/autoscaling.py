@@ -19,7 +19,8 @@ class RoleScaling(Section):
     metric: Metric = Field(
         "waiting",
         description="What the role scales on, per instance: `waiting` (vllm:num_requests_waiting"
-        ", the requests one instance may queue and still meet workload.ttftMs), `kvUsage` "
+        ": half the requests one instance may queue and still meet workload.ttftMs), "
+        "`kvUsage` "
         "(vllm:kv_cache_usage_perc, the KV share the SLO batch fills) or `requestRate` "
         "(rate of vllm:request_success_total, the requests/s one instance carries at the SLOs).",
     )
@@ -27,8 +28,13 @@ class RoleScaling(Section):
         None,
         gt=0,
         le=1_000_000,
-        description="The per-instance target, written instead of derived from the capacity "
-        "plan: waiting requests, a KV usage fraction (0-1] or requests/s.",
+        description="The per-instance target, written instead of derived. Derived from the "
+        "capacity plan at workload's SLOs (`pdctl render` writes each derivation in the "
+        "annotation pdctl.io/autoscale-target): waiting = 0.5 x (workload.ttftMs, else 1 s, - "
+        "one prefill) / seconds each queued request holds the instance, at least 1; kvUsage "
+        "= planned decode batch x mean context / KV-cache tokens, within [0.1, 0.9]; "
+        "requestRate = 0.8 / seconds of prefill (prefill), of decode (decode) or of both "
+        "(serve) a request. Written: waiting requests, a KV usage fraction (0-1] or requests/s.",
     )
     scale_up_s: int = Field(
         30, ge=0, le=3600, description="Seconds after a scale action before scaling up again."

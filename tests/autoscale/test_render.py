@@ -173,3 +173,11 @@ def test_autoscaling_on_hosts_is_refused_until_it_is_built(tmp_path: Path) -> No
     spec.write_text(yaml.safe_dump(data))
     code, _, err = run_cli(["render", str(spec)])
     assert code == 2 and "autoscaling" in err and "not built yet" in err, err
+
+
+def test_explain_says_how_targets_are_derived() -> None:
+    code, out, _ = run_cli(["explain", "autoscaling.decode.target"])
+    assert code == 0
+    text = " ".join(out.split())
+    for how in ("waiting = 0.5 x", "kvUsage = planned decode batch", "requestRate = 0.8 /"):
+        assert how in text, out

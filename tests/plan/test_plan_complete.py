@@ -25,6 +25,16 @@ def plan_of(name: str):
     return make_plan(spec)
 
 
+def _autoscale_targets(frame) -> bool:
+    """The one exception: render/kube_autoscale.py computes the capacity plan for the
+    autoscalers' targets (capacity sits above plan, so make_plan cannot; issue 41)."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("kube_autoscale.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_render_calls_no_planning_function(name):
     plan = plan_of(name)
@@ -33,7 +43,8 @@ def test_render_calls_no_planning_function(name):
     def watch(frame, event, _arg):
         path = frame.f_code.co_filename
         if event == "call" and path.startswith(PLAN_DIR) and not path.endswith("model.py"):
-            called.add(f"{Path(path).name}:{frame.f_code.co_name}")
+            if not _autoscale_targets(frame):
+                called.add(f"{Path(path).name}:{frame.f_code.co_name}")
 
     sys.setprofile(watch)
     try:

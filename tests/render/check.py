@@ -17,7 +17,7 @@ from tests.conftest import K8S_VERSION, ROOT
 
 DATA = Path(__file__).parent / "data"
 CRDS = ROOT / "tests" / "data" / "crds"
-CORE_GROUPS = ("v1", "apps/", "rbac.authorization.k8s.io/", "batch/", "policy/")
+CORE_GROUPS = ("v1", "apps/", "rbac.authorization.k8s.io/", "batch/", "policy/", "autoscaling/")
 
 
 @cache
