@@ -37,6 +37,12 @@ def register(app: typer.Typer) -> None:
             "files) copied into DIR/weights, pinned by sha256; `up --bundle` copies it to each "
             "engine host and starts the engines from it (docs/offline.md).",
         ),
+        images: bool = typer.Option(
+            False, "--images",
+            help="Save the images the spec's docker hosts run from the local Docker engine "
+            "(never pulled) into DIR/images; `up --bundle` loads them on each host that lacks "
+            "their image id (docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
@@ -53,13 +59,22 @@ def register(app: typer.Typer) -> None:
 
         check_phase_target(phase, target)
         plan, _ = plan_from(spec, phase, target, facts)
-        found = needs(plan, weights=weights is not None)
+        from pdctl.errors import UsageError
+        from pdctl.offline.images import refs
+
+        found = needs(plan, weights=weights is not None, images=images)
+        if images and not refs(plan):
+            raise UsageError("--images: the spec runs no containers (no runtime docker host)",
+                             fix="leave out --images")
         version = python_for(found, python)
         tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
-                        lambda line: typer.echo(line, err=True), weights)
+                        lambda line: typer.echo(line, err=True), weights,
+                        refs(plan) if images else ())
         what = f"Python {version}, {tag}" if found else "no wheels"
         if made.weights:
             what += f"; weights: {len(made.part('weights'))} files"
+        if made.images:
+            what += f"; images: {', '.join(r for r, _, _ in made.images)}"
         typer.echo(f"{output}: {len(made.files)} files, {made.total() / 1e6:.1f} MB "
                    f"({what}); install with `pdctl up {spec} --bundle {output}`")

@@ -48,8 +48,9 @@ def keep_good(folder: Path) -> int:
     (folder / mf.MANIFEST).unlink(missing_ok=True)
     good = {} if old is None else {e.path: e for e in old.files}
     kept = 0
-    wheels, weights = folder / mf.WHEELS, folder / mf.WEIGHTS
+    wheels, weights, images = folder / mf.WHEELS, folder / mf.WEIGHTS, folder / mf.IMAGES
     paths = sorted(wheels.iterdir()) if wheels.is_dir() else []
+    paths += sorted(images.iterdir()) if images.is_dir() else []
     paths += sorted(weights.rglob("*")) if weights.is_dir() else []
     for path in paths:
         entry = good.get(path.relative_to(folder).as_posix())
@@ -113,6 +114,7 @@ def bundle(
     folder: Path,
     say: Callable[[str], None],
     weights: Path | None = None,
+    images: tuple[str, ...] = (),
 ) -> mf.Manifest:
     """Download every environment's wheels into folder/wheels, copy the model's snapshot folder
     into folder/weights (`weights`), and write the manifest last."""
@@ -121,6 +123,10 @@ def bundle(
     if folder.exists() and not folder.is_dir():
         raise PdctlError(f"{folder}: not a folder")
     (folder / mf.WHEELS).mkdir(parents=True, exist_ok=True)
+    try:
+        before = {r: (r, i, f) for r, i, f in mf.read(folder).images}
+    except mf.BundleError:
+        before = {}
     kept = keep_good(folder)
     if kept:
         say(f"{kept} files already present with the right sha256: kept")
@@ -128,6 +134,14 @@ def bundle(
         copy_weights(weights, folder, say)
     else:
         shutil.rmtree(folder / mf.WEIGHTS, ignore_errors=True)
+    saved: tuple[tuple[str, str, str], ...] = ()
+    if images:
+        from pdctl.offline.images import Image, save
+
+        old = {r: Image(*v) for r, v in before.items()}
+        saved = tuple((i.ref, i.id, i.file) for i in save(images, folder, old, say))
+    else:
+        shutil.rmtree(folder / mf.IMAGES, ignore_errors=True)
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
         cmd = pip_command(need, python, platform, folder / mf.WHEELS)
@@ -146,6 +160,7 @@ def bundle(
         needs=tuple((n.what, n.pips) for n in found),
         files=mf.entries(folder),
         weights="" if weights is None else str(weights),
+        images=saved,
     )
     mf.write(folder, manifest)
     return manifest

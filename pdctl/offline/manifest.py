@@ -14,6 +14,7 @@ from pdctl.errors import UsageError
 
 MANIFEST = "manifest.json"
 WHEELS = "wheels"
+IMAGES = "images"  # container images (`pdctl bundle --images`), one tar each
 WEIGHTS = "weights"  # a Hugging Face snapshot folder (`pdctl bundle --weights`), as it was
 FORMAT = 1
 CHUNK = 1 << 20
@@ -35,6 +36,7 @@ class Manifest:
     needs: tuple[tuple[str, tuple[str, ...]], ...]  # (environment, pinned requirements)
     files: tuple[Entry, ...]
     weights: str = ""  # the snapshot folder the weights/ files came from ("" = none)
+    images: tuple[tuple[str, str, str], ...] = ()  # (reference, image id, images/NAME.tar)
 
     def as_data(self) -> dict[str, object]:
         return {
@@ -46,6 +48,8 @@ class Manifest:
             "needs": [{"for": what, "requirements": list(pips)} for what, pips in self.needs],
             "files": [{"path": e.path, "sha256": e.sha256, "size": e.size} for e in self.files],
             **({"weights": self.weights} if self.weights else {}),
+            **({"images": [{"ref": r, "id": i, "file": f} for r, i, f in self.images]}
+               if self.images else {}),
         }
 
     def requirements(self) -> set[str]:
@@ -74,11 +78,12 @@ def sha256_of(path: Path) -> str:
 
 def entries(folder: Path) -> tuple[Entry, ...]:
     """The files under folder/wheels and folder/weights (every level), hashed, in name order."""
-    wheels = folder / WHEELS
     out = []
-    for path in sorted(wheels.iterdir()) if wheels.is_dir() else []:
-        if path.is_file() and not path.name.startswith("."):
-            out.append(Entry(f"{WHEELS}/{path.name}", sha256_of(path), path.stat().st_size))
+    for top in (IMAGES, WHEELS):
+        flat = folder / top
+        for path in sorted(flat.iterdir()) if flat.is_dir() else []:
+            if path.is_file() and not path.name.startswith("."):
+                out.append(Entry(f"{top}/{path.name}", sha256_of(path), path.stat().st_size))
     weights = folder / WEIGHTS
     for path in sorted(weights.rglob("*")) if weights.is_dir() else []:
         rel = path.relative_to(folder).as_posix()
@@ -88,12 +93,12 @@ def entries(folder: Path) -> tuple[Entry, ...]:
 
 
 def safe_path(path: str) -> bool:
-    """wheels/NAME or weights/REL (no empty, `.` or `..` part, no leading /)."""
+    """wheels/NAME, images/NAME or weights/REL (no empty, `.` or `..` part, no leading /)."""
     top, _, rest = path.partition("/")
     parts = rest.split("/")
-    if top == WHEELS and len(parts) != 1:
+    if top in (WHEELS, IMAGES) and len(parts) != 1:
         return False
-    return top in (WHEELS, WEIGHTS) and all(p not in ("", ".", "..") for p in parts)
+    return top in (WHEELS, IMAGES, WEIGHTS) and all(p not in ("", ".", "..") for p in parts)
 
 
 def write(folder: Path, manifest: Manifest) -> None:
@@ -129,8 +134,13 @@ def read(folder: Path) -> Manifest:
         for e in files:
             if not safe_path(e.path):
                 raise ValueError(f"file path {e.path!r} is not wheels/NAME or weights/PATH")
+        images = tuple((str(i["ref"]), str(i["id"]), str(i["file"]))
+                       for i in data.get("images", []))
+        if any(f not in {e.path for e in files} for _, _, f in images):
+            raise ValueError("an image's file is not in the files")
         return Manifest(str(data["pdctl"]), str(data["spec"]), str(data["python"]),
-                        str(data["platform"]), needs, files, str(data.get("weights", "")))
+                        str(data["platform"]), needs, files, str(data.get("weights", "")),
+                        images)
     except (KeyError, TypeError, ValueError) as exc:
         raise BundleError(f"{where}: malformed manifest ({exc})",
                           fix="run `pdctl bundle SPEC -o DIR` again") from None
@@ -162,8 +172,17 @@ def verify(folder: Path) -> Manifest:
     return manifest
 
 
-def covers(manifest: Manifest, wanted: set[str], folder: Path) -> None:
-    """BundleError when the bundle lacks a requirement the plan installs."""
+def covers(manifest: Manifest, wanted: set[str], folder: Path,
+           images: tuple[str, ...] = ()) -> None:
+    """BundleError when the bundle lacks a requirement the plan installs or an image its
+    containers run."""
+    lacking = sorted(set(images) - {r for r, _, _ in manifest.images})
+    if lacking:
+        raise BundleError(
+            f"{folder / MANIFEST}: the bundle does not carry the image {lacking[0]}, which the "
+            f"spec's docker hosts run",
+            fix="run `pdctl bundle --images` of this spec again",
+        )
     missing = sorted(wanted - manifest.requirements())
     if missing:
         raise BundleError(

@@ -33,7 +33,7 @@ def connector_pip(plan: Plan) -> str | None:
     return None  # P2pNcclConnector ships inside vLLM
 
 
-def needs(plan: Plan, weights: bool = False) -> tuple[Need, ...]:
+def needs(plan: Plan, weights: bool = False, images: bool = False) -> tuple[Need, ...]:
     """Every environment the plan's start scripts would fill from a package index. Refuses
     what a bundle cannot carry yet (Kubernetes, docker hosts) and a spec that installs
     nothing (unless the bundle carries the model's weights)."""
@@ -45,14 +45,14 @@ def needs(plan: Plan, weights: bool = False) -> tuple[Need, ...]:
         )
     engines = [u for u in plan.units if u.role in ENGINE_ROLES]
     docker = sorted({u.host.name for u in engines if u.image is not None})
-    if docker:
+    if docker and not images:
         raise UsageError(
-            f"pdctl bundle: host {docker[0]} has runtime docker; images cannot be bundled "
-            f"yet, only venv and conda hosts",
-            fix="see docs/offline.md",
+            f"pdctl bundle: host {docker[0]} has runtime docker: its engine image is bundled "
+            f"only with --images",
+            fix="add --images (the image must be in the local Docker engine: docker pull it)",
         )
     out: list[Need] = []
-    runtimes = sorted({u.host.runtime for u in engines})
+    runtimes = sorted({u.host.runtime for u in engines if u.image is None})
     # The engines' environment is installed only for CUDA engines (a CPU build is prepared
     # by hand: render/host.engine_setup), or conda's, which installs always.
     if "conda" in runtimes or plan.spec.engine.device == "cuda":
@@ -66,7 +66,7 @@ def needs(plan: Plan, weights: bool = False) -> tuple[Need, ...]:
             out.append(Need(f"engines ({runtime})", tuple(pips), conda=runtime == "conda"))
     for svc in plan.services:
         out.append(Need(svc.name, (svc.pip,)))
-    if not out and not weights:
+    if not out and not weights and not docker:
         raise UsageError(
             "pdctl bundle: this spec installs nothing with pip (engine.device "
             f"{plan.spec.engine.device} on runtime venv uses an environment prepared by hand)",

@@ -63,9 +63,11 @@ def from_weights(plan: Plan) -> Plan:
 def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
     """The bundle checked before anything is copied or started (every file's size and sha256,
     and that it carries what this spec installs), and the plan rendered to install from it."""
+    from pdctl.offline.images import refs
+
     manifest = mf.verify(folder)
-    found = needs(plan, weights=bool(manifest.weights))
-    mf.covers(manifest, {p for n in found for p in n.pips}, folder)
+    found = needs(plan, weights=bool(manifest.weights), images=bool(manifest.images))
+    mf.covers(manifest, {p for n in found for p in n.pips}, folder, refs(plan))
     plan = replace(plan, bundled=True)
     if manifest.weights:
         plan = from_weights(plan)
@@ -108,6 +110,8 @@ class Shipped:
     sent_bytes: int
     kept: int  # files already there with the right sha256
     weights_sent: int = 0  # of the weights' files (in sent and sent_bytes too)
+    loaded: tuple[str, ...] = ()  # images copied and loaded (their tars in sent too)
+    had: tuple[str, ...] = ()  # images the host had already (same image id)
 
 
 def sync(conn: Connection, where: str, wanted: dict[str, mf.Entry], folder: Path,
@@ -151,15 +155,49 @@ def sync(conn: Connection, where: str, wanted: dict[str, mf.Entry], folder: Path
 def ship_host(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest) -> Shipped:
     """Copy one host's missing or differing wheels (and the weights to an engine host), and
     remove the files the manifest does not list (pip --find-links would see them)."""
-    where = conn.expand(wheels_dir(plan, conn.host))
-    send, kept = sync(conn, where, manifest.part(mf.WHEELS), folder, mf.WHEELS)
+    send: list[mf.Entry] = []
+    kept = 0
+    if conn.host.name in {h.name for h in hosts_of(plan)}:
+        where = conn.expand(wheels_dir(plan, conn.host))
+        send, kept = sync(conn, where, manifest.part(mf.WHEELS), folder, mf.WHEELS)
     heavy: list[mf.Entry] = []
     if manifest.weights and conn.host.name in engine_hosts(plan):
         there = conn.expand(weights_dir(plan, conn.host))
         heavy, more = sync(conn, there, manifest.part(mf.WEIGHTS), folder, mf.WEIGHTS)
         kept += more
-    sent = send + heavy
-    return Shipped(conn.host.name, len(sent), sum(e.size for e in sent), kept, len(heavy))
+    tars, loaded, had = load_images(conn, plan, folder, manifest)
+    sent = send + heavy + tars
+    return Shipped(conn.host.name, len(sent), sum(e.size for e in sent), kept, len(heavy),
+                   loaded, had)
+
+
+def load_images(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest
+                ) -> tuple[list[mf.Entry], tuple[str, ...], tuple[str, ...]]:
+    """The images this host's containers run: asked for their id first; only where it differs
+    the tar is copied (checked by sha256 there) and `docker load`ed, then removed."""
+    from pdctl.offline.images import hosts_refs, inspect_command, load_command
+
+    files = {e.path: e for e in manifest.files}
+    sent: list[mf.Entry] = []
+    loaded: list[str] = []
+    had: list[str] = []
+    for ref, image_id, file in manifest.images:
+        if ref not in hosts_refs(plan).get(conn.host.name, ()):
+            continue
+        res = conn.run(inspect_command(ref), step=f"asking for image {ref}")
+        if res.out.strip() == image_id:
+            had.append(ref)
+            continue
+        where = conn.expand(f"{deploy_dir(plan, conn.host)}/{mf.IMAGES}")
+        name = file.removeprefix(f"{mf.IMAGES}/")
+        got, _ = sync(conn, where, {name: files[file]}, folder, mf.IMAGES)
+        sent += got
+        res = conn.run(load_command(f"{where}/{name}", ref), step=f"loading image {ref}")
+        if res.rc != 0 or res.out.strip().splitlines()[-1:] != [image_id]:
+            raise PdctlError(f"{conn.where()}: docker load of {ref} failed: "
+                             f"{(res.err or res.out).strip()[-300:]}")
+        loaded.append(ref)
+    return sent, tuple(loaded), tuple(had)
 
 
 def ship(
@@ -178,11 +216,17 @@ def ship(
             done = ship_host(conn, plan, folder, manifest)
         finally:
             conn.close()
-        say(f"{done.host}: {done.sent - done.weights_sent} wheels and {done.weights_sent} "
-            f"weights files copied ({done.sent_bytes / 1e6:.1f} MB), {done.kept} already there")
+        say(f"{done.host}: {done.sent - done.weights_sent - len(done.loaded)} wheels and "
+            f"{done.weights_sent} weights files copied ({done.sent_bytes / 1e6:.1f} MB), "
+            f"{done.kept} already there"
+            + (f"; images loaded: {', '.join(done.loaded)}" if done.loaded else "")
+            + (f"; images already there: {', '.join(done.had)}" if done.had else ""))
         return done
 
-    hosts = hosts_of(plan)
+    from pdctl.offline.images import hosts_refs
+
+    docker = [u.host for u in plan.units if u.host.name in hosts_refs(plan)]
+    hosts = tuple({h.name: h for h in (*hosts_of(plan), *docker)}.values())
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
         futures = [pool.submit(one, h) for h in hosts]
     return [f.result() for f in futures]

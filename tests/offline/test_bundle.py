@@ -42,7 +42,9 @@ def test_a_nixl_spec_needs_vllm_with_nixl_in_the_engines_env_and_the_router_in_i
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["examples/phase0-docker.yaml", "--python", "3.11"], "runtime docker; images cannot"),
+        (["examples/phase0-docker.yaml", "--python", "3.11"],
+         "its engine image is bundled only with --images"),
+        (["examples/phase0-conda.yaml", "--images"], "--images: the spec runs no containers"),
         (["examples/phase1-k8s.yaml"], "Kubernetes specs cannot be bundled yet"),
         (["examples/phase2-nixl-hosts.yaml", "--platform", "manylinux_2_28_x86_64"],
          "--python: the hosts' Python version is not in the spec"),
