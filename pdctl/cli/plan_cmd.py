@@ -104,11 +104,17 @@ def register(app: typer.Typer) -> None:
 
             data = plan_dict(result)
             data["gpu"]["from"] = origin
+            if spec_model.engine.device == "cpu":
+                data["gpuCapacityPlanning"] = "does not apply: engine.device is cpu"
             if from_log is not None:
                 data["fromLog"] = _compare(result, from_log)
             if loads:
                 data["loads"] = at_loads
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        elif spec_model.engine.device == "cpu":  # no GPU: GPU capacity planning does not apply
+            from pdctl.cli.plan_table import show_cpu
+
+            show_cpu(result, _cpu_kv_space(spec_model))
         else:
             from pdctl.cli.plan_table import show, show_comparison, show_loads
 
@@ -125,7 +131,7 @@ def register(app: typer.Typer) -> None:
             doc = as_dict(result)
             doc["gpu"]["from"] = origin
             write_report(report_file, plan_html(doc))
-        if not result.fits:
+        if not result.fits and spec_model.engine.device != "cpu":
             raise typer.Exit(1)
 
 
@@ -137,6 +143,15 @@ def _at_loads(result: Any, loads: list[Any]) -> list[dict[str, Any]]:
 
     t = result.traffic
     return [predict(result, x, t.ttft_ms, t.tpot_ms) for x in loads]
+
+
+def _cpu_kv_space(spec: Any) -> float | None:
+    """VLLM_CPU_KVCACHE_SPACE (GiB) as the spec sets it in engine.env, or None."""
+    value = dict(spec.engine.env).get("VLLM_CPU_KVCACHE_SPACE")
+    try:
+        return float(value) if value is not None and float(value) > 0 else None
+    except ValueError:
+        return None
 
 
 def _finite(*options: tuple[str, float | None]) -> None:

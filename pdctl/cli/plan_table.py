@@ -361,7 +361,7 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
     )
     active = f", {model.active_params / 1e9:.1f}B active" if model.is_moe else ""
     console.print(
-        f"[bold]{model.name}[/]: {model.params / 1e9:.2f}B params{active} "
+        f"[bold]{model.name}[/]: {_params(model.params)}{active} "
         f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
         f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
         f"phase {plan.phase}"
@@ -515,3 +515,66 @@ def show_loads(loads: list[dict[str, Any]]) -> None:
         )
     console.print(table)
     console.print(f"[dim]speed figures: {loads[0]['basis']}[/]")
+
+
+def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
+    """`pdctl plan` for an `engine.device: cpu` spec: GPU capacity planning does not apply (no
+    GPU memory, no GPU roofline, no GPU to assume); what the model alone says is printed: its
+    weights, KV per token and per max-length sequence, and what `VLLM_CPU_KVCACHE_SPACE`
+    holds (docs/capacity.md, "CPU engines")."""
+    from rich import box
+    from rich.table import Table
+
+    from pdctl.cli.term import console as make_console
+
+    console = make_console(piped_width=132)
+    model = plan.model
+    source = "built-in table" if model.from_table else "model.config"
+    console.print(
+        f"[bold]{model.name}[/]: {_params(model.params)} ({source}); "
+        f"engine.device [bold]cpu[/]: GPU capacity planning does not apply (no GPU memory, "
+        "no GPU speed model); the model's own figures, per instance:"
+    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("", no_wrap=True)
+    for r in plan.roles:
+        table.add_column(f"{r.role} x{r.replicas}", justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("weights (RAM)", [_gib(r.memory.weights * r.shape.tp * r.shape.pp) for r in plan.roles]),
+        ("KV / token", [_bytes(r.memory.kv_per_token_all_layers) for r in plan.roles]),
+        (
+            f"KV / {plan.roles[0].memory.max_model_len:,}-token seq.",
+            [_gib(r.memory.kv_per_sequence) for r in plan.roles],
+        ),
+    ]
+    if kv_space_gib is not None:
+        rows.append(("VLLM_CPU_KVCACHE_SPACE", [f"{kv_space_gib:g} GiB" for _ in plan.roles]))
+        rows.append(
+            (
+                "KV tokens it holds",
+                [
+                    f"{int(kv_space_gib * GIB // max(1, r.memory.kv_per_token_all_layers)):,}"
+                    for r in plan.roles
+                ],
+            )
+        )
+    for label, values in rows:
+        table.add_row(label, *values)
+    console.print(table)
+    if kv_space_gib is None:
+        console.print(
+            "KV cache: vLLM's CPU default (set VLLM_CPU_KVCACHE_SPACE, in GiB, in engine.env to "
+            "size it; the host needs the weights + that much RAM per instance)"
+        )
+    else:
+        console.print(
+            "the host needs the weights + VLLM_CPU_KVCACHE_SPACE of RAM per instance; speed "
+            "on a CPU: measure it with `pdctl bench`"
+        )
+
+
+def _params(params: float) -> str:
+    """The parameter count, or that it is unknown (never "0.00B params")."""
+    return f"{params / 1e9:.2f}B params" if params >= 5e6 else (
+        f"{params / 1e6:.1f}M params" if params > 0 else "parameter count unknown"
+    )

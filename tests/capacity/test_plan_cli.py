@@ -40,6 +40,9 @@ def test_there_are_examples_of_every_phase() -> None:
 def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
     code, out, err = run(["plan", str(example)], capsys)
     assert code == 0, err
+    if example.name.startswith("cpu-"):  # no GPU tables: test_plan_on_a_cpu_spec_...
+        assert "GPU capacity planning does not apply" in out
+        return
     assert "KV cache tokens" in out and "--gpu-memory-utilization" in out
     assert "how each figure is made: pdctl plan -o wide" in out
     assert "packing advice" in out
@@ -228,3 +231,31 @@ def test_plan_wide_has_the_how_column_and_the_default_does_not(capsys) -> None:
     assert "params x bytes/param" not in compact and " how " not in compact
     code, _, err = run(["plan", example, "-o", "yaml"], capsys)
     assert code == 2 and "table, wide or json" in err
+
+
+def test_plan_on_a_cpu_spec_claims_no_gpu(capsys) -> None:
+    """Before: an `engine.device: cpu` spec got the GPU tables of an assumed H100 (memory per
+    GPU, --gpu-memory-utilization, a GPU roofline) and 'no GPU given: planned for an
+    H100-SXM'."""
+    example = str(ROOT / "examples" / "cpu-quickstart.yaml")
+    code, out, err = run(["plan", example], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "engine.device cpu: GPU capacity planning does not apply" in flat
+    for gpu_claim in ("H100", "memory per GPU", "gpu-memory-utilization", "roofline", "TFLOP"):
+        assert gpu_claim not in out, gpu_claim
+    assert "weights (RAM)" in out and "0.92 GiB" in out
+    assert "VLLM_CPU_KVCACHE_SPACE 4 GiB" in flat
+    assert "KV tokens it holds 349,525" in flat  # 4 GiB / 12,288 B per token
+    code, out, err = run(["plan", example, "-o", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["gpuCapacityPlanning"] == "does not apply: engine.device is cpu"
+
+
+def test_a_tiny_model_is_not_zero_billion_params() -> None:
+    """Before: the CPU e2e's 551,552-parameter Llama was '0.00B params'."""
+    from pdctl.cli.plan_table import _params
+
+    assert _params(551_552) == "0.6M params"
+    assert _params(8.03e9) == "8.03B params"
+    assert _params(0) == "parameter count unknown"
