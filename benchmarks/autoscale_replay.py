@@ -14,7 +14,7 @@ from pathlib import Path
 from pdctl.autoscale.policy import RoleRule
 from pdctl.autoscale.replay import best_fixed, from_capacity, replay, shifting_trace
 from pdctl.plan import make_plan
-from pdctl.plan.autoscale import targets
+from pdctl.plan.autoscale import explain_lines, targets
 from pdctl.render.kube_autoscale import capacity
 from pdctl.spec import load_text
 
@@ -36,11 +36,8 @@ def main(argv: list[str]) -> int:
         f"{path}: {len(trace) * 15 / 3600:.1f} h trace, TTFT budget {model.ttft_s:g} s, "
         f"max GPUs {max_gpus}, violation budget {BUDGET:.0%}"
     )
-    for t in roles:
-        print(
-            f"  {t.role}: {t.gpus_per_instance} GPU(s)/instance; "
-            + "; ".join(f"{f.metric} {f.value:g}" for f in t.figures)
-        )
+    for line in explain_lines(roles):
+        print("  " + line)
     fixed = [replay(model, trace, spec_replicas, label="fixed (spec replicas)")]
     peak = {t.role: t.max_replicas for t in roles}
     fixed.append(replay(model, trace, peak, label="fixed (maxReplicas)"))

@@ -72,12 +72,16 @@ def _quantity(value: float) -> str:
 
 
 def _behavior(t: RoleTarget) -> Obj:
-    """Cooldowns as the HPA's stabilization windows (KEDA passes them to its HPA)."""
+    """Cooldowns as the HPA's stabilization windows (KEDA passes them to its HPA); up by at
+    most max(4 pods, 100%) per 15 s (HPA's default, as the policy), down by one pod a period."""
     return {
         "scaleUp": {
             "stabilizationWindowSeconds": t.scale_up_s,
             "selectPolicy": "Max",
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": max(15, t.scale_up_s)}],
+            "policies": [
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+            ],
         },
         "scaleDown": {
             "stabilizationWindowSeconds": t.scale_down_s,
