@@ -20,6 +20,7 @@ RATES = (
 
 
 def show(report: dict[str, Any]) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
@@ -57,19 +58,28 @@ def show(report: dict[str, Any]) -> None:
         for label, key in RATES:
             t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
         console.print(t)
-        r = Table(title="per role over the step (peaks from /metrics every second)")
-        for col in ("instance", "role", "requests", "gen tok/s", "peak running", "peak waiting",
-                    "peak KV", "preempted", "KV in (tokens)", "connector errors"):
-            r.add_column(col)
+        rows = []
         for row in s["metrics"]["instances"]:
             peak = row.get("peak") or {}
             errs = sum((row.get("connector_errors") or {}).values())
             kv = peak.get("kv_usage")
-            r.add_row(row["name"], row["role"], num(row.get("requests")),
-                      num(row.get("generation_tps")), num(peak.get("running")),
-                      num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
-                      num(row.get("preemptions")), num(row.get("kv_tokens_received")),
-                      num(errs))
+            rows.append((row["name"], row["role"], num(row.get("requests")),
+                         num(row.get("generation_tps")), num(peak.get("running")),
+                         num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
+                         num(row.get("preemptions")), num(row.get("kv_tokens_received")),
+                         num(errs)))
+        r = Table(title="per role over the step (peaks from /metrics every second)",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        # Readable at 80 columns: short two-line headers, no vertical rules, and every
+        # column at least as wide as its longest word or figure, so nothing is cut.
+        headers = ("instance", "role", "reqs", "gen\ntok/s", "peak\nrun", "peak\nwait",
+                   "peak\nKV", "pre-\nempt", "KV in\ntok", "conn\nerr")
+        for i, col in enumerate(headers):
+            widest = max([len(word) for word in col.split("\n")] + [len(x[i]) for x in rows])
+            r.add_column(col, justify="left" if i < 2 else "right", no_wrap=True,
+                         min_width=widest)
+        for cells in rows:
+            r.add_row(*cells)
         console.print(r)
         for line in suspect:  # a failure of the step, with the pair and the log lines
             console.print(f"  [red]FAILED[/] suspect KV: {escape(line)}", highlight=False)

@@ -1,0 +1,33 @@
+"""`pdctl bench`'s tables at 80 columns (issue 40): the per-role table kept ten columns with
+long headers, so rich cut its headers and its numbers ("530…" for a 530.8 tok/s)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTS = [
+    ROOT / "tests/fixtures/gpu/vllm023-h200/bench/bench.json",  # phase 0, one H200
+    ROOT / "tests/bench/data/unbalanced-pd.json",  # P/D: prefill and decode instances
+]
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.parent.name)
+def test_bench_tables_fit_80_columns_and_cut_no_figure(
+    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pdctl.cli.bench_show import show
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = json.loads(path.read_text())
+    show(report)
+    out = capsys.readouterr().out
+    tables = [line for line in out.splitlines() if not line.startswith("  GPU ")]
+    assert all(len(line) <= 80 for line in tables), out
+    assert "…" not in out, out  # no header, instance name or number cut
+    for row in report["steps"][0]["metrics"]["instances"]:
+        assert row["name"] in out
