@@ -29,7 +29,7 @@ ENGINE_LIBRARIES = (*MASTER_LIBRARIES, "libmlx5.so.1")
 
 def mooncake_libraries(plan: Plan, host: Host) -> tuple[str, ...]:
     """The system libraries the Mooncake processes pdctl starts on `host` need ('' none)."""
-    if plan.target != "hosts" or plan.phase not in (2, 3):
+    if plan.on_kubernetes or not plan.disaggregated:
         return ()
     assert plan.shape is not None
     dis = plan.shape.dis
@@ -140,7 +140,7 @@ def front_door(plan: Plan) -> tuple[Service, ...]:
     """Phase 0 on hosts: vllm-router in plain mode in front of the replicas when the spec
     writes a `router` section; one engine behind it spreads nothing, so that is refused."""
     spec = plan.spec
-    if plan.target != "hosts" or "router" not in spec.model_fields_set:
+    if plan.on_kubernetes or "router" not in spec.model_fields_set:
         return ()
     if len(plan.instances) < 2:
         raise SpecError(
