@@ -176,8 +176,8 @@ def refuse_on_hosts() -> None:
     from pdctl.errors import SpecError
 
     raise SpecError(
-        "autoscaling runs on Kubernetes only for now: `pdctl scale` / `pdctl autoscale` on "
-        "hosts are not built yet (docs/autoscaling.md)",
+        "autoscaling runs on Kubernetes only for now: scaling on hosts is not built yet "
+        "(docs/autoscaling.md)",
         path="autoscaling",
         fix="remove the autoscaling section, or deploy with target: kubernetes",
     )
