@@ -20,13 +20,7 @@ GOLDEN = ROOT / "tests" / "golden"
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_example_matches_golden(example: Path, update_golden: bool) -> None:
     spec, _ = load_text(example.read_text(), example.name)
-    stream = render(make_plan(spec)).stream()
-    golden = GOLDEN / f"{example.stem}.txt"
-    if update_golden:
-        golden.write_text(stream)
-        return
-    assert golden.exists(), f"no golden file for {example.name}: run pytest --update-golden"
-    assert stream == golden.read_text(), f"{example.name} renders differently from {golden.name}"
+    _check_golden(render(make_plan(spec)).stream(), GOLDEN / f"{example.stem}.txt", update_golden)
 
 
 def test_every_golden_has_an_example() -> None:
@@ -49,13 +43,7 @@ def test_overlay_example_matches_golden(example: Path, update_golden: bool) -> N
     files = [base] if example == base else [base, example]
     data, source = merge(*(parse(f.read_text(), f.name) for f in files))
     stream = render(make_plan(load_data(data, source))).stream()
-    golden = GOLDEN / "overlays" / f"{example.stem}.txt"
-    if update_golden:
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(stream)
-        return
-    assert golden.exists(), f"no golden file for overlays/{example.name}: pytest --update-golden"
-    assert stream == golden.read_text(), f"overlays/{example.name} renders differently"
+    _check_golden(stream, GOLDEN / "overlays" / f"{example.stem}.txt", update_golden)
 
 
 PLAN_GOLDEN = GOLDEN / "plan"
@@ -75,8 +63,9 @@ def _check_golden(text: str, golden: Path, update: bool) -> None:
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(text)
         return
-    assert golden.exists(), f"no golden file {golden.name}: run pytest --update-golden"
-    assert text == golden.read_text(), f"the output differs from {golden.name}"
+    where = golden.relative_to(GOLDEN)
+    assert golden.exists(), f"no golden file {where}: run pytest --update-golden"
+    assert text == golden.read_text(), f"the output differs from tests/golden/{where}"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
