@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 # (the plan's figures or None, their basis or why none, the plan `plan --load` simulates on)
 Predictions = tuple[dict[str, Any] | None, str, "CapacityPlan | None"]
 VERIFY_PROMPTS, VERIFY_TOKENS, VERIFY_TIMEOUT = 2, 8, 120.0
+# the report's plan.basis for an `engine.device: cpu` spec: `pdctl plan`'s figures are a GPU's
+# (memory, roofline), so a CPU deployment has none to be compared with (docs/bench.md)
+NO_GPU_PLAN = "engine.device cpu: no GPU plan"
+
+
+def no_gpu_plan() -> Predictions:
+    """The predictions of a CPU engine: none, and why (no ratios, no `plan --load` per step)."""
+    return None, NO_GPU_PLAN, None
 
 
 def predictions(result: CapacityPlan, origin: str) -> Predictions:

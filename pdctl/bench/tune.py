@@ -15,6 +15,18 @@ from typing import Any
 KV_FULL = 0.9  # a role whose KV cache peaked above this is memory-bound
 IDLE = 0.25  # a role whose running peak stayed under this share of its batch cap idles
 SLOW = 2.0  # measured over predicted beyond this: the plan and the deployment disagree
+CPU_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # GiB of RAM a CPU engine gives its KV cache
+# what `pdctl tune` does for an `engine.device: cpu` spec (docs/bench.md, "tune's rules")
+CPU_NOTE = ("engine.device cpu: no GPU plan; the rules on queues, batch caps and chunk size "
+            "apply, KV pressure doubles VLLM_CPU_KVCACHE_SPACE where engine.env sets it; no TP "
+            "or slices-per-GPU proposals and no plan-vs-measured notes")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return value is not None and float(value) > 0
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -110,9 +122,18 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
             out.append(Proposal(("serve", "replicas"), replicas("serve") + 1, replicas("serve"),
                                 "replicas", why))
 
+    engine = spec.get("engine") or {}
+    cpu = engine.get("device") == "cpu"
     for r in roles:
         x, sec = load[r], _section(spec, r)
-        if x["preemptions"] > 0 and x["kv"] >= KV_FULL:
+        space = (engine.get("env") or {}).get(CPU_KV_SPACE)
+        if cpu and x["preemptions"] > 0 and x["kv"] >= KV_FULL and _positive(space):
+            # a CPU engine's KV cache is VLLM_CPU_KVCACHE_SPACE GiB of RAM; no GPU to add
+            out.append(Proposal(("engine", "env", CPU_KV_SPACE), f"{float(str(space)) * 2:g}", space,
+                                "CPU KV space",
+                                f"{r} preempted {x['preemptions']:g} requests with its KV cache "
+                                f"at {x['kv']:.0%}: twice the RAM for KV (the host needs it)"))
+        elif not cpu and x["preemptions"] > 0 and x["kv"] >= KV_FULL:
             tp = int(sec.get("tensorParallel", 1))
             out.append(Proposal((r, "tensorParallel"), tp * 2, tp, "TP",
                                 f"{r} preempted {x['preemptions']:g} requests with its KV cache "
@@ -132,7 +153,7 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
                     f"ITL p99 {itl['p99']:.1f} ms is over 3x p50 {itl['p50']:.1f} ms with TPOT "
                     "over the SLO: long prefill chunks stall decode steps; halve the chunk"))
     share = _section(spec, "decode").get("share")
-    if spec.get("phase") == 3 and share is not None:
+    if spec.get("phase") == 3 and share is not None and not cpu:
         per = int(share.get("perGpu", 2))
         d = load["decode"]
         if d["kv"] >= KV_FULL or d["preemptions"] > 0:
@@ -154,10 +175,11 @@ def _merge(found: list[Proposal]) -> list[Proposal]:
     return list(seen.values())
 
 
-def notes(report: dict[str, Any]) -> list[str]:
-    """Where the plan and the measurement disagree by more than SLOW (either way)."""
+def notes(report: dict[str, Any], cpu: bool = False) -> list[str]:
+    """Where the plan and the measurement disagree by more than SLOW (either way); none for a
+    CPU engine (`cpu`): the plan's figures are a GPU's, whatever an older report recorded."""
     step = heaviest(report)
-    if step is None:
+    if step is None or cpu:
         return []
     out = []
     for fig, r in (step.get("ratio") or {}).items():
@@ -186,6 +208,7 @@ def tune(spec: dict[str, Any], report: dict[str, Any],
 
     from pdctl.errors import PdctlError
 
+    cpu = (spec.get("engine") or {}).get("device") == "cpu"
     found = propose(spec, report)
     doc = overlay(found)
     text = yaml.safe_dump(doc, sort_keys=False) if doc else ""
@@ -203,5 +226,6 @@ def tune(spec: dict[str, Any], report: dict[str, Any],
     return {
         "proposals": [{"path": ".".join(p.path), "from": p.was, "to": p.value,
                        "rule": p.rule, "evidence": p.evidence} for p in found],
-        "overlay": doc, "notes": notes(report), "diff": diff, "doesNotPlan": unplanned,
+        "overlay": doc, "notes": notes(report, cpu), "diff": diff, "doesNotPlan": unplanned,
+        "cpu": CPU_NOTE if cpu else None,
     }, text

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def _predictions(spec_file: str, w: Workload) -> Predictions:
     """`pdctl plan`'s figures for the bench's workload and the plan itself (what `plan --load`
     simulates each step on), or None and why."""
-    from pdctl.bench.run import predictions
+    from pdctl.bench.run import no_gpu_plan, predictions
     from pdctl.cli.specfile import read_spec
     from pdctl.errors import PdctlError
     from pdctl.inputs import capacity_plan
@@ -29,6 +29,8 @@ def _predictions(spec_file: str, w: Workload) -> Predictions:
         return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)", None
     try:
         spec, source = read_spec(spec_file)
+        if spec.engine.device == "cpu":  # GPU capacity planning does not apply
+            return no_gpu_plan()
         result, origin = capacity_plan(
             spec, source, spec_file, None, None, w.prompt_tokens, w.output_tokens, None,
             w.ttft_ms, w.tpot_ms

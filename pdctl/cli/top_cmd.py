@@ -126,8 +126,13 @@ def _once(plan: Any, source: Any, window_s: float, spec_file: str,
     events = _log_events(plan, source, logs, source.logs(2000)) if logs else []
     w = source.window(first, last, gpus, missing)
     found = verdicts(w, packed=_packed(spec_file, plan, gpus), events=events, canary=checked,
-                     peers=peers_of(plan))
+                     peers=peers_of(plan), cpu=_cpu(plan))
     return w, found
+
+
+def _cpu(plan: Any) -> bool:
+    """The engines run on CPU (engine.device: cpu): no GPU plan, no GPU-based verdicts."""
+    return bool(plan.spec.engine.device == "cpu")
 
 
 def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
@@ -136,6 +141,8 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
     one GPU type the telemetry names; {} where either is unknown."""
     from pdctl.errors import PdctlError
 
+    if _cpu(plan):  # GPU capacity planning does not apply
+        return {}
     try:
         from pdctl.capacity import (
             ASSUMED,
@@ -219,7 +226,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                 while seen and newest - seen[0][0] > window_s:
                     seen.popleft()
                 found = verdicts(w, packed=packed, events=[e for _, e in seen],
-                                 canary=checked, peers=peers_of(plan))
+                                 canary=checked, peers=peers_of(plan), cpu=_cpu(plan))
                 frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)")
                 if live is not None:
                     term.fit(frame, console)  # Live renders past the console's print hook

@@ -64,6 +64,8 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]note[/]: the report was measured on another spec "
                           f"(hash {report.get('specHash')}); proposals start from SPEC as it is",
                           highlight=False)
+        if result["cpu"]:
+            console.print(result["cpu"], highlight=False, markup=False)
         if not result["proposals"]:
             console.print("no change proposed: no role saturated or idled in the report")
         for p in result["proposals"]:

@@ -73,23 +73,27 @@ def verdicts(
     events: list[KvEvent] | None = None,
     canary: tuple[bool, str] | None = None,
     peers: dict[str, list[str]] | None = None,
+    cpu: bool = False,
 ) -> list[Verdict]:
     """`packed`: what `pdctl plan` predicts for decode packed N per GPU (top.packing), quoted
     by the phase 3 verdict; without it the verdict quotes the measured packing factor only.
     `events`: the suspect KV lines the engines logged in the window (top/kv_events.py);
     `canary`: (passed, its line) where `top --canary` ran it; `peers`: role -> instances,
-    to name the pair of an engine's counter. Those come first: a wrong answer outranks advice."""
+    to name the pair of an engine's counter. Those come first: a wrong answer outranks advice.
+    `cpu`: the engines run on CPU (engine.device: cpu): no GPU-based verdict (idle GPU,
+    bandwidth-bound decode, packing per GPU), and KV pressure names VLLM_CPU_KVCACHE_SPACE."""
     t = limits(overrides)
     out: list[Verdict] = []
     live = [f for f in w.instances if f.error is None]
     if canary is not None:
         out.append(Verdict("pd-canary" if canary[0] else "pd-canary-failed", canary[1]))
     out += kv_suspect(w, live, events or [], peers or {})
-    out += _idle(w, t)
-    out += _decode_bound(w, live, t, packed or {})
+    if not cpu:
+        out += _idle(w, t)
+        out += _decode_bound(w, live, t, packed or {})
     out += _interference(w, live, t)
     out += _ratio(w, live, t)
-    out += _kv_pressure(live, t)
+    out += _kv_pressure(live, t, cpu)
     out += _fallback(w, live, t)
     out += [Verdict(key, line) for key, line in router_verdicts(w, t)]
     return out
@@ -211,18 +215,23 @@ def _ratio(w: Window, live: list[Figures], t: dict[str, float]) -> list[Verdict]
     return []
 
 
-def _kv_pressure(live: list[Figures], t: dict[str, float]) -> list[Verdict]:
+def _kv_pressure(live: list[Figures], t: dict[str, float], cpu: bool = False) -> list[Verdict]:
     out = []
     for f in live:
         full = f.kv_usage is not None and f.kv_usage >= t["kv_full_min"]
         if f.role == "router" or not (full or (f.preemptions or 0) > 0):
             continue
         more = "decode instances" if f.role == "decode" else "instances"
+        fix = (
+            "raise VLLM_CPU_KVCACHE_SPACE (engine.env, GiB of RAM) if the host has RAM left, "
+            f"lower --max-num-seqs, or add {more}"
+            if cpu else
+            "raise --gpu-memory-utilization if memory is left, lower --max-num-seqs, raise "
+            f"tensorParallel for more KV per instance, or add {more}"
+        )
         msg = (
             f"{f.name}: KV {_f(f.kv_usage, '.0%')} (near full at >= {t['kv_full_min']:.0%}), "
-            f"{_f(f.preemptions)} preemptions in the window: raise --gpu-memory-utilization if "
-            f"memory is left, lower --max-num-seqs, raise tensorParallel for more KV per "
-            f"instance, or add {more}"
+            f"{_f(f.preemptions)} preemptions in the window: {fix}"
         )
         out.append(Verdict("kv-pressure", msg))
     return out
