@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.hybrid import stage_layout
 from pdctl.capacity.lora import LoraShape
 from pdctl.capacity.lora import gpu_bytes as lora_gpu_bytes
 from pdctl.capacity.memory import (
@@ -80,10 +81,11 @@ class ModelFit:
     kv_per_token: int
     max_model_len: int
     overhead: int
+    state: int = 0  # hybrid models: one sequence's linear/Mamba state (capacity.hybrid)
 
     @property
     def kv_per_sequence(self) -> int:
-        return self.kv_per_token * self.max_model_len
+        return self.kv_per_token * self.max_model_len + self.state
 
     @property
     def need_bytes(self) -> int:
@@ -110,9 +112,18 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
                 kv_per_token=per_token // model.layers * layers,
                 max_model_len=shape.model_len(model),
                 overhead=over.total,
+                state=_hybrid_state(model, shape),
             )
         )
     return max(fits, key=lambda f: f.need_bytes)
+
+
+def _hybrid_state(model: ModelConfig, shape: Shape) -> int:
+    """One sequence's linear/Mamba state bytes on one GPU (0: not a hybrid model)."""
+    if model.hybrid is None:
+        return 0
+    state = model.hybrid.state_bytes(shape.tp, dtype_bytes(shape.dtype, model))
+    return state * math.ceil(model.hybrid.linear_layers / shape.pp)
 
 
 def instance_memory(
@@ -147,6 +158,7 @@ def _stage_memory(
     per_token = kv_bytes_per_token(model, shape.tp, 1, shape.kv_cache_dtype, shape.dtype)
     per_token = per_token // model.layers * layers
     layout = None
+    hybrid = None
     if model.sliding_layers and model.sliding_window:
         sliding = min(layers, math.ceil(model.sliding_layers / shape.pp))
         layout = KvLayout(
@@ -159,6 +171,18 @@ def _stage_memory(
             per_request=version(shape.engine) >= GRAPHS_COUNTED_FROM,
         )
         per_token = layout.layer_bytes * max(1, layout.full_layers)
+    if model.hybrid is not None:  # linear/Mamba layers: one state a sequence (capacity.hybrid)
+        full = math.ceil(model.hybrid.full_layers / shape.pp)
+        hybrid = stage_layout(
+            model.hybrid,
+            kv_bytes_per_token(model, shape.tp, shape.pp, shape.kv_cache_dtype, shape.dtype)
+            // max(1, full),
+            shape.tp,
+            dtype_bytes(shape.dtype, model),
+            shape.pp,
+        )
+        block = hybrid.block_size
+        per_token = hybrid.layer_bytes * max(1, hybrid.full_layers)
     lora = lora_gpu_bytes(model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model))
     return InstanceMemory(
         total=total_bytes,
@@ -170,7 +194,7 @@ def _stage_memory(
         kv_per_token=per_token,
         max_model_len=length,
         block_size=block,
-        layout=layout,
+        layout=hybrid if model.hybrid is not None else layout,
         stage=stage,
         used=used,
         used_counted=counts_other_processes(shape.engine),

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from pdctl.capacity import profile
+from pdctl.capacity.hybrid import HybridLayout
 from pdctl.capacity.models import ModelConfig
 
 DEFAULT_UTIL = 0.92  # vLLM's --gpu-memory-utilization default in the pinned versions
@@ -110,6 +111,8 @@ def kv_bytes_per_token(
     TP rank (not split). fp8 KV caches take 1 byte per value.
     """
     layers = stage_layers(model, pp)
+    if model.hybrid is not None:  # only the full-attention layers keep KV (capacity.hybrid)
+        layers = math.ceil(model.hybrid.full_layers / pp)
     width = kv_dtype_bytes(kv_cache_dtype, dtype, model)
     if model.mla_latent is not None:
         return layers * model.mla_latent * width
@@ -295,7 +298,8 @@ class InstanceMemory:
     kv_per_token: int
     max_model_len: int
     block_size: int = BLOCK_SIZE
-    layout: KvLayout | None = None  # None: every layer full attention, kv_per_token a token
+    # None: every layer full attention, kv_per_token a token; HybridLayout: linear/Mamba layers
+    layout: KvLayout | HybridLayout | None = None
     stage: int = 0  # the pipeline stage these figures are of (the one that sets the tokens)
     used: int = 0  # bytes other processes held on the GPU when vLLM started
     used_counted: bool = False  # the engine took `used` as its own (V1 0.8.x; profile.py)

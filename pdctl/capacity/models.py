@@ -122,6 +122,9 @@ class ModelConfig:
     # language-model tokens of the largest single image (vLLM's `get_mm_max_tokens_per_item`);
     # 0: not known from the config (the encoder profile then takes max_num_batched_tokens)
     vision_item_tokens: int = 0
+    # hybrid linear-attention / Mamba models (capacity.hybrid.HybridConfig): only
+    # `hybrid.full_layers` keep KV per token, the others one state per sequence
+    hybrid: Any = None
 
     @property
     def is_moe(self) -> bool:

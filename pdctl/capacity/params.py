@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from pdctl.capacity.hybrid import hybrid_config
 from pdctl.capacity.models import (
     BUILTIN,
     ModelConfig,
@@ -228,8 +229,12 @@ def parse_config(
     embed = vocab * hidden * (1 if tie else 2)
 
     expert_total = moe_layers * experts * expert_one
+    hybrid = hybrid_config(config)
+    # hybrid: attention in the full-attention layers only, the linear/Mamba mixers elsewhere
+    attn_all = layers * attn if hybrid is None else hybrid.full_layers * attn + hybrid.params
     non_expert = (
-        layers * (attn + norms)
+        attn_all
+        + layers * norms
         + dense_layers * dense_mlp
         + moe_layers * other_per_moe_layer
         + embed
@@ -277,6 +282,7 @@ def parse_config(
         vision_item_tokens=v_item,
         sliding_window=window,
         sliding_layers=sliding,
+        hybrid=hybrid,
         torch_dtype=dtype,
         weight_bits=bits,
         expert_weight_bits=expert_bits,
