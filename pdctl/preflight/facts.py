@@ -194,6 +194,7 @@ class HostFacts:
     listening: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] = ()  # GPU instance profiles (`nvidia-smi mig -lgip`)
     libraries: tuple[tuple[str, bool], ...] | None = None  # (soname, found) on Mooncake hosts
+    mem_available_kib: int | None = None  # /proc/meminfo MemAvailable (engine.kvOffload only)
     hami: HamiLibrary | None = None  # phase 3 on hosts: decode.share.library
     # multi-node groups (group.py): "" = no vLLM found; memlock KiB, -1 = unlimited
     vllm_version: str | None = None

@@ -30,6 +30,7 @@ PORTS = "ports.txt"
 VENV = "venv.txt"
 SUPERVISE = "supervise.txt"
 LIBS = "libraries.txt"
+MEMINFO = "meminfo.txt"
 GATHER = "gather it live, or record it with --record"
 
 IB_PORTS_COMMAND = (
@@ -85,6 +86,8 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
         PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
     }
+    if spec.engine.kv_offload is not None:  # the host memory the offload tier takes
+        out[MEMINFO] = "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"
     dis = spec.disaggregation
     if spec.disaggregated and dis is not None and dis.connector == "mooncake":
         out[LIBS] = libraries_command(ENGINE_LIBRARIES)
@@ -149,6 +152,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "supervise": raw[SUPERVISE].strip() if SUPERVISE in raw else None,
         "listening": parse_listening(raw[PORTS]) if PORTS in raw else None,
         "libraries": libraries,
+        "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None,
     }, missing
 
 
@@ -219,6 +223,12 @@ def parse_df(text: str) -> Disk | None:
             return Disk(mount=" ".join(fields[5:]), total_kib=int(fields[1]),
                         avail_kib=int(fields[3]))
     return None
+
+
+def parse_meminfo(text: str) -> int | None:
+    """MemAvailable (KiB) from /proc/meminfo lines; None when absent."""
+    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) if m else None
 
 
 def parse_du(text: str) -> int | None:
@@ -515,6 +525,43 @@ def disk(host: Host, hf: HostFacts, weights: int | None) -> list[Finding]:
     return [Finding("PASS", "host.disk", host.name, found, want)]
 
 
+# Host memory kept free beside the offload tier (pdctl's margin, not vLLM's): the engine
+# processes' own host memory (Python, CUDA context, pinned staging buffers) grows with it
+OFFLOAD_MARGIN_GIB = 4.0
+OFFLOAD_MARGIN_SHARE = 0.10
+
+
+def offload_memory(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
+    """engine.kvOffload: the host's MemAvailable against the tiers of the engines it holds
+    (capacity.memory_features.offload_host_gib) plus a margin."""
+    off = plan.spec.engine.kv_offload
+    if off is None:
+        return []
+    from pdctl.capacity.memory_features import offload_host_gib
+
+    tier = (offload_host_gib(plan.spec) or {}).get(host.name, 0.0)
+    if tier <= 0:
+        return []
+    need = tier + max(OFFLOAD_MARGIN_GIB, tier * OFFLOAD_MARGIN_SHARE)
+    want = (
+        f">= {need:.1f} GiB available: {tier:.1f} GiB of KV offload tiers "
+        f"(engine.kvOffload.sizeGib {off.size_gib:g} per engine) + {need - tier:.1f} GiB margin"
+    )
+    if hf.mem_available_kib is None:
+        return [Finding("WARN", "host.memory", host.name,
+                        "MemAvailable: " + hf.why_missing(MEMINFO), want, GATHER)]
+    avail = hf.mem_available_kib / 1024**2
+    found = f"MemAvailable {avail:.1f} GiB"
+    if avail < need:
+        room = max(0.0, avail - max(OFFLOAD_MARGIN_GIB, avail * OFFLOAD_MARGIN_SHARE))
+        per = room * off.size_gib / tier
+        status: Status = "FAIL" if avail < tier else "WARN"
+        return [Finding(status, "host.memory", host.name, found, want,
+                        f"lower engine.kvOffload.sizeGib to {per:.0f} or less, or free host "
+                        "memory (the engines pin the whole tier at start)")]
+    return [Finding("PASS", "host.memory", host.name, found, want)]
+
+
 def check_host(c: HostCheck) -> list[Finding]:
     """RDMA devices, /dev/shm, the runtime, the disk and the ports of one host."""
     host, hf, insts = c.host, c.facts, c.instances
@@ -522,5 +569,6 @@ def check_host(c: HostCheck) -> list[Finding]:
     out += shm(host, hf, insts)
     out += runtime(host, hf, c.plan)
     out += disk(host, hf, c.weights)
+    out += offload_memory(host, hf, c.plan)
     services = tuple(s.port for s in c.plan.services if s.host.name == host.name)
     return out + ports(host, hf, insts, services, spec_ports(c.plan, host.name))
