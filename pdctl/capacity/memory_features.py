@@ -10,6 +10,8 @@ spanning `nodes` hosts with `dataParallel` ranks holds size x dataParallel / nod
 
 from __future__ import annotations
 
+from typing import Any
+
 from pdctl.errors import PdctlError
 from pdctl.spec.model import Spec
 
@@ -114,3 +116,37 @@ def speculative_notes(spec: Spec) -> tuple[str, ...]:
             "#speculative-decoding-and-kv-offloading)"
         )
     return tuple(out)
+
+
+def offload_cache_notes(spec: Spec, roles: tuple[Any, ...]) -> tuple[str, ...]:
+    """How many more prefix tokens the native offload tier of one engine keeps (per role).
+
+    vLLM's CPUOffloadingSpec (vllm/v1/kv_offload/cpu/spec.py, 0.23.0 l.27-60): an offloaded
+    block is one GPU block of every layer on every rank of the engine (`kv_bytes_per_block` =
+    a worker's KV bytes per block x world_size; pdctl sets no `block_size`, so one GPU block),
+    and the tier holds cpu_bytes_to_use // that many blocks. `roles`: report.RolePlan items."""
+    off = spec.engine.kv_offload
+    if off is None or off.backend != "native":
+        return ()
+    out = []
+    for r in roles:
+        mem = r.memory
+        if getattr(mem.layout, "linear_layers", 0) or getattr(mem.layout, "sliding_layers", 0):
+            out.append(
+                f"{r.role}: engine.kvOffload's extra cached tokens are not computed for "
+                "sliding-window or hybrid models (their blocks differ per layer group)"
+            )
+            continue
+        world = r.shape.tp * r.shape.pp
+        block = mem.block_size * mem.kv_per_token_all_layers * world
+        if block <= 0:
+            continue
+        tokens = int(off.size_gib * 2**30) // block * mem.block_size
+        on_gpu = max(1, mem.kv_tokens)
+        out.append(
+            f"{r.role}: engine.kvOffload keeps about {tokens:,} more prefix tokens per engine in "
+            f"host memory ({_text(off.size_gib)} GiB / {block // mem.block_size:,} bytes a token "
+            f"over its {world} GPU(s); {tokens / on_gpu:.1f}x its GPU KV cache)"
+        )
+    return tuple(out)
+

@@ -17,7 +17,11 @@ from pdctl.capacity.fit import (
 )
 from pdctl.capacity.gpus import MIB, GpuType
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
-from pdctl.capacity.memory_features import offload_notes, speculative_notes
+from pdctl.capacity.memory_features import (
+    offload_cache_notes,
+    offload_notes,
+    speculative_notes,
+)
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import (
     DecodeEstimate,
@@ -306,7 +310,7 @@ def plan_capacity(
     if unfit:
         advice = unfit_advice(unfit)
     notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
-    notes += offload_notes(spec) + speculative_notes(spec)
+    notes += offload_notes(spec) + offload_cache_notes(spec, roles) + speculative_notes(spec)
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
 
 
