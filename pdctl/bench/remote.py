@@ -157,19 +157,18 @@ class Bench:
         logs = self.source.logs()
         first = self.source.scrape()
         peaks: dict[str, dict[str, float]] = {}
+        lines = Timelines(first, {e.name: e for e in self.source.endpoints})
         gpu_box: list[Any] = []
         done = threading.Event()
 
         def sample() -> None:
-            # every ~2 s while the step runs: the engines' peaks, and the busiest GPU sample
-            # (one taken once at the start saw the GPU before the load reached it)
+            # every ~2 s while the step runs: the engines' peaks and timelines, and the busiest
+            # GPU sample (one taken once at the start saw the GPU before the load reached it)
             while not done.wait(1.0):
                 for name, snap in self.source.scrape().items():
                     row = peaks.setdefault(name, {})
-                    for fig in ("kv_usage", "running", "waiting"):
-                        metric = snap.pick(fig) if not snap.error else None
-                        v = snap.total(metric) if metric else None
-                        if v is not None:
+                    for fig, v in lines.add(name, snap).items():
+                        if v is not None and fig in ("kv_usage", "running", "waiting"):
                             row[fig] = max(row.get(fig, 0.0), v)
                 got = self.source.gpus(1.0)
                 if not gpu_box or busy(got[0]) > busy(gpu_box[0][0]):
@@ -197,6 +196,7 @@ class Bench:
         )
         for row in window["instances"]:
             row["peak"] = peaks.get(row["name"], {})
+            row["timeline"] = lines.of(row["name"])
         events = self.kv_events(logs, first, last)
         return {
             "load": step.label,
@@ -295,6 +295,40 @@ class Bench:
             return check.answer_of(got.status, json.loads(got.text))
         except ValueError:
             return check.answer_of(got.status, got.text)
+
+
+class Timelines:
+    """Each engine's /metrics samples over a step, as the report keeps them (docs/bench.md):
+    seconds since the step's first scrape, running and waiting requests, KV cache usage (0-1)
+    and the prompt tokens received over the KV connector since the step began."""
+
+    FIELDS = ("t", "running", "waiting", "kvUsage", "kvReceived")
+
+    def __init__(self, first: dict[str, Any], endpoints: dict[str, Any]) -> None:
+        self.first, self.endpoints = first, endpoints
+        self.series: dict[str, dict[str, list[float | None]]] = {}
+
+    def add(self, name: str, snap: Any) -> dict[str, float | None]:
+        """Record one sample of `name`; its gauges by top's figure names (None: not there)."""
+        from pdctl.top.window import figures
+
+        base, e = self.first.get(name), self.endpoints.get(name)
+        if snap.error or base is None or base.error or e is None:
+            return {}
+        got: dict[str, float | None] = {}
+        for fig in ("running", "waiting", "kv_usage"):
+            metric = snap.pick(fig)
+            got[fig] = snap.total(metric) if metric else None
+        received = figures(name, e.role, e.where, base, snap).kv_tokens_received
+        row = self.series.setdefault(name, {k: [] for k in self.FIELDS})
+        for key, v in zip(self.FIELDS, (round(snap.at - base.at, 2), got["running"],
+                                        got["waiting"], got["kv_usage"], received),
+                          strict=True):
+            row[key].append(v)
+        return got
+
+    def of(self, name: str) -> dict[str, list[float | None]]:
+        return self.series.get(name, {k: [] for k in self.FIELDS})
 
 
 def busy(gpus: list[Any]) -> float:

@@ -231,8 +231,43 @@ def _steps_table(rep: dict[str, Any]) -> str:
 
 
 TIMELINE_NOTE = ("The per-role charts show each step's figures (peaks of the /metrics samples "
-                 "taken every second, counters over the step): the report keeps no time "
-                 "series, so there is no timeline within a step.")
+                 "taken every second, counters over the step). This report holds no samples "
+                 "over time (written before pdctl bench kept them): no timeline within a step.")
+TIMELINES = (  # (title, the series of one instance's timeline, scale)
+    ("running requests", "running", 1.0),
+    ("waiting requests", "waiting", 1.0),
+    ("KV cache usage (%)", "kvUsage", 100.0),
+    ("prompt tokens received over the KV connector", "kvReceived", 1.0),
+)
+
+
+def timeline_chart(step: dict[str, Any]) -> str | None:
+    """One step's /metrics samples over time, one line per engine instance (its role in the
+    legend); None where the step kept no samples."""
+    rows = [r for r in (step.get("metrics") or {}).get("instances", [])
+            if len((r.get("timeline") or {}).get("t") or ()) > 0]
+    if not rows:
+        return None
+    fig = figure(cols=4, rows=1, width=12, height=2.8)
+    for ax, (title, key, scale) in zip(fig.axes, TIMELINES, strict=True):
+        for r in rows:
+            tl = r["timeline"]
+            pts = [(t, v * scale) for t, v in zip(tl["t"], tl.get(key) or (), strict=False)
+                   if v is not None]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker=".", markersize=3,
+                        label=f"{r['name']} ({r.get('role', '?')})")
+        ax.set_title(title)
+        ax.set_xlabel("seconds into the step")
+        ax.set_ylim(0, None)
+    fig.axes[0].legend(fontsize=7)
+    return to_svg(fig)
+
+
+def _timelines(rep: dict[str, Any]) -> list[str]:
+    charts = [(s["load"], timeline_chart(s)) for s in rep.get("steps", [])]
+    return [p.chart(svg, f"step {load}: each engine's /metrics, sampled about every second")
+            for load, svg in charts if svg is not None]
 
 
 def _charts(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -275,9 +310,10 @@ def bench_html(rep: dict[str, Any]) -> str:
     parts += _charts([("run", rep)])
     roles = roles_chart(rep)
     if roles is not None:
+        lines = _timelines(rep)
         parts.append(p.section("Per role, per step (/metrics)",
                                p.chart(roles, "one bar per engine instance"),
-                               p.para(TIMELINE_NOTE, "note")))
+                               *(lines or [p.para(TIMELINE_NOTE, "note")])))
     return p.page(title, *parts)
 
 

@@ -72,6 +72,9 @@ def test_phase0_report_counts_what_the_engine_counted(served, ssh_env):
     assert after - before == 12  # the engine's own counter: every request, no other
     (row,) = step["metrics"]["instances"]
     assert (row["name"], row["requests"]) == ("e2eb0-serve-0", 12.0)
+    line = row["timeline"]  # the engine's /metrics sampled while the step ran
+    assert line["t"] and line["t"] == sorted(line["t"]), line
+    assert len(line["running"]) == len(line["t"]) and "seconds into the step" in page
     assert m["outputTokens"] == 12 * 16  # --ignore-eos: every request its whole output
     assert set(m["ttftMs"]) == {"mean", "p50", "p90", "p99"} and m["ttftMs"]["p50"] > 0
     assert step["predicted"]["tpotMs"] and step["ratio"]["tpotMs"] > 0

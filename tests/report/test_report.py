@@ -37,7 +37,11 @@ def _step(load: str, rate: float, ttft: float, tpot: float, kv: float) -> dict[s
         "metrics": {"instances": [
             {"name": f"s-serve-{i}", "role": "serve", "requests": 4.0, "preemptions": 0.0,
              "kv_tokens_received": 0.0, "connector_errors": {},
-             "peak": {"running": 2.0, "waiting": float(i), "kv_usage": kv}} for i in (0, 1)]},
+             "peak": {"running": 2.0, "waiting": float(i), "kv_usage": kv},
+             "timeline": {"t": [0.0, 1.1, 2.2, 3.3], "running": [0.0, 2.0, 2.0, 1.0],
+                          "waiting": [0.0, float(i), 0.0, 0.0],
+                          "kvUsage": [0.0, kv / 2, kv, None], "kvReceived": [0.0] * 4}}
+            for i in (0, 1)]},
         "predicted": {"ttftMs": ttft / 2, "tpotMs": tpot / 2, "outputThroughput": 20 * rate},
         "ratio": {"ttftMs": 2.0, "tpotMs": 2.0},
     }
@@ -87,7 +91,8 @@ def test_synthetic_phase0_report_renders_offline(tmp_path: Path) -> None:
     from pdctl.report.bench import bench_html
 
     html = bench_html(phase0_cpu())
-    check_page(html, tmp_path, "phase0", svgs=3)  # no SLOs: no goodput chart
+    # latency, throughput, per role, a timeline per step (no SLOs: no goodput chart)
+    check_page(html, tmp_path, "phase0", svgs=5)
     assert "<!-- request rate (req/s) -->" in html  # x: the rates, not step numbers
     assert "<!-- s-serve-1 (serve) -->" in html  # a bar per replica
 
@@ -183,3 +188,15 @@ def test_cli_bad_report_path_is_one_line_exit_2(
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: --report {path}: "), r.stderr
+
+
+def test_steps_with_samples_get_timelines_and_older_reports_say_they_have_none() -> None:
+    from pdctl.report.bench import bench_html
+
+    none = "no timeline within a step"
+
+    new = bench_html(phase0_cpu())
+    assert new.count("seconds into the step") == 2 * 4  # two steps, four charts each
+    assert "step rate 4/s: each engine" in new and none not in new
+    old = bench_html(h200_bench())  # recorded before bench kept /metrics samples
+    assert "seconds into the step" not in old and none in old
