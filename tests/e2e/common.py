@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.request
 from pathlib import Path
@@ -120,3 +121,26 @@ def assert_nothing_left(data_dir: Path, ports: list[int]) -> None:
     for port in ports:
         assert not listening(port), f"port {port} still listening"
     assert not data_dir.exists(), sorted(str(p) for p in data_dir.rglob("*"))
+
+
+def down(spec: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """A fixture's teardown: `pdctl down`, once more if it failed (a loaded 2-core machine has
+    made an SSH read outlast its 60 s); if the deployment's engines still run after that, they
+    are killed (they would slow every later test) and the teardown fails, saying why."""
+    import signal
+    import time
+
+    outs = []
+    for attempt in (1, 2):
+        ran = pdctl("down", str(spec), *args, env=env, timeout=600)
+        if ran.returncode == 0:
+            return
+        outs.append(f"down #{attempt} exited {ran.returncode}: {ran.stderr.strip()[-600:]}")
+        time.sleep(5)
+    left = processes_in(spec.parent)
+    for row in left:
+        try:
+            os.kill(int(row.split(":", 1)[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    raise AssertionError("; ".join(outs) + f"; killed what still ran: {left}")

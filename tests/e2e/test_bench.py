@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.common import (
     ENGINE_ENV,
+    down,
     get,
     host,
     known,
@@ -51,7 +52,7 @@ def served(vllm_cpu, ssh_env, tmp_path_factory):
     })
     result = up(spec, ssh_env)
     yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_phase0_report_counts_what_the_engine_counted(served, ssh_env):
@@ -110,7 +111,7 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
     result = pdctl("up", str(spec), "--yes", "--verify", "--timeout", "600", *known(ssh_env),
                    env=env, timeout=900)
     yield spec, broken, env, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_phase2_verify_and_canary_pass_on_a_correct_deployment(pd, ssh_env):

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, PROMPT, complete, get, host, known, model_section, up
+from tests.e2e.common import ENGINE_ENV, PROMPT, complete, down, get, host, known, model_section, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ def served(vllm_cpu, ssh_env, tmp_path_factory):
     })
     result = up(spec, ssh_env)
     yield spec, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def counter(metrics: str, name: str) -> float | None:

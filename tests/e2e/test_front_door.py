@@ -13,7 +13,17 @@ import signal
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, complete, get, host, known, model_section, printed_urls, up
+from tests.e2e.common import (
+    ENGINE_ENV,
+    complete,
+    down,
+    get,
+    host,
+    known,
+    model_section,
+    printed_urls,
+    up,
+)
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +50,7 @@ def door(vllm_cpu, ssh_env, tmp_path_factory):
     })
     result = up(spec, ssh_env)
     yield spec, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def successes(port: int) -> float:

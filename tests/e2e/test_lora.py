@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, PROMPT, host, known, model_section, pd_spec, up
+from tests.e2e.common import ENGINE_ENV, PROMPT, down, host, known, model_section, pd_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -85,7 +85,7 @@ def served(vllm_cpu, ssh_env, adapters, tmp_path_factory):
     )
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_phase0_serves_the_base_and_the_adapter(served):
@@ -134,4 +134,4 @@ def test_phase2_serves_the_adapter_through_the_router(
         url = f"http://127.0.0.1:{ROUTER}/v1"
         assert greedy(url, "sql") != greedy(url, "tiny")
     finally:
-        pdctl("down", str(spec), *known(ssh_env))
+        down(spec, *known(ssh_env))

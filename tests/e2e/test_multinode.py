@@ -21,6 +21,7 @@ from tests.e2e.common import (
     ENGINE_ENV,
     assert_nothing_left,
     complete,
+    down,
     host,
     known,
     model_section,
@@ -96,7 +97,7 @@ def group(request, vllm_cpu, ssh_env, tmp_path_factory):
     spec = group_spec(vllm_cpu, env, data, names)
     result = up(spec, env)
     yield spec, data, result, env, names
-    pdctl("down", str(spec), *known(env))
+    down(spec, *known(env))
 
 
 def test_the_group_answers_completions_through_its_leader(group):

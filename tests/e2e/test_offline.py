@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from pdctl.offline import manifest as mf
-from tests.e2e.common import ENGINE_ENV, complete, host, model_section, printed_urls
+from tests.e2e.common import ENGINE_ENV, complete, down, host, model_section, printed_urls
 from tests.helpers import known
 from tests.targets.testbed import pdctl, write_spec
 
@@ -56,7 +56,7 @@ def offline(vllm_cpu, ssh_env, tmp_path_factory):
     result = pdctl("up", str(spec), "--bundle", str(folder), "--yes", "--timeout", "600",
                    *known(ssh_env), timeout=900)
     yield data, spec, folder, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_the_bundle_holds_the_routers_closure_pinned_by_sha256(offline):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import model_section, pd_spec, up
+from tests.e2e.common import down, model_section, pd_spec, up
 from tests.helpers import known, wait_until
 from tests.targets.testbed import pdctl, write_spec
 
@@ -149,7 +149,7 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
     before = {t: via_router(t) for t in (prompt("before a"), prompt("before b"))}
     assert before == {t: alone(t) for t in before}  # P/D agrees with one engine
     yield spec, data, before
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def restart(spec: Path, data: Path, env, unit: str, role: str) -> None:

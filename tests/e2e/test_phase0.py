@@ -13,6 +13,7 @@ from tests.e2e.common import (
     ENGINE_ENV,
     assert_nothing_left,
     complete,
+    down,
     host,
     known,
     model_section,
@@ -40,7 +41,7 @@ def served(vllm_cpu, ssh_env, tmp_path_factory):
     })
     result = up(spec, ssh_env, {"HF_TOKEN": TOKEN})
     yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_up_serves_completions_at_the_printed_address(served):

@@ -13,6 +13,7 @@ from tests.e2e.common import (
     PROMPT,
     assert_nothing_left,
     complete,
+    down,
     get,
     known,
     pd_spec,
@@ -33,7 +34,7 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
     spec = write_spec(data / "spec.yaml", doc)
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def external_tokens(metrics: str) -> float:

@@ -23,6 +23,7 @@ from tests.e2e.common import (
     ENGINE_ENV,
     PROMPT,
     complete,
+    down,
     get,
     host,
     known,
@@ -140,7 +141,7 @@ def serve(vllm_cpu, ssh_env, tmp_path_factory):
     )
     result = up(spec, ssh_env)
     yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_top_once_phase0_matches_the_engine_counters(serve, ssh_env):
@@ -201,7 +202,7 @@ def pd(vllm_cpu, ssh_env, tmp_path_factory):
         (url,) = printed_urls(result.stdout)
         complete(url, PROMPT, max_tokens=MAX_TOKENS, timeout=600)
     yield spec, data, result
-    pdctl("down", str(spec), *known(ssh_env))
+    down(spec, *known(ssh_env))
 
 
 def test_top_once_phase2_shows_the_kv_tokens_transferred(pd, ssh_env):
