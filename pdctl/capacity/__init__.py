@@ -129,6 +129,7 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
         enforce_eager=eager,
         engine=engine,
         lora=lora_shape(spec.model, None),
+        speculative=getattr(section, "speculative", None) if section is not None else None,
     )
 
 

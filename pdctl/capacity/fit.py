@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pdctl.capacity.gpus import GIB
-from pdctl.capacity.hybrid import stage_layout
+from pdctl.capacity.hybrid import hybrid_block_size, stage_layout
 from pdctl.capacity.lora import LoraShape
 from pdctl.capacity.lora import gpu_bytes as lora_gpu_bytes
 from pdctl.capacity.memory import (
@@ -32,6 +33,7 @@ from pdctl.capacity.profile import (
     mla_block,
     version,
 )
+from pdctl.capacity.speculative import Draft, draft_of
 from pdctl.plan import parallel
 from pdctl.plan.parallel import Dims
 
@@ -56,6 +58,9 @@ class Shape:
     # profile their sampler with FlashInfer alone (see pdctl.capacity.profile.sampler_bytes).
     flashinfer_sampler: bool | None = None
     lora: LoraShape | None = None  # LoRA on (model.lora): its GPU buffers count as weights
+    # the role's `speculative` section (spec.speculative.Speculative): its draft's weights and
+    # KV layers count where pdctl knows the draft (capacity.speculative)
+    speculative: Any = None
 
     def model_len(self, model: ModelConfig) -> int:
         return self.max_model_len or model.max_position
@@ -97,7 +102,9 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
     most (each PP rank profiles its own part, `instance_memory`)."""
     tokens, seqs = shape.batching(None, shape.model_len(model))
     fits = []
+    draft = _draft(model, shape)
     for stage in range(shape.pp):
+        last = stage == shape.pp - 1
         over = _overhead(model, shape, tokens, seqs, stage)
         per_token = kv_bytes_per_token(model, shape.tp, 1, shape.kv_cache_dtype, shape.dtype)
         layers = stage_partition(model.layers, shape.pp)[stage]
@@ -109,9 +116,10 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
                 + lora_gpu_bytes(
                     model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model)
                 ),
-                kv_per_token=per_token // model.layers * layers,
+                kv_per_token=per_token // model.layers * layers
+                + (draft.kv_per_token if draft is not None and last else 0),
                 max_model_len=shape.model_len(model),
-                overhead=over.total,
+                overhead=over.total + (draft.weights if draft is not None and last else 0),
                 state=_hybrid_state(model, shape),
             )
         )
@@ -124,6 +132,14 @@ def _hybrid_state(model: ModelConfig, shape: Shape) -> int:
         return 0
     state = model.hybrid.state_bytes(shape.tp, dtype_bytes(shape.dtype, model))
     return state * math.ceil(model.hybrid.linear_layers / shape.pp)
+
+
+def _draft(model: ModelConfig, shape: Shape) -> Draft | None:
+    """The role's draft where pdctl knows it (None: no speculative decoding, or unknown)."""
+    if shape.speculative is None:
+        return None
+    found = draft_of(shape.speculative, model, shape.tp, shape.dtype, shape.kv_cache_dtype)
+    return found if isinstance(found, Draft) else None
 
 
 def instance_memory(
@@ -183,12 +199,27 @@ def _stage_memory(
         )
         block = hybrid.block_size
         per_token = hybrid.layer_bytes * max(1, hybrid.full_layers)
+    draft = _draft(model, shape) if stage == shape.pp - 1 else None  # the last rank's
+    if draft is not None and draft.layers:
+        if hybrid is not None:  # the draft's attention layers join the full-attention groups
+            hybrid = replace(hybrid, full_layers=hybrid.full_layers + draft.layers)
+        elif layout is not None:
+            layout = replace(layout, full_layers=layout.full_layers + draft.layers)
+        per_token += draft.kv_per_token
+    if hybrid is not None and draft is not None and draft.num_spec:
+        # the states keep one more conv column and one more block per speculative token
+        # (mamba_utils.py num_spec; MambaSpec.num_speculative_blocks)
+        state = model.hybrid.state_bytes(shape.tp, dtype_bytes(shape.dtype, model), draft.num_spec)
+        hybrid = replace(hybrid, state_bytes=state, spec_blocks=draft.num_spec)
+        hybrid = replace(hybrid, block_size=hybrid_block_size(hybrid.layer_bytes, state))
+        block = hybrid.block_size
     lora = lora_gpu_bytes(model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model))
     return InstanceMemory(
         total=total_bytes,
         util=util,
         weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage)
-        + lora,
+        + lora
+        + (draft.weights if draft is not None else 0),
         lora=lora,
         overhead=_overhead(model, shape, tokens, seqs, stage),
         kv_per_token=per_token,

@@ -97,22 +97,42 @@ def offload_notes(spec: Spec) -> tuple[str, ...]:
     return (f"{head}; per host: {hosts}",)
 
 
-def speculative_notes(spec: Spec) -> tuple[str, ...]:
-    """The draft's weights and KV layers are not in pdctl's figures: say so per role.
+def speculative_notes(spec: Spec, model: Any = None) -> tuple[str, ...]:
+    """Per role with a draft: whether its weights and KV layers are counted (capacity.
+    speculative: MTP layers from the target's config, a draft in the model table) or not.
 
     vLLM loads the draft beside the target before it profiles memory, and its attention layers
     get KV cache like the target's (the KV cache config is built from every attention layer
     of the model runner, draft included: vllm/v1/worker/gpu_model_runner.py
-    `get_kv_cache_spec`), so the real KV token count is lower than pdctl's."""
+    `get_kv_cache_spec`)."""
+    from pdctl.capacity.speculative import Draft, draft_of
+
     out = []
     for role in ("serve", "prefill", "decode"):
-        s = getattr(getattr(spec, role, None), "speculative", None)
+        section = getattr(spec, role, None)
+        s = getattr(section, "speculative", None)
         if s is None or s.method == "ngram":  # ngram: no draft model, no extra memory
             continue
         what = "MTP layers" if s.method == "mtp" else f"draft ({s.model})"
+        found: Draft | str = "the target model's config is not known"
+        if model is not None:
+            found = draft_of(
+                s,
+                model,
+                getattr(section, "tensor_parallel", 1),
+                spec.model.dtype,
+                spec.model.kv_cache_dtype,
+            )
+        if isinstance(found, Draft):
+            out.append(
+                f"{role}.speculative ({s.method}): counted: the {found.what}, "
+                f"{found.weights / 2**30:.2f} GiB of weights and {found.layers} KV layer(s) per "
+                "GPU (docs/capacity.md#speculative-decoding-and-kv-offloading)"
+            )
+            continue
         out.append(
             f"{role}.speculative ({s.method}): the {what} weights and KV layers are not "
-            "counted: vLLM holds fewer KV tokens than shown (docs/capacity.md"
+            f"counted ({found}): vLLM holds fewer KV tokens than shown (docs/capacity.md"
             "#speculative-decoding-and-kv-offloading)"
         )
     return tuple(out)
@@ -149,4 +169,3 @@ def offload_cache_notes(spec: Spec, roles: tuple[Any, ...]) -> tuple[str, ...]:
             f"over its {world} GPU(s); {tokens / on_gpu:.1f}x its GPU KV cache)"
         )
     return tuple(out)
-

@@ -125,6 +125,9 @@ class ModelConfig:
     # hybrid linear-attention / Mamba models (capacity.hybrid.HybridConfig): only
     # `hybrid.full_layers` keep KV per token, the others one state per sequence
     hybrid: Any = None
+    # multi-token-prediction layers (DeepSeek num_nextn_predict_layers, Qwen3-Next
+    # mtp_num_hidden_layers): speculative method mtp's draft (capacity.speculative)
+    mtp_layers: int = 0
 
     @property
     def is_moe(self) -> bool:

@@ -283,6 +283,9 @@ def parse_config(
         sliding_window=window,
         sliding_layers=sliding,
         hybrid=hybrid,
+        mtp_layers=int(
+            _get(config, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0
+        ),
         torch_dtype=dtype,
         weight_bits=bits,
         expert_weight_bits=expert_bits,

@@ -1,0 +1,76 @@
+"""Speculative decoding's GPU memory: the draft's weights and its KV layers (issue 37 item 3.2).
+
+vLLM loads the draft beside the target before it profiles memory (so its weights come out of
+the KV budget) and gives the draft's attention layers KV cache in the same pool as the
+target's (the KV cache spec is built from every attention layer, the draft's included), so a
+token costs the target's layers plus the draft's. Known here:
+
+- `mtp`: the target's own multi-token-prediction layers, `num_nextn_predict_layers` (DeepSeek)
+  or `mtp_num_hidden_layers` (Qwen3-Next) of its config (vllm/config/speculative.py
+  `hf_config_override`, 0.23.0 l.301-313 and l.438-443): each counted as one average decoder
+  layer of the target plus its 2h x h input projection; embeddings shared with the target
+  (vllm/v1/spec_decode/llm_base_proposer.py `_maybe_share_embeddings`, l.1293-1352).
+- `draft_model` / `eagle` / `eagle3`: a draft whose config is in the built-in table (by the
+  `speculative.model` name): its own layers and weights (embeddings counted: an upper bound).
+
+Anything else is unknown and `pdctl plan` says so. Docs: docs/capacity.md#speculative-decoding-
+and-kv-offloading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pdctl.capacity.models import ModelConfig, builtin_config
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The draft of one role, per GPU: `layers` attention layers of `layer_kv` bytes a token
+    each (the target's page when the shapes match), `weights` bytes, `num_spec` tokens."""
+
+    what: str
+    layers: int
+    kv_per_token: int
+    weights: int
+    num_spec: int
+
+
+def draft_of(spec: Any, target: ModelConfig, tp: int, dtype: str, kv_dtype: str) -> Draft | str:
+    """The draft's memory for a role's `speculative` section, or why it is not known."""
+    from pdctl.capacity.memory import dtype_bytes, kv_bytes_per_token, weights_bytes_per_gpu
+    from pdctl.capacity.params import parse_config
+
+    n = spec.num_speculative_tokens
+    if spec.method == "ngram":
+        return Draft("ngram (no draft model)", 0, 0, 0, n)
+    attn_layers = target.hybrid.full_layers if target.hybrid is not None else target.layers
+    layer_kv = kv_bytes_per_token(target, tp, 1, kv_dtype, dtype) // max(1, attn_layers)
+    if spec.method == "mtp":
+        if target.mtp_layers <= 0:
+            return "the target's config has no num_nextn_predict_layers / mtp_num_hidden_layers"
+        width = dtype_bytes(dtype, target)
+        embed = int(target.embed_params * width / tp)
+        per_layer = (weights_bytes_per_gpu(target, tp, 1, dtype) - embed) // target.layers
+        proj = 2 * target.hidden * target.hidden * width // tp
+        layers = target.mtp_layers
+        return Draft(
+            f"{layers} MTP layer(s) of the target",
+            layers,
+            layers * layer_kv,
+            layers * (per_layer + proj),
+            n,
+        )
+    raw = builtin_config(str(spec.model or ""))
+    if raw is None:
+        return f"the draft {spec.model} is not in pdctl's model table (pdctl/data/models.yaml)"
+    draft = parse_config(str(spec.model), raw, None, from_table=True)
+    draft_tp = spec.draft_tensor_parallel or tp
+    return Draft(
+        f"draft {spec.model} ({draft.layers} layers)",
+        draft.layers,
+        kv_bytes_per_token(draft, draft_tp, 1, kv_dtype, dtype),
+        weights_bytes_per_gpu(draft, draft_tp, 1, dtype),
+        n,
+    )
