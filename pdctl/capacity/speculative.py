@@ -5,11 +5,12 @@ the KV budget) and gives the draft's attention layers KV cache in the same pool 
 target's (the KV cache spec is built from every attention layer, the draft's included), so a
 token costs the target's layers plus the draft's. Known here:
 
-- `mtp`: the target's own multi-token-prediction layers, `num_nextn_predict_layers` (DeepSeek)
-  or `mtp_num_hidden_layers` (Qwen3-Next) of its config (vllm/config/speculative.py
-  `hf_config_override`, 0.23.0 l.301-313 and l.438-443): each counted as one average decoder
+- `mtp`: the target's own multi-token-prediction layers, `num_nextn_predict_layers` (DeepSeek;
+  Qwen3-Next too, 1 when absent: qwen3_next_mtp.py l.60) or `mtp_num_hidden_layers` (Qwen3.5;
+  Qwen3-Next's config has it too) (vllm/config/speculative.py `hf_config_override`, 0.23.0
+  l.301-313, l.438-443, l.463): each counted as one average decoder
   layer of the target plus its 2h x h input projection; embeddings shared with the target
-  (vllm/v1/spec_decode/llm_base_proposer.py `_maybe_share_embeddings`, l.1293-1352).
+  (vllm/v1/spec_decode/llm_base_proposer.py `_maybe_share_embeddings`, l.1293-1360).
 - `draft_model` / `eagle` / `eagle3`: a draft whose config is in the built-in table (by the
   `speculative.model` name): its own layers and weights (embeddings counted: an upper bound).
 
