@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from pdctl.errors import PdctlError
+from pdctl.targets.crashline import telling_line
 from pdctl.targets.stages import log_lines
 
 
@@ -52,7 +53,7 @@ class UpFailed(PdctlError):
                 head = first.why
             else:
                 head = f"{first.unit} on host {first.host} failed: {first.why}"
-                last = last_line(first.log)[:300]
+                last = telling_line(first.log)[:300]
                 if last and last not in first.why:  # not a second time
                     head += f"; its log ends: {last}"
         super().__init__(f"{head}; {outcome.summary()}")

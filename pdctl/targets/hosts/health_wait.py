@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from pdctl.targets.hosts.fleet import Fleet
 
 ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
+# lines of a failed unit's log read for its failure line (pdctl/targets/crashline.py): vLLM's
+# first ERROR line comes before the engine core's traceback and the API server's
+FAILED_TAIL = 300
 
 
 @dataclass
@@ -71,7 +74,7 @@ class HealthWait:
         if unit == "-" or host in self.lost:
             return ""
         try:
-            return self.fleet.ops[host].tail(unit)
+            return self.fleet.ops[host].tail(unit, FAILED_TAIL)
         except HostLost:
             self.lost.add(host)
             return ""
