@@ -11,6 +11,11 @@ vLLM 0.23.0 formulas (docs/capacity.md#hybrid-models-linear-attention-and-mamba)
   larger one when under 1.5x); blocks = available // page // group (`get_num_blocks`);
 - per request (`get_max_concurrency_for_kv_cache_config`): cdiv(len, block) a full group +
   1 a linear group; "GPU KV cache size" = int(blocks / per-request blocks x max_model_len).
+
+The two layouts below were also run through vLLM 0.23.0's own `get_kv_cache_configs` on CPU
+(the 0.23.0 wheel's kv_cache_utils.py with the same FullAttentionSpec / MambaSpec layers and
+available bytes): it printed "GPU KV cache size: 848,796 tokens" (3,212 blocks, 4 groups of 12)
+and "715,707 tokens" (2,621 blocks, 10 groups of 4), the figures asserted here.
 """
 
 from __future__ import annotations

@@ -60,6 +60,10 @@ def test_qwen3_next_mtp_hybrid() -> None:
     assert (layout.full_layers, layout.group) == (13, 13)
     assert layout.blocks_per_request(32768) == 123
     assert mem.kv_tokens == int(layout.blocks(mem.kv_available) / 123 * 32768)
+    # 10 GiB: 10,737,418,240 // 294,912 // 13 = 2,800 blocks; int(2,800 / 123 x 32,768) =
+    # 745,938 (vLLM 0.23.0's own get_kv_cache_configs on CPU, same layers: 2,800 blocks,
+    # "GPU KV cache size: 745,938 tokens", "Maximum concurrency ... 22.76x")
+    assert layout.tokens(10 * 2**30, 32768) == 745_938
 
 
 def test_ngram_and_unknown_drafts_change_nothing() -> None:
