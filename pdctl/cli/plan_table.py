@@ -107,6 +107,10 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
                 f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
                 f" layers sliding-window: a sequence keeps at most {m.layout.window:,} - 1 + "
                 f"{m.layout.in_flight:,} in-flight tokens there"
+                if m.layout is not None and m.layout.sliding_layers
+                else f"; hybrid: {m.layout.full_layers} full-attention layers keep KV, "
+                f"{m.layout.linear_layers} linear/Mamba layers one state a sequence "
+                f"({m.layout.state_bytes:,} B, block {m.layout.block_size} tokens)"
                 if m.layout is not None
                 else ""
             ),
@@ -116,6 +120,9 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             _gib(m.kv_per_sequence),
             "KV / token x maxModelLen"
             if m.layout is None
+            else "full-attention layers: maxModelLen in blocks, + 1 state block a linear/Mamba "
+            "layer group (vLLM's max_memory_usage_bytes)"
+            if not m.layout.sliding_layers
             else "full-attention layers: maxModelLen; sliding-window layers: their window + "
             "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)",
         ),
