@@ -149,3 +149,29 @@ def test_hybrid_weights_count_the_mixers() -> None:
     4,096 x 2,048 ...: 33.7 M each); counting 48 attention layers instead gives 79.0 B."""
     model = model_config("qwen3-next-80b-a3b")
     assert 79.5e9 < model.params < 80.0e9
+
+
+def test_plan_table_describes_the_hybrid_layout(tmp_path) -> None:
+    """`pdctl plan -o wide` on Qwen3-Next with MTP: the KV row names the 13 full-attention
+    layers (12 + the MTP layer), the 36 states of 282,624 B (2 speculative tokens) and the
+    288-token block; the table used to read the sliding-window fields off any layout and
+    crashed (AttributeError: window)."""
+    from tests.helpers import run_cli
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: t\nphase: 0\n"
+        "model: {name: Qwen/Qwen3-Next-80B-A3B-Instruct, maxModelLen: 32768}\n"
+        "engine: {version: '0.23.0'}\nhosts:\n"
+        "  - {name: g, address: 192.0.2.1, gpus: [0, 1, 2, 3], runtime: venv, venv: /opt/v}\n"
+        "serve: {replicas: 1, tensorParallel: 4, speculative: {method: mtp, "
+        "numSpeculativeTokens: 2}}\n"
+    )
+    code, out, err = run_cli(
+        ["plan", str(spec), "--gpu", "H200", "-o", "wide"], env={"COLUMNS": "400", "NO_COLOR": "1"}
+    )
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "hybrid: 13 full-attention layers keep KV, 36 linear/Mamba layers" in text
+    assert "(282,624 B, block 288 tokens)" in text
+    assert "serve.speculative (mtp): counted: the 1 MTP layer(s)" in text
