@@ -75,9 +75,31 @@ def _size(text: str) -> int:
     return size
 
 
+NARROW = 110  # columns: under this (a terminal or COLUMNS) each finding is a block of lines
+
+
 def _table(findings: Any, console: Any) -> None:
+    """The findings as one table, or on a narrow terminal (80 columns) as one block each: a
+    six-column table there cuts checks, hosts and paths into pieces of a few characters."""
+    import sys
+
     from rich.table import Table
 
+    from pdctl.cli import term
+
+    sized = term._columns() is not None or term._terminal(sys.stdout)
+    if sized and console.width < NARROW:
+        for f in findings:
+            console.print(f"[{STYLE[f.status]}]{f.status}[/] [bold]{f.check}[/] {f.where}",
+                          highlight=False)
+            block = Table.grid(padding=(0, 1))
+            block.add_column(no_wrap=True, style="dim")
+            block.add_column(overflow="fold")
+            for label, value in (("found", f.found), ("expected", f.expected), ("fix", f.fix)):
+                if value:
+                    block.add_row(f"  {label}:", value)
+            console.print(block, highlight=False)
+        return
     table = Table(show_lines=False, header_style="bold")
     for col in ("status", "check", "host/node", "found", "expected", "fix"):
         table.add_column(col, overflow="fold")
