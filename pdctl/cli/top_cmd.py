@@ -182,7 +182,8 @@ def _print_once(w: Any, found: Any, output: str) -> None:
     from pdctl.cli import term
     from pdctl.top.dashboard import render
 
-    term.console().print(render(w, found))
+    console = term.console()
+    console.print(render(w, found, width=console.width))
 
 
 def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str,
@@ -227,7 +228,7 @@ def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: 
                     seen.popleft()
                 found = verdicts(w, packed=packed, events=[e for _, e in seen],
                                  canary=checked, peers=peers_of(plan), cpu=_cpu(plan))
-                frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)")
+                frame = render(w, found, f"{KEYS_HINT} (window {window_s:.0f}s)", console.width)
                 if live is not None:
                     term.fit(frame, console)  # Live renders past the console's print hook
                     live.update(frame, refresh=True)

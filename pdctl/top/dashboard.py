@@ -22,7 +22,57 @@ def _pair(a: float | None, b: float | None) -> str:
     return f"{_ms(a)}/{_ms(b)}"
 
 
-def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
+NARROW = 132  # columns: under this the instance table is two (load; latency and KV)
+LOAD_COLUMNS = ("run", "wait", "req/s", "prompt t/s", "gen t/s")
+LATENCY_COLUMNS = ("TTFT p50/p95 ms", "ITL p50/p95 ms", "KV", "prefix hit", "preempt",
+                   "KV recv tok")
+
+
+# the latency table's headers at NARROW (p50/p95 pairs; prefix-cache hit rate; preemptions)
+SHORT = {"TTFT p50/p95 ms": "TTFT ms", "ITL p50/p95 ms": "ITL ms", "prefix hit": "prefix",
+         "preempt": "preempt", "KV recv tok": "KV recv"}
+
+
+GPU_SHORT = {"DRAM bw %": "DRAM %", "tensor %": "tens %", "mem MiB": "mem", "power W": "W",
+             "source": "src"}
+
+
+def _instance_cells(f: Any) -> dict[str, str]:
+    return {
+        "run": _n(f.running, ".0f"), "wait": _n(f.waiting, ".0f"),
+        "req/s": _n(f.request_rate, ".2f"), "prompt t/s": _n(f.prompt_tps),
+        "gen t/s": _n(f.generation_tps), "TTFT p50/p95 ms": _pair(f.ttft_p50, f.ttft_p95),
+        "ITL p50/p95 ms": _pair(f.itl_p50, f.itl_p95), "KV": _n(f.kv_usage, ".0%"),
+        "prefix hit": _n(f.prefix_hit_rate, ".0%"), "preempt": _n(f.preemptions, ".0f"),
+        "KV recv tok": _n(f.kv_tokens_received, ".0f"),
+    }
+
+
+def _instance_table(w: Window, title: str | None, columns: tuple[str, ...], where: bool) -> Any:
+    """The instances with `columns` of their figures (`where`: with role and where)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    inst = Table(title=title, title_justify="left", expand=False, pad_edge=False)
+    keys = ("instance", "role", "where") if where else ("instance",)
+    for col in keys:
+        inst.add_column(col, justify="left", no_wrap=True)
+    for col in columns:
+        inst.add_column(SHORT.get(col, col) if not where else col, justify="right",
+                        no_wrap=True)
+    for f in w.instances:
+        names = (f.name, f.role, f.where)[: len(keys)]
+        if f.error:
+            inst.add_row(*names, Text(f.error, style="red"), *[""] * (len(columns) - 1))
+            continue
+        cells = _instance_cells(f)
+        inst.add_row(*names, *[cells[c] for c in columns])
+    return inst
+
+
+def render(w: Window, verdicts: list[Verdict], hint: str = "", width: int | None = None) -> Any:
+    """The dashboard; `width`: the terminal's columns (under NARROW the instance table is split
+    in two, so that no figure is cut to "…" at 80 columns)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -30,44 +80,11 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
     answered = [f for f in w.instances if not f.error]
     span = f"window {w.seconds:.0f}s" if answered else "no instance answered"
     title = f"{w.name}  phase {w.phase} ({w.target})  {span}"
-    inst = Table(title=title, title_justify="left", expand=False, pad_edge=False)
-    for col in (
-        "instance",
-        "role",
-        "where",
-        "run",
-        "wait",
-        "req/s",
-        "prompt t/s",
-        "gen t/s",
-        "TTFT p50/p95 ms",
-        "ITL p50/p95 ms",
-        "KV",
-        "prefix hit",
-        "preempt",
-        "KV recv tok",
-    ):
-        inst.add_column(col, justify="left" if col in ("instance", "role", "where") else "right")
-    for f in w.instances:
-        if f.error:
-            inst.add_row(f.name, f.role, f.where, Text(f.error, style="red"), *[""] * 10)
-            continue
-        inst.add_row(
-            f.name,
-            f.role,
-            f.where,
-            _n(f.running, ".0f"),
-            _n(f.waiting, ".0f"),
-            _n(f.request_rate, ".2f"),
-            _n(f.prompt_tps),
-            _n(f.generation_tps),
-            _pair(f.ttft_p50, f.ttft_p95),
-            _pair(f.itl_p50, f.itl_p95),
-            _n(f.kv_usage, ".0%"),
-            _n(f.prefix_hit_rate, ".0%"),
-            _n(f.preemptions, ".0f"),
-            _n(f.kv_tokens_received, ".0f"),
-        )
+    if width is not None and width < NARROW:
+        tables = [_instance_table(w, title, LOAD_COLUMNS, True),
+                  _instance_table(w, None, LATENCY_COLUMNS, False)]
+    else:
+        tables = [_instance_table(w, title, LOAD_COLUMNS + LATENCY_COLUMNS, True)]
     roles = Table(title="per role", title_justify="left", pad_edge=False)
     for col in (
         "role",
@@ -94,6 +111,7 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
             _n(r.get("kv_tokens_received"), ".0f"),
         )
     gpus = Table(title="GPUs", title_justify="left", pad_edge=False)
+    narrow = width is not None and width < NARROW
     for col in (
         "gpu",
         "roles",
@@ -106,7 +124,10 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
         "reads",
     ):
         gpus.add_column(
-            col, justify="left" if col in ("gpu", "roles", "source", "reads") else "right"
+            GPU_SHORT.get(col, col) if narrow else col,
+            justify="left" if col in ("gpu", "roles", "source", "reads") else "right",
+            no_wrap=col != "gpu" or not narrow,
+            min_width=12 if col == "gpu" and narrow else None,
         )
     t = limits()
     for g in w.gpus:
@@ -116,6 +137,9 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
             if g.mem_used_mib is None
             else (f"{g.mem_used_mib:.0f}/{_n(g.mem_total_mib, '.0f')}")
         )
+        if narrow and g.mem_used_mib is not None:  # GiB: MiB pairs take 13 columns
+            total = "-" if g.mem_total_mib is None else f"{g.mem_total_mib / 1024:.0f}"
+            mem = f"{g.mem_used_mib / 1024:.0f}/{total}G"
         gpus.add_row(
             f"{g.host}/{g.index} {g.name}",
             ",".join(g.roles) or "-",
@@ -127,7 +151,7 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "") -> Any:
             _n(g.power_w, ".0f"),
             kind(g, t),
         )
-    parts: list[Any] = [inst, roles, *[_router(r) for r in w.routers], gpus]
+    parts: list[Any] = [*tables, roles, *[_router(r) for r in w.routers], gpus]
     with_lora = [f for f in answered if f.lora is not None]
     if with_lora:
         parts.append(Text("LoRA adapters with requests (vllm:lora_requests_info):", style="bold"))
