@@ -129,8 +129,8 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
         space = (engine.get("env") or {}).get(CPU_KV_SPACE)
         if cpu and x["preemptions"] > 0 and x["kv"] >= KV_FULL and _positive(space):
             # a CPU engine's KV cache is VLLM_CPU_KVCACHE_SPACE GiB of RAM; no GPU to add
-            out.append(Proposal(("engine", "env", CPU_KV_SPACE), f"{float(str(space)) * 2:g}", space,
-                                "CPU KV space",
+            doubled = f"{float(str(space)) * 2:g}"
+            out.append(Proposal(("engine", "env", CPU_KV_SPACE), doubled, space, "CPU KV space",
                                 f"{r} preempted {x['preemptions']:g} requests with its KV cache "
                                 f"at {x['kv']:.0%}: twice the RAM for KV (the host needs it)"))
         elif not cpu and x["preemptions"] > 0 and x["kv"] >= KV_FULL:
