@@ -1,7 +1,8 @@
 """E2E `pdctl bench` and the P/D canary on the real vLLM CPU build (small bounded loads).
 
 Phase 0: the report's request count is the engine's own (vllm:request_success_total), its
-percentiles and plan ratios are there, and `--compare` of a run with itself divides to 1.
+percentiles and /metrics timeline are there (a CPU engine: no GPU plan, so no ratios), its HTML
+page opens offline in Chromium, and `--compare` of a run with itself divides to 1.
 Phase 2 (NIXL over UCX behind vllm-router): `up --verify` and bench's canary pass on the
 correct deployment; with decode's UCX limited to TCP on another interface (it cannot reach
 prefill's NIXL agent, so no KV arrives: NIXL's kv_load_failure_policy `fail` fails the request)
@@ -76,9 +77,17 @@ def test_phase0_report_counts_what_the_engine_counted(served, ssh_env):
     line = row["timeline"]  # the engine's /metrics sampled while the step ran
     assert line["t"] and line["t"] == sorted(line["t"]), line
     assert len(line["running"]) == len(line["t"]) and "seconds into the step" in page
+    from tests.report.chromium import BINARY, visit
+
+    if BINARY is not None:  # CI installs chromium: the page of this real run opens offline
+        seen = visit(data / "run.html", data / "run.png")  # the screenshot stays in tmp
+        assert (seen.errors, seen.requests) == ([], []), seen
+        assert seen.svgs == page.count("<svg") >= 4  # latency, throughput, roles, timeline
     assert m["outputTokens"] == 12 * 16  # --ignore-eos: every request its whole output
     assert set(m["ttftMs"]) == {"mean", "p50", "p90", "p99"} and m["ttftMs"]["p50"] > 0
-    assert step["predicted"]["tpotMs"] and step["ratio"]["tpotMs"] > 0
+    # a CPU engine: no GPU plan to hold it against (no predictions, no ratios), and why
+    assert "predicted" not in step and "ratio" not in step, step.keys()
+    assert report["plan"]["basis"] == "engine.device cpu: no GPU plan"
     (engine,) = report["engines"]
     assert engine["version"] == "0.32.0" and "--enforce-eager" in engine["flags"]
     assert report["canary"] is None  # no P/D path in phase 0
