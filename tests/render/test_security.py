@@ -209,6 +209,7 @@ def test_kubernetes_examples_are_all_found() -> None:
     assert [p.stem for p in K8S_EXAMPLES] == [
         "phase1-k8s",
         "phase1-lws",
+        "phase2-k8s-autoscale",
         "phase2-llmd",
         "phase3-hami-pools",
         "phase3-hami",

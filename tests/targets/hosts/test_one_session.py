@@ -64,7 +64,8 @@ def test_preflight_runs_one_exec_per_host(ssh_env, counted, fake_venv, tmp_path)
     assert recorded["df-shm.txt"].startswith("Filesystem")
     assert recorded["venv.txt"].endswith("vllm: " + str(fake_venv / "bin" / "vllm") + "\n")
     assert recorded["supervise.txt"].startswith("pid1 ")  # what systemd supervision needs
-    assert len(recorded) == 9, sorted(recorded)  # ls /sys/class/infiniband fails: .err
+    assert recorded["bundle.txt"].startswith("from ")  # what preflight --bundle compares
+    assert len(recorded) == 10, sorted(recorded)  # ls /sys/class/infiniband fails: .err
     assert counted.count() == 1
 
 
