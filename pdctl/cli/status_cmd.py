@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         """Show every instance of SPEC and whether it is healthy.
 
         A router with no healthy engine of a role behind it is `degraded`."""
+        from rich.table import Table
 
         from pdctl import actions
         from pdctl.cli import term
@@ -77,14 +78,22 @@ def register(app: typer.Typer) -> None:
             if failed:
                 raise failed
             return
-        import sys
-
-        from pdctl.cli.status_table import NARROW, status_table
-
+        table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
+        columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model"]
+        columns += ["endpoint", "why"]
+        # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
+        columns = [
+            c
+            for c in columns
+            if c in ("host", "unit", "role", "state")
+            or any(row[c] not in ("", "-") for row in rows)
+        ]
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(str(row[c]) for c in columns))
         console = term.console()
-        sized = term._columns() is not None or term._terminal(sys.stdout)
-        title = f"{plan.name} (phase {plan.phase}, {plan.target})"
-        console.print(status_table(rows, title, sized and console.width < NARROW))
+        console.print(table)
         console.print(status_line(rows), markup=False)
         if canary is not None:
             console.print(str(canary["verdict"]), markup=False, highlight=False)
