@@ -87,8 +87,7 @@ def _table(findings: Any, console: Any) -> None:
 
     from pdctl.cli import term
 
-    sized = term._columns() is not None or term._terminal(sys.stdout)
-    if sized and console.width < NARROW:
+    if term.sized(sys.stdout) and console.width < NARROW:
         for f in findings:
             console.print(f"[{STYLE[f.status]}]{f.status}[/] [bold]{f.check}[/] {f.where}",
                           highlight=False)

@@ -45,6 +45,12 @@ def _terminal(stream: IO[str]) -> bool:
         return False
 
 
+def sized(stream: IO[str]) -> bool:
+    """Whether output on `stream` has a width to fit (COLUMNS, or a terminal); else it is
+    piped and every table prints whole."""
+    return _columns() is not None or _terminal(stream)
+
+
 def width(stream: IO[str], piped_width: int | None) -> int | None:
     """The width for a console on `stream`: COLUMNS, else a terminal's own (None), else
     piped_width (None: rich's default of 80)."""
@@ -62,7 +68,7 @@ def console(stderr: bool = False, piped_width: int | None = None, **kwargs: Any)
     from rich.console import Console, RenderHook
 
     stream = sys.stderr if stderr else sys.stdout
-    whole = _columns() is None and not _terminal(stream)
+    whole = not sized(stream)
 
     class Fit(RenderHook):
         def process_renderables(self, renderables: list[Any]) -> list[Any]:

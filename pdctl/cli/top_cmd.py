@@ -186,8 +186,7 @@ def _print_once(w: Any, found: Any, output: str) -> None:
     import sys
 
     # piped with no COLUMNS: every table whole (term.console), so the wide dashboard
-    sized = term._columns() is not None or term._terminal(sys.stdout)
-    console.print(render(w, found, width=console.width if sized else None))
+    console.print(render(w, found, width=console.width if term.sized(sys.stdout) else None))
 
 
 def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str,
