@@ -245,6 +245,13 @@ def wait_port(
     wait_until(lambda: connects(port, host, netns), label, alive, timeout, 0.1, detail)
 
 
+def data(name: str) -> Any:
+    """A case table of tests/data/ (YAML)."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "tests" / "data" / name).read_text())
+
+
 def at(error: Any) -> tuple[str, int | None, str]:
     """Where a SpecError points: (file, line, field path), its structured fields."""
     return error.file, error.line_no, error.path
