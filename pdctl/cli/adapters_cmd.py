@@ -7,10 +7,16 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.table import Table
 
+from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.specfile import plan_from, with_overlays
+from pdctl.errors import PdctlError, SpecError, UsageError
+from pdctl.plan.lora import check_adapters_call
+from pdctl.render import render
+from pdctl.top.adapters import call_engines, listed_adapters, reason
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
@@ -44,12 +50,6 @@ def register(app: typer.Typer) -> None:
         """List, load or unload LoRA adapters on every engine of SPEC (prefill and decode
         alike) through vLLM's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter.
         load and unload need `model.lora.runtimeLoading` (and so `secrets.apiKey`)."""
-        from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from
-        from pdctl.errors import PdctlError, SpecError, UsageError
-        from pdctl.plan.lora import check_adapters_call
-        from pdctl.render import render
-
         if action not in ACTIONS:
             raise UsageError(f"ACTION must be list, load or unload (got {action!r})")
         if output not in ("table", "json"):
@@ -67,7 +67,6 @@ def register(app: typer.Typer) -> None:
         except SpecError as exc:
             raise source.locate(exc) from None
         key = _api_key(plan)
-        from pdctl.top.adapters import call_engines
 
         body = {"lora_name": str(name)} | ({"lora_path": str(path)} if path else {})
         call: tuple[str, str, dict[str, str] | None] = ("POST", f"/v1/{action}_lora_adapter", body)
@@ -82,8 +81,6 @@ def register(app: typer.Typer) -> None:
 
 def _api_key(plan: Plan) -> str | None:
     """The API key from the local variable `secrets.apiKey.env` (as `pdctl up` reads it)."""
-    from pdctl.errors import UsageError
-
     ref = plan.spec.secrets.api_key
     if ref is None:
         return None
@@ -97,14 +94,10 @@ def _api_key(plan: Plan) -> str | None:
 
 
 def _why(a: Answer) -> str:
-    from pdctl.top.adapters import reason
-
     return a.text if a.status == 0 else f"{a.status} {reason(a.text)}"
 
 
 def _show(plan: Plan, action: str, answers: list[Answer], output: str) -> None:
-    from pdctl.top.adapters import listed_adapters
-
     served = plan.served_name
     rows = []
     for a in answers:
@@ -118,9 +111,7 @@ def _show(plan: Plan, action: str, answers: list[Answer], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps({"name": plan.name, "action": action, "engines": rows}, indent=2))
         return
-    from rich.table import Table
 
-    from pdctl.cli import term
 
     table = Table(title=f"{plan.name}: adapters {action}")
     for col in ("engine", "role", "host", "adapters" if action == "list" else "result"):

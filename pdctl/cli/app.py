@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import os
 import sys
 from typing import Any
 
 import typer
+from typer.main import get_command
 
 from pdctl import __version__
+from pdctl.cli import state
+from pdctl.cli.metavars import polish
+from pdctl.cli.way_out import exit_now as _exit
+from pdctl.cli.way_out import fail as _fail
+from pdctl.cli.way_out import output_error, output_failed
+from pdctl.errors import PdctlError
 
 # The command of each module; each module has `register(app)`. Command modules import heavy
 # clients (paramiko, docker, kubernetes) only inside the command functions, and a run loads
@@ -51,8 +61,6 @@ def root(
     ),
 ) -> None:
     """pdctl: vLLM deployments from bare metal to Kubernetes."""
-    from pdctl.cli import state
-
     state.DEBUG = state.DEBUG or debug
 
 
@@ -95,8 +103,6 @@ def __getattr__(name: str) -> Any:
 def wanted(args: list[str] | None) -> tuple[str, ...] | None:
     """The one command a run needs: the first word of `args` when it names a command (the
     root's options take no values); None (every command) for help, completion or a typo."""
-    import os
-
     if args is None or os.environ.get("_PDCTL_COMPLETE"):
         return None
     first = next((a for a in args if not a.startswith("-")), None)
@@ -106,10 +112,6 @@ def wanted(args: list[str] | None) -> tuple[str, ...] | None:
 def command(args: list[str] | None = None) -> Any:
     """The click command tree with pdctl's metavars (SPEC, DIR, INTEGER): of every command,
     or, given a run's arguments, of the command they name only."""
-    from typer.main import get_command
-
-    from pdctl.cli.metavars import polish
-
     names = wanted(args)
     return polish(get_command(__getattr__("app") if names is None else build(names)))
 
@@ -144,10 +146,6 @@ def _usage_line(exc: Exception, errors: object) -> str:
 def root_help() -> str:
     """`pdctl --help` exactly as typer prints it at 80 columns (`pdctl.cli.entry` serves a
     stored copy of it without importing typer)."""
-    import contextlib
-    import io
-    import os
-
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "80"
     out = io.StringIO()
@@ -164,14 +162,8 @@ def root_help() -> str:
 
 def main() -> None:
     """Entry point: run the app; PdctlError becomes one line on stderr and its exit code."""
-    from pdctl.cli.way_out import exit_now as _exit
-    from pdctl.cli.way_out import fail as _fail
-    from pdctl.cli.way_out import output_error, output_failed
-    from pdctl.errors import PdctlError
-
     if sys.stdout is None:  # started with `>&-`
         _fail("error: standard output is closed; redirect it to a file or /dev/null", 2)
-    from pdctl.cli import state
 
     args, state.DEBUG = take_debug(sys.argv[1:])
     try:

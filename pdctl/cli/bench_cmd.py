@@ -8,9 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.table import Table
 
+from pdctl.bench.report import problems
+from pdctl.bench.run import no_gpu_plan, predictions, run
+from pdctl.cli import term
+from pdctl.cli.bench_show import num
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.specfile import load, read_spec, with_overlays
+from pdctl.errors import PdctlError, UsageError
+from pdctl.inputs import capacity_plan
 
 if TYPE_CHECKING:
     from pdctl.bench.load import Workload
@@ -20,11 +27,6 @@ if TYPE_CHECKING:
 def _predictions(spec_file: str, w: Workload) -> Predictions:
     """`pdctl plan`'s figures for the bench's workload and the plan itself (what `plan --load`
     simulates each step on), or None and why."""
-    from pdctl.bench.run import no_gpu_plan, predictions
-    from pdctl.cli.specfile import read_spec
-    from pdctl.errors import PdctlError
-    from pdctl.inputs import capacity_plan
-
     if spec_file == "-":  # stdin was read once, for the deployment
         return None, "none (SPEC came from stdin; give a file to compare with `pdctl plan`)", None
     try:
@@ -77,8 +79,6 @@ def register(app: typer.Typer) -> None:
         deployment host) and report TTFT/TPOT/ITL, throughput and goodput beside what `pdctl
         plan` predicted, with what each role's /metrics saw; run the P/D canary (phases 2, 3).
         Exit 1 when a request failed or the canary failed."""
-        from pdctl.errors import PdctlError, UsageError
-
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         if report_file is not None:
@@ -100,9 +100,6 @@ def register(app: typer.Typer) -> None:
             return
         if spec is None:
             raise UsageError("missing SPEC", fix="pdctl bench SPEC, or --compare A.json B.json")
-        from pdctl.bench.report import problems
-        from pdctl.bench.run import run
-        from pdctl.cli.specfile import load
 
         plan, bundle = load(spec, None, None)
         report = run(plan, bundle, conn.ssh, lambda w: _predictions(spec, w), instance,
@@ -132,10 +129,7 @@ def _show_compare(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps(doc, indent=2))
         return
-    from rich.table import Table
 
-    from pdctl.cli import term
-    from pdctl.cli.bench_show import num
 
     console = term.console()
     for line in doc["flagDifferences"]:

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from pdctl.cli import term
+
 ROWS = (
     ("TTFT ms", "ttftMs"),
     ("TPOT ms", "tpotMs"),
@@ -20,12 +26,6 @@ RATES = (
 
 
 def show(report: dict[str, Any]) -> None:
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
-    from pdctl.cli import term
-
     console = term.console()
     versions = sorted({str(e.get("version")) for e in report["engines"]})
     console.print(

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from pdctl.errors import UsageError
+from pdctl.targets.base import Connect
+from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
 
 if TYPE_CHECKING:
     from pdctl.targets.base import Connect
@@ -45,8 +47,6 @@ class ConnectFlags:
     def ssh(self, dry_run: bool = False) -> SshOptions:
         """SSH options; a dry run trusts new keys (with --accept-new-host-keys) without
         writing known_hosts."""
-        from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
-
         if self.known_hosts and not self.accept_new_host_keys:
             must_exist(
                 self.known_hosts,
@@ -64,8 +64,6 @@ class ConnectFlags:
 
     def target(self, dry_run: bool = False) -> Connect:
         """How to reach the plan's target (pdctl.targets.open_target)."""
-        from pdctl.targets.base import Connect
-
         return Connect(
             ssh=self.ssh(dry_run),
             parallel=self.parallel,

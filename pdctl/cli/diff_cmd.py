@@ -7,8 +7,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.progress import KUBE_WORDS, ConsoleProgress
+from pdctl.cli.specfile import load
+from pdctl.cli.term import console
+from pdctl.errors import PdctlError
 
 if TYPE_CHECKING:
     from pdctl.actions import Diff
@@ -30,12 +35,6 @@ def register(app: typer.Typer) -> None:
         """Show what `up` would change: on Kubernetes a server-side dry run of every object
         diffed against the live one (and what prune would delete); on hosts each instance to
         start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
-        from pdctl import actions
-        from pdctl.cli.progress import ConsoleProgress
-        from pdctl.cli.specfile import load
-        from pdctl.cli.term import console
-        from pdctl.errors import PdctlError
-
         err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
         try:
             plan, bundle = load(spec, phase, target)
@@ -51,8 +50,6 @@ def register(app: typer.Typer) -> None:
 def report(found: Diff) -> list[str]:
     """The lines `pdctl diff` prints: per change a header line, then its unified diff; last a
     count per action."""
-    from pdctl.cli.progress import KUBE_WORDS
-
     out: list[str] = []
     counts: dict[str, int] = {}
     kube = found.kind == "kubernetes"

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from pdctl import actions
+from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.down_preview import confirm_down
 from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.progress import ConsoleProgress
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.errors import PdctlError
 
 
 def register(app: typer.Typer) -> None:
@@ -41,12 +46,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
-        from pdctl import actions
-        from pdctl.cli import term
-        from pdctl.cli.progress import ConsoleProgress
-        from pdctl.cli.specfile import load
-        from pdctl.errors import PdctlError
-
         console = term.console(log_path=False)
         plan, bundle = load(spec, phase, target)
         if dry_run:
@@ -55,7 +54,6 @@ def register(app: typer.Typer) -> None:
             for line in preview(plan, bundle, conn.target(dry_run=True), delete_volumes).lines():
                 console.print(line, soft_wrap=True)
             return
-        from pdctl.cli.down_preview import confirm_down
 
         options = conn.target()
         confirm_down(plan, actions.capabilities_of(plan, options), yes)

@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pdctl.errors import PdctlError
+import typer
+
+from pdctl.actions import down_plan, kind_of
+from pdctl.errors import PdctlError, UsageError
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
@@ -62,8 +65,6 @@ def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool =
     """Connect and list what `down` would remove (actions.down_plan); changes nothing. SSH
     hosts that cannot be reached (or are lost meanwhile) are recorded, as `down` records
     them."""
-    from pdctl.actions import down_plan, kind_of
-
     plan_ = down_plan(plan, bundle, options, delete_volumes)
     return Preview(
         kind_of(plan, options),
@@ -81,9 +82,7 @@ def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
     unasked."""
     if yes or not caps.confirm_down:
         return
-    import typer
 
-    from pdctl.errors import UsageError
 
     namespace = plan.spec.kubernetes.namespace
     if not sys.stdin.isatty():

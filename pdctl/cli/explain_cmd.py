@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from pdctl.explain import explain_text
+
 
 def register(app: typer.Typer) -> None:
     @app.command("explain")
@@ -17,6 +19,4 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Explain a spec field: type, default, allowed values, description, an example and,
         for a section, its fields (as `kubectl explain`)."""
-        from pdctl.explain import explain_text
-
         typer.echo(explain_text(field))

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from pdctl.errors import PdctlError, UsageError
+from pdctl.render.template import templates_dir
 
 PHASES = {
     0: "init-phase0.yaml",
@@ -20,8 +21,6 @@ SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl schema >` writes
 def example_text(phase: int, schema: str | None = None) -> str:
     """The example spec of a phase, its first line the yaml-language-server modeline that
     points editors at the spec's JSON Schema (a path relative to the spec, or a URL)."""
-    from pdctl.render.template import templates_dir
-
     text = (templates_dir() / PHASES[phase]).read_text(encoding="utf-8")
     return modeline(schema or SCHEMA_FILE) + text
 

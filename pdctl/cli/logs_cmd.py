@@ -6,9 +6,11 @@ import sys
 
 import typer
 
+from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.errors import PdctlError
 
 WORKLOADS = ("Deployment", "StatefulSet", "LeaderWorkerSet", "DaemonSet")
 
@@ -17,9 +19,6 @@ def unit_names(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of UNIT: the units SPEC plans (on Kubernetes its workloads, whose names
     start their pods' names). Reads and plans the spec only: nothing connects, and a spec that
     does not load completes nothing."""
-    from pdctl.cli.specfile import load
-    from pdctl.errors import PdctlError
-
     spec = ctx.params.get("spec")
     if not spec or spec == "-":
         return []
@@ -52,8 +51,5 @@ def register(app: typer.Typer) -> None:
         target: str | None = TARGET,
     ) -> None:
         """Print the log of UNIT (every unit's last lines when UNIT is left out)."""
-        from pdctl import actions
-        from pdctl.cli.specfile import load
-
         plan, bundle = load(spec, phase, target)
         actions.logs(plan, bundle, conn.target(), unit, follow, lines, sys.stdout.write)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from pdctl.capacity.atload import parse_load, predict
+from pdctl.capacity.fromlog import compare, parse_log
 from pdctl.cli.options import FACTS, SPEC
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.specfile import read_spec, with_overlays
+from pdctl.errors import UsageError
+from pdctl.inputs import capacity_plan
 
 
 def register(app: typer.Typer) -> None:
@@ -73,11 +78,8 @@ def register(app: typer.Typer) -> None:
 
         Exit 0 when every role fits, 1 when one does not (the table says what would fit),
         2 when the spec or an option is wrong."""
-        from pdctl.errors import UsageError
-
         if output not in ("table", "wide", "json"):
             raise UsageError(f"--output must be table, wide or json (got {output!r})")
-        from pdctl.capacity.atload import parse_load
 
         loads = [parse_load(x) for x in load]
         if report_file is not None:
@@ -90,8 +92,6 @@ def register(app: typer.Typer) -> None:
             ("--ttft-ms", ttft_ms),
             ("--tpot-ms", tpot_ms),
         )
-        from pdctl.cli.specfile import read_spec
-        from pdctl.inputs import capacity_plan
 
         spec_model, source = read_spec(spec)
         result, origin = capacity_plan(
@@ -139,7 +139,6 @@ def _at_loads(result: Any, loads: list[Any]) -> list[dict[str, Any]]:
     """The predictions at each --load (none where a role does not fit)."""
     if not loads or not result.fits:
         return []
-    from pdctl.capacity.atload import predict
 
     t = result.traffic
     return [predict(result, x, t.ttft_ms, t.tpot_ms) for x in loads]
@@ -156,10 +155,6 @@ def _cpu_kv_space(spec: Any) -> float | None:
 
 def _finite(*options: tuple[str, float | None]) -> None:
     """Refuse inf, nan and numbers not above 0 in the float options (typer takes them)."""
-    import math
-
-    from pdctl.errors import UsageError
-
     for name, value in options:
         if value is not None and (not math.isfinite(value) or value <= 0):
             raise UsageError(f"{name} must be a finite number above 0 (got {value})")
@@ -170,9 +165,6 @@ MAX_LOG_BYTES = 64 * 1024 * 1024  # a start-up log is KiBs; a whole day's log ma
 
 def _compare(result: Any, log_file: str) -> dict[str, Any]:
     """Read a vLLM log (the only I/O) and compare it with the plan's first role."""
-    from pdctl.capacity.fromlog import compare, parse_log
-    from pdctl.errors import UsageError
-
     try:
         with Path(log_file).expanduser().open("rb") as stream:
             data = stream.read(MAX_LOG_BYTES + 1)

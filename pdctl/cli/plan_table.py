@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
+from rich.table import Table
+
+from pdctl.capacity.lora import host_bytes
+from pdctl.capacity.profile import flashinfer_only, nvlink
+from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY, time_slice_basis
+from pdctl.cli.term import console as make_console
+
 GIB = 1024**3
 
 
@@ -21,8 +29,6 @@ def _bytes(value: int) -> str:
 
 def _lora_rows(m: Any, s: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     """The LoRA buffers (part of the weights) and the adapters' host memory (docs/lora.md)."""
-    from pdctl.capacity.lora import host_bytes
-
     if s.lora is None:
         return []
     lo = s.lora
@@ -46,8 +52,6 @@ def _lora_rows(m: Any, s: Any, wide: bool = True) -> list[tuple[str, str, str]]:
 def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     """The memory rows: (label, value, how). Not `wide`: the short values of the compact
     table (80 columns, no "how"): `-o wide` shows the whole figure and how it is made."""
-    from pdctl.capacity.profile import flashinfer_only, nvlink
-
     m, s = r.memory, r.shape
     batched, seqs = s.batching(m.total, m.max_model_len)
     util = f"{r.util:.2f}" + (" (spec)" if r.util_from_spec else " (recommended)")
@@ -247,8 +251,6 @@ _PREFILL = "modelled: 50% of peak FLOP/s (assumed MFU) / FLOPs per token"
 
 
 def _sliced(per_gpu: int) -> str:
-    from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY, time_slice_basis
-
     return (
         f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
         f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
@@ -350,11 +352,6 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
 
     The default table is compact (figures only, readable at 80 columns); `wide` (`-o wide`,
     the kubectl habit) adds the "how" column and the whole figures (docs/capacity.md)."""
-    from rich import box
-    from rich.table import Table
-
-    from pdctl.cli.term import console as make_console
-
     console = make_console(piped_width=132)
     model, gpu = plan.model, plan.gpu
     source = (
@@ -436,10 +433,6 @@ def _pd_line(console: Any, plan: Any) -> None:
 
 def show_comparison(data: dict[str, Any]) -> None:
     """Print `--from-log`: predicted vs observed per memory term."""
-    from rich.table import Table
-
-    from pdctl.cli.term import console as make_console
-
     console = make_console(piped_width=132)
     title = f"predicted vs the log ({data['role']}"
     title += f", vLLM {data['version']})" if data["version"] else ")"
@@ -481,10 +474,6 @@ def show_comparison(data: dict[str, Any]) -> None:
 
 def show_loads(loads: list[dict[str, Any]]) -> None:
     """Print `--load`: one column per load, p50 (p90) of each latency, throughput, goodput."""
-    from rich.table import Table
-
-    from pdctl.cli.term import console as make_console
-
     console = make_console(piped_width=132)
     if not loads:
         console.print("speed at a load: none (a role does not fit)")
@@ -529,11 +518,6 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     GPU memory, no GPU roofline, no GPU to assume); what the model alone says is printed: its
     weights, KV per token and per max-length sequence, and what `VLLM_CPU_KVCACHE_SPACE`
     holds (docs/capacity.md, "CPU engines")."""
-    from rich import box
-    from rich.table import Table
-
-    from pdctl.cli.term import console as make_console
-
     console = make_console(piped_width=132)
     model = plan.model
     source = "built-in table" if model.from_table else "model.config"

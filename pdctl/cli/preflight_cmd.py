@@ -3,32 +3,40 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
 
-from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli import term
+from pdctl.cli.connect import ConnectFlags, connection, must_exist
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.specfile import plan_from, with_overlays
+from pdctl.errors import UsageError
+from pdctl.inputs import read_model_config
+from pdctl.offline.ship import bundled, hosts_of
+from pdctl.plan.topology import plan_hosts
+from pdctl.preflight import bundle
+from pdctl.preflight import record as rec
+from pdctl.preflight.bundle import Wanted
+from pdctl.preflight.facts import CLUSTER, SSH
+from pdctl.preflight.finding import worst
+from pdctl.preflight.registry import facts_from, gather, run_checks, steps
+from pdctl.preflight.run import Bounds, Options
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
 def _hf_config(plan: Any, spec_path: str, source: Any) -> dict[str, Any] | None:
-    from pdctl.inputs import read_model_config
-
     ref = plan.spec.model.config
     return read_model_config(ref, spec_path, source) if ref else None
 
 
 def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-
-    from pdctl.cli import term
-    from pdctl.preflight.registry import gather, steps
-
     console = term.console(stderr=True)
     if quiet or not console.is_terminal:
         return gather(plan, options)
@@ -59,10 +67,6 @@ UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10
 
 def _size(text: str) -> int:
     """`--transfer-bytes`: 1048576, 64MiB, 1GiB, 500MB."""
-    import re
-
-    from pdctl.errors import UsageError
-
     m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else ""
     if m is None or unit not in UNITS:
@@ -81,12 +85,6 @@ NARROW = 110  # columns: under this (a terminal or COLUMNS) each finding is a bl
 def _table(findings: Any, console: Any) -> None:
     """The findings as one table, or on a narrow terminal (80 columns) as one block each: a
     six-column table there cuts checks, hosts and paths into pieces of a few characters."""
-    import sys
-
-    from rich.table import Table
-
-    from pdctl.cli import term
-
     if term.sized(sys.stdout) and console.width < NARROW:
         for f in findings:
             console.print(f"[{STYLE[f.status]}]{f.status}[/] [bold]{f.check}[/] {f.where}",
@@ -112,9 +110,6 @@ def _table(findings: Any, console: Any) -> None:
 def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
     """The bundle checked as `up --bundle` checks it (every file's sha256, the spec's
     requirements carried): (what it asks of a host, the scripts rendered from it)."""
-    from pdctl.offline.ship import bundled
-    from pdctl.preflight.bundle import Wanted
-
     _, rendered, manifest = bundled(plan, folder)
     wheels, weights = (sum(e.size for e in manifest.part(top).values())
                        for top in ("wheels", "weights"))
@@ -124,12 +119,6 @@ def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
 def _bundle_findings(plan: Any, raw: dict[str, dict[str, str]], want: Any,
                      rendered: Any) -> tuple[Any, ...]:
     """bundle.* findings: each reached host that installs from the bundle, then the scripts."""
-    import re
-
-    from pdctl.offline.ship import hosts_of
-    from pdctl.preflight import bundle
-    from pdctl.preflight.facts import SSH
-
     out = []
     for h in hosts_of(plan):
         if SSH not in raw.get(h.name, {SSH: ""}):
@@ -216,18 +205,6 @@ def register(app: typer.Typer) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
         transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
-        from pdctl.cli import term
-        from pdctl.cli.connect import must_exist
-        from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from
-        from pdctl.errors import UsageError
-        from pdctl.plan.topology import plan_hosts
-        from pdctl.preflight import record as rec
-        from pdctl.preflight.facts import CLUSTER
-        from pdctl.preflight.finding import worst
-        from pdctl.preflight.registry import facts_from, run_checks
-        from pdctl.preflight.run import Bounds, Options
-
         check_phase_target(phase, target)
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 from rich.text import Text
 
 from pdctl.targets.stages import printable
@@ -72,8 +74,6 @@ class ConsoleProgress:
         return self.table()
 
     def table(self) -> Table:
-        from rich.table import Table
-
         table = Table(box=None, show_header=True, pad_edge=False)
         for col in ("instance", "where", "stage", "waited", "latest log line"):
             table.add_column(col, no_wrap=col != "latest log line", overflow="ellipsis")
@@ -126,8 +126,6 @@ class ConsoleProgress:
     @contextmanager
     def showing(self) -> Iterator[None]:
         """A live table of the instances' stages, below the logged steps (terminal only)."""
-        from rich.live import Live
-
         with Live(get_renderable=self.shown, console=self.console, refresh_per_second=4) as live:
             self.live = live
             try:
@@ -151,8 +149,6 @@ def _both(
 
 
 def print_changes(console: Console, changes: list[Change]) -> None:
-    from rich.table import Table
-
     table = Table(title="plan", show_lines=False)
     for col in ("host", "unit", "role", "action", "why"):
         table.add_column(col)

@@ -12,6 +12,7 @@ import types
 import typing
 from typing import Any
 
+from pdctl.cli.app import command
 from pdctl.docgen import cell, table
 
 HEADER = [
@@ -95,8 +96,6 @@ def command_section(name: str, cmd: Any) -> list[str]:
 
 
 def reference() -> str:
-    from pdctl.cli.app import command
-
     root = command()
     lines = list(HEADER)
     lines += ["Global options (before the command):", ""]

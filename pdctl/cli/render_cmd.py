@@ -10,8 +10,11 @@ from typing import Any
 
 import typer
 
-from pdctl.cli.options import FACTS, PHASE, SPEC, STRICT, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.bundle_folder import write
+from pdctl.cli.options import FACTS, PHASE, SPEC, STRICT, TARGET, check_phase_target
+from pdctl.cli.specfile import plan_from, warn, with_overlays
+from pdctl.errors import UsageError
+from pdctl.inputs import render_plan
 
 
 def register(app: typer.Typer) -> None:
@@ -40,10 +43,6 @@ def register(app: typer.Typer) -> None:
         strict: bool = STRICT,
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""
-        from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from, warn
-        from pdctl.inputs import render_plan
-
         check_phase_target(phase, target)
         check_output(output, output_dir)
         plan, source = plan_from(spec, phase, target, facts)
@@ -55,7 +54,6 @@ def register(app: typer.Typer) -> None:
             else:
                 sys.stdout.write(bundle.stream())
             return
-        from pdctl.cli.bundle_folder import write
 
         say = lambda msg: typer.echo(msg, err=True)  # noqa: E731
         done = write(bundle, plan.name, output_dir, say)
@@ -71,8 +69,6 @@ def register(app: typer.Typer) -> None:
 
 def check_output(output: str, output_dir: Path | None) -> None:
     """-o is the format; a folder given as -o (as older pdctl took it) is a usage error."""
-    from pdctl.errors import UsageError
-
     if output not in ("yaml", "json"):
         raise UsageError(
             f"-o/--output is the format, yaml or json (got {output!r}); "

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pdctl.cli import term
+from pdctl.errors import UsageError
+
 
 def check_report_path(path: Path) -> None:
     """Refuse a --report path that cannot be written before any work is done (a bench runs
     for minutes)."""
-    from pdctl.errors import UsageError
-
     if path.is_dir():
         raise UsageError(f"--report {path}: is a directory", fix="give a file name, e.g. run.html")
     if not path.parent.is_dir():
@@ -19,12 +20,9 @@ def check_report_path(path: Path) -> None:
 
 
 def write_report(path: Path, html: str) -> None:
-    from pdctl.errors import UsageError
-
     try:
         path.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--report {path}: {exc.strerror}") from None
-    from pdctl.cli import term
 
     term.console(stderr=True).print(f"report written to {path}", highlight=False)

@@ -6,6 +6,9 @@ import json
 
 import typer
 
+from pdctl import __version__
+from pdctl.spec.model import Spec
+
 # The schema's name, one per pdctl version (the spec changes with pdctl). `.example` is a
 # reserved domain (RFC 2606): the $id names the schema and is never fetched; editors read the
 # file `pdctl schema` writes (docs/spec.md, "Editor support").
@@ -13,14 +16,10 @@ SCHEMA_ID = "https://pdctl.example/schema/spec-{version}.json"
 
 
 def schema_id() -> str:
-    from pdctl import __version__
-
     return SCHEMA_ID.format(version=__version__)
 
 
 def spec_schema() -> dict:
-    from pdctl.spec.model import Spec
-
     schema = Spec.model_json_schema(by_alias=True, mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = schema_id()

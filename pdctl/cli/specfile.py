@@ -11,8 +11,12 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 from pdctl import inputs
-from pdctl.errors import SpecError, UsageError
+from pdctl.cli.options import check_phase_target
+from pdctl.errors import SpecError, UsageError, one_line
+from pdctl.inputs import capacity_warnings
 from pdctl.spec.source import MAX_SPEC_BYTES, Source
 
 if TYPE_CHECKING:  # the plan and the models load when a spec is read, not at start-up
@@ -28,8 +32,6 @@ OVERLAYS: ContextVar[tuple[str, ...]] = ContextVar("pdctl_overlays", default=())
 def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command `--overlay FILE` (repeatable): every spec the command reads through
     read_spec is its SPEC deep-merged with these files, in order (docs/spec.md, Overlays)."""
-    import typer
-
     option = typer.Option(
         None,
         "--overlay",
@@ -112,8 +114,6 @@ def load(
     spec: str, phase: int | None, target: str | None, facts: Path | None = None
 ) -> tuple[Plan, Bundle]:
     """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs)."""
-    from pdctl.cli.options import check_phase_target
-
     check_phase_target(phase, target)
     plan, source = plan_from(spec, phase, target, facts)
     return plan, inputs.render_plan(plan, source)
@@ -122,8 +122,6 @@ def load(
 def caution_lines(plan: Plan, source: Source) -> list[str]:
     """The plan's located warnings (`file:line: warning: path: what; fix`): settings that may
     not work where they run (plan/transport.py); `--strict` refuses them."""
-    from pdctl.errors import one_line
-
     out = []
     for c in plan.cautions:
         located = source.locate(SpecError(c.message, path=c.path, fix=c.fix))
@@ -138,10 +136,6 @@ def warn(spec_file: str, plan: Plan, strict: bool, source: Source) -> tuple[list
     """The plan's notes, located cautions and capacity warnings on stderr (render, validate);
     `--strict` refuses (exit 1) a role that does not fit, or a caution, before anything is
     written. Returns (cautions, capacity warnings) as printed."""
-    import typer
-
-    from pdctl.inputs import capacity_warnings
-
     for note in plan.notes:
         typer.echo(f"{spec_file}: warning: {note}", err=True)
     cautions = caution_lines(plan, source)

@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.table import Table
 
+from pdctl import actions
+from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.cli.summary import degrade, status_counts, status_line
+from pdctl.errors import PdctlError, UsageError
+from pdctl.top.source import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -35,14 +41,6 @@ def register(app: typer.Typer) -> None:
         """Show every instance of SPEC and whether it is healthy.
 
         A router with no healthy engine of a role behind it is `degraded`."""
-        from rich.table import Table
-
-        from pdctl import actions
-        from pdctl.cli import term
-        from pdctl.cli.specfile import load
-        from pdctl.cli.summary import degrade, status_counts, status_line
-        from pdctl.errors import PdctlError, UsageError
-
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
@@ -114,8 +112,6 @@ def router_views(plan: Any, bundle: Any, conn: ConnectFlags, rows: list) -> dict
         r.role == "router" and r.health == "healthy" for r in rows
     ):
         return {}
-    from pdctl.errors import PdctlError
-    from pdctl.top.source import open_source
 
     try:
         source = open_source(plan, bundle, conn.target())

@@ -7,6 +7,8 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from pdctl.spec.value import url_host
+
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
@@ -133,8 +135,6 @@ def endpoints_hint(plan: Plan) -> str | None:
     """Phase 0 on hosts with several replicas and no `router`: the clients get one endpoint per
     replica and choose among them themselves; a warning line (validate, up) that lists them and
     says how to get one address (docs/phase0-hosts.md, "One endpoint"). None otherwise."""
-    from pdctl.spec.value import url_host
-
     if plan.phase != 0 or plan.on_kubernetes or any(s.role == "router" for s in plan.services):
         return None
     urls = [

@@ -21,6 +21,10 @@ import threading
 from contextlib import nullcontext
 from typing import IO, TYPE_CHECKING, Any
 
+from rich.console import Console, Group, RenderHook
+from rich.measure import Measurement
+from rich.table import Table
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -65,8 +69,6 @@ def console(stderr: bool = False, piped_width: int | None = None, **kwargs: Any)
     escapes (and no live display) when plain(), the width `width` gives, and every table it
     prints fitted (`fit`); a line a fitted table makes wider than the console is printed
     whole, not cropped."""
-    from rich.console import Console, RenderHook
-
     stream = sys.stderr if stderr else sys.stdout
     whole = not sized(stream)
 
@@ -113,10 +115,6 @@ def fit(renderable: object, out: Console, whole: bool = False) -> None:
     as wide as its cells need, whatever `out`'s width. Else a KEY column keeps its whole text,
     unwrapped, however narrow `out` is; rich narrows, wraps or cuts the other columns (the
     widest first) when the table is too wide."""
-    from rich.console import Group
-    from rich.measure import Measurement
-    from rich.table import Table
-
     if isinstance(renderable, Group):
         for inner in renderable.renderables:
             fit(inner, out, whole)

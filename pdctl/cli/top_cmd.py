@@ -5,15 +5,25 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
+import sys
 import time
 from collections import deque
 from typing import Any
 
 import typer
+from rich.live import Live
 
+from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.errors import PdctlError, UsageError
+from pdctl.top.dashboard import render
+from pdctl.top.kv_events import new_lines, peers_of, scan
+from pdctl.top.source import open_source
+from pdctl.top.verdict import verdicts
+from pdctl.top.window import as_dict
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
@@ -21,8 +31,6 @@ KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
 
 def seconds_of(text: str, option: str) -> float:
     """`60s`, `2m`, `1h` or a plain number of seconds; a usage error otherwise."""
-    from pdctl.errors import UsageError
-
     m = _DURATION.match(text)
     value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
     if not m or not 1 <= value <= 3600:
@@ -63,9 +71,6 @@ def register(app: typer.Typer) -> None:
         """Show how the running deployment of SPEC uses its GPUs: per instance requests,
         tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
         activity; and verdicts (which phase or setting to move to)."""
-        from pdctl.cli.specfile import load
-        from pdctl.errors import PdctlError, UsageError
-
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         if output == "json" and not once:
@@ -81,7 +86,6 @@ def register(app: typer.Typer) -> None:
             check_verify(plan, "--canary")
             v = quick_canary(plan, bundle, conn.ssh())
             checked = (v.ok, verdict_line(v))
-        from pdctl.top.source import open_source
 
         source = open_source(plan, bundle, conn.target())
         try:
@@ -103,8 +107,6 @@ def register(app: typer.Typer) -> None:
 def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str, str]
                 ) -> list[Any]:
     """The suspect KV lines each engine logged between two reads of its log tail."""
-    from pdctl.top.kv_events import new_lines, peers_of, scan
-
     names = source.names()
     out: list[Any] = []
     for e in source.endpoints:
@@ -116,9 +118,6 @@ def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str,
 
 def _once(plan: Any, source: Any, window_s: float, spec_file: str,
           checked: tuple[bool, str] | None = None) -> tuple[Any, Any]:
-    from pdctl.top.kv_events import peers_of
-    from pdctl.top.verdict import verdicts
-
     logs = source.logs(2000)
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
@@ -139,8 +138,6 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
     """What `pdctl plan` predicts for decode packed N per GPU (top.packing), for the phase 3
     verdict: the spec's model on the spec's GPU (hardware.gpu, decode.share.gpuType), else the
     one GPU type the telemetry names; {} where either is unknown."""
-    from pdctl.errors import PdctlError
-
     if _cpu(plan):  # GPU capacity planning does not apply
         return {}
     try:
@@ -172,18 +169,13 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
 
 
 def _print_once(w: Any, found: Any, output: str) -> None:
-    from pdctl.top.window import as_dict
-
     if output == "json":
         doc = as_dict(w)
         doc["verdicts"] = [{"key": v.key, "line": v.line} for v in found]
         typer.echo(json.dumps(doc, indent=2))
         return
-    from pdctl.cli import term
-    from pdctl.top.dashboard import render
 
     console = term.console()
-    import sys
 
     # piped with no COLUMNS: every table whole (term.console), so the wide dashboard
     console.print(render(w, found, width=console.width if term.sized(sys.stdout) else None))
@@ -191,13 +183,6 @@ def _print_once(w: Any, found: Any, output: str) -> None:
 
 def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str,
           checked: tuple[bool, str] | None = None) -> None:
-    from rich.live import Live
-
-    from pdctl.cli import term
-    from pdctl.top.dashboard import render
-    from pdctl.top.kv_events import peers_of
-    from pdctl.top.verdict import verdicts
-
     history: deque[dict[str, Any]] = deque()
     seen: deque[tuple[float, Any]] = deque()  # (when, suspect KV event) within the window
     logs = source.logs(300)
@@ -260,8 +245,6 @@ class _Keys:
         self.saved: Any = None
 
     def __enter__(self) -> _Keys:
-        import sys
-
         if sys.stdin.isatty():
             import termios
             import tty
@@ -278,9 +261,6 @@ class _Keys:
             termios.tcsetattr(sys.stdin, termios.TCSADRAIN, self.saved)
 
     def read(self) -> str:
-        import select
-        import sys
-
         if self.saved is None:
             return ""
         ready, _, _ = select.select([sys.stdin], [], [], 0)

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import typer
 
-from pdctl.cli.specfile import with_overlays
+from pdctl import inputs
+from pdctl.bench.report import spec_hash
+from pdctl.bench.tune import tune as review
+from pdctl.cli import term
+from pdctl.cli.specfile import spec_texts, with_overlays
+from pdctl.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -28,12 +33,6 @@ def register(app: typer.Typer) -> None:
         max-num-batched-tokens, slices per GPU) from a bench report, each with its evidence,
         as an overlay; print what the overlay would change in the rendered deployment.
         Exit 0 with or without proposals."""
-        from pdctl import inputs
-        from pdctl.bench.report import spec_hash
-        from pdctl.bench.tune import tune as review
-        from pdctl.cli.specfile import spec_texts
-        from pdctl.errors import UsageError
-
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         report = inputs.read_report(source)
@@ -57,7 +56,6 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
             return
-        from pdctl.cli import term
 
         console = term.console()
         if stale:

@@ -8,9 +8,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from pdctl import actions
+from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.cli.summary import endpoints_hint
+from pdctl.errors import PdctlError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,8 +26,6 @@ if TYPE_CHECKING:
 
 def read_secrets(plan: Plan) -> dict[str, str]:
     """Secret values from the local environment (the only place they come from)."""
-    from pdctl.errors import PdctlError
-
     values = {}
     for secret in plan.secrets:
         value = os.environ.get(secret.source)
@@ -93,11 +96,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
-        from pdctl import actions
-        from pdctl.cli import term
-        from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
-        from pdctl.errors import PdctlError, UsageError
-
         if offline and not dry_run:
             raise UsageError("--offline works only with --dry-run", fix="add --dry-run")
         if output not in ("table", "json"):
@@ -106,10 +104,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError("-o json prints the changes of a dry run", fix="add --dry-run")
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"
         console = term.console(log_path=False)
-        from pdctl.cli.specfile import load
 
         plan, bundle = load(spec, phase, target, facts)
-        from pdctl.cli.summary import endpoints_hint
 
         if (hint := endpoints_hint(plan)) is not None:  # N replicas, no router
             typer.echo(f"{spec}: warning: {hint}", err=True)
@@ -183,9 +179,8 @@ def register(app: typer.Typer) -> None:
 def _verify(plan: Plan, bundle: Bundle, conn: ConnectFlags, console: Console) -> None:
     """The quick canary after `up`; PdctlError naming the prefill -> decode pair when it
     fails (its tokens differ, or an engine logged a suspect KV event)."""
-    from pdctl.bench.canary import failed_who, passed_line
+    from pdctl.bench.canary import failed_who, passed_line  # only with --verify
     from pdctl.bench.run import quick_canary
-    from pdctl.errors import PdctlError
 
     v = quick_canary(plan, bundle, conn.ssh())
     if not v.ok:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from pdctl.cli.options import PHASE, SPEC, STRICT, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.options import PHASE, SPEC, STRICT, TARGET, check_phase_target
+from pdctl.cli.specfile import plan_from, warn, with_overlays
+from pdctl.cli.summary import counted, endpoints_hint, planned
+from pdctl.errors import UsageError
+from pdctl.inputs import render_plan
+from pdctl.plan.place import where
 
 
 def register(app: typer.Typer) -> None:
@@ -30,17 +34,11 @@ def register(app: typer.Typer) -> None:
         A role that does not fit on the spec's GPU is a warning on stderr (exit 1 with
         --strict): vLLM would refuse to start it. So is a network setting that may not work
         where it runs (an RDMA-only transport on a host without rdmaDevices)."""
-        from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from, warn
-        from pdctl.errors import UsageError
-        from pdctl.inputs import render_plan
-
         check_phase_target(phase, target)
         if output not in ("text", "json"):
             raise UsageError(f"--output must be text or json (got {output!r})")
         plan, source = plan_from(spec, phase, target)
         cautions, warnings = warn(spec, plan, strict, source)
-        from pdctl.cli.summary import counted, endpoints_hint, planned
 
         hint = endpoints_hint(plan)  # several replicas, no router: N endpoints (a warning)
         if hint is not None:
@@ -69,7 +67,6 @@ def register(app: typer.Typer) -> None:
             f"{counted(len(names), word)} planned (vLLM {plan.release.version})"
             + (f", {len(warnings)} capacity warning(s)" if warnings else "")
         )
-        from pdctl.plan.place import where
 
         for line in where(plan):  # where each instance goes (docs/placement.md)
             typer.echo(f"  {line}")
