@@ -1,6 +1,6 @@
 """Write a word-level tokenizer whose vocabulary is a model's whole vocab_size ("t0" ... "tN"),
 so that an engine with dummy weights (`--load-format dummy`) can serve text: every id it samples
-decodes, and a prompt of n words "t<id>" is n tokens. Nothing is downloaded.
+decodes, and a prompt of n words "t<id>" (id >= 4; 0-3 are <unk>, <s>, </s>, <pad>) is n tokens. Nothing is downloaded.
 
 usage: python3 tokenizer.py MODEL_DIR   (reads MODEL_DIR/config.json, writes the tokenizer there)
 """
@@ -17,11 +17,15 @@ def main(folder: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     size = json.loads((folder / "config.json").read_text())["vocab_size"]
-    vocab = {f"t{i}": i for i in range(size)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    # The special tokens must not be words of the vocabulary: an added token is matched inside
+    # the raw text before the whitespace split, so a bos token "t1" cut "t17" into "t1" + "7".
+    special = ("<unk>", "<s>", "</s>", "<pad>")
+    vocab = {name: i for i, name in enumerate(special)}
+    vocab.update({f"t{i}": i for i in range(len(special), size)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
-                                   eos_token="t2", pad_token="t3")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<pad>")
     fast.save_pretrained(folder)
     print(f"{folder}: word-level tokenizer of {size} tokens")
 
