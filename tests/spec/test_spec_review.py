@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli.test_cli_errors import GOOD
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import data, run_cli
 
 PHASE1 = """\
 name: demo
@@ -24,141 +24,24 @@ serve:
   replicas: 1
 """
 
-PD = """\
-name: demo
-phase: 2
-model: {name: Qwen/Qwen2.5-7B-Instruct, maxModelLen: 8192}
-hosts:
-  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}
-  - {name: gpu-b, address: 192.0.2.11, gpus: [0, 1]}
-prefill: {replicas: 1}
-decode: {replicas: 1}
-disaggregation: {connector: mooncake, protocol: rdma, deviceName: "mlx5_0"}
-"""
+TABLE = data("spec_review.yaml")
+BASES = {
+    "good": GOOD,
+    "pd": TABLE["pd"],
+    "multinode": (ROOT / "examples" / "phase0-multinode.yaml").read_text(),
+}
 
-MULTINODE = (ROOT / "examples" / "phase0-multinode.yaml").read_text()
 
-# (case id, spec text, expected start "file:line: path: ", phrases in the line)
-CASES = [
-    # 1: maxModelLen past the model's derived length (Llama-3.1-8B: 131072 in pdctl's table)
-    (
-        "max-model-len-long",
-        GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000"),
-        ":4: model.maxModelLen: ",
-        ["131072", "VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1'"],
-    ),
-    # 2: YAML booleans where numbers are expected
-    (
-        "bool-replicas",
-        GOOD.replace("replicas: 2", "replicas: yes"),
-        ":10: serve.replicas: ",
-        ["must be a whole number", "boolean"],
-    ),
-    (
-        "bool-tp",
-        GOOD.replace("tensorParallel: 2", "tensorParallel: true"),
-        ":11: serve.tensorParallel: ",
-        ["must be a whole number"],
-    ),
-    (
-        "bool-util",
-        GOOD + "  gpuMemoryUtilization: on\n",
-        ":12: serve.gpuMemoryUtilization: ",
-        ["must be a number", "boolean"],
-    ),
-    (
-        "bool-gpus",
-        GOOD.replace("gpus: [0, 1, 2, 3]", "gpus: [false, true, 2, 3]"),
-        ":8: hosts[0].gpus: ",
-        ["entry 0 must be a whole number", "boolean (false)"],
-    ),
-    ("bool-port", GOOD + "  port: true\n", ":12: serve.port: ", ["whole number"]),
-    (
-        "bool-phase",
-        GOOD + "phase: true\n",
-        ":12: phase: ",
-        ["must be one of 0, 1, 2, 3", "boolean"],
-    ),
-    # 12: a pattern mismatch says what the value is and how to write it
-    (
-        "interface-pattern",
-        GOOD.replace(
-            "    gpus: [0, 1, 2, 3]\n", "    gpus: [0, 1, 2, 3]\n    networkInterface: 'eth0;id'\n"
-        ),
-        ":9: hosts[0].networkInterface: ",
-        ["interface name", "15 characters", "'eth0;id'"],
-    ),
-    # 19: variables that break start.sh or that pdctl sets
-    *[
-        (
-            f"env-{name}",
-            GOOD + f"engine:\n  env: {{{name}: /x}}\n",
-            f":13: engine.env.{name}: ",
-            [name],
-        )
-        for name in ("PATH", "BASH_ENV", "LD_PRELOAD")
-    ],
-    *[
-        (
-            f"group-env-{name}",
-            MULTINODE.replace(
-                '  version: "0.33.0"\n', f'  version: "0.33.0"\n  env: {{{name}: x}}\n'
-            ),
-            ":13: engine.env: ",
-            [name, field],
-        )
-        for name, field in (
-            ("VLLM_HOST_IP", "addressForPeers"),
-            ("NCCL_SOCKET_IFNAME", "networkInterface"),
-            ("NCCL_IB_HCA", "rdmaDevices"),
-        )
-    ],
-    (
-        "role-env-path",
-        PD.replace("prefill: {replicas: 1}", "prefill: {replicas: 1, env: {PATH: /x}}"),
-        ":7: prefill.env.PATH: ",
-        ["PATH"],
-    ),
-    (
-        "device-name-empty",
-        PD.replace('deviceName: "mlx5_0"', 'deviceName: "mlx5_0,,"'),
-        ":9: disaggregation.deviceName: ",
-        ["empty", "mlx5_0"],
-    ),
-    (
-        "peers-twice",
-        PD.replace(
-            "gpus: [0, 1]}\n  - {name: gpu-b",
-            "gpus: [0, 1], addressForPeers: 10.0.0.5}\n  - {name: gpu-b, addressForPeers: 10.0.0.5",
-        ).replace("\n\n", "\n"),
-        ":6: hosts[1].addressForPeers: ",
-        ["gpu-a", "10.0.0.5"],
-    ),
-    (
-        "peers-is-other-address",
-        PD.replace("192.0.2.11, gpus", "192.0.2.11, addressForPeers: 192.0.2.10, gpus"),
-        ":6: hosts[1].addressForPeers: ",
-        ["gpu-a"],
-    ),
-    (
-        "image-upper-case",
-        GOOD + "engine: {image: Vllm/vllm-openai:v0.33.0}\n",
-        ":12: engine.image: ",
-        ["lower-case", "repository"],
-    ),
-    (
-        "image-space",
-        GOOD + "engine: {image: 'vllm/vllm openai:v1'}\n",
-        ":12: engine.image: ",
-        ["image reference"],
-    ),
-    (
-        "image-empty-tag",
-        GOOD + "engine: {image: 'vllm/vllm-openai:'}\n",
-        ":12: engine.image: ",
-        ["image reference"],
-    ),
-]
+def text_of(case: dict) -> str:
+    """The case's spec: its base with `replace` done and `add` appended, or its `text`."""
+    if "text" in case:
+        return case["text"]
+    base = BASES[case["base"]]
+    return (base.replace(*case["replace"]) if "replace" in case else base) + case.get("add", "")
+
+
+CASES = [(c["id"], text_of(c), c["where"], c["phrases"]) for c in TABLE["refused"]]
+ACCEPTED = [(c["id"], text_of(c)) for c in TABLE["accepted"]]
 
 
 @pytest.mark.parametrize(("case", "text", "where", "phrases"), CASES, ids=[c[0] for c in CASES])
@@ -181,33 +64,6 @@ def test_refused_in_one_line(
     for phrase in phrases:
         assert phrase in lines[0], lines[0]
     assert "String should match" not in lines[0]
-
-
-ACCEPTED = [
-    ("max-model-len-at-limit", GOOD.replace("maxModelLen: 8192", "maxModelLen: 131072")),
-    (
-        "max-model-len-allowed-long",
-        GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000")
-        + "engine:\n  env: {VLLM_ALLOW_LONG_MAX_MODEL_LEN: '1'}\n",
-    ),
-    (
-        "max-model-len-unknown-model",
-        GOOD.replace("meta-llama/Llama-3.1-8B-Instruct", "acme/Unknown-13B").replace(
-            "maxModelLen: 8192", "maxModelLen: 900000"
-        ),
-    ),
-    ("int-for-float", GOOD + "  gpuMemoryUtilization: 1\n"),
-    (
-        "image-digest",
-        GOOD + "engine: {image: 'registry.example.com:5000/vllm/x@sha256:" + "a" * 64 + "'}\n",
-    ),
-    (
-        "image-upper-registry",
-        GOOD + "engine: {image: 'Registry.Example.com/vllm/vllm-openai:V1'}\n",
-    ),
-    ("device-names", PD.replace('deviceName: "mlx5_0"', 'deviceName: "mlx5_0,mlx5_1"')),
-    ("env-other", GOOD + "engine:\n  env: {VLLM_LOGGING_LEVEL: DEBUG, NCCL_DEBUG: INFO}\n"),
-]
 
 
 @pytest.mark.parametrize(("case", "text"), ACCEPTED, ids=[c[0] for c in ACCEPTED])
