@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pdctl.capacity.fromlog import parse_log
 from tests.capacity.vllm_logs import Log
 
@@ -57,119 +59,10 @@ def config(name: str | None) -> dict[str, Any] | None:
     return loaded
 
 
-# The 12 clean start-ups of the README, in its order. Left out: the two phase-2 engines that
-# started at the same moment on one GPU (each profile saw the other's allocations).
-RUNS: tuple[Run, ...] = (
-    Run(
-        "qwen3-8b-u0.5-eager.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, eager",
-        util=0.5,
-        max_model_len=4096,
-        enforce_eager=True,
-        config="qwen3-8b",
-    ),
-    Run(
-        "qwen3-8b-u0.7-fp8kv.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, fp8 KV",
-        util=0.7,
-        max_model_len=4096,
-        kv_cache_dtype="fp8",
-        config="qwen3-8b",
-        tags=("fp8",),
-    ),
-    Run(
-        "qwen3-8b-u0.8-seqs128.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, 128 seqs",
-        util=0.8,
-        max_model_len=4096,
-        max_num_seqs=128,
-        max_num_batched_tokens=4096,
-        config="qwen3-8b",
-    ),
-    Run(
-        "qwen3-30b-a3b-u0.9.log",
-        "Qwen/Qwen3-30B-A3B",
-        "MoE",
-        util=0.9,
-        max_model_len=4096,
-        config="qwen3-30b-a3b",
-    ),
-    Run(
-        "deepseek-v2-lite-u0.9.log",
-        "deepseek-ai/DeepSeek-V2-Lite",
-        "MoE + MLA",
-        util=0.9,
-        max_model_len=4096,
-        config="deepseek-v2-lite",
-        tags=("MLA",),
-    ),
-    Run(
-        "gemma-2-9b-u0.85.log",
-        "google/gemma-2-9b",
-        "dense, sliding window (hybrid)",
-        util=0.85,
-        max_model_len=4096,
-        config="gemma-2-9b",
-        tags=("hybrid",),
-    ),
-    Run(
-        "mistral-7b-u0.6.log",
-        "mistralai/Mistral-7B-v0.1",
-        "dense GQA, sliding window",
-        util=0.6,
-        max_model_len=4096,
-        config="mistral-7b",
-        tags=("hybrid",),
-    ),
-    Run(
-        "qwen3-8b-u0.95-32k.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, 32k",
-        util=0.95,
-        max_model_len=32768,
-        config="qwen3-8b",
-    ),
-    Run(
-        "phase0-qwen3-8b-u0.9.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA (pdctl up)",
-        util=0.9,
-        max_model_len=4096,
-        config="qwen3-8b",
-    ),
-    Run(
-        "phase3-hami-n2-decode-0.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, HAMi slice 1/2",
-        util=0.95,
-        max_model_len=4096,
-        config="qwen3-8b",
-        total_mib=71885,
-        tags=("HAMi",),
-    ),
-    Run(
-        "phase3-hami-n3-decode-0.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, HAMi slice 1/3",
-        util=0.95,
-        max_model_len=4096,
-        config="qwen3-8b",
-        total_mib=47444,
-        tags=("HAMi",),
-    ),
-    Run(
-        "phase3-hami-n4-decode-0.log",
-        "Qwen/Qwen3-8B",
-        "dense GQA, HAMi slice 1/4",
-        util=0.93,
-        max_model_len=4096,
-        config="qwen3-8b",
-        total_mib=35942,
-        tags=("HAMi",),
-    ),
+# The 12 clean start-ups of the README, in its order (runs.yaml says which were left out).
+RUNS: tuple[Run, ...] = tuple(
+    Run(**{**r, "tags": tuple(r.get("tags", ()))})
+    for r in yaml.safe_load((FIXTURES / "runs.yaml").read_text())
 )
 
 
