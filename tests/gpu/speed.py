@@ -200,6 +200,11 @@ def summarise(results: list[dict[str, Any]], start: float, end: float, concurren
         "itl_ms": stats(itl),
         "e2e_ms": stats(e2e),
         "chunks_per_request": round(statistics.fmean(len(r["times"]) for r in ok), 1) if ok else 0,
+        # Each completed request as [sent s after the cell began, TTFT ms, E2E ms, tokens], for
+        # fits that need more than the percentiles (the queue at a closed loop's first round).
+        "raw": [[round(r["t0"] - start, 4), round((r["times"][0] - r["t0"]) * 1000, 2),
+                 round((r["times"][-1] - r["t0"]) * 1000, 2),
+                 int(r["usage"].get("completion_tokens") or len(r["times"]))] for r in ok],
     }
 
 

@@ -1,6 +1,7 @@
 """Write a word-level tokenizer whose vocabulary is a model's whole vocab_size ("t0" ... "tN"),
 so that an engine with dummy weights (`--load-format dummy`) can serve text: every id it samples
-decodes, and a prompt of n words "t<id>" (id >= 4; 0-3 are <unk>, <s>, </s>, <pad>) is n tokens. Nothing is downloaded.
+decodes, and a prompt of n words "t<id>" (id >= 4; 0-3 are <unk>, <s>, </s>, <pad>) is n
+tokens. Nothing is downloaded.
 
 usage: python3 tokenizer.py MODEL_DIR   (reads MODEL_DIR/config.json, writes the tokenizer there)
 """
