@@ -13,7 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import run_cli
+from tests.helpers import data, run_cli
 
 BASE = """\
 name: demo
@@ -71,36 +71,8 @@ def test_the_base_spec_is_good() -> None:
     assert render(make_plan(spec)).paths()
 
 
-# (case, field overrides, error path, phrase)
-BAD = [
-    # A newline in a value once ended a comment line in start.sh and ran the rest as a command.
-    (
-        "conda-newline",
-        dict(conda='"x\\ntouch /tmp/pwned"'),
-        "hosts[0].condaEnv",
-        "control character U+000A",
-    ),
-    ("version-newline", dict(version='"0.33.0\\n"'), "engine.version", "control"),
-    ("host-newline", dict(host='"gpu-a\\n"'), "hosts[0].name", "control character"),
-    ("env-key-newline", dict(env='{"FOO\\n": bar}'), "engine.env", "control character"),
-    ("env-value-tab", dict(env='{FOO: "a\\tb"}'), "engine.env", "control"),
-    ("version-unicode-digit", dict(version='"0.33.\u0663"'), "engine.version", "X.Y.Z"),
-    ("conda-option", dict(conda='"-n"'), "hosts[0].condaEnv", "conda environment name"),
-    ("conda-space", dict(conda='"my env"'), "hosts[0].condaEnv", "conda environment name"),
-    ("model-option", dict(model='"--trust-remote-code"'), "model.name", "starts with '-'"),
-    ("address-option", dict(address='"-oProxyCommand=x"'), "hosts[0].address", "IP address"),
-    ("address-space", dict(address='"a b"'), "hosts[0].address", "IP address"),
-    ("user-option", dict(user='"-x"'), "hosts[0].user", "user name"),
-    ("cache-colon", dict(cache="/a:/etc"), "hosts[0].hfCache", "':'"),
-    ("env-cuda", dict(env="{CUDA_VISIBLE_DEVICES: '7'}"), "engine.env", "set by pdctl"),
-    ("env-hf-home", dict(env="{HF_HOME: /x}"), "engine.env", "hfCache"),
-    ("flag-api-key", dict(extra="[--api-key, sk-1]"), "engine.extraArgs[0]", "secret"),
-    ("flag-hf-token", dict(extra="['--hf_token=hf_1']"), "engine.extraArgs[0]", "secret"),
-    ("flag-port", dict(extra="[--port, '9000']"), "engine.extraArgs[0]", "set by pdctl"),
-    ("flag-port-eq", dict(extra="['--port=9000']"), "engine.extraArgs[0]", "serve.port"),
-    ("flag-tp-short", dict(extra="[-tp, '4']"), "engine.extraArgs[0]", "tensorParallel"),
-    ("flag-served", dict(extra="[--served-model-name, x]"), "engine.extraArgs[0]", "servedName"),
-]
+REFUSALS = data("refusals.yaml")
+BAD = [(c["id"], c["over"], c["path"], c["phrase"]) for c in REFUSALS["hardening"]]
 
 
 @pytest.mark.parametrize(("case", "over", "path", "phrase"), BAD, ids=[b[0] for b in BAD])
@@ -232,24 +204,7 @@ K8S = "name: d\nphase: 1\nmodel: {name: x}\nserve: {}\nkubernetes: %s\n"
 
 
 @pytest.mark.parametrize(
-    ("kube", "path", "phrase"),
-    [
-        (
-            "{tolerations: [{key: a, operator: Exists, value: b}]}",
-            "kubernetes.tolerations[0]",
-            "takes no `value`",
-        ),
-        (
-            "{tolerations: [{operator: Equal, value: b}]}",
-            "kubernetes.tolerations[0]",
-            "needs operator Exists",
-        ),
-        ("{nodeSelector: {'bad key!': x}}", "kubernetes.nodeSelector", "label key"),
-        ("{nodeSelector: {gpu: 'NVIDIA H100'}}", "kubernetes.nodeSelector.gpu", "label value"),
-        ("{resources: {memory: 64}}", "kubernetes.resources.memory", "no unit"),
-        ("{shmSize: 8}", "kubernetes.shmSize", "no unit"),
-        ("{storage: {size: '100'}}", "kubernetes.storage.size", "no unit"),
-    ],
+    ("kube", "path", "phrase"), [tuple(c.values()) for c in REFUSALS["kubernetes"]]
 )
 def test_kubernetes_values_the_api_server_would_refuse(kube: str, path: str, phrase: str) -> None:
     err = plan_error(K8S % kube)

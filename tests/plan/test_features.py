@@ -21,7 +21,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import K8S_VERSION
-from tests.helpers import run_cli
+from tests.helpers import data, run_cli
 
 VERSIONS = ("0.23.0", "0.33.0")
 HOSTS = """
@@ -97,59 +97,8 @@ def test_mtp_without_model_uses_the_target() -> None:
     }
 
 
-BAD = [
-    (
-        "  speculative: {method: ngram, model: org/draft, numSpeculativeTokens: 3}\n",
-        "",
-        "serve.speculative",
-        "takes no draft model",
-    ),
-    (
-        "  speculative: {method: eagle, numSpeculativeTokens: 3}\n",
-        "",
-        "serve.speculative",
-        "needs the draft checkpoint",
-    ),
-    (
-        "  speculative: {method: eagle, model: a/b, numSpeculativeTokens: 3, promptLookupMax: 4}\n",
-        "",
-        "serve.speculative",
-        "are for method ngram",
-    ),
-    (
-        "  speculative: {method: ngram, numSpeculativeTokens: 3, promptLookupMin: 6,"
-        " promptLookupMax: 4}\n",
-        "",
-        "serve.speculative",
-        "above promptLookupMax",
-    ),
-    (
-        "  tensorParallel: 4\n  speculative: {method: eagle, model: a/b,"
-        " numSpeculativeTokens: 3, draftTensorParallel: 2}\n",
-        "",
-        "serve.speculative.draftTensorParallel",
-        "neither 1 nor",
-    ),
-    (
-        "  speculative: {method: ngram, numSpeculativeTokens: 3}\n"
-        "  extraArgs: ['--speculative-config={}']\n",
-        "",
-        "serve.extraArgs[0]",
-        "set by pdctl",
-    ),
-    (
-        "  replicas: 1\n",
-        ", extraArgs: ['--kv-offloading-size', '4'], kvOffload: {sizeGib: 8}",
-        "engine.extraArgs[0]",
-        "set by pdctl from engine.kvOffload",
-    ),
-    (
-        "  replicas: 1\n",
-        ", env: {LMCACHE_MAX_LOCAL_CPU_SIZE: '2'}, kvOffload: {sizeGib: 8, backend: lmcache}",
-        "engine.env.LMCACHE_MAX_LOCAL_CPU_SIZE",
-        "set by pdctl",
-    ),
-]
+FEATURES = data("refusals.yaml")["features"]
+BAD = [(c["serve"], c.get("engine", ""), c["path"], c["what"]) for c in FEATURES]
 
 
 @pytest.mark.parametrize(("serve", "engine", "path", "what"), BAD)

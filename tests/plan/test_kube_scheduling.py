@@ -17,7 +17,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
-from tests.helpers import run_cli
+from tests.helpers import data, run_cli
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 
@@ -345,42 +345,7 @@ def test_gpus_beyond_the_largest_node_are_refused(tmp_path: Path, capsys) -> Non
     assert run_cli(["render", str(path), "--facts", str(CLUSTER)], capsys)[0] == 0
 
 
-BAD = [
-    ("reserved label", "  labels: {app.kubernetes.io/component: x}", "is a label pdctl sets"),
-    (
-        "operator In without values",
-        "  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
-        "{nodeSelectorTerms: [{matchExpressions: [{key: a, operator: In}]}]}}}",
-        "needs at least one of `values`",
-    ),
-    (
-        "mount of a missing volume",
-        "  volumeMounts: [{name: nope, mountPath: /x}]",
-        "kubernetes.volumeMounts: volumeMounts[0] names volume 'nope'",
-    ),
-    (
-        "two env sources",
-        "  envFrom: [{configMapRef: {name: a}, secretRef: {name: b}}]",
-        "exactly one",
-    ),
-    (
-        "a variable pdctl sets",
-        "  env: [{name: HF_HOME, valueFrom: {configMapKeyRef: {name: c, key: k}}}]",
-        "kubernetes.env: env[0]: HF_HOME is a variable pdctl sets in the serve pods",
-    ),
-    (
-        "a limit below its request",
-        "  resources: {memory: 64Gi, limits: {memory: 60000Mi}}",
-        "kubernetes.resources.limits.memory: limit 60000Mi is below the request 64Gi",
-    ),
-    ("pdctl's volume name", "  volumes: [{name: shm, emptyDir: {}}]", "pdctl's own"),
-    (
-        "tolerationSeconds without NoExecute",
-        "  tolerations: [{key: a, tolerationSeconds: 5}]",
-        "NoExecute",
-    ),
-    ("storage field of another type", "  storage: {type: pvc, path: /x}", "applies to type"),
-]
+BAD = [(c["id"], c["line"], c["phrase"]) for c in data("refusals.yaml")["pod"]]
 
 
 @pytest.mark.parametrize(("case", "line", "phrase"), BAD, ids=[b[0] for b in BAD])
