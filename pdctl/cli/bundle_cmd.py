@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
             False, "--images",
             help="Save the images the spec's docker hosts run from the local Docker engine "
             "(never pulled) into DIR/images; `up --bundle` loads them on each host that lacks "
-            "their image id (docs/offline.md).",
+            "their image id. Kubernetes: the images of the rendered objects, for "
+            "DIR/images/mirror.sh (docs/offline.md).",
         ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
@@ -50,7 +51,8 @@ def register(app: typer.Typer) -> None:
         """Download the vLLM wheel and its whole dependency closure (and the KV connector's
         and the router's) for the hosts' Python and platform into DIR/wheels, with
         DIR/manifest.json (sha256 and size of every file), written last. With --weights,
-        the model's folder too. Run it where a
+        the model's folder too; for Kubernetes, the image list pinned by digest and the
+        script that pushes the images to a registry mirror. Run it where a
         package index is reachable; `pdctl up SPEC --bundle DIR` installs from it."""
         from pdctl.cli.options import check_phase_target
         from pdctl.cli.specfile import plan_from
@@ -72,9 +74,14 @@ def register(app: typer.Typer) -> None:
                         lambda line: typer.echo(line, err=True), weights,
                         refs(plan) if images else ())
         what = f"Python {version}, {tag}" if found else "no wheels"
+        if plan.on_kubernetes:
+            what = f"images listed: {len(refs(plan))}"
         if made.weights:
             what += f"; weights: {len(made.part('weights'))} files"
         if made.images:
             what += f"; images: {', '.join(r for r, _, _ in made.images)}"
+        then = (f"push the images to a registry mirror with `sh {output}/images/mirror.sh "
+                f"HOST[:PORT]` and set kubernetes.imageMirror" if plan.on_kubernetes
+                else f"install with `pdctl up {spec} --bundle {output}`")
         typer.echo(f"{output}: {len(made.files)} files, {made.total() / 1e6:.1f} MB "
-                   f"({what}); install with `pdctl up {spec} --bundle {output}`")
+                   f"({what}); {then}")

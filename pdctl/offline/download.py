@@ -134,14 +134,16 @@ def bundle(
         copy_weights(weights, folder, say)
     else:
         shutil.rmtree(folder / mf.WEIGHTS, ignore_errors=True)
-    saved: tuple[tuple[str, str, str], ...] = ()
-    if images:
-        from pdctl.offline.images import Image, save
+    from pdctl.offline import images as im
 
-        old = {r: Image(*v) for r, v in before.items()}
-        saved = tuple((i.ref, i.id, i.file) for i in save(images, folder, old, say))
+    tars: tuple[im.Image, ...] = ()
+    if images:
+        tars = im.save(images, folder, {r: im.Image(*v) for r, v in before.items()}, say)
     else:
         shutil.rmtree(folder / mf.IMAGES, ignore_errors=True)
+    if plan.on_kubernetes:  # the image list and the script that fills a registry mirror
+        im.write_mirror(folder, im.pinned(im.refs(plan), say), tars,
+                        plan.spec.kubernetes.image_mirror)
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
         cmd = pip_command(need, python, platform, folder / mf.WHEELS)
@@ -160,7 +162,7 @@ def bundle(
         needs=tuple((n.what, n.pips) for n in found),
         files=mf.entries(folder),
         weights="" if weights is None else str(weights),
-        images=saved,
+        images=tuple((i.ref, i.id, i.file) for i in tars),
     )
     mf.write(folder, manifest)
     return manifest

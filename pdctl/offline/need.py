@@ -35,14 +35,14 @@ def connector_pip(plan: Plan) -> str | None:
 
 def needs(plan: Plan, weights: bool = False, images: bool = False) -> tuple[Need, ...]:
     """Every environment the plan's start scripts would fill from a package index. Refuses
-    what a bundle cannot carry yet (Kubernetes, docker hosts) and a spec that installs
+    what a bundle cannot carry (docker hosts without --images), and a spec that installs
     nothing (unless the bundle carries the model's weights)."""
-    if plan.on_kubernetes:
-        raise UsageError(
-            "pdctl bundle: Kubernetes specs cannot be bundled yet (images are pulled by the "
-            "cluster)",
-            fix="see docs/offline.md",
-        )
+    if plan.on_kubernetes:  # no wheels: the images go to a registry mirror (offline/images)
+        if weights:
+            raise UsageError("--weights: a Kubernetes spec reads the model from "
+                             "kubernetes.storage, not from a bundle",
+                             fix="leave out --weights (docs/offline.md)")
+        return ()
     engines = [u for u in plan.units if u.role in ENGINE_ROLES]
     docker = sorted({u.host.name for u in engines if u.image is not None})
     if docker and not images:

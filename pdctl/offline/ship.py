@@ -65,6 +65,11 @@ def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
     and that it carries what this spec installs), and the plan rendered to install from it."""
     from pdctl.offline.images import refs
 
+    if plan.on_kubernetes:
+        raise mf.BundleError(
+            "--bundle: a Kubernetes cluster pulls its images; nothing is copied to it",
+            fix=f"push them to your mirror with `sh {folder}/images/mirror.sh HOST[:PORT]` and "
+            "set kubernetes.imageMirror (docs/offline.md)")
     manifest = mf.verify(folder)
     found = needs(plan, weights=bool(manifest.weights), images=bool(manifest.images))
     mf.covers(manifest, {p for n in found for p in n.pips}, folder, refs(plan))

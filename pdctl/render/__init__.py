@@ -28,6 +28,11 @@ def render(plan: Plan) -> Bundle:
             from pdctl.render.kube_autoscale import autoscale_objects
 
             objs += autoscale_objects(plan, objs)
+        mirror = plan.spec.kubernetes.image_mirror
+        if mirror is not None:  # every image pulled from a registry mirror (docs/offline.md)
+            from pdctl.render.mirror import mirrored, rewrite
+
+            objs = rewrite(objs, lambda ref: mirrored(ref, mirror))
         ordered = sorted(objs, key=lambda o: apply_rank(o["kind"]))
         return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)), objects=tuple(ordered))
     if plan.spec.autoscaling is not None:  # `pdctl autoscale` on hosts is not built yet

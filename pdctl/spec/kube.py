@@ -11,7 +11,7 @@ from pdctl.spec.base import DnsLabel, Quantity, Section, Size, defaults
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
 from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
 from pdctl.spec.rdma import Rdma
-from pdctl.spec.value import Address, Image, LabelKey, LabelValue
+from pdctl.spec.value import Address, Image, LabelKey, LabelValue, Registry
 
 CACHE_MOUNT = "/root/.cache/huggingface"
 IMAGE_MOUNT = "/models"
@@ -222,6 +222,14 @@ class Kubernetes(PodSettings):
     namespace: DnsLabel = Field("default", description="Namespace for every object.")
     create_namespace: bool = Field(False, description="Render the Namespace object too.")
     storage: Storage = defaults(description="Model source volume.")
+    image_mirror: Registry | None = Field(
+        None,
+        description="A registry mirror (HOST[:PORT]) every image of the rendered objects is "
+        "pulled from: its registry replaced, path, tag and digest kept "
+        "(`vllm/vllm-openai:v0.33.0` -> `HOST[:PORT]/vllm/vllm-openai:v0.33.0`). For clusters "
+        "with no way to the public registries; `pdctl bundle` writes the script that pushes "
+        "the images there (docs/offline.md).",
+    )
     shm_size: Size | None = Field(
         None,
         description="Size of the in-memory /dev/shm (NCCL needs it for tensor parallelism). "

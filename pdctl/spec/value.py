@@ -89,6 +89,15 @@ def image(value: str) -> str:
     return value
 
 
+def registry(value: str) -> str:
+    """HOST[:PORT] of a registry, as Docker reads one: with a '.' or ':', or `localhost`."""
+    if not REGISTRY.fullmatch(value) or not (any(c in value for c in ".:") or value == "localhost"):
+        raise refuse(f"{value!r} is not a registry host",
+                     "write HOST[:PORT] with a '.' or a port (Docker reads a bare name as a "
+                     "Docker Hub user), e.g. 'registry.internal:5000' or 'localhost:5000'")
+    return value
+
+
 def conda_env(value: str) -> str:
     if not CONDA_ENV.fullmatch(value):
         raise ValueError(
@@ -209,6 +218,7 @@ def mountable(value: str) -> str:
 Argument = Annotated[str, AfterValidator(argument)]
 EngineEnvName = Annotated[EnvName, AfterValidator(engine_env_name)]
 Image = Annotated[str, AfterValidator(image)]
+Registry = Annotated[str, AfterValidator(registry)]
 CondaEnv = Annotated[str, AfterValidator(conda_env)]
 UserName = Annotated[str, AfterValidator(user)]
 Address = Annotated[str, AfterValidator(address)]

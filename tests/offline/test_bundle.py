@@ -45,7 +45,7 @@ def test_a_nixl_spec_needs_vllm_with_nixl_in_the_engines_env_and_the_router_in_i
         (["examples/phase0-docker.yaml", "--python", "3.11"],
          "its engine image is bundled only with --images"),
         (["examples/phase0-conda.yaml", "--images"], "--images: the spec runs no containers"),
-        (["examples/phase1-k8s.yaml"], "Kubernetes specs cannot be bundled yet"),
+        (["examples/phase1-k8s.yaml", "--weights", "w"], "--weights: a Kubernetes spec reads"),
         (["examples/phase2-nixl-hosts.yaml", "--platform", "manylinux_2_28_x86_64"],
          "--python: the hosts' Python version is not in the spec"),
         (["examples/phase2-nixl-hosts.yaml", "--python", "3.11"],

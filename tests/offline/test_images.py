@@ -5,22 +5,31 @@ bundle with its id and sha256, removed from the engine, then loaded again over S
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import json
 import os
 import shutil
+import subprocess
 import tarfile
 import uuid
 from pathlib import Path
 
+import docker
+import kubernetes_validate
 import pytest
 
 from pdctl.offline import manifest as mf
 from pdctl.offline.download import bundle
 from pdctl.offline.ship import bundled, ship
 from pdctl.plan import make_plan
+from pdctl.render.mirror import images
 from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
+from tests.conftest import K8S_VERSION
 from tests.helpers import pdctl
+from tests.offline.registry import Registry
 from tests.sshd import need_root, start_sshd
 from tests.targets.testbed import TestHost, host_entry, ssh_env_or_skip, stand_in_spec, write_spec
 
@@ -93,3 +102,53 @@ def test_the_image_is_saved_loaded_where_missing_and_skipped_where_present(
         assert (second.loaded, second.had, second.sent) == ((), (tag,), 0), second
     finally:
         server.stop()
+
+
+def test_kubernetes_images_are_listed_by_digest_and_pushed_to_a_mirror_from_the_bundle(
+    engine, tmp_path: Path
+):
+    """An image pushed to a loopback registry (so the engine knows its registry digest) in a
+    phase 1 spec: `pdctl bundle --images` lists it pinned by that digest and saves it; the
+    image removed, the bundle's mirror.sh loads the tar and pushes it to a second registry;
+    render with kubernetes.imageMirror points the pods at it."""
+    client, url, tag, image_id = engine
+    upstream, mirror = Registry(), Registry()
+    repo, version = f"{upstream.host}/{tag.split(':')[0]}", tag.split(":")[1]
+    ref = f"{repo}:{version}"
+    try:
+        client.images.get(tag).tag(repo, version)
+        client.images.push(repo, tag=version)
+        got = upstream.manifests[(tag.split(":")[0], version)]
+        digest = f"sha256:{hashlib.sha256(got).hexdigest()}"  # the registry's digest of it
+        spec = tmp_path / "over.yaml"
+        spec.write_text(f"engine: {{image: '{ref}'}}\n")
+        env = {"DOCKER_HOST": url}
+        args = ("examples/phase1-k8s.yaml", "--overlay", str(spec))
+        made = pdctl("bundle", *args, "-o", str(tmp_path / "b"), "--images", env=env)
+        assert made.returncode == 0 and "images listed: 1" in made.stdout, made.stderr
+        listed = (tmp_path / "b" / "images" / "images.txt").read_text().splitlines()
+        assert listed[-1] == f"{ref}@{digest}", listed
+        manifest = mf.verify(tmp_path / "b")
+        assert [(r, i) for r, i, _ in manifest.images] == [(ref, image_id)]
+
+        for name in (ref, tag):
+            client.images.remove(name, force=True)
+        pushed = subprocess.run(["sh", str(tmp_path / "b" / "images" / "mirror.sh"),
+                                 mirror.host], env={**os.environ, **env},
+                                capture_output=True, text=True)
+        assert pushed.returncode == 0, pushed.stderr
+        got = json.loads(mirror.manifests[(tag.split(":")[0], version)])
+        assert got["config"]["digest"] == image_id  # the very image the bundle carried
+
+        over = tmp_path / "mirror.yaml"
+        over.write_text(f"kubernetes: {{imageMirror: '{mirror.host}'}}\n")
+        shown = pdctl("render", *args, "--overlay", str(over), "-o", "json")
+        docs = json.loads(shown.stdout)["items"]
+        assert images(docs) == (f"{mirror.host}/{tag}",)
+        for doc in docs:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    finally:
+        upstream.stop()
+        mirror.stop()
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(ref, force=True)
