@@ -32,44 +32,20 @@ def _model(name: str):
     return model_config(name, config)
 
 
-# (layout, available bytes, max_model_len) -> vLLM 0.23.0's num_blocks, printed tokens
+# Mistral-7B: 32 sliding layers (window 4096), 8 KV heads x 128, bf16: 4 KiB a layer;
+# Gemma-2-9B: 21 full + 21 sliding layers (window 4096), 8 KV heads x 256: 8 KiB a layer
+MISTRAL = KvLayout(layer_bytes=4096, full_layers=0, sliding_layers=32, window=4096, in_flight=8192)
+GEMMA = KvLayout(layer_bytes=8192, full_layers=21, sliding_layers=21, window=4096, in_flight=8192)
+# (layout, available GiB, max_model_len) -> vLLM 0.23.0's num_blocks, printed tokens, slots
 VLLM_023 = [
-    # Mistral-7B: 32 sliding layers (window 4096), 8 KV heads x 128, bf16: 4 KiB a layer
+    pytest.param(MISTRAL, 114.22, 32768, 58_480, 2_491_902, 935_680, id="mistral-7b-32k"),
     pytest.param(
-        KvLayout(layer_bytes=4096, full_layers=0, sliding_layers=32, window=4096, in_flight=8192),
-        int(114.22 * GIB),
-        32768,
-        58_480,
-        2_491_902,
-        935_680,
-        id="mistral-7b-32k",
-    ),
-    pytest.param(
-        KvLayout(layer_bytes=4096, full_layers=0, sliding_layers=32, window=4096, in_flight=8192),
-        int(69.23 * GIB),
-        4096,
-        35_445,
-        564_913,
-        567_120,
+        MISTRAL, 69.23, 4096, 35_445, 564_913, 567_120,
         id="mistral-7b-4k (the H200 start-up's memory; its log: 564,881)",
     ),
-    # Gemma-2-9B: 21 full + 21 sliding layers (window 4096), 8 KV heads x 256: 8 KiB a layer
+    pytest.param(GEMMA, 107.47, 8192, 41_923, 335_056, 335_384, id="gemma-2-9b-8k"),
     pytest.param(
-        KvLayout(layer_bytes=8192, full_layers=21, sliding_layers=21, window=4096, in_flight=8192),
-        int(107.47 * GIB),
-        8192,
-        41_923,
-        335_056,
-        335_384,
-        id="gemma-2-9b-8k",
-    ),
-    pytest.param(
-        KvLayout(layer_bytes=8192, full_layers=21, sliding_layers=21, window=4096, in_flight=8192),
-        int(97.19 * GIB),
-        4096,
-        37_913,
-        302_712,
-        303_304,
+        GEMMA, 97.19, 4096, 37_913, 302_712, 303_304,
         id="gemma-2-9b-4k (the H200 start-up's memory; its log: 302,696)",
     ),
 ]
@@ -77,6 +53,7 @@ VLLM_023 = [
 
 @pytest.mark.parametrize(("layout", "available", "length", "blocks", "printed", "slots"), VLLM_023)
 def test_layout_counts_as_vllm_0_23_does(layout, available, length, blocks, printed, slots):
+    available = int(available * GIB)
     assert layout.blocks(available) == blocks
     assert layout.tokens(available, length) == printed  # "GPU KV cache size: N tokens"
     assert layout.slots(available) == slots  # not printed by vLLM: stored at once
