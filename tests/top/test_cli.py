@@ -53,11 +53,11 @@ def engine():
     server.shutdown()
 
 
-def spec_on(ssh_env, tmp_path: Path, port: int) -> Path:
+def spec_on(ssh_env, tmp_path: Path, port: int, name: str = "topcli") -> Path:
     return write_spec(
         tmp_path / "spec.yaml",
         {
-            "name": "topcli",
+            "name": name,
             "phase": 0,
             "model": {"name": "org/tiny", "servedName": "tiny"},
             "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0])],
@@ -66,19 +66,15 @@ def spec_on(ssh_env, tmp_path: Path, port: int) -> Path:
     )
 
 
+def top(spec: Path, ssh_env, *args: str, columns: str | None = "200"):
+    """`pdctl top SPEC --once --window 1s ARGS` over the loopback sshd."""
+    argv = ["top", str(spec), "--once", "--window", "1s", *args]
+    return pdctl(*argv, "--known-hosts", ssh_env.known_hosts, env={"COLUMNS": columns})
+
+
 def test_once_json_over_ssh_forwarding(ssh_env, engine, tmp_path):
     spec = spec_on(ssh_env, tmp_path, engine)
-    res = pdctl(
-        "top",
-        str(spec),
-        "--once",
-        "--window",
-        "1s",
-        "-o",
-        "json",
-        "--known-hosts",
-        ssh_env.known_hosts,
-    )
+    res = top(spec, ssh_env, "-o", "json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     (inst,) = doc["instances"]
@@ -90,17 +86,7 @@ def test_once_json_over_ssh_forwarding(ssh_env, engine, tmp_path):
 
 def test_an_engine_that_does_not_answer_is_a_row_and_exit_1(ssh_env, tmp_path):
     port = closed_port()  # a port nobody listens on
-    res = pdctl(
-        "top",
-        str(spec_on(ssh_env, tmp_path, port)),
-        "--once",
-        "--window",
-        "1s",
-        "-o",
-        "json",
-        "--known-hosts",
-        ssh_env.known_hosts,
-    )
+    res = top(spec_on(ssh_env, tmp_path, port), ssh_env, "-o", "json")
     assert res.returncode == 1
     (inst,) = json.loads(res.stdout)["instances"]
     assert inst["error"].startswith("/metrics: no answer")
@@ -111,17 +97,8 @@ def test_an_engine_that_does_not_answer_is_a_row_and_exit_1(ssh_env, tmp_path):
 def test_live_dashboard_leaves_cleanly_on_ctrl_c(ssh_env, engine, tmp_path):
     spec = spec_on(ssh_env, tmp_path, engine)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pdctl",
-            "top",
-            str(spec),
-            "--refresh",
-            "1s",
-            "--known-hosts",
-            ssh_env.known_hosts,
-        ],
+        [sys.executable, "-m", "pdctl", "top", str(spec), "--refresh", "1s"]
+        + ["--known-hosts", ssh_env.known_hosts],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -170,28 +147,14 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
 NAME = "top-deployment-with-a-long-name"
 
 
-def _top(spec: Path, known_hosts: str, columns: str | None) -> subprocess.CompletedProcess:
-    argv = ["top", str(spec), "--once", "--window", "1s", "--known-hosts", known_hosts]
-    return pdctl(*argv, env={"COLUMNS": columns})
-
-
 def test_once_table_keeps_names_and_headers(ssh_env, engine, tmp_path):  # noqa: F811
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "name": NAME,
-            "phase": 0,
-            "model": {"name": "org/tiny", "servedName": "tiny"},
-            "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0])],
-            "serve": {"port": engine},
-        },
-    )
-    piped = _top(spec, ssh_env.known_hosts, None)
+    spec = spec_on(ssh_env, tmp_path, engine, NAME)
+    piped = top(spec, ssh_env, columns=None)
     assert piped.returncode == 0, piped.stderr
     assert "…" not in piped.stdout, piped.stdout
     for word in (f"{NAME}-serve-0", "TTFT p50/p95 ms", "ITL p50/p95 ms", "KV recv tok"):
         assert word in piped.stdout, piped.stdout
-    narrow = _top(spec, ssh_env.known_hosts, "80")
+    narrow = top(spec, ssh_env, columns="80")
     assert narrow.returncode == 0, narrow.stderr
     assert f"{NAME}-serve-0" in narrow.stdout, narrow.stdout
 
