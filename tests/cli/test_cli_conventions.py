@@ -229,8 +229,7 @@ def test_install_and_show_completion_are_offered() -> None:
 
 # -- NO_COLOR, TERM=dumb, COLUMNS -----------------------------------------------------------
 STYLED = [
-    ["plan", MOONCAKE],
-    ["preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE)],
+    ["plan", MOONCAKE], ["preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE)],
     ["up", MOONCAKE, "--dry-run", "--offline"],
 ]
 
@@ -276,12 +275,9 @@ def _long_names(tmp_path: Path) -> tuple[Path, list[str]]:
         for i in (1, 2)
     ]
     spec = {
-        "name": "rvw-long-deployment",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": hosts,
-        "serve": {"replicas": 2, "port": 18737},
+        "name": "rvw-long-deployment", "phase": 0,
+        "model": {"name": "stand-in", "servedName": "stand-in"}, "engine": {"device": "cpu"},
+        "hosts": hosts, "serve": {"replicas": 2, "port": 18737},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -31,12 +31,7 @@ run = run_cli
 @pytest.mark.parametrize(("case", "text", "where", "phrase"), CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("command", ["validate", "render"])
 def test_bad_spec_is_one_line_exit_2(
-    case: str,
-    text: str,
-    where: str,
-    phrase: str,
-    command: str,
-    tmp_path: Path,
+    case: str, text: str, where: str, phrase: str, command: str, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     spec = tmp_path / "spec.yaml"

@@ -42,10 +42,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 CHAINED = re.compile(r"^(?:[^#]*?&&\s*)?(pdctl(?: .*)?)$")
 
 # What `spec.yaml`, `rec/` ... stand for on each page unless a block's marker says otherwise.
-DEFAULT_FILES = {
-    "spec.yaml": "examples/phase0-conda.yaml",
-    "rec": "tests/fixtures/gpu/h200x2-live",
-}
+DEFAULT_FILES = {"spec.yaml": "examples/phase0-conda.yaml", "rec": "tests/fixtures/gpu/h200x2-live"}
 PAGE_FILES: dict[str, dict[str, str]] = {
     "phase1-kubernetes.md": {"spec.yaml": "examples/phase1-k8s.yaml"},
     "phase2-kubernetes.md": {"spec.yaml": "examples/phase2-llmd.yaml"},

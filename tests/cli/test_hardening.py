@@ -36,16 +36,8 @@ serve:
 """
 
 GOOD = dict(
-    model="Qwen/Qwen2.5-7B-Instruct",
-    version='"0.33.0"',
-    extra="[]",
-    env="{}",
-    host="gpu-a",
-    address="192.0.2.10",
-    user="ubuntu",
-    runtime="conda",
-    conda="vllm-env",
-    cache="/data/hf",
+    model="Qwen/Qwen2.5-7B-Instruct", version='"0.33.0"', extra="[]", env="{}", host="gpu-a",
+    address="192.0.2.10", user="ubuntu", runtime="conda", conda="vllm-env", cache="/data/hf",
 )
 
 
@@ -133,8 +125,7 @@ run = run_cli
         (["render"], "Missing argument"),
         (["validate", "SPEC", "extra"], "unexpected extra argument"),
         (["init", "-p", "x"], "Invalid value for '--phase'"),
-        (["schema", "x"], "unexpected extra argument"),
-        (["nosuch"], "No such command 'nosuch'"),
+        (["schema", "x"], "unexpected extra argument"), (["nosuch"], "No such command 'nosuch'"),
         (["render", "SPEC", "--phase"], "requires an argument"),
     ],
 )

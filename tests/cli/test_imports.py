@@ -29,12 +29,9 @@ sys.stderr.write("HEAVY=" + ",".join(heavy) + "\\n")
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--help"],
-        ["validate", "examples/phase1-k8s.yaml"],
-        ["render", "examples/phase1-k8s.yaml"],
-        ["render", "examples/phase0-multihost.yaml"],
-        ["schema"],
-        ["init", "--phase", "1"],
+        ["--help"], ["validate", "examples/phase1-k8s.yaml"],
+        ["render", "examples/phase1-k8s.yaml"], ["render", "examples/phase0-multihost.yaml"],
+        ["schema"], ["init", "--phase", "1"],
     ],
     ids=lambda a: " ".join(a),
 )

@@ -79,8 +79,7 @@ def test_files_the_new_bundle_drops_are_removed_and_only_those(
     assert (out / "hosts" / "gpu-a" / "qwen-docker-serve-1" / "notes.txt").read_text() == "keep\n"
     assert (out / SERVE.format(0)).is_file()
     assert list(listed(out)) == [
-        "hosts/gpu-a/qwen-docker-serve-0/start.sh",
-        "hosts/gpu-a/qwen-docker-serve-0/stop.sh",
+        "hosts/gpu-a/qwen-docker-serve-0/start.sh", "hosts/gpu-a/qwen-docker-serve-0/stop.sh",
     ]
 
 
@@ -145,10 +144,7 @@ def test_a_symlinked_output_folder_is_refused(
 
 @pytest.mark.parametrize("where", [".", "cwd", "parent", "home", "/"])
 def test_the_working_folder_its_parents_home_and_root_are_refused(
-    where: str,
-    spec: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    where: str, spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     work = tmp_path / "work"
@@ -160,11 +156,8 @@ def test_the_working_folder_its_parents_home_and_root_are_refused(
     monkeypatch.setenv("HOME", str(home))
     out = {".": ".", "cwd": str(work), "parent": str(tmp_path), "home": str(home), "/": "/"}
     phrase = {
-        ".": "the working folder",
-        "cwd": "the working folder",
-        "parent": "a parent of",
-        "home": "your home folder",
-        "/": "the root folder",
+        ".": "the working folder", "cwd": "the working folder", "parent": "a parent of",
+        "home": "your home folder", "/": "the root folder",
     }
     refused(spec, out[where], capsys, phrase[where])
     assert sorted(os.listdir(work)) == [".pdctl-bundle"] and os.listdir(home) == []
@@ -331,10 +324,7 @@ def test_a_folder_of_the_previous_pdctl_version_is_updated_cleanly(
 def test_what_to_remove_and_what_is_not_pdctls_without_a_filesystem() -> None:
     assert folder_changes(["a", "b/c"], ["a", "d"], ["a", "d"]) == (["b/c"], ["d"])
     assert folder_changes(None, ["a"], ["a", "z"]) == ([], [])
-    assert parse_folder_manifest('{"deployment": "x", "files": {"a/b": {}}}') == (
-        "x",
-        {"a/b": {}},
-    )
+    assert parse_folder_manifest('{"deployment": "x", "files": {"a/b": {}}}') == ("x", {"a/b": {}})
     for bad in ('{"files": {}}', "[1]", '{"deployment": "x", "files": {"/etc/x": {}}}', "{"):
         with pytest.raises(ValueError):
             parse_folder_manifest(bad)
