@@ -11,32 +11,16 @@ Obj = dict[str, Any]
 # https://kubernetes.io/docs/concepts/security/pod-security-standards/ (baseline)
 BASELINE_CAPABILITIES = frozenset(
     {
-        "AUDIT_WRITE",
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "MKNOD",
-        "NET_BIND_SERVICE",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_CHROOT",
+        "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+        "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
     }
 )
 SAFE_SYSCTLS = frozenset(
     {
-        "kernel.shm_rmid_forced",
-        "net.ipv4.ip_local_port_range",
-        "net.ipv4.ip_unprivileged_port_start",
-        "net.ipv4.tcp_syncookies",
-        "net.ipv4.ping_group_range",
-        "net.ipv4.ip_local_reserved_ports",
-        "net.ipv4.tcp_keepalive_time",
-        "net.ipv4.tcp_fin_timeout",
-        "net.ipv4.tcp_keepalive_intvl",
+        "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
         "net.ipv4.tcp_keepalive_probes",
     }
 )
@@ -46,8 +30,7 @@ APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 
 def all_containers(pod: Obj) -> list[Obj]:
     return [
-        *pod.get("initContainers", []),
-        *pod.get("containers", []),
+        *pod.get("initContainers", []), *pod.get("containers", []),
         *pod.get("ephemeralContainers", []),
     ]
 

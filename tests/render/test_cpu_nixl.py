@@ -69,8 +69,7 @@ def cpu_spec(tmp: Path, ports: list[int], router_venv: bool = True) -> str:
         "phase": 2,
         "model": {"name": str(tmp / "tiny"), "servedName": "tiny", "maxModelLen": 256},
         "engine": {
-            "version": "0.33.0",
-            "device": "cpu",
+            "version": "0.33.0", "device": "cpu",
             "env": {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"},
         },
         "secrets": {"apiKey": {"env": "VLLM_API_KEY"}},

@@ -66,27 +66,17 @@ def test_a_decode_slice_in_a_container_gets_exactly_the_host_network_flags() -> 
     script = start_script(plan_of(HAMI_DOCKER), "qwen-hami-docker-decode-1")
     got = [p for p in options(docker_words(script)) if p[0] not in ("--label", "--name")]
     assert got == [
-        ("-d", ""),
-        ("--gpus", '"device=1"'),
-        ("--ipc=host", ""),
-        ("--restart", "unless-stopped"),
-        ("--log-driver", "json-file"),
-        ("--log-opt", "max-size=100m"),
-        ("--log-opt", "max-file=5"),
-        ("--network", "host"),
-        ("-v", "/home/u/.pdctl/x/unit:/pdctl/unit"),
+        ("-d", ""), ("--gpus", '"device=1"'), ("--ipc=host", ""), ("--restart", "unless-stopped"),
+        ("--log-driver", "json-file"), ("--log-opt", "max-size=100m"), ("--log-opt", "max-file=5"),
+        ("--network", "host"), ("-v", "/home/u/.pdctl/x/unit:/pdctl/unit"),
         ("-v", "/usr/local/vgpu/libvgpu.so:/usr/local/vgpu/libvgpu.so:ro"),
         ("-v", "/tmp/vgpulock:/tmp/vgpulock"),
         ("-v", "/home/u/.cache/huggingface:/root/.cache/huggingface"),
-        ("--device", "/dev/infiniband"),
-        ("--cap-add", "IPC_LOCK"),
-        ("--ulimit", "memlock=-1"),
+        ("--device", "/dev/infiniband"), ("--cap-add", "IPC_LOCK"), ("--ulimit", "memlock=-1"),
         ("--env", "CUDA_DEVICE_MEMORY_LIMIT=71885m"),
         ("--env", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/pdctl/unit/vgpu.cache"),
-        ("--env", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so"),
-        ("--env", "UCX_TLS=cuda_copy,tcp"),
-        ("--env", "VLLM_HOST_IP=192.0.2.10"),
-        ("--env", "VLLM_NIXL_SIDE_CHANNEL_HOST=192.0.2.10"),
+        ("--env", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so"), ("--env", "UCX_TLS=cuda_copy,tcp"),
+        ("--env", "VLLM_HOST_IP=192.0.2.10"), ("--env", "VLLM_NIXL_SIDE_CHANNEL_HOST=192.0.2.10"),
         ("--env", "VLLM_NIXL_SIDE_CHANNEL_PORT=5602"),
     ]
     words = docker_words(script)

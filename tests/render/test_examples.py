@@ -17,13 +17,8 @@ from tests.render.check import check_engine_flags, check_kube_docs, check_router
 
 PD_EXAMPLES = sorted((ROOT / "examples").glob("phase[23]-*.yaml"))
 SHAPES = {
-    "phase2-p2p-nccl",
-    "phase2-mooncake-tcp",
-    "phase2-mooncake-rdma",
-    "phase2-mooncake-store",
-    "phase2-nixl-hosts",
-    "phase2-llmd",
-    "phase3-hami",
+    "phase2-p2p-nccl", "phase2-mooncake-tcp", "phase2-mooncake-rdma", "phase2-mooncake-store",
+    "phase2-nixl-hosts", "phase2-llmd", "phase3-hami",
 }
 
 
@@ -90,9 +85,7 @@ def test_p2p_nccl_shape() -> None:
     assert cfg["kv_connector"] == "P2pNcclConnector" and cfg["kv_role"] == "kv_producer"
     extra = cfg["kv_connector_extra_config"]
     assert extra == {
-        "proxy_ip": "192.0.2.10",
-        "proxy_port": "30001",
-        "http_port": str(pre.port),
+        "proxy_ip": "192.0.2.10", "proxy_port": "30001", "http_port": str(pre.port),
         "send_type": "PUT_ASYNC",
     }
     assert pre.args[pre.args.index("--port") + 1] == extra["http_port"]
@@ -250,8 +243,7 @@ def test_phase3_decode_is_a_hami_slice() -> None:
     dec = by[("Deployment", "qwen-hami-decode")]["spec"]["template"]
     assert dec["spec"]["schedulerName"] == "hami-scheduler"
     assert dec["metadata"]["annotations"] == {
-        "hami.io/gpu-scheduler-policy": "binpack",
-        "nvidia.com/use-gputype": "H200",
+        "hami.io/gpu-scheduler-policy": "binpack", "nvidia.com/use-gputype": "H200",
     }
     limits = dec["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1"

@@ -26,11 +26,8 @@ def spec(host: str) -> str:
 @pytest.mark.parametrize(
     ("host", "runtime"),
     [
-        ("venv: /opt/vllm", "venv"),
-        ("condaEnv: my-env", "conda"),
-        ("user: ubuntu", "conda"),
-        ("runtime: venv, venv: /opt/vllm", "venv"),
-        ("runtime: docker", "docker"),
+        ("venv: /opt/vllm", "venv"), ("condaEnv: my-env", "conda"), ("user: ubuntu", "conda"),
+        ("runtime: venv, venv: /opt/vllm", "venv"), ("runtime: docker", "docker"),
     ],
 )
 def test_the_runtime_follows_the_environment_named(host: str, runtime: str) -> None:
@@ -71,10 +68,6 @@ def test_validate_lists_every_unit_it_counts(capsys: pytest.CaptureFixture[str])
     assert "6 units planned" in out
     listed = [line.split()[0] for line in out.splitlines()[1:]]
     assert listed == [
-        "qwen-store-mooncake-master",
-        "qwen-store-prefill-0",
-        "qwen-store-prefill-1",
-        "qwen-store-decode-0",
-        "qwen-store-decode-1",
-        "qwen-store-router",
+        "qwen-store-mooncake-master", "qwen-store-prefill-0", "qwen-store-prefill-1",
+        "qwen-store-decode-0", "qwen-store-decode-1", "qwen-store-router",
     ]

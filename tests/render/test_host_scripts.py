@@ -148,10 +148,7 @@ def test_conda_setup_finds_conda_off_path(tmp_path: Path) -> None:
     conda.write_text(FAKE_CONDA)
     conda.chmod(0o755)
     setup = render_template(
-        "setup-conda.sh.j2",
-        conda_env="pdctl-vllm-0.33.0",
-        package="vllm",
-        version="0.33.0",
+        "setup-conda.sh.j2", conda_env="pdctl-vllm-0.33.0", package="vllm", version="0.33.0",
         pip="vllm==0.33.0",
     )
     script = tmp_path / "setup.sh"
@@ -163,10 +160,8 @@ def test_conda_setup_finds_conda_off_path(tmp_path: Path) -> None:
     assert (home / "miniforge3" / "envs" / "pdctl-vllm-0.33.0").is_dir()
     # No conda anywhere: one clear line, exit 1.
     res = subprocess.run(
-        ["bash", str(script)],
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
+        ["bash", str(script)], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True,
     )
     assert res.returncode == 1 and "pdctl: conda not found" in res.stderr
 
@@ -209,11 +204,8 @@ def dockerd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
     subprocess.run(
-        ["docker", "import", "--change", ENTRYPOINT, "-", SLEEPER],
-        input=buf.getvalue(),
-        env=env,
-        check=True,
-        capture_output=True,
+        ["docker", "import", "--change", ENTRYPOINT, "-", SLEEPER], input=buf.getvalue(), env=env,
+        check=True, capture_output=True,
     )
     return env
 
@@ -236,11 +228,8 @@ def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) 
 
     def names() -> list[str]:
         out = subprocess.run(
-            ["docker", "ps", "-a", "--format", "{{.Names}}"],
-            env=dockerd,
-            capture_output=True,
-            text=True,
-            check=True,
+            ["docker", "ps", "-a", "--format", "{{.Names}}"], env=dockerd, capture_output=True,
+            text=True, check=True,
         ).stdout
         return out.split()
 
@@ -248,9 +237,7 @@ def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) 
     try:
         # Someone else's container under the unit's name: neither script removes it.
         subprocess.run(
-            ["docker", "create", "--name", "scrt-serve-0", SLEEPER],
-            env=dockerd,
-            check=True,
+            ["docker", "create", "--name", "scrt-serve-0", SLEEPER], env=dockerd, check=True,
             capture_output=True,
         )
         res = sh(start)
@@ -266,10 +253,7 @@ def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) 
         assert "already running" in sh(start).stdout
         labels = subprocess.run(
             [
-                "docker",
-                "inspect",
-                "-f",
-                '{{index .Config.Labels "pdctl.io/deployment"}}',
+                "docker", "inspect", "-f", '{{index .Config.Labels "pdctl.io/deployment"}}',
                 "scrt-serve-0",
             ],
             env=dockerd,

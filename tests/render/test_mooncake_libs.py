@@ -113,9 +113,7 @@ def test_check_passes_with_the_libraries_in_the_cache_or_ld_library_path(
     for lib in libs:
         (extra / lib).write_text("")
     res = run(
-        check,
-        tmp_path,
-        f"{fake_ldconfig(tmp_path / 'none', ())}:/usr/bin:/bin",
+        check, tmp_path, f"{fake_ldconfig(tmp_path / 'none', ())}:/usr/bin:/bin",
         LD_LIBRARY_PATH=f"/nowhere::{extra}",
     )
     assert (res.returncode, res.stdout, res.stderr) == (0, "checked\n", "")

@@ -48,8 +48,7 @@ def pd_specs(draw) -> dict:
     hosts = []
     for i in range(n_hosts):
         host = {
-            "name": f"h{i}",
-            "address": f"10.0.0.{i + 1}",
+            "name": f"h{i}", "address": f"10.0.0.{i + 1}",
             "runtime": draw(st.sampled_from(["conda", "venv"])),
         }
         if not cpu:
@@ -71,12 +70,10 @@ def pd_specs(draw) -> dict:
         "engine": {"version": version, "device": "cpu" if cpu else "cuda"},
         "hosts": hosts,
         "prefill": {
-            "replicas": draw(st.integers(1, 3)),
-            "tensorParallel": draw(st.sampled_from([1, 2])),
+            "replicas": draw(st.integers(1, 3)), "tensorParallel": draw(st.sampled_from([1, 2])),
         },
         "decode": {
-            "replicas": draw(st.integers(1, 3)),
-            "tensorParallel": draw(st.sampled_from([1, 2])),
+            "replicas": draw(st.integers(1, 3)), "tensorParallel": draw(st.sampled_from([1, 2])),
             "share": draw(shares()),
         },
         "disaggregation": dis,
@@ -153,8 +150,7 @@ def expected_error(spec: dict, phase: int, target: str, err: SpecError) -> bool:
         if target == "hosts":
             applies |= {
                 "engine.device": spec["engine"]["device"] == "cpu",
-                "decode.share.library": "library" not in share,
-                "decode.share.gpuTotalMib": not mib,
+                "decode.share.library": "library" not in share, "decode.share.gpuTotalMib": not mib,
             }
         if applies.get(err.path, False):
             return True

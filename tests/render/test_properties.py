@@ -21,9 +21,7 @@ from tests.conftest import K8S_VERSION, check_scripts
 dns = st.from_regex(r"[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,4})?", fullmatch=True)
 model_name = st.sampled_from(
     [
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "/models/my model",
+        "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "/models/my model",
         "o'brien/x",
     ]
 )
@@ -35,8 +33,7 @@ def host(draw, index: int) -> dict:
     h = {
         "name": f"h{index}-{draw(dns)}",
         "address": draw(st.sampled_from(["10.0.0.1", "gpu.example.com", "127.0.0.1"])),
-        "gpus": list(range(gpus)),
-        "runtime": draw(st.sampled_from(["conda", "docker", "venv"])),
+        "gpus": list(range(gpus)), "runtime": draw(st.sampled_from(["conda", "docker", "venv"])),
     }
     if draw(st.booleans()):
         h["dataDir"] = draw(st.sampled_from(["/srv/pdctl", "~/deploy dir", "/tmp/$x"]))
@@ -50,9 +47,7 @@ def spec_dict(draw) -> dict:
     phase = draw(st.sampled_from([0, 1]))
     tp = draw(st.sampled_from([1, 1, 2, 4]))
     d: dict = {
-        "name": draw(dns),
-        "phase": phase,
-        "model": {"name": draw(model_name)},
+        "name": draw(dns), "phase": phase, "model": {"name": draw(model_name)},
         "engine": {"version": draw(st.sampled_from(["0.23.0", "0.33.0", "0.28.1"]))},
         "serve": {"replicas": draw(st.integers(1, 4)), "tensorParallel": tp},
     }
@@ -70,8 +65,7 @@ def spec_dict(draw) -> dict:
     d["hosts"] = [draw(host(i)) for i in range(n)]
     if phase == 1:
         d["kubernetes"] = {
-            "namespace": draw(dns),
-            "createNamespace": draw(st.booleans()),
+            "namespace": draw(dns), "createNamespace": draw(st.booleans()),
             "storage": {"type": draw(st.sampled_from(["pvc", "emptyDir"]))},
         }
         if draw(st.booleans()):

@@ -56,13 +56,10 @@ def test_router_starts_with_rendered_flags(connector: str, tmp_path: Path) -> No
     binary = router_binary()
     pre, dec, boot, port, metrics, disc = free_ports(6)
     doc = {
-        "name": "rt",
-        "phase": 2,
-        "model": {"name": "m"},
+        "name": "rt", "phase": 2, "model": {"name": "m"},
         "engine": {"version": "0.23.0" if connector == "p2p-nccl" else "0.33.0"},
         "hosts": [{"name": "lo", "address": "127.0.0.1", "gpus": [0, 1]}],
-        "prefill": {"replicas": 1, "port": pre},
-        "decode": {"replicas": 1, "port": dec},
+        "prefill": {"replicas": 1, "port": pre}, "decode": {"replicas": 1, "port": dec},
         "disaggregation": {"connector": connector, "bootstrapPort": boot},
         "router": {"port": port, "metricsPort": metrics, "discoveryPort": disc},
     }

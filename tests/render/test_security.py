@@ -207,11 +207,7 @@ def test_epp_metrics_need_an_authorized_token(example: Path) -> None:
 # 3. Pod Security baseline and hardening --------------------------------------------------------
 def test_kubernetes_examples_are_all_found() -> None:
     assert [p.stem for p in K8S_EXAMPLES] == [
-        "phase1-k8s",
-        "phase1-lws",
-        "phase2-k8s-autoscale",
-        "phase2-llmd",
-        "phase3-hami-pools",
+        "phase1-k8s", "phase1-lws", "phase2-k8s-autoscale", "phase2-llmd", "phase3-hami-pools",
         "phase3-hami",
     ]
 
@@ -419,9 +415,7 @@ def test_network_policy_admits_only_gateway_epp_and_pool(example: Path) -> None:
 
 def test_network_policy_gateway_peer_is_configurable() -> None:
     docs = example_docs(
-        LLMD_EXAMPLES[0],
-        networkPolicy=True,
-        gatewayNamespace="envoy-gateway-system",
+        LLMD_EXAMPLES[0], networkPolicy=True, gatewayNamespace="envoy-gateway-system",
         gatewayPodLabels={"gateway.envoyproxy.io/owning-gateway-name": "gw"},
     )
     check_all(docs)

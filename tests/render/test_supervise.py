@@ -44,8 +44,7 @@ def test_unit_files_verify(example: str, tmp_path: Path) -> None:
                 script.write_text("#!/bin/bash\n")
         (tmp_path / name).write_text(text.replace("%h", str(tmp_path)))
         out = subprocess.run(
-            ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)],
-            capture_output=True,
+            ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)], capture_output=True,
             text=True,
         )
         said = [
@@ -90,15 +89,8 @@ def test_nohup_log_rotates_at_the_spec_limits(tmp_path: Path) -> None:
     chatty.write_text(f'#!/bin/sh\nfor i in $(seq 1000); do echo "{line}"; done\n')
     chatty.chmod(0o755)
     spec = spec_with(
-        tmp_path,
-        "phase0-conda.yaml",
-        supervise="none",
-        runtime="venv",
-        venv=str(venv),
-        condaEnv=None,
-        dataDir=str(tmp_path / "data"),
-        logMaxSize="4k",
-        logMaxFiles=3,
+        tmp_path, "phase0-conda.yaml", supervise="none", runtime="venv", venv=str(venv),
+        condaEnv=None, dataDir=str(tmp_path / "data"), logMaxSize="4k", logMaxFiles=3,
     )
     data = yaml.safe_load(spec.read_text())
     data["hosts"][0].pop("condaEnv", None)
