@@ -28,12 +28,7 @@ from tests.helpers import run_cli
 from tests.hostile_corpus import BASE, BOUNDED, Case, corpus, with_model
 
 REPLAY = ROOT / "tests" / "fixtures" / "gpu" / "pcie4"  # one host's outputs: BASE's gpu-a
-COMMANDS = {
-    "validate": [],
-    "render": [],
-    "plan": [],
-    "preflight": ["--replay", str(REPLAY)],
-}
+COMMANDS = {"validate": [], "render": [], "plan": [], "preflight": ["--replay", str(REPLAY)]}
 MAX_RSS_KIB = 200 * 1024
 ADDRESS_SPACE = 768 * 1024 * 1024  # an unbounded run dies here instead of taking the machine
 # The bound is on the child's CPU time (RLIMIT_CPU), not on the wall clock: a loaded 2-core
@@ -100,12 +95,8 @@ def pdctl_bounded(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PDCTL_TEST_HWM": str(hwm)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, *args],
-            stdin=stdin,
-            stdout=out if stdout is None else stdout,
-            stderr=err,
-            cwd=ROOT,
-            env=env,
+            [sys.executable, "-c", LAUNCH, *args], stdin=stdin,
+            stdout=out if stdout is None else stdout, stderr=err, cwd=ROOT, env=env,
             preexec_fn=limit,
         )
         timer = threading.Timer(HANG_S, proc.kill)
@@ -237,14 +228,10 @@ def model_config_cases(tmp: Path) -> list[tuple[str, str]]:
     (tmp / "list.json").write_text("[1, 2]")
     (tmp / "folder").mkdir()
     return [
-        ("/dev/zero", "not a regular file"),
-        ("big.json", "larger than 2,048 KiB"),
-        ("deep.json", "nested too deeply"),
-        ("bigint.json", "a number is too long"),
-        ("latin1.json", "is not UTF-8 text"),
-        ("list.json", "is not a JSON object"),
-        ("folder", "not a regular file"),
-        ("missing.json", "no such file"),
+        ("/dev/zero", "not a regular file"), ("big.json", "larger than 2,048 KiB"),
+        ("deep.json", "nested too deeply"), ("bigint.json", "a number is too long"),
+        ("latin1.json", "is not UTF-8 text"), ("list.json", "is not a JSON object"),
+        ("folder", "not a regular file"), ("missing.json", "no such file"),
     ]
 
 

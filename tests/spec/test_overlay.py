@@ -88,9 +88,7 @@ def test_later_overlays_win() -> None:
         ("- just a list\n", "o1.yaml", 1, "must be a mapping"),
         (
             "hosts:\n  - {name: gpu-c, address: 192.0.2.12}\n  - {name: gpu-c, gpus: [1]}\n",
-            "o1.yaml",
-            3,
-            "'gpu-c' is listed twice",
+            "o1.yaml", 3, "'gpu-c' is listed twice",
         ),
     ],
 )
@@ -121,10 +119,8 @@ def test_error_locations(tmp_path: Path, capsys) -> None:
     assert code == 2
     got = [line.split(": ")[1:3] for line in err.splitlines()]
     assert got == [
-        [f"{f['base']}:4", "model.maxModelLen"],
-        [f"{f['one']}:2", "serve.replicas"],
-        [f"{f['one']}:6", "hosts[2].gpus"],
-        [f"{f['one']}:8", "hosts[1].port"],
+        [f"{f['base']}:4", "model.maxModelLen"], [f"{f['one']}:2", "serve.replicas"],
+        [f"{f['one']}:6", "hosts[2].gpus"], [f"{f['one']}:8", "hosts[1].port"],
         [f"{f['two']}:2", "engine.version"],
     ], err
 
@@ -181,10 +177,7 @@ def test_example_pair() -> None:
     data = merged(base.read_text(), prod.read_text())
     assert data["kubernetes"]["namespace"] == "vllm-prod"
     assert data["kubernetes"]["storage"] == {
-        "type": "pvc",
-        "size": "100Gi",
-        "accessMode": "ReadWriteMany",
-        "storageClass": "cephfs",
+        "type": "pvc", "size": "100Gi", "accessMode": "ReadWriteMany", "storageClass": "cephfs",
     }
     assert data["kubernetes"]["labels"] == {"team": "inference", "env": "prod"}
     assert yaml.safe_load(base.read_text())["serve"]["replicas"] == 1

@@ -26,8 +26,7 @@ serve:
 
 TABLE = data("spec_review.yaml")
 BASES = {
-    "good": GOOD,
-    "pd": TABLE["pd"],
+    "good": GOOD, "pd": TABLE["pd"],
     "multinode": (ROOT / "examples" / "phase0-multinode.yaml").read_text(),
 }
 
@@ -46,11 +45,7 @@ ACCEPTED = [(c["id"], text_of(c)) for c in TABLE["accepted"]]
 
 @pytest.mark.parametrize(("case", "text", "where", "phrases"), CASES, ids=[c[0] for c in CASES])
 def test_refused_in_one_line(
-    case: str,
-    text: str,
-    where: str,
-    phrases: list[str],
-    tmp_path: Path,
+    case: str, text: str, where: str, phrases: list[str], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     spec = tmp_path / "spec.yaml"
@@ -76,13 +71,8 @@ def test_accepted(case: str, text: str, tmp_path: Path, capsys: pytest.CaptureFi
 
 def _config(tmp_path: Path, **extra: object) -> str:
     config = {
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        **extra,
+        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, **extra,
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
     return "config.json"
@@ -98,9 +88,7 @@ def _config(tmp_path: Path, **extra: object) -> str:
             {
                 "max_position_embeddings": 131072,
                 "rope_scaling": {
-                    "rope_type": "yarn",
-                    "factor": 4.0,
-                    "original_max_position_embeddings": 32768,
+                    "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
                 },
             },
             131072,

@@ -72,8 +72,7 @@ def test_a_section_check_does_not_hide_the_others(tmp_path: Path, capsys) -> Non
     assert code == 2
     lines = errors(err)
     assert [line.split(": ")[1:3] for line in lines] == [
-        [f"{spec}:6", "kubernetes.namespace"],
-        [f"{spec}:12", "disaggregation.deviceName"],
+        [f"{spec}:6", "kubernetes.namespace"], [f"{spec}:12", "disaggregation.deviceName"],
         [f"{spec}:14", "serve.replicas"],
     ], err
 
