@@ -66,8 +66,7 @@ def test_user_env_cannot_override_nixl_placement(
 @pytest.mark.parametrize(
     ("section", "name"),
     [
-        ("prefill", "VLLM_MOONCAKE_BOOTSTRAP_PORT"),
-        ("decode", "MOONCAKE_CONFIG_PATH"),
+        ("prefill", "VLLM_MOONCAKE_BOOTSTRAP_PORT"), ("decode", "MOONCAKE_CONFIG_PATH"),
         ("engine", "MC_TCP_BIND_ADDRESS"),
     ],
 )
@@ -88,10 +87,8 @@ def test_kube_pod_ip_side_channel_host_cannot_be_overridden() -> None:
 @pytest.mark.parametrize(
     ("name", "why"),
     [
-        ("CUDA_VISIBLE_DEVICES", "is set by pdctl"),
-        ("HF_HOME", "is set by pdctl"),
-        ("MY_API_KEY", "looks like a secret"),
-        ("HF_TOKEN", "looks like a secret"),
+        ("CUDA_VISIBLE_DEVICES", "is set by pdctl"), ("HF_HOME", "is set by pdctl"),
+        ("MY_API_KEY", "looks like a secret"), ("HF_TOKEN", "looks like a secret"),
         ("DB_PASSWORD", "looks like a secret"),
     ],
 )
@@ -193,10 +190,8 @@ def test_p2p_nccl_refuses_ipv6_peers(tmp_path: Path) -> None:
 
 PD_TEXTS = [
     *sorted(ROOT.glob("examples/phase[23]-*.yaml")),
-    *sorted(ROOT.glob("templates/init-phase[23].yaml")),
-    ROOT / "docs/phase2-bare-metal.md",
-    ROOT / "docs/phase2-kubernetes.md",
-    ROOT / "docs/phase3-hami.md",
+    *sorted(ROOT.glob("templates/init-phase[23].yaml")), ROOT / "docs/phase2-bare-metal.md",
+    ROOT / "docs/phase2-kubernetes.md", ROOT / "docs/phase3-hami.md",
 ]
 
 

@@ -60,9 +60,7 @@ def test_ngram_renders_vllm_keys_on_hosts_and_docker(version: str) -> None:
         (inst,) = plan.instances
         doc = json.loads(arg_after(inst.args, "--speculative-config"))
         assert doc == {
-            "method": "ngram",
-            "num_speculative_tokens": 4,
-            "prompt_lookup_min": 2,
+            "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
             "prompt_lookup_max": 5,
         }
         # what the host runs: the JSON is one shell word, unchanged
@@ -81,9 +79,7 @@ def test_eagle3_draft_and_draft_tp(version: str) -> None:
     )
     (inst,) = plan_of(spec_text(version, serve)).instances
     assert json.loads(arg_after(inst.args, "--speculative-config")) == {
-        "method": "eagle3",
-        "model": "org/eagle3-head",
-        "num_speculative_tokens": 3,
+        "method": "eagle3", "model": "org/eagle3-head", "num_speculative_tokens": 3,
         "draft_tensor_parallel_size": 1,
     }
 
@@ -92,8 +88,7 @@ def test_mtp_without_model_uses_the_target() -> None:
     serve = "  speculative: {method: mtp, numSpeculativeTokens: 1}\n"
     (inst,) = plan_of(spec_text("0.33.0", serve)).instances
     assert json.loads(arg_after(inst.args, "--speculative-config")) == {
-        "method": "mtp",
-        "num_speculative_tokens": 1,
+        "method": "mtp", "num_speculative_tokens": 1,
     }
 
 
@@ -136,8 +131,7 @@ def test_lmcache_alone_is_lmcache_connector_v1_sized_per_worker() -> None:
     engine = ", kvOffload: {sizeGib: 8, backend: lmcache}"
     (inst,) = plan_of(spec_text("0.23.0", "  tensorParallel: 2\n", engine)).instances
     assert json.loads(arg_after(inst.args, "--kv-transfer-config")) == {
-        "kv_connector": "LMCacheConnectorV1",
-        "kv_role": "kv_both",
+        "kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
     }
     env = dict(inst.env)
     assert env["LMCACHE_LOCAL_CPU"] == "True"
@@ -160,8 +154,7 @@ def test_offload_joins_the_mooncake_store_multiconnector() -> None:
         names = [p["kv_connector"] for p in parts]
         assert names == ["MooncakeConnector", "MooncakeStoreConnector", "OffloadingConnector"]
         assert parts[2] == {
-            "kv_connector": "OffloadingConnector",
-            "kv_role": "kv_both",
+            "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
             "kv_connector_extra_config": {"cpu_bytes_to_use": 1 << 30},
         }
 

@@ -20,12 +20,8 @@ HOST = {"name": "a", "address": "192.0.2.30", "gpus": [0, 1], "runtime": "venv",
 
 def spec(replicas: int = 2, hosts: list | None = None, **router: object) -> dict:
     doc = {
-        "name": "fd",
-        "phase": 0,
-        "model": {"name": "m/m"},
-        "hosts": hosts or [HOST],
-        "serve": {"replicas": replicas, "port": 8000},
-        "router": {"port": 8080, **router},
+        "name": "fd", "phase": 0, "model": {"name": "m/m"}, "hosts": hosts or [HOST],
+        "serve": {"replicas": replicas, "port": 8000}, "router": {"port": 8080, **router},
     }
     return doc
 

@@ -89,10 +89,8 @@ def pair(nodes) -> tuple[Node, Node]:
     b = nodes("work", pb, {"lead": pa})
     for me, other in ((a, "work"), (b, "lead")):
         wait_until(
-            lambda me=me, other=other: f"heard from {other}" in me.said(),
-            "contact",
-            alive=lambda me=me: me.proc.poll() is None,
-            detail=me.said,
+            lambda me=me, other=other: f"heard from {other}" in me.said(), "contact",
+            alive=lambda me=me: me.proc.poll() is None, detail=me.said,
         )
     return a, b
 

@@ -42,9 +42,7 @@ def test_every_node_of_a_process_group_runs_under_the_guard_and_asks_the_others(
     assert "exec python3 guard.py --name big-serve-0-node1 --listen 192.0.2.11:29700" in serve
     rules = [r for r in plan.ports if "group guard" in r.purpose]
     assert [(r.host, r.ports) for r in rules] == [
-        ("gpu-a", "29700"),
-        ("gpu-b", "29700"),
-        ("gpu-c", "29700"),
+        ("gpu-a", "29700"), ("gpu-b", "29700"), ("gpu-c", "29700"),
     ]
     assert all(r.opened_to == "its group's nodes (big-serve-0)" for r in rules)
 
@@ -64,8 +62,7 @@ def test_nodes_on_one_address_take_their_own_guard_ports() -> None:
     assert opts["--peer"] == [f"big-serve-0-node1=127.0.0.1:{ports['big-serve-0-node1']}"]
     moved = plan_of(serve_doc({**TP_PP, "guardPort": 31000}, hosts))
     assert sorted(dict(n.extra_ports)["guard"] for n in all_nodes(moved.instances)) == [
-        31000,
-        31001,
+        31000, 31001,
     ]
     with pytest.raises(SpecError) as err:
         plan_of(serve_doc({**TP_PP, "guardPort": 65535}, hosts))

@@ -110,13 +110,11 @@ def test_mooncake_phase3_on_hosts_keeps_its_bootstrap_and_slices_decode() -> Non
         (f"{{perGpu: 2, library: {LIB}}}", "", "decode.share.gpuTotalMib"),
         ("{perGpu: 2, gpuTotalMib: 143771, library: lib/libvgpu.so}", "", "decode.share.library"),
         (
-            "{perGpu: 2, gpuTotalMib: 143771, library: '/a b/libvgpu.so'}",
-            "",
+            "{perGpu: 2, gpuTotalMib: 143771, library: '/a b/libvgpu.so'}", "",
             "decode.share.library",
         ),
         (
-            f"{{perGpu: 2, gpuTotalMib: 143771, library: {LIB}}}",
-            ", env: {LD_PRELOAD: /x.so}",
+            f"{{perGpu: 2, gpuTotalMib: 143771, library: {LIB}}}", ", env: {LD_PRELOAD: /x.so}",
             "decode.env.LD_PRELOAD",
         ),
     ],

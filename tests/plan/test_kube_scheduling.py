@@ -136,10 +136,7 @@ def test_role_settings_override_the_section() -> None:
     ]
     vllm = prefill["containers"][0]["resources"]
     assert vllm["requests"] == {
-        "cpu": "8",
-        "memory": "128Gi",
-        "nvidia.com/gpu": "1",
-        "nvidia.com/gpumem-percentage": "100",
+        "cpu": "8", "memory": "128Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100",
     }
     assert vllm["limits"]["cpu"] == "16" and vllm["limits"]["memory"] == "128Gi"
     assert decode["nodeSelector"] == {"gpu": "on", "pool": "gpu", "zone": "a"}
@@ -150,8 +147,7 @@ def test_role_settings_override_the_section() -> None:
     assert "tolerations" not in epp
     assert epp["imagePullSecrets"] == [{"name": "regcred"}]
     assert epp["containers"][0]["resources"] == {
-        "limits": {"cpu": "4", "memory": "4Gi"},
-        "requests": {"cpu": "2", "memory": "1Gi"},
+        "limits": {"cpu": "4", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "1Gi"},
     }
     # Labels: the section's on every object, a role's on its own objects and pods.
     for obj in objs:
@@ -234,8 +230,7 @@ def test_every_pod_field_passes_strict_validation(storage: str, version: str, vo
     spread = spec["topologySpreadConstraints"][0]
     assert spread["labelSelector"] == {
         "matchLabels": {
-            "app.kubernetes.io/instance": "full",
-            "app.kubernetes.io/component": "serve",
+            "app.kubernetes.io/instance": "full", "app.kubernetes.io/component": "serve",
         }
     }
     cache = next(v for v in spec["volumes"] if v["name"] == "model-cache")
@@ -285,12 +280,10 @@ def test_the_old_flagship_example_is_refused(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("storage", "replicas", "refused"),
     [
-        ("{type: pvc}", 2, True),
-        ("{type: pvc}", 1, False),
+        ("{type: pvc}", 2, True), ("{type: pvc}", 1, False),
         ("{type: existingClaim, claimName: models}", 3, True),
         ("{type: existingClaim, claimName: models, accessMode: ReadWriteMany}", 3, False),
-        ("{type: pvc, accessMode: ReadWriteMany}", 2, False),
-        ("{type: emptyDir}", 2, False),
+        ("{type: pvc, accessMode: ReadWriteMany}", 2, False), ("{type: emptyDir}", 2, False),
         ("{type: hostPath, path: /data/hf}", 2, False),
     ],
 )
@@ -447,8 +440,7 @@ TOLERATIONS = st.lists(
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     base=st.dictionaries(KEYS, VALUES, max_size=3),
-    role=st.one_of(st.none(), st.dictionaries(KEYS, VALUES, max_size=3)),
-    base_tol=TOLERATIONS,
+    role=st.one_of(st.none(), st.dictionaries(KEYS, VALUES, max_size=3)), base_tol=TOLERATIONS,
     role_tol=st.one_of(st.none(), TOLERATIONS),
 )
 def test_maps_merge_and_lists_replace(base, role, base_tol, role_tol) -> None:

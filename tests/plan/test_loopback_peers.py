@@ -14,12 +14,9 @@ from pdctl.spec import load_text
 from tests.preflight.conftest import pdctl
 
 BASE = {
-    "name": "lp",
-    "phase": 2,
+    "name": "lp", "phase": 2,
     "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "maxModelLen": 8192},
-    "prefill": {"replicas": 1},
-    "decode": {"replicas": 1},
-    "router": {"port": 8000, "host": "a"},
+    "prefill": {"replicas": 1}, "decode": {"replicas": 1}, "router": {"port": 8000, "host": "a"},
 }
 
 

@@ -32,12 +32,9 @@ def plan_of(doc: dict):
 
 def serve_doc(serve: dict, hosts: list[dict] | None = None, **top: object) -> dict:
     return {
-        "name": "big",
-        "phase": 0,
-        "model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
+        "name": "big", "phase": 0, "model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
         "hosts": hosts or [host("gpu-a", 10, networkInterface="eth1"), host("gpu-b", 11)],
-        "serve": serve,
-        **top,
+        "serve": serve, **top,
     }
 
 
@@ -207,20 +204,14 @@ def test_memory_per_gpu_shards_experts_by_expert_parallel() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    gpus=st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4),
-    replicas=st.integers(1, 3),
-    nodes=st.integers(1, 4),
-    tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2]),
+    gpus=st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=4), replicas=st.integers(1, 3),
+    nodes=st.integers(1, 4), tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2]),
     dp=st.sampled_from([1, 2, 4, 8]),
 )
 def test_groups_plan_consistently_or_refuse_with_a_path(gpus, replicas, nodes, tp, pp, dp):
     hosts = [host(f"h{i}", 10 + i, n) for i, n in enumerate(gpus)]
     serve = {
-        "replicas": replicas,
-        "nodes": nodes,
-        "tensorParallel": tp,
-        "pipelineParallel": pp,
+        "replicas": replicas, "nodes": nodes, "tensorParallel": tp, "pipelineParallel": pp,
         "dataParallel": dp,
     }
     try:

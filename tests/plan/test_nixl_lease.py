@@ -40,9 +40,7 @@ def test_bare_metal_nixl_engines_carry_pdctl_lease_above_vllm_default() -> None:
 
 def test_nixl_config_without_lease_leaves_vllm_default() -> None:
     assert nixl_config("kv_producer", "cpu") == {
-        "kv_connector": "NixlConnector",
-        "kv_role": "kv_producer",
-        "kv_buffer_device": "cpu",
+        "kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu",
     }
     assert nixl_config("kv_consumer", None, 90)["kv_connector_extra_config"] == {
         "kv_lease_duration": 90

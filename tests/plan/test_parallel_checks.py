@@ -102,9 +102,7 @@ def test_model_config_numbers_win_over_the_table(tmp_path: Path, capsys) -> None
     config.write_text(
         json.dumps(
             {
-                "num_hidden_layers": 4,
-                "hidden_size": 96,
-                "num_attention_heads": 6,
+                "num_hidden_layers": 4, "hidden_size": 96, "num_attention_heads": 6,
                 "num_key_value_heads": 6,
             }
         )

@@ -46,8 +46,7 @@ def test_two_hosts_are_both_used() -> None:
     """Before: prefill and both decodes on host-a, host-b idle."""
     placed = _where(TWO_HOSTS)
     assert placed == {
-        "q32-prefill-0": ("host-a", (0, 1, 2, 3)),
-        "q32-decode-0": ("host-b", (0, 1)),
+        "q32-prefill-0": ("host-a", (0, 1, 2, 3)), "q32-decode-0": ("host-b", (0, 1)),
         "q32-decode-1": ("host-b", (2, 3)),
     }
 
@@ -157,10 +156,7 @@ HOST = "  - {{name: h{i}, address: 192.0.2.{a}, gpus: {gpus}{cap}}}\n"
 
 
 def _fleet(
-    gpus: list[int],
-    caps: list[int | None],
-    p: tuple[int, int],
-    d: tuple[int, int],
+    gpus: list[int], caps: list[int | None], p: tuple[int, int], d: tuple[int, int],
     pins: tuple[list[int], list[int]],
 ) -> str:
     text = "name: f\nphase: 2\nmodel: {name: org/model}\nhosts:\n"
@@ -178,8 +174,7 @@ def _fleet(
 @given(
     st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=3).flatmap(
         lambda g: st.tuples(
-            st.just(g),
-            st.lists(st.sampled_from([None, 1, 2]), min_size=len(g), max_size=len(g)),
+            st.just(g), st.lists(st.sampled_from([None, 1, 2]), min_size=len(g), max_size=len(g)),
             st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])),
             st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])),
             st.tuples(*[st.lists(st.integers(0, len(g) - 1), max_size=2, unique=True)] * 2),

@@ -164,8 +164,7 @@ def test_multus_networks_and_per_role_resources() -> None:
     d = example("phase2-llmd")
     d["kubernetes"]["rdma"] = {"resources": {"rdma/hca_shared_devices_a": 1}}
     d["decode"]["kubernetes"]["rdma"] = {
-        "resources": {"nvidia.com/hostdev": 2},
-        "networks": ["rdma-net", "net-ns/sriov-ib@net1"],
+        "resources": {"nvidia.com/hostdev": 2}, "networks": ["rdma-net", "net-ns/sriov-ib@net1"],
     }
     objs = docs(d)
     by_role = {name.rsplit("-", 1)[1]: (meta, pod) for name, meta, pod in engine_pods(objs)}
@@ -237,14 +236,9 @@ def two_hosts(runtime: str = "conda", rdma: bool = False) -> dict:
         for h in hosts:
             h["rdmaDevices"] = ["mlx5_0"]
     return {
-        "name": "kv",
-        "phase": 2,
-        "model": {"name": "Qwen/Qwen3-8B"},
-        "engine": {"env": {"UCX_TLS": RDMA_ONLY}},
-        "hosts": hosts,
-        "prefill": {"hosts": ["gpu-a"]},
-        "decode": {"hosts": ["gpu-b"]},
-        "disaggregation": {"connector": "nixl"},
+        "name": "kv", "phase": 2, "model": {"name": "Qwen/Qwen3-8B"},
+        "engine": {"env": {"UCX_TLS": RDMA_ONLY}}, "hosts": hosts, "prefill": {"hosts": ["gpu-a"]},
+        "decode": {"hosts": ["gpu-b"]}, "disaggregation": {"connector": "nixl"},
     }
 
 
