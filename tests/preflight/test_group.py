@@ -207,8 +207,7 @@ def test_every_node_must_reach_the_other_nodes_group_guard() -> None:
 def test_guard_ports_unprobed_where_the_rendezvous_was_probed_are_said() -> None:
     found = by_check(check(with_raw(REACHED)), "group.guard")
     assert [(f.where, f.status, f.found) for f in found] == [
-        ("b", "WARN", "not probed"),
-        ("a", "WARN", "not probed"),
+        ("b", "WARN", "not probed"), ("a", "WARN", "not probed"),
     ]
     assert by_check(check(h200_pair()), "group.guard") == []  # group.reach says it already
 

@@ -45,10 +45,7 @@ def libs(tmp_path: Path) -> dict[str, Path]:
 
 def probe(path: Path, env: dict[str, str] | None = None) -> str:
     return subprocess.run(
-        ["/bin/sh", "-c", library_command(str(path))],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["/bin/sh", "-c", library_command(str(path))], capture_output=True, text=True, check=True,
         env=env,
     ).stdout
 
@@ -58,9 +55,7 @@ def test_elf_reader_finds_what_nm_lists(libs: dict[str, Path]) -> None:
     assert set(HOOKS) | {"vgpu_other"} <= set(names)
     assert "helper" not in names  # static: not exported
     nm = subprocess.run(
-        ["nm", "-D", "--defined-only", str(libs["cuda13"])],
-        capture_output=True,
-        text=True,
+        ["nm", "-D", "--defined-only", str(libs["cuda13"])], capture_output=True, text=True,
         check=True,
     ).stdout
     listed = {
@@ -150,23 +145,13 @@ def test_preflight_over_ssh(libs: dict[str, Path], tmp_path: Path) -> None:
         spec = tmp_path / f"{name}.yaml"
         spec.write_text(
             SPEC.format(
-                version="0.33.0",
-                host="lo1",
-                address=address,
-                port=port,
-                key=os.environ["PDCTL_TEST_SSH_KEY"],
-                library=libs[name],
+                version="0.33.0", host="lo1", address=address, port=port,
+                key=os.environ["PDCTL_TEST_SSH_KEY"], library=libs[name],
             )
         )
         rec = tmp_path / f"rec-{name}"
         proc = pdctl(
-            "preflight",
-            str(spec),
-            "-o",
-            "json",
-            "--record",
-            str(rec),
-            "--known-hosts",
+            "preflight", str(spec), "-o", "json", "--record", str(rec), "--known-hosts",
             os.environ["PDCTL_TEST_KNOWN_HOSTS"],
         )
         results[name] = {
@@ -180,11 +165,7 @@ def test_preflight_over_ssh(libs: dict[str, Path], tmp_path: Path) -> None:
 def test_h200_recording_with_the_real_hami_core() -> None:
     h200 = FIX / "hami-h200"
     proc = pdctl(
-        "preflight",
-        str(h200 / "bare-metal.yaml"),
-        "-o",
-        "json",
-        "--replay",
+        "preflight", str(h200 / "bare-metal.yaml"), "-o", "json", "--replay",
         str(h200 / "bare-metal-record"),
     )
     found = {f["check"]: f for f in json_findings(proc)}
@@ -212,8 +193,7 @@ def test_damaged_recordings_parse_without_crashing(libs: dict[str, Path]) -> Non
     @settings(max_examples=300, deadline=None)
     @given(
         st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)), max_size=12),
-        st.integers(0, len(data)),
-        st.text(max_size=200),
+        st.integers(0, len(data)), st.text(max_size=200),
     )
     def check(edits: list[tuple[int, int]], cut: int, text: str) -> None:
         damaged = bytearray(data[:cut])

@@ -193,9 +193,7 @@ def test_phase3_mig_mode_devices_warn() -> None:
 # renders them (charts/hami/templates/scheduler/deployment.yaml: the extender always gets
 # `--scheduler-name=<schedulerName>`; the labels carry the chart and app version).
 def cluster(
-    version: str = "2.8.1",
-    plugin: str | None = None,
-    scheduler: str = "hami-scheduler",
+    version: str = "2.8.1", plugin: str | None = None, scheduler: str = "hami-scheduler",
     gpu_a_allocatable: str = "20",
 ) -> dict[str, str]:
     raw = raw_of(K8S / CLUSTER)
@@ -208,17 +206,14 @@ def cluster(
         if comp == "hami-scheduler":
             containers = [
                 {
-                    "name": "kube-scheduler",
-                    "image": "registry.k8s.io/kube-scheduler:v1.31.0",
+                    "name": "kube-scheduler", "image": "registry.k8s.io/kube-scheduler:v1.31.0",
                     "command": ["kube-scheduler", "--config=/config/config.yaml"],
                 },
                 {
                     "name": "vgpu-scheduler-extender",
                     "image": f"projecthami/hami:v{v}",
                     "command": [
-                        "scheduler",
-                        "--http_bind=0.0.0.0:443",
-                        f"--scheduler-name={scheduler}",
+                        "scheduler", "--http_bind=0.0.0.0:443", f"--scheduler-name={scheduler}",
                     ],
                 },
             ]

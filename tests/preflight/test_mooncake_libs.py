@@ -35,9 +35,7 @@ def example(name: str):
 def test_parse_the_probe_output() -> None:
     hf = host_facts("a", {LIBS: libs_text(("libnuma.so.1", "libcurl.so.4"))})
     assert hf.libraries == (
-        ("libibverbs.so.1", False),
-        ("libnuma.so.1", True),
-        ("libcurl.so.4", True),
+        ("libibverbs.so.1", False), ("libnuma.so.1", True), ("libcurl.so.4", True),
         ("libmlx5.so.1", False),
     )
     none = host_facts("a", {LIBS: "ldconfig: not found\n"})
@@ -110,27 +108,18 @@ def test_probe_command_runs_under_sh(tmp_path: Path) -> None:
     extra.mkdir()
     (extra / "libmlx5.so.1").write_text("")
     res = subprocess.run(
-        ["/bin/sh", "-c", libraries_command(ALL)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        ["/bin/sh", "-c", libraries_command(ALL)], capture_output=True, text=True, timeout=60,
         env={"PATH": f"{fake}:/usr/bin:/bin", "LD_LIBRARY_PATH": f"{extra}:/nowhere"},
     )
     assert res.returncode == 0, res.stderr
     hf = host_facts("a", {LIBS: res.stdout})
     assert dict(hf.libraries or ()) == {
-        "libibverbs.so.1": False,
-        "libnuma.so.1": True,
-        "libcurl.so.4": True,
-        "libmlx5.so.1": True,
+        "libibverbs.so.1": False, "libnuma.so.1": True, "libcurl.so.4": True, "libmlx5.so.1": True,
     }
     # No ldconfig on PATH: the probe also looks in /sbin and /usr/sbin (a user's PATH on
     # Debian lacks them), and says so when there is none at all.
     res = subprocess.run(
-        ["/bin/sh", "-c", libraries_command(ALL)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        ["/bin/sh", "-c", libraries_command(ALL)], capture_output=True, text=True, timeout=60,
         env={"PATH": str(tmp_path / "nothing")},
     )
     if any(Path(d, "ldconfig").exists() for d in ("/sbin", "/usr/sbin")):

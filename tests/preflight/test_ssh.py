@@ -86,16 +86,8 @@ def test_gather_over_ssh_record_and_replay(testbed) -> None:
     spec = _spec(tmp, hosts, names, f"{{replicas: {replicas}, tensorParallel: 2, port: 2222}}")
     rec = tmp / "rec"
     proc = pdctl(
-        "preflight",
-        str(spec),
-        "-o",
-        "json",
-        "--record",
-        str(rec),
-        "--known-hosts",
-        os.environ["PDCTL_TEST_KNOWN_HOSTS"],
-        "--remote-path",
-        str(fakebin),
+        "preflight", str(spec), "-o", "json", "--record", str(rec), "--known-hosts",
+        os.environ["PDCTL_TEST_KNOWN_HOSTS"], "--remote-path", str(fakebin),
     )
     assert proc.returncode == 1, proc.stderr  # lo1's port and node2's driver fail
     found = json_findings(proc)
@@ -126,13 +118,7 @@ def test_unknown_host_key_is_refused_unless_accepted(testbed) -> None:
     known = tmp / "known_hosts"
     known.write_text("")
     proc = pdctl(
-        "preflight",
-        str(spec),
-        "-o",
-        "json",
-        "--known-hosts",
-        str(known),
-        "--remote-path",
+        "preflight", str(spec), "-o", "json", "--known-hosts", str(known), "--remote-path",
         str(fakebin),
     )
     assert proc.returncode == 1
@@ -140,15 +126,8 @@ def test_unknown_host_key_is_refused_unless_accepted(testbed) -> None:
     assert "unknown host key" in reach["found"]
     assert known.read_text() == ""
     proc = pdctl(
-        "preflight",
-        str(spec),
-        "-o",
-        "json",
-        "--known-hosts",
-        str(known),
-        "--accept-new-host-keys",
-        "--remote-path",
-        str(fakebin),
+        "preflight", str(spec), "-o", "json", "--known-hosts", str(known), "--accept-new-host-keys",
+        "--remote-path", str(fakebin),
     )
     assert not [f for f in json_findings(proc) if f["check"] == "host.reach"]
     addr, port = hosts[name]
