@@ -120,9 +120,7 @@ def builtin_resources() -> dict[str, dict[str, Any]]:
             continue
         plural, kind, scope, verbs, short, subs, cats = line.split()
         out[f"{gv}/{plural}"] = {
-            "kind": kind,
-            "singular": kind.lower(),
-            "namespaced": scope == "N",
+            "kind": kind, "singular": kind.lower(), "namespaced": scope == "N",
             "verbs": VERBS.get(verbs, verbs.replace(",", " ")).split(),
             "shortnames": [] if short == "-" else short.split(","),
             "subresources": [] if subs == "-" else subs.split(","),
@@ -138,12 +136,9 @@ def crd_resources(crd_file: Path) -> dict[str, dict[str, Any]]:
     version = next(v for v in spec["versions"] if v.get("storage"))
     return {
         f"{spec['group']}/{version['name']}/{names['plural']}": {
-            "kind": names["kind"],
-            "singular": names.get("singular", names["kind"].lower()),
-            "namespaced": spec["scope"] == "Namespaced",
-            "verbs": ALL.split(),
-            "shortnames": names.get("shortNames", []),
-            "categories": names.get("categories", []),
+            "kind": names["kind"], "singular": names.get("singular", names["kind"].lower()),
+            "namespaced": spec["scope"] == "Namespaced", "verbs": ALL.split(),
+            "shortnames": names.get("shortNames", []), "categories": names.get("categories", []),
             "subresources": sorted(version.get("subresources") or {}),
         }
     }

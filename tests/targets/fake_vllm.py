@@ -137,8 +137,7 @@ def headless(address: str, port: int, rank: int) -> int:
         print(f"fake-vllm headless node rank {rank} initializing", flush=True)
         time.sleep(3)  # alive for a while (pdctl sees it run), then fails before joining
         print(
-            "RuntimeError: NCCL error: unhandled system error (fake-vllm)",
-            file=sys.stderr,
+            "RuntimeError: NCCL error: unhandled system error (fake-vllm)", file=sys.stderr,
             flush=True,
         )
         return 1
@@ -151,8 +150,7 @@ def headless(address: str, port: int, rank: int) -> int:
             if time.monotonic() > deadline:
                 print(
                     f"fake-vllm: cannot reach the leader at {address}:{port}: {exc}",
-                    file=sys.stderr,
-                    flush=True,
+                    file=sys.stderr, flush=True,
                 )
                 return 1
             time.sleep(0.5)

@@ -13,9 +13,7 @@ def write_kubeconfig(folder: Path, server: str) -> Path:
     kubeconfig.write_text(
         yaml.safe_dump(
             {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "kmock",
+                "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
                 "clusters": [{"name": "kmock", "cluster": {"server": server}}],
                 "users": [{"name": "u", "user": {}}],
                 "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],

@@ -39,9 +39,7 @@ def image_from_rootfs(rootfs: bytes, config: dict, arch: str = "amd64") -> Image
     layer = gzip.compress(rootfs, mtime=0)
     image_config = json.dumps(
         {
-            "architecture": arch,
-            "os": "linux",
-            "config": config,
+            "architecture": arch, "os": "linux", "config": config,
             "rootfs": {"type": "layers", "diff_ids": [sha(rootfs)]},
             "history": [{"created_by": "tests/targets/registry.py"}],
         },
@@ -49,8 +47,7 @@ def image_from_rootfs(rootfs: bytes, config: dict, arch: str = "amd64") -> Image
     ).encode()
     manifest = json.dumps(
         {
-            "schemaVersion": 2,
-            "mediaType": MANIFEST,
+            "schemaVersion": 2, "mediaType": MANIFEST,
             "config": {"mediaType": CONFIG, "size": len(image_config), "digest": sha(image_config)},
             "layers": [{"mediaType": LAYER, "size": len(layer), "digest": sha(layer)}],
         },

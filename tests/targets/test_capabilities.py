@@ -15,9 +15,7 @@ from tests.conftest import ROOT
 CASES = [
     ("phase1-k8s.yaml", {}, "kubernetes", "KubeTarget"),
     (
-        "phase0-docker.yaml",
-        {"gpu-a": "unix:///nonexistent/docker.sock"},
-        "docker",
+        "phase0-docker.yaml", {"gpu-a": "unix:///nonexistent/docker.sock"}, "docker",
         "ContainerHosts",
     ),
     ("phase0-conda.yaml", {}, "hosts", "HostsTarget"),

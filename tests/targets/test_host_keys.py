@@ -22,10 +22,7 @@ def lo1_spec(env: SshEnv, tmp: Path, **host: object) -> Path:
     return write_spec(
         tmp / "spec.yaml",
         {
-            "name": "keys",
-            "phase": 0,
-            "model": {"name": "stand-in"},
-            "engine": {"device": "cpu"},
+            "name": "keys", "phase": 0, "model": {"name": "stand-in"}, "engine": {"device": "cpu"},
             "hosts": [host_entry(env, env.host("lo1"), tmp, **host)],
             "serve": {"replicas": 1, "port": 18997},
         },
@@ -114,9 +111,7 @@ def test_a_line_that_does_not_parse_is_one_error_naming_the_line(ssh_env, tmp_pa
     spec = lo1_spec(ssh_env, tmp_path)
     name, ktype, key = lo1_line(ssh_env)
     for bad in (
-        f"@revoked {name} {key}",
-        f"{name} {ktype} not-base64!",
-        f"@trusted * {ktype} {key}",
+        f"@revoked {name} {key}", f"{name} {ktype} not-base64!", f"@trusted * {ktype} {key}",
     ):
         known = tmp_path / "known_hosts"
         known.write_text(f"# mine\n{name} {ktype} {key}\n{bad}\n")
@@ -136,12 +131,7 @@ def test_missing_identity_file_is_named(ssh_env, tmp_path):
     del data["hosts"][0]["identityFile"]
     write_spec(spec, data)
     proc = pdctl(
-        "up",
-        str(spec),
-        "--dry-run",
-        "--known-hosts",
-        ssh_env.known_hosts,
-        "--identity",
+        "up", str(spec), "--dry-run", "--known-hosts", ssh_env.known_hosts, "--identity",
         str(missing),
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr

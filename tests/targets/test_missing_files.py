@@ -54,9 +54,7 @@ def test_a_known_hosts_file_that_does_not_exist_is_a_usage_error(
 def test_the_default_known_hosts_may_be_missing(ssh_env: SshEnv, tmp_path: Path) -> None:
     """No ~/.ssh/known_hosts (a new account): connecting refuses the unknown key, as before."""
     spec = {
-        "name": "files",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "name": "files", "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
         "engine": {"device": "cpu"},
         "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv="/nonexistent")],
         "serve": {"replicas": 1, "port": 18998},
@@ -103,10 +101,7 @@ def test_a_kubeconfig_that_exists_still_loads(tmp_path: Path) -> None:
     good.write_text(
         yaml.safe_dump(
             {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "c",
-                "clusters": [cluster],
+                "apiVersion": "v1", "kind": "Config", "current-context": "c", "clusters": [cluster],
                 "users": [{"name": "u", "user": {}}],
                 "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
             }

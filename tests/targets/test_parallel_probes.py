@@ -47,8 +47,7 @@ def test_up_probes_the_engines_of_two_hosts_at_the_same_time(
         venv = meeting_venv(tmp_path / f"venv-{host}", meet, host, other)
         hosts.append(host_entry(ssh_env, ssh_env.host(host), data, venv=str(venv)))
     spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
+        tmp_path / "spec.yaml", stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
     )
     try:
         up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")

@@ -43,9 +43,7 @@ def test_up_with_facts_places_by_topology_and_status_down_find_it(
     host = ssh_env.host("lo1")
     port = free_port()
     data = {
-        "name": "topo",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "name": "topo", "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
         "hosts": [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv), gpus=[0, 1, 2, 3])],
         "serve": {"replicas": 2, "tensorParallel": 2, "port": port},
     }

@@ -82,17 +82,12 @@ UNSCHEDULABLE = pod(
     ],
 )
 PULLING = pod(
-    "p-1",
-    phase="Pending",
-    conditions=[{"type": "PodScheduled", "status": "True"}],
+    "p-1", phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}],
     containerStatuses=[{"name": "vllm", "state": {"waiting": {"reason": "ContainerCreating"}}}],
 )
 PULL_EVENT = {
-    "involvedObject": {"kind": "Pod", "name": "p-1"},
-    "reason": "Pulling",
-    "type": "Normal",
-    "message": 'Pulling image "vllm/vllm-openai:v0.11.0"',
-    "lastTimestamp": "2026-12-01T09:00:00Z",
+    "involvedObject": {"kind": "Pod", "name": "p-1"}, "reason": "Pulling", "type": "Normal",
+    "message": 'Pulling image "vllm/vllm-openai:v0.11.0"', "lastTimestamp": "2026-12-01T09:00:00Z",
 }
 BACKOFF = pod(
     "p-2",
@@ -116,16 +111,14 @@ CRASHING = pod(
     conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
     containerStatuses=[
         {
-            "name": "vllm",
-            "restartCount": 4,
+            "name": "vllm", "restartCount": 4,
             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1m20s"}},
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
         }
     ],
 )
 LOADING = pod(
-    "p-4",
-    phase="Running",
+    "p-4", phase="Running",
     conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
     containerStatuses=[{"name": "vllm", "state": {"running": {"startedAt": "t"}}}],
 )
@@ -141,8 +134,7 @@ def test_pod_stage():
     ready = pod(
         "p-5",
         conditions=[
-            {"type": "PodScheduled", "status": "True"},
-            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"},
         ],
     )
     assert pod_stage(ready, []) == "healthy"

@@ -77,10 +77,7 @@ def group_changes(observed_states: dict[str, tuple[bool, str]]):
     units = desired_units(plan, bundle)
     observed = [
         Observed(
-            u.host.name,
-            u.name,
-            observed_states[u.name][1] or u.hash,
-            *observed_states[u.name][:1],
+            u.host.name, u.name, observed_states[u.name][1] or u.hash, *observed_states[u.name][:1],
             "7",
         )
         for u in units

@@ -97,13 +97,8 @@ def ssh_env() -> SshEnv:
 
 def host_entry(env: SshEnv, host: TestHost, data_dir: Path, **extra: object) -> dict:
     entry = {
-        "name": host.name,
-        "address": host.address,
-        "port": host.port,
-        "user": "root",
-        "identityFile": env.key,
-        "runtime": "venv",
-        "dataDir": str(data_dir / host.name),
+        "name": host.name, "address": host.address, "port": host.port, "user": "root",
+        "identityFile": env.key, "runtime": "venv", "dataDir": str(data_dir / host.name),
     }
     entry.update(extra)
     return entry
@@ -115,12 +110,8 @@ def stand_in_spec(
     """A phase 0 spec of the stand-in engine (fake_vllm.py) on `hosts`: the CPU engine unless
     `engine` says otherwise; `sections` (secrets ...) come between the engine and the hosts."""
     return {
-        "name": name,
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": engine if engine is not None else {"device": "cpu"},
-        **sections,
-        "hosts": hosts,
+        "name": name, "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": engine if engine is not None else {"device": "cpu"}, **sections, "hosts": hosts,
         "serve": serve,
     }
 

@@ -23,29 +23,21 @@ def _name(common: str) -> x509.Name:
 
 
 def _write(
-    folder: Path,
-    cert_file: str,
-    key_file: str,
-    cert: x509.Certificate,
+    folder: Path, cert_file: str, key_file: str, cert: x509.Certificate,
     key: ec.EllipticCurvePrivateKey,
 ) -> None:
     (folder / cert_file).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (folder / key_file).write_bytes(
         key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
     )
 
 
 def _cert(
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    signer: ec.EllipticCurvePrivateKey,
-    usage: x509.ObjectIdentifier | None,
-    ca: bool = False,
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
+    signer: ec.EllipticCurvePrivateKey, usage: x509.ObjectIdentifier | None, ca: bool = False,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
@@ -81,19 +73,14 @@ def make_certs(folder: Path, ca_name: str = "pdctl test CA") -> Path:
     (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     server_key = ec.generate_private_key(ec.SECP256R1())
     _write(
-        folder,
-        "server.pem",
-        "server-key.pem",
+        folder, "server.pem", "server-key.pem",
         _cert("127.0.0.1", server_key, ca.subject, ca_key, ExtendedKeyUsageOID.SERVER_AUTH),
         server_key,
     )
     client_key = ec.generate_private_key(ec.SECP256R1())
     _write(
-        folder,
-        "cert.pem",
-        "key.pem",
-        _cert("pdctl", client_key, ca.subject, ca_key, ExtendedKeyUsageOID.CLIENT_AUTH),
-        client_key,
+        folder, "cert.pem", "key.pem",
+        _cert("pdctl", client_key, ca.subject, ca_key, ExtendedKeyUsageOID.CLIENT_AUTH), client_key,
     )
     return folder
 

@@ -65,13 +65,8 @@ def test_a_group_in_containers_restarts_as_one_when_a_node_dies(
     hosts = []
     for name, address, peers in (("dka", "127.0.0.1", None), ("dkb", "localhost", "127.0.0.2")):
         entry = {
-            "name": name,
-            "address": address,
-            "port": docker_sshd.port,
-            "user": "root",
-            "identityFile": docker_sshd.key,
-            "runtime": "docker",
-            "dataDir": str(tmp_path / name),
+            "name": name, "address": address, "port": docker_sshd.port, "user": "root",
+            "identityFile": docker_sshd.key, "runtime": "docker", "dataDir": str(tmp_path / name),
             "hfCache": str(tmp_path / f"hf-{name}"),
         }
         if peers:

@@ -61,21 +61,13 @@ def spec_file(sshd: DockerSshd, tmp: Path) -> Path:
     model = tmp / "model"
     model.mkdir()
     host = {
-        "name": "local",
-        "address": "127.0.0.1",
-        "port": sshd.port,
-        "user": "root",
-        "identityFile": sshd.key,
-        "runtime": "docker",
-        "dataDir": str(tmp / "data"),
+        "name": "local", "address": "127.0.0.1", "port": sshd.port, "user": "root",
+        "identityFile": sshd.key, "runtime": "docker", "dataDir": str(tmp / "data"),
         "hfCache": str(tmp / "hf"),
     }
     spec = {
-        "name": "dockpd",
-        "phase": 2,
-        "model": {"name": str(model), "servedName": "stand-in"},
-        "engine": {"device": "cpu", "image": IMAGE, "version": "0.33.0"},
-        "hosts": [host],
+        "name": "dockpd", "phase": 2, "model": {"name": str(model), "servedName": "stand-in"},
+        "engine": {"device": "cpu", "image": IMAGE, "version": "0.33.0"}, "hosts": [host],
         "prefill": {"replicas": 1, "port": free_port()},
         "decode": {"replicas": 1, "port": free_port()},
         "disaggregation": {"connector": "nixl", "sideChannelPort": free_port()},
@@ -126,8 +118,7 @@ def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
 
 
 def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
-    docker_client,
-    tmp_path: Path,
+    docker_client, tmp_path: Path,
 ) -> None:
     """The docker SDK's container of a phase 3 decode unit (HAMi-core, rdmaDevices), the
     bundle's, as the daemon records it: created, not started (no GPU, no /dev/infiniband
@@ -154,8 +145,7 @@ def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
         assert host_config["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
         assert host_config["Devices"] == [
             {
-                "PathOnHost": "/dev/infiniband",
-                "PathInContainer": "/dev/infiniband",
+                "PathOnHost": "/dev/infiniband", "PathInContainer": "/dev/infiniband",
                 "CgroupPermissions": "rwm",
             }
         ]

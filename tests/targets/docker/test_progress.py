@@ -46,11 +46,8 @@ def docker_spec(tmp: Path, name: str, hosts: dict[str, str], port: int, image: s
     spec.write_text(
         yaml.safe_dump(
             {
-                "name": name,
-                "phase": 0,
-                "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": image},
-                "hosts": entries,
+                "name": name, "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
+                "engine": {"device": "cpu", "image": image}, "hosts": entries,
                 "serve": {"port": port, "replicas": len(hosts)},
             }
         )
@@ -86,9 +83,7 @@ def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path)
     (ctl / "hold").touch()
     cmd = [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", "--timeout", "200"]
     proc = subprocess.Popen(
-        [*cmd, *urls("local")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        [*cmd, *urls("local")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env=dict(os.environ, COLUMNS="200"),
     )
     assert proc.stdout is not None

@@ -26,8 +26,7 @@ def registry(docker_client):  # noqa: F811
 
     env = dict(c.split(" ", 1)[1].split("=", 1) for c in CHANGES if c.startswith("ENV "))
     config = {
-        "Env": [f"{k}={v}" for k, v in env.items()],
-        "Entrypoint": ENTRYPOINT,
+        "Env": [f"{k}={v}" for k, v in env.items()], "Entrypoint": ENTRYPOINT,
         "Labels": {"pdctl.test": "pulled"},
     }
     busybox = shutil.which("busybox")
@@ -72,8 +71,7 @@ def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_pat
         assert done and done[2] == done[3], pulling
         assert stages[-1] == "dpull-serve-0 on local: healthy", up.stdout
         assert ("GET", f"/v2/{REPO}/manifests/1") in registry.requests or (
-            "HEAD",
-            f"/v2/{REPO}/manifests/1",
+            "HEAD", f"/v2/{REPO}/manifests/1",
         ) in registry.requests, registry.requests
         blobs = {p for m, p in registry.requests if m == "GET" and "/blobs/" in p}
         assert blobs == {f"/v2/{REPO}/blobs/{d}" for d in image.blobs}, registry.requests
@@ -123,8 +121,7 @@ def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
         (line,) = up.stderr.strip().splitlines()
         assert f"dnope-serve-0 on local: cannot pull image {missing}" in line, line
         assert ("GET", "/v2/pdctl-test/nope/manifests/1") in registry.requests or (
-            "HEAD",
-            "/v2/pdctl-test/nope/manifests/1",
+            "HEAD", "/v2/pdctl-test/nope/manifests/1",
         ) in registry.requests
         (after,) = docker_client.containers.list(
             all=True, filters={"label": "pdctl.io/deployment=dnope"}
@@ -145,15 +142,13 @@ def test_pull_progress_line_counts_layers_and_bytes():
     p.update(
         {
             "status": "Downloading",
-            "progressDetail": {"current": 1_100_000_000, "total": 3_000_000_000},
-            "id": "a",
+            "progressDetail": {"current": 1_100_000_000, "total": 3_000_000_000}, "id": "a",
         }
     )
     p.update(
         {
             "status": "Downloading",
-            "progressDetail": {"current": 2_000_000_000, "total": 6_800_000_000},
-            "id": "b",
+            "progressDetail": {"current": 2_000_000_000, "total": 6_800_000_000}, "id": "b",
         }
     )
     assert p.line() == "pulling vllm/vllm-openai:v0.x: 1/3 layers, 3.1/9.8 GB"

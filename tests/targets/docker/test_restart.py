@@ -61,12 +61,10 @@ def test_ssh_containers_restart_unless_stopped_with_bounded_logs(
         for name in engines:
             host_config = docker_client.containers.get(name).attrs["HostConfig"]
             assert host_config["RestartPolicy"] == {
-                "Name": "unless-stopped",
-                "MaximumRetryCount": 0,
+                "Name": "unless-stopped", "MaximumRetryCount": 0,
             }
             assert host_config["LogConfig"] == {
-                "Type": "json-file",
-                "Config": {"max-size": "100m", "max-file": "5"},
+                "Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"},
             }
         kill_main_process(docker_client.containers.get(engines[0]))
         restarted_once(docker_client, engines[0])
@@ -101,12 +99,8 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
-            "name": "sdkrestart",
-            "phase": 0,
-            "model": {"name": str(model), "servedName": "tiny"},
-            "engine": {"device": "cpu", "image": IMAGE},
-            "hosts": [host],
-            "serve": {"port": port},
+            "name": "sdkrestart", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
+            "engine": {"device": "cpu", "image": IMAGE}, "hosts": [host], "serve": {"port": port},
         },
     )
     url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
@@ -118,8 +112,7 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
         host_config = c.attrs["HostConfig"]
         assert host_config["RestartPolicy"] == {"Name": "always", "MaximumRetryCount": 0}
         assert host_config["LogConfig"] == {
-            "Type": "json-file",
-            "Config": {"max-size": "10m", "max-file": "2"},
+            "Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"},
         }
         kill_main_process(c)
         restarted_once(docker_client, name)

@@ -57,9 +57,7 @@ def lo1() -> tuple[str, int, str, str]:
         name, address, port = line.split()
         if name == "lo1":
             return (
-                address,
-                int(port),
-                os.environ["PDCTL_TEST_SSH_KEY"],
+                address, int(port), os.environ["PDCTL_TEST_SSH_KEY"],
                 os.environ["PDCTL_TEST_KNOWN_HOSTS"],
             )
     pytest.skip("no lo1 test host")
@@ -72,9 +70,7 @@ def spec_for(tmp_path: Path) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
-                "name": "viassh",
-                "phase": 0,
-                "model": {"name": str(model), "servedName": "tiny"},
+                "name": "viassh", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
                 "engine": {"device": "cpu", "image": "pdctl-test/engine:1"},
                 "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
                 "serve": {"port": 18000},
@@ -118,14 +114,8 @@ def test_cli_refuses_an_unknown_host_key_in_one_line(
     empty.write_text("")
     code, out, err = run_cli(
         [
-            "status",
-            str(spec_for(tmp_path)),
-            "--docker-url",
-            f"local=ssh://root@{address}:{port}",
-            "--known-hosts",
-            str(empty),
-            "-i",
-            key,
+            "status", str(spec_for(tmp_path)), "--docker-url", f"local=ssh://root@{address}:{port}",
+            "--known-hosts", str(empty), "-i", key,
         ],
         capsys,
     )
@@ -158,15 +148,8 @@ def test_cli_accept_new_host_keys_records_the_key_and_status_works(
     known = tmp_path / "known_hosts"
     known.write_text("")
     argv = [
-        "status",
-        str(spec_for(tmp_path)),
-        "-o",
-        "json",
-        "--docker-url",
-        f"local=ssh://root@127.0.0.1:{docker_sshd.port}",
-        "--known-hosts",
-        str(known),
-        "-i",
+        "status", str(spec_for(tmp_path)), "-o", "json", "--docker-url",
+        f"local=ssh://root@127.0.0.1:{docker_sshd.port}", "--known-hosts", str(known), "-i",
         docker_sshd.key,
     ]
     code, _, err = run_cli(argv, capsys)

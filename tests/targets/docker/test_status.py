@@ -201,8 +201,7 @@ def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
     try:
         doc = status_json(spec)
         assert rows(doc) == [
-            ("dkns-serve-0", "not started", "-", ""),
-            ("dkns-serve-1", "not started", "-", ""),
+            ("dkns-serve-0", "not started", "-", ""), ("dkns-serve-1", "not started", "-", ""),
         ]
         assert [r["pid"] for r in doc["instances"]] == ["-", "-"]
         assert all(r["endpoint"].startswith("http://127.0.0.1:") for r in doc["instances"])
@@ -213,8 +212,7 @@ def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
             ["stand-in"],
             name="dkns-serve-7",
             labels={
-                "pdctl.io/deployment": "dkns",
-                "pdctl.io/unit": "dkns-serve-7",
+                "pdctl.io/deployment": "dkns", "pdctl.io/unit": "dkns-serve-7",
                 "pdctl.io/role": "serve",
             },
         )
@@ -258,8 +256,7 @@ def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_pa
             name="dklh-serve-1",
             entrypoint=["/bin/sh", "-c", "echo first; echo second"],
             labels={
-                "pdctl.io/deployment": "dklh",
-                "pdctl.io/unit": "dklh-serve-1",
+                "pdctl.io/deployment": "dklh", "pdctl.io/unit": "dklh-serve-1",
                 "pdctl.io/role": "serve",
             },
             detach=True,
@@ -268,11 +265,8 @@ def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_pa
         out = pdctl("logs", str(spec), *url())
         assert out.returncode == 0, out
         assert out.stdout.splitlines() == [
-            "==> dklh-serve-0 on local <==",
-            "(no log: not started, or removed by down)",
-            "==> dklh-serve-1 on local <==",
-            "first",
-            "second",
+            "==> dklh-serve-0 on local <==", "(no log: not started, or removed by down)",
+            "==> dklh-serve-1 on local <==", "first", "second",
         ]
         one = pdctl("logs", str(spec), "dklh-serve-1", *url())
         assert (one.returncode, one.stdout) == (0, "first\nsecond\n"), one

@@ -55,12 +55,8 @@ wait
 
 
 def add(
-    tar: tarfile.TarFile,
-    name: str,
-    data: bytes = b"",
-    mode: int = 0o755,
-    kind: bytes = tarfile.REGTYPE,
-    link: str = "",
+    tar: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o755,
+    kind: bytes = tarfile.REGTYPE, link: str = "",
 ) -> None:
     info = tarfile.TarInfo(name)
     info.mode, info.type, info.linkname, info.size = mode, kind, link, len(data)
@@ -168,15 +164,9 @@ def unit(
     deployment: str, name: str, port: int, model: str = "tiny", gpus: tuple[int, ...] = ()
 ) -> Container:
     u = Unit(
-        name=name,
-        role="serve",
-        host=HOST,
-        port=port,
+        name=name, role="serve", host=HOST, port=port,
         command=(model, "--port", str(port), "--served-model-name", "tiny"),
-        env=(("VLLM_LOGGING_LEVEL", "INFO"),),
-        setup="",
-        image=IMAGE,
-        gpus=gpus,
+        env=(("VLLM_LOGGING_LEVEL", "INFO"),), setup="", image=IMAGE, gpus=gpus,
     )
     return boxed(u, deployment, ("HF_TOKEN",))
 
@@ -285,8 +275,7 @@ def test_foreign_container_is_never_touched(target, docker_client):
         with pytest.raises(PdctlError, match="did not create"):
             target.apply(
                 [unit(target.deployment, name, free_port())],
-                target.changes([unit(target.deployment, name, 1)]),
-                {},
+                target.changes([unit(target.deployment, name, 1)]), {},
             )
         assert target.down() == []
         assert docker_client.containers.get(name).id == other.id
@@ -309,11 +298,8 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
     spec.write_text(
         yaml.safe_dump(
             {
-                "name": "sdk",
-                "phase": 0,
-                "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": IMAGE},
-                "hosts": [host],
+                "name": "sdk", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
+                "engine": {"device": "cpu", "image": IMAGE}, "hosts": [host],
                 "serve": {"port": port},
             }
         )

@@ -21,9 +21,7 @@ def write_spec(tmp_path: Path, secrets: bool = False) -> Path:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     spec = {
-        "name": "tls",
-        "phase": 0,
-        "model": {"name": str(model), "servedName": "tiny"},
+        "name": "tls", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
         "engine": {"device": "cpu", "image": "pdctl-test/engine:1"},
         "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
         "serve": {"port": 18000},
@@ -55,10 +53,7 @@ def nobody_connected(sock: socket.socket) -> bool:
 
 @pytest.mark.parametrize("command", ["up", "status", "down"])
 def test_plain_tcp_is_refused_before_connecting(
-    command: str,
-    tmp_path: Path,
-    listener: socket.socket,
-    capsys: pytest.CaptureFixture[str],
+    command: str, tmp_path: Path, listener: socket.socket, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
@@ -94,8 +89,7 @@ def test_insecure_docker_allows_plain_tcp_and_tls_with_it_contradicts(
         ("https://10.0.0.1:2376", "not a Docker engine URL"),
         ("10.0.0.1:2375", "not a Docker engine URL"),
         ("npipe:////./pipe/docker_engine", "not a Docker engine URL"),
-        ("tcp://10.0.0.1:2375", "in clear"),
-        ("ssh://", "needs a host"),
+        ("tcp://10.0.0.1:2375", "in clear"), ("ssh://", "needs a host"),
     ],
 )
 def test_urls_other_than_unix_ssh_and_secured_tcp_are_usage_errors(url: str, phrase: str) -> None:
@@ -168,10 +162,7 @@ def test_missing_certificates_are_usage_errors(tmp_path: Path) -> None:
 
 
 def test_cli_status_over_tls_with_cert_path_option_and_env(
-    tls_engine,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tls_engine, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     front, certs = tls_engine
     spec = write_spec(tmp_path)

@@ -12,8 +12,7 @@ from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
 
 def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int, max_len: int) -> dict:
     return {
-        "name": "fdiff",
-        "phase": 0,
+        "name": "fdiff", "phase": 0,
         "model": {"name": "stand-in", "servedName": "stand-in", "maxModelLen": max_len},
         "engine": {"device": "cpu"},
         "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],

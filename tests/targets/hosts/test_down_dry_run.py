@@ -39,8 +39,7 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
     spec = write_spec(
         tmp_path / "spec.yaml",
         stand_in_spec(
-            "dry",
-            [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
+            "dry", [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
             {"replicas": 1, "port": free_port()},
         ),
     )
@@ -63,11 +62,7 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
         assert sorted(p.name for p in folder.rglob("*")) == listing
         status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
         assert json.loads(status.stdout)["summary"] == {
-            "units": 1,
-            "up": 1,
-            "roles": {"serve": 1},
-            "upByRole": {"serve": 1},
-            "degraded": [],
+            "units": 1, "up": 1, "roles": {"serve": 1}, "upByRole": {"serve": 1}, "degraded": [],
         }
     finally:
         down = pdctl("down", str(spec), *known(ssh_env))

@@ -97,9 +97,7 @@ def test_a_docker_host_start_failure_quotes_dockers_cause(ssh_env: SshEnv, tmp_p
     spec = write_spec(
         tmp_path / "spec.yaml",
         stand_in_spec(
-            "dkhint",
-            [entry],
-            {"replicas": 1, "port": free_port()},
+            "dkhint", [entry], {"replicas": 1, "port": free_port()},
             engine={"device": "cpu", "image": "pdctl-test/absent:1", "version": "0.33.0"},
         ),
     )
@@ -194,10 +192,7 @@ def spec_for(tmp_path: Path, port: int) -> Path:
             "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
             "hosts": [
                 {
-                    "name": "gpu-a",
-                    "address": "127.0.0.1",
-                    "port": port,
-                    "gpus": [0],
+                    "name": "gpu-a", "address": "127.0.0.1", "port": port, "gpus": [0],
                     "dataDir": str(tmp_path / "data"),
                 }
             ],

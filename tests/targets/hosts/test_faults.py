@@ -70,10 +70,8 @@ def spec_with(env: SshEnv, venv: Path, data: Path, hosts: list[TestHost], **engi
     """Two stand-in engines, one per host, on one port (the hosts have separate networks)."""
     engine = {"device": "cpu", "env": dict(engine_env)} if engine_env else None
     spec = stand_in_spec(
-        "fake",
-        [host_entry(env, h, data, venv=str(venv)) for h in hosts],
-        {"replicas": len(hosts), "port": free_port()},
-        engine=engine,
+        "fake", [host_entry(env, h, data, venv=str(venv)) for h in hosts],
+        {"replicas": len(hosts), "port": free_port()}, engine=engine,
         secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
     )
     return write_spec(data / "spec.yaml", spec)
@@ -128,15 +126,8 @@ class Up:
     def __init__(self, spec: Path, known_hosts: str, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "pdctl",
-                "up",
-                str(spec),
-                "--yes",
-                "--known-hosts",
-                known_hosts,
-                *extra,
+                sys.executable, "-m", "pdctl", "up", str(spec), "--yes", "--known-hosts",
+                known_hosts, *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -392,12 +383,7 @@ def test_keep_going_undoes_each_failed_unit_and_goes_on(ssh_env, fake_venv, tmp_
         data["model"]["name"] = "/nonexistent/model"
         bad = write_spec(tmp_path / "bad.yaml", data)
         up = pdctl(
-            "up",
-            str(bad),
-            "--yes",
-            "--keep-going",
-            "--known-hosts",
-            ssh_env.known_hosts,
+            "up", str(bad), "--yes", "--keep-going", "--known-hosts", ssh_env.known_hosts,
             env=SECRET,
         )
         assert up.returncode == 1, up.stdout + up.stderr

@@ -80,10 +80,7 @@ def spec_file(env: SshEnv, tmp: Path, venv: Path, router: Path, library: Path) -
             "replicas": 2,
             "port": free_port(),
             "share": {
-                "perGpu": 2,
-                "gpuTotalMib": 143771,
-                "gpuCoresPercent": 40,
-                "library": str(library),
+                "perGpu": 2, "gpuTotalMib": 143771, "gpuCoresPercent": 40, "library": str(library),
             },
         },
         "disaggregation": {"connector": "nixl", "sideChannelPort": free_port()},

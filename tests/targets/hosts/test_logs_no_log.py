@@ -17,8 +17,7 @@ def _spec(env: SshEnv, venv: Path, data: Path) -> Path:
     return write_spec(
         data / "spec.yaml",
         stand_in_spec(
-            "rvw",
-            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            "rvw", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
             {"replicas": 1, "port": 18737},
         ),
     )
@@ -57,11 +56,8 @@ def test_logs_of_every_unit_show_the_ones_with_a_log_and_name_the_others(
     out = pdctl("logs", str(spec), "--known-hosts", ssh_env.known_hosts)
     assert out.returncode == 0, out
     assert out.stdout.splitlines() == [
-        "==> rvw-serve-0 on lo1 <==",
-        "(no log: not started, or removed by down)",
-        "==> rvw-serve-1 on lo1 <==",
-        "first",
-        "second",
+        "==> rvw-serve-0 on lo1 <==", "(no log: not started, or removed by down)",
+        "==> rvw-serve-1 on lo1 <==", "first", "second",
     ]
     one = pdctl("logs", str(spec), "rvw-serve-0", "--known-hosts", ssh_env.known_hosts)
     assert (one.returncode, one.stdout) == (1, ""), one
@@ -79,8 +75,7 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
     lo1 = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv), instances=1)
     gone = dict(lo1, name="gone", port=closed, dataDir=str(tmp_path / "gone"))
     spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec("rvw", [lo1, gone], {"replicas": 2, "port": 18737}),
+        tmp_path / "spec.yaml", stand_in_spec("rvw", [lo1, gone], {"replicas": 2, "port": 18737}),
     )
     unit = tmp_path / "lo1" / "rvw" / "rvw-serve-0"
     unit.mkdir(parents=True)
@@ -126,9 +121,7 @@ def _docker_spec(env: SshEnv, data: Path) -> Path:
     return write_spec(
         data / "spec.yaml",
         stand_in_spec(
-            "rvw",
-            [host],
-            {"replicas": 1, "port": 18737},
+            "rvw", [host], {"replicas": 1, "port": 18737},
             engine={"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"},
         ),
     )

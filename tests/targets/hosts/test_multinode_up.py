@@ -28,10 +28,7 @@ def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:
         "engine": {"device": "cpu", "env": engine_env},
         "hosts": [host_entry(env, env.host(n), data, venv=str(venv)) for n in ("lo1", "lo2")],
         "serve": {
-            "tensorParallel": 2,
-            "nodes": 2,
-            "port": free_port(),
-            "rendezvousPort": free_port(),
+            "tensorParallel": 2, "nodes": 2, "port": free_port(), "rendezvousPort": free_port(),
             "guardPort": free_port(),
         },
     }
@@ -155,9 +152,7 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
         wait_until(lambda: heard in (leader_dir / "log").read_text(), "the guard's contact")
         os.killpg(int((worker_dir / "pid").read_text()), signal.SIGKILL)
         wait_until(
-            lambda: not processes_in(leader_dir),
-            "the guard stops the leader",
-            timeout=60,
+            lambda: not processes_in(leader_dir), "the guard stops the leader", timeout=60,
             detail=lambda: (leader_dir / "log").read_text() + "\n".join(processes_in(leader_dir)),
         )
         status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))

@@ -33,10 +33,8 @@ def counted(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 def spec_for(env: SshEnv, counted: CountingHost, venv: Path, data: Path) -> Path:
     spec = stand_in_spec(
-        "counted",
-        [host_entry(env, counted.host, data, venv=str(venv), instances=2)],
-        {"replicas": 2, "port": free_port()},
-        secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
+        "counted", [host_entry(env, counted.host, data, venv=str(venv), instances=2)],
+        {"replicas": 2, "port": free_port()}, secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
     )
     return write_spec(data / "spec.yaml", spec)
 
@@ -46,13 +44,7 @@ def test_preflight_runs_one_exec_per_host(ssh_env, counted, fake_venv, tmp_path)
     counted.reset()
     rec = tmp_path / "rec"
     proc = pdctl(
-        "preflight",
-        str(spec),
-        "-o",
-        "json",
-        "--known-hosts",
-        counted.known_hosts,
-        "--record",
+        "preflight", str(spec), "-o", "json", "--known-hosts", counted.known_hosts, "--record",
         str(rec),
     )
     assert proc.returncode in (0, 1), proc.stderr
@@ -149,10 +141,7 @@ def test_framing_keeps_each_commands_output_exit_and_stderr(ssh_env, counted):
         got = [(r.rc, r.out, r.err) for r in results]  # type: ignore[union-attr]
         home = got[3][1].strip()
         assert got == [
-            (0, "no newline", ""),
-            (3, "out\n", "err\n"),
-            (0, "/\n", ""),
-            (0, f"{home}\n", ""),
+            (0, "no newline", ""), (3, "out\n", "err\n"), (0, "/\n", ""), (0, f"{home}\n", ""),
             (0, "fake-marker begin 9\n", ""),
         ]
         assert home != "/"

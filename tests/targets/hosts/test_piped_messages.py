@@ -38,8 +38,7 @@ def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_
     spec = write_spec(
         tmp_path / "spec.yaml",
         stand_in_spec(
-            NAME,
-            [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
+            NAME, [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
             {"replicas": 1, "port": free_port()},
         ),
     )
@@ -63,8 +62,7 @@ def test_piped_up_prints_healthy_once(ssh_env: SshEnv, fake_venv: Path, tmp_path
     spec = write_spec(  # a short name: every line fits in 80 columns
         tmp_path / "spec.yaml",
         stand_in_spec(
-            "once",
-            [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
+            "once", [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
             {"replicas": 1, "port": free_port()},
         ),
     )

@@ -35,8 +35,7 @@ def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
     return write_spec(
         data / "spec.yaml",
         stand_in_spec(
-            "own",
-            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            "own", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
             {"replicas": 1, "port": port},
         ),
     )
@@ -51,11 +50,8 @@ def squatter(tmp_path: Path):
     folder.mkdir()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "fake_vllm.py"), "serve", "stand-in", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=folder,
-        env={"PATH": os.environ["PATH"]},
-        start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder,
+        env={"PATH": os.environ["PATH"]}, start_new_session=True,
     )
     try:
         wait_port(port, alive=lambda: proc.poll() is None, what="the squatting server")
@@ -154,9 +150,7 @@ def test_a_listener_this_user_cannot_see_is_another_process(squatter, tmp_path):
     unit_dir = str(tmp_path / "u-0")
     script = with_vars(host_scripts().port_owner, unit_dir=unit_dir, name="u-0", port=port)
     res = subprocess.run(
-        ["runuser", "-u", "nobody", "--", "bash", "-c", script],
-        capture_output=True,
-        text=True,
+        ["runuser", "-u", "nobody", "--", "bash", "-c", script], capture_output=True, text=True,
         cwd="/",
     )
     assert res.returncode == 0, res.stderr

@@ -47,10 +47,8 @@ KEY = "sk-pdctl-test-key-7c1e0b"
 
 def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int) -> dict:
     return stand_in_spec(
-        "auth",
-        [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-        {"replicas": 1, "port": port},
-        secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
+        "auth", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+        {"replicas": 1, "port": port}, secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
     )
 
 
@@ -60,10 +58,8 @@ def engine_with_key(tmp_path: Path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "fake_vllm.py"), "serve", "m", "--port", str(port)],
-        env={"VLLM_API_KEY": KEY, "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=tmp_path,
+        env={"VLLM_API_KEY": KEY, "PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, cwd=tmp_path,
     )
     try:
         wait_port(port, alive=lambda: proc.poll() is None, what="the stand-in engine")

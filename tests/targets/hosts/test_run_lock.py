@@ -71,9 +71,7 @@ def test_a_held_lock_refuses_up_and_down_and_a_finished_run_releases_it(
         start = (tmp_path / "lo1" / NAME / f"{NAME}-serve-0" / "start.sh").read_text()
         holder = subprocess.Popen(
             ["flock", str(lock_path(tmp_path)), "-c", "echo held; exec sleep 300"],
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+            stdout=subprocess.PIPE, text=True, start_new_session=True,
         )
         try:
             assert holder.stdout is not None and holder.stdout.readline() == "held\n"
@@ -107,14 +105,7 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
     good = spec_file(ssh_env, fake_venv, tmp_path, port, "good.yaml")
     running = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "pdctl",
-            "up",
-            str(slow),
-            "--yes",
-            *known(ssh_env),
-            "--timeout",
+            sys.executable, "-m", "pdctl", "up", str(slow), "--yes", *known(ssh_env), "--timeout",
             "300",
         ],
         stdout=subprocess.DEVNULL,

@@ -75,9 +75,7 @@ def conda_host(
     ssh_env: SshEnv, conda_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CountingHost]:
     host = start_counting_host(
-        ssh_env,
-        tmp_path_factory.mktemp("condahost"),
-        name="condahost",
+        ssh_env, tmp_path_factory.mktemp("condahost"), name="condahost",
         rc_lines=f'export PATH="{conda_root}/bin:$PATH"\n',
     )
     yield host
@@ -148,10 +146,8 @@ def test_a_held_lock_times_out_naming_the_lock_file_and_its_holder(rendered: Pat
     # The holder says when it holds the lock (a fixed number of polls could end before a slow
     # machine ran flock, and start.sh would then take the lock itself).
     holder = subprocess.Popen(
-        ["flock", str(lock), "sh", "-c", "echo held; exec sleep 300"],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        ["flock", str(lock), "sh", "-c", "echo held; exec sleep 300"], stdout=subprocess.PIPE,
+        text=True, start_new_session=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"

@@ -37,10 +37,8 @@ def two_host_spec(env: SshEnv, venv: Path, data: Path, port: int, **serve: objec
         pytest.skip("needs the network-namespace test host node1 (two hosts, one port)")
     chosen = [env.host("lo1"), env.host("node1")]
     return stand_in_spec(
-        "fake",
-        [host_entry(env, h, data, venv=str(venv)) for h in chosen],
-        {"replicas": 2, "port": port, **serve},
-        secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
+        "fake", [host_entry(env, h, data, venv=str(venv)) for h in chosen],
+        {"replicas": 2, "port": port, **serve}, secrets={"hfToken": {"env": "PDCTL_TEST_HF_TOKEN"}},
     )
 
 
@@ -187,12 +185,7 @@ def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv,
     data["model"]["name"] = "/nonexistent/model"
     spec = write_spec(tmp_path / "spec.yaml", data)
     up = pdctl(
-        "up",
-        str(spec),
-        "--yes",
-        *known(ssh_env),
-        "--timeout",
-        "30",
+        "up", str(spec), "--yes", *known(ssh_env), "--timeout", "30",
         env={"PDCTL_TEST_HF_TOKEN": "x"},
     )
     assert up.returncode == 1
@@ -254,9 +247,7 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", data)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**__import__("os").environ, "PDCTL_TEST_HF_TOKEN": "x", "COLUMNS": "200"},
     )
     lines = []
@@ -293,8 +284,7 @@ def test_a_failed_upload_starts_nothing_on_that_host(
     spec = write_spec(
         tmp_path / "spec.yaml",
         stand_in_spec(
-            "fup",
-            [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))],
+            "fup", [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))],
             {"replicas": 1, "port": free_port()},
         ),
     )
@@ -340,11 +330,7 @@ def test_makedirs_accepts_a_folder_made_meanwhile(ssh_env: SshEnv, tmp_path: Pat
     from pdctl.spec.model import Host
 
     spec_host = Host(
-        name=host.name,
-        address=host.address,
-        port=host.port,
-        user="root",
-        identityFile=ssh_env.key,
+        name=host.name, address=host.address, port=host.port, user="root", identityFile=ssh_env.key,
     )
     options = SshOptions(known_hosts=ssh_env.known_hosts)
     first = Connection(spec_host, options).connect()

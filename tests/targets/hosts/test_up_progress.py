@@ -61,8 +61,7 @@ def one_instance(env: SshEnv, venv: Path, data: Path, name: str) -> Path:
     return write_spec(
         data / "spec.yaml",
         stand_in_spec(
-            name,
-            [host_entry(env, env.host("lo1"), data, venv=str(venv))],
+            name, [host_entry(env, env.host("lo1"), data, venv=str(venv))],
             {"replicas": 1, "port": free_port()},
         ),
     )

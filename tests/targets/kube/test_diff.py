@@ -75,9 +75,7 @@ def test_dry_run_of_a_new_deployment_creates_nothing(dry):
     tgt.objects = objs
     found = tgt.preview()
     assert {(d.kind, d.action) for d in found} == {
-        ("Deployment", "create"),
-        ("Service", "create"),
-        ("PersistentVolumeClaim", "create"),
+        ("Deployment", "create"), ("Service", "create"), ("PersistentVolumeClaim", "create"),
     }
     dep = next(d for d in found if d.kind == "Deployment")
     assert dep.text.startswith("--- live/apps.v1.Deployment.vllm-inference.kdry-serve\n")
@@ -114,13 +112,8 @@ def test_clean_drops_what_the_server_owns():
     live = {
         "kind": "X",
         "metadata": {
-            "name": "a",
-            "uid": "u",
-            "resourceVersion": "7",
-            "generation": 2,
-            "creationTimestamp": "t",
-            "managedFields": [{}],
-            "labels": {"l": "1"},
+            "name": "a", "uid": "u", "resourceVersion": "7", "generation": 2,
+            "creationTimestamp": "t", "managedFields": [{}], "labels": {"l": "1"},
         },
         "spec": {"s": 1},
         "status": {"ready": 1},

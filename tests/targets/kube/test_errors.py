@@ -30,8 +30,7 @@ def kubeconfig(path: Path, contexts: list[str], current: str | None, server: str
     path.write_text(
         yaml.safe_dump(
             {
-                "apiVersion": "v1",
-                "kind": "Config",
+                "apiVersion": "v1", "kind": "Config",
                 **({"current-context": current} if current else {}),
                 "clusters": [{"name": c, "cluster": {"server": server}} for c in contexts],
                 "users": [{"name": "u", "user": {}}],
@@ -114,11 +113,7 @@ def test_tls_to_a_plain_http_server_and_a_silent_server(cluster):
 
 
 STATUS = {
-    "kind": "Status",
-    "apiVersion": "v1",
-    "status": "Failure",
-    "code": 422,
-    "reason": "Invalid",
+    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
     "message": 'admission webhook "policy.example" denied the request: must not run as root',
 }
 
@@ -182,9 +177,7 @@ def test_a_name_that_does_not_resolve_says_dns():
 
 def test_the_kubeconfig_of_the_tests_still_loads(cluster, tmp_path):
     out = pdctl(
-        "status",
-        str(write_kube_files(cluster.url, tmp_path, "kok")[0]),
-        "--kubeconfig",
+        "status", str(write_kube_files(cluster.url, tmp_path, "kok")[0]), "--kubeconfig",
         str(write_kubeconfig(tmp_path, cluster.url)),
     )
     assert out.returncode in (0, 1) and "error:" not in out.stderr, out.stderr

@@ -86,15 +86,7 @@ def test_up_applies_every_object_of_the_example_and_down_deletes_them(
     plan, objs = plan_objects(data)
     spec, kubeconfig = write_files(cluster, tmp_path, data)
     up = [
-        "up",
-        spec,
-        "--target",
-        "kubernetes",
-        "--yes",
-        "--timeout",
-        "1",
-        "--kubeconfig",
-        kubeconfig,
+        "up", spec, "--target", "kubernetes", "--yes", "--timeout", "1", "--kubeconfig", kubeconfig,
     ]
     code, out, err = run_cli(up, capsys)
     # kmock runs no controller, so no Deployment rolls out: up applies all, then times out.
@@ -126,12 +118,7 @@ def test_the_llmd_example_needs_the_new_kinds() -> None:
     _, objs = plan_objects(spec_data("phase2-llmd"))
     kinds = {o["kind"] for o in objs}
     assert {
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "ConfigMap",
-        "InferencePool",
-        "HTTPRoute",
+        "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "InferencePool", "HTTPRoute",
     } <= kinds
 
 
@@ -143,12 +130,7 @@ def test_apply_order_puts_accounts_config_and_services_before_workloads() -> Non
     assert kinds[0] == "Namespace"
     first_workload = kinds.index("Deployment")
     for kind in (
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "ConfigMap",
-        "PersistentVolumeClaim",
-        "Service",
+        "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "Service",
     ):
         assert max(i for i, k in enumerate(kinds) if k == kind) < first_workload, kind
     assert kinds.index("RoleBinding") > max(i for i, k in enumerate(kinds) if k == "Role")
@@ -165,14 +147,9 @@ def test_server_sees_applies_in_order_and_deletes_in_reverse(cluster: KubeServer
     tgt.delete_objects(volumes=True)
     requests = cluster.log[before:]
     plurals = {
-        "serviceaccounts": "ServiceAccount",
-        "roles": "Role",
-        "rolebindings": "RoleBinding",
-        "configmaps": "ConfigMap",
-        "services": "Service",
-        "deployments": "Deployment",
-        "inferencepools": "InferencePool",
-        "httproutes": "HTTPRoute",
+        "serviceaccounts": "ServiceAccount", "roles": "Role", "rolebindings": "RoleBinding",
+        "configmaps": "ConfigMap", "services": "Service", "deployments": "Deployment",
+        "inferencepools": "InferencePool", "httproutes": "HTTPRoute",
     }
 
     def kinds(method: str) -> list[str]:
@@ -230,8 +207,7 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
     ns = plan.spec.kubernetes.namespace
     labels = {"app.kubernetes.io/instance": "kforeign", "app.kubernetes.io/managed-by": "pdctl"}
     endpoints = {
-        "apiVersion": "v1",
-        "kind": "Endpoints",
+        "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "kforeign-epp", "namespace": ns, "labels": labels},
     }
     pod = {
@@ -244,9 +220,7 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
             "annotations": {HASH_ANNOTATION: "x"},
             "ownerReferences": [
                 {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "kforeign-decode-1",
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "kforeign-decode-1",
                     "uid": "u",
                 }
             ],
@@ -256,8 +230,7 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {
-            "name": "elsewhere-kforeign-epp-metrics-reader",
-            "labels": labels,
+            "name": "elsewhere-kforeign-epp-metrics-reader", "labels": labels,
             "annotations": {HASH_ANNOTATION: "x", NAMESPACE_ANNOTATION: "elsewhere"},
         },
         "rules": [],
@@ -365,12 +338,8 @@ def test_a_missing_namespace_stops_up_at_the_first_object(
     data["kubernetes"]["namespace"] = "missing-ns"
     with kube_server(builtin_resources()) as srv:
         not_found = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": "NotFound",
-            "code": 404,
-            "message": 'namespaces "missing-ns" not found',
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+            "code": 404, "message": 'namespaces "missing-ns" not found',
         }
         into_missing = re.compile(r"/api(s/[^/]+)?/v1/namespaces/missing-ns/.*")
         srv.emulator["post", into_missing] << kmock.Response(status=404, payload=not_found)

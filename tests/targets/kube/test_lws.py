@@ -126,9 +126,7 @@ def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
     out = subprocess.run(
         ["sh", "-c", script.replace("exec vllm serve", "echo"), "vllm", "a b", "--x"],
         env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-        capture_output=True,
-        text=True,
-        check=True,
+        capture_output=True, text=True, check=True,
     ).stdout.split()
     assert out == [
         "a",
@@ -157,17 +155,14 @@ def test_the_leader_name_is_resolved_or_the_pod_stops_with_one_line() -> None:
             ok = subprocess.run(
                 ["sh", "-c", run, "vllm"],
                 env={"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-                capture_output=True,
-                text=True,
-                check=True,
+                capture_output=True, text=True, check=True,
             ).stdout.split()
             flag = "--master-addr" if not over else "--data-parallel-address"
             assert ok[ok.index(flag) + 1] == "127.0.0.1"
             bad = subprocess.run(
                 ["sh", "-c", run, "vllm"],
                 env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "x.invalid", "PATH": PATH},
-                capture_output=True,
-                text=True,
+                capture_output=True, text=True,
             )
             assert bad.returncode == 1 and bad.stdout == ""
             assert bad.stderr.count("\n") == 1
@@ -272,9 +267,7 @@ def test_wide_ep_side_channel_ports_are_the_ranks_of_each_pod() -> None:
     out = subprocess.run(
         ["sh", "-c", probe, "vllm"],
         env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-        capture_output=True,
-        text=True,
-        check=True,
+        capture_output=True, text=True, check=True,
     ).stdout.split()
     assert out[0] == "5592"  # + ranks 8..15 = 5600..5607
     assert out[1:] == ["--data-parallel-address", "127.0.0.1", "--data-parallel-start-rank", "8"]

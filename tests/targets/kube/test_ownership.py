@@ -23,8 +23,7 @@ DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 
 def foreign_service(name: str) -> dict:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": NS, "labels": {"owner": "someone-else"}},
         "spec": {"selector": {"app": "payments"}, "ports": [{"port": 80}]},
     }
@@ -61,8 +60,7 @@ def test_an_object_of_another_pdctl_deployment_is_named_as_its_owner(cluster) ->
     tgt = target(cluster, plan)
     svc = foreign_service("kother")
     svc["metadata"]["labels"] = {
-        "app.kubernetes.io/instance": "payments",
-        "app.kubernetes.io/managed-by": "pdctl",
+        "app.kubernetes.io/instance": "payments", "app.kubernetes.io/managed-by": "pdctl",
     }
     svc["metadata"]["annotations"] = {HASH_ANNOTATION: "x"}
     tgt._call("POST", tgt._path("Service"), svc)

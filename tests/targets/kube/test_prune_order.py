@@ -17,11 +17,8 @@ def roll_out(tgt, name: str) -> None:  # type: ignore[no-untyped-def]
     replicas = dep["spec"].get("replicas", 1)
     status = {
         "status": {
-            "observedGeneration": dep["metadata"].get("generation", 1),
-            "replicas": replicas,
-            "updatedReplicas": replicas,
-            "availableReplicas": replicas,
-            "readyReplicas": replicas,
+            "observedGeneration": dep["metadata"].get("generation", 1), "replicas": replicas,
+            "updatedReplicas": replicas, "availableReplicas": replicas, "readyReplicas": replicas,
         }
     }
     path = tgt._path("Deployment", name)

@@ -28,8 +28,7 @@ def put_pod(tgt: KubeTarget, template: dict, name: str) -> None:
         "name": name,
         "namespace": NS,
         "labels": {
-            "app.kubernetes.io/instance": tgt.name,
-            "app.kubernetes.io/managed-by": "pdctl",
+            "app.kubernetes.io/instance": tgt.name, "app.kubernetes.io/managed-by": "pdctl",
             "app.kubernetes.io/component": "serve",
         },
     }
@@ -90,9 +89,7 @@ def test_a_failed_rollout_says_why():
             "observedGeneration": 2,
             "conditions": [
                 {
-                    "type": "Progressing",
-                    "status": "False",
-                    "reason": "ProgressDeadlineExceeded",
+                    "type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
                     "message": 'ReplicaSet "x-7d9" has timed out progressing.',
                 }
             ],
@@ -176,24 +173,17 @@ def test_a_leader_worker_set_has_a_rollout_row():
 
     lws = {
         "metadata": {
-            "name": "big-serve",
-            "generation": 1,
+            "name": "big-serve", "generation": 1,
             "labels": {"app.kubernetes.io/component": "serve"},
         },
         "spec": {"replicas": 2},
         "status": {
-            "observedGeneration": 1,
-            "replicas": 2,
-            "updatedReplicas": 2,
-            "readyReplicas": 1,
+            "observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
         },
     }
     (row,) = status_rows([], [], leader_worker_sets=[lws])
     assert (row.unit, row.kind, row.state, row.why) == (
-        "big-serve",
-        "rollout",
-        "1/2 groups ready",
-        "progressing",
+        "big-serve", "rollout", "1/2 groups ready", "progressing",
     )
     lws["status"]["readyReplicas"] = 2
     (row,) = status_rows([], [], leader_worker_sets=[lws])

@@ -84,8 +84,7 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": "someone-else",
-            "namespace": ns,
+            "name": "someone-else", "namespace": ns,
             "labels": {"app.kubernetes.io/instance": "other"},
         },
         "spec": {"ports": [{"port": 80}]},
@@ -138,10 +137,7 @@ def test_wait_for_rollout(api):
     path = tgt._path("Deployment", "kwait-serve")
     status = {
         "status": {
-            "observedGeneration": 1,
-            "replicas": 1,
-            "updatedReplicas": 1,
-            "availableReplicas": 1,
+            "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
             "readyReplicas": 1,
         }
     }
