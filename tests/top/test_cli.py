@@ -57,9 +57,7 @@ def spec_on(ssh_env, tmp_path: Path, port: int, name: str = "topcli") -> Path:
     return write_spec(
         tmp_path / "spec.yaml",
         {
-            "name": name,
-            "phase": 0,
-            "model": {"name": "org/tiny", "servedName": "tiny"},
+            "name": name, "phase": 0, "model": {"name": "org/tiny", "servedName": "tiny"},
             "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0])],
             "serve": {"port": port},
         },
@@ -130,9 +128,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
-            "name": "topcli",
-            "phase": 0,
-            "model": {"name": "org/tiny"},
+            "name": "topcli", "phase": 0, "model": {"name": "org/tiny"},
             "hosts": [{"name": "h", "address": "192.0.2.1", "gpus": [0]}],
         },
     )

@@ -50,10 +50,7 @@ def test_nvml_gpu_utilisation_alone_cannot_tell_them_apart():
     decode, matmul = recorded("decode-b64"), recorded("matmul")
     assert decode.util_gpu == matmul.util_gpu == 100
     strip = {
-        "source": "nvml",
-        "sm_util": None,
-        "sm_occupancy": None,
-        "dram_bw_util": None,
+        "source": "nvml", "sm_util": None, "sm_occupancy": None, "dram_bw_util": None,
         "tensor_util": None,
     }
     assert kind(replace(decode, **strip), limits()) == "bandwidth-bound"
@@ -61,24 +58,13 @@ def test_nvml_gpu_utilisation_alone_cannot_tell_them_apart():
 
 
 def window_on(
-    gpu_name: str,
-    kv: float = 0.2,
-    running: float = 12,
-    waiting: float = 0,
+    gpu_name: str, kv: float = 0.2, running: float = 12, waiting: float = 0,
     max_num_seqs: int | None = 256,
 ) -> Window:
     gpu = replace(recorded(gpu_name), host="gpu-a", index=0, roles=("decode",))
     dec = Figures(
-        "llm-decode-0",
-        "decode",
-        "gpu-a",
-        60.0,
-        running=running,
-        waiting=waiting,
-        kv_usage=kv,
-        generation_tps=900.0,
-        max_num_seqs=max_num_seqs,
-        gpus=(("gpu-a", 0),),
+        "llm-decode-0", "decode", "gpu-a", 60.0, running=running, waiting=waiting, kv_usage=kv,
+        generation_tps=900.0, max_num_seqs=max_num_seqs, gpus=(("gpu-a", 0),),
     )
     return Window("llm", 2, "hosts", 60.0, (dec,), (gpu,))
 

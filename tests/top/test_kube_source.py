@@ -29,8 +29,7 @@ DCGM_FI_PROF_SM_ACTIVE{gpu="0",modelName="NVIDIA H200",Hostname="node-a"} 0.84
 
 def pod(name: str, namespace: str, labels: dict[str, str]) -> dict:
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
+        "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x"}]},
     }
@@ -80,20 +79,14 @@ def test_top_once_reads_pods_through_the_api_server_proxy(tmp_path, dcgm):
     doc = json.loads(res.stdout)
     (inst,) = doc["instances"]  # the other deployment's pod is not ours
     assert (inst["name"], inst["role"], inst["where"], inst["error"]) == (
-        "ktop-serve-abc",
-        "serve",
-        "node-a",
-        None,
+        "ktop-serve-abc", "serve", "node-a", None,
     )
     assert inst["totals"]["generation_tokens"] == 32.0
     assert f"/api/v1/namespaces/{NS}/pods/ktop-serve-abc:8000/proxy/metrics" in proxied
     if dcgm:
         (g,) = doc["gpus"]
         assert (g["host"], g["source"], g["dram_bw_util"], g["tensor_util"]) == (
-            "node-a",
-            "dcgm",
-            79.0,
-            3.0,
+            "node-a", "dcgm", 79.0, 3.0,
         )
         assert doc["gpu_missing"] == []
     else:

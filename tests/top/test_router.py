@@ -74,8 +74,7 @@ def test_one_worker_receiving_everything_names_the_dropped_one():
     r = figs("after-errors", "after-one-down")
     assert by(r, "decode") == {"rec-decode-0": 12, "rec-decode-1": 0}
     assert {w.instance: w.healthy for w in r.workers if w.role == "decode"} == {
-        "rec-decode-0": True,
-        "rec-decode-1": False,
+        "rec-decode-0": True, "rec-decode-1": False,
     }
     found = {v.key: v.line for v in verdicts(win("after-errors", "after-one-down"))}
     assert "got 12 of 12 decode requests (100% >= 90%)" in found["router-skew"]
@@ -107,22 +106,14 @@ def test_workers_are_named_by_port_when_the_url_differs():
 def test_router_row_in_json_and_dashboard():
     ends = [Endpoint("rec-router", "router", "lo", 1)]
     w = assemble(
-        "rec",
-        2,
-        "hosts",
-        ends,
-        {"rec-router": snap("after", 0.0)},
-        {"rec-router": snap("after-errors", 30.0)},
-        [],
-        [],
-        WORKERS,
+        "rec", 2, "hosts", ends, {"rec-router": snap("after", 0.0)},
+        {"rec-router": snap("after-errors", 30.0)}, [], [], WORKERS,
     )
     doc = json.loads(json.dumps(as_dict(w)))
     (router,) = doc["router"]
     assert router["requests"] == 12 and router["errors"] == 6
     assert {x["instance"]: x["routed"] for x in router["workers"] if x["role"] == "decode"} == {
-        "rec-decode-0": 6,
-        "rec-decode-1": 6,
+        "rec-decode-0": 6, "rec-decode-1": 6,
     }
     (row,) = doc["instances"]
     assert row["role"] == "router" and row["requests"] == 12 and row["request_rate"] == 0.4
@@ -151,16 +142,12 @@ def test_the_e2e_router_in_front_of_real_vllm_engines():
         "http://127.0.0.1:18760": ("e2etoppd-decode-0", "decode"),
     }
     r = router_figures(
-        "e2etoppd-router",
-        "lo1",
-        snap("e2e-phase2-before", 0),
-        snap("e2e-phase2-after", 45),
+        "e2etoppd-router", "lo1", snap("e2e-phase2-before", 0), snap("e2e-phase2-after", 45),
         workers,
     )
     assert (r.requests, r.errors) == (4, 0)
     assert {(w.instance, w.role, w.routed, w.healthy) for w in r.workers} == {
-        ("e2etoppd-prefill-0", "prefill", 4, True),
-        ("e2etoppd-decode-0", "decode", 4, True),
+        ("e2etoppd-prefill-0", "prefill", 4, True), ("e2etoppd-decode-0", "decode", 4, True),
     }
     assert r.latency_p50 is not None and r.latency_p95 >= r.latency_p50
     assert verdicts(Window("e2etoppd", 2, "hosts", 45, (), routers=(r,))) == []

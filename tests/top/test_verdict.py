@@ -25,10 +25,7 @@ def test_every_threshold_has_a_meaning():
 
 def test_the_recorded_phase0_window_has_nothing_to_say():
     f = figures(
-        "e2etop-serve-0",
-        "serve",
-        "lo1",
-        parse((DATA / "phase0-before.prom").read_text(), 0.0),
+        "e2etop-serve-0", "serve", "lo1", parse((DATA / "phase0-before.prom").read_text(), 0.0),
         parse((DATA / "phase0-after.prom").read_text(), 45.0),
     )
     assert verdicts(win(f)) == []
@@ -79,9 +76,7 @@ def test_decode_computing_prompts_itself_with_no_kv_received_is_kv_transfer_not_
         "h",
         60,
         prompt_by_source={
-            "local_compute": 380.0,
-            "local_cache_hit": 4.0,
-            "external_kv_transfer": 0.0,
+            "local_compute": 380.0, "local_cache_hit": 4.0, "external_kv_transfer": 0.0,
         },
         connector_errors={"vllm:nixl_num_failed_transfers_total": 4.0},
     )
@@ -101,9 +96,7 @@ def test_an_instance_without_metrics_gives_no_verdict():
 
 def phase2_decode(after: str):
     return figures(
-        "e2etoppd-decode-0",
-        "decode",
-        "lo1",
+        "e2etoppd-decode-0", "decode", "lo1",
         parse((DATA / "phase2-decode-before.prom").read_text(), 0.0),
         parse((DATA / after).read_text(), 46.0),
     )

@@ -19,10 +19,7 @@ def snap(name: str, at: float):
 
 def phase0():
     return figures(
-        "e2etop-serve-0",
-        "serve",
-        "lo1",
-        snap("phase0-before.prom", 100.0),
+        "e2etop-serve-0", "serve", "lo1", snap("phase0-before.prom", 100.0),
         snap("phase0-after.prom", 140.0),
     )
 
@@ -33,9 +30,7 @@ def test_recorded_window_gives_rates_latencies_and_kv():
     assert f.requests == 4 and f.request_rate == pytest.approx(0.1)
     assert f.generation_tps == pytest.approx(32 / 40) and f.prompt_tps == pytest.approx(384 / 40)
     assert f.prompt_by_source == {
-        "local_compute": 384.0,
-        "local_cache_hit": 0.0,
-        "external_kv_transfer": 0.0,
+        "local_compute": 384.0, "local_cache_hit": 0.0, "external_kv_transfer": 0.0,
     }
     assert f.kv_usage == 0.0 and f.running == 0.0 and f.waiting == 0.0
     assert 0 < f.ttft_p50 <= f.ttft_p95 and 0 < f.itl_p50 <= f.itl_p95
@@ -85,14 +80,8 @@ def test_assemble_and_json_hold_roles_and_missing_telemetry():
         name, role, where, max_num_seqs, gpus = "e2etop-serve-0", "serve", "lo1", None, ()
 
     w = assemble(
-        "e2etop",
-        0,
-        "hosts",
-        [E()],
-        {E.name: snap("phase0-before.prom", 0.0)},
-        {E.name: snap("phase0-after.prom", 40.0)},
-        [],
-        ["lo1: NVML: not found"],
+        "e2etop", 0, "hosts", [E()], {E.name: snap("phase0-before.prom", 0.0)},
+        {E.name: snap("phase0-after.prom", 40.0)}, [], ["lo1: NVML: not found"],
     )
     doc = as_dict(w)
     assert doc["window_s"] == 40.0 and doc["gpu_missing"] == ["lo1: NVML: not found"]
