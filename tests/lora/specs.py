@@ -13,24 +13,16 @@ HOSTS = [{"name": "a", "address": "192.0.2.1", "gpus": [0, 1]}]
 BASES = {
     "phase0": {"phase": 0, "hosts": HOSTS, "serve": {"replicas": 1}},
     "phase0-docker": {
-        "phase": 0,
-        "hosts": [{**HOSTS[0], "runtime": "docker"}],
-        "serve": {"replicas": 1},
+        "phase": 0, "hosts": [{**HOSTS[0], "runtime": "docker"}], "serve": {"replicas": 1},
     },
     "phase1": {"phase": 1, "serve": {"replicas": 1}},
     "phase2-hosts": {
-        "phase": 2,
-        "hosts": HOSTS,
-        "prefill": {"replicas": 1},
-        "decode": {"replicas": 1},
+        "phase": 2, "hosts": HOSTS, "prefill": {"replicas": 1}, "decode": {"replicas": 1},
         "disaggregation": {"connector": "nixl"},
     },
     "phase2-llmd": {
-        "phase": 2,
-        "prefill": {"replicas": 1},
-        "decode": {"replicas": 1},
-        "disaggregation": {"connector": "nixl"},
-        "kubernetes": {"storage": {"type": "emptyDir"}},
+        "phase": 2, "prefill": {"replicas": 1}, "decode": {"replicas": 1},
+        "disaggregation": {"connector": "nixl"}, "kubernetes": {"storage": {"type": "emptyDir"}},
     },
 }
 

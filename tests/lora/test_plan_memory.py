@@ -19,8 +19,7 @@ from pdctl.cli.app import app
 from tests.lora.specs import load, spec_text
 
 LORA = {
-    "maxLoras": 4,
-    "maxLoraRank": 16,
+    "maxLoras": 4, "maxLoraRank": 16,
     "adapters": [{"name": "sql", "hf": "o/sql", "rank": 8, "targetModules": ["q_proj", "v_proj"]}],
 }
 # Per layer, per slot, per unit of rank at TP 1: qkv 3 x 4096 + (4096 + 2 x 1024); o 4096 +

@@ -20,9 +20,7 @@ from tests.lora.specs import BASES, bundle, load
 ADAPTERS = [
     {"name": "sql", "hf": "org/sql-lora", "rank": 8},
     {
-        "name": "chat",
-        "hf": "org/chat-lora",
-        "revision": "v2",
+        "name": "chat", "hf": "org/chat-lora", "revision": "v2",
         "baseModel": "meta-llama/Llama-3.1-8B-Instruct",
     },
 ]
@@ -59,13 +57,7 @@ def test_every_engine_gets_the_same_pinned_lora_flags(base: str, version: str) -
     assert len(parts) == 1, parts  # prefill and decode serve the same adapters
     (part,) = parts
     assert part[:7] == (
-        "--enable-lora",
-        "--max-loras",
-        "2",
-        "--max-lora-rank",
-        "16",
-        "--max-cpu-loras",
-        "8",
+        "--enable-lora", "--max-loras", "2", "--max-lora-rank", "16", "--max-cpu-loras", "8",
     )
     for arg in part:
         if arg.startswith("--"):
@@ -74,8 +66,7 @@ def test_every_engine_gets_the_same_pinned_lora_flags(base: str, version: str) -
     assert modules[0] == "sql=org/sql-lora"
     chat = json.loads(modules[1])
     assert chat == {
-        "name": "chat",
-        "path": "~/.cache/pdctl-adapters/chat_v2",
+        "name": "chat", "path": "~/.cache/pdctl-adapters/chat_v2",
         "base_model_name": "meta-llama/Llama-3.1-8B-Instruct",
     }
     if base.startswith(("phase1", "phase2-llmd")):
@@ -102,8 +93,7 @@ def test_kubernetes_adapter_volumes_validate_strictly(base: str) -> None:
         pod = doc["spec"]["template"]["spec"]
         vols = {v["name"]: v for v in pod["volumes"]}
         assert vols["lora-2"]["persistentVolumeClaim"] == {
-            "claimName": "adapters",
-            "readOnly": True,
+            "claimName": "adapters", "readOnly": True,
         }
         assert vols["lora-3"]["image"]["reference"] == "registry.example.com/adapters/img:v1"
         assert vols["lora-fetched"] == {"name": "lora-fetched", "emptyDir": {}}
@@ -115,9 +105,7 @@ def test_kubernetes_adapter_volumes_validate_strictly(base: str) -> None:
         fetch = pod["initContainers"][0]
         assert fetch["name"] == "fetch-adapter-0"
         assert fetch["command"][3:] == [
-            "org/chat-lora",
-            "v2",
-            "/root/.cache/pdctl-adapters/chat_v2",
+            "org/chat-lora", "v2", "/root/.cache/pdctl-adapters/chat_v2",
         ]
         assert fetch["image"] == engine["image"]
 
@@ -178,12 +166,7 @@ def test_every_example_with_an_adapter_renders_it_on_every_engine(example: Path)
     parts = {lora_part(i.args) for i in engines}
     assert parts == {
         (
-            "--enable-lora",
-            "--max-loras",
-            "2",
-            "--max-lora-rank",
-            "16",
-            "--lora-modules",
+            "--enable-lora", "--max-loras", "2", "--max-lora-rank", "16", "--lora-modules",
             "sql=org/sql-lora",
         )
     }

@@ -63,8 +63,7 @@ def test_wrong_base_model_is_refused() -> None:
     [
         ("phase0", {"claim": "pvc"}, "claim"),
         ("phase0", {"image": "registry.example.com/a:v1"}, "image"),
-        ("phase2-hosts", {"claim": "pvc"}, "claim"),
-        ("phase1", {"path": "/srv/a"}, "path"),
+        ("phase2-hosts", {"claim": "pvc"}, "claim"), ("phase1", {"path": "/srv/a"}, "path"),
         ("phase2-llmd", {"path": "/srv/a"}, "path"),
     ],
 )
