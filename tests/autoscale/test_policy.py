@@ -10,18 +10,12 @@ DECODE = RoleRule("decode", "waiting", 20, 1, 4, 2, scale_up_s=30, scale_down_s=
 
 
 def one(
-    observed: float,
-    replicas: int = 2,
-    last: float | None = None,
-    now: float = 1000.0,
+    observed: float, replicas: int = 2, last: float | None = None, now: float = 1000.0,
     busy: float | None = None,
 ):  # type: ignore[no-untyped-def]
     (d,) = decide(
-        [PREFILL],
-        {"prefill": observed},
-        {"prefill": replicas},
-        {} if last is None else {"prefill": last},
-        now,
+        [PREFILL], {"prefill": observed}, {"prefill": replicas},
+        {} if last is None else {"prefill": last}, now,
         busy=None if busy is None else {"prefill": busy},
     )
     return d

@@ -50,8 +50,7 @@ def test_hpas_target_each_role_deployment_and_validate_strictly() -> None:
     objs = objects(example())
     hpas = of_kind(objs, "HorizontalPodAutoscaler")
     assert [h["metadata"]["labels"]["app.kubernetes.io/component"] for h in hpas] == [
-        "prefill",
-        "decode",
+        "prefill", "decode",
     ]
     deployments = {d["metadata"]["name"] for d in of_kind(objs, "Deployment")}
     for hpa in hpas:
@@ -94,8 +93,7 @@ def test_targets_are_derived_from_the_capacity_plan() -> None:
 
 def test_keda_scaled_objects_validate_against_keda_crd() -> None:
     data = example(
-        engine="keda",
-        prometheus="http://prometheus-operated.monitoring:9090",
+        engine="keda", prometheus="http://prometheus-operated.monitoring:9090",
         decode={"maxReplicas": 5, "metric": "kvUsage"},
         prefill={"maxReplicas": 6, "metric": "requestRate"},
     )
@@ -134,8 +132,7 @@ def test_multi_node_groups_scale_their_leaderworkerset() -> None:
     kubernetes_validate.validate(hpa, K8S_VERSION, strict=True)
     ref = hpa["spec"]["scaleTargetRef"]
     assert ref == {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "name": "llama405b-serve",
     }
     crd = yaml.safe_load(LWS_CRD.read_text()) if LWS_CRD.exists() else None
@@ -152,8 +149,7 @@ def test_multi_node_groups_scale_their_leaderworkerset() -> None:
     [
         ({"maxGpus": 8}, "autoscaling.maxGpus"),
         ({"prefill": {"minReplicas": 4, "maxReplicas": 2}}, "autoscaling.prefill"),
-        ({"serve": {"maxReplicas": 2}}, "autoscaling.serve"),
-        ({"engine": "keda"}, "autoscaling"),
+        ({"serve": {"maxReplicas": 2}}, "autoscaling.serve"), ({"engine": "keda"}, "autoscaling"),
         ({"decode": {"maxReplicas": 2, "metric": "kvUsage", "target": 5}}, "autoscaling.decode"),
         ({"decode": {"maxReplicas": 2, "metric": "queue"}}, "autoscaling.decode.metric"),
     ],

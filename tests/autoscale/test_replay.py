@@ -34,14 +34,8 @@ def setup() -> tuple[Model, tuple[RoleTarget, ...], list, dict[str, int], int | 
 def rules(roles: tuple[RoleTarget, ...]) -> list[RoleRule]:
     return [
         RoleRule(
-            t.role,
-            t.metric,
-            t.target,
-            t.min_replicas,
-            t.max_replicas,
-            t.gpus_per_instance,
-            t.scale_up_s,
-            t.scale_down_s,
+            t.role, t.metric, t.target, t.min_replicas, t.max_replicas, t.gpus_per_instance,
+            t.scale_up_s, t.scale_down_s,
         )
         for t in roles
     ]
@@ -65,8 +59,7 @@ def test_policy_beats_fixed_replicas_on_goodput_per_gpu_hour() -> None:
     assert fixed is not None  # some fixed size meets the SLO: the comparison is fair
     assert policy.violations <= BUDGET, policy.line()
     assert policy.goodput_per_gpu_hour > 1.2 * fixed.goodput_per_gpu_hour, (
-        policy.line(),
-        fixed.line(),
+        policy.line(), fixed.line(),
     )
     assert policy.peak_gpus <= max_gpus  # type: ignore[operator]
     # the spec's own fixed replicas miss the SLO by far on this trace
