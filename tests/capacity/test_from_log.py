@@ -86,10 +86,7 @@ def test_parse_033_one_line_capacity_and_startup_summary() -> None:
     )
     seen = parse_log(text)
     assert (seen.total_gib, seen.util, seen.activation_gib, seen.graphs_gib) == (
-        31.4,
-        0.92,
-        1.59,
-        0.09,
+        31.4, 0.92, 1.59, 0.09,
     )
     assert seen.kv_tokens == 619202
 
@@ -102,11 +99,7 @@ def test_plan_from_log_shows_each_term(capsys, tmp_path: Path) -> None:
     assert code == 0, err
     assert "predicted vs the log (serve, vLLM 0.10.1.1)" in out
     for term in (
-        "weights",
-        "activation",
-        "non-torch",
-        "CUDA graphs",
-        "KV cache memory",
+        "weights", "activation", "non-torch", "CUDA graphs", "KV cache memory",
         "KV cache size (vLLM's count)",
     ):
         assert term in out

@@ -34,11 +34,8 @@ def test_every_run_is_a_kept_log_with_its_figures() -> None:
 def test_the_held_out_third_is_the_hash_rule() -> None:
     # decided before any error was seen: sha256(file name) % 3 == 0
     assert {run.file for run in RUNS if held_out(run.file)} == {
-        "phase0-qwen3-8b-u0.9.log",
-        "phase3-hami-n2-decode-0.log",
-        "phase3-hami-n3-decode-0.log",
-        "phase3-hami-n4-decode-0.log",
-        "qwen3-30b-a3b-u0.9.log",
+        "phase0-qwen3-8b-u0.9.log", "phase3-hami-n2-decode-0.log", "phase3-hami-n3-decode-0.log",
+        "phase3-hami-n4-decode-0.log", "qwen3-30b-a3b-u0.9.log",
     }
     assert (len(FIT), len(HELD)) == (7, 5)
 

@@ -28,22 +28,12 @@ from pdctl.capacity.models import builtin_config
 # Granite 4.0-H shaped, for the arithmetic only (not a published checkpoint's numbers):
 # 40 layers, full attention every 10th, Mamba-2 elsewhere
 MAMBA2 = {
-    "architectures": ["GraniteMoeHybridForCausalLM"],
-    "hidden_size": 1536,
-    "num_hidden_layers": 40,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 4,
-    "intermediate_size": 512,
-    "vocab_size": 100352,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
+    "architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 1536, "num_hidden_layers": 40,
+    "num_attention_heads": 12, "num_key_value_heads": 4, "intermediate_size": 512,
+    "vocab_size": 100352, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
     "layer_types": ["attention" if (i + 1) % 10 == 0 else "mamba" for i in range(40)],
-    "mamba_n_heads": 48,
-    "mamba_d_head": 64,
-    "mamba_d_state": 128,
-    "mamba_n_groups": 1,
-    "mamba_d_conv": 4,
-    "mamba_expand": 2,
+    "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1,
+    "mamba_d_conv": 4, "mamba_expand": 2,
 }
 
 
@@ -101,13 +91,8 @@ def test_nemotron_pattern_fp32_state() -> None:
     conv (8 x 64 + 2 x 1 x 128) x 3 x 2 B = 768 x 6 = 4,608; SSM 8 x 64 x 128 x 4 B = 262,144.
     Group: 3 < 1 x 1.5? no -> group = min = 1."""
     config = {
-        "num_hidden_layers": 6,
-        "hidden_size": 1024,
-        "hybrid_override_pattern": "M-M*M-",
-        "mamba_num_heads": 8,
-        "mamba_head_dim": 64,
-        "ssm_state_size": 128,
-        "n_groups": 1,
+        "num_hidden_layers": 6, "hidden_size": 1024, "hybrid_override_pattern": "M-M*M-",
+        "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 1,
         "conv_kernel": 4,
     }
     hybrid = hybrid_config(config)

@@ -23,30 +23,14 @@ from pdctl.errors import SpecError
 
 # Published parameter counts (model cards), in billions.
 PUBLISHED = {
-    "llama-3.1-8b": 8.03,
-    "llama-3.1-70b": 70.6,
-    "qwen2.5-7b": 7.61,
-    "qwen2.5-72b": 72.7,
-    "qwen3-8b": 8.2,
-    "qwen3-32b": 32.8,
-    "qwen3-30b-a3b": 30.5,
-    "qwen3-235b-a22b": 235,
-    "mistral-7b": 7.25,
-    "mixtral-8x7b": 46.7,
-    "deepseek-v2-lite": 15.7,
-    "deepseek-v2": 236,
-    "deepseek-v3": 671,
-    "gpt-oss-20b": 20.9,
-    "gpt-oss-120b": 116.8,
+    "llama-3.1-8b": 8.03, "llama-3.1-70b": 70.6, "qwen2.5-7b": 7.61, "qwen2.5-72b": 72.7,
+    "qwen3-8b": 8.2, "qwen3-32b": 32.8, "qwen3-30b-a3b": 30.5, "qwen3-235b-a22b": 235,
+    "mistral-7b": 7.25, "mixtral-8x7b": 46.7, "deepseek-v2-lite": 15.7, "deepseek-v2": 236,
+    "deepseek-v3": 671, "gpt-oss-20b": 20.9, "gpt-oss-120b": 116.8,
 }
 ACTIVE = {
-    "qwen3-30b-a3b": 3.3,
-    "qwen3-235b-a22b": 22,
-    "mixtral-8x7b": 12.9,
-    "deepseek-v3": 37,
-    "deepseek-v2": 21,
-    "gpt-oss-120b": 5.1,
-    "gpt-oss-20b": 3.6,
+    "qwen3-30b-a3b": 3.3, "qwen3-235b-a22b": 22, "mixtral-8x7b": 12.9, "deepseek-v3": 37,
+    "deepseek-v2": 21, "gpt-oss-120b": 5.1, "gpt-oss-20b": 3.6,
 }
 
 
@@ -174,9 +158,7 @@ def test_model_fit_for_preflight() -> None:
 
 
 @given(
-    util=st.floats(0.3, 0.95),
-    delta=st.floats(0.001, 0.05),
-    tp=st.sampled_from([1, 2, 4, 8]),
+    util=st.floats(0.3, 0.95), delta=st.floats(0.001, 0.05), tp=st.sampled_from([1, 2, 4, 8]),
     length=st.integers(16, 131072),
 )
 def test_more_memory_never_means_fewer_tokens(

@@ -36,9 +36,7 @@ QWEN3_30B_FP8 = {
     "vocab_size": 151936,
     "max_position_embeddings": 40960,
     "quantization_config": {
-        "activation_scheme": "dynamic",
-        "fmt": "e4m3",
-        "quant_method": "fp8",
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
         "weight_block_size": [128, 128],
     },
 }

@@ -67,11 +67,7 @@ def test_plan_json_for_every_example(example: Path, capsys) -> None:
         assert sl["sliceMib"] * sl["perGpu"] <= data["gpu"]["memoryMib"]
         assert sl["gpuMemoryUtilization"] == roles["decode"]["gpuMemoryUtilization"]
     assert data["advice"]["case"] in (
-        "busy",
-        "low-traffic",
-        "kv-limited",
-        "unknown-traffic",
-        "moderate",
+        "busy", "low-traffic", "kv-limited", "unknown-traffic", "moderate",
     )
 
 
@@ -79,22 +75,8 @@ def test_workload_options_give_instance_counts(capsys, tmp_path: Path) -> None:
     spec = ROOT / "examples" / "phase2-nixl-hosts.yaml"  # prefill and decode instances
     code, out, err = run(
         [
-            "plan",
-            str(spec),
-            "-o",
-            "json",
-            "--gpu",
-            "H100",
-            "--rate",
-            "20",
-            "--prompt-tokens",
-            "2000",
-            "--output-tokens",
-            "500",
-            "--tpot-ms",
-            "30",
-            "--ttft-ms",
-            "500",
+            "plan", str(spec), "-o", "json", "--gpu", "H100", "--rate", "20", "--prompt-tokens",
+            "2000", "--output-tokens", "500", "--tpot-ms", "30", "--ttft-ms", "500",
         ],
         capsys,
     )
@@ -111,12 +93,8 @@ def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
     (tmp_path / "m" / "config.json").write_text(
         json.dumps(
             {
-                "num_hidden_layers": 10,
-                "hidden_size": 1024,
-                "num_attention_heads": 8,
-                "num_key_value_heads": 2,
-                "intermediate_size": 4096,
-                "vocab_size": 32000,
+                "num_hidden_layers": 10, "hidden_size": 1024, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "intermediate_size": 4096, "vocab_size": 32000,
             }
         )
     )
@@ -180,10 +158,7 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     assert spec_gpu(spec, "H200", None)[0].name == "H200"  # the option wins
     traffic = spec_traffic(spec, None, 100, None, None, None)
     assert (
-        traffic.prompt_tokens,
-        traffic.output_tokens,
-        traffic.requests_per_second,
-        traffic.tpot_ms,
+        traffic.prompt_tokens, traffic.output_tokens, traffic.requests_per_second, traffic.tpot_ms,
     ) == (4000, 100, 3, 40)
     bad = SimpleNamespace(hardware=Hardware(gpu="Z80"), workload=None, decode=None)
     with pytest.raises(SpecError) as err:

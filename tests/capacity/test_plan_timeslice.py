@@ -44,11 +44,8 @@ def test_a_gpu_of_slices_decodes_no_faster_than_one_instance_at_the_same_batch(
     data = _plan(tmp_path, capsys, per_gpu)
     dec = data["roles"][1]["decode"]
     alone = decode_step(
-        model_config("Qwen/Qwen3-8B"),
-        find_gpu("H200"),
-        Shape(max_model_len=8192, gpu="H200"),
-        dec["batch"],
-        dec["context"],
+        model_config("Qwen/Qwen3-8B"), find_gpu("H200"), Shape(max_model_len=8192, gpu="H200"),
+        dec["batch"], dec["context"],
     )
     # each slice runs at 0.94 / N of the same instance alone; the GPU at 0.94x
     assert dec["instancesPerGpu"] == per_gpu
@@ -63,11 +60,8 @@ def test_pd_ratio_counts_the_time_slicing(tmp_path: Path, capsys) -> None:
     four = _plan(tmp_path, capsys, 4)
     dec = four["roles"][1]["decode"]
     alone = decode_step(
-        model_config("Qwen/Qwen3-8B"),
-        find_gpu("H200"),
-        Shape(max_model_len=8192, gpu="H200"),
-        dec["batch"],
-        dec["context"],
+        model_config("Qwen/Qwen3-8B"), find_gpu("H200"), Shape(max_model_len=8192, gpu="H200"),
+        dec["batch"], dec["context"],
     )
     gpu_requests_per_s = 4 / four["pd"]["decodeSecondsPerRequest"]
     assert gpu_requests_per_s == pytest.approx(0.94 * alone.tokens_per_s / 256, rel=0.01)

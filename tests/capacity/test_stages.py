@@ -34,12 +34,7 @@ def test_stage_partition_is_vllms_get_pp_indices(layers: int, pp: int, parts: tu
 def test_the_sampler_is_charged_to_the_last_stage_only() -> None:
     model = model_config("deepseek-ai/DeepSeek-V2-Lite")
     shape = Shape(
-        tp=2,
-        pp=2,
-        max_model_len=1024,
-        enforce_eager=True,
-        gpu="L4",
-        engine="0.9.2",
+        tp=2, pp=2, max_model_len=1024, enforce_eager=True, gpu="L4", engine="0.9.2",
         flashinfer_sampler=False,
     )
     first, last = stage_memories(model, find_gpu("L4").usable_bytes, 0.9, shape)

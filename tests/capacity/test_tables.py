@@ -17,15 +17,11 @@ DATA = Path(models.__file__).resolve().parents[1] / "data"
     ("table", "old", "new", "error"),
     [
         (
-            "models.yaml",
-            "hidden_size: 896\n",
-            'hidden_size: "896"\n',
+            "models.yaml", "hidden_size: 896\n", 'hidden_size: "896"\n',
             "models.qwen2.5-0.5b: hidden_size: Input should be a valid integer (got '896')",
         ),
         (
-            "models.yaml",
-            "qwen3-0.6b:\n    family: qwen3\n",
-            "qwen3-0.6b:\n    family: qwen4\n",
+            "models.yaml", "qwen3-0.6b:\n    family: qwen3\n", "qwen3-0.6b:\n    family: qwen4\n",
             "models.qwen3-0.6b.family: 'qwen4' is not in the table",
         ),
         ("models.yaml", "  qwen2-7b: qwen2.5-7b", "  qwen2-7b: qwen2-7b", "aliases.qwen2-7b:"),

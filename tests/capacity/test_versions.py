@@ -10,12 +10,7 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import weights_bytes_per_gpu
 from pdctl.capacity.params import parse_config
-from pdctl.capacity.profile import (
-    activation_bytes,
-    encoder_bytes,
-    encoder_tokens,
-    sampler_bytes,
-)
+from pdctl.capacity.profile import activation_bytes, encoder_bytes, encoder_tokens, sampler_bytes
 from tests.capacity.vllm_logs import CONFIGS, LOGS, predict
 
 QWEN2_7B = model_config("Qwen/Qwen2-7B-Instruct")
@@ -64,17 +59,12 @@ def test_vision_config_nested_like_hf_multimodal_configs() -> None:
     # Mistral3ForConditionalGeneration / Qwen2-VL style: text_config + vision_config
     raw = {
         "text_config": {
-            "num_hidden_layers": 4,
-            "hidden_size": 512,
-            "num_attention_heads": 8,
+            "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
             "vocab_size": 1000,
         },
         "vision_config": {
-            "hidden_size": 256,
-            "intermediate_size": 1024,
-            "num_hidden_layers": 2,
-            "hidden_act": "gelu",
-            "patch_size": 14,
+            "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+            "hidden_act": "gelu", "patch_size": 14,
         },
     }
     model = parse_config("tiny-vl", raw, None)
@@ -98,15 +88,11 @@ def test_encoder_profile_only_for_vision_models_and_taken_as_the_larger_term() -
     # a tower wider than its language model: the encoder sets the profile's peak
     raw = {
         "text_config": {
-            "num_hidden_layers": 4,
-            "hidden_size": 512,
-            "num_attention_heads": 8,
+            "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
             "vocab_size": 1000,
         },
         "vision_config": {
-            "hidden_size": 1024,
-            "intermediate_size": 8192,
-            "num_hidden_layers": 2,
+            "hidden_size": 1024, "intermediate_size": 8192, "num_hidden_layers": 2,
             "hidden_act": "silu",
         },
         "spatial_merge_size": 2,

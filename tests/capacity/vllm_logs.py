@@ -77,15 +77,9 @@ CONFIGS, LOGS = load()
 
 def shape(log: Log) -> Shape:
     return Shape(
-        tp=log.tp,
-        pp=log.pp,
-        kv_cache_dtype=log.kv_cache_dtype,
-        max_model_len=log.max_model_len,
-        max_num_seqs=log.max_num_seqs,
-        max_num_batched_tokens=log.max_num_batched_tokens,
-        enforce_eager=log.enforce_eager,
-        gpu=log.gpu,
-        engine=log.version,
+        tp=log.tp, pp=log.pp, kv_cache_dtype=log.kv_cache_dtype, max_model_len=log.max_model_len,
+        max_num_seqs=log.max_num_seqs, max_num_batched_tokens=log.max_num_batched_tokens,
+        enforce_eager=log.enforce_eager, gpu=log.gpu, engine=log.version,
         flashinfer_sampler=log.flashinfer,
     )
 
@@ -113,13 +107,8 @@ def predict(log: Log) -> Prediction:
     mem = instance_memory(model, total_bytes(log), log.util, shape(log), int(log.used_gib * GIB))
     g = GIB
     return Prediction(
-        mem.weights / g,
-        mem.overhead.activation / g,
-        mem.overhead.non_torch / g,
-        mem.overhead.cuda_graphs / g,
-        mem.kv_available / g,
-        mem.kv_tokens,
-        mem.fits,
+        mem.weights / g, mem.overhead.activation / g, mem.overhead.non_torch / g,
+        mem.overhead.cuda_graphs / g, mem.kv_available / g, mem.kv_tokens, mem.fits,
     )
 
 
