@@ -118,12 +118,8 @@ def unreached_spec(tmp_path: Path, port: int, name: str, serve_port: int) -> Pat
     host = {"name": "h1", "address": "127.0.0.1", "port": port, "runtime": "venv"}
     host |= {"venv": "/nonexistent/venv", "dataDir": str(tmp_path / "data")}
     spec = {
-        "name": name,
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": [host],
-        "serve": {"replicas": 1, "port": serve_port},
+        "name": name, "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
+        "engine": {"device": "cpu"}, "hosts": [host], "serve": {"replicas": 1, "port": serve_port},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -43,12 +43,8 @@ def environment(env: Env | None = None, base: Mapping[str, str] | None = None) -
 
 
 def pdctl(
-    *args: str,
-    env: Env | None = None,
-    cwd: Path | str | None = ROOT,
-    timeout: float = 600,
-    input: str | None = None,
-    subprocess: bool = False,
+    *args: str, env: Env | None = None, cwd: Path | str | None = ROOT, timeout: float = 600,
+    input: str | None = None, subprocess: bool = False,
 ) -> CompletedProcess[str]:
     """`pdctl ARGS` as a user runs it, `input` on its stdin (else an empty one). The environment
     is this one's with COLUMNS=200 (wide enough that no line wraps) and then `env` applied.
@@ -186,12 +182,8 @@ def run_cli(
 
 
 def wait_until(
-    ready: Callable[[], T],
-    what: str,
-    alive: Callable[[], object] = lambda: True,
-    timeout: float = 120,
-    step: float = 0.05,
-    detail: Callable[[], object] = lambda: "",
+    ready: Callable[[], T], what: str, alive: Callable[[], object] = lambda: True,
+    timeout: float = 120, step: float = 0.05, detail: Callable[[], object] = lambda: "",
 ) -> T:
     """Poll `ready()` until it returns something true, and return that. Fails at once when
     `alive()` turns false (what we wait on exited: it never will be ready), and after `timeout`
@@ -232,12 +224,8 @@ def connects(port: int, host: str = "127.0.0.1", netns: str | None = None) -> bo
 
 
 def wait_port(
-    port: int,
-    host: str = "127.0.0.1",
-    alive: Callable[[], object] = lambda: True,
-    what: str | None = None,
-    netns: str | None = None,
-    timeout: float = 120,
+    port: int, host: str = "127.0.0.1", alive: Callable[[], object] = lambda: True,
+    what: str | None = None, netns: str | None = None, timeout: float = 120,
     detail: Callable[[], object] = lambda: "",
 ) -> None:
     """Until host:port accepts a connection; fails when `alive()` turns false first."""

@@ -79,13 +79,8 @@ def test_connecting_commands_share_the_connection_options() -> None:
         }
 
     shared = [
-        "--known-hosts",
-        "--accept-new-host-keys",
-        "--identity",
-        "--connect-timeout",
-        "--parallel",
-        "--kubeconfig",
-        "--context",
+        "--known-hosts", "--accept-new-host-keys", "--identity", "--connect-timeout", "--parallel",
+        "--kubeconfig", "--context",
     ]
     want = {o: options("up")[o] for o in shared}
     for name in ("down", "status", "logs", "preflight"):
