@@ -17,8 +17,7 @@ from tests.targets.testbed import pdctl
 MODELS = Path(drive.__file__).parent / "models"
 
 
-def test_the_bench_scenario_spec_validates_and_the_plan_predicts_its_figures(tmp_path,
-                                                                            monkeypatch):
+def test_the_bench_scenario_spec_validates_and_the_plan_predicts_its_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(drive, "MODELS", MODELS)
     spec = drive.bench_spec()
     assert spec["bench"]["concurrency"] and spec["workload"]["ttftMs"]

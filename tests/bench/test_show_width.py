@@ -16,9 +16,7 @@ REPORTS = [
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.parent.name)
-def test_bench_tables_fit_80_columns_and_cut_no_figure(
-    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bench_tables_fit_80_columns_and_cut_no_figure(path: Path, capsys, monkeypatch) -> None:
     from pdctl.cli.bench_show import show
 
     monkeypatch.setenv("COLUMNS", "80")

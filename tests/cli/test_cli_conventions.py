@@ -78,9 +78,7 @@ def test_render_o_a_folder_is_refused_and_creates_nothing(tmp_path: Path) -> Non
     assert both.returncode == 2 and not folder.exists(), both.stderr
 
 
-def test_render_output_dir_writes_the_bundle(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_render_output_dir_writes_the_bundle(tmp_path, capsys) -> None:
     code, out, err = run_cli(["render", PHASE1, "--output-dir", str(tmp_path / "b")], capsys)
     assert code == 0, err
     assert out == "" and "wrote 4 files" in err
@@ -101,9 +99,7 @@ def test_validate_json_summary_and_a_bad_spec_still_exits_2(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_validate_counts_what_up_dry_run_lists(
-    example: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_validate_counts_what_up_dry_run_lists(example: Path, capsys) -> None:
     code, out, err = run_cli(["up", str(example), "--dry-run", "--offline", "-o", "json"], capsys)
     assert code == 0, err
     changes = json.loads(out)["changes"]

@@ -84,9 +84,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "model" in str(info.value)
 
 
-def test_render_output_dir_is_not_half_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_render_output_dir_is_not_half_written(tmp_path, capsys) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(GOOD.replace("replicas: 2", "replicas: 9"))
     out = tmp_path / "out"

@@ -129,9 +129,7 @@ run = run_cli
         (["render", "SPEC", "--phase"], "requires an argument"),
     ],
 )
-def test_usage_errors_are_one_line_exit_2(
-    argv: list[str], phrase: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_usage_errors_are_one_line_exit_2(argv: list[str], phrase: str, tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
     code, out, err = run([str(spec) if a == "SPEC" else a for a in argv], capsys)
@@ -149,9 +147,7 @@ def test_render_output_refuses_a_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert spec.read_text() == spec_text()
 
 
-def test_render_output_refuses_another_deployments_bundle(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_render_output_refuses_another_deployments_bundle(tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
     out = tmp_path / "out"
@@ -166,9 +162,7 @@ def test_render_output_refuses_another_deployments_bundle(
     assert json.loads((out / ".pdctl-manifest").read_text())["deployment"] == "demo"
 
 
-def test_render_output_unwritable_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_render_output_unwritable_is_one_line(tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
     blocker = tmp_path / "file"
@@ -178,9 +172,7 @@ def test_render_output_unwritable_is_one_line(
     assert out == "" and blocker.read_text() == "x"
 
 
-def test_init_output_errors_are_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_init_output_errors_are_one_line(tmp_path, capsys) -> None:
     code, _, err = run(["init", "-o", str(tmp_path / "missing" / "spec.yaml")], capsys)
     assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
     code, _, err = run(["init", "-o", str(tmp_path), "--force"], capsys)
@@ -221,9 +213,7 @@ def test_one_machine_listed_twice_is_refused() -> None:
     )
 
 
-def test_stdin_that_is_not_utf8_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_stdin_that_is_not_utf8_is_one_line(monkeypatch, capsys) -> None:
     import io
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfename: d\n")))
@@ -238,9 +228,7 @@ def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
     assert "needs 1 free GPU on one host" in err.message and "1 GPUs" not in err.message
 
 
-def test_a_target_from_the_command_line_is_named_as_such(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_target_from_the_command_line_is_named_as_such(tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text())
     code, _, err = run(["render", str(spec), "--target", "kubernetes"], capsys)
@@ -298,9 +286,7 @@ def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str)
     assert plan.release.has_flag(flag)
 
 
-def test_render_stdin_with_facts_reads_the_spec_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_render_stdin_with_facts_reads_the_spec_once(tmp_path, monkeypatch, capsys) -> None:
     import io
 
     facts = tmp_path / "facts"

@@ -50,9 +50,7 @@ def tree(folder: Path) -> dict[str, str]:
     }
 
 
-def test_files_pdctl_did_not_write_survive_a_rerender(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_files_pdctl_did_not_write_survive_a_rerender(spec: Path, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
     (out / "NOTES.md").write_text("my notes\n")
@@ -83,9 +81,7 @@ def test_files_the_new_bundle_drops_are_removed_and_only_those(
     ]
 
 
-def test_a_folder_emptied_by_the_removal_goes_too(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_folder_emptied_by_the_removal_goes_too(spec: Path, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
     spec.write_text(SPEC.replace("replicas: 2", "replicas: 1"))
@@ -125,9 +121,7 @@ def test_an_older_bundle_without_a_list_keeps_every_file_it_does_not_rewrite(
     assert "hosts/gpu-a/gone.sh" not in listed(out) and not (out / ".pdctl-bundle").exists()
 
 
-def test_a_symlinked_output_folder_is_refused(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_symlinked_output_folder_is_refused(spec: Path, tmp_path, capsys) -> None:
     real = tmp_path / "real"
     assert render(spec, real, capsys)[0] == 0
     (real / "NOTES.md").write_text("notes\n")
@@ -163,9 +157,7 @@ def test_the_working_folder_its_parents_home_and_root_are_refused(
     assert sorted(os.listdir(work)) == [".pdctl-bundle"] and os.listdir(home) == []
 
 
-def test_a_symlinked_marker_is_not_followed(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_symlinked_marker_is_not_followed(spec: Path, tmp_path, capsys) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "owner").write_text("qwen-docker\n")
@@ -205,9 +197,7 @@ def test_a_symlinked_or_planted_file_list_removes_nothing_outside(
     assert (out / "sub").is_symlink()
 
 
-def test_a_symlinked_folder_where_pdctl_writes_is_refused(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_symlinked_folder_where_pdctl_writes_is_refused(spec: Path, tmp_path, capsys) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     out = tmp_path / "out"
@@ -243,9 +233,7 @@ def test_staging_folders_of_killed_runs_are_removed_and_no_other(
     assert (unmarked / "data").read_text() == "not pdctl's\n"
 
 
-def test_a_killed_run_in_a_new_folder_does_not_block_the_next(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_killed_run_in_a_new_folder_does_not_block_the_next(spec: Path, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     out.mkdir()
     stage(out, "dead0000")
@@ -253,9 +241,7 @@ def test_a_killed_run_in_a_new_folder_does_not_block_the_next(
     assert sorted(os.listdir(out)) == [".pdctl-manifest", "hosts"]
 
 
-def test_a_render_already_writing_the_folder_stops_the_second(
-    spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_render_already_writing_the_folder_stops_the_second(spec: Path, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert render(spec, out, capsys)[0] == 0
     live = stage(out, "live0000")  # the running render's staging folder

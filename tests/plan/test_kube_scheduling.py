@@ -342,9 +342,7 @@ BAD = [(c["id"], c["line"], c["phrase"]) for c in data("refusals.yaml")["pod"]]
 
 
 @pytest.mark.parametrize(("case", "line", "phrase"), BAD, ids=[b[0] for b in BAD])
-def test_bad_pod_settings_are_one_line(
-    case: str, line: str, phrase: str, tmp_path: Path, capsys
-) -> None:
+def test_bad_pod_settings_are_one_line(case: str, line: str, phrase: str, tmp_path, capsys) -> None:
     text = phase1("{type: emptyDir}", 1, 1, line + "\n")
     if "storage:" in line:
         text = text.replace("  storage: {type: emptyDir}\n", "")

@@ -139,9 +139,7 @@ def test_validate_prints_the_placement(tmp_path: Path, capsys: pytest.CaptureFix
     assert "q32-decode-1   on host-b  GPUs 2,3      port 8201" in out
 
 
-def test_validate_exits_2_on_a_pin_that_cannot_hold(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
+def test_validate_exits_2_on_a_pin_that_cannot_hold(tmp_path, capsys) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(
         TWO_HOSTS.replace("prefill: {replicas: 1,", "prefill: {hosts: [host-a], replicas: 3,")

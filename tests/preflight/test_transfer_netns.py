@@ -158,8 +158,7 @@ class Dropped:
         subprocess.run([*self.ipt, "-D", *self.RULE], check=True)
 
 
-def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path: Path, routed,
-                                                            venv) -> None:
+def test_a_dropped_port_fails_naming_the_pair_and_the_port(tmp_path, routed, venv) -> None:
     nodes, known, decode_ns = routed
     spec = write_spec(tmp_path, nodes, venv)
     rec = tmp_path / "rec"
@@ -212,8 +211,7 @@ def test_ctrl_c_leaves_no_agent_and_no_file(tmp_path: Path, routed, venv) -> Non
     assert leftovers() == []
 
 
-def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path: Path, routed,
-                                                    torch_venv: Path) -> None:
+def test_a_real_gloo_all_to_all_of_a_two_node_group(tmp_path, routed, torch_venv: Path) -> None:
     venv = torch_venv
     nodes, known, _ = routed
     key = os.environ["PDCTL_TEST_SSH_KEY"]

@@ -125,9 +125,7 @@ def test_plan_report_renders_offline(tmp_path: Path) -> None:
 
 @needs_chromium
 @pytest.mark.parametrize("csp", [True, False], ids=["with-csp", "csp-removed"])
-def test_the_check_catches_a_network_request_and_a_console_error(
-    tmp_path: Path, csp: bool
-) -> None:
+def test_the_check_catches_a_network_request_and_a_console_error(tmp_path, csp: bool) -> None:
     """The checks can fail: a script from elsewhere is a request (or, under the page's CSP,
     a console error), and a console.error is an error."""
     from pdctl.report.bench import bench_html
@@ -179,9 +177,7 @@ def test_cli_plan_writes_the_report(tmp_path: Path) -> None:
                                  ["bench", "examples/phase0-multihost.yaml"]],
                          ids=["plan", "compare", "bench"])
 @pytest.mark.parametrize("where", ["missing-dir", "a-dir"])
-def test_cli_bad_report_path_is_one_line_exit_2(
-    tmp_path: Path, cmd: list[str], where: str
-) -> None:
+def test_cli_bad_report_path_is_one_line_exit_2(tmp_path, cmd: list[str], where: str) -> None:
     """Refused before anything runs (a bench would first load the deployment for minutes)."""
     path = tmp_path / "no/such/dir/r.html" if where == "missing-dir" else tmp_path
     r = pdctl(*cmd, "--report", str(path))

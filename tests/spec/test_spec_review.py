@@ -101,9 +101,7 @@ def _config(tmp_path: Path, **extra: object) -> str:
         ({}, 2048),  # no key: vLLM assumes 2048 only when maxModelLen is unset; it takes ours
     ],
 )
-def test_model_config_limit(
-    extra: dict, limit: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_model_config_limit(extra: dict, limit: int, tmp_path, capsys) -> None:
     ref = _config(tmp_path, **extra)
     base = GOOD.replace("maxModelLen: 8192", "config: " + ref + "\n  maxModelLen: {n}")
     spec = tmp_path / "spec.yaml"
@@ -120,9 +118,7 @@ def test_model_config_limit(
     assert "model.config" in err
 
 
-def test_top_level_volume_mount_is_named_where_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_top_level_volume_mount_is_named_where_written(tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(PHASE1)
     code, _, err = run_cli(["validate", str(spec)], capsys)
@@ -190,9 +186,7 @@ def test_schema_keeps_numbers_and_pattern(capsys: pytest.CaptureFixture[str]) ->
 
 
 @pytest.mark.parametrize("command", ["plan", "render", "validate"])
-def test_long_max_model_len_refused_by_every_command(
-    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_long_max_model_len_refused_by_every_command(command: str, tmp_path, capsys) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000"))
     code, out, err = run_cli([command, str(spec)], capsys)

@@ -33,9 +33,7 @@ def meeting_venv(root: Path, meet: Path, me: str, other: str) -> Path:
     return root
 
 
-def test_up_probes_the_engines_of_two_hosts_at_the_same_time(
-    ssh_env: SshEnv, tmp_path: Path
-) -> None:
+def test_up_probes_the_engines_of_two_hosts_at_the_same_time(ssh_env: SshEnv, tmp_path) -> None:
     names = [h.name for h in ssh_env.hosts]
     if "node1" not in names:
         pytest.skip("needs the network-namespace test host node1 (two hosts, one port)")

@@ -106,9 +106,7 @@ def test_a_changed_host_key_is_refused_even_with_accept_new(lo1, tmp_path: Path)
         connect("lo1", f"ssh://root@{address}:{port}", access)
 
 
-def test_cli_refuses_an_unknown_host_key_in_one_line(
-    lo1, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_refuses_an_unknown_host_key_in_one_line(lo1, tmp_path, capsys) -> None:
     address, port, key, _ = lo1
     empty = tmp_path / "known_hosts"
     empty.write_text("")

@@ -70,9 +70,7 @@ def test_plain_tcp_is_refused_before_connecting(
     assert nobody_connected(listener)
 
 
-def test_insecure_docker_allows_plain_tcp_and_tls_with_it_contradicts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_insecure_docker_allows_plain_tcp_and_tls_with_it_contradicts(tmp_path, capsys) -> None:
     closed = closed_port()
     spec = write_spec(tmp_path)
     url = ["--docker-url", f"local=tcp://127.0.0.1:{closed}"]
@@ -121,9 +119,7 @@ def tls_engine(engine_socket: str, tmp_path_factory: pytest.TempPathFactory):
     front.close()
 
 
-def test_tls_config_is_built_and_handed_to_the_real_client(
-    tls_engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tls_config_is_built_and_handed_to_the_real_client(tls_engine, monkeypatch) -> None:
     front, certs = tls_engine
     # requests lets these override the client's CA; the engine must be checked against ca.pem.
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")

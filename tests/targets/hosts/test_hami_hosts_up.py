@@ -129,9 +129,7 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
     assert processes_in(tmp_path) == []
 
 
-def test_a_missing_library_stops_the_decode_start_with_one_line(
-    ssh_env: SshEnv, tmp_path: Path
-) -> None:
+def test_a_missing_library_stops_the_decode_start_with_one_line(ssh_env: SshEnv, tmp_path) -> None:
     venv, router, lib = environment(tmp_path)
     spec = spec_file(ssh_env, tmp_path, venv, router, lib.parent / "absent.so")
     try:

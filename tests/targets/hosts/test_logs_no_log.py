@@ -98,9 +98,7 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
     assert other.stderr.startswith(f"error: host gone (127.0.0.1:{closed}): cannot connect")
 
 
-def test_logs_after_down_say_the_log_is_gone(
-    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
-) -> None:
+def test_logs_after_down_say_the_log_is_gone(ssh_env: SshEnv, fake_venv: Path, tmp_path) -> None:
     spec = _spec(ssh_env, fake_venv, tmp_path)
     known = ["--known-hosts", ssh_env.known_hosts]
     up = pdctl("up", str(spec), "--yes", "--timeout", "60", *known)

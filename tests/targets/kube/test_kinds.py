@@ -282,9 +282,7 @@ def missing_crd_run(
     return code, out, err, srv
 
 
-def test_a_missing_crd_is_one_line_and_nothing_is_applied(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_missing_crd_is_one_line_and_nothing_is_applied(tmp_path, capsys) -> None:
     code, out, err, _ = missing_crd_run(
         {**builtin_resources(), **crd_resources(GATEWAY_CRD)}, tmp_path, capsys
     )
@@ -296,9 +294,7 @@ def test_a_missing_crd_is_one_line_and_nothing_is_applied(
     ), err
 
 
-def test_every_missing_crd_is_named_in_the_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_missing_crd_is_named_in_the_one_line(tmp_path, capsys) -> None:
     code, _, err, _ = missing_crd_run(builtin_resources(), tmp_path, capsys)
     assert code == 1
     assert err == (
@@ -324,9 +320,7 @@ def test_an_old_crd_version_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     ) in err, err
 
 
-def test_a_missing_namespace_stops_up_at_the_first_object(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_missing_namespace_stops_up_at_the_first_object(tmp_path, capsys) -> None:
     """A real API server answers 404 to an apply and to a create into a namespace that does
     not exist (kmock is told to, for namespace `missing-ns`); `up` must say so, not report
     the object applied."""
