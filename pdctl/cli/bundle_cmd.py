@@ -44,6 +44,13 @@ def register(app: typer.Typer) -> None:
             "their image id. Kubernetes: the images of the rendered objects, for "
             "DIR/images/mirror.sh (docs/offline.md).",
         ),
+        lora: bool = typer.Option(
+            False, "--adapters",
+            help="Copy the spec's LoRA adapters (model.lora.adapters with `hf` and `revision`) "
+            "from the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else "
+            "~/.cache/huggingface/hub) into DIR/adapters; `up --bundle` puts them where the "
+            "engines' start scripts look first (docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
@@ -60,11 +67,25 @@ def register(app: typer.Typer) -> None:
         from pdctl.offline.need import needs, platform_for, python_for
 
         check_phase_target(phase, target)
-        plan, _ = plan_from(spec, phase, target, facts)
-        from pdctl.errors import UsageError
+        plan, source = plan_from(spec, phase, target, facts)
+        from pdctl.errors import SpecError, UsageError
+        from pdctl.offline.adapters import from_cache, pinned
         from pdctl.offline.images import refs
 
-        found = needs(plan, weights=weights is not None, images=images)
+        try:
+            hub = {} if plan.on_kubernetes else pinned(plan)
+        except SpecError as exc:
+            raise source.locate(exc) from None
+        if hub and not lora:
+            raise UsageError(f"pdctl bundle: the engines fetch the LoRA adapter "
+                             f"{next(iter(hub.values()))[0]} from the Hub when they start",
+                             fix="add --adapters (from the local Hugging Face cache)")
+        if lora and not hub:
+            raise UsageError("--adapters: the spec's engines fetch no LoRA adapter from the "
+                             "Hub (model.lora.adapters with hf and revision)",
+                             fix="leave out --adapters")
+        found = needs(plan, weights=weights is not None, images=images, adapters=lora)
+        files = from_cache(plan, hf_cache()) if lora else None
         if images and not refs(plan):
             raise UsageError("--images: the spec runs no containers (no runtime docker host)",
                              fix="leave out --images")
@@ -72,12 +93,14 @@ def register(app: typer.Typer) -> None:
         tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
                         lambda line: typer.echo(line, err=True), weights,
-                        refs(plan) if images else ())
+                        refs(plan) if images else (), files)
         what = f"Python {version}, {tag}" if found else "no wheels"
         if plan.on_kubernetes:
             what = f"images listed: {len(refs(plan))}"
         if made.weights:
             what += f"; weights: {len(made.part('weights'))} files"
+        if made.part("adapters"):
+            what += f"; LoRA adapters: {len(hub)}"
         if made.images:
             what += f"; images: {', '.join(r for r, _, _ in made.images)}"
         then = (f"push the images to a registry mirror with `sh {output}/images/mirror.sh "
@@ -85,3 +108,15 @@ def register(app: typer.Typer) -> None:
                 else f"install with `pdctl up {spec} --bundle {output}`")
         typer.echo(f"{output}: {len(made.files)} files, {made.total() / 1e6:.1f} MB "
                    f"({what}); {then}")
+
+
+def hf_cache() -> Path:
+    """The local Hugging Face cache, as huggingface_hub finds it (HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub: https://huggingface.co/docs/huggingface_hub/
+    package_reference/environment_variables#hfhubcache)."""
+    import os
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or "~/.cache/huggingface"
+    return Path(home).expanduser() / "hub"

@@ -52,6 +52,8 @@ def keep_good(folder: Path) -> int:
     paths = sorted(wheels.iterdir()) if wheels.is_dir() else []
     paths += sorted(images.iterdir()) if images.is_dir() else []
     paths += sorted(weights.rglob("*")) if weights.is_dir() else []
+    adapters = folder / mf.ADAPTERS
+    paths += sorted(adapters.rglob("*")) if adapters.is_dir() else []
     for path in paths:
         entry = good.get(path.relative_to(folder).as_posix())
         if path.is_file() and entry is not None and mf.check_file(folder, entry) is None:
@@ -61,15 +63,17 @@ def keep_good(folder: Path) -> int:
     return kept
 
 
-def snapshot_files(source: Path) -> dict[str, Path]:
+def snapshot_files(source: Path, what: str = "--weights", kind: str = "model"
+                   ) -> dict[str, Path]:
     """A local Hugging Face snapshot folder's files by their path in it (links followed, as
     the hub cache's snapshots/<rev>/ links to blobs; hidden files and folders left out).
-    UsageError when it is no model folder."""
+    UsageError when it is no model (kind "adapter": no LoRA adapter) folder."""
+    needs = "config.json" if kind == "model" else f"{kind}_config.json"
     if not source.is_dir():
-        raise UsageError(f"--weights {source}: no such folder",
-                         fix="give a local model folder (config.json, *.safetensors, tokenizer)")
-    if not (source / "config.json").is_file():
-        raise UsageError(f"--weights {source}: no config.json: not a Hugging Face model folder",
+        raise UsageError(f"{what} {source}: no such folder",
+                         fix=f"give a local {kind} folder ({needs}, *.safetensors, ...)")
+    if not (source / needs).is_file():
+        raise UsageError(f"{what} {source}: no {needs}: not a Hugging Face {kind} folder",
                          fix="give the snapshot folder, e.g. ~/.cache/huggingface/hub/"
                          "models--ORG--NAME/snapshots/REVISION")
     out = {}
@@ -82,11 +86,9 @@ def snapshot_files(source: Path) -> dict[str, Path]:
     return out
 
 
-def copy_weights(source: Path, folder: Path, say: Callable[[str], None]) -> None:
-    """The snapshot's files into folder/weights: a file already there with the same sha256
-    stays; files there that the snapshot does not have are removed."""
-    files = snapshot_files(source)
-    dest = folder / mf.WEIGHTS
+def copy_tree(files: dict[str, Path], dest: Path) -> tuple[int, int]:
+    """`files` (path below dest -> source) into dest: a file already there with the same
+    sha256 stays; files there that are not in `files` are removed. Returns (copied, kept)."""
     for path in sorted(dest.rglob("*"), reverse=True) if dest.is_dir() else []:
         rel = path.relative_to(dest).as_posix()
         if path.is_file() and rel not in files:
@@ -103,7 +105,7 @@ def copy_weights(source: Path, folder: Path, say: Callable[[str], None]) -> None
         shutil.copyfile(src, tmp)
         os.replace(tmp, there)
         copied += 1
-    say(f"weights from {source}: {copied} files copied, {kept} already there")
+    return copied, kept
 
 
 def bundle(
@@ -115,9 +117,11 @@ def bundle(
     say: Callable[[str], None],
     weights: Path | None = None,
     images: tuple[str, ...] = (),
+    adapters: dict[str, Path] | None = None,
 ) -> mf.Manifest:
     """Download every environment's wheels into folder/wheels, copy the model's snapshot folder
-    into folder/weights (`weights`), and write the manifest last."""
+    into folder/weights (`weights`) and the LoRA adapters' files (`adapters`: path below
+    folder/adapters -> source) into folder/adapters, and write the manifest last."""
     if weights is not None:
         snapshot_files(weights)  # refused before anything is downloaded
     if folder.exists() and not folder.is_dir():
@@ -131,9 +135,15 @@ def bundle(
     if kept:
         say(f"{kept} files already present with the right sha256: kept")
     if weights is not None:
-        copy_weights(weights, folder, say)
+        copied, had = copy_tree(snapshot_files(weights), folder / mf.WEIGHTS)
+        say(f"weights from {weights}: {copied} files copied, {had} already there")
     else:
         shutil.rmtree(folder / mf.WEIGHTS, ignore_errors=True)
+    if adapters:
+        copied, had = copy_tree(adapters, folder / mf.ADAPTERS)
+        say(f"LoRA adapters: {copied} files copied, {had} already there")
+    else:
+        shutil.rmtree(folder / mf.ADAPTERS, ignore_errors=True)
     from pdctl.offline import images as im
 
     tars: tuple[im.Image, ...] = ()

@@ -16,6 +16,8 @@ MANIFEST = "manifest.json"
 WHEELS = "wheels"
 IMAGES = "images"  # container images (`pdctl bundle --images`), one tar each
 WEIGHTS = "weights"  # a Hugging Face snapshot folder (`pdctl bundle --weights`), as it was
+ADAPTERS = "adapters"  # LoRA adapters (`pdctl bundle --adapters`): one snapshot per folder
+TREES = (WEIGHTS, ADAPTERS)  # the parts kept as folders (every level)
 FORMAT = 1
 CHUNK = 1 << 20
 
@@ -77,28 +79,30 @@ def sha256_of(path: Path) -> str:
 
 
 def entries(folder: Path) -> tuple[Entry, ...]:
-    """The files under folder/wheels and folder/weights (every level), hashed, in name order."""
+    """The files under folder/wheels, folder/images and the TREES (every level), hashed, in
+    name order."""
     out = []
     for top in (IMAGES, WHEELS):
         flat = folder / top
         for path in sorted(flat.iterdir()) if flat.is_dir() else []:
             if path.is_file() and not path.name.startswith("."):
                 out.append(Entry(f"{top}/{path.name}", sha256_of(path), path.stat().st_size))
-    weights = folder / WEIGHTS
-    for path in sorted(weights.rglob("*")) if weights.is_dir() else []:
-        rel = path.relative_to(folder).as_posix()
-        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(weights).parts):
-            out.append(Entry(rel, sha256_of(path), path.stat().st_size))
+    for tree in (folder / t for t in TREES):
+        for path in sorted(tree.rglob("*")) if tree.is_dir() else []:
+            rel = path.relative_to(folder).as_posix()
+            if path.is_file() and not any(p.startswith(".") for p in path.relative_to(tree).parts):
+                out.append(Entry(rel, sha256_of(path), path.stat().st_size))
     return tuple(out)
 
 
 def safe_path(path: str) -> bool:
-    """wheels/NAME, images/NAME or weights/REL (no empty, `.` or `..` part, no leading /)."""
+    """wheels/NAME, images/NAME, weights/REL or adapters/REL (no empty, `.` or `..` part, no
+    leading /)."""
     top, _, rest = path.partition("/")
     parts = rest.split("/")
     if top in (WHEELS, IMAGES) and len(parts) != 1:
         return False
-    return top in (WHEELS, IMAGES, WEIGHTS) and all(p not in ("", ".", "..") for p in parts)
+    return top in (WHEELS, IMAGES, *TREES) and all(p not in ("", ".", "..") for p in parts)
 
 
 def write(folder: Path, manifest: Manifest) -> None:
@@ -133,7 +137,8 @@ def read(folder: Path) -> Manifest:
                       for n in data["needs"])
         for e in files:
             if not safe_path(e.path):
-                raise ValueError(f"file path {e.path!r} is not wheels/NAME or weights/PATH")
+                raise ValueError(f"file path {e.path!r} is not wheels/NAME, images/NAME, "
+                                 "weights/PATH or adapters/PATH")
         images = tuple((str(i["ref"]), str(i["id"]), str(i["file"]))
                        for i in data.get("images", []))
         if any(f not in {e.path for e in files} for _, _, f in images):

@@ -33,10 +33,11 @@ def connector_pip(plan: Plan) -> str | None:
     return None  # P2pNcclConnector ships inside vLLM
 
 
-def needs(plan: Plan, weights: bool = False, images: bool = False) -> tuple[Need, ...]:
+def needs(plan: Plan, weights: bool = False, images: bool = False,
+          adapters: bool = False) -> tuple[Need, ...]:
     """Every environment the plan's start scripts would fill from a package index. Refuses
     what a bundle cannot carry (docker hosts without --images), and a spec that installs
-    nothing (unless the bundle carries the model's weights)."""
+    nothing (unless the bundle carries the model's weights or LoRA adapters)."""
     if plan.on_kubernetes:  # no wheels: the images go to a registry mirror (offline/images)
         if weights:
             raise UsageError("--weights: a Kubernetes spec reads the model from "
@@ -66,7 +67,7 @@ def needs(plan: Plan, weights: bool = False, images: bool = False) -> tuple[Need
             out.append(Need(f"engines ({runtime})", tuple(pips), conda=runtime == "conda"))
     for svc in plan.services:
         out.append(Need(svc.name, (svc.pip,)))
-    if not out and not weights and not docker:
+    if not out and not weights and not adapters and not docker:
         raise UsageError(
             "pdctl bundle: this spec installs nothing with pip (engine.device "
             f"{plan.spec.engine.device} on runtime venv uses an environment prepared by hand)",

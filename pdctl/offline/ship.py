@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pdctl.errors import PdctlError
+from pdctl.offline import adapters
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import needs
 from pdctl.plan.model import ENGINE_ROLES, Plan
 from pdctl.render import render
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir, wheels_dir
+from pdctl.spec.lora import FETCHED
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions, makedirs
 
@@ -71,8 +73,10 @@ def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
             fix=f"push them to your mirror with `sh {folder}/images/mirror.sh HOST[:PORT]` and "
             "set kubernetes.imageMirror (docs/offline.md)")
     manifest = mf.verify(folder)
-    found = needs(plan, weights=bool(manifest.weights), images=bool(manifest.images))
+    found = needs(plan, weights=bool(manifest.weights), images=bool(manifest.images),
+                  adapters=bool(manifest.part(mf.ADAPTERS)))
     mf.covers(manifest, {p for n in found for p in n.pips}, folder, refs(plan))
+    adapters.covers(plan, manifest, folder)
     plan = replace(plan, bundled=True)
     if manifest.weights:
         plan = from_weights(plan)
@@ -115,6 +119,7 @@ class Shipped:
     sent_bytes: int
     kept: int  # files already there with the right sha256
     weights_sent: int = 0  # of the weights' files (in sent and sent_bytes too)
+    adapters_sent: int = 0  # of the LoRA adapters' files (in sent and sent_bytes too)
     loaded: tuple[str, ...] = ()  # images copied and loaded (their tars in sent too)
     had: tuple[str, ...] = ()  # images the host had already (same image id)
 
@@ -170,10 +175,33 @@ def ship_host(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest)
         there = conn.expand(weights_dir(plan, conn.host))
         heavy, more = sync(conn, there, manifest.part(mf.WEIGHTS), folder, mf.WEIGHTS)
         kept += more
+    lora, more = ship_adapters(conn, plan, folder, manifest)
     tars, loaded, had = load_images(conn, plan, folder, manifest)
-    sent = send + heavy + tars
-    return Shipped(conn.host.name, len(sent), sum(e.size for e in sent), kept, len(heavy),
-                   loaded, had)
+    sent = send + heavy + lora + tars
+    return Shipped(conn.host.name, len(sent), sum(e.size for e in sent), kept + more,
+                   len(heavy), len(lora), loaded, had)
+
+
+def ship_adapters(conn: Connection, plan: Plan, folder_: Path, manifest: mf.Manifest
+                  ) -> tuple[list[mf.Entry], int]:
+    """The adapters into the host's ~/.cache/pdctl-adapters/<folder> (only what it lacks or
+    holds with another sha256), each with the revision marker the start script checks."""
+    if conn.host.name not in {u.host.name for u in plan.units if u.role in ENGINE_ROLES}:
+        return [], 0
+    files = manifest.part(mf.ADAPTERS)
+    sent: list[mf.Entry] = []
+    kept = 0
+    for name, (_, revision) in adapters.pinned(plan).items():
+        where = conn.expand(f"{FETCHED}/{name}")
+        mine = {p.split("/", 1)[1]: e for p, e in files.items() if p.split("/", 1)[0] == name}
+        got, more = sync(conn, where, mine, folder_, mf.ADAPTERS)
+        sent, kept = sent + got, kept + more
+        mark = f"printf %s {shlex.quote(revision)} > {shlex.quote(where + '/.pdctl-revision')}"
+        res = conn.run(mark, step=f"marking LoRA adapter {name}")
+        if res.rc != 0:
+            raise PdctlError(f"{conn.where()}: writing {where}/.pdctl-revision failed: "
+                             f"{res.err.strip()[-200:]}")
+    return sent, kept
 
 
 def load_images(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest
@@ -221,9 +249,10 @@ def ship(
             done = ship_host(conn, plan, folder, manifest)
         finally:
             conn.close()
-        say(f"{done.host}: {done.sent - done.weights_sent - len(done.loaded)} wheels and "
-            f"{done.weights_sent} weights files copied ({done.sent_bytes / 1e6:.1f} MB), "
-            f"{done.kept} already there"
+        wheels = done.sent - done.weights_sent - done.adapters_sent - len(done.loaded)
+        say(f"{done.host}: {wheels} wheels and {done.weights_sent} weights files copied"
+            + (f", {done.adapters_sent} LoRA adapter files" if done.adapters_sent else "")
+            + f" ({done.sent_bytes / 1e6:.1f} MB), {done.kept} already there"
             + (f"; images loaded: {', '.join(done.loaded)}" if done.loaded else "")
             + (f"; images already there: {', '.join(done.had)}" if done.had else ""))
         return done

@@ -109,6 +109,7 @@ def adapter_fetch(plan: Plan, unit: Unit) -> str:
         image=unit.image,
         hf_cache=unit.host.hf_cache,
         code=FETCH_CODE,
+        offline=plan.bundled,  # the bundle's copy (offline/ship.py) or one clear line
     )
 
 

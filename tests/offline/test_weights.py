@@ -97,7 +97,7 @@ def test_a_manifest_path_out_of_the_bundle_is_refused(tmp_path):
     try:
         mf.read(tmp_path)
     except mf.BundleError as err:
-        assert "is not wheels/NAME or weights/PATH" in str(err)
+        assert "is not wheels/NAME, images/NAME, weights/PATH or adapters/PATH" in str(err)
     else:
         raise AssertionError("a path out of the bundle was read")
 
