@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 import textwrap
 import types
 import typing
 from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from pdctl.errors import UsageError
+from pdctl.render.template import templates_dir
+from pdctl.spec import walk
+from pdctl.spec.model import Spec
+from pdctl.spec.source import parse
 
 WIDTH = 76
 # One part of a field path: a name, a list entry written [0] or [] after it.
@@ -21,9 +32,6 @@ NONE = type(None)
 
 
 def explain_text(path: str) -> str:
-    from pdctl.spec import walk
-    from pdctl.spec.model import Spec
-
     written = path.strip().split(".") if path.strip() else []
     for part in written:
         if not PART.fullmatch(part):
@@ -78,8 +86,6 @@ def _wrap(text: str) -> str:
 
 def _type(annotation: Any) -> tuple[str, list[str]]:
     """A type in words, and the allowed values of a Literal."""
-    from pydantic import BaseModel
-
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
@@ -104,16 +110,10 @@ def _type(annotation: Any) -> tuple[str, list[str]]:
 
 
 def _scalar(value: Any) -> str:
-    import json
-
     return json.dumps(value) if isinstance(value, str) and value != value.strip() else str(value)
 
 
 def _default(field: Any) -> str:
-    from pydantic_core import PydanticUndefined
-
-    from pdctl.spec import walk
-
     if field.default_factory is not None:
         if walk.section(field.annotation) is not None:
             return "the section's own defaults (below)"
@@ -126,8 +126,6 @@ def _default(field: Any) -> str:
 
 
 def _yaml_value(value: Any) -> str:
-    import yaml
-
     if isinstance(value, tuple):
         value = list(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=200, sort_keys=False)
@@ -198,9 +196,6 @@ def _from_init(names: list[str]) -> Any:
 @functools.cache
 def _init_specs() -> list[Any]:
     """The specs `pdctl init` writes, phases 0 to 3, as data."""
-    from pdctl.render.template import templates_dir
-    from pdctl.spec.source import parse
-
     out = []
     for phase in range(4):
         try:
@@ -211,8 +206,6 @@ def _init_specs() -> list[Any]:
 
 
 def _made_up(field: Any) -> Any:
-    from pydantic_core import PydanticUndefined
-
     kind, allowed = _type(field.annotation)
     if field.default not in (None, PydanticUndefined, (), {}):
         return field.default
@@ -274,9 +267,6 @@ def _one_marker(lines: list[str]) -> list[str]:
 def _list_parts(names: list[str]) -> list[bool]:
     """For each name, whether the field holds a list of sections (so the next name is inside
     one entry of it)."""
-    from pdctl.spec import walk
-    from pdctl.spec.model import Spec
-
     out = []
     model: Any = Spec
     for i, name in enumerate(names):
@@ -289,10 +279,6 @@ def _list_parts(names: list[str]) -> list[bool]:
 
 
 def _unknown(path: str, names: list[str], part: str) -> Exception:
-    from pdctl.errors import UsageError
-    from pdctl.spec import walk
-    from pdctl.spec.model import Spec
-
     paths = walk.paths(Spec)
     wanted = ".".join([*names, part])
     level = [p for p in paths if p.count(".") == wanted.count(".")]  # siblings first

@@ -14,6 +14,7 @@ one sequence's share of an instance's KV). Pure and deterministic."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -239,8 +240,6 @@ def best_fixed(
 ) -> Score | None:
     """The fixed replicas (within `bounds` and the GPU budget) with the best goodput per
     GPU-hour whose SLO violations stay within `budget`: the fairest fixed baseline."""
-    import itertools
-
     roles = list(bounds)
     best: Score | None = None
     gpus = {r.role: r.gpus for r in model.roles}

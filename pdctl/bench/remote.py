@@ -17,8 +17,13 @@ from typing import Any
 
 from pdctl.bench import canary as check
 from pdctl.bench import load
+from pdctl.bench.report import engine_flags
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
+from pdctl.render.host import start_env, with_setup
+from pdctl.targets import capabilities
+from pdctl.targets.base import Connect, Endpoint
+from pdctl.targets.state import desired_units
 from pdctl.top.kv_events import (
     KvEvent,
     as_dicts,
@@ -28,6 +33,8 @@ from pdctl.top.kv_events import (
     scan,
     summary,
 )
+from pdctl.top.source import open_source
+from pdctl.top.window import as_dict, figures
 
 
 @dataclass
@@ -41,10 +48,6 @@ class Bench:
     source: Any = None
 
     def open(self) -> Bench:
-        from pdctl.targets import capabilities
-        from pdctl.targets.base import Connect
-        from pdctl.top.source import open_source
-
         if not capabilities(self.plan, Connect(ssh=self.options)).commands:
             raise UsageError(
                 f"pdctl bench drives SSH-hosts deployments; {self.plan.name} runs on "
@@ -64,8 +67,6 @@ class Bench:
 
     # ------------------------------------------------------------------ where
     def units(self) -> list[Any]:
-        from pdctl.targets.state import desired_units
-
         return desired_units(self.plan, self.bundle)
 
     def target(self) -> Any:
@@ -91,8 +92,6 @@ class Bench:
 
     def driver(self) -> Any:
         """The engine unit whose host runs `vllm bench serve` (the target's host first)."""
-        from pdctl.render.host import with_setup
-
         want = self.target().host.name
         units = sorted(
             (u for u in self.plan.units if u.role in ENGINE_ROLES and not u.leader),
@@ -115,9 +114,6 @@ class Bench:
     # ------------------------------------------------------------------ facts
     def engines(self) -> list[dict[str, Any]]:
         """Each engine: role, host, flags (its command line) and version (GET /version)."""
-        from pdctl.bench.report import engine_flags
-        from pdctl.targets.base import Endpoint
-
         out = []
         for inst in self.plan.instances:
             if inst.host is None or inst.role not in ENGINE_ROLES:
@@ -144,9 +140,6 @@ class Bench:
     # ------------------------------------------------------------------ load
     def step(self, w: load.Workload, step: load.Step, timeout: float) -> dict[str, Any]:
         """Run one step; its measured figures and what /metrics saw meanwhile."""
-        from pdctl.render.host import start_env
-        from pdctl.top.window import as_dict
-
         drv = self.driver()
         folder = self.source.folder(drv.host.name)
         work = f"{folder}/bench-{os.getpid()}-{int(time.time())}"
@@ -212,8 +205,6 @@ class Bench:
         """The suspect KV events since `logs` (every engine's log tail) and `first` (its
         /metrics): what each engine logged meanwhile, and its connector error counters that
         grew (prefill's too: NIXL counts an expired lease there)."""
-        from pdctl.top.window import figures
-
         after = self.source.logs()
         names, peers = self.source.names(), peers_of(self.plan)
         events: list[KvEvent] = []
@@ -232,8 +223,6 @@ class Bench:
         self, n_prompts: int, tokens: int, seed: int, timeout: float, token_ids: bool = False
     ) -> check.Verdict:
         """The canary through the router and through the first prefill engine alone."""
-        from pdctl.top.window import figures
-
         router = next((u for u in self.units() if u.role == "router" and u.port), None)
         prefill = next(
             (i for i in self.plan.instances if i.role == "prefill" and i.host is not None), None
@@ -243,7 +232,6 @@ class Bench:
                 f"{self.plan.name}: the canary compares the P/D path with one engine; it needs "
                 "a router and a prefill engine (phases 2 and 3 on hosts)"
             )
-        from pdctl.targets.base import Endpoint
 
         via_router = Endpoint(router.name, "router", router.host.name, router.port, router.address)
         alone_at = Endpoint(prefill.name, "prefill", prefill.host.name, prefill.port)
@@ -310,8 +298,6 @@ class Timelines:
 
     def add(self, name: str, snap: Any) -> dict[str, float | None]:
         """Record one sample of `name`; its gauges by top's figure names (None: not there)."""
-        from pdctl.top.window import figures
-
         base, e = self.first.get(name), self.endpoints.get(name)
         if snap.error or base is None or base.error or e is None:
             return {}

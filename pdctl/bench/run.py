@@ -8,6 +8,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pdctl import __version__
+from pdctl.bench import canary, load, report
+from pdctl.bench.remote import Bench
+from pdctl.bench.report import capacity
+from pdctl.capacity.report_json import plan_dict
+from pdctl.capacity.steptime import calibration_for
+from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,13 +40,9 @@ def no_gpu_plan() -> Predictions:
 
 def predictions(result: CapacityPlan, origin: str) -> Predictions:
     """`pdctl plan`'s figures (inputs.capacity_plan) as the report compares them."""
-    from pdctl.bench.report import capacity
-    from pdctl.capacity.report_json import plan_dict
-
     doc = plan_dict(result)
     if not result.fits:
         return capacity(doc), f"{doc['gpu']['name']} ({origin})", None
-    from pdctl.capacity.steptime import calibration_for
 
     basis = calibration_for(result.gpu, result.roles[-1].shape.engine).basis
     return capacity(doc), f"{doc['gpu']['name']} ({origin}); speed {basis}", result
@@ -50,11 +53,6 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
         with_canary: bool, canary_only: bool, token_ids: bool = False) -> dict[str, Any]:
     """Connect (`ssh`: the options, asked for then), run the canary and the steps; the report
     (`predict`: the plan's figures for the spec's workload)."""
-    from pdctl import __version__
-    from pdctl.bench import canary, load, report
-    from pdctl.bench.remote import Bench
-    from pdctl.compat import ROUTER_VERSION
-
     spec = plan.spec
     w = load.workload_of(spec)
     b = spec.bench
@@ -116,8 +114,6 @@ def check_verify(plan: Plan, option: str = "--verify") -> None:
 def quick_canary(plan: Plan, bundle: Bundle, ssh: SshOptions) -> Verdict:
     """A few greedy prompts through the router and through the first prefill engine alone,
     with the engines' logs and connector counters read around them."""
-    from pdctl.bench.remote import Bench
-
     seed = plan.spec.bench.seed if plan.spec.bench is not None else 0
     session = Bench(plan, bundle, ssh).open()
     try:

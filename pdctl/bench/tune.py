@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
+from pdctl.errors import PdctlError
+
 KV_FULL = 0.9  # a role whose KV cache peaked above this is memory-bound
 IDLE = 0.25  # a role whose running peak stayed under this share of its batch cap idles
 SLOW = 2.0  # measured over predicted beyond this: the plan and the deployment disagree
@@ -204,10 +208,6 @@ def tune(spec: dict[str, Any], report: dict[str, Any],
     """`pdctl tune`'s result and its overlay as YAML: the proposals, the notes, and what the
     overlay changes in the rendered deployment (`render(overlay)`: SPEC's bundle rendered
     with the overlay's text, or without it for None), or why SPEC with it does not plan."""
-    import yaml
-
-    from pdctl.errors import PdctlError
-
     cpu = (spec.get("engine") or {}).get("device") == "cpu"
     found = propose(spec, report)
     doc = overlay(found)

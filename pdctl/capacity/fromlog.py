@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pdctl.capacity.fit import instance_memory
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.profile import flashinfer_only
 
 if TYPE_CHECKING:
     from pdctl.capacity.report import CapacityPlan
@@ -164,9 +166,6 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
     max-model-len, util, KV dtype, eager, batched tokens and CUDA's total when printed), so
     the terms compare like with like; `conditions` lists where the log differs from the plan.
     """
-    from pdctl.capacity.fit import instance_memory
-    from pdctl.capacity.profile import flashinfer_only
-
     chosen = next((r for r in plan.roles if r.role == role), None) or next(
         (r for r in plan.roles if seen.tp is not None and r.shape.tp == seen.tp), plan.roles[0]
     )

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdctl.capacity.speculative import Draft, draft_of
 from pdctl.errors import PdctlError
+from pdctl.plan import make_plan
+from pdctl.plan.kube_checks import amount
 from pdctl.spec.model import Spec
 
 
@@ -51,9 +54,6 @@ def offload_host_gib(spec: Spec) -> dict[str, float] | None:
 
 def _pod_limits(spec: Spec, size_gib: float) -> tuple[str, ...]:
     """Engine pods whose memory limit the offload tier alone fills: the kernel kills them."""
-    from pdctl.plan import make_plan
-    from pdctl.plan.kube_checks import amount
-
     try:
         pods = make_plan(spec).pods
     except PdctlError:
@@ -105,8 +105,6 @@ def speculative_notes(spec: Spec, model: Any = None) -> tuple[str, ...]:
     get KV cache like the target's (the KV cache config is built from every attention layer
     of the model runner, draft included: vllm/v1/worker/gpu_model_runner.py
     `get_kv_cache_spec`)."""
-    from pdctl.capacity.speculative import Draft, draft_of
-
     out = []
     for role in ("serve", "prefill", "decode"):
         section = getattr(spec, role, None)

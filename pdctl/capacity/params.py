@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 from typing import Any
 
@@ -344,8 +345,6 @@ def model_config(
 def nearest_names(name: str, most: int = 2) -> list[str]:
     """The built-in model names closest to `name` (a misspelling: 'Qwen3-32B-Instrukt' ->
     'qwen3-32b'), a quantisation suffix kept; [] when none is close."""
-    import difflib
-
     key = normalize(name)
     suffix = next((q for q in ("-fp8", "-awq", "-gptq-int4", "-gptq") if key.endswith(q)), "")
     base = normalize(key[: len(key) - len(suffix)]) if suffix else key

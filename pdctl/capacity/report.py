@@ -31,6 +31,7 @@ from pdctl.capacity.roofline import (
     ridge_batch,
 )
 from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_alternatives
+from pdctl.plan.parallel import gpus_per_host
 
 if TYPE_CHECKING:
     from pdctl.spec.model import Spec
@@ -288,8 +289,6 @@ def plan_capacity(
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see
     `pdctl.capacity.spec_shape`); phases 0/1 plan `serve`, phases 2/3 `prefill` and `decode`.
     `used`: bytes other processes hold on the GPU (a preflight recording's most used GPU)."""
-    from pdctl.plan.parallel import gpus_per_host
-
     roles: tuple[RolePlan, ...]
     per_node = gpus_per_host(spec) or 8
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pdctl.capacity.lora import host_bytes
 from pdctl.capacity.profile import flashinfer_only
 from pdctl.capacity.roofline import time_slice_basis
 
@@ -31,8 +32,6 @@ def _shape(shape: Shape) -> dict[str, Any]:
 
 def _lora(r: RolePlan) -> dict[str, Any]:
     """With model.lora: the GPU buffers (part of the weights) and the host cache (lora.py)."""
-    from pdctl.capacity.lora import host_bytes
-
     lo = r.shape.lora
     if lo is None:
         return {}

@@ -23,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.capacity.memory import dtype_bytes, kv_bytes_per_token, weights_bytes_per_gpu
 from pdctl.capacity.models import ModelConfig, builtin_config
+from pdctl.capacity.params import parse_config
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,6 @@ class Draft:
 
 def draft_of(spec: Any, target: ModelConfig, tp: int, dtype: str, kv_dtype: str) -> Draft | str:
     """The draft's memory for a role's `speculative` section, or why it is not known."""
-    from pdctl.capacity.memory import dtype_bytes, kv_bytes_per_token, weights_bytes_per_gpu
-    from pdctl.capacity.params import parse_config
-
     n = spec.num_speculative_tokens
     if spec.method == "ngram":
         return Draft("ngram (no draft model)", 0, 0, 0, n)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pdctl.capacity import adapt_traffic, spec_model_config, spec_shape, spec_traffic
 from pdctl.capacity.gpus import GIB, GpuType
+from pdctl.capacity.report import plan_capacity
 
 if TYPE_CHECKING:
     from pdctl.capacity.report import CapacityPlan, RolePlan
@@ -48,9 +50,6 @@ def plan_problems(plan: CapacityPlan) -> tuple[str, ...]:
 def does_not_fit(spec: Spec, hf_config: dict[str, Any] | None, gpu: GpuType) -> tuple[str, ...]:
     """Problem lines for `spec` on `gpu` (empty when every role fits). Raises SpecError when
     the model is unknown (callers that only warn catch it)."""
-    from pdctl.capacity import adapt_traffic, spec_model_config, spec_shape, spec_traffic
-    from pdctl.capacity.report import plan_capacity
-
     model = spec_model_config(spec.model, hf_config)
     roles = spec.roles
     shapes = {role: spec_shape(spec, role) for role in roles}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
+from importlib import resources
 
 from pdctl.errors import SpecError
 from pdctl.plan.model import Instance
@@ -91,6 +92,4 @@ def container_launch(
 
 @cache
 def guard_source() -> str:
-    from importlib import resources
-
     return resources.files("pdctl.hostside").joinpath("group_guard.py").read_text()

@@ -9,9 +9,11 @@ renders, node drivers. All but `gather` (and what only it calls) are pure.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
+from pdctl.capacity.slice import slice_size
 from pdctl.plan.model import Plan
 from pdctl.preflight.facts import ClusterFacts, ClusterWorkload, Crd, HamiDevice, Missing, Node
 from pdctl.preflight.finding import Finding, PlanCheck
@@ -90,8 +92,6 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
 def _why(kubeconfig: str | None, exc: Exception) -> str:
     """Why no configuration loaded, naming the file(s) looked for when none exists (the
     client says only "Invalid kube-config file. No configuration found.")."""
-    import os
-
     from pdctl.targets.kube.api import DEFAULT_KUBECONFIG
     from pdctl.targets.kube.errors import files_of
 
@@ -520,7 +520,6 @@ def _slices(plan: Plan, registered: list[Node], nodes: tuple[Node, ...]) -> list
     share = decode.share if decode is not None else None
     if decode is None or share is None:
         return []
-    from pdctl.capacity.slice import slice_size
 
     slots = 0
     sizes = []

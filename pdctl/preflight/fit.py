@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdctl.capacity import (
+    DEFAULT_UTIL,
+    model_fit,
+    spec_model_config,
+    spec_shape,
+    weights_bytes_per_gpu,
+)
+from pdctl.capacity.slice import slice_util
 from pdctl.errors import SpecError
 from pdctl.plan.model import Instance, Plan
 from pdctl.preflight.facts import Facts
@@ -15,8 +23,6 @@ MIB = 1024 * 1024
 
 def model_of(plan: Plan, hf_config: dict[str, Any] | None) -> tuple[Any, str]:
     """(ModelConfig, '') or (None, why unknown)."""
-    from pdctl.capacity import spec_model_config
-
     try:
         return spec_model_config(plan.spec.model, hf_config), ""
     except SpecError as exc:
@@ -24,8 +30,6 @@ def model_of(plan: Plan, hf_config: dict[str, Any] | None) -> tuple[Any, str]:
 
 
 def weights_total(plan: Plan, model: Any) -> int:
-    from pdctl.capacity import weights_bytes_per_gpu
-
     return weights_bytes_per_gpu(model, 1, 1, plan.spec.model.dtype)
 
 
@@ -73,8 +77,6 @@ def fit(plan: Plan, facts: Facts, model: Any, why: str) -> list[Finding]:
         return [Finding("WARN", "model.fit", plan.name, f"model size unknown: {why}",
                         "weights + KV of one sequence within GPU memory",
                         "set model.config (a config.json) or model.paramsBillion")]
-    from pdctl.capacity import DEFAULT_UTIL, model_fit, spec_shape
-    from pdctl.capacity.slice import slice_util
 
     out = []
     for inst in plan.instances:

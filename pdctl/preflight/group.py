@@ -36,6 +36,7 @@ leader's rendezvous port and every other node's group guard port.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -224,7 +225,6 @@ def _meet(
     `target`'s peer address, recorded under `label`."""
     assert target.host is not None
     lhost, address = target.host, peer_address(target.host)
-    import threading
 
     heard: list[str] = []
     command = listen_command(lhost, port, len(nodes))

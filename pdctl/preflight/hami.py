@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from dataclasses import replace
 from typing import Any
 
 from pdctl.plan.model import Instance, Plan
@@ -100,8 +101,6 @@ def parse_hami_library(text: str) -> HamiLibrary:
 
 
 def _with(lib: HamiLibrary, **changes: object) -> HamiLibrary:
-    from dataclasses import replace
-
     return replace(lib, **changes)  # type: ignore[arg-type]
 
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pdctl.capacity.memory_features import offload_host_gib
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.router import ENGINE_LIBRARIES, install_hint
@@ -537,7 +538,6 @@ def offload_memory(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     off = plan.spec.engine.kv_offload
     if off is None:
         return []
-    from pdctl.capacity.memory_features import offload_host_gib
 
     tier = (offload_host_gib(plan.spec) or {}).get(host.name, 0.0)
     if tier <= 0:

@@ -9,10 +9,11 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pdctl.errors import PdctlError, UsageError
 from pdctl.preflight.facts import SSH
 from pdctl.render.template import quote_path
 from pdctl.spec.model import Host
-from pdctl.targets.ssh import SshOptions
+from pdctl.targets.ssh import Connection, SshOptions
 
 Step = Callable[[str, str], None]  # (host name, file name) after each command
 
@@ -78,9 +79,7 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
     outputs, pdctl.targets.batch: a slow ~/.bashrc is paid once). Connection failures (and
     refused host keys: the same rules as `up`, pdctl.targets.host_keys) are data; a usage
     error (a known_hosts line that does not parse, a missing identity file) is raised."""
-    from pdctl.errors import PdctlError, UsageError
     from pdctl.targets.batch import run_batch
-    from pdctl.targets.ssh import Connection
 
     conn = Connection(host, options.ssh)
     try:
@@ -125,9 +124,6 @@ def prefix(path: tuple[str, ...] = ()) -> str:
 
 
 def run_ssh_command(host: Host, command: str, options: Options, timeout: float) -> str:
-    from pdctl.errors import PdctlError
-    from pdctl.targets.ssh import Connection
-
     conn = Connection(host, options.ssh)
     try:
         conn.connect()

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdctl.capacity import kv_bytes_per_token
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
@@ -60,6 +61,7 @@ from pdctl.preflight.group import MEMLOCK, MEMLOCK_FLOOR_KIB, memlock_command, r
 from pdctl.preflight.run import Bounds, Options, Step
 from pdctl.render.template import quote, quote_path, templates_dir
 from pdctl.spec.model import Host, Spec
+from pdctl.targets.ssh import BASH, Connection, put_file
 
 NET_DEVICES = "net-devices.txt"
 PEERMEM = "nvidia-peermem.txt"  # `loaded` or `absent`: /sys/module/nvidia_peermem
@@ -451,8 +453,6 @@ class SshHost(AgentHost):
         self.channels: list[Any] = []
 
     def upload(self, files: dict[str, bytes]) -> str:
-        from pdctl.targets.ssh import put_file
-
         res = self.conn.run(f"mktemp -d {FOLDER}", timeout=30, step="preparing the transfer")
         folder = res.out.strip()
         if res.rc != 0 or not folder.startswith("/tmp/pdctl-xfer."):
@@ -466,8 +466,6 @@ class SshHost(AgentHost):
         return folder
 
     def launch(self, agent: Agent, command: str) -> None:
-        from pdctl.targets.ssh import BASH
-
         chan = self.conn.session("starting the transfer agent")
         self.channels.append(chan)
         chan.exec_command(BASH + shlex.quote(command))
@@ -558,7 +556,6 @@ class LocalHost(AgentHost):
 def open_host(host: Host, options: Options, local: bool) -> AgentHost:
     if local:
         return LocalHost(options)
-    from pdctl.targets.ssh import Connection
 
     return SshHost(Connection(host, options.ssh).connect())
 
@@ -945,7 +942,6 @@ def need_gbps(plan: Plan, model: Any, p: Instance, d: Instance) -> tuple[float |
         return None, "need unknown: set workload.requestsPerSecond"
     if model is None:
         return None, "need unknown: the model's shape is not known"
-    from pdctl.capacity import kv_bytes_per_token
 
     spec = plan.spec
     per_token = kv_bytes_per_token(model, 1, 1, spec.model.kv_cache_dtype, spec.model.dtype)

@@ -11,6 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdctl.capacity import (
+    adapt_traffic,
+    spec_gpu,
+    spec_model_config,
+    spec_shape,
+    spec_traffic,
+)
+from pdctl.capacity.report import plan_capacity
+from pdctl.errors import SpecError
 from pdctl.plan.autoscale import RoleTarget, targets
 from pdctl.plan.model import Plan
 from pdctl.render.kube import Obj, metadata
@@ -29,16 +38,6 @@ def capacity(plan: Plan) -> Any | None:
     """The capacity plan at the spec's workload (as `pdctl plan` computes it without
     options), or None where the render cannot know the model's shape (a `model.config` file,
     which only the CLI reads: every role then needs its `target`)."""
-    from pdctl.capacity import (
-        adapt_traffic,
-        spec_gpu,
-        spec_model_config,
-        spec_shape,
-        spec_traffic,
-    )
-    from pdctl.capacity.report import plan_capacity
-    from pdctl.errors import SpecError
-
     spec = plan.spec
     if spec.model.config:
         return None
@@ -173,8 +172,6 @@ def autoscale_objects(plan: Plan, objs: list[Obj]) -> list[Obj]:
 
 def refuse_on_hosts() -> None:
     """`autoscaling` renders for Kubernetes only: on hosts nothing would act on it yet."""
-    from pdctl.errors import SpecError
-
     raise SpecError(
         "autoscaling runs on Kubernetes only for now: scaling on hosts is not built yet "
         "(docs/autoscaling.md)",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pdctl.errors import PdctlError
+from pdctl.targets.ssh import BASH, HostLost, Result, drain, finished, pause
 
 if TYPE_CHECKING:
     from pdctl.targets.ssh import Connection, Result
@@ -121,7 +122,6 @@ def _one_channel(
     all done, or one times out (the rest then runs on a new channel)."""
     import paramiko
 
-    from pdctl.targets.ssh import BASH, HostLost, Result, drain, finished, pause
 
     boundary = new_boundary()
     script = batch_script(commands[first:], boundary, first)

@@ -7,6 +7,8 @@ known_hosts except on a dry run); a key that differs from the known one, or is r
 
 from __future__ import annotations
 
+import getpass
+import logging
 import os
 import shlex
 import socket
@@ -146,8 +148,6 @@ class Connection:
     lost: HostLost | None = None
 
     def connect(self) -> Connection:
-        import logging
-
         import paramiko
 
         # Refused port-forward channels (a server still starting) are expected; they surface
@@ -386,8 +386,6 @@ def pause(chan: Any, exited: float) -> None:
 
 
 def _local_user() -> str:
-    import getpass
-
     return getpass.getuser()
 
 

@@ -6,9 +6,11 @@ each engine's port, as the health probe does). docs/lora.md."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.targets import open_target
 from pdctl.targets.base import Connect, Endpoint
 
 
@@ -39,10 +41,6 @@ def call_engines(
 ) -> tuple[list[Answer], dict[str, str]]:
     """`method path` on every engine (not the router: in P/D both prefill and decode must
     hold an adapter, so each is called itself); (answers, unreachable hosts -> why)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pdctl.targets import open_target
-
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
 from pdctl.top.gpu import kind
 from pdctl.top.lora import lora_line
 from pdctl.top.verdict import Verdict, limits
@@ -50,9 +54,6 @@ def _instance_cells(f: Any) -> dict[str, str]:
 
 def _instance_table(w: Window, title: str | None, columns: tuple[str, ...], where: bool) -> Any:
     """The instances with `columns` of their figures (`where`: with role and where)."""
-    from rich.table import Table
-    from rich.text import Text
-
     inst = Table(title=title, title_justify="left", expand=False, pad_edge=False)
     keys = ("instance", "role", "where") if where else ("instance",)
     for col in keys:
@@ -73,10 +74,6 @@ def _instance_table(w: Window, title: str | None, columns: tuple[str, ...], wher
 def render(w: Window, verdicts: list[Verdict], hint: str = "", width: int | None = None) -> Any:
     """The dashboard; `width`: the terminal's columns (under NARROW the instance table is split
     in two, so that no figure is cut to "…" at 80 columns)."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
     answered = [f for f in w.instances if not f.error]
     span = f"window {w.seconds:.0f}s" if answered else "no instance answered"
     title = f"{w.name}  phase {w.phase} ({w.target})  {span}"
@@ -172,9 +169,6 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "", width: int | None
 
 def _router(r: Any) -> Any:
     """vllm-router's row: requests, errors, latency, and what it sent to each worker."""
-    from rich.table import Table
-    from rich.text import Text
-
     if r.error:
         return Text(f"router {r.name}: {r.error}", style="red")
     retries = "" if r.retries is None else f", retries {r.retries:.0f}"

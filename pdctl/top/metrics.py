@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from prometheus_client.parser import text_string_to_metric_families
+
 Labels = tuple[tuple[str, str], ...]
 
 # figure -> sample names, first match wins (current name first)
@@ -93,8 +95,6 @@ def _has(labels: Labels, match: dict[str, str]) -> bool:
 
 def parse(text: str, at: float) -> Snapshot:
     """A Snapshot of Prometheus text; unparsable text gives a Snapshot with `error`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: list[tuple[str, Labels, float]] = []
     try:
         for family in text_string_to_metric_families(text):

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from pdctl.capacity.report import role_plan
 from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
+from pdctl.spec.pd import Share
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,6 @@ class Packing:
 
 def packings(model: Any, gpu: Any, shape: Any, traffic: Any, most: int = 4) -> dict[int, Packing]:
     """N (2..most) -> what the plan predicts for decode packed N per GPU of `gpu`."""
-    from pdctl.capacity.report import role_plan
-    from pdctl.spec.pd import Share
-
     out = {}
     for n in range(2, most + 1):
         section = SimpleNamespace(share=Share(per_gpu=n), gpu_memory_utilization=None, replicas=1)

@@ -11,6 +11,7 @@ router was given (plan.router.engine_url)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from pdctl.top.metrics import Snapshot, quantile
@@ -183,8 +184,6 @@ def readiness(status: int, body: str) -> dict[str, tuple[int, int]] | None:
     {"healthy":1,"total":1},"decode":{"healthy":1,"total":1}}`, and 503 `{"status":
     "not_ready","reason":"no healthy decode workers",...}` while every request gets 503 "No
     available workers: 1 prefill, 0 decode" and /liveness still answers 200 OK."""
-    import json
-
     try:
         doc = json.loads(body)
     except ValueError:

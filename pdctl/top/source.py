@@ -11,9 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pdctl.targets import open_target
 from pdctl.targets.base import Endpoint, Observer
 from pdctl.top.gpu import GpuLoad, parse_dcgm, parse_probe, probe_command
 from pdctl.top.metrics import Snapshot, parse
+from pdctl.top.router import readiness
+from pdctl.top.window import assemble
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
@@ -34,8 +37,6 @@ def gpu_roles(plan: Plan) -> dict[tuple[str, int], tuple[str, ...]]:
 def open_source(plan: Plan, bundle: Bundle, options: Connect) -> Source:
     """The running deployment of `plan` through its target (pdctl.targets.open_target picks
     it); `close()` when done."""
-    from pdctl.targets import open_target
-
     return Source(plan, open_target(plan, bundle, options).observe())
 
 
@@ -53,8 +54,6 @@ class Source:
     def window(self, first: dict[str, Snapshot], last: dict[str, Snapshot],
                gpus: list[GpuLoad], missing: list[str]) -> Window:
         """The deployment's figures between two scrapes (top.window.assemble)."""
-        from pdctl.top.window import assemble
-
         p, seen = self.plan, self.observer
         return assemble(p.name, p.phase, p.target, seen.endpoints, first, last, gpus, missing,
                         seen.workers)
@@ -80,8 +79,6 @@ class Source:
         """Each running router's own view of its workers (`GET /readiness` on its port, as
         top.router.readiness reads it): router unit -> role -> (healthy, total); a router
         that does not answer, or answers without counts, is left out."""
-        from pdctl.top.router import readiness
-
         out = {}
         for u in self.plan.units:
             if u.role != "router" or u.port is None or u.health_path is None:

@@ -21,6 +21,7 @@ from pdctl.render.container import DEPLOYMENT, ROLE, UNIT, Container
 from pdctl.render.host import GRACE_SECONDS
 from pdctl.targets.base import Stage
 from pdctl.targets.docker.pull import present, pull
+from pdctl.targets.docker.transport import DockerAccess, connect
 from pdctl.targets.state import Change
 
 HASH = "pdctl.io/hash"
@@ -29,8 +30,6 @@ HASH = "pdctl.io/hash"
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
     """A docker.DockerClient for `base_url`, as transport.py allows and secures it
     (default: no TLS options, so plain tcp:// is refused)."""
-    from pdctl.targets.docker.transport import DockerAccess, connect
-
     return connect(name, base_url, access or DockerAccess(), host)
 
 

@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import requests
+
 from pdctl.errors import PdctlError, UsageError
-from pdctl.targets.ssh import SshOptions
+from pdctl.spec.model import Host
+from pdctl.targets.ssh import Connection, SshOptions
 
 DEFAULT_CERT_PATH = "~/.docker"
 SCHEMES = ("unix", "ssh", "tcp")
@@ -124,7 +127,6 @@ def _negotiated(client: Callable[[str], Any], url: str, how: str) -> Any:
     """`client(version)` makes a client that sends nothing yet; ask the engine for its API
     version and return a client of min(engine's, the SDK's) version."""
     import docker
-    import requests
     from docker.constants import DEFAULT_DOCKER_API_VERSION, MINIMUM_DOCKER_API_VERSION
     from docker.utils import version_lt
 
@@ -146,8 +148,6 @@ def _over_ssh(name: str, url: str, access: DockerAccess, host: Any) -> Any:
     """The SDK's ssh:// transport, running `docker system dial-stdio` on pdctl's connection."""
     import docker
 
-    from pdctl.spec.model import Host
-    from pdctl.targets.ssh import Connection
 
     parts = urlsplit(url)
     where = {"address": parts.hostname, "port": parts.port or 22}

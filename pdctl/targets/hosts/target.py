@@ -12,12 +12,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from ipaddress import ip_address
 from typing import ClassVar, Literal
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
+from pdctl.plan.router import router_listen
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import deploy_dir
+from pdctl.spec.value import url_host
 from pdctl.targets.base import Closing, Observer, Stage, StatusRow, Stopped, Write
 from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.rollout import Rollout
@@ -314,11 +317,6 @@ def endpoints(plan: Plan, desired: list[Desired]) -> list[str]:
 def _url(plan: Plan, d: Desired) -> str:
     """The unit's API as a client reaches it; a router bound to loopback on a remote host is
     reached through an SSH tunnel (vllm-router checks no client: router.listen)."""
-    from ipaddress import ip_address
-
-    from pdctl.plan.router import router_listen
-    from pdctl.spec.value import url_host
-
     if d.role != "router":
         return f"http://{url_host(d.host.address)}:{d.port}/v1"
     listen = ip_address(router_listen(plan))
@@ -336,8 +334,6 @@ def _url(plan: Plan, d: Desired) -> str:
 
 
 def _is_loopback(address: str) -> bool:
-    from ipaddress import ip_address
-
     try:
         return ip_address(address).is_loopback
     except ValueError:

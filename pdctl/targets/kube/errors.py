@@ -14,9 +14,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import yaml
+from urllib3 import exceptions as u3
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.targets.kube.discovery import ApiError
@@ -43,8 +48,6 @@ def named(files: str) -> str:
 
 
 def yaml_error(file: str, exc: Exception) -> UsageError:
-    import yaml
-
     mark = getattr(exc, "problem_mark", None)
     if isinstance(exc, yaml.MarkedYAMLError) and mark is not None:
         return UsageError(
@@ -57,8 +60,6 @@ def yaml_error(file: str, exc: Exception) -> UsageError:
 
 def _read(file: str) -> dict[str, Any]:
     """One kubeconfig file as a mapping, or the usage error saying why it is not one."""
-    import yaml
-
     try:
         with open(os.path.expanduser(file), encoding="utf-8") as f:
             data = yaml.safe_load(f)
@@ -120,7 +121,6 @@ def check_kubeconfig(files: str, context: str | None) -> None:
 def config_error(files: str, exc: Exception) -> PdctlError:
     """What the client's loader raised, as one line naming the files read: a YAML error's
     problem and place, a ConfigException (the file's content) as a usage error."""
-    import yaml
     from kubernetes.config import ConfigException
 
     where = named(files)
@@ -136,11 +136,6 @@ def config_error(files: str, exc: Exception) -> PdctlError:
 
 def _cause(exc: BaseException) -> str:
     """Why a connection failed, in a few words."""
-    import socket
-    import ssl
-
-    from urllib3 import exceptions as u3
-
     seen: list[BaseException] = []
     todo: list[BaseException | None] = [exc]
     while todo:  # the chain: MaxRetryError.reason, __cause__, __context__, args
