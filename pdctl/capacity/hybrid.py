@@ -225,11 +225,6 @@ class HybridLayout:
         """Tokens of KV the full-attention groups store at once (the states aside)."""
         return self.blocks(available) * self.block_size // max(1, self.full_groups)
 
-    def state_reserved(self, seqs: int) -> int:
-        """Bytes the states of `seqs` sequences take in the pool (padded pages, every linear
-        layer): what a full-attention model would have had for KV."""
-        return seqs * self.linear_groups * self.group * self.page * (1 + self.spec_blocks)
-
 
 def stage_layout(
     hybrid: HybridConfig,

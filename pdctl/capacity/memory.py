@@ -386,11 +386,6 @@ class InstanceMemory:
         need = self.weights + self.overhead.total + self.kv_per_sequence + other
         return math.ceil(need / self.total * 100) / 100
 
-    def util_for_tokens(self, tokens: int) -> float:
-        """The memory fraction that gives `tokens` KV tokens (rounded up to 0.01)."""
-        need = self.weights + self.overhead.total + self.kv_per_token * tokens
-        return math.ceil(need / self.total * 100) / 100
-
 
 def used_memory_notes(role: str, mem: InstanceMemory, engine: str) -> tuple[str, ...]:
     """What other processes' memory on the GPU does to this role under its engine version."""

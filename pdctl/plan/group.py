@@ -70,12 +70,6 @@ class GroupShape:
         default = DP_RPC_PORT if self.kind == "dp" else MASTER_PORT
         return self.rendezvous_port or default
 
-    @property
-    def port_purpose(self) -> str:
-        if self.kind == "dp":
-            return "data-parallel RPC (--data-parallel-rpc-port)"
-        return "torch.distributed master (--master-port)"
-
 
 def group_shape(section: Multinode, path: str, pipeline_parallel: int = 1) -> GroupShape:
     """The shape of `section` (serve, prefill or decode), checked: ranks divide evenly."""

@@ -149,10 +149,3 @@ def check_offload_env(spec: Spec) -> None:
                     path=f"{where}.{key}",
                     fix="remove it; engine.kvOffload.sizeGib sizes LMCache's CPU tier",
                 )
-
-
-def instance_host_gib(spec: Spec, data_parallel: int = 1) -> float:
-    """Host memory one engine instance takes for offloaded KV (GiB): the size per engine,
-    once per data-parallel rank (each rank is an engine core with its own tier)."""
-    off = spec.engine.kv_offload
-    return 0.0 if off is None else off.size_gib * max(1, data_parallel)

@@ -69,9 +69,6 @@ class Source:
         """The file that set exactly loc (the spec's own file unless an overlay did)."""
         return self.files.get(loc, self.file)
 
-    def line_of_dotted(self, path: str) -> int | None:
-        return self.where_dotted(path)[1]
-
     def where_dotted(self, path: str) -> tuple[str, int | None]:
         for loc in sorted(self.lines, key=len, reverse=True):
             if loc and (
