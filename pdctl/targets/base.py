@@ -58,31 +58,27 @@ class Capabilities:
 
     kind: TargetKind
     named: str  # how a message names the target: "SSH hosts", "--docker-url", "Kubernetes"
+    # What a failed `up` leaves, in words: the CLI says it when refusing --keep-going.
+    undo: str
+    # The rest: False unless the package names it.
     # `up --dry-run` asks the server (Kubernetes: every object applied with dryRun=All)
     # instead of comparing what runs with the bundle.
-    server_dry_run: bool
-    # `diff` shows the text that changes inside each unit or object (hosts: the scripts;
-    # Kubernetes: the objects against their live versions); else the changes only.
-    diff_text: bool
+    server_dry_run: bool = False
     # `up --keep-going`: a failed unit does not stop the others (hosts: unit by unit).
-    keep_going: bool
-    # What a failed `up` leaves, in words (`undo`): the CLI says it when refusing
-    # --keep-going. undo_on_failure: a failed `up` undoes what it changed.
-    undo_on_failure: bool
-    undo: str
+    keep_going: bool = False
     # `up` sends secret values (hosts and Docker write them into env files); else they are
     # referenced by name (Kubernetes Secrets) and pdctl reads none.
-    sends_secrets: bool
+    sends_secrets: bool = False
     # `down` waits, up to its --timeout, until the instances are gone (Kubernetes: the pods).
-    down_timeout: bool
+    down_timeout: bool = False
     # `down --delete-volumes` removes what `down` keeps by default (Kubernetes: the PVCs).
-    volumes: bool
+    volumes: bool = False
     # `down` deletes what a team may share, so it asks first (--yes) and says `delete`.
-    confirm_down: bool
+    confirm_down: bool = False
     # down, status and logs go on past a host they cannot reach, naming it.
-    partial: bool
+    partial: bool = False
     # Runs commands on the deployment's hosts (pdctl bench's load generator, the P/D canary).
-    commands: bool
+    commands: bool = False
 
 
 @dataclass(frozen=True)
@@ -267,8 +263,8 @@ class Target(Protocol):
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:
         """The changes as `pdctl diff` shows them, and per changed unit or object (key:
-        `host/unit`, `Kind/name`) the unified diff of what changes inside it (empty unless
-        `capabilities.diff_text`); on Kubernetes the server's dry run."""
+        `host/unit`, `Kind/name`) the unified diff of what changes inside it (none where there is
+        no text to compare: Docker's containers); on Kubernetes the server's dry run."""
         ...
 
     def apply(

@@ -18,17 +18,8 @@ if TYPE_CHECKING:
 CAPABILITIES = Capabilities(
     kind="docker",
     named="--docker-url",
-    server_dry_run=False,
-    diff_text=False,
-    keep_going=False,
-    undo_on_failure=True,
     undo="undone as a whole (its containers are removed)",
     sends_secrets=True,
-    down_timeout=False,
-    volumes=False,
-    confirm_down=False,
-    partial=False,
-    commands=False,
 )
 
 

@@ -157,7 +157,7 @@ class ContainerHosts(Closing):
         return Outcome()
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:
-        """The changes; a container has no text to compare (capabilities.diff_text)."""
+        """The changes; a container has no text to compare."""
         return self.changes(), {}
 
     def down_plan(self, delete_volumes: bool = False) -> Stopped:

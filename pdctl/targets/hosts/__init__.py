@@ -17,15 +17,9 @@ if TYPE_CHECKING:
 CAPABILITIES = Capabilities(
     kind="hosts",
     named="SSH hosts",
-    server_dry_run=False,
-    diff_text=True,
     keep_going=True,
-    undo_on_failure=True,
     undo="undone unit by unit (--keep-going: the others go on)",
     sends_secrets=True,
-    down_timeout=False,
-    volumes=False,
-    confirm_down=False,
     partial=True,
     commands=True,
 )

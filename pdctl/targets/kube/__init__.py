@@ -18,16 +18,10 @@ CAPABILITIES = Capabilities(
     kind="kubernetes",
     named="Kubernetes",
     server_dry_run=True,
-    diff_text=True,
-    keep_going=False,
-    undo_on_failure=False,
     undo="not undone (the cluster keeps the previous pods serving)",
-    sends_secrets=False,
     down_timeout=True,
     volumes=True,
     confirm_down=True,
-    partial=False,
-    commands=False,
 )
 
 
