@@ -268,9 +268,11 @@ def test_over_ssh_the_worker_reaches_the_leader_and_versions_are_compared(tmp_pa
     assert guards["lo1"].expected.startswith("lo1 connects to t-serve-0-node1 127.0.0.2:")
 
 
-def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path) -> None:
+def test_over_ssh_a_node_without_a_route_to_its_leader_fails(tmp_path, monkeypatch) -> None:
     if "node2" not in sshd_hosts():
         pytest.skip("no network-namespace hosts")
+    # No connection can arrive: each listener would wait out its whole lifetime (15 s).
+    monkeypatch.setattr("pdctl.preflight.group.LISTEN_S", 2.0)
     found = _gather_group(tmp_path, ["node1", "node2"], ["0.33.0", "0.33.0"])
     (reach,) = by_check(found, "group.reach")
     # pdctl-n1 and pdctl-n2 have no route to each other (tests/services.sh).
