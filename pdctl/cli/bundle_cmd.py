@@ -51,6 +51,12 @@ def register(app: typer.Typer) -> None:
             "~/.cache/huggingface/hub) into DIR/adapters; `up --bundle` puts them where the "
             "engines' start scripts look first (docs/offline.md).",
         ),
+        split: str | None = typer.Option(
+            None, "--split", metavar="SIZE",
+            help="Cut every file over SIZE (e.g. 4G: 4 000 000 000 bytes, under FAT32's limit; "
+            "700M; 2Gi) into parts PATH.000, PATH.001, ...; `up --bundle` and `preflight "
+            "--bundle` join them again in DIR before checking them (docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
@@ -67,6 +73,7 @@ def register(app: typer.Typer) -> None:
         from pdctl.offline.need import needs, platform_for, python_for
 
         check_phase_target(phase, target)
+        most = size_of(split)
         plan, source = plan_from(spec, phase, target, facts)
         from pdctl.errors import SpecError, UsageError
         from pdctl.offline.adapters import from_cache, pinned
@@ -93,7 +100,7 @@ def register(app: typer.Typer) -> None:
         tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
                         lambda line: typer.echo(line, err=True), weights,
-                        refs(plan) if images else (), files)
+                        refs(plan) if images else (), files, most)
         what = f"Python {version}, {tag}" if found else "no wheels"
         if plan.on_kubernetes:
             what = f"images listed: {len(refs(plan))}"
@@ -101,6 +108,9 @@ def register(app: typer.Typer) -> None:
             what += f"; weights: {len(made.part('weights'))} files"
         if made.part("adapters"):
             what += f"; LoRA adapters: {len(hub)}"
+        cut = [e for e in made.files if e.parts]
+        if cut:
+            what += f"; {len(cut)} files split into {sum(e.parts for e in cut)} parts"
         if made.images:
             what += f"; images: {', '.join(r for r, _, _ in made.images)}"
         then = (f"push the images to a registry mirror with `sh {output}/images/mirror.sh "
@@ -120,3 +130,20 @@ def hf_cache() -> Path:
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     home = os.environ.get("HF_HOME") or "~/.cache/huggingface"
     return Path(home).expanduser() / "hub"
+
+
+def size_of(text: str | None) -> int:
+    """--split's SIZE in bytes: a number with K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti
+    (powers of 1024), a B after either allowed; 0 for none."""
+    import re
+
+    from pdctl.errors import UsageError
+
+    if text is None:
+        return 0
+    m = re.fullmatch(r"(\d+)\s*([KMGT]i?)?B?", text.strip(), re.IGNORECASE)
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"--split: expected a size like 4G, 700M or 2Gi (got {text!r})")
+    unit = (m.group(2) or "").upper()
+    power = " KMGT".index(unit[0]) if unit else 0
+    return int(m.group(1)) * (1024 if unit.endswith("I") else 1000) ** power

@@ -5,6 +5,7 @@ pip does the resolution (`pip download --only-binary=:all: --python-version --pl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -43,6 +44,9 @@ def keep_good(folder: Path) -> int:
     Returns how many files were kept."""
     try:
         old = mf.read(folder)
+        for split in old.files:  # a --split file whole again, so that it can be kept
+            with contextlib.suppress(mf.BundleError):
+                mf.join(folder, split)
     except mf.BundleError:
         old = None
     (folder / mf.MANIFEST).unlink(missing_ok=True)
@@ -118,10 +122,12 @@ def bundle(
     weights: Path | None = None,
     images: tuple[str, ...] = (),
     adapters: dict[str, Path] | None = None,
+    split: int = 0,
 ) -> mf.Manifest:
     """Download every environment's wheels into folder/wheels, copy the model's snapshot folder
     into folder/weights (`weights`) and the LoRA adapters' files (`adapters`: path below
-    folder/adapters -> source) into folder/adapters, and write the manifest last."""
+    folder/adapters -> source) into folder/adapters, cut files over `split` bytes into parts,
+    and write the manifest last."""
     if weights is not None:
         snapshot_files(weights)  # refused before anything is downloaded
     if folder.exists() and not folder.is_dir():
@@ -174,5 +180,7 @@ def bundle(
         weights="" if weights is None else str(weights),
         images=tuple((i.ref, i.id, i.file) for i in tars),
     )
+    if split:
+        manifest = mf.split(folder, manifest, split)
     mf.write(folder, manifest)
     return manifest

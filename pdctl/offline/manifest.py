@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pdctl.errors import UsageError
@@ -27,6 +27,7 @@ class Entry:
     path: str  # relative to the bundle folder, e.g. wheels/vllm-0.23.0-....whl
     sha256: str
     size: int
+    parts: int = 0  # `--split`: kept as PATH.000, PATH.001, ... (joined before use), else 0
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Manifest:
             "python": self.python,
             "platform": self.platform,
             "needs": [{"for": what, "requirements": list(pips)} for what, pips in self.needs],
-            "files": [{"path": e.path, "sha256": e.sha256, "size": e.size} for e in self.files],
+            "files": [{"path": e.path, "sha256": e.sha256, "size": e.size,
+                       **({"parts": e.parts} if e.parts else {})} for e in self.files],
             **({"weights": self.weights} if self.weights else {}),
             **({"images": [{"ref": r, "id": i, "file": f} for r, i, f in self.images]}
                if self.images else {}),
@@ -131,7 +133,8 @@ def read(folder: Path) -> Manifest:
         if data["format"] != FORMAT:
             raise ValueError(f"format {data['format']!r}, this pdctl reads {FORMAT}")
         files = tuple(
-            Entry(str(f["path"]), str(f["sha256"]), int(f["size"])) for f in data["files"]
+            Entry(str(f["path"]), str(f["sha256"]), int(f["size"]), int(f.get("parts", 0)))
+            for f in data["files"]
         )
         needs = tuple((str(n["for"]), tuple(str(p) for p in n["requirements"]))
                       for n in data["needs"])
@@ -165,11 +168,58 @@ def check_file(folder: Path, entry: Entry) -> str | None:
     return None
 
 
+def part_names(entry: Entry) -> list[str]:
+    return [f"{entry.path}.{i:03d}" for i in range(entry.parts)]
+
+
+def split(folder: Path, manifest: Manifest, most: int) -> Manifest:
+    """`--split`: every file over `most` bytes cut into PATH.000, PATH.001, ... of `most`
+    bytes each (the last one less) and removed; the manifest keeps its sha256 and size and
+    says how many parts it has."""
+    files = []
+    for e in manifest.files:
+        if e.size > most:
+            e = Entry(e.path, e.sha256, e.size, -(-e.size // most))
+            with (folder / e.path).open("rb") as fh:
+                for name in part_names(e):
+                    (folder / name).write_bytes(fh.read(most))
+            (folder / e.path).unlink()
+        files.append(e)
+    return replace(manifest, files=tuple(files))
+
+
+def join(folder: Path, entry: Entry) -> None:
+    """A split file put together again from its parts (then the parts removed), where it is
+    not whole yet; BundleError naming a missing part."""
+    if not entry.parts or (folder / entry.path).is_file():
+        return
+    for name in part_names(entry):
+        if not (folder / name).is_file():
+            raise BundleError(f"{folder / name}: missing; the bundle is incomplete (a part of "
+                              f"{entry.path}, split by --split)",
+                              fix="copy every part of the bundle, or run `pdctl bundle` again")
+    tmp = folder / f"{entry.path}.joining"
+    try:
+        with tmp.open("wb") as out:
+            for name in part_names(entry):
+                with (folder / name).open("rb") as fh:
+                    while block := fh.read(CHUNK):
+                        out.write(block)
+        os.replace(tmp, folder / entry.path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BundleError(f"{folder / entry.path}: cannot join its parts ({exc.strerror})",
+                          fix="copy the bundle to a writable disk with room for it") from None
+    for name in part_names(entry):
+        (folder / name).unlink()
+
+
 def verify(folder: Path) -> Manifest:
-    """The manifest, after checking every file it lists (size, then sha256); BundleError
-    naming the first file that is missing or differs."""
+    """The manifest, after joining the parts of split files and checking every file it lists
+    (size, then sha256); BundleError naming the first file that is missing or differs."""
     manifest = read(folder)
     for entry in manifest.files:
+        join(folder, entry)
         why = check_file(folder, entry)
         if why is not None:
             raise BundleError(f"{folder / entry.path}: {why}; the bundle is corrupted or "

@@ -149,3 +149,32 @@ def test_a_spec_that_installs_nothing_bundles_its_weights_alone(ssh_env, tmp_pat
     assert made.stdout.startswith(f"{out}: 5 files, 0.0 MB (no wheels; weights: 5 files)")
     dry = pdctl("up", str(spec), "--bundle", str(out), "--dry-run", "--offline")
     assert dry.returncode == 0, dry.stdout + dry.stderr
+
+
+def test_split_cuts_big_files_into_parts_that_up_joins_and_checks(tmp_path):
+    """`--split 1000`: model.safetensors (2048 bytes) kept as three parts, pinned by the whole
+    file's sha256; a second run keeps them; verify (as `up --bundle` does) joins and checks
+    them, and names a missing part."""
+    out = tmp_path / "b"
+    args = ("bundle", "examples/cpu-quickstart.yaml", "-o", str(out), "--weights",
+            str(snapshot(tmp_path / "snap")), "--split", "1000")
+    made = pdctl(*args)
+    assert "; 1 files split into 3 parts)" in made.stdout, made.stdout + made.stderr
+    big = out / "weights" / "model.safetensors"
+    assert not big.exists() and [Path(f"{big}.{i:03d}").stat().st_size for i in range(3)] == [
+        1000, 1000, 48]
+    again = pdctl(*args)
+    assert "0 files copied, 5 already there" in again.stderr, again.stderr
+    assert mf.verify(out).files == mf.read(out).files and big.read_bytes() == SNAPSHOT[
+        "model.safetensors"] and not Path(f"{big}.000").exists()
+    pdctl(*args)
+    Path(f"{big}.001").unlink()
+    try:
+        mf.verify(out)
+    except mf.BundleError as err:
+        assert str(err).startswith(f"{big}.001: missing; the bundle is incomplete"), err
+    else:
+        raise AssertionError("a bundle without a part was taken")
+    refused = pdctl(*args[:-1], "lots")
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "error: --split: expected a size like 4G, 700M or 2Gi (got 'lots')"), refused.stderr
