@@ -43,7 +43,6 @@ COMMANDS = {
     "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd",
 }
-COMMAND_MODULES = tuple(COMMANDS.values())
 
 
 def _version_callback(value: bool) -> None:

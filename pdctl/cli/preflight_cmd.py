@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
@@ -19,24 +20,27 @@ from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
 from pdctl.offline.ship import bundled, hosts_of
+from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.preflight import bundle
 from pdctl.preflight import record as rec
 from pdctl.preflight.bundle import Wanted
 from pdctl.preflight.facts import CLUSTER, SSH
-from pdctl.preflight.finding import worst
+from pdctl.preflight.finding import Finding, worst
 from pdctl.preflight.registry import facts_from, gather, run_checks, steps
 from pdctl.preflight.run import Bounds, Options
+from pdctl.render.bundle import Bundle
+from pdctl.spec.source import Source
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
-def _hf_config(plan: Any, spec_path: str, source: Any) -> dict[str, Any] | None:
+def _hf_config(plan: Plan, spec_path: str, source: Source) -> dict[str, Any] | None:
     ref = plan.spec.model.config
     return read_model_config(ref, spec_path, source) if ref else None
 
 
-def _gather(plan: Any, options: Any, quiet: bool) -> dict[str, dict[str, str]]:
+def _gather(plan: Plan, options: Options, quiet: bool) -> dict[str, dict[str, str]]:
     console = term.console(stderr=True)
     if quiet or not console.is_terminal:
         return gather(plan, options)
@@ -82,7 +86,7 @@ def _size(text: str) -> int:
 NARROW = 110  # columns: under this (a terminal or COLUMNS) each finding is a block of lines
 
 
-def _table(findings: Any, console: Any) -> None:
+def _table(findings: tuple[Finding, ...], console: Console) -> None:
     """The findings as one table, or on a narrow terminal (80 columns) as one block each: a
     six-column table there cuts checks, hosts and paths into pieces of a few characters."""
     if term.sized(sys.stdout) and console.width < NARROW:
@@ -107,7 +111,7 @@ def _table(findings: Any, console: Any) -> None:
     console.print(table)
 
 
-def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
+def _bundle_of(plan: Plan, folder: Path) -> tuple[Wanted, Bundle]:
     """The bundle checked as `up --bundle` checks it (every file's sha256, the spec's
     requirements carried): (what it asks of a host, the scripts rendered from it)."""
     _, rendered, manifest = bundled(plan, folder)
@@ -116,8 +120,8 @@ def _bundle_of(plan: Any, folder: Path) -> tuple[Any, Any]:
     return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights), rendered
 
 
-def _bundle_findings(plan: Any, raw: dict[str, dict[str, str]], want: Any,
-                     rendered: Any) -> tuple[Any, ...]:
+def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
+                     rendered: Bundle) -> tuple[Finding, ...]:
     """bundle.* findings: each reached host that installs from the bundle, then the scripts."""
     out = []
     for h in hosts_of(plan):

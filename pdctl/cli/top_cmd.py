@@ -19,11 +19,14 @@ from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError, UsageError
+from pdctl.plan.model import Plan
 from pdctl.top.dashboard import render
-from pdctl.top.kv_events import new_lines, peers_of, scan
-from pdctl.top.source import open_source
-from pdctl.top.verdict import verdicts
-from pdctl.top.window import as_dict
+from pdctl.top.gpu import GpuLoad
+from pdctl.top.kv_events import KvEvent, new_lines, peers_of, scan
+from pdctl.top.packing import Packing
+from pdctl.top.source import Source, open_source
+from pdctl.top.verdict import Verdict, verdicts
+from pdctl.top.window import Window, as_dict
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
@@ -104,11 +107,11 @@ def register(app: typer.Typer) -> None:
             raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
 
 
-def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str, str]
-                ) -> list[Any]:
+def _log_events(plan: Plan, source: Source, before: dict[str, str], after: dict[str, str]
+                ) -> list[KvEvent]:
     """The suspect KV lines each engine logged between two reads of its log tail."""
     names = source.names()
-    out: list[Any] = []
+    out: list[KvEvent] = []
     for e in source.endpoints:
         if e.role in ("prefill", "decode"):
             text = new_lines(before.get(e.name, ""), after.get(e.name, ""))
@@ -116,8 +119,8 @@ def _log_events(plan: Any, source: Any, before: dict[str, str], after: dict[str,
     return out
 
 
-def _once(plan: Any, source: Any, window_s: float, spec_file: str,
-          checked: tuple[bool, str] | None = None) -> tuple[Any, Any]:
+def _once(plan: Plan, source: Source, window_s: float, spec_file: str,
+          checked: tuple[bool, str] | None = None) -> tuple[Window, list[Verdict]]:
     logs = source.logs(2000)
     first = source.scrape()
     gpus, missing = source.gpus(window_s)  # samples the GPUs over the window itself
@@ -129,12 +132,12 @@ def _once(plan: Any, source: Any, window_s: float, spec_file: str,
     return w, found
 
 
-def _cpu(plan: Any) -> bool:
+def _cpu(plan: Plan) -> bool:
     """The engines run on CPU (engine.device: cpu): no GPU plan, no GPU-based verdicts."""
     return bool(plan.spec.engine.device == "cpu")
 
 
-def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
+def _packed(spec_file: str, plan: Plan, gpus: list[GpuLoad]) -> dict[int, Packing]:
     """What `pdctl plan` predicts for decode packed N per GPU (top.packing), for the phase 3
     verdict: the spec's model on the spec's GPU (hardware.gpu, decode.share.gpuType), else the
     one GPU type the telemetry names; {} where either is unknown."""
@@ -168,7 +171,7 @@ def _packed(spec_file: str, plan: Any, gpus: list[Any]) -> dict[int, Any]:
         return {}
 
 
-def _print_once(w: Any, found: Any, output: str) -> None:
+def _print_once(w: Window, found: list[Verdict], output: str) -> None:
     if output == "json":
         doc = as_dict(w)
         doc["verdicts"] = [{"key": v.key, "line": v.line} for v in found]
@@ -181,12 +184,12 @@ def _print_once(w: Any, found: Any, output: str) -> None:
     console.print(render(w, found, width=console.width if term.sized(sys.stdout) else None))
 
 
-def _live(plan: Any, source: Any, window_s: float, refresh_s: float, spec_file: str,
+def _live(plan: Plan, source: Source, window_s: float, refresh_s: float, spec_file: str,
           checked: tuple[bool, str] | None = None) -> None:
     history: deque[dict[str, Any]] = deque()
-    seen: deque[tuple[float, Any]] = deque()  # (when, suspect KV event) within the window
+    seen: deque[tuple[float, KvEvent]] = deque()  # (when, suspect KV event) within the window
     logs = source.logs(300)
-    packed: dict[int, Any] | None = None
+    packed: dict[int, Packing] | None = None
     keys = _Keys()
     console = term.console()
     try:

@@ -13,9 +13,8 @@ from pdctl.spec.value import Argument
 # Methods both pinned versions accept (SpeculativeMethod in vllm/config/speculative.py: 0.23.0
 # l.59-68, 0.33.0 l.74-82). vLLM's model-specific MTP names (deepseek_mtp, qwen3_next_mtp, ...)
 # are deprecated aliases it rewrites to `mtp`.
-METHODS = ("eagle", "eagle3", "mtp", "ngram", "draft_model")
-DRAFTED = ("eagle", "eagle3", "draft_model")  # a separate draft checkpoint is required
 SpecMethod = Literal["eagle", "eagle3", "mtp", "ngram", "draft_model"]
+DRAFTED = ("eagle", "eagle3", "draft_model")  # a separate draft checkpoint is required
 
 
 class Speculative(Section):
