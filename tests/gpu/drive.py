@@ -7,7 +7,7 @@ the engines' logs and /metrics, nvidia-smi, and `results.json` with the figures 
 replays (tests/gpu/test_replay.py).
 
 usage: python3 drive.py SCENARIO OUT [options]   (SCENARIO: phase0, phase2, phase3, startups,
-bench, speed)
+bench, speed, sweep)
 The environment names the machine: PDCTL_GPU_VENV (the venv holding vLLM and vllm-router),
 PDCTL_GPU_MODELS (folder of model folders with config.json and a tokenizer), PDCTL_GPU_KEY
 (SSH key), PDCTL_GPU_KNOWN_HOSTS, PDCTL_GPU_HOSTS ("127.0.0.1:2222,127.0.0.2:2222": two
@@ -561,80 +561,106 @@ def startups(out: Path, args: argparse.Namespace) -> dict:
     return res
 
 
+def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float,
+                 cells: list[tuple[str, int, int, int]], args: argparse.Namespace,
+                 deadline: float, gpu: str) -> dict:
+    """One engine of model NAME with EXTRA vllm args up with `pdctl up`, the load CELLS
+    (workload, prompt tokens, output tokens, concurrency) measured, down. Written to
+    OUT/<label>.json as soon as it is done, so a call cut short keeps what it measured."""
+    from tests.gpu import speed as sp
+
+    k = ["--known-hosts", KNOWN]
+    folder = MODELS / name
+    if not (folder / "tokenizer.json").exists():
+        subprocess.run([sys.executable, str(Path(__file__).with_name("tokenizer.py")),
+                        str(folder)], check=False)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    sub = out / label
+    sub.mkdir(parents=True, exist_ok=True)
+    spec = sp.spec_for(folder, name, host(0, "h200", [0]), {"version": "0.23.0",
+                                                             "env": ENGINE_ENV},
+                       extra=extra, util=util, gpu=gpu)
+    path = sub / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    doc: dict = {"model": name, "label": label, "extra": extra, "util": util, "spec": spec,
+                 "cells": {}}
+    pdctl(sub, "plan", "plan", str(path), "-o", "json")
+    t0 = time.time()
+    up = pdctl(sub, "up", "up", str(path), "--yes", "--timeout", "600", *k)
+    doc["up_exit"], doc["up_s"] = up.returncode, round(time.time() - t0, 1)
+    if up.returncode == 0:
+        metrics = "http://127.0.0.1:8000/metrics"
+        for wname, pin, pout, c in cells:
+            key = sp.cell_key(name, wname, c)
+            if args.max_concurrency and c > args.max_concurrency:
+                continue  # a model whose KV holds few sequences would queue for minutes
+            if time.time() + 45 > deadline:
+                doc["cells"][key] = {"skipped": "out of this call's time"}
+                continue
+            before = sp.scrape(get(metrics))
+            cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c,
+                               seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
+                               submit_s=args.submit_s)
+            cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
+            cell["workload"], cell["held_out"] = wname, sp.held_out(key)
+            doc["cells"][key] = cell
+            log(f"{label} {key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
+                f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
+                f"({cell['completed']}/{cell['requests']})")
+        smi(sub, "nvidia-smi")
+    units = save_unit_logs(sub, DATA / "h200")
+    doc["units"] = units
+    doc["engine"] = sp.engine_config("\n".join(unit_log(DATA / "h200", u) for u in units))
+    pdctl(sub, "down", "down", str(path), *k)
+    shutil.rmtree(DATA / "h200", ignore_errors=True)
+    wait_gpu_free()
+    doc["wall_s"] = round(time.time() - t0, 1)
+    (out / f"{label}.json").write_text(json.dumps(doc, indent=1, default=str))
+    return {"up_exit": doc["up_exit"], "cells": len(doc["cells"]), "wall_s": doc["wall_s"]}
+
+
 def speed(out: Path, args: argparse.Namespace) -> dict:
-    """Issue 35: each model up with `pdctl up`, the load cells of tests/gpu/speed.py, down.
-    A model's figures are written to OUT/speed/<model>.json as soon as it is done, so a call
-    cut short keeps what it measured."""
+    """Issue 35: each model up with `pdctl up`, the load cells of tests/gpu/speed.py, down."""
     from tests.gpu import speed as sp
 
     res: dict = {"gpu": sp.gpu_name()}
     deadline = time.time() + args.budget_s
-    k = ["--known-hosts", KNOWN]
+    # Workloads interleaved (each one's lowest concurrency first), so a call cut short still
+    # has cells of every workload.
+    depth = max(len(w[3]) for w in sp.WORKLOADS)
+    order = [(w[0], w[1], w[2], w[3][i]) for i in range(depth) for w in sp.WORKLOADS
+             if i < len(w[3])]
     for name in args.only or list(sp.MODELS):
         need = 240 if "32b" in name else 150
         if time.time() + need > deadline:
             res[name] = {"skipped": "out of this call's time"}
             continue
-        folder = MODELS / name
-        if not (folder / "tokenizer.json").exists():
-            subprocess.run([sys.executable, str(Path(__file__).with_name("tokenizer.py")),
-                            str(folder)], check=False)
-        vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
-        sub = out / name
-        sub.mkdir(parents=True, exist_ok=True)
-        spec = sp.spec_for(folder, name, host(0, "h200", [0]), {"version": "0.23.0",
-                                                                 "env": ENGINE_ENV},
-                           gpu=res["gpu"])
-        path = sub / "spec.yaml"
-        path.write_text(yaml.safe_dump(spec, sort_keys=False))
-        doc: dict = {"model": name, "spec": spec, "cells": {}}
-        pdctl(sub, "plan", "plan", str(path), "-o", "json")
-        t0 = time.time()
-        up = pdctl(sub, "up", "up", str(path), "--yes", "--timeout", "600", *k)
-        doc["up_exit"], doc["up_s"] = up.returncode, round(time.time() - t0, 1)
-        if up.returncode == 0:
-            metrics = "http://127.0.0.1:8000/metrics"
-            # Workloads interleaved (each one's lowest concurrency first), so a call cut short
-            # still has cells of every workload.
-            depth = max(len(w[3]) for w in sp.WORKLOADS)
-            order = [(w[0], w[1], w[2], w[3][i]) for i in range(depth) for w in sp.WORKLOADS
-                     if i < len(w[3])]
-            for wname, pin, pout, c in order:
-                key = sp.cell_key(name, wname, c)
-                if args.max_concurrency and c > args.max_concurrency:
-                    continue  # a model whose KV holds few sequences would queue for minutes
-                if time.time() + 45 > deadline:
-                    doc["cells"][key] = {"skipped": "out of this call's time"}
-                    continue
-                before = sp.scrape(get(metrics))
-                cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c,
-                                   seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
-                                   submit_s=args.submit_s)
-                cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
-                cell["workload"], cell["held_out"] = wname, sp.held_out(key)
-                doc["cells"][key] = cell
-                log(f"{key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
-                    f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
-                    f"({cell['completed']}/{cell['requests']})")
-            smi(sub, "nvidia-smi")
-        units = save_unit_logs(sub, DATA / "h200")
-        doc["units"] = units
-        logs = [unit_log(DATA / "h200", u) for u in units]
-        doc["engine"] = sp.engine_config("\n".join(logs))
-        pdctl(sub, "down", "down", str(path), *k)
-        shutil.rmtree(DATA / "h200", ignore_errors=True)
-        wait_gpu_free()
-        doc["wall_s"] = round(time.time() - t0, 1)
-        (out / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str))
-        res[name] = {"up_exit": doc["up_exit"], "cells": len(doc["cells"]),
-                     "wall_s": doc["wall_s"]}
+        res[name] = engine_cells(out, name, name, [], 0.9, order, args, deadline, res["gpu"])
+    return res
+
+
+def sweep(out: Path, args: argparse.Namespace) -> dict:
+    """Issue 35, config quality: one model under several engine configurations (SWEEP_CONFIGS,
+    or --only names of them), each measured on the same cells (SWEEP_CELLS), for goodput per GPU
+    against SLOs computed afterwards from every request's TTFT and E2E."""
+    from tests.gpu import speed as sp
+
+    res: dict = {"gpu": sp.gpu_name()}
+    deadline = time.time() + args.budget_s
+    for label in args.only or list(sp.SWEEP_CONFIGS):
+        extra, util = sp.SWEEP_CONFIGS[label]
+        if time.time() + 90 > deadline:
+            res[label] = {"skipped": "out of this call's time"}
+            continue
+        res[label] = engine_cells(out, sp.SWEEP_MODEL, label, extra, util,
+                                  list(sp.SWEEP_CELLS), args, deadline, res["gpu"])
     return res
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["phase0", "phase2", "phase3", "startups", "bench",
-                                        "speed"])
+                                        "speed", "sweep"])
     p.add_argument("out", type=Path)
     p.add_argument("--batches", type=int, nargs="*", default=[64, 128, 192, 256])
     p.add_argument("--slice-batches", type=int, nargs="*", default=[64])

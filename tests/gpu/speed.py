@@ -39,6 +39,22 @@ WORKLOADS = (
     ("decode", 256, 1024, (1, 8, 32, 128)),
 )
 MODELS = ("qwen3-8b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen3-32b", "mistral-7b")
+# Config quality (issue 35 item 4): one model, engine configurations a user would try (extra
+# vllm args, --gpu-memory-utilization), in the order a cut-short call should keep; each is
+# measured on a decode-heavy and a prefill-heavy cell near saturation.
+SWEEP_MODEL = "qwen3-8b"
+SWEEP_CONFIGS: dict[str, tuple[list[str], float]] = {
+    "base": ([], 0.9),
+    "seqs64": (["--max-num-seqs", "64"], 0.9),
+    "mbt2048": (["--max-num-batched-tokens", "2048"], 0.9),
+    "eager": (["--enforce-eager"], 0.9),
+    "fp8kv": (["--kv-cache-dtype", "fp8"], 0.9),
+    "seqs256": (["--max-num-seqs", "256"], 0.9),
+    "mbt16384": (["--max-num-batched-tokens", "16384"], 0.9),
+    "seqs128": (["--max-num-seqs", "128"], 0.9),
+    "util095": ([], 0.95),
+}
+SWEEP_CELLS = (("decode", 256, 1024, 128), ("prefill", 4096, 128, 16))
 STEP_SUBMIT_S = 25.0  # a cell stops sending new requests after this long (in-flight ones end)
 HISTOGRAMS = (
     "vllm:time_to_first_token_seconds",
