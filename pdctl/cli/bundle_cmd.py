@@ -4,6 +4,7 @@ index, with a manifest (docs/offline.md). `up --bundle DIR` installs from it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -96,6 +97,13 @@ def register(app: typer.Typer) -> None:
         if images and not refs(plan):
             raise UsageError("--images: the spec runs no containers (no runtime docker host)",
                              fix="leave out --images")
+        if facts is not None and found and (python is None or platform is None):
+            got = recorded(facts, plan)
+            if got is not None:
+                taken = [f"--python {got[0]}"] if python is None and got[0] else []
+                taken += [f"--platform {got[1]}"] if platform is None else []
+                python, platform = python or got[0] or None, platform or got[1]
+                typer.echo(f"from the recording {facts}: {' '.join(taken)}", err=True)
         version = python_for(found, python)
         tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
@@ -147,3 +155,39 @@ def size_of(text: str | None) -> int:
     unit = (m.group(2) or "").upper()
     power = " KMGT".index(unit[0]) if unit else 0
     return int(m.group(1)) * (1024 if unit.endswith("I") else 1000) ** power
+
+
+def recorded(facts: Path, plan: Any) -> tuple[str, str] | None:
+    """(Python version, wheel platform tag) of the hosts that install, from the bundle.txt of a
+    preflight recording (`pdctl preflight SPEC --record DIR`): the one Python of the venv hosts
+    ('' when every one is conda), the tag for the oldest glibc; None when the recording has no
+    bundle.txt for them. UsageError when the hosts differ (one bundle is for one Python)."""
+    from pdctl.errors import UsageError
+    from pdctl.offline.ship import hosts_of
+    from pdctl.preflight.bundle import FILE, parse
+    from pdctl.preflight.record import read
+
+    raw = read(facts, tuple(h.name for h in plan.spec.hosts))
+    hosts = [h for h in hosts_of(plan) if FILE in raw.get(h.name, {})]
+    if not hosts:
+        return None
+    try:
+        seen = {h.name: parse(raw[h.name][FILE]) for h in hosts}
+    except ValueError as exc:
+        raise UsageError(f"--facts {facts}: a {FILE} is not one ({exc})",
+                         fix="record the hosts again with `pdctl preflight SPEC --record DIR`"
+                         ) from None
+    conda = {h.name for h in hosts if h.runtime == "conda"}  # their env's Python is pdctl's
+    pythons = {n: x.python for n, x in seen.items() if n not in conda}
+    machines = {n: x.machine for n, x in seen.items()}
+    for what, values in (("Python", pythons), ("machine", machines)):
+        if len(set(values.values())) > 1:
+            listed = ", ".join(f"{n}: {v or '?'}" for n, v in sorted(values.items()))
+            raise UsageError(f"--facts {facts}: the hosts have different {what}s ({listed}); "
+                             "one bundle is for one", fix="bundle a spec of each kind of host")
+    glibc = [x.glibc for x in seen.values() if x.glibc is not None]
+    if len(glibc) < len(seen):
+        return None  # musl or unknown: the tag is for the user to give
+    low = min(glibc)
+    return (next(iter(pythons.values()), ""),
+            f"manylinux_{low[0]}_{low[1]}_{next(iter(machines.values()))}")

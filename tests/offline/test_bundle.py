@@ -166,3 +166,34 @@ def test_pip_downloads_for_the_hosts_python_and_the_manifest_comes_last(tmp_path
         bundle(plan, (Need("test", ("six==0.0.1",)),), "3.11", "manylinux_2_28_x86_64",
                tmp_path, said.append)
     assert not (tmp_path / mf.MANIFEST).exists()
+
+
+def recording(root: Path, hosts: dict[str, tuple[str, str]]) -> Path:
+    """A preflight recording of bundle.txt alone: host -> (Python, glibc)."""
+    for name, (python, glibc) in hosts.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "bundle.txt").write_text(
+            f"from python3\npython {python}\nglibc glibc {glibc}\nmachine x86_64\n"
+            "free 1000000\nmount /\n")
+    return root
+
+
+def test_the_hosts_python_and_platform_come_from_a_preflight_recording(tmp_path: Path):
+    over = tmp_path / "two.yaml"
+    over.write_text("hosts:\n  - {name: gpu-b, address: 192.0.2.11, user: ubuntu, "
+                    "gpus: [0, 1], runtime: venv, venv: /opt/vllm}\n")
+    rec = recording(tmp_path / "rec", {"gpu-a": ("3.12", "2.35"), "gpu-b": ("3.11", "2.31")})
+    args = ("bundle", "examples/phase2-nixl-hosts.yaml", "--overlay", str(over), "-o",
+            str(tmp_path / "b"), "--facts", str(rec))
+    differ = pdctl(*args)
+    assert differ.returncode == 2 and differ.stderr.startswith(
+        f"error: --facts {rec}: the hosts have different Pythons (gpu-a: 3.12, gpu-b: 3.11)"
+    ), differ.stderr
+    recording(rec, {"gpu-b": ("3.12", "2.31")})
+    # pip asks a closed loopback port for the index: it fails at once, naming what it resolved
+    got = pdctl(*args, env={"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0",
+                            "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""})
+    assert f"from the recording {rec}: --python 3.12 --platform manylinux_2_31_x86_64" in (
+        got.stderr), got.stderr
+    assert got.returncode == 1 and "for Python 3.12 on manylinux_2_31_x86_64 failed" in (
+        got.stderr), got.stderr
