@@ -76,11 +76,8 @@ def bundle_changes(plan: Plan, bundle: Bundle, kind: str) -> list[Change]:
     if kind == "kubernetes":  # the bundle's objects (a hosts bundle has units)
         return [
             Change(
-                plan.spec.kubernetes.namespace,
-                f"{o['kind']}/{o['metadata']['name']}",
-                o["kind"],
-                "start",
-                "not compared (--offline)",
+                plan.spec.kubernetes.namespace, f"{o['kind']}/{o['metadata']['name']}", o["kind"],
+                "start", "not compared (--offline)",
             )
             for o in bundle.objects
         ]
@@ -212,16 +209,6 @@ def logs(
 
 
 __all__ = [
-    "Diff",
-    "DryRun",
-    "Progress",
-    "Up",
-    "UpFailed",
-    "capabilities_of",
-    "diff",
-    "down",
-    "down_plan",
-    "logs",
-    "status",
-    "up",
+    "Diff", "DryRun", "Progress", "Up", "UpFailed", "capabilities_of", "diff", "down", "down_plan",
+    "logs", "status", "up",
 ]

@@ -17,14 +17,8 @@ FLAG_LISTS: tuple[Version, ...] = ((0, 23, 0), (0, 33, 0))
 # KVTransferConfig fields (vllm/config/kv_transfer.py; extra="forbid" rejects anything else).
 KV_KEYS_ALL = frozenset(
     {
-        "kv_connector",
-        "engine_id",
-        "kv_buffer_device",
-        "kv_role",
-        "kv_port",
-        "kv_connector_extra_config",
-        "kv_connector_module_path",
-        "enable_permute_local_kv",
+        "kv_connector", "engine_id", "kv_buffer_device", "kv_role", "kv_port",
+        "kv_connector_extra_config", "kv_connector_module_path", "enable_permute_local_kv",
         "kv_load_failure_policy",
     }
 )
@@ -33,27 +27,15 @@ KV_KEYS_UNTIL_0_23 = frozenset({"kv_buffer_size", "kv_rank", "kv_parallel_size",
 # Connector registry (vllm/distributed/kv_transfer/kv_connector/factory.py).
 CONNECTORS_0_23 = frozenset(
     {
-        "ExampleConnector",
-        "ExampleHiddenStatesConnector",
-        "P2pNcclConnector",
-        "LMCacheConnectorV1",
-        "LMCacheMPConnector",
-        "NixlConnector",
-        "MultiConnector",
-        "MoRIIOConnector",
-        "OffloadingConnector",
-        "DecodeBenchConnector",
-        "MooncakeConnector",
-        "MooncakeStoreConnector",
-        "FlexKVConnectorV1",
-        "SimpleCPUOffloadConnector",
+        "ExampleConnector", "ExampleHiddenStatesConnector", "P2pNcclConnector",
+        "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector", "MultiConnector",
+        "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector",
+        "MooncakeStoreConnector", "FlexKVConnectorV1", "SimpleCPUOffloadConnector",
         "HF3FSKVConnector",
     }
 )
 CONNECTORS_0_33 = (CONNECTORS_0_23 - {"P2pNcclConnector"}) | {
-    "NixlPullConnector",
-    "NixlPushConnector",
-    "HiSparseConnector",
+    "NixlPullConnector", "NixlPushConnector", "HiSparseConnector",
 }
 P2P_NCCL_REMOVED: Version = (0, 24, 0)
 # First release whose PyPI wheel is CUDA 13. Checked from PyPI metadata (`pip install --dry-run
@@ -67,8 +49,7 @@ MIN_DRIVER = {12: "575.51.03", 13: "580.65.06"}
 # `libcudart.so.<major>: cannot open shared object file`); `non-cuda` for CPU engines.
 MOONCAKE_VERSION = "0.3.13.post1"  # the newest version published in all three variants
 MOONCAKE_PACKAGE = {
-    12: "mooncake-transfer-engine",
-    13: "mooncake-transfer-engine-cuda13",
+    12: "mooncake-transfer-engine", 13: "mooncake-transfer-engine-cuda13",
     0: "mooncake-transfer-engine-non-cuda",
 }
 # NIXL for pip/conda engines (the vllm/vllm-openai images ship it already).
@@ -151,13 +132,11 @@ class Release:
             return
         if connector == "P2pNcclConnector":
             raise SpecError(
-                "P2pNcclConnector was removed in vLLM 0.24.0",
-                path=path,
+                "P2pNcclConnector was removed in vLLM 0.24.0", path=path,
                 fix="pin engine.version <= 0.23.0 or use connector nixl or mooncake",
             )
         raise SpecError(
-            f"vLLM {self.version} has no KV connector {connector}",
-            path=path,
+            f"vLLM {self.version} has no KV connector {connector}", path=path,
             fix="choose one of " + ", ".join(sorted(self.connectors)),
         )
 

@@ -66,14 +66,11 @@ def _default(field: FieldInfo) -> str:
 
 def reference() -> str:
     lines = [
-        "# Spec reference",
-        "",
+        "# Spec reference", "",
         "<!-- Generated from pdctl/spec/*.py by `python -m pdctl.docgen docs/spec-reference.md`;",
-        "     do not edit by hand (a test fails when this file is stale). -->",
-        "",
+        "     do not edit by hand (a test fails when this file is stale). -->", "",
         'Keys are camelCase. Unknown keys are errors (with a "did you mean"). The JSON Schema of',
-        "the same models: `pdctl schema`.",
-        "",
+        "the same models: `pdctl schema`.", "",
     ]
     for model in models(Spec):
         doc = (model.__doc__ or "").strip().splitlines()[0]

@@ -65,11 +65,8 @@ class SpecError(PdctlError):
     def located(self, file: str, line: int | None) -> SpecError:
         """A copy that names the file and line (keeps a line already known)."""
         return SpecError(
-            self.message,
-            path=self.path,
-            file=file,
-            line=self.line_no if self.line_no is not None else line,
-            fix=self.fix,
+            self.message, path=self.path, file=file,
+            line=self.line_no if self.line_no is not None else line, fix=self.fix,
         )
 
     def line(self) -> str:

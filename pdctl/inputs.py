@@ -61,9 +61,7 @@ def _not_empty_overlay(text: str, name: str) -> None:
     ]
     if not content:
         raise SpecError(
-            "this overlay is empty: it holds no keys to change",
-            file=name,
-            line=1,
+            "this overlay is empty: it holds no keys to change", file=name, line=1,
             fix="write the keys it changes, e.g. `kubernetes: {namespace: prod}`, or drop this "
             "--overlay",
         )
@@ -386,8 +384,7 @@ def _within_model_len(traffic: Any, model: Any, shapes: dict[str, Any], flags: b
             f"{traffic.output_tokens}), or raise model.maxModelLen",
         )
     raise SpecError(
-        what,
-        path="workload.promptTokens",
+        what, path="workload.promptTokens",
         fix=f"set workload.promptTokens to {most} or fewer, or raise model.maxModelLen",
     )
 

@@ -69,12 +69,8 @@ def from_capacity(capacity: Any, gpus: dict[str, int], start_s: float = 90.0) ->
         kv = 1 / own.memory.kv_tokens if own.memory.kv_tokens > 0 else 0.0
         roles.append(
             RoleModel(
-                name,
-                pre_tok if name in ("prefill", "serve") else 0.0,
-                dec_tok if name in ("decode", "serve") else 0.0,
-                one_tok,
-                kv,
-                gpus[name],
+                name, pre_tok if name in ("prefill", "serve") else 0.0,
+                dec_tok if name in ("decode", "serve") else 0.0, one_tok, kv, gpus[name],
             )
         )
     return Model(tuple(roles), ttft_s, start_s)

@@ -42,11 +42,7 @@ def payload(model: str, prompt: str, tokens: int, seed: int, token_ids: bool = F
     With `token_ids`, the token ids come back too (`logprobs` with vLLM's
     `return_tokens_as_token_ids`); without, the texts are compared."""
     body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": tokens,
-        "temperature": 0,
-        "seed": seed,
+        "model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "seed": seed,
         "ignore_eos": True,
     }
     if token_ids:
@@ -190,16 +186,12 @@ def judge(
 
 def as_dict(v: Verdict) -> dict[str, Any]:
     return {
-        "ok": v.ok,
-        "kvTokensReceived": v.kv_tokens_received,
-        "connectorErrors": v.connector_errors,
+        "ok": v.ok, "kvTokensReceived": v.kv_tokens_received, "connectorErrors": v.connector_errors,
         "pairs": [
             {"prompt": p.prompt, "via": p.via, "alone": p.alone, "agree": p.agree,
              "expected": p.expected, "ok": p.ok, "detail": p.detail}
             for p in v.pairs
         ],
-        "failures": list(v.lines),
-        "failedPairs": v.failed_pairs,
-        "kvEvents": as_dicts(list(v.events)),
-        "verdict": verdict_line(v),
+        "failures": list(v.lines), "failedPairs": v.failed_pairs,
+        "kvEvents": as_dicts(list(v.events)), "verdict": verdict_line(v),
     }

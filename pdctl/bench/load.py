@@ -112,8 +112,7 @@ def script(setup: str, env: tuple[tuple[str, str], ...], secrets: str, vllm_args
         'if [ -n "${VLLM_API_KEY:-}" ]; then export OPENAI_API_KEY="$VLLM_API_KEY"; fi',
         "vllm " + " ".join(shlex.quote(a) for a in vllm_args) + ' >"$work/out.log" 2>&1 || '
         '{ rc=$?; tail -n 40 "$work/out.log" >&2; exit $rc; }',
-        f"echo {shlex.quote(MARK)}",
-        f'cat "$work/{RESULT}"',
+        f"echo {shlex.quote(MARK)}", f'cat "$work/{RESULT}"',
     ]
     return "\n".join(lines) + "\n"
 

@@ -127,11 +127,8 @@ class Bench:
                 version = None
             out.append(
                 {
-                    "name": inst.name,
-                    "role": inst.role,
-                    "host": inst.host.name,
-                    "address": inst.host.address,
-                    "version": version,
+                    "name": inst.name, "role": inst.role, "host": inst.host.name,
+                    "address": inst.host.address, "version": version,
                     "flags": engine_flags(inst.args),
                 }
             )
@@ -192,12 +189,8 @@ class Bench:
             row["timeline"] = lines.of(row["name"])
         events = self.kv_events(logs, first, last)
         return {
-            "load": step.label,
-            "driver": drv.host.name,
-            "measured": load.measured(result),
-            "metrics": window,
-            "kvEvents": as_dicts(events),
-            "failures": summary(events),
+            "load": step.label, "driver": drv.host.name, "measured": load.measured(result),
+            "metrics": window, "kvEvents": as_dicts(events), "failures": summary(events),
         }
 
     def kv_events(self, logs: dict[str, str], first: dict[str, Any], last: dict[str, Any]

@@ -38,11 +38,8 @@ def capacity(plan_json: dict[str, Any]) -> dict[str, float | None]:
         if r.get("role") in ("serve", "prefill") and r.get("prefillTokensPerSecond") and prompt:
             ttft = _sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
     return {
-        "ttftMs": ttft,
-        "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
-        "tpotMsBatch": step_ms,
-        "decodeBatch": batch,
-        "decodeEngines": engines or None,
+        "ttftMs": ttft, "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
+        "tpotMsBatch": step_ms, "decodeBatch": batch, "decodeEngines": engines or None,
         "outputThroughput": round(out_tps, 1) if out_tps else None,
     }
 
@@ -96,8 +93,7 @@ def predicted(
 
 def measured_for_ratio(m: dict[str, Any]) -> dict[str, float | None]:
     return {
-        "ttftMs": (m.get("ttftMs") or {}).get("p50"),
-        "tpotMs": (m.get("tpotMs") or {}).get("p50"),
+        "ttftMs": (m.get("ttftMs") or {}).get("p50"), "tpotMs": (m.get("tpotMs") or {}).get("p50"),
         "requestThroughput": m.get("requestThroughput"),
         "outputThroughput": m.get("outputThroughput"),
         "totalTokenThroughput": m.get("totalTokenThroughput"),
@@ -165,12 +161,9 @@ def flag_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 FIGURES = (
-    ("ttftMs", "p50", "TTFT p50 ms"),
-    ("ttftMs", "p99", "TTFT p99 ms"),
-    ("tpotMs", "p50", "TPOT p50 ms"),
-    ("itlMs", "p50", "ITL p50 ms"),
-    ("requestThroughput", None, "requests/s"),
-    ("outputThroughput", None, "output tok/s"),
+    ("ttftMs", "p50", "TTFT p50 ms"), ("ttftMs", "p99", "TTFT p99 ms"),
+    ("tpotMs", "p50", "TPOT p50 ms"), ("itlMs", "p50", "ITL p50 ms"),
+    ("requestThroughput", None, "requests/s"), ("outputThroughput", None, "output tok/s"),
     ("requestGoodput", None, "goodput req/s"),
 )
 
@@ -233,6 +226,5 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict
     return {
         "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},
         "b": {"specHash": b.get("specHash"), "createdAt": b.get("createdAt")},
-        "flagDifferences": diffs,
-        "rows": rows,
+        "flagDifferences": diffs, "rows": rows,
     }

@@ -52,24 +52,14 @@ from typing import TYPE_CHECKING, Any
 # and should not load the memory model with it.
 _FROM = {
     "pdctl.capacity.fit": (
-        "Alternative",
-        "ModelFit",
-        "Shape",
-        "alternatives",
-        "instance_memory",
-        "model_fit",
+        "Alternative", "ModelFit", "Shape", "alternatives", "instance_memory", "model_fit",
         "smallest_fit",
     ),
     "pdctl.capacity.gpus": ("GPUS", "GpuType", "custom_gpu", "find_gpu"),
     "pdctl.capacity.memory": (
-        "DEFAULT_UTIL",
-        "InstanceMemory",
-        "Overhead",
-        "kv_bytes_per_token",
-        "weights_bytes_per_gpu",
+        "DEFAULT_UTIL", "InstanceMemory", "Overhead", "kv_bytes_per_token", "weights_bytes_per_gpu",
     ),
-    "pdctl.capacity.models": ("BUILTIN", "ModelConfig"),
-    "pdctl.capacity.params": ("model_config",),
+    "pdctl.capacity.models": ("BUILTIN", "ModelConfig"), "pdctl.capacity.params": ("model_config",),
     "pdctl.capacity.profile": ("PINNED",),
     "pdctl.capacity.slice": ("DecodeSlice", "decode_slice", "slice_util"),
 }
@@ -117,17 +107,9 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     dp = getattr(section, "data_parallel", 1) if section is not None else 1
     ep = tp * dp if section is not None and section.expert_parallel else 0
     return Shape(
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        dp=dp,
-        dtype=spec.model.dtype,
-        kv_cache_dtype=spec.model.kv_cache_dtype,
-        max_model_len=spec.model.max_model_len,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=tokens,
-        enforce_eager=eager,
-        engine=engine,
+        tp=tp, pp=pp, ep=ep, dp=dp, dtype=spec.model.dtype,
+        kv_cache_dtype=spec.model.kv_cache_dtype, max_model_len=spec.model.max_model_len,
+        max_num_seqs=seqs, max_num_batched_tokens=tokens, enforce_eager=eager, engine=engine,
         lora=lora_shape(spec.model, None),
         speculative=getattr(section, "speculative", None) if section is not None else None,
     )
@@ -214,8 +196,7 @@ def spec_traffic(
         prompt if prompt is not None else base.prompt_tokens,
         output if output is not None else base.output_tokens,
         rate if rate is not None else base.requests_per_second,
-        ttft if ttft is not None else base.ttft_ms,
-        tpot if tpot is not None else base.tpot_ms,
+        ttft if ttft is not None else base.ttft_ms, tpot if tpot is not None else base.tpot_ms,
     )
 
 
@@ -258,11 +239,6 @@ def adapt_traffic(
 
 
 __all__ = [
-    *_MODULE_OF,
-    "ASSUMED",
-    "adapt_traffic",
-    "spec_gpu",
-    "spec_model_config",
-    "spec_shape",
+    *_MODULE_OF, "ASSUMED", "adapt_traffic", "spec_gpu", "spec_model_config", "spec_shape",
     "spec_traffic",
 ]

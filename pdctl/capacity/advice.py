@@ -131,8 +131,7 @@ def packing_advice(
 def unmet_tpot_advice(tpot_ms: float, batch1_ms: float, where: str) -> Advice:
     """No batch meets the TPOT target: even one sequence's decode step is slower."""
     return Advice(
-        "tpot-not-met",
-        False,
+        "tpot-not-met", False,
         (
             f"TPOT target {tpot_ms:g} ms NOT met: even one sequence takes {batch1_ms:.2f} ms "
             f"per token on {where}; no batch size or packing helps: more tensorParallel "
@@ -146,8 +145,7 @@ def unfit_advice(roles: tuple[str, ...]) -> Advice:
     """A role that does not fit gets no speed, P:D or packing advice (its KV is zero)."""
     names = " and ".join(roles)
     return Advice(
-        "does-not-fit",
-        False,
+        "does-not-fit", False,
         (
             f"{names} does not fit, so vLLM would not start it: no speed, P:D or packing "
             "advice until it does; first apply a nearest fit listed above",

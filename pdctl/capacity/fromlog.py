@@ -84,12 +84,9 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("version", r"vLLM API server version ([0-9][0-9a-z.+]*)"),
     ("model", r"with config: model='([^']+)'"),
     ("model", r"non-default args: \{[^}]*'model': '([^']+)'"),
-    ("tp", r"tensor_parallel_size=([0-9]+)"),
-    ("tp", r"'tensor_parallel_size': ([0-9]+)"),
-    ("pp", r"pipeline_parallel_size=([0-9]+)"),
-    ("pp", r"'pipeline_parallel_size': ([0-9]+)"),
-    ("max_model_len", r"max_seq_len=([0-9]+)"),
-    ("max_model_len", r"Using max model len ([0-9]+)"),
+    ("tp", r"tensor_parallel_size=([0-9]+)"), ("tp", r"'tensor_parallel_size': ([0-9]+)"),
+    ("pp", r"pipeline_parallel_size=([0-9]+)"), ("pp", r"'pipeline_parallel_size': ([0-9]+)"),
+    ("max_model_len", r"max_seq_len=([0-9]+)"), ("max_model_len", r"Using max model len ([0-9]+)"),
     ("max_model_len", r"'max_model_len': ([0-9]+)"),
     ("max_num_batched_tokens", r"max_num_batched_tokens=([0-9]+)"),
     ("max_num_batched_tokens", r"'max_num_batched_tokens': ([0-9]+)"),
@@ -214,24 +211,18 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
         Term("activation (profile peak)", mem.overhead.activation / g, seen.activation_gib),
         Term("non-torch (context, NCCL)", mem.overhead.non_torch / g, seen.non_torch_gib),
         Term(
-            "CUDA graphs",
-            mem.overhead.cuda_graphs / g,
+            "CUDA graphs", mem.overhead.cuda_graphs / g,
             seen.graphs_gib if seen.graphs_gib is not None else None,
         ),
         Term("KV cache memory", mem.kv_available / g, seen.kv_available_gib),
         # like with like: vLLM's own count (concurrency at max_model_len x max_model_len),
         # never the tokens the pool stores at once (kvTokenSlots), which vLLM does not print
         Term(
-            "KV cache size (vLLM's count)",
-            float(mem.kv_tokens),
-            None if seen.kv_tokens is None else float(seen.kv_tokens),
-            "tokens",
+            "KV cache size (vLLM's count)", float(mem.kv_tokens),
+            None if seen.kv_tokens is None else float(seen.kv_tokens), "tokens",
         ),
         Term(
-            "concurrency at maxModelLen",
-            mem.concurrency,
-            seen.max_concurrency,
-            "x",
+            "concurrency at maxModelLen", mem.concurrency, seen.max_concurrency, "x",
         ),
     ]
     pinned = None
@@ -246,26 +237,19 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             else kv // (planned.kv_per_token * planned.block_size) * planned.block_size
         )
         pinned = {
-            "kvAvailableGib": seen.kv_available_gib,
-            "kvTokens": held,
+            "kvAvailableGib": seen.kv_available_gib, "kvTokens": held,
             "kvTokenSlots": planned.layout.slots(kv) if planned.layout is not None else held,
             "fits": kv >= planned.kv_per_sequence,
         }
     return {
-        "role": chosen.role,
-        "version": seen.version,
-        "model": seen.model,
-        "conditions": changes,
+        "role": chosen.role, "version": seen.version, "model": seen.model, "conditions": changes,
         "terms": [
             {
-                "term": t.name,
-                "unit": t.unit,
-                "predicted": _rounded(t.predicted, t.unit),
+                "term": t.name, "unit": t.unit, "predicted": _rounded(t.predicted, t.unit),
                 "observed": None if t.observed is None else _rounded(t.observed, t.unit),
                 "errorPct": None if t.error_pct is None else round(t.error_pct, 1),
             }
             for t in terms
         ],
-        "graphsCapturedGib": seen.graphs_actual_gib,
-        "observedUnderPlan": pinned,
+        "graphsCapturedGib": seen.graphs_actual_gib, "observedUnderPlan": pinned,
     }

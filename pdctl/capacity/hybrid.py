@@ -127,18 +127,8 @@ def hybrid_config(config: dict[str, Any]) -> HybridConfig | None:
     nemotron = "hybrid_override_pattern" in config
     fp32 = nemotron and str(config.get("mamba_ssm_cache_dtype", "float32")) == "float32"
     return HybridConfig(
-        "mamba2",
-        linear,
-        full,
-        conv_dim,
-        kernel,
-        heads,
-        head_dim,
-        state,
-        n_groups=groups,
-        intermediate=inter,
-        ssm_fp32=fp32,
-        params=float(linear * mixer),
+        "mamba2", linear, full, conv_dim, kernel, heads, head_dim, state, n_groups=groups,
+        intermediate=inter, ssm_fp32=fp32, params=float(linear * mixer),
     )
 
 
@@ -237,10 +227,7 @@ def stage_layout(
     """The layout of one pipeline stage (its share of each layer type, rounded up)."""
     state = hybrid.state_bytes(tp, width, num_spec)
     return HybridLayout(
-        layer_bytes=attn_token_bytes,
-        full_layers=math.ceil(hybrid.full_layers / pp),
-        linear_layers=math.ceil(hybrid.linear_layers / pp),
-        state_bytes=state,
-        block_size=hybrid_block_size(attn_token_bytes, state),
-        spec_blocks=num_spec,
+        layer_bytes=attn_token_bytes, full_layers=math.ceil(hybrid.full_layers / pp),
+        linear_layers=math.ceil(hybrid.linear_layers / pp), state_bytes=state,
+        block_size=hybrid_block_size(attn_token_bytes, state), spec_blocks=num_spec,
     )

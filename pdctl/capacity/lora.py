@@ -23,13 +23,8 @@ def module_dims(model: ModelConfig) -> dict[str, tuple[int, int]]:
     q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
     h, i = model.hidden, model.intermediate
     return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, i),
-        "up_proj": (h, i),
-        "down_proj": (i, h),
+        "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+        "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
     }
 
 

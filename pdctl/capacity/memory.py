@@ -182,21 +182,11 @@ def overhead(
     last = stage is None or stage == pp - 1
     layers = stage_layers(model, pp) if stage is None else stage_partition(model.layers, pp)[stage]
     activation = profile.activation_bytes(
-        model,
-        tp,
-        max_num_batched_tokens,
-        max_num_seqs,
-        act,
-        engine,
-        flashinfer_sampler,
-        sampler=last,
-        encoder=first,
-        gpu_name=gpu_name,
-        ep=ep,
+        model, tp, max_num_batched_tokens, max_num_seqs, act, engine, flashinfer_sampler,
+        sampler=last, encoder=first, gpu_name=gpu_name, ep=ep,
     )
     return Overhead(
-        activation=activation,
-        non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
+        activation=activation, non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),
         cuda_graphs=profile.graph_bytes(model, layers, max_num_seqs, enforce_eager),
         graphs_counted=profile.graphs_counted(engine, model),
     )

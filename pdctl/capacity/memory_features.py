@@ -115,10 +115,7 @@ def speculative_notes(spec: Spec, model: Any = None) -> tuple[str, ...]:
         found: Draft | str = "the target model's config is not known"
         if model is not None:
             found = draft_of(
-                s,
-                model,
-                getattr(section, "tensor_parallel", 1),
-                spec.model.dtype,
+                s, model, getattr(section, "tensor_parallel", 1), spec.model.dtype,
                 spec.model.kv_cache_dtype,
             )
         if isinstance(found, Draft):

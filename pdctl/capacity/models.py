@@ -56,18 +56,8 @@ BUILTIN, _ALIASES = load_table()
 
 # Name suffixes that do not change the architecture or the weights.
 _NEUTRAL_SUFFIXES = (
-    "-instruct",
-    "-chat",
-    "-hf",
-    "-base",
-    "-it",
-    "-2507",
-    "-0324",
-    "-0528",
-    "-2506",
-    "-v0.1",
-    "-v0.2",
-    "-v0.3",
+    "-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-0324", "-0528", "-2506", "-v0.1",
+    "-v0.2", "-v0.3",
 )
 
 
@@ -149,10 +139,8 @@ class ModelConfig:
 # The architecture of the built-in models vLLM 0.23.0's V2 model runner takes by default
 # (pdctl.capacity.sampler.v2_runner): the table's keys that start so
 _ARCHITECTURES = (
-    ("qwen3-", "Qwen3ForCausalLM"),
-    ("llama-", "LlamaForCausalLM"),
-    ("deepseek-r1-distill-llama", "LlamaForCausalLM"),
-    ("mistral-7b", "MistralForCausalLM"),
+    ("qwen3-", "Qwen3ForCausalLM"), ("llama-", "LlamaForCausalLM"),
+    ("deepseek-r1-distill-llama", "LlamaForCausalLM"), ("mistral-7b", "MistralForCausalLM"),
 )
 
 
@@ -184,10 +172,7 @@ def builtin_config(name: str) -> dict[str, Any] | None:
     key = normalize(name)
     quant: dict[str, Any] | None = None
     for suffix, method in (
-        ("-fp8", "fp8"),
-        ("-awq", "awq"),
-        ("-gptq-int4", "gptq"),
-        ("-gptq", "gptq"),
+        ("-fp8", "fp8"), ("-awq", "awq"), ("-gptq-int4", "gptq"), ("-gptq", "gptq"),
     ):
         if key.endswith(suffix):
             key = normalize(key[: -len(suffix)])

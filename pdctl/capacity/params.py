@@ -180,8 +180,7 @@ def parse_config(
     except (KeyError, TypeError, ValueError):
         raise SpecError(
             "config.json lacks num_hidden_layers / hidden_size / num_attention_heads",
-            path="model.config",
-            fix="point `model.config` at the model's HF config.json",
+            path="model.config", fix="point `model.config` at the model's HF config.json",
         ) from None
     kv_heads = int(_get(config, "num_key_value_heads", default=heads))
     head_dim = int(_get(config, "head_dim", default=hidden // heads))
@@ -257,42 +256,19 @@ def parse_config(
     v_item = vision_item_tokens(raw)
     dtype = str(_get(config, "torch_dtype", "dtype", default="bfloat16"))
     return ModelConfig(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=vocab,
-        intermediate=intermediate,
-        max_position=max_position,
-        params=params,
-        active_params=active,
-        expert_params=float(expert_total),
-        embed_params=float(embed),
-        experts=experts,
-        experts_per_token=per_token,
-        mla_latent=mla_latent,
-        moe_intermediate=moe_inter if experts else 0,
-        shared_intermediate=shared,
-        dense_layers=dense_layers if experts else layers,
-        vision_params=vision,
-        vision_hidden=v_hidden,
-        vision_intermediate=v_inter,
-        vision_patches_per_token=v_patches,
-        vision_item_tokens=v_item,
-        sliding_window=window,
-        sliding_layers=sliding,
-        hybrid=hybrid,
+        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        vocab=vocab, intermediate=intermediate, max_position=max_position, params=params,
+        active_params=active, expert_params=float(expert_total), embed_params=float(embed),
+        experts=experts, experts_per_token=per_token, mla_latent=mla_latent,
+        moe_intermediate=moe_inter if experts else 0, shared_intermediate=shared,
+        dense_layers=dense_layers if experts else layers, vision_params=vision,
+        vision_hidden=v_hidden, vision_intermediate=v_inter, vision_patches_per_token=v_patches,
+        vision_item_tokens=v_item, sliding_window=window, sliding_layers=sliding, hybrid=hybrid,
         mtp_layers=int(
             _get(config, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0
         ),
-        torch_dtype=dtype,
-        weight_bits=bits,
-        expert_weight_bits=expert_bits,
-        quantization=method,
-        weight_block=weight_block(config.get("quantization_config")),
-        from_table=from_table,
+        torch_dtype=dtype, weight_bits=bits, expert_weight_bits=expert_bits, quantization=method,
+        weight_block=weight_block(config.get("quantization_config")), from_table=from_table,
         architecture=str((raw.get("architectures") or [""])[0] or builtin_architecture(name)),
     )
 
@@ -329,8 +305,7 @@ def model_config(
         return replace(model, shapes_from=donor)
     near = nearest_names(name)
     raise SpecError(
-        f"pdctl does not know the architecture of {name!r}",
-        path="model.name",
+        f"pdctl does not know the architecture of {name!r}", path="model.name",
         fix=(f"did you mean {' or '.join(near)}? Else s" if near else "s")
         + "et `model.config` to the model's local config.json (exact figures), or "
         "`model.paramsBillion` (weights exact, KV estimated); "

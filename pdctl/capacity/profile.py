@@ -173,8 +173,7 @@ def activation_bytes(
     held = workspace + tokens * model.hidden * act if version(engine) >= MOE_WORKSPACE_FROM else 0
     return max(
         encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
-        forward,
-        sampler_bytes(model, seqs, engine, flashinfer, gpu_name) + held if sampler else 0,
+        forward, sampler_bytes(model, seqs, engine, flashinfer, gpu_name) + held if sampler else 0,
     )
 
 
@@ -308,19 +307,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = [
-    "FLASHINFER_BYTES_PER_LOGIT",
-    "FLASHINFER_ONLY",
-    "PINNED",
-    "SAMPLER_BYTES_PER_LOGIT",
-    "TRITON_TOPK_FROM",
-    "V1_FROM",
-    "flashinfer_only",
-    "is_v1",
-    "patch_version",
-    "sampler_bytes",
-    "sm_count",
-    "triton_buffer_bytes",
-    "triton_topk",
-    "v2_runner",
-    "version",
+    "FLASHINFER_BYTES_PER_LOGIT", "FLASHINFER_ONLY", "PINNED", "SAMPLER_BYTES_PER_LOGIT",
+    "TRITON_TOPK_FROM", "V1_FROM", "flashinfer_only", "is_v1", "patch_version", "sampler_bytes",
+    "sm_count", "triton_buffer_bytes", "triton_topk", "v2_runner", "version",
 ]

@@ -138,14 +138,8 @@ def _slice(
 
     def at(util: float | None) -> DecodeSlice:
         return decode_slice(
-            model,
-            gpu_mib,
-            shape,
-            share.per_gpu,
-            share.gpu_memory_percent,
-            share.gpu_memory_mib,
-            eager,
-            util,
+            model, gpu_mib, shape, share.per_gpu, share.gpu_memory_percent, share.gpu_memory_mib,
+            eager, util,
         )
 
     sl = at(spec_util)
@@ -187,14 +181,8 @@ def role_plan(
     # of a whole GPU, so there vLLM's default first.
     first = util if share is None else DEFAULT_UTIL
     smallest = smallest_fit_at(
-        model,
-        gpu.usable_bytes,
-        shape,
-        (first, MAX_UTIL) if first < MAX_UTIL else (first,),
-        gpus_per_node=gpus_per_node,
-        max_tp=max_tp,
-        max_pp=max_pp,
-        used=mem.used,
+        model, gpu.usable_bytes, shape, (first, MAX_UTIL) if first < MAX_UTIL else (first,),
+        gpus_per_node=gpus_per_node, max_tp=max_tp, max_pp=max_pp, used=mem.used,
     )
     seqs = shape.batching(total)[1]
     # sequences of this context the cache holds (not kv_tokens // context: with sliding
@@ -203,42 +191,23 @@ def role_plan(
     # co-located decode instances time-slice the GPU (roofline.TIME_SLICE_EFFICIENCY)
     per_gpu = sl.per_gpu if sl is not None else 1
     batch = best_batch(
-        model,
-        gpu,
-        shape,
-        traffic.mean_context,
-        max(1, min(seqs, kv_batch or 1)),
-        traffic.tpot_ms,
+        model, gpu, shape, traffic.mean_context, max(1, min(seqs, kv_batch or 1)), traffic.tpot_ms,
         per_gpu,
     )
     return RolePlan(
-        role=role,
-        replicas=section.replicas if section is not None else 1,
-        shape=shape,
-        util=util,
-        util_from_spec=spec_util is not None,
-        recommended_util=recommended,
-        memory=mem,
-        smallest=smallest[0] if smallest else None,
-        smallest_util=smallest[1] if smallest else None,
+        role=role, replicas=section.replicas if section is not None else 1, shape=shape, util=util,
+        util_from_spec=spec_util is not None, recommended_util=recommended, memory=mem,
+        smallest=smallest[0] if smallest else None, smallest_util=smallest[1] if smallest else None,
         alternatives=(
             ()
             if mem.fits
             else alternatives(
-                model,
-                total,
-                shape,
-                util,
-                gpus_per_node=gpus_per_node,
-                max_tp=max_tp,
-                max_pp=max_pp,
-                used=mem.used,
-                min_len=traffic.context,
+                model, total, shape, util, gpus_per_node=gpus_per_node, max_tp=max_tp,
+                max_pp=max_pp, used=mem.used, min_len=traffic.context,
             )
         )
         + slice_alternatives(model, shape, sl, share),
-        batch=batch,
-        decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
+        batch=batch, decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )

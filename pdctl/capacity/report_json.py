@@ -36,8 +36,7 @@ def _lora(r: RolePlan) -> dict[str, Any]:
     if lo is None:
         return {}
     return {
-        "loraBuffersBytesPerGpu": r.memory.lora,
-        "loraHostBytes": host_bytes(lo),
+        "loraBuffersBytesPerGpu": r.memory.lora, "loraHostBytes": host_bytes(lo),
         "loraAdapterBytes": lo.adapter_bytes,
     }
 
@@ -126,15 +125,10 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
     if r.slice is not None:
         s = r.slice
         out["slice"] = {
-            "sliceMib": s.slice_mib,
-            "perGpu": s.per_gpu,
-            "gpuMemoryUtilization": s.gpu_memory_utilization,
-            "enforceEager": s.enforce_eager,
-            "minSliceMib": s.min_slice_mib,
-            "maxPerGpu": s.max_per_gpu,
-            "kvTokens": s.kv_tokens,
-            "concurrency": s.concurrency,
-            "fits": s.fits,
+            "sliceMib": s.slice_mib, "perGpu": s.per_gpu,
+            "gpuMemoryUtilization": s.gpu_memory_utilization, "enforceEager": s.enforce_eager,
+            "minSliceMib": s.min_slice_mib, "maxPerGpu": s.max_per_gpu, "kvTokens": s.kv_tokens,
+            "concurrency": s.concurrency, "fits": s.fits,
         }
     return out
 
@@ -144,15 +138,10 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
     model, gpu, pd = plan.model, plan.gpu, plan.pd
     return {
         "model": {
-            "name": model.name,
-            "paramsBillion": round(model.params / 1e9, 2),
-            "activeParamsBillion": round(model.active_params / 1e9, 2),
-            "layers": model.layers,
-            "kvHeads": model.kv_heads,
-            "headDim": model.head_dim,
-            "mlaLatent": model.mla_latent,
-            "experts": model.experts,
-            "quantization": model.quantization,
+            "name": model.name, "paramsBillion": round(model.params / 1e9, 2),
+            "activeParamsBillion": round(model.active_params / 1e9, 2), "layers": model.layers,
+            "kvHeads": model.kv_heads, "headDim": model.head_dim, "mlaLatent": model.mla_latent,
+            "experts": model.experts, "quantization": model.quantization,
             "source": "table"
             if model.from_table
             else (
@@ -160,18 +149,13 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
             ),
         },
         "gpu": {
-            "name": gpu.name,
-            "memoryMib": gpu.memory_mib,
-            "usableMib": gpu.usable_mib,
-            "bandwidthGBs": gpu.bandwidth_gbs,
-            "bf16Tflops": gpu.bf16_tflops,
+            "name": gpu.name, "memoryMib": gpu.memory_mib, "usableMib": gpu.usable_mib,
+            "bandwidthGBs": gpu.bandwidth_gbs, "bf16Tflops": gpu.bf16_tflops,
         },
         "phase": plan.phase,
         "traffic": {
-            "promptTokens": plan.traffic.prompt_tokens,
-            "outputTokens": plan.traffic.output_tokens,
-            "requestsPerSecond": plan.traffic.requests_per_second,
-            "ttftMs": plan.traffic.ttft_ms,
+            "promptTokens": plan.traffic.prompt_tokens, "outputTokens": plan.traffic.output_tokens,
+            "requestsPerSecond": plan.traffic.requests_per_second, "ttftMs": plan.traffic.ttft_ms,
             "tpotMs": plan.traffic.tpot_ms,
         },
         "roles": [role_dict(r) for r in plan.roles],
@@ -193,9 +177,7 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
             "batch1TpotMs": round(pd.batch1_tpot_ms, 3),
         },
         "advice": {
-            "case": plan.advice.case,
-            "pack": plan.advice.pack,
-            "lines": list(plan.advice.lines),
+            "case": plan.advice.case, "pack": plan.advice.pack, "lines": list(plan.advice.lines),
         },
         "fits": plan.fits,
         "warnings": list(plan.warnings),

@@ -38,18 +38,8 @@ TRITON_TOPK_BYTES_PER_LOGIT = 14
 TRITON_TOPK_MIN_ROWS = 8
 # Streaming multiprocessors a GPU model has (the Triton kernel runs one program per SM)
 _SMS = (
-    ("h100pcie", 114),
-    ("h100", 132),
-    ("h200", 132),
-    ("h20", 78),
-    ("b200", 148),
-    ("a100", 108),
-    ("l40s", 142),
-    ("l4", 58),
-    ("a10g", 80),
-    ("rtx4090", 128),
-    ("rtx3090", 82),
-    ("rtx4060", 24),
+    ("h100pcie", 114), ("h100", 132), ("h200", 132), ("h20", 78), ("b200", 148), ("a100", 108),
+    ("l40s", 142), ("l4", 58), ("a10g", 80), ("rtx4090", 128), ("rtx3090", 82), ("rtx4060", 24),
 )
 
 

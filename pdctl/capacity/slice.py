@@ -119,15 +119,9 @@ def decode_slice(
     mem = instance_memory(model, size * MIB, fraction, replace(shape, enforce_eager=eager))
     minimum = slice_for(model, shape, share_eager)
     return DecodeSlice(
-        slice_mib=size,
-        per_gpu=per_gpu,
-        gpu_memory_utilization=fraction,
-        enforce_eager=eager,
-        kv_tokens=mem.kv_tokens,
-        concurrency=round(mem.concurrency, 2),
-        min_slice_mib=minimum,
-        max_per_gpu=gpu_mib // minimum if minimum else 0,
-        gpu_mib=gpu_mib,
+        slice_mib=size, per_gpu=per_gpu, gpu_memory_utilization=fraction, enforce_eager=eager,
+        kv_tokens=mem.kv_tokens, concurrency=round(mem.concurrency, 2), min_slice_mib=minimum,
+        max_per_gpu=gpu_mib // minimum if minimum else 0, gpu_mib=gpu_mib,
     )
 
 
@@ -148,10 +142,8 @@ def slice_alternatives(
                 Alternative(
                     f"decode.share.perGpu {per_gpu} ({cand.slice_mib:,} MiB slices, "
                     "without gpuMemoryPercent/gpuMemoryMib)",
-                    replace(shape, enforce_eager=cand.enforce_eager),
-                    cand.kv_tokens,
-                    cand.gpu_memory_utilization,
-                    (("perGpu", per_gpu),),
+                    replace(shape, enforce_eager=cand.enforce_eager), cand.kv_tokens,
+                    cand.gpu_memory_utilization, (("perGpu", per_gpu),),
                 )
             )
             break
@@ -162,10 +154,8 @@ def slice_alternatives(
             out.append(
                 Alternative(
                     f"decode.share.gpuMemoryMib {need}",
-                    replace(shape, enforce_eager=cand.enforce_eager),
-                    cand.kv_tokens,
-                    cand.gpu_memory_utilization,
-                    (("gpuMemoryMib", need),),
+                    replace(shape, enforce_eager=cand.enforce_eager), cand.kv_tokens,
+                    cand.gpu_memory_utilization, (("gpuMemoryMib", need),),
                 )
             )
     return tuple(out)

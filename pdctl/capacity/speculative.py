@@ -56,11 +56,8 @@ def draft_of(spec: Any, target: ModelConfig, tp: int, dtype: str, kv_dtype: str)
         proj = 2 * target.hidden * target.hidden * width // tp
         layers = target.mtp_layers
         return Draft(
-            f"{layers} MTP layer(s) of the target",
-            layers,
-            layers * layer_kv,
-            layers * (per_layer + proj),
-            n,
+            f"{layers} MTP layer(s) of the target", layers, layers * layer_kv,
+            layers * (per_layer + proj), n,
         )
     raw = builtin_config(str(spec.model or ""))
     if raw is None:
@@ -68,9 +65,7 @@ def draft_of(spec: Any, target: ModelConfig, tp: int, dtype: str, kv_dtype: str)
     draft = parse_config(str(spec.model), raw, None, from_table=True)
     draft_tp = spec.draft_tensor_parallel or tp
     return Draft(
-        f"draft {spec.model} ({draft.layers} layers)",
-        draft.layers,
+        f"draft {spec.model} ({draft.layers} layers)", draft.layers,
         kv_bytes_per_token(draft, draft_tp, 1, kv_dtype, dtype),
-        weights_bytes_per_gpu(draft, draft_tp, 1, dtype),
-        n,
+        weights_bytes_per_gpu(draft, draft_tp, 1, dtype), n,
     )

@@ -37,8 +37,7 @@ def register(app: typer.Typer) -> None:
             None, metavar="NAME", help="load/unload: the adapter's name (a request's `model`)."
         ),
         path: str | None = typer.Argument(
-            None,
-            metavar="PATH",
+            None, metavar="PATH",
             help="load: the adapter's folder on the engines' hosts, or a Hugging Face id.",
         ),
         phase: int | None = PHASE,

@@ -25,22 +25,13 @@ from pdctl.errors import PdctlError
 # only the module of the command it runs (`command(args)`): `pdctl render` imports no other
 # command's module.
 COMMANDS = {
-    "init": "pdctl.cli.init_cmd",
-    "validate": "pdctl.cli.validate_cmd",
-    "render": "pdctl.cli.render_cmd",
-    "schema": "pdctl.cli.schema_cmd",
-    "explain": "pdctl.cli.explain_cmd",
-    "plan": "pdctl.cli.plan_cmd",
-    "preflight": "pdctl.cli.preflight_cmd",
-    "bundle": "pdctl.cli.bundle_cmd",
-    "up": "pdctl.cli.up_cmd",
-    "diff": "pdctl.cli.diff_cmd",
-    "down": "pdctl.cli.down_cmd",
-    "status": "pdctl.cli.status_cmd",
-    "logs": "pdctl.cli.logs_cmd",
-    "top": "pdctl.cli.top_cmd",
-    "adapters": "pdctl.cli.adapters_cmd",
-    "bench": "pdctl.cli.bench_cmd",
+    "init": "pdctl.cli.init_cmd", "validate": "pdctl.cli.validate_cmd",
+    "render": "pdctl.cli.render_cmd", "schema": "pdctl.cli.schema_cmd",
+    "explain": "pdctl.cli.explain_cmd", "plan": "pdctl.cli.plan_cmd",
+    "preflight": "pdctl.cli.preflight_cmd", "bundle": "pdctl.cli.bundle_cmd",
+    "up": "pdctl.cli.up_cmd", "diff": "pdctl.cli.diff_cmd", "down": "pdctl.cli.down_cmd",
+    "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
+    "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd",
 }
 

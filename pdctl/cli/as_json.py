@@ -42,9 +42,7 @@ class JsonProgress:
 
     def document(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "target": self.kind,
-            "compared": self.compared,
+            "name": self.name, "target": self.kind, "compared": self.compared,
             "changes": [asdict(c) for c in self.changes],
         }
 

@@ -12,16 +12,11 @@ from rich.table import Table
 from pdctl.cli import term
 
 ROWS = (
-    ("TTFT ms", "ttftMs"),
-    ("TPOT ms", "tpotMs"),
-    ("ITL ms", "itlMs"),
-    ("E2E latency ms", "e2elMs"),
+    ("TTFT ms", "ttftMs"), ("TPOT ms", "tpotMs"), ("ITL ms", "itlMs"), ("E2E latency ms", "e2elMs"),
 )
 RATES = (
-    ("requests/s", "requestThroughput"),
-    ("output tok/s", "outputThroughput"),
-    ("total tok/s", "totalTokenThroughput"),
-    ("goodput req/s", "requestGoodput"),
+    ("requests/s", "requestThroughput"), ("output tok/s", "outputThroughput"),
+    ("total tok/s", "totalTokenThroughput"), ("goodput req/s", "requestGoodput"),
 )
 
 

@@ -49,30 +49,22 @@ class ConnectFlags:
         writing known_hosts."""
         if self.known_hosts and not self.accept_new_host_keys:
             must_exist(
-                self.known_hosts,
-                "known_hosts file",
+                self.known_hosts, "known_hosts file",
                 "give the file that holds the hosts' keys (ssh-keyscan HOST >> FILE), or pass "
                 "--accept-new-host-keys to record them there",
             )
         return SshOptions(
             known_hosts=self.known_hosts or DEFAULT_KNOWN_HOSTS,
-            accept_new_host_keys=self.accept_new_host_keys,
-            identity_file=self.identity,
-            connect_timeout=self.connect_timeout,
-            write_known_hosts=not dry_run,
+            accept_new_host_keys=self.accept_new_host_keys, identity_file=self.identity,
+            connect_timeout=self.connect_timeout, write_known_hosts=not dry_run,
         )
 
     def target(self, dry_run: bool = False) -> Connect:
         """How to reach the plan's target (pdctl.targets.open_target)."""
         return Connect(
-            ssh=self.ssh(dry_run),
-            parallel=self.parallel,
-            docker_urls=docker_urls(self.docker_url),
-            docker_tls=self.docker_tls,
-            docker_cert_path=self.docker_cert_path,
-            insecure_docker=self.insecure_docker,
-            kubeconfig=self.kube_file,
-            context=self.context,
+            ssh=self.ssh(dry_run), parallel=self.parallel, docker_urls=docker_urls(self.docker_url),
+            docker_tls=self.docker_tls, docker_cert_path=self.docker_cert_path,
+            insecure_docker=self.insecure_docker, kubeconfig=self.kube_file, context=self.context,
         )
 
     @property
@@ -104,18 +96,14 @@ SSH = {
     "known_hosts": (
         str | None,
         typer.Option(
-            None,
-            "--known-hosts",
-            metavar="FILE",
-            envvar="PDCTL_KNOWN_HOSTS",
+            None, "--known-hosts", metavar="FILE", envvar="PDCTL_KNOWN_HOSTS",
             help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
         ),
     ),
     "accept_new_host_keys": (
         bool,
         typer.Option(
-            False,
-            "--accept-new-host-keys",
+            False, "--accept-new-host-keys",
             help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
             "always refused).",
         ),
@@ -123,21 +111,14 @@ SSH = {
     "identity": (
         str | None,
         typer.Option(
-            None,
-            "--identity",
-            "-i",
-            metavar="FILE",
-            envvar="PDCTL_SSH_IDENTITY",
+            None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
             help="SSH private key for hosts that set no identityFile.",
         ),
     ),
     "connect_timeout": (
         float,
         typer.Option(
-            10.0,
-            "--connect-timeout",
-            min=0.1,
-            metavar="SECONDS",
+            10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
             help="Seconds to wait for each SSH connection.",
         ),
     ),
@@ -147,9 +128,7 @@ DOCKER = {
     "docker_url": (
         list[str] | None,
         typer.Option(
-            None,
-            "--docker-url",
-            metavar="HOST=URL",
+            None, "--docker-url", metavar="HOST=URL",
             help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
             "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
             "--docker-tls) instead of scripts over SSH. Repeat per host.",
@@ -158,8 +137,7 @@ DOCKER = {
     "docker_tls": (
         bool,
         typer.Option(
-            False,
-            "--docker-tls",
+            False, "--docker-tls",
             help="With a tcp:// --docker-url: TLS, verifying the engine's certificate against "
             "ca.pem and presenting cert.pem/key.pem from --docker-cert-path (as `docker "
             "--tlsverify` does).",
@@ -168,10 +146,7 @@ DOCKER = {
     "docker_cert_path": (
         str | None,
         typer.Option(
-            None,
-            "--docker-cert-path",
-            metavar="DIR",
-            envvar="DOCKER_CERT_PATH",
+            None, "--docker-cert-path", metavar="DIR", envvar="DOCKER_CERT_PATH",
             help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
             "~/.docker).",
         ),
@@ -179,8 +154,7 @@ DOCKER = {
     "insecure_docker": (
         bool,
         typer.Option(
-            False,
-            "--insecure-docker",
+            False, "--insecure-docker",
             help="Allow a plain tcp:// --docker-url: the Docker API, HF_TOKEN and the API key "
             "travel unencrypted and unauthenticated. Only on a network you trust.",
         ),
@@ -194,8 +168,7 @@ KUBE = {
         ),
     ),
     "context": (
-        str | None,
-        typer.Option(None, "--context", metavar="NAME", help="kubeconfig context."),
+        str | None, typer.Option(None, "--context", metavar="NAME", help="kubeconfig context."),
     ),
 }
 

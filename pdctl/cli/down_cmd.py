@@ -24,23 +24,19 @@ def register(app: typer.Typer) -> None:
         phase: int | None = PHASE,
         target: str | None = TARGET,
         delete_volumes: bool = typer.Option(
-            False,
-            "--delete-volumes",
+            False, "--delete-volumes",
             help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
             "cache: weights are downloaded again on the next `up`). Kept by default.",
         ),
         dry_run: bool = typer.Option(
-            False,
-            "--dry-run",
+            False, "--dry-run",
             help="Connect and list what would be stopped or deleted; touch nothing.",
         ),
         yes: bool = typer.Option(
             False, "--yes", "-y", help="Kubernetes: delete without asking for confirmation."
         ),
         timeout: int = typer.Option(
-            300,
-            "--timeout",
-            min=1,
+            300, "--timeout", min=1,
             help="Kubernetes: seconds to wait, after deleting, until the deployment's pods are "
             "gone (their GPUs free); pods still there then are named, exit 1.",
         ),

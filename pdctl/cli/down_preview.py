@@ -67,12 +67,8 @@ def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool =
     them."""
     plan_ = down_plan(plan, bundle, options, delete_volumes)
     return Preview(
-        kind_of(plan, options),
-        removed=plan_.removed,
-        kept=plan_.kept,
-        folders=list(plan_.folders.items()),
-        unreachable=plan_.unreachable,
-        left=plan_.left,
+        kind_of(plan, options), removed=plan_.removed, kept=plan_.kept,
+        folders=list(plan_.folders.items()), unreachable=plan_.unreachable, left=plan_.left,
     )
 
 

@@ -11,8 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("explain")
     def explain(
         field: str = typer.Argument(
-            "",
-            metavar="FIELD",
+            "", metavar="FIELD",
             help="Dotted spec path, camelCase as in YAML or snake_case: decode.share, "
             "kubernetes.storage.accessMode, hosts.gpus (or hosts[0].gpus). Empty: the top.",
         ),

@@ -10,10 +10,7 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.render.template import templates_dir
 
 PHASES = {
-    0: "init-phase0.yaml",
-    1: "init-phase1.yaml",
-    2: "init-phase2.yaml",
-    3: "init-phase3.yaml",
+    0: "init-phase0.yaml", 1: "init-phase1.yaml", 2: "init-phase2.yaml", 3: "init-phase3.yaml",
 }
 SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl schema >` writes, for editors
 
@@ -41,9 +38,7 @@ def register(app: typer.Typer) -> None:
         ),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
         schema: str | None = typer.Option(
-            None,
-            "--schema",
-            metavar="REF",
+            None, "--schema", metavar="REF",
             help="Where the first line's `$schema=` points editors: a path relative to the "
             "spec, or a URL. Default: pdctl-spec.schema.json (write it with `pdctl schema`).",
         ),

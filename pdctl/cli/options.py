@@ -9,26 +9,21 @@ from pdctl.errors import UsageError
 SPEC = typer.Argument(..., help="Spec file, or - for stdin.")
 PHASE = typer.Option(None, "--phase", "-p", help="Render at this phase instead of the spec's.")
 TARGET = typer.Option(
-    None,
-    "--target",
-    metavar="TARGET",
+    None, "--target", metavar="TARGET",
     help="hosts or kubernetes (phases 2 and 3; default from the spec).",
 )
 
 # `--facts DIR`, declared once for every command that takes it (render, up, status, plan),
 # read by one loader (pdctl.inputs.read_facts) that refuses a recording of other machines.
 FACTS = typer.Option(
-    None,
-    "--facts",
-    metavar="DIR",
+    None, "--facts", metavar="DIR",
     help="A preflight recording of the spec's hosts (pdctl preflight --record DIR): render, "
     "up and status pick each instance's GPUs by its topology (give status the DIR up had); "
     "plan counts the memory other processes already hold on the GPUs.",
 )
 
 STRICT = typer.Option(
-    False,
-    "--strict",
+    False, "--strict",
     help="Refuse (exit 1) a spec with a role that does not fit on "
     "its GPU (hardware.gpu), or a network setting that may not work where it runs "
     "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "

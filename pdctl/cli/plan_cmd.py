@@ -46,25 +46,18 @@ def register(app: typer.Typer) -> None:
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
         output: str = typer.Option(
-            "table",
-            "--output",
-            "-o",
-            metavar="FORMAT",
+            "table", "--output", "-o", metavar="FORMAT",
             help="table (compact, fits 80 columns), wide (the table with how each figure "
             "is made) or json.",
         ),
         from_log: str | None = typer.Option(
-            None,
-            "--from-log",
-            metavar="FILE",
+            None, "--from-log", metavar="FILE",
             help="A vLLM start-up log: show predicted vs observed memory "
             "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
         ),
         facts: Path | None = FACTS,
         load: list[str] = typer.Option(
-            [],
-            "--load",
-            metavar="LOAD",
+            [], "--load", metavar="LOAD",
             help="Predict TTFT, TPOT, ITL, E2E, throughput and goodput under a load: "
             "concurrency=N (N clients, each sending its next request when the last ends) or "
             "rate=R (Poisson, requests/s). Repeat for several loads.",
@@ -87,9 +80,7 @@ def register(app: typer.Typer) -> None:
 
             check_report_path(report_file)
         _finite(
-            ("--gpu-memory-gib", gpu_memory_gib),
-            ("--rate", rate),
-            ("--ttft-ms", ttft_ms),
+            ("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
             ("--tpot-ms", tpot_ms),
         )
 

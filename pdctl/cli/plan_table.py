@@ -41,8 +41,7 @@ def _lora_rows(m: Any, s: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             "every LoRA-able layer, embedding and lm_head, per GPU",
         ),
         (
-            "LoRA adapters in host memory",
-            _mib(host_bytes(lo)),
+            "LoRA adapters in host memory", _mib(host_bytes(lo)),
             f"maxCpuLoras {lo.cpu_slots} x the largest adapter ({_mib(lo.adapter_bytes)}: "
             "rank x (in + out) of its target modules x layers x bytes)",
         ),
@@ -95,8 +94,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     return [
         _gpus_row(s, wide),
         (
-            "weights / GPU",
-            _gib(m.weights),
+            "weights / GPU", _gib(m.weights),
             "dense params x bytes/param / TP + expert params x bytes/param / EP (experts whole, "
             "over TP x DP GPUs); heaviest PP stage"
             if s.ep and s.ep != s.tp
@@ -104,8 +102,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         ),
         *_lora_rows(m, s, wide),
         (
-            "KV / token / GPU",
-            kv_token,
+            "KV / token / GPU", kv_token,
             "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
             + (
                 f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
@@ -120,8 +117,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             ),
         ),
         (
-            f"KV / {m.max_model_len:,}-token sequence",
-            _gib(m.kv_per_sequence),
+            f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
             "KV / token x maxModelLen"
             if m.layout is None
             else "full-attention layers: maxModelLen in blocks, + 1 state block a linear/Mamba "
@@ -131,8 +127,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)",
         ),
         (
-            "activation + graphs + other" if wide else "activation+graphs+other",
-            overheads,
+            "activation + graphs + other" if wide else "activation+graphs+other", overheads,
             f"vLLM {s.engine} profile: max("
             f"forward over {batched:,} tokens, sampler over {seqs:,} x vocab"
             + (", FlashInfer only" if flashinfer_only(s.engine, s.flashinfer_sampler) else "")
@@ -141,8 +136,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         ),
         ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
         (
-            "--gpu-memory-utilization",
-            util,
+            "--gpu-memory-utilization", util,
             "least = weights + overheads + one sequence, over total",
         ),
         ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
@@ -160,8 +154,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         *(
             [
                 (
-                    "KV cache size per instance",
-                    f"{m.kv_tokens * s.dp:,} tokens",
+                    "KV cache size per instance", f"{m.kv_tokens * s.dp:,} tokens",
                     f"x {s.dp} DP ranks",
                 )
             ]
@@ -171,8 +164,7 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         *(
             [
                 (
-                    "KV tokens stored at once" + per_rank,
-                    f"{m.kv_token_slots:,} tokens",
+                    "KV tokens stored at once" + per_rank, f"{m.kv_token_slots:,} tokens",
                     "the pool's blocks x block size / block groups a token takes (every layer "
                     "of each token): what sequences shorter than the window can fill",
                 )
@@ -181,15 +173,13 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             else []
         ),
         (
-            "concurrency at maxModelLen" + per_rank,
-            f"{m.concurrency:.2f}x",
+            "concurrency at maxModelLen" + per_rank, f"{m.concurrency:.2f}x",
             "vLLM's 'Maximum concurrency': the pool's blocks / blocks one maxModelLen "
             "sequence takes",
         ),
         ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
         (
-            "smallest fit on this GPU",
-            smallest,
+            "smallest fit on this GPU", smallest,
             "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95",
         ),
     ]
@@ -233,13 +223,11 @@ def _slice_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
             "GPU memory / smallest slice",
         ),
         (
-            "smallest slice",
-            f"{s.min_slice_mib:,} MiB",
+            "smallest slice", f"{s.min_slice_mib:,} MiB",
             "256 MiB steps whose util holds weights + overheads + one sequence",
         ),
         (
-            "util inside slice",
-            f"{s.gpu_memory_utilization:.2f}",
+            "util inside slice", f"{s.gpu_memory_utilization:.2f}",
             "(slice - 768 MiB context - 1,536 MiB graphs unless eager - 512 MiB per extra "
             "TP rank) / slice, at most 0.95",
         ),
@@ -271,8 +259,7 @@ def _speed_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         ("decode step", "-", _STEP + sliced),
         ("decode tokens/s per instance", "-", "modelled: batch / step (x DP ranks)"),
         (
-            "decode tokens/s per GPU",
-            "-",
+            "decode tokens/s per GPU", "-",
             "modelled: per instance x instances per GPU / GPUs per instance",
         ),
         ("prefill tokens/s", "-", _PREFILL),
@@ -300,8 +287,7 @@ def _speed_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         ),
         (
             "decode tokens/s per instance",
-            f"{per_instance:,.0f} (bound {d.tokens_per_s_bound * r.shape.dp:,.0f})",
-            rows[2][2],
+            f"{per_instance:,.0f} (bound {d.tokens_per_s_bound * r.shape.dp:,.0f})", rows[2][2],
         ),
         ("decode tokens/s per GPU", f"{per_instance * per_gpu / gpus:,.0f}", rows[3][2]),
         ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}", rows[4][2]),
@@ -438,16 +424,12 @@ def show_comparison(data: dict[str, Any]) -> None:
     title += f", vLLM {data['version']})" if data["version"] else ")"
     table = Table(title=title, title_justify="left")
     for name, justify in (
-        ("term", "left"),
-        ("predicted", "right"),
-        ("observed", "right"),
-        ("error", "right"),
+        ("term", "left"), ("predicted", "right"), ("observed", "right"), ("error", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in data["terms"]:
         fmt = {
-            "GiB": lambda v: f"{v:,.2f} GiB",
-            "x": lambda v: f"{v:,.2f}x",
+            "GiB": lambda v: f"{v:,.2f} GiB", "x": lambda v: f"{v:,.2f}x",
         }.get(t["unit"], lambda v: f"{v:,}")
         seen = "-" if t["observed"] is None else fmt(t["observed"])
         err = "-" if t["errorPct"] is None else f"{t['errorPct']:+.1f}%"

@@ -45,13 +45,8 @@ def _gather(plan: Plan, options: Options, quiet: bool) -> dict[str, dict[str, st
     if quiet or not console.is_terminal:
         return gather(plan, options)
     with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=console,
-        transient=True,
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"), console=console, transient=True,
     ) as progress:
         tasks = {
             name: progress.add_task(f"gathering {name}", total=total, last="")
@@ -145,30 +140,22 @@ def register(app: typer.Typer) -> None:
             "table", "--output", "-o", metavar="FORMAT", help="table or json."
         ),
         record: Path | None = typer.Option(
-            None,
-            "--record",
-            metavar="DIR",
+            None, "--record", metavar="DIR",
             help="Save every raw output gathered under DIR (one folder per "
             "host, _kubernetes/ for the cluster).",
         ),
         replay: Path | None = typer.Option(
-            None,
-            "--replay",
-            metavar="DIR",
+            None, "--replay", metavar="DIR",
             help="Check a recording (DIR from --record, or real outputs "
             "named like it) instead of gathering.",
         ),
         local: list[str] = typer.Option(
-            [],
-            "--local",
-            metavar="NAME",
+            [], "--local", metavar="NAME",
             help="Probe host NAME on this machine, without SSH (repeatable). "
             "Hosts with address `localhost` are probed locally too.",
         ),
         remote_path: list[str] = typer.Option(
-            [],
-            "--remote-path",
-            metavar="DIR",
+            [], "--remote-path", metavar="DIR",
             help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
             "conda outside the non-interactive PATH; repeatable).",
         ),
@@ -176,29 +163,20 @@ def register(app: typer.Typer) -> None:
             None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."
         ),
         no_transfer: bool = typer.Option(
-            False,
-            "--no-transfer",
+            False, "--no-transfer",
             help="Phase 2: skip the network preflight (the short KV transfer from each "
             "prefill host to each decode host).",
         ),
         transfer_bytes: str = typer.Option(
-            "256MiB",
-            "--transfer-bytes",
-            metavar="SIZE",
+            "256MiB", "--transfer-bytes", metavar="SIZE",
             help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB).",
         ),
         transfer_seconds: float = typer.Option(
-            5.0,
-            "--transfer-seconds",
-            min=0.1,
-            max=600,
-            metavar="S",
+            5.0, "--transfer-seconds", min=0.1, max=600, metavar="S",
             help="Phase 2: at most S seconds of transfer per pair (start-up not counted).",
         ),
         wheels: Path | None = typer.Option(
-            None,
-            "--bundle",
-            metavar="DIR",
+            None, "--bundle", metavar="DIR",
             help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
             "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
             "(docs/offline.md).",
@@ -230,13 +208,9 @@ def register(app: typer.Typer) -> None:
             if plan.on_kubernetes and conn.kubeconfig:  # as up: a named file must exist
                 must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
             options = Options(
-                ssh=conn.ssh(),
-                local=frozenset(local),
-                remote_path=tuple(remote_path),
-                concurrency=concurrency or conn.parallel,
-                kubeconfig=conn.kubeconfig,
-                context=conn.context,
-                transfer=bounds,
+                ssh=conn.ssh(), local=frozenset(local), remote_path=tuple(remote_path),
+                concurrency=concurrency or conn.parallel, kubeconfig=conn.kubeconfig,
+                context=conn.context, transfer=bounds,
             )
             raw = _gather(plan, options, quiet=output == "json")
             if record is not None:
@@ -250,12 +224,8 @@ def register(app: typer.Typer) -> None:
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
         if output == "json":
             doc = {
-                "spec": plan.name,
-                "phase": plan.phase,
-                "target": plan.target,
-                "status": status,
-                "counts": counts,
-                "findings": [f.__dict__ for f in findings],
+                "spec": plan.name, "phase": plan.phase, "target": plan.target, "status": status,
+                "counts": counts, "findings": [f.__dict__ for f in findings],
             }
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:

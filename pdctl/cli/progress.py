@@ -83,11 +83,8 @@ class ConsoleProgress:
             waited = r.elapsed if r.stage == "healthy" else r.elapsed + now - self.seen_at[key]
             style = "green" if r.stage == "healthy" else "red" if r.stage == "failing" else ""
             table.add_row(
-                r.unit,
-                r.where,
-                f"[{style}]{r.stage}[/]" if style else r.stage,
-                f"{int(waited)}s/{int(r.timeout)}s",
-                Text(r.line),
+                r.unit, r.where, f"[{style}]{r.stage}[/]" if style else r.stage,
+                f"{int(waited)}s/{int(r.timeout)}s", Text(r.line),
             )
         return table
 

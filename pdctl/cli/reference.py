@@ -16,15 +16,12 @@ from pdctl.cli.app import command
 from pdctl.docgen import cell, table
 
 HEADER = [
-    "# CLI reference",
-    "",
+    "# CLI reference", "",
     "<!-- Generated from pdctl/cli/*.py by `python -m pdctl.cli.reference docs/cli-reference.md`;",
-    "     do not edit by hand (a test fails when this file is stale). -->",
-    "",
+    "     do not edit by hand (a test fails when this file is stale). -->", "",
     "Every command, argument and option of `pdctl` as `--help` shows them. The connection",
     "options (SSH, Docker, Kubernetes) are declared once (`pdctl/cli/connect.py`) and are the",
-    "same on every command that connects.",
-    "",
+    "same on every command that connects.", "",
 ]
 
 

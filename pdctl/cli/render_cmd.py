@@ -23,17 +23,12 @@ def register(app: typer.Typer) -> None:
     def render(
         spec: str = SPEC,
         output: str = typer.Option(
-            "yaml",
-            "--output",
-            "-o",
-            metavar="FORMAT",
+            "yaml", "--output", "-o", metavar="FORMAT",
             help="yaml, or json: Kubernetes objects as one List `kubectl apply -f -` takes; "
             "host bundles as their units and files.",
         ),
         output_dir: Path | None = typer.Option(
-            None,
-            "--output-dir",
-            metavar="DIR",
+            None, "--output-dir", metavar="DIR",
             help="Write the bundle as files under DIR (as `helm template --output-dir`), "
             "staged, then renamed into place, with a .pdctl-manifest of what pdctl wrote.",
         ),
@@ -84,18 +79,12 @@ def as_json(plan: Any, bundle: Any) -> dict[str, Any]:
     if bundle.kind == "kubernetes":
         return {"apiVersion": "v1", "kind": "List", "items": list(bundle.objects)}
     return {
-        "name": plan.name,
-        "kind": "hosts",
+        "name": plan.name, "kind": "hosts",
         "units": [
             {
-                "name": u.unit.name,
-                "role": u.unit.role,
-                "host": u.unit.host.name,
-                "address": u.unit.host.address,
-                "port": u.unit.port,
-                "image": u.unit.image,
-                "hash": u.hash,
-                "files": [f.path for f in u.files],
+                "name": u.unit.name, "role": u.unit.role, "host": u.unit.host.name,
+                "address": u.unit.host.address, "port": u.unit.port, "image": u.unit.image,
+                "hash": u.hash, "files": [f.path for f in u.files],
             }
             for u in bundle.units
         ],

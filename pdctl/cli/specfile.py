@@ -33,9 +33,7 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command `--overlay FILE` (repeatable): every spec the command reads through
     read_spec is its SPEC deep-merged with these files, in order (docs/spec.md, Overlays)."""
     option = typer.Option(
-        None,
-        "--overlay",
-        metavar="FILE",
+        None, "--overlay", metavar="FILE",
         help="Deep-merge FILE over SPEC (repeatable; later files win): mappings merge, lists "
         "replace, hosts merge by name. See docs/spec.md, Overlays.",
     )

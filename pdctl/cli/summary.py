@@ -110,10 +110,8 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ups = Counter(str(r["role"]) for r in rows if up(r))
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
     return {
-        "units": len(rows),
-        "up": sum(1 for r in rows if up(r)),
-        "roles": {r: roles[r] for r in ordered},
-        "upByRole": {r: ups[r] for r in ordered},
+        "units": len(rows), "up": sum(1 for r in rows if up(r)),
+        "roles": {r: roles[r] for r in ordered}, "upByRole": {r: ups[r] for r in ordered},
         "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"],
     }
 

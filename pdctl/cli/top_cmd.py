@@ -52,10 +52,7 @@ def register(app: typer.Typer) -> None:
         spec: str = SPEC,
         once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
         window: str = typer.Option(
-            "60s",
-            "--window",
-            "-w",
-            metavar="DURATION",
+            "60s", "--window", "-w", metavar="DURATION",
             help="The window figures are taken over (60s, 2m).",
         ),
         refresh: str = typer.Option(

@@ -47,40 +47,31 @@ def register(app: typer.Typer) -> None:
         spec: str = SPEC,
         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
         dry_run: bool = typer.Option(
-            False,
-            "--dry-run",
+            False, "--dry-run",
             help="Connect, show what would change, and stop (helm's --dry-run=server).",
         ),
         offline: bool = typer.Option(
-            False,
-            "--offline",
+            False, "--offline",
             help="With --dry-run: do not connect; list what the spec would "
             "start, without comparing with what runs there (helm's --dry-run=client).",
         ),
         keep_going: bool = typer.Option(
-            False,
-            "--keep-going",
+            False, "--keep-going",
             help="SSH hosts: on a failure, undo only the failed instances (stop a "
             "new one, bring back the previous version of a replaced one) and go on with the "
             "rest; still exit 1. Without it a failure undoes the whole run.",
         ),
         timeout: int = typer.Option(
-            900,
-            "--timeout",
-            min=1,
+            900, "--timeout", min=1,
             help="Seconds each stage may take to become healthy; a process unit that has run "
             "longer and does not answer is restarted.",
         ),
         output: str = typer.Option(
-            "table",
-            "--output",
-            "-o",
-            metavar="FORMAT",
+            "table", "--output", "-o", metavar="FORMAT",
             help="With --dry-run: table, or json (the changes as one document).",
         ),
         verify: bool = typer.Option(
-            False,
-            "--verify",
+            False, "--verify",
             help="Once healthy, run the quick P/D canary (phases 2 and 3 on hosts): greedy "
             "prompts through the router and the prefill engine alone must agree; exit 1 if not.",
         ),
@@ -88,9 +79,7 @@ def register(app: typer.Typer) -> None:
         target: str | None = TARGET,
         facts: Path | None = FACTS,
         wheels: Path | None = typer.Option(
-            None,
-            "--bundle",
-            metavar="DIR",
+            None, "--bundle", metavar="DIR",
             help="Hosts with no package index: install from the wheels of `pdctl bundle` in DIR "
             "(checked first, copied to each host over SSH; docs/offline.md).",
         ),

@@ -21,10 +21,7 @@ def register(app: typer.Typer) -> None:
         target: str | None = TARGET,
         strict: bool = STRICT,
         output: str = typer.Option(
-            "text",
-            "--output",
-            "-o",
-            metavar="FORMAT",
+            "text", "--output", "-o", metavar="FORMAT",
             help="text, or json: the summary as one document on stdout (a bad spec still "
             "exits 2 with its error lines on stderr).",
         ),
@@ -51,13 +48,8 @@ def register(app: typer.Typer) -> None:
             import json
 
             doc = {
-                "spec": spec,
-                "valid": True,
-                "name": plan.name,
-                "phase": plan.phase,
-                "target": plan.target,
-                "engine": plan.release.version,
-                f"{word}s": names,
+                "spec": spec, "valid": True, "name": plan.name, "phase": plan.phase,
+                "target": plan.target, "engine": plan.release.version, f"{word}s": names,
                 "warnings": [*plan.notes, *cautions, *warnings, *([hint] if hint else [])],
             }
             typer.echo(json.dumps(doc, indent=2))

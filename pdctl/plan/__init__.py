@@ -51,8 +51,7 @@ def target_of(spec: Spec, phase: int, target: str | None = None) -> TargetName:
 def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
     out = []
     for ref, exported in (
-        (spec.secrets.hf_token, "HF_TOKEN"),
-        (spec.secrets.api_key, "VLLM_API_KEY"),
+        (spec.secrets.hf_token, "HF_TOKEN"), (spec.secrets.api_key, "VLLM_API_KEY"),
     ):
         if ref is None:
             continue
@@ -78,13 +77,8 @@ def make_plan(
     check_lora(spec, tgt)
     rel = release_for(spec.engine.version)
     plan = Plan(
-        spec=spec,
-        phase=phase,
-        target=tgt,
-        release=rel,
-        image=spec.engine.image or rel.image,
-        instances=(),
-        secrets=secret_envs(spec),
+        spec=spec, phase=phase, target=tgt, release=rel, image=spec.engine.image or rel.image,
+        instances=(), secrets=secret_envs(spec),
         served_name=spec.model.served_name or spec.model.name,
     )
     if phase in (0, 1):

@@ -74,8 +74,7 @@ def engine_args(
         path = f"{role_path}.speculative"
         args += speculative_args(speculative, release, tensor_parallel, path)
         for where, given in (
-            ("engine.extraArgs", spec.engine.extra_args),
-            (f"{role_path}.extraArgs", role_args),
+            ("engine.extraArgs", spec.engine.extra_args), (f"{role_path}.extraArgs", role_args),
         ):
             check_owned_flag(given, SPEC_FLAG, where, f"set by pdctl from {path}")
     check_offload_flags(spec, spec.engine.extra_args, "engine.extraArgs")
@@ -121,8 +120,7 @@ def speculative_args(
     """`--speculative-config '<json>'`, refused where vLLM would refuse it at start."""
     if not release.has_flag(SPEC_FLAG):
         raise SpecError(
-            f"{SPEC_FLAG} is not a `vllm serve` flag in vLLM {release.version}",
-            path=path,
+            f"{SPEC_FLAG} is not a `vllm serve` flag in vLLM {release.version}", path=path,
             fix="pin an engine.version that has it (0.23.0 or 0.33.0)",
         )
     draft_tp = s.draft_tensor_parallel
@@ -169,8 +167,7 @@ def _fraction(value: float) -> str:
 MANAGED = {
     "--host": "pdctl binds engines to 0.0.0.0 itself",
     "--port": "set the port in the spec (serve.port, prefill.port, decode.port)",
-    "--uds": "pdctl's health checks and router need the TCP port",
-    "--model": "set model.name",
+    "--uds": "pdctl's health checks and router need the TCP port", "--model": "set model.name",
     "--served-model-name": "set model.servedName",
     "--tensor-parallel-size": "set tensorParallel (pdctl places GPUs from it)",
     "--pipeline-parallel-size": "set pipelineParallel (pdctl places GPUs from it)",
@@ -178,8 +175,7 @@ MANAGED = {
     "--hf-token": "use secrets.hfToken (exported as HF_TOKEN from a 0600 file or a Secret)",
     "--enable-lora": "set model.lora (docs/lora.md)",
     "--lora-modules": "list the adapters in model.lora.adapters",
-    "--max-loras": "set model.lora.maxLoras",
-    "--max-lora-rank": "set model.lora.maxLoraRank",
+    "--max-loras": "set model.lora.maxLoras", "--max-lora-rank": "set model.lora.maxLoraRank",
     "--max-cpu-loras": "set model.lora.maxCpuLoras",
 }
 SECRET_FLAGS = ("--api-key", "--hf-token")
@@ -204,8 +200,7 @@ def check_user_flags(args: tuple[str, ...], release: Release, path: str) -> list
             close = difflib.get_close_matches(name, sorted(release.flags), n=1, cutoff=0.75)
             fix = f"did you mean {close[0]!r}?" if close else "see `vllm serve --help`"
             raise SpecError(
-                f"{name} is not a `vllm serve` flag in vLLM {release.version}",
-                path=f"{path}[{i}]",
+                f"{name} is not a `vllm serve` flag in vLLM {release.version}", path=f"{path}[{i}]",
                 fix=fix,
             )
     return list(args)

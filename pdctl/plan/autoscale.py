@@ -118,8 +118,7 @@ def _figures(role: str, capacity: Any) -> tuple[Figure, ...]:
         f" = {used:.2f}, kept within [{KV_FLOOR:g}, {KV_CEILING:g}]"
     )
     return (
-        Figure("waiting", float(waiting), waiting_how),
-        Figure("kvUsage", kv, kv_how),
+        Figure("waiting", float(waiting), waiting_how), Figure("kvUsage", kv, kv_how),
         Figure("requestRate", round(rate, 3), rate_how),
     )
 
@@ -136,8 +135,7 @@ def targets(plan: Plan, capacity: Any | None) -> tuple[RoleTarget, ...]:
         if role not in roles:
             raise SpecError(
                 f"phase {plan.phase} has no {role} role (it runs {', '.join(roles)})",
-                path=f"autoscaling.{role}",
-                fix=f"scale {' or '.join(roles)} instead",
+                path=f"autoscaling.{role}", fix=f"scale {' or '.join(roles)} instead",
             )
         figures = _figures(role, capacity) if capacity is not None else ()
         derived = next((f for f in figures if f.metric == scaling.metric), None)
@@ -154,16 +152,8 @@ def targets(plan: Plan, capacity: Any | None) -> tuple[RoleTarget, ...]:
             )
         out.append(
             RoleTarget(
-                role,
-                scaling.metric,
-                value,
-                how,
-                scaling.min_replicas,
-                scaling.max_replicas,
-                scaling.scale_up_s,
-                scaling.scale_down_s,
-                gpus_per_instance(plan, role),
-                figures,
+                role, scaling.metric, value, how, scaling.min_replicas, scaling.max_replicas,
+                scaling.scale_up_s, scaling.scale_down_s, gpus_per_instance(plan, role), figures,
             )
         )
     _check_budget(section.max_gpus, out)
@@ -181,8 +171,7 @@ def _check_budget(max_gpus: int | None, roles: list[RoleTarget]) -> None:
     if low > max_gpus:
         raise SpecError(
             f"the roles' minReplicas need {low} GPUs, above maxGpus {max_gpus}",
-            path="autoscaling.maxGpus",
-            fix=f"raise maxGpus to {low} or more, or lower minReplicas",
+            path="autoscaling.maxGpus", fix=f"raise maxGpus to {low} or more, or lower minReplicas",
         )
     if high > max_gpus:
         raise SpecError(

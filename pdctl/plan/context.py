@@ -12,15 +12,8 @@ from pdctl.spec.model import Spec
 
 # The config keys vLLM reads a length from; the smallest one found wins.
 LENGTH_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
 )
 # RoPE types whose max_position_embeddings is already the scaled length (no factor applied).
 UNSCALED_ROPE = ("su", "longrope", "llama3")

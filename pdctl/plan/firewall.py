@@ -30,8 +30,7 @@ def _taker():
             clash = used.get((host.name, port))
             if clash is not None:
                 raise SpecError(
-                    f"port {port} on host {host.name} is used by {clash} and {owner}",
-                    path=path,
+                    f"port {port} on host {host.name} is used by {clash} and {owner}", path=path,
                     fix="move one of them to a free port range",
                 )
             used[(host.name, port)] = owner
@@ -71,12 +70,8 @@ def _group_rules(inst: Instance, take: Callable[..., None]) -> list[PortRule]:
     peers = inst.host.address_for_peers or inst.host.address
     out = [
         PortRule(
-            inst.host.name,
-            peers,
-            str(port),
-            f"its group's nodes ({members})",
-            f"{inst.name} group rendezvous",
-            f"{inst.role}.rendezvousPort",
+            inst.host.name, peers, str(port), f"its group's nodes ({members})",
+            f"{inst.name} group rendezvous", f"{inst.role}.rendezvousPort",
         )
     ]
     for node in (inst, *inst.workers):
@@ -87,22 +82,15 @@ def _group_rules(inst: Instance, take: Callable[..., None]) -> list[PortRule]:
             take(node.host, guard, 1, purpose, f"{inst.role}.nodes")
             out.append(
                 PortRule(
-                    node.host.name,
-                    node.host.address_for_peers or node.host.address,
-                    str(guard),
-                    f"its group's nodes ({inst.name})",
-                    purpose,
-                    "",
+                    node.host.name, node.host.address_for_peers or node.host.address, str(guard),
+                    f"its group's nodes ({inst.name})", purpose, "",
                 )
             )
         out.append(
             PortRule(
-                node.host.name,
-                node.host.address_for_peers or node.host.address,
-                EPHEMERAL,
+                node.host.name, node.host.address_for_peers or node.host.address, EPHEMERAL,
                 f"its group's nodes ({inst.name})",
-                "NCCL/Gloo and vLLM's ZMQ between a group's nodes (random ports)",
-                "",
+                "NCCL/Gloo and vLLM's ZMQ between a group's nodes (random ports)", "",
             )
         )
     return out
@@ -132,39 +120,25 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
         extra = dict(inst.extra_ports)
         if "rendezvous" in extra:
             take(
-                inst.host,
-                extra["rendezvous"],
-                1,
-                f"{inst.name} group rendezvous",
+                inst.host, extra["rendezvous"], 1, f"{inst.name} group rendezvous",
                 f"{inst.role}.rendezvousPort",
             )
             rules += _group_rules(inst, take)
         if "kv" in extra:
             add(
-                inst.host,
-                extra["kv"],
-                inst.tensor_parallel,
-                all_engines,
-                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)",
-                "disaggregation.kvPort",
+                inst.host, extra["kv"], inst.tensor_parallel, all_engines,
+                f"{inst.name} P2pNccl ZMQ (kv_port + tp_rank)", "disaggregation.kvPort",
             )
         if "bootstrap" in extra:
             add(
-                inst.host,
-                extra["bootstrap"],
-                1,
-                "router, decode hosts",
-                f"{inst.name} Mooncake bootstrap",
-                "disaggregation.bootstrapPort",
+                inst.host, extra["bootstrap"], 1, "router, decode hosts",
+                f"{inst.name} Mooncake bootstrap", "disaggregation.bootstrapPort",
             )
         sides = [p for k, p in inst.extra_ports if k == "nixl-side-channel"]
         if sides:
             # A node of a data-parallel group: one side channel per local rank.
             add(
-                inst.host,
-                sides[0],
-                len(sides),
-                all_engines,
+                inst.host, sides[0], len(sides), all_engines,
                 f"{inst.name} NIXL side channel"
                 + ("s (one per DP rank)" if len(sides) > 1 else ""),
                 "disaggregation.sideChannelPort",
@@ -178,12 +152,8 @@ def port_rules(plan: Plan) -> tuple[PortRule, ...]:
         if dis.connector == "mooncake":
             rules.append(
                 PortRule(
-                    name,
-                    address,
-                    "{}-{}".format(*MOONCAKE_TE_RANGE),
-                    all_engines,
-                    "Mooncake transfer-engine handshake (random port in range)",
-                    "",
+                    name, address, "{}-{}".format(*MOONCAKE_TE_RANGE), all_engines,
+                    "Mooncake transfer-engine handshake (random port in range)", "",
                 )
             )
         span, transport = {
@@ -217,11 +187,8 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
         if plan.shape is not None and plan.shape.dis.connector == "p2p-nccl":
             items.append(
                 (
-                    r.discovery_port,
-                    peers,
-                    "engine hosts",
-                    "router ZMQ discovery (P2pNccl registration)",
-                    "router.discoveryPort",
+                    r.discovery_port, peers, "engine hosts",
+                    "router ZMQ discovery (P2pNccl registration)", "router.discoveryPort",
                 )
             )
     else:
@@ -232,17 +199,11 @@ def _service_rules(svc: Service, plan: Plan, take) -> list[PortRule]:
             (st.rpc_port, svc.address, "engine hosts", "mooncake_master RPC", p + "rpcPort"),
             # 0.3.13.post1 binds it on every address, whatever the host flag says.
             (
-                st.metadata_port,
-                "every address (0.0.0.0)",
-                "engine hosts",
-                "mooncake_master HTTP metadata server",
-                p + "metadataPort",
+                st.metadata_port, "every address (0.0.0.0)", "engine hosts",
+                "mooncake_master HTTP metadata server", p + "metadataPort",
             ),
             (
-                st.metrics_port,
-                svc.address,
-                "monitoring",
-                "mooncake_master metrics and /health",
+                st.metrics_port, svc.address, "monitoring", "mooncake_master metrics and /health",
                 p + "metricsPort",
             ),
         ]

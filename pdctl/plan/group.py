@@ -75,12 +75,8 @@ def group_shape(section: Multinode, path: str, pipeline_parallel: int = 1) -> Gr
     """The shape of `section` (serve, prefill or decode), checked: ranks divide evenly."""
     tp = getattr(section, "tensor_parallel", 1)
     shape = GroupShape(
-        path=path,
-        nodes=section.nodes,
-        tensor_parallel=tp,
-        pipeline_parallel=pipeline_parallel,
-        data_parallel=section.data_parallel,
-        expert_parallel=section.expert_parallel,
+        path=path, nodes=section.nodes, tensor_parallel=tp, pipeline_parallel=pipeline_parallel,
+        data_parallel=section.data_parallel, expert_parallel=section.expert_parallel,
         rendezvous_port=section.rendezvous_port,
     )
     n = shape.nodes
@@ -96,8 +92,7 @@ def group_shape(section: Multinode, path: str, pipeline_parallel: int = 1) -> Gr
     if shape.kind == "tp" and width % n:
         raise SpecError(
             f"tensorParallel x pipelineParallel = {width} does not split evenly over {n} nodes",
-            path=f"{path}.nodes",
-            fix="use a number of nodes that divides " + str(width),
+            path=f"{path}.nodes", fix="use a number of nodes that divides " + str(width),
         )
     if shape.expert_parallel and tp * shape.data_parallel == 1:
         raise SpecError(
@@ -144,9 +139,7 @@ def group_flags(shape: GroupShape, rank: int, leader: str, port: int) -> list[tu
     flags: list[tuple[str, str]] = []
     if shape.kind == "tp":
         flags += [
-            ("--nnodes", str(shape.nodes)),
-            ("--node-rank", str(rank)),
-            ("--master-addr", leader),
+            ("--nnodes", str(shape.nodes)), ("--node-rank", str(rank)), ("--master-addr", leader),
             ("--master-port", str(port)),
         ]
     elif shape.kind == "dp":
@@ -154,8 +147,7 @@ def group_flags(shape: GroupShape, rank: int, leader: str, port: int) -> list[tu
         if shape.multinode:
             flags += [
                 ("--data-parallel-size-local", str(shape.local_dp)),
-                ("--data-parallel-address", leader),
-                ("--data-parallel-rpc-port", str(port)),
+                ("--data-parallel-address", leader), ("--data-parallel-rpc-port", str(port)),
             ]
             if rank > 0:
                 flags.append(("--data-parallel-start-rank", str(rank * shape.local_dp)))
@@ -259,9 +251,7 @@ def kube_group(
         extra_ports=ports,
     )
     return replace(
-        leader,
-        launch=lws_launch(shape, worker=False, side_port=side),
-        workers=(worker,),
+        leader, launch=lws_launch(shape, worker=False, side_port=side), workers=(worker,),
         extra_ports=ports,
     )
 
@@ -323,7 +313,6 @@ class Rendezvous:
         if port > 65535:
             raise SpecError(
                 f"group {k + 1} led from host {host.name} would meet on port {port}",
-                path=f"{shape.path}.rendezvousPort",
-                fix="lower rendezvousPort",
+                path=f"{shape.path}.rendezvousPort", fix="lower rendezvousPort",
             )
         return port

@@ -42,8 +42,7 @@ def guard_ports(spec: Spec, instances: Sequence[Instance]) -> tuple[Instance, ..
         if key[1] + k > 65535:
             raise SpecError(
                 f"the group guard of {node.name} would listen on port {key[1] + k} of {key[0]}",
-                path=f"{node.role}.guardPort",
-                fix="lower guardPort",
+                path=f"{node.role}.guardPort", fix="lower guardPort",
             )
         return replace(node, extra_ports=(*node.extra_ports, ("guard", key[1] + k)))
 

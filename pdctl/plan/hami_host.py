@@ -37,8 +37,7 @@ def check_host_slice(spec: Spec, sl: Slice) -> str:
     if spec.engine.device == "cpu":
         raise SpecError(
             "phase 3 slices GPUs with HAMi-core, and engine.device cpu has none",
-            path="engine.device",
-            fix="use phase 2 for CPU engines, or engine.device: cuda",
+            path="engine.device", fix="use phase 2 for CPU engines, or engine.device: cuda",
         )
     if share.library is None:
         raise SpecError(
@@ -92,8 +91,7 @@ def slice_env(spec: Spec, host: Host, name: str, sl: Slice, library: str) -> lis
     """HAMi-core's variables for one decode slice (CUDA_VISIBLE_DEVICES comes from placement)."""
     assert sl.size_mib is not None
     pairs = [
-        ("LD_PRELOAD", library),
-        ("CUDA_DEVICE_MEMORY_LIMIT", f"{sl.size_mib}m"),
+        ("LD_PRELOAD", library), ("CUDA_DEVICE_MEMORY_LIMIT", f"{sl.size_mib}m"),
         ("CUDA_DEVICE_MEMORY_SHARED_CACHE", cache_path(spec, host, name)),
     ]
     if sl.cores_percent is not None:

@@ -117,8 +117,7 @@ def check_roles(plan: Plan) -> None:
             if var.name in own:
                 raise SpecError(
                     f"env[{i}]: {var.name} is a variable pdctl sets in the {role} pods",
-                    path=f"{path}.env",
-                    fix="choose another name (secrets go in `secrets`)",
+                    path=f"{path}.env", fix="choose another name (secrets go in `secrets`)",
                 )
         # The section's account is for serve and prefill; decode and the EPP keep pdctl's.
         own_account = _where(plan.spec, role, "service_account_name") != "kubernetes"
@@ -141,8 +140,7 @@ def check_roles(plan: Plan) -> None:
             if mount.mount_path in ("/dev/shm", plan.spec.kubernetes.storage.mount):
                 raise SpecError(
                     f"volumeMounts[{i}]: {mount.mount_path} is where pdctl mounts its own volume",
-                    path=f"{path}.volumeMounts",
-                    fix="mount the volume somewhere else",
+                    path=f"{path}.volumeMounts", fix="mount the volume somewhere else",
                 )
     st = plan.spec.kubernetes.storage
     if st.type == "image" and not plan.spec.model.name.startswith(st.mount.rstrip("/") + "/"):
@@ -155,20 +153,8 @@ def check_roles(plan: Plan) -> None:
 
 
 SUFFIX = {
-    "m": 1e-3,
-    "": 1,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
+    "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Ki": 2**10,
+    "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
 }
 
 

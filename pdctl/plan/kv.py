@@ -13,9 +13,7 @@ from pdctl.spec.value import url_host
 from pdctl.spec.workload import Workload
 
 CONNECTOR_CLASS = {
-    "p2p-nccl": "P2pNcclConnector",
-    "mooncake": "MooncakeConnector",
-    "nixl": "NixlConnector",
+    "p2p-nccl": "P2pNcclConnector", "mooncake": "MooncakeConnector", "nixl": "NixlConnector",
 }
 ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # p2p-nccl producers in PUT_ASYNC mode send and keep no buffer; upstream uses 1e1 for them.
@@ -85,10 +83,8 @@ def p2p_config(
         # proxy_ip + ":" + proxy_port is concatenated by vLLM: both must be strings, and an
         # IPv6 proxy_ip needs its brackets.
         "kv_connector_extra_config": {
-            "proxy_ip": url_host(proxy[0]),
-            "proxy_port": str(proxy[1]),
-            "http_port": str(http_port),
-            "send_type": "PUT_ASYNC",
+            "proxy_ip": url_host(proxy[0]), "proxy_port": str(proxy[1]),
+            "http_port": str(http_port), "send_type": "PUT_ASYNC",
         },
     }
 
@@ -111,8 +107,7 @@ def mooncake_config(dis: Disaggregation, role: str, version: str) -> dict[str, A
     if dis.device_name and honours_device_name(version):  # older vLLM ignores it
         extra["device_name"] = dis.device_name
     direct = {
-        "kv_connector": "MooncakeConnector",
-        "kv_role": ROLES[role],
+        "kv_connector": "MooncakeConnector", "kv_role": ROLES[role],
         "kv_connector_extra_config": extra,
     }
     if not dis.store.enabled:
@@ -122,8 +117,7 @@ def mooncake_config(dis: Disaggregation, role: str, version: str) -> dict[str, A
         "kv_role": "kv_both" if role == "prefill" else "kv_consumer",
     }
     return {
-        "kv_connector": "MultiConnector",
-        "kv_role": ROLES[role],
+        "kv_connector": "MultiConnector", "kv_role": ROLES[role],
         "kv_connector_extra_config": {"connectors": [direct, store]},
     }
 

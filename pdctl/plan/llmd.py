@@ -37,16 +37,14 @@ def gateway_pod_labels(spec: Spec) -> dict[str, str]:
     if not gateway:
         raise SpecError(
             "networkPolicy needs to know which pods may send requests to the decode pods",
-            path="kubernetes.networkPolicy",
-            fix=f"set router.gateway, or {fix}",
+            path="kubernetes.networkPolicy", fix=f"set router.gateway, or {fix}",
         )
     try:
         label_value(gateway)
     except ValueError:
         raise SpecError(
             f"the Gateway name {gateway!r} cannot be the label value that selects its pods",
-            path="kubernetes.gatewayPodLabels",
-            fix=fix,
+            path="kubernetes.gatewayPodLabels", fix=fix,
         ) from None
     return {GATEWAY_NAME_LABEL: gateway}
 
@@ -118,15 +116,11 @@ def _role_instance(
     cpu = spec.engine.device == "cpu"
     leader_over = {**over, "flags": lws_flags(g, worker=False)} if g.multinode else over
     instance = Instance(
-        name=f"{spec.name}-{role}",
-        role=role,
-        index=0,
-        port=port,
+        name=f"{spec.name}-{role}", role=role, index=0, port=port,
         args=role_args(spec, release, section, role, port, kv, **dict(leader_over)),
         env=role_env(spec, section, role, side, *_rdma_env(spec, role, section), owned=OWNED_ENV),
         gpu_count=0 if cpu else (g.per_node if g.multinode else section.tensor_parallel),
-        tensor_parallel=section.tensor_parallel,
-        replicas=section.replicas,
+        tensor_parallel=section.tensor_parallel, replicas=section.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
         max_num_seqs=batch_limit(section.max_num_seqs, spec, section.extra_args),
     )

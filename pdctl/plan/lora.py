@@ -88,8 +88,7 @@ def check_lora(spec: Spec, target: str) -> None:
         where = f"model.lora.adapters[{i}].{a.source}"
         if target == "kubernetes" and a.path is not None:
             raise SpecError(
-                f"adapter {a.name}: a host path cannot be mounted into Kubernetes pods",
-                path=where,
+                f"adapter {a.name}: a host path cannot be mounted into Kubernetes pods", path=where,
                 fix="put the adapter in a PersistentVolumeClaim (`claim`), an OCI image "
                 "(`image`) or on the Hub (`hf`)",
             )

@@ -203,10 +203,8 @@ class Plan:
     def labels(self, component: str) -> dict[str, str]:
         """The recommended labels; `version` is the vLLM version the deployment runs."""
         return {
-            "app.kubernetes.io/name": "vllm",
-            "app.kubernetes.io/instance": self.spec.name,
-            "app.kubernetes.io/component": component,
-            "app.kubernetes.io/part-of": self.spec.name,
+            "app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": self.spec.name,
+            "app.kubernetes.io/component": component, "app.kubernetes.io/part-of": self.spec.name,
             "app.kubernetes.io/version": self.spec.engine.version,
             "app.kubernetes.io/managed-by": "pdctl",
         }

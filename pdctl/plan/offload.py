@@ -46,8 +46,7 @@ def offload_connector(off: KvOffload) -> dict[str, Any]:
     if off.backend == "lmcache":
         return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
     return {
-        "kv_connector": "OffloadingConnector",
-        "kv_role": "kv_both",
+        "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
         "kv_connector_extra_config": {"cpu_bytes_to_use": int(off.size_gib * GIB)},
     }
 
@@ -65,8 +64,7 @@ def with_offload(cfg: dict[str, Any], off: KvOffload, release: Release) -> dict[
         extra["connectors"] = [*extra.get("connectors", []), part]
         return {**cfg, "kv_connector_extra_config": extra}
     return {
-        "kv_connector": "MultiConnector",
-        "kv_role": cfg.get("kv_role", "kv_both"),
+        "kv_connector": "MultiConnector", "kv_role": cfg.get("kv_role", "kv_both"),
         "kv_connector_extra_config": {"connectors": [cfg, part]},
     }
 
@@ -99,8 +97,7 @@ def offload_args(
                 fix="pin an engine.version that has native KV offloading (0.23.0 or later)",
             )
     return [
-        *pairs,
-        ("--kv-offloading-size", gib_text(off.size_gib)),
+        *pairs, ("--kv-offloading-size", gib_text(off.size_gib)),
         ("--kv-offloading-backend", "native"),
     ]
 
@@ -113,8 +110,7 @@ def check_offload_flags(spec: Spec, args: tuple[str, ...], path: str) -> None:
         name = arg.split("=", 1)[0].replace("_", "-")
         if name in OFFLOAD_FLAGS:
             raise SpecError(
-                f"{name} is set by pdctl from engine.kvOffload",
-                path=f"{path}[{i}]",
+                f"{name} is set by pdctl from engine.kvOffload", path=f"{path}[{i}]",
                 fix="remove it; engine.kvOffload renders the offloading connector",
             )
 

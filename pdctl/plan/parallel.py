@@ -74,19 +74,10 @@ class Dims:
         """The numbers of a capacity ModelConfig (read by attribute: the plan layer does not
         import the capacity package)."""
         return cls(
-            model.name,
-            model.heads,
-            model.kv_heads,
-            model.layers,
-            model.experts,
-            model.is_mla,
-            source,
-            intermediate=model.intermediate,
-            moe_intermediate=model.moe_intermediate,
-            head_dim=model.head_dim,
-            dense_mlp=model.dense_layers > 0,
-            shared_intermediate=model.shared_intermediate,
-            block=model.weight_block,
+            model.name, model.heads, model.kv_heads, model.layers, model.experts, model.is_mla,
+            source, intermediate=model.intermediate, moe_intermediate=model.moe_intermediate,
+            head_dim=model.head_dim, dense_mlp=model.dense_layers > 0,
+            shared_intermediate=model.shared_intermediate, block=model.weight_block,
         )
 
 
@@ -219,8 +210,7 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
         # Expert parallel keeps the experts whole: offered where it alone makes `tp` valid.
         by_ep = not ep and dims.experts and tp in valid_tp(dims, max(tp, MAX_TP), True)
         raise SpecError(
-            why,
-            path=f"{section}.tensorParallel",
+            why, path=f"{section}.tensorParallel",
             fix=f"use tensorParallel {nearest(tp, options)}{within} "
             f"(valid: {', '.join(map(str, valid))})"
             + (f", or keep {tp} with expertParallel: true (whole experts a GPU)" if by_ep else ""),
@@ -230,15 +220,13 @@ def _check_role(dims: Dims, section: str, role: object, most: int | None = None)
         raise SpecError(
             f"pipelineParallel {pp} exceeds the {dims.layers} layers of {about}: vLLM gives "
             "each stage layers // stages layers, so stages would hold none",
-            path=f"{section}.pipelineParallel",
-            fix=f"use pipelineParallel {dims.layers} or fewer",
+            path=f"{section}.pipelineParallel", fix=f"use pipelineParallel {dims.layers} or fewer",
         )
     if getattr(role, "expert_parallel", False) and dims.experts == 0:
         raise SpecError(
             f"expertParallel needs a mixture-of-experts model; {about} has no experts "
             "(vLLM refuses --enable-expert-parallel for it)",
-            path=f"{section}.expertParallel",
-            fix="drop expertParallel, or serve a MoE model",
+            path=f"{section}.expertParallel", fix="drop expertParallel, or serve a MoE model",
         )
 
 

@@ -72,8 +72,7 @@ def role_env(
         for key in env:
             if key in ours or key in owned:
                 raise SpecError(
-                    f"{key} is set by pdctl for {path} engines",
-                    path=f"{field}.{key}",
+                    f"{key} is set by pdctl for {path} engines", path=f"{field}.{key}",
                     fix=f"remove {key}; pdctl sets it from {PD_ENV.get(key, 'the placement')}",
                 )
     ours = {**offload_env(spec, role.tensor_parallel), **ours}
@@ -88,8 +87,7 @@ def _check_owned(args: tuple[str, ...], path: str) -> None:
     for i, arg in enumerate(args):
         if arg.split("=", 1)[0].replace("_", "-") in OWNED_FLAGS:
             raise SpecError(
-                f"{arg.split('=', 1)[0]} is set by pdctl for prefill/decode",
-                path=f"{path}[{i}]",
+                f"{arg.split('=', 1)[0]} is set by pdctl for prefill/decode", path=f"{path}[{i}]",
                 fix="remove it; use the disaggregation and port fields instead",
             )
 
@@ -104,17 +102,11 @@ def role_args(
     for flag in over.pop("switches", ()):
         extra.append((flag, ""))
     return engine_args(
-        spec,
-        release,
-        port=port,
-        tensor_parallel=role.tensor_parallel,
+        spec, release, port=port, tensor_parallel=role.tensor_parallel,
         gpu_memory_utilization=over.pop("gpu_memory_utilization", role.gpu_memory_utilization),
-        max_num_seqs=role.max_num_seqs,
-        max_num_batched_tokens=role.max_num_batched_tokens,
-        enforce_eager=over.pop("enforce_eager", role.enforce_eager),
-        extra=extra,
-        role_args=role.extra_args,
-        role_path=path,
+        max_num_seqs=role.max_num_seqs, max_num_batched_tokens=role.max_num_batched_tokens,
+        enforce_eager=over.pop("enforce_eager", role.enforce_eager), extra=extra,
+        role_args=role.extra_args, role_path=path,
     )
 
 
@@ -165,16 +157,12 @@ def host_instances(
                 f"{name} spans {gs.nodes} nodes, which pdctl runs with NIXL only (llm-d's "
                 f"wide-EP shape); {dis.connector} gives each engine ports pdctl cannot spread "
                 "over a group's data-parallel ranks",
-                path=f"{name}.nodes",
-                fix="set disaggregation.connector: nixl, or nodes: 1",
+                path=f"{name}.nodes", fix="set disaggregation.connector: nixl, or nodes: 1",
             )
     groups = [
         Group(
-            name,
-            role.replicas * shapes[name].nodes,
-            0 if cpu else shapes[name].per_node,
-            role.port or (8100 if name == "prefill" else 8200),
-            f"{name}.replicas",
+            name, role.replicas * shapes[name].nodes, 0 if cpu else shapes[name].per_node,
+            role.port or (8100 if name == "prefill" else 8200), f"{name}.replicas",
         )
         for name, role in roles
     ]
@@ -246,8 +234,7 @@ def host_instances(
                     if side - first_rank < 1024:
                         raise SpecError(
                             f"{name}: its NIXL side channels would start below port 1024",
-                            path="disaggregation.sideChannelPort",
-                            fix="raise sideChannelPort",
+                            path="disaggregation.sideChannelPort", fix="raise sideChannelPort",
                         )
                     pairs += [
                         ("VLLM_NIXL_SIDE_CHANNEL_HOST", peer_address(host)),
@@ -256,8 +243,7 @@ def host_instances(
                     extra_ports += [("nixl-side-channel", side + j) for j in range(local)]
                     device = dis.kv_buffer_device or ("cpu" if cpu else None)
                     kv = nixl_config(
-                        "kv_producer" if slot.role == "prefill" else "kv_consumer",
-                        device,
+                        "kv_producer" if slot.role == "prefill" else "kv_consumer", device,
                         nixl_lease_s(spec.workload),
                     )
                 flags = group_flags(gs, rank, peer_address(leader), port)
@@ -292,13 +278,10 @@ def store_json(spec: Spec, host: Host) -> str:
     master = master_host(spec)
     metadata = host_port(peer_address(master), store.metadata_port)
     doc = {
-        "local_hostname": peer_address(host),
-        "metadata_server": f"http://{metadata}/metadata",
+        "local_hostname": peer_address(host), "metadata_server": f"http://{metadata}/metadata",
         "master_server_address": host_port(peer_address(master), store.rpc_port),
         "global_segment_size": store.global_segment_gib * GIB,
-        "local_buffer_size": store.local_buffer_gib * GIB,
-        "mode": "embedded",
-        "protocol": dis.protocol,
-        "device_name": dis.device_name or "",
+        "local_buffer_size": store.local_buffer_gib * GIB, "mode": "embedded",
+        "protocol": dis.protocol, "device_name": dis.device_name or "",
     }
     return json.dumps(doc, indent=2) + "\n"

@@ -75,8 +75,7 @@ def place(spec: Spec, groups: Sequence[Group], choose: Chooser = first_free) -> 
     constraint that bound: a pin, a host's `instances`, its GPUs, or the replicas."""
     if not spec.hosts:
         raise SpecError(
-            "no hosts: bare-metal phases need at least one host",
-            path="hosts",
+            "no hosts: bare-metal phases need at least one host", path="hosts",
             fix="add `hosts: [{name: gpu-a, address: 192.0.2.10, gpus: [0]}]`",
         )
     cpu = spec.engine.device == "cpu"
@@ -99,8 +98,7 @@ def _fill(
     hosts = spec.hosts
     rank = {h.name: i for i, h in enumerate(hosts)}
     st = _State(
-        free={h.name: list(h.gpus) for h in hosts},
-        count={h.name: 0 for h in hosts},
+        free={h.name: list(h.gpus) for h in hosts}, count={h.name: 0 for h in hosts},
         ports={h.name: {} for h in hosts},
     )
     # Widest first (stable): spreading narrow instances first can leave no host a wide one fits.
@@ -134,15 +132,13 @@ def _take(host: Host, group: Group, index: int, st: _State, choose: Chooser, cpu
         raise SpecError(
             f"{group.role} instance {k + 1} on host {host.name} would listen on port "
             f"{port}, above 65535",
-            path=f"{group.section}.port",
-            fix=f"lower the port to at most {65535 - k}",
+            path=f"{group.section}.port", fix=f"lower the port to at most {65535 - k}",
         )
     clash = st.ports[host.name].get(port)
     if clash:
         raise SpecError(
             f"port {port} on host {host.name} is taken by {clash} already",
-            path=f"{group.section}.port",
-            fix="give each role a port range of its own",
+            path=f"{group.section}.port", fix="give each role a port range of its own",
         )
     st.ports[host.name][port] = f"{group.role}-{index}"
     return Slot(group.role, index, host, gpus, port)
@@ -190,8 +186,7 @@ def _check_hosts(spec: Spec, groups: Sequence[Group], cpu: bool) -> None:
             continue
         if not host.gpus:
             raise SpecError(
-                f"host {host.name} lists no GPUs",
-                path=f"hosts[{i}].gpus",
+                f"host {host.name} lists no GPUs", path=f"hosts[{i}].gpus",
                 fix="list the GPU indices pdctl may use, e.g. `gpus: [0, 1]` "
                 "(or set engine.device: cpu)",
             )
@@ -201,8 +196,7 @@ def _check_hosts(spec: Spec, groups: Sequence[Group], cpu: bool) -> None:
                 raise SpecError(
                     f"host {host.name} lists {_gpus(len(host.gpus))}, which instances of "
                     f"{_gpus(width)} (tensorParallel x pipelineParallel) cannot divide",
-                    path=f"hosts[{i}].gpus",
-                    fix=f"list a multiple of {width} GPUs on {host.name}",
+                    path=f"hosts[{i}].gpus", fix=f"list a multiple of {width} GPUs on {host.name}",
                 )
         if host.instances is not None:
             need = host.instances * min(widths)
@@ -251,14 +245,11 @@ def _shortage(spec: Spec, groups: Sequence[Group], exc: _NoRoom, cpu: bool) -> S
     if limited:
         first = limited[0]
         return SpecError(
-            what,
-            path=f"hosts[{index[first.name]}].instances",
+            what, path=f"hosts[{index[first.name]}].instances",
             fix=f"raise or remove `instances` on {first.name}, or add hosts",
         )
     return SpecError(
-        what,
-        path=group.path,
-        fix="add hosts or GPUs, lower the replicas, or lower tensorParallel",
+        what, path=group.path, fix="add hosts or GPUs, lower the replicas, or lower tensorParallel",
     )
 
 

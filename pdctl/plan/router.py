@@ -17,10 +17,8 @@ from pdctl.spec.value import host_port
 # even for protocol tcp, and the packages that ship them: Debian/Ubuntu (apt; `curl` pulls
 # libcurl4, named libcurl4t64 from Ubuntu 24.04 on) and RHEL/Fedora (dnf).
 LIBRARY_PACKAGES = {
-    "libibverbs.so.1": ("libibverbs1", "libibverbs"),
-    "libnuma.so.1": ("libnuma1", "numactl-libs"),
-    "libcurl.so.4": ("curl", "libcurl"),
-    "libmlx5.so.1": ("ibverbs-providers", "libibverbs"),
+    "libibverbs.so.1": ("libibverbs1", "libibverbs"), "libnuma.so.1": ("libnuma1", "numactl-libs"),
+    "libcurl.so.4": ("curl", "libcurl"), "libmlx5.so.1": ("ibverbs-providers", "libibverbs"),
 }
 # mooncake_master of the non-CUDA wheel; the CUDA wheels' engine.so and store.so add libmlx5.
 MASTER_LIBRARIES = ("libibverbs.so.1", "libnuma.so.1", "libcurl.so.4")
@@ -184,16 +182,10 @@ def router_service(plan: Plan) -> Service:
         str(router.metrics_port),
     ]
     return Service(
-        name=f"{spec.name}-router",
-        role="router",
-        host=host,
-        port=router.port,
-        command=tuple(args),
+        name=f"{spec.name}-router", role="router", host=host, port=router.port, command=tuple(args),
         venv=router.venv or f"~/.pdctl/venv/vllm-router-{router.version}",
-        pip=f"vllm-router=={router.version}",
-        executable="vllm-router",
-        health=f"http://{host_port(local_address(listen), router.port)}/liveness",
-        address=listen,
+        pip=f"vllm-router=={router.version}", executable="vllm-router",
+        health=f"http://{host_port(local_address(listen), router.port)}/liveness", address=listen,
         wait_urls=tuple(engine_url(i) + "/health" for i in engines),
         api_key=plan.shape is not None and spec.secrets.api_key is not None,
         local=local_address(listen),
@@ -241,25 +233,16 @@ def master_service(plan: Plan) -> Service | None:
     # (mooncake_master 0.3.13.post1 still binds its HTTP metadata server on all addresses.)
     address = bind_address(spec, host, "mooncake_master")
     return Service(
-        name=f"{spec.name}-mooncake-master",
-        role="master",
-        host=host,
-        port=store.rpc_port,
+        name=f"{spec.name}-mooncake-master", role="master", host=host, port=store.rpc_port,
         command=(
-            "mooncake_master",
-            f"--rpc_address={address}",
-            f"--rpc_port={store.rpc_port}",
-            f"--metrics_host={address}",
-            f"--metrics_port={store.metrics_port}",
-            "--enable_http_metadata_server=true",
-            f"--http_metadata_server_host={address}",
+            "mooncake_master", f"--rpc_address={address}", f"--rpc_port={store.rpc_port}",
+            f"--metrics_host={address}", f"--metrics_port={store.metrics_port}",
+            "--enable_http_metadata_server=true", f"--http_metadata_server_host={address}",
             f"--http_metadata_server_port={store.metadata_port}",
         ),
-        venv=f"~/.pdctl/venv/mooncake-{MOONCAKE_VERSION}",
-        pip=package,
+        venv=f"~/.pdctl/venv/mooncake-{MOONCAKE_VERSION}", pip=package,
         executable="mooncake_master",
-        health=f"http://{host_port(address, store.metrics_port)}/health",
-        address=address,
+        health=f"http://{host_port(address, store.metrics_port)}/health", address=address,
     )
 
 

@@ -29,10 +29,8 @@ from pdctl.spec.model import Serve, Spec
 
 # Variables a multi-node or data-parallel group's engines get from the hosts (plan.group).
 GROUP_ENV = {
-    "VLLM_HOST_IP": "hosts[].addressForPeers",
-    "GLOO_SOCKET_IFNAME": "hosts[].networkInterface",
-    "NCCL_SOCKET_IFNAME": "hosts[].networkInterface",
-    "NCCL_IB_HCA": "hosts[].rdmaDevices",
+    "VLLM_HOST_IP": "hosts[].addressForPeers", "GLOO_SOCKET_IFNAME": "hosts[].networkInterface",
+    "NCCL_SOCKET_IFNAME": "hosts[].networkInterface", "NCCL_IB_HCA": "hosts[].rdmaDevices",
     "NVSHMEM_HCA_LIST": "hosts[].rdmaDevices (expertParallel)",
 }
 
@@ -40,8 +38,7 @@ GROUP_ENV = {
 def serve_shape(spec: Spec, phase: int) -> Serve:
     if spec.serve is None:
         raise SpecError(
-            f"phase {phase} needs a `serve` section (the engine shape)",
-            path="serve",
+            f"phase {phase} needs a `serve` section (the engine shape)", path="serve",
             fix="add `serve: {replicas: 1, tensorParallel: 1}`",
         )
     return spec.serve
@@ -54,8 +51,7 @@ def check_cpu(spec: Spec, target: TargetName) -> None:
     if docker and spec.engine.image is None:
         raise SpecError(
             "engine.device cpu needs a CPU image: the default vllm/vllm-openai is a CUDA build",
-            path="engine.image",
-            fix="set engine.image to a vLLM CPU image you built or pulled",
+            path="engine.image", fix="set engine.image to a vLLM CPU image you built or pulled",
         )
     if target == "hosts":
         for i, host in enumerate(spec.hosts):
@@ -80,19 +76,12 @@ def serve_instances(
 
     def args(port: int, flags: list[tuple[str, str]] | None = None) -> tuple[str, ...]:
         return engine_args(
-            spec,
-            release,
-            port=port,
-            tensor_parallel=shape.tensor_parallel,
+            spec, release, port=port, tensor_parallel=shape.tensor_parallel,
             pipeline_parallel=shape.pipeline_parallel,
-            gpu_memory_utilization=shape.gpu_memory_utilization,
-            max_num_seqs=shape.max_num_seqs,
-            max_num_batched_tokens=shape.max_num_batched_tokens,
-            enforce_eager=shape.enforce_eager,
-            enable_prefix_caching=shape.enable_prefix_caching,
-            extra=flags or (),
-            role_args=shape.extra_args,
-            role_path="serve",
+            gpu_memory_utilization=shape.gpu_memory_utilization, max_num_seqs=shape.max_num_seqs,
+            max_num_batched_tokens=shape.max_num_batched_tokens, enforce_eager=shape.enforce_eager,
+            enable_prefix_caching=shape.enable_prefix_caching, extra=flags or (),
+            role_args=shape.extra_args, role_path="serve",
         )
 
     ranks = shape.tensor_parallel * shape.pipeline_parallel
@@ -127,18 +116,9 @@ def serve_instances(
             )
         return (
             Instance(
-                name=f"{spec.name}-serve",
-                role="serve",
-                index=0,
-                port=8000,
-                args=args(8000, flags),
-                env=env,
-                gpu_count=width,
-                tensor_parallel=shape.tensor_parallel,
-                replicas=shape.replicas,
-                workers=workers,
-                launch=launch,
-                max_num_seqs=seqs,
+                name=f"{spec.name}-serve", role="serve", index=0, port=8000, args=args(8000, flags),
+                env=env, gpu_count=width, tensor_parallel=shape.tensor_parallel,
+                replicas=shape.replicas, workers=workers, launch=launch, max_num_seqs=seqs,
             ),
         )
     group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
@@ -164,8 +144,7 @@ def _with_rdma_env(spec: Spec, env: tuple[tuple[str, str], ...]) -> tuple[tuple[
     for key, _ in extra:
         if key in dict(env):
             raise SpecError(
-                f"{key} is set by pdctl from kubernetes.rdma.devices",
-                path=f"engine.env.{key}",
+                f"{key} is set by pdctl from kubernetes.rdma.devices", path=f"engine.env.{key}",
                 fix=f"remove {key}; pdctl sets it from rdma.devices",
             )
     return tuple(sorted({**dict(env), **dict(extra)}.items()))
@@ -182,8 +161,7 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
                 raise SpecError(
                     f"{key} is set by pdctl on the engines of a multi-node or data-parallel "
                     f"group (from {GROUP_ENV[key]}); engine.env would be overwritten",
-                    path="engine.env",
-                    fix=f"remove {key} from engine.env and set {GROUP_ENV[key]}",
+                    path="engine.env", fix=f"remove {key} from engine.env and set {GROUP_ENV[key]}",
                 )
         inst_env = tuple(sorted({**dict(env), **dict(extra)}.items()))
     if slot.gpus:
@@ -197,16 +175,9 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
     docker = docker and not gshape.multinode
     name = f"{spec.name}-serve-{index}"
     return Instance(
-        name=name if rank == 0 else worker_name(name, rank),
-        role="serve",
-        index=index,
-        port=slot.port,
-        container_port=8000 if docker else None,
-        args=args(8000 if docker else slot.port, flags),
-        env=inst_env,
-        host=slot.host,
-        gpus=slot.gpus,
-        gpu_count=len(slot.gpus),
-        tensor_parallel=gshape.tensor_parallel,
+        name=name if rank == 0 else worker_name(name, rank), role="serve", index=index,
+        port=slot.port, container_port=8000 if docker else None,
+        args=args(8000 if docker else slot.port, flags), env=inst_env, host=slot.host,
+        gpus=slot.gpus, gpu_count=len(slot.gpus), tensor_parallel=gshape.tensor_parallel,
         extra_ports=(("rendezvous", port),) if rank == 0 and gshape.multinode else (),
     )

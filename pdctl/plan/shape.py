@@ -23,8 +23,7 @@ def pd_shape(spec: Spec, phase: int) -> PdShape:
     for section in ("prefill", "decode"):
         if getattr(spec, section) is None:
             raise SpecError(
-                f"phase {phase} needs a `{section}` section",
-                path=section,
+                f"phase {phase} needs a `{section}` section", path=section,
                 fix=f"add `{section}: {{replicas: 1, tensorParallel: 1}}`",
             )
     assert spec.prefill is not None and spec.decode is not None
@@ -70,8 +69,7 @@ def check_shape(spec: Spec, shape: PdShape) -> None:
 def _check_device(spec: Spec, dis: Disaggregation) -> None:
     if spec.engine.device == "cpu" and dis.connector != "nixl":
         raise SpecError(
-            f"connector {dis.connector} needs CUDA engines",
-            path="disaggregation.connector",
+            f"connector {dis.connector} needs CUDA engines", path="disaggregation.connector",
             fix="use connector nixl (with kvBufferDevice cpu) for engine.device cpu",
         )
 

@@ -38,8 +38,7 @@ def plan_slice(decode: Decode) -> Slice:
     share = decode.share
     if share is None:
         raise SpecError(
-            "phase 3 slices decode GPUs: decode needs a `share` section",
-            path="decode.share",
+            "phase 3 slices decode GPUs: decode needs a `share` section", path="decode.share",
             fix="add `share: {perGpu: 2}` (two decode slices of 50% per GPU)",
         )
     _check_tensor_parallel(decode, share)
@@ -62,11 +61,8 @@ def plan_slice(decode: Decode) -> Slice:
         util = slice_utilization(size, decode.tensor_parallel, eager)
     return Slice(
         memory_mib=share.gpu_memory_mib,
-        memory_percent=None if share.gpu_memory_mib is not None else percent,
-        size_mib=size,
-        cores_percent=share.gpu_cores_percent,
-        enforce_eager=eager,
-        gpu_memory_utilization=util,
+        memory_percent=None if share.gpu_memory_mib is not None else percent, size_mib=size,
+        cores_percent=share.gpu_cores_percent, enforce_eager=eager, gpu_memory_utilization=util,
     )
 
 

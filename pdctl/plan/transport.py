@@ -19,20 +19,8 @@ from pdctl.spec.rdma import Rdma
 # verbs/mlx5 flavours; `ib` is the alias of all of them).
 RDMA_TLS = frozenset(
     {
-        "rc",
-        "rc_v",
-        "rc_x",
-        "rc_verbs",
-        "rc_mlx5",
-        "ud",
-        "ud_v",
-        "ud_x",
-        "ud_verbs",
-        "ud_mlx5",
-        "dc",
-        "dc_x",
-        "dc_mlx5",
-        "ib",
+        "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "ud", "ud_v", "ud_x", "ud_verbs", "ud_mlx5",
+        "dc", "dc_x", "dc_mlx5", "ib",
     }
 )
 # vLLM's all2all backends that run over NVSHMEM/RDMA between nodes (vLLM 0.23.0
@@ -116,8 +104,7 @@ def check_kube(plan: Plan) -> None:
             key = "UCX_TLS" if why.startswith("UCX_TLS") else "UCX_NET_DEVICES"
             raise SpecError(
                 f"{why}: {where}, so NIXL moves no KV between pods on different nodes",
-                path=_env_path(plan, inst.role, key),
-                fix=fix + TCP_FIX,
+                path=_env_path(plan, inst.role, key), fix=fix + TCP_FIX,
             )
         found = _all2all(plan, inst.role) if _multinode(plan, inst.role) else None
         if found is not None:
@@ -159,8 +146,7 @@ def check_hosts(plan: Plan) -> tuple[Caution, ...]:
         if backend is not None:
             found.append(
                 (
-                    backend[0],
-                    f"--all2all-backend {backend[1]} runs DeepEP over RDMA",
+                    backend[0], f"--all2all-backend {backend[1]} runs DeepEP over RDMA",
                     "drop it (the default all2all runs over NCCL, TCP included)",
                 )
             )
@@ -184,8 +170,7 @@ def check_hosts(plan: Plan) -> tuple[Caution, ...]:
             raise SpecError(
                 f"{what} needs RDMA, and runtime docker {hosts_} no rdmaDevices: its "
                 "containers get no /dev/infiniband",
-                path=path,
-                fix=fix,
+                path=path, fix=fix,
             )
         out.append(Caution(path, f"{what} needs RDMA, and {lists} no rdmaDevices", fix))
     return tuple(out)

@@ -31,44 +31,25 @@ def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance]) -> Unit:
     if host.runtime == "docker":
         entrypoint, command = container_launch(inst, group, inst.args)
         return Unit(
-            name=inst.name,
-            role=inst.role,
-            host=host,
-            port=inst.port,
-            command=command,
+            name=inst.name, role=inst.role, host=host, port=inst.port, command=command,
             entrypoint=entrypoint,
-            env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"),
-            setup="",
-            image=plan.image,
-            gpus=inst.gpus,
+            env=tuple(kv for kv in inst.env if kv[0] != "CUDA_VISIBLE_DEVICES"), setup="",
+            image=plan.image, gpus=inst.gpus,
             publish=(f"{inst.port}:{inst.container_port}",) if inst.container_port else (),
-            files=files,
-            leader=inst.leader,
+            files=files, leader=inst.leader,
         )
     return Unit(
-        name=inst.name,
-        role=inst.role,
-        host=host,
-        port=inst.port,
-        command=guard_launch(inst, group, ("vllm", "serve", *inst.args)),
-        env=inst.env,
-        setup="",
-        files=files,
-        leader=inst.leader,
+        name=inst.name, role=inst.role, host=host, port=inst.port,
+        command=guard_launch(inst, group, ("vllm", "serve", *inst.args)), env=inst.env, setup="",
+        files=files, leader=inst.leader,
     )
 
 
 def service_unit(svc: Service) -> Unit:
     """The router or mooncake_master; its `command` is what its run.sh wrapper runs."""
     return Unit(
-        name=svc.name,
-        role=svc.role,
-        host=svc.host,
-        port=svc.port,
-        command=svc.command,
-        env=(),
-        setup="",
-        address=svc.local,
+        name=svc.name, role=svc.role, host=svc.host, port=svc.port, command=svc.command, env=(),
+        setup="", address=svc.local,
     )
 
 

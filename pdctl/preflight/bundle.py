@@ -74,12 +74,9 @@ def parse(text: str) -> Seen:
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
     free = got.get("free", "").strip()
     return Seen(
-        python=got["python"].strip(),
-        python_from=got.get("from", "python3").strip(),
-        glibc=(int(m.group(1)), int(m.group(2))) if m else None,
-        machine=got["machine"].strip(),
-        free_kib=int(free) if free.isdigit() else None,
-        mount=got.get("mount", "").strip(),
+        python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
+        glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
+        free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
     )
 
 

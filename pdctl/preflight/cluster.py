@@ -141,15 +141,10 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
         items = json.loads(text)
         return tuple(
             HamiDevice(
-                id=str(d.get("id", "")),
-                index=int(d.get("index", 0)),
-                count=int(d.get("count", 0)),
-                devmem=int(d.get("devmem", 0)),
-                devcore=int(d.get("devcore", 0)),
-                type=str(d.get("type", "")),
-                numa=int(d.get("numa", 0)),
-                mode=str(d.get("mode", "")),
-                health=_truthy(d.get("health", False)),
+                id=str(d.get("id", "")), index=int(d.get("index", 0)), count=int(d.get("count", 0)),
+                devmem=int(d.get("devmem", 0)), devcore=int(d.get("devcore", 0)),
+                type=str(d.get("type", "")), numa=int(d.get("numa", 0)),
+                mode=str(d.get("mode", "")), health=_truthy(d.get("health", False)),
             )
             for d in items
         )
@@ -160,13 +155,8 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
             raise ValueError(f"device {i} has {len(f)} fields, expected at least 7: {item!r}")
         devices.append(
             HamiDevice(
-                id=f[0],
-                count=int(f[1]),
-                devmem=int(f[2]),
-                devcore=int(f[3]),
-                type=f[4],
-                numa=int(f[5]),
-                health=_truthy(f[6]),
+                id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
+                numa=int(f[5]), health=_truthy(f[6]),
                 index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
                 mode=f[8] if len(f) > 8 else "",
             )
@@ -210,22 +200,16 @@ def parse_node(obj: dict[str, Any]) -> Node:
         except (ValueError, TypeError, json.JSONDecodeError) as exc:
             hami_error = f"cannot parse {REGISTER}: {exc}"
     return Node(
-        name=str(meta.get("name", "")),
-        ready=ready,
-        unschedulable=bool(spec.get("unschedulable")),
-        allocatable_gpus=quantity(alloc.get(GPU, 0)),
-        capacity_gpus=quantity(cap.get(GPU, 0)),
+        name=str(meta.get("name", "")), ready=ready, unschedulable=bool(spec.get("unschedulable")),
+        allocatable_gpus=quantity(alloc.get(GPU, 0)), capacity_gpus=quantity(cap.get(GPU, 0)),
         product=_label(labels, "nvidia.com/gpu.product"),
         gpu_memory_mib=quantity(_label(labels, "nvidia.com/gpu.memory") or 0),
-        gpu_count_label=quantity(_label(labels, "nvidia.com/gpu.count") or 0),
-        driver=driver,
+        gpu_count_label=quantity(_label(labels, "nvidia.com/gpu.count") or 0), driver=driver,
         mig_strategy=_label(labels, "nvidia.com/mig.strategy"),
         mig_resources=tuple(
             sorted((k, quantity(v)) for k, v in alloc.items() if k.startswith("nvidia.com/mig-"))
         ),
-        hami_devices=hami,
-        hami_error=hami_error,
-        hami_format=hami_format,
+        hami_devices=hami, hami_error=hami_error, hami_format=hami_format,
     )
 
 
@@ -247,13 +231,9 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
         containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
         out.append(
             ClusterWorkload(
-                kind=kind,
-                namespace=str(meta.get("namespace", "")),
-                name=str(meta.get("name", "")),
-                component=str(labels.get("app.kubernetes.io/component", "")),
-                desired=desired,
-                ready=ready,
-                version=hami_version(labels, containers),
+                kind=kind, namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+                component=str(labels.get("app.kubernetes.io/component", "")), desired=desired,
+                ready=ready, version=hami_version(labels, containers),
                 scheduler_name=scheduler_name(containers),
             )
         )

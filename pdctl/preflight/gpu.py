@@ -51,13 +51,9 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     if spec.engine.device == "cpu" or not host.gpus:
         return {}
     return {
-        SMI: "nvidia-smi",
-        QUERY: QUERY_COMMAND,
-        TOPO: "nvidia-smi topo -m",
-        P2P_R: "nvidia-smi topo -p2p r",
-        P2P_W: "nvidia-smi topo -p2p w",
-        NVLINK: "nvidia-smi nvlink -s",
-        MIG_PROFILES: "nvidia-smi mig -lgip",
+        SMI: "nvidia-smi", QUERY: QUERY_COMMAND, TOPO: "nvidia-smi topo -m",
+        P2P_R: "nvidia-smi topo -p2p r", P2P_W: "nvidia-smi topo -p2p w",
+        NVLINK: "nvidia-smi nvlink -s", MIG_PROFILES: "nvidia-smi mig -lgip",
         PROC: "cat /proc/driver/nvidia/version",
     }
 
@@ -95,8 +91,7 @@ def _read(n: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "driver": _safe(n.nvmlSystemGetDriverVersion),
         "cuda_driver": _safe(n.nvmlSystemGetCudaDriverVersion),
-        "nvml": _safe(n.nvmlSystemGetNVMLVersion),
-        "gpus": [],
+        "nvml": _safe(n.nvmlSystemGetNVMLVersion), "gpus": [],
     }
     handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
     for i, h in enumerate(handles):
@@ -105,17 +100,11 @@ def _read(n: Any) -> dict[str, Any]:
         bus = pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId
         numa = getattr(n, "nvmlDeviceGetNumaNodeId", None)
         g: dict[str, Any] = {
-            "index": i,
-            "name": _safe(n.nvmlDeviceGetName, h),
-            "uuid": _safe(n.nvmlDeviceGetUUID, h),
-            "mem_total": mem.total,
-            "mem_free": mem.free,
-            "pci_bus_id": bus,
-            "cc": _safe(n.nvmlDeviceGetCudaComputeCapability, h),
-            "mig_mode": _safe(n.nvmlDeviceGetMigMode, h),
-            "numa": _safe(numa, h) if numa else None,
-            "nvlink": {},
-            "p2p": {},
+            "index": i, "name": _safe(n.nvmlDeviceGetName, h),
+            "uuid": _safe(n.nvmlDeviceGetUUID, h), "mem_total": mem.total, "mem_free": mem.free,
+            "pci_bus_id": bus, "cc": _safe(n.nvmlDeviceGetCudaComputeCapability, h),
+            "mig_mode": _safe(n.nvmlDeviceGetMigMode, h), "numa": _safe(numa, h) if numa else None,
+            "nvlink": {}, "p2p": {},
         }
         if isinstance(g["cc"], tuple):
             g["cc"] = list(g["cc"])
@@ -177,9 +166,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
             continue
         gpus.append(
             Gpu(
-                index=int(cell["index"]),
-                name=cell.get("name", ""),
-                uuid=cell.get("uuid", ""),
+                index=int(cell["index"]), name=cell.get("name", ""), uuid=cell.get("uuid", ""),
                 memory_mib=_mib(cell.get("memory.total", "")),
                 memory_used_mib=_mib(cell.get("memory.used", "")),
                 pci_bus_id=cell.get("pci.bus_id", ""),
@@ -273,8 +260,7 @@ class NvmlDump:
                     memory_mib=int(g.get("mem_total", 0)) // (1024 * 1024),
                     memory_used_mib=(int(g.get("mem_total", 0)) - int(g.get("mem_free", 0)))
                     // (1024 * 1024),
-                    pci_bus_id=str(g.get("pci_bus_id", "")),
-                    mig_mode=_mig(mig, 0),
+                    pci_bus_id=str(g.get("pci_bus_id", "")), mig_mode=_mig(mig, 0),
                     mig_pending=_mig(mig, 1),
                     compute_cap=f"{cc[0]}.{cc[1]}" if isinstance(cc, list) else "",
                     numa=numa if isinstance(numa, int) else None,
@@ -327,8 +313,7 @@ def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int], cpus: dict[int, s
     """GPUs with NUMA node and CPU affinity from `topo -m` filled in where NVML had none."""
     return tuple(
         replace(
-            g,
-            numa=g.numa if g.numa is not None else numa.get(g.index),
+            g, numa=g.numa if g.numa is not None else numa.get(g.index),
             cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""),
         )
         for g in gpus
@@ -445,11 +430,8 @@ def parse_topo_matrix(text: str) -> Matrix:
             numa[a] = int(rest[1])
     nics = tuple(nic_names.get(c, c) for c in devices if c.startswith("NIC"))
     return Matrix(
-        links=tuple((a, b, lv) for (a, b), lv in sorted(links.items())),
-        numa=numa,
-        cpus=cpus,
-        nics=nics,
-        nic_links=tuple(nic_links),
+        links=tuple((a, b, lv) for (a, b), lv in sorted(links.items())), numa=numa, cpus=cpus,
+        nics=nics, nic_links=tuple(nic_links),
     )
 
 
@@ -544,8 +526,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
             by_index = {g.index: g for g in from_nvml}
             gpus = tuple(
                 replace(
-                    g,
-                    numa=by_index[g.index].numa if g.index in by_index else None,
+                    g, numa=by_index[g.index].numa if g.index in by_index else None,
                     nvlinks=by_index[g.index].nvlinks if g.index in by_index else None,
                 )
                 for g in gpus
@@ -559,9 +540,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         if len(memory) == len(gpus):
             gpus = tuple(
                 replace(
-                    g,
-                    pci_bus_id=bus,
-                    memory_mib=m.get("total", 0),
+                    g, pci_bus_id=bus, memory_mib=m.get("total", 0),
                     memory_used_mib=m.get("used", 0),
                 )
                 for g, (bus, m) in zip(gpus, memory, strict=True)
@@ -590,15 +569,9 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         if not raw.get(n) and gpus:
             missing.append(Missing(n, failure(raw, n) or "not gathered"))
     return {
-        "gpu_error": gpu_error,
-        "driver": driver,
-        "kernel_module": parse_proc_version(raw[PROC]) if raw.get(PROC) else "",
-        "cuda": cuda,
-        "gpus": gpus,
-        "links": links,
-        "p2p_read": p2p_r,
-        "p2p_write": p2p_w,
-        "nics": nics,
+        "gpu_error": gpu_error, "driver": driver,
+        "kernel_module": parse_proc_version(raw[PROC]) if raw.get(PROC) else "", "cuda": cuda,
+        "gpus": gpus, "links": links, "p2p_read": p2p_r, "p2p_write": p2p_w, "nics": nics,
         "mig_profiles": tuple(
             sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
         ),

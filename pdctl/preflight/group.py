@@ -341,8 +341,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "vllm_version": parse_version(raw[VLLM_VERSION]) if VLLM_VERSION in raw else None,
         "memlock_kib": parse_memlock(raw[MEMLOCK]) if MEMLOCK in raw else None,
         "memlock_where": parse_memlock_where(raw.get(MEMLOCK, "")),
-        "reach": parse_reach(raw.get(REACH, "")),
-        "listen": parse_listen(raw.get(LISTEN, "")),
+        "reach": parse_reach(raw.get(REACH, "")), "listen": parse_listen(raw.get(LISTEN, "")),
     }, []
 
 
@@ -551,22 +550,16 @@ def same_across(leader: Instance, facts: Facts, gpu: bool) -> list[Finding]:
         if hf is None or hf.error:
             return [
                 Finding(
-                    "WARN",
-                    "group.same",
-                    leader.name,
-                    f"no facts from {node.host.name}",
-                    "facts from every node of the group",
-                    GATHER,
+                    "WARN", "group.same", leader.name, f"no facts from {node.host.name}",
+                    "facts from every node of the group", GATHER,
                 )
             ]
         known.append((node, hf))
     props = [("Python environment", lambda n, f: _python(f))]
     if gpu:
         props = [
-            ("NVIDIA driver", lambda n, f: f.driver),
-            ("CUDA version", lambda n, f: f.cuda),
-            ("GPU model", lambda n, f: _gpu_model(f, n.gpus)),
-            *props,
+            ("NVIDIA driver", lambda n, f: f.driver), ("CUDA version", lambda n, f: f.cuda),
+            ("GPU model", lambda n, f: _gpu_model(f, n.gpus)), *props,
         ]
     out = []
     for what, value in props:

@@ -77,10 +77,8 @@ def parse_hami_library(text: str) -> HamiLibrary:
         if sep:
             head[key.strip()] = value.strip()
     lib = HamiLibrary(
-        path=head.get("path", ""),
-        exists=head.get("exists") == "yes",
-        readable=head.get("readable") == "yes",
-        error=head.get("error", ""),
+        path=head.get("path", ""), exists=head.get("exists") == "yes",
+        readable=head.get("readable") == "yes", error=head.get("error", ""),
     )
     if mode == "nm":
         names = []
@@ -158,10 +156,7 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     if lib is None:
         return [
             Finding(
-                "WARN",
-                "hami.library",
-                host.name,
-                "HAMi-core library: not gathered",
+                "WARN", "hami.library", host.name, "HAMi-core library: not gathered",
                 f"{path} readable, exporting {', '.join(HOOKS)}",
                 "gather it live, or record it with --record",
             )
@@ -169,10 +164,7 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     if not lib.exists:
         return [
             Finding(
-                "FAIL",
-                "hami.library",
-                host.name,
-                f"no file {lib.path}",
+                "FAIL", "hami.library", host.name, f"no file {lib.path}",
                 "HAMi-core's libvgpu.so at decode.share.library",
                 f"copy libvgpu.so there ({BUILD}), or fix decode.share.library",
             )
@@ -180,20 +172,14 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     if not lib.readable:
         return [
             Finding(
-                "FAIL",
-                "hami.library",
-                host.name,
-                f"{lib.path} is not readable",
-                "a file the SSH user can read",
-                f"chmod a+r {lib.path}",
+                "FAIL", "hami.library", host.name, f"{lib.path} is not readable",
+                "a file the SSH user can read", f"chmod a+r {lib.path}",
             )
         ]
     if lib.symbols is None:
         return [
             Finding(
-                "FAIL",
-                "hami.library",
-                host.name,
+                "FAIL", "hami.library", host.name,
                 f"{lib.path}: {lib.error or 'exports unreadable'}",
                 "an ELF shared object (libvgpu.so)",
                 f"point decode.share.library at libvgpu.so ({BUILD})",
@@ -203,9 +189,7 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     if missing:
         return [
             Finding(
-                "FAIL",
-                "hami.hooks",
-                host.name,
+                "FAIL", "hami.hooks", host.name,
                 f"{lib.path} exports none of {', '.join(missing)}"
                 if len(missing) == len(HOOKS)
                 else f"{lib.path} lacks {', '.join(missing)}",
@@ -215,10 +199,7 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
         ]
     out = [
         Finding(
-            "PASS",
-            "hami.hooks",
-            host.name,
-            f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})",
+            "PASS", "hami.hooks", host.name, f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})",
             "the memory hooks",
         )
     ]
@@ -248,11 +229,7 @@ def cuda_match(host: Host, hf: HostFacts, plan: Plan, lib: HamiLibrary) -> list[
     if wrong:
         return [
             Finding(
-                "FAIL",
-                "hami.cuda",
-                host.name,
-                f"{found}; {' and '.join(wrong)}",
-                want,
+                "FAIL", "hami.cuda", host.name, f"{found}; {' and '.join(wrong)}", want,
                 f"rebuild HAMi-core on {host.name} against CUDA {engine} "
                 "(CUDA_HOME=/usr/local/cuda-<version> sh build.sh)",
             )

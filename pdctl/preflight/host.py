@@ -79,9 +79,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run."""
     cache = quote_path(host.hf_cache)
     out = {
-        HOSTNAME: "hostname",
-        IB: "ls -la /sys/class/infiniband",
-        IB_PORTS: IB_PORTS_COMMAND,
+        HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
         SHM: "df -Pk /dev/shm",
         CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
         MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
@@ -140,19 +138,15 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         why = "no ldconfig on the host" if LIBS in raw else failure(raw, LIBS) or "not gathered"
         missing.append(Missing(LIBS, why))
     return {
-        "hostname": raw.get(HOSTNAME, "").strip(),
-        "rdma_devices": rdma,
+        "hostname": raw.get(HOSTNAME, "").strip(), "rdma_devices": rdma,
         "rdma_ports": parse_ib_ports(raw[IB_PORTS]) if raw.get(IB_PORTS) else (),
         "shm": parse_df(raw[SHM]) if raw.get(SHM) else None,
         "cache_disk": parse_df(raw[CACHE]) if raw.get(CACHE) else None,
-        "model_cached_kib": parse_du(raw[MODEL]) if MODEL in raw else None,
-        "docker": docker,
-        "conda": conda,
-        "conda_error": _conda_error(raw),
+        "model_cached_kib": parse_du(raw[MODEL]) if MODEL in raw else None, "docker": docker,
+        "conda": conda, "conda_error": _conda_error(raw),
         "venv": raw[VENV].strip() if VENV in raw else None,
         "supervise": raw[SUPERVISE].strip() if SUPERVISE in raw else None,
-        "listening": parse_listening(raw[PORTS]) if PORTS in raw else None,
-        "libraries": libraries,
+        "listening": parse_listening(raw[PORTS]) if PORTS in raw else None, "libraries": libraries,
         "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None,
     }, missing
 
@@ -252,9 +246,7 @@ def parse_docker_info(text: str) -> Docker:
         return Docker(ok=False, error="; ".join(errors) or "no docker daemon answered")
     runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
     return Docker(
-        ok=True,
-        version=str(data.get("ServerVersion", "")),
-        runtimes=runtimes,
+        ok=True, version=str(data.get("ServerVersion", "")), runtimes=runtimes,
         default_runtime=str(data.get("DefaultRuntime", "")),
     )
 

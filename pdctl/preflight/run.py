@@ -105,10 +105,8 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
 
     try:
         run_batch(
-            conn,
-            [prefix(options.remote_path) + cmd for cmd in cmds.values()],
-            timeout=options.timeout,
-            done=done,
+            conn, [prefix(options.remote_path) + cmd for cmd in cmds.values()],
+            timeout=options.timeout, done=done,
         )
     finally:
         conn.close()

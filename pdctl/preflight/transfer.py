@@ -213,19 +213,14 @@ def parse_transfer(decode: str, text: str) -> Transfer:
             result = ev  # the listener's copy holds `verified`
     if result is not None:
         fields.update(
-            bytes=int(result.get("bytes") or 0),
-            seconds=float(result.get("seconds") or 0),
-            gbps=float(result.get("gbps") or 0),
-            latency_us=_number(result.get("latency_us")),
-            verified=bool(result.get("verified")),
-            memory=str(result.get("memory") or "")[:200],
+            bytes=int(result.get("bytes") or 0), seconds=float(result.get("seconds") or 0),
+            gbps=float(result.get("gbps") or 0), latency_us=_number(result.get("latency_us")),
+            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200],
         )
     if failure is not None:
         fields.update(
-            side=str(failure.get("side", "")),
-            stage=str(failure.get("stage", "")),
-            errno=str(failure.get("errno", "")),
-            message=str(failure.get("message", ""))[:2000],
+            side=str(failure.get("side", "")), stage=str(failure.get("stage", "")),
+            errno=str(failure.get("errno", "")), message=str(failure.get("message", ""))[:2000],
         )
     return Transfer(**fields, logs=tuple(logs[-50:]))
 

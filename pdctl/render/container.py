@@ -59,11 +59,8 @@ class HostRun:
     def as_data(self) -> list:
         """For the unit's hash."""
         return [
-            self.env,
-            [(m.source, m.target, m.read_only) for m in self.mounts],
-            self.devices,
-            self.cap_add,
-            self.ulimits,
+            self.env, [(m.source, m.target, m.read_only) for m in self.mounts], self.devices,
+            self.cap_add, self.ulimits,
         ]
 
 
@@ -118,10 +115,7 @@ def host_run(unit: Unit) -> HostRun | None:
     if not unit.host.rdma_devices:
         return HostRun(tuple(env), tuple(mounts))
     return HostRun(
-        tuple(env),
-        tuple(mounts),
-        devices=(RDMA_DEVICE,),
-        cap_add=("IPC_LOCK",),
+        tuple(env), tuple(mounts), devices=(RDMA_DEVICE,), cap_add=("IPC_LOCK",),
         ulimits=(("memlock", -1),),
     )
 
@@ -186,28 +180,15 @@ def container(
         mounts.append(Mount(model, model, read_only=True))
     mounts.extend(adapters)
     labels = (
-        (DEPLOYMENT, deployment),
-        (UNIT, unit.name),
-        (ROLE, unit.role),
-        (HASH, digest),
+        (DEPLOYMENT, deployment), (UNIT, unit.name), (ROLE, unit.role), (HASH, digest),
         ("app.kubernetes.io/managed-by", "pdctl"),
     )
     ports = tuple((int(h), int(c)) for h, c in (m.split(":", 1) for m in unit.publish))
     return Container(
-        name=unit.name,
-        image=unit.image,
-        args=unit.command,
-        labels=labels,
-        env=run.env if run is not None else unit.env,
-        secret_env=secret_env,
-        unit_dir=unit_dir,
-        mounts=tuple(mounts),
-        gpus=unit.gpus,
-        host_network=run is not None,
-        ports=ports,
-        kept=kept(unit.host),
-        devices=run.devices if run is not None else (),
+        name=unit.name, image=unit.image, args=unit.command, labels=labels,
+        env=run.env if run is not None else unit.env, secret_env=secret_env, unit_dir=unit_dir,
+        mounts=tuple(mounts), gpus=unit.gpus, host_network=run is not None, ports=ports,
+        kept=kept(unit.host), devices=run.devices if run is not None else (),
         cap_add=run.cap_add if run is not None else (),
-        ulimits=run.ulimits if run is not None else (),
-        entrypoint=unit.entrypoint,
+        ulimits=run.ulimits if run is not None else (), entrypoint=unit.entrypoint,
     )

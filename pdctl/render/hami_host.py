@@ -28,12 +28,7 @@ def slice_setup(unit: Unit) -> str:
             f"# HAMi-core slice: {env.get('CUDA_DEVICE_MEMORY_LIMIT', '')} of GPU "
             f"{env.get('CUDA_VISIBLE_DEVICES') or ','.join(map(str, unit.gpus)) or '?'}, "
             "preloaded from decode.share.library.",
-            f"if [ ! -r {lib} ]; then",
-            f"  echo {why} >&2",
-            "  exit 1",
-            "fi",
-            f"mkdir -p {quote(LOCK_DIR)}",
-            f"rm -f {quote_path(cache)}",
-            "",
+            f"if [ ! -r {lib} ]; then", f"  echo {why} >&2", "  exit 1", "fi",
+            f"mkdir -p {quote(LOCK_DIR)}", f"rm -f {quote_path(cache)}", "",
         ]
     )

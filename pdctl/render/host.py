@@ -47,13 +47,7 @@ def unit_hash(unit: Unit) -> str:
     final environment of its start script, and a container's cache mount."""
     cache = unit.host.hf_cache if unit.image is not None else None
     data: list[object] = [
-        unit.command,
-        start_env(unit),
-        unit.image,
-        unit.gpus,
-        unit.publish,
-        unit.setup,
-        unit.port,
+        unit.command, start_env(unit), unit.image, unit.gpus, unit.publish, unit.setup, unit.port,
         cache,
     ]
     run = host_run(unit)
@@ -79,20 +73,13 @@ def engine_setup(plan: Plan, host: Host) -> str:
     rel = plan.release
     if host.runtime == "conda":
         return render_template(
-            "setup-conda.sh.j2",
-            conda_env=host.conda_env or f"pdctl-vllm-{rel.version}",
-            package="vllm",
-            version=rel.version,
-            pip=rel.pip,
-            find_links=find_links(plan, host),
+            "setup-conda.sh.j2", conda_env=host.conda_env or f"pdctl-vllm-{rel.version}",
+            package="vllm", version=rel.version, pip=rel.pip, find_links=find_links(plan, host),
         )
     if host.runtime == "venv":
         return render_template(
-            "setup-venv.sh.j2",
-            venv=host.venv or f"~/.pdctl/venv/vllm-{rel.version}",
-            executable="vllm",
-            install=plan.spec.engine.device == "cuda",
-            pip=rel.pip,
+            "setup-venv.sh.j2", venv=host.venv or f"~/.pdctl/venv/vllm-{rel.version}",
+            executable="vllm", install=plan.spec.engine.device == "cuda", pip=rel.pip,
             find_links=find_links(plan, host),
         )
     return ""
@@ -132,11 +119,8 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
     """The unit with its start and stop scripts (and `extra` files beside them)."""
     base = f"hosts/{unit.host.name}/{unit.name}"
     common = dict(
-        deploy_dir=deploy_dir(plan, unit.host),
-        unit=unit.name,
-        port=unit.port,
-        grace_seconds=GRACE_SECONDS,
-        deployment=plan.name,
+        deploy_dir=deploy_dir(plan, unit.host), unit=unit.name, port=unit.port,
+        grace_seconds=GRACE_SECONDS, deployment=plan.name,
     )
     digest = unit_hash(unit)  # once per unit: it dumps and hashes the whole command
     box = None
@@ -162,21 +146,14 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         top = header(plan, unit, "process", digest)
         how = supervise_vars(plan, unit)
         start = render_template(
-            "process-start.sh.j2",
-            header=top,
-            setup=unit.setup,
-            fetch=adapter_fetch(plan, unit),
-            env=start_env(unit),
-            command=unit.command,
-            **how,
-            **common,
+            "process-start.sh.j2", header=top, setup=unit.setup, fetch=adapter_fetch(plan, unit),
+            env=start_env(unit), command=unit.command, **how, **common,
         )
         stop = render_template("process-stop.sh.j2", header=top, **how, **common)
         extra = supervise_files(plan, unit, top, common, start_env(unit)) + extra
     files = (
         Artifact(f"{base}/start.sh", start, executable=True),
-        Artifact(f"{base}/stop.sh", stop, executable=True),
-        *extra,
+        Artifact(f"{base}/stop.sh", stop, executable=True), *extra,
         *(Artifact(f"{base}/{name}", text) for name, text in unit.files),
     )
     return UnitFiles(unit, files, digest, script_digest(start), box)

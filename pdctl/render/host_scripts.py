@@ -135,9 +135,7 @@ class HostScripts:
 def host_scripts() -> HostScripts:
     return HostScripts(
         observe=render_template("process-owned.sh.j2") + OBSERVE_BODY,
-        port_owner=render_template("port-owner.sh.j2"),
-        tails=TAILS,
-        save_previous=SAVE_PREVIOUS,
+        port_owner=render_template("port-owner.sh.j2"), tails=TAILS, save_previous=SAVE_PREVIOUS,
         restore_previous=RESTORE_PREVIOUS,
     )
 

@@ -102,8 +102,7 @@ def metadata(plan: Plan, name: str, component: str, namespaced: bool = True) -> 
 
 def selector(plan: Plan, component: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/instance": plan.spec.name,
-        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/instance": plan.spec.name, "app.kubernetes.io/component": component,
     }
 
 
@@ -146,8 +145,7 @@ def common_objects(plan: Plan) -> list[Obj]:
     st = k8s.storage
     if st.type == "pvc":
         spec: Obj = {
-            "accessModes": [st.access_mode],
-            "resources": {"requests": {"storage": st.size}},
+            "accessModes": [st.access_mode], "resources": {"requests": {"storage": st.size}},
             "volumeMode": "Filesystem",
         }
         if st.storage_class:
@@ -169,13 +167,10 @@ def service_obj(
 ) -> Obj:
     """A Service of the component's pods; `kind`: its type (kubernetes.serviceType)."""
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(plan, name, component),
+        "apiVersion": "v1", "kind": "Service", "metadata": metadata(plan, name, component),
         "spec": {
             "type": kind or plan.spec.kubernetes.service_type,
-            "selector": selector(plan, component),
-            "ports": ports,
+            "selector": selector(plan, component), "ports": ports,
         },
     }
 
@@ -204,8 +199,7 @@ def deployment_obj(
             "selector": {"matchLabels": selector(plan, component)},
             # GPUs are scarce: replace pods one at a time instead of surging extra ones.
             "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+                "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
             "template": {"metadata": template, "spec": pod},
         },
@@ -222,8 +216,7 @@ def container_security(non_root: bool = False, add: tuple[str, ...] = ()) -> Obj
     if add:
         caps["add"] = list(add)
     ctx: Obj = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": caps,
+        "allowPrivilegeEscalation": False, "capabilities": caps,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     if non_root:

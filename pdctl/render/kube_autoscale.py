@@ -56,8 +56,7 @@ def _target_ref(objs: list[Obj], role: str) -> Obj:
         labels = obj["metadata"].get("labels", {})
         if obj["kind"] in SCALABLE and labels.get("app.kubernetes.io/component") == role:
             return {
-                "apiVersion": obj["apiVersion"],
-                "kind": obj["kind"],
+                "apiVersion": obj["apiVersion"], "kind": obj["kind"],
                 "name": obj["metadata"]["name"],
             }
     raise LookupError(f"no Deployment or LeaderWorkerSet for role {role}")  # a render bug
@@ -75,16 +74,14 @@ def _behavior(t: RoleTarget) -> Obj:
     most max(4 pods, 100%) per 15 s (HPA's default, as the policy), down by one pod a period."""
     return {
         "scaleUp": {
-            "stabilizationWindowSeconds": t.scale_up_s,
-            "selectPolicy": "Max",
+            "stabilizationWindowSeconds": t.scale_up_s, "selectPolicy": "Max",
             "policies": [
                 {"type": "Pods", "value": 4, "periodSeconds": 15},
                 {"type": "Percent", "value": 100, "periodSeconds": 15},
             ],
         },
         "scaleDown": {
-            "stabilizationWindowSeconds": t.scale_down_s,
-            "selectPolicy": "Min",
+            "stabilizationWindowSeconds": t.scale_down_s, "selectPolicy": "Min",
             "policies": [{"type": "Pods", "value": 1, "periodSeconds": max(15, t.scale_down_s)}],
         },
     }
@@ -99,13 +96,10 @@ def _meta(plan: Plan, name: str, t: RoleTarget) -> Obj:
 def hpa(plan: Plan, t: RoleTarget, ref: Obj) -> Obj:
     metric = METRICS[t.metric][1]
     return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": _meta(plan, f"{ref['name']}-hpa", t),
         "spec": {
-            "scaleTargetRef": ref,
-            "minReplicas": t.min_replicas,
-            "maxReplicas": t.max_replicas,
+            "scaleTargetRef": ref, "minReplicas": t.min_replicas, "maxReplicas": t.max_replicas,
             "metrics": [
                 {
                     "type": "Pods",
@@ -133,22 +127,17 @@ def query(plan: Plan, t: RoleTarget, ref: Obj) -> str:
 def scaled_object(plan: Plan, t: RoleTarget, ref: Obj) -> Obj:
     server = plan.spec.autoscaling.prometheus if plan.spec.autoscaling else None
     return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": _meta(plan, f"{ref['name']}-scaler", t),
         "spec": {
-            "scaleTargetRef": ref,
-            "minReplicaCount": t.min_replicas,
-            "maxReplicaCount": t.max_replicas,
-            "pollingInterval": 15,
+            "scaleTargetRef": ref, "minReplicaCount": t.min_replicas,
+            "maxReplicaCount": t.max_replicas, "pollingInterval": 15,
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(t)}},
             "triggers": [
                 {
-                    "type": "prometheus",
-                    "metricType": "AverageValue",
+                    "type": "prometheus", "metricType": "AverageValue",
                     "metadata": {
-                        "serverAddress": str(server),
-                        "query": query(plan, t, ref),
+                        "serverAddress": str(server), "query": query(plan, t, ref),
                         "threshold": f"{t.target:g}",
                     },
                 }
@@ -175,6 +164,5 @@ def refuse_on_hosts() -> None:
     raise SpecError(
         "autoscaling runs on Kubernetes only for now: scaling on hosts is not built yet "
         "(docs/autoscaling.md)",
-        path="autoscaling",
-        fix="remove the autoscaling section, or deploy with target: kubernetes",
+        path="autoscaling", fix="remove the autoscaling section, or deploy with target: kubernetes",
     )

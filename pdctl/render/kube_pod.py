@@ -40,10 +40,8 @@ def gpu_request(count: int) -> dict[str, str]:
 
 def _probe(period: int, failures: int) -> Obj:
     return {
-        "httpGet": {"path": "/health", "port": "http"},
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": failures,
+        "httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
+        "timeoutSeconds": 5, "failureThreshold": failures,
     }
 
 
@@ -121,9 +119,7 @@ def fetch_containers(plan: Plan, env: list[Obj], security: Obj) -> list[Obj]:
     root = FETCHED_IN_ROOT
     return [
         {
-            "name": f"fetch-adapter-{i}",
-            "image": plan.image,
-            "imagePullPolicy": "IfNotPresent",
+            "name": f"fetch-adapter-{i}", "image": plan.image, "imagePullPolicy": "IfNotPresent",
             "command": ["python3", "-c", FETCH_CODE, a.hf, a.revision, f"{root}/{folder(a)}"],
             "env": [e for e in env if e["name"] == "HF_TOKEN"],
             "volumeMounts": [{"name": FETCHED_VOLUME, "mountPath": root}],
@@ -185,7 +181,6 @@ def phase1_objects(plan: Plan) -> list[Obj]:
     container = engine_container(plan, inst, gpu_request(inst.gpu_count))
     pod = pod_spec(plan, [container], inst.tensor_parallel)
     return [
-        *common_objects(plan),
-        http_service(plan, plan.name, "serve", 8000),
+        *common_objects(plan), http_service(plan, plan.name, "serve", 8000),
         deployment_obj(plan, f"{plan.name}-serve", "serve", inst.replicas, pod),
     ]

@@ -29,8 +29,7 @@ def token_volume() -> Obj:
                 {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                 {
                     "configMap": {
-                        "name": "kube-root-ca.crt",
-                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        "name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}],
                     }
                 },
                 {
@@ -56,8 +55,7 @@ def _role(plan: Plan, kind: str, name: str, component: str, rules: list[Obj]) ->
 
 def _binding(plan: Plan, kind: str, name: str, account: str, component: str) -> Obj:
     return {
-        "apiVersion": RBAC_API,
-        "kind": f"{kind}Binding",
+        "apiVersion": RBAC_API, "kind": f"{kind}Binding",
         "metadata": metadata(plan, name, component, namespaced=kind == "Role"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
         "subjects": [
@@ -99,15 +97,12 @@ def epp_rbac(plan: Plan, name: str) -> list[Obj]:
         {"apiGroups": [LLMD.pool_group], "resources": ["inferencepools"], "verbs": read},
         {
             "apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
-            "resources": ["inferenceobjectives", "inferencemodelrewrites"],
-            "verbs": read,
+            "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read,
         },
     ]
     return [
-        _account(plan, name, "epp"),
-        _role(plan, "Role", name, "epp", rules),
-        _binding(plan, "Role", name, name, "epp"),
-        *metrics_rbac(plan, name),
+        _account(plan, name, "epp"), _role(plan, "Role", name, "epp", rules),
+        _binding(plan, "Role", name, name, "epp"), *metrics_rbac(plan, name),
     ]
 
 

@@ -57,10 +57,8 @@ def lws(plan: Plan, leader: Instance, component: str, leader_tpl: Obj, worker_tp
             # Workers start with the leader: vLLM's nodes wait for each other (rendezvous).
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
-                "size": 1 + worker.replicas,
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": leader_tpl,
-                "workerTemplate": worker_tpl,
+                "size": 1 + worker.replicas, "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader_tpl, "workerTemplate": worker_tpl,
             },
         },
     }

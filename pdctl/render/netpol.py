@@ -19,12 +19,10 @@ def _peer(namespace: str, labels: dict[str, str]) -> Obj:
 
 def _policy(plan: Plan, component: str, ingress: list[Obj]) -> Obj:
     return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": metadata(plan, f"{plan.name}-{component}", component),
         "spec": {
-            "podSelector": {"matchLabels": selector(plan, component)},
-            "policyTypes": ["Ingress"],
+            "podSelector": {"matchLabels": selector(plan, component)}, "policyTypes": ["Ingress"],
             "ingress": ingress,
         },
     }
@@ -53,7 +51,6 @@ def network_policies(plan: Plan, pool: dict[str, str], workers: dict[str, str]) 
         {"ports": [{"port": LLMD.epp_metrics_port, "protocol": "TCP"}]},
     ]
     return [
-        _policy(plan, "epp", picker),
-        _policy(plan, "prefill", prefill),
+        _policy(plan, "epp", picker), _policy(plan, "prefill", prefill),
         _policy(plan, "decode", decode),
     ]

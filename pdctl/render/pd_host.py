@@ -36,11 +36,7 @@ def kv_setup(plan: Plan, host: Host, libraries: tuple[str, ...] = ()) -> str:
     else:
         return ""  # P2pNcclConnector ships inside vLLM
     return render_template(
-        "setup-kv.sh.j2",
-        connector=dis.connector,
-        pip=pip,
-        check=check,
-        install=install,
+        "setup-kv.sh.j2", connector=dis.connector, pip=pip, check=check, install=install,
         find_links=find_links(plan, host),
         libraries=library_check(pip.split("==")[0], libraries) if libraries else "",
     )
@@ -61,11 +57,7 @@ def engine_files(plan: Plan, unit: Unit) -> UnitFiles:
 def service_files(plan: Plan, planned: Unit) -> UnitFiles:
     svc = next(s for s in plan.services if s.name == planned.name)
     setup = render_template(
-        "setup-venv.sh.j2",
-        venv=svc.venv,
-        executable=svc.executable,
-        install=True,
-        pip=svc.pip,
+        "setup-venv.sh.j2", venv=svc.venv, executable=svc.executable, install=True, pip=svc.pip,
         find_links=find_links(plan, svc.host),
     )
     if svc.role == "master":
@@ -73,12 +65,9 @@ def service_files(plan: Plan, planned: Unit) -> UnitFiles:
     unit = replace(planned, command=("bash", "run.sh"), setup=setup)
     run = render_template(
         "service-run.sh.j2",
-        header=header(plan, replace(unit, command=svc.command), "process wrapper"),
-        unit=svc.name,
-        api_key=svc.api_key,
-        wait_urls=svc.wait_urls,
-        wait_seconds=plan.spec.router.wait_minutes * 60,
-        command=svc.command,
+        header=header(plan, replace(unit, command=svc.command), "process wrapper"), unit=svc.name,
+        api_key=svc.api_key, wait_urls=svc.wait_urls,
+        wait_seconds=plan.spec.router.wait_minutes * 60, command=svc.command,
     )
     wrapper = Artifact(f"hosts/{svc.host.name}/{svc.name}/run.sh", run, executable=True)
     return unit_files(plan, unit, (wrapper,))
@@ -89,8 +78,7 @@ def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:
     router = next(s for s in svcs if s.role == "router")
     where = host_port(router.address, plan.spec.router.port)
     lines = [
-        "## Who can reach the router",
-        "",
+        "## Who can reach the router", "",
         f"vllm-router listens on {where} (`router.listen`; Prometheus metrics on port "
         f"{plan.spec.router.metrics_port} of the same address).",
     ]
@@ -129,14 +117,12 @@ def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:
         )
     guard = "check the key themselves" if plan.spec.secrets.api_key else "check no key"
     lines += [
-        "",
-        f"The engines listen on every address (`--host 0.0.0.0`) and {guard}:",
+        "", f"The engines listen on every address (`--host 0.0.0.0`) and {guard}:",
         "open their ports to the router and engine hosts only (the table above).",
     ]
     if any(s.role == "master" for s in svcs):
         lines += [
-            "",
-            "mooncake_master has no authentication either; mooncake 0.3.13.post1 binds its",
+            "", "mooncake_master has no authentication either; mooncake 0.3.13.post1 binds its",
             "HTTP metadata server on every address whatever `--http_metadata_server_host`",
             "says, so keep its ports behind the firewall.",
         ]
@@ -147,10 +133,8 @@ def ports_doc(
     plan: Plan, rules: tuple[PortRule, ...], order: list[str], svcs: tuple[Service, ...] = ()
 ) -> str:
     lines = [
-        f"# Ports for {plan.name} (phase {plan.phase}, bare metal)",
-        "",
-        "Rendered by pdctl; open these between the hosts (and to clients for the router).",
-        "",
+        f"# Ports for {plan.name} (phase {plan.phase}, bare metal)", "",
+        "Rendered by pdctl; open these between the hosts (and to clients for the router).", "",
         "| host | address | port(s) | open to | purpose | spec field |",
         "|---|---|---|---|---|---|",
     ]
@@ -166,14 +150,12 @@ def ports_doc(
     lines += [f"{i}. {name}" for i, name in enumerate(order, 1)]
     if svcs:
         lines += [
-            "",
-            "The router's run.sh waits for every engine's /health itself, so the order matters",
+            "", "The router's run.sh waits for every engine's /health itself, so the order matters",
             "only for speed; stop in reverse.",
         ]
     else:  # phase 0 with multi-node groups (docs/multinode.md)
         lines += [
-            "",
-            "A group's nodes start together; the group is up when its leader's /health",
+            "", "A group's nodes start together; the group is up when its leader's /health",
             "answers. Stop in reverse.",
         ]
     return "\n".join([*lines, ""])

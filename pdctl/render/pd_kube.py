@@ -85,8 +85,7 @@ def sidecar_container(plan: Plan) -> Obj:
         "ports": [port("sidecar", K8S_PREFILL_PORT)],
         "restartPolicy": "Always",
         "resources": {
-            "requests": {"cpu": "250m", "memory": "256Mi"},
-            "limits": {"cpu": "1", "memory": "1Gi"},
+            "requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"},
         },
         "securityContext": container_security(non_root=True),
         "volumeMounts": [token_mount()],
@@ -137,17 +136,14 @@ def decode_deployment(plan: Plan, inst: Instance) -> Obj:
 
 def inference_pool(plan: Plan) -> Obj:
     return {
-        "apiVersion": LLMD.pool_api,
-        "kind": "InferencePool",
+        "apiVersion": LLMD.pool_api, "kind": "InferencePool",
         "metadata": metadata(plan, plan.name, "inference-pool"),
         "spec": {
             "selector": {"matchLabels": {POOL_LABEL: plan.name}},
             "targetPorts": [{"number": K8S_PREFILL_PORT}],
             "endpointPickerRef": {
-                "kind": "Service",
-                "name": f"{plan.name}-epp",
-                "port": {"number": LLMD.epp_grpc_port},
-                "failureMode": "FailOpen",
+                "kind": "Service", "name": f"{plan.name}-epp",
+                "port": {"number": LLMD.epp_grpc_port}, "failureMode": "FailOpen",
             },
         },
     }
@@ -166,16 +162,12 @@ def epp_config(lora: bool = False) -> Obj:
         {"pluginRef": "max-score-picker"},
     ]
     return {
-        "apiVersion": LLMD.epp_config_api,
-        "kind": "EndpointPickerConfig",
+        "apiVersion": LLMD.epp_config_api, "kind": "EndpointPickerConfig",
         "plugins": [
-            {"type": "prefix-cache-scorer"},
-            {"type": "queue-scorer"},
+            {"type": "prefix-cache-scorer"}, {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
-            *([{"type": "lora-affinity-scorer"}] if lora else []),
-            {"type": "prefill-filter"},
-            {"type": "decode-filter"},
-            {"type": "max-score-picker"},
+            *([{"type": "lora-affinity-scorer"}] if lora else []), {"type": "prefill-filter"},
+            {"type": "decode-filter"}, {"type": "max-score-picker"},
             {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 16}},
             {
                 "type": "disagg-profile-handler",
@@ -194,9 +186,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
     ns = plan.spec.kubernetes.namespace
     epp = settings(plan, "epp")
     config = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(plan, name, "epp"),
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(plan, name, "epp"),
         "data": {EPP_CONFIG: dump(epp_config(plan.spec.model.lora is not None))},
     }
     # gRPC is HTTP/2 over plain TCP to the Service: Kubernetes' standard appProtocol for it is
@@ -225,12 +215,10 @@ def epp_objects(plan: Plan) -> list[Obj]:
         "ports": [port(n, p) for n, p, _ in ports],
         "resources": resources(epp.resources, {}),
         "readinessProbe": {
-            "grpc": {"port": LLMD.epp_health_port, "service": "readiness"},
-            "periodSeconds": 2,
+            "grpc": {"port": LLMD.epp_health_port, "service": "readiness"}, "periodSeconds": 2,
         },
         "livenessProbe": {
-            "grpc": {"port": LLMD.epp_health_port, "service": "liveness"},
-            "initialDelaySeconds": 5,
+            "grpc": {"port": LLMD.epp_health_port, "service": "liveness"}, "initialDelaySeconds": 5,
             "periodSeconds": 10,
         },
         "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
@@ -270,8 +258,7 @@ def http_route(plan: Plan, gateway: str) -> Obj:
         # sets 300s too).
         rule["timeouts"] = {"request": timeout}
     return {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": metadata(plan, plan.name, "route"),
         "spec": {
             "parentRefs": [

@@ -41,9 +41,7 @@ def log_limits(unit: Unit) -> dict[str, object]:
     names = ["log"] + [f"log.{i}" for i in range(1, files)]
     shown = ", ".join(names) if files <= 3 else f"log, log.1 ... log.{files - 1}"
     return dict(
-        log_max_size=size,
-        log_bytes=int(size[:-1]) * _SIZE[size[-1]],
-        log_files=files,
+        log_max_size=size, log_bytes=int(size[:-1]) * _SIZE[size[-1]], log_files=files,
         log_files_list=shown,
     )
 
@@ -52,9 +50,7 @@ def supervise_vars(plan: Plan, unit: Unit) -> dict[str, object]:
     """What process-start.sh.j2 and process-stop.sh.j2 need to know of supervision."""
     return dict(
         supervise=unit.host.supervise if unit.image is None else "none",
-        service=service_name(plan, unit),
-        systemd=supervised(unit),
-        **log_limits(unit),
+        service=service_name(plan, unit), systemd=supervised(unit), **log_limits(unit),
     )
 
 
@@ -79,37 +75,22 @@ def supervise_files(
     deploy = unit_path(str(common["deploy_dir"]))
     after, before = _ordering(plan, unit)
     text = render_template(
-        "systemd.service.j2",
-        header=header,
-        scope_paths=UNITS_PATHS.replace("<name>", service),
-        service=service,
-        deployment=plan.name,
-        unit=unit.name,
-        role=unit.role,
-        after=after,
-        before=before,
-        interval=START_LIMIT_INTERVAL,
-        burst=START_LIMIT_BURST,
-        unit_dir=f"{deploy}/{unit.name}",
-        deploy_dir=deploy,
-        restart_sec=RESTART_SEC,
+        "systemd.service.j2", header=header, scope_paths=UNITS_PATHS.replace("<name>", service),
+        service=service, deployment=plan.name, unit=unit.name, role=unit.role, after=after,
+        before=before, interval=START_LIMIT_INTERVAL, burst=START_LIMIT_BURST,
+        unit_dir=f"{deploy}/{unit.name}", deploy_dir=deploy, restart_sec=RESTART_SEC,
         stop_timeout=STOP_TIMEOUT,
     )
     backoff = render_template(
         "systemd-backoff.conf.j2", service=service, steps=RESTART_STEPS, max_delay=RESTART_MAX_DELAY
     )
     serve = render_template(
-        "process-serve.sh.j2",
-        header=header,
-        setup=unit.setup,
-        env=env,
-        command=unit.command,
+        "process-serve.sh.j2", header=header, setup=unit.setup, env=env, command=unit.command,
         **common,
     )
     halt = render_template("process-stop.sh.j2", header=header, systemd=False, **common)
     return (
-        Artifact(f"{base}/{service}", text),
-        Artifact(f"{base}/backoff.conf", backoff),
+        Artifact(f"{base}/{service}", text), Artifact(f"{base}/backoff.conf", backoff),
         Artifact(f"{base}/serve.sh", serve, executable=True),
         Artifact(f"{base}/halt.sh", halt, executable=True),
     )

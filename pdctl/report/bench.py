@@ -197,10 +197,8 @@ def _about(rep: dict[str, Any]) -> str:
     w = rep.get("workload") or {}
     rows = [
         ("deployment", f"{rep.get('name')} (phase {rep.get('phase')})"),
-        ("spec hash", rep.get("specHash")),
-        ("created", rep.get("createdAt")),
-        ("pdctl", rep.get("pdctl")),
-        ("endpoint", rep.get("endpoint")),
+        ("spec hash", rep.get("specHash")), ("created", rep.get("createdAt")),
+        ("pdctl", rep.get("pdctl")), ("endpoint", rep.get("endpoint")),
         ("plan", (rep.get("plan") or {}).get("basis")),
         ("workload", f"{w.get('promptTokens')} prompt / {w.get('outputTokens')} output tokens; "
                      + (f"SLOs TTFT {p.num(w.get('ttftMs'))} ms, TPOT {p.num(w.get('tpotMs'))} ms"

@@ -11,13 +11,8 @@ import io
 from typing import Any
 
 RC: Any = {
-    "svg.hashsalt": "pdctl-report",
-    "svg.fonttype": "path",
-    "svg.image_inline": True,
-    "font.size": 9,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.spines.top": False,
+    "svg.hashsalt": "pdctl-report", "svg.fonttype": "path", "svg.image_inline": True,
+    "font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False,
 }
 

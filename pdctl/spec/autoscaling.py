@@ -25,9 +25,7 @@ class RoleScaling(Section):
         "(rate of vllm:request_success_total, the requests/s one instance carries at the SLOs).",
     )
     target: float | None = Field(
-        None,
-        gt=0,
-        le=1_000_000,
+        None, gt=0, le=1_000_000,
         description="The per-instance target, written instead of derived. Derived from the "
         "capacity plan at workload's SLOs (`pdctl render` writes each derivation in the "
         "annotation pdctl.io/autoscale-target): waiting = 0.5 x (workload.ttftMs, else 1 s, - "
@@ -68,21 +66,16 @@ class Autoscaling(Section):
         "Prometheus trigger.",
     )
     prometheus: str | None = Field(
-        None,
-        min_length=1,
-        max_length=2048,
+        None, min_length=1, max_length=2048,
         pattern=pattern(
-            r"https?://[^\s'\"]+",
-            "an http(s) URL without spaces or quotes",
+            r"https?://[^\s'\"]+", "an http(s) URL without spaces or quotes",
             "write the URL as e.g. http://prometheus-operated.monitoring:9090",
         ),
         description="Prometheus URL KEDA queries (`engine: keda`), e.g. "
         "http://prometheus-operated.monitoring:9090.",
     )
     max_gpus: int | None = Field(
-        None,
-        ge=1,
-        le=1_000_000,
+        None, ge=1, le=1_000_000,
         description="GPU budget: the roles' maxReplicas x GPUs per instance must fit it; the "
         "policy never scales past it.",
     )

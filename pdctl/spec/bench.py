@@ -15,28 +15,22 @@ class Bench(Section):
         32, ge=1, le=1_000_000, description="Requests per step (`--num-prompts`)."
     )
     duration_s: float | None = Field(
-        None,
-        gt=0,
-        le=86_400,
+        None, gt=0, le=86_400,
         description="With `requestRate`: the step lasts about this long (requests = rate x "
         "duration, at least 1); `requests` is then ignored.",
     )
     request_rate: tuple[float, ...] = Field(
-        (),
-        max_length=32,
+        (), max_length=32,
         description="Request-rate sweep (requests/s, Poisson arrivals): one step per rate. "
         "Empty with empty `concurrency`: one step sending every request at once.",
     )
     concurrency: tuple[int, ...] = Field(
-        (),
-        max_length=32,
+        (), max_length=32,
         description="Concurrency sweep (`--max-concurrency`): one step per value, after the "
         "rate steps.",
     )
     range_ratio: float = Field(
-        0.0,
-        ge=0,
-        lt=1,
+        0.0, ge=0, lt=1,
         description="Prompt and output lengths are drawn from [n x (1 - r), n x (1 + r)] "
         "around workload.promptTokens / outputTokens.",
     )

@@ -17,15 +17,9 @@ CACHE_MOUNT = "/root/.cache/huggingface"
 IMAGE_MOUNT = "/models"
 # Labels pdctl sets and selects on: a user value would break a Service, pool or rollout.
 RESERVED_LABELS = (
-    "app.kubernetes.io/name",
-    "app.kubernetes.io/instance",
-    "app.kubernetes.io/component",
-    "app.kubernetes.io/part-of",
-    "app.kubernetes.io/version",
-    "app.kubernetes.io/managed-by",
-    "pdctl.io/pool",
-    "llm-d.ai/role",
-    "llm-d.ai/engine-type",
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of", "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
+    "pdctl.io/pool", "llm-d.ai/role", "llm-d.ai/engine-type",
 )
 
 
@@ -101,9 +95,7 @@ class Storage(Section):
     @model_validator(mode="after")
     def _fields_of_type(self) -> "Storage":
         needs = {
-            "existingClaim": ("claim_name",),
-            "hostPath": ("path",),
-            "nfs": ("server", "path"),
+            "existingClaim": ("claim_name",), "hostPath": ("path",), "nfs": ("server", "path"),
             "image": ("reference",),
         }
         for field in needs.get(self.type, ()):
@@ -111,11 +103,8 @@ class Storage(Section):
                 alias = type(self).model_fields[field].alias
                 raise ValueError(f"type {self.type} needs `{alias}`")
         owners = {
-            "claim_name": ("existingClaim",),
-            "path": ("hostPath", "nfs"),
-            "server": ("nfs",),
-            "reference": ("image",),
-            "pull_policy": ("image",),
+            "claim_name": ("existingClaim",), "path": ("hostPath", "nfs"), "server": ("nfs",),
+            "reference": ("image",), "pull_policy": ("image",),
         }
         for field, types in owners.items():
             if getattr(self, field) is not None and self.type not in types:
@@ -309,8 +298,7 @@ def section_mounts(k8s: Kubernetes, roles: list[tuple[str, PodSettings | None]])
         if mount.mount_path in ("/dev/shm", k8s.storage.mount):
             raise SpecError(
                 f"volumeMounts[{i}]: {mount.mount_path} is where pdctl mounts its own volume",
-                path="kubernetes.volumeMounts",
-                fix="mount the volume somewhere else",
+                path="kubernetes.volumeMounts", fix="mount the volume somewhere else",
             )
         for role, over in roles:
             if over is not None and "volume_mounts" in over.model_fields_set:

@@ -104,12 +104,7 @@ class Volume(Section):
     @model_validator(mode="after")
     def _one(self) -> "Volume":
         sources = (
-            "config_map",
-            "secret",
-            "empty_dir",
-            "host_path",
-            "persistent_volume_claim",
-            "nfs",
+            "config_map", "secret", "empty_dir", "host_path", "persistent_volume_claim", "nfs",
             "image",
         )
         one_of(self, sources, "a volume")

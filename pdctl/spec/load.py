@@ -84,10 +84,8 @@ def load_data(data: Any, source: Source) -> Spec:
     """Validate parsed spec data (one file, or a base merged with overlays)."""
     if not isinstance(data, dict):
         raise SpecError(
-            f"the spec must be a mapping of keys (got {_kind(data)})",
-            file=source.file,
-            line=source.lines.get(()),
-            fix="start from `pdctl init > spec.yaml`",
+            f"the spec must be a mapping of keys (got {_kind(data)})", file=source.file,
+            line=source.lines.get(()), fix="start from `pdctl init > spec.yaml`",
         )
     problems = [
         SpecError(message, path=dotted(loc), file=file, line=line, fix=_BOOL_FIX)
@@ -223,9 +221,7 @@ def _explain(err: Any, loc: Loc) -> tuple[str, str]:
         return f"unknown key {key}", "allowed keys: " + ", ".join(allowed)
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         sign = {
-            "greater_than_equal": ">=",
-            "greater_than": ">",
-            "less_than_equal": "<=",
+            "greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
             "less_than": "<",
         }[kind]
         bound = next(iter(ctx.values()))

@@ -24,8 +24,7 @@ class Adapter(Section):
     name: str = Field(
         ...,
         pattern=pattern(
-            NAME,
-            "an adapter name: letters, digits, '.', '_', '/', ':' and '-', at most 128",
+            NAME, "an adapter name: letters, digits, '.', '_', '/', ':' and '-', at most 128",
             "write the name clients put in a request's `model`, e.g. sql-lora",
         ),
         description="The name clients put in a request's `model` to use the adapter.",
@@ -55,9 +54,7 @@ class Adapter(Section):
         "holding the adapter's files, mounted read-only as an image volume.",
     )
     rank: int | None = Field(
-        None,
-        ge=1,
-        le=512,
+        None, ge=1, le=512,
         description="The adapter's rank `r` (its adapter_config.json), for the check against "
         "`maxLoraRank` and for `pdctl plan`.",
     )
@@ -121,9 +118,7 @@ class Lora(Section):
         + ". GPU buffers are reserved at this rank.",
     )
     max_cpu_loras: int | None = Field(
-        None,
-        ge=1,
-        le=4096,
+        None, ge=1, le=4096,
         description="Adapters kept in host memory (`--max-cpu-loras`). Default: vLLM's "
         "(`maxLoras`).",
     )
@@ -149,8 +144,7 @@ class Lora(Section):
                 raise SpecError(
                     f"adapter name {a.name!r} is used twice (adapters[{seen[a.name]}] and "
                     f"adapters[{i}])",
-                    path=f"{where}.name",
-                    fix="give every adapter its own name",
+                    path=f"{where}.name", fix="give every adapter its own name",
                 )
             seen[a.name] = i
             if a.rank is not None and a.rank > self.max_lora_rank:
@@ -179,8 +173,7 @@ def check_names(lora: Lora, model_name: str, served: str | None) -> None:
         where = f"model.lora.adapters[{i}]"
         if a.name in names:
             raise SpecError(
-                f"adapter name {a.name!r} is the served model's name",
-                path=f"{where}.name",
+                f"adapter name {a.name!r} is the served model's name", path=f"{where}.name",
                 fix="rename the adapter: clients choose it by this name in `model`",
             )
         if a.base_model is not None and a.base_model != model_name:

@@ -54,9 +54,7 @@ class Model(Section):
         None, description="Name clients use in requests (`--served-model-name`). Default: `name`."
     )
     max_model_len: int | None = Field(
-        None,
-        ge=16,
-        le=10_000_000,
+        None, ge=16, le=10_000_000,
         description="Longest sequence (prompt + output) in tokens (`--max-model-len`). "
         "Default: the model's own limit.",
     )
@@ -76,8 +74,7 @@ class Model(Section):
         "planning). Relative paths are relative to the spec file.",
     )
     params_billion: float | None = Field(
-        None,
-        gt=0,
+        None, gt=0,
         description="Parameter count in billions, for capacity planning when the model is "
         "not in pdctl's table and `config` gives no count.",
     )
@@ -193,9 +190,7 @@ class Host(Section):
         "Empty only with `engine.device: cpu`.",
     )
     instances: int | None = Field(
-        None,
-        ge=1,
-        le=64,
+        None, ge=1, le=64,
         description="How many engine instances this host runs. Default: as many as its GPUs "
         "hold, until the replicas are placed.",
     )
@@ -238,8 +233,7 @@ class Host(Section):
     log_max_size: str = Field(
         "100m",
         pattern=pattern(
-            r"^[1-9][0-9]{0,5}[kmg]$",
-            "a log file size: a number with k, m or g (e.g. 100m)",
+            r"^[1-9][0-9]{0,5}[kmg]$", "a log file size: a number with k, m or g (e.g. 100m)",
             "write e.g. 100m (docker's json-file max-size)",
         ),
         description="The size at which a log is rotated: a container's json-file log "
@@ -248,9 +242,7 @@ class Host(Section):
         "within journald's own limits).",
     )
     log_max_files: int = Field(
-        5,
-        ge=1,
-        le=100,
+        5, ge=1, le=100,
         description="How many log files a container (`--log-opt max-file`) or a nohup'd "
         "process keeps, the current one included: at most `logMaxSize` x `logMaxFiles` of log "
         "per unit.",
@@ -347,9 +339,7 @@ class Serve(Multinode):
     )
     pipeline_parallel: int = Field(1, ge=1, le=64, description="Pipeline-parallel stages.")
     gpu_memory_utilization: float | None = Field(
-        None,
-        gt=0,
-        le=1,
+        None, gt=0, le=1,
         description="Fraction of each GPU's memory vLLM may use. Default: vLLM's own (0.92 since "
         "0.2x; 0.9 before).",
     )
@@ -358,9 +348,7 @@ class Serve(Multinode):
         None, ge=1, description="`--max-num-batched-tokens`."
     )
     port: int = Field(
-        8000,
-        ge=1024,
-        le=65535,
+        8000, ge=1024, le=65535,
         description="HTTP port of the first instance on a host; further instances take the "
         "next ports.",
     )

@@ -29,8 +29,7 @@ def merge(base: tuple[Any, Source], *overlays: tuple[Any, Source]) -> tuple[Any,
     for over, over_source in overlays:
         if not isinstance(over, dict):
             raise SpecError(
-                "an overlay must be a mapping of keys, as a spec is",
-                file=over_source.file,
+                "an overlay must be a mapping of keys, as a spec is", file=over_source.file,
                 line=over_source.lines.get(()),
                 fix="write the keys to change, e.g. `kubernetes: {namespace: prod}`",
             )
@@ -106,8 +105,7 @@ class _Merge:
             name, delete = self.entry(item, oloc + (j,), key)
             if name in named:
                 raise self.refuse(
-                    oloc + (j, key),
-                    f"{key} {name!r} is listed twice in this overlay",
+                    oloc + (j, key), f"{key} {name!r} is listed twice in this overlay",
                     "merge the two entries into one",
                 )
             named.add(name)
@@ -119,8 +117,7 @@ class _Merge:
                     entries[at] = (at, j)
             elif delete:
                 raise self.refuse(
-                    oloc + (j, DELETE),
-                    f"no entry with {key} {name!r} in the spec to delete",
+                    oloc + (j, DELETE), f"no entry with {key} {name!r} in the spec to delete",
                     f"check the {key}; entries: {', '.join(map(str, index)) or 'none'}",
                 )
             else:

@@ -25,17 +25,13 @@ class Multinode(Section):
     the first), else tensor x pipeline parallel is split across the nodes (`--nnodes`)."""
 
     nodes: int = Field(
-        1,
-        ge=1,
-        le=64,
+        1, ge=1, le=64,
         description="Hosts one instance spans (a multi-node group: the first is the leader, "
         "the others run `--headless`). Each node takes tensorParallel x pipelineParallel x "
         "dataParallel / nodes GPUs on its own host.",
     )
     data_parallel: int = Field(
-        1,
-        ge=1,
-        le=1024,
+        1, ge=1, le=1024,
         description="Data-parallel ranks per instance (`--data-parallel-size`), spread evenly "
         "over its `nodes`; each rank has tensorParallel GPUs. For MoE models with "
         "`expertParallel` (wide EP); the leader's API server balances requests over them.",
@@ -46,18 +42,14 @@ class Multinode(Section):
         "(`--enable-expert-parallel`) instead of tensor-slicing each expert.",
     )
     rendezvous_port: int | None = Field(
-        None,
-        ge=1024,
-        le=65535,
+        None, ge=1024, le=65535,
         description="Port on the leader node the group's nodes meet on: `--master-port` "
         "(TP/PP across nodes; default 29501, vLLM's) or `--data-parallel-rpc-port` (data "
         "parallel; default 29550, vLLM's). Further groups led from the same host take the "
         "next ports.",
     )
     guard_port: int | None = Field(
-        None,
-        ge=1024,
-        le=65535,
+        None, ge=1024, le=65535,
         description="Multi-node groups on hosts: the port of the first group guard on each "
         "node's address (default 29700); further nodes on the same "
         "address take the next ports. A group's guards ask each other whether every node is "
@@ -77,9 +69,7 @@ class Role(Multinode):
     )
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs per instance (TP).")
     gpu_memory_utilization: float | None = Field(
-        None,
-        gt=0,
-        le=1,
+        None, gt=0, le=1,
         description="Fraction of GPU (or, in phase 3, of the slice's) memory vLLM may use. "
         "Default: vLLM's own; for HAMi slices pdctl computes it from the slice size.",
     )
@@ -88,9 +78,7 @@ class Role(Multinode):
         None, ge=1, description="`--max-num-batched-tokens`."
     )
     port: int | None = Field(
-        None,
-        ge=1024,
-        le=65535,
+        None, ge=1024, le=65535,
         description="HTTP port of the first instance of this role on a host (bare metal); "
         "further instances on the host take the next ports. Default: 8100 for prefill, 8200 "
         "for decode. On Kubernetes the ports are fixed (llm-d: prefill 8000, decode 8200 "
@@ -131,9 +119,7 @@ class Share(Section):
 
     per_gpu: int = Field(2, ge=1, le=16, description="Decode slices packed on one physical GPU.")
     gpu_memory_percent: int | None = Field(
-        None,
-        ge=1,
-        le=100,
+        None, ge=1, le=100,
         description="Slice size as a percentage of the GPU's memory "
         "(`nvidia.com/gpumem-percentage`). Default: 100 / perGpu (rounded down).",
     )
@@ -141,8 +127,7 @@ class Share(Section):
         None, ge=256, description="Slice size in MiB (`nvidia.com/gpumem`); instead of percent."
     )
     gpu_total_mib: int | None = Field(
-        None,
-        ge=1024,
+        None, ge=1024,
         description="Memory of one physical GPU in MiB (e.g. 143771 for an H200), so pdctl can "
         "size percentage slices, check MiB packings and pick the utilization. Default: unknown.",
     )
@@ -189,8 +174,7 @@ class Share(Section):
         # SpecError (not ValueError): load_text locates it, and the line names field and fix.
         if self.gpu_memory_percent is not None and self.gpu_memory_mib is not None:
             raise SpecError(
-                "give gpuMemoryPercent or gpuMemoryMib, not both",
-                path="decode.share.gpuMemoryMib",
+                "give gpuMemoryPercent or gpuMemoryMib, not both", path="decode.share.gpuMemoryMib",
                 fix="remove gpuMemoryMib to size slices by percent, or gpuMemoryPercent",
             )
         return self
@@ -214,9 +198,7 @@ class Store(Section):
         9003, ge=1024, le=65535, description="mooncake_master admin/metrics HTTP port."
     )
     metadata_port: int = Field(
-        8080,
-        ge=1024,
-        le=65535,
+        8080, ge=1024, le=65535,
         description="Port of the master's embedded HTTP metadata server for the transfer engines.",
     )
     global_segment_gib: int = Field(
@@ -245,30 +227,23 @@ class Disaggregation(Section):
         "engine device (`cpu` is written out for CPU engines).",
     )
     kv_port: int = Field(
-        21001,
-        ge=1024,
-        le=65000,
+        21001, ge=1024, le=65000,
         description="p2p-nccl: first ZMQ port on a host; each instance takes a block of "
         "tensorParallel ports (`kv_port + tp_rank`).",
     )
     gpu_memory_gib: float | None = Field(
-        None,
-        gt=0,
+        None, gt=0,
         description="p2p-nccl: memory of one GPU in GiB, to size the decode `kv_buffer_size` "
         "(10% of it in bytes, the upstream rule of thumb). Default: 8e9 bytes, the upstream "
         "example.",
     )
     bootstrap_port: int = Field(
-        8998,
-        ge=1024,
-        le=65535,
+        8998, ge=1024, le=65535,
         description="mooncake: first `VLLM_MOONCAKE_BOOTSTRAP_PORT` on a host (one per "
         "prefill instance).",
     )
     side_channel_port: int = Field(
-        5600,
-        ge=1024,
-        le=65535,
+        5600, ge=1024, le=65535,
         description="nixl: first `VLLM_NIXL_SIDE_CHANNEL_PORT` on a host; each further "
         "instance on the host takes the next port.",
     )
@@ -314,9 +289,7 @@ class Router(Section):
     """
 
     port: int = Field(
-        8090,
-        ge=1024,
-        le=65535,
+        8090, ge=1024, le=65535,
         description="Port clients send requests to. The default 8090 is no default port of an "
         "engine (8000 and up, prefill 8100 and up, decode 8200 and up), a Mooncake service "
         "(8080, 8998, 9003) or a metrics port, so `router: {}` runs beside the engines on "
@@ -355,25 +328,19 @@ class Router(Section):
         "`power_of_two` and `sticky_least_loaded` pick by load, `cache_aware` by prefix.",
     )
     health_check_interval_secs: int = Field(
-        3,
-        ge=1,
-        le=600,
+        3, ge=1, le=600,
         description="How often the router checks engines (`--health-check-interval-secs`); "
         "its default of 60 s sends traffic to a dead engine for minutes.",
     )
     discovery_port: int = Field(
-        30001,
-        ge=1024,
-        le=65535,
+        30001, ge=1024, le=65535,
         description="p2p-nccl: ZMQ port where engines register (`--vllm-discovery-address`).",
     )
     metrics_port: int = Field(
         29000, ge=1024, le=65535, description="Router Prometheus port (`--prometheus-port`)."
     )
     wait_minutes: int = Field(
-        60,
-        ge=1,
-        le=1440,
+        60, ge=1, le=1440,
         description="How long the router waits for every engine's /health before it starts.",
     )
     gateway: str | None = Field(

@@ -100,9 +100,7 @@ def parse(text: str, file: str) -> tuple[Any, Source]:
         loader, node = _compose(text, file)
         if node is None:
             raise SpecError(
-                "the spec holds no YAML document (only comments?)",
-                file=file,
-                line=1,
+                "the spec holds no YAML document (only comments?)", file=file, line=1,
                 fix="start from `pdctl init > spec.yaml`",
             )
         lines[()] = node.start_mark.line + 1
@@ -113,8 +111,7 @@ def parse(text: str, file: str) -> tuple[Any, Source]:
         char = exc.character
         code = ord(char) if isinstance(char, str) else int(char)
         raise SpecError(
-            f"character U+{code:04X} is not allowed in YAML",
-            file=file,
+            f"character U+{code:04X} is not allowed in YAML", file=file,
             line=text.count("\n", 0, exc.position) + 1,
             fix="remove it, or write it as an escape in a double-quoted string",
         ) from None
@@ -129,8 +126,7 @@ def parse(text: str, file: str) -> tuple[Any, Source]:
 def too_big(file: str, limit: int = MAX_SPEC_BYTES) -> SpecError:
     """A file past its size bound (a spec; `model.config`)."""
     return SpecError(
-        f"is larger than {limit // 1024:,} KiB, more than pdctl reads",
-        file=file,
+        f"is larger than {limit // 1024:,} KiB, more than pdctl reads", file=file,
         fix="check that this is the right file",
     )
 
@@ -141,9 +137,7 @@ def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
     if exc.context and exc.problem:
         what = f"{exc.context}, {exc.problem}"
     return SpecError(
-        f"YAML syntax error: {what}",
-        file=file,
-        line=mark.line + 1 if mark else None,
+        f"YAML syntax error: {what}", file=file, line=mark.line + 1 if mark else None,
         fix="check indentation, colons and quotes on this line",
     )
 
@@ -199,8 +193,7 @@ def _flow_depth(text: str) -> tuple[int, int | None]:
 
 def _too_deep(file: str, mark: Any, line: int | None = None) -> SpecError:
     return SpecError(
-        f"is nested more than {MAX_DEPTH} levels deep",
-        file=file,
+        f"is nested more than {MAX_DEPTH} levels deep", file=file,
         line=mark.line + 1 if mark is not None else line,
         fix="a spec nests mappings and lists a few levels deep: check the brackets",
     )
@@ -234,8 +227,7 @@ class _Builder:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.refuse(
-                node,
-                loc,
+                node, loc,
                 f"the spec expands to more than {MAX_NODES:,} keys, values and list items",
                 "a spec needs far fewer: check its anchors (&) and aliases (*)",
             )
@@ -257,8 +249,7 @@ class _Builder:
     def scalar(self, node: yaml.Node, loc: Loc) -> Any:
         if len(node.value) > MAX_SCALAR:
             raise self.refuse(
-                node,
-                loc,
+                node, loc,
                 f"a value of {len(node.value):,} characters is longer than the "
                 f"{MAX_SCALAR:,} pdctl reads",
                 "shorten it",
@@ -293,10 +284,7 @@ class _Builder:
             line = key_node.start_mark.line + 1
             if key in out:
                 raise SpecError(
-                    f"duplicate key {key!r}",
-                    path=dotted(loc + (key,)),
-                    file=self.file,
-                    line=line,
+                    f"duplicate key {key!r}", path=dotted(loc + (key,)), file=self.file, line=line,
                     fix="keep one of the two entries",
                 )
             self.lines[loc + (key,)] = line

@@ -34,29 +34,20 @@ class Speculative(Section):
         "the target model itself.",
     )
     num_speculative_tokens: int = Field(
-        ...,
-        ge=1,
-        le=64,
-        description="Tokens proposed per step (`num_speculative_tokens`).",
+        ..., ge=1, le=64, description="Tokens proposed per step (`num_speculative_tokens`).",
     )
     draft_tensor_parallel: int | None = Field(
-        None,
-        ge=1,
-        le=64,
+        None, ge=1, le=64,
         description="Tensor parallelism of the draft (`draft_tensor_parallel_size`): 1 or the "
         "role's tensorParallel (vLLM refuses anything else). Default: the role's.",
     )
     prompt_lookup_min: int | None = Field(
-        None,
-        ge=1,
-        le=1024,
+        None, ge=1, le=1024,
         description="ngram only: the shortest n-gram matched in the prompt. Default: vLLM's "
         "(5, or prompt_lookup_max when only that is given).",
     )
     prompt_lookup_max: int | None = Field(
-        None,
-        ge=1,
-        le=1024,
+        None, ge=1, le=1024,
         description="ngram only: the longest n-gram matched in the prompt. Default: vLLM's "
         "(5, or prompt_lookup_min when only that is given).",
     )
@@ -98,9 +89,7 @@ class KvOffload(Section):
     """KV-cache offloading to host memory: a second KV tier in each engine's host RAM."""
 
     size_gib: float = Field(
-        ...,
-        gt=0,
-        le=65536,
+        ..., gt=0, le=65536,
         description="Host memory per engine instance for offloaded KV blocks, in GiB (all "
         "its tensor-parallel ranks together; vLLM's `kv_offloading_size`). `pdctl plan` "
         "shows what each host holds.",

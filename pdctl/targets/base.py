@@ -138,10 +138,8 @@ class Connect:
         from pdctl.targets.docker.transport import DEFAULT_CERT_PATH, DockerAccess
 
         return DockerAccess(
-            tls=self.docker_tls,
-            cert_path=self.docker_cert_path or DEFAULT_CERT_PATH,
-            insecure=self.insecure_docker,
-            ssh=self.ssh,
+            tls=self.docker_tls, cert_path=self.docker_cert_path or DEFAULT_CERT_PATH,
+            insecure=self.insecure_docker, ssh=self.ssh,
         )
 
 
@@ -202,18 +200,8 @@ class Observer(Protocol):
 
 
 __all__ = [
-    "DEFAULT_KNOWN_HOSTS",
-    "Capabilities",
-    "Connect",
-    "Endpoint",
-    "Observer",
-    "Reply",
-    "Telemetry",
-    "Stage",
-    "StageFn",
-    "Stopped",
-    "StatusRow",
-    "Target",
+    "DEFAULT_KNOWN_HOSTS", "Capabilities", "Connect", "Endpoint", "Observer", "Reply", "Telemetry",
+    "Stage", "StageFn", "Stopped", "StatusRow", "Target",
 ]
 
 

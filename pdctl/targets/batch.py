@@ -38,15 +38,12 @@ def new_boundary() -> str:
 def batch_script(commands: Sequence[str], boundary: str, first: int = 0) -> str:
     """The script that runs `commands` in order (numbered from `first`), framing each one."""
     lines = [
-        f"b={boundary}",
-        "exec </dev/null",
+        f"b={boundary}", "exec </dev/null",
     ]
     for i, cmd in enumerate(commands, start=first):
         lines += [
-            f"printf '%s begin %d\\n' \"$b\" {i}",
-            f"printf '%s begin %d\\n' \"$b\" {i} >&2",
-            f"( eval {shlex.quote(cmd)} ); rc=$?",
-            f'printf \'\\n%s end %d %d\\n\' "$b" {i} "$rc"',
+            f"printf '%s begin %d\\n' \"$b\" {i}", f"printf '%s begin %d\\n' \"$b\" {i} >&2",
+            f"( eval {shlex.quote(cmd)} ); rc=$?", f'printf \'\\n%s end %d %d\\n\' "$b" {i} "$rc"',
             f"printf '\\n%s end %d\\n' \"$b\" {i} >&2",
         ]
     return "\n".join(lines) + "\n"

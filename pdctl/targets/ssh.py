@@ -160,14 +160,9 @@ class Connection:
         client.set_missing_host_key_policy(_policy(self.options, known, self.host))
         try:
             client.connect(
-                self.host.address,
-                port=self.host.port,
-                username=self.host.user or _local_user(),
-                key_filename=key_file,
-                look_for_keys=key_file is None,
-                allow_agent=key_file is None,
-                timeout=self.options.connect_timeout,
-                banner_timeout=self.options.connect_timeout,
+                self.host.address, port=self.host.port, username=self.host.user or _local_user(),
+                key_filename=key_file, look_for_keys=key_file is None, allow_agent=key_file is None,
+                timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
                 auth_timeout=self.options.connect_timeout,
             )
         except PdctlError:  # the host-key policy refused the key
@@ -219,8 +214,7 @@ class Connection:
                 why = "no answer"
             self.lost = HostLost(
                 f"{self.where()}: connection lost while {step or 'talking to it'} ({why})",
-                self.host.name,
-                step,
+                self.host.name, step,
             )
             if self.client is not None:
                 self.client.close()

@@ -67,13 +67,8 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
     """The units of a hosts bundle (its data: no path or script is parsed), in start order."""
     out = [
         Desired(
-            host=u.unit.host,
-            name=u.unit.name,
-            role=u.unit.role,
-            hash=u.digest,
-            port=u.unit.port if u.unit.health_path else None,
-            files=u.files,
-            address=u.unit.address,
+            host=u.unit.host, name=u.unit.name, role=u.unit.role, hash=u.digest,
+            port=u.unit.port if u.unit.health_path else None, files=u.files, address=u.unit.address,
         )
         for u in bundle.units
     ]

@@ -84,47 +84,25 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "", width: int | None
         tables = [_instance_table(w, title, LOAD_COLUMNS + LATENCY_COLUMNS, True)]
     roles = Table(title="per role", title_justify="left", pad_edge=False)
     for col in (
-        "role",
-        "n",
-        "run",
-        "wait",
-        "req/s",
-        "prompt t/s",
-        "gen t/s",
-        "KV mean",
-        "KV recv tok",
+        "role", "n", "run", "wait", "req/s", "prompt t/s", "gen t/s", "KV mean", "KV recv tok",
     ):
         roles.add_column(col, justify="left" if col == "role" else "right")
     for role, r in sorted(role_totals(w.instances).items()):
         roles.add_row(
-            role,
-            _n(r.get("instances"), ".0f"),
-            _n(r.get("running"), ".0f"),
-            _n(r.get("waiting"), ".0f"),
-            _n(r.get("request_rate"), ".2f"),
-            _n(r.get("prompt_tps")),
-            _n(r.get("generation_tps")),
-            _n(r.get("kv_usage"), ".0%"),
+            role, _n(r.get("instances"), ".0f"), _n(r.get("running"), ".0f"),
+            _n(r.get("waiting"), ".0f"), _n(r.get("request_rate"), ".2f"), _n(r.get("prompt_tps")),
+            _n(r.get("generation_tps")), _n(r.get("kv_usage"), ".0%"),
             _n(r.get("kv_tokens_received"), ".0f"),
         )
     gpus = Table(title="GPUs", title_justify="left", pad_edge=False)
     narrow = width is not None and width < NARROW
     for col in (
-        "gpu",
-        "roles",
-        "source",
-        "SM %",
-        "DRAM bw %",
-        "tensor %",
-        "mem MiB",
-        "power W",
-        "reads",
+        "gpu", "roles", "source", "SM %", "DRAM bw %", "tensor %", "mem MiB", "power W", "reads",
     ):
         gpus.add_column(
             GPU_SHORT.get(col, col) if narrow else col,
             justify="left" if col in ("gpu", "roles", "source", "reads") else "right",
-            no_wrap=col != "gpu" or not narrow,
-            min_width=12 if col == "gpu" and narrow else None,
+            no_wrap=col != "gpu" or not narrow, min_width=12 if col == "gpu" and narrow else None,
         )
     t = limits()
     for g in w.gpus:
@@ -138,15 +116,8 @@ def render(w: Window, verdicts: list[Verdict], hint: str = "", width: int | None
             total = "-" if g.mem_total_mib is None else f"{g.mem_total_mib / 1024:.0f}"
             mem = f"{g.mem_used_mib / 1024:.0f}/{total}G"
         gpus.add_row(
-            f"{g.host}/{g.index} {g.name}",
-            ",".join(g.roles) or "-",
-            g.source,
-            _n(sm),
-            _n(g.bandwidth),
-            _n(g.tensor_util),
-            mem,
-            _n(g.power_w, ".0f"),
-            kind(g, t),
+            f"{g.host}/{g.index} {g.name}", ",".join(g.roles) or "-", g.source, _n(sm),
+            _n(g.bandwidth), _n(g.tensor_util), mem, _n(g.power_w, ".0f"), kind(g, t),
         )
     parts: list[Any] = [*tables, roles, *[_router(r) for r in w.routers], gpus]
     with_lora = [f for f in answered if f.lora is not None]
@@ -189,12 +160,8 @@ def _router(r: Any) -> Any:
         if x.breaker and x.breaker != "closed":
             health += f", breaker {x.breaker}"
         table.add_row(
-            x.instance,
-            x.role,
-            x.url,
-            f"{x.routed:.0f}",
-            f"{x.routed / total:.0%}" if total else "-",
-            f"{x.errors:.0f}",
+            x.instance, x.role, x.url, f"{x.routed:.0f}",
+            f"{x.routed / total:.0%}" if total else "-", f"{x.errors:.0f}",
             Text(health, style="red" if health != "ok" and health != "-" else ""),
         )
     return table

@@ -54,15 +54,8 @@ def probe_command(window_s: float, count: int = 1) -> str:
 
 
 FIELDS = (
-    "sm_util",
-    "sm_occupancy",
-    "dram_bw_util",
-    "tensor_util",
-    "util_gpu",
-    "util_memory",
-    "mem_used_mib",
-    "mem_total_mib",
-    "power_w",
+    "sm_util", "sm_occupancy", "dram_bw_util", "tensor_util", "util_gpu", "util_memory",
+    "mem_used_mib", "mem_total_mib", "power_w",
 )
 
 
@@ -105,10 +98,8 @@ DCGM = {
     "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 100.0),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_bw_util", 100.0),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_util", 100.0),
-    "DCGM_FI_DEV_GPU_UTIL": ("util_gpu", 1.0),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_memory", 1.0),
-    "DCGM_FI_DEV_FB_USED": ("mem_used_mib", 1.0),
-    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_GPU_UTIL": ("util_gpu", 1.0), "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_memory", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("mem_used_mib", 1.0), "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
 }
 
 

@@ -40,35 +40,29 @@ from typing import Any
 # (kind, what it means, pattern): the pattern captures the request id where the line has one
 PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
-        "invalid-kv",
-        "decode read KV blocks prefill had already released: the answer may be wrong",
+        "invalid-kv", "decode read KV blocks prefill had already released: the answer may be wrong",
         re.compile(r"Potentially invalid KV blocks for unrecognized request (?P<req>\S+) were "
                    r"retrieved by a decode worker"),
     ),
     (
-        "lease-expired",
-        "the KV lease expired before decode read the blocks: prefill freed them",
+        "lease-expired", "the KV lease expired before decode read the blocks: prefill freed them",
         re.compile(r"Releasing expired KV blocks for request (?P<req>\S+) which were retrieved "
                    r"by (?P<n>\d+) remote worker\(s\) before lease expired"),
     ),
     (
-        "transfer-failed",
-        "a NIXL KV transfer failed",
+        "transfer-failed", "a NIXL KV transfer failed",
         re.compile(r"NIXL transfer failure: (?P<what>[\w.-]+)"),
     ),
     (
-        "lease-expired",
-        "Mooncake: the request's KV expired on prefill before it was sent",
+        "lease-expired", "Mooncake: the request's KV expired on prefill before it was sent",
         re.compile(r"Request (?P<req>\S+) expired before sending on P side"),
     ),
     (
-        "lease-expired",
-        "Mooncake: prefill freed the KV blocks unsent after its timeout",
+        "lease-expired", "Mooncake: prefill freed the KV blocks unsent after its timeout",
         re.compile(r"Request (?P<req>\S+) timed out after \d+ seconds without being sent"),
     ),
     (
-        "transfer-failed",
-        "a Mooncake KV transfer failed",
+        "transfer-failed", "a Mooncake KV transfer failed",
         re.compile(r"Sending to \S+ failed \(ret=|pulling kv_caches for (?P<req>.+?) failed|"
                    r"Error happens during transferring kvcache for|MooncakeXferMetadata "
                    r"transfer failed for|Timeout waiting for P side ready"),

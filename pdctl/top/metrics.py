@@ -15,17 +15,14 @@ Labels = tuple[tuple[str, str], ...]
 
 # figure -> sample names, first match wins (current name first)
 NAMES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
+    "running": ("vllm:num_requests_running",), "waiting": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "requests": ("vllm:request_success_total",),
-    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "requests": ("vllm:request_success_total",), "prompt_tokens": ("vllm:prompt_tokens_total",),
     "generation_tokens": ("vllm:generation_tokens_total",),
     "prompt_by_source": ("vllm:prompt_tokens_by_source_total",),
     "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "ttft": ("vllm:time_to_first_token_seconds",),
+    "preemptions": ("vllm:num_preemptions_total",), "ttft": ("vllm:time_to_first_token_seconds",),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
 }
 # the KV connectors' own error counters (0.33.0 `vllm/distributed/kv_transfer/kv_connector/v1/`
@@ -36,12 +33,9 @@ NAMES: dict[str, tuple[str, ...]] = {
 # already released (0.33.0 `nixl/stats.py` l.276; the counter of the "Potentially invalid KV
 # blocks" log line).
 CONNECTOR_ERRORS = (
-    "vllm:nixl_num_failed_transfers_total",
-    "vllm:nixl_num_failed_notifications_total",
-    "vllm:nixl_num_kv_expired_reqs_total",
-    "vllm:nixl_num_notifications_after_expiry_total",
-    "vllm:mooncake_num_failed_transfers_total",
-    "vllm:mooncake_num_failed_recvs_total",
+    "vllm:nixl_num_failed_transfers_total", "vllm:nixl_num_failed_notifications_total",
+    "vllm:nixl_num_kv_expired_reqs_total", "vllm:nixl_num_notifications_after_expiry_total",
+    "vllm:mooncake_num_failed_transfers_total", "vllm:mooncake_num_failed_recvs_total",
     "vllm:mooncake_num_kv_expired_reqs_total",
 )
 

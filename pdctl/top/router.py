@@ -29,8 +29,7 @@ ROUTED = {
 }
 ROUTED_PLAIN = "vllm_router_processed_requests_total"
 WORKER_ERRORS = (
-    "vllm_router_pd_prefill_errors_total",
-    "vllm_router_pd_decode_errors_total",
+    "vllm_router_pd_prefill_errors_total", "vllm_router_pd_decode_errors_total",
     "vllm_router_pd_stream_errors_total",
 )
 HEALTH = "vllm_router_worker_health"  # 1 healthy, 0 not
@@ -143,11 +142,7 @@ def router_figures(
         for r in roles:
             rows.append(
                 Worker(
-                    url,
-                    instance,
-                    r,
-                    routed.get((url, r), 0.0),
-                    errors_at.get(url, 0.0),
+                    url, instance, r, routed.get((url, r), 0.0), errors_at.get(url, 0.0),
                     None if url not in health else health[url] >= 1,
                     BREAKER_STATES.get(breaker[url]) if url in breaker else None,
                 )

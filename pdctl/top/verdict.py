@@ -35,12 +35,10 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     ),
     "pack_max": (4.0, "most decode instances pdctl suggests per GPU (phase 3)"),
     "router_error_share_min": (
-        0.01,
-        "router errors / requests through the router at or above: requests are failing",
+        0.01, "router errors / requests through the router at or above: requests are failing",
     ),
     "route_skew_min": (
-        0.9,
-        "one worker's share of its role's routed requests at or above (2+ workers): skew",
+        0.9, "one worker's share of its role's routed requests at or above (2+ workers): skew",
     ),
     "route_min_requests": (10.0, "requests routed to a role before its skew is judged"),
 }

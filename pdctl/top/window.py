@@ -113,29 +113,16 @@ def figures(
         for key, value in last.by_label(src, "source").items():
             totals[f"prompt_tokens_{key}"] = value
     return Figures(
-        name,
-        role,
-        where,
-        seconds,
-        running=gauge("running"),
-        waiting=gauge("waiting"),
-        request_rate=rate("requests"),
-        prompt_tps=rate("prompt_tokens"),
-        generation_tps=rate("generation_tokens"),
-        ttft_p50=pct("ttft", 0.5),
-        ttft_p95=pct("ttft", 0.95),
-        itl_p50=pct("itl", 0.5),
-        itl_p95=pct("itl", 0.95),
+        name, role, where, seconds, running=gauge("running"), waiting=gauge("waiting"),
+        request_rate=rate("requests"), prompt_tps=rate("prompt_tokens"),
+        generation_tps=rate("generation_tokens"), ttft_p50=pct("ttft", 0.5),
+        ttft_p95=pct("ttft", 0.95), itl_p50=pct("itl", 0.5), itl_p95=pct("itl", 0.95),
         kv_usage=gauge("kv_usage"),
         prefix_hit_rate=(hits / queries) if hits is not None and queries else None,
         preemptions=_delta(first, last, last.pick("preemptions")),
-        requests=_delta(first, last, last.pick("requests")),
-        prompt_by_source=by_source,
+        requests=_delta(first, last, last.pick("requests")), prompt_by_source=by_source,
         kv_tokens_received=by_source.get("external_kv_transfer") if src else None,
-        connector_errors=errors,
-        totals=totals,
-        max_num_seqs=max_num_seqs,
-        gpus=gpus,
+        connector_errors=errors, totals=totals, max_num_seqs=max_num_seqs, gpus=gpus,
         lora=lora_adapters(last),
     )
 
@@ -155,13 +142,7 @@ class Window:
 
 
 SUMMED = (
-    "running",
-    "waiting",
-    "request_rate",
-    "prompt_tps",
-    "generation_tps",
-    "preemptions",
-    "requests",
+    "running", "waiting", "request_rate", "prompt_tps", "generation_tps", "preemptions", "requests",
     "kv_tokens_received",
 )
 
@@ -216,14 +197,7 @@ def assemble(
         seconds = max(seconds, f.seconds)
         rows.append(f)
     return Window(
-        name,
-        phase,
-        target,
-        seconds,
-        tuple(rows),
-        tuple(gpus),
-        tuple(gpu_missing),
-        tuple(routers),
+        name, phase, target, seconds, tuple(rows), tuple(gpus), tuple(gpu_missing), tuple(routers),
     )
 
 
@@ -246,13 +220,9 @@ def as_dict(w: Window) -> dict[str, Any]:
         return out
 
     return {
-        "name": w.name,
-        "phase": w.phase,
-        "target": w.target,
-        "window_s": round(w.seconds, 3),
+        "name": w.name, "phase": w.phase, "target": w.target, "window_s": round(w.seconds, 3),
         "instances": [clean(asdict(f)) for f in w.instances],
         "roles": {k: clean(v) for k, v in sorted(role_totals(w.instances).items())},
-        "gpus": [clean(asdict(g)) for g in w.gpus],
-        "gpu_missing": list(w.gpu_missing),
+        "gpus": [clean(asdict(g)) for g in w.gpus], "gpu_missing": list(w.gpu_missing),
         "router": [clean(asdict(r)) for r in w.routers],
     }

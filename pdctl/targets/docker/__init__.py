@@ -16,9 +16,7 @@ if TYPE_CHECKING:
     from pdctl.targets.base import Connect, Say, StageFn, Target
 
 CAPABILITIES = Capabilities(
-    kind="docker",
-    named="--docker-url",
-    undo="undone as a whole (its containers are removed)",
+    kind="docker", named="--docker-url", undo="undone as a whole (its containers are removed)",
     sends_secrets=True,
 )
 
@@ -27,10 +25,5 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say, stage: S
     from pdctl.targets.docker.target import ContainerHosts
 
     return ContainerHosts(
-        plan,
-        bundle,
-        options.docker_urls,
-        say=say,
-        stage=stage,
-        access=options.docker_access(),
+        plan, bundle, options.docker_urls, say=say, stage=stage, access=options.docker_access(),
     )

@@ -20,14 +20,8 @@ from pdctl.errors import PdctlError
 # Layer steps of the pull stream; a layer is done after the last two.
 LAYER_STEPS = frozenset(
     (
-        "Pulling fs layer",
-        "Waiting",
-        "Downloading",
-        "Verifying Checksum",
-        "Download complete",
-        "Extracting",
-        "Pull complete",
-        "Already exists",
+        "Pulling fs layer", "Waiting", "Downloading", "Verifying Checksum", "Download complete",
+        "Extracting", "Pull complete", "Already exists",
     )
 )
 DONE_STEPS = frozenset(("Pull complete", "Already exists"))

@@ -94,11 +94,7 @@ class ContainerHosts(Closing):
                 spec_host = next((h for h in self.plan.spec.hosts if h.name == host), None)
                 client = client_for(url, self.access, host, spec_host)
                 self.targets[host] = Engine(
-                    client,
-                    self.plan.name,
-                    say=self.say,
-                    home=docker_home(client, url),
-                    where=host,
+                    client, self.plan.name, say=self.say, home=docker_home(client, url), where=host,
                     stage=self.stage,
                 )
 

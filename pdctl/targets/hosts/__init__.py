@@ -15,12 +15,8 @@ if TYPE_CHECKING:
     from pdctl.targets.base import Connect, Say, StageFn, Target
 
 CAPABILITIES = Capabilities(
-    kind="hosts",
-    named="SSH hosts",
-    keep_going=True,
-    undo="undone unit by unit (--keep-going: the others go on)",
-    sends_secrets=True,
-    partial=True,
+    kind="hosts", named="SSH hosts", keep_going=True,
+    undo="undone unit by unit (--keep-going: the others go on)", sends_secrets=True, partial=True,
     commands=True,
 )
 

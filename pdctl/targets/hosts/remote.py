@@ -161,8 +161,7 @@ class HostOps:
                     f"export LC_ALL=C; mkdir -p -- {folder} && "
                     f"t=$(mktemp -p {folder} .pdctl-write.XXXXXX) && "
                     f'{{ printf x >"$t"; rc=$?; rm -f -- "$t"; exit $rc; }}',
-                    timeout=60,
-                    step=f"{step} (asking why it failed)",
+                    timeout=60, step=f"{step} (asking why it failed)",
                 )
                 told = last_line(res.err).rsplit(": ", 1)[-1] if res.rc != 0 else ""
             except PdctlError:  # the host went away meanwhile: SFTP's word is all there is
@@ -186,8 +185,7 @@ class HostOps:
     def start(self, unit: str) -> tuple[bool, str]:
         self.forget()
         res = self.conn.run(
-            f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}",
-            timeout=1800,
+            f"bash {shlex.quote(self.unit_dir(unit) + '/start.sh')}", timeout=1800,
             step=f"starting {unit}",
         )
         return res.rc == 0, (res.out + res.err).strip()
@@ -336,12 +334,8 @@ class HostOps:
             return port_problem(listing, port, self.name, unit)
 
         return probe(
-            lambda: self.conn.open_channel(port, address),
-            model,
-            path,
-            api_key=self.api_key(),
-            owner=owner if unit is not None else None,
-            where=f"{address}:{port}",
+            lambda: self.conn.open_channel(port, address), model, path, api_key=self.api_key(),
+            owner=owner if unit is not None else None, where=f"{address}:{port}",
         )
 
     def api_key(self) -> str | None:

@@ -110,10 +110,7 @@ class HostsTarget(Closing):
             o, d = observed.get((c.host, c.unit)), desired.get((c.host, c.unit))
             if c.action == "keep" and d and d.port is not None and o and overdue(o, grace):
                 h = self.fleet.ops[c.host].probe(
-                    d.port,
-                    self.plan.served_name,
-                    d.health_path or "/health",
-                    unit=d.name,
+                    d.port, self.plan.served_name, d.health_path or "/health", unit=d.name,
                     address=d.address,
                 )
                 if not h.ok:
@@ -150,16 +147,8 @@ class HostsTarget(Closing):
                 "up or down?); nothing was changed: run `pdctl up` again"
             )
         rollout = Rollout(
-            self.fleet,
-            self.bundle,
-            self.desired(),
-            self.plan.served_name,
-            self.stage,
-            timeout,
-            keep_going,
-            poll,
-            self.interrupt,
-            self.hurry,
+            self.fleet, self.bundle, self.desired(), self.plan.served_name, self.stage, timeout,
+            keep_going, poll, self.interrupt, self.hurry,
         )
         outcome = rollout.run(changes, secrets)
         if outcome.interrupted or (outcome.failures and not keep_going):

@@ -15,13 +15,9 @@ if TYPE_CHECKING:
     from pdctl.targets.base import Connect, Say, StageFn, Target
 
 CAPABILITIES = Capabilities(
-    kind="kubernetes",
-    named="Kubernetes",
-    server_dry_run=True,
-    undo="not undone (the cluster keeps the previous pods serving)",
-    down_timeout=True,
-    volumes=True,
-    confirm_down=True,
+    kind="kubernetes", named="Kubernetes", server_dry_run=True,
+    undo="not undone (the cluster keeps the previous pods serving)", down_timeout=True,
+    volumes=True, confirm_down=True,
 )
 
 
@@ -30,11 +26,6 @@ def open_target(plan: Plan, bundle: Bundle, options: Connect, say: Say, stage: S
     from pdctl.targets.kube.target import KubeTarget
 
     return KubeTarget(
-        api_client(options.kubeconfig, options.context),
-        plan.name,
-        plan.spec.kubernetes.namespace,
-        say=say,
-        stage=stage,
-        objects=list(bundle.objects),
-        plan=plan,
+        api_client(options.kubeconfig, options.context), plan.name, plan.spec.kubernetes.namespace,
+        say=say, stage=stage, objects=list(bundle.objects), plan=plan,
     )

@@ -120,11 +120,7 @@ class KubeApi:
         accept = "*/*" if as_text else "application/json"
         headers = {"Accept": accept, "Content-Type": content_type}
         method, url, headers, body, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
+            method, path, query_params=query or [], header_params=headers, body=body,
             auth_settings=["BearerToken"],
         )
         try:

@@ -122,8 +122,7 @@ def check_dry_run(tgt: KubeApi) -> None:
     """Refuse (one line) when the server stores what a dry-run request sends."""
     path = f"/api/v1/namespaces/{tgt.namespace}/configmaps"
     body = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": PROBE, "namespace": tgt.namespace},
         "data": {"purpose": "pdctl checks that this server honours dryRun; never stored"},
     }

@@ -190,12 +190,8 @@ def _parse(data: dict[str, Any], group: str, version: str) -> dict[str, Resource
         out.setdefault(
             res["kind"],
             Resource(
-                group=group,
-                version=version,
-                kind=res["kind"],
-                plural=name,
-                namespaced=bool(res.get("namespaced")),
-                verbs=frozenset(res.get("verbs") or ()),
+                group=group, version=version, kind=res["kind"], plural=name,
+                namespaced=bool(res.get("namespaced")), verbs=frozenset(res.get("verbs") or ()),
             ),
         )
     return out

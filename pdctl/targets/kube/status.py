@@ -137,16 +137,11 @@ def status_rows(
         labels = (obj.get("metadata") or {}).get("labels") or {}
         rows.append(
             StatusRow(
-                host="-",
-                unit=obj["metadata"]["name"],
-                role=labels.get("app.kubernetes.io/component", "-"),
-                pid="-",
+                host="-", unit=obj["metadata"]["name"],
+                role=labels.get("app.kubernetes.io/component", "-"), pid="-",
                 state=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)}{what} ready",
-                health="healthy" if state == "rolled out" else "not ready",
-                model="",
-                endpoint="",
-                why="" if state == "rolled out" else state,
-                kind="rollout",
+                health="healthy" if state == "rolled out" else "not ready", model="", endpoint="",
+                why="" if state == "rolled out" else state, kind="rollout",
             )
         )
     for pod in pods:
@@ -157,15 +152,10 @@ def status_rows(
         logs: Callable[[str], str] = partial(last_log, name) if last_log else no_log
         rows.append(
             StatusRow(
-                host=(pod.get("spec") or {}).get("nodeName", "-"),
-                unit=name,
-                role=labels.get("app.kubernetes.io/component", "-"),
-                pid="-",
-                state=st.get("phase", "-"),
-                health="healthy" if ready else "not ready",
-                model="",
-                endpoint="",
-                why="" if ready else pod_reason(pod, events or [], logs),
+                host=(pod.get("spec") or {}).get("nodeName", "-"), unit=name,
+                role=labels.get("app.kubernetes.io/component", "-"), pid="-",
+                state=st.get("phase", "-"), health="healthy" if ready else "not ready", model="",
+                endpoint="", why="" if ready else pod_reason(pod, events or [], logs),
             )
         )
     return rows

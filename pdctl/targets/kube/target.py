@@ -174,10 +174,7 @@ class KubeTarget(KubeApi, Closing):
         events = [] if ready else self.events()
         lws = [o for o in self.objects if o["kind"] == "LeaderWorkerSet"]
         return status_rows(
-            self.list_kind("Deployment", "apps/v1"),
-            pods,
-            events,
-            self.last_log_line,
+            self.list_kind("Deployment", "apps/v1"), pods, events, self.last_log_line,
             self.list_kind("LeaderWorkerSet", lws[0]["apiVersion"]) if lws else None,
         )
 
