@@ -135,7 +135,7 @@ def pinned(wanted: tuple[str, ...], say: Callable[[str], None]) -> dict[str, str
     try:
         client = engine()
     except PdctlError as exc:
-        say(f"no digests: {exc}")
+        say(f"no digests: {str(exc).removeprefix('--images: ')}")
         return {r: out.get(r, f"{r}  # no digest: no local Docker engine") for r in wanted}
     try:
         for ref in (r for r in wanted if r not in out):
@@ -179,7 +179,9 @@ def write_mirror(folder: Path, digests: dict[str, str], saved: tuple[Image, ...]
              else f"{{ echo {shlex.quote(usage)} >&2; exit 2; }}")
     script = ["#!/bin/sh", "# Written by pdctl bundle: push the spec's images to a registry "
               "mirror (docs/offline.md).", f"# {usage}", "set -eu", "mirror=${1:-}",
-              f'[ -n "$mirror" ] || {unset}', 'here=$(cd "$(dirname "$0")" && pwd)']
+              f'[ -n "$mirror" ] || {unset}']
+    if tars:
+        script.append('here=$(cd "$(dirname "$0")" && pwd)')
     for ref in digests:  # the pushed name keeps the tag; docker push writes its own digest
         target = f'"$mirror"/{shlex.quote(split(ref)[1].split("@")[0])}'
         source = ref

@@ -27,7 +27,7 @@ from pdctl.plan import make_plan
 from pdctl.render.mirror import images
 from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
-from tests.conftest import K8S_VERSION
+from tests.conftest import K8S_VERSION, check_scripts
 from tests.helpers import pdctl
 from tests.offline.registry import Registry
 from tests.sshd import need_root, start_sshd
@@ -130,6 +130,8 @@ def test_kubernetes_images_are_listed_by_digest_and_pushed_to_a_mirror_from_the_
         assert listed[-1] == f"{ref}@{digest}", listed
         manifest = mf.verify(tmp_path / "b")
         assert [(r, i) for r, i, _ in manifest.images] == [(ref, image_id)]
+        check_scripts({"mirror.sh": (tmp_path / "b" / "images" / "mirror.sh").read_text()},
+                      tmp_path / "sh")
 
         for name in (ref, tag):
             client.images.remove(name, force=True)

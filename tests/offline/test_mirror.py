@@ -4,6 +4,7 @@ validation; `pdctl bundle` lists the images the spec names, not the mirrored one
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -15,7 +16,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.render.mirror import images, mirrored
 from pdctl.spec import load_text
-from tests.conftest import EXAMPLES, K8S_VERSION
+from tests.conftest import EXAMPLES, K8S_VERSION, check_scripts
 from tests.helpers import pdctl
 from tests.render.check import check_inference_pool, crd_schema
 
@@ -71,6 +72,25 @@ def test_a_mirror_that_docker_would_read_as_a_user_is_refused(tmp_path: Path):
     got = pdctl("render", "examples/phase1-k8s.yaml", "--overlay", str(overlay))
     assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr
     assert "o.yaml:1: kubernetes.imageMirror: 'mirror' is not a registry host" in got.stderr
+
+
+def test_the_mirror_script_without_the_images_tags_them_from_the_engine(tmp_path: Path):
+    """No --images (and no Docker engine): each image listed by tag with why it has no
+    digest; mirror.sh tags by reference, needs a mirror, and passes shellcheck."""
+    out = tmp_path / "b"
+    made = pdctl("bundle", "examples/phase2-llmd.yaml", "-o", str(out),
+                 env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    assert made.returncode == 0 and "images listed: 3" in made.stdout, made.stderr
+    assert "no digests: cannot reach the local Docker engine" in made.stderr, made.stderr
+    listed = (out / "images" / "images.txt").read_text().splitlines()[2:]
+    assert listed[-1] == "vllm/vllm-openai:v0.33.0  # no digest: no local Docker engine"
+    script = (out / "images" / "mirror.sh").read_text()
+    assert ('docker tag ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0 '
+            '"$mirror"/llm-d/llm-d-router-endpoint-picker:v0.10.0') in script, script
+    check_scripts({"mirror.sh": script}, tmp_path)
+    usage = subprocess.run(["sh", str(out / "images" / "mirror.sh")], capture_output=True,
+                           text=True)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: sh mirror.sh HOST[:PORT]")
 
 
 def test_up_with_a_bundle_refuses_a_kubernetes_spec(tmp_path: Path):
