@@ -89,15 +89,9 @@ def bundle_changes(plan: Plan, bundle: Bundle, kind: str) -> list[Change]:
 
 
 def up(
-    plan: Plan,
-    bundle: Bundle,
-    options: Connect,
-    progress: Progress,
-    secrets: Callable[[], dict[str, str]],
-    dry_run: DryRun = "none",
-    yes: bool = False,
-    timeout: float = 900.0,
-    keep_going: bool = False,
+    plan: Plan, bundle: Bundle, options: Connect, progress: Progress,
+    secrets: Callable[[], dict[str, str]], dry_run: DryRun = "none", yes: bool = False,
+    timeout: float = 900.0, keep_going: bool = False,
 ) -> Up:
     """Bring the target in line with the bundle (`applied` false: a dry run,
     or not confirmed). Raises UpFailed when the run failed and was undone, PdctlError when
@@ -164,11 +158,7 @@ def diff(plan: Plan, bundle: Bundle, options: Connect, progress: Progress) -> Di
 
 
 def down(
-    plan: Plan,
-    bundle: Bundle,
-    options: Connect,
-    progress: Progress,
-    delete_volumes: bool = False,
+    plan: Plan, bundle: Bundle, options: Connect, progress: Progress, delete_volumes: bool = False,
     timeout: float | None = None,
 ) -> Stopped:
     """Stop and remove what `up` started (twice is harmless); what could not be reached is
@@ -196,12 +186,7 @@ def status(plan: Plan, bundle: Bundle, options: Connect) -> tuple[list[StatusRow
 
 
 def logs(
-    plan: Plan,
-    bundle: Bundle,
-    options: Connect,
-    unit: str | None,
-    follow: bool,
-    lines: int,
+    plan: Plan, bundle: Bundle, options: Connect, unit: str | None, follow: bool, lines: int,
     write: Write,
 ) -> None:
     with open_target(plan, bundle, options) as target:

@@ -309,16 +309,9 @@ def unknown_model_warning(spec: Any, spec_file: str) -> str:
 
 
 def capacity_plan(
-    spec: Spec,
-    source: Source,
-    spec_file: str,
-    gpu: str | None = None,
-    gpu_memory_gib: float | None = None,
-    prompt: int | None = None,
-    output: int | None = None,
-    rate: float | None = None,
-    ttft: float | None = None,
-    tpot: float | None = None,
+    spec: Spec, source: Source, spec_file: str, gpu: str | None = None,
+    gpu_memory_gib: float | None = None, prompt: int | None = None, output: int | None = None,
+    rate: float | None = None, ttft: float | None = None, tpot: float | None = None,
     facts: Path | None = None,
 ) -> tuple[Any, str]:
     """`pdctl plan`'s figures for a loaded spec (`spec_file`: where its model.config is

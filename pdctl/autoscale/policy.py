@@ -82,13 +82,8 @@ def _wanted(
 
 
 def decide(
-    rules: Sequence[RoleRule],
-    observed: Mapping[str, float],
-    replicas: Mapping[str, int],
-    last_action: Mapping[str, float],
-    now: float,
-    max_gpus: int | None = None,
-    band: float = BAND,
+    rules: Sequence[RoleRule], observed: Mapping[str, float], replicas: Mapping[str, int],
+    last_action: Mapping[str, float], now: float, max_gpus: int | None = None, band: float = BAND,
     busy: Mapping[str, float] | None = None,
 ) -> tuple[Decision, ...]:
     """`observed`: each role's metric summed over its instances (waiting requests, KV usage

@@ -109,13 +109,8 @@ class Score:
 
 
 def replay(
-    model: Model,
-    trace: Sequence[Step],
-    replicas: dict[str, int],
-    rules: Sequence[RoleRule] = (),
-    max_gpus: int | None = None,
-    dt: float = 15.0,
-    label: str = "",
+    model: Model, trace: Sequence[Step], replicas: dict[str, int], rules: Sequence[RoleRule] = (),
+    max_gpus: int | None = None, dt: float = 15.0, label: str = "",
 ) -> Score:
     """Run `trace` (one Step per `dt` seconds) from `replicas`; `rules` empty: fixed."""
     names = [r.role for r in model.roles]
@@ -228,10 +223,7 @@ def shifting_trace(
 
 
 def best_fixed(
-    model: Model,
-    trace: Sequence[Step],
-    bounds: dict[str, tuple[int, int]],
-    max_gpus: int | None,
+    model: Model, trace: Sequence[Step], bounds: dict[str, tuple[int, int]], max_gpus: int | None,
     budget: float,
 ) -> Score | None:
     """The fixed replicas (within `bounds` and the GPU budget) with the best goodput per

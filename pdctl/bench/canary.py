@@ -135,14 +135,8 @@ def agree(a: Answer, b: Answer) -> int:
 
 
 def judge(
-    via: list[Answer],
-    alone: list[Answer],
-    tokens: int,
-    names: dict[str, str],
-    alone_name: str,
-    kv_received: float | None,
-    connector_errors: dict[str, float],
-    engines: str = "router",
+    via: list[Answer], alone: list[Answer], tokens: int, names: dict[str, str], alone_name: str,
+    kv_received: float | None, connector_errors: dict[str, float], engines: str = "router",
     events: list[KvEvent] | tuple[KvEvent, ...] = (),
 ) -> Verdict:
     """The canary's verdict: every prompt agrees on its first `tokens` tokens, KV came over

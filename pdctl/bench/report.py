@@ -61,12 +61,8 @@ def _sig(x: float) -> float:
 
 
 def predicted(
-    cap: dict[str, float | None],
-    m: dict[str, Any],
-    output_tokens: int,
-    prompt_tokens: int,
-    offered_rate: float | None,
-    concurrency: int | None = None,
+    cap: dict[str, float | None], m: dict[str, Any], output_tokens: int, prompt_tokens: int,
+    offered_rate: float | None, concurrency: int | None = None,
 ) -> dict[str, float | None]:
     """What the plan predicts for one step, given what the step offered: with a concurrency
     cap, the decode step at that many sequences spread over the decode engines and the

@@ -176,12 +176,8 @@ def spec_gpu(
 
 
 def spec_traffic(
-    spec: Any,
-    prompt: int | None = None,
-    output: int | None = None,
-    rate: float | None = None,
-    ttft: float | None = None,
-    tpot: float | None = None,
+    spec: Any, prompt: int | None = None, output: int | None = None, rate: float | None = None,
+    ttft: float | None = None, tpot: float | None = None,
 ) -> Traffic:
     """The spec's `workload` as a report.Traffic; each figure given here wins over it."""
     from pdctl.capacity.report import Traffic
@@ -201,12 +197,8 @@ def spec_traffic(
 
 
 def adapt_traffic(
-    traffic: Traffic,
-    spec: Any,
-    model: ModelConfig,
-    shapes: dict[str, Shape],
-    prompt: int | None = None,
-    output: int | None = None,
+    traffic: Traffic, spec: Any, model: ModelConfig, shapes: dict[str, Shape],
+    prompt: int | None = None, output: int | None = None,
 ) -> tuple[Traffic, tuple[str, ...]]:
     """The default prompt (1,024) and output (256) lengths shrunk to fit maxModelLen, and a
     note saying so; `prompt`/`output`: the command's options. Only lengths the user wrote

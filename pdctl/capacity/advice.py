@@ -40,12 +40,8 @@ def _seqs_line(batch: int, max_num_seqs: int | None) -> str:
 
 
 def packing_advice(
-    kv_batch: int,
-    target_batch: int,
-    demand: float | None,
-    per_gpu: int = 1,
-    max_num_seqs: int | None = None,
-    why: str = "the GPU turns compute-bound there",
+    kv_batch: int, target_batch: int, demand: float | None, per_gpu: int = 1,
+    max_num_seqs: int | None = None, why: str = "the GPU turns compute-bound there",
     whole_gpu: bool = False,
 ) -> Advice:
     """Advice for one decode instance that could run on a whole GPU.

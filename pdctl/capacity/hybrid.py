@@ -217,11 +217,7 @@ class HybridLayout:
 
 
 def stage_layout(
-    hybrid: HybridConfig,
-    attn_token_bytes: int,
-    tp: int,
-    width: int,
-    pp: int = 1,
+    hybrid: HybridConfig, attn_token_bytes: int, tp: int, width: int, pp: int = 1,
     num_spec: int = 0,
 ) -> HybridLayout:
     """The layout of one pipeline stage (its share of each layer type, rounded up)."""

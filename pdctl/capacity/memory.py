@@ -49,11 +49,7 @@ def stage_layers(model: ModelConfig, pp: int) -> int:
 
 
 def weights_bytes_per_gpu(
-    model: ModelConfig,
-    tp: int = 1,
-    pp: int = 1,
-    dtype: str = "auto",
-    ep: int = 0,
+    model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto", ep: int = 0,
     stage: int | None = None,
 ) -> int:
     """Weight bytes on one GPU of pipeline stage `stage` (None: the heaviest stage), split
@@ -158,18 +154,10 @@ def default_batching(
 
 
 def overhead(
-    model: ModelConfig,
-    tp: int = 1,
-    pp: int = 1,
-    dtype: str = "auto",
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
-    enforce_eager: bool = False,
-    gpu_name: str = "",
-    engine: str | None = None,
-    flashinfer_sampler: bool | None = None,
-    stage: int | None = None,
-    ep: int = 0,
+    model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto",
+    max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
+    gpu_name: str = "", engine: str | None = None, flashinfer_sampler: bool | None = None,
+    stage: int | None = None, ep: int = 0,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`).
 

@@ -147,16 +147,8 @@ def moe_workspace_bytes(
 
 
 def activation_bytes(
-    model: ModelConfig,
-    tp: int,
-    tokens: int,
-    seqs: int,
-    act: int,
-    engine: str | None,
-    flashinfer: bool | None = None,
-    sampler: bool = True,
-    encoder: bool = True,
-    gpu_name: str = "",
+    model: ModelConfig, tp: int, tokens: int, seqs: int, act: int, engine: str | None,
+    flashinfer: bool | None = None, sampler: bool = True, encoder: bool = True, gpu_name: str = "",
     ep: int = 0,
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the

@@ -147,14 +147,8 @@ def _slice(
 
 
 def role_plan(
-    model: ModelConfig,
-    gpu: GpuType,
-    role: str,
-    section: Any,
-    shape: Shape,
-    traffic: Traffic,
-    used: int = 0,
-    gpus_per_node: int = 8,
+    model: ModelConfig, gpu: GpuType, role: str, section: Any, shape: Shape, traffic: Traffic,
+    used: int = 0, gpus_per_node: int = 8,
 ) -> RolePlan:
     """One role's plan. `gpus_per_node`: the most GPUs a host of the spec lists (validate
     refuses a larger TP), which bounds every TP suggestion."""
@@ -248,11 +242,7 @@ def _pd(
 
 
 def plan_capacity(
-    spec: Spec,
-    model: ModelConfig,
-    gpu: GpuType,
-    traffic: Traffic,
-    shapes: dict[str, Shape],
+    spec: Spec, model: ModelConfig, gpu: GpuType, traffic: Traffic, shapes: dict[str, Shape],
     used: int = 0,
 ) -> CapacityPlan:
     """Capacity plan for `spec` on `gpu`. `shapes` maps each role to its Shape (see

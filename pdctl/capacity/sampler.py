@@ -109,10 +109,7 @@ def triton_topk(engine: str | None, seqs: int) -> bool:
 
 
 def sampler_bytes(
-    model: ModelConfig,
-    seqs: int,
-    engine: str | None,
-    flashinfer: bool | None = None,
+    model: ModelConfig, seqs: int, engine: str | None, flashinfer: bool | None = None,
     gpu_name: str = "",
 ) -> int:
     """The profile's sampler run: max_num_seqs rows of vocab logits."""

@@ -101,14 +101,8 @@ def slice_size(
 
 
 def decode_slice(
-    model: ModelConfig,
-    gpu_mib: int,
-    shape: Shape,
-    per_gpu: int = 2,
-    percent: int | None = None,
-    mib: int | None = None,
-    share_eager: bool | None = None,
-    util: float | None = None,
+    model: ModelConfig, gpu_mib: int, shape: Shape, per_gpu: int = 2, percent: int | None = None,
+    mib: int | None = None, share_eager: bool | None = None, util: float | None = None,
 ) -> DecodeSlice:
     """Size, util and KV capacity of a decode instance on a slice of a `gpu_mib` GPU.
 

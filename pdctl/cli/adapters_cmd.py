@@ -40,8 +40,7 @@ def register(app: typer.Typer) -> None:
             None, metavar="PATH",
             help="load: the adapter's folder on the engines' hosts, or a Hugging Face id.",
         ),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
+        phase: int | None = PHASE, target: str | None = TARGET,
         output: str = typer.Option(
             "table", "--output", "-o", metavar="FORMAT", help="table or json."
         ),

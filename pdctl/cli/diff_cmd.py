@@ -27,9 +27,7 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def diff(
-        conn: ConnectFlags,
-        spec: str = SPEC,
-        phase: int | None = PHASE,
+        conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
         target: str | None = TARGET,
     ) -> None:
         """Show what `up` would change: on Kubernetes a server-side dry run of every object

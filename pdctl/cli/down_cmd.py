@@ -19,9 +19,7 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def down(
-        conn: ConnectFlags,
-        spec: str = SPEC,
-        phase: int | None = PHASE,
+        conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
         target: str | None = TARGET,
         delete_volumes: bool = typer.Option(
             False, "--delete-volumes",

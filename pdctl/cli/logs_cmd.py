@@ -38,15 +38,13 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def logs(
-        conn: ConnectFlags,
-        spec: str = SPEC,
+        conn: ConnectFlags, spec: str = SPEC,
         unit: str | None = typer.Argument(
             None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names,
         ),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
         lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
+        phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Print the log of UNIT (every unit's last lines when UNIT is left out)."""
         plan, bundle = load(spec, phase, target)

@@ -134,8 +134,7 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection(docker=False)
     def preflight(
-        conn: ConnectFlags,
-        spec: str = SPEC,
+        conn: ConnectFlags, spec: str = SPEC,
         output: str = typer.Option(
             "table", "--output", "-o", metavar="FORMAT", help="table or json."
         ),
@@ -181,8 +180,7 @@ def register(app: typer.Typer) -> None:
             "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
             "(docs/offline.md).",
         ),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
+        phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV

@@ -32,9 +32,7 @@ def register(app: typer.Typer) -> None:
             help="Write the bundle as files under DIR (as `helm template --output-dir`), "
             "staged, then renamed into place, with a .pdctl-manifest of what pdctl wrote.",
         ),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
-        facts: Path | None = FACTS,
+        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         strict: bool = STRICT,
     ) -> None:
         """Render SPEC: Kubernetes YAML for `kubectl apply -f -`, or per-host launch scripts."""

@@ -25,14 +25,11 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def status(
-        conn: ConnectFlags,
-        spec: str = SPEC,
+        conn: ConnectFlags, spec: str = SPEC,
         output: str = typer.Option(
             "table", "--output", "-o", metavar="FORMAT", help="table or json."
         ),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
-        facts: Path | None = FACTS,
+        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         verify: bool = typer.Option(
             False, "--verify",
             help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "

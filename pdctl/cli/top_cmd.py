@@ -48,8 +48,7 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def top(
-        conn: ConnectFlags,
-        spec: str = SPEC,
+        conn: ConnectFlags, spec: str = SPEC,
         once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
         window: str = typer.Option(
             "60s", "--window", "-w", metavar="DURATION",
@@ -65,8 +64,7 @@ def register(app: typer.Typer) -> None:
             False, "--canary",
             help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
             "verdict; with --once, exit 1 when it fails."),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
+        phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Show how the running deployment of SPEC uses its GPUs: per instance requests,
         tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor

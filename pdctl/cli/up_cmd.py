@@ -43,8 +43,7 @@ def register(app: typer.Typer) -> None:
     @with_overlays
     @connection()
     def up(
-        conn: ConnectFlags,
-        spec: str = SPEC,
+        conn: ConnectFlags, spec: str = SPEC,
         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
         dry_run: bool = typer.Option(
             False, "--dry-run",
@@ -75,9 +74,7 @@ def register(app: typer.Typer) -> None:
             help="Once healthy, run the quick P/D canary (phases 2 and 3 on hosts): greedy "
             "prompts through the router and the prefill engine alone must agree; exit 1 if not.",
         ),
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
-        facts: Path | None = FACTS,
+        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         wheels: Path | None = typer.Option(
             None, "--bundle", metavar="DIR",
             help="Hosts with no package index: install from the wheels of `pdctl bundle` in DIR "

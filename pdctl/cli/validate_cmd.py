@@ -16,9 +16,7 @@ def register(app: typer.Typer) -> None:
     @app.command("validate")
     @with_overlays
     def validate(
-        spec: str = SPEC,
-        phase: int | None = PHASE,
-        target: str | None = TARGET,
+        spec: str = SPEC, phase: int | None = PHASE, target: str | None = TARGET,
         strict: bool = STRICT,
         output: str = typer.Option(
             "text", "--output", "-o", metavar="FORMAT",

@@ -61,12 +61,8 @@ def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
 
 
 def make_plan(
-    spec: Spec,
-    phase: int | None = None,
-    target: str | None = None,
-    choose: Chooser = first_free,
-    cluster: ClusterFacts | None = None,
-    dims: Dims | None = None,
+    spec: Spec, phase: int | None = None, target: str | None = None, choose: Chooser = first_free,
+    cluster: ClusterFacts | None = None, dims: Dims | None = None,
 ) -> Plan:
     """Decide everything. `phase`/`target` override the spec's; `choose` picks GPU sets;
     `cluster` (a recording; by default the facts a TopologyChooser holds) bounds GPUs per pod;

@@ -101,15 +101,8 @@ def kube_instances(
 
 
 def _role_instance(
-    spec: Spec,
-    release: Release,
-    role: Literal["prefill", "decode"],
-    section: Role,
-    g: GroupShape,
-    port: int,
-    kv: dict,
-    over: dict,
-    side: tuple[str, str],
+    spec: Spec, release: Release, role: Literal["prefill", "decode"], section: Role, g: GroupShape,
+    port: int, kv: dict, over: dict, side: tuple[str, str],
 ) -> Instance:
     """The pod template of one role (`over`: its role_args overrides); a role that spans nodes
     leads a LeaderWorkerSet group of headless workers."""

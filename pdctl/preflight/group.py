@@ -214,12 +214,8 @@ def reach_all(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
 
 
 def _meet(
-    out: dict[str, dict[str, str]],
-    run: Run,
-    label: str,
-    target: Instance,
-    nodes: tuple[Instance, ...],
-    port: int,
+    out: dict[str, dict[str, str]], run: Run, label: str, target: Instance,
+    nodes: tuple[Instance, ...], port: int,
 ) -> None:
     """A listener on `target`'s host at `port`, and a connect from each of `nodes`' hosts to
     `target`'s peer address, recorded under `label`."""

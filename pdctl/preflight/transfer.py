@@ -707,12 +707,8 @@ def failure(exc: BaseException) -> str:
 
 
 def transfer_pairs(
-    plan: Plan,
-    options: Options,
-    bounds: Bounds,
-    raw: dict[str, dict[str, str]],
-    local: Callable[[Host], bool],
-    step: Callable[[str, str], None] | None = None,
+    plan: Plan, options: Options, bounds: Bounds, raw: dict[str, dict[str, str]],
+    local: Callable[[Host], bool], step: Callable[[str, str], None] | None = None,
 ) -> dict[str, dict[str, str]]:
     """prefill host name -> {transfer file: recorded text} for every pair."""
     out: dict[str, dict[str, str]] = {}

@@ -47,10 +47,7 @@ class Artifact:
     __slots__ = ("_make", "_text", "executable", "path")
 
     def __init__(
-        self,
-        path: str,
-        text: str | None = None,
-        executable: bool = False,
+        self, path: str, text: str | None = None, executable: bool = False,
         make: Callable[[], str] | None = None,
     ) -> None:
         if (text is None) == (make is None):

@@ -161,13 +161,8 @@ def model_dir(plan: Plan) -> str | None:
 
 
 def container(
-    unit: Unit,
-    digest: str,
-    deployment: str,
-    unit_dir: str,
-    secret_env: tuple[str, ...] = (),
-    model: str | None = None,
-    adapters: tuple[Mount, ...] = (),
+    unit: Unit, digest: str, deployment: str, unit_dir: str, secret_env: tuple[str, ...] = (),
+    model: str | None = None, adapters: tuple[Mount, ...] = (),
 ) -> Container:
     """`unit` (a container unit: `image` set) as a Container: `digest` is its unit hash,
     `unit_dir` its folder on the host, `secret_env` the deployment's secrets, `model` a model

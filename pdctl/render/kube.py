@@ -181,12 +181,7 @@ def http_service(plan: Plan, name: str, component: str, number: int) -> Obj:
 
 
 def deployment_obj(
-    plan: Plan,
-    name: str,
-    component: str,
-    replicas: int,
-    pod: Obj,
-    pod_labels: dict | None = None,
+    plan: Plan, name: str, component: str, replicas: int, pod: Obj, pod_labels: dict | None = None,
     annotations: dict | None = None,
 ) -> Obj:
     template = pod_metadata(plan, component, pod_labels or {}, annotations or {})

@@ -316,11 +316,7 @@ class Router(Section):
         "version if missing). Default: `~/.pdctl/venv/vllm-router-<version>`.",
     )
     policy: Literal[
-        "random",
-        "round_robin",
-        "cache_aware",
-        "power_of_two",
-        "consistent_hash",
+        "random", "round_robin", "cache_aware", "power_of_two", "consistent_hash",
         "sticky_least_loaded",
     ] = Field(
         "round_robin",

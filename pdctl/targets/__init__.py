@@ -38,10 +38,7 @@ def capabilities(plan: Plan, options: Connect) -> Capabilities:
 
 
 def open_target(
-    plan: Plan,
-    bundle: Bundle,
-    options: Connect,
-    say: Say | None = None,
+    plan: Plan, bundle: Bundle, options: Connect, say: Say | None = None,
     stage: StageFn | None = None,
 ) -> Target:
     """The target of `plan`, from its package. Checks its options (every docker URL, the

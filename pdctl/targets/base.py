@@ -216,9 +216,7 @@ class Closing:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -236,9 +234,7 @@ class Target(Protocol):
     def __enter__(self) -> Target: ...
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
 
@@ -256,10 +252,7 @@ class Target(Protocol):
         ...
 
     def apply(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        timeout: float = 900.0,
+        self, changes: list[Change], secrets: dict[str, str], timeout: float = 900.0,
         keep_going: bool = False,
     ) -> Outcome:
         """Apply `changes` and wait until healthy; raises on failure (after undoing)."""

@@ -93,10 +93,7 @@ class Frames:
 
 
 def run_batch(
-    conn: Connection,
-    commands: Sequence[str],
-    timeout: float = 600.0,
-    step: str = "",
+    conn: Connection, commands: Sequence[str], timeout: float = 600.0, step: str = "",
     done: Done | None = None,
 ) -> list[Result | PdctlError]:
     """Run `commands` on the host in one exec channel (see the module docstring); per command

@@ -36,10 +36,7 @@ class Health:
 
 
 def http_get(
-    channel: Any,
-    path: str,
-    host: str = "127.0.0.1",
-    timeout: float = 10.0,
+    channel: Any, path: str, host: str = "127.0.0.1", timeout: float = 10.0,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """One HTTP/1.0 GET over an open socket-like channel; returns (status, body)."""
@@ -47,13 +44,8 @@ def http_get(
 
 
 def http_request(
-    channel: Any,
-    method: str,
-    path: str,
-    body: bytes = b"",
-    host: str = "127.0.0.1",
-    timeout: float = 10.0,
-    headers: dict[str, str] | None = None,
+    channel: Any, method: str, path: str, body: bytes = b"", host: str = "127.0.0.1",
+    timeout: float = 10.0, headers: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """One HTTP/1.0 request over an open socket-like channel; returns (status, body)."""
     channel.settimeout(timeout)
@@ -114,12 +106,8 @@ def unanswered(exc: BaseException, where: str | None = None) -> str:
 
 
 def probe(
-    open_channel: Any,
-    model: str,
-    health_path: str = "/health",
-    api_key: str | None = None,
-    owner: Callable[[], str | None] | None = None,
-    where: str | None = None,
+    open_channel: Any, model: str, health_path: str = "/health", api_key: str | None = None,
+    owner: Callable[[], str | None] | None = None, where: str | None = None,
 ) -> Health:
     """`open_channel()` returns a fresh channel to the server each time it is called; `where`
     ("address:port") names the server in a failure.

@@ -30,14 +30,8 @@ class Answer:
 
 
 def call_engines(
-    plan: Any,
-    bundle: Any,
-    options: Any,
-    parallel: int,
-    method: str,
-    path: str,
-    body: dict[str, str] | None = None,
-    api_key: str | None = None,
+    plan: Any, bundle: Any, options: Any, parallel: int, method: str, path: str,
+    body: dict[str, str] | None = None, api_key: str | None = None,
 ) -> tuple[list[Answer], dict[str, str]]:
     """`method path` on every engine (not the router: in P/D both prefill and decode must
     hold an adapter, so each is called itself); (answers, unreachable hosts -> why)."""

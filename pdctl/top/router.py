@@ -95,11 +95,7 @@ def _named(url: str, workers: dict[str, tuple[str, str]]) -> tuple[str, str]:
 
 
 def router_figures(
-    name: str,
-    where: str,
-    first: Snapshot,
-    last: Snapshot,
-    workers: dict[str, tuple[str, str]],
+    name: str, where: str, first: Snapshot, last: Snapshot, workers: dict[str, tuple[str, str]],
 ) -> RouterFigures:
     """The router's figures between two scrapes; `workers`: engine URL -> (instance, role)."""
     if first.error or last.error:

@@ -65,13 +65,9 @@ def _gpus_of(w: Window, f: Figures) -> list[GpuLoad]:
 
 
 def verdicts(
-    w: Window,
-    overrides: dict[str, float] | None = None,
-    packed: dict[int, Packing] | None = None,
-    events: list[KvEvent] | None = None,
-    canary: tuple[bool, str] | None = None,
-    peers: dict[str, list[str]] | None = None,
-    cpu: bool = False,
+    w: Window, overrides: dict[str, float] | None = None, packed: dict[int, Packing] | None = None,
+    events: list[KvEvent] | None = None, canary: tuple[bool, str] | None = None,
+    peers: dict[str, list[str]] | None = None, cpu: bool = False,
 ) -> list[Verdict]:
     """`packed`: what `pdctl plan` predicts for decode packed N per GPU (top.packing), quoted
     by the phase 3 verdict; without it the verdict quotes the measured packing factor only.

@@ -65,13 +65,8 @@ def _bucket_delta(first: Snapshot, last: Snapshot, name: str | None) -> list[tup
 
 
 def figures(
-    name: str,
-    role: str,
-    where: str,
-    first: Snapshot,
-    last: Snapshot,
-    max_num_seqs: int | None = None,
-    gpus: tuple[tuple[str, int], ...] = (),
+    name: str, role: str, where: str, first: Snapshot, last: Snapshot,
+    max_num_seqs: int | None = None, gpus: tuple[tuple[str, int], ...] = (),
 ) -> Figures:
     """The figures between `first` and `last` (same instance, `last` later)."""
     base = Figures(name, role, where, max_num_seqs=max_num_seqs, gpus=gpus)
@@ -171,14 +166,8 @@ def role_totals(instances: tuple[Figures, ...]) -> dict[str, dict[str, float]]:
 
 
 def assemble(
-    name: str,
-    phase: int,
-    target: str,
-    endpoints: list[Any],
-    first: dict[str, Snapshot],
-    last: dict[str, Snapshot],
-    gpus: list[GpuLoad],
-    gpu_missing: list[str],
+    name: str, phase: int, target: str, endpoints: list[Any], first: dict[str, Snapshot],
+    last: dict[str, Snapshot], gpus: list[GpuLoad], gpu_missing: list[str],
     workers: dict[str, tuple[str, str]] | None = None,
 ) -> Window:
     """The Window of `endpoints` (objects with name, role, where, max_num_seqs, gpus) between

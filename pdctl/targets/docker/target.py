@@ -120,10 +120,7 @@ class ContainerHosts(Closing):
         return None  # Ctrl-C raises KeyboardInterrupt: apply removes what it created
 
     def apply(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        timeout: float = 900.0,
+        self, changes: list[Change], secrets: dict[str, str], timeout: float = 900.0,
         keep_going: bool = False,
     ) -> Outcome:
         """Pull the images the hosts lack, apply `changes` host by host, then wait until every

@@ -37,12 +37,8 @@ Healthy = Callable[[str, str], bool]  # (host, container name) -> answers /healt
 
 
 def wait_healthy(
-    targets: dict[str, Engine],
-    names: list[tuple[str, str]],
-    timeout: float,
-    healthy: Healthy,
-    say: Callable[[str], None] = lambda _m: None,
-    stage: Callable[[Stage], None] = lambda _s: None,
+    targets: dict[str, Engine], names: list[tuple[str, str]], timeout: float, healthy: Healthy,
+    say: Callable[[str], None] = lambda _m: None, stage: Callable[[Stage], None] = lambda _s: None,
 ) -> None:
     """Until each (host, container) in `names` is healthy, or `timeout` seconds from now."""
     begun = time.monotonic()

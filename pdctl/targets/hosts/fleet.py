@@ -138,10 +138,7 @@ class Fleet(Closing):
 
 
 def fleet_of(
-    plan: Plan,
-    bundle: Bundle,
-    options: SshOptions,
-    parallel: int = 8,
+    plan: Plan, bundle: Bundle, options: SshOptions, parallel: int = 8,
     say: Callable[[str], None] | None = None,
 ) -> Fleet:
     """The SSH connections to `plan`'s hosts (not connected yet), with `bundle`'s scripts."""

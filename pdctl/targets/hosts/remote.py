@@ -312,11 +312,7 @@ class HostOps:
             raise NoLog([unit], self.name)
 
     def probe(
-        self,
-        port: int,
-        model: str,
-        path: str = "/health",
-        unit: str | None = None,
+        self, port: int, model: str, path: str = "/health", unit: str | None = None,
         address: str = "127.0.0.1",
     ) -> Health:
         """Health of the server on `address`:`port` as seen on the host; with `unit`, the port

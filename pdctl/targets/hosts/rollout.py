@@ -59,17 +59,9 @@ class Rollout(HealthWait):
     (pdctl.targets.hosts.health_wait)."""
 
     def __init__(
-        self,
-        fleet: Fleet,
-        bundle: Bundle,
-        desired: list[Desired],
-        served: str,
-        stage: Callable[[Stage], None],
-        timeout: float,
-        keep_going: bool,
-        poll: float,
-        interrupt: threading.Event,
-        hurry: threading.Event,
+        self, fleet: Fleet, bundle: Bundle, desired: list[Desired], served: str,
+        stage: Callable[[Stage], None], timeout: float, keep_going: bool, poll: float,
+        interrupt: threading.Event, hurry: threading.Event,
     ) -> None:
         self.fleet, self.bundle, self.desired, self.served = fleet, bundle, desired, served
         self.say = fleet.say
@@ -120,11 +112,8 @@ class Rollout(HealthWait):
         return self.out
 
     def forward(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        pick: Callable[[str, int], list[Desired]],
-        gone: dict[tuple[str, str], Change],
+        self, changes: list[Change], secrets: dict[str, str],
+        pick: Callable[[str, int], list[Desired]], gone: dict[tuple[str, str], Change],
     ) -> None:
         touched = sorted({c.host for c in changes if c.action != "keep"})
         self.each_host(touched, lambda ops: self.prepare(ops, secrets))

@@ -129,12 +129,8 @@ class HostsTarget(Closing):
 
     # -- apply -------------------------------------------------------------------------------
     def apply(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        timeout: float = 900.0,
-        keep_going: bool = False,
-        poll: float = 2.0,
+        self, changes: list[Change], secrets: dict[str, str], timeout: float = 900.0,
+        keep_going: bool = False, poll: float = 2.0,
     ) -> Outcome:
         """Apply `changes` (see rollout.py). Raises UpFailed when something failed and the
         run was undone (or on Ctrl-C); with keep_going returns the outcome, failures and all."""

@@ -98,22 +98,14 @@ class KubeApi:
         return found
 
     def _path(
-        self,
-        kind: str,
-        name: str | None = None,
-        namespace: str | None = None,
+        self, kind: str, name: str | None = None, namespace: str | None = None,
         api_version: str | None = None,
     ) -> str:
         return self.resource(kind, api_version).path(namespace or self.namespace, name)
 
     def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: list | None = None,
-        content_type: str = "application/json",
-        as_text: bool = False,
+        self, method: str, path: str, body: Any = None, query: list | None = None,
+        content_type: str = "application/json", as_text: bool = False,
     ) -> Any:
         """One REST call; None on 404, ApiError on other failures; `as_text`: the body as
         text (a pod's log), else decoded JSON."""

@@ -118,10 +118,8 @@ def lws_state(lws: dict[str, Any]) -> str:
 
 
 def status_rows(
-    deployments: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    events: list[dict[str, Any]] | None = None,
-    last_log: Callable[[str, str], str] | None = None,
+    deployments: list[dict[str, Any]], pods: list[dict[str, Any]],
+    events: list[dict[str, Any]] | None = None, last_log: Callable[[str, str], str] | None = None,
     leader_worker_sets: list[dict[str, Any]] | None = None,
 ) -> list[StatusRow]:
     """Workloads (kind "rollout": Deployments and LeaderWorkerSets with their rollout state,

@@ -76,10 +76,7 @@ class KubeTarget(KubeApi, Closing):
         return changes, {f"{d.kind}/{d.name}": d.text for d in found if d.text}
 
     def apply(
-        self,
-        changes: list[Change],
-        secrets: dict[str, str],
-        timeout: float = 900.0,
+        self, changes: list[Change], secrets: dict[str, str], timeout: float = 900.0,
         keep_going: bool = False,
     ) -> Outcome:
         """Apply the bundle's changed objects, wait until every Deployment rolled out, then
