@@ -181,9 +181,7 @@ class Bench:
         if not gpu_box:  # a step shorter than one sample: the GPUs as the step ended
             gpu_box.append(self.source.gpus(1.0))
         gpus, missing = gpu_box[0]
-        window = as_dict(
-            self.source.window(first, last, gpus, missing)
-        )
+        window = as_dict(self.source.window(first, last, gpus, missing))
         for row in window["instances"]:
             row["peak"] = peaks.get(row["name"], {})
             row["timeline"] = lines.of(row["name"])

@@ -90,8 +90,7 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
                 from pdctl.capacity.atload import predict_step
 
                 offered = step.rate if step.rate is not None and math.isfinite(step.rate) else None
-                pred = predict_step(planned, load.requests_of(w, step), step.concurrency,
-                                    offered)
+                pred = predict_step(planned, load.requests_of(w, step), step.concurrency, offered)
                 row["predicted"] = pred
                 row["ratio"] = report.ratios(report.measured_for_ratio(row["measured"]), pred)
             doc["steps"].append(row)

@@ -221,9 +221,7 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             "KV cache size (vLLM's count)", float(mem.kv_tokens),
             None if seen.kv_tokens is None else float(seen.kv_tokens), "tokens",
         ),
-        Term(
-            "concurrency at maxModelLen", mem.concurrency, seen.max_concurrency, "x",
-        ),
+        Term("concurrency at maxModelLen", mem.concurrency, seen.max_concurrency, "x"),
     ]
     pinned = None
     if seen.kv_available_gib is not None:

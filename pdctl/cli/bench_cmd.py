@@ -62,8 +62,7 @@ def register(app: typer.Typer) -> None:
         instance: str | None = typer.Option(None, "--instance", metavar="UNIT",
                                             help="Send the load to this unit (default: the "
                                             "router, else the one serve engine)."),
-        timeout: int = typer.Option(1800, "--timeout", min=1,
-                                    help="Seconds one step may take."),
+        timeout: int = typer.Option(1800, "--timeout", min=1, help="Seconds one step may take."),
         compare: tuple[str, str] | None = typer.Option(
             None, "--compare", metavar="A.json B.json",
             help="Compare two saved reports (B over A) instead of running one."),

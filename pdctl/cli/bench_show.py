@@ -71,8 +71,7 @@ def show(report: dict[str, Any]) -> None:
                    "peak\nKV", "pre-\nempt", "KV in\ntok", "conn\nerr")
         for i, col in enumerate(headers):
             widest = max([len(word) for word in col.split("\n")] + [len(x[i]) for x in rows])
-            r.add_column(col, justify="left" if i < 2 else "right", no_wrap=True,
-                         min_width=widest)
+            r.add_column(col, justify="left" if i < 2 else "right", no_wrap=True, min_width=widest)
         for cells in rows:
             r.add_row(*cells)
         console.print(r)

@@ -57,8 +57,7 @@ def register(app: typer.Typer) -> None:
 
             try:
                 v = quick_canary(plan, bundle, conn.ssh())
-                canary = {"ok": v.ok, "verdict": verdict_line(v),
-                          "failedPairs": v.failed_pairs}
+                canary = {"ok": v.ok, "verdict": verdict_line(v), "failedPairs": v.failed_pairs}
             except PdctlError as exc:  # e.g. a host lost: the canary could not run
                 canary = {"ok": False, "verdict": f"P/D canary failed: {exc.line()}",
                           "failedPairs": []}

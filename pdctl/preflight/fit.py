@@ -64,8 +64,7 @@ def _memory(plan: Plan, facts: Facts, inst: Instance) -> tuple[int, str]:
     if plan.phase == 3 and inst.role == "decode" and share is not None:
         from pdctl.capacity.slice import slice_size
 
-        size = slice_size(gpu_mib, share.per_gpu, share.gpu_memory_percent,
-                          share.gpu_memory_mib)
+        size = slice_size(gpu_mib, share.per_gpu, share.gpu_memory_percent, share.gpu_memory_mib)
         return size, f"HAMi slice {size} MiB of a {gpu_mib} MiB GPU"
     return gpu_mib, f"GPU {gpu_mib} MiB"
 

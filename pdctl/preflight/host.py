@@ -405,8 +405,7 @@ def _python(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     if host.runtime == "venv" and host.venv:
         want = f"a Python environment at {host.venv} with bin/vllm"
         if hf.venv is None:
-            return [Finding("WARN", "host.runtime", host.name, "venv: not gathered", want,
-                            GATHER)]
+            return [Finding("WARN", "host.runtime", host.name, "venv: not gathered", want, GATHER)]
         python = hf.venv.splitlines()[0] if hf.venv else ""
         if "python: missing" in hf.venv or not python.startswith("Python"):
             return [Finding("WARN", "host.runtime", host.name, f"no Python at {host.venv}", want,
@@ -484,8 +483,7 @@ def rdma(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance]) -> li
     if names:
         want = f"RDMA device {', '.join(names)} with an ACTIVE port"
     if hf.rdma_devices is None:
-        return [Finding("WARN", "host.rdma", host.name, "RDMA devices: not gathered", want,
-                        GATHER)]
+        return [Finding("WARN", "host.rdma", host.name, "RDMA devices: not gathered", want, GATHER)]
     active = sorted({p.device for p in hf.rdma_ports if p.state == "ACTIVE"})
     ok = [n for n in (names or active) if n in active]
     found = (f"devices {', '.join(hf.rdma_devices)}; active: {', '.join(active) or 'none'}"

@@ -808,8 +808,7 @@ def transfer_groups(
     out: dict[str, dict[str, str]] = {}
     for leader, port in groups(plan):
         assert leader.host is not None
-        text = run_group(plan, leader, port, bounds,
-                         lambda h: open_host(h, options, local(h)), raw)
+        text = run_group(plan, leader, port, bounds, lambda h: open_host(h, options, local(h)), raw)
         out.setdefault(leader.host.name, {})[group_file(leader.name)] = text
     return out
 
@@ -1007,8 +1006,7 @@ def group_transfers(plan: Plan, facts: Facts, run: bool = True) -> list[Finding]
         nodes = 1 + len(leader.workers)
         want = f"all-to-all between the group's {nodes} nodes (its engines' backend)"
         hf = facts.host(leader.host.name)
-        t = next((x for x in (hf.group_transfers if hf else ()) if x.decode == leader.name),
-                 None)
+        t = next((x for x in (hf.group_transfers if hf else ()) if x.decode == leader.name), None)
         if t is None:
             if run:
                 out.append(Finding("WARN", "net.alltoall", leader.name, "not measured", want,

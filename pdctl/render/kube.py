@@ -101,9 +101,7 @@ def metadata(plan: Plan, name: str, component: str, namespaced: bool = True) -> 
 
 
 def selector(plan: Plan, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/instance": plan.spec.name, "app.kubernetes.io/component": component,
-    }
+    return {"app.kubernetes.io/instance": plan.spec.name, "app.kubernetes.io/component": component}
 
 
 def pod_metadata(

@@ -108,8 +108,7 @@ def throughput_chart(runs: list[tuple[str, dict[str, Any]]]) -> str:
                 ax.plot([a for a, _, _ in pts], [b for _, b, _ in pts], marker="o",
                         color=RUN_COLORS[i % 2], label=f"{name} measured")
                 for a, b, ld in pts:
-                    ax.annotate(ld, (a, b), fontsize=7, xytext=(3, 3),
-                                textcoords="offset points")
+                    ax.annotate(ld, (a, b), fontsize=7, xytext=(3, 3), textcoords="offset points")
             if plan and (i == 0 or len(runs) == 1):
                 ax.plot([a for a, _ in plan], [b for _, b in plan], **PLAN)
         ax.set_xlabel(title)

@@ -37,9 +37,7 @@ def new_boundary() -> str:
 
 def batch_script(commands: Sequence[str], boundary: str, first: int = 0) -> str:
     """The script that runs `commands` in order (numbered from `first`), framing each one."""
-    lines = [
-        f"b={boundary}", "exec </dev/null",
-    ]
+    lines = [f"b={boundary}", "exec </dev/null"]
     for i, cmd in enumerate(commands, start=first):
         lines += [
             f"printf '%s begin %d\\n' \"$b\" {i}", f"printf '%s begin %d\\n' \"$b\" {i} >&2",

@@ -59,8 +59,7 @@ def _instance_table(w: Window, title: str | None, columns: tuple[str, ...], wher
     for col in keys:
         inst.add_column(col, justify="left", no_wrap=True)
     for col in columns:
-        inst.add_column(SHORT.get(col, col) if not where else col, justify="right",
-                        no_wrap=True)
+        inst.add_column(SHORT.get(col, col) if not where else col, justify="right", no_wrap=True)
     for f in w.instances:
         names = (f.name, f.role, f.where)[: len(keys)]
         if f.error:

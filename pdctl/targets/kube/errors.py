@@ -108,9 +108,7 @@ def check_kubeconfig(files: str, context: str | None) -> None:
     if context is not None and context not in entries["contexts"]:
         raise UsageError(f"no context {context!r} in {where}; choose one of: {names}")
     if context is None and not current:
-        raise UsageError(
-            f"{where} sets no current-context; pass --context (one of: {names})",
-        )
+        raise UsageError(f"{where} sets no current-context; pass --context (one of: {names})")
     if context is None and current not in entries["contexts"]:
         raise UsageError(
             f"the current-context {current!r} of {where} is not one of its contexts; "
