@@ -17,7 +17,7 @@ import yaml
 
 from tests import helpers
 from tests.conftest import EXAMPLES, ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 from tests.pty_run import on_a_pty
 
 ESC = "\x1b"
@@ -91,8 +91,7 @@ def test_validate_json_summary_and_a_bad_spec_still_exits_2(tmp_path: Path) -> N
     doc = json.loads(proc.stdout)
     assert doc["valid"] is True and doc["target"] == "hosts"
     assert doc["units"][-1].endswith("-router")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nphase: 0\nmodel: {name: m}\nhostz: []\n")
+    bad = written(tmp_path / "bad.yaml", "name: x\nphase: 0\nmodel: {name: m}\nhostz: []\n")
     proc = pdctl("validate", str(bad), "-o", "json")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: {bad}:4: hostz: ")
@@ -161,8 +160,7 @@ def test_help_metavars_name_what_to_give(capsys: pytest.CaptureFixture[str]) -> 
 def test_debug_is_taken_after_the_command(tmp_path: Path) -> None:
     ok = pdctl("render", PHASE1, "--debug")
     assert ok.returncode == 0 and ok.stdout == pdctl("render", PHASE1).stdout
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nphase: 7\n")
+    bad = written(tmp_path / "bad.yaml", "name: x\nphase: 7\n")
     plain = pdctl("render", str(bad))
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     for argv in (["--debug", "render", str(bad)], ["render", str(bad), "--debug"]):
@@ -275,8 +273,7 @@ def _long_names(tmp_path: Path) -> tuple[Path, list[str]]:
         "model": {"name": "stand-in", "servedName": "stand-in"}, "engine": {"device": "cpu"},
         "hosts": hosts, "serve": {"replicas": 2, "port": 18737},
     }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec))
     keys = ["rvw-long-deployment-serve-0", "rvw-long-deployment-serve-1"]
     return path, keys + ["http://127.0.0.1:18737", "http://127.0.0.2:18737"]
 

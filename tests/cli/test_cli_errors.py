@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.cli.app import main
-from tests.helpers import data, run_cli
+from tests.helpers import data, run_cli, written
 
 TABLE = data("cli_errors.yaml")  # the bad specs: each case's text, where and phrase
 GOOD = TABLE["good"]
@@ -34,8 +34,7 @@ def test_bad_spec_is_one_line_exit_2(
     case: str, text: str, where: str, phrase: str, command: str, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(text)
+    spec = written(tmp_path / "spec.yaml", text)
     code, out, err = run([command, str(spec)], capsys)
     assert code == 2, err
     assert out == ""
@@ -65,15 +64,13 @@ def test_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bad_phase_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(GOOD)
+    spec = written(tmp_path / "s.yaml", GOOD)
     code, _, err = run(["render", str(spec), "--phase", "9"], capsys)
     assert code == 2 and err.strip() == "error: --phase must be 0, 1, 2 or 3 (got 9)"
 
 
 def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text("name: d\n")
+    spec = written(tmp_path / "s.yaml", "name: d\n")
     with pytest.raises(Exception) as info:
         old = sys.argv
         sys.argv = ["pdctl", "--debug", "validate", str(spec)]
@@ -85,8 +82,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_render_output_dir_is_not_half_written(tmp_path, capsys) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(GOOD.replace("replicas: 2", "replicas: 9"))
+    spec = written(tmp_path / "s.yaml", GOOD.replace("replicas: 2", "replicas: 9"))
     out = tmp_path / "out"
     code, _, _ = run(["render", str(spec), "--output-dir", str(out)], capsys)
     assert code == 2

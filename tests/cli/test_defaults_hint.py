@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import pdctl
+from tests.helpers import pdctl, written
 
 SPEC = """\
 name: demo
@@ -24,8 +24,7 @@ URLS = "http://192.0.2.10:8000/v1, http://192.0.2.10:8001/v1"
 
 
 def _spec(tmp_path: Path, replicas: int = 2, router: str = "") -> str:
-    path = tmp_path / "spec.yaml"
-    path.write_text(SPEC.format(replicas=replicas, router=router))
+    path = written(tmp_path / "spec.yaml", SPEC.format(replicas=replicas, router=router))
     return str(path)
 
 

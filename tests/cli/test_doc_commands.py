@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^\s*<!--\s*doc-test:(.*?)-->\s*$")
@@ -302,8 +302,7 @@ spec.yaml: ok: something else entirely
 
 
 def test_the_harness_finds_drift(tmp_path: Path, monkeypatch, capsys) -> None:
-    page = tmp_path / "drift.md"
-    page.write_text(DRIFTED)
+    page = written(tmp_path / "drift.md", DRIFTED)
     (block,) = blocks_of(page, tmp_path)
     work = tmp_path / "work"
     work.mkdir()

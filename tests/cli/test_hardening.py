@@ -13,7 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import data, run_cli
+from tests.helpers import data, run_cli, written
 
 BASE = """\
 name: demo
@@ -130,8 +130,7 @@ run = run_cli
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv: list[str], phrase: str, tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(spec_text())
+    spec = written(tmp_path / "spec.yaml", spec_text())
     code, out, err = run([str(spec) if a == "SPEC" else a for a in argv], capsys)
     assert code == 2, err
     assert out == ""
@@ -140,33 +139,28 @@ def test_usage_errors_are_one_line_exit_2(argv: list[str], phrase: str, tmp_path
 
 
 def test_render_output_refuses_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(spec_text())
+    spec = written(tmp_path / "spec.yaml", spec_text())
     code, _, err = run(["render", str(spec), "--output-dir", str(spec)], capsys)
     assert code == 2 and "is a file, not a folder" in err and len(err.splitlines()) == 1
     assert spec.read_text() == spec_text()
 
 
 def test_render_output_refuses_another_deployments_bundle(tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(spec_text())
+    spec = written(tmp_path / "spec.yaml", spec_text())
     out = tmp_path / "out"
     assert run(["render", str(spec), "--output-dir", str(out)], capsys)[0] == 0
     again = run(["render", str(spec), "--output-dir", str(out)], capsys)
     assert again[0] == 0  # its own: rewritten
     assert json.loads((out / ".pdctl-manifest").read_text())["deployment"] == "demo"
-    other = tmp_path / "other.yaml"
-    other.write_text(spec_text().replace("name: demo", "name: other"))
+    other = written(tmp_path / "other.yaml", spec_text().replace("name: demo", "name: other"))
     code, _, err = run(["render", str(other), "--output-dir", str(out)], capsys)
     assert code == 2 and "holds the bundle of deployment 'demo'" in err
     assert json.loads((out / ".pdctl-manifest").read_text())["deployment"] == "demo"
 
 
 def test_render_output_unwritable_is_one_line(tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(spec_text())
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
+    spec = written(tmp_path / "spec.yaml", spec_text())
+    blocker = written(tmp_path / "file", "x")
     code, out, err = run(["render", str(spec), "--output-dir", str(blocker / "out")], capsys)
     assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
     assert out == "" and blocker.read_text() == "x"
@@ -177,8 +171,7 @@ def test_init_output_errors_are_one_line(tmp_path, capsys) -> None:
     assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
     code, _, err = run(["init", "-o", str(tmp_path), "--force"], capsys)
     assert code == 2 and "is a folder" in err
-    target = tmp_path / "spec.yaml"
-    target.write_text("mine\n")
+    target = written(tmp_path / "spec.yaml", "mine\n")
     code, _, err = run(["init", "-o", str(target)], capsys)
     assert code == 2 and "--force" in err and target.read_text() == "mine\n"
 
@@ -229,8 +222,7 @@ def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
 
 
 def test_a_target_from_the_command_line_is_named_as_such(tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(spec_text())
+    spec = written(tmp_path / "spec.yaml", spec_text())
     code, _, err = run(["render", str(spec), "--target", "kubernetes"], capsys)
     assert code == 2
     assert err == (

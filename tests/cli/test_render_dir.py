@@ -13,7 +13,7 @@ import pytest
 
 from pdctl.render.bundle import folder_changes, parse_folder_manifest
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 SPEC = (ROOT / "examples" / "phase0-docker.yaml").read_text()
 SERVE = "hosts/gpu-a/qwen-docker-serve-{}/start.sh"
@@ -21,8 +21,7 @@ SERVE = "hosts/gpu-a/qwen-docker-serve-{}/start.sh"
 
 @pytest.fixture
 def spec(tmp_path: Path) -> Path:
-    path = tmp_path / "spec.yaml"
-    path.write_text(SPEC)
+    path = written(tmp_path / "spec.yaml", SPEC)
     return path
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import known, wait_until
+from tests.helpers import checked, known, wait_until
 from tests.targets.testbed import (  # noqa: F401
     HERE,
     SshEnv,
@@ -45,8 +45,7 @@ def engine_venv(tmp: Path) -> Path:
 
 
 def rows_of(spec: Path, env: SshEnv) -> dict:
-    out = pdctl("status", str(spec), "-o", "json", *known(env))
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = checked(pdctl("status", str(spec), "-o", "json", *known(env)))
     return json.loads(out.stdout)
 
 
@@ -80,8 +79,7 @@ def deployment(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory):  # no
         assert up.returncode == 0, up.stdout + up.stderr
         yield spec, tmp_path, ports, sick
     finally:
-        down = pdctl("down", str(spec), *known(ssh_env))
-        assert down.returncode == 0, down.stdout + down.stderr
+        checked(pdctl("down", str(spec), *known(ssh_env)))
 
 
 def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
