@@ -18,6 +18,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import written
 
 HAMI_DOCKER = ROOT / "examples/phase3-hami-docker.yaml"
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
@@ -192,8 +193,7 @@ def lora_pinned(tmp: Path) -> Path:
     doc["model"]["lora"] = {
         "adapters": [{"name": "support", "hf": "example-org/support-lora", "revision": "5d4c0f1"}]
     }
-    path = tmp / "lora-pinned.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path = written(tmp / "lora-pinned.yaml", yaml.safe_dump(doc))
     return path
 
 
@@ -224,8 +224,7 @@ def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
     doc = yaml.safe_load(path.read_text())
     on_docker()(doc)
     doc.pop("secrets", None)
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(doc))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(doc))
     urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
     code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
     assert code == 2, err

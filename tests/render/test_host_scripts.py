@@ -15,7 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.render.template import render_template
 from pdctl.spec import load_text
-from tests.helpers import wait_until
+from tests.helpers import wait_until, written
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "setsid", "ps", "readlink")),
@@ -62,8 +62,7 @@ def unit(tmp_path: Path):
     bundle = render(make_plan(spec))
     scripts = {}
     for name in ("start.sh", "stop.sh"):
-        path = tmp_path / name
-        path.write_text(bundle[f"hosts/lo/demo-serve-0/{name}"])
+        path = written(tmp_path / name, bundle[f"hosts/lo/demo-serve-0/{name}"])
         scripts[name] = path
     unit_dir = tmp_path / "data" / "demo" / "demo-serve-0"
     started: list[subprocess.Popen] = []

@@ -19,6 +19,7 @@ from pdctl.render import render
 from pdctl.render.pd_host import library_check
 from pdctl.spec import load_text
 from tests.conftest import check_scripts
+from tests.helpers import checked, written
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "awk", "grep")), reason="needs bash, awk, grep"
@@ -59,15 +60,13 @@ def fake_ldconfig(folder: Path, libs: tuple[str, ...]) -> Path:
     lines = [f"{len(libs) + 1} libs found in cache `/etc/ld.so.cache'"]
     lines += [f"\t{lib} (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/{lib}" for lib in libs]
     lines.append("\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6")
-    script = folder / "ldconfig"
-    script.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+    script = written(folder / "ldconfig", "#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
     script.chmod(0o755)
     return folder
 
 
 def run(script: str, tmp: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
-    file = tmp / "script.sh"
-    file.write_text(script)
+    file = written(tmp / "script.sh", script)
     full = {"HOME": str(tmp / "home"), "PATH": path, "LANG": "C", **env}
     return subprocess.run(["bash", str(file)], capture_output=True, text=True, env=full, timeout=60)
 
@@ -76,8 +75,7 @@ def test_engine_start_sh_stops_naming_the_missing_libraries(tmp_path: Path) -> N
     files = scripts(spec_doc(tmp_path))
     start = files["hosts/b/mc-decode-0/start.sh"]
     fake = fake_ldconfig(tmp_path / "fake", ("libnuma.so.1", "libcurl.so.4"))
-    res = run(start, tmp_path, f"{fake}:/usr/bin:/bin")
-    assert res.returncode == 1, res.stdout + res.stderr
+    res = checked(run(start, tmp_path, f"{fake}:/usr/bin:/bin"), 1)
     assert res.stderr.count("\n") == 1, res.stderr
     assert res.stderr == (
         "pdctl: mooncake-transfer-engine-cuda13 needs libibverbs.so.1 libmlx5.so.1 (not found "

@@ -15,6 +15,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.helpers import written
 from tests.render.check import check_engine_flags, check_kube_docs, check_router_flags
 
 
@@ -168,8 +169,7 @@ def check_bundle(plan, bundle) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for artifact in bundle:
             if artifact.path.endswith(".sh"):
-                path = Path(tmp) / artifact.path.replace("/", "_")
-                path.write_text(artifact.text)
+                path = written(Path(tmp) / artifact.path.replace("/", "_"), artifact.text)
                 subprocess.run(["bash", "-n", str(path)], check=True)
 
 

@@ -19,7 +19,7 @@ import yaml
 from pdctl.plan import make_plan
 from pdctl.plan.router import router_service
 from pdctl.spec import load_text
-from tests.helpers import answers, wait_until
+from tests.helpers import answers, wait_until, written
 from tests.render.test_cpu_nixl import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -66,8 +66,7 @@ def test_router_starts_with_rendered_flags(connector: str, tmp_path: Path) -> No
     spec, _ = load_text(yaml.safe_dump(doc), "spec.yaml")
     command = list(router_service(make_plan(spec)).command)
     command[0] = str(binary)
-    engine = tmp_path / "engine.py"
-    engine.write_text(ENGINE)
+    engine = written(tmp_path / "engine.py", ENGINE)
     fakes = [subprocess.Popen([sys.executable, str(engine), str(p)]) for p in (pre, dec, boot)]
     log = (tmp_path / "router.log").open("w")
     router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

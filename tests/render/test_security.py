@@ -19,7 +19,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 from tests.render.check import check_kube_docs, check_transports, llmd_facts, rdma_resources
 from tests.render.pod_security import (
     all_containers,
@@ -435,8 +435,7 @@ def test_network_policy_without_a_gateway_is_a_spec_error(tmp_path: Path, capsys
     spec = yaml.safe_load(LLMD_EXAMPLES[0].read_text())
     spec["kubernetes"]["networkPolicy"] = True
     del spec["router"]
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
     code, out, err = run_cli(["render", str(path)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pdctl.render.supervise import unit_path
+from tests.helpers import written
 from tests.render.test_render import bundle_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -21,8 +22,7 @@ def spec_with(tmp_path: Path, example: str, **host: object) -> Path:
     data = yaml.safe_load((EXAMPLES / example).read_text())
     for h in data["hosts"]:
         h.update(host)
-    out = tmp_path / example
-    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = written(tmp_path / example, yaml.safe_dump(data, sort_keys=False))
     return out
 
 
@@ -97,8 +97,7 @@ def test_nohup_log_rotates_at_the_spec_limits(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(data))
     bundle = bundle_of(spec)
     start = next(a for a in bundle if a.path.endswith("serve-0/start.sh"))
-    script = tmp_path / "start.sh"
-    script.write_text(start.text)
+    script = written(tmp_path / "start.sh", start.text)
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     unit_dir = next((tmp_path / "data").glob("*/*-serve-0"))
