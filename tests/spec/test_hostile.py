@@ -24,7 +24,7 @@ from pdctl.errors import SpecError, one_line
 from pdctl.spec import load_text
 from pdctl.spec.source import parse
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 from tests.hostile_corpus import BASE, BOUNDED, Case, corpus, with_model
 
 REPLAY = ROOT / "tests" / "fixtures" / "gpu" / "pcie4"  # one host's outputs: BASE's gpu-a
@@ -147,8 +147,7 @@ def assert_bounded(run: Run) -> None:
 def test_the_corpus_is_large_and_the_base_spec_is_good(capsys: Any, tmp_path: Path) -> None:
     assert len(CASES) >= 100 and len(SUBPROCESS) >= 15
     assert len({c.id for c in CASES}) == len(CASES)
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(BASE)
+    spec = written(tmp_path / "spec.yaml", BASE)
     for command, extra in COMMANDS.items():
         code, _, err = run_cli([command, str(spec), *extra], capsys)
         assert code in (0, 1) and "error" not in err, (command, err)  # preflight may FAIL
@@ -157,8 +156,7 @@ def test_the_corpus_is_large_and_the_base_spec_is_good(capsys: Any, tmp_path: Pa
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
 def test_hostile_spec_is_one_line(case: Case, command: str, tmp_path: Path, capsys: Any) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(case.text, encoding="utf-8")
+    spec = written(tmp_path / "spec.yaml", case.text, encoding="utf-8")
     code, out, err = run_cli([command, str(spec), *COMMANDS[command]], capsys)
     assert_one_line(err, code, case, str(spec))
     assert out == ""
@@ -168,8 +166,7 @@ def test_hostile_spec_is_one_line(case: Case, command: str, tmp_path: Path, caps
     ("case", "command"), BOUNDED_RUNS, ids=[f"{c.id}-{command}" for c, command in BOUNDED_RUNS]
 )
 def test_hostile_spec_is_bounded(case: Case, command: str, tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(case.text, encoding="utf-8")
+    spec = written(tmp_path / "spec.yaml", case.text, encoding="utf-8")
     run = pdctl_bounded([command, str(spec), *COMMANDS[command]])
     assert_bounded(run)
     assert_one_line(run.err, run.code, case, str(spec))
@@ -200,8 +197,7 @@ def test_endless_stdin_and_device_are_refused_early(command: str) -> None:
 
 @pytest.mark.parametrize("command", ["validate", "render", "--help"])
 def test_closed_or_full_stdout_is_one_line(command: str, tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(BASE)
+    spec = written(tmp_path / "spec.yaml", BASE)
     args = [command, str(spec)] if command in COMMANDS else [command]
     run = pdctl_bounded(args, close=1)
     assert_one_line(run.err, run.code, Case("closed", "", "standard output is closed"), "")
@@ -214,8 +210,7 @@ def test_closed_or_full_stdout_is_one_line(command: str, tmp_path: Path) -> None
 
 def test_closed_stderr_still_exits_2(tmp_path: Path) -> None:
     """Nowhere to write the line: the exit code alone tells (a traceback would exit 1)."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(with_model(paramsBillion=".inf"))
+    spec = written(tmp_path / "spec.yaml", with_model(paramsBillion=".inf"))
     assert pdctl_bounded(["validate", str(spec)], close=2).code == 2
 
 
@@ -238,8 +233,7 @@ def model_config_cases(tmp: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("command", ["plan", "preflight"])
 def test_hostile_model_config_is_one_line(command: str, tmp_path: Path, capsys: Any) -> None:
     for ref, phrase in model_config_cases(tmp_path):
-        spec = tmp_path / "spec.yaml"
-        spec.write_text(with_model(config=ref))
+        spec = written(tmp_path / "spec.yaml", with_model(config=ref))
         case = Case(ref, "", phrase, 3)
         if ref in ("/dev/zero", "big.json"):  # what must not be read whole
             run = pdctl_bounded([command, str(spec), *COMMANDS[command]])
@@ -255,8 +249,7 @@ def test_huge_replay_file_is_refused(tmp_path: Path) -> None:
     shutil.copytree(REPLAY, replay)
     with open(replay / "query-gpu.csv", "wb") as f:
         f.truncate(17 << 20)  # sparse: costs no disk
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(BASE)
+    spec = written(tmp_path / "spec.yaml", BASE)
     run = pdctl_bounded(["preflight", str(spec), "--replay", str(replay)])
     assert_bounded(run)
     assert_one_line(run.err, run.code, Case("replay", "", "larger than 16 MiB"), "")

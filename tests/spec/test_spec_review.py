@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli.test_cli_errors import GOOD
 from tests.conftest import ROOT
-from tests.helpers import data, run_cli
+from tests.helpers import data, run_cli, written
 
 PHASE1 = """\
 name: demo
@@ -48,8 +48,7 @@ def test_refused_in_one_line(
     case: str, text: str, where: str, phrases: list[str], tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(text)
+    spec = written(tmp_path / "spec.yaml", text)
     code, out, err = run_cli(["validate", str(spec)], capsys)
     assert code == 2, err
     lines = err.splitlines()
@@ -63,8 +62,7 @@ def test_refused_in_one_line(
 
 @pytest.mark.parametrize(("case", "text"), ACCEPTED, ids=[c[0] for c in ACCEPTED])
 def test_accepted(case: str, text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(text)
+    spec = written(tmp_path / "spec.yaml", text)
     code, out, err = run_cli(["validate", str(spec)], capsys)
     assert code == 0, err
 
@@ -104,8 +102,7 @@ def _config(tmp_path: Path, **extra: object) -> str:
 def test_model_config_limit(extra: dict, limit: int, tmp_path, capsys) -> None:
     ref = _config(tmp_path, **extra)
     base = GOOD.replace("maxModelLen: 8192", "config: " + ref + "\n  maxModelLen: {n}")
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(base.format(n=limit))
+    spec = written(tmp_path / "spec.yaml", base.format(n=limit))
     code, _, err = run_cli(["validate", str(spec)], capsys)
     assert code == 0, err
     spec.write_text(base.format(n=limit + 1))
@@ -119,8 +116,7 @@ def test_model_config_limit(extra: dict, limit: int, tmp_path, capsys) -> None:
 
 
 def test_top_level_volume_mount_is_named_where_written(tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(PHASE1)
+    spec = written(tmp_path / "spec.yaml", PHASE1)
     code, _, err = run_cli(["validate", str(spec)], capsys)
     assert code == 2, err
     assert err.startswith(f"error: {spec}:6: kubernetes.volumeMounts"), err
@@ -146,11 +142,9 @@ def test_top_level_volume_mount_is_named_where_written(tmp_path, capsys) -> None
 
 
 def test_empty_overlay_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(GOOD)
+    spec = written(tmp_path / "spec.yaml", GOOD)
     for text in ("", "# only a comment\n"):
-        over = tmp_path / "prod.yaml"
-        over.write_text(text)
+        over = written(tmp_path / "prod.yaml", text)
         code, out, err = run_cli(["validate", str(spec), "--overlay", str(over)], capsys)
         assert code == 2, err
         lines = err.splitlines()
@@ -187,8 +181,7 @@ def test_schema_keeps_numbers_and_pattern(capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.mark.parametrize("command", ["plan", "render", "validate"])
 def test_long_max_model_len_refused_by_every_command(command: str, tmp_path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000"))
+    spec = written(tmp_path / "spec.yaml", GOOD.replace("maxModelLen: 8192", "maxModelLen: 200000"))
     code, out, err = run_cli([command, str(spec)], capsys)
     assert code == 2, (out, err)
     assert len(err.splitlines()) == 1 and f"{spec}:4: model.maxModelLen: " in err, err

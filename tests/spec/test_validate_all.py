@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.spec.load import MAX_PROBLEMS
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 # Three independent problems, in three sections, on lines 4, 8 and 11.
 THREE = """\
@@ -53,8 +53,7 @@ def errors(err: str) -> list[str]:
 
 @pytest.mark.parametrize("command", ["validate", "render", "plan"])
 def test_three_problems_three_lines(command: str, tmp_path: Path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(THREE)
+    spec = written(tmp_path / "spec.yaml", THREE)
     code, out, err = run_cli([command, str(spec)], capsys)
     assert code == 2 and not out
     lines = errors(err)
@@ -66,8 +65,7 @@ def test_three_problems_three_lines(command: str, tmp_path: Path, capsys) -> Non
 
 
 def test_a_section_check_does_not_hide_the_others(tmp_path: Path, capsys) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(WITH_SECTION_CHECK)
+    spec = written(tmp_path / "spec.yaml", WITH_SECTION_CHECK)
     code, _, err = run_cli(["validate", str(spec)], capsys)
     assert code == 2
     lines = errors(err)
