@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import at
+from tests.helpers import at, written
 from tests.helpers import pdctl as cli
 
 P2P = ROOT / "examples/phase2-p2p-nccl.yaml"
@@ -22,8 +22,7 @@ HAMI = ROOT / "examples/phase3-hami.yaml"
 def edited(example: Path, tmp: Path, change) -> Path:
     doc = yaml.safe_load(example.read_text())
     change(doc)
-    path = tmp / "spec.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path = written(tmp / "spec.yaml", yaml.safe_dump(doc, sort_keys=False))
     return path
 
 

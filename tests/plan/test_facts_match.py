@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.helpers import written
 from tests.preflight.conftest import pdctl
 
 DOCS = ROOT / "tests" / "data" / "docs"
@@ -18,8 +19,7 @@ DOCS = ROOT / "tests" / "data" / "docs"
 def _spec(tmp_path: Path, gpus: list[int]) -> Path:
     spec = yaml.safe_load((DOCS / "topo.yaml").read_text())
     spec["hosts"][0]["gpus"] = gpus
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec))
     return path
 
 

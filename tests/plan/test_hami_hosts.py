@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import pdctl
+from tests.helpers import pdctl, written
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = "/usr/local/vgpu/libvgpu.so"
@@ -124,8 +124,7 @@ def test_spec_errors_name_the_field(share: str, extra: str, path: str, tmp_path:
     with pytest.raises(SpecError) as err:
         plan_of(text)
     assert err.value.path == path
-    f = tmp_path / "sl.yaml"
-    f.write_text(text)
+    f = written(tmp_path / "sl.yaml", text)
     proc = pdctl("render", str(f))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

@@ -11,7 +11,7 @@ import pytest
 from pdctl.errors import SpecError
 from pdctl.plan.parallel import Dims, check_parallel, valid_tp
 from pdctl.spec import load_text
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 SERVE = """\
 name: q32
@@ -37,8 +37,7 @@ QWEN3_32B = Dims("Qwen/Qwen3-32B", heads=64, kv_heads=8, layers=64)
 
 
 def _validate(tmp_path: Path, capsys, text: str, *extra: str) -> tuple[int, str, str]:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(text)
+    spec = written(tmp_path / "s.yaml", text)
     return run_cli(["validate", str(spec), *extra], capsys)
 
 
@@ -189,8 +188,7 @@ def test_mla_models_are_checked_on_attention_heads_only() -> None:
 @pytest.mark.parametrize("command", ["plan", "render"])
 def test_plan_and_render_refuse_what_validate_refuses(tmp_path: Path, capsys, command) -> None:
     """Before: `pdctl plan` of a TP 3 Qwen3-32B spec printed a capacity table (exit 0)."""
-    spec = tmp_path / "s.yaml"
-    spec.write_text(SERVE)
+    spec = written(tmp_path / "s.yaml", SERVE)
     code, out, err = run_cli([command, str(spec)], capsys)
     assert code == 2, out
     assert ":5: serve.tensorParallel: Qwen/Qwen3-32B" in err and "does not divide" in err, err

@@ -13,7 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.plan.place import where
 from pdctl.spec import load_text
-from tests.helpers import at, run_cli
+from tests.helpers import at, run_cli, written
 
 # The issue's case: two 8-GPU hosts, Qwen3-32B, prefill TP 4, decode TP 2 x 2.
 TWO_HOSTS = """\
@@ -132,8 +132,7 @@ def test_where_lists_every_unit() -> None:
 
 
 def test_validate_prints_the_placement(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(TWO_HOSTS)
+    spec = written(tmp_path / "s.yaml", TWO_HOSTS)
     code, out, err = run_cli(["validate", str(spec)], capsys)
     assert code == 0, err
     assert "q32-decode-1   on host-b  GPUs 2,3      port 8201" in out

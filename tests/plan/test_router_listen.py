@@ -14,7 +14,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 HOST_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("phase2-*.yaml") if "llmd" not in p.name)
 
@@ -102,8 +102,7 @@ def test_no_host_example_listens_on_every_address(example: Path) -> None:
 
 def test_api_key_with_a_reachable_router_is_refused(capsys, tmp_path: Path) -> None:
     doc = spec_of(secrets={"apiKey": {"env": "VLLM_API_KEY"}})
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(doc, sort_keys=False))
     code, out, err = run_cli(["validate", str(path)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1, err

@@ -15,7 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 from tests.render.check import check_transports, engine_pods, rdma_resources, ucx_over_tcp
 
 EXAMPLES = ROOT / "examples"
@@ -117,8 +117,7 @@ def test_without_rdma_an_rdma_only_ucx_is_refused_in_one_located_line(
     err = refusal(d, target="kubernetes")
     assert err.path == "engine.env.UCX_TLS"
     assert "no RDMA" in err.message and "tcp" in err.fix
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(d))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(d))
     code, out, err_text = run_cli(["render", str(spec), "--target", "kubernetes"], capsys)
     assert code == 2 and out == ""
     (line,) = err_text.splitlines()
@@ -245,8 +244,7 @@ def two_hosts(runtime: str = "conda", rdma: bool = False) -> dict:
 def test_rdma_only_ucx_between_hosts_without_rdma_devices_is_a_located_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(two_hosts()))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(two_hosts()))
     line_no = spec.read_text().splitlines().index(f"    UCX_TLS: {RDMA_ONLY}") + 1
     code, _, err = run_cli(["validate", str(spec)], capsys)
     assert code == 0
