@@ -13,6 +13,7 @@ from pdctl.preflight.finding import worst
 from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import written
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 
 H200 = "  - {name: g, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /opt/v}"
@@ -221,8 +222,7 @@ def test_render_with_facts_imports_no_heavy_client(tmp_path) -> None:
         "('paramiko', 'docker', 'kubernetes', 'pynvml')]\n"
         "sys.stderr.write('HEAVY=' + ','.join(heavy))\n"
     )
-    spec = tmp_path / "s.yaml"
-    spec.write_text((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text())
+    spec = written(tmp_path / "s.yaml", (ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text())
     rep = tmp_path / "rep" / "gpu-a"
     rep.mkdir(parents=True)
     (rep / "topo-m.txt").write_text(BRIDGED)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import written
 from tests.preflight.conftest import FIX, json_findings, pdctl, replay_dir
 
 LIVE = FIX / "h200x2-live"
@@ -50,8 +51,7 @@ def test_shared_fixture_folder_replays_as_it_is(tmp_path: Path) -> None:
 
 
 def test_fail_exits_1(tmp_path: Path) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text((LIVE / "spec.yaml").read_text())
+    spec = written(tmp_path / "s.yaml", (LIVE / "spec.yaml").read_text())
     rep = replay_dir(tmp_path, {"h200x2": FIX / "nodriver"})
     proc = pdctl("preflight", str(spec), "--replay", str(rep), "-o", "json")
     assert proc.returncode == 1

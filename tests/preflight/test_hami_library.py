@@ -15,6 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.preflight.facts import HOOKS, HostFacts
 from pdctl.preflight.hami import elf_functions, hami_library, library_command, parse_hami_library
 from pdctl.spec import load_text
+from tests.helpers import written
 from tests.preflight.conftest import FIX, json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts
 
@@ -26,8 +27,7 @@ OTHER = "static int helper(void) { return 1; }\nint vgpu_other(void) { return he
 def build(tmp: Path, name: str, source: str, *flags: str) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc builds the test libraries")
-    src = tmp / f"{name}.c"
-    src.write_text(source)
+    src = written(tmp / f"{name}.c", source)
     out = tmp / f"{name}.so"
     subprocess.run(["gcc", "-shared", "-fPIC", *flags, "-o", str(out), str(src)], check=True)
     return out
@@ -86,8 +86,7 @@ def test_probe_with_nm_and_without_binutils(libs: dict[str, Path], tmp_path: Pat
     assert (lib.how, lib.missing_hooks, lib.cuda_headers) == ("elf", (), "<13")
     missing = parse_hami_library(probe(tmp_path / "absent.so"))
     assert (missing.exists, missing.symbols) == (False, None)
-    notelf = tmp_path / "not-elf.so"
-    notelf.write_text("just text\n")
+    notelf = written(tmp_path / "not-elf.so", "just text\n")
     bad = parse_hami_library(probe(notelf))
     assert bad.symbols is None and bad.error
 

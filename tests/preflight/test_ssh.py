@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import written
 from tests.preflight.conftest import FIX, json_findings, pdctl
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port
@@ -115,8 +116,7 @@ def test_unknown_host_key_is_refused_unless_accepted(testbed) -> None:
     hosts, fakebin, tmp = testbed
     name = "lo2" if "lo2" in hosts else "lo1"
     spec = _spec(tmp, hosts, [name], "{replicas: 1, tensorParallel: 2, port: 18000}")
-    known = tmp / "known_hosts"
-    known.write_text("")
+    known = written(tmp / "known_hosts", "")
     proc = pdctl(
         "preflight", str(spec), "-o", "json", "--known-hosts", str(known), "--remote-path",
         str(fakebin),
