@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from pdctl.top.source import open_source
+from tests.helpers import checked
 from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.testbed import pdctl
 
@@ -65,8 +66,7 @@ def deployed(docker_client, tmp_path_factory):  # noqa: F811
         )
     )
     url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
-    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url))
     (container,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=topsdk"})
     try:
         yield spec, url, container
@@ -78,8 +78,7 @@ def deployed(docker_client, tmp_path_factory):  # noqa: F811
 def test_top_once_json_reads_the_containers_metrics(deployed):
     spec, url, container = deployed
     serve_metrics(container, "phase0-after.prom")
-    res = pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = checked(pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url))
     doc = json.loads(res.stdout)
     (row,) = doc["instances"]
     assert row["name"] == "topsdk-serve-0" and row["where"] == "local"
@@ -118,8 +117,7 @@ def test_a_stopped_container_is_a_row_with_the_reason_and_exit_1(deployed):
     spec, url, container = deployed
     container.stop(timeout=1)
     try:
-        res = pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url)
-        assert res.returncode == 1, res.stdout + res.stderr
+        res = checked(pdctl("top", str(spec), "--once", "--window", "1s", "-o", "json", *url), 1)
         (row,) = json.loads(res.stdout)["instances"]
         assert row["error"] == "container topsdk-serve-0: exited", row
         assert "topsdk-serve-0: container topsdk-serve-0: exited" in res.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import written
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
@@ -59,8 +60,7 @@ def setup(srv, tmp_path: Path, dcgm: bool, more: tuple[str, ...] = ()) -> tuple[
         ] << kmock.Response(status=200, payload=DCGM.encode())
     data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
     data["name"] = "ktop"
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(data))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(data))
     kubeconfig = write_kubeconfig(tmp_path, srv.url)
     return str(spec), str(kubeconfig)
 

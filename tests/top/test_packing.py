@@ -15,6 +15,7 @@ from pdctl.cli.specfile import read_spec
 from pdctl.inputs import capacity_plan
 from pdctl.top.packing import Packing, packings
 from pdctl.top.verdict import verdicts
+from tests.helpers import written
 from tests.top.test_gpu import window_on
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "phase3-hami-hosts.yaml"
@@ -25,8 +26,7 @@ def spec_with(tmp_path: Path, per_gpu: int, total: bool = False) -> str:
     doc["decode"]["share"]["perGpu"] = per_gpu
     if not total:  # `pdctl plan` would size the slices of that GPU, not of --gpu's
         doc["decode"]["share"].pop("gpuTotalMib")
-    path = tmp_path / f"p{per_gpu}.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path = written(tmp_path / f"p{per_gpu}.yaml", yaml.safe_dump(doc))
     return str(path)
 
 
