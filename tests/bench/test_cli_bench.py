@@ -9,6 +9,7 @@ import json
 import yaml
 
 from tests.conftest import ROOT
+from tests.helpers import written
 from tests.targets.testbed import pdctl
 
 NIXL = str(ROOT / "examples" / "phase2-nixl-hosts.yaml")
@@ -50,19 +51,16 @@ def test_compare_refuses_a_flag_difference_and_names_it(tmp_path):
 
 
 def test_compare_refuses_a_file_that_is_not_a_report(tmp_path):
-    other = tmp_path / "x.json"
-    other.write_text("{}")
+    other = written(tmp_path / "x.json", "{}")
     res = pdctl("bench", "--compare", str(other), str(other))
     assert res.returncode == 2 and "not a pdctl bench report" in res.stderr
 
 
 def test_tune_writes_an_overlay_that_renders_more_decode(tmp_path):
-    report = tmp_path / "run.json"
-    report.write_text(json.dumps(run_report({}, waiting=9)))
+    report = written(tmp_path / "run.json", json.dumps(run_report({}, waiting=9)))
     spec = yaml.safe_load(open(NIXL))
     spec["hosts"][0]["gpus"] = [0, 1, 2]  # room for the proposed decode
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec))
     out = tmp_path / "tune.yaml"
     res = pdctl("tune", str(path), "--from", str(report), "-w", str(out), "-o", "json")
     assert res.returncode == 0, res.stderr
@@ -75,8 +73,7 @@ def test_tune_writes_an_overlay_that_renders_more_decode(tmp_path):
 
 
 def test_tune_says_when_its_proposal_needs_more_than_the_hosts_have(tmp_path):
-    report = tmp_path / "run.json"
-    report.write_text(json.dumps(run_report({}, waiting=9)))
+    report = written(tmp_path / "run.json", json.dumps(run_report({}, waiting=9)))
     res = pdctl("tune", NIXL, "--from", str(report))
     assert res.returncode == 0, res.stderr
     assert "decode.replicas: 1 -> 2" in res.stdout

@@ -12,6 +12,7 @@ import yaml
 
 from pdctl.bench.report import capacity
 from tests.gpu import drive
+from tests.helpers import written
 from tests.targets.testbed import pdctl
 
 MODELS = Path(drive.__file__).parent / "models"
@@ -21,8 +22,7 @@ def test_the_bench_scenario_spec_validates_and_the_plan_predicts_its_figures(tmp
     monkeypatch.setattr(drive, "MODELS", MODELS)
     spec = drive.bench_spec()
     assert spec["bench"]["concurrency"] and spec["workload"]["ttftMs"]
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
     assert pdctl("validate", str(path)).returncode == 0
     planned = pdctl("plan", str(path), "-o", "json")
     assert planned.returncode == 0, planned.stderr
