@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from pdctl.top.lora import lora_adapters, lora_line
 from pdctl.top.metrics import parse
 from tests.conftest import run_cli
+from tests.helpers import written
 from tests.lora.specs import spec_text
 
 KEY = {"apiKey": {"env": "PDCTL_LORA_TEST_KEY"}}
@@ -14,8 +15,7 @@ KEY = {"apiKey": {"env": "PDCTL_LORA_TEST_KEY"}}
 
 def run(tmp_path, capsys, monkeypatch, text: str, *args: str):
     monkeypatch.delenv("PDCTL_LORA_TEST_KEY", raising=False)
-    path = tmp_path / "spec.yaml"
-    path.write_text(text)
+    path = written(tmp_path / "spec.yaml", text)
     code, out, err = run_cli(["adapters", args[0], str(path), *args[1:]], capsys)
     return SimpleNamespace(exit_code=code, output=out + err)
 

@@ -16,6 +16,7 @@ from pdctl.capacity.fit import instance_memory
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.lora import adapter_bytes, gpu_bytes, host_bytes
 from pdctl.cli.app import app
+from tests.helpers import written
 from tests.lora.specs import load, spec_text
 
 LORA = {
@@ -58,8 +59,7 @@ def test_the_buffers_come_out_of_the_kv_cache() -> None:
 
 
 def test_pdctl_plan_shows_the_lora_rows(tmp_path) -> None:
-    path = tmp_path / "spec.yaml"
-    path.write_text(spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
+    path = written(tmp_path / "spec.yaml", spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
     result = CliRunner().invoke(app, ["plan", str(path), "-o", "wide"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "of which LoRA buffers" in result.output
@@ -70,8 +70,7 @@ def test_pdctl_plan_shows_the_lora_rows(tmp_path) -> None:
 def test_pdctl_plan_json_has_the_lora_bytes(tmp_path) -> None:
     import json
 
-    path = tmp_path / "spec.yaml"
-    path.write_text(spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
+    path = written(tmp_path / "spec.yaml", spec_text("phase0", LORA, hardware={"gpu": "H100-80GB"}))
     result = CliRunner().invoke(app, ["plan", str(path), "-o", "json"])
     assert result.exit_code == 0, result.output
     (role,) = json.loads(result.output)["roles"]
