@@ -17,7 +17,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import K8S_VERSION, ROOT
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 EXAMPLE = ROOT / "examples" / "phase2-k8s-autoscale.yaml"
 KEDA_CRD = ROOT / "tests" / "fixtures" / "crds" / "keda.sh_scaledobjects.yaml"
@@ -155,8 +155,7 @@ def test_multi_node_groups_scale_their_leaderworkerset() -> None:
     ],
 )
 def test_bad_values_are_one_located_line_exit_2(change: dict, where: str, tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(example(**change)))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(example(**change)))
     code, out, err = run_cli(["render", str(spec)])
     assert code == 2, (out, err)
     assert where in err and "Traceback" not in err, err
@@ -165,8 +164,7 @@ def test_bad_values_are_one_located_line_exit_2(change: dict, where: str, tmp_pa
 def test_autoscaling_on_hosts_is_refused_until_it_is_built(tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "examples" / "phase0-docker.yaml").read_text())
     data["autoscaling"] = {"serve": {"maxReplicas": 2}}
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(data))
+    spec = written(tmp_path / "spec.yaml", yaml.safe_dump(data))
     code, _, err = run_cli(["render", str(spec)])
     assert code == 2 and "autoscaling" in err and "not built yet" in err, err
 
