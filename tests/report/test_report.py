@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import pdctl
+from tests.helpers import pdctl, written
 from tests.report.chromium import BINARY, visit
 
 FIXTURE = ROOT / "tests/fixtures/gpu/vllm023-h200/bench"
@@ -64,8 +64,7 @@ def phase0_cpu() -> dict[str, Any]:
 
 
 def check_page(html: str, tmp_path: Path, name: str, svgs: int) -> None:
-    page = tmp_path / f"{name}.html"
-    page.write_text(html)
+    page = written(tmp_path / f"{name}.html", html)
     seen = visit(page, tmp_path / f"{name}.png")
     assert seen.errors == []
     assert seen.requests == []
@@ -135,8 +134,7 @@ def test_the_check_catches_a_network_request_and_a_console_error(tmp_path, csp: 
         html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
     html = html.replace("<body>", '<body><script src="http://127.0.0.1:9/x.js"></script>'
                         '<script>console.error("boom")</script>', 1)
-    page = tmp_path / "bad.html"
-    page.write_text(html)
+    page = written(tmp_path / "bad.html", html)
     seen = visit(page, tmp_path / "bad.png")
     if csp:
         assert seen.errors  # the CSP refused both scripts, and said so
