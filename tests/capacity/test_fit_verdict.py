@@ -9,7 +9,7 @@ from pathlib import Path
 from pdctl.capacity import model_config
 from pdctl.capacity.fit import Shape, alternatives, smallest_fit
 from pdctl.capacity.gpus import GIB
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 SERVE = """\
 name: demo
@@ -44,8 +44,7 @@ disaggregation: {connector: nixl}
 
 
 def _spec(tmp_path: Path, model: str, length: int, hardware: str = "") -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(SERVE.format(model=model, length=length, hardware=hardware))
+    path = written(tmp_path / "s.yaml", SERVE.format(model=model, length=length, hardware=hardware))
     return str(path)
 
 
@@ -103,8 +102,7 @@ def test_validate_is_quiet_when_it_fits_or_no_gpu_is_named(capsys, tmp_path: Pat
 
 
 def test_hami_slice_suggestions_never_use_tensor_parallel(capsys, tmp_path: Path) -> None:
-    path = tmp_path / "hami.yaml"
-    path.write_text(HAMI)
+    path = written(tmp_path / "hami.yaml", HAMI)
     code, out, err = run_cli(["plan", str(path), "-o", "json"], capsys)
     assert code == 1, err
     decode = next(r for r in json.loads(out)["roles"] if r["role"] == "decode")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.fromlog import parse_log
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 # vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
 # dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log), lines trimmed.
@@ -124,12 +124,10 @@ def test_plan_from_log_json_predicts_under_the_logs_conditions(capsys, tmp_path:
 
 
 def test_from_log_errors_are_one_line(capsys, tmp_path: Path) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(SPEC)
+    spec = written(tmp_path / "s.yaml", SPEC)
     code, _, err = run_cli(["plan", str(spec), "--from-log", str(tmp_path / "nope.log")], capsys)
     assert code == 2 and err.count("\n") == 1 and "--from-log: cannot read" in err
-    empty = tmp_path / "other.log"
-    empty.write_text("INFO something else entirely\n")
+    empty = written(tmp_path / "other.log", "INFO something else entirely\n")
     code, _, err = run_cli(["plan", str(spec), "--from-log", str(empty)], capsys)
     assert code == 2 and "has none of vLLM's start-up memory lines" in err
 
@@ -149,12 +147,10 @@ def test_from_log_reads_which_sampler_the_engine_profiled(capsys, tmp_path: Path
     )
     assert parse_log(with_fi).flashinfer_sampler is True
     assert parse_log(without).flashinfer_sampler is False
-    spec = tmp_path / "s.yaml"
-    spec.write_text(SPEC)
+    spec = written(tmp_path / "s.yaml", SPEC)
     activation = {}
     for name, text in (("fi", with_fi), ("native", without)):
-        log = tmp_path / f"{name}.log"
-        log.write_text(text)
+        log = written(tmp_path / f"{name}.log", text)
         code, out, err = run_cli(["plan", str(spec), "-o", "json", "--from-log", str(log)], capsys)
         assert code == 0, err
         data = json.loads(out)["fromLog"]

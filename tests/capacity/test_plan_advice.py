@@ -18,6 +18,7 @@ from pdctl.capacity.params import model_config
 from pdctl.plan.parallel import Dims
 from pdctl.plan.parallel import valid_tp as dims_valid_tp
 from tests.helpers import run_cli as run
+from tests.helpers import written
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASE0 = (ROOT / "examples" / "phase0-conda.yaml").read_text()
@@ -29,8 +30,7 @@ def _flat(text: str) -> str:
 
 
 def _spec(tmp_path: Path, text: str, name: str = "s.yaml") -> str:
-    path = tmp_path / name
-    path.write_text(text)
+    path = written(tmp_path / name, text)
     return str(path)
 
 

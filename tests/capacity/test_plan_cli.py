@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -108,8 +108,7 @@ def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
 
 
 def test_unknown_model_is_one_located_line(capsys, tmp_path: Path) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(SPEC.format(model="acme/secret-13b", extra=""))
+    spec = written(tmp_path / "s.yaml", SPEC.format(model="acme/secret-13b", extra=""))
     code, out, err = run(["plan", str(spec)], capsys)
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -125,8 +124,7 @@ def test_missing_config_file_is_located(capsys, tmp_path: Path) -> None:
 
 
 def test_unknown_gpu_and_bad_output(capsys, tmp_path: Path) -> None:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(SPEC.format(model="Qwen/Qwen3-8B", extra=""))
+    spec = written(tmp_path / "s.yaml", SPEC.format(model="Qwen/Qwen3-8B", extra=""))
     code, _, err = run(["plan", str(spec), "--gpu", "TPU-v5"], capsys)
     assert code == 2 and "unknown GPU type" in err and "H200" in err
     code, _, err = run(["plan", str(spec), "-o", "yaml"], capsys)

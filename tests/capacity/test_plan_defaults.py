@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pdctl.capacity.gpus import find_gpu
 from tests.helpers import run_cli as run
+from tests.helpers import written
 
 SHORT = """\
 name: short
@@ -20,8 +21,7 @@ serve: {{replicas: 1, tensorParallel: 1}}
 
 
 def _write(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
+    path = written(tmp_path / "s.yaml", text)
     return str(path)
 
 

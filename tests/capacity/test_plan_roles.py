@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli as run
+from tests.helpers import written
 
 EP = """\
 name: ep
@@ -26,8 +27,7 @@ def _flat(text: str) -> str:
 
 
 def _plan(tmp_path: Path, capsys, text: str) -> tuple[str, dict]:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
+    path = written(tmp_path / "s.yaml", text)
     code, out, err = run(["plan", str(path), "-o", "wide"], capsys)
     assert code == 0, err
     jcode, jout, _ = run(["plan", str(path), "-o", "json"], capsys)

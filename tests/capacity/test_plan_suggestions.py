@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers import run_cli as run
+from tests.helpers import written
 
 OSS = """\
 name: oss
@@ -84,8 +85,7 @@ def _applied(spec: dict, role: str, alt: dict) -> dict:
 
 
 def test_gpt_oss_120b_on_one_h100_is_offered_fewer_sequences(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "oss.yaml"
-    path.write_text(OSS)
+    path = written(tmp_path / "oss.yaml", OSS)
     code, data = _plan(path, capsys)
     assert code == 1
     changes = [a["change"] for a in data["roles"][0]["alternatives"]]
@@ -102,8 +102,7 @@ def test_gpt_oss_120b_on_one_h100_is_offered_fewer_sequences(tmp_path: Path, cap
     "text", [OSS, FP8, SLICE, LONG_WORKLOAD], ids=["gpt-oss", "fp8-blocks", "slices", "workload"]
 )
 def test_every_suggestion_is_accepted_and_fits(text: str, tmp_path: Path, capsys) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
+    path = written(tmp_path / "s.yaml", text)
     code, data = _plan(path, capsys)
     assert code == 1  # something does not fit, so there are suggestions
     spec = yaml.safe_load(text)

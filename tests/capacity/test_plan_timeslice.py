@@ -14,6 +14,7 @@ from pdctl.capacity.gpus import find_gpu
 from pdctl.capacity.params import model_config
 from pdctl.capacity.roofline import decode_step
 from tests.helpers import run_cli as run
+from tests.helpers import written
 
 SPEC = """\
 name: slices
@@ -30,8 +31,7 @@ kubernetes: {{namespace: llm}}
 
 
 def _plan(tmp_path: Path, capsys, per_gpu: int) -> dict:
-    path = tmp_path / f"p{per_gpu}.yaml"
-    path.write_text(SPEC.format(per_gpu=per_gpu))
+    path = written(tmp_path / f"p{per_gpu}.yaml", SPEC.format(per_gpu=per_gpu))
     code, out, err = run(["plan", str(path), "-o", "json"], capsys)
     assert code == 0, err
     return json.loads(out)
@@ -72,8 +72,7 @@ def test_pd_ratio_counts_the_time_slicing(tmp_path: Path, capsys) -> None:
 
 
 def test_the_table_says_the_slices_time_slice(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "p4.yaml"
-    path.write_text(SPEC.format(per_gpu=4))
+    path = written(tmp_path / "p4.yaml", SPEC.format(per_gpu=4))
     code, out, _ = run(["plan", str(path), "-o", "wide"], capsys)
     assert code == 0
     flat = " ".join(out.split())

@@ -18,7 +18,7 @@ from pdctl.capacity import find_gpu, instance_memory, model_config, model_fit
 from pdctl.capacity.fit import Shape, stage_memories
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import stage_partition, used_memory_notes, weights_bytes_per_gpu
-from tests.helpers import run_cli
+from tests.helpers import run_cli, written
 
 
 @pytest.mark.parametrize(
@@ -100,8 +100,7 @@ QUERY = (
 
 
 def _spec(tmp_path: Path, version: str, used_mib: int) -> tuple[Path, Path]:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.format(version=version))
+    spec = written(tmp_path / "spec.yaml", SPEC.format(version=version))
     facts = tmp_path / "facts"
     facts.mkdir()
     (facts / "query-gpu.csv").write_text(QUERY.format(used=used_mib))

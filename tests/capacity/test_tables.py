@@ -9,6 +9,7 @@ import pytest
 
 from pdctl.capacity import gpus, models
 from pdctl.capacity.tables import TableError
+from tests.helpers import written
 
 DATA = Path(models.__file__).resolve().parents[1] / "data"
 
@@ -36,8 +37,7 @@ def test_a_malformed_entry_names_the_file_and_the_entry(
 ) -> None:
     text = (DATA / table).read_text()
     assert text.count(old) == 1, old
-    bad = tmp_path / table
-    bad.write_text(text.replace(old, new))
+    bad = written(tmp_path / table, text.replace(old, new))
     load = models.load_table if table == "models.yaml" else gpus.load_table
     load(DATA / table)  # the shipped one loads
     with pytest.raises(TableError) as exc:
