@@ -63,6 +63,18 @@ def pdctl(
     return in_process(list(args), full, Path(cwd or os.getcwd()), timeout, input or "")
 
 
+def written(path: Path, text: str, encoding: str | None = None) -> Path:
+    """`path`, with `text` written to it."""
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def checked(proc: CompletedProcess[str], code: int = 0) -> CompletedProcess[str]:
+    """`proc`, once its exit status is `code` (else the failure shows its stdout and stderr)."""
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    return proc
+
+
 SUBPROCESS = bool(os.environ.get("PDCTL_TEST_SUBPROCESS"))  # every pdctl() run in a child
 
 
