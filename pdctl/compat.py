@@ -158,14 +158,11 @@ def release(version: str) -> Release:
     old = v < P2P_NCCL_REMOVED
     cuda13 = v >= CUDA13_FROM
     return Release(
-        version=version,
-        image=f"vllm/vllm-openai:v{version}",
-        pip=f"vllm=={version}",
+        version=version, image=f"vllm/vllm-openai:v{version}", pip=f"vllm=={version}",
         cuda_major=13 if cuda13 else 12,
         # CUDA 13.0 needs R580 (>= 580.65.06); CUDA 12.9 builds need >= 575.51.03.
         min_driver=MIN_DRIVER[13 if cuda13 else 12],
         connectors=CONNECTORS_0_23 if old else CONNECTORS_0_33,
         kv_keys=KV_KEYS_ALL | KV_KEYS_UNTIL_0_23 if old else KV_KEYS_ALL,
-        flags=_flag_list(flags_from),
-        flags_from="{}.{}.{}".format(*flags_from),
+        flags=_flag_list(flags_from), flags_from="{}.{}.{}".format(*flags_from),
     )

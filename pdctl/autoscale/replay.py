@@ -142,8 +142,7 @@ def replay(
             running = served / dt * service  # Little's law: sequences in flight
             observed[rm.role] = {
                 "busy": served * service / dt,  # busy instances (the token rates say it)
-                "waiting": queue[rm.role],
-                "requestRate": served / dt,
+                "waiting": queue[rm.role], "requestRate": served / dt,
                 "kvUsage": min(
                     float(ready[rm.role]),
                     (running + queue[rm.role]) * (step.prompt + step.output) * rm.kv_per_token,

@@ -229,15 +229,10 @@ def _pd(
         return PdRatio(pre_s, dec_s, pre_s / dec_s, None, None, None, ttft_ok, tpot_ok, one)
     concurrency = rate * traffic.output_tokens * decode.decode.step_expected_s
     return PdRatio(
-        pre_s,
-        dec_s,
-        pre_s / dec_s,
+        pre_s, dec_s, pre_s / dec_s,
         prefill_instances=max(1, math.ceil(rate * pre_s / 0.8)),  # keep prefill 80% busy
-        decode_instances=max(1, math.ceil(rate * dec_s)),
-        decode_concurrency=concurrency,
-        ttft_ok=ttft_ok,
-        tpot_ok=tpot_ok,
-        batch1_tpot_ms=one,
+        decode_instances=max(1, math.ceil(rate * dec_s)), decode_concurrency=concurrency,
+        ttft_ok=ttft_ok, tpot_ok=tpot_ok, batch1_tpot_ms=one,
     )
 
 

@@ -19,14 +19,10 @@ def _gib(value: float) -> float:
 
 def _shape(shape: Shape) -> dict[str, Any]:
     return {
-        "tensorParallel": shape.tp,
-        "pipelineParallel": shape.pp,
-        "dataParallel": shape.dp,
+        "tensorParallel": shape.tp, "pipelineParallel": shape.pp, "dataParallel": shape.dp,
         "expertParallel": shape.ep,  # GPUs the experts are spread over; 0: split by TP
-        "kvCacheDtype": shape.kv_cache_dtype,
-        "maxModelLen": shape.max_model_len,
-        "maxNumSeqs": shape.max_num_seqs,
-        "maxNumBatchedTokens": shape.max_num_batched_tokens,
+        "kvCacheDtype": shape.kv_cache_dtype, "maxModelLen": shape.max_model_len,
+        "maxNumSeqs": shape.max_num_seqs, "maxNumBatchedTokens": shape.max_num_batched_tokens,
     }
 
 
@@ -100,8 +96,7 @@ def role_dict(r: RolePlan) -> dict[str, Any]:
         "decode": None
         if not r.fits
         else {
-            "batch": r.batch,
-            "context": r.decode.context,
+            "batch": r.batch, "context": r.decode.context,
             "stepMsBound": round(r.decode.step_bound_s * 1000, 3),
             "stepMsExpected": round(r.decode.step_expected_s * 1000, 3),
             "tokensPerSecond": round(r.decode.tokens_per_s * r.shape.dp, 1),
@@ -179,6 +174,5 @@ def plan_dict(plan: CapacityPlan) -> dict[str, Any]:
         "advice": {
             "case": plan.advice.case, "pack": plan.advice.pack, "lines": list(plan.advice.lines),
         },
-        "fits": plan.fits,
-        "warnings": list(plan.warnings),
+        "fits": plan.fits, "warnings": list(plan.warnings),
     }

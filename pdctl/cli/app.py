@@ -67,8 +67,7 @@ def build(names: tuple[str, ...] | None = None) -> typer.Typer:
         "(phase 1), prefill/decode disaggregation (phase 2) and HAMi-sliced decode (phase 3).",
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
+        pretty_exceptions_enable=False, rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     made.callback()(root)

@@ -24,9 +24,7 @@ def register(app: typer.Typer) -> None:
     def plan(
         spec: str = SPEC,
         gpu: str | None = typer.Option(
-            None,
-            "--gpu",
-            metavar="GPU",
+            None, "--gpu", metavar="GPU",
             # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
             help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
             "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM.",

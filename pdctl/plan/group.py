@@ -242,12 +242,9 @@ def kube_group(
     if side is not None:
         ports = tuple((f"nixl-{j}" if j else "nixl", side + j) for j in range(shape.local_dp))
     worker = replace(
-        leader,
-        name=f"{leader.name}-worker",
-        args=worker_args,
+        leader, name=f"{leader.name}-worker", args=worker_args,
         replicas=shape.nodes - 1,  # worker pods per group
-        leader=leader.name,
-        launch=lws_launch(shape, worker=True, side_port=side),
+        leader=leader.name, launch=lws_launch(shape, worker=True, side_port=side),
         extra_ports=ports,
     )
     return replace(

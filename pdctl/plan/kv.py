@@ -76,9 +76,7 @@ def p2p_config(
     else:
         buffer = P2P_DEFAULT_BUFFER
     return {
-        "kv_connector": "P2pNcclConnector",
-        "kv_role": ROLES[role],
-        "kv_buffer_size": buffer,
+        "kv_connector": "P2pNcclConnector", "kv_role": ROLES[role], "kv_buffer_size": buffer,
         "kv_port": kv_port,
         # proxy_ip + ":" + proxy_port is concatenated by vLLM: both must be strings, and an
         # IPv6 proxy_ip needs its brackets.

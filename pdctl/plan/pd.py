@@ -251,18 +251,13 @@ def host_instances(
                     Instance(
                         name=name,
                         role=slot.role,  # type: ignore[arg-type]
-                        index=index,
-                        port=slot.port,
+                        index=index, port=slot.port,
                         args=role_args(
                             spec, release, role, slot.role, slot.port, kv, flags=flags, **over
                         ),
-                        env=role_env(spec, role, slot.role, *pairs),
-                        host=host,
-                        gpus=slot.gpus,
-                        gpu_count=len(slot.gpus),
-                        tensor_parallel=role.tensor_parallel,
-                        extra_ports=tuple(extra_ports),
-                        files=files,
+                        env=role_env(spec, role, slot.role, *pairs), host=host, gpus=slot.gpus,
+                        gpu_count=len(slot.gpus), tensor_parallel=role.tensor_parallel,
+                        extra_ports=tuple(extra_ports), files=files,
                         max_num_seqs=batch_limit(role.max_num_seqs, spec, role.extra_args),
                     )
                 )

@@ -165,21 +165,13 @@ def router_service(plan: Plan) -> Service:
         _check_api_key(plan, listen)
         args += _pd_args(plan)
     args += [
-        "--policy",
-        router.policy,
+        "--policy", router.policy,
         # A dead engine is dropped after two failed checks; until then the router's retries
         # (5 by default, backoff from 50 ms) send a failed request to the next engine.
-        "--health-check-interval-secs",
-        str(router.health_check_interval_secs),
-        "--health-failure-threshold",
-        "2",
-        "--health-success-threshold",
-        "1",
+        "--health-check-interval-secs", str(router.health_check_interval_secs),
+        "--health-failure-threshold", "2", "--health-success-threshold", "1",
         # Metrics name every engine URL: they listen where clients reach the router.
-        "--prometheus-host",
-        listen,
-        "--prometheus-port",
-        str(router.metrics_port),
+        "--prometheus-host", listen, "--prometheus-port", str(router.metrics_port),
     ]
     return Service(
         name=f"{spec.name}-router", role="router", host=host, port=router.port, command=tuple(args),

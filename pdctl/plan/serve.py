@@ -101,17 +101,11 @@ def serve_instances(
             launch = lws_launch(gshape, worker=False)
             workers = (
                 Instance(
-                    name=f"{spec.name}-serve-worker",
-                    role="serve",
-                    index=0,
-                    port=8000,
-                    args=args(8000, lws_flags(gshape, worker=True)),
-                    env=env,
-                    gpu_count=width,
+                    name=f"{spec.name}-serve-worker", role="serve", index=0, port=8000,
+                    args=args(8000, lws_flags(gshape, worker=True)), env=env, gpu_count=width,
                     tensor_parallel=shape.tensor_parallel,
                     replicas=gshape.nodes - 1,  # worker pods per group
-                    leader=f"{spec.name}-serve",
-                    launch=lws_launch(gshape, worker=True),
+                    leader=f"{spec.name}-serve", launch=lws_launch(gshape, worker=True),
                 ),
             )
         return (

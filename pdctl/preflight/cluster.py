@@ -309,12 +309,7 @@ def cluster_facts(raw: dict[str, str]) -> ClusterFacts:
             else:
                 crds = parse_crds(data)
         except (
-            ValueError,
-            TypeError,
-            KeyError,
-            AttributeError,
-            IndexError,
-            RecursionError,
+            ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
             OverflowError,
         ) as exc:  # a damaged recording: say which file, never crash
             missing.append(Missing(name, f"unreadable output ({type(exc).__name__})"))

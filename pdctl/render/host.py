@@ -93,9 +93,7 @@ def adapter_fetch(plan: Plan, unit: Unit) -> str:
     return render_template(
         "adapter-fetch.sh.j2",
         adapters=[{"folder": folder(a), "hf": a.hf, "revision": a.revision} for a in adapters],
-        image=unit.image,
-        hf_cache=unit.host.hf_cache,
-        code=FETCH_CODE,
+        image=unit.image, hf_cache=unit.host.hf_cache, code=FETCH_CODE,
         offline=plan.bundled,  # the bundle's copy (offline/ship.py) or one clear line
     )
 
@@ -131,13 +129,9 @@ def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> Unit
         adapters = adapter_mounts(plan, unit, bool(fetch))
         box = container(unit, digest, plan.name, folder, secret_env, model_dir(plan), adapters)
         start = render_template(
-            "docker-start.sh.j2",
-            c=box,
-            hf_mount=HF_MOUNT,
+            "docker-start.sh.j2", c=box, hf_mount=HF_MOUNT,
             setup=slice_setup(unit),  # a HAMi-core slice's host-side checks, else ''
-            header=header(plan, unit, "container", digest),
-            fetch=fetch,
-            **common,
+            header=header(plan, unit, "container", digest), fetch=fetch, **common,
         )
         stop = render_template(
             "docker-stop.sh.j2", header=header(plan, unit, "container", digest), **common

@@ -184,12 +184,9 @@ def deployment_obj(
 ) -> Obj:
     template = pod_metadata(plan, component, pod_labels or {}, annotations or {})
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(plan, name, component),
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(plan, name, component),
         "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector(plan, component)},
+            "replicas": replicas, "selector": {"matchLabels": selector(plan, component)},
             # GPUs are scarce: replace pods one at a time instead of surging extra ones.
             "strategy": {
                 "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},

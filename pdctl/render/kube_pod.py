@@ -139,19 +139,13 @@ def engine_container(
         gpu = {**gpu, **{k: str(v) for k, v in sorted(rdma.resources.items())}}
     load_failures = max(1, k8s.startup_timeout_minutes * 60 // 10)
     container = {
-        "name": name,
-        "image": plan.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["vllm", "serve"],
-        "args": list(inst.args),
-        "env": env_list(plan, inst),
-        "ports": [port("http", number)],
-        "resources": resources(pod.resources, gpu),
+        "name": name, "image": plan.image, "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm", "serve"], "args": list(inst.args), "env": env_list(plan, inst),
+        "ports": [port("http", number)], "resources": resources(pod.resources, gpu),
         "volumeMounts": engine_mounts(plan),
         # Model download and load take minutes: the startup probe allows for it, then
         # readiness and liveness take over.
-        "startupProbe": _probe(10, load_failures),
-        "readinessProbe": _probe(5, 3),
+        "startupProbe": _probe(10, load_failures), "readinessProbe": _probe(5, 3),
         "livenessProbe": _probe(10, 6),
         "securityContext": container_security(add=RDMA_CAPABILITIES if rdma else ()),
     }

@@ -49,8 +49,7 @@ def lws(plan: Plan, leader: Instance, component: str, leader_tpl: Obj, worker_tp
     """A LeaderWorkerSet of `leader.replicas` groups, each the leader and its workers."""
     (worker,) = leader.workers
     return {
-        "apiVersion": API_VERSION,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": API_VERSION, "kind": "LeaderWorkerSet",
         "metadata": metadata(plan, leader.name, component),
         "spec": {
             "replicas": leader.replicas,

@@ -69,26 +69,20 @@ def sidecar_container(plan: Plan) -> Obj:
     forwards a prompt to the prefill pod named by the request's x-prefiller-host-port header,
     so it sends only to the pods of its own InferencePool (SSRF protection)."""
     return {
-        "name": "routing-proxy",
-        "image": LLMD.sidecar_image,
-        "imagePullPolicy": "IfNotPresent",
+        "name": "routing-proxy", "image": LLMD.sidecar_image, "imagePullPolicy": "IfNotPresent",
         "args": [
             f"--port={K8S_PREFILL_PORT}",
             # --vllm-port is only a deprecated alias of this flag at the pinned llm-d-router.
-            f"--model-server-port={K8S_DECODE_PORT}",
-            f"--kv-connector={LLMD.sidecar_connector}",
-            "--secure-proxy=false",
-            "--enable-ssrf-protection=true",
+            f"--model-server-port={K8S_DECODE_PORT}", f"--kv-connector={LLMD.sidecar_connector}",
+            "--secure-proxy=false", "--enable-ssrf-protection=true",
             f"--inference-pool={plan.spec.kubernetes.namespace}/{plan.name}",
             f"--pool-group={LLMD.pool_group}",
         ],
-        "ports": [port("sidecar", K8S_PREFILL_PORT)],
-        "restartPolicy": "Always",
+        "ports": [port("sidecar", K8S_PREFILL_PORT)], "restartPolicy": "Always",
         "resources": {
             "requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        "securityContext": container_security(non_root=True),
-        "volumeMounts": [token_mount()],
+        "securityContext": container_security(non_root=True), "volumeMounts": [token_mount()],
     }
 
 
@@ -198,22 +192,15 @@ def epp_objects(plan: Plan) -> list[Obj]:
         ("http-metrics", LLMD.epp_metrics_port, "http"),
     ]
     container = {
-        "name": "epp",
-        "image": LLMD.epp_image,
-        "imagePullPolicy": "IfNotPresent",
+        "name": "epp", "image": LLMD.epp_image, "imagePullPolicy": "IfNotPresent",
         "args": [
-            f"--pool-name={plan.name}",
-            f"--pool-namespace={ns}",
-            f"--pool-group={LLMD.pool_group}",
-            f"--config-file=/config/{EPP_CONFIG}",
-            f"--grpc-port={LLMD.epp_grpc_port}",
-            f"--grpc-health-port={LLMD.epp_health_port}",
-            f"--metrics-port={LLMD.epp_metrics_port}",
+            f"--pool-name={plan.name}", f"--pool-namespace={ns}", f"--pool-group={LLMD.pool_group}",
+            f"--config-file=/config/{EPP_CONFIG}", f"--grpc-port={LLMD.epp_grpc_port}",
+            f"--grpc-health-port={LLMD.epp_health_port}", f"--metrics-port={LLMD.epp_metrics_port}",
             # Scrapers need a token allowed to get /metrics (the metrics-reader ClusterRole).
             "--metrics-endpoint-auth=true",
         ],
-        "ports": [port(n, p) for n, p, _ in ports],
-        "resources": resources(epp.resources, {}),
+        "ports": [port(n, p) for n, p, _ in ports], "resources": resources(epp.resources, {}),
         "readinessProbe": {
             "grpc": {"port": LLMD.epp_health_port, "service": "readiness"}, "periodSeconds": 2,
         },
@@ -227,8 +214,7 @@ def epp_objects(plan: Plan) -> list[Obj]:
     pod: Obj = {
         "serviceAccountName": name,
         # The picker watches the pool and its pods, and reviews metrics tokens.
-        "automountServiceAccountToken": True,
-        "containers": [container],
+        "automountServiceAccountToken": True, "containers": [container],
         "terminationGracePeriodSeconds": 30,
         "volumes": [{"name": "config", "configMap": {"name": name}}],
     }

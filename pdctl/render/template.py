@@ -39,12 +39,8 @@ def templates_dir() -> Path:
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
+        loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+        autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
         # Templates ship with pdctl and never change while it runs: skip the stat() per
         # get_template/include that checks for edits (4,700 calls for 1,000 instances).
         auto_reload=False,

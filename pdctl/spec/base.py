@@ -38,10 +38,7 @@ class Section(BaseModel):
     """A spec section: YAML keys are camelCase, unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
         use_attribute_docstrings=False,
         # Build validators once, for the whole Spec, when the first spec is validated (not once
         # per section class at import and again inside Spec): about half the start-up cost.

@@ -152,19 +152,12 @@ def router_figures(
     retries = _delta(first, last, RETRIES) if RETRIES in have else None
     exhausted = _delta(first, last, RETRIES_EXHAUSTED) if RETRIES_EXHAUSTED in have else None
     return RouterFigures(
-        name,
-        where,
-        seconds,
-        requests=requests,
+        name, where, seconds, requests=requests,
         request_rate=None if requests is None else requests / seconds,
         # the PD router may count one failure both by type and at its worker: the larger
-        errors=max(router_level, sum(errors_at.values())),
-        error_kinds=kinds,
-        retries=retries,
-        retries_exhausted=exhausted,
-        latency_p50=quantile(0.5, buckets),
-        latency_p95=quantile(0.95, buckets),
-        workers=tuple(rows),
+        errors=max(router_level, sum(errors_at.values())), error_kinds=kinds, retries=retries,
+        retries_exhausted=exhausted, latency_p50=quantile(0.5, buckets),
+        latency_p95=quantile(0.95, buckets), workers=tuple(rows),
     )
 
 

@@ -87,10 +87,7 @@ def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None
         source = host_path(m.source or c.unit_dir, home, f"{c.name}: mount {m.target}")
         volumes[source] = {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
     opts: dict[str, Any] = {
-        "image": c.image,
-        "command": list(c.args),
-        "name": c.name,
-        "labels": dict(c.labels),
+        "image": c.image, "command": list(c.args), "name": c.name, "labels": dict(c.labels),
         "environment": {**env, **dict(c.env)},
         "ipc_mode": "host",  # --ipc=host
         "restart_policy": {"Name": keep.restart, "MaximumRetryCount": keep.retries},
