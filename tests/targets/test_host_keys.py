@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import checked
 from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
 
 
@@ -66,8 +67,7 @@ def test_revoked_key_is_refused_even_when_listed_as_known(ssh_env, tmp_path):
     text = f"{name} {ktype} {key}\n@revoked * {ktype} {key} retired\n"
     known.write_text(text)
     for extra in ([], ["--accept-new-host-keys"]):
-        proc = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known), *extra)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        proc = checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known), *extra), 1)
         line = one_error_line(proc)
         assert "host lo1 ([127.0.0.1]:2222): its host key is revoked" in line, line
         assert f"{known}:2" in line, line
@@ -97,8 +97,7 @@ def test_cert_authority_lines_are_skipped_and_named_when_they_are_all_there_is(s
     other_ca = "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
     known = tmp_path / "known_hosts"
     known.write_text(f"@cert-authority *.example ssh-ed25519 {other_ca}\n{name} {ktype} {key}\n")
-    ok = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known))
-    assert ok.returncode == 0, ok.stdout + ok.stderr
+    checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known)))
     only_ca = tmp_path / "ca_only"
     only_ca.write_text(f"@cert-authority [127.0.0.1]:* ssh-ed25519 {other_ca}\n")
     refused = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(only_ca))
@@ -123,8 +122,7 @@ def test_a_line_that_does_not_parse_is_one_error_naming_the_line(ssh_env, tmp_pa
 def test_missing_identity_file_is_named(ssh_env, tmp_path):
     missing = tmp_path / "no_such_key"
     spec = lo1_spec(ssh_env, tmp_path, identityFile=str(missing))
-    proc = pdctl("up", str(spec), "--dry-run", "--known-hosts", ssh_env.known_hosts)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    proc = checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", ssh_env.known_hosts), 2)
     line = one_error_line(proc)
     assert f"identityFile {missing}: no such file" in line and "host lo1" in line, line
     data = __import__("yaml").safe_load(spec.read_text())
@@ -157,6 +155,5 @@ def test_preflight_uses_the_same_host_key_rules(ssh_env, tmp_path):
     assert known.read_text() == f"@revoked * {ktype} {key}\n"
     missing = tmp_path / "no_such_key"
     spec = lo1_spec(ssh_env, tmp_path, identityFile=str(missing))
-    proc = pdctl("preflight", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    proc = checked(pdctl("preflight", str(spec), "--known-hosts", ssh_env.known_hosts), 2)
     assert f"identityFile {missing}: no such file" in one_error_line(proc)

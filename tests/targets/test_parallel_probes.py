@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import checked
 from tests.targets.hosts.test_ssh_up import free_port, known
 from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
@@ -48,11 +49,9 @@ def test_up_probes_the_engines_of_two_hosts_at_the_same_time(ssh_env: SshEnv, tm
         tmp_path / "spec.yaml", stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
     )
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
         healthy = [line for line in up.stdout.splitlines() if line.endswith(": healthy")]
         assert len(healthy) == 2, up.stdout
         assert sorted(p.name for p in meet.iterdir()) == ["lo1", "node1"]
     finally:
-        down = pdctl("down", str(spec), "--yes", *known(ssh_env))
-        assert down.returncode == 0, down.stdout + down.stderr
+        checked(pdctl("down", str(spec), "--yes", *known(ssh_env)))

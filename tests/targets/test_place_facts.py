@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.helpers import checked
 from tests.preflight.conftest import FIX, raw_of
 from tests.targets.hosts.test_ssh_up import free_port, known
 from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in, write_spec
@@ -32,8 +33,7 @@ def _recording(root: Path, host: str) -> Path:
 
 
 def _rows(spec: Path, env: SshEnv, *extra: str) -> dict[str, dict]:
-    out = pdctl("status", str(spec), "-o", "json", *known(env), *extra)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = checked(pdctl("status", str(spec), "-o", "json", *known(env), *extra))
     return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
 
 
@@ -50,8 +50,7 @@ def test_up_with_facts_places_by_topology_and_status_down_find_it(
     spec = write_spec(tmp_path / "spec.yaml", data)
     facts = _recording(tmp_path, host.name)
     try:
-        dry = pdctl("up", str(spec), "--dry-run", "--offline", "--facts", str(facts))
-        assert dry.returncode == 0, dry.stdout + dry.stderr
+        dry = checked(pdctl("up", str(spec), "--dry-run", "--offline", "--facts", str(facts)))
         assert f"topo-serve-0  on lo1  GPUs 0,2  port {port}" in dry.stdout, dry.stdout
         assert f"topo-serve-1  on lo1  GPUs 1,3  port {port + 1}" in dry.stdout
         up = pdctl(

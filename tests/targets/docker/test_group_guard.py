@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.targets.docker.engine import client_for
+from tests.helpers import checked
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.testbed import HERE, free_port, pdctl, stand_in_spec, write_spec
 
@@ -82,8 +83,7 @@ def test_a_group_in_containers_restarts_as_one_when_a_node_dies(
     conn = ["--known-hosts", str(known)]
     leader, worker = "dgrp-serve-0", "dgrp-serve-0-node1"
     try:
-        up = pdctl("up", str(spec), "--yes", *conn, "--timeout", "90")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *conn, "--timeout", "90"))
         box = client.containers.get(worker)
         assert box.attrs["Config"]["Entrypoint"] == ["python3"]
         assert box.attrs["Config"]["Cmd"][0] == "/pdctl/unit/guard.py"

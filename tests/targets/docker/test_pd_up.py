@@ -28,6 +28,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.docker.engine import client_for, create_kwargs
+from tests.helpers import checked
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.docker.test_target import IMAGE, engine_rootfs, ensure_engine_image
 from tests.targets.hosts.test_hami_hosts_up import ROUTER
@@ -88,10 +89,8 @@ def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
     doc = yaml.safe_load(spec.read_text())
     engines = {"dockpd-prefill-0": doc["prefill"]["port"], "dockpd-decode-0": doc["decode"]["port"]}
     try:
-        up = pdctl("up", str(spec), "--yes", *conn, "--timeout", "90")
-        assert up.returncode == 0, up.stdout + up.stderr
-        status = pdctl("status", str(spec), "-o", "json", *conn)
-        assert status.returncode == 0, status.stdout + status.stderr
+        checked(pdctl("up", str(spec), "--yes", *conn, "--timeout", "90"))
+        status = checked(pdctl("status", str(spec), "-o", "json", *conn))
         rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
         for name in (*engines, "dockpd-router"):
             assert rows[name]["health"] == "healthy", rows[name]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.helpers import checked
 from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
 from tests.targets.hosts.test_up_progress import LOADING, follow
 from tests.targets.testbed import pdctl
@@ -96,8 +97,7 @@ def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path)
         ), out
         assert stages[-1] == "dprog-serve-0 on local: healthy", out
         assert "\x1b[" not in out
-        down = pdctl("down", str(spec), *urls("local"))
-        assert down.returncode == 0, down.stdout + down.stderr
+        down = checked(pdctl("down", str(spec), *urls("local")))
         # `[   0s/30s] dprog-serve-0 on local: stopping`
         assert re.search(r"\] dprog-serve-0 on local: stopping", down.stdout), down.stdout
     finally:
@@ -112,8 +112,7 @@ def test_one_deadline_for_the_engines_of_all_hosts(docker_client, tmp_path: Path
     spec = docker_spec(tmp_path, "dwait", {"a": "127.0.0.1", "b": "127.0.0.2"}, free_port())
     (tmp_path / "hf-a" / "standin" / "hold").touch()
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "6", *urls("a", "b"))
-        assert up.returncode == 1, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", "--timeout", "6", *urls("a", "b")), 1)
         stages = stage_lines(up.stdout, 6)
         assert "dwait-serve-1 on b: healthy" in stages, up.stdout
         assert any(s.startswith("dwait-serve-0 on a: starting") for s in stages), up.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.targets.docker.pull import PullProgress, present, reference
+from tests.helpers import checked
 from tests.targets.docker.test_progress import docker_spec, remove_all, stage_lines, urls
 from tests.targets.docker.test_target import CHANGES, ENTRYPOINT, engine_rootfs, free_port
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
@@ -58,8 +59,7 @@ def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_pat
     port = free_port()
     spec = docker_spec(tmp_path, "dpull", {"local": "127.0.0.1"}, port, image=ref)
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local"))
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local")))
         stages = stage_lines(up.stdout, 60)
         pulling = [s for s in stages if s.startswith("dpull-serve-0 on local: pulling image")]
         assert pulling, up.stdout
@@ -86,8 +86,7 @@ def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_pat
         assert not present(docker_client, by_digest)
         spec = docker_spec(tmp_path, "dpull", {"local": "127.0.0.1"}, port, image=by_digest)
         registry.requests.clear()
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local"))
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local")))
         stages = stage_lines(up.stdout, 60)
         assert f"dpull-serve-0 on local: pulling image | pulling {by_digest}" in stages, up.stdout
         manifests = {p for _, p in registry.requests if "/manifests/" in p}
@@ -111,13 +110,11 @@ def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
     port = free_port()
     spec = docker_spec(tmp_path, "dnope", {"local": "127.0.0.1"}, port, image=IMAGE)
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local"))
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local")))
         (before,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=dnope"})
         missing = f"127.0.0.1:{registry.port}/pdctl-test/nope:1"
         spec = docker_spec(tmp_path, "dnope", {"local": "127.0.0.1"}, port, image=missing)
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local"))
-        assert up.returncode == 1, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("local")), 1)
         (line,) = up.stderr.strip().splitlines()
         assert f"dnope-serve-0 on local: cannot pull image {missing}" in line, line
         assert ("GET", "/v2/pdctl-test/nope/manifests/1") in registry.requests or (

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import checked
 from tests.targets.docker.test_pd_up import docker_client as docker_client  # noqa: F401
 from tests.targets.docker.test_pd_up import spec_file
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
@@ -40,8 +41,7 @@ def restarted_once(client, name: str) -> None:
 
 
 def status_rows(spec: Path, *args: str) -> dict[str, dict]:
-    status = pdctl("status", str(spec), "-o", "json", *args)
-    assert status.returncode == 0, status.stdout + status.stderr
+    status = checked(pdctl("status", str(spec), "-o", "json", *args))
     return {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
 
 
@@ -56,8 +56,7 @@ def test_ssh_containers_restart_unless_stopped_with_bounded_logs(
     conn = ["--known-hosts", str(known)]
     engines = ("dockpd-prefill-0", "dockpd-decode-0")
     try:
-        up = pdctl("up", str(spec), "--yes", *conn, "--timeout", "90")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *conn, "--timeout", "90"))
         for name in engines:
             host_config = docker_client.containers.get(name).attrs["HostConfig"]
             assert host_config["RestartPolicy"] == {
@@ -106,8 +105,7 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
     url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
     name = "sdkrestart-serve-0"
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url))
         c = docker_client.containers.get(name)
         host_config = c.attrs["HostConfig"]
         assert host_config["RestartPolicy"] == {"Name": "always", "MaximumRetryCount": 0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers import checked
 from tests.targets.docker.test_progress import docker_spec, remove_all, urls
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.testbed import free_port, pdctl
@@ -13,18 +14,15 @@ from tests.targets.testbed import free_port, pdctl
 def test_a_second_up_leaves_the_other_hosts_container_alone(docker_client, tmp_path: Path):  # noqa: F811
     spec = docker_spec(tmp_path, "dshare", {"a": "127.0.0.1", "b": "127.0.0.2"}, free_port())
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("a", "b"))
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("a", "b")))
         before = {
             c.name: c.id
             for c in docker_client.containers.list(filters={"label": "pdctl.io/deployment=dshare"})
         }
         assert set(before) == {"dshare-serve-0", "dshare-serve-1"}
-        again = pdctl("up", str(spec), "--dry-run", *urls("a", "b"))
-        assert again.returncode == 0, again.stdout + again.stderr
+        again = checked(pdctl("up", str(spec), "--dry-run", *urls("a", "b")))
         assert "stop" not in again.stdout, again.stdout
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("a", "b"))
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("a", "b")))
         after = {
             c.name: c.id
             for c in docker_client.containers.list(filters={"label": "pdctl.io/deployment=dshare"})

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from pdctl.targets.health import probe
+from tests.helpers import checked
 from tests.targets.docker.test_target import IMAGE, add, docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, stand_in_spec, write_spec
 
@@ -122,8 +123,7 @@ def remove_all(client, deployment: str) -> None:
 
 
 def status_json(spec: Path, env: dict[str, str] | None = None) -> dict:
-    out = pdctl("status", str(spec), "-o", "json", *url(), env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = checked(pdctl("status", str(spec), "-o", "json", *url(), env=env))
     return json.loads(out.stdout)
 
 
@@ -136,8 +136,7 @@ def test_status_probes_each_engines_health_and_model(docker_client, tmp_path):  
     one whose model is no longer listed reads why, and is not counted up."""
     spec = spec_file(tmp_path, "dkst")
     try:
-        up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url())
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url()))
         doc = status_json(spec)
         assert rows(doc) == [("dkst-serve-0", "running", "healthy", "stand-in")]
         assert (doc["summary"]["units"], doc["summary"]["up"]) == (1, 1)
@@ -176,8 +175,7 @@ def test_status_sends_the_api_key_of_the_running_engine(
         )
         assert up.returncode == 0, up.stdout + up.stderr
         env = {k: v for k, v in os.environ.items() if k != "PDCTL_TEST_API_KEY"}
-        out = pdctl("status", str(spec), "-o", "json", *url(), env=env, subprocess=True)
-        assert out.returncode == 0, out.stdout + out.stderr
+        out = checked(pdctl("status", str(spec), "-o", "json", *url(), env=env, subprocess=True))
         assert rows(json.loads(out.stdout)) == [("dkkey-serve-0", "running", "healthy", "stand-in")]
         assert KEY not in out.stdout + out.stderr
         (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=dkkey"})

@@ -15,7 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.kube.target import KubeTarget
-from tests.helpers import known
+from tests.helpers import checked, known
 from tests.pty_run import on_a_pty
 from tests.targets.kube.test_target import write_kube_files
 from tests.targets.testbed import (
@@ -47,8 +47,7 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
     before = pdctl("down", str(spec), "--dry-run", *known(ssh_env))
     assert before.returncode == 0, before.stderr
     assert "nothing runs: nothing to stop" in before.stdout
-    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *known(ssh_env))
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *known(ssh_env)))
     try:
         running = processes_in(folder)
         assert running
@@ -114,8 +113,7 @@ def test_down_on_kubernetes_dry_run_then_asks(cluster, api, tmp_path: Path) -> N
     assert "would delete PersistentVolumeClaim/kdry-model-cache" in with_volumes.stdout
     assert sorted(tgt.owned()) == owned  # a dry run deletes nothing
     # No terminal to confirm on and no --yes: refused, one line, exit 2, nothing deleted.
-    refused = pdctl("down", str(spec), *kube)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
+    refused = checked(pdctl("down", str(spec), *kube), 2)
     assert len(refused.stderr.splitlines()) == 1 and "add --yes" in refused.stderr
     assert refused.stdout == ""
     assert sorted(tgt.owned()) == owned
@@ -149,8 +147,7 @@ def deploy(env: SshEnv, venv: Path, data: Path) -> tuple[Path, int]:
     spec = write_spec(
         data / "spec.yaml", stand_in_spec(NAME, [host], {"replicas": 2, "port": port})
     )
-    up = pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, "--timeout", "60")
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, "--timeout", "60"))
     return spec, port
 
 
@@ -174,8 +171,7 @@ def test_a_failing_stop_script_is_not_stopped_and_its_folder_stays(ssh_env, fake
         assert not (folder / f"{NAME}-serve-0").exists()
     finally:
         broken.write_text(real)
-    retry = pdctl("down", str(spec), *known)
-    assert retry.returncode == 0, retry.stdout + retry.stderr
+    retry = checked(pdctl("down", str(spec), *known))
     assert f"stopped {NAME}-serve-1 on lo1" in retry.stdout
     assert not listening(port + 1)
     assert not folder.exists()
@@ -194,6 +190,5 @@ def test_down_says_was_not_running_for_a_stopped_unit(ssh_env, fake_venv, tmp_pa
     assert f"stopped {NAME}-serve-0" not in out
     assert f"stopped {NAME}-serve-1 on lo1" in out
     assert not (tmp_path / "lo1" / NAME).exists()
-    again = pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert again.returncode == 0, again.stdout + again.stderr
+    again = checked(pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts))
     assert f"no deployment folder of '{NAME}' on lo1" in again.stdout + again.stderr

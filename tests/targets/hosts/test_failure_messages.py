@@ -30,6 +30,7 @@ from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
+from tests.helpers import checked
 from tests.targets.testbed import (
     SshEnv,
     closed_port,
@@ -173,8 +174,7 @@ def test_a_full_data_dir_is_named_with_its_cause(
         ),
     )
     known = ["--known-hosts", ssh_env.known_hosts]
-    up = pdctl("up", str(spec), "--yes", *known, env={"PDCTL_TEST_API_KEY": "sk-test"})
-    assert up.returncode == 1, up.stdout + up.stderr
+    up = checked(pdctl("up", str(spec), "--yes", *known, env={"PDCTL_TEST_API_KEY": "sk-test"}), 1)
     folder = f"{entry['dataDir']}/fulldd"
     assert f"cannot write {folder}: No space left on device" in up.stderr, up.stderr
     assert "stopped what this run started" not in up.stdout, up.stdout
@@ -204,8 +204,7 @@ def spec_for(tmp_path: Path, port: int) -> Path:
 def test_unreachable_host_is_one_line_naming_host_address_and_cause(tmp_path: Path):
     port = closed_port()
     for extra in (["--dry-run"], ["--yes"]):
-        proc = pdctl("up", str(spec_for(tmp_path, port)), *extra)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        proc = checked(pdctl("up", str(spec_for(tmp_path, port)), *extra), 1)
         assert "Traceback" not in proc.stderr
         (line,) = proc.stderr.strip().splitlines()
         assert line.startswith(f"error: host gpu-a (127.0.0.1:{port}): cannot connect: "), line
@@ -236,8 +235,7 @@ def test_keep_going_off_ssh_hosts_is_a_usage_error_before_connecting(tmp_path: P
         if where == "kubernetes"
         else ["--docker-url", f"gpu-a=tcp://127.0.0.1:{port}"]
     )
-    proc = pdctl("up", str(spec_for(tmp_path, port)), "--keep-going", "--yes", *extra)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    proc = checked(pdctl("up", str(spec_for(tmp_path, port)), "--keep-going", "--yes", *extra), 2)
     (line,) = proc.stderr.strip().splitlines()
     shown = "Kubernetes" if where == "kubernetes" else "--docker-url"
     assert line.startswith(f"error: --keep-going works on SSH hosts only: with {shown} "), line

@@ -19,7 +19,7 @@ import yaml
 from pdctl.errors import PdctlError
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions
-from tests.helpers import wait_until
+from tests.helpers import checked, wait_until
 from tests.targets.faulthost import start_fault_host, stop_fault_host
 from tests.targets.testbed import (
     SshEnv,
@@ -203,8 +203,7 @@ def test_down_and_status_with_a_host_unreachable(ssh_env, fault_host, fake_venv,
     spec = spec_with(ssh_env, fake_venv, tmp_path, hosts)
     known_hosts = fault_host.known_hosts
     try:
-        up = pdctl("up", str(spec), "--yes", "--known-hosts", known_hosts, env=SECRET)
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", "--known-hosts", known_hosts, env=SECRET))
         fault_host.kill_sshd()
         proc = pdctl("status", str(spec), "-o", "json", "--known-hosts", known_hosts)
         assert proc.returncode == 1
@@ -218,8 +217,7 @@ def test_down_and_status_with_a_host_unreachable(ssh_env, fault_host, fake_venv,
         table = pdctl("status", str(spec), "--known-hosts", known_hosts)
         assert table.returncode == 1 and "unreachable" in table.stdout
 
-        down = pdctl("down", str(spec), "--known-hosts", known_hosts)
-        assert down.returncode == 1, down.stdout + down.stderr
+        down = checked(pdctl("down", str(spec), "--known-hosts", known_hosts), 1)
         line = one_error_line(down.stderr)
         assert "could not reach faulty (fake-serve-1)" in line, line
         assert "stopped fake-serve-0 on lo1" in down.stdout
@@ -233,8 +231,7 @@ def test_down_and_status_with_a_host_unreachable(ssh_env, fault_host, fake_venv,
 
 def good_deployment(env: SshEnv, venv: Path, data: Path) -> tuple[Path, dict]:
     spec = spec_with(env, venv, data, lo1_and_node1(env), GOOD="1")
-    up = pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, env=SECRET)
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, env=SECRET))
     return spec, pids(spec, env)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import known
+from tests.helpers import checked, known
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -100,10 +100,8 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
     venv, router, lib = environment(tmp_path)
     spec = spec_file(ssh_env, tmp_path, venv, router, lib)
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")
-        assert up.returncode == 0, up.stdout + up.stderr
-        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-        assert status.returncode == 0, status.stdout + status.stderr
+        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
+        status = checked(pdctl("status", str(spec), "-o", "json", *known(ssh_env)))
         rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
         assert {"slices-prefill-0", "slices-decode-0", "slices-decode-1"} <= set(rows)
         caches = set()
@@ -133,8 +131,7 @@ def test_a_missing_library_stops_the_decode_start_with_one_line(ssh_env: SshEnv,
     venv, router, lib = environment(tmp_path)
     spec = spec_file(ssh_env, tmp_path, venv, router, lib.parent / "absent.so")
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")
-        assert up.returncode == 1, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"), 1)
         assert f"pdctl: HAMi-core library {lib.parent / 'absent.so'} is missing" in up.stderr
     finally:
         pdctl("down", str(spec), *known(ssh_env))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import known
+from tests.helpers import checked, known
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
 
 
@@ -40,12 +40,10 @@ def test_group_starts_reports_every_node_and_goes_down(
 ) -> None:
     spec = group_spec(ssh_env, fake_venv, tmp_path)
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "group-serve-0 on lo1: healthy" in up.stdout
         assert "group-serve-0-node1 on lo2: running" in up.stdout
-        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-        assert status.returncode == 0, status.stdout + status.stderr
+        status = checked(pdctl("status", str(spec), "-o", "json", *known(ssh_env)))
         rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
         assert set(rows) == {"group-serve-0", "group-serve-0-node1"}
         assert rows["group-serve-0"]["health"] == "healthy"
@@ -67,8 +65,7 @@ def test_a_failing_worker_fails_the_group_and_stops_all_of_it(
 ) -> None:
     spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_FAIL_RANK="1")
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "300")
-        assert up.returncode == 1, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "300"), 1)
         # The worker's own failure is reported (not the leader's timeout), with its log.
         assert "group-serve-0-node1 on host lo2 failed: the process exited" in up.stderr
         assert "NCCL error" in up.stderr
@@ -87,8 +84,7 @@ def test_a_change_on_one_node_restarts_the_whole_group(
 
     spec = group_spec(ssh_env, fake_venv, tmp_path)
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
 
         def pids() -> dict[str, str]:
             out = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
@@ -98,8 +94,7 @@ def test_a_change_on_one_node_restarts_the_whole_group(
         data = yaml.safe_load(spec.read_text())
         data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only lo2's node changes
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
-        assert again.returncode == 0, again.stdout + again.stderr
+        again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "replacing the group group-serve-0, group-serve-0-node1 together" in again.stdout
         status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
         rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
@@ -144,8 +139,7 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
     leader_dir = tmp_path / "lo1" / "group" / "group-serve-0"
     worker_dir = tmp_path / "lo2" / "group" / "group-serve-0-node1"
     try:
-        up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         # The guard acts on a node it has heard from (never on one still starting): wait for
         # that first; vLLM's group takes far longer to form than the stand-in's.
         heard = "pdctl-guard: heard from group-serve-0-node1"
@@ -160,8 +154,7 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
         assert {r["state"] for r in rows.values()} == {"stopped"}, rows
         log = (leader_dir / "log").read_text()
         assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:" in log and "has not answered" in log
-        again = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120")
-        assert again.returncode == 0, again.stdout + again.stderr
+        again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "group-serve-0 on lo1: healthy" in again.stdout
     finally:
         pdctl("down", str(spec), *known(ssh_env))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers import pdctl
+from tests.helpers import checked, pdctl
 from tests.targets.testbed import (
     SshEnv,
     TestHost,
@@ -45,8 +45,7 @@ def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_
     known = ["--known-hosts", ssh_env.known_hosts]
     unit = f"{NAME}-serve-0"
     try:
-        up = piped("up", str(spec), "--yes", "--timeout", "120", *known)
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known))
         lines = up.stdout.splitlines()
         starting = [line for line in lines if f"starting {unit}" in line]
         assert len(starting) == 1, up.stdout
@@ -68,8 +67,7 @@ def test_piped_up_prints_healthy_once(ssh_env: SshEnv, fake_venv: Path, tmp_path
     )
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = piped("up", str(spec), "--yes", "--timeout", "120", *known)
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known))
         healthy = [
             line for line in up.stdout.splitlines() if "once-serve-0 on lo1: healthy" in line
         ]
@@ -97,10 +95,8 @@ def test_down_dry_run_with_a_host_unreachable_lists_the_others(
     known = ["--known-hosts", ssh_env.known_hosts]
     folder = Path(on_lo1["dataDir"]) / "drygone"
     try:
-        up = piped("up", str(one), "--yes", "--timeout", "120", *known)
-        assert up.returncode == 0, up.stdout + up.stderr
-        dry = piped("down", str(two), "--dry-run", *known)
-        assert dry.returncode == 1, dry.stdout + dry.stderr
+        checked(piped("up", str(one), "--yes", "--timeout", "120", *known))
+        dry = checked(piped("down", str(two), "--dry-run", *known), 1)
         assert "would stop drygone-serve-0 (lo1)" in dry.stdout, dry.stdout
         assert f"would remove the folder {folder} on lo1" in dry.stdout, dry.stdout
         assert "cannot look on gone: drygone-serve-1 may run there (" in dry.stdout, dry.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import known, wait_until
+from tests.helpers import checked, known, wait_until
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -75,11 +75,9 @@ def test_a_held_lock_refuses_up_and_down_and_a_finished_run_releases_it(
         )
         try:
             assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-            again = pdctl("up", str(other), "--yes", *known(ssh_env), "--timeout", "60")
-            assert again.returncode == 1, again.stdout + again.stderr
+            again = checked(pdctl("up", str(other), "--yes", *known(ssh_env), "--timeout", "60"), 1)
             assert refusal(tmp_path) in again.stderr.replace("\n", " "), again.stderr
-            down = pdctl("down", str(first), *known(ssh_env))
-            assert down.returncode == 1, down.stdout + down.stderr
+            down = checked(pdctl("down", str(first), *known(ssh_env)), 1)
             assert refusal(tmp_path) in down.stderr.replace("\n", " "), down.stderr
             # nothing changed: the engine of a.yaml still runs, with its scripts
             assert listening(port)
@@ -88,8 +86,7 @@ def test_a_held_lock_refuses_up_and_down_and_a_finished_run_releases_it(
         finally:
             os.killpg(holder.pid, signal.SIGKILL)
             holder.wait()
-        again = pdctl("up", str(other), "--yes", *known(ssh_env), "--timeout", "60")
-        assert again.returncode == 0, again.stdout + again.stderr
+        checked(pdctl("up", str(other), "--yes", *known(ssh_env), "--timeout", "60"))
         wait_until(lambda: not held(lock_path(tmp_path)), "the lock released after the run")
     finally:
         down = pdctl("down", str(first), *known(ssh_env))
@@ -118,8 +115,7 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
         ran = lambda: log.exists() and "loading forever" in log.read_text()  # noqa: E731
         wait_until(ran, "the slow up", lambda: running.poll() is None)
         assert held(lock_path(tmp_path))
-        second = pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60")
-        assert second.returncode == 1, second.stdout + second.stderr
+        second = checked(pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60"), 1)
         assert refusal(tmp_path) in second.stderr.replace("\n", " "), second.stderr
         assert running.poll() is None
     finally:
@@ -128,8 +124,7 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
     # sshd ends the killed client's session once it sees the connection closed
     wait_until(lambda: not held(lock_path(tmp_path)), "the killed run's lock")
     try:
-        up = pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60"))
     finally:
         down = pdctl("down", str(good), *known(ssh_env))
     assert down.returncode == 0, down.stdout + down.stderr

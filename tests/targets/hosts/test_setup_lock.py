@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import checked
 from tests.targets.counting_host import CountingHost, start_counting_host
 from tests.targets.testbed import HERE, SshEnv, free_port, host_entry, pdctl, write_spec
 
@@ -107,8 +108,7 @@ def test_two_instances_on_one_host_set_up_the_environment_one_at_a_time(
     spec = spec_for(ssh_env, conda_host, tmp_path)
     known = ["--known-hosts", conda_host.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "60"))
         assert "starting locked-serve-0" in up.stdout and "starting locked-serve-1" in up.stdout
         # one setup created and installed; the other waited, then found the environment ready
         assert markers(conda_root) == ["create-begin", "create-end", "pip-begin", "pip-end"]

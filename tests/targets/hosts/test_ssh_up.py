@@ -17,7 +17,7 @@ import pytest
 
 from pdctl.targets.ssh import Connection, SshOptions, makedirs
 from pdctl.targets.state import Desired, Observed, diff
-from tests.helpers import known
+from tests.helpers import checked, known
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -107,8 +107,7 @@ def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
             "instances"
         ]
     }
-    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
-    assert again.returncode == 0, again.stdout + again.stderr
+    again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
     assert "nothing to change" in again.stdout
     after = {
         r["unit"]: r["pid"]
@@ -135,8 +134,7 @@ def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     dry = pdctl("up", str(spec), "--dry-run", *known(ssh_env))
     assert "restart" in dry.stdout and "keep" in dry.stdout, dry.stdout
-    again = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
-    assert again.returncode == 0, again.stdout + again.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
     after = {
         r["unit"]: r
         for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
@@ -162,8 +160,7 @@ def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_p
     port = free_port()
     spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, port))
     secret = {"PDCTL_TEST_HF_TOKEN": "x"}
-    up = pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret)
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
     assert listening(port)
     down = pdctl("down", str(spec), *known(ssh_env))
     assert down.returncode == 0, down.stderr

@@ -10,7 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.helpers import wait_until
+from tests.helpers import checked, wait_until
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -35,8 +35,7 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
     spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("fix", [host], {"port": port}))
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
         unit_dir = tmp_path / "lo1" / "fix" / "fix-serve-0"
         server = int((unit_dir / "pid").read_text())
         os.kill(server, signal.SIGKILL)  # the API server dies; the helper lives on
@@ -44,8 +43,7 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert rows[0]["state"].startswith("not answering (its server process is gone"), rows
 
-        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
-        assert again.returncode == 0, again.stdout + again.stderr
+        again = checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
         assert "restart: not answering, its server process" in again.stdout, again.stdout
         assert "nothing to change" not in again.stdout
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
@@ -70,8 +68,7 @@ def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
     )
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
         server = (tmp_path / "lo1" / "slow" / "slow-serve-0" / "pid").read_text().strip()
         sick.write_text(server)
 
@@ -85,8 +82,7 @@ def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert rows[0]["state"] == "running", rows  # within status's 900 s grace
 
-        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "20")
-        assert again.returncode == 0, again.stdout + again.stderr
+        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "20"))
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert (rows[0]["health"], rows[0]["pid"] != server) == ("healthy", True), rows
     finally:
@@ -114,8 +110,7 @@ def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
     )
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
-        up = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
-        assert up.returncode == 0, up.stdout + up.stderr
+        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
         unit_dir = tmp_path / "lo1" / "zero" / "zero-serve-0"
         server = int((unit_dir / "pid").read_text())
         children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
@@ -128,8 +123,7 @@ def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert (rows[0]["state"], rows[0]["health"]) == ("stopped", "-"), rows
 
-        again = pdctl("up", str(spec), "--yes", *known, "--timeout", "300")
-        assert again.returncode == 0, again.stdout + again.stderr
+        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
         rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
         assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
         assert int(rows[0]["pid"]) != server

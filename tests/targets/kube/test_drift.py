@@ -4,7 +4,7 @@ change writes nothing to the cluster. Against kmock (conftest.py)."""
 
 from __future__ import annotations
 
-from tests.helpers import pdctl
+from tests.helpers import checked, pdctl
 from tests.targets.kube.test_kinds import plan_objects, spec_data, target, write_files
 from tests.targets.kube.test_prune_order import roll_out
 
@@ -51,8 +51,7 @@ def test_up_asks_before_undoing_a_drift_and_a_no_op_up_writes_nothing(cluster, t
         assert tgt.get("Deployment", "kdriftcli-serve")["spec"]["replicas"] == 2
         roll_out(tgt, "kdriftcli-serve")
         start = len(cluster.log)
-        same = pdctl(*cmd)
-        assert same.returncode == 0, same.stdout + same.stderr
+        same = checked(pdctl(*cmd))
         assert "nothing to change" in same.stdout, same.stdout
         written = [(m, p) for m, p in cluster.log[start:] if m != "GET"]
         assert written == [], written

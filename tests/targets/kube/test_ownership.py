@@ -14,6 +14,7 @@ import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
+from tests.helpers import checked
 from tests.targets.kube.test_kinds import plan_objects, spec_data, target, write_files
 from tests.targets.testbed import pdctl
 
@@ -37,8 +38,7 @@ def test_up_refuses_a_service_it_did_not_make_and_down_keeps_it(cluster, tmp_pat
     tgt._call("POST", tgt._path("Service"), svc)
     spec, kubeconfig = write_files(cluster, tmp_path, data)
     try:
-        up = pdctl("up", spec, "--yes", "--timeout", "1", "--kubeconfig", kubeconfig)
-        assert up.returncode == 1, up.stdout + up.stderr
+        up = checked(pdctl("up", spec, "--yes", "--timeout", "1", "--kubeconfig", kubeconfig), 1)
         line = up.stderr.strip()
         assert len(line.splitlines()) == 1, line
         assert "Service/kmine" in line and "owner=someone-else" in line, line
