@@ -11,6 +11,7 @@ per group version, so each group is declared in one version (a CRD's storage ver
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -129,16 +130,23 @@ def builtin_resources() -> dict[str, dict[str, Any]]:
     return out
 
 
+@functools.cache
+def _crd(crd_file: Path) -> Any:
+    """The CRD file parsed, once a session (1.7 MB of YAML: about a second each time)."""
+    return yaml.safe_load(crd_file.read_text())
+
+
 def crd_resources(crd_file: Path) -> dict[str, dict[str, Any]]:
     """What the API server lists for an installed CRD, in its storage version."""
-    crd = yaml.safe_load(crd_file.read_text())
+    crd = _crd(crd_file)
     spec, names = crd["spec"], crd["spec"]["names"]
     version = next(v for v in spec["versions"] if v.get("storage"))
     return {
         f"{spec['group']}/{version['name']}/{names['plural']}": {
             "kind": names["kind"], "singular": names.get("singular", names["kind"].lower()),
             "namespaced": spec["scope"] == "Namespaced", "verbs": ALL.split(),
-            "shortnames": names.get("shortNames", []), "categories": names.get("categories", []),
+            "shortnames": [*names.get("shortNames", [])],
+            "categories": [*names.get("categories", [])],
             "subresources": sorted(version.get("subresources") or {}),
         }
     }
