@@ -17,7 +17,7 @@ import yaml
 
 from tests import helpers
 from tests.conftest import EXAMPLES, ROOT
-from tests.helpers import run_cli, written
+from tests.helpers import checked, run_cli, written
 from tests.pty_run import on_a_pty
 
 ESC = "\x1b"
@@ -52,8 +52,7 @@ def test_render_json_on_kubernetes_is_a_v1_list_of_the_yaml_objects() -> None:
 
 
 def test_render_json_for_hosts_is_the_bundle_as_data() -> None:
-    proc = pdctl("render", MOONCAKE, "-o", "json")
-    assert proc.returncode == 0, proc.stderr
+    proc = checked(pdctl("render", MOONCAKE, "-o", "json"))
     doc = json.loads(proc.stdout)
     stream = pdctl("render", MOONCAKE).stdout
     files = {f["path"]: f for f in doc["files"]}
@@ -86,8 +85,7 @@ def test_render_output_dir_writes_the_bundle(tmp_path, capsys) -> None:
 
 
 def test_validate_json_summary_and_a_bad_spec_still_exits_2(tmp_path: Path) -> None:
-    proc = pdctl("validate", MOONCAKE, "-o", "json")
-    assert proc.returncode == 0, proc.stderr
+    proc = checked(pdctl("validate", MOONCAKE, "-o", "json"))
     doc = json.loads(proc.stdout)
     assert doc["valid"] is True and doc["target"] == "hosts"
     assert doc["units"][-1].endswith("-router")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import environment, pdctl
+from tests.helpers import checked, environment, pdctl
 
 HEAVY = ("paramiko", "docker", "kubernetes", "pynvml", "kubernetes_validate", "matplotlib")
 
@@ -52,8 +52,7 @@ def test_every_command_help_works() -> None:
     group = get_command(app)
     for name, command in group.commands.items():  # type: ignore[attr-defined]
         assert command.help, f"command {name} has no help text"
-        result = pdctl(name, "--help")
-        assert result.returncode == 0, result.stderr
+        checked(pdctl(name, "--help"))
 
 
 @pytest.mark.parametrize("command", ["validate", "render", "plan"])
@@ -79,6 +78,5 @@ def test_spec_commands_do_not_scan_pydantic_plugins(tmp_path, command: str) -> N
     )
     assert "PLUGIN LOADED" in probe.stderr  # the probe plugin is found when pydantic looks
     # a process of its own: pydantic looks for plugins once a process
-    result = pdctl(command, "examples/phase1-k8s.yaml", env=env, subprocess=True)
-    assert result.returncode == 0, result.stderr
+    result = checked(pdctl(command, "examples/phase1-k8s.yaml", env=env, subprocess=True))
     assert "PLUGIN LOADED" not in result.stderr

@@ -11,6 +11,7 @@ import pytest
 from typer.core import TyperOption
 
 from tests.conftest import unreached_spec
+from tests.helpers import checked
 from tests.targets.testbed import pdctl
 
 CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
@@ -47,8 +48,7 @@ def test_a_negative_numeric_option_is_refused_before_connecting(
 ) -> None:
     spec = _spec(tmp_path, listener.getsockname()[1])
     extra = ["--yes"] if cmd == "up" else ["--once"] if cmd == "top" else []
-    out = pdctl(cmd, str(spec), option, "-1", *extra, timeout=60)
-    assert out.returncode == 2, out
+    out = checked(pdctl(cmd, str(spec), option, "-1", *extra, timeout=60), 2)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and option in lines[0], out.stderr
     with pytest.raises(BlockingIOError):
@@ -60,8 +60,7 @@ def test_zero_is_refused_where_it_makes_no_sense(
     tmp_path: Path, listener: socket.socket, option: str
 ) -> None:
     spec = _spec(tmp_path, listener.getsockname()[1])
-    out = pdctl("up", str(spec), option, "0", "--yes", timeout=60)
-    assert out.returncode == 2, out
+    out = checked(pdctl("up", str(spec), option, "0", "--yes", timeout=60), 2)
     assert out.stderr.startswith(f"error: Invalid value for '{option}'"), out.stderr
     with pytest.raises(BlockingIOError):
         listener.accept()
