@@ -9,7 +9,7 @@ import json
 import yaml
 
 from tests.conftest import ROOT
-from tests.helpers import written
+from tests.helpers import checked, written
 from tests.targets.testbed import pdctl
 
 NIXL = str(ROOT / "examples" / "phase2-nixl-hosts.yaml")
@@ -33,8 +33,7 @@ def run_report(flags: dict, waiting: float = 0.0) -> dict:
 
 
 def test_up_verify_is_refused_on_phase0_before_connecting():
-    res = pdctl("up", str(ROOT / "examples" / "phase0-conda.yaml"), "--verify", "--yes")
-    assert res.returncode == 2
+    res = checked(pdctl("up", str(ROOT / "examples" / "phase0-conda.yaml"), "--verify", "--yes"), 2)
     assert "--verify runs the P/D canary: phases 2 and 3 on SSH hosts" in res.stderr
 
 
@@ -42,8 +41,7 @@ def test_compare_refuses_a_flag_difference_and_names_it(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(run_report({"--enforce-eager": ""})))
     b.write_text(json.dumps(run_report({})))
-    res = pdctl("bench", "--compare", str(a), str(b))
-    assert res.returncode == 2
+    res = checked(pdctl("bench", "--compare", str(a), str(b)), 2)
     assert "decode: --enforce-eager only in A" in res.stderr
     assert "--allow-flag-diff" in res.stderr
     ok = pdctl("bench", "--compare", str(a), str(b), "--allow-flag-diff", "-o", "json")
@@ -62,8 +60,7 @@ def test_tune_writes_an_overlay_that_renders_more_decode(tmp_path):
     spec["hosts"][0]["gpus"] = [0, 1, 2]  # room for the proposed decode
     path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec))
     out = tmp_path / "tune.yaml"
-    res = pdctl("tune", str(path), "--from", str(report), "-w", str(out), "-o", "json")
-    assert res.returncode == 0, res.stderr
+    res = checked(pdctl("tune", str(path), "--from", str(report), "-w", str(out), "-o", "json"))
     doc = json.loads(res.stdout)
     assert yaml.safe_load(out.read_text()) == doc["overlay"] == {"decode": {"replicas": 2}}
     assert doc["doesNotPlan"] is None
@@ -74,7 +71,6 @@ def test_tune_writes_an_overlay_that_renders_more_decode(tmp_path):
 
 def test_tune_says_when_its_proposal_needs_more_than_the_hosts_have(tmp_path):
     report = written(tmp_path / "run.json", json.dumps(run_report({}, waiting=9)))
-    res = pdctl("tune", NIXL, "--from", str(report))
-    assert res.returncode == 0, res.stderr
+    res = checked(pdctl("tune", NIXL, "--from", str(report)))
     assert "decode.replicas: 1 -> 2" in res.stdout
     assert "does not plan yet" in res.stdout and "free GPU" in res.stdout

@@ -12,7 +12,7 @@ import yaml
 
 from pdctl.bench.report import capacity
 from tests.gpu import drive
-from tests.helpers import written
+from tests.helpers import checked, written
 from tests.targets.testbed import pdctl
 
 MODELS = Path(drive.__file__).parent / "models"
@@ -24,8 +24,7 @@ def test_the_bench_scenario_spec_validates_and_the_plan_predicts_its_figures(tmp
     assert spec["bench"]["concurrency"] and spec["workload"]["ttftMs"]
     path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
     assert pdctl("validate", str(path)).returncode == 0
-    planned = pdctl("plan", str(path), "-o", "json")
-    assert planned.returncode == 0, planned.stderr
+    planned = checked(pdctl("plan", str(path), "-o", "json"))
     cap = capacity(json.loads(planned.stdout))
     assert all(v is not None and v > 0 for v in cap.values()), cap
 
