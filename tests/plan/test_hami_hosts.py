@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import pdctl, written
+from tests.helpers import checked, pdctl, written
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = "/usr/local/vgpu/libvgpu.so"
@@ -125,8 +125,7 @@ def test_spec_errors_name_the_field(share: str, extra: str, path: str, tmp_path:
         plan_of(text)
     assert err.value.path == path
     f = written(tmp_path / "sl.yaml", text)
-    proc = pdctl("render", str(f))
-    assert proc.returncode == 2
+    proc = checked(pdctl("render", str(f)), 2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f": {path}: " in lines[0], proc.stderr
     assert proc.stdout == ""
