@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import written
+from tests.helpers import checked, written
 from tests.preflight.conftest import FIX, json_findings, pdctl, replay_dir
 
 LIVE = FIX / "h200x2-live"
@@ -16,8 +16,7 @@ LIVE = FIX / "h200x2-live"
 
 def test_replay_live_h200_recording_matches_the_device_run() -> None:
     """The recording made on a real 2 x H200 machine replays to the same findings."""
-    proc = pdctl("preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE), "-o", "json")
-    assert proc.returncode == 0, proc.stderr
+    proc = checked(pdctl("preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE), "-o", "json"))
     doc = json.loads(proc.stdout)
     recorded = json.loads((LIVE / "preflight.json").read_text())
     # Identical verdicts; the model-fit numbers follow pdctl.capacity as it is refined.
@@ -33,8 +32,7 @@ def test_replay_live_h200_recording_matches_the_device_run() -> None:
 
 
 def test_replay_table_has_every_column(tmp_path: Path) -> None:
-    proc = pdctl("preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE))
-    assert proc.returncode == 0
+    proc = checked(pdctl("preflight", str(LIVE / "spec.yaml"), "--replay", str(LIVE)))
     for word in ("status", "check", "host/node", "found", "expected", "fix", "NV18",
                  "9 PASS, 1 WARN, 0 FAIL"):
         assert word in proc.stdout
@@ -53,8 +51,7 @@ def test_shared_fixture_folder_replays_as_it_is(tmp_path: Path) -> None:
 def test_fail_exits_1(tmp_path: Path) -> None:
     spec = written(tmp_path / "s.yaml", (LIVE / "spec.yaml").read_text())
     rep = replay_dir(tmp_path, {"h200x2": FIX / "nodriver"})
-    proc = pdctl("preflight", str(spec), "--replay", str(rep), "-o", "json")
-    assert proc.returncode == 1
+    proc = checked(pdctl("preflight", str(spec), "--replay", str(rep), "-o", "json"), 1)
     assert json.loads(proc.stdout)["status"] == "FAIL"
 
 
@@ -112,8 +109,7 @@ def test_missing_recording_folder_is_a_one_line_usage_error(
     if kind == "file":
         folder.write_text("not a folder\n")
     option = "--facts" if command == "render" else "--replay"
-    proc = pdctl(command, str(LIVE / "spec.yaml"), option, str(folder))
-    assert proc.returncode == 2, proc.stderr
+    proc = checked(pdctl(command, str(LIVE / "spec.yaml"), option, str(folder)), 2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(folder) in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
