@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import pdctl, written
+from tests.helpers import checked, pdctl, written
 from tests.report.chromium import BINARY, visit
 
 FIXTURE = ROOT / "tests/fixtures/gpu/vllm023-h200/bench"
@@ -156,16 +156,14 @@ def test_same_data_same_page() -> None:
 def test_cli_compare_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "cmp.html"
     f = str(FIXTURE / "bench.json")
-    r = pdctl("bench", "--compare", f, f, "--report", str(out))
-    assert r.returncode == 0, r.stderr
+    r = checked(pdctl("bench", "--compare", f, f, "--report", str(out)))
     assert out.read_text().count("<svg") == 3
     assert f"report written to {out}" in r.stderr
 
 
 def test_cli_plan_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "plan.html"
-    r = pdctl("plan", "examples/phase2-llmd.yaml", "--report", str(out))
-    assert r.returncode == 0, r.stderr
+    checked(pdctl("plan", "examples/phase2-llmd.yaml", "--report", str(out)))
     html = out.read_text()
     assert html.count("<svg") == 1 and "<!-- prefill x" in html and "<!-- decode x" in html
 
@@ -178,8 +176,7 @@ def test_cli_plan_writes_the_report(tmp_path: Path) -> None:
 def test_cli_bad_report_path_is_one_line_exit_2(tmp_path, cmd: list[str], where: str) -> None:
     """Refused before anything runs (a bench would first load the deployment for minutes)."""
     path = tmp_path / "no/such/dir/r.html" if where == "missing-dir" else tmp_path
-    r = pdctl(*cmd, "--report", str(path))
-    assert r.returncode == 2
+    r = checked(pdctl(*cmd, "--report", str(path)), 2)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: --report {path}: "), r.stderr
 
