@@ -18,7 +18,7 @@ from rich.console import Console
 
 from pdctl.top.dashboard import render
 from pdctl.top.window import Figures, Window
-from tests.helpers import pdctl
+from tests.helpers import checked, pdctl
 from tests.targets.testbed import closed_port, host_entry, write_spec
 
 DATA = Path(__file__).parent / "data"
@@ -132,8 +132,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
             "hosts": [{"name": "h", "address": "192.0.2.1", "gpus": [0]}],
         },
     )
-    res = pdctl("top", str(spec), *args)
-    assert res.returncode == 2
+    res = checked(pdctl("top", str(spec), *args), 2)
     assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
 
 

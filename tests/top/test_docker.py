@@ -71,8 +71,7 @@ def deployed(docker_client, tmp_path_factory):  # noqa: F811
     try:
         yield spec, url, container
     finally:
-        down = pdctl("down", str(spec), *url)
-        assert down.returncode == 0, down.stderr
+        checked(pdctl("down", str(spec), *url))
 
 
 def test_top_once_json_reads_the_containers_metrics(deployed):
