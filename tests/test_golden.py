@@ -13,6 +13,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, ROOT
+from tests.helpers import checked
 
 GOLDEN = ROOT / "tests" / "golden"
 
@@ -53,8 +54,7 @@ NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 def _plan_at_80(example: Path, *options: str) -> str:
     from tests.helpers import pdctl
 
-    proc = pdctl("plan", str(example.relative_to(ROOT)), *options, env=NARROW)
-    assert proc.returncode == 0, proc.stderr
+    proc = checked(pdctl("plan", str(example.relative_to(ROOT)), *options, env=NARROW))
     return proc.stdout
 
 
