@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import checked, wait_until
 from tests.targets.testbed import HERE, pdctl, stand_in_spec, write_spec
 
 ADDRESS = os.environ.get("PDCTL_TEST_SYSTEMD_HOST", "")
@@ -28,10 +28,8 @@ USER = "pdu"  # a non-root user with lingering on the systemd host (tests/servic
 def sh(cmd: str) -> str:
     """A command in the systemd host (docker exec), its output."""
     out = subprocess.run(
-        ["docker", "-H", DOCKER, "exec", CONTAINER, "bash", "-c", cmd],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ["docker", "-H", DOCKER, "exec", CONTAINER, "bash", "-c", cmd], capture_output=True,
+        text=True, timeout=120,
     )
     return out.stdout
 
@@ -53,27 +51,41 @@ def host():
     return ADDRESS
 
 
-def spec_of(tmp_path: Path, name: str, port: int, user: str = "root", data: str = DATA) -> Path:
-    entry = {
-        "name": "sys1",
-        "address": ADDRESS,
-        "user": user,
-        "identityFile": os.environ["PDCTL_TEST_SSH_KEY"],
-        "runtime": "venv",
-        "venv": VENV,
-        "dataDir": data,
-        "supervise": "systemd",
-    }
-    return write_spec(tmp_path / "spec.yaml", stand_in_spec(name, [entry], {"port": port}))
+def spec_of(
+    tmp_path: Path, name: str, serve: dict, hosts: list[dict], engine: dict | None = None
+) -> Path:
+    """The stand-in's spec on `hosts` (name, address, dataDir, ...), each a systemd-supervised
+    venv host reached with the test key."""
+    for h in hosts:
+        h.update(identityFile=os.environ["PDCTL_TEST_SSH_KEY"], runtime="venv", venv=VENV)
+        h.update(supervise="systemd")
+    return write_spec(tmp_path / "spec.yaml", stand_in_spec(name, hosts, serve, engine))
+
+
+def one_host(user: str = "root", data: str = DATA) -> list[dict]:
+    return [{"name": "sys1", "address": ADDRESS, "user": user, "dataDir": data}]
+
+
+def two_hosts(data: str) -> list[dict]:
+    """Root's system manager at ADDRESS, USER's user manager at SECOND (`two_managers`)."""
+    return [
+        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
+        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/{data}"},
+    ]
 
 
 def known() -> list[str]:
     return ["--known-hosts", os.environ["PDCTL_TEST_KNOWN_HOSTS"]]
 
 
+def rows(spec: Path, known_hosts: list[str]) -> dict[str, dict]:
+    out = pdctl("status", str(spec), "-o", "json", *known_hosts)
+    return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
+
+
 def row(spec: Path) -> dict:
-    out = pdctl("status", str(spec), "-o", "json", *known())
-    return json.loads(out.stdout)["instances"][0]
+    (only,) = rows(spec, known()).values()
+    return only
 
 
 def show(service: str, user: str = "") -> dict[str, str]:
@@ -92,10 +104,9 @@ def reboot() -> None:
 
 
 def test_crash_reboot_and_down(host, tmp_path: Path):
-    spec = spec_of(tmp_path, "sup", 18301)
+    spec = spec_of(tmp_path, "sup", {"port": 18301}, one_host())
     service = "pdctl-sup-sup-serve-0.service"
-    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(), "--timeout", "60"))
     first = row(spec)
     assert (
         first["state"] == "running"
@@ -122,8 +133,7 @@ def test_crash_reboot_and_down(host, tmp_path: Path):
     back = until("health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r)
     assert back["state"] == "running", back
 
-    down = pdctl("down", str(spec), *known())
-    assert down.returncode == 0, down.stdout + down.stderr
+    checked(pdctl("down", str(spec), *known()))
     assert sh(
         f"ls /etc/systemd/system/{service} 2>&1; systemctl list-units --all 'pdctl-*' --no-legend"
     ) == (f"ls: cannot access '/etc/systemd/system/{service}': No such file or directory\n")
@@ -133,10 +143,9 @@ def test_crash_reboot_and_down(host, tmp_path: Path):
 
 
 def test_crash_loop_stops_at_the_start_limit(host, tmp_path: Path):
-    spec = spec_of(tmp_path, "loop", 18311)
+    spec = spec_of(tmp_path, "loop", {"port": 18311}, one_host())
     service = "pdctl-loop-loop-serve-0.service"
-    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(), "--timeout", "60"))
     try:
         # The engine now fails at every start: systemd gives up after StartLimitBurst starts.
         sh(
@@ -149,8 +158,7 @@ def test_crash_loop_stops_at_the_start_limit(host, tmp_path: Path):
         assert stopped["state"] == "stopped (start limit hit) (restarted 5 times)", stopped
         # Fixed, `up` resets the limit and starts it again.
         sh(f"mv {VENV}/bin/vllm.ok {VENV}/bin/vllm")
-        again = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
-        assert again.returncode == 0, again.stdout + again.stderr
+        checked(pdctl("up", str(spec), "--yes", *known(), "--timeout", "60"))
         assert row(spec)["state"] == "running"
     finally:
         sh(f"[ -f {VENV}/bin/vllm.ok ] && mv {VENV}/bin/vllm.ok {VENV}/bin/vllm")
@@ -162,15 +170,14 @@ def test_user_units_of_a_lingering_user(host, tmp_path: Path):
     ~/.config/systemd/user, restarted by the user's manager, started again at boot (lingering
     starts the user manager with no login), and `down` leaves none."""
     home = f"/home/{USER}"
-    spec = spec_of(tmp_path, "usr", 18321, user=USER, data=f"{home}/pdctl-test")
+    spec = spec_of(tmp_path, "usr", {"port": 18321}, one_host(USER, f"{home}/pdctl-test"))
     service = "pdctl-usr-usr-serve-0.service"
     unit_file = f"{home}/.config/systemd/user/{service}"
     preflight = pdctl("preflight", str(spec), "-o", "json", "--no-transfer", *known())
     checks = {c["check"]: c for c in json.loads(preflight.stdout)["findings"]}
     assert checks["host.supervise"]["status"] == "PASS", checks["host.supervise"]
     assert f"user units of {USER}" in checks["host.supervise"]["found"]
-    up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
-    assert up.returncode == 0, up.stdout + up.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(), "--timeout", "60"))
     try:
         assert sh(f"cat {home}/pdctl-test/usr/usr-serve-0/systemd") == f"user {service}\n"
         first = row(spec)
@@ -225,26 +232,15 @@ def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
     crashes, its manager restarts it, and the leader's group guard stops the leader (which its
     own manager restarts), so the group meets again as one. The stand-in runs with
     FAKE_VLLM_DEAF: like vLLM, its leader does not notice that a headless node died."""
-    ids = os.environ["PDCTL_TEST_SSH_KEY"]
-    hosts = [
-        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
-        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/grp"},
-    ]
-    for h in hosts:
-        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
     serve = {"tensorParallel": 2, "nodes": 2, "port": 18331, "rendezvousPort": 18332}
     engine = {"device": "cpu", "env": {"FAKE_VLLM_DEAF": "1"}}
-    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("grp", hosts, serve, engine))
+    spec = spec_of(tmp_path, "grp", serve, two_hosts("grp"), engine)
     leader, worker = "pdctl-grp-grp-serve-0.service", "pdctl-grp-grp-serve-0-node1.service"
-
-    def rows() -> dict[str, dict]:
-        out = pdctl("status", str(spec), "-o", "json", *two_managers)
-        return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
 
     up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        first = rows()
+        first = rows(spec, two_managers)
         assert first["grp-serve-0"]["health"] == "healthy", first
         assert {r["supervisor"] for r in first.values()} == {"systemd"}, first
 
@@ -262,7 +258,7 @@ def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
         )
         again = until(
             "the group answers again",
-            lambda: (r := rows())["grp-serve-0"]["health"] == "healthy" and r,
+            lambda: (r := rows(spec, two_managers))["grp-serve-0"]["health"] == "healthy" and r,
         )
         assert again["grp-serve-0"]["state"] == "running (restarted 1 time)", again
         assert again["grp-serve-0-node1"]["state"] == "running (restarted 1 time)", again
@@ -293,18 +289,7 @@ def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
     restarts all the same (Restart=always); `down` still stops it for good and leaves none of
     its temporary files (its TMPDIR is in its unit folder)."""
     before = temp_files()
-    entry = {
-        "name": "sys1",
-        "address": ADDRESS,
-        "identityFile": os.environ["PDCTL_TEST_SSH_KEY"],
-        "runtime": "venv",
-        "venv": VENV,
-        "dataDir": DATA,
-        "supervise": "systemd",
-    }
-    spec = write_spec(
-        tmp_path / "spec.yaml", stand_in_spec("core", [entry], {"port": 18351}, ENGINE_CORE)
-    )
+    spec = spec_of(tmp_path, "core", {"port": 18351}, one_host(), ENGINE_CORE)
     service = "pdctl-core-core-serve-0.service"
     up = pdctl("up", str(spec), "--yes", *known(), "--timeout", "60")
     try:
@@ -338,26 +323,15 @@ def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path
     """A headless data-parallel node whose EngineCore dies exits 0: its guard turns that into
     a failure, its unit restarts, the leader's guard restarts the leader, and the group meets
     again as one."""
-    ids = os.environ["PDCTL_TEST_SSH_KEY"]
-    hosts = [
-        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
-        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/dpg"},
-    ]
-    for h in hosts:
-        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
     serve = {"dataParallel": 2, "nodes": 2, "port": 18361, "rendezvousPort": 18362}
     engine = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1", "FAKE_VLLM_DEAF": "1"}}
-    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("dpg", hosts, serve, engine))
+    spec = spec_of(tmp_path, "dpg", serve, two_hosts("dpg"), engine)
     leader, worker = "pdctl-dpg-dpg-serve-0.service", "pdctl-dpg-dpg-serve-0-node1.service"
-
-    def rows() -> dict[str, dict]:
-        out = pdctl("status", str(spec), "-o", "json", *two_managers)
-        return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
 
     up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        first = rows()
+        first = rows(spec, two_managers)
         assert first["dpg-serve-0"]["health"] == "healthy", first
         until(
             "the leader's guard heard the worker",
@@ -375,7 +349,7 @@ def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path
         )
         again = until(
             "the group answers again",
-            lambda: (r := rows())["dpg-serve-0"]["health"] == "healthy" and r,
+            lambda: (r := rows(spec, two_managers))["dpg-serve-0"]["health"] == "healthy" and r,
         )
         assert again["dpg-serve-0"]["state"] == "running (restarted 1 time)", again
         assert again["dpg-serve-0-node1"]["state"] == "running (restarted 1 time)", again
@@ -391,16 +365,9 @@ def test_preflight_measures_memlock_where_the_units_run(two_managers, tmp_path: 
     """group.memlock on RDMA hosts reads the limit of a systemd unit like the engines' (a
     transient unit with LimitMEMLOCK=infinity; for the lingering user, its manager's hard
     limit), not the SSH login shell's, and says so."""
-    ids = os.environ["PDCTL_TEST_SSH_KEY"]
-    hosts = [
-        {"name": "sysr", "address": ADDRESS, "dataDir": DATA},
-        {"name": "sysu", "address": SECOND, "user": USER, "dataDir": f"/home/{USER}/mem"},
-    ]
-    for h in hosts:
-        h.update(identityFile=ids, runtime="venv", venv=VENV, supervise="systemd")
-        h["rdmaDevices"] = ["mlx5_0"]
+    hosts = [{**h, "rdmaDevices": ["mlx5_0"]} for h in two_hosts("mem")]
     serve = {"tensorParallel": 2, "nodes": 2, "port": 18371, "rendezvousPort": 18372}
-    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("mem", hosts, serve))
+    spec = spec_of(tmp_path, "mem", serve, hosts)
     out = pdctl("preflight", str(spec), "-o", "json", "--no-transfer", *two_managers)
     found = {
         f["where"]: f for f in json.loads(out.stdout)["findings"] if f["check"] == "group.memlock"
