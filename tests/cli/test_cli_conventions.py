@@ -17,7 +17,7 @@ import yaml
 
 from tests import helpers
 from tests.conftest import EXAMPLES, ROOT
-from tests.helpers import checked, run_cli, written
+from tests.helpers import checked, cli, run_cli, written
 from tests.pty_run import on_a_pty
 
 ESC = "\x1b"
@@ -78,8 +78,7 @@ def test_render_o_a_folder_is_refused_and_creates_nothing(tmp_path: Path) -> Non
 
 
 def test_render_output_dir_writes_the_bundle(tmp_path, capsys) -> None:
-    code, out, err = run_cli(["render", PHASE1, "--output-dir", str(tmp_path / "b")], capsys)
-    assert code == 0, err
+    out, err = cli(["render", PHASE1, "--output-dir", str(tmp_path / "b")])
     assert out == "" and "wrote 4 files" in err
     assert (tmp_path / "b" / "03-deployment-llama3-8b-serve.yaml").is_file()
 
@@ -97,11 +96,9 @@ def test_validate_json_summary_and_a_bad_spec_still_exits_2(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_validate_counts_what_up_dry_run_lists(example: Path, capsys) -> None:
-    code, out, err = run_cli(["up", str(example), "--dry-run", "--offline", "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["up", str(example), "--dry-run", "--offline", "-o", "json"])
     changes = json.loads(out)["changes"]
-    code, out, err = run_cli(["validate", str(example)], capsys)
-    assert code == 0, err
+    out, err = cli(["validate", str(example)])
     word = (
         "object"
         if json.loads(run_cli(["validate", str(example), "-o", "json"], capsys)[1]).get("objects")
@@ -132,10 +129,8 @@ def commands() -> list[str]:
 @pytest.mark.parametrize("name", ["", *commands()])
 def test_h_is_help_and_metavars_read_plain(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [name] if name else []
-    code, long_help, _ = run_cli([*argv, "--help"], capsys)
-    assert code == 0
-    code, short_help, err = run_cli([*argv, "-h"], capsys)
-    assert code == 0, err
+    long_help, _ = cli([*argv, "--help"])
+    short_help, err = cli([*argv, "-h"])
     assert short_help == long_help
     assert "-h, --help" in short_help
     usage_and_options = short_help.split("\n\n", 1)[0] + "".join(

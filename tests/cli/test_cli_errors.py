@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.cli.app import main
-from tests.helpers import data, run_cli, written
+from tests.helpers import cli, data, run_cli, written
 
 TABLE = data("cli_errors.yaml")  # the bad specs: each case's text, where and phrase
 GOOD = TABLE["good"]
@@ -35,8 +35,7 @@ def test_bad_spec_is_one_line_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     spec = written(tmp_path / "spec.yaml", text)
-    code, out, err = run([command, str(spec)], capsys)
-    assert code == 2, err
+    out, err = cli([command, str(spec)], 2)
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 1, err
@@ -50,8 +49,7 @@ def test_at_least_25_malformed_cases() -> None:
 
 
 def test_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["validate", "/nonexistent/spec.yaml"], capsys)
-    assert code == 2
+    _, err = cli(["validate", "/nonexistent/spec.yaml"], 2)
     assert err.strip() == (
         "error: /nonexistent/spec.yaml: no such file; check the path, or create one with "
         "`pdctl init`"
@@ -84,6 +82,5 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_render_output_dir_is_not_half_written(tmp_path, capsys) -> None:
     spec = written(tmp_path / "s.yaml", GOOD.replace("replicas: 2", "replicas: 9"))
     out = tmp_path / "out"
-    code, _, _ = run(["render", str(spec), "--output-dir", str(out)], capsys)
-    assert code == 2
+    _, _ = cli(["render", str(spec), "--output-dir", str(out)], 2)
     assert not out.exists()

@@ -13,7 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import data, run_cli, written
+from tests.helpers import cli, data, run_cli, written
 
 BASE = """\
 name: demo
@@ -131,8 +131,7 @@ run = run_cli
 )
 def test_usage_errors_are_one_line_exit_2(argv: list[str], phrase: str, tmp_path, capsys) -> None:
     spec = written(tmp_path / "spec.yaml", spec_text())
-    code, out, err = run([str(spec) if a == "SPEC" else a for a in argv], capsys)
-    assert code == 2, err
+    out, err = cli([str(spec) if a == "SPEC" else a for a in argv], 2)
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert err.startswith("error: ") and phrase in err
@@ -223,8 +222,7 @@ def test_gpu_counts_read_as_english(tmp_path: Path) -> None:
 
 def test_a_target_from_the_command_line_is_named_as_such(tmp_path, capsys) -> None:
     spec = written(tmp_path / "spec.yaml", spec_text())
-    code, _, err = run(["render", str(spec), "--target", "kubernetes"], capsys)
-    assert code == 2
+    _, err = cli(["render", str(spec), "--target", "kubernetes"], 2)
     assert err == (
         f"error: {spec}: --target kubernetes: phase 0 runs on hosts only; "
         "use phase 1 for Kubernetes\n"
@@ -284,8 +282,7 @@ def test_render_stdin_with_facts_reads_the_spec_once(tmp_path, monkeypatch, caps
     facts = tmp_path / "facts"
     facts.mkdir()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(spec_text().encode())))
-    code, out, err = run(["render", "-", "--facts", str(facts)], capsys)
-    assert code == 0, err
+    out, err = cli(["render", "-", "--facts", str(facts)])
     assert out.startswith("#### hosts/gpu-a/demo-serve-0/start.sh\n")
 
 
