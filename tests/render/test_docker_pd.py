@@ -18,7 +18,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import written
+from tests.helpers import cli, written
 
 HAMI_DOCKER = ROOT / "examples/phase3-hami-docker.yaml"
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
@@ -217,7 +217,6 @@ def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
 ) -> None:
     """Refused with one line naming the unit, before any Docker host is contacted (the URLs
     point at nothing)."""
-    from tests.conftest import run_cli
 
     if path == LORA_PINNED:
         path = lora_pinned(tmp_path)
@@ -226,8 +225,7 @@ def test_the_sdk_path_refuses_what_it_cannot_start_before_connecting(
     doc.pop("secrets", None)
     spec = written(tmp_path / "spec.yaml", yaml.safe_dump(doc))
     urls = [f"--docker-url={h['name']}=unix://{tmp_path}/none.sock" for h in doc["hosts"]]
-    code, _out, err = run_cli(["up", str(spec), "--yes", *urls], capsys)
-    assert code == 2, err
+    _out, err = cli(["up", str(spec), "--yes", *urls], 2)
     # one error line (a spec warning, such as the replicas hint, may come before it)
     lines = [ln for ln in err.strip().splitlines() if ": warning: " not in ln]
     assert len(lines) == 1 and lines[0].startswith("error: "), err

@@ -12,7 +12,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import at, run_cli
+from tests.helpers import at, cli
 
 
 def spec(host: str) -> str:
@@ -63,8 +63,7 @@ STORE = Path(__file__).resolve().parents[2] / "examples" / "phase2-mooncake-stor
 
 
 def test_validate_lists_every_unit_it_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _err = run_cli(["validate", str(STORE)], capsys)
-    assert code == 0
+    out, _err = cli(["validate", str(STORE)])
     assert "6 units planned" in out
     listed = [line.split()[0] for line in out.splitlines()[1:]]
     assert listed == [
