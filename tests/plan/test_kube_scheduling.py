@@ -17,7 +17,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
-from tests.helpers import data, run_cli, written
+from tests.helpers import cli, data, run_cli, written
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 
@@ -257,8 +257,7 @@ def test_role_settings_render_deterministically() -> None:
 
 def refusal(text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
     path = written(tmp_path / "spec.yaml", text)
-    code, out, err = run_cli(["render", str(path), *extra], capsys)
-    assert code == 2, err
+    out, err = cli(["render", str(path), *extra], 2)
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert "Traceback" not in err

@@ -11,7 +11,7 @@ import pytest
 from pdctl.errors import SpecError
 from pdctl.plan.parallel import Dims, check_parallel, valid_tp
 from pdctl.spec import load_text
-from tests.helpers import run_cli, written
+from tests.helpers import cli, run_cli, written
 
 SERVE = """\
 name: q32
@@ -189,8 +189,7 @@ def test_mla_models_are_checked_on_attention_heads_only() -> None:
 def test_plan_and_render_refuse_what_validate_refuses(tmp_path: Path, capsys, command) -> None:
     """Before: `pdctl plan` of a TP 3 Qwen3-32B spec printed a capacity table (exit 0)."""
     spec = written(tmp_path / "s.yaml", SERVE)
-    code, out, err = run_cli([command, str(spec)], capsys)
-    assert code == 2, out
+    out, err = cli([command, str(spec)], 2)
     assert ":5: serve.tensorParallel: Qwen/Qwen3-32B" in err and "does not divide" in err, err
 
 

@@ -13,7 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.plan.place import where
 from pdctl.spec import load_text
-from tests.helpers import at, run_cli, written
+from tests.helpers import at, cli, written
 
 # The issue's case: two 8-GPU hosts, Qwen3-32B, prefill TP 4, decode TP 2 x 2.
 TWO_HOSTS = """\
@@ -133,8 +133,7 @@ def test_where_lists_every_unit() -> None:
 
 def test_validate_prints_the_placement(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     spec = written(tmp_path / "s.yaml", TWO_HOSTS)
-    code, out, err = run_cli(["validate", str(spec)], capsys)
-    assert code == 0, err
+    out, err = cli(["validate", str(spec)])
     assert "q32-decode-1   on host-b  GPUs 2,3      port 8201" in out
 
 
@@ -143,8 +142,7 @@ def test_validate_exits_2_on_a_pin_that_cannot_hold(tmp_path, capsys) -> None:
     spec.write_text(
         TWO_HOSTS.replace("prefill: {replicas: 1,", "prefill: {hosts: [host-a], replicas: 3,")
     )
-    code, out, err = run_cli(["validate", str(spec)], capsys)
-    assert code == 2
+    out, err = cli(["validate", str(spec)], 2)
     assert len(err.strip().splitlines()) == 1
     assert ":7: prefill.hosts: prefill instance 3 of 3 needs 4 free GPUs" in err
 
