@@ -9,7 +9,7 @@ from pathlib import Path
 from pdctl.capacity import model_config
 from pdctl.capacity.fit import Shape, alternatives, smallest_fit
 from pdctl.capacity.gpus import GIB
-from tests.helpers import run_cli, written
+from tests.helpers import cli, run_cli, written
 
 SERVE = """\
 name: demo
@@ -61,8 +61,7 @@ def test_plan_exits_1_when_a_role_does_not_fit(capsys, tmp_path: Path) -> None:
 
 def test_plan_exits_0_when_everything_fits(capsys, tmp_path: Path) -> None:
     spec = _spec(tmp_path, "Qwen/Qwen3-8B", 8192, "hardware: {gpu: H100}\n")
-    code, out, err = run_cli(["plan", spec, "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", spec, "-o", "json"])
     data = json.loads(out)
     assert data["fits"] is True and data["warnings"] == []
 
@@ -103,8 +102,7 @@ def test_validate_is_quiet_when_it_fits_or_no_gpu_is_named(capsys, tmp_path: Pat
 
 def test_hami_slice_suggestions_never_use_tensor_parallel(capsys, tmp_path: Path) -> None:
     path = written(tmp_path / "hami.yaml", HAMI)
-    code, out, err = run_cli(["plan", str(path), "-o", "json"], capsys)
-    assert code == 1, err
+    out, err = cli(["plan", str(path), "-o", "json"], 1)
     decode = next(r for r in json.loads(out)["roles"] if r["role"] == "decode")
     assert decode["fits"] is False
     assert all(
@@ -142,8 +140,7 @@ def test_gpu_cores_percent_is_a_warning_from_validate_and_render(capsys) -> None
     hami-h200), so a gpuCoresPercent is said to be a placement hint, not a bound."""
     example = str(Path(__file__).resolve().parents[2] / "examples" / "phase3-hami.yaml")
     for command in ("validate", "render"):
-        code, _, err = run_cli([command, example], capsys)
-        assert code == 0
+        _, err = cli([command, example])
         assert "warning: decode.share.gpuCoresPercent: 50% is a placement hint" in err, command
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.fromlog import parse_log
-from tests.helpers import run_cli, written
+from tests.helpers import cli, run_cli, written
 
 # vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
 # dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log), lines trimmed.
@@ -95,8 +95,7 @@ def test_plan_from_log_shows_each_term(capsys, tmp_path: Path) -> None:
     spec, log = tmp_path / "s.yaml", tmp_path / "vllm.log"
     spec.write_text(SPEC)
     log.write_text(V1_LOG)
-    code, out, err = run_cli(["plan", str(spec), "--from-log", str(log)], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "--from-log", str(log)])
     assert "predicted vs the log (serve, vLLM 0.10.1.1)" in out
     for term in (
         "weights", "activation", "non-torch", "CUDA graphs", "KV cache memory",
@@ -110,8 +109,7 @@ def test_plan_from_log_json_predicts_under_the_logs_conditions(capsys, tmp_path:
     spec, log = tmp_path / "s.yaml", tmp_path / "vllm.log"
     spec.write_text(SPEC.replace("gpuMemoryUtilization: 0.5", "gpuMemoryUtilization: 0.9"))
     log.write_text(V1_LOG)
-    code, out, err = run_cli(["plan", str(spec), "-o", "json", "--from-log", str(log)], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "-o", "json", "--from-log", str(log)])
     data = json.loads(out)["fromLog"]
     assert "gpuMemoryUtilization: plan 0.9, log 0.5" in data["conditions"]
     assert any(c.startswith("vLLM: plan 0.33.0, log 0.10.1.1") for c in data["conditions"])
@@ -151,8 +149,7 @@ def test_from_log_reads_which_sampler_the_engine_profiled(capsys, tmp_path: Path
     activation = {}
     for name, text in (("fi", with_fi), ("native", without)):
         log = written(tmp_path / f"{name}.log", text)
-        code, out, err = run_cli(["plan", str(spec), "-o", "json", "--from-log", str(log)], capsys)
-        assert code == 0, err
+        out, err = cli(["plan", str(spec), "-o", "json", "--from-log", str(log)])
         data = json.loads(out)["fromLog"]
         terms = {t["term"]: t for t in data["terms"]}
         activation[name] = terms["activation (profile peak)"]["predicted"]

@@ -23,6 +23,7 @@ import pytest
 from pdctl.capacity import Shape, find_gpu, instance_memory, model_config
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import KvLayout
+from tests.helpers import cli
 
 MODELS = Path(__file__).resolve().parents[1] / "gpu" / "models"
 
@@ -98,7 +99,6 @@ def test_dense_count_is_the_stored_tokens():
 def test_the_decode_batch_uses_sequences_the_cache_stores(tmp_path, capsys):
     """`plan`'s decode batch for Mistral at 32k: at most the sequences of the workload's
     context that the cache stores, not vLLM's count / context (2,163 at 1,152 tokens)."""
-    from tests.helpers import run_cli
 
     spec = tmp_path / "s.yaml"
     spec.write_text(
@@ -109,8 +109,7 @@ def test_the_decode_batch_uses_sequences_the_cache_stores(tmp_path, capsys):
         "hosts: [{name: h, address: 127.0.0.1, gpus: [0], runtime: venv, venv: /opt/v}]\n"
         "serve: {gpuMemoryUtilization: 0.92, maxNumSeqs: 4096}\n"
     )
-    code, out, err = run_cli(["plan", str(spec), "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "-o", "json"])
     role = json.loads(out)["roles"][0]
     context = role["decode"]["context"]
     assert role["decode"]["batch"] * context <= role["kvTokenSlots"], (role["decode"], context)

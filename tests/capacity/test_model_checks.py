@@ -10,6 +10,7 @@ import pytest
 
 from pdctl.capacity.params import model_config, parse_config
 from pdctl.plan.parallel import Dims, valid_tp
+from tests.helpers import cli
 from tests.helpers import run_cli as run
 
 SPEC = """\
@@ -58,8 +59,7 @@ def test_fp8_block_weights_refuse_a_tp_that_splits_a_block(
 ) -> None:
     path = _spec(tmp_path, name, tp)
     for command in (["validate", path], ["plan", path]):
-        code, _, err = run(command, capsys)
-        assert code == 2, err
+        _, err = cli(command, 2)
         line = err.strip().splitlines()[-1]
         assert "serve.tensorParallel" in line and f"moe_intermediate_size {width}" in line
         assert "weight quantization block" in line and "expertParallel: true" in line
@@ -67,14 +67,12 @@ def test_fp8_block_weights_refuse_a_tp_that_splits_a_block(
 
 def test_expert_parallel_keeps_experts_whole(tmp_path: Path, capsys) -> None:
     path = _spec(tmp_path, "Qwen/Qwen3-235B-A22B-FP8", 8, ", expertParallel: true")
-    code, _, err = run(["validate", path], capsys)
-    assert code == 0, err
+    _, err = cli(["validate", path])
 
 
 def test_the_bf16_model_keeps_its_tp(tmp_path: Path, capsys) -> None:
     path = _spec(tmp_path, "Qwen/Qwen3-30B-A3B", 4)
-    code, _, err = run(["validate", path], capsys)
-    assert code == 0, err
+    _, err = cli(["validate", path])
 
 
 def test_the_block_comes_from_the_models_config() -> None:
@@ -97,8 +95,7 @@ def test_plan_never_suggests_a_tp_the_block_refuses(tmp_path: Path, capsys) -> N
         SPEC.format(name="Qwen/Qwen3-235B-A22B-FP8", tp=4, gpus="0, 1, 2, 3, 4, 5, 6, 7", extra="")
         + "hardware: {gpu: L40S}\n"
     )
-    code, out, err = run(["plan", str(path), "-o", "json"], capsys)
-    assert code == 1, err
+    out, err = cli(["plan", str(path), "-o", "json"], 1)
     role = json.loads(out)["roles"][0]
     tps = [a["tensorParallel"] for a in role["alternatives"]]
     if role["smallestFit"]:
@@ -120,8 +117,7 @@ def test_an_unknown_model_is_a_warning_and_strict_refuses_it(tmp_path: Path, cap
 
 def test_plan_names_the_nearest_known_model(tmp_path: Path, capsys) -> None:
     path = _spec(tmp_path, "Qwen/Qwen3-32B-Instrukt", 1)
-    code, _, err = run(["plan", path], capsys)
-    assert code == 2
+    _, err = cli(["plan", path], 2)
     assert "did you mean qwen3-32b?" in err
     assert "deepseek-r1" not in err  # not the alphabetical head of the table
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, written
+from tests.helpers import cli, run_cli, written
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -38,8 +38,7 @@ def test_there_are_examples_of_every_phase() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
-    code, out, err = run(["plan", str(example)], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(example)])
     if example.name.startswith("cpu-"):  # no GPU tables: test_plan_on_a_cpu_spec_...
         assert "GPU capacity planning does not apply" in out
         return
@@ -52,8 +51,7 @@ def test_plan_prints_a_table_for_every_example(example: Path, capsys) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_plan_json_for_every_example(example: Path, capsys) -> None:
-    code, out, err = run(["plan", str(example), "--output", "json", "--gpu", "H200"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(example), "--output", "json", "--gpu", "H200"])
     data = json.loads(out)
     assert data["gpu"]["name"] == "H200"
     roles = {r["role"]: r for r in data["roles"]}
@@ -100,8 +98,7 @@ def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
     )
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.format(model="acme/tiny", extra="\n  config: m/config.json"))
-    code, out, err = run(["plan", str(spec), "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "-o", "json"])
     role = json.loads(out)["roles"][0]
     assert role["kvBytesPerToken"] == 2 * 10 * 1 * 128 * 2  # 2 KV heads / TP 2 = 1 per GPU
     assert json.loads(out)["model"]["source"] == "config"
@@ -109,8 +106,7 @@ def test_model_config_file_relative_to_the_spec(capsys, tmp_path: Path) -> None:
 
 def test_unknown_model_is_one_located_line(capsys, tmp_path: Path) -> None:
     spec = written(tmp_path / "s.yaml", SPEC.format(model="acme/secret-13b", extra=""))
-    code, out, err = run(["plan", str(spec)], capsys)
-    assert code == 2
+    out, err = cli(["plan", str(spec)], 2)
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{spec}:3: model.name: " in err
     assert "model.paramsBillion" in err
@@ -134,8 +130,7 @@ def test_unknown_gpu_and_bad_output(capsys, tmp_path: Path) -> None:
 def test_does_not_fit_names_the_nearest_fit(capsys, tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.format(model="meta-llama/Llama-3.1-70B-Instruct", extra=""))
-    code, out, err = run(["plan", str(spec), "--gpu", "L40S"], capsys)
-    assert code == 1, err  # a role that does not fit is exit 1
+    out, err = cli(["plan", str(spec), "--gpu", "L40S"], 1)  # a role that does not fit is exit 1
     assert "does not fit" in out and "nearest that fits" in out
 
 
@@ -168,8 +163,7 @@ def test_spec_from_stdin(capsys, monkeypatch, tmp_path: Path) -> None:
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(SPEC.format(model="Qwen/Qwen3-8B", extra="")))
-    code, out, err = run(["plan", "-", "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", "-", "-o", "json"])
     assert json.loads(out)["model"]["name"] == "Qwen/Qwen3-8B"
 
 
@@ -179,14 +173,12 @@ def test_plan_table_names_the_flashinfer_only_sampler_of_0_10(capsys, tmp_path: 
     spec = tmp_path / "s.yaml"
     old = SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra="\nengine: {version: '0.10.1'}")
     spec.write_text(old)
-    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"])
     assert re.search(r"FlashInfer[\s│|]*only", out), out
     data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
     assert data["roles"][0]["samplerProfile"] == "flashinfer"
     spec.write_text(SPEC.format(model="Qwen/Qwen2-7B-Instruct", extra=""))
-    code, out, err = run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(spec), "--gpu", "A100-80GB", "-o", "wide"])
     assert not re.search(r"FlashInfer[\s│|]*only", out)
     data = json.loads(run(["plan", str(spec), "--gpu", "A100-80GB", "-o", "json"], capsys)[1])
     assert data["roles"][0]["samplerProfile"] == "sorted"
@@ -211,8 +203,7 @@ def test_plan_on_a_cpu_spec_claims_no_gpu(capsys) -> None:
     GPU, --gpu-memory-utilization, a GPU roofline) and 'no GPU given: planned for an
     H100-SXM'."""
     example = str(ROOT / "examples" / "cpu-quickstart.yaml")
-    code, out, err = run(["plan", example], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", example])
     flat = " ".join(out.split())
     assert "engine.device cpu: GPU capacity planning does not apply" in flat
     for gpu_claim in ("H100", "memory per GPU", "gpu-memory-utilization", "roofline", "TFLOP"):
@@ -220,8 +211,7 @@ def test_plan_on_a_cpu_spec_claims_no_gpu(capsys) -> None:
     assert "weights (RAM)" in out and "0.92 GiB" in out
     assert "VLLM_CPU_KVCACHE_SPACE 4 GiB" in flat
     assert "KV tokens it holds 349,525" in flat  # 4 GiB / 12,288 B per token
-    code, out, err = run(["plan", example, "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", example, "-o", "json"])
     assert json.loads(out)["gpuCapacityPlanning"] == "does not apply: engine.device is cpu"
 
 

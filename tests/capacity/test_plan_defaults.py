@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.gpus import find_gpu
+from tests.helpers import cli, written
 from tests.helpers import run_cli as run
-from tests.helpers import written
 
 SHORT = """\
 name: short
@@ -39,8 +39,7 @@ def test_the_default_workload_adapts_to_a_short_max_model_len(tmp_path: Path, ca
 
 def test_a_written_output_keeps_and_the_prompt_adapts(tmp_path: Path, capsys) -> None:
     path = _write(tmp_path, SHORT.format(workload="workload: {outputTokens: 100}\n"))
-    code, out, err = run(["plan", path, "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", path, "-o", "json"])
     traffic = json.loads(out)["traffic"]
     assert (traffic["promptTokens"], traffic["outputTokens"]) == (924, 100)
 
@@ -63,8 +62,7 @@ def test_a100_without_its_memory_is_the_smaller_and_says_so(tmp_path: Path, caps
     assert find_gpu("NVIDIA A100 80GB PCIe").name == "A100-80GB"
     assert not ambiguous("A100-80GB") and ambiguous("a100")
     path = _write(tmp_path, SHORT.format(workload="").replace("gpu: H100", "gpu: A100"))
-    code, out, err = run(["plan", path, "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", path, "-o", "json"])
     data = json.loads(out)
     assert data["gpu"]["name"] == "A100-40GB"
     assert any("planned for the smaller, A100-40GB" in w for w in data["warnings"])

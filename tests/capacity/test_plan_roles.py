@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import cli, written
 from tests.helpers import run_cli as run
-from tests.helpers import written
 
 EP = """\
 name: ep
@@ -28,8 +28,7 @@ def _flat(text: str) -> str:
 
 def _plan(tmp_path: Path, capsys, text: str) -> tuple[str, dict]:
     path = written(tmp_path / "s.yaml", text)
-    code, out, err = run(["plan", str(path), "-o", "wide"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(path), "-o", "wide"])
     jcode, jout, _ = run(["plan", str(path), "-o", "json"], capsys)
     assert jcode == 0
     return _flat(out), json.loads(jout)

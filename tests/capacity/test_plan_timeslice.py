@@ -13,8 +13,7 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import find_gpu
 from pdctl.capacity.params import model_config
 from pdctl.capacity.roofline import decode_step
-from tests.helpers import run_cli as run
-from tests.helpers import written
+from tests.helpers import cli, written
 
 SPEC = """\
 name: slices
@@ -32,8 +31,7 @@ kubernetes: {{namespace: llm}}
 
 def _plan(tmp_path: Path, capsys, per_gpu: int) -> dict:
     path = written(tmp_path / f"p{per_gpu}.yaml", SPEC.format(per_gpu=per_gpu))
-    code, out, err = run(["plan", str(path), "-o", "json"], capsys)
-    assert code == 0, err
+    out, err = cli(["plan", str(path), "-o", "json"])
     return json.loads(out)
 
 
@@ -73,8 +71,7 @@ def test_pd_ratio_counts_the_time_slicing(tmp_path: Path, capsys) -> None:
 
 def test_the_table_says_the_slices_time_slice(tmp_path: Path, capsys) -> None:
     path = written(tmp_path / "p4.yaml", SPEC.format(per_gpu=4))
-    code, out, _ = run(["plan", str(path), "-o", "wide"], capsys)
-    assert code == 0
+    out, _ = cli(["plan", str(path), "-o", "wide"])
     flat = " ".join(out.split())
     assert "decode tokens/s per GPU" in flat
     assert "4 instances time-slice one GPU" in flat
