@@ -193,6 +193,13 @@ def run_cli(
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def cli(argv: list[str], code: int = 0, env: Env | None = None) -> tuple[str, str]:
+    """`run_cli(argv)` once its exit status is `code`: (out, err); else the failure shows both."""
+    got, out, err = run_cli(argv, env=env)
+    assert got == code, err + out
+    return out, err
+
+
 def wait_until(
     ready: Callable[[], T], what: str, alive: Callable[[], object] = lambda: True,
     timeout: float = 120, step: float = 0.05, detail: Callable[[], object] = lambda: "",
