@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from pdctl.capacity.params import model_config  # noqa: E402
 from pdctl.capacity.speedcells import FIGURES, cells_of, errors, mape  # noqa: E402
-from pdctl.capacity.steptime import CONSTANTS, Calibration, calibrations  # noqa: E402
+from pdctl.capacity.steptime import CONSTANTS, Calibration, calibration_for  # noqa: E402
 
 # (constant, lower, upper, log-scaled)
 BOUNDS = {
@@ -99,7 +99,7 @@ def table(cells, cal) -> str:
     for c in cells:
         p = predict(c, cal)
         e = errs[c.key]
-        row = [c.key, "held out" if c.held_out else "fit"]
+        row = [c.key, "below bound" if c.below_bound else "held out" if c.held_out else "fit"]
         for f, _ in FIGURES:
             if c.measured.get(f) is None or p.get(f) is None:
                 row.append("-")
@@ -118,9 +118,15 @@ def main() -> None:
     ap.add_argument("--free", nargs="*", default=list(CONSTANTS))
     args = ap.parse_args()
     cells = [c for c in load(args.recordings) if c.gpu == args.gpu and c.engine == args.engine]
-    train = [c for c in cells if not c.held_out]
-    test = [c for c in cells if c.held_out]
-    start = next(c for c in calibrations() if c.gpu == args.gpu)
+    below = [c for c in cells if c.below_bound]
+    train = [c for c in cells if not c.held_out and not c.below_bound]
+    test = [c for c in cells if c.held_out and not c.below_bound]
+    if below:
+        print("not used (TPOT below the weight-read bound of its batch):",
+              ", ".join(c.key for c in below))
+    from pdctl.capacity.gpus import GPUS
+
+    start = calibration_for(GPUS[args.gpu], args.engine)  # extrapolated where none is its own
     print(f"{len(cells)} cells: {len(train)} fitted, {len(test)} held out")
     print("start, fitted cells:", {k: round(v, 1) for k, v in mape(errors(train, start)).items()})
     cal = fit(train, start, args.free)
@@ -141,6 +147,7 @@ def main() -> None:
                 "recordings": sorted(p.name for p in args.recordings.glob("*.json")),
                 "cells_fitted": [c.key for c in train],
                 "cells_held_out": [c.key for c in test],
+                "cells_below_bound": [c.key for c in below],
                 "mape_fitted_pct": {k: round(v, 2) for k, v in fitted.items()},
                 "mape_held_out_pct": {k: round(v, 2) for k, v in held.items()},
                 "held_out_rule": "sha256(cell key) % 3 == 0 (tests/gpu/speed.py held_out)",

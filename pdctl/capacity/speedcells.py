@@ -14,6 +14,7 @@ from typing import Any
 from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GPUS
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.roofline import weights_read_per_step
 from pdctl.capacity.simulate import Load, simulate
 from pdctl.capacity.steptime import Calibration, engine_for
 
@@ -35,6 +36,10 @@ class Cell:
     load: Load
     measured: dict[str, float]  # ttft, tpot (p50 ms), throughput (output tok/s)
     held_out: bool
+    # the measured TPOT is below the least time a step of its batch takes to read the weights
+    # (all but unrouted experts, at the datasheet bandwidth): the engine did not run the
+    # model the speed model describes (dummy weights routing a MoE batch to few experts)
+    below_bound: bool = False
 
 
 def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
@@ -62,6 +67,7 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
             submit_s=c.get("submit_s", SUBMIT_S),
             cached_tokens=int(c.get("cached_tokens", 0)),
         )
+        below = _below_bound(c, model, shape, gpu)
         measured = {
             "ttft": (c.get("ttft_ms") or {}).get("p50"),
             "tpot": (c.get("tpot_ms") or {}).get("p50"),
@@ -69,9 +75,24 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
         }
         out.append(
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
-                 measured, bool(c.get("held_out")))
+                 measured, bool(c.get("held_out")), below)
         )
     return out
+
+
+def _below_bound(cell: dict[str, Any], model: ModelConfig, shape: Shape, gpu: str) -> bool:
+    """Whether the cell's TPOT p50 beats reading its batch's weights at peak bandwidth; the
+    batch is the engine's own mean (generated tokens / steps), else the concurrency."""
+    tpot = (cell.get("tpot_ms") or {}).get("p50")
+    metrics = cell.get("engine_metrics") or {}
+    gen = metrics.get("vllm:generation_tokens_total")
+    steps = metrics.get("vllm:iteration_tokens_total_count")
+    batch = gen / steps if gen and steps else cell.get("concurrency") or 1
+    if not tpot:
+        return False
+    bound_s = weights_read_per_step(model, shape, max(1, round(batch))) / (
+        GPUS[gpu].bandwidth_gbs * 1e9)
+    return tpot / 1000 < bound_s
 
 
 def predict(cell: Cell, cal: Calibration) -> dict[str, float]:

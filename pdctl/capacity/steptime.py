@@ -173,6 +173,17 @@ class Engine:
             per_head = 4 * m.head_dim
         return m.layers * m.heads * per_head / self.split
 
+    def linear_flops(self, tokens: int, sampled: int) -> float:
+        """FLOPs of the linear layers for `tokens` tokens, per GPU: 2 x the active parameters
+        but the lm_head for every token (`active_params` already leaves out the input
+        embedding, a row lookup), and the lm_head only for the `sampled` positions (vLLM
+        computes logits for each scheduled request's last token only:
+        vllm/v1/worker/gpu_model_runner.py, logits_indices)."""
+        m = self.model
+        head = m.vocab * m.hidden
+        body = max(m.active_params - head, 0.0)
+        return 2 * (body * tokens + head * sampled) / self.split
+
     def window_share(self, context: float) -> float:
         """The context a sliding-window model's layers read, as a share of `context`."""
         m = self.model
@@ -194,7 +205,7 @@ class Engine:
         peak = g.bf16_tflops * 1e12
         weights = weights_read_per_step(self.model, self.shape, tokens)
         t_read = weights / (bw * c.weights_bw)
-        t_math = 2 * self.model.active_params * tokens / self.split / (peak * c.linear_flops)
+        t_math = self.linear_flops(tokens, decodes + len(chunks)) / (peak * c.linear_flops)
         k = c.overlap_k
         linear = (t_read**k + t_math**k) ** (1 / k)
         ctx = decode_context

@@ -37,14 +37,12 @@ def test_every_calibration_names_its_gpu_version_and_constants():
 
 
 def test_a_gpu_without_calibration_is_extrapolated_and_says_from_which():
-    cal = calibration_for(GPUS["H100-SXM"], "0.23.0")
-    assert cal.extrapolated_from == "H200"
-    assert "extrapolated from H200" in cal.basis
-    own = calibration_for(H200, "0.23.0")
-    assert own.basis == (
-        "calibrated on H200 (vLLM 0.23.0)" if own.fitted
-        else "estimated (not yet fitted to measurements) for H200 (vLLM 0.23.0)"
-    )
+    cal = calibration_for(H200, "0.23.0")
+    assert cal.extrapolated_from == "H100-SXM"
+    assert "extrapolated from H100-SXM" in cal.basis
+    own = calibration_for(GPUS["H100-SXM"], "0.23.0")
+    assert own.fitted and own.extrapolated_from is None
+    assert own.basis == "calibrated on H100-SXM (vLLM 0.23.0)"
 
 
 def test_one_request_alone_waits_its_prefill_then_one_step_a_token():
