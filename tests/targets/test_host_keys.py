@@ -54,8 +54,7 @@ def test_dry_run_accepts_a_new_key_without_writing_known_hosts(ssh_env, tmp_path
     assert "keys-serve-0" in dry.stdout
     assert empty.read_text() == ""
     # Without --dry-run the accepted key is recorded (status changes nothing else).
-    status = pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys")
-    assert status.returncode == 0, status.stderr
+    checked(pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys"))
     (line,) = empty.read_text().splitlines()
     assert line.split()[:3] == lo1_line(ssh_env)
 
@@ -100,8 +99,7 @@ def test_cert_authority_lines_are_skipped_and_named_when_they_are_all_there_is(s
     checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known)))
     only_ca = tmp_path / "ca_only"
     only_ca.write_text(f"@cert-authority [127.0.0.1]:* ssh-ed25519 {other_ca}\n")
-    refused = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(only_ca))
-    assert refused.returncode == 1
+    refused = checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(only_ca)), 1)
     line = one_error_line(refused)
     assert "unknown host key" in line and f"{only_ca}:1" in line and "@cert-authority" in line
 
@@ -114,8 +112,7 @@ def test_a_line_that_does_not_parse_is_one_error_naming_the_line(ssh_env, tmp_pa
     ):
         known = tmp_path / "known_hosts"
         known.write_text(f"# mine\n{name} {ktype} {key}\n{bad}\n")
-        proc = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known))
-        assert proc.returncode == 2, (bad, proc.stdout + proc.stderr)
+        proc = checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(known)), 2)
         assert one_error_line(proc).startswith(f"error: {known}:3: "), proc.stderr
 
 

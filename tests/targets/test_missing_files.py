@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, unreached_spec
+from tests.helpers import checked
 from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
 
 # Its cluster is the kubeconfig's: the tests reach none.
@@ -60,36 +61,31 @@ def test_the_default_known_hosts_may_be_missing(ssh_env: SshEnv, tmp_path: Path)
         "serve": {"replicas": 1, "port": 18998},
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    out = pdctl("logs", str(path), env=_no_kube_env(tmp_path / "home"))
-    assert out.returncode == 1, out
+    out = checked(pdctl("logs", str(path), env=_no_kube_env(tmp_path / "home")), 1)
     assert "unknown host key, not in ~/.ssh/known_hosts" in _one_line(out)
 
 
 def test_a_kubeconfig_that_does_not_exist_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "kubeconfig"
-    out = pdctl("status", PHASE1, "--kubeconfig", str(missing))
-    assert out.returncode == 2, out
+    out = checked(pdctl("status", PHASE1, "--kubeconfig", str(missing)), 2)
     line = _one_line(out)
     assert line.startswith(f"error: kubeconfig file {missing} does not exist; "), line
     env = dict(_no_kube_env(tmp_path), KUBECONFIG=str(missing))
-    out = pdctl("top", PHASE1, "--once", env=env)
-    assert out.returncode == 2, out
+    out = checked(pdctl("top", PHASE1, "--once", env=env), 2)
     assert _one_line(out).startswith(f"error: kubeconfig file {missing} does not exist; ")
 
 
 def test_a_malformed_kubeconfig_is_one_plain_line(tmp_path: Path) -> None:
     bad = tmp_path / "kubeconfig"
     bad.write_text("apiVersion: v1\nclusters: [\n  - {name: a\nkind: Config\n")
-    out = pdctl("status", PHASE1, "--kubeconfig", str(bad))
-    assert out.returncode == 2, out
+    out = checked(pdctl("status", PHASE1, "--kubeconfig", str(bad)), 2)
     line = _one_line(out)
     assert line.startswith(f"error: kubeconfig {bad}: not valid YAML"), line
     assert "line 3" in line
 
 
 def test_no_kubeconfig_at_all_says_how_to_give_one(tmp_path: Path) -> None:
-    out = pdctl("status", PHASE1, env=_no_kube_env(tmp_path))
-    assert out.returncode == 2, out
+    out = checked(pdctl("status", PHASE1, env=_no_kube_env(tmp_path)), 2)
     line = _one_line(out)
     assert "~/.kube/config" in line and line.endswith("set KUBECONFIG or pass --kubeconfig")
 
@@ -107,8 +103,7 @@ def test_a_kubeconfig_that_exists_still_loads(tmp_path: Path) -> None:
             }
         )
     )
-    out = pdctl("status", PHASE1, "--kubeconfig", str(good))
-    assert out.returncode == 1, out
+    out = checked(pdctl("status", PHASE1, "--kubeconfig", str(good)), 1)
     line = _one_line(out)  # about the cluster, not the file (whose name it does not say)
     assert line.startswith("error: cannot reach the Kubernetes API at https://127.0.0.1:9 ("), line
     assert str(good) not in line, line

@@ -238,8 +238,7 @@ def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, fol
     assert (one.returncode, one.stdout) == (1, ""), one
     no_log = "dklg-serve-1 on local: no log (not started, or removed by down)"
     assert one.stderr.strip().splitlines() == [f"error: {no_log}"]
-    other = pdctl("logs", str(spec), "nope", *follow, *url())
-    assert other.returncode == 2, other
+    other = checked(pdctl("logs", str(spec), "nope", *follow, *url()), 2)
     assert other.stderr.strip().splitlines() == [
         "error: no unit 'nope' in 'dklg' (units: dklg-serve-0, dklg-serve-1)"
     ]
@@ -260,8 +259,7 @@ def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_pa
             detach=True,
         )
         c.wait(timeout=60)
-        out = pdctl("logs", str(spec), *url())
-        assert out.returncode == 0, out
+        out = checked(pdctl("logs", str(spec), *url()))
         assert out.stdout.splitlines() == [
             "==> dklh-serve-0 on local <==", "(no log: not started, or removed by down)",
             "==> dklh-serve-1 on local <==", "first", "second",

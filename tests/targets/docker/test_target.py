@@ -21,6 +21,7 @@ from pdctl.spec.model import Host
 from pdctl.targets.docker.engine import Engine, client_for, docker_home, host_path
 from pdctl.targets.docker.wait import wait_healthy
 from pdctl.targets.health import probe
+from tests.helpers import checked
 from tests.targets.testbed import free_port
 
 IMAGE = "pdctl-test/engine:1"
@@ -330,8 +331,7 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
         # logs reads the container's log through the same target as up and status.
-        logs = pdctl("logs", str(spec), "sdk-serve-0", "-n", "5", *url)
-        assert logs.returncode == 0, logs.stderr
+        checked(pdctl("logs", str(spec), "sdk-serve-0", "-n", "5", *url))
         missing = pdctl("logs", str(spec), "nope", *url)
         assert missing.returncode == 2 and "no unit 'nope'" in missing.stderr, missing.stderr
         (c,) = docker_client.containers.list(filters={"label": "pdctl.io/deployment=sdk"})

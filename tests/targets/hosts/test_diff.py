@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.helpers import checked
 from tests.targets.hosts.test_ssh_up import free_port, known
 from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
 
@@ -27,19 +28,15 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
     spec = write_spec(
         tmp_path / "spec.yaml", one_host_spec(ssh_env, fake_venv, tmp_path, port, 2048)
     )
-    new = pdctl("diff", str(spec), *known(ssh_env))
-    assert new.returncode == 1, new.stderr
+    new = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
     assert new.stdout.startswith("start     fdiff-serve-0 on lo1 (new)\n")
     assert new.stdout.endswith("1 start\n")
-    up = pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60")
-    assert up.returncode == 0, up.stderr
+    checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
     try:
-        same = pdctl("diff", str(spec), *known(ssh_env))
-        assert same.returncode == 0, same.stderr
+        same = checked(pdctl("diff", str(spec), *known(ssh_env)))
         assert same.stdout == "1 keep\nno changes\n"
         write_spec(spec, one_host_spec(ssh_env, fake_venv, tmp_path, port, 4096))
-        changed = pdctl("diff", str(spec), *known(ssh_env))
-        assert changed.returncode == 1, changed.stderr
+        changed = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
         lines = changed.stdout.splitlines()
         assert lines[0] == "restart   fdiff-serve-0 on lo1 (spec changed)"
         folder = tmp_path / "lo1" / "fdiff" / "fdiff-serve-0"
@@ -53,8 +50,7 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
         # Stopped, then changed: a start of the new version, whose script diff is shown too.
         stop = subprocess.run(["bash", str(folder / "stop.sh")], capture_output=True, text=True)
         assert stop.returncode == 0, stop.stderr
-        stopped = pdctl("diff", str(spec), *known(ssh_env))
-        assert stopped.returncode == 1, stopped.stderr
+        stopped = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
         lines = stopped.stdout.splitlines()
         assert lines[0] == "start     fdiff-serve-0 on lo1 (spec changed, not running)", lines
         assert lines[1] == f"--- lo1:{folder}/start.sh", lines
@@ -67,6 +63,5 @@ def test_diff_of_an_unreachable_host_is_an_error(ssh_env: SshEnv, fake_venv: Pat
     data = one_host_spec(ssh_env, fake_venv, tmp_path, free_port(), 2048)
     data["hosts"][0]["port"] = free_port()  # nobody listens there
     spec = write_spec(tmp_path / "spec.yaml", data)
-    out = pdctl("diff", str(spec), *known(ssh_env), "--connect-timeout", "2")
-    assert out.returncode == 2, out.stderr
+    out = checked(pdctl("diff", str(spec), *known(ssh_env), "--connect-timeout", "2"), 2)
     assert len(out.stderr.splitlines()) == 1 and "lo1" in out.stderr

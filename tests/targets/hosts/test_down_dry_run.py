@@ -44,16 +44,14 @@ def test_down_dry_run_on_a_host_lists_and_stops_nothing(
         ),
     )
     folder = tmp_path / "lo1" / "dry"
-    before = pdctl("down", str(spec), "--dry-run", *known(ssh_env))
-    assert before.returncode == 0, before.stderr
+    before = checked(pdctl("down", str(spec), "--dry-run", *known(ssh_env)))
     assert "nothing runs: nothing to stop" in before.stdout
     checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *known(ssh_env)))
     try:
         running = processes_in(folder)
         assert running
         listing = sorted(p.name for p in folder.rglob("*"))
-        dry = pdctl("down", str(spec), "--dry-run", *known(ssh_env))
-        assert dry.returncode == 0, dry.stderr
+        dry = checked(pdctl("down", str(spec), "--dry-run", *known(ssh_env)))
         assert "would stop dry-serve-0 (lo1)" in dry.stdout
         assert f"would remove the folder {folder} on lo1" in dry.stdout
         # Nothing was touched: the same processes run, the same files are there.
@@ -74,8 +72,7 @@ def test_status_counts_the_router(ssh_env: SshEnv, tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text())
     data["hosts"] = [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, gpus=[0, 1, 2, 3])]
     spec = write_spec(tmp_path / "spec.yaml", data)
-    table = pdctl("status", str(spec), *known(ssh_env))
-    assert table.returncode == 0, table.stderr
+    table = checked(pdctl("status", str(spec), *known(ssh_env)))
     assert "0 of 4 units up (prefill 0/1, decode 0/2, router 0/1)" in table.stdout, table.stdout
     doc = json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)
     assert doc["summary"]["units"] == 4 and doc["summary"]["roles"]["router"] == 1
@@ -104,8 +101,7 @@ def test_down_on_kubernetes_dry_run_then_asks(cluster, api, tmp_path: Path) -> N
     owned = sorted(tgt.owned())
     spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kdry")
     kube = ["--kubeconfig", str(kubeconfig)]
-    dry = pdctl("down", str(spec), "--dry-run", *kube)
-    assert dry.returncode == 0, dry.stderr
+    dry = checked(pdctl("down", str(spec), "--dry-run", *kube))
     assert "would delete Deployment/kdry-serve (vllm-inference)" in dry.stdout
     assert "would delete Service/kdry (vllm-inference)" in dry.stdout
     assert "would keep PersistentVolumeClaim/kdry-model-cache" in dry.stdout

@@ -212,16 +212,14 @@ def test_unreachable_host_is_one_line_naming_host_address_and_cause(tmp_path: Pa
 
 
 def test_dry_run_offline_shows_the_plan_without_connecting(tmp_path: Path):
-    proc = pdctl("up", str(spec_for(tmp_path, closed_port())), "--dry-run", "--offline")
-    assert proc.returncode == 0, proc.stderr
+    proc = checked(pdctl("up", str(spec_for(tmp_path, closed_port())), "--dry-run", "--offline"))
     assert "u-serve-0" in proc.stdout and "start" in proc.stdout
     assert "not contacted" in proc.stdout
     assert not (tmp_path / "data").exists()
 
 
 def test_offline_without_dry_run_is_a_usage_error(tmp_path: Path):
-    proc = pdctl("up", str(spec_for(tmp_path, closed_port())), "--offline")
-    assert proc.returncode == 2
+    proc = checked(pdctl("up", str(spec_for(tmp_path, closed_port())), "--offline"), 2)
     assert proc.stderr.strip() == "error: --offline works only with --dry-run; add --dry-run"
 
 

@@ -205,8 +205,7 @@ def test_down_and_status_with_a_host_unreachable(ssh_env, fault_host, fake_venv,
     try:
         checked(pdctl("up", str(spec), "--yes", "--known-hosts", known_hosts, env=SECRET))
         fault_host.kill_sshd()
-        proc = pdctl("status", str(spec), "-o", "json", "--known-hosts", known_hosts)
-        assert proc.returncode == 1
+        proc = checked(pdctl("status", str(spec), "-o", "json", "--known-hosts", known_hosts), 1)
         one_error_line(proc.stderr)
         data = json.loads(proc.stdout)
         rows = {r["unit"]: r for r in data["instances"]}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import checked
 from tests.targets.testbed import SshEnv, host_entry, pdctl, stand_in_spec, write_spec
 
 NO_LOG = "rvw-serve-0 on lo1: no log (not started, or removed by down)"
@@ -30,8 +31,7 @@ def test_logs_of_a_unit_never_started_say_so_in_one_line(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path, args: list[str]
 ) -> None:
     spec = _spec(ssh_env, fake_venv, tmp_path)
-    out = pdctl("logs", str(spec), *args, "--known-hosts", ssh_env.known_hosts)
-    assert out.returncode == 1, out
+    out = checked(pdctl("logs", str(spec), *args, "--known-hosts", ssh_env.known_hosts), 1)
     assert out.stdout == ""
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
     assert "docker" not in out.stderr.lower()
@@ -53,8 +53,7 @@ def test_logs_of_every_unit_show_the_ones_with_a_log_and_name_the_others(
     unit = tmp_path / "lo1" / "rvw" / "rvw-serve-1"
     unit.mkdir(parents=True)
     (unit / "log").write_text("first\nsecond\n")
-    out = pdctl("logs", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert out.returncode == 0, out
+    out = checked(pdctl("logs", str(spec), "--known-hosts", ssh_env.known_hosts))
     assert out.stdout.splitlines() == [
         "==> rvw-serve-0 on lo1 <==", "(no log: not started, or removed by down)",
         "==> rvw-serve-1 on lo1 <==", "first", "second",
@@ -81,8 +80,7 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
     unit.mkdir(parents=True)
     (unit / "log").write_text("alive\n")
     known = ["--known-hosts", ssh_env.known_hosts]
-    out = pdctl("logs", str(spec), *known)
-    assert out.returncode == 1, out
+    out = checked(pdctl("logs", str(spec), *known), 1)
     assert out.stdout.splitlines() == [  # by host, then unit
         "==> rvw-serve-1 on gone <==",
         "(host unreachable)",
@@ -101,8 +99,7 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
 def test_logs_after_down_say_the_log_is_gone(ssh_env: SshEnv, fake_venv: Path, tmp_path) -> None:
     spec = _spec(ssh_env, fake_venv, tmp_path)
     known = ["--known-hosts", ssh_env.known_hosts]
-    up = pdctl("up", str(spec), "--yes", "--timeout", "60", *known)
-    assert up.returncode == 0, up.stderr
+    checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *known))
     try:
         running = pdctl("logs", str(spec), "rvw-serve-0", *known)
         assert running.returncode == 0 and "fake-vllm serving" in running.stdout, running

@@ -18,6 +18,7 @@ from pdctl.spec.model import Host
 from pdctl.targets.batch import run_batch
 from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.ssh import Connection, Result, SshOptions
+from tests.helpers import checked
 from tests.targets.counting_host import CountingHost, start_counting_host
 from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
 
@@ -69,8 +70,7 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         counted.reset()
-        status = pdctl("status", str(spec), "-o", "json", *known)
-        assert status.returncode == 0, status.stderr
+        status = checked(pdctl("status", str(spec), "-o", "json", *known))
         rows = json.loads(status.stdout)["instances"]
         engines = [r for r in rows if r["role"] == "serve"]
         # healthy: the owner check and the API key (read from the host's secrets file, as
@@ -104,16 +104,14 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
             conn.close()
 
         counted.reset()
-        logs = pdctl("logs", str(spec), *known)
-        assert logs.returncode == 0, logs.stderr
+        logs = checked(pdctl("logs", str(spec), *known))
         for unit in units:
             assert f"==> {unit} on counted <==" in logs.stdout
         assert logs.stdout.count("fake-vllm serving stand-in") == 2, logs.stdout
         assert counted.count() == 2  # what runs; then every unit's log
 
         counted.reset()
-        down = pdctl("down", str(spec), *known)
-        assert down.returncode == 0, down.stderr
+        checked(pdctl("down", str(spec), *known))
         assert counted.count() == 2  # what runs; then every stop.sh and the folder removal
         assert not (tmp_path / h.name / "counted").exists()
     finally:

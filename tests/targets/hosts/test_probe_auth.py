@@ -30,7 +30,7 @@ from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.state import desired_units
-from tests.helpers import wait_port, wait_until
+from tests.helpers import checked, wait_port, wait_until
 from tests.targets.testbed import (
     HERE,
     SshEnv,
@@ -104,8 +104,7 @@ def test_up_with_api_key_is_healthy_and_the_key_stays_off_command_lines(
             sock.sendall(b"GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n")
             assert b" 401 " in sock.recv(200)
         # status reads the key the engines use (the host's 0600 secrets file), not the env.
-        status = pdctl("status", str(spec), "-o", "json", *known)
-        assert status.returncode == 0, status.stderr
+        status = checked(pdctl("status", str(spec), "-o", "json", *known))
         (row,) = json.loads(status.stdout)["instances"]
         assert row["health"] == "healthy" and row["model"] == "stand-in"
         assert KEY not in status.stdout + status.stderr

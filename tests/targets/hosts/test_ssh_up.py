@@ -72,8 +72,7 @@ def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv):
     assert up.returncode == 0, up.stdout + up.stderr
     assert "send requests to" in up.stdout
     assert f":{port}/v1" in up.stdout
-    status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-    assert status.returncode == 0, status.stderr
+    status = checked(pdctl("status", str(spec), "-o", "json", *known(ssh_env)))
     rows = json.loads(status.stdout)["instances"]
     assert len(rows) == 2
     assert {r["health"] for r in rows} == {"healthy"}
@@ -149,8 +148,7 @@ def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env
 def test_logs_show_the_engine_output(deployed, ssh_env: SshEnv):
     spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
-    out = pdctl("logs", str(spec), "fake-serve-0", *known(ssh_env))
-    assert out.returncode == 0, out.stderr
+    out = checked(pdctl("logs", str(spec), "fake-serve-0", *known(ssh_env)))
     assert "fake-vllm serving stand-in" in out.stdout
     missing = pdctl("logs", str(spec), "nope", *known(ssh_env))
     assert missing.returncode == 2 and "fake-serve-0" in missing.stderr
@@ -162,8 +160,7 @@ def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_p
     secret = {"PDCTL_TEST_HF_TOKEN": "x"}
     checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
     assert listening(port)
-    down = pdctl("down", str(spec), *known(ssh_env))
-    assert down.returncode == 0, down.stderr
+    down = checked(pdctl("down", str(spec), *known(ssh_env)))
     assert "stopped fake-serve-0" in down.stdout
     assert "removed the deployment folder of 'fake' on every host" in down.stdout, down.stdout
     assert not listening(port) and not listening(port + 1)
@@ -196,8 +193,7 @@ def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv,
 
 def test_missing_secret_fails_before_anything_starts(ssh_env, fake_venv, tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
-    up = pdctl("up", str(spec), "--yes", *known(ssh_env))
-    assert up.returncode == 1
+    up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env)), 1)
     assert "PDCTL_TEST_HF_TOKEN is not set" in up.stderr
     assert not (tmp_path / "lo1").exists()
 
@@ -206,16 +202,14 @@ def test_unknown_host_key_is_refused(ssh_env, fake_venv, tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", two_host_spec(ssh_env, fake_venv, tmp_path, 18999))
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    dry = pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty))
-    assert dry.returncode == 1
+    dry = checked(pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty)), 1)
     assert "unknown host key" in dry.stderr and "--accept-new-host-keys" in dry.stderr
     accepted = pdctl(
         "up", str(spec), "--dry-run", "--known-hosts", str(empty), "--accept-new-host-keys"
     )
     assert accepted.returncode == 0, accepted.stderr
     assert empty.read_text() == ""  # a dry run trusts new keys for that run only
-    recorded = pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys")
-    assert recorded.returncode == 0, recorded.stderr
+    checked(pdctl("status", str(spec), "--known-hosts", str(empty), "--accept-new-host-keys"))
     assert len(empty.read_text().splitlines()) == 2
     # now known: accepted without the flag
     assert pdctl("up", str(spec), "--dry-run", "--known-hosts", str(empty)).returncode == 0

@@ -20,6 +20,7 @@ from kubernetes import client
 from pdctl.errors import PdctlError
 from pdctl.targets.kube.diff import PROBE, clean
 from pdctl.targets.kube.target import KubeTarget
+from tests.helpers import checked
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kmock_dry import dry_run_server, writes
 from tests.targets.kube.test_target import phase1, write_kube_files
@@ -126,22 +127,19 @@ def test_cli_diff_exit_codes_and_up_dry_run(dry, tmp_path):
     srv, calls = dry
     spec, kubeconfig = kube_files(srv.url, tmp_path, "kcli")
     kc = ("--kubeconfig", str(kubeconfig))
-    first = pdctl("diff", str(spec), *kc)
-    assert first.returncode == 1, first.stderr
+    first = checked(pdctl("diff", str(spec), *kc), 1)
     assert "create    Deployment/kcli-serve\n" in first.stdout
     assert "+++ merged/apps.v1.Deployment.vllm-inference.kcli-serve" in first.stdout
     assert first.stdout.endswith("3 create\n")
     del calls[:]
-    up_dry = pdctl("up", str(spec), "--dry-run", *kc)
-    assert up_dry.returncode == 0, up_dry.stderr
+    up_dry = checked(pdctl("up", str(spec), "--dry-run", *kc))
     assert "create   Deployment/kcli-serve" in up_dry.stdout
     asked = [(m, p) for m, p, q in calls if q.get("dryRun") == "All"]  # the server's dry run
     assert ("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/kcli-serve") in asked
     assert writes(calls) == [] and stored(srv) == []
     _, objs = phase1("kcli")
     target(srv.url, "kcli").apply_objects(objs)
-    same = pdctl("diff", str(spec), *kc)
-    assert same.returncode == 0, same.stderr
+    same = checked(pdctl("diff", str(spec), *kc))
     assert same.stdout == "3 unchanged\nno changes\n"
     gone = pdctl("diff", str(spec), "--kubeconfig", str(tmp_path / "missing"))
     missing = f"error: kubeconfig file {tmp_path / 'missing'} does not exist; check --kubeconfig"
@@ -152,8 +150,7 @@ def test_cli_diff_refuses_a_server_that_ignores_dry_run(tmp_path):
     with kube_server(builtin_resources()) as srv:
         spec, kubeconfig = kube_files(srv.url, tmp_path, "kign")
         before = stored(srv)
-        out = pdctl("diff", str(spec), "--kubeconfig", str(kubeconfig))
-        assert out.returncode == 2
+        out = checked(pdctl("diff", str(spec), "--kubeconfig", str(kubeconfig)), 2)
         assert "ignores dryRun=All" in out.stderr and len(out.stderr.splitlines()) == 1
         assert stored(srv) == before
         assert PROBE not in str(before)
@@ -226,8 +223,7 @@ def test_a_pruned_secret_is_masked_in_the_cli_diff(dry, tmp_path):
     _, objs = phase1("kcsec")
     target(srv.url, "kcsec").apply_objects([*objs, secret("kcsec-token", "old-secret", OLD)])
     spec, kubeconfig = kube_files(srv.url, tmp_path, "kcsec")
-    out = pdctl("diff", str(spec), "--kubeconfig", str(kubeconfig))
-    assert out.returncode == 1, out.stderr
+    out = checked(pdctl("diff", str(spec), "--kubeconfig", str(kubeconfig)), 1)
     assert "prune     Secret/kcsec-token\n" in out.stdout, out.stdout
     assert leaks(out.stdout) == [], out.stdout
     assert "-  token: '***'\n" in out.stdout and "-  same: '***'\n" in out.stdout, out.stdout

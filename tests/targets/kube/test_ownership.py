@@ -47,8 +47,7 @@ def test_up_refuses_a_service_it_did_not_make_and_down_keeps_it(cluster, tmp_pat
         assert live["metadata"]["labels"] == {"owner": "someone-else"}
         assert live["spec"]["selector"] == {"app": "payments"}
         assert tgt.owned() == []  # nothing else applied either
-        down = pdctl("down", spec, "--yes", "--kubeconfig", kubeconfig)
-        assert down.returncode == 0, down.stderr
+        checked(pdctl("down", spec, "--yes", "--kubeconfig", kubeconfig))
         assert tgt.get("Service", "kmine") is not None
     finally:
         tgt._call("DELETE", tgt._path("Service", "kmine"))

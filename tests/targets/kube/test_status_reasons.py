@@ -14,6 +14,7 @@ from kubernetes import client
 from pdctl.cli.summary import status_counts, status_line
 from pdctl.targets.kube.status import status_rows
 from pdctl.targets.kube.target import KubeTarget
+from tests.helpers import checked
 from tests.targets.kube.test_target import phase1, write_kube_files
 from tests.targets.test_stages import BACKOFF, CRASHING, LOADING, UNSCHEDULABLE
 from tests.targets.testbed import pdctl
@@ -201,8 +202,7 @@ def test_down_waits_for_the_pods_as_long_as_timeout_says(cluster, tmp_path):
     try:
         spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kdt")
         kc = ("--kubeconfig", str(kubeconfig))
-        out = pdctl("down", str(spec), "--yes", "--timeout", "1", *kc)
-        assert out.returncode == 1, out.stderr
+        out = checked(pdctl("down", str(spec), "--yes", "--timeout", "1", *kc), 1)
         assert "pods still run after 1 s: kdt-serve-a;" in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert tgt.owned() == [("PersistentVolumeClaim", "kdt-model-cache")]  # kept, as always
@@ -238,12 +238,10 @@ def test_a_deployment_without_pods_counts_its_replicas_as_not_up(cluster, tmp_pa
     try:
         spec, kubeconfig = spec_with(tmp_path, cluster.url, "kquota", 2)
         kc = ("--kubeconfig", str(kubeconfig))
-        out = pdctl("status", str(spec), "-o", "json", *kc)
-        assert out.returncode == 0, out.stderr
+        out = checked(pdctl("status", str(spec), "-o", "json", *kc))
         assert json.loads(out.stdout)["summary"] == {
             "units": 2, "up": 0, "roles": {"serve": 2}, "upByRole": {"serve": 0}, "degraded": []}
-        table = pdctl("status", str(spec), *kc)
-        assert table.returncode == 0, table.stderr
+        table = checked(pdctl("status", str(spec), *kc))
         assert "0 of 2 units up (serve 0/2)" in table.stdout, table.stdout
         put_pod(tgt, READY, "kquota-serve-5d9c-a")  # one replica got its pod, and is ready
         table = pdctl("status", str(spec), *kc)

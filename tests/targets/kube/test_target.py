@@ -21,6 +21,7 @@ from pdctl.spec import load_text
 from pdctl.targets.kube.api import HASH_ANNOTATION
 from pdctl.targets.kube.status import rolled_out
 from pdctl.targets.kube.target import KubeTarget
+from tests.helpers import checked
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
 
@@ -187,11 +188,9 @@ def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
     plan, objs = phase1("kcli")
     KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply_objects(objs)
     spec, kubeconfig = write_kube_files(server, tmp_path, "kcli")
-    status = pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig))
-    assert status.returncode == 0, status.stderr
+    status = checked(pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig)))
     assert '"unit": "kcli-serve"' in status.stdout
-    down = pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig))
-    assert down.returncode == 0, down.stderr
+    down = checked(pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig)))
     assert "deleted 2 objects" in down.stdout
     assert "kept PersistentVolumeClaim kcli-model-cache; --delete-volumes removes it" in down.stdout
     tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
