@@ -8,6 +8,7 @@ cells, each a closed-loop load with measured TTFT, TPOT, ITL, E2E and throughput
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ class Cell:
     # (all but unrouted experts, at the datasheet bandwidth): the engine did not run the
     # model the speed model describes (dummy weights routing a MoE batch to few experts)
     below_bound: bool = False
+    kv_cache_dtype: str = "auto"
 
 
 def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
@@ -49,19 +51,24 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
     engine = spec.get("engine", {}).get("version", "0.23.0")
     kv = next((u.get("kv_tokens") for u in (doc.get("units") or {}).values()), None)
     eng = doc.get("engine") or {}
-    shape = Shape(gpu=gpu, engine=engine, max_model_len=spec["model"].get("maxModelLen"))
+    args = _flags(spec.get("serve", {}).get("extraArgs") or [])
+    shape = Shape(gpu=gpu, engine=engine, max_model_len=spec["model"].get("maxModelLen"),
+                  kv_cache_dtype=args.get("--kv-cache-dtype", "auto"),
+                  enforce_eager="--enforce-eager" in args)
     util = spec.get("serve", {}).get("gpuMemoryUtilization", 0.9)
     tokens, seqs = shape.batching(int(GPUS[gpu].usable_bytes * util))
-    tokens = int(eng.get("max_num_batched_tokens") or tokens)
-    seqs = int(eng.get("max_num_seqs") or seqs)
+    tokens = int(eng.get("max_num_batched_tokens") or args.get("--max-num-batched-tokens")
+                 or tokens)
+    seqs = int(eng.get("max_num_seqs") or args.get("--max-num-seqs") or seqs)
     out = []
     for key, c in sorted(doc.get("cells", {}).items()):
         if "skipped" in c or not c.get("completed"):
             continue
+        warm = int(c.get("warmup_requests") or 0)
         load = Load(
             c["prompt_tokens"],
             c["output_tokens"],
-            c["requests"],
+            c["requests"] - warm,
             concurrency=c.get("concurrency"),
             rate=c.get("rate"),
             submit_s=c.get("submit_s", SUBMIT_S),
@@ -72,12 +79,38 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
             "ttft": (c.get("ttft_ms") or {}).get("p50"),
             "tpot": (c.get("tpot_ms") or {}).get("p50"),
             "throughput": c["output_tok_s"],
-        }
+        } if not warm else _without_warmup(c["raw"], warm)
         out.append(
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
-                 measured, bool(c.get("held_out")), below)
+                 measured, bool(c.get("held_out")), below, shape.kv_cache_dtype)
         )
     return out
+
+
+def _flags(extra: list[str]) -> dict[str, str]:
+    """The engine flags of a recording's extraArgs: `--flag value` pairs, `--flag` alone as
+    "true"."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(extra):
+        if a.startswith("--"):
+            nxt = extra[i + 1] if i + 1 < len(extra) else ""
+            out[a] = nxt if nxt and not nxt.startswith("--") else "true"
+    return out
+
+
+def _without_warmup(raw: list[list[float]], warm: int) -> dict[str, float]:
+    """The figures of a cell's requests but its first `warm` ones (raw: [sent s, TTFT ms, E2E
+    ms, tokens]): those paid the engine's first use of a shape (a MoE kernel compiling for the
+    first 4,096-token prefill took 0.5 s), which `vllm bench serve` leaves to its initial
+    test prompt."""
+    kept = sorted(raw)[warm:]
+    start = kept[0][0]
+    end = max(sent + e2e / 1000 for sent, _, e2e, _ in kept)
+    return {
+        "ttft": statistics.median(r[1] for r in kept),
+        "tpot": statistics.median((r[2] - r[1]) / (r[3] - 1) for r in kept if r[3] > 1),
+        "throughput": sum(r[3] for r in kept) / (end - start),
+    }
 
 
 def _below_bound(cell: dict[str, Any], model: ModelConfig, shape: Shape, gpu: str) -> bool:
@@ -97,7 +130,8 @@ def _below_bound(cell: dict[str, Any], model: ModelConfig, shape: Shape, gpu: st
 
 def predict(cell: Cell, cal: Calibration) -> dict[str, float]:
     """The simulator's figures for one cell under `cal`."""
-    shape = Shape(gpu=cell.gpu, engine=cell.engine, max_model_len=cell.max_model_len)
+    shape = Shape(gpu=cell.gpu, engine=cell.engine, max_model_len=cell.max_model_len,
+                  kv_cache_dtype=cell.kv_cache_dtype)
     engine = engine_for(cell.model, GPUS[cell.gpu], shape, cal=cal)
     s = simulate(engine, cell.load, cell.batched_tokens, cell.seqs, cell.kv_tokens).summary()
     return {

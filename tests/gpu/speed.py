@@ -163,7 +163,7 @@ def run_cell(host: str, port: int, model: str, vocab: int, prompt_tokens: int,
     for t in threads:
         t.join()
     end = time.perf_counter()
-    return summarise(results, start, end, concurrency, prompt_tokens, output_tokens)
+    return summarise(results, start, end, concurrency, prompt_tokens, output_tokens, submit_s)
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -177,7 +177,8 @@ def pct(values: list[float], p: float) -> float | None:
 
 
 def summarise(results: list[dict[str, Any]], start: float, end: float, concurrency: int,
-              prompt_tokens: int, output_tokens: int) -> dict[str, Any]:
+              prompt_tokens: int, output_tokens: int,
+              submit_s: float = STEP_SUBMIT_S) -> dict[str, Any]:
     ok = [r for r in results if "times" in r and r["times"]]
     errors = sorted({r.get("error", "no tokens") for r in results if r not in ok})
     ttft = [(r["times"][0] - r["t0"]) * 1000 for r in ok]
@@ -205,6 +206,7 @@ def summarise(results: list[dict[str, Any]], start: float, end: float, concurren
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "requests": len(results),
+        "submit_s": submit_s,
         "completed": len(ok),
         "errors": errors[:3],
         "wall_s": round(wall, 3),
