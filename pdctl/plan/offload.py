@@ -35,6 +35,20 @@ KV_FLAG = "--kv-transfer-config"
 # Flags pdctl writes for engine.kvOffload: given in extraArgs too, one would silently win.
 OFFLOAD_FLAGS = ("--kv-offloading-size", "--kv-offloading-backend", KV_FLAG)
 LMCACHE_ENV = ("LMCACHE_LOCAL_CPU", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_CONFIG_FILE")
+# Neither backend runs on vLLM's CPU platform (docs/spec.md#kv-offloading): the native
+# CPUOffloadingSpec refuses any platform but CUDA-alike and XPU when the worker registers its
+# KV caches (vllm/v1/kv_offload/cpu/spec.py: 0.23.0 `get_handlers` l.110-114, 0.33.0
+# `get_worker` l.220-224; the 0.32.0 CPU build fails its start with that line), and LMCache's
+# connector puts its engine on `cuda:<rank>` (lmcache_integration/vllm_v1_adapter.py
+# `_init_lmcache_engine`: 0.23.0 l.488, 0.33.0 l.491).
+CPU_REFUSAL = {
+    "native": "vLLM's native KV offloading needs CUDA or XPU engines: with engine.device cpu "
+    "vLLM stops at start ('CPU Offloading is currently only supported on CUDA-alike and XPU "
+    "GPUs')",
+    "lmcache": "LMCache's connector needs CUDA engines (it places its cache on cuda:<rank>); "
+    "engine.device cpu cannot run it",
+}
+CPU_FIX = "remove engine.kvOffload, or use engine.device cuda"
 
 
 def gib_text(value: float) -> str:
@@ -79,6 +93,8 @@ def offload_args(
     pairs = list(extra)
     if off is None:
         return pairs
+    if spec.engine.device == "cpu":
+        raise SpecError(CPU_REFUSAL[off.backend], path="engine.kvOffload", fix=CPU_FIX)
     for i, (flag, value) in enumerate(pairs):
         if flag == KV_FLAG:
             cfg = with_offload(json.loads(value), off, release)
