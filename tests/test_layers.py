@@ -28,6 +28,7 @@ RANK = {
     "render": 5,
     "targets": 6,
     "actions": 7,
+    "scale": 7.5,  # `pdctl scale` on hosts: actions.up plus the router's worker API
     "preflight": 8,  # preflight (a file per topic: commands, parser, check) and top share a
     # rank and import none of each other
     "top": 8,  # `pdctl top`: reads a running deployment through targets, like preflight

@@ -32,7 +32,7 @@ COMMANDS = {
     "up": "pdctl.cli.up_cmd", "diff": "pdctl.cli.diff_cmd", "down": "pdctl.cli.down_cmd",
     "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
-    "tune": "pdctl.cli.tune_cmd",
+    "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
 }
 
 

@@ -62,11 +62,12 @@ def secret_envs(spec: Spec) -> tuple[SecretEnv, ...]:
 
 def make_plan(
     spec: Spec, phase: int | None = None, target: str | None = None, choose: Chooser = first_free,
-    cluster: ClusterFacts | None = None, dims: Dims | None = None,
+    cluster: ClusterFacts | None = None, dims: Dims | None = None, scaled: bool = False,
 ) -> Plan:
     """Decide everything. `phase`/`target` override the spec's; `choose` picks GPU sets;
     `cluster` (a recording; by default the facts a TopologyChooser holds) bounds GPUs per pod;
-    `dims` (the model's heads, layers, experts) turns on the parallelism checks."""
+    `dims` (the model's heads, layers, experts) turns on the parallelism checks; `scaled`:
+    the count of `pdctl scale` (one engine behind the router is a scaled-down deployment)."""
     phase = spec.phase if phase is None else phase
     tgt = target_of(spec, phase, target)
     check_parallel(spec, phase, dims)
@@ -86,7 +87,7 @@ def make_plan(
         if phase == 0 and "router" in spec.model_fields_set:  # the front door (plan/router.py)
             from pdctl.plan.router import front_door
 
-            plan = replace(plan, services=front_door(plan))
+            plan = replace(plan, services=front_door(plan, scaled))
         plan = replace(plan, kinds=group_kinds(plan), ports=group_ports(plan))
     else:
         plan = pd_plan(plan, choose)

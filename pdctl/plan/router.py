@@ -134,13 +134,14 @@ def local_address(listen: str) -> str:
     return listen
 
 
-def front_door(plan: Plan) -> tuple[Service, ...]:
+def front_door(plan: Plan, scaled: bool = False) -> tuple[Service, ...]:
     """Phase 0 on hosts: vllm-router in plain mode in front of the replicas when the spec
-    writes a `router` section; one engine behind it spreads nothing, so that is refused."""
+    writes a `router` section; one engine behind it spreads nothing, so that is refused
+    (unless `pdctl scale` scaled the replicas down to one: the router stays the address)."""
     spec = plan.spec
     if plan.on_kubernetes or "router" not in spec.model_fields_set:
         return ()
-    if len(plan.instances) < 2:
+    if len(plan.instances) < 2 and not scaled:
         raise SpecError(
             f"a router in front of one engine spreads nothing (the plan has {len(plan.instances)} "
             "replica)",

@@ -1,0 +1,118 @@
+"""`pdctl scale SPEC ROLE=N`: start or stop instances of one role on the spec's hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from pdctl import actions, inputs
+from pdctl.cli import term
+from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.specfile import spec_texts, with_overlays
+from pdctl.errors import PdctlError, UsageError
+from pdctl.scale import Scaled, check_request, parse_request, scale
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
+    from pdctl.render.bundle import Bundle
+
+
+def _secrets(plan: Plan) -> dict[str, str]:
+    """The secret values a started engine needs, from the environment (as `up` reads them)."""
+    missing = [s.source for s in plan.secrets if s.source not in os.environ]
+    if missing:
+        raise PdctlError(f"environment variable {missing[0]} is not set; export it first")
+    return {s.name: os.environ[s.source] for s in plan.secrets}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("scale")
+    @with_overlays
+    @connection()
+    def scale_cmd(
+        conn: ConnectFlags, spec: str = SPEC,
+        count: str = typer.Argument(
+            ..., metavar="ROLE=N",
+            help="The role (serve; prefill or decode) and its new instance count.",
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Connect, show what would start and stop, change nothing."
+        ),
+        timeout: int = typer.Option(
+            900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
+        ),
+        drain_timeout: int = typer.Option(
+            120, "--drain-timeout", min=0,
+            help="Seconds to wait for an instance's requests in flight before stopping it.",
+        ),
+        output: str = typer.Option(
+            "table", "--output", "-o", metavar="FORMAT", help="table, or json (what was done)."
+        ),
+        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    ) -> None:
+        """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
+        router, or take instances out of the router, drain and stop them."""
+        if output not in ("table", "json"):
+            raise UsageError(f"--output must be table or json (got {output!r})")
+        role, n = parse_request(count)
+        check_phase_target(phase, target)
+        texts = spec_texts(spec)
+        found = None
+        if facts is not None:
+            found = inputs.read_facts(facts, inputs.read_spec(texts)[0])
+
+        def load(replicas: int | None) -> tuple[Plan, Bundle]:
+            extra = [] if replicas is None else [(f"{role}: {{replicas: {replicas}}}\n", count)]
+            parsed, source = inputs.read_spec(texts + extra)
+            plan = inputs.plan_spec(
+                parsed, source, phase, target, facts=found, scaled=replicas is not None
+            )
+            return plan, inputs.render_plan(plan, source)
+
+        deployed_plan, deployed = load(None)
+        options = conn.target(dry_run=dry_run)
+        check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
+        console = term.console(stderr=output == "json", log_path=False)
+        progress = ConsoleProgress(console)
+        try:
+            done = scale(
+                load, deployed, role, n, options, progress, lambda: _secrets(deployed_plan),
+                dry_run, float(timeout), float(drain_timeout),
+            )
+        except actions.UpFailed as exc:
+            report_failures(console, exc.failures)
+            report_undo(console, exc.outcome)
+            raise PdctlError(f"scale failed: {exc.line()}") from None
+        if output == "json":
+            sys.stdout.write(json.dumps(_document(deployed_plan.name, done), indent=2) + "\n")
+            return
+        for line in _lines(done, dry_run):
+            console.print(line, highlight=False, markup=False)
+
+
+def _document(name: str, done: Scaled) -> dict[str, object]:
+    return {"name": name, **asdict(done)}
+
+
+def _lines(done: Scaled, dry_run: bool) -> list[str]:
+    m = done.moves
+    if not m.start and not m.stop and not done.added and not done.removed:
+        return [f"{done.role} already runs {done.count} instance(s): nothing to do"]
+    if dry_run:
+        return [f"would start {u}" for u in m.start] + [
+            f"would take {u} out of the router, drain it and stop it" for u in m.stop
+        ]
+    out = [f"took {u} out of the router" for u in done.removed]
+    out += [f"{u}: {how}; stopped" for u, how in done.drained.items()]
+    out += [f"stopped {u}" for u in m.stop if u not in done.drained]
+    out += [f"started {u}" for u in m.start]
+    out += [f"the router now sends to {u}" for u in done.added]
+    return out + [f"{done.role}: {done.count} instance(s)"]

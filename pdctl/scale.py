@@ -1,0 +1,273 @@
+"""`pdctl scale SPEC ROLE=N` on hosts (docs/autoscaling.md, "Scaling on hosts by hand").
+
+The plan decides: `load(n)` plans and renders the spec with ROLE's replicas set to n (the
+placement, ports and GPUs `pdctl plan` would choose for that count). What runs is brought to
+that plan through `actions.up` (its start path, health wait and stop path) with one
+difference: the router keeps the unit the spec deployed, and its members change through
+vllm-router's worker API (POST /workers, DELETE /workers/<url>) instead of a restart, so
+that no request in flight through it is cut. Scaling up starts the new instances, waits until
+they are healthy, then adds them to the router; scaling down removes them from the router
+first, waits until each has no request running or waiting (`vllm:num_requests_running` and
+`vllm:num_requests_waiting` at 0 on two reads in a row, or the drain timeout), then stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from urllib.parse import quote
+
+from pdctl import actions
+from pdctl.errors import PdctlError, UsageError
+from pdctl.plan.model import Plan
+from pdctl.plan.router import engine_url
+from pdctl.render.bundle import Bundle
+from pdctl.targets import open_target
+from pdctl.targets.base import Connect, Endpoint, Observer, Stage, Target
+from pdctl.targets.state import Change
+
+ROLES = {0: ("serve",), 2: ("prefill", "decode"), 3: ("prefill", "decode")}
+Load = Callable[[int], tuple[Plan, Bundle]]
+IN_FLIGHT = re.compile(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})?\s+(\S+)$", re.M)
+
+
+def parse_request(text: str) -> tuple[str, int]:
+    """`ROLE=N` -> (role, n); UsageError on anything else."""
+    role, sep, count = text.partition("=")
+    if not sep or not role or not count.strip().lstrip("-").isdigit():
+        raise UsageError(f"{text!r} is not ROLE=N", fix="e.g. `pdctl scale spec.yaml serve=2`")
+    return role.strip(), int(count)
+
+
+def check_request(plan: Plan, kind: str, role: str, n: int) -> None:
+    """What `scale` cannot do, refused before anything connects (UsageError, exit 2)."""
+    if plan.on_kubernetes:
+        raise UsageError(
+            "pdctl scale works on SSH hosts; on Kubernetes the rendered HorizontalPodAutoscaler "
+            "or KEDA ScaledObject scales each role",
+            fix="add `autoscaling:` to the spec (docs/autoscaling.md), or `kubectl scale`",
+        )
+    if kind != "hosts":
+        raise UsageError(
+            f"pdctl scale works on SSH hosts, not {kind}", fix="leave out --docker-url"
+        )
+    roles = ROLES.get(plan.phase, ())
+    if role not in roles:
+        raise UsageError(
+            f"phase {plan.phase} runs no role {role!r}", fix=f"scale {' or '.join(roles)}"
+        )
+    if n < 1:
+        raise UsageError(f"{role}={n}: a role needs at least 1 instance", fix=f"{role}=1 or more")
+    if plan.shape is not None and plan.shape.dis.connector == "p2p-nccl":
+        raise UsageError(
+            "p2p-nccl engines register with the router over ZMQ: pdctl scale cannot take one "
+            "out of the router first", fix="change the spec's replicas and run `pdctl up`",
+        )
+
+
+@dataclass(frozen=True)
+class Moves:
+    """What scaling does on the hosts: the units of the role to start and to stop."""
+
+    start: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
+
+
+def moves(changes: list[Change], role_units: set[str], role: str) -> Moves:
+    """The starts and stops of `changes` (the scaled bundle against what runs). Anything else
+    to change (a unit of another role that is not running or differs from the spec, a unit
+    of the role that would restart) is refused: `scale` changes a count, `up` the rest."""
+    start, stop, other = [], [], []
+    for c in changes:
+        if c.action == "keep":
+            continue
+        if c.action == "start" and c.unit in role_units and c.why == "new":
+            start.append(c.unit)
+        elif c.action == "stop" and c.unit.rsplit("-", 1)[0].endswith(f"-{role}"):
+            stop.append(c.unit)
+        else:
+            other.append(f"{c.unit} on {c.host} ({c.action}: {c.why})")
+    if other:
+        raise PdctlError(
+            "what runs differs from the spec beyond the count of " + role + ": "
+            + "; ".join(other) + "; run `pdctl up` first (pdctl scale changes a count only)"
+        )
+    return Moves(tuple(start), tuple(stop))
+
+
+def mixed(deployed: Bundle, scaled: Bundle, role: str) -> Bundle:
+    """The scaled bundle's units of `role`, the spec's units of every other role (the router
+    keeps the unit that runs: its members change through its worker API)."""
+    keep = [u for u in deployed.units if u.unit.role != role]
+    return replace(scaled, units=(*keep, *(u for u in scaled.units if u.unit.role == role)))
+
+
+def worker_urls(text: str) -> set[str]:
+    """The worker URLs in vllm-router's GET /workers answer (every `url` it names)."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "url" and isinstance(value, str):
+                    found.add(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(json.loads(text))
+    return found
+
+
+def in_flight(metrics: str) -> float:
+    """Requests an engine runs or queues, from its /metrics text."""
+    return sum(float(v) for v in IN_FLIGHT.findall(metrics))
+
+
+@dataclass
+class Scaled:
+    """What `scale` did (or, with dry_run, would do)."""
+
+    role: str
+    count: int
+    moves: Moves = field(default_factory=Moves)
+    added: list[str] = field(default_factory=list)  # engine URLs the router was given
+    removed: list[str] = field(default_factory=list)  # engine URLs taken out of the router
+    drained: dict[str, str] = field(default_factory=dict)  # unit -> how its drain ended
+    applied: bool = False
+
+
+class Guarded:
+    """The CLI's Progress for the apply: refuses (before anything is applied) changes beyond
+    the moves read at first, and confirms without asking."""
+
+    def __init__(self, inner: actions.Progress, expected: Moves, role_units: set[str], role: str):
+        self.inner, self.expected, self.role_units, self.role = inner, expected, role_units, role
+
+    def say(self, message: str) -> None:
+        self.inner.say(message)
+
+    def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
+        if moves(changes, self.role_units, self.role) != self.expected:
+            raise PdctlError("what runs changed while pdctl scale ran; run it again")
+        # shown once already, when scale read what runs
+
+    def confirm(self) -> bool:
+        return True
+
+    def applying(self, target: Target) -> AbstractContextManager[object]:
+        return self.inner.applying(target)
+
+    def stage(self, report: Stage) -> None:
+        self.inner.stage(report)
+
+
+def scale(
+    load: Load, deployed: Bundle, role: str, n: int, options: Connect,
+    progress: actions.Progress, secrets: Callable[[], dict[str, str]], dry_run: bool = False,
+    timeout: float = 900.0, drain_timeout: float = 120.0, poll: float = 1.0,
+) -> Scaled:
+    """Bring ROLE to `n` instances (see the module docstring)."""
+    plan, scaled = load(n)
+    bundle = mixed(deployed, scaled, role)
+    role_units = {u.unit.name for u in scaled.units if u.unit.role == role}
+    with open_target(plan, bundle, options, progress.say) as target:
+        changes = target.changes(grace=timeout)
+    out = Scaled(role, n, moves(changes, role_units, role))
+    progress.planned("hosts", changes, compared=True)
+    if dry_run:
+        return out
+    router = next((s for s in plan.services if s.role == "router"), None)
+    if out.moves.stop:  # where the instances to stop run: the plan of the count that runs
+        was, was_bundle = load(n + len(out.moves.stop))
+        gone = {i.name: i for i in was.instances if i.name in out.moves.stop}
+        with open_target(was, mixed(deployed, was_bundle, role), options) as target:
+            obs = target.observe()
+            if router is not None:
+                out.removed = _members(obs, plan, router_at(plan), remove=[
+                    engine_url(i) for i in gone.values()
+                ])
+            for unit in was.units:
+                if unit.name in gone:
+                    end = Endpoint(unit.name, role, unit.host.name, unit.port or 0, unit.address)
+                    out.drained[unit.name] = _drain(obs, end, drain_timeout, poll, progress.say)
+    guard = Guarded(progress, out.moves, role_units, role)
+    actions.up(plan, bundle, options, guard, secrets, "none", True, timeout)
+    if router is not None:
+        with open_target(plan, bundle, options) as target:
+            want = [engine_url(i) for i in plan.instances if i.host is not None]
+            out.added = _members(target.observe(), plan, router_at(plan), add=want)
+    out.applied = True
+    return out
+
+
+def router_at(plan: Plan) -> Endpoint:
+    router = next(s for s in plan.services if s.role == "router")
+    return Endpoint(router.name, "router", router.host.name, router.port, router.local)
+
+
+def _members(
+    obs: Observer, plan: Plan, router: Endpoint, add: list[str] | None = None,
+    remove: list[str] | None = None,
+) -> list[str]:
+    """Add the URLs of `add` the router lacks, or take out those of `remove` it has; the URLs
+    changed. PdctlError when the router does not answer or refuses."""
+    listed = obs.request(router, "/workers")
+    if listed.status != 200:
+        raise PdctlError(f"the router did not list its workers: {listed.text[:200]}")
+    now = worker_urls(listed.text)
+    done = []
+    for url in add or []:
+        if url in now:
+            continue
+        body: dict[str, object] = {"url": url}
+        inst = next(i for i in plan.instances if i.host is not None and engine_url(i) == url)
+        if plan.shape is not None:  # PD mode: the worker's role (and Mooncake's bootstrap)
+            body["worker_type"] = inst.role
+            boot = dict(inst.extra_ports).get("bootstrap")
+            if boot is not None:
+                body["bootstrap_port"] = boot
+        reply = obs.request(
+            router, "/workers", "POST", json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        _ok(reply.status, reply.text, f"add {url} to the router")
+        done.append(url)
+    for url in remove or []:
+        if url not in now:
+            continue
+        reply = obs.request(router, "/workers/" + quote(url, safe=""), "DELETE")
+        _ok(reply.status, reply.text, f"take {url} out of the router")
+        done.append(url)
+    return done
+
+
+def _ok(status: int, text: str, what: str) -> None:
+    if not 200 <= status < 300:
+        raise PdctlError(f"could not {what}: {status or 'no answer'} {text[:200]}")
+
+
+def _drain(
+    obs: Observer, engine: Endpoint, limit: float, poll: float, say: Callable[[str], None]
+) -> str:
+    """Wait until `engine` runs and queues no request on two reads in a row, or `limit`
+    seconds; how it ended, in words."""
+    say(f"draining {engine.name}: waiting for its requests in flight")
+    start, zeros, count = time.monotonic(), 0, 0.0
+    while True:
+        reply = obs.request(engine, "/metrics")
+        if reply.status != 200:
+            return f"not answering ({reply.text[:80]}): nothing to drain"
+        count = in_flight(reply.text)
+        zeros = zeros + 1 if count == 0 else 0
+        if zeros >= 2:
+            return f"drained in {time.monotonic() - start:.0f} s"
+        if time.monotonic() - start >= limit:
+            return f"drain timed out after {limit:.0f} s with {count:.0f} in flight"
+        time.sleep(poll)
