@@ -5,10 +5,12 @@ placement, ports and GPUs `pdctl plan` would choose for that count). What runs i
 that plan through `actions.up` (its start path, health wait and stop path) with one
 difference: the router keeps the unit the spec deployed, and its members change through
 vllm-router's worker API (POST /workers, DELETE /workers/<url>) instead of a restart, so
-that no request in flight through it is cut. Scaling up starts the new instances, waits until
-they are healthy, then adds them to the router; scaling down removes them from the router
-first, waits until each has no request running or waiting (`vllm:num_requests_running` and
-`vllm:num_requests_waiting` at 0 on two reads in a row, or the drain timeout), then stops it.
+that no request in flight through it is cut (in P/D mode vllm-router 0.1.17 can drop a
+worker but not take a new one at run time: there only scaling down is done). Scaling up
+starts the new instances, waits until they are healthy, then adds them to the router;
+scaling down removes them from the router first, waits until each has no request running or
+waiting (`vllm:num_requests_running` and `vllm:num_requests_waiting` at 0 on two reads in a
+row, or the drain timeout), then stops it.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def scale(
         changes = target.changes(grace=timeout)
     out = Scaled(role, n, moves(changes, role_units, role))
     progress.planned("hosts", changes, compared=True)
+    refuse_pd_start(plan, out.moves, role)
     if dry_run:
         return out
     router = next((s for s in plan.services if s.role == "router"), None)
@@ -190,7 +193,7 @@ def scale(
         with open_target(was, mixed(deployed, was_bundle, role), options) as target:
             obs = target.observe()
             if router is not None:
-                out.removed = _members(obs, plan, router_at(plan), remove=[
+                out.removed = _members(obs, router_at(plan), remove=[
                     engine_url(i) for i in gone.values()
                 ])
             for unit in was.units:
@@ -199,12 +202,23 @@ def scale(
                     out.drained[unit.name] = _drain(obs, end, drain_timeout, poll, progress.say)
     guard = Guarded(progress, out.moves, role_units, role)
     actions.up(plan, bundle, options, guard, secrets, "none", True, timeout)
-    if router is not None:
+    if router is not None and plan.shape is None:  # plain mode takes new workers
         with open_target(plan, bundle, options) as target:
             want = [engine_url(i) for i in plan.instances if i.host is not None]
-            out.added = _members(target.observe(), plan, router_at(plan), add=want)
+            out.added = _members(target.observe(), router_at(plan), add=want)
     out.applied = True
     return out
+
+
+def refuse_pd_start(plan: Plan, planned: Moves, role: str) -> None:
+    """Scaling a P/D role up: refused (vllm-router cannot take the new engine)."""
+    if planned.start and plan.shape is not None:
+        raise UsageError(
+            f"scaling {role} up on hosts is not built: vllm-router 0.1.17 in PD mode takes no "
+            "new prefill or decode engine while it runs (its POST /workers answers 'PD router "
+            "requires specific add_prefill_server or add_decode_server methods')",
+            fix=f"raise {role}.replicas in the spec, then `pdctl down` and `pdctl up`",
+        )
 
 
 def router_at(plan: Plan) -> Endpoint:
@@ -213,8 +227,7 @@ def router_at(plan: Plan) -> Endpoint:
 
 
 def _members(
-    obs: Observer, plan: Plan, router: Endpoint, add: list[str] | None = None,
-    remove: list[str] | None = None,
+    obs: Observer, router: Endpoint, add: list[str] | None = None, remove: list[str] | None = None
 ) -> list[str]:
     """Add the URLs of `add` the router lacks, or take out those of `remove` it has; the URLs
     changed. PdctlError when the router does not answer or refuses."""
@@ -226,15 +239,8 @@ def _members(
     for url in add or []:
         if url in now:
             continue
-        body: dict[str, object] = {"url": url}
-        inst = next(i for i in plan.instances if i.host is not None and engine_url(i) == url)
-        if plan.shape is not None:  # PD mode: the worker's role (and Mooncake's bootstrap)
-            body["worker_type"] = inst.role
-            boot = dict(inst.extra_ports).get("bootstrap")
-            if boot is not None:
-                body["bootstrap_port"] = boot
         reply = obs.request(
-            router, "/workers", "POST", json.dumps(body).encode(),
+            router, "/workers", "POST", json.dumps({"url": url}).encode(),
             {"Content-Type": "application/json"},
         )
         _ok(reply.status, reply.text, f"add {url} to the router")
@@ -245,6 +251,10 @@ def _members(
         reply = obs.request(router, "/workers/" + quote(url, safe=""), "DELETE")
         _ok(reply.status, reply.text, f"take {url} out of the router")
         done.append(url)
+    if remove:  # what the router still lists is not stopped (its requests would fail)
+        left = worker_urls(obs.request(router, "/workers").text) & set(remove)
+        if left:
+            raise PdctlError(f"the router still lists {', '.join(sorted(left))}; nothing stopped")
     return done
 
 

@@ -12,7 +12,16 @@ import yaml
 from pdctl.errors import PdctlError, SpecError, UsageError
 from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.scale import Moves, check_request, in_flight, mixed, moves, parse_request, worker_urls
+from pdctl.scale import (
+    Moves,
+    check_request,
+    in_flight,
+    mixed,
+    moves,
+    parse_request,
+    refuse_pd_start,
+    worker_urls,
+)
 from pdctl.spec import load_text
 from pdctl.targets.state import Observed, desired_units, diff
 from tests.conftest import ROOT
@@ -130,3 +139,15 @@ def test_worker_urls_and_requests_in_flight_read_back():
     )
     assert in_flight(metrics) == 3.0
     assert in_flight(metrics.replace("2.0", "0.0").replace("1.0\n", "0.0\n")) == 0.0
+
+
+def test_a_pd_role_scales_down_only(monkeypatch):
+    # vllm-router 0.1.17's PD router takes no new worker while it runs: a start is refused,
+    # a stop is not (its DELETE /workers/<url> drops a prefill or decode worker).
+    monkeypatch.chdir(ROOT)
+    spec, _ = load_text((ROOT / "examples/phase2-nixl-hosts.yaml").read_text())
+    plan = make_plan(spec)
+    with pytest.raises(UsageError, match="scaling decode up on hosts is not built"):
+        refuse_pd_start(plan, Moves(start=("x-decode-1",)), "decode")
+    refuse_pd_start(plan, Moves(stop=("x-decode-1",)), "decode")
+    refuse_pd_start(planned(2)[0], Moves(start=("sc-serve-2",)), "serve")  # plain mode: fine

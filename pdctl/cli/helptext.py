@@ -37,6 +37,7 @@ ROOT_HELP = (
     "  adapters   List, load or unload LoRA adapters on every engine of SPEC...\n"
     "  bench      Load SPEC's running deployment with its workload (`vllm...\n"
     "  tune       Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,...\n"
+    "  scale      Set ROLE's instance count on SPEC's hosts: start new...\n"
 )
 
 
