@@ -100,5 +100,6 @@ class KvOffload(Section):
         "`--kv-offloading-size`); `lmcache`: LMCache's connector (LMCacheConnectorV1, "
         "local CPU backend, configured through LMCACHE_* variables; the `lmcache` package "
         "must be installed in the engine's environment or image). With prefill/decode both "
-        "combine with the P/D connector through MultiConnector.",
+        "combine with the P/D connector through MultiConnector. Neither runs with "
+        "`engine.device: cpu` (vLLM's CPU platform has no KV offloading): refused there.",
     )
