@@ -113,14 +113,17 @@ def with_setup(plan: Plan, unit: Unit) -> Unit:
     return replace(unit, setup=engine_setup(plan, unit.host))
 
 
-def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = ()) -> UnitFiles:
-    """The unit with its start and stop scripts (and `extra` files beside them)."""
+def unit_files(plan: Plan, unit: Unit, extra: tuple[Artifact, ...] = (),
+               hashed: Unit | None = None) -> UnitFiles:
+    """The unit with its start and stop scripts (and `extra` files beside them); `hashed`: the
+    unit its change digest is taken of, where the start script runs a wrapper (`extra`) that
+    holds the real command."""
     base = f"hosts/{unit.host.name}/{unit.name}"
     common = dict(
         deploy_dir=deploy_dir(plan, unit.host), unit=unit.name, port=unit.port,
         grace_seconds=GRACE_SECONDS, deployment=plan.name,
     )
-    digest = unit_hash(unit)  # once per unit: it dumps and hashes the whole command
+    digest = unit_hash(hashed or unit)  # once per unit: it dumps and hashes the whole command
     box = None
     if unit.image is not None:
         folder = f"{deploy_dir(plan, unit.host)}/{unit.name}"

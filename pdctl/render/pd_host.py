@@ -70,7 +70,9 @@ def service_files(plan: Plan, planned: Unit) -> UnitFiles:
         wait_seconds=plan.spec.router.wait_minutes * 60, command=svc.command,
     )
     wrapper = Artifact(f"hosts/{svc.host.name}/{svc.name}/run.sh", run, executable=True)
-    return unit_files(plan, unit, (wrapper,))
+    # the digest covers the wrapped command (the router's --worker-urls): a changed replica
+    # count restarts the router on `up`, which "bash run.sh" alone never would
+    return unit_files(plan, unit, (wrapper,), hashed=replace(unit, command=svc.command))
 
 
 def access_doc(plan: Plan, svcs: tuple[Service, ...]) -> list[str]:

@@ -99,3 +99,15 @@ def test_kubernetes_yaml_is_dumped_only_when_read(monkeypatch) -> None:
     first = bundle.stream()
     assert len(calls) == len(bundle.objects)
     assert bundle.stream() == first and len(calls) == len(bundle.objects)
+
+
+def test_a_changed_replica_count_changes_the_routers_hash():
+    """The router's start script runs a wrapper holding its --worker-urls: its hash covers them,
+    so `up` after an edit of serve.replicas restarts it with the new list."""
+    text = (ROOT / "examples/phase0-replicas-router.yaml").read_text()
+    hashes = []
+    for n in (3, 4):
+        spec, _ = load_text(text.replace("replicas: 4", f"replicas: {n}"), "r.yaml")
+        hashes.append(next(u.hash for u in render(make_plan(spec)).units
+                           if u.unit.role == "router"))
+    assert hashes[0] != hashes[1]
