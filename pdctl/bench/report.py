@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from pdctl.errors import UsageError
+from pdctl.plan.args import flag_values
 
 KIND = "pdctl-bench"
 VERSION = 1
@@ -108,20 +109,7 @@ def ratios(meas: dict[str, float | None], pred: dict[str, float | None]) -> dict
 def engine_flags(args: tuple[str, ...] | list[str]) -> dict[str, str]:
     """An engine's command-line flags as name -> value ("" for a switch), model and port
     left out: what two runs must share to be compared."""
-    out: dict[str, str] = {}
-    skip = {"--port", "--host"}
-    items = list(args)
-    i = 0
-    while i < len(items):
-        a = items[i]
-        if a.startswith("--"):
-            name, eq, value = a.partition("=")
-            if not eq and i + 1 < len(items) and not items[i + 1].startswith("--"):
-                value, i = items[i + 1], i + 1
-            if name not in skip:
-                out[name] = value
-        i += 1
-    return out
+    return {k: v for k, v in flag_values(args).items() if k not in ("--port", "--host")}
 
 
 def flag_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -251,7 +251,9 @@ def simulate(
         # that reached it before: its one event loop streams nothing while it tokenizes a
         # burst (measured on the H100: a closed loop's first round gets its first tokens
         # together, after the whole round went in)
-        intake = max((ready for ready, _, q in pending if q.arrival <= now), default=now)
+        intake = now
+        if finished_prefill:
+            intake = max((ready for ready, _, q in pending if q.arrival <= now), default=now)
         for r in finished_prefill:
             if r in prefilling:
                 prefilling.remove(r)

@@ -18,6 +18,7 @@ from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import weights_read_per_step
 from pdctl.capacity.simulate import Load, simulate
 from pdctl.capacity.steptime import Calibration, engine_for
+from pdctl.plan.args import flag_values
 
 # the figures the issue judges, measured name -> simulated name
 FIGURES = (("ttft", "ttftMs"), ("tpot", "tpotMs"), ("throughput", "outputThroughput"))
@@ -51,7 +52,7 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
     engine = spec.get("engine", {}).get("version", "0.23.0")
     kv = next((u.get("kv_tokens") for u in (doc.get("units") or {}).values()), None)
     eng = doc.get("engine") or {}
-    args = _flags(spec.get("serve", {}).get("extraArgs") or [])
+    args = flag_values(spec.get("serve", {}).get("extraArgs") or [])
     shape = Shape(gpu=gpu, engine=engine, max_model_len=spec["model"].get("maxModelLen"),
                   kv_cache_dtype=args.get("--kv-cache-dtype", "auto"),
                   enforce_eager="--enforce-eager" in args)
@@ -84,17 +85,6 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
                  measured, bool(c.get("held_out")), below, shape.kv_cache_dtype)
         )
-    return out
-
-
-def _flags(extra: list[str]) -> dict[str, str]:
-    """The engine flags of a recording's extraArgs: `--flag value` pairs, `--flag` alone as
-    "true"."""
-    out: dict[str, str] = {}
-    for i, a in enumerate(extra):
-        if a.startswith("--"):
-            nxt = extra[i + 1] if i + 1 < len(extra) else ""
-            out[a] = nxt if nxt and not nxt.startswith("--") else "true"
     return out
 
 

@@ -135,6 +135,23 @@ def speculative_args(
     return [SPEC_FLAG, json.dumps(speculative_config(s), separators=(",", ":"))]
 
 
+def flag_values(args: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Command-line flags as name -> value: `--flag value` and `--flag=value`, "" for a
+    switch; positional words left out."""
+    out: dict[str, str] = {}
+    items = list(args)
+    i = 0
+    while i < len(items):
+        a = items[i]
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            if not eq and i + 1 < len(items) and not items[i + 1].startswith("--"):
+                value, i = items[i + 1], i + 1
+            out[name] = value
+        i += 1
+    return out
+
+
 def check_owned_flag(args: tuple[str, ...], flag: str, path: str, why: str) -> None:
     for i, arg in enumerate(args):
         if arg.split("=", 1)[0].replace("_", "-") == flag:
