@@ -47,15 +47,19 @@ BOUNDS = {
 
 
 def load(folder: Path) -> list:
-    cells = []
-    for path in sorted(folder.glob("*.json")):
-        doc = json.loads(path.read_text())
-        if "cells" not in doc:
-            continue
-        name = doc["model"]
-        cfg = json.loads((ROOT / "tests/gpu/models" / name / "config.json").read_text())
-        cells += cells_of(doc, model_config(name, cfg))
-    return cells
+    return [c for doc in recordings(folder) for c in cells_of(doc, model_of(doc["model"]))]
+
+
+def recordings(folder: Path) -> list[dict]:
+    """The GPU harness's per-model (or per-config) recordings in `folder`."""
+    docs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [d for d in docs if "cells" in d]
+
+
+def model_of(name: str):
+    """The model of a recording: its config.json in tests/gpu/models."""
+    cfg = json.loads((ROOT / "tests/gpu/models" / name / "config.json").read_text())
+    return model_config(name, cfg)
 
 
 def to_x(cal: Calibration, free: list[str]) -> list[float]:

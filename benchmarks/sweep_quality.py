@@ -9,15 +9,15 @@ usage: python benchmarks/sweep_quality.py [SWEEP_DIR] [--ttft-ms 1000 --tpot-ms 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fit_speed import model_of, recordings  # noqa: E402
+
 from pdctl.capacity.gpus import GPUS  # noqa: E402
-from pdctl.capacity.params import model_config  # noqa: E402
 from pdctl.capacity.speedcells import cells_of, predict  # noqa: E402
 from pdctl.capacity.steptime import calibration_for  # noqa: E402
 
@@ -37,14 +37,9 @@ def main() -> None:
     ap.add_argument("--tpot-ms", type=float, default=30)
     args = ap.parse_args()
     rows: dict[str, list] = {}
-    for path in sorted(args.sweep.glob("*.json")):
-        doc = json.loads(path.read_text())
-        if "cells" not in doc:
-            continue
-        cfg = json.loads((ROOT / "tests/gpu/models" / doc["model"] / "config.json").read_text())
-        model = model_config(doc["model"], cfg)
+    for doc in recordings(args.sweep):
         cal = None
-        for cell in cells_of(doc, model):
+        for cell in cells_of(doc, model_of(doc["model"])):
             cal = cal or calibration_for(GPUS[cell.gpu], cell.engine)
             raw = doc["cells"][cell.key]
             p = predict(cell, cal)
