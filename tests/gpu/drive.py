@@ -72,8 +72,10 @@ def pdctl(out: Path, name: str, *args: str, timeout: int = 900) -> subprocess.Co
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        res = subprocess.CompletedProcess(cmd, 124, exc.stdout or "", f"timed out: {exc}")
+    except subprocess.TimeoutExpired as exc:  # what it printed so far is kept
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                for x in (exc.stdout, exc.stderr)]
+        res = subprocess.CompletedProcess(cmd, 124, said[0], f"{said[1]}timed out: {exc}")
     text = f"$ pdctl {' '.join(args)}\n{res.stdout}{res.stderr}exit {res.returncode}\n"
     (out / f"{name}.txt").write_text(text)
     log(f"pdctl {args[0]}: exit {res.returncode}")
@@ -352,17 +354,77 @@ def external_tokens(metrics: str) -> float:
     return float(m.group(1)) if m else -1.0
 
 
+def engine_core_pids(port: int) -> list[int]:
+    """The EngineCore processes of the API server listening on PORT (psutil ships with vLLM)."""
+    import psutil
+
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            server = psutil.Process(conn.pid)
+            return [c.pid for c in server.children(recursive=True)
+                    if "EngineCore" in " ".join([c.name(), *c.cmdline()])]
+    return []
+
+
+def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts: list[str],
+                 before: list[dict], k: list[str]) -> dict:
+    """kill -9 of ROLE's EngineCore under the router, as a GPU fault would end it: how the API
+    server exits, what `status` says, `up` bringing it back, then the same greedy prompts
+    through the router (answers must equal the ones before) and `status --verify`."""
+    pids = engine_core_pids(port)
+    res: dict = {"engine_core_pids": pids}
+    for pid in pids:
+        os.kill(pid, 9)
+    t0 = time.time()
+    while time.time() - t0 < 90:
+        try:
+            get(f"http://127.0.0.1:{port}/health", timeout=3)
+        except (urllib.error.URLError, OSError):
+            break
+        time.sleep(1)
+    res["api_down_s"] = round(time.time() - t0, 1)
+    try:
+        complete(base, "qwen3-8b", prompts[0], 8, timeout=60)
+        res["while_down"] = "answered"
+    except Exception as exc:  # noqa: BLE001 - what the router said is the record
+        res["while_down"] = f"{type(exc).__name__}: {exc}"
+    pdctl(out, f"status-{role}-down", "status", str(path), "-o", "json", *k)
+    t1 = time.time()
+    up = pdctl(out, f"up-{role}-repair", "up", str(path), "--yes", "--timeout", "600", *k)
+    res["repair_exit"], res["repair_s"] = up.returncode, round(time.time() - t1, 1)
+    after, t2 = [], time.time()
+    for prompt in prompts:
+        try:
+            after.append(complete(base, "qwen3-8b", prompt, 32))
+        except Exception as exc:  # noqa: BLE001
+            after.append({"error": f"{type(exc).__name__}: {exc}"})
+    res["answers_s"] = round(time.time() - t2, 1)
+    res["same_answers"] = [a.get("choices", [{}])[0].get("text") == b["choices"][0]["text"]
+                           for a, b in zip(after, before, strict=True)]
+    (out / f"completions-after-{role}.json").write_text(json.dumps(after, indent=1))
+    verify = pdctl(out, f"status-{role}-verify", "status", str(path), "--verify", *k)
+    res["verify_exit"] = verify.returncode
+    log(f"restart {role}: repair {res['repair_exit']} same {res['same_answers']}")
+    return res
+
+
 def phase2(out: Path, args: argparse.Namespace) -> dict:
-    """NIXL P/D on one GPU: prefill on 'host' a, decode on 'host' b, both GPU 0 of this
-    machine (two loopback addresses of one sshd), each with its own util, behind vllm-router."""
+    """P/D on one GPU (NIXL, or Mooncake over TCP with --connector mooncake): prefill on 'host'
+    a, decode on 'host' b, both GPU 0 of this machine (two loopback addresses of one sshd),
+    each with its own util, behind vllm-router. With --restarts: kill -9 of decode's, then
+    prefill's EngineCore and `up` repairing it; with --bench-s: `pdctl bench` with no bench
+    section, bounded to that many seconds, its output kept."""
+    connector = {"connector": args.connector}
+    if args.connector == "mooncake":
+        connector["protocol"] = "tcp"
     spec = {
-        **header("g2", 2),
+        **header("g2" if args.connector == "nixl" else f"g2{args.connector}", 2),
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
         "prefill": {"replicas": 1, "hosts": ["h200a"], "gpuMemoryUtilization": 0.42,
                     "extraArgs": ["--load-format", "dummy"]},
         "decode": {"replicas": 1, "hosts": ["h200b"], "gpuMemoryUtilization": 0.42,
                    "extraArgs": ["--load-format", "dummy"]},
-        "disaggregation": {"connector": "nixl"},
+        "disaggregation": connector,
         "router": {"venv": VENV, "port": 8300, "metricsPort": 8301},
     }
     path = out / "spec.yaml"
@@ -371,17 +433,19 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
     k = ["--known-hosts", KNOWN]
     pdctl(out, "validate", "validate", str(path))
     pdctl(out, "render", "render", str(path))
+    if args.connector == "mooncake":
+        pdctl(out, "preflight", "preflight", str(path), *k, timeout=300)
+    t0 = time.time()
     up = pdctl(out, "up", "up", str(path), "--yes", "--timeout", "600", *k)
-    res["up_exit"] = up.returncode
+    res["up_exit"], res["up_s"] = up.returncode, round(time.time() - t0, 1)
     if up.returncode == 0:
         urls = re.findall(r"(http://\S+/v1)\s", up.stdout)
         base = urls[0] if urls else "http://127.0.0.1:8300/v1"
         res["endpoint"] = base
         decode_port = 8200
         before = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
-        answers = []
-        for i in range(4):
-            answers.append(complete(base, "qwen3-8b", prompt_of(200, 10 + i), 32))
+        prompts = [prompt_of(200, 10 + i) for i in range(4)]
+        answers = [complete(base, "qwen3-8b", p, 32) for p in prompts]
         after = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
         (out / "completions.json").write_text(json.dumps(answers, indent=1))
         res["external_kv_tokens"] = [before, after]
@@ -396,6 +460,18 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
         load.join()
         pdctl(out, "status", "status", str(path), "-o", "json", *k)
         smi(out, "nvidia-smi")
+        if args.restarts:
+            res["restarts"] = {
+                role: restart_case(out, path, role, port, base, prompts, answers, k)
+                for role, port in (("decode", decode_port), ("prefill", 8100))}
+        if args.bench_s:
+            t1 = time.time()
+            ran = pdctl(out, "bench", "bench", str(path), "--save", str(out / "bench.json"), *k,
+                        timeout=int(args.bench_s))
+            res["bench_exit"], res["bench_s"] = ran.returncode, round(time.time() - t1, 1)
+            for port, role in ((8100, "prefill"), (decode_port, "decode")):
+                (out / f"metrics-{role}-after-bench.txt").write_text(
+                    get(f"http://127.0.0.1:{port}/metrics"))
     for name in ("h200a", "h200b"):
         res.setdefault("units", {}).update(save_unit_logs(out, DATA / name))
     pdctl(out, "down", "down", str(path), *k)
@@ -524,6 +600,24 @@ STARTUPS = {
                                             "--max-loras", "4", "--max-lora-rank", "16"]),
     "qwen3-8b-u0.9-lora8r64": ("qwen3-8b", ["--gpu-memory-utilization", "0.9", "--enable-lora",
                                             "--max-loras", "8", "--max-lora-rank", "64"]),
+    # Issue 37: speculative decoding, a hybrid Mamba-2 model, native KV offloading to CPU. The
+    # held-out third is chosen by tests/capacity/h100_features.py's rule (the log's file name).
+    "qwen3-8b-u0.9-eagle3-k3": ("qwen3-8b", ["--gpu-memory-utilization", "0.9",
+                                             "--speculative-config", json.dumps(
+                                                 {"method": "eagle3", "num_speculative_tokens": 3,
+                                                  "model": str(MODELS / "qwen3-8b-eagle3")})]),
+    "qwen3-8b-u0.8-eagle3-k5": ("qwen3-8b", ["--gpu-memory-utilization", "0.8",
+                                             "--speculative-config", json.dumps(
+                                                 {"method": "eagle3", "num_speculative_tokens": 5,
+                                                  "model": str(MODELS / "qwen3-8b-eagle3")})]),
+    "mimo-7b-u0.9-mtp1": ("mimo-7b", ["--gpu-memory-utilization", "0.9", "--speculative-config",
+                                      json.dumps({"method": "mtp", "num_speculative_tokens": 1})]),
+    "mimo-7b-u0.9": ("mimo-7b", ["--gpu-memory-utilization", "0.9"]),
+    "nemotron-h-8b-u0.9": ("nemotron-h-8b", ["--gpu-memory-utilization", "0.9"]),
+    "nemotron-h-8b-u0.7-seqs64": ("nemotron-h-8b", ["--gpu-memory-utilization", "0.7",
+                                                    "--max-num-seqs", "64"]),
+    "qwen3-8b-u0.9-offload16": ("qwen3-8b", ["--gpu-memory-utilization", "0.9",
+                                             "--kv-offloading-size", "16"]),
 }
 
 
@@ -680,6 +774,9 @@ def main() -> None:
     p.add_argument("--submit-s", type=float, default=25.0)  # speed: a cell's sending time
     p.add_argument("--only", nargs="*")
     p.add_argument("--max-concurrency", type=int, default=0)  # speed: skip larger cells
+    p.add_argument("--connector", choices=["nixl", "mooncake"], default="nixl")  # phase2
+    p.add_argument("--restarts", action="store_true")  # phase2: kill -9 EngineCore, repair
+    p.add_argument("--bench-s", type=float, default=0)  # phase2: pdctl bench, bounded
     args = p.parse_args()
     out = args.out / args.scenario
     out.mkdir(parents=True, exist_ok=True)
