@@ -1,16 +1,18 @@
 """`pdctl scale SPEC ROLE=N` on hosts (docs/autoscaling.md, "Scaling on hosts by hand").
 
-The plan decides: `load(n)` plans and renders the spec with ROLE's replicas set to n (the
-placement, ports and GPUs `pdctl plan` would choose for that count). What runs is brought to
-that plan through `actions.up` (its start path, health wait and stop path) with one
-difference: the router keeps the unit the spec deployed, and its members change through
-vllm-router's worker API (POST /workers, DELETE /workers/<url>) instead of a restart, so
-that no request in flight through it is cut (in P/D mode vllm-router 0.1.17 can drop a
-worker but not take a new one at run time: there only scaling down is done). Scaling up
-starts the new instances, waits until they are healthy, then adds them to the router;
-scaling down removes them from the router first, waits until each has no request running or
-waiting (`vllm:num_requests_running` and `vllm:num_requests_waiting` at 0 on two reads in a
-row, or the drain timeout), then stops it.
+The plan decides: `load({role: n})` plans and renders the spec with the roles' replicas set
+to those counts (the placement, ports and GPUs `pdctl plan` would choose for them; a role not
+named keeps the spec's). What runs is brought to that plan through `actions.up` (its start
+path, health wait and stop path). The router: in plain mode (phase 0) it keeps the unit the
+spec deployed, and its members change through vllm-router's worker API (POST /workers,
+DELETE /workers/<url>), so that no request in flight through it is cut; in P/D mode
+vllm-router 0.1.17 takes no new worker at run time, so its unit is the scaled plan's (its
+command line names the members) and `up` restarts it after the new engines are healthy (a
+scale-down first takes the engines out with DELETE, as in plain mode). Scaling up starts the
+new instances, waits until they are healthy, then adds them to the router; scaling down
+removes them from the router first, waits until each has no request running or waiting
+(`vllm:num_requests_running` and `vllm:num_requests_waiting` at 0 on two reads in a row, or
+the drain timeout), then stops it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pdctl.targets.base import Connect, Endpoint, Observer, Stage, Target
 from pdctl.targets.state import Change
 
 ROLES = {0: ("serve",), 2: ("prefill", "decode"), 3: ("prefill", "decode")}
-Load = Callable[[int], tuple[Plan, Bundle]]
+Load = Callable[[dict[str, int]], tuple[Plan, Bundle]]  # role -> count; others: the spec's
 IN_FLIGHT = re.compile(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})?\s+(\S+)$", re.M)
 
 
@@ -77,20 +79,29 @@ class Moves:
 
     start: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
+    restart: tuple[str, ...] = ()  # the P/D router, given its new members
 
 
-def moves(changes: list[Change], role_units: set[str], role: str) -> Moves:
-    """The starts and stops of `changes` (the scaled bundle against what runs). Anything else
-    to change (a unit of another role that is not running or differs from the spec, a unit
-    of the role that would restart) is refused: `scale` changes a count, `up` the rest."""
-    start, stop, other = [], [], []
+def of_role(unit: str, role: str) -> bool:
+    """Whether `unit` (<name>-<role>-<i>) is an instance of `role`."""
+    return unit.rsplit("-", 1)[0].endswith(f"-{role}")
+
+
+def moves(changes: list[Change], role_units: set[str], role: str, router: str = "") -> Moves:
+    """The starts and stops of `changes` (the scaled bundle against what runs), and the
+    restart of `router` (the P/D router's unit). Anything else to change (a unit of another
+    role that is not running or differs from the spec, a unit of the role that would restart)
+    is refused: `scale` changes a count, `up` the rest."""
+    start, stop, restart, other = [], [], [], []
     for c in changes:
         if c.action == "keep":
             continue
         if c.action == "start" and c.unit in role_units and c.why == "new":
             start.append(c.unit)
-        elif c.action == "stop" and c.unit.rsplit("-", 1)[0].endswith(f"-{role}"):
+        elif c.action == "stop" and of_role(c.unit, role):
             stop.append(c.unit)
+        elif c.action == "restart" and c.unit == router and c.why == "spec changed":
+            restart.append(c.unit)
         else:
             other.append(f"{c.unit} on {c.host} ({c.action}: {c.why})")
     if other:
@@ -98,12 +109,15 @@ def moves(changes: list[Change], role_units: set[str], role: str) -> Moves:
             "what runs differs from the spec beyond the count of " + role + ": "
             + "; ".join(other) + "; run `pdctl up` first (pdctl scale changes a count only)"
         )
-    return Moves(tuple(start), tuple(stop))
+    return Moves(tuple(start), tuple(stop), tuple(restart))
 
 
-def mixed(deployed: Bundle, scaled: Bundle, role: str) -> Bundle:
-    """The scaled bundle's units of `role`, the spec's units of every other role (the router
-    keeps the unit that runs: its members change through its worker API)."""
+def mixed(deployed: Bundle, scaled: Bundle, role: str, pd: bool = False) -> Bundle:
+    """Plain mode: the scaled bundle's units of `role`, the spec's units of every other role
+    (the router keeps the unit that runs: its members change through its worker API). P/D
+    mode: the scaled bundle (its router's command line names the new members)."""
+    if pd:
+        return scaled
     keep = [u for u in deployed.units if u.unit.role != role]
     return replace(scaled, units=(*keep, *(u for u in scaled.units if u.unit.role == role)))
 
@@ -149,14 +163,16 @@ class Guarded:
     """The CLI's Progress for the apply: refuses (before anything is applied) changes beyond
     the moves read at first, and confirms without asking."""
 
-    def __init__(self, inner: actions.Progress, expected: Moves, role_units: set[str], role: str):
+    def __init__(self, inner: actions.Progress, expected: Moves, role_units: set[str], role: str,
+                 router: str = ""):
         self.inner, self.expected, self.role_units, self.role = inner, expected, role_units, role
+        self.router = router
 
     def say(self, message: str) -> None:
         self.inner.say(message)
 
     def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
-        if moves(changes, self.role_units, self.role) != self.expected:
+        if moves(changes, self.role_units, self.role, self.router) != self.expected:
             raise PdctlError("what runs changed while pdctl scale ran; run it again")
         # shown once already, when scale read what runs
 
@@ -174,23 +190,27 @@ def scale(
     load: Load, deployed: Bundle, role: str, n: int, options: Connect,
     progress: actions.Progress, secrets: Callable[[], dict[str, str]], dry_run: bool = False,
     timeout: float = 900.0, drain_timeout: float = 120.0, poll: float = 1.0,
+    others: dict[str, int] | None = None,
 ) -> Scaled:
-    """Bring ROLE to `n` instances (see the module docstring)."""
-    plan, scaled = load(n)
-    bundle = mixed(deployed, scaled, role)
+    """Bring ROLE to `n` instances, the other roles at `others` (absent: the spec's counts);
+    see the module docstring."""
+    counts = {**(others or {}), role: n}
+    plan, scaled = load(counts)
+    pd = plan.shape is not None
+    bundle = mixed(deployed, scaled, role, pd)
     role_units = {u.unit.name for u in scaled.units if u.unit.role == role}
+    router = next((s for s in plan.services if s.role == "router"), None)
+    restarting = router.name if router is not None and pd else ""
     with open_target(plan, bundle, options, progress.say) as target:
         changes = target.changes(grace=timeout)
-    out = Scaled(role, n, moves(changes, role_units, role))
+    out = Scaled(role, n, moves(changes, role_units, role, restarting))
     progress.planned("hosts", changes, compared=True)
-    refuse_pd_start(plan, out.moves, role)
     if dry_run:
         return out
-    router = next((s for s in plan.services if s.role == "router"), None)
     if out.moves.stop:  # where the instances to stop run: the plan of the count that runs
-        was, was_bundle = load(n + len(out.moves.stop))
+        was, was_bundle = load({**counts, role: n + len(out.moves.stop)})
         gone = {i.name: i for i in was.instances if i.name in out.moves.stop}
-        with open_target(was, mixed(deployed, was_bundle, role), options) as target:
+        with open_target(was, mixed(deployed, was_bundle, role, pd), options) as target:
             obs = target.observe()
             if router is not None:
                 out.removed = _members(obs, router_at(plan), remove=[
@@ -200,25 +220,17 @@ def scale(
                 if unit.name in gone:
                     end = Endpoint(unit.name, role, unit.host.name, unit.port or 0, unit.address)
                     out.drained[unit.name] = _drain(obs, end, drain_timeout, poll, progress.say)
-    guard = Guarded(progress, out.moves, role_units, role)
+    guard = Guarded(progress, out.moves, role_units, role, restarting)
     actions.up(plan, bundle, options, guard, secrets, "none", True, timeout)
-    if router is not None and plan.shape is None:  # plain mode takes new workers
+    started = [engine_url(i) for i in plan.instances if i.name in out.moves.start]
+    if router is not None and not pd:  # plain mode takes new workers
         with open_target(plan, bundle, options) as target:
             want = [engine_url(i) for i in plan.instances if i.host is not None]
             out.added = _members(target.observe(), router_at(plan), add=want)
+    elif out.moves.restart:  # P/D: the router restarted with the new members
+        out.added = started
     out.applied = True
     return out
-
-
-def refuse_pd_start(plan: Plan, planned: Moves, role: str) -> None:
-    """Scaling a P/D role up: refused (vllm-router cannot take the new engine)."""
-    if planned.start and plan.shape is not None:
-        raise UsageError(
-            f"scaling {role} up on hosts is not built: vllm-router 0.1.17 in PD mode takes no "
-            "new prefill or decode engine while it runs (its POST /workers answers 'PD router "
-            "requires specific add_prefill_server or add_decode_server methods')",
-            fix=f"raise {role}.replicas in the spec, then `pdctl down` and `pdctl up`",
-        )
 
 
 def router_at(plan: Plan) -> Endpoint:
@@ -281,3 +293,14 @@ def _drain(
         if time.monotonic() - start >= limit:
             return f"drain timed out after {limit:.0f} s with {count:.0f} in flight"
         time.sleep(poll)
+
+
+def running_counts(load: Load, options: Connect, roles: list[str]) -> dict[str, int]:
+    """How many instances of each role run (the spec's units found running or restarting,
+    and units past the spec's count, which `up` would stop)."""
+    plan, bundle = load({})
+    with open_target(plan, bundle, options) as target:
+        changes = target.changes()
+    return {
+        r: sum(1 for c in changes if of_role(c.unit, r) and c.action != "start") for r in roles
+    }

@@ -19,7 +19,6 @@ from pdctl.scale import (
     mixed,
     moves,
     parse_request,
-    refuse_pd_start,
     worker_urls,
 )
 from pdctl.spec import load_text
@@ -141,13 +140,24 @@ def test_worker_urls_and_requests_in_flight_read_back():
     assert in_flight(metrics.replace("2.0", "0.0").replace("1.0\n", "0.0\n")) == 0.0
 
 
-def test_a_pd_role_scales_down_only(monkeypatch):
-    # vllm-router 0.1.17's PD router takes no new worker while it runs: a start is refused,
-    # a stop is not (its DELETE /workers/<url> drops a prefill or decode worker).
+def test_a_pd_scale_up_restarts_the_router_with_the_new_members(monkeypatch):
+    # vllm-router 0.1.17's PD router takes no new worker while it runs: in P/D mode the
+    # router's unit is the scaled plan's (its --decode list grows), restarted after the new
+    # engine; in plain mode the router keeps the unit that runs (its worker API).
     monkeypatch.chdir(ROOT)
-    spec, _ = load_text((ROOT / "examples/phase2-nixl-hosts.yaml").read_text())
-    plan = make_plan(spec)
-    with pytest.raises(UsageError, match="scaling decode up on hosts is not built"):
-        refuse_pd_start(plan, Moves(start=("x-decode-1",)), "decode")
-    refuse_pd_start(plan, Moves(stop=("x-decode-1",)), "decode")
-    refuse_pd_start(planned(2)[0], Moves(start=("sc-serve-2",)), "serve")  # plain mode: fine
+    data = yaml.safe_load((ROOT / "examples/phase2-nixl-hosts.yaml").read_text())
+    data["hosts"][0]["gpus"] = [0, 1, 2]
+    plan = make_plan(load_text(yaml.safe_dump(data))[0])
+    bundle = render(plan)
+    data["decode"]["replicas"] = 2
+    up_plan = make_plan(load_text(yaml.safe_dump(data))[0], scaled=True)
+    up_bundle = render(up_plan)
+    router = next(s.name for s in up_plan.services if s.role == "router")
+    assert mixed(bundle, up_bundle, "decode", pd=True) is up_bundle
+    seen = [Observed(d.host.name, d.name, d.hash, True) for d in desired_units(plan, bundle)]
+    changes = diff(desired_units(up_plan, up_bundle), seen)
+    role_units = {u.unit.name for u in up_bundle.units if u.unit.role == "decode"}
+    got = moves(changes, role_units, "decode", router)
+    assert len(got.start) == 1 and got.stop == () and got.restart == (router,), got
+    with pytest.raises(PdctlError, match="restart: spec changed"):  # not named: refused
+        moves(changes, role_units, "decode")

@@ -33,6 +33,7 @@ COMMANDS = {
     "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
+    "autoscale": "pdctl.cli.autoscale_cmd",
 }
 
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,21 +14,10 @@ from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.scaling import scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.scale import Scaled, check_request, parse_request, scale
-
-if TYPE_CHECKING:
-    from pdctl.plan.model import Plan
-    from pdctl.render.bundle import Bundle
-
-
-def _secrets(plan: Plan) -> dict[str, str]:
-    """The secret values a started engine needs, from the environment (as `up` reads them)."""
-    missing = [s.source for s in plan.secrets if s.source not in os.environ]
-    if missing:
-        raise PdctlError(f"environment variable {missing[0]} is not set; export it first")
-    return {s.name: os.environ[s.source] for s in plan.secrets}
 
 
 def register(app: typer.Typer) -> None:
@@ -69,22 +56,15 @@ def register(app: typer.Typer) -> None:
         if facts is not None:
             found = inputs.read_facts(facts, inputs.read_spec(texts)[0])
 
-        def load(replicas: int | None) -> tuple[Plan, Bundle]:
-            extra = [] if replicas is None else [(f"{role}: {{replicas: {replicas}}}\n", count)]
-            parsed, source = inputs.read_spec(texts + extra)
-            plan = inputs.plan_spec(
-                parsed, source, phase, target, facts=found, scaled=replicas is not None
-            )
-            return plan, inputs.render_plan(plan, source)
-
-        deployed_plan, deployed = load(None)
+        load = scaled_loader(texts, phase, target, found, count)
+        deployed_plan, deployed = load({})
         options = conn.target(dry_run=dry_run)
         check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
         console = term.console(stderr=output == "json", log_path=False)
         progress = ConsoleProgress(console)
         try:
             done = scale(
-                load, deployed, role, n, options, progress, lambda: _secrets(deployed_plan),
+                load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
                 dry_run, float(timeout), float(drain_timeout),
             )
         except actions.UpFailed as exc:
@@ -109,10 +89,11 @@ def _lines(done: Scaled, dry_run: bool) -> list[str]:
     if dry_run:
         return [f"would start {u}" for u in m.start] + [
             f"would take {u} out of the router, drain it and stop it" for u in m.stop
-        ]
+        ] + [f"would restart {u} with the new members (P/D router)" for u in m.restart]
     out = [f"took {u} out of the router" for u in done.removed]
     out += [f"{u}: {how}; stopped" for u, how in done.drained.items()]
     out += [f"stopped {u}" for u in m.stop if u not in done.drained]
     out += [f"started {u}" for u in m.start]
+    out += [f"restarted {u} with the new members (P/D router)" for u in m.restart]
     out += [f"the router now sends to {u}" for u in done.added]
     return out + [f"{done.role}: {done.count} instance(s)"]

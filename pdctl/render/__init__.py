@@ -35,10 +35,10 @@ def render(plan: Plan) -> Bundle:
             objs = rewrite(objs, lambda ref: mirrored(ref, mirror))
         ordered = sorted(objs, key=lambda o: apply_rank(o["kind"]))
         return Bundle("kubernetes", tuple(kube.artifacts(plan, objs)), objects=tuple(ordered))
-    if plan.spec.autoscaling is not None:  # `pdctl autoscale` on hosts is not built yet
-        from pdctl.render.kube_autoscale import refuse_on_hosts
+    if plan.spec.autoscaling is not None:  # run by `pdctl autoscale`: checked here as on k8s
+        from pdctl.render.kube_autoscale import check_on_hosts
 
-        refuse_on_hosts()
+        check_on_hosts(plan)
     from pdctl.render import host
     from pdctl.render.host_scripts import host_scripts
 

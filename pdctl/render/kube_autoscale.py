@@ -159,10 +159,7 @@ def autoscale_objects(plan: Plan, objs: list[Obj]) -> list[Obj]:
     return out
 
 
-def refuse_on_hosts() -> None:
-    """`autoscaling` renders for Kubernetes only: on hosts nothing would act on it yet."""
-    raise SpecError(
-        "autoscaling runs on Kubernetes only for now: scaling on hosts is not built yet "
-        "(docs/autoscaling.md)",
-        path="autoscaling", fix="remove the autoscaling section, or deploy with target: kubernetes",
-    )
+def check_on_hosts(plan: Plan) -> None:
+    """On SSH hosts `pdctl autoscale` runs the section: its roles, targets and budget are
+    checked when the spec renders (SpecError, located), as for Kubernetes."""
+    targets(plan, capacity(plan))

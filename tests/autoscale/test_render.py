@@ -161,12 +161,17 @@ def test_bad_values_are_one_located_line_exit_2(change: dict, where: str, tmp_pa
     assert where in err and "Traceback" not in err, err
 
 
-def test_autoscaling_on_hosts_is_refused_until_it_is_built(tmp_path: Path) -> None:
+def test_autoscaling_on_hosts_renders_and_is_checked(tmp_path: Path) -> None:
+    # `pdctl autoscale` runs the section on hosts: it renders, and its values are checked
     data = yaml.safe_load((ROOT / "examples" / "phase0-docker.yaml").read_text())
-    data["autoscaling"] = {"serve": {"maxReplicas": 2}}
+    data["autoscaling"] = {"serve": {"maxReplicas": 2, "target": 2}}
     spec = written(tmp_path / "spec.yaml", yaml.safe_dump(data))
+    code, out, err = run_cli(["render", str(spec)])
+    assert code == 0, (out, err)
+    data["autoscaling"] = {"decode": {"maxReplicas": 2, "target": 2}}
+    written(spec, yaml.safe_dump(data))
     code, _, err = run_cli(["render", str(spec)])
-    assert code == 2 and "autoscaling" in err and "not built yet" in err, err
+    assert code == 2 and "autoscaling.decode" in err and "phase 0 has no decode" in err, err
 
 
 def test_explain_says_how_targets_are_derived() -> None:

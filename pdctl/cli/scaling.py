@@ -1,0 +1,40 @@
+"""What `pdctl scale` and `pdctl autoscale` share: the spec planned at given role counts, and
+the secrets a started engine needs."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pdctl import inputs
+from pdctl.errors import PdctlError
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
+    from pdctl.preflight.facts import Facts
+    from pdctl.render.bundle import Bundle
+    from pdctl.scale import Load
+
+
+def secrets(plan: Plan) -> dict[str, str]:
+    """The secret values a started engine needs, from the environment (as `up` reads them)."""
+    missing = [s.source for s in plan.secrets if s.source not in os.environ]
+    if missing:
+        raise PdctlError(f"environment variable {missing[0]} is not set; export it first")
+    return {s.name: os.environ[s.source] for s in plan.secrets}
+
+
+def scaled_loader(
+    texts: list[tuple[str, str]], phase: int | None, target: str | None,
+    facts: Facts | None, where: str,
+) -> Load:
+    """The spec planned and rendered with roles' replicas set (none set: the spec as written);
+    `where` names the overlay in errors (e.g. `serve=5:1: serve.replicas: ...`)."""
+
+    def load(counts: dict[str, int]) -> tuple[Plan, Bundle]:
+        extra = [(f"{r}: {{replicas: {n}}}\n", where) for r, n in sorted(counts.items())]
+        parsed, source = inputs.read_spec(texts + extra)
+        plan = inputs.plan_spec(parsed, source, phase, target, facts=facts, scaled=bool(counts))
+        return plan, inputs.render_plan(plan, source)
+
+    return load
