@@ -48,6 +48,13 @@ def read_spec(texts: list[tuple[str, str]]) -> tuple[Spec, Source]:
             check_max_model_len(spec, *known_model_config(spec, source.file))
         except SpecError as exc:
             raise source.locate(exc) from None
+    for role in ("serve", "prefill", "decode"):  # speculative.config: a draft's config.json
+        s = getattr(getattr(spec, role, None), "speculative", None)
+        if s is not None and s.config:
+            try:
+                s._draft = _model_config(s.config, source.file, f"{role}.speculative.config")
+            except SpecError as exc:
+                raise source.locate(exc) from None
     return spec, source
 
 
@@ -180,25 +187,25 @@ def read_model_config(ref: str, spec_file: str, source: Source | None = None) ->
         raise (source.locate(exc) if source is not None else exc) from None
 
 
-def _model_config(ref: str, spec_file: str) -> dict[str, Any]:
+def _model_config(ref: str, spec_file: str, path: str = "model.config") -> dict[str, Any]:
     base = Path.cwd() if spec_file in ("-", "<stdin>") else Path(spec_file).resolve().parent
     file = Path(ref).expanduser()
     file = file if file.is_absolute() else base / file
     fix = "give the path of the model's config.json"
     if not file.is_file():
         what = "no such file" if not file.exists() else "not a regular file"
-        raise SpecError(f"{what}: {file}", path="model.config", fix=fix)
+        raise SpecError(f"{what}: {file}", path=path, fix=fix)
     try:
         data = json.loads(read_bounded(file, MAX_CONFIG_BYTES, str(file)))
     except SpecError as exc:
-        raise SpecError(f"{file}: {exc.message}", path="model.config", fix=exc.fix) from None
+        raise SpecError(f"{file}: {exc.message}", path=path, fix=exc.fix) from None
     except RecursionError:
-        raise SpecError(f"{file} is nested too deeply", path="model.config", fix=fix) from None
+        raise SpecError(f"{file} is nested too deeply", path=path, fix=fix) from None
     except ValueError as exc:  # JSONDecodeError; an int past 4,300 digits
         what = str(exc) if isinstance(exc, json.JSONDecodeError) else "a number is too long"
-        raise SpecError(f"cannot read {file} as JSON: {what}", path="model.config") from None
+        raise SpecError(f"cannot read {file} as JSON: {what}", path=path) from None
     if not isinstance(data, dict):
-        raise SpecError(f"{file} is not a JSON object", path="model.config", fix=fix)
+        raise SpecError(f"{file} is not a JSON object", path=path, fix=fix)
     return data
 
 

@@ -3,9 +3,9 @@ offloading to host memory (`engine.kvOffload`). docs/spec.md#speculative-decodin
 #kv-offloading say what each renders to; the keys are vLLM's `SpeculativeConfig` fields
 (vllm/config/speculative.py, the same in 0.23.0 and 0.33.0)."""
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from pdctl.spec.base import Section, refuse
 from pdctl.spec.value import Argument
@@ -36,6 +36,12 @@ class Speculative(Section):
     num_speculative_tokens: int = Field(
         ..., ge=1, le=64, description="Tokens proposed per step (`num_speculative_tokens`).",
     )
+    config: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="Local path of the draft's config.json (relative to the spec file) so "
+        "that `pdctl plan` counts a draft that is not in its model table: its layers, KV and "
+        "weights. Read by pdctl only; not passed to vLLM. eagle, eagle3 and draft_model.",
+    )
     draft_tensor_parallel: int | None = Field(
         None, ge=1, le=64,
         description="Tensor parallelism of the draft (`draft_tensor_parallel_size`): 1 or the "
@@ -52,6 +58,13 @@ class Speculative(Section):
         "(5, or prompt_lookup_min when only that is given).",
     )
 
+    _draft: dict[str, Any] | None = PrivateAttr(None)
+
+    @property
+    def draft_config(self) -> dict[str, Any] | None:
+        """`config`'s values, set by pdctl.inputs when the spec is read (None: not given)."""
+        return self._draft
+
     @model_validator(mode="after")
     def _combination(self) -> "Speculative":
         m = self.method
@@ -64,6 +77,11 @@ class Speculative(Section):
             raise refuse(
                 "method ngram runs no draft model, so draftTensorParallel means nothing",
                 "remove draftTensorParallel",
+            )
+        if m not in DRAFTED and self.config is not None:
+            raise refuse(
+                f"method {m} has no draft model whose config.json could be read",
+                "remove `config` (mtp reads the target's own config: model.config)",
             )
         if m in DRAFTED and self.model is None:
             raise refuse(

@@ -87,3 +87,55 @@ def test_notes_say_counted_or_why_not() -> None:
     unknown, _ = load_text(text % ("eagle3", "org/unknown-eagle3"), "s.yaml")
     (note,) = speculative_notes(unknown, model_config("Qwen/Qwen3-8B"))
     assert "not counted (the draft org/unknown-eagle3 is not in pdctl's model table" in note
+
+
+EAGLE3 = {  # SpecForge's Qwen3-8B EAGLE-3 head (configs/qwen3-8b-eagle3.json), tests/gpu/models
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 12288, "num_hidden_layers": 1, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "draft_vocab_size": 32000,
+    "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+}
+
+
+def test_eagle3_head_from_its_config() -> None:
+    """An EAGLE-3 head given as speculative.config (llama_eagle3.py, 0.23.0): first layer's
+    qkv reads 2h: 8,192 x (4,096 + 2 x 1,024) = 50,331,648; o 4,096 x 4,096 = 16,777,216;
+    MLP 3 x 4,096 x 12,288 = 150,994,944; fc 3h x h = 50,331,648; lm_head over the draft
+    vocabulary 32,000 x 4,096 = 131,072,000; embedding shared: 399,507,456 x 2 B. One KV
+    layer as the target's: 147,456 + 4,096 B a token."""
+    spec = Speculative(method="eagle3", model="/m/qwen3-8b-eagle3", num_speculative_tokens=3)
+    spec._draft = EAGLE3
+    alone = _mem("Qwen/Qwen3-8B", None)
+    both = _mem("Qwen/Qwen3-8B", spec)
+    assert both.weights - alone.weights == 399_507_456 * 2
+    assert both.kv_per_token == 147_456 + 4_096
+    # without the config the same head is unknown: nothing is counted
+    bare = Speculative(method="eagle3", model="/m/qwen3-8b-eagle3", num_speculative_tokens=3)
+    assert _mem("Qwen/Qwen3-8B", bare).kv_per_token == 147_456
+
+
+def test_draft_config_is_read_and_located(tmp_path) -> None:
+    """speculative.config is read when the spec is (relative to it); a missing file is one
+    located line; mtp/ngram take none."""
+    from pdctl.errors import SpecError
+    from pdctl.inputs import read_spec
+
+    (tmp_path / "head.json").write_text(__import__("json").dumps(EAGLE3))
+    text = ("name: e\nphase: 0\nmodel: {name: Qwen/Qwen3-8B}\nhosts:\n"
+            "  - {name: a, address: 192.0.2.10, gpus: [0]}\n"
+            "serve:\n  speculative: {method: eagle3, model: /m/h, numSpeculativeTokens: 3,"
+            " config: head.json}\n")
+    spec, _ = read_spec([(text, str(tmp_path / "s.yaml"))])
+    assert spec.serve.speculative.draft_config == EAGLE3
+    try:
+        read_spec([(text.replace("head.json", "none.json"), str(tmp_path / "s.yaml"))])
+        raise AssertionError("a missing draft config was accepted")
+    except SpecError as exc:
+        assert exc.path == "serve.speculative.config" and ":7: " in str(exc)
+        assert "no such file" in exc.message
+    mtp = text.replace("method: eagle3, model: /m/h", "method: mtp")
+    try:
+        load_text(mtp)
+        raise AssertionError("mtp with a draft config was accepted")
+    except SpecError as exc:
+        assert "remove `config`" in str(exc.fix)
