@@ -16,12 +16,14 @@ TOOLS = ("ruff>=0.6", "mypy>=1.10", "types-PyYAML", "types-paramiko")
 
 @nox.session(python=PYTHON)
 def ci(session: nox.Session) -> None:
-    """Everything CI runs, installed once: lint, types, unit tests, then e2e (slowest tests
-    listed, so a slow one shows in the log)."""
+    """Everything CI runs, installed once: lint, types, unit tests on two workers (modules that
+    share a test service on one: tests/conftest.py's SHARED), then e2e (slowest tests listed,
+    so a slow one shows in the log)."""
     session.install("-e", ".[test]", *TOOLS)
     session.run("ruff", "check", "pdctl", "tests", "benchmarks", "noxfile.py")
     session.run("mypy", "pdctl")
-    session.run("pytest", "-m", "not e2e", "--durations=15", *session.posargs)
+    unit = ("-m", "not e2e", "-n", "2", "--dist", "loadgroup", "--durations=15")
+    session.run("pytest", *unit, *session.posargs)
     session.run("pytest", "-m", "e2e", "--durations=40", *session.posargs)
 
 

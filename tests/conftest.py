@@ -34,15 +34,41 @@ K8S_VERSION = "1.29.0"
 LEFT = pytest.StashKey["object"]()  # the leftovers.snapshot() taken when the session starts
 
 
+# Under pytest-xdist (`pytest -n 2 --dist loadgroup`, as noxfile's `ci` runs the unit suite)
+# each module runs whole on one worker: its module fixtures start once, and its tests share
+# names (deployments, containers) and fixed ports with each other. The modules of one line
+# below share a resource of the test services and run on one worker, one after another:
+# dockerd's images (imported, pulled, built; test_target counts them). (The fixed serve ports
+# of the unit tests are bound by one module each; free_port gives each worker its own range.)
+SHARED = {
+    "dockerd": "targets/docker/ top/test_docker.py offline/test_images.py "
+    "render/test_host_scripts.py targets/hosts/test_port_owner.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config.option, "loadgroup", False):  # an xdist worker's, with --dist loadgroup
+        return
+    for item in items:
+        module = item.nodeid.split("::")[0].removeprefix("tests/")
+        group = next((g for g, mods in SHARED.items() for m in mods.split()
+                      if module.startswith(m)), module)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     from tests import leftovers
 
-    session.config.stash[LEFT] = leftovers.snapshot()
+    if not hasattr(session.config, "workerinput"):  # under xdist: the controller only
+        session.config.stash[LEFT] = leftovers.snapshot()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a process or a network namespace behind (tests/
-    leftovers.py), naming each; then stop them so that the next run starts clean."""
+    leftovers.py), naming each; then stop them so that the next run starts clean. Under xdist
+    the controller checks once, after every worker ended (their temporary folders are under
+    its own)."""
     from tests import leftovers
 
     before = session.config.stash.get(LEFT, None)

@@ -63,6 +63,12 @@ def pdctl(
     return in_process(list(args), full, Path(cwd or os.getcwd()), timeout, input or "")
 
 
+def worker() -> tuple[int, int]:
+    """(this pytest-xdist worker's number, the number of workers); (0, 1) without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def written(path: Path, text: str, encoding: str | None = None) -> Path:
     """`path`, with `text` written to it."""
     path.write_text(text, encoding=encoding)

@@ -8,8 +8,8 @@ stand-in engine started over SSH on a namespace host is not a child of pytest, b
 script of tests/ in a folder of tmp_path. Sessions of other checkouts (another tests/
 folder, another basetemp) are not matched; two sessions of one checkout at the same time can
 see each other's processes. A network namespace is the session's when it is
-new and not a fault host of another pytest process (tests/targets/faulthost.py names those
-after the pid).
+new and not a fault host of another process that still runs (tests/targets/faulthost.py names
+those after the pid of the pytest process).
 """
 
 from __future__ import annotations
@@ -99,11 +99,15 @@ def processes(before: Snapshot, marks: list[str]) -> list[Process]:
 
 
 def namespaces(before: Snapshot) -> list[str]:
-    """The network namespaces made since `before` that still exist (not another pytest
-    process's fault hosts)."""
+    """The network namespaces made since `before` that still exist (not the fault hosts of
+    another pytest process that still runs: those of pytest-xdist's workers are the
+    controller's once they ended)."""
     theirs = re.compile(r"pdf(\d+)x")
-    own = f"pdf{os.getpid() % 100000}x"
-    return sorted(n for n in _netns() - before.netns if n.startswith(own) or not theirs.match(n))
+    others = _pids() - {os.getpid()}
+    return sorted(
+        n for n in _netns() - before.netns
+        if not ((m := theirs.match(n)) and int(m[1]) in {p % 100000 for p in others})
+    )
 
 
 def stop(found: list[Process]) -> None:

@@ -35,13 +35,14 @@ def test_a_network_namespace_left_is_found_then_removed() -> None:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("needs root and iproute2 (ip netns)")
     before = leftovers.snapshot()
-    mine = f"pdf{os.getpid() % 100000}xleft"
-    other = f"pdf{(os.getpid() + 1) % 100000}xleft"  # another pytest's fault host
-    for name in (mine, other):
+    ended = subprocess.Popen(["true"])  # a pytest-xdist worker that ended: its fault hosts
+    ended.wait()  # are left behind; the parent runs on (another pytest's are not ours)
+    mine, gone, other = (f"pdf{p % 100000}xleft" for p in (os.getpid(), ended.pid, os.getppid()))
+    for name in (mine, gone, other):
         subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        assert leftovers.namespaces(before) == [mine]
-        leftovers.remove([mine])
+        assert leftovers.namespaces(before) == sorted([mine, gone])
+        leftovers.remove([mine, gone])
         assert leftovers.namespaces(before) == []
     finally:
-        leftovers.remove([mine, other])
+        leftovers.remove([mine, gone, other])

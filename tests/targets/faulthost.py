@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
+from tests.helpers import worker
 from tests.sshd import make_netns, need_root, remove_netns, start_sshd
 from tests.targets.testbed import SshEnv, TestHost
 
@@ -61,8 +62,9 @@ def _descendants(root: int, comm: str) -> list[int]:
 
 def _free_subnet() -> str:
     routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-    for i in range(50):
-        net = f"10.77.{200 + (os.getpid() + i) % 50}"
+    k, n = worker()  # 10.77.200-249 shared out among pytest-xdist's workers
+    for i in range(50 // n):
+        net = f"10.77.{200 + k * (50 // n) + (os.getpid() + i) % (50 // n)}"
         if f"{net}.0/24" not in routes:
             return net
     raise RuntimeError("no free 10.77.x.0/24 subnet")

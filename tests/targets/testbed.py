@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import pdctl  # noqa: F401 - the target tests import it from here
+from tests.helpers import pdctl, worker  # noqa: F401 - the target tests import pdctl from here
 
 HERE = Path(__file__).resolve().parent
 
 # Ports handed out by free_port come from below Linux's ephemeral range (32768-60999), so no
 # outgoing connection (an SSH session, a port forward) can take one between the check and the
-# engine's bind, and above the fixed ports the e2e tests use (18xxx).
-_PORTS = range(20000, 32000)
-_next_port = random.randrange(_PORTS.start, _PORTS.stop - 2000)
+# engine's bind, and above the fixed ports the e2e tests use (18xxx); each pytest-xdist worker
+# has its own share, so that two never hand out one port between its check and its bind.
+_K, _N = worker()
+_PORTS = range(20000 + _K * 12000 // _N, 20000 + (_K + 1) * 12000 // _N)
+_next_port = random.randrange(_PORTS.start, _PORTS.stop - len(_PORTS) // 6)
 
 
 def free_port(span: int = 4) -> int:
