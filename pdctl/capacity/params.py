@@ -222,6 +222,12 @@ def parse_config(
     moe_layers = layers - dense_layers
 
     dense_mlp = 3 * hidden * intermediate
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and not experts:
+        # Nemotron-H: each layer is ONE block, M Mamba, * attention, - MLP; the MLP is
+        # up + down with relu2, no gate (vLLM 0.23.0 nemotron_h.py NemotronHMLP l.95-128)
+        dense_layers, moe_layers = pattern.count("-"), 0
+        dense_mlp = 2 * hidden * intermediate
     expert_one = 3 * hidden * moe_inter
     router = hidden * experts
     other_per_moe_layer = router + 3 * hidden * shared

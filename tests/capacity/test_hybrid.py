@@ -160,3 +160,21 @@ def test_plan_table_describes_the_hybrid_layout(tmp_path) -> None:
     assert "hybrid: 13 full-attention layers keep KV, 36 linear/Mamba layers" in text
     assert "(282,624 B, block 288 tokens)" in text
     assert "serve.speculative (mtp): counted: the 1 MTP layer(s)" in text
+
+
+def test_nemotron_h_layers_are_one_block_each() -> None:
+    """Nemotron-H-8B-Base-8K (tests/gpu/models/nemotron-h-8b): a layer is ONE block of its
+    pattern letter, and its MLP is up + down (relu2, no gate: nemotron_h.py NemotronHMLP).
+    Embedding + head 2 x 131,072 x 4,096 = 1,073,741,824; 24 MLP layers x 2 x 4,096 x 21,504 =
+    4,227,858,432; 4 attention layers x 41,943,040 = 167,772,160; the Mamba-2 mixers
+    2,631,017,472; norms 52 x 2 x 4,096 + 4,096 = 430,080: 8,100,819,968 (was 17.6e9 when
+    every layer counted attention-free gated MLPs)."""
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).parents[1] / "gpu/models/nemotron-h-8b/config.json")
+                     .read_text())
+    m = model_config("nvidia/Nemotron-H-8B-Base-8K", raw)
+    assert m.hybrid is not None and m.hybrid.params == 2_631_017_472
+    assert (m.hybrid.full_layers, m.hybrid.linear_layers) == (4, 24)
+    assert m.params == 8_100_819_968

@@ -18,6 +18,7 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GIB, find_gpu
 from pdctl.capacity.memory import tokens_in
 from pdctl.capacity.models import BUILTIN
+from pdctl.spec.speculative import Speculative
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Log:
     non_torch_gib: float | None = None
     kv_gib: float | None = None
     tokens: int | None = None
+    # --speculative-config's method, num_speculative_tokens, model; "draft": the draft's
+    # config.json values (pdctl's speculative.config)
+    speculative: dict[str, Any] | None = None
     fits: bool = True  # vLLM started (False: it refused: no memory for one request)
     used_gib: float = 0.0  # memory other processes held on the GPU, where the reporter said
     kind: str = ""
@@ -80,8 +84,18 @@ def shape(log: Log) -> Shape:
         tp=log.tp, pp=log.pp, kv_cache_dtype=log.kv_cache_dtype, max_model_len=log.max_model_len,
         max_num_seqs=log.max_num_seqs, max_num_batched_tokens=log.max_num_batched_tokens,
         enforce_eager=log.enforce_eager, gpu=log.gpu, engine=log.version,
-        flashinfer_sampler=log.flashinfer,
+        flashinfer_sampler=log.flashinfer, speculative=_speculative(log.speculative),
     )
+
+
+def _speculative(given: dict[str, Any] | None) -> Speculative | None:
+    """The spec section a user would write for the log's --speculative-config."""
+    if given is None:
+        return None
+    s = Speculative(method=given["method"], model=given.get("model"),
+                    num_speculative_tokens=given["num_speculative_tokens"])
+    s._draft = given.get("draft")
+    return s
 
 
 def total_bytes(log: Log) -> int:
