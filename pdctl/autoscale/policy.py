@@ -11,7 +11,7 @@ queue is empty, and ahead of it when load ramps up), after the
 role's cooldown since its last action (scaleUpS before scaling up, scaleDownS before scaling
 down), within [minReplicas, maxReplicas], and never past the GPU budget (a scale-up gets the
 instances that fit, or waits; the reason says so). The same function serves the replay test bed
-(replay.py) and, later, `pdctl autoscale` on hosts (not built yet: docs/autoscaling.md)."""
+(replay.py) and `pdctl autoscale` on hosts (live.py, docs/autoscaling.md)."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ ROOT_HELP = (
     "  bench      Load SPEC's running deployment with its workload (`vllm...\n"
     "  tune       Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,...\n"
     "  scale      Set ROLE's instance count on SPEC's hosts: start new...\n"
+    "  autoscale  Scale SPEC's roles on its SSH hosts with the spec's...\n"
 )
 
 
