@@ -55,6 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = next((g for g, mods in SHARED.items() for m in mods.split()
                       if module.startswith(m)), module)
         item.add_marker(pytest.mark.xdist_group(group))
+    # the long shared groups first: handed out last, one would run alone at the end
+    items.sort(key=lambda i: i.get_closest_marker("xdist_group").args[0] not in SHARED)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
