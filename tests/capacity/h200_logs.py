@@ -24,7 +24,6 @@ from pdctl.capacity.fromlog import parse_log
 from tests.capacity.vllm_logs import Log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "h200-0.23"
-SOURCE = "tests/fixtures/vllm/h200-0.23/README.md"
 
 
 def held_out(file: str) -> bool:
@@ -48,32 +47,44 @@ class Run:
     tp: int = 1
     config: str | None = None  # a folder of models/ holding the config.json it ran with
     total_mib: int | None = None  # CUDA's total where it is not the H200's (a HAMi slice)
+    # --speculative-config: method, num_speculative_tokens, model; draft: the models/ folder
+    # of the draft's config.json (given to pdctl as speculative.config)
+    speculative: dict[str, Any] | None = None
     fits: bool = True
     tags: tuple[str, ...] = ()
 
 
-def config(name: str | None) -> dict[str, Any] | None:
+def config(name: str | None, folder: Path = FIXTURES) -> dict[str, Any] | None:
     if name is None:
         return None
-    loaded: dict[str, Any] = json.loads((FIXTURES / "models" / name / "config.json").read_text())
+    loaded: dict[str, Any] = json.loads((folder / "models" / name / "config.json").read_text())
     return loaded
 
 
+def runs(folder: Path) -> tuple[Run, ...]:
+    """The start-ups of FOLDER's runs.yaml, in its order."""
+    return tuple(
+        Run(**{**r, "tags": tuple(r.get("tags", ()))})
+        for r in yaml.safe_load((folder / "runs.yaml").read_text())
+    )
+
+
 # The 12 clean start-ups of the README, in its order (runs.yaml says which were left out).
-RUNS: tuple[Run, ...] = tuple(
-    Run(**{**r, "tags": tuple(r.get("tags", ()))})
-    for r in yaml.safe_load((FIXTURES / "runs.yaml").read_text())
-)
+RUNS: tuple[Run, ...] = runs(FIXTURES)
 
 
-def log_of(run: Run) -> Log:
+def log_of(run: Run, folder: Path = FIXTURES, gpu: str = "H200") -> Log:
     """The run as a vllm_logs.Log: conditions from the command line, figures from the log."""
-    seen = parse_log((FIXTURES / run.file).read_text())
+    seen = parse_log((folder / run.file).read_text())
+    spec = run.speculative
+    if spec is not None and spec.get("draft"):
+        spec = {**spec, "draft": config(spec["draft"], folder)}
+    where = gpu.lower()
     return Log(
-        name=f"{run.file.removesuffix('.log')} (H200, 0.23.0)",
-        url=f"../{SOURCE}",  # relative to docs/, where the benchmark's table goes
+        name=f"{run.file.removesuffix('.log')} ({gpu}, 0.23.0)",
+        url=f"../tests/fixtures/vllm/{folder.name}/README.md",  # relative to docs/
         version=seen.version or "0.23.0",
-        gpu="H200",
+        gpu=gpu,
         model=run.model,
         tp=run.tp,
         util=run.util,
@@ -83,16 +94,17 @@ def log_of(run: Run) -> Log:
         max_num_batched_tokens=run.max_num_batched_tokens,
         enforce_eager=run.enforce_eager,
         total_gib=run.total_mib / 1024 if run.total_mib else seen.total_gib,
-        config=config(run.config),
+        config=config(run.config, folder),
         weights_gib=seen.weights_gib,
         activation_gib=seen.activation_gib,
         non_torch_gib=seen.non_torch_gib,
         kv_gib=seen.kv_available_gib,
         tokens=seen.kv_tokens,
+        speculative=spec,
         fits=run.fits,
         kind=run.kind,
-        split="h200-holdout" if held_out(run.file) else "h200-fit",
-        tags=("V1", "H200", "0.23", "pass6", *run.tags),
+        split=f"{where}-holdout" if held_out(run.file) else f"{where}-fit",
+        tags=("V1", gpu, "0.23", "pass6", *run.tags),
     )
 
 
