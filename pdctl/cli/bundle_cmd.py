@@ -58,6 +58,12 @@ def register(app: typer.Typer) -> None:
             "700M; 2Gi) into parts PATH.000, PATH.001, ...; `up --bundle` and `preflight "
             "--bundle` join them again in DIR before checking them (docs/offline.md).",
         ),
+        skip: bool = typer.Option(
+            False, "--skip-installed",
+            help="Leave out the wheels whose NAME==VERSION every host that installs them has "
+            "in its engines' environment, as the --facts recording lists it (`up --bundle`'s "
+            "pip finds them installed; docs/offline.md).",
+        ),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,
@@ -93,6 +99,7 @@ def register(app: typer.Typer) -> None:
                              "Hub (model.lora.adapters with hf and revision)",
                              fix="leave out --adapters")
         found = needs(plan, weights=weights is not None, images=images, adapters=lora)
+        have = installed(facts, plan, found) if skip else None
         files = from_cache(plan, hf_cache()) if lora else None
         if images and not refs(plan):
             raise UsageError("--images: the spec runs no containers (no runtime docker host)",
@@ -108,7 +115,7 @@ def register(app: typer.Typer) -> None:
         tag = platform_for(platform, found)
         made = download(plan, found, version, tag, output,
                         lambda line: typer.echo(line, err=True), weights,
-                        refs(plan) if images else (), files, most)
+                        refs(plan) if images else (), files, most, have, str(facts or ""))
         what = f"Python {version}, {tag}" if found else "no wheels"
         if plan.on_kubernetes:
             what = f"images listed: {len(refs(plan))}"
@@ -121,6 +128,9 @@ def register(app: typer.Typer) -> None:
             what += f"; {len(cut)} files split into {sum(e.parts for e in cut)} parts"
         if made.images:
             what += f"; images: {', '.join(r for r, _, _ in made.images)}"
+        if skip:
+            what += (f"; {len(made.skipped)} wheels left out, "
+                     f"{sum(k.size for k in made.skipped) / 1e6:.1f} MB: the hosts have them")
         then = (f"push the images to a registry mirror with `sh {output}/images/mirror.sh "
                 f"HOST[:PORT]` and set kubernetes.imageMirror" if plan.on_kubernetes
                 else f"install with `pdctl up {spec} --bundle {output}`")
@@ -191,3 +201,31 @@ def recorded(facts: Path, plan: Any) -> tuple[str, str] | None:
     low = min(glibc)
     return (next(iter(pythons.values()), ""),
             f"manylinux_{low[0]}_{low[1]}_{next(iter(machines.values()))}")
+
+
+def installed(facts: Path | None, plan: Any, found: Any) -> dict[str, tuple[str, dict[str, str]]]:
+    """--skip-installed: host -> (the engines' environment, {name: version} installed there),
+    from each recorded bundle.txt of the hosts that install. UsageError without --facts, or
+    when a host's recording has no package list (an older pdctl's)."""
+    from pdctl.errors import UsageError
+    from pdctl.offline.need import canon
+    from pdctl.preflight.bundle import FILE, parse
+    from pdctl.preflight.record import read
+
+    if facts is None:
+        raise UsageError("--skip-installed: what the hosts have comes from a recording",
+                         fix="add --facts DIR (made by `pdctl preflight SPEC --record DIR`)")
+    raw = read(facts, tuple(h.name for h in plan.spec.hosts))
+    out = {}
+    for host in sorted({h for n in found for h in n.hosts}):
+        try:
+            seen = parse(raw[host][FILE]) if FILE in raw.get(host, {}) else None
+        except ValueError:
+            seen = None
+        if seen is None or seen.dists is None:
+            raise UsageError(f"--skip-installed: the recording {facts} lists no packages of "
+                             f"host {host} (no {host}/{FILE}, or one an older pdctl wrote)",
+                             fix="record the hosts again with `pdctl preflight SPEC --record "
+                             f"{facts}`")
+        out[host] = (seen.env, {canon(n): v for n, v in seen.dists})
+    return out

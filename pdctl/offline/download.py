@@ -17,7 +17,7 @@ from pathlib import Path
 from pdctl import __version__
 from pdctl.errors import PdctlError, UsageError
 from pdctl.offline import manifest as mf
-from pdctl.offline.need import Need
+from pdctl.offline.need import Need, canon
 from pdctl.plan.model import Plan
 
 
@@ -123,11 +123,14 @@ def bundle(
     images: tuple[str, ...] = (),
     adapters: dict[str, Path] | None = None,
     split: int = 0,
+    have: dict[str, tuple[str, dict[str, str]]] | None = None,
+    facts: str = "",
 ) -> mf.Manifest:
     """Download every environment's wheels into folder/wheels, copy the model's snapshot folder
     into folder/weights (`weights`) and the LoRA adapters' files (`adapters`: path below
-    folder/adapters -> source) into folder/adapters, cut files over `split` bytes into parts,
-    and write the manifest last."""
+    folder/adapters -> source) into folder/adapters, leave out the wheels every host that
+    installs them has (`have`: host -> (environment, {canon name: version}), from the
+    recording `facts`), cut files over `split` bytes into parts, and write the manifest last."""
     if weights is not None:
         snapshot_files(weights)  # refused before anything is downloaded
     if folder.exists() and not folder.is_dir():
@@ -160,16 +163,14 @@ def bundle(
     if plan.on_kubernetes:  # the image list and the script that fills a registry mirror
         im.write_mirror(folder, im.pinned(im.refs(plan), say), tars,
                         plan.spec.kubernetes.image_mirror)
+    closures: dict[Need, set[str] | None] = {}
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
-        cmd = pip_command(need, python, platform, folder / mf.WHEELS)
-        done = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            last = [ln for ln in done.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
-            raise PdctlError(
-                f"pip download of {' '.join(need.pips)} for Python {python} on {platform} "
-                f"failed: {last[0].strip()}"
-            )
+        closures[need] = download(need, python, platform, folder / mf.WHEELS)
+    skipped = () if have is None else skip_installed(folder / mf.WHEELS, closures, have)
+    if skipped:
+        say(f"left out {len(skipped)} wheels ({sum(k.size for k in skipped) / 1e6:.1f} MB) "
+            f"the hosts have (--skip-installed): {' '.join(k.dist for k in skipped)}")
     manifest = mf.Manifest(
         pdctl=__version__,
         spec=spec_hash(plan),
@@ -179,8 +180,49 @@ def bundle(
         files=mf.entries(folder),
         weights="" if weights is None else str(weights),
         images=tuple((i.ref, i.id, i.file) for i in tars),
+        skipped=skipped,
+        facts=facts if have is not None else "",
     )
     if split:
         manifest = mf.split(folder, manifest, split)
     mf.write(folder, manifest)
     return manifest
+
+
+def download(need: Need, python: str, platform: str, dest: Path) -> set[str] | None:
+    """`pip download` of one environment (its output shown on stderr as it comes); the names
+    of its closure (pip's `Successfully downloaded NAME ...`: every distribution it resolved,
+    those already in dest too), None when pip did not say."""
+    cmd = pip_command(need, python, platform, dest)
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            lines.append(line.strip())
+    if proc.returncode != 0:
+        last = [ln for ln in lines if ln][-1:] or ["(no output)"]
+        raise PdctlError(f"pip download of {' '.join(need.pips)} for Python {python} on "
+                         f"{platform} failed: {last[0]}")
+    said = [ln for ln in lines if ln.startswith("Successfully downloaded ")]
+    return {canon(n) for n in said[-1].split()[2:]} if said else None
+
+
+def skip_installed(wheels: Path, closures: dict[Need, set[str] | None],
+                   have: dict[str, tuple[str, dict[str, str]]]) -> tuple[mf.Skipped, ...]:
+    """Remove each wheel whose NAME==VERSION every host of every environment that resolved it
+    has (a service's venv is not recorded: its wheels stay, and so do those of an environment
+    whose closure pip did not name)."""
+    out = []
+    for path in sorted(wheels.glob("*.whl")):
+        name, version = path.name.split("-")[:2]
+        envs = [n for n, names in closures.items() if names is None or canon(name) in names]
+        hosts = sorted({h for n in envs for h in n.hosts})
+        if not envs or not all(n.hosts for n in envs) or any(
+                have[h][1].get(canon(name)) != version for h in hosts):
+            continue
+        out.append(mf.Skipped(path.name, f"{canon(name)}=={version}", path.stat().st_size,
+                              tuple((h, have[h][0]) for h in hosts)))
+        path.unlink()
+    return tuple(out)

@@ -31,6 +31,17 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """A wheel left out (`pdctl bundle --skip-installed`): every host that installs it has
+    its distribution already, in the environment the recording names (host -> env)."""
+
+    wheel: str  # the file name pip downloaded
+    dist: str  # NAME==VERSION
+    size: int
+    hosts: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     pdctl: str
     spec: str  # sha256 of the validated spec
@@ -40,6 +51,8 @@ class Manifest:
     files: tuple[Entry, ...]
     weights: str = ""  # the snapshot folder the weights/ files came from ("" = none)
     images: tuple[tuple[str, str, str], ...] = ()  # (reference, image id, images/NAME.tar)
+    skipped: tuple[Skipped, ...] = ()
+    facts: str = ""  # the recording --skip-installed read
 
     def as_data(self) -> dict[str, object]:
         return {
@@ -54,6 +67,9 @@ class Manifest:
             **({"weights": self.weights} if self.weights else {}),
             **({"images": [{"ref": r, "id": i, "file": f} for r, i, f in self.images]}
                if self.images else {}),
+            **({"facts": self.facts, "skipped": [
+                {"wheel": k.wheel, "dist": k.dist, "size": k.size, "installed": dict(k.hosts)}
+                for k in self.skipped]} if self.facts else {}),
         }
 
     def requirements(self) -> set[str]:
@@ -146,10 +162,13 @@ def read(folder: Path) -> Manifest:
                        for i in data.get("images", []))
         if any(f not in {e.path for e in files} for _, _, f in images):
             raise ValueError("an image's file is not in the files")
+        skipped = tuple(Skipped(str(k["wheel"]), str(k["dist"]), int(k["size"]),
+                                tuple((str(h), str(e)) for h, e in k["installed"].items()))
+                        for k in data.get("skipped", []))
         return Manifest(str(data["pdctl"]), str(data["spec"]), str(data["python"]),
                         str(data["platform"]), needs, files, str(data.get("weights", "")),
-                        images)
-    except (KeyError, TypeError, ValueError) as exc:
+                        images, skipped, str(data.get("facts", "")))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise BundleError(f"{where}: malformed manifest ({exc})",
                           fix="run `pdctl bundle SPEC -o DIR` again") from None
 

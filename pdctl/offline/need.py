@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pdctl.compat import NIXL_PIP
@@ -19,6 +20,14 @@ class Need:
     what: str  # "engine (venv)", "router", ...
     pips: tuple[str, ...]  # pinned requirements, e.g. ("vllm==0.23.0", "nixl==1.5.1")
     conda: bool = False  # a conda env (its Python is CONDA_PYTHON)
+    # The hosts whose engines' environment it is (bundle.txt lists what it holds: --skip-
+    # installed); () for a service's own venv, which no recording lists.
+    hosts: tuple[str, ...] = ()
+
+
+def canon(name: str) -> str:
+    """A distribution's name as pip compares them (https://peps.python.org/pep-0503/#normalized-names)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def connector_pip(plan: Plan) -> str | None:
@@ -64,7 +73,10 @@ def needs(plan: Plan, weights: bool = False, images: bool = False,
         for runtime in runtimes:
             if runtime == "venv" and plan.spec.engine.device != "cuda":
                 continue
-            out.append(Need(f"engines ({runtime})", tuple(pips), conda=runtime == "conda"))
+            hosts = sorted({u.host.name for u in engines
+                            if u.image is None and u.host.runtime == runtime})
+            out.append(Need(f"engines ({runtime})", tuple(pips), runtime == "conda",
+                            tuple(hosts)))
     for svc in plan.services:
         out.append(Need(svc.name, (svc.pip,)))
     if not out and not weights and not adapters and not docker:

@@ -4,7 +4,9 @@ its C library and machine against the bundle's wheel platform tag, and free spac
 dataDir for the wheels and the environments they unpack into (docs/offline.md).
 
 The commands run on every venv and conda host (one short file, bundle.txt); the findings come
-only with --bundle, from the manifest's Python, platform and size (`Wanted`)."""
+only with --bundle, from the manifest's Python, platform and size (`Wanted`). bundle.txt also
+lists the distributions installed in the engines' environment, for `pdctl bundle --facts DIR
+--skip-installed`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from pdctl.preflight.finding import Finding, gib
-from pdctl.render.template import quote_path
+from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
 FILE = "bundle.txt"
@@ -22,6 +24,11 @@ ROOM = 3
 # Legacy manylinux tags and the glibc they mean (PEP 600:
 # https://peps.python.org/pep-0600/#legacy-manylinux-tags).
 LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+# The environment's distributions, one `dist NAME VERSION` line each (importlib.metadata: no pip
+# needed; -I: not the working folder's, not the user's site-packages), at most DISTS lines.
+LIST = ('import importlib.metadata as m; [print("dist", d.metadata["Name"], d.version) '
+        'for d in m.distributions() if d.metadata["Name"]]')
+DISTS = 5000
 
 
 @dataclass(frozen=True)
@@ -45,16 +52,31 @@ class Seen:
     machine: str  # uname -m
     free_kib: int | None
     mount: str
+    env: str = ""  # the environment the distributions were listed in ("": none there yet)
+    dists: tuple[tuple[str, str], ...] | None = None  # (name, version); None: not recorded
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """One file of `key value` lines: the Python of the host's venv (python3 where the venv
     does not exist yet: the start script makes it from python3), glibc, machine, free space
-    where dataDir is or will be."""
+    where dataDir is or will be; then the distributions of the engines' environment (`dist`
+    lines, none where it does not exist yet) and `dists listed`."""
     if host.runtime == "docker":
         return {}
-    venv = quote_path(host.venv) if host.runtime == "venv" and host.venv else "''"
+    venv = "''"
+    if host.runtime == "venv":  # render/host.engine_setup's venv
+        venv = quote_path(host.venv or f"~/.pdctl/venv/vllm-{spec.engine.version}")
     data = quote_path(host.data_dir)
+    listing = f"-I -c {quote(LIST)} 2>/dev/null | head -n {DISTS}"
+    if host.runtime == "conda":  # as preflight/group.py finds conda
+        env = quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
+        dists = ('c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; '
+                 "for d in ~/miniforge3 ~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do "
+                 '[ -x "$c" ] || c="$d/bin/conda"; done; '
+                 f'if [ -x "$c" ]; then '
+                 f'echo "env "{env}; "$c" run -n {env} python {listing}; fi; ')
+    else:
+        dists = f'if [ -x "$v/bin/python" ]; then echo "env $v"; "$v/bin/python" {listing}; fi; '
     return {FILE: (
         f'v={venv}; if [ -n "$v" ] && [ -x "$v/bin/python" ]; then py="$v/bin/python"; '
         'else py=python3; fi; echo "from $py"; '
@@ -62,13 +84,16 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         '2>/dev/null)"; '
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
         f'p={data}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
-        'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\''
+        'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\'; '
+        + dists + 'echo "dists listed"'
     )}
 
 
 def parse(text: str) -> Seen:
     """bundle.txt's lines; ValueError for a text that is not one."""
     got = dict(ln.partition(" ")[::2] for ln in text.splitlines() if ln.strip())
+    dists = tuple((d[1], d[2]) for d in (ln.split() for ln in text.splitlines())
+                  if len(d) == 3 and d[0] == "dist")
     if "machine" not in got or "python" not in got:
         raise ValueError("no python or machine line")
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
@@ -77,6 +102,7 @@ def parse(text: str) -> Seen:
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
+        env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
     )
 
 

@@ -1,0 +1,118 @@
+"""`pdctl bundle --facts DIR --skip-installed`: preflight's bundle.txt lists the distributions of
+each host's engines' environment (real sshd hosts lo1 and lo2 of tests/services.sh, real venvs);
+a wheel every host that installs it has is left out of the bundle and named in the manifest,
+one a host lacks stays; pip installs from the bundle with no index where the left-out one is
+installed, and names it where it is not; a recording without the list is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pdctl.cli.bundle_cmd import installed
+from pdctl.offline import manifest as mf
+from pdctl.offline.download import bundle
+from pdctl.offline.need import Need
+from pdctl.offline.ship import ship
+from pdctl.plan import make_plan
+from pdctl.preflight.bundle import parse
+from pdctl.render.host import wheels_dir
+from pdctl.spec import load_text
+from pdctl.targets.ssh import Connection, SshOptions
+from tests.helpers import known, pdctl
+from tests.offline.test_bundle import recording
+from tests.targets.testbed import host_entry, ssh_env, stand_in_spec  # noqa: F401 - fixture
+
+SIX = "six-1.17.0-py2.py3-none-any.whl"
+DATEUTIL = "python_dateutil-2.9.0.post0-py2.py3-none-any.whl"
+WANT = ("python-dateutil==2.9.0.post0",)  # depends on six (>=1.5)
+TAG = "manylinux_2_28_x86_64"
+
+
+def venv(path: Path, pip: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", *([] if pip else ["--without-pip"]), str(path)],
+                   check=True)
+    return path
+
+
+def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp_path):  # noqa: F811
+    # lo1's venv has six 1.17.0 (from a wheel pip downloads here), lo2's has nothing
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                    str(tmp_path / "w"), "six==1.17.0"], check=True)
+    with_six = venv(tmp_path / "venv-a", pip=True)
+    subprocess.run([with_six / "bin/python", "-m", "pip", "install", "-q", "--no-index",
+                    str(tmp_path / "w" / SIX)], check=True)
+    hosts = [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(with_six), gpus=[0]),
+             host_entry(ssh_env, ssh_env.host("lo2"), tmp_path,
+                        venv=str(venv(tmp_path / "venv-b", pip=False)), gpus=[0])]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(stand_in_spec("skip", hosts, {"replicas": 2, "port": 18998},
+                                                 engine={"device": "cuda"}), sort_keys=False))
+    rec = tmp_path / "rec"
+    got = pdctl("preflight", str(spec), "--record", str(rec), "--no-transfer", *known(ssh_env))
+    assert got.returncode in (0, 1), got.stderr
+    lo1, lo2 = (parse((rec / h / "bundle.txt").read_text()) for h in ("lo1", "lo2"))
+    assert lo1.env == str(with_six) and ("six", "1.17.0") in (lo1.dists or ()), lo1
+    assert lo2.env == str(tmp_path / "venv-b") and lo2.dists == (), lo2
+
+    plan = make_plan(load_text(spec.read_text(), "spec.yaml")[0])
+    said: list[str] = []
+    one = (Need("engines (venv)", WANT, hosts=("lo1",)),)
+    made = bundle(plan, one, "3.11", TAG, tmp_path / "b", said.append,
+                  have=installed(rec, plan, one), facts=str(rec))
+    assert [e.path for e in made.files] == [f"wheels/{DATEUTIL}"]
+    assert made.skipped == (mf.Skipped(SIX, "six==1.17.0", (tmp_path / "w" / SIX).stat().st_size,
+                                       (("lo1", str(with_six)),)),)
+    assert mf.verify(tmp_path / "b") == made and not (tmp_path / "b/wheels" / SIX).exists()
+    data = json_of(tmp_path / "b")
+    assert data["facts"] == str(rec) and data["skipped"][0]["installed"] == {"lo1": str(with_six)}
+
+    # pip installs from the bundle alone: six is found installed in lo1's venv
+    ship(plan, tmp_path / "b", made, SshOptions(known_hosts=ssh_env.known_hosts))
+    there = wheels_dir(plan, plan.spec.hosts[0])
+    assert sorted(p.name for p in Path(there).iterdir()) == [DATEUTIL]
+    install = (f"{with_six}/bin/python -m pip install --no-index --find-links {there} "
+               f"{WANT[0]}")
+    conn = Connection(plan.spec.hosts[0], SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    try:
+        done = conn.run(install)
+        assert done.rc == 0, done.out + done.err
+        # the host changed after the recording: pip names what the bundle left out
+        conn.run(f"{with_six}/bin/python -m pip uninstall -y -q six python-dateutil")
+        again = conn.run(install)
+        assert again.rc == 1 and "No matching distribution found for six" in again.err, again.err
+    finally:
+        conn.close()
+
+    # lo2 installs it too and lacks six; a service's venv (not recorded) wants six: both keep it
+    for found in ((Need("engines (venv)", WANT, hosts=("lo1", "lo2")),),
+                  (*one, Need("router", ("six==1.17.0",)))):
+        kept = bundle(plan, found, "3.11", TAG, tmp_path / "b", said.append,
+                      have=installed(rec, plan, found[:1]), facts=str(rec))
+        assert [e.path for e in kept.files] == [f"wheels/{DATEUTIL}", f"wheels/{SIX}"]
+        assert kept.skipped == () and "1 files already present" in " ".join(said[-6:]), said
+
+
+def json_of(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / mf.MANIFEST).read_text())
+
+
+def test_skip_installed_needs_a_recording_with_the_package_lists(tmp_path: Path):
+    rec = recording(tmp_path / "rec", {"gpu-a": ("3.12", "2.35")})  # no package list
+    args = ("bundle", "examples/phase2-nixl-hosts.yaml", "-o", str(tmp_path / "b"),
+            "--skip-installed")
+    for extra, says in (((), "error: --skip-installed: what the hosts have comes from a "
+                             "recording; add --facts DIR (made by `pdctl preflight SPEC "
+                             "--record DIR`)"),
+                        (("--facts", str(rec)), f"error: --skip-installed: the recording {rec} "
+                         "lists no packages of host gpu-a (no gpu-a/bundle.txt, or one an older "
+                         f"pdctl wrote); record the hosts again with `pdctl preflight SPEC "
+                         f"--record {rec}`")):
+        got = pdctl(*args, *extra)
+        assert got.returncode == 2 and got.stderr.strip().splitlines() == [says], got.stderr
+    assert not (tmp_path / "b").exists()
