@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,11 +32,26 @@ def pip_command(need: Need, python: str, platform: str, dest: Path) -> list[str]
         sys.executable, "-m", "pip", "download",
         "--only-binary=:all:",
         "--python-version", python,
-        "--platform", platform,
+        *(arg for tag in platforms(platform) for arg in ("--platform", tag)),
         "--implementation", "cp",
         "--dest", str(dest),
         *need.pips,
     ]
+
+
+def platforms(tag: str) -> list[str]:
+    """A manylinux_2_Y tag and every older one: a host with glibc 2.Y runs them all (PEP 600:
+    https://peps.python.org/pep-0600/), but pip takes a --platform tag as it is (it widens only
+    manylinux2014 and manylinux2010: https://github.com/pypa/pip/blob/23.2.1/src/pip/_internal/
+    utils/compatibility_tags.py#L46-L75), and CUDA wheels are often manylinux2014 or
+    manylinux_2_27. Other tags as given."""
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", tag)
+    if not m:
+        return [tag]
+    glibc, machine = int(m.group(1)), m.group(2)
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    return [t for y in range(glibc, 4, -1) for t in (
+        f"manylinux_2_{y}_{machine}", *([f"{legacy[y]}_{machine}"] if y in legacy else []))]
 
 
 def keep_good(folder: Path) -> int:

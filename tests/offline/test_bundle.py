@@ -14,7 +14,7 @@ import pytest
 
 from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
-from pdctl.offline.download import bundle, keep_good
+from pdctl.offline.download import bundle, keep_good, pip_command
 from pdctl.offline.need import Need, needs
 from pdctl.plan import make_plan
 from pdctl.plan.model import Plan
@@ -197,3 +197,15 @@ def test_the_hosts_python_and_platform_come_from_a_preflight_recording(tmp_path:
         got.stderr), got.stderr
     assert got.returncode == 1 and "for Python 3.12 on manylinux_2_31_x86_64 failed" in (
         got.stderr), got.stderr
+
+
+def test_a_manylinux_tag_takes_the_wheels_of_older_glibcs_too():
+    """pip takes a --platform tag as it is: manylinux_2_28 alone would miss the manylinux2014
+    and manylinux_2_27 wheels (most CUDA wheels) that a glibc 2.28 host runs."""
+    cmd = pip_command(Need("e", ("a==1",)), "3.11", "manylinux_2_28_x86_64", Path("w"))
+    tags = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--platform"]
+    assert tags[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"] and len(tags) == 27
+    assert {"manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert "manylinux_2_29_x86_64" not in tags
+    legacy = pip_command(Need("e", ("a==1",)), "3.11", "manylinux2014_aarch64", Path("w"))
+    assert legacy.count("--platform") == 1 and "manylinux2014_aarch64" in legacy
