@@ -60,6 +60,12 @@ def register(app: typer.Typer) -> None:
             "concurrency=N (N clients, each sending its next request when the last ends) or "
             "rate=R (Poisson, requests/s). Repeat for several loads.",
         ),
+        search: bool = typer.Option(
+            False, "--search",
+            help="At the first --load, plan the spec's engine settings and single changes to "
+            "them (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization, fp8 KV) and "
+            "rank them by modelled goodput against the workload's TTFT/TPOT targets.",
+        ),
         report_file: Path | None = typer.Option(
             None, "--report", metavar="FILE.html",
             help="Also write a self-contained HTML report: memory per GPU, packing advice.",
@@ -88,6 +94,10 @@ def register(app: typer.Typer) -> None:
             ttft_ms, tpot_ms, facts
         )
         at_loads = _at_loads(result, loads)
+        tried = None
+        if search:
+            tried = _search(spec_model, source, spec, loads, result, gpu, gpu_memory_gib,
+                            prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts)
         if output == "json":
             from pdctl.capacity.report_json import plan_dict
 
@@ -99,6 +109,10 @@ def register(app: typer.Typer) -> None:
                 data["fromLog"] = _compare(result, from_log)
             if loads:
                 data["loads"] = at_loads
+            if tried is not None:
+                from pdctl.capacity.search import ranking
+
+                data["search"] = ranking(tried, loads[0])
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         elif spec_model.engine.device == "cpu":  # no GPU: GPU capacity planning does not apply
             from pdctl.cli.plan_table import show_cpu
@@ -112,6 +126,10 @@ def register(app: typer.Typer) -> None:
                 show_comparison(_compare(result, from_log))
             if loads:
                 show_loads(at_loads)
+            if tried is not None:
+                from pdctl.cli.plan_table import show_search
+
+                show_search(tried, loads[0].label)
         if report_file is not None:
             from pdctl.capacity.report_json import plan_dict as as_dict
             from pdctl.cli.report_file import write_report
@@ -131,6 +149,20 @@ def _at_loads(result: Any, loads: list[Any]) -> list[dict[str, Any]]:
 
     t = result.traffic
     return [predict(result, x, t.ttft_ms, t.tpot_ms) for x in loads]
+
+
+def _search(spec: Any, source: Any, spec_file: str, loads: list[Any], result: Any,
+            *overrides: Any) -> list[Any]:
+    """`--search`: the settings ranked at the first --load (pdctl.capacity.search)."""
+    from pdctl.capacity.search import search
+
+    if not loads:
+        raise UsageError("--search ranks engine settings at a load: give one",
+                         fix="add --load concurrency=N or --load rate=R")
+    if result.traffic.ttft_ms is None and result.traffic.tpot_ms is None:
+        raise UsageError("--search ranks by goodput, which needs a latency target",
+                         fix="add --ttft-ms/--tpot-ms, or set workload.ttftMs/tpotMs")
+    return search(spec, lambda v: capacity_plan(v, source, spec_file, *overrides)[0], loads[0])
 
 
 def _cpu_kv_space(spec: Any) -> float | None:

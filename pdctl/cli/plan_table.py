@@ -495,6 +495,39 @@ def show_loads(loads: list[dict[str, Any]]) -> None:
     console.print(f"[dim]speed figures: {loads[0]['basis']}[/]")
 
 
+def show_search(tried: list[Any], load: str) -> None:
+    """Print `--search`: each candidate's modelled goodput, p90 latencies and throughput, best
+    first (fits 80 columns), and the pick against the spec's own settings."""
+    console = make_console(piped_width=132)
+    table = Table(title=f"engine settings at {load} (modelled)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("settings", no_wrap=True)
+    for name in ("goodput/s", "TTFT p90", "TPOT p90", "tok/s"):
+        table.add_column(name, justify="right", no_wrap=True)
+
+    def p90(f: dict[str, Any], key: str) -> str:
+        v = (f.get(key) or {}).get("p90")
+        return "-" if v is None else f"{v:,.0f} ms" if v >= 100 else f"{v:.1f} ms"
+
+    for t in tried:
+        f = t.figures or {}
+        out = f.get("outputThroughput")
+        table.add_row(t.label + (" *" if t.note else ""),
+                      "-" if t.goodput is None else f"{t.goodput:,.3g}", p90(f, "ttftMs"),
+                      p90(f, "tpotMs"), "-" if out is None else f"{out:,.0f}")
+    console.print(table)
+    for note in sorted({t.note for t in tried if t.note}):
+        console.print(f"* {note}")
+    own = next((t for t in tried if t.label == "as the spec"), None)
+    best = tried[0] if tried else None
+    if best is None or own is None or best is own or not best.goodput or not own.goodput:
+        console.print("recommended: the spec's own settings")
+        return
+    gain = best.goodput / own.goodput - 1
+    console.print(f"recommended: {best.label} ({best.goodput:,.3g} requests/s in SLO, "
+                  f"{gain:+.0%} over the spec's settings{'; ' + best.note if best.note else ''})")
+
+
 def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     """`pdctl plan` for an `engine.device: cpu` spec: GPU capacity planning does not apply (no
     GPU memory, no GPU roofline, no GPU to assume); what the model alone says is printed: its
