@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,29 +36,32 @@ K8S_VERSION = "1.29.0"
 LEFT = pytest.StashKey["object"]()  # the leftovers.snapshot() taken when the session starts
 
 
-# Under pytest-xdist (`pytest -n 2 --dist loadgroup`, as noxfile's `ci` runs the unit suite)
-# each module runs whole on one worker: its module fixtures start once, and its tests share
-# names (deployments, containers) and fixed ports with each other. The modules of one line
-# below share a resource of the test services and run on one worker, one after another:
-# dockerd's images (imported, pulled, built; test_target counts them). (The fixed serve ports
-# of the unit tests are bound by one module each; free_port gives each worker its own range.)
-SHARED = {
-    "dockerd": "targets/docker/ top/test_docker.py offline/test_images.py "
-    "render/test_host_scripts.py targets/hosts/test_port_owner.py",
-}
+# Under pytest-xdist (`-n 2 --dist loadgroup`: noxfile's ci) a module runs whole on one worker
+# (module fixtures start once; its tests share names and fixed ports), and the modules of a
+# SHARED group (they share dockerd's images: imported, pulled, counted) on one, handed out first.
+SHARED = {"dockerd": "targets/docker/ top/test_docker.py offline/test_images.py "
+          "render/test_host_scripts.py targets/hosts/test_port_owner.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not getattr(config.option, "loadgroup", False):  # an xdist worker's, with --dist loadgroup
-        return
-    for item in items:
-        module = item.nodeid.split("::")[0].removeprefix("tests/")
-        group = next((g for g, mods in SHARED.items() for m in mods.split()
-                      if module.startswith(m)), module)
-        item.add_marker(pytest.mark.xdist_group(group))
-    # the long shared groups first: handed out last, one would run alone at the end
-    items.sort(key=lambda i: i.get_closest_marker("xdist_group").args[0] not in SHARED)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker's, with --dist loadgroup
+        for item in items:
+            module = item.nodeid.split("::")[0].removeprefix("tests/")
+            item.add_marker(pytest.mark.xdist_group(next(
+                (g for g, ms in SHARED.items() for m in ms.split() if module.startswith(m)),
+                module)))
+        items.sort(key=lambda i: i.get_closest_marker("xdist_group").args[0] not in SHARED)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's: a worker starts with COLUMNS=80 and LINES=24,
+def pytest_configure_node(node: Any) -> None:  # so it takes the controller's (wide tables)
+    node.workerinput["term"] = {k: os.environ.get(k) for k in ("COLUMNS", "LINES")}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, value in getattr(config, "workerinput", {}).get("term", {}).items():
+        os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -69,8 +74,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a process or a network namespace behind (tests/
     leftovers.py), naming each; then stop them so that the next run starts clean. Under xdist
-    the controller checks once, after every worker ended (their temporary folders are under
-    its own)."""
+    the controller checks once, after the workers (their basetemps are in its own)."""
     from tests import leftovers
 
     before = session.config.stash.get(LEFT, None)

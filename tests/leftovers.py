@@ -100,14 +100,10 @@ def processes(before: Snapshot, marks: list[str]) -> list[Process]:
 
 def namespaces(before: Snapshot) -> list[str]:
     """The network namespaces made since `before` that still exist (not the fault hosts of
-    another pytest process that still runs: those of pytest-xdist's workers are the
-    controller's once they ended)."""
-    theirs = re.compile(r"pdf(\d+)x")
-    others = _pids() - {os.getpid()}
-    return sorted(
-        n for n in _netns() - before.netns
-        if not ((m := theirs.match(n)) and int(m[1]) in {p % 100000 for p in others})
-    )
+    another process that still runs: an ended xdist worker's are its controller's)."""
+    theirs, others = re.compile(r"pdf(\d+)x"), {p % 100000 for p in _pids() - {os.getpid()}}
+    return sorted(n for n in _netns() - before.netns
+                  if not ((m := theirs.match(n)) and int(m[1]) in others))
 
 
 def stop(found: list[Process]) -> None:
