@@ -16,38 +16,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 import yaml
 
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.docker.engine import client_for, create_kwargs
+from pdctl.targets.docker.engine import create_kwargs
 from tests.helpers import checked
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
-from tests.targets.docker.test_target import IMAGE, engine_rootfs, ensure_engine_image
+from tests.targets.docker.test_target import IMAGE
+from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.hosts.test_hami_hosts_up import ROUTER
 from tests.targets.testbed import free_port, pdctl, write_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    """The test dockerd with the stand-in engine image (tests/targets/docker/test_target.py)."""
-    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
-    busybox = shutil.which("busybox")
-    if not url or busybox is None:
-        pytest.skip("needs the test dockerd (tests/services.sh) and busybox-static")
-    client = client_for(url)
-    ensure_engine_image(client, engine_rootfs(busybox))
-    yield client
-    client.close()
 
 
 def router_venv(tmp: Path) -> Path:

@@ -140,16 +140,15 @@ def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> 
     first restart with the engine's own error, not a timeout after a crash loop."""
     from pdctl.errors import PdctlError
     from pdctl.targets.docker.engine import Engine
-    from pdctl.targets.docker.wait import wait_healthy
-    from tests.targets.docker.test_target import unit
+    from tests.targets.docker.test_target import HOST, changes, unit, wait
 
-    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1)
-    name = "t-restart-dies-bad"
-    units = [unit(tgt.deployment, name, free_port(), model="/missing/model")]
+    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1, where=HOST.name)
+    name, port = "t-restart-dies-bad", free_port()
+    units = [unit(tgt.deployment, name, port, model="/missing/model")]
     try:
-        tgt.apply(units, tgt.changes(units), {})
+        tgt.apply(units, changes(tgt, units), {})
         with pytest.raises(PdctlError) as err:
-            wait_healthy({tgt.where: tgt}, [(tgt.where, name)], 120, lambda _h, _n: False)
+            wait(tgt, [(name, port)], 120)
         message = str(err.value)
         assert "Docker restarted it (restart policy unless-stopped)" in message, message
         assert "model path /missing/model does not exist" in message, message
