@@ -1,10 +1,11 @@
-"""`up` on bare metal: waiting until units are healthy (the Rollout's poll rounds).
+"""`up` waiting until units are healthy (the Rollout's poll rounds; the Docker target's too, an
+Engine answering for a host's units).
 
 A round asks the hosts in parallel (a host's units one after another, so that one
 observation of the host answers all of them), then decides unit by unit, in order: healthy,
-still starting (its stage and latest log line reported), failed (process exited, port held
-by another process, a node of its multi-node group failed, host lost) or, at the deadline,
-not healthy in time. The pause between rounds starts at FIRST_PAUSE and doubles up to the
+still starting (its stage and latest log line reported), failed (process or container
+exited, or restarted by Docker: UnitOps.ended says which; port held by another process, a
+node of its multi-node group failed, host lost) or, at the deadline, not healthy in time. The pause between rounds starts at FIRST_PAUSE and doubles up to the
 rollout's poll interval.
 """
 
