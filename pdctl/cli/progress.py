@@ -48,7 +48,7 @@ class ConsoleProgress:
         if self.live is None and message.endswith(": healthy"):
             # Without the live table each stage is a line, and the one that says "healthy"
             # (with the time waited) follows at once: hosts and Docker engines say it and
-            # report it as a stage (health_wait, docker_wait). One line, not two.
+            # report it as a stage (hosts/health_wait.py). One line, not two.
             return
         self.console.log(message)
 

@@ -19,7 +19,7 @@ from pdctl.errors import one_line
 
 API_KEY_ENV = "VLLM_API_KEY"  # the secret's name in secrets.env; vLLM reads this variable
 
-# How every target waits for health (hosts: health_wait, Docker engines: docker_wait).
+# How every target waits for health (hosts/health_wait.py, for SSH hosts and Docker engines).
 LOOK = 5.0  # seconds between two reads of a starting unit's log (its stage and latest line)
 # Seconds before the second poll round; each later pause is twice the last, up to the poll
 # interval: a unit that is up in a second is seen then, one that loads for minutes costs a

@@ -11,20 +11,21 @@ connection, or tcp:// with TLS). docker is imported lazily.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.errors import PdctlError
-from pdctl.render.container import DEPLOYMENT, ROLE, UNIT, Container
+from pdctl.render.container import DEPLOYMENT, HASH, UNIT, Container
 from pdctl.render.host import GRACE_SECONDS
 from pdctl.targets.base import Stage
 from pdctl.targets.docker.pull import present, pull
 from pdctl.targets.docker.transport import DockerAccess, connect
-from pdctl.targets.state import Change
-
-HASH = "pdctl.io/hash"
+from pdctl.targets.health import API_KEY_ENV, Health, probe
+from pdctl.targets.outcome import NoLog
+from pdctl.targets.state import Change, Observed
 
 
 def client_for(base_url: str, access: Any = None, name: str = "docker", host: Any = None) -> Any:
@@ -115,10 +116,26 @@ def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None
     return opts
 
 
+def observed(host: str, c: Any) -> Observed:
+    """A container as the hosts target reads a unit (state.Observed): its unit and hash labels,
+    its status, its short id as the pid, how often Docker restarted it."""
+    count, running = int(c.attrs.get("RestartCount") or 0), c.status == "running"
+    unit, digest = c.labels.get(UNIT, c.name), c.labels.get(HASH, "")
+    return Observed(host, unit, digest, running, c.short_id, count, c.status, "docker")
+
+
+def restart_policy(container: Any) -> str:
+    """The container's restart policy as `docker run --restart` writes it."""
+    policy = (container.attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+    name, retries = policy.get("Name") or "no", policy.get("MaximumRetryCount") or 0
+    return f"{name}:{retries}" if retries else name
+
+
 @dataclass
 class Engine:
-    """One Docker engine (a docker SDK client) running containers of one deployment: what
-    ContainerHosts (target.py) and wait.py take for each host."""
+    """One Docker engine (a docker SDK client) running containers of one deployment: a host's
+    operations (pdctl.targets.hosts.per_host.UnitOps) for the hosts' shared verbs and health
+    wait, and the containers' create, replace and remove for ContainerHosts.apply and down."""
 
     client: Any
     deployment: str
@@ -127,33 +144,87 @@ class Engine:
     home: str | None = None  # the Docker host's home folder (docker_home), for `~/` paths
     where: str = "docker"  # the host's name in the spec, for stage reports
     stage: Callable[[Stage], None] = lambda _s: None
+    address: str = "127.0.0.1"  # the host's address: engines are probed there from pdctl
     started: list[str] = field(default_factory=list)
+    restarts: dict[str, int] = field(default_factory=dict)  # the count each was first seen with
+    last: dict[str, Any] = field(default_factory=dict)  # unit -> its container as alive() saw it
+
+    @property
+    def name(self) -> str:
+        return self.where
 
     def containers(self) -> list[Any]:
         selector = {"label": f"{DEPLOYMENT}={self.deployment}"}
         found = self.client.containers.list(all=True, filters=selector)
         return [c for c in found if c.labels.get(DEPLOYMENT) == self.deployment]
 
-    def changes(self, wanted: list[Container]) -> list[Change]:
-        """What `up` does to each rendered container (and to this deployment's others)."""
-        live = {c.labels.get(UNIT): c for c in self.containers()}
-        out = []
-        for want in wanted:
-            c, role = live.get(want.name), dict(want.labels)[ROLE]
+    def observe(self) -> list[Observed]:
+        return [observed(self.where, c) for c in self.containers()]
+
+    def get(self, unit: str) -> Any:
+        """This deployment's container of `unit`; None when there is none."""
+        import docker
+
+        try:
+            c = self.client.containers.get(unit)
+        except docker.errors.NotFound:
+            return None
+        return c if c.labels.get(DEPLOYMENT) == self.deployment else None
+
+    def probe(
+        self, port: int, model: str, path: str = "/health", unit: str | None = None,
+        address: str = "127.0.0.1",
+    ) -> Health:
+        """The engine's health on its host's address and `port`, from where pdctl runs, with
+        the API key the container runs with (in a request header only)."""
+        c = self.get(unit) if unit is not None else None
+        key = env_value(c, API_KEY_ENV) if c is not None else None
+        opener = lambda: socket.create_connection((self.address, port), timeout=5)  # noqa: E731
+        return probe(opener, model, path, api_key=key)
+
+    def alive(self, unit: str) -> bool:
+        """Whether the unit's container runs, and Docker has not restarted it since this run
+        started it or first looked at it: an engine that dies while loading would otherwise
+        load again and again (its restart policy) until the deadline."""
+        c = self.last[unit] = self.get(unit)
+        if c is None:
+            return False
+        count = int(c.attrs.get("RestartCount") or 0)
+        first = self.restarts.setdefault(unit, 0 if unit in self.started else count)
+        return c.status == "running" and count <= first
+
+    def ended(self, unit: str) -> str:
+        c = self.last.get(unit)
+        if c is None:
+            return "the container is gone"
+        why = f"the container exited (status {c.attrs['State'].get('ExitCode')})"
+        if c.status == "restarting" or int(c.attrs.get("RestartCount") or 0) > self.restarts[unit]:
+            return f"{why} and Docker restarted it (restart policy {restart_policy(c)})"
+        return why
+
+    def tails(self, units: list[str], lines: int = 20, missing_ok: bool = False) -> dict[str, str]:
+        """The last `lines` of each unit's container log; NoLog for units without a container
+        (never started, or removed by down) unless `missing_ok` (then '')."""
+        out, missing = {}, []
+        for unit in units:
+            c = self.get(unit)
+            out[unit] = "" if c is None else c.logs(tail=lines).decode("utf-8", "replace")
             if c is None:
-                out.append(Change(self.where, want.name, role, "start", "new"))
-            elif c.labels.get(HASH) != want.hash:
-                out.append(Change(self.where, want.name, role, "restart", "spec changed"))
-            elif c.status != "running":
-                out.append(Change(self.where, want.name, role, "start", f"container {c.status}"))
-            else:
-                out.append(Change(self.where, want.name, role, "keep", "unchanged, running"))
-        names = {w.name for w in wanted}
-        for name, c in live.items():
-            if name not in names:
-                role = c.labels.get(ROLE, "-")
-                out.append(Change("-", str(name), role, "stop", "no longer in the spec"))
+                missing.append(unit)
+        if missing and not missing_ok:
+            raise NoLog(missing, self.where)
         return out
+
+    def tail(self, unit: str, lines: int = 20) -> str:
+        return self.tails([unit], lines, missing_ok=True)[unit]
+
+    def follow(self, unit: str, write: Callable[[str], object], lines: int = 50) -> None:
+        """Print a container's last `lines` and every new one until Ctrl-C or it ends."""
+        c = self.get(unit)
+        if c is None:
+            raise NoLog([unit], self.where)
+        for chunk in c.logs(tail=lines, stream=True, follow=True):
+            write(chunk.decode("utf-8", "replace"))
 
     def pull_missing(self, wanted: list[Container], changes: list[Change], timeout: float) -> None:
         """Pull the images of the containers `changes` start or replace that the engine lacks,
@@ -232,12 +303,13 @@ class Engine:
         container.remove(force=True)
         self.say(f"removed container {container.name}")
 
-    def rollback(self) -> None:
-        """Remove the containers this run created (after a failure or Ctrl-C)."""
+    def rollback(self) -> list[str]:
+        """Remove the containers this run created (after a failure or Ctrl-C); their names."""
         live = {c.labels.get(UNIT): c for c in self.containers()}
-        for name in reversed(self.started):
-            if name in live:
-                self._remove(live[name])
+        gone = [name for name in reversed(self.started) if name in live]
+        for name in gone:
+            self._remove(live[name])
+        return gone
 
     def down(self) -> list[str]:
         gone = []
@@ -245,15 +317,3 @@ class Engine:
             self._remove(c)
             gone.append(c.name)
         return gone
-
-    def tail(self, name: str, lines: int = 100) -> str:
-        return self.client.containers.get(name).logs(tail=lines).decode("utf-8", "replace")
-
-    def follow(self, name: str, write: Callable[[str], object], lines: int = 100) -> None:
-        """Print a container's last `lines` and every new one until Ctrl-C or it ends."""
-        stream = self.client.containers.get(name).logs(tail=lines, stream=True, follow=True)
-        try:
-            for chunk in stream:
-                write(chunk.decode("utf-8", "replace"))
-        except KeyboardInterrupt:
-            pass

@@ -8,10 +8,12 @@ from __future__ import annotations
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from pdctl.targets.base import Endpoint, Reply, Telemetry
 from pdctl.targets.health import http_request
+from pdctl.targets.hosts.observe import host_endpoints
 
 
 class DockerObserver:
@@ -20,21 +22,15 @@ class DockerObserver:
     def __init__(self, target: Any) -> None:  # ContainerHosts, which imports this module
         self.target = target
         self.unreachable: dict[str, str] = target.unreachable
-        target.connect()
-        insts = {i.name: i for i in target.plan.instances}
-        out = []
-        for host, units in target.units().items():
-            for u in units:
-                inst = insts.get(u.name)
-                gpus = tuple((host, g) for g in inst.gpus) if inst is not None else ()
-                seqs = inst.max_num_seqs if inst is not None else None
-                out.append(Endpoint(u.name, u.role, host, u.port or 0, u.host.address, seqs, gpus))
-        self.endpoints = sorted(out, key=lambda e: (e.role, e.name))
+        target.fleet.connect()
+        at = {h.name: h.address for h in target.plan.spec.hosts}  # from where pdctl runs
+        found = host_endpoints(target.plan, target.bundle)
+        self.endpoints = [replace(e, address=at[e.where]) for e in found]
         self.containers: dict[str, Any] = {}  # unit -> container, as last looked up
         self._find()
 
     def _find(self) -> None:
-        self.containers = {unit: c for (_host, unit), c in self.target.found().items()}
+        self.containers = {unit: c for (_host, unit), c in self.target.fleet.found().items()}
 
     def close(self) -> None:
         self.target.close()

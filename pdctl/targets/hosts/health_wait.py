@@ -1,10 +1,11 @@
-"""`up` on bare metal: waiting until units are healthy (the Rollout's poll rounds).
+"""`up` waiting until units are healthy (the Rollout's poll rounds; the Docker target's too, an
+Engine answering for a host's units).
 
 A round asks the hosts in parallel (a host's units one after another, so that one
 observation of the host answers all of them), then decides unit by unit, in order: healthy,
-still starting (its stage and latest log line reported), failed (process exited, port held
-by another process, a node of its multi-node group failed, host lost) or, at the deadline,
-not healthy in time. The pause between rounds starts at FIRST_PAUSE and doubles up to the
+still starting (its stage and latest log line reported), failed (process or container
+exited, or restarted by Docker: UnitOps.ended says which; port held by another process, a
+node of its multi-node group failed, host lost) or, at the deadline, not healthy in time. The pause between rounds starts at FIRST_PAUSE and doubles up to the
 rollout's poll interval.
 """
 
@@ -24,10 +25,9 @@ from pdctl.targets.stages import latest_line, stage_of
 from pdctl.targets.state import Desired
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-    from pdctl.render.bundle import Bundle
-    from pdctl.targets.hosts.fleet import Fleet
+    from pdctl.targets.hosts.per_host import UnitFleet
 
 ALIVE_EVERY = 1.0  # seconds: a unit's process is looked for at most this often while it starts
 # lines of a failed unit's log read for its failure line (pdctl/targets/crashline.py): vLLM's
@@ -47,28 +47,26 @@ class Look:
 
 
 class HealthWait:
-    """The health wait of pdctl.targets.hosts.rollout.Rollout (a mixin: it uses the rollout's
-    fleet, timeout, poll, events, lost hosts, groups and unit log tails)."""
+    """`up`'s health wait over a fleet's hosts (SSH: Rollout, pdctl.targets.hosts.rollout,
+    which undoes a run; Docker engines: pdctl.targets.docker.target). `leaders`: unit -> its
+    group's leader (None: its own group); `lost`: the hosts lost meanwhile."""
 
-    fleet: Fleet
-    bundle: Bundle
-    served: str
-    timeout: float
-    poll: float
-    keep_going: bool
-    interrupt: threading.Event
-    lost: set[str]
-    say: Callable[[str], None]
-    stage: Callable[[Stage], None]
+    def __init__(
+        self, fleet: UnitFleet, leaders: Mapping[str, str | None], served: str,
+        say: Callable[[str], None], stage: Callable[[Stage], None], timeout: float,
+        keep_going: bool = False, poll: float = 2.0, interrupt: threading.Event | None = None,
+    ) -> None:
+        self.fleet, self.leaders, self.served, self.say, self.stage = (
+            fleet, leaders, served, say, stage
+        )
+        self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
+        self.interrupt = interrupt or threading.Event()
+        self.lost: set[str] = set()
 
     def group_of(self, name: str) -> str:
         """The group a unit belongs to: its leader's name (a headless node of a multi-node
         group, plan/group.py), else its own."""
-        leaders = getattr(self, "_leaders", None)
-        if leaders is None:
-            leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
-            self._leaders = leaders
-        return leaders.get(name) or name
+        return self.leaders.get(name) or name
 
     def tail(self, host: str, unit: str) -> str:
         if unit == "-" or host in self.lost:
@@ -155,7 +153,8 @@ class HealthWait:
                         self.report(d, stage_of(look.log), latest_line(look.log), elapsed)
                     continue
                 pending.remove(d)
-                why = "the process exited" + (" before it became healthy" if d.port else "")
+                why = self.fleet.ops[d.host.name].ended(d.name)
+                why += " before it became healthy" if d.port else ""
                 failures.append(
                     UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
                 )

@@ -231,6 +231,9 @@ class HostOps:
             assert self._seen is not None
             return self._seen.get(unit, False)
 
+    def ended(self, unit: str) -> str:
+        return "the process exited"
+
     def _look(self) -> None:
         """One exec: what runs, and the last TAIL_AHEAD lines of every unit's log (the next
         tail() of each unit reads them instead of the host)."""

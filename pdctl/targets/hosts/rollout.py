@@ -58,19 +58,20 @@ class Rollout(HealthWait):
     """One `up` on bare metal: forward, undo; the health wait is HealthWait's
     (pdctl.targets.hosts.health_wait)."""
 
+    fleet: Fleet
+
     def __init__(
         self, fleet: Fleet, bundle: Bundle, desired: list[Desired], served: str,
         stage: Callable[[Stage], None], timeout: float, keep_going: bool, poll: float,
         interrupt: threading.Event, hurry: threading.Event,
     ) -> None:
-        self.fleet, self.bundle, self.desired, self.served = fleet, bundle, desired, served
-        self.say = fleet.say
-        self.stage = stage  # where each unit is while waiting
-        self.timeout, self.keep_going, self.poll = timeout, keep_going, poll
-        self.interrupt, self.hurry = interrupt, hurry
+        leaders = {u.unit.name: u.unit.leader for u in bundle.units}
+        super().__init__(
+            fleet, leaders, served, fleet.say, stage, timeout, keep_going, poll, interrupt
+        )
+        self.fleet, self.bundle, self.desired, self.hurry = fleet, bundle, desired, hurry
         self.done: list[Done] = []
         self.updated: set[tuple[str, str]] = set()  # stopped units whose scripts change
-        self.lost: set[str] = set()
         self.out = Outcome()
 
     # -- forward ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 start scripts, the prefill and decode engines start as containers on the host's network (the
 stand-in engine image listens on the spec's port itself, no `-p`), the router as a process;
 `status` finds them healthy, `docker inspect` shows the host network, the host IPC namespace,
-the unit folder mount and pdctl's environment; `down` removes them.
+the unit folder mount, pdctl's environment, the host's restart policy (default
+unless-stopped) and log rotation (default 100m x 5); an engine whose main process dies is
+brought back by Docker and `status` says how often; `down` removes them.
 
 The host is an sshd this module starts (as tests/targets/docker/test_ssh.py's, with SFTP for
 the deployment folder) whose sessions see DOCKER_HOST, so the scripts' `docker` reaches the
@@ -16,38 +18,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 import yaml
 
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.docker.engine import client_for, create_kwargs
+from pdctl.targets.docker.engine import create_kwargs
 from tests.helpers import checked
+from tests.targets.docker.test_restart import kill_main_process, restarted_once, status_rows
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
-from tests.targets.docker.test_target import IMAGE, engine_rootfs, ensure_engine_image
+from tests.targets.docker.test_target import IMAGE
+from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.hosts.test_hami_hosts_up import ROUTER
 from tests.targets.testbed import free_port, pdctl, write_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    """The test dockerd with the stand-in engine image (tests/targets/docker/test_target.py)."""
-    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
-    busybox = shutil.which("busybox")
-    if not url or busybox is None:
-        pytest.skip("needs the test dockerd (tests/services.sh) and busybox-static")
-    client = client_for(url)
-    ensure_engine_image(client, engine_rootfs(busybox))
-    yield client
-    client.close()
 
 
 def router_venv(tmp: Path) -> Path:
@@ -109,6 +98,18 @@ def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
             assert args[args.index("--port") + 1] == str(port)
             with socket.create_connection(("127.0.0.1", port), timeout=5):
                 pass  # the engine's own port, on the host, without a mapping
+            # the host's restart policy (default unless-stopped) and json-file rotation
+            policy = {"Name": "unless-stopped", "MaximumRetryCount": 0}
+            assert host_config["RestartPolicy"] == policy
+            assert host_config["LogConfig"] == {
+                "Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"},
+            }
+        # An engine whose main process dies is brought back by Docker; `status` says how often.
+        kill_main_process(docker_client.containers.get("dockpd-prefill-0"))
+        restarted_once(docker_client, "dockpd-prefill-0")
+        rows = status_rows(spec, *conn)
+        assert rows["dockpd-prefill-0"]["state"] == "running (restarted 1 time)", rows
+        assert rows["dockpd-decode-0"]["state"] == "running", rows
     finally:
         down = pdctl("down", str(spec), *conn)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -1,8 +1,8 @@
-"""Restart policy and log rotation of the containers pdctl starts, on the real dockerd: the
-rendered docker-start.sh over SSH and the docker SDK path (--docker-url) give each container
-the host's `restart` policy (default unless-stopped) and json-file rotation (default 100m x 5);
-an engine whose main process dies is brought back by Docker and `status` says how often;
-`down` removes the containers and none comes back."""
+"""Restart policy and log rotation of the containers the docker SDK path (--docker-url)
+starts, on the real dockerd: each container takes the host's `restart` policy and json-file
+rotation; an engine whose main process dies is brought back by Docker and `status` says how
+often; `down` removes the containers and none comes back. The rendered docker-start.sh over
+SSH is checked for the same in test_pd_up.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ import pytest
 import yaml
 
 from tests.helpers import checked
-from tests.targets.docker.test_pd_up import docker_client as docker_client  # noqa: F401
-from tests.targets.docker.test_pd_up import spec_file
-from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.docker.test_target import IMAGE
+from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, write_spec
 
 
@@ -43,38 +41,6 @@ def restarted_once(client, name: str) -> None:
 def status_rows(spec: Path, *args: str) -> dict[str, dict]:
     status = checked(pdctl("status", str(spec), "-o", "json", *args))
     return {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
-
-
-def test_ssh_containers_restart_unless_stopped_with_bounded_logs(
-    docker_client,  # noqa: F811
-    docker_sshd: DockerSshd,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    spec = spec_file(docker_sshd, tmp_path)
-    known = tmp_path / "known_hosts"
-    known.write_text(docker_sshd.known_line)
-    conn = ["--known-hosts", str(known)]
-    engines = ("dockpd-prefill-0", "dockpd-decode-0")
-    try:
-        checked(pdctl("up", str(spec), "--yes", *conn, "--timeout", "90"))
-        for name in engines:
-            host_config = docker_client.containers.get(name).attrs["HostConfig"]
-            assert host_config["RestartPolicy"] == {
-                "Name": "unless-stopped", "MaximumRetryCount": 0,
-            }
-            assert host_config["LogConfig"] == {
-                "Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"},
-            }
-        kill_main_process(docker_client.containers.get(engines[0]))
-        restarted_once(docker_client, engines[0])
-        rows = status_rows(spec, *conn)
-        assert rows[engines[0]]["state"] == "running (restarted 1 time)", rows[engines[0]]
-        assert rows[engines[1]]["state"] == "running", rows[engines[1]]
-    finally:
-        down = pdctl("down", str(spec), *conn)
-    assert down.returncode == 0, down.stdout + down.stderr
-    left = docker_client.containers.list(all=True, filters={"label": "pdctl.io/deployment=dockpd"})
-    assert left == []
 
 
 def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
@@ -140,16 +106,15 @@ def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> 
     first restart with the engine's own error, not a timeout after a crash loop."""
     from pdctl.errors import PdctlError
     from pdctl.targets.docker.engine import Engine
-    from pdctl.targets.docker.wait import wait_healthy
-    from tests.targets.docker.test_target import unit
+    from tests.targets.docker.test_target import HOST, changes, unit, wait
 
-    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1)
-    name = "t-restart-dies-bad"
-    units = [unit(tgt.deployment, name, free_port(), model="/missing/model")]
+    tgt = Engine(docker_client, "t-restart-dies", stop_seconds=1, where=HOST.name)
+    name, port = "t-restart-dies-bad", free_port()
+    units = [unit(tgt.deployment, name, port, model="/missing/model")]
     try:
-        tgt.apply(units, tgt.changes(units), {})
+        tgt.apply(units, changes(tgt, units), {})
         with pytest.raises(PdctlError) as err:
-            wait_healthy({tgt.where: tgt}, [(tgt.where, name)], 120, lambda _h, _n: False)
+            wait(tgt, [(name, port)], 120)
         message = str(err.value)
         assert "Docker restarted it (restart policy unless-stopped)" in message, message
         assert "model path /missing/model does not exist" in message, message

@@ -25,6 +25,7 @@ import yaml
 
 from pdctl.targets.health import probe
 from tests.helpers import checked
+from tests.targets.docker.test_progress import remove_all
 from tests.targets.docker.test_target import IMAGE, add, docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, stand_in_spec, write_spec
 
@@ -113,13 +114,6 @@ def spec_file(
 
 def url() -> list[str]:
     return ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
-
-
-def remove_all(client, deployment: str) -> None:
-    for c in client.containers.list(
-        all=True, filters={"label": f"pdctl.io/deployment={deployment}"}
-    ):
-        c.remove(force=True)
 
 
 def status_json(spec: Path, env: dict[str, str] | None = None) -> dict:
@@ -215,25 +209,27 @@ def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
             },
         )
         doc = status_json(spec)
-        assert rows(doc)[-1] == ("dkns-serve-7", "created (not in spec)", "-", "")
+        assert rows(doc)[-1] == ("dkns-serve-7", "stopped (not in spec)", "-", "")
         assert doc["instances"][-1]["pid"] == old.short_id
         assert [r[1] for r in rows(doc)[:2]] == ["not started", "not started"]
     finally:
         remove_all(docker_client, "dkns")
 
 
-NO_CONTAINER = "no instance of 'dklg' has a container on local (not started, or removed by down)"
+NO_CONTAINER = "dklg-serve-0, dklg-serve-1 on local: no log (not started, or removed by down)"
 
 
 @pytest.mark.parametrize("follow", [[], ["-f"]], ids=["tail", "follow"])
 def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, follow):  # noqa: F811
-    """Nothing of the deployment has a container: `logs` says so (exit 1); a unit the spec
-    plans has no log (exit 1, the SSH target's words); only a name the spec does not plan is
-    a usage error (exit 2) that lists the spec's units."""
+    """Nothing of the deployment has a container: `logs` says so (exit 1; -f of every unit is
+    the SSH target's usage error, exit 2); a unit the spec plans has no log (exit 1, the SSH
+    target's words); only a name the spec does not plan is a usage error (exit 2) that lists
+    the spec's units."""
     spec = spec_file(tmp_path, "dklg", replicas=2)
     every = pdctl("logs", str(spec), *follow, *url())
-    assert (every.returncode, every.stdout) == (1, ""), every
-    assert every.stderr.strip().splitlines() == ["error: " + NO_CONTAINER]
+    assert (every.returncode, every.stdout) == (2 if follow else 1, ""), every
+    one_unit = "error: -f follows one unit: name it (see `pdctl status`)"
+    assert every.stderr.strip().splitlines() == [one_unit if follow else "error: " + NO_CONTAINER]
     one = pdctl("logs", str(spec), "dklg-serve-1", *follow, *url())
     assert (one.returncode, one.stdout) == (1, ""), one
     no_log = "dklg-serve-1 on local: no log (not started, or removed by down)"

@@ -8,8 +8,8 @@ import io
 import json
 import os
 import shutil
-import socket
 import tarfile
+from threading import Event
 
 import pytest
 
@@ -19,8 +19,11 @@ from pdctl.render.container import Container, container
 from pdctl.render.host import unit_hash
 from pdctl.spec.model import Host
 from pdctl.targets.docker.engine import Engine, client_for, docker_home, host_path
-from pdctl.targets.docker.wait import wait_healthy
-from pdctl.targets.health import probe
+from pdctl.targets.docker.target import Engines
+from pdctl.targets.docker.transport import DockerAccess
+from pdctl.targets.hosts.health_wait import HealthWait
+from pdctl.targets.outcome import Outcome, UpFailed
+from pdctl.targets.state import Change, Desired, diff
 from tests.helpers import checked
 from tests.targets.testbed import free_port
 
@@ -172,14 +175,25 @@ def unit(
     return boxed(u, deployment, ("HF_TOKEN",))
 
 
-def healthy(port: int) -> bool:
-    return probe(lambda: socket.create_connection(("127.0.0.1", port), timeout=5), "tiny").ok
+def changes(engine: Engine, units: list[Container]) -> list[Change]:
+    """What `up` does to each container and to the engine's others (the hosts' state.diff)."""
+    return diff([Desired(HOST, u.name, "serve", u.hash, None) for u in units], engine.observe())
+
+
+def wait(engine: Engine, units: list[tuple[str, int]], timeout: float) -> None:
+    """`up`'s health wait (the hosts') over this one engine: UpFailed names what failed."""
+    fleet = Engines(None, {}, DockerAccess(), {}, ops={HOST.name: engine})  # type: ignore[arg-type]
+    ask = [Desired(HOST, name, "serve", "", port) for name, port in units]
+    failures, _ = HealthWait(fleet, {}, "tiny", print, print, timeout).wait_healthy(ask, Event())
+    if failures:
+        raise UpFailed(Outcome(failures))
 
 
 @pytest.fixture
 def target(docker_client, request):
     tgt = Engine(
-        docker_client, f"t-{request.node.name[:40].replace('_', '-')}", stop_seconds=1
+        docker_client, f"t-{request.node.name[:40].replace('_', '-')}", stop_seconds=1,
+        where=HOST.name,
     )  # the stand-in ends on TERM; 1 s bounds a stuck one
     yield tgt
     tgt.down()
@@ -188,12 +202,10 @@ def target(docker_client, request):
 def test_up_creates_labelled_containers_and_is_idempotent(target):
     port = free_port()
     units = [unit(target.deployment, f"{target.deployment}-serve-0", port)]
-    changes = target.changes(units)
-    assert [c.action for c in changes] == ["start"]
-    target.apply(units, changes, {"HF_TOKEN": "hf_docker_secret"})
-    wait_healthy(
-        {target.where: target}, [(target.where, units[0].name)], 60, lambda _h, _n: healthy(port)
-    )
+    planned = changes(target, units)
+    assert [c.action for c in planned] == ["start"]
+    target.apply(units, planned, {"HF_TOKEN": "hf_docker_secret"})
+    wait(target, [(units[0].name, port)], 60)
     (c,) = target.containers()
     assert c.labels["pdctl.io/deployment"] == target.deployment
     assert c.labels["pdctl.io/role"] == "serve"
@@ -210,7 +222,7 @@ def test_up_creates_labelled_containers_and_is_idempotent(target):
     assert "stand-in engine serving tiny" in target.tail(c.name)
     # the secret is an env var of the container, never a command-line argument
     assert "hf_docker_secret" not in " ".join(c.attrs["Config"]["Cmd"])
-    assert [ch.action for ch in target.changes(units)] == ["keep"]
+    assert [ch.action for ch in changes(target, units)] == ["keep"]
 
 
 def test_spec_change_replaces_only_the_changed_container(target):
@@ -219,12 +231,12 @@ def test_spec_change_replaces_only_the_changed_container(target):
         unit(target.deployment, f"{target.deployment}-a", p0),
         unit(target.deployment, f"{target.deployment}-b", p1),
     ]
-    target.apply(units, target.changes(units), {})
+    target.apply(units, changes(target, units), {})
     ids = {c.name: c.id for c in target.containers()}
     changed = [units[0], unit(target.deployment, f"{target.deployment}-b", p1, model="tiny2")]
-    changes = target.changes(changed)
-    assert [c.action for c in changes] == ["keep", "restart"]
-    target.apply(changed, changes, {})
+    planned = changes(target, changed)
+    assert [c.action for c in planned] == ["keep", "restart"]
+    target.apply(changed, planned, {})
     after = {c.name: c.id for c in target.containers()}
     assert after[units[0].name] == ids[units[0].name]
     assert after[units[1].name] != ids[units[1].name]
@@ -232,10 +244,10 @@ def test_spec_change_replaces_only_the_changed_container(target):
 
 def test_removed_unit_is_stopped_and_down_removes_all(target):
     units = [unit(target.deployment, f"{target.deployment}-{n}", free_port()) for n in "ab"]
-    target.apply(units, target.changes(units), {})
-    changes = target.changes(units[:1])
-    assert [c.action for c in changes] == ["keep", "stop"]
-    target.apply(units[:1], changes, {})
+    target.apply(units, changes(target, units), {})
+    planned = changes(target, units[:1])
+    assert [c.action for c in planned] == ["keep", "stop"]
+    target.apply(units[:1], planned, {})
     assert [c.name for c in target.containers()] == [units[0].name]
     assert target.down() == [units[0].name]
     assert target.containers() == []
@@ -243,11 +255,11 @@ def test_removed_unit_is_stopped_and_down_removes_all(target):
 
 
 def test_engine_that_exits_is_reported_with_its_error(target):
-    name = f"{target.deployment}-bad"
-    units = [unit(target.deployment, name, free_port(), model="/missing/model")]
-    target.apply(units, target.changes(units), {})
+    name, port = f"{target.deployment}-bad", free_port()
+    units = [unit(target.deployment, name, port, model="/missing/model")]
+    target.apply(units, changes(target, units), {})
     with pytest.raises(PdctlError, match="model path /missing/model does not exist"):
-        wait_healthy({target.where: target}, [(target.where, name)], 60, lambda _h, _n: False)
+        wait(target, [(name, port)], 60)
     target.rollback()
     assert target.containers() == []
 
@@ -256,7 +268,7 @@ def test_gpu_request_without_gpus_fails_cleanly(target):
     name = f"{target.deployment}-gpu"
     units = [unit(target.deployment, name, free_port(), gpus=(0,))]
     with pytest.raises(PdctlError, match="did not start"):
-        target.apply(units, target.changes(units), {})
+        target.apply(units, changes(target, units), {})
     assert target.containers() == []  # the Created container was removed
 
 
@@ -276,7 +288,7 @@ def test_foreign_container_is_never_touched(target, docker_client):
         with pytest.raises(PdctlError, match="did not create"):
             target.apply(
                 [unit(target.deployment, name, free_port())],
-                target.changes([unit(target.deployment, name, 1)]), {},
+                changes(target, [unit(target.deployment, name, 1)]), {},
             )
         assert target.down() == []
         assert docker_client.containers.get(name).id == other.id
