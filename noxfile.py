@@ -17,13 +17,15 @@ TOOLS = ("ruff>=0.6", "mypy>=1.10", "types-PyYAML", "types-paramiko")
 @nox.session(python=PYTHON)
 def ci(session: nox.Session) -> None:
     """Everything CI runs, installed once: lint, types, unit tests on two workers (modules that
-    share a test service on one: tests/conftest.py's SHARED), then e2e (slowest tests listed,
-    so a slow one shows in the log)."""
+    share a test service on one: tests/conftest.py's SHARED), the `alone` ones after them on
+    their own, then e2e (slowest tests listed, so a slow one shows in the log)."""
     session.install("-e", ".[test]", *TOOLS)
     session.run("ruff", "check", "pdctl", "tests", "benchmarks", "noxfile.py")
     session.run("mypy", "pdctl")
-    unit = ("-m", "not e2e", "-n", "2", "--dist", "loadgroup", "--durations=15")
+    unit = ("-m", "not e2e and not alone", "-n", "2", "--dist", "loadgroup", "--durations=15")
     session.run("pytest", *unit, *session.posargs)
+    # supervision timing (restart windows of seconds) is checked with nothing running beside it
+    session.run("pytest", "-m", "alone and not e2e", *session.posargs)
     session.run("pytest", "-m", "e2e", "--durations=40", *session.posargs)
 
 

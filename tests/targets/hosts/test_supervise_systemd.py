@@ -16,6 +16,10 @@ import pytest
 from tests.helpers import checked, wait_until
 from tests.targets.testbed import HERE, pdctl, stand_in_spec, write_spec
 
+# Restart windows of seconds (RestartSec 10 s, the guard's 5 s loss window): under a second
+# worker's load a group restart was seen to miss them (CI runs this module alone, noxfile.py).
+pytestmark = pytest.mark.alone
+
 ADDRESS = os.environ.get("PDCTL_TEST_SYSTEMD_HOST", "")
 CONTAINER = os.environ.get("PDCTL_TEST_SYSTEMD_CONTAINER", "")
 DOCKER = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
