@@ -23,7 +23,7 @@ from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
 from pdctl.cli.progress import ConsoleProgress
-from pdctl.cli.scaling import scaled_loader, secrets
+from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
 
@@ -81,13 +81,7 @@ def register(app: typer.Typer) -> None:
             help="Where the time of each role's last scale action is kept (the cooldowns); "
             "default $XDG_STATE_HOME/pdctl/autoscale-NAME.json.",
         ),
-        timeout: int = typer.Option(
-            900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
-        ),
-        drain_timeout: int = typer.Option(
-            120, "--drain-timeout", min=0,
-            help="Seconds to wait for an instance's requests in flight before stopping it.",
-        ),
+        timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
         unit: bool = typer.Option(
             False, "--unit",
             help="Print a systemd unit that runs this command supervised (Restart=always); "

@@ -14,7 +14,7 @@ from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
-from pdctl.cli.scaling import scaled_loader, secrets
+from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.scale import Scaled, check_request, parse_request, scale
@@ -33,13 +33,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Connect, show what would start and stop, change nothing."
         ),
-        timeout: int = typer.Option(
-            900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
-        ),
-        drain_timeout: int = typer.Option(
-            120, "--drain-timeout", min=0,
-            help="Seconds to wait for an instance's requests in flight before stopping it.",
-        ),
+        timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
         output: str = typer.Option(
             "table", "--output", "-o", metavar="FORMAT", help="table, or json (what was done)."
         ),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+import typer
+
 from pdctl import inputs
 from pdctl.errors import PdctlError
 
@@ -14,6 +16,14 @@ if TYPE_CHECKING:
     from pdctl.preflight.facts import Facts
     from pdctl.render.bundle import Bundle
     from pdctl.scale import Load
+
+NEW_TIMEOUT = typer.Option(
+    900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
+)
+DRAIN_TIMEOUT = typer.Option(
+    120, "--drain-timeout", min=0,
+    help="Seconds to wait for an instance's requests in flight before stopping it.",
+)
 
 
 def secrets(plan: Plan) -> dict[str, str]:
