@@ -156,6 +156,9 @@ def _search(spec: Any, source: Any, spec_file: str, loads: list[Any], result: An
     """`--search`: the settings ranked at the first --load (pdctl.capacity.search)."""
     from pdctl.capacity.search import search
 
+    if spec.engine.device == "cpu":
+        raise UsageError("--search ranks GPU engine settings, and engine.device is cpu",
+                         fix="measure a CPU engine's settings with `pdctl bench`")
     if not loads:
         raise UsageError("--search ranks engine settings at a load: give one",
                          fix="add --load concurrency=N or --load rate=R")

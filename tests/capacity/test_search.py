@@ -95,3 +95,6 @@ def test_cli_search_table_json_and_refusals(tmp_path: Path) -> None:
                    .replace("tpotMs: 30", ""))
     _, err = cli(["plan", str(bare), "--load", "concurrency=8", "--search"], 2)
     assert "needs a latency target" in err
+    _, err = cli(["plan", str(ROOT / "examples/cpu-quickstart.yaml"), "--load", "concurrency=4",
+                  "--ttft-ms", "1000", "--search"], 2)
+    assert "engine.device is cpu" in err
