@@ -5,8 +5,8 @@ A round asks the hosts in parallel (a host's units one after another, so that on
 observation of the host answers all of them), then decides unit by unit, in order: healthy,
 still starting (its stage and latest log line reported), failed (process or container
 exited, or restarted by Docker: UnitOps.ended says which; port held by another process, a
-node of its multi-node group failed, host lost) or, at the deadline, not healthy in time. The pause between rounds starts at FIRST_PAUSE and doubles up to the
-rollout's poll interval.
+node of its multi-node group failed, host lost) or, at the deadline, not healthy in time.
+The pause between rounds starts at FIRST_PAUSE and doubles up to the rollout's poll interval.
 """
 
 from __future__ import annotations
