@@ -19,6 +19,7 @@ from pdctl.targets.state import Observed, parse_observed
 
 NO_LOG_RC = 3  # what a unit's log command exits with when the unit has no log
 TAIL_AHEAD = 50  # lines of each log read with an observation (see alive)
+RELEASE_WAIT = 5.0  # seconds release() waits for the host to let go of the run lock
 
 
 class HostOps:
@@ -66,8 +67,13 @@ class HostOps:
         return parse_observed(self.name, text)
 
     def release(self) -> None:
+        """Let go of the run lock and wait (a few seconds at most) until the host has: the
+        holder ends at the end of its input, so a `down` run right after this `up` returns
+        finds the lock free instead of being refused."""
         if self._lock is not None:
             try:
+                self._lock.shutdown_write()
+                self._lock.status_event.wait(RELEASE_WAIT)
                 self._lock.close()
             except Exception:  # closing a dead channel: the lock went with the connection
                 pass
