@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -13,7 +14,7 @@ from pdctl.bench.report import spec_hash
 from pdctl.bench.tune import tune as review
 from pdctl.cli import term
 from pdctl.cli.specfile import spec_texts, with_overlays
-from pdctl.errors import UsageError
+from pdctl.errors import PdctlError, UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +31,10 @@ def register(app: typer.Typer) -> None:
                                    help="table or json."),
     ) -> None:
         """Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,
-        max-num-batched-tokens, slices per GPU) from a bench report, each with its evidence,
-        as an overlay; print what the overlay would change in the rendered deployment.
-        Exit 0 with or without proposals."""
+        max-num-batched-tokens, slices per GPU, engine settings the speed model ranks first
+        once scaled to the bench) from a bench report, each with its evidence, as an overlay;
+        print what the overlay would change in the rendered deployment. Exit 0 with or
+        without proposals."""
         if output not in ("table", "json"):
             raise UsageError(f"--output must be table or json (got {output!r})")
         report = inputs.read_report(source)
@@ -44,7 +46,7 @@ def register(app: typer.Typer) -> None:
             return inputs.render_plan(inputs.plan_spec(merged, src), src).stream()
 
         data = loaded.model_dump(mode="json", by_alias=True, exclude_none=True)
-        result, text = review(data, report, rendered)
+        result, text = review(data, report, rendered, _ranker(loaded, texts, spec, report))
         doc, unplanned = result["overlay"], result["doesNotPlan"]
         if write is not None and doc:
             try:
@@ -81,3 +83,27 @@ def register(app: typer.Typer) -> None:
                 console.print("\nwhat it changes (pdctl render):")
                 console.print("\n".join(result["diff"]) or "(nothing rendered changes)",
                               highlight=False, markup=False)
+
+
+def _ranker(spec: Any, texts: list[tuple[str, str]], spec_file: str, report: dict[str, Any]
+            ) -> Any:
+    """The speed model's ranking of SPEC's engine settings at a load, for the report's
+    workload (pdctl.bench.tune.settings); None for a CPU engine (no GPU plan)."""
+    if spec.engine.device == "cpu":
+        return None
+    from pdctl.capacity.search import search
+    from pdctl.inputs import capacity_plan
+
+    _, source = inputs.read_spec(texts)
+    w = report.get("workload") or {}
+    overrides = (None, None, w.get("promptTokens"), w.get("outputTokens"), None,
+                 w.get("ttftMs"), w.get("tpotMs"))
+
+    def rank(load: Any, ttft_scale: float, tpot_scale: float) -> list[Any]:
+        try:
+            return search(spec, lambda v: capacity_plan(v, source, spec_file, *overrides)[0],
+                          load, (ttft_scale, tpot_scale))
+        except PdctlError:  # SPEC does not plan (say, no GPU type): the rules alone
+            return []
+
+    return rank
