@@ -233,9 +233,15 @@ class Bench:
         logs = self.source.logs()
         first = self.source.scrape()
         via, alone = [], []
+        stuck: str | None = None  # the P/D path gave no answer: the later prompts skip it
         for text in texts:
             body = check.payload(self.plan.served_name, text, tokens, seed, token_ids)
-            via.append(self._ask(via_router, body, {}, timeout))
+            if stuck is None:
+                via.append(self._ask(via_router, body, {}, timeout))
+                if (via[-1].error or "").startswith("no answer"):
+                    stuck = f"not asked (no answer to an earlier prompt in {timeout:.0f} s)"
+            else:
+                via.append(check.Answer(error=stuck))
             alone.append(self._ask(alone_at, body, headers, timeout))
         last = self.source.scrape()
         kv = 0.0
