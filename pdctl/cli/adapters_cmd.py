@@ -11,7 +11,7 @@ from rich.table import Table
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
 from pdctl.plan.lora import check_adapters_call
@@ -41,17 +41,14 @@ def register(app: typer.Typer) -> None:
             help="load: the adapter's folder on the engines' hosts, or a Hugging Face id.",
         ),
         phase: int | None = PHASE, target: str | None = TARGET,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
-        ),
+        output: str = output_option(),
     ) -> None:
         """List, load or unload LoRA adapters on every engine of SPEC (prefill and decode
         alike) through vLLM's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter.
         load and unload need `model.lora.runtimeLoading` (and so `secrets.apiKey`)."""
         if action not in ACTIONS:
             raise UsageError(f"ACTION must be list, load or unload (got {action!r})")
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         need = {"list": 0, "load": 2, "unload": 1}[action]
         given = [v for v in (name, path) if v is not None]
         if len(given) != need:

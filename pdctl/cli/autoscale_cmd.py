@@ -21,7 +21,7 @@ from pdctl.autoscale import live
 from pdctl.autoscale.policy import decide
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
 from pdctl.cli.progress import ConsoleProgress
 from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
@@ -87,17 +87,15 @@ def register(app: typer.Typer) -> None:
             help="Print a systemd unit that runs this command supervised (Restart=always); "
             "run nothing.",
         ),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT",
-            help="table (one line a decision), or json (one JSON object a line).",
+        output: str = output_option(
+            "table (one line a decision), or json (one JSON object a line)."
         ),
         phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every
         interval read the engines' metrics, decide (hysteresis, cooldowns, GPU budget), log
         each decision with its evidence and apply it as `pdctl scale` does."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         check_phase_target(phase, target)
         texts = spec_texts(spec)
         load = scaled_loader(texts, phase, target, None, "autoscale")

@@ -15,6 +15,7 @@ from pdctl.bench.run import no_gpu_plan, predictions, run
 from pdctl.cli import term
 from pdctl.cli.bench_show import num
 from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import check_output, output_option
 from pdctl.cli.specfile import load, read_spec, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.inputs import capacity_plan
@@ -49,8 +50,7 @@ def register(app: typer.Typer) -> None:
     def bench(
         conn: ConnectFlags,
         spec: str | None = typer.Argument(None, help="Spec file, or - for stdin."),
-        output: str = typer.Option("table", "--output", "-o", metavar="FORMAT",
-                                   help="table or json."),
+        output: str = output_option(),
         save: Path | None = typer.Option(None, "--save", metavar="FILE",
                                          help="Write the report (JSON) to FILE."),
         no_canary: bool = typer.Option(False, "--no-canary", help="Skip the P/D canary."),
@@ -78,8 +78,7 @@ def register(app: typer.Typer) -> None:
         deployment host) and report TTFT/TPOT/ITL, throughput and goodput beside what `pdctl
         plan` predicted, with what each role's /metrics saw; run the P/D canary (phases 2, 3).
         Exit 1 when a request failed or the canary failed."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         if report_file is not None:
             from pdctl.cli.report_file import check_report_path
 

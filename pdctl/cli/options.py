@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from pdctl.errors import UsageError
@@ -29,6 +31,18 @@ STRICT = typer.Option(
     "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
     "name), instead of warning.",
 )
+
+
+def output_option(help: str = "table or json.", default: str = "table") -> Any:
+    """`--output/-o FORMAT`, declared once; `check_output` refuses a format not offered."""
+    return typer.Option(default, "--output", "-o", metavar="FORMAT", help=help)
+
+
+def check_output(output: str, *formats: str) -> None:
+    formats = formats or ("table", "json")
+    if output not in formats:
+        names = ", ".join(formats[:-1]) + " or " + formats[-1]
+        raise UsageError(f"--output must be {names} (got {output!r})")
 
 
 def check_phase_target(phase: int | None, target: str | None) -> None:

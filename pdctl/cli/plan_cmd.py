@@ -12,7 +12,7 @@ import typer
 
 from pdctl.capacity.atload import parse_load, predict
 from pdctl.capacity.fromlog import compare, parse_log
-from pdctl.cli.options import FACTS, SPEC
+from pdctl.cli.options import FACTS, SPEC, check_output, output_option
 from pdctl.cli.specfile import read_spec, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import capacity_plan
@@ -43,10 +43,9 @@ def register(app: typer.Typer) -> None:
         ),
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT",
-            help="table (compact, fits 80 columns), wide (the table with how each figure "
-            "is made) or json.",
+        output: str = output_option(
+            "table (compact, fits 80 columns), wide (the table with how each figure "
+            "is made) or json."
         ),
         from_log: str | None = typer.Option(
             None, "--from-log", metavar="FILE",
@@ -75,8 +74,7 @@ def register(app: typer.Typer) -> None:
 
         Exit 0 when every role fits, 1 when one does not (the table says what would fit),
         2 when the spec or an option is wrong."""
-        if output not in ("table", "wide", "json"):
-            raise UsageError(f"--output must be table, wide or json (got {output!r})")
+        check_output(output, "table", "wide", "json")
 
         loads = [parse_load(x) for x in load]
         if report_file is not None:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection, must_exist
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
@@ -135,9 +135,7 @@ def register(app: typer.Typer) -> None:
     @connection(docker=False)
     def preflight(
         conn: ConnectFlags, spec: str = SPEC,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
-        ),
+        output: str = output_option(),
         record: Path | None = typer.Option(
             None, "--record", metavar="DIR",
             help="Save every raw output gathered under DIR (one folder per "
@@ -186,8 +184,7 @@ def register(app: typer.Typer) -> None:
         MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
         transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
         check_phase_target(phase, target)
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         if record is not None and replay is not None:
             raise UsageError("--record and --replay exclude each other")
         bounds = None if no_transfer else Bounds(_size(transfer_bytes), transfer_seconds)

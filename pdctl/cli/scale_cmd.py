@@ -12,11 +12,19 @@ import typer
 from pdctl import actions, inputs
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import (
+    FACTS,
+    PHASE,
+    SPEC,
+    TARGET,
+    check_output,
+    check_phase_target,
+    output_option,
+)
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
 from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
-from pdctl.errors import PdctlError, UsageError
+from pdctl.errors import PdctlError
 from pdctl.scale import Scaled, check_request, parse_request, scale
 
 
@@ -34,15 +42,12 @@ def register(app: typer.Typer) -> None:
             False, "--dry-run", help="Connect, show what would start and stop, change nothing."
         ),
         timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table, or json (what was done)."
-        ),
+        output: str = output_option("table, or json (what was done)."),
         phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
     ) -> None:
         """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
         router, or take instances out of the router, drain and stop them."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         role, n = parse_request(count)
         check_phase_target(phase, target)
         texts = spec_texts(spec)

@@ -13,10 +13,10 @@ from rich.table import Table
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_output, output_option
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import degrade, status_counts, status_line
-from pdctl.errors import PdctlError, UsageError
+from pdctl.errors import PdctlError
 from pdctl.top.source import open_source
 
 
@@ -26,9 +26,7 @@ def register(app: typer.Typer) -> None:
     @connection()
     def status(
         conn: ConnectFlags, spec: str = SPEC,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
-        ),
+        output: str = output_option(),
         phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         verify: bool = typer.Option(
             False, "--verify",
@@ -38,8 +36,7 @@ def register(app: typer.Typer) -> None:
         """Show every instance of SPEC and whether it is healthy.
 
         A router with no healthy engine of a role behind it is `degraded`."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
         if verify:
             from pdctl.bench.run import check_verify

@@ -16,7 +16,7 @@ from rich.live import Live
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, output_option
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
@@ -57,9 +57,7 @@ def register(app: typer.Typer) -> None:
         refresh: str = typer.Option(
             "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."
         ),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json (--once)."
-        ),
+        output: str = output_option("table or json (--once)."),
         canary: bool = typer.Option(
             False, "--canary",
             help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
@@ -69,8 +67,7 @@ def register(app: typer.Typer) -> None:
         """Show how the running deployment of SPEC uses its GPUs: per instance requests,
         tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
         activity; and verdicts (which phase or setting to move to)."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         if output == "json" and not once:
             raise UsageError("-o json prints one window: add --once")
         window_s = seconds_of(window, "--window")

@@ -12,6 +12,7 @@ from pdctl import inputs
 from pdctl.bench.report import spec_hash
 from pdctl.bench.tune import tune as review
 from pdctl.cli import term
+from pdctl.cli.options import check_output, output_option
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import UsageError
 
@@ -26,15 +27,13 @@ def register(app: typer.Typer) -> None:
         write: Path | None = typer.Option(
             None, "--write", "-w", metavar="FILE",
             help="Write the proposed overlay to FILE (for --overlay FILE)."),
-        output: str = typer.Option("table", "--output", "-o", metavar="FORMAT",
-                                   help="table or json."),
+        output: str = output_option(),
     ) -> None:
         """Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,
         max-num-batched-tokens, slices per GPU) from a bench report, each with its evidence,
         as an overlay; print what the overlay would change in the rendered deployment.
         Exit 0 with or without proposals."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         report = inputs.read_report(source)
         texts = spec_texts(spec)
         loaded, _ = inputs.read_spec(texts)

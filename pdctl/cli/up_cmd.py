@@ -11,7 +11,7 @@ import typer
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_output, output_option
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import endpoints_hint
@@ -65,9 +65,8 @@ def register(app: typer.Typer) -> None:
             help="Seconds each stage may take to become healthy; a process unit that has run "
             "longer and does not answer is restarted.",
         ),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT",
-            help="With --dry-run: table, or json (the changes as one document).",
+        output: str = output_option(
+            "With --dry-run: table, or json (the changes as one document)."
         ),
         verify: bool = typer.Option(
             False, "--verify",
@@ -84,8 +83,7 @@ def register(app: typer.Typer) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         if offline and not dry_run:
             raise UsageError("--offline works only with --dry-run", fix="add --dry-run")
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
+        check_output(output)
         if output == "json" and not dry_run:
             raise UsageError("-o json prints the changes of a dry run", fix="add --dry-run")
         mode: actions.DryRun = "client" if offline else "server" if dry_run else "none"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from pdctl.cli import options
 from pdctl.cli.options import PHASE, SPEC, STRICT, TARGET, check_phase_target
 from pdctl.cli.specfile import plan_from, warn, with_overlays
 from pdctl.cli.summary import counted, endpoints_hint, planned
-from pdctl.errors import UsageError
 from pdctl.inputs import render_plan
 from pdctl.plan.place import where
 
@@ -18,10 +18,9 @@ def register(app: typer.Typer) -> None:
     def validate(
         spec: str = SPEC, phase: int | None = PHASE, target: str | None = TARGET,
         strict: bool = STRICT,
-        output: str = typer.Option(
-            "text", "--output", "-o", metavar="FORMAT",
-            help="text, or json: the summary as one document on stdout (a bad spec still "
-            "exits 2 with its error lines on stderr).",
+        output: str = options.output_option(
+            "text, or json: the summary as one document on stdout (a bad spec still "
+            "exits 2 with its error lines on stderr).", "text"
         ),
     ) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
@@ -30,8 +29,7 @@ def register(app: typer.Typer) -> None:
         --strict): vLLM would refuse to start it. So is a network setting that may not work
         where it runs (an RDMA-only transport on a host without rdmaDevices)."""
         check_phase_target(phase, target)
-        if output not in ("text", "json"):
-            raise UsageError(f"--output must be text or json (got {output!r})")
+        options.check_output(output, "text", "json")
         plan, source = plan_from(spec, phase, target)
         cautions, warnings = warn(spec, plan, strict, source)
 
