@@ -107,14 +107,16 @@ def has_groups(spec: Spec) -> bool:
     return any(s is not None and getattr(s, "nodes", 1) > 1 for s in sections)
 
 
-def _conda(host: Host, spec: Spec, code: str) -> str:
-    env = quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
-    return (
-        'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; '
-        "for d in ~/miniforge3 ~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do "
-        '[ -x "$c" ] || c="$d/bin/conda"; done; '
-        f'"$c" run -n {env} python -c {quote(code)}'
-    )
+# sets $c to conda: $CONDA_EXE, the PATH's, else the usual install folders' (POSIX sh)
+FIND_CONDA = (
+    'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; for d in ~/miniforge3 ~/mambaforge '
+    '~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || c="$d/bin/conda"; done'
+)
+
+
+def conda_env(host: Host, spec: Spec) -> str:
+    """The host's conda environment (the one `pdctl up` makes by default), shell-quoted."""
+    return quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
 
 
 def python(host: Host) -> str:
@@ -165,7 +167,8 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     if not has_groups(spec) or host.runtime == "docker":
         return {}
     if host.runtime == "conda":
-        version = _conda(host, spec, _VERSION_PY)
+        env = conda_env(host, spec)
+        version = f'{FIND_CONDA}; "$c" run -n {env} python -c {quote(_VERSION_PY)}'
     else:
         version = f"{python(host)} -c {quote(_VERSION_PY)}"
     return {VLLM_VERSION: version, MEMLOCK: memlock_command(host)}

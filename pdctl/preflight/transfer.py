@@ -55,9 +55,9 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
+from pdctl.preflight import group as g
 from pdctl.preflight.facts import SSH, Facts, Missing, Transfer
 from pdctl.preflight.finding import Finding, PlanCheck, Status
-from pdctl.preflight.group import MEMLOCK, MEMLOCK_FLOOR_KIB, memlock_command, rendezvous_port
 from pdctl.preflight.run import Bounds, Options, Step
 from pdctl.render.template import quote, quote_path, templates_dir
 from pdctl.spec.model import Host, Spec
@@ -126,7 +126,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     if spec.disaggregated and dis is not None:
         out[NET_DEVICES] = NET_DEVICES_COMMAND
         if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
-            out[MEMLOCK] = memlock_command(host)
+            out[g.MEMLOCK] = g.memlock_command(host)
             out[PEERMEM] = "if [ -d /sys/module/nvidia_peermem ]; then echo loaded; " \
                 "else echo absent; fi"
     return out
@@ -262,30 +262,25 @@ def _number(value: object) -> float | None:
 
 def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
     """HostFacts fields from a host's raw outputs."""
-    transfers = []
-    for name, text in sorted(raw.items()):
-        if not (name.startswith(TRANSFER_PREFIX) and name.endswith(TRANSFER_SUFFIX)):
-            continue
-        decode = name[len(TRANSFER_PREFIX) : -len(TRANSFER_SUFFIX)]
-        try:
-            transfers.append(parse_transfer(decode, text))
-        except (ValueError, TypeError, OverflowError) as exc:  # a hand-edited recording
-            transfers.append(Transfer(decode, stage="recording", message=f"unreadable {name}: "
-                                      f"{type(exc).__name__}"))
-    groups = []
-    for name, text in sorted(raw.items()):
-        if name.startswith(GROUP_PREFIX) and name.endswith(TRANSFER_SUFFIX):
-            group = name[len(GROUP_PREFIX) : -len(TRANSFER_SUFFIX)]
+
+    def read(prefix: str, parse: Callable[[str, str], Transfer]) -> tuple[Transfer, ...]:
+        out = []
+        for name, text in sorted(raw.items()):
+            if not (name.startswith(prefix) and name.endswith(TRANSFER_SUFFIX)):
+                continue
+            which = name[len(prefix) : -len(TRANSFER_SUFFIX)]
             try:
-                groups.append(parse_group(group, text))
-            except (ValueError, TypeError, OverflowError) as exc:
-                groups.append(Transfer(group, stage="recording", message=f"unreadable {name}: "
-                                       f"{type(exc).__name__}"))
+                out.append(parse(which, text))
+            except (ValueError, TypeError, OverflowError) as exc:  # a hand-edited recording
+                out.append(Transfer(which, stage="recording", message=f"unreadable {name}: "
+                                    f"{type(exc).__name__}"))
+        return tuple(out)
+
     devices = parse_net_devices(raw[NET_DEVICES]) if NET_DEVICES in raw else None
     peermem = raw[PEERMEM].strip().splitlines()[-1:] if raw.get(PEERMEM, "").strip() else None
     return {"net_devices": devices, "peermem": None if peermem is None else
-            peermem == ["loaded"], "transfers": tuple(transfers),
-            "group_transfers": tuple(groups)}, []
+            peermem == ["loaded"], "transfers": read(TRANSFER_PREFIX, parse_transfer),
+            "group_transfers": read(GROUP_PREFIX, parse_group)}, []
 
 
 def agent_files() -> dict[str, bytes]:
@@ -303,12 +298,8 @@ def python_command(plan: Plan, inst: Instance, transport: str, folder: str, name
     if host.runtime == "venv" and host.venv:
         return quote_path(host.venv.rstrip("/") + "/bin/python")
     if host.runtime == "conda":
-        env = quote(host.conda_env or f"pdctl-vllm-{plan.spec.engine.version}")
-        return (
-            '"$(c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; for d in ~/miniforge3 '
-            '~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || '
-            f'c="$d/bin/conda"; done; echo "$c")" run --no-capture-output -n {env} python'
-        )
+        env = g.conda_env(host, plan.spec)
+        return f'"$({g.FIND_CONDA}; echo "$c")" run --no-capture-output -n {env} python'
     unit = next((u for u in plan.units if u.name == inst.name), None)
     image = unit.image if unit is not None and unit.image else ""
     # docker splits --gpus at commas unless the device list is quoted inside the value
@@ -622,10 +613,11 @@ def header(pair: Pair, bounds: Bounds) -> str:
     }, sort_keys=True) + "\n"
 
 
-def skip_reason(pair: Pair, raw: dict[str, dict[str, str]]) -> str:
-    """Why the pair cannot be tried: a host unreachable over SSH, or an interface that the
-    spec names missing on a host (read from its /sys/class/net before any transfer)."""
-    for inst in (pair.prefill, pair.decode):
+def skip_reason(nodes: tuple[Instance, ...], raw: dict[str, dict[str, str]]) -> str:
+    """Why a pair's (or a group's) transfer cannot be tried: a host unreachable over SSH, or an
+    interface that the spec names missing on a host (read from its /sys/class/net before any
+    transfer)."""
+    for inst in nodes:
         host = inst.host
         assert host is not None
         files = raw.get(host.name, {})
@@ -715,7 +707,7 @@ def transfer_pairs(
     for pair in pairs(plan):
         assert pair.prefill.host is not None and pair.decode.host is not None
         name = transfer_file(pair.decode.host.name)
-        why = skip_reason(pair, raw)
+        why = skip_reason((pair.prefill, pair.decode), raw)
         if why:
             text = header(pair, bounds) + json.dumps({"event": "skipped", "reason": why}) + "\n"
         else:
@@ -736,25 +728,10 @@ def groups(plan: Plan) -> list[tuple[Instance, int]]:
         return []
     out = []
     for leader in plan.instances:
-        port = rendezvous_port(leader)
+        port = g.rendezvous_port(leader)
         if leader.workers and port is not None and leader.host is not None:
             out.append((leader, port))
     return out
-
-
-def _skip(nodes: tuple[Instance, ...], raw: dict[str, dict[str, str]]) -> str:
-    for node in nodes:
-        assert node.host is not None
-        files = raw.get(node.host.name, {})
-        if SSH in files:
-            return f"{node.host.name} unreachable over SSH"
-        if NET_DEVICES in files:
-            present = parse_net_devices(files[NET_DEVICES])
-            absent = missing_interfaces(agent_env(node), node.host.network_interface, present)
-            if absent:
-                return (f"interface: {absent[0]} names no interface on {node.host.name} "
-                        f"(it has {', '.join(present) or 'none'})")
-    return ""
 
 
 def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
@@ -767,7 +744,7 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
         "port": port, "nodes": [n.host.name for n in nodes if n.host is not None],
         "bytes": bounds.bytes, "seconds": bounds.seconds,
     }, sort_keys=True) + "\n"
-    why = _skip(nodes, raw)
+    why = skip_reason(nodes, raw)
     if why:
         return text + json.dumps({"event": "skipped", "reason": why}) + "\n"
     life = bounds.seconds + AGENT_GRACE_S + 10
@@ -1057,7 +1034,7 @@ def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
         if kib is None:
             status, fix = "WARN", GATHER
         elif kib >= 0:
-            status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
+            status = "FAIL" if kib < g.MEMLOCK_FLOOR_KIB else "WARN"
             fix = MEMLOCK_FIX
         if gpu and hf.peermem is not None:
             parts.append("nvidia_peermem " + ("loaded" if hf.peermem else "not loaded"))
