@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -50,3 +53,18 @@ def check_phase_target(phase: int | None, target: str | None) -> None:
         raise UsageError(f"--phase must be 0, 1, 2 or 3 (got {phase})")
     if target is not None and target not in ("hosts", "kubernetes"):
         raise UsageError(f"--target must be hosts or kubernetes (got {target!r})")
+
+
+def with_params(
+    fn: Callable[..., Any], run: Callable[..., Any], extra: list[inspect.Parameter], drop: str = ""
+) -> Callable[..., Any]:
+    """`run` (a wrapper that calls `fn`) named and documented as `fn`, with `fn`'s parameters
+    (less `drop`) and `extra` as its signature, which typer reads (`fn`'s annotations evaluated
+    in `fn`'s module)."""
+    sig = inspect.signature(fn, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.name != drop] + extra
+    functools.update_wrapper(run, fn)
+    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
+    return run

@@ -3,7 +3,6 @@ pdctl.inputs, which makes the plan's inputs (spec, overlays, model, `--facts`) a
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from pdctl import inputs
-from pdctl.cli.options import check_phase_target
+from pdctl.cli.options import check_phase_target, with_params
 from pdctl.errors import SpecError, UsageError, one_line
 from pdctl.inputs import capacity_warnings
 from pdctl.spec.source import MAX_SPEC_BYTES, Source
@@ -37,12 +36,10 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
         help="Deep-merge FILE over SPEC (repeatable; later files win): mappings merge, lists "
         "replace, hosts merge by name. See docs/spec.md, Overlays.",
     )
-    signature = inspect.signature(command, eval_str=True)
     extra = inspect.Parameter(
         "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None
     )
 
-    @functools.wraps(command)
     def run(*args: Any, overlay: list[str] | None = None, **kwargs: Any) -> Any:
         token = OVERLAYS.set(tuple(overlay or ()))
         try:
@@ -50,11 +47,7 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             OVERLAYS.reset(token)
 
-    params = list(signature.parameters.values())
-    run.__signature__ = signature.replace(parameters=[*params, extra])  # type: ignore[attr-defined]
-    run.__annotations__ = {**{p.name: p.annotation for p in params}, "overlay": extra.annotation}
-    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
-    return run
+    return with_params(command, run, [extra])
 
 
 def read_spec(path: str) -> tuple[Spec, Source]:
