@@ -15,6 +15,7 @@ from typing import Any
 
 from pdctl.capacity.slice import slice_size
 from pdctl.plan.model import Plan
+from pdctl.preflight import facts
 from pdctl.preflight.facts import ClusterFacts, ClusterWorkload, Crd, HamiDevice, Missing, Node
 from pdctl.preflight.finding import Finding, PlanCheck
 from pdctl.render.pd_kube import HAMI_SCHEDULER
@@ -308,10 +309,7 @@ def cluster_facts(raw: dict[str, str]) -> ClusterFacts:
                 workloads = parse_workloads(data)
             else:
                 crds = parse_crds(data)
-        except (
-            ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
-            OverflowError,
-        ) as exc:  # a damaged recording: say which file, never crash
+        except facts.PARSE_ERRORS as exc:  # a damaged recording: say which file, never crash
             missing.append(Missing(name, f"unreadable output ({type(exc).__name__})"))
     return ClusterFacts(nodes=nodes, workloads=workloads, crds=crds, missing=tuple(missing))
 
@@ -418,15 +416,12 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
             if not ws:
                 out.append(Finding("FAIL", "hami.workloads", "cluster", f"no {comp}",
                                    f"{comp} running", "install HAMi"))
-            elif any(w.ready < max(1, w.desired) for w in ws):
-                w = ws[0]
-                out.append(Finding("FAIL", "hami.workloads", f"{w.namespace}/{w.name}",
-                                   f"{w.kind} {w.ready}/{w.desired} ready", "all ready",
-                                   f"kubectl -n {w.namespace} describe {w.kind.lower()} {w.name}"))
             else:
-                w = ws[0]
-                out.append(Finding("PASS", "hami.workloads", f"{w.namespace}/{w.name}",
-                                   f"{w.kind} {w.ready}/{w.desired} ready", "all ready"))
+                w, bad = ws[0], any(w.ready < max(1, w.desired) for w in ws)
+                fix = f"kubectl -n {w.namespace} describe {w.kind.lower()} {w.name}" if bad else ""
+                out.append(Finding("FAIL" if bad else "PASS", "hami.workloads",
+                                   f"{w.namespace}/{w.name}", f"{w.kind} {w.ready}/{w.desired} "
+                                   "ready", "all ready", fix))
     out += _allocatable(registered)
     out += _scheduler(c)
     out += _versions(c, registered)
@@ -455,17 +450,12 @@ def _scheduler(c: ClusterFacts) -> list[Finding]:
     for w in c.workloads or ():
         if w.component != "hami-scheduler" or not w.scheduler_name:
             continue
-        where = f"{w.namespace}/{w.name}"
-        if w.scheduler_name == HAMI_SCHEDULER:
-            out.append(Finding("PASS", "hami.scheduler", where,
-                               f"--scheduler-name={w.scheduler_name}",
-                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)"))
-        else:
-            out.append(Finding("FAIL", "hami.scheduler", where,
-                               f"--scheduler-name={w.scheduler_name}",
-                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)",
-                               f"install HAMi with schedulerName: {HAMI_SCHEDULER} (chart "
-                               "value); pods naming a scheduler nobody runs stay Pending"))
+        ok = w.scheduler_name == HAMI_SCHEDULER
+        fix = "" if ok else (f"install HAMi with schedulerName: {HAMI_SCHEDULER} (chart value); "
+                             "pods naming a scheduler nobody runs stay Pending")
+        out.append(Finding("PASS" if ok else "FAIL", "hami.scheduler", f"{w.namespace}/{w.name}",
+                           f"--scheduler-name={w.scheduler_name}",
+                           f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)", fix))
     return out
 
 
@@ -553,12 +543,9 @@ def drivers(plan: Plan, c: ClusterFacts) -> list[Finding]:
 
 
 def cluster(plan: Plan, c: ClusterFacts | None) -> list[Finding]:
-    if c is None:
-        return [Finding("FAIL", "cluster.reach", "cluster", "no cluster facts",
+    if c is None or c.error:
+        return [Finding("FAIL", "cluster.reach", "cluster", c.error if c else "no cluster facts",
                         "a reachable cluster", "check --kubeconfig / --context")]
-    if c.error:
-        return [Finding("FAIL", "cluster.reach", "cluster", c.error, "a reachable cluster",
-                        "check --kubeconfig / --context")]
     out = [Finding("WARN", "cluster.facts", "cluster", f"{m.name}: {m.reason}", "readable")
            for m in c.missing]
     return out + gpus(plan, c) + drivers(plan, c) + hami(plan, c) + crds(plan, c)

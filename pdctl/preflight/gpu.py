@@ -154,13 +154,9 @@ def _na(value: str) -> str:
 def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
     """`nvidia-smi --query-gpu=index,uuid,name,memory.total,... --format=csv` (any column
     subset, header names with or without units)."""
-    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
-    rows = [r for r in rows if r and any(c.strip() for c in r)]
-    if not rows:
-        return ()
-    header = [h.split("[")[0].strip() for h in rows[0]]
+    header, rows = _csv(text)
     gpus = []
-    for row in rows[1:]:
+    for row in rows:
         cell = dict(zip(header, (c.strip() for c in row), strict=False))
         if "index" not in cell or not cell["index"].isdigit():
             continue
@@ -178,16 +174,20 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
     return tuple(sorted(gpus, key=lambda g: g.index))
 
 
+def _csv(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header (names without units) and the rows of a query-gpu CSV, blank rows left out."""
+    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
+    rows = [r for r in rows if r and any(c.strip() for c in r)]
+    return ([h.split("[")[0].strip() for h in rows[0]], rows[1:]) if rows else ([], [])
+
+
 def query_driver(text: str) -> str:
     """The driver_version column of a query-gpu CSV ('' when absent)."""
-    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
-    if len(rows) < 2:
-        return ""
-    header = [h.split("[")[0].strip() for h in rows[0]]
-    if "driver_version" not in header:
+    header, rows = _csv(text)
+    if not rows or "driver_version" not in header:
         return ""
     i = header.index("driver_version")
-    return rows[1][i].strip() if len(rows[1]) > i else ""
+    return rows[0][i].strip() if len(rows[0]) > i else ""
 
 
 def parse_proc_version(text: str) -> str:
@@ -469,17 +469,13 @@ def parse_nvlink(text: str) -> dict[int, int]:
 
 
 def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
-    if nvml is not None and nvml.error and not raw.get(QUERY):
-        # NVML failed; nvidia-smi tells more when it ran.
-        smi = raw.get(QUERY + ".err", "")
-        if "couldn't communicate with the NVIDIA driver" in smi:
-            return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
-        return nvml.error
-    err = raw.get(QUERY + ".err", "")
-    if not err:
-        return ""
+    err = raw.get(QUERY + ".err", "")  # nvidia-smi tells more than a failed NVML when it ran
     if "couldn't communicate with the NVIDIA driver" in err:
         return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
+    if nvml is not None and nvml.error and not raw.get(QUERY):
+        return nvml.error
+    if not err:
+        return ""
     reason = command_failure(err)
     if reason.startswith("not installed"):
         return "no NVIDIA driver: nvidia-smi not found"

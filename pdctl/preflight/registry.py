@@ -8,7 +8,6 @@ agents). tests/test_layers.py holds every part but the probes to purity."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.preflight import bundle, cluster, fit, gpu, group, hami, host, transfer
-from pdctl.preflight.facts import CLUSTER, SSH, Facts, HostFacts, Missing
+from pdctl.preflight.facts import CLUSTER, PARSE_ERRORS, SSH, Facts, HostFacts, Missing
 from pdctl.preflight.finding import Finding, HostCheck, PlanCheck
 from pdctl.preflight.run import Options, Step, run_local, run_ssh
 from pdctl.spec.model import Host, Spec
@@ -56,9 +55,6 @@ TOPICS = (
 )
 
 LOCAL_ADDRESSES = ("localhost",)
-# What a damaged output can raise in a parser (a replayed recording, a tool printing garbage).
-PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
-                OverflowError, csv.Error)
 
 
 def commands(spec: Spec, h: Host) -> dict[str, str]:
