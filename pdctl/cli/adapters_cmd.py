@@ -81,10 +81,8 @@ def _api_key(plan: Plan) -> str | None:
         return None
     value = os.environ.get(ref.env)
     if not value:
-        raise UsageError(
-            f"${ref.env} is not set: the engines require the API key (secrets.apiKey)",
-            fix=f"export {ref.env} as for `pdctl up`",
-        )
+        raise UsageError(f"${ref.env} is not set: the engines require the API key (secrets.apiKey)",
+                         fix=f"export {ref.env} as for `pdctl up`")
     return value
 
 

@@ -188,9 +188,7 @@ def main() -> None:
             if exit_type is not None and isinstance(exc, exit_type):
                 _exit(exc.exit_code)
             if isinstance(exc, errors.ClickException):
-                _fail(
-                    f"error: {_usage_line(exc, errors)}",
-                    2 if isinstance(exc, errors.UsageError) else 1,
-                )
+                _fail(f"error: {_usage_line(exc, errors)}",
+                      2 if isinstance(exc, errors.UsageError) else 1)
         raise
     _exit(rc if isinstance(rc, int) else 0)

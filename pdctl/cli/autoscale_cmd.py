@@ -133,11 +133,9 @@ def register(app: typer.Typer) -> None:
             time.sleep(interval)
 
 
-def _round(
-    load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
-    path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
-    progress: ConsoleProgress, timeout: float, drain_timeout: float,
-) -> None:
+def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
+           path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
+           progress: ConsoleProgress, timeout: float, drain_timeout: float) -> None:
     """One round: what runs, one window of its metrics, the decisions (each printed with its
     evidence), then each change applied."""
     from pdctl.scale import running_counts, scale

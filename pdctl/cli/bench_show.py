@@ -14,10 +14,8 @@ from pdctl.cli import term
 ROWS = (
     ("TTFT ms", "ttftMs"), ("TPOT ms", "tpotMs"), ("ITL ms", "itlMs"), ("E2E latency ms", "e2elMs"),
 )
-RATES = (
-    ("requests/s", "requestThroughput"), ("output tok/s", "outputThroughput"),
-    ("total tok/s", "totalTokenThroughput"), ("goodput req/s", "requestGoodput"),
-)
+RATES = (("requests/s", "requestThroughput"), ("output tok/s", "outputThroughput"),
+         ("total tok/s", "totalTokenThroughput"), ("goodput req/s", "requestGoodput"))
 
 
 def show(report: dict[str, Any]) -> None:

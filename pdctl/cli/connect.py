@@ -98,14 +98,10 @@ SSH = {
         help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
         "always refused).",
     ),
-    "identity": typer.Option(
-        None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
-        help="SSH private key for hosts that set no identityFile.",
-    ),
-    "connect_timeout": typer.Option(
-        10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
-        help="Seconds to wait for each SSH connection.",
-    ),
+    "identity": typer.Option(None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
+                             help="SSH private key for hosts that set no identityFile."),
+    "connect_timeout": typer.Option(10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
+                                    help="Seconds to wait for each SSH connection."),
     "parallel": typer.Option(8, "--parallel", min=1, help="Hosts worked on at once."),
 }
 DOCKER = {

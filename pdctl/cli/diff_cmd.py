@@ -26,10 +26,8 @@ def register(app: typer.Typer) -> None:
     @app.command("diff")
     @with_overlays
     @connection()
-    def diff(
-        conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
-        target: str | None = TARGET,
-    ) -> None:
+    def diff(conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
+             target: str | None = TARGET) -> None:
         """Show what `up` would change: on Kubernetes a server-side dry run of every object
         diffed against the live one (and what prune would delete); on hosts each instance to
         start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""

@@ -82,7 +82,5 @@ def register(app: typer.Typer) -> None:
             units = ", ".join(done.left.get(host, [])) or "-"
             console.print(f"[red]NOT stopped[/] on {host}: {units} ({why})", soft_wrap=True)
             left.append(f"{host} ({units})")
-        raise PdctlError(
-            f"down could not reach {'; '.join(left)}: these may still be running; "
-            "run `pdctl down` again when the host answers"
-        )
+        raise PdctlError(f"down could not reach {'; '.join(left)}: these may still be running; "
+                         "run `pdctl down` again when the host answers")

@@ -82,11 +82,9 @@ def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
 
     namespace = plan.spec.kubernetes.namespace
     if not sys.stdin.isatty():
-        raise UsageError(
-            f"down would delete the Kubernetes objects of {plan.name!r} in namespace "
-            f"{namespace!r} and stdin is not a terminal to confirm on",
-            fix="add --yes (see what it would delete: --dry-run)",
-        )
+        raise UsageError(f"down would delete the Kubernetes objects of {plan.name!r} in namespace "
+                         f"{namespace!r} and stdin is not a terminal to confirm on",
+                         fix="add --yes (see what it would delete: --dry-run)")
     if not typer.confirm(
         f"delete the Kubernetes objects of {plan.name!r} in namespace {namespace!r}?",
         default=False,

@@ -13,10 +13,8 @@ from pdctl.errors import UsageError
 
 SPEC = typer.Argument(..., help="Spec file, or - for stdin.")
 PHASE = typer.Option(None, "--phase", "-p", help="Render at this phase instead of the spec's.")
-TARGET = typer.Option(
-    None, "--target", metavar="TARGET",
-    help="hosts or kubernetes (phases 2 and 3; default from the spec).",
-)
+TARGET = typer.Option(None, "--target", metavar="TARGET",
+                      help="hosts or kubernetes (phases 2 and 3; default from the spec).")
 
 # `--facts DIR`, declared once for every command that takes it (render, up, status, plan),
 # read by one loader (pdctl.inputs.read_facts) that refuses a recording of other machines.

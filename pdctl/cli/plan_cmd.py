@@ -81,10 +81,8 @@ def register(app: typer.Typer) -> None:
             from pdctl.cli.report_file import check_report_path
 
             check_report_path(report_file)
-        _finite(
-            ("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
-            ("--tpot-ms", tpot_ms),
-        )
+        _finite(("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
+                ("--tpot-ms", tpot_ms))
 
         spec_model, source = read_spec(spec)
         result, origin = capacity_plan(
@@ -191,19 +189,13 @@ def _compare(result: Any, log_file: str) -> dict[str, Any]:
         with Path(log_file).expanduser().open("rb") as stream:
             data = stream.read(MAX_LOG_BYTES + 1)
     except OSError as exc:
-        raise UsageError(
-            f"--from-log: cannot read {log_file}: {exc.strerror}",
-            fix="give the path of a vLLM start-up log",
-        ) from None
+        raise UsageError(f"--from-log: cannot read {log_file}: {exc.strerror}",
+                         fix="give the path of a vLLM start-up log") from None
     if len(data) > MAX_LOG_BYTES:
-        raise UsageError(
-            f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
-            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
-        )
+        raise UsageError(f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
+                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
     observed = parse_log(data.decode("utf-8", errors="replace"))
     if observed.empty:
-        raise UsageError(
-            f"--from-log: {log_file} has none of vLLM's start-up memory lines",
-            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
-        )
+        raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
+                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
     return compare(result, observed)

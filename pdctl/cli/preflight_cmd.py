@@ -48,10 +48,8 @@ def _gather(plan: Plan, options: Options, quiet: bool) -> dict[str, dict[str, st
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[last]}"), console=console, transient=True,
     ) as progress:
-        tasks = {
-            name: progress.add_task(f"gathering {name}", total=total, last="")
-            for name, total in steps(plan, options).items()
-        }
+        tasks = {name: progress.add_task(f"gathering {name}", total=total, last="")
+                 for name, total in steps(plan, options).items()}
 
         def step(host: str, file: str) -> None:
             if host in tasks:
@@ -218,10 +216,8 @@ def register(app: typer.Typer) -> None:
         status = worst(findings)
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
         if output == "json":
-            doc = {
-                "spec": plan.name, "phase": plan.phase, "target": plan.target, "status": status,
-                "counts": counts, "findings": [f.__dict__ for f in findings],
-            }
+            doc = {"spec": plan.name, "phase": plan.phase, "target": plan.target, "status": status,
+                   "counts": counts, "findings": [f.__dict__ for f in findings]}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
             console = term.console()

@@ -82,10 +82,8 @@ class ConsoleProgress:
             # the waited time ticks on between two reports (a unit's log is read every 5 s)
             waited = r.elapsed if r.stage == "healthy" else r.elapsed + now - self.seen_at[key]
             style = "green" if r.stage == "healthy" else "red" if r.stage == "failing" else ""
-            table.add_row(
-                r.unit, r.where, f"[{style}]{r.stage}[/]" if style else r.stage,
-                f"{int(waited)}s/{int(r.timeout)}s", Text(r.line),
-            )
+            table.add_row(r.unit, r.where, f"[{style}]{r.stage}[/]" if style else r.stage,
+                          f"{int(waited)}s/{int(r.timeout)}s", Text(r.line))
         return table
 
     def planned(self, kind: str, changes: list[Change], compared: bool) -> None:

@@ -78,15 +78,11 @@ def command_section(name: str, cmd: Any) -> list[str]:
         rows = []
         for p in shown:
             env = p.envvar if isinstance(p.envvar, str) else ", ".join(p.envvar or [])
-            rows.append(
-                [
-                    _names(p),
-                    _type(p),
-                    _default(p),
-                    f"`{env}`" if env else "—",
-                    cell(getattr(p, "help", "") or ""),
-                ]
-            )
+            rows.append([_names(p),
+                         _type(p),
+                         _default(p),
+                         f"`{env}`" if env else "—",
+                         cell(getattr(p, "help", "") or "")])
         lines += table(["argument / option", "type", "default", "env", "meaning"], rows)
         lines.append("")
     return lines

@@ -53,20 +53,16 @@ def register(app: typer.Typer) -> None:
         gone = f", removed {done.removed} it no longer writes" if done.removed else ""
         say(f"wrote {done.files} files to {output_dir}{gone}")
         if done.kept_unlisted:
-            say(
-                f"kept {done.kept_unlisted} other files in {output_dir}: the bundle there came "
+            say(f"kept {done.kept_unlisted} other files in {output_dir}: the bundle there came "
                 "from an older pdctl that kept no list of its files; remove the ones you do not "
-                "need"
-            )
+                "need")
 
 
 def check_output(output: str, output_dir: Path | None) -> None:
     """-o is the format; a folder given as -o (as older pdctl took it) is a usage error."""
     if output not in ("yaml", "json"):
-        raise UsageError(
-            f"-o/--output is the format, yaml or json (got {output!r}); "
-            f"--output-dir {output} writes the bundle as files"
-        )
+        raise UsageError(f"-o/--output is the format, yaml or json (got {output!r}); "
+                         f"--output-dir {output} writes the bundle as files")
     if output == "json" and output_dir is not None:
         raise UsageError("-o json prints to stdout; --output-dir writes files: give one of them")
 
@@ -78,14 +74,10 @@ def as_json(plan: Any, bundle: Any) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "List", "items": list(bundle.objects)}
     return {
         "name": plan.name, "kind": "hosts",
-        "units": [
-            {
-                "name": u.unit.name, "role": u.unit.role, "host": u.unit.host.name,
-                "address": u.unit.host.address, "port": u.unit.port, "image": u.unit.image,
-                "hash": u.hash, "files": [f.path for f in u.files],
-            }
-            for u in bundle.units
-        ],
+        "units": [{"name": u.unit.name, "role": u.unit.role, "host": u.unit.host.name,
+                   "address": u.unit.host.address, "port": u.unit.port, "image": u.unit.image,
+                   "hash": u.hash, "files": [f.path for f in u.files]}
+                  for u in bundle.units],
         "files": [
             {"path": a.path, "executable": a.executable, "text": a.text} for a in bundle.artifacts
         ],

@@ -62,10 +62,8 @@ def register(app: typer.Typer) -> None:
         console = term.console(stderr=output == "json", log_path=False)
         progress = ConsoleProgress(console)
         try:
-            done = scale(
-                load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
-                dry_run, float(timeout), float(drain_timeout),
-            )
+            done = scale(load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
+                         dry_run, float(timeout), float(drain_timeout))
         except actions.UpFailed as exc:
             report_failures(console, exc.failures)
             report_undo(console, exc.outcome)

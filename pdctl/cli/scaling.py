@@ -34,10 +34,8 @@ def secrets(plan: Plan) -> dict[str, str]:
     return {s.name: os.environ[s.source] for s in plan.secrets}
 
 
-def scaled_loader(
-    texts: list[tuple[str, str]], phase: int | None, target: str | None,
-    facts: Facts | None, where: str,
-) -> Load:
+def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str | None,
+                  facts: Facts | None, where: str) -> Load:
     """The spec planned and rendered with roles' replicas set (none set: the spec as written);
     `where` names the overlay in errors (e.g. `serve=5:1: serve.replicas: ...`)."""
 

@@ -73,12 +73,10 @@ def register(app: typer.Typer) -> None:
         columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model"]
         columns += ["endpoint", "why"]
         # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
-        columns = [
-            c
-            for c in columns
-            if c in ("host", "unit", "role", "state")
-            or any(row[c] not in ("", "-") for row in rows)
-        ]
+        columns = [c
+                   for c in columns
+                   if c in ("host", "unit", "role", "state")
+                   or any(row[c] not in ("", "-") for row in rows)]
         for col in columns:
             table.add_column(col)
         for row in rows:

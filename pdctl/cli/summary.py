@@ -99,21 +99,17 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     role. A Kubernetes workload's rollout row summarises its pods and is not counted again,
     but each replica it wants that has no pod counts as a unit not up."""
     instances = [r for r in rows if r.get("kind", "instance") == "instance"]
-    absent = [
-        {"role": r["role"], "health": "no pod", "state": "-"}
-        for r in rows
-        if r.get("kind") == "rollout"
-        for _ in range(missing(r, instances))
-    ]
+    absent = [{"role": r["role"], "health": "no pod", "state": "-"}
+              for r in rows
+              if r.get("kind") == "rollout"
+              for _ in range(missing(r, instances))]
     rows = instances + absent
     roles = Counter(str(r["role"]) for r in rows)
     ups = Counter(str(r["role"]) for r in rows if up(r))
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
-    return {
-        "units": len(rows), "up": sum(1 for r in rows if up(r)),
-        "roles": {r: roles[r] for r in ordered}, "upByRole": {r: ups[r] for r in ordered},
-        "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"],
-    }
+    return {"units": len(rows), "up": sum(1 for r in rows if up(r)),
+            "roles": {r: roles[r] for r in ordered}, "upByRole": {r: ups[r] for r in ordered},
+            "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"]}
 
 
 def status_line(rows: list[dict[str, Any]]) -> str:
@@ -135,15 +131,11 @@ def endpoints_hint(plan: Plan) -> str | None:
     says how to get one address (docs/phase0-hosts.md, "One endpoint"). None otherwise."""
     if plan.phase != 0 or plan.on_kubernetes or any(s.role == "router" for s in plan.services):
         return None
-    urls = [
-        f"http://{url_host(u.host.address)}:{u.port}/v1"
-        for u in plan.units
-        if u.role == "serve" and not u.leader and u.port
-    ]
+    urls = [f"http://{url_host(u.host.address)}:{u.port}/v1"
+            for u in plan.units
+            if u.role == "serve" and not u.leader and u.port]
     if len(urls) < 2:
         return None
-    return (
-        f"serve: clients get {len(urls)} endpoints, one per replica, and must spread requests "
-        f"over them themselves: {', '.join(urls)}; for one address add `router: {{}}` "
-        "(vllm-router in front of the replicas, docs/phase0-hosts.md)"
-    )
+    return (f"serve: clients get {len(urls)} endpoints, one per replica, and must spread requests "
+            f"over them themselves: {', '.join(urls)}; for one address add `router: {{}}` "
+            "(vllm-router in front of the replicas, docs/phase0-hosts.md)")

@@ -50,10 +50,8 @@ def register(app: typer.Typer) -> None:
     def top(
         conn: ConnectFlags, spec: str = SPEC,
         once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
-        window: str = typer.Option(
-            "60s", "--window", "-w", metavar="DURATION",
-            help="The window figures are taken over (60s, 2m).",
-        ),
+        window: str = typer.Option("60s", "--window", "-w", metavar="DURATION",
+                                   help="The window figures are taken over (60s, 2m)."),
         refresh: str = typer.Option(
             "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."
         ),
@@ -194,11 +192,9 @@ def _live(plan: Plan, source: Source, window_s: float, refresh_s: float, spec_fi
                 now = source.scrape()
                 history.append(now)
                 newest = max((s.at for s in now.values()), default=time.monotonic())
-                while (
-                    len(history) > 2
-                    and _oldest(history[1]) >= 0
-                    and (newest - _oldest(history[1]) >= window_s)
-                ):
+                while (len(history) > 2
+                       and _oldest(history[1]) >= 0
+                       and (newest - _oldest(history[1]) >= window_s)):
                     history.popleft()
                 w = source.window(history[0], now, gpus, missing)
                 if packed is None:

@@ -154,10 +154,8 @@ def register(app: typer.Typer) -> None:
             _verify(plan, bundle, conn, console)
         if failures:
             names = ", ".join(f.unit for f in failures)
-            raise PdctlError(
-                f"up failed for {names} (--keep-going went on with the others); "
-                f"{done.outcome.summary()}"
-            )
+            raise PdctlError(f"up failed for {names} (--keep-going went on with the others); "
+                             f"{done.outcome.summary()}")
 
 
 def _verify(plan: Plan, bundle: Bundle, conn: ConnectFlags, console: Console) -> None:

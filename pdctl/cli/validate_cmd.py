@@ -43,18 +43,14 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             import json
 
-            doc = {
-                "spec": spec, "valid": True, "name": plan.name, "phase": plan.phase,
-                "target": plan.target, "engine": plan.release.version, f"{word}s": names,
-                "warnings": [*plan.notes, *cautions, *warnings, *([hint] if hint else [])],
-            }
+            doc = {"spec": spec, "valid": True, "name": plan.name, "phase": plan.phase,
+                   "target": plan.target, "engine": plan.release.version, f"{word}s": names,
+                   "warnings": [*plan.notes, *cautions, *warnings, *([hint] if hint else [])]}
             typer.echo(json.dumps(doc, indent=2))
             return
-        typer.echo(
-            f"{spec}: ok: {plan.name}, phase {plan.phase} on {plan.target}, "
-            f"{counted(len(names), word)} planned (vLLM {plan.release.version})"
-            + (f", {len(warnings)} capacity warning(s)" if warnings else "")
-        )
+        typer.echo(f"{spec}: ok: {plan.name}, phase {plan.phase} on {plan.target}, "
+                   f"{counted(len(names), word)} planned (vLLM {plan.release.version})"
+                   + (f", {len(warnings)} capacity warning(s)" if warnings else ""))
 
         for line in where(plan):  # where each instance goes (docs/placement.md)
             typer.echo(f"  {line}")

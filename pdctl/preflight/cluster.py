@@ -42,16 +42,10 @@ def _list(response: Any, kind: str, api_version: str) -> str:
 
 def _crds(response: Any) -> str:
     # Names, groups and kinds only: full CRD schemas are large and not needed.
-    items = [
-        {
-            "metadata": {"name": c.get("metadata", {}).get("name", "")},
-            "spec": {
-                "group": c.get("spec", {}).get("group", ""),
-                "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")},
-            },
-        }
-        for c in _json(response).get("items", [])
-    ]
+    items = [{"metadata": {"name": c.get("metadata", {}).get("name", "")},
+              "spec": {"group": c.get("spec", {}).get("group", ""),
+                       "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")}}}
+             for c in _json(response).get("items", [])]
     return json.dumps({"kind": "List", "items": items}, indent=1, sort_keys=True)
 
 
@@ -108,10 +102,8 @@ def _why(kubeconfig: str | None, exc: Exception) -> str:
 
 def _workloads(api: Any, client: Any) -> str:
     apps = client.AppsV1Api(api)
-    lists = (
-        ("Deployment", apps.list_deployment_for_all_namespaces),
-        ("DaemonSet", apps.list_daemon_set_for_all_namespaces),
-    )
+    lists = (("Deployment", apps.list_deployment_for_all_namespaces),
+             ("DaemonSet", apps.list_daemon_set_for_all_namespaces))
     items = []
     for kind, call in lists:
         for item in _json(call(label_selector=SELECTOR, _preload_content=False)).get("items", []):
@@ -155,12 +147,10 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
         if len(f) < 7:
             raise ValueError(f"device {i} has {len(f)} fields, expected at least 7: {item!r}")
         devices.append(
-            HamiDevice(
-                id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
-                numa=int(f[5]), health=_truthy(f[6]),
-                index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
-                mode=f[8] if len(f) > 8 else "",
-            )
+            HamiDevice(id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
+                       numa=int(f[5]), health=_truthy(f[6]),
+                       index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
+                       mode=f[8] if len(f) > 8 else "")
         )
     return tuple(devices)
 
@@ -180,10 +170,8 @@ def parse_node(obj: dict[str, Any]) -> Node:
     annotations = meta.get("annotations") or {}
     alloc = status.get("allocatable") or {}
     cap = status.get("capacity") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])
     driver = _label(labels, "nvidia.com/cuda.driver-version.full")
     if not driver:
         parts = [
@@ -279,13 +267,9 @@ def parse_crds(obj: dict[str, Any]) -> tuple[Crd, ...]:
     out = []
     for item in obj.get("items", []):
         spec = item.get("spec", {})
-        out.append(
-            Crd(
-                name=str(item.get("metadata", {}).get("name", "")),
-                group=str(spec.get("group", "")),
-                kind=str((spec.get("names") or {}).get("kind", "")),
-            )
-        )
+        out.append(Crd(name=str(item.get("metadata", {}).get("name", "")),
+                       group=str(spec.get("group", "")),
+                       kind=str((spec.get("names") or {}).get("kind", ""))))
     return tuple(sorted(out, key=lambda c: c.name))
 
 
@@ -432,15 +416,13 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
 def _allocatable(registered: list[Node]) -> list[Finding]:
     """A node HAMi registers GPUs on must also advertise nvidia.com/gpu (HAMi's own device
     plugin does, counting vGPUs): 0 means the kubelet never got HAMi's resources."""
-    return [
-        Finding("FAIL", "hami.allocatable", n.name,
-                f"{len(n.hami_devices or ())} GPUs registered, nvidia.com/gpu allocatable 0",
-                "nvidia.com/gpu > 0 (HAMi's device plugin advertises it)",
-                "check hami-device-plugin on the node; disable any other NVIDIA device plugin "
-                "there (both advertise nvidia.com/gpu)")
-        for n in registered
-        if n.allocatable_gpus == 0
-    ]
+    return [Finding("FAIL", "hami.allocatable", n.name,
+                    f"{len(n.hami_devices or ())} GPUs registered, nvidia.com/gpu allocatable 0",
+                    "nvidia.com/gpu > 0 (HAMi's device plugin advertises it)",
+                    "check hami-device-plugin on the node; disable any other NVIDIA device plugin "
+                    "there (both advertise nvidia.com/gpu)")
+            for n in registered
+            if n.allocatable_gpus == 0]
 
 
 def _scheduler(c: ClusterFacts) -> list[Finding]:

@@ -40,22 +40,18 @@ MIG_PROFILES = "mig-lgip.txt"
 NVML = "nvml.json"
 
 FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id,mig.mode.current"
-QUERY_COMMAND = (
-    f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
-    f" || nvidia-smi --query-gpu={FIELDS} --format=csv"
-)
+QUERY_COMMAND = (f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
+                 f" || nvidia-smi --query-gpu={FIELDS} --format=csv")
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run (hosts whose engines use GPUs)."""
     if spec.engine.device == "cpu" or not host.gpus:
         return {}
-    return {
-        SMI: "nvidia-smi", QUERY: QUERY_COMMAND, TOPO: "nvidia-smi topo -m",
-        P2P_R: "nvidia-smi topo -p2p r", P2P_W: "nvidia-smi topo -p2p w",
-        NVLINK: "nvidia-smi nvlink -s", MIG_PROFILES: "nvidia-smi mig -lgip",
-        PROC: "cat /proc/driver/nvidia/version",
-    }
+    return {SMI: "nvidia-smi", QUERY: QUERY_COMMAND, TOPO: "nvidia-smi topo -m",
+            P2P_R: "nvidia-smi topo -p2p r", P2P_W: "nvidia-smi topo -p2p w",
+            NVLINK: "nvidia-smi nvlink -s", MIG_PROFILES: "nvidia-smi mig -lgip",
+            PROC: "cat /proc/driver/nvidia/version"}
 
 
 # nvmlGpuP2PCapsIndex_t values (nvml.h). Passed as plain ints: some binding versions define
@@ -88,11 +84,9 @@ def dump() -> str:
 
 
 def _read(n: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "driver": _safe(n.nvmlSystemGetDriverVersion),
-        "cuda_driver": _safe(n.nvmlSystemGetCudaDriverVersion),
-        "nvml": _safe(n.nvmlSystemGetNVMLVersion), "gpus": [],
-    }
+    out: dict[str, Any] = {"driver": _safe(n.nvmlSystemGetDriverVersion),
+                           "cuda_driver": _safe(n.nvmlSystemGetCudaDriverVersion),
+                           "nvml": _safe(n.nvmlSystemGetNVMLVersion), "gpus": []}
     handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
     for i, h in enumerate(handles):
         mem = n.nvmlDeviceGetMemoryInfo(h)
@@ -117,12 +111,10 @@ def _read(n: Any) -> dict[str, Any]:
             g["nvlink"][str(link)] = state
         for j, h2 in enumerate(handles):
             if i != j:
-                g["p2p"][str(j)] = {
-                    "anc": _safe(n.nvmlDeviceGetTopologyCommonAncestor, h, h2),
-                    "read": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_READ),
-                    "write": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_WRITE),
-                    "nvlink": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_NVLINK),
-                }
+                g["p2p"][str(j)] = {"anc": _safe(n.nvmlDeviceGetTopologyCommonAncestor, h, h2),
+                                    "read": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_READ),
+                                    "write": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_WRITE),
+                                    "nvlink": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_NVLINK)}
         out["gpus"].append(g)
     return out
 
@@ -161,15 +153,13 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
         if "index" not in cell or not cell["index"].isdigit():
             continue
         gpus.append(
-            Gpu(
-                index=int(cell["index"]), name=cell.get("name", ""), uuid=cell.get("uuid", ""),
+            Gpu(index=int(cell["index"]), name=cell.get("name", ""), uuid=cell.get("uuid", ""),
                 memory_mib=_mib(cell.get("memory.total", "")),
                 memory_used_mib=_mib(cell.get("memory.used", "")),
                 pci_bus_id=cell.get("pci.bus_id", ""),
                 mig_mode=_na(cell.get("mig.mode.current", "")),
                 mig_pending=_na(cell.get("mig.mode.pending", "")),
-                compute_cap=_na(cell.get("compute_cap", "")),
-            )
+                compute_cap=_na(cell.get("compute_cap", "")))
         )
     return tuple(sorted(gpus, key=lambda g: g.index))
 
@@ -252,23 +242,19 @@ class NvmlDump:
             cc = g.get("cc")
             numa = g.get("numa")
             links = g.get("nvlink")
-            out.append(
-                Gpu(
-                    index=int(g["index"]),
-                    name=str(g.get("name", "")) if _ok(g.get("name")) else "",
-                    uuid=str(g.get("uuid", "")) if _ok(g.get("uuid")) else "",
-                    memory_mib=int(g.get("mem_total", 0)) // (1024 * 1024),
-                    memory_used_mib=(int(g.get("mem_total", 0)) - int(g.get("mem_free", 0)))
-                    // (1024 * 1024),
-                    pci_bus_id=str(g.get("pci_bus_id", "")), mig_mode=_mig(mig, 0),
-                    mig_pending=_mig(mig, 1),
-                    compute_cap=f"{cc[0]}.{cc[1]}" if isinstance(cc, list) else "",
-                    numa=numa if isinstance(numa, int) else None,
-                    nvlinks=sum(1 for v in links.values() if v == 1)
-                    if isinstance(links, dict)
-                    else None,
-                )
-            )
+            out.append(Gpu(index=int(g["index"]),
+                           name=str(g.get("name", "")) if _ok(g.get("name")) else "",
+                           uuid=str(g.get("uuid", "")) if _ok(g.get("uuid")) else "",
+                           memory_mib=int(g.get("mem_total", 0)) // (1024 * 1024),
+                           memory_used_mib=(int(g.get("mem_total", 0)) - int(g.get("mem_free", 0)))
+                           // (1024 * 1024),
+                           pci_bus_id=str(g.get("pci_bus_id", "")), mig_mode=_mig(mig, 0),
+                           mig_pending=_mig(mig, 1),
+                           compute_cap=f"{cc[0]}.{cc[1]}" if isinstance(cc, list) else "",
+                           numa=numa if isinstance(numa, int) else None,
+                           nvlinks=sum(1 for v in links.values() if v == 1)
+                           if isinstance(links, dict)
+                           else None))
         return tuple(sorted(out, key=lambda g: g.index))
 
     def links(self) -> tuple[tuple[int, int, str], ...]:
@@ -311,13 +297,9 @@ def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int], cpus: dict[int, s
     Gpu, ...
 ]:
     """GPUs with NUMA node and CPU affinity from `topo -m` filled in where NVML had none."""
-    return tuple(
-        replace(
-            g, numa=g.numa if g.numa is not None else numa.get(g.index),
-            cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""),
-        )
-        for g in gpus
-    )
+    return tuple(replace(g, numa=g.numa if g.numa is not None else numa.get(g.index),
+                         cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""))
+                 for g in gpus)
 
 
 def parse_smi_list(text: str) -> tuple[Gpu, ...]:
@@ -520,13 +502,9 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
             gpus = from_nvml
         else:  # NVML adds NUMA and NVLink counts the CSV lacks
             by_index = {g.index: g for g in from_nvml}
-            gpus = tuple(
-                replace(
-                    g, numa=by_index[g.index].numa if g.index in by_index else None,
-                    nvlinks=by_index[g.index].nvlinks if g.index in by_index else None,
-                )
-                for g in gpus
-            )
+            gpus = tuple(replace(g, numa=by_index[g.index].numa if g.index in by_index else None,
+                                 nvlinks=by_index[g.index].nvlinks if g.index in by_index else None)
+                         for g in gpus)
         driver = driver or nvml.driver()
         cuda = nvml.cuda()
         links, p2p_r, p2p_w = nvml.links(), nvml.p2p("r"), nvml.p2p("w")
@@ -534,13 +512,9 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         gpus = parse_smi_list(raw[SMI_L])
         memory = list(parse_smi_memory(raw.get(SMI_MEMORY, "")).items())
         if len(memory) == len(gpus):
-            gpus = tuple(
-                replace(
-                    g, pci_bus_id=bus, memory_mib=m.get("total", 0),
-                    memory_used_mib=m.get("used", 0),
-                )
-                for g, (bus, m) in zip(gpus, memory, strict=True)
-            )
+            gpus = tuple(replace(g, pci_bus_id=bus, memory_mib=m.get("total", 0),
+                                 memory_used_mib=m.get("used", 0))
+                         for g, (bus, m) in zip(gpus, memory, strict=True))
     gpu_error = "" if gpus is not None else _gpu_error(raw, nvml)
     if gpus is None and not gpu_error:
         missing.append(Missing("gpus", "no GPU inventory recorded (query-gpu.csv or nvml.json)"))

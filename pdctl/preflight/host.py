@@ -34,11 +34,9 @@ LIBS = "libraries.txt"
 MEMINFO = "meminfo.txt"
 GATHER = "gather it live, or record it with --record"
 
-IB_PORTS_COMMAND = (
-    'for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
-    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
-    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
-)
+IB_PORTS_COMMAND = ('for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
+                    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
+                    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done')
 
 # What systemd supervision needs (docs/phase0-hosts.md): PID 1 systemd, its version, and for
 # a non-root user lingering and a user manager that answers. POSIX sh.
@@ -55,16 +53,14 @@ SUPERVISE_COMMAND = (
 def libraries_command(names: tuple[str, ...]) -> str:
     """`<soname> yes|no` per library: in the linker cache (`ldconfig -p`, also where /sbin is
     not on a user's PATH) or in a folder of LD_LIBRARY_PATH. POSIX sh: the login shell runs it."""
-    return (
-        'PATH="$PATH:/sbin:/usr/sbin"; '
-        "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
-        "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
-        f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
-        'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
-        "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
-        'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
-        'echo "$l $f"; done'
-    )
+    return ('PATH="$PATH:/sbin:/usr/sbin"; '
+            "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
+            "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
+            f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
+            'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
+            "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
+            'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
+            'echo "$l $f"; done')
 
 
 def model_dir(spec: Spec, host: Host) -> str:
@@ -78,13 +74,11 @@ def model_dir(spec: Spec, host: Host) -> str:
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run."""
     cache = quote_path(host.hf_cache)
-    out = {
-        HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
-        SHM: "df -Pk /dev/shm",
-        CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
-        MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
-        PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
-    }
+    out = {HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
+           SHM: "df -Pk /dev/shm",
+           CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
+           MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
+           PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"}
     if spec.engine.kv_offload is not None:  # the host memory the offload tier takes
         out[MEMINFO] = "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"
     dis = spec.disaggregation
@@ -101,12 +95,10 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
             'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi'
         )
     elif host.runtime == "conda":
-        out[CONDA] = (
-            "if command -v conda >/dev/null; then conda --version; exit; fi; "
-            "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
-            'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
-            "echo 'conda: command not found' >&2; exit 127"
-        )
+        out[CONDA] = ("if command -v conda >/dev/null; then conda --version; exit; fi; "
+                      "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
+                      'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
+                      "echo 'conda: command not found' >&2; exit 127")
     return out
 
 
@@ -245,10 +237,8 @@ def parse_docker_info(text: str) -> Docker:
     if errors or not data.get("ServerVersion"):
         return Docker(ok=False, error="; ".join(errors) or "no docker daemon answered")
     runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
-    return Docker(
-        ok=True, version=str(data.get("ServerVersion", "")), runtimes=runtimes,
-        default_runtime=str(data.get("DefaultRuntime", "")),
-    )
+    return Docker(ok=True, version=str(data.get("ServerVersion", "")), runtimes=runtimes,
+                  default_runtime=str(data.get("DefaultRuntime", "")))
 
 
 def parse_conda(text: str) -> str:

@@ -25,11 +25,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024  # a recorded output; `nvidia-smi -q` of 8 GPU
 
 def _read_folder(d: Path) -> dict[str, str]:
     try:
-        return {
-            p.name: _read_file(p)
-            for p in sorted(d.iterdir())
-            if p.is_file() and not p.name.startswith(".")
-        }
+        return {p.name: _read_file(p)
+                for p in sorted(d.iterdir())
+                if p.is_file() and not p.name.startswith(".")}
     except OSError as exc:
         raise UsageError(f"cannot read recording folder {d}: {exc.strerror or exc}",
                          fix="give a folder made by `pdctl preflight --record DIR`") from None

@@ -23,10 +23,8 @@ from pdctl.spec.model import Host, Spec
 
 Commands = Callable[[Spec, Host], dict[str, str]]
 Fields = Callable[[dict[str, str]], tuple[dict[str, Any], list[Missing]]]
-Probe = Callable[
-    [Plan, Options, dict[str, dict[str, str]], Callable[[Host], bool], Step | None],
-    dict[str, dict[str, str]],
-]
+Probe = Callable[[Plan, Options, dict[str, dict[str, str]], Callable[[Host], bool], Step | None],
+                 dict[str, dict[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -41,18 +39,16 @@ class Topic:
 
 
 # In order: the commands run, and the findings come, in this order.
-TOPICS = (
-    Topic("gpu", gpu.commands, gpu.PARSERS, gpu.fields, gpu.check_host),
-    Topic("host", host.commands, host.PARSERS, host.fields, host.check_host),
-    Topic("hami", hami.commands, fields=hami.fields, check_host=hami.check_host),
-    Topic("cluster", check=cluster.check),
-    Topic("group", group.commands, fields=group.fields, check=group.check, probe=group.probe),
-    Topic("transfer", transfer.commands, fields=transfer.fields, check=transfer.check,
-          probe=transfer.probe),
-    Topic("fit", check=fit.check),
-    # findings only with `preflight --bundle` (the manifest's wants): cli/preflight_cmd.py
-    Topic("bundle", bundle.commands, bundle.PARSERS),
-)
+TOPICS = (Topic("gpu", gpu.commands, gpu.PARSERS, gpu.fields, gpu.check_host),
+          Topic("host", host.commands, host.PARSERS, host.fields, host.check_host),
+          Topic("hami", hami.commands, fields=hami.fields, check_host=hami.check_host),
+          Topic("cluster", check=cluster.check),
+          Topic("group", group.commands, fields=group.fields, check=group.check, probe=group.probe),
+          Topic("transfer", transfer.commands, fields=transfer.fields, check=transfer.check,
+                probe=transfer.probe),
+          Topic("fit", check=fit.check),
+          # findings only with `preflight --bundle` (the manifest's wants): cli/preflight_cmd.py
+          Topic("bundle", bundle.commands, bundle.PARSERS))
 
 LOCAL_ADDRESSES = ("localhost",)
 

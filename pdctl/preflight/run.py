@@ -104,10 +104,8 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
             step(host.name, files[i])
 
     try:
-        run_batch(
-            conn, [prefix(options.remote_path) + cmd for cmd in cmds.values()],
-            timeout=options.timeout, done=done,
-        )
+        run_batch(conn, [prefix(options.remote_path) + cmd for cmd in cmds.values()],
+                  timeout=options.timeout, done=done)
     finally:
         conn.close()
     return raw

@@ -73,10 +73,8 @@ AGENTS = "xfer"
 FOLDER = "/tmp/pdctl-xfer.XXXXXXXX"
 AGENT_LIFE_S = 70.0  # past --seconds: the agent's own alarm (50 s) and a margin
 AGENT_GRACE_S = 50.0  # the agent's own grace (agent.py: GRACE_S + CONNECT_S)
-NET_DEVICES_COMMAND = (
-    'for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
-    'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done'
-)
+NET_DEVICES_COMMAND = ('for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
+                       'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done')
 # Variables that name network interfaces or RDMA devices the transports must find.
 IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "UCX_NET_DEVICES")
 
@@ -109,13 +107,11 @@ def uses_rdma(protocol: str, env: dict[str, str], rdma_devices: tuple[str, ...])
     protocol rdma, UCX_TLS naming verbs transports (or RDMA `DEVICE:PORT` in
     UCX_NET_DEVICES), NCCL_IB_HCA, or the host's rdmaDevices."""
     tls = [x.strip().split("_")[0] for x in env.get("UCX_TLS", "").lstrip("^").split(",")]
-    return (
-        protocol == "rdma"
-        or (not env.get("UCX_TLS", "").startswith("^") and any(t in RDMA_TLS for t in tls))
-        or ":" in env.get("UCX_NET_DEVICES", "")
-        or bool(env.get("NCCL_IB_HCA"))
-        or bool(rdma_devices)
-    )
+    return (protocol == "rdma"
+            or (not env.get("UCX_TLS", "").startswith("^") and any(t in RDMA_TLS for t in tls))
+            or ":" in env.get("UCX_NET_DEVICES", "")
+            or bool(env.get("NCCL_IB_HCA"))
+            or bool(rdma_devices))
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
@@ -305,12 +301,10 @@ def python_command(plan: Plan, inst: Instance, transport: str, folder: str, name
     # docker splits --gpus at commas unless the device list is quoted inside the value
     gpus = f"--gpus {quote(chr(34) + 'device=' + ','.join(map(str, inst.gpus)) + chr(34))} " \
         if inst.gpus else ""
-    return (
-        # --pull never: a preflight does not pull a 10 GB image (the cause says to pull it)
-        f"docker run --rm --pull never --name {quote(name)} --network host --ipc host "
-        "--ulimit memlock=-1 "
-        f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}"
-    )
+    return (# --pull never: a preflight does not pull a 10 GB image (the cause says to pull it)
+            f"docker run --rm --pull never --name {quote(name)} --network host --ipc host "
+            "--ulimit memlock=-1 "
+            f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}")
 
 
 class Agent:
@@ -777,10 +771,8 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
             h.close()
 
 
-def transfer_groups(
-    plan: Plan, options: Options, bounds: Bounds, raw: dict[str, dict[str, str]],
-    local: Callable[[Host], bool],
-) -> dict[str, dict[str, str]]:
+def transfer_groups(plan: Plan, options: Options, bounds: Bounds, raw: dict[str, dict[str, str]],
+                    local: Callable[[Host], bool]) -> dict[str, dict[str, str]]:
     """leader host name -> {group transfer file: recorded text}."""
     out: dict[str, dict[str, str]] = {}
     for leader, port in groups(plan):
@@ -798,10 +790,8 @@ MEMLOCK_FIX = (
     "service, `--ulimit memlock=-1` for docker)"
 )
 PEERMEM_LOG = r"GPU ?Direct RDMA Disabled|nvidia[_-]peermem"
-PEERMEM_FIX = (
-    "load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
-    "(kernel >= 5.12 with the open NVIDIA driver)"
-)
+PEERMEM_FIX = ("load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
+               "(kernel >= 5.12 with the open NVIDIA driver)")
 # (pattern in the agents' messages and logs, cause, fix): the transports' own words.
 CAUSES: tuple[tuple[str, str, str], ...] = (
     (r"GID is NULL|GID index .*(invalid|out of range)|[Ff]ailed to (query|get) GID",
@@ -868,9 +858,7 @@ def cause(t: Transfer) -> tuple[str, str]:
         return (f"not installed: {t.message}",
                 "install the connector's package in the engine's environment (`pdctl up` "
                 "does), or check hosts[].venv / condaEnv")
-    if (t.stage == "transfer" and t.errno == "ETIMEDOUT") or (
-        t.stage == "timeout" and t.connected
-    ):
+    if (t.stage == "transfer" and t.errno == "ETIMEDOUT") or (t.stage == "timeout" and t.connected):
         sides = [f"prefill side: {t.phase}" if t.phase else "",
                  f"decode side: {t.listen_phase}" if t.listen_phase else ""]
         doing = f" ({'; '.join(x for x in sides if x)})" if any(sides) else ""
