@@ -104,8 +104,6 @@ def _show(plan: Plan, action: str, answers: list[Answer], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps({"name": plan.name, "action": action, "engines": rows}, indent=2))
         return
-
-
     table = Table(title=f"{plan.name}: adapters {action}")
     for col in ("engine", "role", "host", "adapters" if action == "list" else "result"):
         table.add_column(col)

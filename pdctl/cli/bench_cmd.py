@@ -127,8 +127,6 @@ def _show_compare(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps(doc, indent=2))
         return
-
-
     console = term.console()
     for line in doc["flagDifferences"]:
         console.print(f"[yellow]engines differ[/]: {line}", highlight=False)

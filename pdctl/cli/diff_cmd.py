@@ -11,13 +11,12 @@ from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.progress import KUBE_WORDS, ConsoleProgress
-from pdctl.cli.specfile import load
+from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.term import console
 from pdctl.errors import PdctlError
 
 if TYPE_CHECKING:
     from pdctl.actions import Diff
-from pdctl.cli.specfile import with_overlays
 
 KUBE_ORDER = ("create", "update", "prune", "unchanged")
 
@@ -50,14 +49,9 @@ def report(found: Diff) -> list[str]:
     counts: dict[str, int] = {}
     kube = found.kind == "kubernetes"
     for c in found.changes:
-        if kube:
-            word = KUBE_WORDS[c.action]
-            key = c.unit
-            head = f"{word:9} {c.unit}"
-        else:
-            word = c.action
-            key = f"{c.host}/{c.unit}"
-            head = f"{word:9} {c.unit} on {c.host} ({c.why})"
+        word = KUBE_WORDS[c.action] if kube else c.action
+        key = c.unit if kube else f"{c.host}/{c.unit}"
+        head = f"{word:9} {c.unit}" + ("" if kube else f" on {c.host} ({c.why})")
         counts[word] = counts.get(word, 0) + 1
         if c.action == "keep":
             continue

@@ -78,8 +78,6 @@ def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
     unasked."""
     if yes or not caps.confirm_down:
         return
-
-
     namespace = plan.spec.kubernetes.namespace
     if not sys.stdin.isatty():
         raise UsageError(f"down would delete the Kubernetes objects of {plan.name!r} in namespace "

@@ -21,8 +21,6 @@ from pdctl.targets.stages import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.live import Live
-    from rich.table import Table
 
     from pdctl.targets.base import Stage, Target
     from pdctl.targets.outcome import Outcome, UnitFailure

@@ -134,28 +134,21 @@ def _packed(spec_file: str, plan: Plan, gpus: list[GpuLoad]) -> dict[int, Packin
     if _cpu(plan):  # GPU capacity planning does not apply
         return {}
     try:
-        from pdctl.capacity import (
-            ASSUMED,
-            find_gpu,
-            spec_gpu,
-            spec_model_config,
-            spec_shape,
-            spec_traffic,
-        )
+        from pdctl import capacity as cap
         from pdctl.inputs import read_model_config
         from pdctl.top.packing import packings
 
         spec = plan.spec
-        gpu, origin = spec_gpu(spec)
-        if origin == ASSUMED:
+        gpu, origin = cap.spec_gpu(spec)
+        if origin == cap.ASSUMED:
             names = {g.name for g in gpus if g.name}
             if len(names) != 1:
                 return {}
-            gpu = find_gpu(names.pop())
+            gpu = cap.find_gpu(names.pop())
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
-        model = spec_model_config(spec.model, config)
-        shape = spec_shape(spec, "decode" if plan.disaggregated else "serve")
-        traffic = spec_traffic(spec)
+        model = cap.spec_model_config(spec.model, config)
+        shape = cap.spec_shape(spec, "decode" if plan.disaggregated else "serve")
+        traffic = cap.spec_traffic(spec)
         return packings(model, gpu, shape, traffic)
     except PdctlError:
         return {}
@@ -246,7 +239,6 @@ class _Keys:
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
-            import sys
             import termios
 
             termios.tcsetattr(sys.stdin, termios.TCSADRAIN, self.saved)

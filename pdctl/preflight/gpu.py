@@ -293,9 +293,8 @@ def _mig(value: object, i: int) -> str:
     return ""
 
 
-def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int], cpus: dict[int, str]) -> tuple[
-    Gpu, ...
-]:
+def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int],
+                  cpus: dict[int, str]) -> tuple[Gpu, ...]:
     """GPUs with NUMA node and CPU affinity from `topo -m` filled in where NVML had none."""
     return tuple(replace(g, numa=g.numa if g.numa is not None else numa.get(g.index),
                          cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""))

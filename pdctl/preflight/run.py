@@ -60,12 +60,8 @@ def run_local(
     for file, cmd in cmds.items():
         try:
             proc = subprocess.run(  # noqa: S603 - a fixed command table, values quoted
-                ["bash", "-c", prefix(options.remote_path) + cmd],
-                capture_output=True,
-                text=True,
-                timeout=options.timeout,
-                env=env,
-            )
+                ["bash", "-c", prefix(options.remote_path) + cmd], capture_output=True, text=True,
+                timeout=options.timeout, env=env)
             _record(raw, file, proc.returncode, proc.stdout, proc.stderr)
         except subprocess.TimeoutExpired:
             _record(raw, file, 124, "", f"timed out after {options.timeout:.0f}s")
