@@ -34,12 +34,10 @@ def register(app: typer.Typer) -> None:
         action: str = typer.Argument(..., metavar="ACTION", help="list, load or unload."),
         spec: str = SPEC,
         name: str | None = typer.Argument(
-            None, metavar="NAME", help="load/unload: the adapter's name (a request's `model`)."
-        ),
+            None, metavar="NAME", help="load/unload: the adapter's name (a request's `model`)."),
         path: str | None = typer.Argument(
             None, metavar="PATH",
-            help="load: the adapter's folder on the engines' hosts, or a Hugging Face id.",
-        ),
+            help="load: the adapter's folder on the engines' hosts, or a Hugging Face id."),
         phase: int | None = PHASE, target: str | None = TARGET,
         output: str = output_option(),
     ) -> None:

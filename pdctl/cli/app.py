@@ -33,8 +33,7 @@ COMMANDS = {
     "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
-    "autoscale": "pdctl.cli.autoscale_cmd",
-}
+    "autoscale": "pdctl.cli.autoscale_cmd"}
 
 
 def _version_callback(value: bool) -> None:
@@ -45,11 +44,9 @@ def _version_callback(value: bool) -> None:
 
 def root(
     version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
-    ),
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."),
     debug: bool = typer.Option(
-        False, "--debug", help="Show tracebacks on errors (before or after the command)."
-    ),
+        False, "--debug", help="Show tracebacks on errors (before or after the command)."),
 ) -> None:
     """pdctl: vLLM deployments from bare metal to Kubernetes."""
     state.DEBUG = state.DEBUG or debug
@@ -69,8 +66,7 @@ def build(names: tuple[str, ...] | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_enable=False, rich_markup_mode=None,
-        context_settings={"help_option_names": ["-h", "--help"]},
-    )
+        context_settings={"help_option_names": ["-h", "--help"]})
     made.callback()(root)
     made.command("version")(version_cmd)
     for name in COMMANDS if names is None else names:

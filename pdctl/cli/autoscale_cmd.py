@@ -67,29 +67,23 @@ def register(app: typer.Typer) -> None:
         conn: ConnectFlags, spec: str = SPEC,
         once: bool = typer.Option(False, "--once", help="Run one round (decide, apply), exit."),
         dry_run: bool = typer.Option(
-            False, "--dry-run", help="Decide and print the decisions; change nothing."
-        ),
+            False, "--dry-run", help="Decide and print the decisions; change nothing."),
         interval: int = typer.Option(
-            30, "--interval", min=1, metavar="SECONDS", help="Seconds between rounds."
-        ),
+            30, "--interval", min=1, metavar="SECONDS", help="Seconds between rounds."),
         window: int = typer.Option(
             10, "--window", "-w", min=1, max=3600, metavar="SECONDS",
-            help="Seconds each round reads the engines' metrics over (rates need two reads).",
-        ),
+            help="Seconds each round reads the engines' metrics over (rates need two reads)."),
         state_file: Path | None = typer.Option(
             None, "--state", metavar="FILE",
             help="Where the time of each role's last scale action is kept (the cooldowns); "
-            "default $XDG_STATE_HOME/pdctl/autoscale-NAME.json.",
-        ),
+            "default $XDG_STATE_HOME/pdctl/autoscale-NAME.json."),
         timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
         unit: bool = typer.Option(
             False, "--unit",
             help="Print a systemd unit that runs this command supervised (Restart=always); "
-            "run nothing.",
-        ),
+            "run nothing."),
         output: str = output_option(
-            "table (one line a decision), or json (one JSON object a line)."
-        ),
+            "table (one line a decision), or json (one JSON object a line)."),
         phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every

@@ -36,8 +36,7 @@ def _predictions(spec_file: str, w: Workload) -> Predictions:
             return no_gpu_plan()
         result, origin = capacity_plan(
             spec, source, spec_file, None, None, w.prompt_tokens, w.output_tokens, None,
-            w.ttft_ms, w.tpot_ms
-        )
+            w.ttft_ms, w.tpot_ms)
     except PdctlError as exc:
         return None, exc.line(), None
     return predictions(result, origin)

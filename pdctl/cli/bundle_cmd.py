@@ -20,50 +20,42 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(
             ..., "--output", "-o", metavar="DIR",
             help="The bundle folder (created; a second run keeps the files whose sha256 the "
-            "manifest vouches for and downloads the rest).",
-        ),
+            "manifest vouches for and downloads the rest)."),
         python: str | None = typer.Option(
             None, "--python", metavar="3.X",
             help="The hosts' Python version (default: 3.11 when every environment is a conda "
-            "env pdctl creates; else required).",
-        ),
+            "env pdctl creates; else required)."),
         platform: str | None = typer.Option(
             None, "--platform", metavar="TAG",
             help="The hosts' wheel platform tag, e.g. manylinux_2_28_x86_64 (glibc 2.28+, "
-            "x86_64).",
-        ),
+            "x86_64)."),
         weights: Path | None = typer.Option(
             None, "--weights", metavar="PATH",
             help="A local Hugging Face model folder (config.json, *.safetensors, tokenizer "
             "files) copied into DIR/weights, pinned by sha256; `up --bundle` copies it to each "
-            "engine host and starts the engines from it (docs/offline.md).",
-        ),
+            "engine host and starts the engines from it (docs/offline.md)."),
         images: bool = typer.Option(
             False, "--images",
             help="Save the images the spec's docker hosts run from the local Docker engine "
             "(never pulled) into DIR/images; `up --bundle` loads them on each host that lacks "
             "their image id. Kubernetes: the images of the rendered objects, for "
-            "DIR/images/mirror.sh (docs/offline.md).",
-        ),
+            "DIR/images/mirror.sh (docs/offline.md)."),
         lora: bool = typer.Option(
             False, "--adapters",
             help="Copy the spec's LoRA adapters (model.lora.adapters with `hf` and `revision`) "
             "from the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else "
             "~/.cache/huggingface/hub) into DIR/adapters; `up --bundle` puts them where the "
-            "engines' start scripts look first (docs/offline.md).",
-        ),
+            "engines' start scripts look first (docs/offline.md)."),
         split: str | None = typer.Option(
             None, "--split", metavar="SIZE",
             help="Cut every file over SIZE (e.g. 4G: 4 000 000 000 bytes, under FAT32's limit; "
             "700M; 2Gi) into parts PATH.000, PATH.001, ...; `up --bundle` and `preflight "
-            "--bundle` join them again in DIR before checking them (docs/offline.md).",
-        ),
+            "--bundle` join them again in DIR before checking them (docs/offline.md)."),
         skip: bool = typer.Option(
             False, "--skip-installed",
             help="Leave out the wheels whose NAME==VERSION every host that installs them has "
             "in its engines' environment, as the --facts recording lists it (`up --bundle`'s "
-            "pip finds them installed; docs/offline.md).",
-        ),
+            "pip finds them installed; docs/offline.md)."),
         phase: int | None = PHASE,
         target: str | None = TARGET,
         facts: Path | None = FACTS,

@@ -236,8 +236,7 @@ def _commit(out: Path, stage: Path, moves: list[tuple[str, str | None]]) -> None
         except OSError as undo:
             raise _Stuck(
                 f"cannot write {out}/{path}: {exc.strerror}, nor put back the files pdctl moved "
-                f"aside ({undo.strerror}): they are in {stage}"
-            ) from None
+                f"aside ({undo.strerror}): they are in {stage}") from None
         if exc.errno == errno.EISDIR:
             raise _no(f"{out}/{path} is a folder where pdctl writes a file (nothing was changed)",
                       "move it away, or choose another folder") from None

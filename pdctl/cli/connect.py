@@ -47,21 +47,18 @@ class ConnectFlags:
             must_exist(
                 self.known_hosts, "known_hosts file",
                 "give the file that holds the hosts' keys (ssh-keyscan HOST >> FILE), or pass "
-                "--accept-new-host-keys to record them there",
-            )
+                "--accept-new-host-keys to record them there")
         return SshOptions(
             known_hosts=self.known_hosts or DEFAULT_KNOWN_HOSTS,
             accept_new_host_keys=self.accept_new_host_keys, identity_file=self.identity,
-            connect_timeout=self.connect_timeout, write_known_hosts=not dry_run,
-        )
+            connect_timeout=self.connect_timeout, write_known_hosts=not dry_run)
 
     def target(self, dry_run: bool = False) -> Connect:
         """How to reach the plan's target (pdctl.targets.open_target)."""
         return Connect(
             ssh=self.ssh(dry_run), parallel=self.parallel, docker_urls=docker_urls(self.docker_url),
             docker_tls=self.docker_tls, docker_cert_path=self.docker_cert_path,
-            insecure_docker=self.insecure_docker, kubeconfig=self.kube_file, context=self.context,
-        )
+            insecure_docker=self.insecure_docker, kubeconfig=self.kube_file, context=self.context)
 
     @property
     def kube_file(self) -> str | None:
@@ -91,49 +88,39 @@ def docker_urls(values: list[str]) -> dict[str, str]:
 SSH = {
     "known_hosts": typer.Option(
         None, "--known-hosts", metavar="FILE", envvar="PDCTL_KNOWN_HOSTS",
-        help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
-    ),
+        help="known_hosts file for host-key checks (default ~/.ssh/known_hosts)."),
     "accept_new_host_keys": typer.Option(
         False, "--accept-new-host-keys",
         help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
-        "always refused).",
-    ),
+        "always refused)."),
     "identity": typer.Option(None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
                              help="SSH private key for hosts that set no identityFile."),
     "connect_timeout": typer.Option(10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
                                     help="Seconds to wait for each SSH connection."),
-    "parallel": typer.Option(8, "--parallel", min=1, help="Hosts worked on at once."),
-}
+    "parallel": typer.Option(8, "--parallel", min=1, help="Hosts worked on at once.")}
 DOCKER = {
     "docker_url": typer.Option(
         None, "--docker-url", metavar="HOST=URL",
         help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
         "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
-        "--docker-tls) instead of scripts over SSH. Repeat per host.",
-    ),
+        "--docker-tls) instead of scripts over SSH. Repeat per host."),
     "docker_tls": typer.Option(
         False, "--docker-tls",
         help="With a tcp:// --docker-url: TLS, verifying the engine's certificate against "
         "ca.pem and presenting cert.pem/key.pem from --docker-cert-path (as `docker "
-        "--tlsverify` does).",
-    ),
+        "--tlsverify` does)."),
     "docker_cert_path": typer.Option(
         None, "--docker-cert-path", metavar="DIR", envvar="DOCKER_CERT_PATH",
         help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
-        "~/.docker).",
-    ),
+        "~/.docker)."),
     "insecure_docker": typer.Option(
         False, "--insecure-docker",
         help="Allow a plain tcp:// --docker-url: the Docker API, HF_TOKEN and the API key "
-        "travel unencrypted and unauthenticated. Only on a network you trust.",
-    ),
-}
+        "travel unencrypted and unauthenticated. Only on a network you trust.")}
 KUBE = {
     "kubeconfig": typer.Option(
-        None, "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG)."
-    ),
-    "context": typer.Option(None, "--context", metavar="NAME", help="kubeconfig context."),
-}
+        None, "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG)."),
+    "context": typer.Option(None, "--context", metavar="NAME", help="kubeconfig context.")}
 
 
 def connection(docker: bool = True) -> Callable[[F], F]:

@@ -24,20 +24,16 @@ def register(app: typer.Typer) -> None:
         delete_volumes: bool = typer.Option(
             False, "--delete-volumes",
             help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
-            "cache: weights are downloaded again on the next `up`). Kept by default.",
-        ),
+            "cache: weights are downloaded again on the next `up`). Kept by default."),
         dry_run: bool = typer.Option(
             False, "--dry-run",
-            help="Connect and list what would be stopped or deleted; touch nothing.",
-        ),
+            help="Connect and list what would be stopped or deleted; touch nothing."),
         yes: bool = typer.Option(
-            False, "--yes", "-y", help="Kubernetes: delete without asking for confirmation."
-        ),
+            False, "--yes", "-y", help="Kubernetes: delete without asking for confirmation."),
         timeout: int = typer.Option(
             300, "--timeout", min=1,
             help="Kubernetes: seconds to wait, after deleting, until the deployment's pods are "
-            "gone (their GPUs free); pods still there then are named, exit 1.",
-        ),
+            "gone (their GPUs free); pods still there then are named, exit 1."),
     ) -> None:
         """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
         console = term.console(log_path=False)

@@ -10,8 +10,7 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.render.template import templates_dir
 
 PHASES = {
-    0: "init-phase0.yaml", 1: "init-phase1.yaml", 2: "init-phase2.yaml", 3: "init-phase3.yaml",
-}
+    0: "init-phase0.yaml", 1: "init-phase1.yaml", 2: "init-phase2.yaml", 3: "init-phase3.yaml"}
 SCHEMA_FILE = "pdctl-spec.schema.json"  # the local file `pdctl schema >` writes, for editors
 
 
@@ -34,14 +33,12 @@ def register(app: typer.Typer) -> None:
     def init(
         phase: int = typer.Option(0, "--phase", "-p", help="Phase of the example: 0, 1, 2 or 3."),
         output: Path | None = typer.Option(
-            None, "--output", "-o", help="Write to this file instead of stdout."
-        ),
+            None, "--output", "-o", help="Write to this file instead of stdout."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
         schema: str | None = typer.Option(
             None, "--schema", metavar="REF",
             help="Where the first line's `$schema=` points editors: a path relative to the "
-            "spec, or a URL. Default: pdctl-spec.schema.json (write it with `pdctl schema`).",
-        ),
+            "spec, or a URL. Default: pdctl-spec.schema.json (write it with `pdctl schema`)."),
     ) -> None:
         """Write a commented example spec for a phase (stdout, or -o FILE). Its first line
         points editors (yaml-language-server) at the spec's JSON Schema."""

@@ -40,8 +40,7 @@ def register(app: typer.Typer) -> None:
     def logs(
         conn: ConnectFlags, spec: str = SPEC,
         unit: str | None = typer.Argument(
-            None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names,
-        ),
+            None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
         lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
         phase: int | None = PHASE, target: str | None = TARGET,

@@ -22,16 +22,14 @@ FACTS = typer.Option(
     None, "--facts", metavar="DIR",
     help="A preflight recording of the spec's hosts (pdctl preflight --record DIR): render, "
     "up and status pick each instance's GPUs by its topology (give status the DIR up had); "
-    "plan counts the memory other processes already hold on the GPUs.",
-)
+    "plan counts the memory other processes already hold on the GPUs.")
 
 STRICT = typer.Option(
     False, "--strict",
     help="Refuse (exit 1) a spec with a role that does not fit on "
     "its GPU (hardware.gpu), or a network setting that may not work where it runs "
     "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
-    "name), instead of warning.",
-)
+    "name), instead of warning.")
 
 
 def output_option(help: str = "table or json.", default: str = "table") -> Any:

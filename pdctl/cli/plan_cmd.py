@@ -27,48 +27,38 @@ def register(app: typer.Typer) -> None:
             None, "--gpu", metavar="GPU",
             # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
             help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
-            "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM.",
-        ),
+            "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM."),
         gpu_memory_gib: float | None = typer.Option(
-            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."
-        ),
+            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."),
         prompt_tokens: int | None = typer.Option(
-            None, "--prompt-tokens", min=1, help="Mean prompt length (default 1024)."
-        ),
+            None, "--prompt-tokens", min=1, help="Mean prompt length (default 1024)."),
         output_tokens: int | None = typer.Option(
-            None, "--output-tokens", min=1, help="Mean output length (default 256)."
-        ),
+            None, "--output-tokens", min=1, help="Mean output length (default 256)."),
         rate: float | None = typer.Option(
-            None, "--rate", min=0.0001, help="Requests per second, all instances."
-        ),
+            None, "--rate", min=0.0001, help="Requests per second, all instances."),
         ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
         tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
         output: str = output_option(
             "table (compact, fits 80 columns), wide (the table with how each figure "
-            "is made) or json."
-        ),
+            "is made) or json."),
         from_log: str | None = typer.Option(
             None, "--from-log", metavar="FILE",
             help="A vLLM start-up log: show predicted vs observed memory "
-            "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
-        ),
+            "per term (weights, activation, CUDA graphs, KV memory, KV tokens)."),
         facts: Path | None = FACTS,
         load: list[str] = typer.Option(
             [], "--load", metavar="LOAD",
             help="Predict TTFT, TPOT, ITL, E2E, throughput and goodput under a load: "
             "concurrency=N (N clients, each sending its next request when the last ends) or "
-            "rate=R (Poisson, requests/s). Repeat for several loads.",
-        ),
+            "rate=R (Poisson, requests/s). Repeat for several loads."),
         search: bool = typer.Option(
             False, "--search",
             help="At the first --load, plan the spec's engine settings and single changes to "
             "them (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization, fp8 KV) and "
-            "rank them by modelled goodput against the workload's TTFT/TPOT targets.",
-        ),
+            "rank them by modelled goodput against the workload's TTFT/TPOT targets."),
         report_file: Path | None = typer.Option(
             None, "--report", metavar="FILE.html",
-            help="Also write a self-contained HTML report: memory per GPU, packing advice.",
-        ),
+            help="Also write a self-contained HTML report: memory per GPU, packing advice."),
     ) -> None:
         """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
@@ -87,8 +77,7 @@ def register(app: typer.Typer) -> None:
         spec_model, source = read_spec(spec)
         result, origin = capacity_plan(
             spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
-            ttft_ms, tpot_ms, facts
-        )
+            ttft_ms, tpot_ms, facts)
         at_loads = _at_loads(result, loads)
         tried = None
         if search:

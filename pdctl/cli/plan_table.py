@@ -146,8 +146,7 @@ def _same_tokens(m: Any) -> bool:
 def _compact_shape(tp: int, pp: int, dp: int, ep: int | None) -> str:
     """TP 2 PP 2 DP 4 EP 8: the factors above 1 (TP always), for the compact table."""
     return f"TP {tp}" + "".join(
-        f" {name} {n}" for name, n in (("PP", pp), ("DP", dp), ("EP", ep or 1)) if n > 1
-    )
+        f" {name} {n}" for name, n in (("PP", pp), ("DP", dp), ("EP", ep or 1)) if n > 1)
 
 
 def _gpus_row(s: Any, wide: bool = True) -> tuple[str, str, str]:
@@ -443,8 +442,7 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     console.print(
         f"[bold]{model.name}[/]: {_params(model.params)} ({source}); "
         f"engine.device [bold]cpu[/]: GPU capacity planning does not apply (no GPU memory, "
-        "no GPU speed model); the model's own figures, per instance:"
-    )
+        "no GPU speed model); the model's own figures, per instance:")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     table.add_column("", no_wrap=True)
     for r in plan.roles:
@@ -453,8 +451,7 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
         ("weights (RAM)", [_gib(r.memory.weights * r.shape.tp * r.shape.pp) for r in plan.roles]),
         ("KV / token", [_bytes(r.memory.kv_per_token_all_layers) for r in plan.roles]),
         (f"KV / {plan.roles[0].memory.max_model_len:,}-token seq.",
-         [_gib(r.memory.kv_per_sequence) for r in plan.roles]),
-    ]
+         [_gib(r.memory.kv_per_sequence) for r in plan.roles])]
     if kv_space_gib is not None:
         rows.append(("VLLM_CPU_KVCACHE_SPACE", [f"{kv_space_gib:g} GiB" for _ in plan.roles]))
         rows.append(("KV tokens it holds",
@@ -466,17 +463,14 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     if kv_space_gib is None:
         console.print(
             "KV cache: vLLM's CPU default (set VLLM_CPU_KVCACHE_SPACE, in GiB, in engine.env to "
-            "size it; the host needs the weights + that much RAM per instance)"
-        )
+            "size it; the host needs the weights + that much RAM per instance)")
     else:
         console.print(
             "the host needs the weights + VLLM_CPU_KVCACHE_SPACE of RAM per instance; speed "
-            "on a CPU: measure it with `pdctl bench`"
-        )
+            "on a CPU: measure it with `pdctl bench`")
 
 
 def _params(params: float) -> str:
     """The parameter count, or that it is unknown (never "0.00B params")."""
     return f"{params / 1e9:.2f}B params" if params >= 5e6 else (
-        f"{params / 1e6:.1f}M params" if params > 0 else "parameter count unknown"
-    )
+        f"{params / 1e6:.1f}M params" if params > 0 else "parameter count unknown")

@@ -99,8 +99,7 @@ def _table(findings: tuple[Finding, ...], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for f in findings:
         table.add_row(
-            f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found, f.expected, f.fix
-        )
+            f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found, f.expected, f.fix)
     console.print(table)
 
 
@@ -137,45 +136,36 @@ def register(app: typer.Typer) -> None:
         record: Path | None = typer.Option(
             None, "--record", metavar="DIR",
             help="Save every raw output gathered under DIR (one folder per "
-            "host, _kubernetes/ for the cluster).",
-        ),
+            "host, _kubernetes/ for the cluster)."),
         replay: Path | None = typer.Option(
             None, "--replay", metavar="DIR",
             help="Check a recording (DIR from --record, or real outputs "
-            "named like it) instead of gathering.",
-        ),
+            "named like it) instead of gathering."),
         local: list[str] = typer.Option(
             [], "--local", metavar="NAME",
             help="Probe host NAME on this machine, without SSH (repeatable). "
-            "Hosts with address `localhost` are probed locally too.",
-        ),
+            "Hosts with address `localhost` are probed locally too."),
         remote_path: list[str] = typer.Option(
             [], "--remote-path", metavar="DIR",
             help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
-            "conda outside the non-interactive PATH; repeatable).",
-        ),
+            "conda outside the non-interactive PATH; repeatable)."),
         concurrency: int | None = typer.Option(
-            None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."
-        ),
+            None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."),
         no_transfer: bool = typer.Option(
             False, "--no-transfer",
             help="Phase 2: skip the network preflight (the short KV transfer from each "
-            "prefill host to each decode host).",
-        ),
+            "prefill host to each decode host)."),
         transfer_bytes: str = typer.Option(
             "256MiB", "--transfer-bytes", metavar="SIZE",
-            help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB).",
-        ),
+            help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB)."),
         transfer_seconds: float = typer.Option(
             5.0, "--transfer-seconds", min=0.1, max=600, metavar="S",
-            help="Phase 2: at most S seconds of transfer per pair (start-up not counted).",
-        ),
+            help="Phase 2: at most S seconds of transfer per pair (start-up not counted)."),
         wheels: Path | None = typer.Option(
             None, "--bundle", metavar="DIR",
             help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
             "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
-            "(docs/offline.md).",
-        ),
+            "(docs/offline.md)."),
         phase: int | None = PHASE, target: str | None = TARGET,
     ) -> None:
         """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
@@ -203,8 +193,7 @@ def register(app: typer.Typer) -> None:
             options = Options(
                 ssh=conn.ssh(), local=frozenset(local), remote_path=tuple(remote_path),
                 concurrency=concurrency or conn.parallel, kubeconfig=conn.kubeconfig,
-                context=conn.context, transfer=bounds,
-            )
+                context=conn.context, transfer=bounds)
             raw = _gather(plan, options, quiet=output == "json")
             if record is not None:
                 rec.write(record, raw)
@@ -224,7 +213,6 @@ def register(app: typer.Typer) -> None:
             _table(findings, console)
             console.print(
                 f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",
-                highlight=False,
-            )
+                highlight=False)
         if status == "FAIL":
             sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)

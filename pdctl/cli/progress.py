@@ -97,8 +97,7 @@ class ConsoleProgress:
             where = "Docker hosts" if kind == "docker" else "hosts"
             self.console.print(
                 f"offline: the {where} were not contacted; without --offline, `up` compares "
-                "with what runs there and keeps what is current"
-            )
+                "with what runs there and keeps what is current")
         elif all(c.action == "keep" for c in changes):
             self.console.print("nothing to change: every instance is running the current spec")
 

@@ -21,8 +21,7 @@ HEADER = [
     "     do not edit by hand (a test fails when this file is stale). -->", "",
     "Every command, argument and option of `pdctl` as `--help` shows them. The connection",
     "options (SSH, Docker, Kubernetes) are declared once (`pdctl/cli/connect.py`) and are the",
-    "same on every command that connects.", "",
-]
+    "same on every command that connects.", ""]
 
 
 def _default(param: Any) -> str:
@@ -70,8 +69,7 @@ def command_section(name: str, cmd: Any) -> list[str]:
     args = [p for p in cmd.params if p.param_type_name == "argument"]
     usage = " ".join(
         f"{(p.metavar or p.name).upper()}" if p.required else f"[{(p.metavar or p.name).upper()}]"
-        for p in args
-    )
+        for p in args)
     lines += [f"`pdctl {name} [OPTIONS]{' ' + usage if usage else ''}`", ""]
     shown = [p for p in cmd.params if not getattr(p, "hidden", False)]
     if shown:

@@ -25,13 +25,11 @@ def register(app: typer.Typer) -> None:
         output: str = typer.Option(
             "yaml", "--output", "-o", metavar="FORMAT",
             help="yaml, or json: Kubernetes objects as one List `kubectl apply -f -` takes; "
-            "host bundles as their units and files.",
-        ),
+            "host bundles as their units and files."),
         output_dir: Path | None = typer.Option(
             None, "--output-dir", metavar="DIR",
             help="Write the bundle as files under DIR (as `helm template --output-dir`), "
-            "staged, then renamed into place, with a .pdctl-manifest of what pdctl wrote.",
-        ),
+            "staged, then renamed into place, with a .pdctl-manifest of what pdctl wrote."),
         phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         strict: bool = STRICT,
     ) -> None:
@@ -79,6 +77,4 @@ def as_json(plan: Any, bundle: Any) -> dict[str, Any]:
                    "hash": u.hash, "files": [f.path for f in u.files]}
                   for u in bundle.units],
         "files": [
-            {"path": a.path, "executable": a.executable, "text": a.text} for a in bundle.artifacts
-        ],
-    }
+            {"path": a.path, "executable": a.executable, "text": a.text} for a in bundle.artifacts]}

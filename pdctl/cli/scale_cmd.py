@@ -36,11 +36,9 @@ def register(app: typer.Typer) -> None:
         conn: ConnectFlags, spec: str = SPEC,
         count: str = typer.Argument(
             ..., metavar="ROLE=N",
-            help="The role (serve; prefill or decode) and its new instance count.",
-        ),
+            help="The role (serve; prefill or decode) and its new instance count."),
         dry_run: bool = typer.Option(
-            False, "--dry-run", help="Connect, show what would start and stop, change nothing."
-        ),
+            False, "--dry-run", help="Connect, show what would start and stop, change nothing."),
         timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
         output: str = output_option("table, or json (what was done)."),
         phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,

@@ -18,12 +18,10 @@ if TYPE_CHECKING:
     from pdctl.scale import Load
 
 NEW_TIMEOUT = typer.Option(
-    900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
-)
+    900, "--timeout", min=1, help="Seconds a new instance may take to become healthy.")
 DRAIN_TIMEOUT = typer.Option(
     120, "--drain-timeout", min=0,
-    help="Seconds to wait for an instance's requests in flight before stopping it.",
-)
+    help="Seconds to wait for an instance's requests in flight before stopping it.")
 
 
 def secrets(plan: Plan) -> dict[str, str]:

@@ -34,11 +34,9 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
     option = typer.Option(
         None, "--overlay", metavar="FILE",
         help="Deep-merge FILE over SPEC (repeatable; later files win): mappings merge, lists "
-        "replace, hosts merge by name. See docs/spec.md, Overlays.",
-    )
+        "replace, hosts merge by name. See docs/spec.md, Overlays.")
     extra = inspect.Parameter(
-        "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None
-    )
+        "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None)
 
     def run(*args: Any, overlay: list[str] | None = None, **kwargs: Any) -> Any:
         token = OVERLAYS.set(tuple(overlay or ()))
@@ -70,8 +68,7 @@ def _read_text(path: str) -> str:
     p = Path(path)
     if not p.exists():
         raise SpecError(
-            "no such file", file=path, fix="check the path, or create one with `pdctl init`"
-        )
+            "no such file", file=path, fix="check the path, or create one with `pdctl init`")
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
     return inputs.read_bounded(p, MAX_SPEC_BYTES, path)
@@ -81,8 +78,7 @@ def _read_stdin() -> str:
     stream = sys.stdin
     if stream is None:
         raise SpecError(
-            "standard input is closed", file="<stdin>", fix="pipe the spec in, or give its path"
-        )
+            "standard input is closed", file="<stdin>", fix="pipe the spec in, or give its path")
     raw = getattr(stream, "buffer", None)  # a text-only stdin (tests) has none
     try:
         data = raw.read(MAX_SPEC_BYTES + 1) if raw is not None else stream.read(MAX_SPEC_BYTES + 1)

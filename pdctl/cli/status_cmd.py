@@ -90,8 +90,7 @@ def register(app: typer.Typer) -> None:
         if bare:  # nothing restarts these: said once, under the table
             console.print(
                 f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
-                "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)"
-            )
+                "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)")
         if failed:
             raise failed
 

@@ -34,8 +34,7 @@ def counted(n: int, word: str) -> str:
 def up(row: dict[str, Any]) -> bool:
     """Healthy, or running where there is no health check (a Mooncake master)."""
     return row["health"] == "healthy" or (
-        row["health"] == "-" and str(row["state"]).startswith("running")
-    )
+        row["health"] == "-" and str(row["state"]).startswith("running"))
 
 
 # A Kubernetes workload's rollout row: `ready/desired ready`, or `... groups ready` (an LWS).
@@ -85,8 +84,7 @@ def degrade(
             if not any(up(e) for e in engines):
                 states = ", ".join(
                     f"{e['unit']}: {e['health'] if e['health'] != '-' else e['state']}"
-                    for e in engines
-                )
+                    for e in engines)
                 why.append(f"no {role} up ({states})")
         if why:
             r = {**r, "health": "degraded", "why": "; ".join(why) + ": requests get 503"}
@@ -119,8 +117,7 @@ def status_line(rows: list[dict[str, Any]]) -> str:
     degraded = Counter(str(r["role"]) for r in rows if r.get("health") == "degraded")
     roles = ", ".join(
         f"{role} {counts['upByRole'][role]}/{n}" + (" degraded" if degraded[role] else "")
-        for role, n in counts["roles"].items()
-    )
+        for role, n in counts["roles"].items())
     line = f"{counts['up']} of {counted(counts['units'], 'unit')} up"
     return line + (f" ({roles})" if roles else "")
 

@@ -38,8 +38,7 @@ def seconds_of(text: str, option: str) -> float:
     value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
     if not m or not 1 <= value <= 3600:
         raise UsageError(
-            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})"
-        )
+            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})")
     return value
 
 
@@ -53,8 +52,7 @@ def register(app: typer.Typer) -> None:
         window: str = typer.Option("60s", "--window", "-w", metavar="DURATION",
                                    help="The window figures are taken over (60s, 2m)."),
         refresh: str = typer.Option(
-            "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."
-        ),
+            "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."),
         output: str = output_option("table or json (--once)."),
         canary: bool = typer.Option(
             False, "--canary",

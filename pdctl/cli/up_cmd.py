@@ -32,8 +32,7 @@ def read_secrets(plan: Plan) -> dict[str, str]:
         if value is None:
             raise PdctlError(
                 f"secret {secret.name}: environment variable {secret.source} is not set; "
-                f"export it before `pdctl up`"
-            )
+                f"export it before `pdctl up`")
         values[secret.name] = value
     return values
 
@@ -47,38 +46,31 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
         dry_run: bool = typer.Option(
             False, "--dry-run",
-            help="Connect, show what would change, and stop (helm's --dry-run=server).",
-        ),
+            help="Connect, show what would change, and stop (helm's --dry-run=server)."),
         offline: bool = typer.Option(
             False, "--offline",
             help="With --dry-run: do not connect; list what the spec would "
-            "start, without comparing with what runs there (helm's --dry-run=client).",
-        ),
+            "start, without comparing with what runs there (helm's --dry-run=client)."),
         keep_going: bool = typer.Option(
             False, "--keep-going",
             help="SSH hosts: on a failure, undo only the failed instances (stop a "
             "new one, bring back the previous version of a replaced one) and go on with the "
-            "rest; still exit 1. Without it a failure undoes the whole run.",
-        ),
+            "rest; still exit 1. Without it a failure undoes the whole run."),
         timeout: int = typer.Option(
             900, "--timeout", min=1,
             help="Seconds each stage may take to become healthy; a process unit that has run "
-            "longer and does not answer is restarted.",
-        ),
+            "longer and does not answer is restarted."),
         output: str = output_option(
-            "With --dry-run: table, or json (the changes as one document)."
-        ),
+            "With --dry-run: table, or json (the changes as one document)."),
         verify: bool = typer.Option(
             False, "--verify",
             help="Once healthy, run the quick P/D canary (phases 2 and 3 on hosts): greedy "
-            "prompts through the router and the prefill engine alone must agree; exit 1 if not.",
-        ),
+            "prompts through the router and the prefill engine alone must agree; exit 1 if not."),
         phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
         wheels: Path | None = typer.Option(
             None, "--bundle", metavar="DIR",
             help="Hosts with no package index: install from the wheels of `pdctl bundle` in DIR "
-            "(checked first, copied to each host over SSH; docs/offline.md).",
-        ),
+            "(checked first, copied to each host over SSH; docs/offline.md)."),
     ) -> None:
         """Start SPEC's deployment (or bring it in line with SPEC) and wait until healthy."""
         if offline and not dry_run:
@@ -107,8 +99,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(
                 f"--keep-going works on SSH hosts only: with {caps.named} a failed run is "
                 f"{caps.undo}",
-                fix="leave out --keep-going",
-            )
+                fix="leave out --keep-going")
         if dry_run and output == "table":
             from pdctl.plan.place import where
 

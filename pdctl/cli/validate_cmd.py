@@ -20,8 +20,7 @@ def register(app: typer.Typer) -> None:
         strict: bool = STRICT,
         output: str = options.output_option(
             "text, or json: the summary as one document on stdout (a bad spec still "
-            "exits 2 with its error lines on stderr).", "text"
-        ),
+            "exits 2 with its error lines on stderr).", "text"),
     ) -> None:
         """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
 

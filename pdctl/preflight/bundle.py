@@ -85,8 +85,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
         f'p={data}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
         'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\'; '
-        + dists + 'echo "dists listed"'
-    )}
+        + dists + 'echo "dists listed"')}
 
 
 def parse(text: str) -> Seen:
@@ -102,8 +101,7 @@ def parse(text: str) -> Seen:
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
-        env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
-    )
+        env=got.get("env", "").strip(), dists=dists if "dists" in got else None)
 
 
 PARSERS = {FILE: parse}

@@ -67,13 +67,10 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
     raw: dict[str, str] = {}
     calls = {
         "nodes.json": lambda: _list(
-            client.CoreV1Api(api).list_node(_preload_content=False), "Node", "v1"
-        ),
+            client.CoreV1Api(api).list_node(_preload_content=False), "Node", "v1"),
         "workloads.json": lambda: _workloads(api, client),
         "crds.json": lambda: _crds(
-            client.ApiextensionsV1Api(api).list_custom_resource_definition(_preload_content=False)
-        ),
-    }
+            client.ApiextensionsV1Api(api).list_custom_resource_definition(_preload_content=False))}
     for name, call in calls.items():
         try:
             raw[name] = call()
@@ -93,8 +90,7 @@ def _why(kubeconfig: str | None, exc: Exception) -> str:
     files = kubeconfig or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
     if not files_of(files)[0]:
         where = (
-            "--kubeconfig" if kubeconfig else "$KUBECONFIG" if "KUBECONFIG" in os.environ else ""
-        )
+            "--kubeconfig" if kubeconfig else "$KUBECONFIG" if "KUBECONFIG" in os.environ else "")
         named = f" ({where})" if where else ""
         return f"{files}{named} does not exist, and this is not a pod (no in-cluster account)"
     return " ".join(str(exc).split())
@@ -137,10 +133,8 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
                 id=str(d.get("id", "")), index=int(d.get("index", 0)), count=int(d.get("count", 0)),
                 devmem=int(d.get("devmem", 0)), devcore=int(d.get("devcore", 0)),
                 type=str(d.get("type", "")), numa=int(d.get("numa", 0)),
-                mode=str(d.get("mode", "")), health=_truthy(d.get("health", False)),
-            )
-            for d in items
-        )
+                mode=str(d.get("mode", "")), health=_truthy(d.get("health", False)))
+            for d in items)
     devices = []
     for i, item in enumerate(p for p in text.split(":") if p.strip()):
         f = [x.strip() for x in item.split(",")]
@@ -150,8 +144,7 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
             HamiDevice(id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
                        numa=int(f[5]), health=_truthy(f[6]),
                        index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
-                       mode=f[8] if len(f) > 8 else "")
-        )
+                       mode=f[8] if len(f) > 8 else ""))
     return tuple(devices)
 
 
@@ -176,8 +169,7 @@ def parse_node(obj: dict[str, Any]) -> Node:
     if not driver:
         parts = [
             _label(labels, f"nvidia.com/cuda.driver-version.{p}", f"nvidia.com/cuda.driver.{q}")
-            for p, q in (("major", "major"), ("minor", "minor"), ("revision", "rev"))
-        ]
+            for p, q in (("major", "major"), ("minor", "minor"), ("revision", "rev"))]
         driver = ".".join(p for p in parts if p) if parts[0] else ""
     hami: tuple[HamiDevice, ...] | None = None
     hami_error = ""
@@ -196,10 +188,8 @@ def parse_node(obj: dict[str, Any]) -> Node:
         gpu_count_label=quantity(_label(labels, "nvidia.com/gpu.count") or 0), driver=driver,
         mig_strategy=_label(labels, "nvidia.com/mig.strategy"),
         mig_resources=tuple(
-            sorted((k, quantity(v)) for k, v in alloc.items() if k.startswith("nvidia.com/mig-"))
-        ),
-        hami_devices=hami, hami_error=hami_error, hami_format=hami_format,
-    )
+            sorted((k, quantity(v)) for k, v in alloc.items() if k.startswith("nvidia.com/mig-"))),
+        hami_devices=hami, hami_error=hami_error, hami_format=hami_format)
 
 
 def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
@@ -223,9 +213,7 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
                 kind=kind, namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
                 component=str(labels.get("app.kubernetes.io/component", "")), desired=desired,
                 ready=ready, version=hami_version(labels, containers),
-                scheduler_name=scheduler_name(containers),
-            )
-        )
+                scheduler_name=scheduler_name(containers)))
     return tuple(out)
 
 
@@ -303,13 +291,11 @@ BUILTIN_GROUPS = frozenset({
     "", "apps", "batch", "policy", "autoscaling", "networking.k8s.io",
     "rbac.authorization.k8s.io", "storage.k8s.io", "scheduling.k8s.io", "coordination.k8s.io",
     "admissionregistration.k8s.io", "apiextensions.k8s.io", "certificates.k8s.io",
-    "discovery.k8s.io", "node.k8s.io", "events.k8s.io", "apiregistration.k8s.io",
-})
+    "discovery.k8s.io", "node.k8s.io", "events.k8s.io", "apiregistration.k8s.io"})
 HINTS = {
     "inference.networking.k8s.io": "the Gateway API Inference Extension CRDs (InferencePool v1)",
     "gateway.networking.k8s.io": "the Gateway API CRDs (standard channel)",
-    "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)",
-}
+    "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)"}
 
 
 def _version(text: str) -> tuple[int, ...]:

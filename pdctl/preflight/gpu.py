@@ -98,8 +98,7 @@ def _read(n: Any) -> dict[str, Any]:
             "uuid": _safe(n.nvmlDeviceGetUUID, h), "mem_total": mem.total, "mem_free": mem.free,
             "pci_bus_id": bus, "cc": _safe(n.nvmlDeviceGetCudaComputeCapability, h),
             "mig_mode": _safe(n.nvmlDeviceGetMigMode, h), "numa": _safe(numa, h) if numa else None,
-            "nvlink": {}, "p2p": {},
-        }
+            "nvlink": {}, "p2p": {}}
         if isinstance(g["cc"], tuple):
             g["cc"] = list(g["cc"])
         if isinstance(g["mig_mode"], tuple):
@@ -159,8 +158,7 @@ def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
                 pci_bus_id=cell.get("pci.bus_id", ""),
                 mig_mode=_na(cell.get("mig.mode.current", "")),
                 mig_pending=_na(cell.get("mig.mode.pending", "")),
-                compute_cap=_na(cell.get("compute_cap", "")))
-        )
+                compute_cap=_na(cell.get("compute_cap", ""))))
     return tuple(sorted(gpus, key=lambda g: g.index))
 
 
@@ -412,8 +410,7 @@ def parse_topo_matrix(text: str) -> Matrix:
     nics = tuple(nic_names.get(c, c) for c in devices if c.startswith("NIC"))
     return Matrix(
         links=tuple((a, b, lv) for (a, b), lv in sorted(links.items())), numa=numa, cpus=cpus,
-        nics=nics, nic_links=tuple(nic_links),
-    )
+        nics=nics, nic_links=tuple(nic_links))
 
 
 def parse_p2p(text: str) -> tuple[tuple[int, int, str], ...]:
@@ -478,8 +475,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     QUERY: _query_all,
     NVML: _nvml_all, SMI_L: parse_smi_list, SMI_MEMORY: parse_smi_memory, SMI: parse_smi_header,
     TOPO: parse_topo_matrix, P2P_R: parse_p2p, P2P_W: parse_p2p, NVLINK: parse_nvlink,
-    PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles,
-}
+    PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles}
 
 
 def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
@@ -542,8 +538,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "kernel_module": parse_proc_version(raw[PROC]) if raw.get(PROC) else "", "cuda": cuda,
         "gpus": gpus, "links": links, "p2p_read": p2p_r, "p2p_write": p2p_w, "nics": nics,
         "mig_profiles": tuple(
-            sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
-        ),
+            sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})),
     }, missing
 
 

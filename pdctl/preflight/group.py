@@ -110,8 +110,7 @@ def has_groups(spec: Spec) -> bool:
 # sets $c to conda: $CONDA_EXE, the PATH's, else the usual install folders' (POSIX sh)
 FIND_CONDA = (
     'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; for d in ~/miniforge3 ~/mambaforge '
-    '~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || c="$d/bin/conda"; done'
-)
+    '~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || c="$d/bin/conda"; done')
 
 
 def conda_env(host: Host, spec: Spec) -> str:
@@ -336,8 +335,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "vllm_version": parse_version(raw[VLLM_VERSION]) if VLLM_VERSION in raw else None,
         "memlock_kib": parse_memlock(raw[MEMLOCK]) if MEMLOCK in raw else None,
         "memlock_where": parse_memlock_where(raw.get(MEMLOCK, "")),
-        "reach": parse_reach(raw.get(REACH, "")), "listen": parse_listen(raw.get(LISTEN, "")),
-    }, []
+        "reach": parse_reach(raw.get(REACH, "")), "listen": parse_listen(raw.get(LISTEN, ""))}, []
 
 
 # RDMA registers (pins) host memory, which counts against RLIMIT_MEMLOCK; NCCL over InfiniBand
@@ -421,8 +419,7 @@ def reach(leader: Instance, facts: Facts) -> list[Finding]:
     (`reach_all`): the route and every firewall between them let that port through, and
     the port is free on the leader."""
     port = Meeting(
-        "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True
-    )
+        "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True)
     return met(port, leader, leader.workers, facts)
 
 

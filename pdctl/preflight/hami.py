@@ -111,8 +111,7 @@ def elf_functions(data: bytes) -> tuple[str, ...]:
     if shentsize < 64 or shoff + shnum * shentsize > len(data):
         raise ValueError("section headers out of range")
     sections = [
-        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-    ]
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     dynsym = next((s for s in sections if s[1] == 11), None)  # SHT_DYNSYM
     if dynsym is None:
         raise ValueError("no dynamic symbol table")
@@ -178,9 +177,7 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     out = [
         Finding(
             "PASS", "hami.hooks", host.name, f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})",
-            "the memory hooks",
-        )
-    ]
+            "the memory hooks")]
     return out + cuda_match(host, hf, plan, lib)
 
 

@@ -46,8 +46,7 @@ SUPERVISE_COMMAND = (
     'echo "uid $(id -u)"; echo "user $(id -un)"; '
     'echo "linger $(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"; '
     'XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}" systemctl --user '
-    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'"
-)
+    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'")
 
 
 def libraries_command(names: tuple[str, ...]) -> str:
@@ -92,8 +91,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         v = quote_path(host.venv)
         out[VENV] = (
             f'v={v}; "$v/bin/python" --version 2>&1 || echo "python: missing"; '
-            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi'
-        )
+            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi')
     elif host.runtime == "conda":
         out[CONDA] = ("if command -v conda >/dev/null; then conda --version; exit; fi; "
                       "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
@@ -139,8 +137,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "venv": raw[VENV].strip() if VENV in raw else None,
         "supervise": raw[SUPERVISE].strip() if SUPERVISE in raw else None,
         "listening": parse_listening(raw[PORTS]) if PORTS in raw else None, "libraries": libraries,
-        "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None,
-    }, missing
+        "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None}, missing
 
 
 def failure(raw: dict[str, str], name: str) -> str:
@@ -280,8 +277,7 @@ def command_failure(text: str) -> str:
 PARSERS: dict[str, Callable[[str], object]] = {
     IB: parse_ib_listing, IB_PORTS: parse_ib_ports, DOCKER: parse_docker_info,
     CONDA: parse_conda, LIBS: parse_libraries, SHM: parse_df, CACHE: parse_df, MODEL: parse_du,
-    PORTS: parse_listening,
-}
+    PORTS: parse_listening}
 
 
 def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
@@ -525,8 +521,7 @@ def offload_memory(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     need = tier + max(OFFLOAD_MARGIN_GIB, tier * OFFLOAD_MARGIN_SHARE)
     want = (
         f">= {need:.1f} GiB available: {tier:.1f} GiB of KV offload tiers "
-        f"(engine.kvOffload.sizeGib {off.size_gib:g} per engine) + {need - tier:.1f} GiB margin"
-    )
+        f"(engine.kvOffload.sizeGib {off.size_gib:g} per engine) + {need - tier:.1f} GiB margin")
     if hf.mem_available_kib is None:
         return [Finding("WARN", "host.memory", host.name,
                         "MemAvailable: " + hf.why_missing(MEMINFO), want, GATHER)]

@@ -54,13 +54,11 @@ def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
         if not hosts:
             raise PdctlError(
                 f"{root} holds the outputs of one host, but the plan runs on Kubernetes; "
-                f"a cluster recording is a folder with {CLUSTER}/ in it"
-            )
+                f"a cluster recording is a folder with {CLUSTER}/ in it")
         if len(hosts) != 1:
             raise PdctlError(
                 f"{root} holds the outputs of one host, but the plan uses {len(hosts)} hosts; "
-                "put each host's files in a folder named after the host"
-            )
+                "put each host's files in a folder named after the host")
         return {hosts[0]: _read_folder(root)}
     try:
         folders = sorted(p for p in root.iterdir() if p.is_dir())

@@ -211,13 +211,11 @@ def parse_transfer(decode: str, text: str) -> Transfer:
         fields.update(
             bytes=int(result.get("bytes") or 0), seconds=float(result.get("seconds") or 0),
             gbps=float(result.get("gbps") or 0), latency_us=_number(result.get("latency_us")),
-            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200],
-        )
+            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200])
     if failure is not None:
         fields.update(
             side=str(failure.get("side", "")), stage=str(failure.get("stage", "")),
-            errno=str(failure.get("errno", "")), message=str(failure.get("message", ""))[:2000],
-        )
+            errno=str(failure.get("errno", "")), message=str(failure.get("message", ""))[:2000])
     return Transfer(**fields, logs=tuple(logs[-50:]))
 
 
@@ -603,8 +601,7 @@ def header(pair: Pair, bounds: Bounds) -> str:
     return json.dumps({
         "event": "pair", "prefill": pair.prefill.host.name, "decode": pair.decode.host.name,
         "transport": pair.transport, "address": pair.address, "port": pair.port,
-        "bytes": bounds.bytes, "seconds": bounds.seconds,
-    }, sort_keys=True) + "\n"
+        "bytes": bounds.bytes, "seconds": bounds.seconds}, sort_keys=True) + "\n"
 
 
 def skip_reason(nodes: tuple[Instance, ...], raw: dict[str, dict[str, str]]) -> str:
@@ -736,8 +733,7 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
     text = json.dumps({
         "event": "group", "group": leader.name, "backend": backend(plan), "address": address,
         "port": port, "nodes": [n.host.name for n in nodes if n.host is not None],
-        "bytes": bounds.bytes, "seconds": bounds.seconds,
-    }, sort_keys=True) + "\n"
+        "bytes": bounds.bytes, "seconds": bounds.seconds}, sort_keys=True) + "\n"
     why = skip_reason(nodes, raw)
     if why:
         return text + json.dumps({"event": "skipped", "reason": why}) + "\n"
@@ -787,8 +783,7 @@ GATHER = "run `pdctl preflight` against the hosts (without --no-transfer)"
 MEMLOCK_FIX = (
     "raise the locked-memory limit to unlimited for the engines (`* soft memlock unlimited` "
     "and `* hard memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a "
-    "service, `--ulimit memlock=-1` for docker)"
-)
+    "service, `--ulimit memlock=-1` for docker)")
 PEERMEM_LOG = r"GPU ?Direct RDMA Disabled|nvidia[_-]peermem"
 PEERMEM_FIX = ("load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
                "(kernel >= 5.12 with the open NVIDIA driver)")
@@ -816,8 +811,7 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "pull the pinned image on the host first (`docker pull IMAGE`), then rerun preflight"),
     (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
      "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
-     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"),
-)
+     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"))
 
 
 def pair_name(p: Instance, d: Instance) -> str:
