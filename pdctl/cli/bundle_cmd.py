@@ -3,13 +3,16 @@ index, with a manifest (docs/offline.md). `up --bundle DIR` installs from it."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
-from pdctl.cli.specfile import with_overlays
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.specfile import plan_from, with_overlays
+from pdctl.errors import SpecError, UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -66,15 +69,12 @@ def register(app: typer.Typer) -> None:
         the model's folder too; for Kubernetes, the image list pinned by digest and the
         script that pushes the images to a registry mirror. Run it where a
         package index is reachable; `pdctl up SPEC --bundle DIR` installs from it."""
-        from pdctl.cli.options import check_phase_target
-        from pdctl.cli.specfile import plan_from
         from pdctl.offline.download import bundle as download
         from pdctl.offline.need import needs, platform_for, python_for
 
         check_phase_target(phase, target)
         most = size_of(split)
         plan, source = plan_from(spec, phase, target, facts)
-        from pdctl.errors import SpecError, UsageError
         from pdctl.offline.adapters import from_cache, pinned
         from pdctl.offline.images import refs
 
@@ -134,8 +134,6 @@ def hf_cache() -> Path:
     """The local Hugging Face cache, as huggingface_hub finds it (HF_HUB_CACHE, else
     HF_HOME/hub, else ~/.cache/huggingface/hub: https://huggingface.co/docs/huggingface_hub/
     package_reference/environment_variables#hfhubcache)."""
-    import os
-
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     home = os.environ.get("HF_HOME") or "~/.cache/huggingface"
@@ -145,10 +143,6 @@ def hf_cache() -> Path:
 def size_of(text: str | None) -> int:
     """--split's SIZE in bytes: a number with K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti
     (powers of 1024), a B after either allowed; 0 for none."""
-    import re
-
-    from pdctl.errors import UsageError
-
     if text is None:
         return 0
     m = re.fullmatch(r"(\d+)\s*([KMGT]i?)?B?", text.strip(), re.IGNORECASE)
@@ -164,7 +158,6 @@ def recorded(facts: Path, plan: Any) -> tuple[str, str] | None:
     preflight recording (`pdctl preflight SPEC --record DIR`): the one Python of the venv hosts
     ('' when every one is conda), the tag for the oldest glibc; None when the recording has no
     bundle.txt for them. UsageError when the hosts differ (one bundle is for one Python)."""
-    from pdctl.errors import UsageError
     from pdctl.offline.ship import hosts_of
     from pdctl.preflight.bundle import FILE, parse
     from pdctl.preflight.record import read
@@ -199,7 +192,6 @@ def installed(facts: Path | None, plan: Any, found: Any) -> dict[str, tuple[str,
     """--skip-installed: host -> (the engines' environment, {name: version} installed there),
     from each recorded bundle.txt of the hosts that install. UsageError without --facts, or
     when a host's recording has no package list (an older pdctl's)."""
-    from pdctl.errors import UsageError
     from pdctl.offline.need import canon
     from pdctl.preflight.bundle import FILE, parse
     from pdctl.preflight.record import read

@@ -70,12 +70,10 @@ def register(app: typer.Typer) -> None:
                 raise failed
             return
         table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
-        columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model"]
-        columns += ["endpoint", "why"]
+        columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model",
+                   "endpoint", "why"]
         # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
-        columns = [c
-                   for c in columns
-                   if c in ("host", "unit", "role", "state")
+        columns = [c for c in columns if c in ("host", "unit", "role", "state")
                    or any(row[c] not in ("", "-") for row in rows)]
         for col in columns:
             table.add_column(col)

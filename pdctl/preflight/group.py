@@ -457,11 +457,9 @@ def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts)
     tf = facts.host(there)
     listens = [x for x in (tf.listen if tf and not tf.error else ()) if x.group == m.label]
     out: list[Finding] = []
-    tried = [r
-             for node in nodes
+    tried = [r for node in nodes
              if node.host is not None and (hf := facts.host(node.host.name)) and not hf.error
-             for r in hf.reach
-             if r.group == m.label]
+             for r in hf.reach if r.group == m.label]
     for x in listens:
         if not x.error:
             continue
