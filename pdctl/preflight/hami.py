@@ -166,19 +166,15 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
                         f"point decode.share.library at libvgpu.so ({BUILD})")]
     missing = lib.missing_hooks
     if missing:
-        return [
-            Finding("FAIL", "hami.hooks", host.name,
-                    f"{lib.path} exports none of {', '.join(missing)}"
-                    if len(missing) == len(HOOKS)
-                    else f"{lib.path} lacks {', '.join(missing)}",
-                    f"exported {', '.join(HOOKS)} (else the preload caps nothing)",
-                    f"rebuild: a build with hidden symbols (CMake Release) limits nothing; {BUILD}")
-        ]
-    out = [
-        Finding(
-            "PASS", "hami.hooks", host.name, f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})",
-            "the memory hooks")]
-    return out + cuda_match(host, hf, plan, lib)
+        return [Finding("FAIL", "hami.hooks", host.name,
+                        f"{lib.path} exports none of {', '.join(missing)}"
+                        if len(missing) == len(HOOKS) else f"{lib.path} lacks {', '.join(missing)}",
+                        f"exported {', '.join(HOOKS)} (else the preload caps nothing)",
+                        "rebuild: a build with hidden symbols (CMake Release) limits nothing; "
+                        f"{BUILD}")]
+    return [Finding("PASS", "hami.hooks", host.name,
+                    f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})", "the memory hooks"),
+            *cuda_match(host, hf, plan, lib)]
 
 
 def _major(version: str) -> int | None:

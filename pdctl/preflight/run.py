@@ -130,8 +130,7 @@ def run_ssh_command(host: Host, command: str, options: Options, timeout: float) 
 def run_local_command(command: str, timeout: float) -> str:
     try:
         proc = subprocess.run(  # noqa: S603 - fixed commands, values quoted
-            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout
-        )
+            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"error timed out after {timeout:.0f}s\n"
     return proc.stdout + proc.stderr

@@ -507,8 +507,7 @@ class LocalHost(AgentHost):
     def launch(self, agent: Agent, command: str) -> None:
         proc = subprocess.Popen(  # noqa: S603 - fixed command, values quoted
             ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            start_new_session=True)
         agent.proc = proc
 
         def pump() -> None:
