@@ -20,10 +20,10 @@ from pdctl.cli.way_out import fail as _fail
 from pdctl.cli.way_out import output_error, output_failed
 from pdctl.errors import PdctlError
 
-# The command of each module; each module has `register(app)`. Command modules import heavy
-# clients (paramiko, docker, kubernetes) only inside the command functions, and a run loads
-# only the module of the command it runs (`command(args)`): `pdctl render` imports no other
-# command's module.
+# The module of each command, which defines it as a function of the command's name (or
+# FUNCTIONS'). Command modules import heavy clients (paramiko, docker, kubernetes) only inside
+# the command functions, and a run loads only the module of the command it runs
+# (`command(args)`): `pdctl render` imports no other command's module.
 COMMANDS = {
     "init": "pdctl.cli.init_cmd", "validate": "pdctl.cli.validate_cmd",
     "render": "pdctl.cli.render_cmd", "schema": "pdctl.cli.schema_cmd",
@@ -34,6 +34,7 @@ COMMANDS = {
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
     "autoscale": "pdctl.cli.autoscale_cmd"}
+FUNCTIONS = {"autoscale": "autoscale_cmd", "scale": "scale_cmd"}  # beside pdctl.scale's scale
 
 
 def _version_callback(value: bool) -> None:
@@ -70,7 +71,8 @@ def build(names: tuple[str, ...] | None = None) -> typer.Typer:
     made.callback()(root)
     made.command("version")(version_cmd)
     for name in COMMANDS if names is None else names:
-        importlib.import_module(COMMANDS[name]).register(made)
+        module = importlib.import_module(COMMANDS[name])
+        made.command(name)(getattr(module, FUNCTIONS.get(name, name)))
     return made
 
 

@@ -21,25 +21,23 @@ if TYPE_CHECKING:
 KUBE_ORDER = ("create", "update", "prune", "unchanged")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("diff")
-    @with_overlays
-    @connection()
-    def diff(conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
-             target: str | None = TARGET) -> None:
-        """Show what `up` would change: on Kubernetes a server-side dry run of every object
-        diffed against the live one (and what prune would delete); on hosts each instance to
-        start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
-        err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
-        try:
-            plan, bundle = load(spec, phase, target)
-            found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
-        except PdctlError as exc:
-            exc.exit_code = 2  # 1 means "there are changes"
-            raise
-        for line in report(found):
-            typer.echo(line, nl=False)
-        raise typer.Exit(1 if found.todo else 0)
+@with_overlays
+@connection()
+def diff(conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
+         target: str | None = TARGET) -> None:
+    """Show what `up` would change: on Kubernetes a server-side dry run of every object
+    diffed against the live one (and what prune would delete); on hosts each instance to
+    start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
+    err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
+    try:
+        plan, bundle = load(spec, phase, target)
+        found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
+    except PdctlError as exc:
+        exc.exit_code = 2  # 1 means "there are changes"
+        raise
+    for line in report(found):
+        typer.echo(line, nl=False)
+    raise typer.Exit(1 if found.todo else 0)
 
 
 def report(found: Diff) -> list[str]:

@@ -42,57 +42,55 @@ def seconds_of(text: str, option: str) -> float:
     return value
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("top")
-    @with_overlays
-    @connection()
-    def top(
-        conn: ConnectFlags, spec: str = SPEC,
-        once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
-        window: str = typer.Option("60s", "--window", "-w", metavar="DURATION",
-                                   help="The window figures are taken over (60s, 2m)."),
-        refresh: str = typer.Option(
-            "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."),
-        output: str = output_option("table or json (--once)."),
-        canary: bool = typer.Option(
-            False, "--canary",
-            help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
-            "verdict; with --once, exit 1 when it fails."),
-        phase: int | None = PHASE, target: str | None = TARGET,
-    ) -> None:
-        """Show how the running deployment of SPEC uses its GPUs: per instance requests,
-        tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
-        activity; and verdicts (which phase or setting to move to)."""
-        check_output(output)
-        if output == "json" and not once:
-            raise UsageError("-o json prints one window: add --once")
-        window_s = seconds_of(window, "--window")
-        refresh_s = seconds_of(refresh, "--refresh")
-        plan, bundle = load(spec, phase, target)
-        checked: tuple[bool, str] | None = None
-        if canary:
-            from pdctl.bench.canary import verdict_line
-            from pdctl.bench.run import check_verify, quick_canary
+@with_overlays
+@connection()
+def top(
+    conn: ConnectFlags, spec: str = SPEC,
+    once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
+    window: str = typer.Option("60s", "--window", "-w", metavar="DURATION",
+                               help="The window figures are taken over (60s, 2m)."),
+    refresh: str = typer.Option(
+        "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."),
+    output: str = output_option("table or json (--once)."),
+    canary: bool = typer.Option(
+        False, "--canary",
+        help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
+        "verdict; with --once, exit 1 when it fails."),
+    phase: int | None = PHASE, target: str | None = TARGET,
+) -> None:
+    """Show how the running deployment of SPEC uses its GPUs: per instance requests,
+    tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
+    activity; and verdicts (which phase or setting to move to)."""
+    check_output(output)
+    if output == "json" and not once:
+        raise UsageError("-o json prints one window: add --once")
+    window_s = seconds_of(window, "--window")
+    refresh_s = seconds_of(refresh, "--refresh")
+    plan, bundle = load(spec, phase, target)
+    checked: tuple[bool, str] | None = None
+    if canary:
+        from pdctl.bench.canary import verdict_line
+        from pdctl.bench.run import check_verify, quick_canary
 
-            check_verify(plan, "--canary")
-            v = quick_canary(plan, bundle, conn.ssh())
-            checked = (v.ok, verdict_line(v))
+        check_verify(plan, "--canary")
+        v = quick_canary(plan, bundle, conn.ssh())
+        checked = (v.ok, verdict_line(v))
 
-        source = open_source(plan, bundle, conn.target())
-        try:
-            if not once:
-                _live(plan, source, window_s, refresh_s, spec, checked)
-                return
-            w, found = _once(plan, source, window_s, spec, checked)
-        finally:
-            source.close()
-        _print_once(w, found, output)
-        failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
-        if checked is not None and not checked[0]:
-            failed.insert(0, checked[1])
-        failed += [f"cannot reach {why}" for why in source.unreachable.values()]
-        if failed:
-            raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
+    source = open_source(plan, bundle, conn.target())
+    try:
+        if not once:
+            _live(plan, source, window_s, refresh_s, spec, checked)
+            return
+        w, found = _once(plan, source, window_s, spec, checked)
+    finally:
+        source.close()
+    _print_once(w, found, output)
+    failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
+    if checked is not None and not checked[0]:
+        failed.insert(0, checked[1])
+    failed += [f"cannot reach {why}" for why in source.unreachable.values()]
+    if failed:
+        raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
 
 
 def _log_events(plan: Plan, source: Source, before: dict[str, str], after: dict[str, str]
