@@ -171,6 +171,74 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
     return _merge(out)
 
 
+# `rank(load, ttft_scale, tpot_scale)`: the spec's engine settings ranked by the speed model at
+# a load, its latency targets held against the model's figures times the scales
+# (pdctl.capacity.search.search, planned by the caller)
+Rank = Callable[[Any, float, float], list[Any]]
+MIN_GAIN = 1.03  # a settings change must promise this much more goodput (model noise)
+
+
+def step_load(step: dict[str, Any]) -> Any:
+    """The load of a report's step as `plan --load` takes it (None: all at once)."""
+    from pdctl.capacity.atload import LoadSpec
+
+    label = str(step.get("load", ""))
+    if label.startswith("concurrency "):
+        return LoadSpec(concurrency=int(label.split()[1]))
+    if label.startswith("rate ") and label.endswith("/s"):
+        rate = float(label[5:-2])
+        return LoadSpec(rate=rate) if rate > 0 and rate != float("inf") else None
+    return None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def settings(spec: dict[str, Any], report: dict[str, Any], rank: Rank) -> Proposal | None:
+    """The engine settings the speed model ranks first at the heaviest step's load, once its
+    TTFT and TPOT are scaled to what this bench measured for the spec's own settings (the
+    step's measured / predicted); None where the spec's settings stay first, the gain is
+    under MIN_GAIN, or the report has no latency target, no prediction or no such load."""
+    from pdctl.capacity.search import AS_SPEC, NUMERICS, change_of
+
+    step = heaviest(report)
+    slo = report.get("workload") or {}
+    if step is None or (slo.get("ttftMs") is None and slo.get("tpotMs") is None):
+        return None
+    load, ratio = step_load(step), step.get("ratio") or {}
+    if load is None or not ratio:
+        return None
+    scale = (float(ratio.get("ttftMs") or 1.0), float(ratio.get("tpotMs") or 1.0))
+    ranked = rank(load, *scale)
+    own = next((t for t in ranked if t.label == AS_SPEC), None)
+    best = ranked[0] if ranked else None
+    if best is None or own is None or best is own or not best.goodput:
+        return None
+    base = own.goodput or 0.0
+    if base and best.goodput < base * MIN_GAIN:
+        return None
+    change = change_of(best.label)
+    if change is None:
+        return None
+    field, value = change
+    role = "decode" if spec.get("phase", 0) in (2, 3) else "serve"
+    if field.startswith("model."):
+        path: tuple[str, ...] = ("model", _camel(field.removeprefix("model.")))
+        was = (spec.get("model") or {}).get(path[1], "auto")
+    else:
+        path = (role, _camel(field))
+        was = _section(spec, role).get(path[1])
+    evidence = (
+        f"at {load.label} the speed model, scaled to this bench (TTFT x{scale[0]:.2f}, TPOT "
+        f"x{scale[1]:.2f} of its prediction), gives {best.goodput:.3g} requests/s within the "
+        f"SLOs against {base:.3g} for the spec's settings"
+        + ("; changes numerics (vLLM's fp8 KV scales)" if best.label == NUMERICS else "")
+    )
+    return Proposal(path, value, was, "engine settings", evidence)
+
+
 def _merge(found: list[Proposal]) -> list[Proposal]:
     """One proposal per path: the first rule that set it wins."""
     seen: dict[tuple[str, ...], Proposal] = {}
@@ -204,12 +272,23 @@ def overlay(proposals: list[Proposal]) -> dict[str, Any]:
 
 
 def tune(spec: dict[str, Any], report: dict[str, Any],
-         render: Callable[[str | None], str]) -> tuple[dict[str, Any], str]:
+         render: Callable[[str | None], str], rank: Rank | None = None
+         ) -> tuple[dict[str, Any], str]:
     """`pdctl tune`'s result and its overlay as YAML: the proposals, the notes, and what the
     overlay changes in the rendered deployment (`render(overlay)`: SPEC's bundle rendered
-    with the overlay's text, or without it for None), or why SPEC with it does not plan."""
+    with the overlay's text, or without it for None), or why SPEC with it does not plan.
+    `rank` (GPU specs): the speed model's ranking of engine settings (`settings`), proposed
+    after the rules, where no rule already changed the batch role's engine (a ranking is of
+    single changes to the spec's own settings)."""
     cpu = (spec.get("engine") or {}).get("device") == "cpu"
     found = propose(spec, report)
+    role = "decode" if spec.get("phase", 0) in (2, 3) else "serve"
+    engine_fields = ("maxNumSeqs", "maxNumBatchedTokens", "tensorParallel", "share")
+    if rank is not None and not cpu and not any(
+            p.path[0] == role and p.path[1] in engine_fields for p in found):
+        picked = settings(spec, report, rank)
+        if picked is not None:
+            found.append(picked)
     doc = overlay(found)
     text = yaml.safe_dump(doc, sort_keys=False) if doc else ""
     diff: list[str] = []

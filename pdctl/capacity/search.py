@@ -47,6 +47,15 @@ class Tried:
     note: str = ""
 
 
+def change_of(label: str) -> tuple[str, Any] | None:
+    """The spec field (snake_case, "model." for the model section) and value a candidate's
+    label sets; None for the spec's own settings."""
+    for name, field, value in CANDIDATES:
+        if name == label:
+            return field, value
+    return None
+
+
 def role_of(spec: Any) -> str:
     return "decode" if spec.disaggregated else "serve"
 
@@ -76,9 +85,12 @@ def variants(spec: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def search(spec: Any, plan_of: Callable[[Any], Any], load: LoadSpec) -> list[Tried]:
+def search(spec: Any, plan_of: Callable[[Any], Any], load: LoadSpec,
+           scale: tuple[float, float] = (1.0, 1.0)) -> list[Tried]:
     """Every variant of `spec` planned by `plan_of` and predicted at `load`, best goodput
-    first (the spec's own settings win ties; fp8 KV only wins by more than 2%)."""
+    first (the spec's own settings win ties; fp8 KV only wins by more than 2%). `scale`: what
+    a bench measured over what the model predicted for the spec's own settings (TTFT, TPOT):
+    the targets are held against the model's figures times these (`pdctl tune`)."""
     tried = []
     for label, variant in variants(spec):
         plan = plan_of(variant)
@@ -86,7 +98,9 @@ def search(spec: Any, plan_of: Callable[[Any], Any], load: LoadSpec) -> list[Tri
             tried.append(Tried(label, None, None, "does not fit"))
             continue
         t = plan.traffic
-        figures = predict(plan, load, t.ttft_ms, t.tpot_ms)
+        ttft = t.ttft_ms / scale[0] if t.ttft_ms is not None else None
+        tpot = t.tpot_ms / scale[1] if t.tpot_ms is not None else None
+        figures = predict(plan, load, ttft, tpot)
         good = (figures.get("goodput") or {}).get("requestsPerSecond")
         tried.append(Tried(label, figures, good, "changes numerics" if label == NUMERICS else ""))
 

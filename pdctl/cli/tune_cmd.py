@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -14,7 +15,7 @@ from pdctl.bench.tune import tune as review
 from pdctl.cli import term
 from pdctl.cli.options import check_output, output_option
 from pdctl.cli.specfile import spec_texts, with_overlays
-from pdctl.errors import UsageError
+from pdctl.errors import PdctlError, UsageError
 
 
 @with_overlays
@@ -28,9 +29,10 @@ def tune(
     output: str = output_option(),
 ) -> None:
     """Propose spec changes (P:D ratio, replicas, TP, max-num-seqs,
-    max-num-batched-tokens, slices per GPU) from a bench report, each with its evidence,
-    as an overlay; print what the overlay would change in the rendered deployment.
-    Exit 0 with or without proposals."""
+    max-num-batched-tokens, slices per GPU, engine settings the speed model ranks first
+    once scaled to the bench) from a bench report, each with its evidence, as an overlay;
+    print what the overlay would change in the rendered deployment. Exit 0 with or
+    without proposals."""
     check_output(output)
     report = inputs.read_report(source)
     texts = spec_texts(spec)
@@ -41,7 +43,7 @@ def tune(
         return inputs.render_plan(inputs.plan_spec(merged, src), src).stream()
 
     data = loaded.model_dump(mode="json", by_alias=True, exclude_none=True)
-    result, text = review(data, report, rendered)
+    result, text = review(data, report, rendered, _ranker(loaded, texts, spec, report))
     doc, unplanned = result["overlay"], result["doesNotPlan"]
     if write is not None and doc:
         try:
@@ -78,3 +80,27 @@ def tune(
             console.print("\nwhat it changes (pdctl render):")
             console.print("\n".join(result["diff"]) or "(nothing rendered changes)",
                           highlight=False, markup=False)
+
+
+def _ranker(spec: Any, texts: list[tuple[str, str]], spec_file: str, report: dict[str, Any]
+            ) -> Any:
+    """The speed model's ranking of SPEC's engine settings at a load, for the report's
+    workload (pdctl.bench.tune.settings); None for a CPU engine (no GPU plan)."""
+    if spec.engine.device == "cpu":
+        return None
+    from pdctl.capacity.search import search
+    from pdctl.inputs import capacity_plan
+
+    _, source = inputs.read_spec(texts)
+    w = report.get("workload") or {}
+    overrides = (None, None, w.get("promptTokens"), w.get("outputTokens"), None,
+                 w.get("ttftMs"), w.get("tpotMs"))
+
+    def rank(load: Any, ttft_scale: float, tpot_scale: float) -> list[Any]:
+        try:
+            return search(spec, lambda v: capacity_plan(v, source, spec_file, *overrides)[0],
+                          load, (ttft_scale, tpot_scale))
+        except PdctlError:  # SPEC does not plan (say, no GPU type): the rules alone
+            return []
+
+    return rank
