@@ -20,10 +20,10 @@ from pdctl.cli.way_out import fail as _fail
 from pdctl.cli.way_out import output_error, output_failed
 from pdctl.errors import PdctlError
 
-# The command of each module; each module has `register(app)`. Command modules import heavy
-# clients (paramiko, docker, kubernetes) only inside the command functions, and a run loads
-# only the module of the command it runs (`command(args)`): `pdctl render` imports no other
-# command's module.
+# The module of each command, which defines it as a function of the command's name (or
+# FUNCTIONS'). Command modules import heavy clients (paramiko, docker, kubernetes) only inside
+# the command functions, and a run loads only the module of the command it runs
+# (`command(args)`): `pdctl render` imports no other command's module.
 COMMANDS = {
     "init": "pdctl.cli.init_cmd", "validate": "pdctl.cli.validate_cmd",
     "render": "pdctl.cli.render_cmd", "schema": "pdctl.cli.schema_cmd",
@@ -33,8 +33,8 @@ COMMANDS = {
     "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
-    "autoscale": "pdctl.cli.autoscale_cmd",
-}
+    "autoscale": "pdctl.cli.autoscale_cmd"}
+FUNCTIONS = {"autoscale": "autoscale_cmd", "scale": "scale_cmd"}  # beside pdctl.scale's scale
 
 
 def _version_callback(value: bool) -> None:
@@ -45,11 +45,9 @@ def _version_callback(value: bool) -> None:
 
 def root(
     version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
-    ),
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."),
     debug: bool = typer.Option(
-        False, "--debug", help="Show tracebacks on errors (before or after the command)."
-    ),
+        False, "--debug", help="Show tracebacks on errors (before or after the command)."),
 ) -> None:
     """pdctl: vLLM deployments from bare metal to Kubernetes."""
     state.DEBUG = state.DEBUG or debug
@@ -69,12 +67,12 @@ def build(names: tuple[str, ...] | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_enable=False, rich_markup_mode=None,
-        context_settings={"help_option_names": ["-h", "--help"]},
-    )
+        context_settings={"help_option_names": ["-h", "--help"]})
     made.callback()(root)
     made.command("version")(version_cmd)
     for name in COMMANDS if names is None else names:
-        importlib.import_module(COMMANDS[name]).register(made)
+        module = importlib.import_module(COMMANDS[name])
+        made.command(name)(getattr(module, FUNCTIONS.get(name, name)))
     return made
 
 
@@ -188,9 +186,7 @@ def main() -> None:
             if exit_type is not None and isinstance(exc, exit_type):
                 _exit(exc.exit_code)
             if isinstance(exc, errors.ClickException):
-                _fail(
-                    f"error: {_usage_line(exc, errors)}",
-                    2 if isinstance(exc, errors.UsageError) else 1,
-                )
+                _fail(f"error: {_usage_line(exc, errors)}",
+                      2 if isinstance(exc, errors.UsageError) else 1)
         raise
     _exit(rc if isinstance(rc, int) else 0)

@@ -41,10 +41,8 @@ class JsonProgress:
         """Nothing is applied in a dry run, so no instance is waited for."""
 
     def document(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "target": self.kind, "compared": self.compared,
-            "changes": [asdict(c) for c in self.changes],
-        }
+        return {"name": self.name, "target": self.kind, "compared": self.compared,
+                "changes": [asdict(c) for c in self.changes]}
 
     def print(self) -> None:
         sys.stdout.write(json.dumps(self.document(), indent=2) + "\n")

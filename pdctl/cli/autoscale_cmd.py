@@ -21,7 +21,7 @@ from pdctl.autoscale import live
 from pdctl.autoscale.policy import decide
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
 from pdctl.cli.progress import ConsoleProgress
 from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
@@ -59,87 +59,75 @@ def _write_state(path: Path, last: dict[str, float]) -> None:
     path.write_text(json.dumps({"last_action": last}, indent=2) + "\n")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("autoscale")
-    @with_overlays
-    @connection()
-    def autoscale_cmd(
-        conn: ConnectFlags, spec: str = SPEC,
-        once: bool = typer.Option(False, "--once", help="Run one round (decide, apply), exit."),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Decide and print the decisions; change nothing."
-        ),
-        interval: int = typer.Option(
-            30, "--interval", min=1, metavar="SECONDS", help="Seconds between rounds."
-        ),
-        window: int = typer.Option(
-            10, "--window", "-w", min=1, max=3600, metavar="SECONDS",
-            help="Seconds each round reads the engines' metrics over (rates need two reads).",
-        ),
-        state_file: Path | None = typer.Option(
-            None, "--state", metavar="FILE",
-            help="Where the time of each role's last scale action is kept (the cooldowns); "
-            "default $XDG_STATE_HOME/pdctl/autoscale-NAME.json.",
-        ),
-        timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
-        unit: bool = typer.Option(
-            False, "--unit",
-            help="Print a systemd unit that runs this command supervised (Restart=always); "
-            "run nothing.",
-        ),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT",
-            help="table (one line a decision), or json (one JSON object a line).",
-        ),
-        phase: int | None = PHASE, target: str | None = TARGET,
-    ) -> None:
-        """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every
-        interval read the engines' metrics, decide (hysteresis, cooldowns, GPU budget), log
-        each decision with its evidence and apply it as `pdctl scale` does."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
-        check_phase_target(phase, target)
-        texts = spec_texts(spec)
-        load = scaled_loader(texts, phase, target, None, "autoscale")
-        plan, deployed = load({})
-        if plan.spec.autoscaling is None:
-            raise SpecError("the spec has no autoscaling section", path="autoscaling",
-                            fix="add autoscaling: with the roles to scale (docs/autoscaling.md)")
-        from pdctl.plan.autoscale import targets
-        from pdctl.render.kube_autoscale import capacity
-        from pdctl.scale import check_request
-
-        rules = live.rules(targets(plan, capacity(plan)))
-        options = conn.target()
-        for rule in rules:
-            check_request(plan, actions.kind_of(plan, options), rule.role, rule.min_replicas)
-        if unit:
-            argv = sys.argv[sys.argv.index("autoscale") + 1:]
-            argv = [str(Path(a).resolve()) if a == spec else a for a in argv if a != "--unit"]
-            typer.echo(live.unit_text(plan.name, [sys.executable, "-m", "pdctl", "autoscale",
-                                                  *argv], str(Path.cwd())), nl=False)
-            return
-        path = _state_path(plan.name, state_file)
-        console = term.console(stderr=True, log_path=False)
-        max_gpus = plan.spec.autoscaling.max_gpus
-        while True:
-            try:
-                _round(load, deployed, rules, options, path, float(window), max_gpus, dry_run,
-                       output, ConsoleProgress(console), float(timeout), float(drain_timeout))
-            except PdctlError as exc:  # supervised: say why, try again next round
-                if once:
-                    raise
-                console.print(f"round failed: {exc.line()}", highlight=False, markup=False)
-            if once:
-                return
-            time.sleep(interval)
-
-
-def _round(
-    load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
-    path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
-    progress: ConsoleProgress, timeout: float, drain_timeout: float,
+@with_overlays
+@connection()
+def autoscale_cmd(
+    conn: ConnectFlags, spec: str = SPEC,
+    once: bool = typer.Option(False, "--once", help="Run one round (decide, apply), exit."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Decide and print the decisions; change nothing."),
+    interval: int = typer.Option(
+        30, "--interval", min=1, metavar="SECONDS", help="Seconds between rounds."),
+    window: int = typer.Option(
+        10, "--window", "-w", min=1, max=3600, metavar="SECONDS",
+        help="Seconds each round reads the engines' metrics over (rates need two reads)."),
+    state_file: Path | None = typer.Option(
+        None, "--state", metavar="FILE",
+        help="Where the time of each role's last scale action is kept (the cooldowns); "
+        "default $XDG_STATE_HOME/pdctl/autoscale-NAME.json."),
+    timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
+    unit: bool = typer.Option(
+        False, "--unit",
+        help="Print a systemd unit that runs this command supervised (Restart=always); "
+        "run nothing."),
+    output: str = output_option(
+        "table (one line a decision), or json (one JSON object a line)."),
+    phase: int | None = PHASE, target: str | None = TARGET,
 ) -> None:
+    """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every
+    interval read the engines' metrics, decide (hysteresis, cooldowns, GPU budget), log
+    each decision with its evidence and apply it as `pdctl scale` does."""
+    check_output(output)
+    check_phase_target(phase, target)
+    texts = spec_texts(spec)
+    load = scaled_loader(texts, phase, target, None, "autoscale")
+    plan, deployed = load({})
+    if plan.spec.autoscaling is None:
+        raise SpecError("the spec has no autoscaling section", path="autoscaling",
+                        fix="add autoscaling: with the roles to scale (docs/autoscaling.md)")
+    from pdctl.plan.autoscale import targets
+    from pdctl.render.kube_autoscale import capacity
+    from pdctl.scale import check_request
+
+    rules = live.rules(targets(plan, capacity(plan)))
+    options = conn.target()
+    for rule in rules:
+        check_request(plan, actions.kind_of(plan, options), rule.role, rule.min_replicas)
+    if unit:
+        argv = sys.argv[sys.argv.index("autoscale") + 1:]
+        argv = [str(Path(a).resolve()) if a == spec else a for a in argv if a != "--unit"]
+        typer.echo(live.unit_text(plan.name, [sys.executable, "-m", "pdctl", "autoscale",
+                                              *argv], str(Path.cwd())), nl=False)
+        return
+    path = _state_path(plan.name, state_file)
+    console = term.console(stderr=True, log_path=False)
+    max_gpus = plan.spec.autoscaling.max_gpus
+    while True:
+        try:
+            _round(load, deployed, rules, options, path, float(window), max_gpus, dry_run,
+                   output, ConsoleProgress(console), float(timeout), float(drain_timeout))
+        except PdctlError as exc:  # supervised: say why, try again next round
+            if once:
+                raise
+            console.print(f"round failed: {exc.line()}", highlight=False, markup=False)
+        if once:
+            return
+        time.sleep(interval)
+
+
+def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
+           path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
+           progress: ConsoleProgress, timeout: float, drain_timeout: float) -> None:
     """One round: what runs, one window of its metrics, the decisions (each printed with its
     evidence), then each change applied."""
     from pdctl.scale import running_counts, scale

@@ -12,12 +12,9 @@ from rich.table import Table
 from pdctl.cli import term
 
 ROWS = (
-    ("TTFT ms", "ttftMs"), ("TPOT ms", "tpotMs"), ("ITL ms", "itlMs"), ("E2E latency ms", "e2elMs"),
-)
-RATES = (
-    ("requests/s", "requestThroughput"), ("output tok/s", "outputThroughput"),
-    ("total tok/s", "totalTokenThroughput"), ("goodput req/s", "requestGoodput"),
-)
+    ("TTFT ms", "ttftMs"), ("TPOT ms", "tpotMs"), ("ITL ms", "itlMs"), ("E2E latency ms", "e2elMs"))
+RATES = (("requests/s", "requestThroughput"), ("output tok/s", "outputThroughput"),
+         ("total tok/s", "totalTokenThroughput"), ("goodput req/s", "requestGoodput"))
 
 
 def show(report: dict[str, Any]) -> None:
@@ -27,8 +24,7 @@ def show(report: dict[str, Any]) -> None:
         f"[bold]{report['name']}[/] (phase {report['phase']}, spec {report['specHash']}), "
         f"vLLM {', '.join(versions)}, endpoint {report['endpoint']}; plan: "
         f"{report['plan']['basis']}",
-        highlight=False,
-    )
+        highlight=False)
     c = report.get("canary")
     if c is not None:
         state = "[green]passed[/]" if c["ok"] else "[red]FAILED[/]"

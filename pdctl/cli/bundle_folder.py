@@ -50,10 +50,8 @@ class Written:
 def refuse_place(out: Path) -> None:
     """A usage error for a DIR no bundle should go into."""
     if out.is_symlink():
-        raise _no(
-            f"--output-dir {out} is a symbolic link; pdctl does not write through links",
-            "give the folder it points to, or a new folder",
-        )
+        raise _no(f"--output-dir {out} is a symbolic link; pdctl does not write through links",
+                  "give the folder it points to, or a new folder")
     if out.exists() and not out.is_dir():
         raise _no(f"--output-dir {out} is a file, not a folder", "choose a folder")
     real = Path(os.path.realpath(out))
@@ -64,10 +62,8 @@ def refuse_place(out: Path) -> None:
             if not what and (real == place or real in place.parents):
                 what = name if real == place else f"a parent of {name}"
     if what:
-        raise _no(
-            f"--output-dir {out} is {what}; a bundle goes into a folder of its own",
-            "name a new folder, e.g. -o ./bundle",
-        )
+        raise _no(f"--output-dir {out} is {what}; a bundle goes into a folder of its own",
+                  "name a new folder, e.g. -o ./bundle")
 
 
 def write(bundle: Bundle, name: str, out: Path, say: Callable[[str], None]) -> Written:
@@ -89,10 +85,8 @@ def write(bundle: Bundle, name: str, out: Path, say: Callable[[str], None]) -> W
                 say(f"removed {out}/{entry}, left by a pdctl render that did not finish")
         owner, old = _previous(out)
         if owner not in (None, name):
-            raise _no(
-                f"--output-dir {out} holds the bundle of deployment {owner!r}, not {name!r}",
-                "choose another folder, or remove that one first",
-            )
+            raise _no(f"--output-dir {out} holds the bundle of deployment {owner!r}, not {name!r}",
+                      "choose another folder, or remove that one first")
         paths = bundle.paths()
         for where in filter(None, (_blocked(out, p) for p in paths)):
             raise _no(f"{out}/{where} is a symbolic link or a file where pdctl writes a folder")
@@ -182,10 +176,8 @@ def _previous(out: Path) -> tuple[str | None, dict[str, Any] | None]:
     owner = None if text is not None else _read_own(out, MARKER)
     if text is None and owner is None:
         if [e for e in os.listdir(out) if not _is_stage(out, e)]:
-            raise _no(
-                f"--output-dir {out} exists and is not a pdctl bundle folder",
-                "choose an empty or new folder",
-            )
+            raise _no(f"--output-dir {out} exists and is not a pdctl bundle folder",
+                      "choose an empty or new folder")
         return None, {}
     try:
         if text is not None:
@@ -193,10 +185,8 @@ def _previous(out: Path) -> tuple[str | None, dict[str, Any] | None]:
         text, name = _read_own(out, FILES), FILES  # None: an older pdctl's bundle without a list
         return str(owner).strip(), None if text is None else dict.fromkeys(parse_manifest(text))
     except ValueError as exc:
-        raise _no(
-            f"{out}/{name}: {exc}: the list of pdctl's files is damaged",
-            "move the folder away and render again",
-        ) from None
+        raise _no(f"{out}/{name}: {exc}: the list of pdctl's files is damaged",
+                  "move the folder away and render again") from None
 
 
 def _blocked(out: Path, path: str) -> str | None:
@@ -246,13 +236,10 @@ def _commit(out: Path, stage: Path, moves: list[tuple[str, str | None]]) -> None
         except OSError as undo:
             raise _Stuck(
                 f"cannot write {out}/{path}: {exc.strerror}, nor put back the files pdctl moved "
-                f"aside ({undo.strerror}): they are in {stage}"
-            ) from None
+                f"aside ({undo.strerror}): they are in {stage}") from None
         if exc.errno == errno.EISDIR:
-            raise _no(
-                f"{out}/{path} is a folder where pdctl writes a file (nothing was changed)",
-                "move it away, or choose another folder",
-            ) from None
+            raise _no(f"{out}/{path} is a folder where pdctl writes a file (nothing was changed)",
+                      "move it away, or choose another folder") from None
         raise
 
 

@@ -8,22 +8,18 @@ drift apart. The text of the flags (HOST=URL, bridge|host) is parsed here, not i
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_type_hints
 
 import typer
 
+from pdctl.cli.options import with_params
 from pdctl.errors import UsageError
 from pdctl.targets.base import Connect
 from pdctl.targets.ssh import DEFAULT_KNOWN_HOSTS, SshOptions
-
-if TYPE_CHECKING:
-    from pdctl.targets.base import Connect
-    from pdctl.targets.ssh import SshOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,21 +47,18 @@ class ConnectFlags:
             must_exist(
                 self.known_hosts, "known_hosts file",
                 "give the file that holds the hosts' keys (ssh-keyscan HOST >> FILE), or pass "
-                "--accept-new-host-keys to record them there",
-            )
+                "--accept-new-host-keys to record them there")
         return SshOptions(
             known_hosts=self.known_hosts or DEFAULT_KNOWN_HOSTS,
             accept_new_host_keys=self.accept_new_host_keys, identity_file=self.identity,
-            connect_timeout=self.connect_timeout, write_known_hosts=not dry_run,
-        )
+            connect_timeout=self.connect_timeout, write_known_hosts=not dry_run)
 
     def target(self, dry_run: bool = False) -> Connect:
         """How to reach the plan's target (pdctl.targets.open_target)."""
         return Connect(
             ssh=self.ssh(dry_run), parallel=self.parallel, docker_urls=docker_urls(self.docker_url),
             docker_tls=self.docker_tls, docker_cert_path=self.docker_cert_path,
-            insecure_docker=self.insecure_docker, kubeconfig=self.kube_file, context=self.context,
-        )
+            insecure_docker=self.insecure_docker, kubeconfig=self.kube_file, context=self.context)
 
     @property
     def kube_file(self) -> str | None:
@@ -93,111 +86,60 @@ def docker_urls(values: list[str]) -> dict[str, str]:
 
 
 SSH = {
-    "known_hosts": (
-        str | None,
-        typer.Option(
-            None, "--known-hosts", metavar="FILE", envvar="PDCTL_KNOWN_HOSTS",
-            help="known_hosts file for host-key checks (default ~/.ssh/known_hosts).",
-        ),
-    ),
-    "accept_new_host_keys": (
-        bool,
-        typer.Option(
-            False, "--accept-new-host-keys",
-            help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
-            "always refused).",
-        ),
-    ),
-    "identity": (
-        str | None,
-        typer.Option(
-            None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
-            help="SSH private key for hosts that set no identityFile.",
-        ),
-    ),
-    "connect_timeout": (
-        float,
-        typer.Option(
-            10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
-            help="Seconds to wait for each SSH connection.",
-        ),
-    ),
-    "parallel": (int, typer.Option(8, "--parallel", min=1, help="Hosts worked on at once.")),
-}
+    "known_hosts": typer.Option(
+        None, "--known-hosts", metavar="FILE", envvar="PDCTL_KNOWN_HOSTS",
+        help="known_hosts file for host-key checks (default ~/.ssh/known_hosts)."),
+    "accept_new_host_keys": typer.Option(
+        False, "--accept-new-host-keys",
+        help="Trust hosts whose key is not in known_hosts yet and record it (a changed key is "
+        "always refused)."),
+    "identity": typer.Option(None, "--identity", "-i", metavar="FILE", envvar="PDCTL_SSH_IDENTITY",
+                             help="SSH private key for hosts that set no identityFile."),
+    "connect_timeout": typer.Option(10.0, "--connect-timeout", min=0.1, metavar="SECONDS",
+                                    help="Seconds to wait for each SSH connection."),
+    "parallel": typer.Option(8, "--parallel", min=1, help="Hosts worked on at once.")}
 DOCKER = {
-    "docker_url": (
-        list[str] | None,
-        typer.Option(
-            None, "--docker-url", metavar="HOST=URL",
-            help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
-            "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
-            "--docker-tls) instead of scripts over SSH. Repeat per host.",
-        ),
-    ),
-    "docker_tls": (
-        bool,
-        typer.Option(
-            False, "--docker-tls",
-            help="With a tcp:// --docker-url: TLS, verifying the engine's certificate against "
-            "ca.pem and presenting cert.pem/key.pem from --docker-cert-path (as `docker "
-            "--tlsverify` does).",
-        ),
-    ),
-    "docker_cert_path": (
-        str | None,
-        typer.Option(
-            None, "--docker-cert-path", metavar="DIR", envvar="DOCKER_CERT_PATH",
-            help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
-            "~/.docker).",
-        ),
-    ),
-    "insecure_docker": (
-        bool,
-        typer.Option(
-            False, "--insecure-docker",
-            help="Allow a plain tcp:// --docker-url: the Docker API, HF_TOKEN and the API key "
-            "travel unencrypted and unauthenticated. Only on a network you trust.",
-        ),
-    ),
-}
+    "docker_url": typer.Option(
+        None, "--docker-url", metavar="HOST=URL",
+        help="HOST=URL: drive the Docker engine of a `runtime: docker` host through the docker "
+        "SDK (unix:///var/run/docker.sock, ssh://user@host, or tcp://HOST:PORT with "
+        "--docker-tls) instead of scripts over SSH. Repeat per host."),
+    "docker_tls": typer.Option(
+        False, "--docker-tls",
+        help="With a tcp:// --docker-url: TLS, verifying the engine's certificate against "
+        "ca.pem and presenting cert.pem/key.pem from --docker-cert-path (as `docker "
+        "--tlsverify` does)."),
+    "docker_cert_path": typer.Option(
+        None, "--docker-cert-path", metavar="DIR", envvar="DOCKER_CERT_PATH",
+        help="Folder holding ca.pem, cert.pem and key.pem for --docker-tls (default "
+        "~/.docker)."),
+    "insecure_docker": typer.Option(
+        False, "--insecure-docker",
+        help="Allow a plain tcp:// --docker-url: the Docker API, HF_TOKEN and the API key "
+        "travel unencrypted and unauthenticated. Only on a network you trust.")}
 KUBE = {
-    "kubeconfig": (
-        str | None,
-        typer.Option(
-            None, "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG)."
-        ),
-    ),
-    "context": (
-        str | None, typer.Option(None, "--context", metavar="NAME", help="kubeconfig context."),
-    ),
-}
+    "kubeconfig": typer.Option(
+        None, "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG)."),
+    "context": typer.Option(None, "--context", metavar="NAME", help="kubeconfig context.")}
 
 
 def connection(docker: bool = True) -> Callable[[F], F]:
     """Add the connection options to a typer command whose parameter `conn: ConnectFlags`
     receives them (`docker=False`: no Docker options, for preflight)."""
     options = {**SSH, **(DOCKER if docker else {}), **KUBE}
-    known = {f.name for f in fields(ConnectFlags)}
-    assert set(options) <= known
+    hints = get_type_hints(ConnectFlags)  # the field's type, or None where it defaults to None
+    none = {name for name, opt in options.items() if opt.default is None}
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt,
+                               annotation=hints[name] | None if name in none else hints[name])
+             for name, opt in options.items()]
 
     def decorate(fn: F) -> F:
-        sig = inspect.signature(fn, eval_str=True)  # in fn's module, not this one
-        params = [p for p in sig.parameters.values() if p.name != "conn"]
-        params += [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
-            for name, (kind, opt) in options.items()
-        ]
-
-        @functools.wraps(fn)
         def command(*args: Any, **kwargs: Any) -> Any:
             given = {name: kwargs.pop(name) for name in options}
             if given.get("docker_url") is None:
                 given.pop("docker_url", None)
             return fn(*args, conn=ConnectFlags(**given), **kwargs)
 
-        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in params}
-        del command.__wrapped__  # typer reads the signature above, not fn's
-        return command  # type: ignore[return-value]
+        return with_params(fn, command, extra, drop="conn")  # type: ignore[return-value]
 
     return decorate

@@ -11,38 +11,33 @@ from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import PHASE, SPEC, TARGET
 from pdctl.cli.progress import KUBE_WORDS, ConsoleProgress
-from pdctl.cli.specfile import load
+from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.term import console
 from pdctl.errors import PdctlError
 
 if TYPE_CHECKING:
     from pdctl.actions import Diff
-from pdctl.cli.specfile import with_overlays
 
 KUBE_ORDER = ("create", "update", "prune", "unchanged")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("diff")
-    @with_overlays
-    @connection()
-    def diff(
-        conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
-        target: str | None = TARGET,
-    ) -> None:
-        """Show what `up` would change: on Kubernetes a server-side dry run of every object
-        diffed against the live one (and what prune would delete); on hosts each instance to
-        start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
-        err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
-        try:
-            plan, bundle = load(spec, phase, target)
-            found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
-        except PdctlError as exc:
-            exc.exit_code = 2  # 1 means "there are changes"
-            raise
-        for line in report(found):
-            typer.echo(line, nl=False)
-        raise typer.Exit(1 if found.todo else 0)
+@with_overlays
+@connection()
+def diff(conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
+         target: str | None = TARGET) -> None:
+    """Show what `up` would change: on Kubernetes a server-side dry run of every object
+    diffed against the live one (and what prune would delete); on hosts each instance to
+    start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
+    err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
+    try:
+        plan, bundle = load(spec, phase, target)
+        found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
+    except PdctlError as exc:
+        exc.exit_code = 2  # 1 means "there are changes"
+        raise
+    for line in report(found):
+        typer.echo(line, nl=False)
+    raise typer.Exit(1 if found.todo else 0)
 
 
 def report(found: Diff) -> list[str]:
@@ -52,14 +47,9 @@ def report(found: Diff) -> list[str]:
     counts: dict[str, int] = {}
     kube = found.kind == "kubernetes"
     for c in found.changes:
-        if kube:
-            word = KUBE_WORDS[c.action]
-            key = c.unit
-            head = f"{word:9} {c.unit}"
-        else:
-            word = c.action
-            key = f"{c.host}/{c.unit}"
-            head = f"{word:9} {c.unit} on {c.host} ({c.why})"
+        word = KUBE_WORDS[c.action] if kube else c.action
+        key = c.unit if kube else f"{c.host}/{c.unit}"
+        head = f"{word:9} {c.unit}" + ("" if kube else f" on {c.host} ({c.why})")
         counts[word] = counts.get(word, 0) + 1
         if c.action == "keep":
             continue

@@ -57,8 +57,7 @@ class Preview:
         if left:
             raise PdctlError(
                 f"down --dry-run could not reach {'; '.join(left)}: `down` would stop what "
-                "runs on the other hosts and leave these; run it again when the host answers"
-            )
+                "runs on the other hosts and leave these; run it again when the host answers")
 
 
 def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool = False) -> Preview:
@@ -68,8 +67,7 @@ def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool =
     plan_ = down_plan(plan, bundle, options, delete_volumes)
     return Preview(
         kind_of(plan, options), removed=plan_.removed, kept=plan_.kept,
-        folders=list(plan_.folders.items()), unreachable=plan_.unreachable, left=plan_.left,
-    )
+        folders=list(plan_.folders.items()), unreachable=plan_.unreachable, left=plan_.left)
 
 
 def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
@@ -78,15 +76,11 @@ def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:
     unasked."""
     if yes or not caps.confirm_down:
         return
-
-
     namespace = plan.spec.kubernetes.namespace
     if not sys.stdin.isatty():
-        raise UsageError(
-            f"down would delete the Kubernetes objects of {plan.name!r} in namespace "
-            f"{namespace!r} and stdin is not a terminal to confirm on",
-            fix="add --yes (see what it would delete: --dry-run)",
-        )
+        raise UsageError(f"down would delete the Kubernetes objects of {plan.name!r} in namespace "
+                         f"{namespace!r} and stdin is not a terminal to confirm on",
+                         fix="add --yes (see what it would delete: --dry-run)")
     if not typer.confirm(
         f"delete the Kubernetes objects of {plan.name!r} in namespace {namespace!r}?",
         default=False,

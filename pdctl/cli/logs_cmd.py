@@ -33,19 +33,16 @@ def unit_names(ctx: typer.Context, incomplete: str) -> list[str]:
     return [n for n in names if n.startswith(incomplete)]
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("logs")
-    @with_overlays
-    @connection()
-    def logs(
-        conn: ConnectFlags, spec: str = SPEC,
-        unit: str | None = typer.Argument(
-            None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names,
-        ),
-        follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
-        lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
-        phase: int | None = PHASE, target: str | None = TARGET,
-    ) -> None:
-        """Print the log of UNIT (every unit's last lines when UNIT is left out)."""
-        plan, bundle = load(spec, phase, target)
-        actions.logs(plan, bundle, conn.target(), unit, follow, lines, sys.stdout.write)
+@with_overlays
+@connection()
+def logs(
+    conn: ConnectFlags, spec: str = SPEC,
+    unit: str | None = typer.Argument(
+        None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
+    phase: int | None = PHASE, target: str | None = TARGET,
+) -> None:
+    """Print the log of UNIT (every unit's last lines when UNIT is left out)."""
+    plan, bundle = load(spec, phase, target)
+    actions.logs(plan, bundle, conn.target(), unit, follow, lines, sys.stdout.write)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from pdctl.errors import UsageError
 
 SPEC = typer.Argument(..., help="Spec file, or - for stdin.")
 PHASE = typer.Option(None, "--phase", "-p", help="Render at this phase instead of the spec's.")
-TARGET = typer.Option(
-    None, "--target", metavar="TARGET",
-    help="hosts or kubernetes (phases 2 and 3; default from the spec).",
-)
+TARGET = typer.Option(None, "--target", metavar="TARGET",
+                      help="hosts or kubernetes (phases 2 and 3; default from the spec).")
 
 # `--facts DIR`, declared once for every command that takes it (render, up, status, plan),
 # read by one loader (pdctl.inputs.read_facts) that refuses a recording of other machines.
@@ -19,16 +22,26 @@ FACTS = typer.Option(
     None, "--facts", metavar="DIR",
     help="A preflight recording of the spec's hosts (pdctl preflight --record DIR): render, "
     "up and status pick each instance's GPUs by its topology (give status the DIR up had); "
-    "plan counts the memory other processes already hold on the GPUs.",
-)
+    "plan counts the memory other processes already hold on the GPUs.")
 
 STRICT = typer.Option(
     False, "--strict",
     help="Refuse (exit 1) a spec with a role that does not fit on "
     "its GPU (hardware.gpu), or a network setting that may not work where it runs "
     "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
-    "name), instead of warning.",
-)
+    "name), instead of warning.")
+
+
+def output_option(help: str = "table or json.", default: str = "table") -> Any:
+    """`--output/-o FORMAT`, declared once; `check_output` refuses a format not offered."""
+    return typer.Option(default, "--output", "-o", metavar="FORMAT", help=help)
+
+
+def check_output(output: str, *formats: str) -> None:
+    formats = formats or ("table", "json")
+    if output not in formats:
+        names = ", ".join(formats[:-1]) + " or " + formats[-1]
+        raise UsageError(f"--output must be {names} (got {output!r})")
 
 
 def check_phase_target(phase: int | None, target: str | None) -> None:
@@ -36,3 +49,18 @@ def check_phase_target(phase: int | None, target: str | None) -> None:
         raise UsageError(f"--phase must be 0, 1, 2 or 3 (got {phase})")
     if target is not None and target not in ("hosts", "kubernetes"):
         raise UsageError(f"--target must be hosts or kubernetes (got {target!r})")
+
+
+def with_params(
+    fn: Callable[..., Any], run: Callable[..., Any], extra: list[inspect.Parameter], drop: str = ""
+) -> Callable[..., Any]:
+    """`run` (a wrapper that calls `fn`) named and documented as `fn`, with `fn`'s parameters
+    (less `drop`) and `extra` as its signature, which typer reads (`fn`'s annotations evaluated
+    in `fn`'s module)."""
+    sig = inspect.signature(fn, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.name != drop] + extra
+    functools.update_wrapper(run, fn)
+    run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
+    return run

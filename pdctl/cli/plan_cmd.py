@@ -12,134 +12,117 @@ import typer
 
 from pdctl.capacity.atload import parse_load, predict
 from pdctl.capacity.fromlog import compare, parse_log
-from pdctl.cli.options import FACTS, SPEC
+from pdctl.cli.options import FACTS, SPEC, check_output, output_option
 from pdctl.cli.specfile import read_spec, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import capacity_plan
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("plan")
-    @with_overlays
-    def plan(
-        spec: str = SPEC,
-        gpu: str | None = typer.Option(
-            None, "--gpu", metavar="GPU",
-            # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
-            help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
-            "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM.",
-        ),
-        gpu_memory_gib: float | None = typer.Option(
-            None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."
-        ),
-        prompt_tokens: int | None = typer.Option(
-            None, "--prompt-tokens", min=1, help="Mean prompt length (default 1024)."
-        ),
-        output_tokens: int | None = typer.Option(
-            None, "--output-tokens", min=1, help="Mean output length (default 256)."
-        ),
-        rate: float | None = typer.Option(
-            None, "--rate", min=0.0001, help="Requests per second, all instances."
-        ),
-        ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
-        tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT",
-            help="table (compact, fits 80 columns), wide (the table with how each figure "
-            "is made) or json.",
-        ),
-        from_log: str | None = typer.Option(
-            None, "--from-log", metavar="FILE",
-            help="A vLLM start-up log: show predicted vs observed memory "
-            "per term (weights, activation, CUDA graphs, KV memory, KV tokens).",
-        ),
-        facts: Path | None = FACTS,
-        load: list[str] = typer.Option(
-            [], "--load", metavar="LOAD",
-            help="Predict TTFT, TPOT, ITL, E2E, throughput and goodput under a load: "
-            "concurrency=N (N clients, each sending its next request when the last ends) or "
-            "rate=R (Poisson, requests/s). Repeat for several loads.",
-        ),
-        search: bool = typer.Option(
-            False, "--search",
-            help="At the first --load, plan the spec's engine settings and single changes to "
-            "them (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization, fp8 KV) and "
-            "rank them by modelled goodput against the workload's TTFT/TPOT targets.",
-        ),
-        report_file: Path | None = typer.Option(
-            None, "--report", metavar="FILE.html",
-            help="Also write a self-contained HTML report: memory per GPU, packing advice.",
-        ),
-    ) -> None:
-        """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
+@with_overlays
+def plan(
+    spec: str = SPEC,
+    gpu: str | None = typer.Option(
+        None, "--gpu", metavar="GPU",
+        # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
+        help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
+        "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM."),
+    gpu_memory_gib: float | None = typer.Option(
+        None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."),
+    prompt_tokens: int | None = typer.Option(
+        None, "--prompt-tokens", min=1, help="Mean prompt length (default 1024)."),
+    output_tokens: int | None = typer.Option(
+        None, "--output-tokens", min=1, help="Mean output length (default 256)."),
+    rate: float | None = typer.Option(
+        None, "--rate", min=0.0001, help="Requests per second, all instances."),
+    ttft_ms: float | None = typer.Option(None, "--ttft-ms", help="TTFT target (ms)."),
+    tpot_ms: float | None = typer.Option(None, "--tpot-ms", help="TPOT target (ms)."),
+    output: str = output_option(
+        "table (compact, fits 80 columns), wide (the table with how each figure "
+        "is made) or json."),
+    from_log: str | None = typer.Option(
+        None, "--from-log", metavar="FILE",
+        help="A vLLM start-up log: show predicted vs observed memory "
+        "per term (weights, activation, CUDA graphs, KV memory, KV tokens)."),
+    facts: Path | None = FACTS,
+    load: list[str] = typer.Option(
+        [], "--load", metavar="LOAD",
+        help="Predict TTFT, TPOT, ITL, E2E, throughput and goodput under a load: "
+        "concurrency=N (N clients, each sending its next request when the last ends) or "
+        "rate=R (Poisson, requests/s). Repeat for several loads."),
+    search: bool = typer.Option(
+        False, "--search",
+        help="At the first --load, plan the spec's engine settings and single changes to "
+        "them (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization, fp8 KV) and "
+        "rank them by modelled goodput against the workload's TTFT/TPOT targets."),
+    report_file: Path | None = typer.Option(
+        None, "--report", metavar="FILE.html",
+        help="Also write a self-contained HTML report: memory per GPU, packing advice."),
+) -> None:
+    """Capacity plan for SPEC: does the model fit, KV cache, memory fraction, slices, speed.
 
-        Exit 0 when every role fits, 1 when one does not (the table says what would fit),
-        2 when the spec or an option is wrong."""
-        if output not in ("table", "wide", "json"):
-            raise UsageError(f"--output must be table, wide or json (got {output!r})")
+    Exit 0 when every role fits, 1 when one does not (the table says what would fit),
+    2 when the spec or an option is wrong."""
+    check_output(output, "table", "wide", "json")
 
-        loads = [parse_load(x) for x in load]
-        if report_file is not None:
-            from pdctl.cli.report_file import check_report_path
+    loads = [parse_load(x) for x in load]
+    if report_file is not None:
+        from pdctl.cli.report_file import check_report_path
 
-            check_report_path(report_file)
-        _finite(
-            ("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
-            ("--tpot-ms", tpot_ms),
-        )
+        check_report_path(report_file)
+    _finite(("--gpu-memory-gib", gpu_memory_gib), ("--rate", rate), ("--ttft-ms", ttft_ms),
+            ("--tpot-ms", tpot_ms))
 
-        spec_model, source = read_spec(spec)
-        result, origin = capacity_plan(
-            spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
-            ttft_ms, tpot_ms, facts
-        )
-        at_loads = _at_loads(result, loads)
-        tried = None
-        if search:
-            tried = _search(spec_model, source, spec, loads, result, gpu, gpu_memory_gib,
-                            prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts)
-        if output == "json":
-            from pdctl.capacity.report_json import plan_dict
+    spec_model, source = read_spec(spec)
+    result, origin = capacity_plan(
+        spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
+        ttft_ms, tpot_ms, facts)
+    at_loads = _at_loads(result, loads)
+    tried = None
+    if search:
+        tried = _search(spec_model, source, spec, loads, result, gpu, gpu_memory_gib,
+                        prompt_tokens, output_tokens, rate, ttft_ms, tpot_ms, facts)
+    if output == "json":
+        from pdctl.capacity.report_json import plan_dict
 
-            data = plan_dict(result)
-            data["gpu"]["from"] = origin
-            if spec_model.engine.device == "cpu":
-                data["gpuCapacityPlanning"] = "does not apply: engine.device is cpu"
-            if from_log is not None:
-                data["fromLog"] = _compare(result, from_log)
-            if loads:
-                data["loads"] = at_loads
-            if tried is not None:
-                from pdctl.capacity.search import ranking
+        data = plan_dict(result)
+        data["gpu"]["from"] = origin
+        if spec_model.engine.device == "cpu":
+            data["gpuCapacityPlanning"] = "does not apply: engine.device is cpu"
+        if from_log is not None:
+            data["fromLog"] = _compare(result, from_log)
+        if loads:
+            data["loads"] = at_loads
+        if tried is not None:
+            from pdctl.capacity.search import ranking
 
-                data["search"] = ranking(tried, loads[0])
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        elif spec_model.engine.device == "cpu":  # no GPU: GPU capacity planning does not apply
-            from pdctl.cli.plan_table import show_cpu
+            data["search"] = ranking(tried, loads[0])
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif spec_model.engine.device == "cpu":  # no GPU: GPU capacity planning does not apply
+        from pdctl.cli.plan_table import show_cpu
 
-            show_cpu(result, _cpu_kv_space(spec_model))
-        else:
-            from pdctl.cli.plan_table import show, show_comparison, show_loads
+        show_cpu(result, _cpu_kv_space(spec_model))
+    else:
+        from pdctl.cli.plan_table import show, show_comparison, show_loads
 
-            show(result, origin, wide=output == "wide")
-            if from_log is not None:
-                show_comparison(_compare(result, from_log))
-            if loads:
-                show_loads(at_loads)
-            if tried is not None:
-                from pdctl.cli.plan_table import show_search
+        show(result, origin, wide=output == "wide")
+        if from_log is not None:
+            show_comparison(_compare(result, from_log))
+        if loads:
+            show_loads(at_loads)
+        if tried is not None:
+            from pdctl.cli.plan_table import show_search
 
-                show_search(tried, loads[0].label)
-        if report_file is not None:
-            from pdctl.capacity.report_json import plan_dict as as_dict
-            from pdctl.cli.report_file import write_report
-            from pdctl.report.plan import plan_html
+            show_search(tried, loads[0].label)
+    if report_file is not None:
+        from pdctl.capacity.report_json import plan_dict as as_dict
+        from pdctl.cli.report_file import write_report
+        from pdctl.report.plan import plan_html
 
-            doc = as_dict(result)
-            doc["gpu"]["from"] = origin
-            write_report(report_file, plan_html(doc))
-        if not result.fits and spec_model.engine.device != "cpu":
-            raise typer.Exit(1)
+        doc = as_dict(result)
+        doc["gpu"]["from"] = origin
+        write_report(report_file, plan_html(doc))
+    if not result.fits and spec_model.engine.device != "cpu":
+        raise typer.Exit(1)
 
 
 def _at_loads(result: Any, loads: list[Any]) -> list[dict[str, Any]]:
@@ -193,19 +176,13 @@ def _compare(result: Any, log_file: str) -> dict[str, Any]:
         with Path(log_file).expanduser().open("rb") as stream:
             data = stream.read(MAX_LOG_BYTES + 1)
     except OSError as exc:
-        raise UsageError(
-            f"--from-log: cannot read {log_file}: {exc.strerror}",
-            fix="give the path of a vLLM start-up log",
-        ) from None
+        raise UsageError(f"--from-log: cannot read {log_file}: {exc.strerror}",
+                         fix="give the path of a vLLM start-up log") from None
     if len(data) > MAX_LOG_BYTES:
-        raise UsageError(
-            f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
-            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
-        )
+        raise UsageError(f"--from-log: {log_file} is larger than {MAX_LOG_BYTES >> 20} MiB",
+                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
     observed = parse_log(data.decode("utf-8", errors="replace"))
     if observed.empty:
-        raise UsageError(
-            f"--from-log: {log_file} has none of vLLM's start-up memory lines",
-            fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'",
-        )
+        raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
+                         fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
     return compare(result, observed)

@@ -33,19 +33,13 @@ def _lora_rows(m: Any, s: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         return []
     lo = s.lora
     lost = m.lora // (m.kv_per_token * m.block_size) * m.block_size if m.kv_per_token else 0
-    return [
-        (
-            "  of which LoRA buffers",
-            f"{_mib(m.lora)} (-{lost:,} KV tokens)" if wide else _mib(m.lora),
-            f"maxLoras {lo.slots} x maxLoraRank {lo.rank} x (A: rank x in + B: out x rank) of "
-            "every LoRA-able layer, embedding and lm_head, per GPU",
-        ),
-        (
-            "LoRA adapters in host memory", _mib(host_bytes(lo)),
-            f"maxCpuLoras {lo.cpu_slots} x the largest adapter ({_mib(lo.adapter_bytes)}: "
-            "rank x (in + out) of its target modules x layers x bytes)",
-        ),
-    ]
+    return [("  of which LoRA buffers",
+             f"{_mib(m.lora)} (-{lost:,} KV tokens)" if wide else _mib(m.lora),
+             f"maxLoras {lo.slots} x maxLoraRank {lo.rank} x (A: rank x in + B: out x rank) of "
+             "every LoRA-able layer, embedding and lm_head, per GPU"),
+            ("LoRA adapters in host memory", _mib(host_bytes(lo)),
+             f"maxCpuLoras {lo.cpu_slots} x the largest adapter ({_mib(lo.adapter_bytes)}: "
+             "rank x (in + out) of its target modules x layers x bytes)")]
 
 
 def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
@@ -61,51 +55,38 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     if not wide:
         spec_or_rec = "(spec)" if r.util_from_spec else "(rec.)"
         util = f"{r.util:.2f} " + (f"(rec. {r.recommended_util:.2f})" if other else spec_or_rec)
-    overheads = (
-        f"{_gib(m.overhead.activation)} + "
-        f"{_gib(m.overhead.cuda_graphs)}"
-        + ("" if m.overhead.graphs_counted else " (not counted)")
-        + f" + {_gib(m.overhead.non_torch)}"
-        if wide
-        else _gib(
-            m.overhead.activation
-            + (m.overhead.cuda_graphs if m.overhead.graphs_counted else 0)
-            + m.overhead.non_torch
-        )
-    )
-    smallest = (
-        f"{_compact_shape(r.smallest.tp, r.smallest.pp, r.smallest.dp, r.smallest.ep)}, "
-        f"util {r.smallest_util:.2f}"
-        if not wide and r.smallest and r.smallest_util is not None
-        else f"TP {r.smallest.tp}"
-        + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
-        + (f" x DP {r.smallest.dp}" if r.smallest.dp > 1 else "")
-        + (f" (EP {r.smallest.ep})" if r.smallest.ep else "")
-        + f" at util {r.smallest_util:.2f}"
-        if r.smallest and r.smallest_util is not None
-        else "none up to 8 GPUs x 8 stages" if wide else "none (8 GPUs x 8 stages)"
-    )
+    overheads = (f"{_gib(m.overhead.activation)} + "
+                 f"{_gib(m.overhead.cuda_graphs)}"
+                 + ("" if m.overhead.graphs_counted else " (not counted)")
+                 + f" + {_gib(m.overhead.non_torch)}"
+                 if wide
+                 else _gib(m.overhead.activation
+                           + (m.overhead.cuda_graphs if m.overhead.graphs_counted else 0)
+                           + m.overhead.non_torch))
+    smallest = (f"{_compact_shape(r.smallest.tp, r.smallest.pp, r.smallest.dp, r.smallest.ep)}, "
+                f"util {r.smallest_util:.2f}"
+                if not wide and r.smallest and r.smallest_util is not None
+                else f"TP {r.smallest.tp}"
+                + (f" x PP {r.smallest.pp}" if r.smallest.pp > 1 else "")
+                + (f" x DP {r.smallest.dp}" if r.smallest.dp > 1 else "")
+                + (f" (EP {r.smallest.ep})" if r.smallest.ep else "")
+                + f" at util {r.smallest_util:.2f}"
+                if r.smallest and r.smallest_util is not None
+                else "none up to 8 GPUs x 8 stages" if wide else "none (8 GPUs x 8 stages)")
     per_rank = " per DP rank" if s.dp > 1 else ""
-    kv_token = (
-        _bytes(m.kv_per_token_all_layers)
-        if wide or m.kv_per_token_all_layers < 1024
-        else f"{m.kv_per_token_all_layers / 1024:,.0f} KiB"
-    )
-    return [
-        _gpus_row(s, wide),
-        (
-            "weights / GPU", _gib(m.weights),
-            "dense params x bytes/param / TP + expert params x bytes/param / EP (experts whole, "
-            "over TP x DP GPUs); heaviest PP stage"
-            if s.ep and s.ep != s.tp
-            else "params x bytes/param / TP (heaviest PP stage)",
-        ),
-        *_lora_rows(m, s, wide),
-        (
-            "KV / token / GPU", kv_token,
-            "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
-            + (
-                f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
+    kv_token = (_bytes(m.kv_per_token_all_layers)
+                if wide or m.kv_per_token_all_layers < 1024
+                else f"{m.kv_per_token_all_layers / 1024:,.0f} KiB")
+    return [_gpus_row(s, wide),
+            ("weights / GPU", _gib(m.weights),
+             "dense params x bytes/param / TP + expert params x bytes/param / EP (experts whole, "
+             "over TP x DP GPUs); heaviest PP stage"
+             if s.ep and s.ep != s.tp
+             else "params x bytes/param / TP (heaviest PP stage)"),
+            *_lora_rows(m, s, wide),
+            ("KV / token / GPU", kv_token,
+             "2 x layers x KV heads per GPU x head_dim x bytes (MLA: latent x layers x bytes)"
+             + (f"; {m.layout.sliding_layers} of {m.layout.full_layers + m.layout.sliding_layers}"
                 f" layers sliding-window: a sequence keeps at most {m.layout.window:,} - 1 + "
                 f"{m.layout.in_flight:,} in-flight tokens there"
                 if m.layout is not None and m.layout.sliding_layers
@@ -113,76 +94,47 @@ def _memory_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
                 f"{m.layout.linear_layers} linear/Mamba layers one state a sequence "
                 f"({m.layout.state_bytes:,} B, block {m.layout.block_size} tokens)"
                 if m.layout is not None
-                else ""
-            ),
-        ),
-        (
-            f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
-            "KV / token x maxModelLen"
-            if m.layout is None
-            else "full-attention layers: maxModelLen in blocks, + 1 state block a linear/Mamba "
-            "layer group (vLLM's max_memory_usage_bytes)"
-            if not m.layout.sliding_layers
-            else "full-attention layers: maxModelLen; sliding-window layers: their window + "
-            "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)",
-        ),
-        (
-            "activation + graphs + other" if wide else "activation+graphs+other", overheads,
-            f"vLLM {s.engine} profile: max("
-            f"forward over {batched:,} tokens, sampler over {seqs:,} x vocab"
-            + (", FlashInfer only" if flashinfer_only(s.engine, s.flashinfer_sampler) else "")
-            + "); CUDA graphs; CUDA context"
-            + ((" + NVLink" if nvlink(s.gpu) else " + PCIe") + " all-reduce" if s.tp > 1 else ""),
-        ),
-        ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
-        (
-            "--gpu-memory-utilization", util,
-            "least = weights + overheads + one sequence, over total",
-        ),
-        ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
-        (
-            ("KV cache size (vLLM's count)" if wide else "KV cache tokens") + per_rank,
-            f"{m.kv_tokens:,} tokens",
-            "vLLM's 'GPU KV cache size': concurrency at maxModelLen x maxModelLen"
-            + (
-                " (context tokens: a long sequence keeps only its window in sliding layers)"
+                else "")),
+            (f"KV / {m.max_model_len:,}-token sequence", _gib(m.kv_per_sequence),
+             "KV / token x maxModelLen"
+             if m.layout is None
+             else "full-attention layers: maxModelLen in blocks, + 1 state block a linear/Mamba "
+             "layer group (vLLM's max_memory_usage_bytes)"
+             if not m.layout.sliding_layers
+             else "full-attention layers: maxModelLen; sliding-window layers: their window + "
+             "in-flight tokens, at most maxModelLen, + 1 block (vLLM's max_memory_usage_bytes)"),
+            ("activation + graphs + other" if wide else "activation+graphs+other", overheads,
+             f"vLLM {s.engine} profile: max("
+             f"forward over {batched:,} tokens, sampler over {seqs:,} x vocab"
+             + (", FlashInfer only" if flashinfer_only(s.engine, s.flashinfer_sampler) else "")
+             + "); CUDA graphs; CUDA context"
+             + ((" + NVLink" if nvlink(s.gpu) else " + PCIe") + " all-reduce" if s.tp > 1 else "")),
+            ("memory vLLM sees", _gib(m.total), "CUDA total of the GPU (or HAMi slice)"),
+            ("--gpu-memory-utilization", util,
+             "least = weights + overheads + one sequence, over total"),
+            ("KV cache memory", _gib(m.kv_available), "total x util - weights - overheads"),
+            (("KV cache size (vLLM's count)" if wide else "KV cache tokens") + per_rank,
+             f"{m.kv_tokens:,} tokens",
+             "vLLM's 'GPU KV cache size': concurrency at maxModelLen x maxModelLen"
+             + (" (context tokens: a long sequence keeps only its window in sliding layers)"
                 if m.layout is not None and not _same_tokens(m)
-                else " (= KV memory / KV per token, whole blocks)"
-            )
-            + ("; each DP rank has its own cache" if s.dp > 1 else ""),
-        ),
-        *(
-            [
-                (
-                    "KV cache size per instance", f"{m.kv_tokens * s.dp:,} tokens",
-                    f"x {s.dp} DP ranks",
-                )
-            ]
-            if s.dp > 1
-            else []
-        ),
-        *(
-            [
-                (
-                    "KV tokens stored at once" + per_rank, f"{m.kv_token_slots:,} tokens",
-                    "the pool's blocks x block size / block groups a token takes (every layer "
-                    "of each token): what sequences shorter than the window can fill",
-                )
-            ]
-            if m.layout is not None and not _same_tokens(m)
-            else []
-        ),
-        (
-            "concurrency at maxModelLen" + per_rank, f"{m.concurrency:.2f}x",
-            "vLLM's 'Maximum concurrency': the pool's blocks / blocks one maxModelLen "
-            "sequence takes",
-        ),
-        ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
-        (
-            "smallest fit on this GPU", smallest,
-            "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95",
-        ),
-    ]
+                else " (= KV memory / KV per token, whole blocks)")
+             + ("; each DP rank has its own cache" if s.dp > 1 else "")),
+            *([("KV cache size per instance", f"{m.kv_tokens * s.dp:,} tokens",
+                f"x {s.dp} DP ranks")]
+              if s.dp > 1
+              else []),
+            *([("KV tokens stored at once" + per_rank, f"{m.kv_token_slots:,} tokens",
+                "the pool's blocks x block size / block groups a token takes (every layer "
+                "of each token): what sequences shorter than the window can fill")]
+              if m.layout is not None and not _same_tokens(m)
+              else []),
+            ("concurrency at maxModelLen" + per_rank, f"{m.concurrency:.2f}x",
+             "vLLM's 'Maximum concurrency': the pool's blocks / blocks one maxModelLen "
+             "sequence takes"),
+            ("fits", "yes" if r.fits else "NO", "weights + overheads + one max-length sequence"),
+            ("smallest fit on this GPU", smallest,
+             "TP 1, 2, 4, 8, then PP across nodes; each at the util above, then at 0.95")]
 
 
 def _same_tokens(m: Any) -> bool:
@@ -194,8 +146,7 @@ def _same_tokens(m: Any) -> bool:
 def _compact_shape(tp: int, pp: int, dp: int, ep: int | None) -> str:
     """TP 2 PP 2 DP 4 EP 8: the factors above 1 (TP always), for the compact table."""
     return f"TP {tp}" + "".join(
-        f" {name} {n}" for name, n in (("PP", pp), ("DP", dp), ("EP", ep or 1)) if n > 1
-    )
+        f" {name} {n}" for name, n in (("PP", pp), ("DP", dp), ("EP", ep or 1)) if n > 1)
 
 
 def _gpus_row(s: Any, wide: bool = True) -> tuple[str, str, str]:
@@ -213,25 +164,17 @@ def _slice_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     s = r.slice
     if s is None:
         return []
-    return [
-        ("HAMi slice (nvidia.com/gpumem)", f"{s.slice_mib:,} MiB", "decode.share"),
-        (
-            "slices per GPU",
-            f"{s.per_gpu} (room for {s.max_per_gpu} minimal)"
-            if wide
-            else f"{s.per_gpu} (room for {s.max_per_gpu})",
-            "GPU memory / smallest slice",
-        ),
-        (
-            "smallest slice", f"{s.min_slice_mib:,} MiB",
-            "256 MiB steps whose util holds weights + overheads + one sequence",
-        ),
-        (
-            "util inside slice", f"{s.gpu_memory_utilization:.2f}",
-            "(slice - 768 MiB context - 1,536 MiB graphs unless eager - 512 MiB per extra "
-            "TP rank) / slice, at most 0.95",
-        ),
-    ]
+    return [("HAMi slice (nvidia.com/gpumem)", f"{s.slice_mib:,} MiB", "decode.share"),
+            ("slices per GPU",
+             f"{s.per_gpu} (room for {s.max_per_gpu} minimal)"
+             if wide
+             else f"{s.per_gpu} (room for {s.max_per_gpu})",
+             "GPU memory / smallest slice"),
+            ("smallest slice", f"{s.min_slice_mib:,} MiB",
+             "256 MiB steps whose util holds weights + overheads + one sequence"),
+            ("util inside slice", f"{s.gpu_memory_utilization:.2f}",
+             "(slice - 768 MiB context - 1,536 MiB graphs unless eager - 512 MiB per extra "
+             "TP rank) / slice, at most 0.95")]
 
 
 _STEP = "modelled: (weights + KV read) / HBM bandwidth at the efficiency measured on an H200"
@@ -239,31 +182,23 @@ _PREFILL = "modelled: 50% of peak FLOP/s (assumed MFU) / FLOPs per token"
 
 
 def _sliced(per_gpu: int) -> str:
-    return (
-        f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
-        f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
-        + (
-            " on an H200, 2-4 instances)"
-            if time_slice_basis(per_gpu) == "measured"
-            else ": measured for 2-4 instances only)"
-        )
-    )
+    return (f"; {per_gpu} instances time-slice one GPU: each at {TIME_SLICE_EFFICIENCY:.2f}/"
+            f"{per_gpu} of its speed alone ({time_slice_basis(per_gpu)}"
+            + (" on an H200, 2-4 instances)"
+               if time_slice_basis(per_gpu) == "measured"
+               else ": measured for 2-4 instances only)"))
 
 
 def _speed_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
     d = r.decode
     per_gpu = d.per_gpu if r.role != "prefill" else 1
     sliced = _sliced(per_gpu) if per_gpu > 1 else ""
-    rows = [
-        ("decode batch", "-", "modelled: min(max-num-seqs, KV, TPOT)"),
-        ("decode step", "-", _STEP + sliced),
-        ("decode tokens/s per instance", "-", "modelled: batch / step (x DP ranks)"),
-        (
-            "decode tokens/s per GPU", "-",
-            "modelled: per instance x instances per GPU / GPUs per instance",
-        ),
-        ("prefill tokens/s", "-", _PREFILL),
-    ]
+    rows = [("decode batch", "-", "modelled: min(max-num-seqs, KV, TPOT)"),
+            ("decode step", "-", _STEP + sliced),
+            ("decode tokens/s per instance", "-", "modelled: batch / step (x DP ranks)"),
+            ("decode tokens/s per GPU", "-",
+             "modelled: per instance x instances per GPU / GPUs per instance"),
+            ("prefill tokens/s", "-", _PREFILL)]
     if not r.fits:  # no KV: no speed figures (the fit advice says what it needs)
         return rows
     if r.role == "prefill":
@@ -271,32 +206,22 @@ def _speed_rows(r: Any, wide: bool = True) -> list[tuple[str, str, str]]:
         return rows
     gpus = r.shape.tp * r.shape.pp * r.shape.dp
     per_instance = d.tokens_per_s * r.shape.dp  # every DP rank decodes its own batch
-    return [
-        (
-            "decode batch",
-            f"{r.batch} x {d.context:,} tokens"
-            + (" per DP rank" if r.shape.dp > 1 and wide else "/rank" if r.shape.dp > 1 else ""),
-            rows[0][2],
-        ),
-        (
-            "decode step",
-            f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected"
-            if wide
-            else f"{d.tpot_ms:.2f} ms (bound {d.step_bound_s * 1000:.2f})",
-            rows[1][2],
-        ),
-        (
-            "decode tokens/s per instance",
-            f"{per_instance:,.0f} (bound {d.tokens_per_s_bound * r.shape.dp:,.0f})", rows[2][2],
-        ),
-        ("decode tokens/s per GPU", f"{per_instance * per_gpu / gpus:,.0f}", rows[3][2]),
-        ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}", rows[4][2]),
-    ]
+    return [("decode batch",
+             f"{r.batch} x {d.context:,} tokens"
+             + (" per DP rank" if r.shape.dp > 1 and wide else "/rank" if r.shape.dp > 1 else ""),
+             rows[0][2]),
+            ("decode step",
+             f"{d.step_bound_s * 1000:.2f} ms bound, {d.tpot_ms:.2f} ms expected"
+             if wide
+             else f"{d.tpot_ms:.2f} ms (bound {d.step_bound_s * 1000:.2f})",
+             rows[1][2]),
+            ("decode tokens/s per instance",
+             f"{per_instance:,.0f} (bound {d.tokens_per_s_bound * r.shape.dp:,.0f})", rows[2][2]),
+            ("decode tokens/s per GPU", f"{per_instance * per_gpu / gpus:,.0f}", rows[3][2]),
+            ("prefill tokens/s", f"{r.prefill_tokens_per_s:,.0f}", rows[4][2])]
 
 
-def union_rows(
-    per_role: list[list[tuple[str, str, str]]],
-) -> list[tuple[str, list[str], str]]:
+def union_rows(per_role: list[list[tuple[str, str, str]]]) -> list[tuple[str, list[str], str]]:
     """The rows of all roles, each label once, in the order the roles first give them (the
     decode role's HAMi slice rows after the memory rows); "-" where a role has no such row."""
     labels: dict[str, str] = {}
@@ -340,22 +265,16 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
     the kubectl habit) adds the "how" column and the whole figures (docs/capacity.md)."""
     console = make_console(piped_width=132)
     model, gpu = plan.model, plan.gpu
-    source = (
-        "built-in table"
-        if model.from_table
-        else (
-            f"paramsBillion, shapes of {model.shapes_from} (KV estimated)"
-            if model.shapes_from
-            else "model.config"
-        )
-    )
+    source = ("built-in table"
+              if model.from_table
+              else (f"paramsBillion, shapes of {model.shapes_from} (KV estimated)"
+                    if model.shapes_from
+                    else "model.config"))
     active = f", {model.active_params / 1e9:.1f}B active" if model.is_moe else ""
-    console.print(
-        f"[bold]{model.name}[/]: {_params(model.params)}{active} "
-        f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
-        f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
-        f"phase {plan.phase}"
-    )
+    console.print(f"[bold]{model.name}[/]: {_params(model.params)}{active} "
+                  f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
+                  f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
+                  f"phase {plan.phase}")
     for title, rows_of in (
         ("memory per GPU", lambda r: _memory_rows(r, wide) + _slice_rows(r, wide)),
         ("speed (roofline)", lambda r: _speed_rows(r, wide)),
@@ -376,10 +295,8 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
         console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:
         if not r.fits:
-            console.print(
-                f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
-                "would refuse to start it (exit code 1)."
-            )
+            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
+                          "would refuse to start it (exit code 1).")
             for alt in r.alternatives:
                 console.print(f"  nearest that fits: {alt.change} ({alt.kv_tokens:,} tokens)")
     if not plan.fits:
@@ -395,24 +312,18 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
 
 def _pd_line(console: Any, plan: Any) -> None:
     pd, t, gpu = plan.pd, plan.traffic, plan.gpu
-    line = (
-        f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
-        f"{pd.prefill_per_decode:.2f} prefill instances per decode instance"
-    )
+    line = (f"P:D for {t.prompt_tokens:,} in / {t.output_tokens:,} out: "
+            f"{pd.prefill_per_decode:.2f} prefill instances per decode instance")
     if plan.phase in (0, 1):  # one instance prefills and decodes: no P:D, the targets only
         line = f"latency for {t.prompt_tokens:,} in / {t.output_tokens:,} out"
     elif pd.prefill_instances is not None:
-        line += (
-            f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
-            f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)"
-        )
+        line += (f"; at {t.requests_per_second:g} req/s: {pd.prefill_instances} prefill, "
+                 f"{pd.decode_instances} decode ({pd.decode_concurrency:.0f} sequences decoding)")
     if pd.ttft_ok is not None:
         line += f"; TTFT target {'met' if pd.ttft_ok else 'NOT met'} by prefill compute alone"
     if pd.tpot_ok is False:
-        line += (
-            f"; TPOT target NOT met: even one sequence takes {pd.batch1_tpot_ms:.2f} ms per "
-            f"token on {'an' if gpu.name[0] in 'AEHILR' else 'a'} {gpu.name}"
-        )
+        line += (f"; TPOT target NOT met: even one sequence takes {pd.batch1_tpot_ms:.2f} ms per "
+                 f"token on {'an' if gpu.name[0] in 'AEHILR' else 'a'} {gpu.name}")
     if plan.phase in (2, 3) or pd.ttft_ok is not None or pd.tpot_ok is False:
         console.print(line)
 
@@ -438,20 +349,16 @@ def show_comparison(data: dict[str, Any]) -> None:
     if data["conditions"]:
         console.print("predicted under the log's conditions: " + "; ".join(data["conditions"]))
     if data["graphsCapturedGib"] is not None:
-        console.print(
-            f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
-            "GiB (taken from what util leaves over)"
-        )
+        console.print(f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
+                      "GiB (taken from what util leaves over)")
     pinned = data["observedUnderPlan"]
     if pinned is not None:
         slots = pinned.get("kvTokenSlots", pinned["kvTokens"])
         stored = f"; {slots:,} stored at once" if slots != pinned["kvTokens"] else ""
-        console.print(
-            f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
-            f"plan's shape holds {pinned['kvTokens']:,} tokens (vLLM's count{stored})"
-            f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
-            "sequence)"
-        )
+        console.print(f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
+                      f"plan's shape holds {pinned['kvTokens']:,} tokens (vLLM's count{stored})"
+                      f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
+                      "sequence)")
 
 
 def show_loads(loads: list[dict[str, Any]]) -> None:
@@ -482,15 +389,11 @@ def show_loads(loads: list[dict[str, Any]]) -> None:
     table.add_row("requests/s", *num("requestThroughput", ",.4g"))
     table.add_row("output tokens/s", *num("outputThroughput", ",.0f"))
     if any(x["goodput"] for x in loads):
-        table.add_row(
-            "goodput req/s (share in SLO)",
-            *[
-                "-" if not x["goodput"] else
-                f"{x['goodput']['requestsPerSecond']:,.4g} "
-                f"({100 * x['goodput']['shareMeetingSlo']:.0f}%)"
-                for x in loads
-            ],
-        )
+        table.add_row("goodput req/s (share in SLO)",
+                      *["-" if not x["goodput"] else
+                        f"{x['goodput']['requestsPerSecond']:,.4g} "
+                        f"({100 * x['goodput']['shareMeetingSlo']:.0f}%)"
+                        for x in loads])
     console.print(table)
     console.print(f"[dim]speed figures: {loads[0]['basis']}[/]")
 
@@ -539,8 +442,7 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     console.print(
         f"[bold]{model.name}[/]: {_params(model.params)} ({source}); "
         f"engine.device [bold]cpu[/]: GPU capacity planning does not apply (no GPU memory, "
-        "no GPU speed model); the model's own figures, per instance:"
-    )
+        "no GPU speed model); the model's own figures, per instance:")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     table.add_column("", no_wrap=True)
     for r in plan.roles:
@@ -548,39 +450,27 @@ def show_cpu(plan: Any, kv_space_gib: float | None) -> None:
     rows: list[tuple[str, list[str]]] = [
         ("weights (RAM)", [_gib(r.memory.weights * r.shape.tp * r.shape.pp) for r in plan.roles]),
         ("KV / token", [_bytes(r.memory.kv_per_token_all_layers) for r in plan.roles]),
-        (
-            f"KV / {plan.roles[0].memory.max_model_len:,}-token seq.",
-            [_gib(r.memory.kv_per_sequence) for r in plan.roles],
-        ),
-    ]
+        (f"KV / {plan.roles[0].memory.max_model_len:,}-token seq.",
+         [_gib(r.memory.kv_per_sequence) for r in plan.roles])]
     if kv_space_gib is not None:
         rows.append(("VLLM_CPU_KVCACHE_SPACE", [f"{kv_space_gib:g} GiB" for _ in plan.roles]))
-        rows.append(
-            (
-                "KV tokens it holds",
-                [
-                    f"{int(kv_space_gib * GIB // max(1, r.memory.kv_per_token_all_layers)):,}"
-                    for r in plan.roles
-                ],
-            )
-        )
+        rows.append(("KV tokens it holds",
+                     [f"{int(kv_space_gib * GIB // max(1, r.memory.kv_per_token_all_layers)):,}"
+                      for r in plan.roles]))
     for label, values in rows:
         table.add_row(label, *values)
     console.print(table)
     if kv_space_gib is None:
         console.print(
             "KV cache: vLLM's CPU default (set VLLM_CPU_KVCACHE_SPACE, in GiB, in engine.env to "
-            "size it; the host needs the weights + that much RAM per instance)"
-        )
+            "size it; the host needs the weights + that much RAM per instance)")
     else:
         console.print(
             "the host needs the weights + VLLM_CPU_KVCACHE_SPACE of RAM per instance; speed "
-            "on a CPU: measure it with `pdctl bench`"
-        )
+            "on a CPU: measure it with `pdctl bench`")
 
 
 def _params(params: float) -> str:
     """The parameter count, or that it is unknown (never "0.00B params")."""
     return f"{params / 1e9:.2f}B params" if params >= 5e6 else (
-        f"{params / 1e6:.1f}M params" if params > 0 else "parameter count unknown"
-    )
+        f"{params / 1e6:.1f}M params" if params > 0 else "parameter count unknown")

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection, must_exist
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
@@ -48,10 +48,8 @@ def _gather(plan: Plan, options: Options, quiet: bool) -> dict[str, dict[str, st
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[last]}"), console=console, transient=True,
     ) as progress:
-        tasks = {
-            name: progress.add_task(f"gathering {name}", total=total, last="")
-            for name, total in steps(plan, options).items()
-        }
+        tasks = {name: progress.add_task(f"gathering {name}", total=total, last="")
+                 for name, total in steps(plan, options).items()}
 
         def step(host: str, file: str) -> None:
             if host in tasks:
@@ -101,8 +99,7 @@ def _table(findings: tuple[Finding, ...], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for f in findings:
         table.add_row(
-            f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found, f.expected, f.fix
-        )
+            f"[{STYLE[f.status]}]{f.status}[/]", f.check, f.where, f.found, f.expected, f.fix)
     console.print(table)
 
 
@@ -129,109 +126,91 @@ def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
     return tuple(out)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("preflight")
-    @with_overlays
-    @connection(docker=False)
-    def preflight(
-        conn: ConnectFlags, spec: str = SPEC,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
-        ),
-        record: Path | None = typer.Option(
-            None, "--record", metavar="DIR",
-            help="Save every raw output gathered under DIR (one folder per "
-            "host, _kubernetes/ for the cluster).",
-        ),
-        replay: Path | None = typer.Option(
-            None, "--replay", metavar="DIR",
-            help="Check a recording (DIR from --record, or real outputs "
-            "named like it) instead of gathering.",
-        ),
-        local: list[str] = typer.Option(
-            [], "--local", metavar="NAME",
-            help="Probe host NAME on this machine, without SSH (repeatable). "
-            "Hosts with address `localhost` are probed locally too.",
-        ),
-        remote_path: list[str] = typer.Option(
-            [], "--remote-path", metavar="DIR",
-            help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
-            "conda outside the non-interactive PATH; repeatable).",
-        ),
-        concurrency: int | None = typer.Option(
-            None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."
-        ),
-        no_transfer: bool = typer.Option(
-            False, "--no-transfer",
-            help="Phase 2: skip the network preflight (the short KV transfer from each "
-            "prefill host to each decode host).",
-        ),
-        transfer_bytes: str = typer.Option(
-            "256MiB", "--transfer-bytes", metavar="SIZE",
-            help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB).",
-        ),
-        transfer_seconds: float = typer.Option(
-            5.0, "--transfer-seconds", min=0.1, max=600, metavar="S",
-            help="Phase 2: at most S seconds of transfer per pair (start-up not counted).",
-        ),
-        wheels: Path | None = typer.Option(
-            None, "--bundle", metavar="DIR",
-            help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
-            "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
-            "(docs/offline.md).",
-        ),
-        phase: int | None = PHASE, target: str | None = TARGET,
-    ) -> None:
-        """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
-        MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
-        transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
-        check_phase_target(phase, target)
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
-        if record is not None and replay is not None:
-            raise UsageError("--record and --replay exclude each other")
-        bounds = None if no_transfer else Bounds(_size(transfer_bytes), transfer_seconds)
-        plan, source = plan_from(spec, phase, target)
-        hf_config = _hf_config(plan, spec, source)
-        checked = None if wheels is None else _bundle_of(plan, wheels)  # before gathering
-        names = tuple(h.name for h in plan_hosts(plan))
-        unknown = sorted(set(local) - {h.name for h in plan.spec.hosts})
-        if unknown:
-            raise UsageError(f"--local {unknown[0]}: no host of that name in the spec")
-        if replay is not None:
-            raw = rec.read(replay, names)
-            if plan.on_kubernetes and CLUSTER not in raw:
-                raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
-        else:
-            if plan.on_kubernetes and conn.kubeconfig:  # as up: a named file must exist
-                must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
-            options = Options(
-                ssh=conn.ssh(), local=frozenset(local), remote_path=tuple(remote_path),
-                concurrency=concurrency or conn.parallel, kubeconfig=conn.kubeconfig,
-                context=conn.context, transfer=bounds,
-            )
-            raw = _gather(plan, options, quiet=output == "json")
-            if record is not None:
-                rec.write(record, raw)
-                typer.echo(f"recorded raw outputs under {record}", err=True)
-        facts = facts_from(raw)
-        findings = run_checks(plan, facts, hf_config, transfer=not no_transfer)
-        if checked is not None:
-            findings += _bundle_findings(plan, raw, *checked)
-        status = worst(findings)
-        counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
-        if output == "json":
-            doc = {
-                "spec": plan.name, "phase": plan.phase, "target": plan.target, "status": status,
-                "counts": counts, "findings": [f.__dict__ for f in findings],
-            }
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        else:
-            console = term.console()
-            _table(findings, console)
-            console.print(
-                f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",
-                highlight=False,
-            )
-        if status == "FAIL":
-            sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)
+@with_overlays
+@connection(docker=False)
+def preflight(
+    conn: ConnectFlags, spec: str = SPEC,
+    output: str = output_option(),
+    record: Path | None = typer.Option(
+        None, "--record", metavar="DIR",
+        help="Save every raw output gathered under DIR (one folder per "
+        "host, _kubernetes/ for the cluster)."),
+    replay: Path | None = typer.Option(
+        None, "--replay", metavar="DIR",
+        help="Check a recording (DIR from --record, or real outputs "
+        "named like it) instead of gathering."),
+    local: list[str] = typer.Option(
+        [], "--local", metavar="NAME",
+        help="Probe host NAME on this machine, without SSH (repeatable). "
+        "Hosts with address `localhost` are probed locally too."),
+    remote_path: list[str] = typer.Option(
+        [], "--remote-path", metavar="DIR",
+        help="Prepend DIR to PATH on hosts (nvidia-smi, docker or "
+        "conda outside the non-interactive PATH; repeatable)."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, hidden=True, help="Deprecated: --parallel."),
+    no_transfer: bool = typer.Option(
+        False, "--no-transfer",
+        help="Phase 2: skip the network preflight (the short KV transfer from each "
+        "prefill host to each decode host)."),
+    transfer_bytes: str = typer.Option(
+        "256MiB", "--transfer-bytes", metavar="SIZE",
+        help="Phase 2: at most SIZE bytes per transfer (e.g. 64MiB, 1GiB)."),
+    transfer_seconds: float = typer.Option(
+        5.0, "--transfer-seconds", min=0.1, max=600, metavar="S",
+        help="Phase 2: at most S seconds of transfer per pair (start-up not counted)."),
+    wheels: Path | None = typer.Option(
+        None, "--bundle", metavar="DIR",
+        help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
+        "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
+        "(docs/offline.md)."),
+    phase: int | None = PHASE, target: str | None = TARGET,
+) -> None:
+    """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
+    MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV
+    transfer from each prefill host to each decode host. Exit 1 when anything FAILs."""
+    check_phase_target(phase, target)
+    check_output(output)
+    if record is not None and replay is not None:
+        raise UsageError("--record and --replay exclude each other")
+    bounds = None if no_transfer else Bounds(_size(transfer_bytes), transfer_seconds)
+    plan, source = plan_from(spec, phase, target)
+    hf_config = _hf_config(plan, spec, source)
+    checked = None if wheels is None else _bundle_of(plan, wheels)  # before gathering
+    names = tuple(h.name for h in plan_hosts(plan))
+    unknown = sorted(set(local) - {h.name for h in plan.spec.hosts})
+    if unknown:
+        raise UsageError(f"--local {unknown[0]}: no host of that name in the spec")
+    if replay is not None:
+        raw = rec.read(replay, names)
+        if plan.on_kubernetes and CLUSTER not in raw:
+            raise UsageError(f"{replay} has no {CLUSTER}/ folder for the cluster")
+    else:
+        if plan.on_kubernetes and conn.kubeconfig:  # as up: a named file must exist
+            must_exist(conn.kubeconfig, "kubeconfig file", "check --kubeconfig")
+        options = Options(
+            ssh=conn.ssh(), local=frozenset(local), remote_path=tuple(remote_path),
+            concurrency=concurrency or conn.parallel, kubeconfig=conn.kubeconfig,
+            context=conn.context, transfer=bounds)
+        raw = _gather(plan, options, quiet=output == "json")
+        if record is not None:
+            rec.write(record, raw)
+            typer.echo(f"recorded raw outputs under {record}", err=True)
+    facts = facts_from(raw)
+    findings = run_checks(plan, facts, hf_config, transfer=not no_transfer)
+    if checked is not None:
+        findings += _bundle_findings(plan, raw, *checked)
+    status = worst(findings)
+    counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
+    if output == "json":
+        doc = {"spec": plan.name, "phase": plan.phase, "target": plan.target, "status": status,
+               "counts": counts, "findings": [f.__dict__ for f in findings]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        console = term.console()
+        _table(findings, console)
+        console.print(
+            f"{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL: {status}",
+            highlight=False)
+    if status == "FAIL":
+        sys.exit(1)  # SystemExit passes click (standalone_mode=False drops Exit codes)

@@ -21,8 +21,6 @@ from pdctl.targets.stages import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.live import Live
-    from rich.table import Table
 
     from pdctl.targets.base import Stage, Target
     from pdctl.targets.outcome import Outcome, UnitFailure
@@ -82,10 +80,8 @@ class ConsoleProgress:
             # the waited time ticks on between two reports (a unit's log is read every 5 s)
             waited = r.elapsed if r.stage == "healthy" else r.elapsed + now - self.seen_at[key]
             style = "green" if r.stage == "healthy" else "red" if r.stage == "failing" else ""
-            table.add_row(
-                r.unit, r.where, f"[{style}]{r.stage}[/]" if style else r.stage,
-                f"{int(waited)}s/{int(r.timeout)}s", Text(r.line),
-            )
+            table.add_row(r.unit, r.where, f"[{style}]{r.stage}[/]" if style else r.stage,
+                          f"{int(waited)}s/{int(r.timeout)}s", Text(r.line))
         return table
 
     def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
@@ -101,8 +97,7 @@ class ConsoleProgress:
             where = "Docker hosts" if kind == "docker" else "hosts"
             self.console.print(
                 f"offline: the {where} were not contacted; without --offline, `up` compares "
-                "with what runs there and keeps what is current"
-            )
+                "with what runs there and keeps what is current")
         elif all(c.action == "keep" for c in changes):
             self.console.print("nothing to change: every instance is running the current spec")
 

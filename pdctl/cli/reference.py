@@ -21,8 +21,7 @@ HEADER = [
     "     do not edit by hand (a test fails when this file is stale). -->", "",
     "Every command, argument and option of `pdctl` as `--help` shows them. The connection",
     "options (SSH, Docker, Kubernetes) are declared once (`pdctl/cli/connect.py`) and are the",
-    "same on every command that connects.", "",
-]
+    "same on every command that connects.", ""]
 
 
 def _default(param: Any) -> str:
@@ -39,23 +38,18 @@ def _default(param: Any) -> str:
 def _type(param: Any) -> str:
     if getattr(param, "is_flag", False):
         return "flag"
+    limits = (("≥", getattr(param, "min", None)), ("≤", getattr(param, "max", None)))
+    bounds = "".join(f" {sign} {value}" for sign, value in limits if value is not None)
+    repeat = ", repeatable" if param.multiple else ""
     if param.param_type_name == "option" and param.metavar:  # FORMAT, DIR, INTEGER (--help's)
-        name = param.metavar
-        name += f" ≥ {param.min}" if getattr(param, "min", None) is not None else ""
-        name += f" ≤ {param.max}" if getattr(param, "max", None) is not None else ""
-        return name + (", repeatable" if param.multiple else "")
+        return param.metavar + bounds + repeat
     ann = param.type_descriptor.annotation
     args = [a for a in typing.get_args(ann) if a is not type(None)]
     if typing.get_origin(ann) in (typing.Union, types.UnionType) and len(args) == 1:
         ann = args[0]
     if typing.get_origin(ann) is list:
         ann = typing.get_args(ann)[0]
-    name = getattr(ann, "__name__", str(ann)).lower()
-    if param.min is not None:
-        name += f" ≥ {param.min}"
-    if param.max is not None:
-        name += f" ≤ {param.max}"
-    return name + (", repeatable" if param.multiple else "")
+    return getattr(ann, "__name__", str(ann)).lower() + bounds + repeat
 
 
 def _names(param: Any) -> str:
@@ -70,23 +64,15 @@ def command_section(name: str, cmd: Any) -> list[str]:
     args = [p for p in cmd.params if p.param_type_name == "argument"]
     usage = " ".join(
         f"{(p.metavar or p.name).upper()}" if p.required else f"[{(p.metavar or p.name).upper()}]"
-        for p in args
-    )
+        for p in args)
     lines += [f"`pdctl {name} [OPTIONS]{' ' + usage if usage else ''}`", ""]
     shown = [p for p in cmd.params if not getattr(p, "hidden", False)]
     if shown:
         rows = []
         for p in shown:
             env = p.envvar if isinstance(p.envvar, str) else ", ".join(p.envvar or [])
-            rows.append(
-                [
-                    _names(p),
-                    _type(p),
-                    _default(p),
-                    f"`{env}`" if env else "—",
-                    cell(getattr(p, "help", "") or ""),
-                ]
-            )
+            rows.append([_names(p), _type(p), _default(p), f"`{env}`" if env else "—",
+                         cell(getattr(p, "help", "") or "")])
         lines += table(["argument / option", "type", "default", "env", "meaning"], rows)
         lines.append("")
     return lines

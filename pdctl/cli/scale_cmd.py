@@ -12,64 +12,63 @@ import typer
 from pdctl import actions, inputs
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_phase_target
+from pdctl.cli.options import (
+    FACTS,
+    PHASE,
+    SPEC,
+    TARGET,
+    check_output,
+    check_phase_target,
+    output_option,
+)
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
 from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
-from pdctl.errors import PdctlError, UsageError
+from pdctl.errors import PdctlError
 from pdctl.scale import Scaled, check_request, parse_request, scale
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("scale")
-    @with_overlays
-    @connection()
-    def scale_cmd(
-        conn: ConnectFlags, spec: str = SPEC,
-        count: str = typer.Argument(
-            ..., metavar="ROLE=N",
-            help="The role (serve; prefill or decode) and its new instance count.",
-        ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Connect, show what would start and stop, change nothing."
-        ),
-        timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table, or json (what was done)."
-        ),
-        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
-    ) -> None:
-        """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
-        router, or take instances out of the router, drain and stop them."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
-        role, n = parse_request(count)
-        check_phase_target(phase, target)
-        texts = spec_texts(spec)
-        found = None
-        if facts is not None:
-            found = inputs.read_facts(facts, inputs.read_spec(texts)[0])
+@with_overlays
+@connection()
+def scale_cmd(
+    conn: ConnectFlags, spec: str = SPEC,
+    count: str = typer.Argument(
+        ..., metavar="ROLE=N",
+        help="The role (serve; prefill or decode) and its new instance count."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Connect, show what would start and stop, change nothing."),
+    timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
+    output: str = output_option("table, or json (what was done)."),
+    phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+) -> None:
+    """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
+    router, or take instances out of the router, drain and stop them."""
+    check_output(output)
+    role, n = parse_request(count)
+    check_phase_target(phase, target)
+    texts = spec_texts(spec)
+    found = None
+    if facts is not None:
+        found = inputs.read_facts(facts, inputs.read_spec(texts)[0])
 
-        load = scaled_loader(texts, phase, target, found, count)
-        deployed_plan, deployed = load({})
-        options = conn.target(dry_run=dry_run)
-        check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
-        console = term.console(stderr=output == "json", log_path=False)
-        progress = ConsoleProgress(console)
-        try:
-            done = scale(
-                load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
-                dry_run, float(timeout), float(drain_timeout),
-            )
-        except actions.UpFailed as exc:
-            report_failures(console, exc.failures)
-            report_undo(console, exc.outcome)
-            raise PdctlError(f"scale failed: {exc.line()}") from None
-        if output == "json":
-            sys.stdout.write(json.dumps(_document(deployed_plan.name, done), indent=2) + "\n")
-            return
-        for line in _lines(done, dry_run):
-            console.print(line, highlight=False, markup=False)
+    load = scaled_loader(texts, phase, target, found, count)
+    deployed_plan, deployed = load({})
+    options = conn.target(dry_run=dry_run)
+    check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
+    console = term.console(stderr=output == "json", log_path=False)
+    progress = ConsoleProgress(console)
+    try:
+        done = scale(load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
+                     dry_run, float(timeout), float(drain_timeout))
+    except actions.UpFailed as exc:
+        report_failures(console, exc.failures)
+        report_undo(console, exc.outcome)
+        raise PdctlError(f"scale failed: {exc.line()}") from None
+    if output == "json":
+        sys.stdout.write(json.dumps(_document(deployed_plan.name, done), indent=2) + "\n")
+        return
+    for line in _lines(done, dry_run):
+        console.print(line, highlight=False, markup=False)
 
 
 def _document(name: str, done: Scaled) -> dict[str, object]:

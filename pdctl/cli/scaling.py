@@ -18,12 +18,10 @@ if TYPE_CHECKING:
     from pdctl.scale import Load
 
 NEW_TIMEOUT = typer.Option(
-    900, "--timeout", min=1, help="Seconds a new instance may take to become healthy."
-)
+    900, "--timeout", min=1, help="Seconds a new instance may take to become healthy.")
 DRAIN_TIMEOUT = typer.Option(
     120, "--drain-timeout", min=0,
-    help="Seconds to wait for an instance's requests in flight before stopping it.",
-)
+    help="Seconds to wait for an instance's requests in flight before stopping it.")
 
 
 def secrets(plan: Plan) -> dict[str, str]:
@@ -34,10 +32,8 @@ def secrets(plan: Plan) -> dict[str, str]:
     return {s.name: os.environ[s.source] for s in plan.secrets}
 
 
-def scaled_loader(
-    texts: list[tuple[str, str]], phase: int | None, target: str | None,
-    facts: Facts | None, where: str,
-) -> Load:
+def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str | None,
+                  facts: Facts | None, where: str) -> Load:
     """The spec planned and rendered with roles' replicas set (none set: the spec as written);
     `where` names the overlay in errors (e.g. `serve=5:1: serve.replicas: ...`)."""
 

@@ -27,9 +27,7 @@ def spec_schema() -> dict:
     return schema
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("schema")
-    def schema() -> None:
-        """Print the spec's JSON Schema, for editors (yaml-language-server): `pdctl schema >
-        pdctl-spec.schema.json` beside the specs `pdctl init` writes."""
-        typer.echo(json.dumps(spec_schema(), indent=2, sort_keys=True))
+def schema() -> None:
+    """Print the spec's JSON Schema, for editors (yaml-language-server): `pdctl schema >
+    pdctl-spec.schema.json` beside the specs `pdctl init` writes."""
+    typer.echo(json.dumps(spec_schema(), indent=2, sort_keys=True))

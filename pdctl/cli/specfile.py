@@ -3,7 +3,6 @@ pdctl.inputs, which makes the plan's inputs (spec, overlays, model, `--facts`) a
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from pdctl import inputs
-from pdctl.cli.options import check_phase_target
+from pdctl.cli.options import check_phase_target, with_params
 from pdctl.errors import SpecError, UsageError, one_line
 from pdctl.inputs import capacity_warnings
 from pdctl.spec.source import MAX_SPEC_BYTES, Source
@@ -35,14 +34,10 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
     option = typer.Option(
         None, "--overlay", metavar="FILE",
         help="Deep-merge FILE over SPEC (repeatable; later files win): mappings merge, lists "
-        "replace, hosts merge by name. See docs/spec.md, Overlays.",
-    )
-    signature = inspect.signature(command, eval_str=True)
+        "replace, hosts merge by name. See docs/spec.md, Overlays.")
     extra = inspect.Parameter(
-        "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None
-    )
+        "overlay", inspect.Parameter.KEYWORD_ONLY, default=option, annotation=list[str] | None)
 
-    @functools.wraps(command)
     def run(*args: Any, overlay: list[str] | None = None, **kwargs: Any) -> Any:
         token = OVERLAYS.set(tuple(overlay or ()))
         try:
@@ -50,11 +45,7 @@ def with_overlays(command: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             OVERLAYS.reset(token)
 
-    params = list(signature.parameters.values())
-    run.__signature__ = signature.replace(parameters=[*params, extra])  # type: ignore[attr-defined]
-    run.__annotations__ = {**{p.name: p.annotation for p in params}, "overlay": extra.annotation}
-    del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
-    return run
+    return with_params(command, run, [extra])
 
 
 def read_spec(path: str) -> tuple[Spec, Source]:
@@ -77,8 +68,7 @@ def _read_text(path: str) -> str:
     p = Path(path)
     if not p.exists():
         raise SpecError(
-            "no such file", file=path, fix="check the path, or create one with `pdctl init`"
-        )
+            "no such file", file=path, fix="check the path, or create one with `pdctl init`")
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=path)
     return inputs.read_bounded(p, MAX_SPEC_BYTES, path)
@@ -88,8 +78,7 @@ def _read_stdin() -> str:
     stream = sys.stdin
     if stream is None:
         raise SpecError(
-            "standard input is closed", file="<stdin>", fix="pipe the spec in, or give its path"
-        )
+            "standard input is closed", file="<stdin>", fix="pipe the spec in, or give its path")
     raw = getattr(stream, "buffer", None)  # a text-only stdin (tests) has none
     try:
         data = raw.read(MAX_SPEC_BYTES + 1) if raw is not None else stream.read(MAX_SPEC_BYTES + 1)

@@ -13,92 +13,82 @@ from rich.table import Table
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET
+from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_output, output_option
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import degrade, status_counts, status_line
-from pdctl.errors import PdctlError, UsageError
+from pdctl.errors import PdctlError
 from pdctl.top.source import open_source
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("status")
-    @with_overlays
-    @connection()
-    def status(
-        conn: ConnectFlags, spec: str = SPEC,
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json."
-        ),
-        phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
-        verify: bool = typer.Option(
-            False, "--verify",
-            help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "
-            "verdict, naming the prefill -> decode pair when it fails (exit 1)."),
-    ) -> None:
-        """Show every instance of SPEC and whether it is healthy.
+@with_overlays
+@connection()
+def status(
+    conn: ConnectFlags, spec: str = SPEC,
+    output: str = output_option(),
+    phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    verify: bool = typer.Option(
+        False, "--verify",
+        help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "
+        "verdict, naming the prefill -> decode pair when it fails (exit 1)."),
+) -> None:
+    """Show every instance of SPEC and whether it is healthy.
 
-        A router with no healthy engine of a role behind it is `degraded`."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
-        plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
-        if verify:
-            from pdctl.bench.run import check_verify
+    A router with no healthy engine of a role behind it is `degraded`."""
+    check_output(output)
+    plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
+    if verify:
+        from pdctl.bench.run import check_verify
 
-            check_verify(plan)
-        found, unreachable = actions.status(plan, bundle, conn.target())
-        rows = degrade([asdict(r) for r in found], router_views(plan, bundle, conn, found))
-        failed = None
-        if unreachable:  # the rows say `unreachable`; the exit status and stderr say why
-            failed = PdctlError("cannot reach " + "; ".join(unreachable.values()))
-        canary = None
-        if verify:
-            from pdctl.bench.canary import verdict_line
-            from pdctl.bench.run import quick_canary
+        check_verify(plan)
+    found, unreachable = actions.status(plan, bundle, conn.target())
+    rows = degrade([asdict(r) for r in found], router_views(plan, bundle, conn, found))
+    failed = None
+    if unreachable:  # the rows say `unreachable`; the exit status and stderr say why
+        failed = PdctlError("cannot reach " + "; ".join(unreachable.values()))
+    canary = None
+    if verify:
+        from pdctl.bench.canary import verdict_line
+        from pdctl.bench.run import quick_canary
 
-            try:
-                v = quick_canary(plan, bundle, conn.ssh())
-                canary = {"ok": v.ok, "verdict": verdict_line(v), "failedPairs": v.failed_pairs}
-            except PdctlError as exc:  # e.g. a host lost: the canary could not run
-                canary = {"ok": False, "verdict": f"P/D canary failed: {exc.line()}",
-                          "failedPairs": []}
-            if not canary["ok"]:
-                failed = PdctlError(str(canary["verdict"]))
-        if output == "json":
-            gone = [{"host": h, "error": why} for h, why in unreachable.items()]
-            doc: dict[str, Any] = {"name": plan.name, "instances": rows, "unreachable": gone}
-            if canary is not None:
-                doc["canary"] = canary
-            typer.echo(json.dumps({**doc, "summary": status_counts(rows)}, indent=2))
-            if failed:
-                raise failed
-            return
-        table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
-        columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model"]
-        columns += ["endpoint", "why"]
-        # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
-        columns = [
-            c
-            for c in columns
-            if c in ("host", "unit", "role", "state")
-            or any(row[c] not in ("", "-") for row in rows)
-        ]
-        for col in columns:
-            table.add_column(col)
-        for row in rows:
-            table.add_row(*(str(row[c]) for c in columns))
-        console = term.console()
-        console.print(table)
-        console.print(status_line(rows), markup=False)
+        try:
+            v = quick_canary(plan, bundle, conn.ssh())
+            canary = {"ok": v.ok, "verdict": verdict_line(v), "failedPairs": v.failed_pairs}
+        except PdctlError as exc:  # e.g. a host lost: the canary could not run
+            canary = {"ok": False, "verdict": f"P/D canary failed: {exc.line()}",
+                      "failedPairs": []}
+        if not canary["ok"]:
+            failed = PdctlError(str(canary["verdict"]))
+    if output == "json":
+        gone = [{"host": h, "error": why} for h, why in unreachable.items()]
+        doc: dict[str, Any] = {"name": plan.name, "instances": rows, "unreachable": gone}
         if canary is not None:
-            console.print(str(canary["verdict"]), markup=False, highlight=False)
-        bare = sorted({r["host"] for r in rows if r["supervisor"] == "nohup"})
-        if bare:  # nothing restarts these: said once, under the table
-            console.print(
-                f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
-                "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)"
-            )
+            doc["canary"] = canary
+        typer.echo(json.dumps({**doc, "summary": status_counts(rows)}, indent=2))
         if failed:
             raise failed
+        return
+    table = Table(title=f"{plan.name} (phase {plan.phase}, {plan.target})")
+    columns = ["host", "unit", "role", "pid", "state", "supervisor", "health", "model",
+               "endpoint", "why"]
+    # A column nothing fills (a pod has no pid, Kubernetes no endpoint) is left out.
+    columns = [c for c in columns if c in ("host", "unit", "role", "state")
+               or any(row[c] not in ("", "-") for row in rows)]
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in columns))
+    console = term.console()
+    console.print(table)
+    console.print(status_line(rows), markup=False)
+    if canary is not None:
+        console.print(str(canary["verdict"]), markup=False, highlight=False)
+    bare = sorted({r["host"] for r in rows if r["supervisor"] == "nohup"})
+    if bare:  # nothing restarts these: said once, under the table
+        console.print(
+            f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
+            "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)")
+    if failed:
+        raise failed
 
 
 def router_views(plan: Any, bundle: Any, conn: ConnectFlags, rows: list) -> dict:

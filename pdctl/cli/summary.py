@@ -34,8 +34,7 @@ def counted(n: int, word: str) -> str:
 def up(row: dict[str, Any]) -> bool:
     """Healthy, or running where there is no health check (a Mooncake master)."""
     return row["health"] == "healthy" or (
-        row["health"] == "-" and str(row["state"]).startswith("running")
-    )
+        row["health"] == "-" and str(row["state"]).startswith("running"))
 
 
 # A Kubernetes workload's rollout row: `ready/desired ready`, or `... groups ready` (an LWS).
@@ -85,8 +84,7 @@ def degrade(
             if not any(up(e) for e in engines):
                 states = ", ".join(
                     f"{e['unit']}: {e['health'] if e['health'] != '-' else e['state']}"
-                    for e in engines
-                )
+                    for e in engines)
                 why.append(f"no {role} up ({states})")
         if why:
             r = {**r, "health": "degraded", "why": "; ".join(why) + ": requests get 503"}
@@ -99,21 +97,17 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     role. A Kubernetes workload's rollout row summarises its pods and is not counted again,
     but each replica it wants that has no pod counts as a unit not up."""
     instances = [r for r in rows if r.get("kind", "instance") == "instance"]
-    absent = [
-        {"role": r["role"], "health": "no pod", "state": "-"}
-        for r in rows
-        if r.get("kind") == "rollout"
-        for _ in range(missing(r, instances))
-    ]
+    absent = [{"role": r["role"], "health": "no pod", "state": "-"}
+              for r in rows
+              if r.get("kind") == "rollout"
+              for _ in range(missing(r, instances))]
     rows = instances + absent
     roles = Counter(str(r["role"]) for r in rows)
     ups = Counter(str(r["role"]) for r in rows if up(r))
     ordered = sorted(roles, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else 9, r))
-    return {
-        "units": len(rows), "up": sum(1 for r in rows if up(r)),
-        "roles": {r: roles[r] for r in ordered}, "upByRole": {r: ups[r] for r in ordered},
-        "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"],
-    }
+    return {"units": len(rows), "up": sum(1 for r in rows if up(r)),
+            "roles": {r: roles[r] for r in ordered}, "upByRole": {r: ups[r] for r in ordered},
+            "degraded": [str(r["unit"]) for r in rows if r.get("health") == "degraded"]}
 
 
 def status_line(rows: list[dict[str, Any]]) -> str:
@@ -123,8 +117,7 @@ def status_line(rows: list[dict[str, Any]]) -> str:
     degraded = Counter(str(r["role"]) for r in rows if r.get("health") == "degraded")
     roles = ", ".join(
         f"{role} {counts['upByRole'][role]}/{n}" + (" degraded" if degraded[role] else "")
-        for role, n in counts["roles"].items()
-    )
+        for role, n in counts["roles"].items())
     line = f"{counts['up']} of {counted(counts['units'], 'unit')} up"
     return line + (f" ({roles})" if roles else "")
 
@@ -135,15 +128,11 @@ def endpoints_hint(plan: Plan) -> str | None:
     says how to get one address (docs/phase0-hosts.md, "One endpoint"). None otherwise."""
     if plan.phase != 0 or plan.on_kubernetes or any(s.role == "router" for s in plan.services):
         return None
-    urls = [
-        f"http://{url_host(u.host.address)}:{u.port}/v1"
-        for u in plan.units
-        if u.role == "serve" and not u.leader and u.port
-    ]
+    urls = [f"http://{url_host(u.host.address)}:{u.port}/v1"
+            for u in plan.units
+            if u.role == "serve" and not u.leader and u.port]
     if len(urls) < 2:
         return None
-    return (
-        f"serve: clients get {len(urls)} endpoints, one per replica, and must spread requests "
-        f"over them themselves: {', '.join(urls)}; for one address add `router: {{}}` "
-        "(vllm-router in front of the replicas, docs/phase0-hosts.md)"
-    )
+    return (f"serve: clients get {len(urls)} endpoints, one per replica, and must spread requests "
+            f"over them themselves: {', '.join(urls)}; for one address add `router: {{}}` "
+            "(vllm-router in front of the replicas, docs/phase0-hosts.md)")

@@ -19,14 +19,11 @@ import os
 import sys
 import threading
 from contextlib import nullcontext
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from rich.console import Console, Group, RenderHook
 from rich.measure import Measurement
 from rich.table import Table
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 KEY = frozenset({"unit", "instance", "worker", "endpoint", "url"})  # column headers never cut
 UNBOUNDED = 100_000  # a width no table reaches: measuring what its cells need

@@ -16,7 +16,7 @@ from rich.live import Live
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, output_option
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
@@ -38,68 +38,59 @@ def seconds_of(text: str, option: str) -> float:
     value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
     if not m or not 1 <= value <= 3600:
         raise UsageError(
-            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})"
-        )
+            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})")
     return value
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("top")
-    @with_overlays
-    @connection()
-    def top(
-        conn: ConnectFlags, spec: str = SPEC,
-        once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
-        window: str = typer.Option(
-            "60s", "--window", "-w", metavar="DURATION",
-            help="The window figures are taken over (60s, 2m).",
-        ),
-        refresh: str = typer.Option(
-            "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."
-        ),
-        output: str = typer.Option(
-            "table", "--output", "-o", metavar="FORMAT", help="table or json (--once)."
-        ),
-        canary: bool = typer.Option(
-            False, "--canary",
-            help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
-            "verdict; with --once, exit 1 when it fails."),
-        phase: int | None = PHASE, target: str | None = TARGET,
-    ) -> None:
-        """Show how the running deployment of SPEC uses its GPUs: per instance requests,
-        tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
-        activity; and verdicts (which phase or setting to move to)."""
-        if output not in ("table", "json"):
-            raise UsageError(f"--output must be table or json (got {output!r})")
-        if output == "json" and not once:
-            raise UsageError("-o json prints one window: add --once")
-        window_s = seconds_of(window, "--window")
-        refresh_s = seconds_of(refresh, "--refresh")
-        plan, bundle = load(spec, phase, target)
-        checked: tuple[bool, str] | None = None
-        if canary:
-            from pdctl.bench.canary import verdict_line
-            from pdctl.bench.run import check_verify, quick_canary
+@with_overlays
+@connection()
+def top(
+    conn: ConnectFlags, spec: str = SPEC,
+    once: bool = typer.Option(False, "--once", help="Read one window, print it, exit."),
+    window: str = typer.Option("60s", "--window", "-w", metavar="DURATION",
+                               help="The window figures are taken over (60s, 2m)."),
+    refresh: str = typer.Option(
+        "2s", "--refresh", metavar="DURATION", help="How often the live dashboard reads (2s)."),
+    output: str = output_option("table or json (--once)."),
+    canary: bool = typer.Option(
+        False, "--canary",
+        help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
+        "verdict; with --once, exit 1 when it fails."),
+    phase: int | None = PHASE, target: str | None = TARGET,
+) -> None:
+    """Show how the running deployment of SPEC uses its GPUs: per instance requests,
+    tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor
+    activity; and verdicts (which phase or setting to move to)."""
+    check_output(output)
+    if output == "json" and not once:
+        raise UsageError("-o json prints one window: add --once")
+    window_s = seconds_of(window, "--window")
+    refresh_s = seconds_of(refresh, "--refresh")
+    plan, bundle = load(spec, phase, target)
+    checked: tuple[bool, str] | None = None
+    if canary:
+        from pdctl.bench.canary import verdict_line
+        from pdctl.bench.run import check_verify, quick_canary
 
-            check_verify(plan, "--canary")
-            v = quick_canary(plan, bundle, conn.ssh())
-            checked = (v.ok, verdict_line(v))
+        check_verify(plan, "--canary")
+        v = quick_canary(plan, bundle, conn.ssh())
+        checked = (v.ok, verdict_line(v))
 
-        source = open_source(plan, bundle, conn.target())
-        try:
-            if not once:
-                _live(plan, source, window_s, refresh_s, spec, checked)
-                return
-            w, found = _once(plan, source, window_s, spec, checked)
-        finally:
-            source.close()
-        _print_once(w, found, output)
-        failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
-        if checked is not None and not checked[0]:
-            failed.insert(0, checked[1])
-        failed += [f"cannot reach {why}" for why in source.unreachable.values()]
-        if failed:
-            raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
+    source = open_source(plan, bundle, conn.target())
+    try:
+        if not once:
+            _live(plan, source, window_s, refresh_s, spec, checked)
+            return
+        w, found = _once(plan, source, window_s, spec, checked)
+    finally:
+        source.close()
+    _print_once(w, found, output)
+    failed = [f"{f.name}: {f.error}" for f in w.instances if f.error]
+    if checked is not None and not checked[0]:
+        failed.insert(0, checked[1])
+    failed += [f"cannot reach {why}" for why in source.unreachable.values()]
+    if failed:
+        raise PdctlError("; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else ""))
 
 
 def _log_events(plan: Plan, source: Source, before: dict[str, str], after: dict[str, str]
@@ -139,28 +130,21 @@ def _packed(spec_file: str, plan: Plan, gpus: list[GpuLoad]) -> dict[int, Packin
     if _cpu(plan):  # GPU capacity planning does not apply
         return {}
     try:
-        from pdctl.capacity import (
-            ASSUMED,
-            find_gpu,
-            spec_gpu,
-            spec_model_config,
-            spec_shape,
-            spec_traffic,
-        )
+        from pdctl import capacity as cap
         from pdctl.inputs import read_model_config
         from pdctl.top.packing import packings
 
         spec = plan.spec
-        gpu, origin = spec_gpu(spec)
-        if origin == ASSUMED:
+        gpu, origin = cap.spec_gpu(spec)
+        if origin == cap.ASSUMED:
             names = {g.name for g in gpus if g.name}
             if len(names) != 1:
                 return {}
-            gpu = find_gpu(names.pop())
+            gpu = cap.find_gpu(names.pop())
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
-        model = spec_model_config(spec.model, config)
-        shape = spec_shape(spec, "decode" if plan.disaggregated else "serve")
-        traffic = spec_traffic(spec)
+        model = cap.spec_model_config(spec.model, config)
+        shape = cap.spec_shape(spec, "decode" if plan.disaggregated else "serve")
+        traffic = cap.spec_traffic(spec)
         return packings(model, gpu, shape, traffic)
     except PdctlError:
         return {}
@@ -197,11 +181,9 @@ def _live(plan: Plan, source: Source, window_s: float, refresh_s: float, spec_fi
                 now = source.scrape()
                 history.append(now)
                 newest = max((s.at for s in now.values()), default=time.monotonic())
-                while (
-                    len(history) > 2
-                    and _oldest(history[1]) >= 0
-                    and (newest - _oldest(history[1]) >= window_s)
-                ):
+                while (len(history) > 2
+                       and _oldest(history[1]) >= 0
+                       and (newest - _oldest(history[1]) >= window_s)):
                     history.popleft()
                 w = source.window(history[0], now, gpus, missing)
                 if packed is None:
@@ -253,7 +235,6 @@ class _Keys:
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
-            import sys
             import termios
 
             termios.tcsetattr(sys.stdin, termios.TCSADRAIN, self.saved)

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from pdctl.preflight.finding import Finding, gib
+from pdctl.preflight.group import FIND_CONDA, conda_env
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -69,11 +70,8 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     data = quote_path(host.data_dir)
     listing = f"-I -c {quote(LIST)} 2>/dev/null | head -n {DISTS}"
     if host.runtime == "conda":  # as preflight/group.py finds conda
-        env = quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
-        dists = ('c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; '
-                 "for d in ~/miniforge3 ~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do "
-                 '[ -x "$c" ] || c="$d/bin/conda"; done; '
-                 f'if [ -x "$c" ]; then '
+        env = conda_env(host, spec)
+        dists = (f'{FIND_CONDA}; if [ -x "$c" ]; then '
                  f'echo "env "{env}; "$c" run -n {env} python {listing}; fi; ')
     else:
         dists = f'if [ -x "$v/bin/python" ]; then echo "env $v"; "$v/bin/python" {listing}; fi; '
@@ -85,8 +83,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
         f'p={data}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
         'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\'; '
-        + dists + 'echo "dists listed"'
-    )}
+        + dists + 'echo "dists listed"')}
 
 
 def parse(text: str) -> Seen:
@@ -102,8 +99,7 @@ def parse(text: str) -> Seen:
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
-        env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
-    )
+        env=got.get("env", "").strip(), dists=dists if "dists" in got else None)
 
 
 PARSERS = {FILE: parse}

@@ -15,6 +15,7 @@ from typing import Any
 
 from pdctl.capacity.slice import slice_size
 from pdctl.plan.model import Plan
+from pdctl.preflight import facts
 from pdctl.preflight.facts import ClusterFacts, ClusterWorkload, Crd, HamiDevice, Missing, Node
 from pdctl.preflight.finding import Finding, PlanCheck
 from pdctl.render.pd_kube import HAMI_SCHEDULER
@@ -41,16 +42,10 @@ def _list(response: Any, kind: str, api_version: str) -> str:
 
 def _crds(response: Any) -> str:
     # Names, groups and kinds only: full CRD schemas are large and not needed.
-    items = [
-        {
-            "metadata": {"name": c.get("metadata", {}).get("name", "")},
-            "spec": {
-                "group": c.get("spec", {}).get("group", ""),
-                "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")},
-            },
-        }
-        for c in _json(response).get("items", [])
-    ]
+    items = [{"metadata": {"name": c.get("metadata", {}).get("name", "")},
+              "spec": {"group": c.get("spec", {}).get("group", ""),
+                       "names": {"kind": c.get("spec", {}).get("names", {}).get("kind", "")}}}
+             for c in _json(response).get("items", [])]
     return json.dumps({"kind": "List", "items": items}, indent=1, sort_keys=True)
 
 
@@ -72,13 +67,10 @@ def gather(kubeconfig: str | None, context: str | None) -> dict[str, str]:
     raw: dict[str, str] = {}
     calls = {
         "nodes.json": lambda: _list(
-            client.CoreV1Api(api).list_node(_preload_content=False), "Node", "v1"
-        ),
+            client.CoreV1Api(api).list_node(_preload_content=False), "Node", "v1"),
         "workloads.json": lambda: _workloads(api, client),
         "crds.json": lambda: _crds(
-            client.ApiextensionsV1Api(api).list_custom_resource_definition(_preload_content=False)
-        ),
-    }
+            client.ApiextensionsV1Api(api).list_custom_resource_definition(_preload_content=False))}
     for name, call in calls.items():
         try:
             raw[name] = call()
@@ -98,8 +90,7 @@ def _why(kubeconfig: str | None, exc: Exception) -> str:
     files = kubeconfig or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
     if not files_of(files)[0]:
         where = (
-            "--kubeconfig" if kubeconfig else "$KUBECONFIG" if "KUBECONFIG" in os.environ else ""
-        )
+            "--kubeconfig" if kubeconfig else "$KUBECONFIG" if "KUBECONFIG" in os.environ else "")
         named = f" ({where})" if where else ""
         return f"{files}{named} does not exist, and this is not a pod (no in-cluster account)"
     return " ".join(str(exc).split())
@@ -107,10 +98,8 @@ def _why(kubeconfig: str | None, exc: Exception) -> str:
 
 def _workloads(api: Any, client: Any) -> str:
     apps = client.AppsV1Api(api)
-    lists = (
-        ("Deployment", apps.list_deployment_for_all_namespaces),
-        ("DaemonSet", apps.list_daemon_set_for_all_namespaces),
-    )
+    lists = (("Deployment", apps.list_deployment_for_all_namespaces),
+             ("DaemonSet", apps.list_daemon_set_for_all_namespaces))
     items = []
     for kind, call in lists:
         for item in _json(call(label_selector=SELECTOR, _preload_content=False)).get("items", []):
@@ -144,23 +133,18 @@ def parse_hami_register(text: str) -> tuple[HamiDevice, ...]:
                 id=str(d.get("id", "")), index=int(d.get("index", 0)), count=int(d.get("count", 0)),
                 devmem=int(d.get("devmem", 0)), devcore=int(d.get("devcore", 0)),
                 type=str(d.get("type", "")), numa=int(d.get("numa", 0)),
-                mode=str(d.get("mode", "")), health=_truthy(d.get("health", False)),
-            )
-            for d in items
-        )
+                mode=str(d.get("mode", "")), health=_truthy(d.get("health", False)))
+            for d in items)
     devices = []
     for i, item in enumerate(p for p in text.split(":") if p.strip()):
         f = [x.strip() for x in item.split(",")]
         if len(f) < 7:
             raise ValueError(f"device {i} has {len(f)} fields, expected at least 7: {item!r}")
         devices.append(
-            HamiDevice(
-                id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
-                numa=int(f[5]), health=_truthy(f[6]),
-                index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
-                mode=f[8] if len(f) > 8 else "",
-            )
-        )
+            HamiDevice(id=f[0], count=int(f[1]), devmem=int(f[2]), devcore=int(f[3]), type=f[4],
+                       numa=int(f[5]), health=_truthy(f[6]),
+                       index=int(f[7]) if len(f) > 7 and f[7].isdigit() else i,
+                       mode=f[8] if len(f) > 8 else ""))
     return tuple(devices)
 
 
@@ -179,16 +163,13 @@ def parse_node(obj: dict[str, Any]) -> Node:
     annotations = meta.get("annotations") or {}
     alloc = status.get("allocatable") or {}
     cap = status.get("capacity") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])
     driver = _label(labels, "nvidia.com/cuda.driver-version.full")
     if not driver:
         parts = [
             _label(labels, f"nvidia.com/cuda.driver-version.{p}", f"nvidia.com/cuda.driver.{q}")
-            for p, q in (("major", "major"), ("minor", "minor"), ("revision", "rev"))
-        ]
+            for p, q in (("major", "major"), ("minor", "minor"), ("revision", "rev"))]
         driver = ".".join(p for p in parts if p) if parts[0] else ""
     hami: tuple[HamiDevice, ...] | None = None
     hami_error = ""
@@ -207,10 +188,8 @@ def parse_node(obj: dict[str, Any]) -> Node:
         gpu_count_label=quantity(_label(labels, "nvidia.com/gpu.count") or 0), driver=driver,
         mig_strategy=_label(labels, "nvidia.com/mig.strategy"),
         mig_resources=tuple(
-            sorted((k, quantity(v)) for k, v in alloc.items() if k.startswith("nvidia.com/mig-"))
-        ),
-        hami_devices=hami, hami_error=hami_error, hami_format=hami_format,
-    )
+            sorted((k, quantity(v)) for k, v in alloc.items() if k.startswith("nvidia.com/mig-"))),
+        hami_devices=hami, hami_error=hami_error, hami_format=hami_format)
 
 
 def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
@@ -234,9 +213,7 @@ def parse_workloads(obj: dict[str, Any]) -> tuple[ClusterWorkload, ...]:
                 kind=kind, namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
                 component=str(labels.get("app.kubernetes.io/component", "")), desired=desired,
                 ready=ready, version=hami_version(labels, containers),
-                scheduler_name=scheduler_name(containers),
-            )
-        )
+                scheduler_name=scheduler_name(containers)))
     return tuple(out)
 
 
@@ -278,13 +255,9 @@ def parse_crds(obj: dict[str, Any]) -> tuple[Crd, ...]:
     out = []
     for item in obj.get("items", []):
         spec = item.get("spec", {})
-        out.append(
-            Crd(
-                name=str(item.get("metadata", {}).get("name", "")),
-                group=str(spec.get("group", "")),
-                kind=str((spec.get("names") or {}).get("kind", "")),
-            )
-        )
+        out.append(Crd(name=str(item.get("metadata", {}).get("name", "")),
+                       group=str(spec.get("group", "")),
+                       kind=str((spec.get("names") or {}).get("kind", ""))))
     return tuple(sorted(out, key=lambda c: c.name))
 
 
@@ -308,10 +281,7 @@ def cluster_facts(raw: dict[str, str]) -> ClusterFacts:
                 workloads = parse_workloads(data)
             else:
                 crds = parse_crds(data)
-        except (
-            ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
-            OverflowError,
-        ) as exc:  # a damaged recording: say which file, never crash
+        except facts.PARSE_ERRORS as exc:  # a damaged recording: say which file, never crash
             missing.append(Missing(name, f"unreadable output ({type(exc).__name__})"))
     return ClusterFacts(nodes=nodes, workloads=workloads, crds=crds, missing=tuple(missing))
 
@@ -321,13 +291,11 @@ BUILTIN_GROUPS = frozenset({
     "", "apps", "batch", "policy", "autoscaling", "networking.k8s.io",
     "rbac.authorization.k8s.io", "storage.k8s.io", "scheduling.k8s.io", "coordination.k8s.io",
     "admissionregistration.k8s.io", "apiextensions.k8s.io", "certificates.k8s.io",
-    "discovery.k8s.io", "node.k8s.io", "events.k8s.io", "apiregistration.k8s.io",
-})
+    "discovery.k8s.io", "node.k8s.io", "events.k8s.io", "apiregistration.k8s.io"})
 HINTS = {
     "inference.networking.k8s.io": "the Gateway API Inference Extension CRDs (InferencePool v1)",
     "gateway.networking.k8s.io": "the Gateway API CRDs (standard channel)",
-    "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)",
-}
+    "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)"}
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -418,15 +386,12 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
             if not ws:
                 out.append(Finding("FAIL", "hami.workloads", "cluster", f"no {comp}",
                                    f"{comp} running", "install HAMi"))
-            elif any(w.ready < max(1, w.desired) for w in ws):
-                w = ws[0]
-                out.append(Finding("FAIL", "hami.workloads", f"{w.namespace}/{w.name}",
-                                   f"{w.kind} {w.ready}/{w.desired} ready", "all ready",
-                                   f"kubectl -n {w.namespace} describe {w.kind.lower()} {w.name}"))
             else:
-                w = ws[0]
-                out.append(Finding("PASS", "hami.workloads", f"{w.namespace}/{w.name}",
-                                   f"{w.kind} {w.ready}/{w.desired} ready", "all ready"))
+                w, bad = ws[0], any(w.ready < max(1, w.desired) for w in ws)
+                fix = f"kubectl -n {w.namespace} describe {w.kind.lower()} {w.name}" if bad else ""
+                out.append(Finding("FAIL" if bad else "PASS", "hami.workloads",
+                                   f"{w.namespace}/{w.name}", f"{w.kind} {w.ready}/{w.desired} "
+                                   "ready", "all ready", fix))
     out += _allocatable(registered)
     out += _scheduler(c)
     out += _versions(c, registered)
@@ -437,15 +402,13 @@ def hami(plan: Plan, c: ClusterFacts) -> list[Finding]:
 def _allocatable(registered: list[Node]) -> list[Finding]:
     """A node HAMi registers GPUs on must also advertise nvidia.com/gpu (HAMi's own device
     plugin does, counting vGPUs): 0 means the kubelet never got HAMi's resources."""
-    return [
-        Finding("FAIL", "hami.allocatable", n.name,
-                f"{len(n.hami_devices or ())} GPUs registered, nvidia.com/gpu allocatable 0",
-                "nvidia.com/gpu > 0 (HAMi's device plugin advertises it)",
-                "check hami-device-plugin on the node; disable any other NVIDIA device plugin "
-                "there (both advertise nvidia.com/gpu)")
-        for n in registered
-        if n.allocatable_gpus == 0
-    ]
+    return [Finding("FAIL", "hami.allocatable", n.name,
+                    f"{len(n.hami_devices or ())} GPUs registered, nvidia.com/gpu allocatable 0",
+                    "nvidia.com/gpu > 0 (HAMi's device plugin advertises it)",
+                    "check hami-device-plugin on the node; disable any other NVIDIA device plugin "
+                    "there (both advertise nvidia.com/gpu)")
+            for n in registered
+            if n.allocatable_gpus == 0]
 
 
 def _scheduler(c: ClusterFacts) -> list[Finding]:
@@ -455,17 +418,12 @@ def _scheduler(c: ClusterFacts) -> list[Finding]:
     for w in c.workloads or ():
         if w.component != "hami-scheduler" or not w.scheduler_name:
             continue
-        where = f"{w.namespace}/{w.name}"
-        if w.scheduler_name == HAMI_SCHEDULER:
-            out.append(Finding("PASS", "hami.scheduler", where,
-                               f"--scheduler-name={w.scheduler_name}",
-                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)"))
-        else:
-            out.append(Finding("FAIL", "hami.scheduler", where,
-                               f"--scheduler-name={w.scheduler_name}",
-                               f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)",
-                               f"install HAMi with schedulerName: {HAMI_SCHEDULER} (chart "
-                               "value); pods naming a scheduler nobody runs stay Pending"))
+        ok = w.scheduler_name == HAMI_SCHEDULER
+        fix = "" if ok else (f"install HAMi with schedulerName: {HAMI_SCHEDULER} (chart value); "
+                             "pods naming a scheduler nobody runs stay Pending")
+        out.append(Finding("PASS" if ok else "FAIL", "hami.scheduler", f"{w.namespace}/{w.name}",
+                           f"--scheduler-name={w.scheduler_name}",
+                           f"schedulerName {HAMI_SCHEDULER} (the decode pods ask for it)", fix))
     return out
 
 
@@ -553,12 +511,9 @@ def drivers(plan: Plan, c: ClusterFacts) -> list[Finding]:
 
 
 def cluster(plan: Plan, c: ClusterFacts | None) -> list[Finding]:
-    if c is None:
-        return [Finding("FAIL", "cluster.reach", "cluster", "no cluster facts",
+    if c is None or c.error:
+        return [Finding("FAIL", "cluster.reach", "cluster", c.error if c else "no cluster facts",
                         "a reachable cluster", "check --kubeconfig / --context")]
-    if c.error:
-        return [Finding("FAIL", "cluster.reach", "cluster", c.error, "a reachable cluster",
-                        "check --kubeconfig / --context")]
     out = [Finding("WARN", "cluster.facts", "cluster", f"{m.name}: {m.reason}", "readable")
            for m in c.missing]
     return out + gpus(plan, c) + drivers(plan, c) + hami(plan, c) + crds(plan, c)

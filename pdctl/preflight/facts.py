@@ -4,9 +4,13 @@ reads them too."""
 
 from __future__ import annotations
 
+import csv
 import re
 from dataclasses import dataclass, field
 
+# What a damaged output can raise in a parser (a replayed recording, a tool printing garbage).
+PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
+                OverflowError, csv.Error)
 # Link levels from `nvidia-smi topo -m`, best first (NV# is ranked by its link count).
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NVLINK = re.compile(r"^NV(\d+)$")

@@ -40,22 +40,18 @@ MIG_PROFILES = "mig-lgip.txt"
 NVML = "nvml.json"
 
 FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id,mig.mode.current"
-QUERY_COMMAND = (
-    f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
-    f" || nvidia-smi --query-gpu={FIELDS} --format=csv"
-)
+QUERY_COMMAND = (f"nvidia-smi --query-gpu={FIELDS},mig.mode.pending,compute_cap --format=csv"
+                 f" || nvidia-smi --query-gpu={FIELDS} --format=csv")
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run (hosts whose engines use GPUs)."""
     if spec.engine.device == "cpu" or not host.gpus:
         return {}
-    return {
-        SMI: "nvidia-smi", QUERY: QUERY_COMMAND, TOPO: "nvidia-smi topo -m",
-        P2P_R: "nvidia-smi topo -p2p r", P2P_W: "nvidia-smi topo -p2p w",
-        NVLINK: "nvidia-smi nvlink -s", MIG_PROFILES: "nvidia-smi mig -lgip",
-        PROC: "cat /proc/driver/nvidia/version",
-    }
+    return {SMI: "nvidia-smi", QUERY: QUERY_COMMAND, TOPO: "nvidia-smi topo -m",
+            P2P_R: "nvidia-smi topo -p2p r", P2P_W: "nvidia-smi topo -p2p w",
+            NVLINK: "nvidia-smi nvlink -s", MIG_PROFILES: "nvidia-smi mig -lgip",
+            PROC: "cat /proc/driver/nvidia/version"}
 
 
 # nvmlGpuP2PCapsIndex_t values (nvml.h). Passed as plain ints: some binding versions define
@@ -88,11 +84,9 @@ def dump() -> str:
 
 
 def _read(n: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "driver": _safe(n.nvmlSystemGetDriverVersion),
-        "cuda_driver": _safe(n.nvmlSystemGetCudaDriverVersion),
-        "nvml": _safe(n.nvmlSystemGetNVMLVersion), "gpus": [],
-    }
+    out: dict[str, Any] = {"driver": _safe(n.nvmlSystemGetDriverVersion),
+                           "cuda_driver": _safe(n.nvmlSystemGetCudaDriverVersion),
+                           "nvml": _safe(n.nvmlSystemGetNVMLVersion), "gpus": []}
     handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
     for i, h in enumerate(handles):
         mem = n.nvmlDeviceGetMemoryInfo(h)
@@ -104,8 +98,7 @@ def _read(n: Any) -> dict[str, Any]:
             "uuid": _safe(n.nvmlDeviceGetUUID, h), "mem_total": mem.total, "mem_free": mem.free,
             "pci_bus_id": bus, "cc": _safe(n.nvmlDeviceGetCudaComputeCapability, h),
             "mig_mode": _safe(n.nvmlDeviceGetMigMode, h), "numa": _safe(numa, h) if numa else None,
-            "nvlink": {}, "p2p": {},
-        }
+            "nvlink": {}, "p2p": {}}
         if isinstance(g["cc"], tuple):
             g["cc"] = list(g["cc"])
         if isinstance(g["mig_mode"], tuple):
@@ -117,12 +110,10 @@ def _read(n: Any) -> dict[str, Any]:
             g["nvlink"][str(link)] = state
         for j, h2 in enumerate(handles):
             if i != j:
-                g["p2p"][str(j)] = {
-                    "anc": _safe(n.nvmlDeviceGetTopologyCommonAncestor, h, h2),
-                    "read": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_READ),
-                    "write": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_WRITE),
-                    "nvlink": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_NVLINK),
-                }
+                g["p2p"][str(j)] = {"anc": _safe(n.nvmlDeviceGetTopologyCommonAncestor, h, h2),
+                                    "read": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_READ),
+                                    "write": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_WRITE),
+                                    "nvlink": _safe(n.nvmlDeviceGetP2PStatus, h, h2, P2P_NVLINK)}
         out["gpus"].append(g)
     return out
 
@@ -154,40 +145,37 @@ def _na(value: str) -> str:
 def parse_query_gpu(text: str) -> tuple[Gpu, ...]:
     """`nvidia-smi --query-gpu=index,uuid,name,memory.total,... --format=csv` (any column
     subset, header names with or without units)."""
-    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
-    rows = [r for r in rows if r and any(c.strip() for c in r)]
-    if not rows:
-        return ()
-    header = [h.split("[")[0].strip() for h in rows[0]]
+    header, rows = _csv(text)
     gpus = []
-    for row in rows[1:]:
+    for row in rows:
         cell = dict(zip(header, (c.strip() for c in row), strict=False))
         if "index" not in cell or not cell["index"].isdigit():
             continue
         gpus.append(
-            Gpu(
-                index=int(cell["index"]), name=cell.get("name", ""), uuid=cell.get("uuid", ""),
+            Gpu(index=int(cell["index"]), name=cell.get("name", ""), uuid=cell.get("uuid", ""),
                 memory_mib=_mib(cell.get("memory.total", "")),
                 memory_used_mib=_mib(cell.get("memory.used", "")),
                 pci_bus_id=cell.get("pci.bus_id", ""),
                 mig_mode=_na(cell.get("mig.mode.current", "")),
                 mig_pending=_na(cell.get("mig.mode.pending", "")),
-                compute_cap=_na(cell.get("compute_cap", "")),
-            )
-        )
+                compute_cap=_na(cell.get("compute_cap", ""))))
     return tuple(sorted(gpus, key=lambda g: g.index))
+
+
+def _csv(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header (names without units) and the rows of a query-gpu CSV, blank rows left out."""
+    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
+    rows = [r for r in rows if r and any(c.strip() for c in r)]
+    return ([h.split("[")[0].strip() for h in rows[0]], rows[1:]) if rows else ([], [])
 
 
 def query_driver(text: str) -> str:
     """The driver_version column of a query-gpu CSV ('' when absent)."""
-    rows = list(csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True))
-    if len(rows) < 2:
-        return ""
-    header = [h.split("[")[0].strip() for h in rows[0]]
-    if "driver_version" not in header:
+    header, rows = _csv(text)
+    if not rows or "driver_version" not in header:
         return ""
     i = header.index("driver_version")
-    return rows[1][i].strip() if len(rows[1]) > i else ""
+    return rows[0][i].strip() if len(rows[0]) > i else ""
 
 
 def parse_proc_version(text: str) -> str:
@@ -252,23 +240,19 @@ class NvmlDump:
             cc = g.get("cc")
             numa = g.get("numa")
             links = g.get("nvlink")
-            out.append(
-                Gpu(
-                    index=int(g["index"]),
-                    name=str(g.get("name", "")) if _ok(g.get("name")) else "",
-                    uuid=str(g.get("uuid", "")) if _ok(g.get("uuid")) else "",
-                    memory_mib=int(g.get("mem_total", 0)) // (1024 * 1024),
-                    memory_used_mib=(int(g.get("mem_total", 0)) - int(g.get("mem_free", 0)))
-                    // (1024 * 1024),
-                    pci_bus_id=str(g.get("pci_bus_id", "")), mig_mode=_mig(mig, 0),
-                    mig_pending=_mig(mig, 1),
-                    compute_cap=f"{cc[0]}.{cc[1]}" if isinstance(cc, list) else "",
-                    numa=numa if isinstance(numa, int) else None,
-                    nvlinks=sum(1 for v in links.values() if v == 1)
-                    if isinstance(links, dict)
-                    else None,
-                )
-            )
+            out.append(Gpu(index=int(g["index"]),
+                           name=str(g.get("name", "")) if _ok(g.get("name")) else "",
+                           uuid=str(g.get("uuid", "")) if _ok(g.get("uuid")) else "",
+                           memory_mib=int(g.get("mem_total", 0)) // (1024 * 1024),
+                           memory_used_mib=(int(g.get("mem_total", 0)) - int(g.get("mem_free", 0)))
+                           // (1024 * 1024),
+                           pci_bus_id=str(g.get("pci_bus_id", "")), mig_mode=_mig(mig, 0),
+                           mig_pending=_mig(mig, 1),
+                           compute_cap=f"{cc[0]}.{cc[1]}" if isinstance(cc, list) else "",
+                           numa=numa if isinstance(numa, int) else None,
+                           nvlinks=sum(1 for v in links.values() if v == 1)
+                           if isinstance(links, dict)
+                           else None))
         return tuple(sorted(out, key=lambda g: g.index))
 
     def links(self) -> tuple[tuple[int, int, str], ...]:
@@ -307,17 +291,12 @@ def _mig(value: object, i: int) -> str:
     return ""
 
 
-def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int], cpus: dict[int, str]) -> tuple[
-    Gpu, ...
-]:
+def with_topology(gpus: tuple[Gpu, ...], numa: dict[int, int],
+                  cpus: dict[int, str]) -> tuple[Gpu, ...]:
     """GPUs with NUMA node and CPU affinity from `topo -m` filled in where NVML had none."""
-    return tuple(
-        replace(
-            g, numa=g.numa if g.numa is not None else numa.get(g.index),
-            cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""),
-        )
-        for g in gpus
-    )
+    return tuple(replace(g, numa=g.numa if g.numa is not None else numa.get(g.index),
+                         cpu_affinity=g.cpu_affinity or cpus.get(g.index, ""))
+                 for g in gpus)
 
 
 def parse_smi_list(text: str) -> tuple[Gpu, ...]:
@@ -431,8 +410,7 @@ def parse_topo_matrix(text: str) -> Matrix:
     nics = tuple(nic_names.get(c, c) for c in devices if c.startswith("NIC"))
     return Matrix(
         links=tuple((a, b, lv) for (a, b), lv in sorted(links.items())), numa=numa, cpus=cpus,
-        nics=nics, nic_links=tuple(nic_links),
-    )
+        nics=nics, nic_links=tuple(nic_links))
 
 
 def parse_p2p(text: str) -> tuple[tuple[int, int, str], ...]:
@@ -469,17 +447,13 @@ def parse_nvlink(text: str) -> dict[int, int]:
 
 
 def _gpu_error(raw: dict[str, str], nvml: NvmlDump | None) -> str:
-    if nvml is not None and nvml.error and not raw.get(QUERY):
-        # NVML failed; nvidia-smi tells more when it ran.
-        smi = raw.get(QUERY + ".err", "")
-        if "couldn't communicate with the NVIDIA driver" in smi:
-            return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
-        return nvml.error
-    err = raw.get(QUERY + ".err", "")
-    if not err:
-        return ""
+    err = raw.get(QUERY + ".err", "")  # nvidia-smi tells more than a failed NVML when it ran
     if "couldn't communicate with the NVIDIA driver" in err:
         return "NVIDIA driver not loaded: nvidia-smi couldn't communicate with the driver"
+    if nvml is not None and nvml.error and not raw.get(QUERY):
+        return nvml.error
+    if not err:
+        return ""
     reason = command_failure(err)
     if reason.startswith("not installed"):
         return "no NVIDIA driver: nvidia-smi not found"
@@ -501,8 +475,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     QUERY: _query_all,
     NVML: _nvml_all, SMI_L: parse_smi_list, SMI_MEMORY: parse_smi_memory, SMI: parse_smi_header,
     TOPO: parse_topo_matrix, P2P_R: parse_p2p, P2P_W: parse_p2p, NVLINK: parse_nvlink,
-    PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles,
-}
+    PROC: parse_proc_version, MIG_PROFILES: parse_mig_profiles}
 
 
 def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
@@ -524,13 +497,9 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
             gpus = from_nvml
         else:  # NVML adds NUMA and NVLink counts the CSV lacks
             by_index = {g.index: g for g in from_nvml}
-            gpus = tuple(
-                replace(
-                    g, numa=by_index[g.index].numa if g.index in by_index else None,
-                    nvlinks=by_index[g.index].nvlinks if g.index in by_index else None,
-                )
-                for g in gpus
-            )
+            gpus = tuple(replace(g, numa=by_index[g.index].numa if g.index in by_index else None,
+                                 nvlinks=by_index[g.index].nvlinks if g.index in by_index else None)
+                         for g in gpus)
         driver = driver or nvml.driver()
         cuda = nvml.cuda()
         links, p2p_r, p2p_w = nvml.links(), nvml.p2p("r"), nvml.p2p("w")
@@ -538,13 +507,9 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         gpus = parse_smi_list(raw[SMI_L])
         memory = list(parse_smi_memory(raw.get(SMI_MEMORY, "")).items())
         if len(memory) == len(gpus):
-            gpus = tuple(
-                replace(
-                    g, pci_bus_id=bus, memory_mib=m.get("total", 0),
-                    memory_used_mib=m.get("used", 0),
-                )
-                for g, (bus, m) in zip(gpus, memory, strict=True)
-            )
+            gpus = tuple(replace(g, pci_bus_id=bus, memory_mib=m.get("total", 0),
+                                 memory_used_mib=m.get("used", 0))
+                         for g, (bus, m) in zip(gpus, memory, strict=True))
     gpu_error = "" if gpus is not None else _gpu_error(raw, nvml)
     if gpus is None and not gpu_error:
         missing.append(Missing("gpus", "no GPU inventory recorded (query-gpu.csv or nvml.json)"))
@@ -573,8 +538,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "kernel_module": parse_proc_version(raw[PROC]) if raw.get(PROC) else "", "cuda": cuda,
         "gpus": gpus, "links": links, "p2p_read": p2p_r, "p2p_write": p2p_w, "nics": nics,
         "mig_profiles": tuple(
-            sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})
-        ),
+            sorted({name for _, name, _, _, _ in parse_mig_profiles(raw.get(MIG_PROFILES, ""))})),
     }, missing
 
 

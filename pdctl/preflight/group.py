@@ -107,14 +107,15 @@ def has_groups(spec: Spec) -> bool:
     return any(s is not None and getattr(s, "nodes", 1) > 1 for s in sections)
 
 
-def _conda(host: Host, spec: Spec, code: str) -> str:
-    env = quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
-    return (
-        'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; '
-        "for d in ~/miniforge3 ~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do "
-        '[ -x "$c" ] || c="$d/bin/conda"; done; '
-        f'"$c" run -n {env} python -c {quote(code)}'
-    )
+# sets $c to conda: $CONDA_EXE, the PATH's, else the usual install folders' (POSIX sh)
+FIND_CONDA = (
+    'c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; for d in ~/miniforge3 ~/mambaforge '
+    '~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || c="$d/bin/conda"; done')
+
+
+def conda_env(host: Host, spec: Spec) -> str:
+    """The host's conda environment (the one `pdctl up` makes by default), shell-quoted."""
+    return quote(host.conda_env or f"pdctl-vllm-{spec.engine.version}")
 
 
 def python(host: Host) -> str:
@@ -165,7 +166,8 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     if not has_groups(spec) or host.runtime == "docker":
         return {}
     if host.runtime == "conda":
-        version = _conda(host, spec, _VERSION_PY)
+        env = conda_env(host, spec)
+        version = f'{FIND_CONDA}; "$c" run -n {env} python -c {quote(_VERSION_PY)}'
     else:
         version = f"{python(host)} -c {quote(_VERSION_PY)}"
     return {VLLM_VERSION: version, MEMLOCK: memlock_command(host)}
@@ -213,10 +215,8 @@ def reach_all(plan: Plan, run: Run) -> dict[str, dict[str, str]]:
     return out
 
 
-def _meet(
-    out: dict[str, dict[str, str]], run: Run, label: str, target: Instance,
-    nodes: tuple[Instance, ...], port: int,
-) -> None:
+def _meet(out: dict[str, dict[str, str]], run: Run, label: str, target: Instance,
+          nodes: tuple[Instance, ...], port: int) -> None:
     """A listener on `target`'s host at `port`, and a connect from each of `nodes`' hosts to
     `target`'s peer address, recorded under `label`."""
     assert target.host is not None
@@ -224,10 +224,8 @@ def _meet(
 
     heard: list[str] = []
     command = listen_command(lhost, port, len(nodes))
-    listener = threading.Thread(
-        target=lambda h, c, into: into.append(run(h, c, LISTEN_S + 30)),
-        args=(lhost, command, heard),
-    )
+    listener = threading.Thread(target=lambda h, c, into: into.append(run(h, c, LISTEN_S + 30)),
+                                args=(lhost, command, heard))
     listener.start()
     for node in nodes:
         assert node.host is not None
@@ -337,8 +335,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "vllm_version": parse_version(raw[VLLM_VERSION]) if VLLM_VERSION in raw else None,
         "memlock_kib": parse_memlock(raw[MEMLOCK]) if MEMLOCK in raw else None,
         "memlock_where": parse_memlock_where(raw.get(MEMLOCK, "")),
-        "reach": parse_reach(raw.get(REACH, "")), "listen": parse_listen(raw.get(LISTEN, "")),
-    }, []
+        "reach": parse_reach(raw.get(REACH, "")), "listen": parse_listen(raw.get(LISTEN, ""))}, []
 
 
 # RDMA registers (pins) host memory, which counts against RLIMIT_MEMLOCK; NCCL over InfiniBand
@@ -347,12 +344,10 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
 # buffers may not register; a finite limit above it is named as a risk.
 MEMLOCK_FLOOR_KIB = 1 << 20
 
-_WHY = {
-    "ENETUNREACH": "no route to the leader's address",
-    "EHOSTUNREACH": "the leader's address does not answer (no host, or a firewall rejects)",
-    "ETIMEDOUT": "no answer: a firewall drops the packets, or the address is wrong",
-    "ECONNREFUSED": "refused: a firewall rejects the port, or the leader's listener failed",
-}
+_WHY = {"ENETUNREACH": "no route to the leader's address",
+        "EHOSTUNREACH": "the leader's address does not answer (no host, or a firewall rejects)",
+        "ETIMEDOUT": "no answer: a firewall drops the packets, or the address is wrong",
+        "ECONNREFUSED": "refused: a firewall rejects the port, or the leader's listener failed"}
 
 
 def _nodes(leader: Instance) -> tuple[Instance, ...]:
@@ -408,21 +403,15 @@ def memlock_fix(context: str, host: str) -> str:
     nohup'd engines), never to systemd services; a unit's LimitMEMLOCK=infinity (pdctl's units
     say it) is capped by its manager's hard limit."""
     if context.startswith("a user unit"):
-        return (
-            "raise the user manager's hard limit on " + host + ": `LimitMEMLOCK=infinity` in a "
-            "drop-in for user@.service (`sudo systemctl edit user@.service`), then restart "
-            "user@UID.service or reboot; or run pdctl as root (system units)"
-        )
+        return ("raise the user manager's hard limit on " + host + ": `LimitMEMLOCK=infinity` in a "
+                "drop-in for user@.service (`sudo systemctl edit user@.service`), then restart "
+                "user@UID.service or reboot; or run pdctl as root (system units)")
     if context.startswith("a system unit"):
-        return (
-            "systemd itself cannot raise it on " + host + " (PID 1 without CAP_SYS_RESOURCE, "
-            "e.g. in a container): raise the hard limit of the machine or container (`docker "
-            "run --ulimit memlock=-1`) that runs it"
-        )
-    return (
-        "set `* soft memlock unlimited` and `* hard memlock unlimited` in "
-        "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + host
-    )
+        return ("systemd itself cannot raise it on " + host + " (PID 1 without CAP_SYS_RESOURCE, "
+                "e.g. in a container): raise the hard limit of the machine or container (`docker "
+                "run --ulimit memlock=-1`) that runs it")
+    return ("set `* soft memlock unlimited` and `* hard memlock unlimited` in "
+            "/etc/security/limits.conf (or LimitMEMLOCK=infinity for a service) on " + host)
 
 
 def reach(leader: Instance, facts: Facts) -> list[Finding]:
@@ -430,8 +419,7 @@ def reach(leader: Instance, facts: Facts) -> list[Finding]:
     (`reach_all`): the route and every firewall between them let that port through, and
     the port is free on the leader."""
     port = Meeting(
-        "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True
-    )
+        "group.reach", leader.name, "rendezvousPort", "the group's rendezvous", "the leader", True)
     return met(port, leader, leader.workers, facts)
 
 
@@ -469,13 +457,9 @@ def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts)
     tf = facts.host(there)
     listens = [x for x in (tf.listen if tf and not tf.error else ()) if x.group == m.label]
     out: list[Finding] = []
-    tried = [
-        r
-        for node in nodes
-        if node.host is not None and (hf := facts.host(node.host.name)) and not hf.error
-        for r in hf.reach
-        if r.group == m.label
-    ]
+    tried = [r for node in nodes
+             if node.host is not None and (hf := facts.host(node.host.name)) and not hf.error
+             for r in hf.reach if r.group == m.label]
     for x in listens:
         if not x.error:
             continue
@@ -502,19 +486,15 @@ def met(m: Meeting, target: Instance, nodes: tuple[Instance, ...], facts: Facts)
             found = f"{r.result}{via}"
             if r.result != "connected":
                 why = _WHY.get(r.result, r.result).replace("the leader", m.to)
-                fix = (
-                    f"{why}: let {where} reach {r.address} on TCP {r.port} (firewall, routes), "
-                    f"or give {there} an addressForPeers that {where} reaches"
-                )
+                fix = (f"{why}: let {where} reach {r.address} on TCP {r.port} (firewall, routes), "
+                       f"or give {there} an addressForPeers that {where} reaches")
                 out.append(Finding("FAIL", m.check, where, found, want, fix))
                 continue
             ifname = node.host.network_interface
             if m.nccl_route and ifname and r.device and r.device != ifname:
-                fix = (
-                    f"the route to the leader leaves through {r.device}, but NCCL/Gloo use "
-                    f"{ifname} (networkInterface): use the leader's address on {ifname}'s "
-                    "network as its addressForPeers, or fix networkInterface"
-                )
+                fix = (f"the route to the leader leaves through {r.device}, but NCCL/Gloo use "
+                       f"{ifname} (networkInterface): use the leader's address on {ifname}'s "
+                       "network as its addressForPeers, or fix networkInterface")
                 out.append(Finding("WARN", m.check, where, found, want, fix))
                 continue
             out.append(Finding("PASS", m.check, where, found, want))
@@ -544,19 +524,13 @@ def same_across(leader: Instance, facts: Facts, gpu: bool) -> list[Finding]:
         assert node.host is not None
         hf = facts.host(node.host.name)
         if hf is None or hf.error:
-            return [
-                Finding(
-                    "WARN", "group.same", leader.name, f"no facts from {node.host.name}",
-                    "facts from every node of the group", GATHER,
-                )
-            ]
+            return [Finding("WARN", "group.same", leader.name, f"no facts from {node.host.name}",
+                            "facts from every node of the group", GATHER)]
         known.append((node, hf))
     props = [("Python environment", lambda n, f: _python(f))]
     if gpu:
-        props = [
-            ("NVIDIA driver", lambda n, f: f.driver), ("CUDA version", lambda n, f: f.cuda),
-            ("GPU model", lambda n, f: _gpu_model(f, n.gpus)), *props,
-        ]
+        props = [("NVIDIA driver", lambda n, f: f.driver), ("CUDA version", lambda n, f: f.cuda),
+                 ("GPU model", lambda n, f: _gpu_model(f, n.gpus)), *props]
     out = []
     for what, value in props:
         seen = {n.host.name: value(n, f) for n, f in known if n.host is not None}
@@ -566,10 +540,8 @@ def same_across(leader: Instance, facts: Facts, gpu: bool) -> list[Finding]:
         if "" in values:
             out.append(Finding("WARN", "group.same", leader.name, found, want, GATHER))
         elif len(values) > 1:
-            fix = (
-                f"give every node of {leader.name} the same {what}: nodes that differ hang "
-                "or fail when NCCL/Gloo first connect"
-            )
+            fix = (f"give every node of {leader.name} the same {what}: nodes that differ hang "
+                   "or fail when NCCL/Gloo first connect")
             out.append(Finding("FAIL", "group.same", leader.name, found, want, fix))
         else:
             out.append(Finding("PASS", "group.same", leader.name, found, want))
@@ -588,11 +560,9 @@ def rdma_devices(node: Instance, hf: HostFacts) -> list[Finding]:
         return [Finding("WARN", "group.rdma", where, "RDMA devices: not gathered", want, GATHER)]
     active = sorted({p.device for p in hf.rdma_ports if p.state == "ACTIVE"})
     missing = [n for n in names if n not in active]
-    found = (
-        f"devices {', '.join(hf.rdma_devices)}; active: {', '.join(active) or 'none'}"
-        if hf.rdma_devices
-        else "no RDMA devices (/sys/class/infiniband empty)"
-    )
+    found = (f"devices {', '.join(hf.rdma_devices)}; active: {', '.join(active) or 'none'}"
+             if hf.rdma_devices
+             else "no RDMA devices (/sys/class/infiniband empty)")
     if missing:
         fix = f"bring {', '.join(missing)} up, or drop it from hosts[].rdmaDevices"
         return [Finding("FAIL", "group.rdma", where, found, want, fix)]
@@ -648,18 +618,14 @@ def traffic(plan: Plan, leader: Instance, model: Any) -> list[Finding]:
             what = f"PP across {nodes} nodes (the hidden state at {nodes - 1} stage boundaries)"
     ms = crossing / (link * 1e9) * 1e3
     nvlink_ms = crossing / (NVLINK_GBS * 1e9) * 1e3
-    found = (
-        f"{what}: {crossing / 1e6:.2f} MB per token between nodes = {ms:.3f} ms per token "
-        f"at {link_name} ({link:g} GB/s) vs {nvlink_ms:.4f} ms over NVLink "
-        f"({NVLINK_GBS / link:.0f}x slower)"
-    )
+    found = (f"{what}: {crossing / 1e6:.2f} MB per token between nodes = {ms:.3f} ms per token "
+             f"at {link_name} ({link:g} GB/s) vs {nvlink_ms:.4f} ms over NVLink "
+             f"({NVLINK_GBS / link:.0f}x slower)")
     want = "no tensor-parallel traffic between nodes"
     if dp == 1 and tp > tp * pp // nodes:
-        fix = (
-            "keep TP inside a host (tensorParallel <= GPUs per node) and split across hosts "
-            "with pipelineParallel"
-            + ("" if rdma else "; give the hosts RDMA NICs (hosts[].rdmaDevices)")
-        )
+        fix = ("keep TP inside a host (tensorParallel <= GPUs per node) and split across hosts "
+               "with pipelineParallel"
+               + ("" if rdma else "; give the hosts RDMA NICs (hosts[].rdmaDevices)"))
         return [Finding("WARN", "group.traffic", leader.name, found, want, fix)]
     return [Finding("PASS", "group.traffic", leader.name, found, want)]
 

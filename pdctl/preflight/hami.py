@@ -41,17 +41,15 @@ def library_command(path: str) -> str:
     `nm -D --defined-only` (`<type> <name>` lines), or, where binutils are not installed, the
     file itself in base64 for pdctl to read (elf_functions below). Exits 0 either way."""
     lib = quote(path)
-    return (
-        f'l={lib}; echo "path: $l"; '
-        'if [ ! -e "$l" ]; then echo "exists: no"; exit 0; fi; echo "exists: yes"; '
-        'if [ ! -r "$l" ] || [ -d "$l" ]; then echo "readable: no"; exit 0; fi; '
-        'echo "readable: yes"; '
-        "if command -v nm >/dev/null 2>&1; then "
-        'if o=$(nm -D --defined-only "$l" 2>&1); then echo "nm:"; '
-        "printf '%s\\n' \"$o\" | awk 'NF >= 3 {print $2, $3}'; "
-        'else echo "error: $(printf "%s" "$o" | head -n 1)"; fi; '
-        'else echo "base64:"; base64 < "$l" | tr -d "\\n"; echo; fi'
-    )
+    return (f'l={lib}; echo "path: $l"; '
+            'if [ ! -e "$l" ]; then echo "exists: no"; exit 0; fi; echo "exists: yes"; '
+            'if [ ! -r "$l" ] || [ -d "$l" ]; then echo "readable: no"; exit 0; fi; '
+            'echo "readable: yes"; '
+            "if command -v nm >/dev/null 2>&1; then "
+            'if o=$(nm -D --defined-only "$l" 2>&1); then echo "nm:"; '
+            "printf '%s\\n' \"$o\" | awk 'NF >= 3 {print $2, $3}'; "
+            'else echo "error: $(printf "%s" "$o" | head -n 1)"; fi; '
+            'else echo "base64:"; base64 < "$l" | tr -d "\\n"; echo; fi')
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
@@ -76,10 +74,8 @@ def parse_hami_library(text: str) -> HamiLibrary:
             break
         if sep:
             head[key.strip()] = value.strip()
-    lib = HamiLibrary(
-        path=head.get("path", ""), exists=head.get("exists") == "yes",
-        readable=head.get("readable") == "yes", error=head.get("error", ""),
-    )
+    lib = HamiLibrary(path=head.get("path", ""), exists=head.get("exists") == "yes",
+                      readable=head.get("readable") == "yes", error=head.get("error", ""))
     if mode == "nm":
         names = []
         for row in body:
@@ -115,8 +111,7 @@ def elf_functions(data: bytes) -> tuple[str, ...]:
     if shentsize < 64 or shoff + shnum * shentsize > len(data):
         raise ValueError("section headers out of range")
     sections = [
-        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-    ]
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     dynsym = next((s for s in sections if s[1] == 11), None)  # SHT_DYNSYM
     if dynsym is None:
         raise ValueError("no dynamic symbol table")
@@ -154,56 +149,32 @@ def hami_library(host: Host, hf: HostFacts, plan: Plan, instances: list[Instance
     path = share.library if share is not None and share.library else "?"
     lib: HamiLibrary | None = hf.hami
     if lib is None:
-        return [
-            Finding(
-                "WARN", "hami.library", host.name, "HAMi-core library: not gathered",
-                f"{path} readable, exporting {', '.join(HOOKS)}",
-                "gather it live, or record it with --record",
-            )
-        ]
+        return [Finding("WARN", "hami.library", host.name, "HAMi-core library: not gathered",
+                        f"{path} readable, exporting {', '.join(HOOKS)}",
+                        "gather it live, or record it with --record")]
     if not lib.exists:
-        return [
-            Finding(
-                "FAIL", "hami.library", host.name, f"no file {lib.path}",
-                "HAMi-core's libvgpu.so at decode.share.library",
-                f"copy libvgpu.so there ({BUILD}), or fix decode.share.library",
-            )
-        ]
+        return [Finding("FAIL", "hami.library", host.name, f"no file {lib.path}",
+                        "HAMi-core's libvgpu.so at decode.share.library",
+                        f"copy libvgpu.so there ({BUILD}), or fix decode.share.library")]
     if not lib.readable:
-        return [
-            Finding(
-                "FAIL", "hami.library", host.name, f"{lib.path} is not readable",
-                "a file the SSH user can read", f"chmod a+r {lib.path}",
-            )
-        ]
+        return [Finding("FAIL", "hami.library", host.name, f"{lib.path} is not readable",
+                        "a file the SSH user can read", f"chmod a+r {lib.path}")]
     if lib.symbols is None:
-        return [
-            Finding(
-                "FAIL", "hami.library", host.name,
-                f"{lib.path}: {lib.error or 'exports unreadable'}",
-                "an ELF shared object (libvgpu.so)",
-                f"point decode.share.library at libvgpu.so ({BUILD})",
-            )
-        ]
+        return [Finding("FAIL", "hami.library", host.name,
+                        f"{lib.path}: {lib.error or 'exports unreadable'}",
+                        "an ELF shared object (libvgpu.so)",
+                        f"point decode.share.library at libvgpu.so ({BUILD})")]
     missing = lib.missing_hooks
     if missing:
-        return [
-            Finding(
-                "FAIL", "hami.hooks", host.name,
-                f"{lib.path} exports none of {', '.join(missing)}"
-                if len(missing) == len(HOOKS)
-                else f"{lib.path} lacks {', '.join(missing)}",
-                f"exported {', '.join(HOOKS)} (else the preload caps nothing)",
-                f"rebuild: a build with hidden symbols (CMake Release) limits nothing; {BUILD}",
-            )
-        ]
-    out = [
-        Finding(
-            "PASS", "hami.hooks", host.name, f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})",
-            "the memory hooks",
-        )
-    ]
-    return out + cuda_match(host, hf, plan, lib)
+        return [Finding("FAIL", "hami.hooks", host.name,
+                        f"{lib.path} exports none of {', '.join(missing)}"
+                        if len(missing) == len(HOOKS) else f"{lib.path} lacks {', '.join(missing)}",
+                        f"exported {', '.join(HOOKS)} (else the preload caps nothing)",
+                        "rebuild: a build with hidden symbols (CMake Release) limits nothing; "
+                        f"{BUILD}")]
+    return [Finding("PASS", "hami.hooks", host.name,
+                    f"{lib.path} exports {', '.join(HOOKS)} ({lib.how})", "the memory hooks"),
+            *cuda_match(host, hf, plan, lib)]
 
 
 def _major(version: str) -> int | None:
@@ -227,13 +198,9 @@ def cuda_match(host: Host, hf: HostFacts, plan: Plan, lib: HamiLibrary) -> list[
     if driver is not None and driver < 13 and built == ">=13":
         wrong.append(f"the driver is CUDA {hf.cuda}")  # a CUDA 12 libcuda lacks 13's calls
     if wrong:
-        return [
-            Finding(
-                "FAIL", "hami.cuda", host.name, f"{found}; {' and '.join(wrong)}", want,
-                f"rebuild HAMi-core on {host.name} against CUDA {engine} "
-                "(CUDA_HOME=/usr/local/cuda-<version> sh build.sh)",
-            )
-        ]
+        return [Finding("FAIL", "hami.cuda", host.name, f"{found}; {' and '.join(wrong)}", want,
+                        f"rebuild HAMi-core on {host.name} against CUDA {engine} "
+                        "(CUDA_HOME=/usr/local/cuda-<version> sh build.sh)")]
     return [Finding("PASS", "hami.cuda", host.name, found, want)]
 
 

@@ -34,11 +34,9 @@ LIBS = "libraries.txt"
 MEMINFO = "meminfo.txt"
 GATHER = "gather it live, or record it with --record"
 
-IB_PORTS_COMMAND = (
-    'for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
-    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
-    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done'
-)
+IB_PORTS_COMMAND = ('for p in /sys/class/infiniband/*/ports/*; do [ -r "$p/state" ] || continue; '
+                    'd=${p%/ports/*}; printf "%s %s %s %s\\n" "${d##*/}" "${p##*/}" '
+                    '"$(tr -d " " < "$p/state")" "$(cat "$p/link_layer" 2>/dev/null)"; done')
 
 # What systemd supervision needs (docs/phase0-hosts.md): PID 1 systemd, its version, and for
 # a non-root user lingering and a user manager that answers. POSIX sh.
@@ -48,23 +46,20 @@ SUPERVISE_COMMAND = (
     'echo "uid $(id -u)"; echo "user $(id -un)"; '
     'echo "linger $(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"; '
     'XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}" systemctl --user '
-    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'"
-)
+    "show-environment >/dev/null 2>&1 && echo 'manager yes' || echo 'manager no'")
 
 
 def libraries_command(names: tuple[str, ...]) -> str:
     """`<soname> yes|no` per library: in the linker cache (`ldconfig -p`, also where /sbin is
     not on a user's PATH) or in a folder of LD_LIBRARY_PATH. POSIX sh: the login shell runs it."""
-    return (
-        'PATH="$PATH:/sbin:/usr/sbin"; '
-        "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
-        "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
-        f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
-        'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
-        "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
-        'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
-        'echo "$l $f"; done'
-    )
+    return ('PATH="$PATH:/sbin:/usr/sbin"; '
+            "command -v ldconfig >/dev/null || { echo 'ldconfig: not found'; exit 0; }; "
+            "c=$(ldconfig -p 2>/dev/null | awk '{print $1}'); "
+            f"for l in {' '.join(quote(n) for n in names)}; do f=no; "
+            'if printf \'%s\\n\' "$c" | grep -qxF "$l"; then f=yes; fi; '
+            "o=$IFS; IFS=:; for d in ${LD_LIBRARY_PATH:-}; do "
+            'if [ -n "$d" ] && [ -e "$d/$l" ]; then f=yes; fi; done; IFS=$o; '
+            'echo "$l $f"; done')
 
 
 def model_dir(spec: Spec, host: Host) -> str:
@@ -78,13 +73,11 @@ def model_dir(spec: Spec, host: Host) -> str:
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run."""
     cache = quote_path(host.hf_cache)
-    out = {
-        HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
-        SHM: "df -Pk /dev/shm",
-        CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
-        MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
-        PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6",
-    }
+    out = {HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
+           SHM: "df -Pk /dev/shm",
+           CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
+           MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
+           PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"}
     if spec.engine.kv_offload is not None:  # the host memory the offload tier takes
         out[MEMINFO] = "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"
     dis = spec.disaggregation
@@ -98,15 +91,12 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         v = quote_path(host.venv)
         out[VENV] = (
             f'v={v}; "$v/bin/python" --version 2>&1 || echo "python: missing"; '
-            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi'
-        )
+            'if [ -x "$v/bin/vllm" ]; then echo "vllm: $v/bin/vllm"; else echo "vllm: missing"; fi')
     elif host.runtime == "conda":
-        out[CONDA] = (
-            "if command -v conda >/dev/null; then conda --version; exit; fi; "
-            "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
-            'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
-            "echo 'conda: command not found' >&2; exit 127"
-        )
+        out[CONDA] = ("if command -v conda >/dev/null; then conda --version; exit; fi; "
+                      "for c in ~/miniforge3 ~/miniconda3 ~/anaconda3 /opt/conda; do "
+                      'if [ -x "$c/bin/conda" ]; then "$c/bin/conda" --version; exit; fi; done; '
+                      "echo 'conda: command not found' >&2; exit 127")
     return out
 
 
@@ -147,8 +137,7 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
         "venv": raw[VENV].strip() if VENV in raw else None,
         "supervise": raw[SUPERVISE].strip() if SUPERVISE in raw else None,
         "listening": parse_listening(raw[PORTS]) if PORTS in raw else None, "libraries": libraries,
-        "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None,
-    }, missing
+        "mem_available_kib": parse_meminfo(raw[MEMINFO]) if MEMINFO in raw else None}, missing
 
 
 def failure(raw: dict[str, str], name: str) -> str:
@@ -245,10 +234,8 @@ def parse_docker_info(text: str) -> Docker:
     if errors or not data.get("ServerVersion"):
         return Docker(ok=False, error="; ".join(errors) or "no docker daemon answered")
     runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
-    return Docker(
-        ok=True, version=str(data.get("ServerVersion", "")), runtimes=runtimes,
-        default_runtime=str(data.get("DefaultRuntime", "")),
-    )
+    return Docker(ok=True, version=str(data.get("ServerVersion", "")), runtimes=runtimes,
+                  default_runtime=str(data.get("DefaultRuntime", "")))
 
 
 def parse_conda(text: str) -> str:
@@ -290,8 +277,7 @@ def command_failure(text: str) -> str:
 PARSERS: dict[str, Callable[[str], object]] = {
     IB: parse_ib_listing, IB_PORTS: parse_ib_ports, DOCKER: parse_docker_info,
     CONDA: parse_conda, LIBS: parse_libraries, SHM: parse_df, CACHE: parse_df, MODEL: parse_du,
-    PORTS: parse_listening,
-}
+    PORTS: parse_listening}
 
 
 def reach(host: Host, hf: HostFacts | None) -> list[Finding]:
@@ -535,8 +521,7 @@ def offload_memory(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
     need = tier + max(OFFLOAD_MARGIN_GIB, tier * OFFLOAD_MARGIN_SHARE)
     want = (
         f">= {need:.1f} GiB available: {tier:.1f} GiB of KV offload tiers "
-        f"(engine.kvOffload.sizeGib {off.size_gib:g} per engine) + {need - tier:.1f} GiB margin"
-    )
+        f"(engine.kvOffload.sizeGib {off.size_gib:g} per engine) + {need - tier:.1f} GiB margin")
     if hf.mem_available_kib is None:
         return [Finding("WARN", "host.memory", host.name,
                         "MemAvailable: " + hf.why_missing(MEMINFO), want, GATHER)]

@@ -25,11 +25,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024  # a recorded output; `nvidia-smi -q` of 8 GPU
 
 def _read_folder(d: Path) -> dict[str, str]:
     try:
-        return {
-            p.name: _read_file(p)
-            for p in sorted(d.iterdir())
-            if p.is_file() and not p.name.startswith(".")
-        }
+        return {p.name: _read_file(p)
+                for p in sorted(d.iterdir())
+                if p.is_file() and not p.name.startswith(".")}
     except OSError as exc:
         raise UsageError(f"cannot read recording folder {d}: {exc.strerror or exc}",
                          fix="give a folder made by `pdctl preflight --record DIR`") from None
@@ -56,13 +54,11 @@ def read(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, str]]:
         if not hosts:
             raise PdctlError(
                 f"{root} holds the outputs of one host, but the plan runs on Kubernetes; "
-                f"a cluster recording is a folder with {CLUSTER}/ in it"
-            )
+                f"a cluster recording is a folder with {CLUSTER}/ in it")
         if len(hosts) != 1:
             raise PdctlError(
                 f"{root} holds the outputs of one host, but the plan uses {len(hosts)} hosts; "
-                "put each host's files in a folder named after the host"
-            )
+                "put each host's files in a folder named after the host")
         return {hosts[0]: _read_folder(root)}
     try:
         folders = sorted(p for p in root.iterdir() if p.is_dir())

@@ -8,7 +8,6 @@ agents). tests/test_layers.py holds every part but the probes to purity."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,17 +16,15 @@ from typing import Any
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.preflight import bundle, cluster, fit, gpu, group, hami, host, transfer
-from pdctl.preflight.facts import CLUSTER, SSH, Facts, HostFacts, Missing
+from pdctl.preflight.facts import CLUSTER, PARSE_ERRORS, SSH, Facts, HostFacts, Missing
 from pdctl.preflight.finding import Finding, HostCheck, PlanCheck
 from pdctl.preflight.run import Options, Step, run_local, run_ssh
 from pdctl.spec.model import Host, Spec
 
 Commands = Callable[[Spec, Host], dict[str, str]]
 Fields = Callable[[dict[str, str]], tuple[dict[str, Any], list[Missing]]]
-Probe = Callable[
-    [Plan, Options, dict[str, dict[str, str]], Callable[[Host], bool], Step | None],
-    dict[str, dict[str, str]],
-]
+Probe = Callable[[Plan, Options, dict[str, dict[str, str]], Callable[[Host], bool], Step | None],
+                 dict[str, dict[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -42,23 +39,18 @@ class Topic:
 
 
 # In order: the commands run, and the findings come, in this order.
-TOPICS = (
-    Topic("gpu", gpu.commands, gpu.PARSERS, gpu.fields, gpu.check_host),
-    Topic("host", host.commands, host.PARSERS, host.fields, host.check_host),
-    Topic("hami", hami.commands, fields=hami.fields, check_host=hami.check_host),
-    Topic("cluster", check=cluster.check),
-    Topic("group", group.commands, fields=group.fields, check=group.check, probe=group.probe),
-    Topic("transfer", transfer.commands, fields=transfer.fields, check=transfer.check,
-          probe=transfer.probe),
-    Topic("fit", check=fit.check),
-    # findings only with `preflight --bundle` (the manifest's wants): cli/preflight_cmd.py
-    Topic("bundle", bundle.commands, bundle.PARSERS),
-)
+TOPICS = (Topic("gpu", gpu.commands, gpu.PARSERS, gpu.fields, gpu.check_host),
+          Topic("host", host.commands, host.PARSERS, host.fields, host.check_host),
+          Topic("hami", hami.commands, fields=hami.fields, check_host=hami.check_host),
+          Topic("cluster", check=cluster.check),
+          Topic("group", group.commands, fields=group.fields, check=group.check, probe=group.probe),
+          Topic("transfer", transfer.commands, fields=transfer.fields, check=transfer.check,
+                probe=transfer.probe),
+          Topic("fit", check=fit.check),
+          # findings only with `preflight --bundle` (the manifest's wants): cli/preflight_cmd.py
+          Topic("bundle", bundle.commands, bundle.PARSERS))
 
 LOCAL_ADDRESSES = ("localhost",)
-# What a damaged output can raise in a parser (a replayed recording, a tool printing garbage).
-PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError,
-                OverflowError, csv.Error)
 
 
 def commands(spec: Spec, h: Host) -> dict[str, str]:

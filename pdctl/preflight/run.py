@@ -60,12 +60,8 @@ def run_local(
     for file, cmd in cmds.items():
         try:
             proc = subprocess.run(  # noqa: S603 - a fixed command table, values quoted
-                ["bash", "-c", prefix(options.remote_path) + cmd],
-                capture_output=True,
-                text=True,
-                timeout=options.timeout,
-                env=env,
-            )
+                ["bash", "-c", prefix(options.remote_path) + cmd], capture_output=True, text=True,
+                timeout=options.timeout, env=env)
             _record(raw, file, proc.returncode, proc.stdout, proc.stderr)
         except subprocess.TimeoutExpired:
             _record(raw, file, 124, "", f"timed out after {options.timeout:.0f}s")
@@ -104,10 +100,8 @@ def run_ssh(host, cmds: dict[str, str], options: Options, step: Step | None) -> 
             step(host.name, files[i])
 
     try:
-        run_batch(
-            conn, [prefix(options.remote_path) + cmd for cmd in cmds.values()],
-            timeout=options.timeout, done=done,
-        )
+        run_batch(conn, [prefix(options.remote_path) + cmd for cmd in cmds.values()],
+                  timeout=options.timeout, done=done)
     finally:
         conn.close()
     return raw
@@ -136,8 +130,7 @@ def run_ssh_command(host: Host, command: str, options: Options, timeout: float) 
 def run_local_command(command: str, timeout: float) -> str:
     try:
         proc = subprocess.run(  # noqa: S603 - fixed commands, values quoted
-            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout
-        )
+            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"error timed out after {timeout:.0f}s\n"
     return proc.stdout + proc.stderr

@@ -55,9 +55,9 @@ from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
+from pdctl.preflight import group as g
 from pdctl.preflight.facts import SSH, Facts, Missing, Transfer
 from pdctl.preflight.finding import Finding, PlanCheck, Status
-from pdctl.preflight.group import MEMLOCK, MEMLOCK_FLOOR_KIB, memlock_command, rendezvous_port
 from pdctl.preflight.run import Bounds, Options, Step
 from pdctl.render.template import quote, quote_path, templates_dir
 from pdctl.spec.model import Host, Spec
@@ -73,10 +73,8 @@ AGENTS = "xfer"
 FOLDER = "/tmp/pdctl-xfer.XXXXXXXX"
 AGENT_LIFE_S = 70.0  # past --seconds: the agent's own alarm (50 s) and a margin
 AGENT_GRACE_S = 50.0  # the agent's own grace (agent.py: GRACE_S + CONNECT_S)
-NET_DEVICES_COMMAND = (
-    'for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
-    'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done'
-)
+NET_DEVICES_COMMAND = ('for d in /sys/class/net/*; do [ -e "$d" ] || continue; '
+                       'printf "%s %s\n" "${d##*/}" "$(cat "$d/operstate" 2>/dev/null)"; done')
 # Variables that name network interfaces or RDMA devices the transports must find.
 IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "UCX_NET_DEVICES")
 
@@ -109,13 +107,11 @@ def uses_rdma(protocol: str, env: dict[str, str], rdma_devices: tuple[str, ...])
     protocol rdma, UCX_TLS naming verbs transports (or RDMA `DEVICE:PORT` in
     UCX_NET_DEVICES), NCCL_IB_HCA, or the host's rdmaDevices."""
     tls = [x.strip().split("_")[0] for x in env.get("UCX_TLS", "").lstrip("^").split(",")]
-    return (
-        protocol == "rdma"
-        or (not env.get("UCX_TLS", "").startswith("^") and any(t in RDMA_TLS for t in tls))
-        or ":" in env.get("UCX_NET_DEVICES", "")
-        or bool(env.get("NCCL_IB_HCA"))
-        or bool(rdma_devices)
-    )
+    return (protocol == "rdma"
+            or (not env.get("UCX_TLS", "").startswith("^") and any(t in RDMA_TLS for t in tls))
+            or ":" in env.get("UCX_NET_DEVICES", "")
+            or bool(env.get("NCCL_IB_HCA"))
+            or bool(rdma_devices))
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
@@ -126,7 +122,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
     if spec.disaggregated and dis is not None:
         out[NET_DEVICES] = NET_DEVICES_COMMAND
         if uses_rdma(dis.protocol, dict(spec.engine.env), host.rdma_devices):
-            out[MEMLOCK] = memlock_command(host)
+            out[g.MEMLOCK] = g.memlock_command(host)
             out[PEERMEM] = "if [ -d /sys/module/nvidia_peermem ]; then echo loaded; " \
                 "else echo absent; fi"
     return out
@@ -215,13 +211,11 @@ def parse_transfer(decode: str, text: str) -> Transfer:
         fields.update(
             bytes=int(result.get("bytes") or 0), seconds=float(result.get("seconds") or 0),
             gbps=float(result.get("gbps") or 0), latency_us=_number(result.get("latency_us")),
-            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200],
-        )
+            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200])
     if failure is not None:
         fields.update(
             side=str(failure.get("side", "")), stage=str(failure.get("stage", "")),
-            errno=str(failure.get("errno", "")), message=str(failure.get("message", ""))[:2000],
-        )
+            errno=str(failure.get("errno", "")), message=str(failure.get("message", ""))[:2000])
     return Transfer(**fields, logs=tuple(logs[-50:]))
 
 
@@ -262,30 +256,25 @@ def _number(value: object) -> float | None:
 
 def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
     """HostFacts fields from a host's raw outputs."""
-    transfers = []
-    for name, text in sorted(raw.items()):
-        if not (name.startswith(TRANSFER_PREFIX) and name.endswith(TRANSFER_SUFFIX)):
-            continue
-        decode = name[len(TRANSFER_PREFIX) : -len(TRANSFER_SUFFIX)]
-        try:
-            transfers.append(parse_transfer(decode, text))
-        except (ValueError, TypeError, OverflowError) as exc:  # a hand-edited recording
-            transfers.append(Transfer(decode, stage="recording", message=f"unreadable {name}: "
-                                      f"{type(exc).__name__}"))
-    groups = []
-    for name, text in sorted(raw.items()):
-        if name.startswith(GROUP_PREFIX) and name.endswith(TRANSFER_SUFFIX):
-            group = name[len(GROUP_PREFIX) : -len(TRANSFER_SUFFIX)]
+
+    def read(prefix: str, parse: Callable[[str, str], Transfer]) -> tuple[Transfer, ...]:
+        out = []
+        for name, text in sorted(raw.items()):
+            if not (name.startswith(prefix) and name.endswith(TRANSFER_SUFFIX)):
+                continue
+            which = name[len(prefix) : -len(TRANSFER_SUFFIX)]
             try:
-                groups.append(parse_group(group, text))
-            except (ValueError, TypeError, OverflowError) as exc:
-                groups.append(Transfer(group, stage="recording", message=f"unreadable {name}: "
-                                       f"{type(exc).__name__}"))
+                out.append(parse(which, text))
+            except (ValueError, TypeError, OverflowError) as exc:  # a hand-edited recording
+                out.append(Transfer(which, stage="recording", message=f"unreadable {name}: "
+                                    f"{type(exc).__name__}"))
+        return tuple(out)
+
     devices = parse_net_devices(raw[NET_DEVICES]) if NET_DEVICES in raw else None
     peermem = raw[PEERMEM].strip().splitlines()[-1:] if raw.get(PEERMEM, "").strip() else None
     return {"net_devices": devices, "peermem": None if peermem is None else
-            peermem == ["loaded"], "transfers": tuple(transfers),
-            "group_transfers": tuple(groups)}, []
+            peermem == ["loaded"], "transfers": read(TRANSFER_PREFIX, parse_transfer),
+            "group_transfers": read(GROUP_PREFIX, parse_group)}, []
 
 
 def agent_files() -> dict[str, bytes]:
@@ -303,23 +292,17 @@ def python_command(plan: Plan, inst: Instance, transport: str, folder: str, name
     if host.runtime == "venv" and host.venv:
         return quote_path(host.venv.rstrip("/") + "/bin/python")
     if host.runtime == "conda":
-        env = quote(host.conda_env or f"pdctl-vllm-{plan.spec.engine.version}")
-        return (
-            '"$(c="${CONDA_EXE:-$(command -v conda 2>/dev/null)}"; for d in ~/miniforge3 '
-            '~/mambaforge ~/miniconda3 ~/anaconda3 /opt/conda; do [ -x "$c" ] || '
-            f'c="$d/bin/conda"; done; echo "$c")" run --no-capture-output -n {env} python'
-        )
+        env = g.conda_env(host, plan.spec)
+        return f'"$({g.FIND_CONDA}; echo "$c")" run --no-capture-output -n {env} python'
     unit = next((u for u in plan.units if u.name == inst.name), None)
     image = unit.image if unit is not None and unit.image else ""
     # docker splits --gpus at commas unless the device list is quoted inside the value
     gpus = f"--gpus {quote(chr(34) + 'device=' + ','.join(map(str, inst.gpus)) + chr(34))} " \
         if inst.gpus else ""
-    return (
-        # --pull never: a preflight does not pull a 10 GB image (the cause says to pull it)
-        f"docker run --rm --pull never --name {quote(name)} --network host --ipc host "
-        "--ulimit memlock=-1 "
-        f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}"
-    )
+    return (# --pull never: a preflight does not pull a 10 GB image (the cause says to pull it)
+            f"docker run --rm --pull never --name {quote(name)} --network host --ipc host "
+            "--ulimit memlock=-1 "
+            f"{gpus}-v {quote(folder)}:{quote(folder)} --entrypoint python3 {quote(image)}")
 
 
 class Agent:
@@ -524,8 +507,7 @@ class LocalHost(AgentHost):
     def launch(self, agent: Agent, command: str) -> None:
         proc = subprocess.Popen(  # noqa: S603 - fixed command, values quoted
             ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            start_new_session=True)
         agent.proc = proc
 
         def pump() -> None:
@@ -618,14 +600,14 @@ def header(pair: Pair, bounds: Bounds) -> str:
     return json.dumps({
         "event": "pair", "prefill": pair.prefill.host.name, "decode": pair.decode.host.name,
         "transport": pair.transport, "address": pair.address, "port": pair.port,
-        "bytes": bounds.bytes, "seconds": bounds.seconds,
-    }, sort_keys=True) + "\n"
+        "bytes": bounds.bytes, "seconds": bounds.seconds}, sort_keys=True) + "\n"
 
 
-def skip_reason(pair: Pair, raw: dict[str, dict[str, str]]) -> str:
-    """Why the pair cannot be tried: a host unreachable over SSH, or an interface that the
-    spec names missing on a host (read from its /sys/class/net before any transfer)."""
-    for inst in (pair.prefill, pair.decode):
+def skip_reason(nodes: tuple[Instance, ...], raw: dict[str, dict[str, str]]) -> str:
+    """Why a pair's (or a group's) transfer cannot be tried: a host unreachable over SSH, or an
+    interface that the spec names missing on a host (read from its /sys/class/net before any
+    transfer)."""
+    for inst in nodes:
         host = inst.host
         assert host is not None
         files = raw.get(host.name, {})
@@ -715,7 +697,7 @@ def transfer_pairs(
     for pair in pairs(plan):
         assert pair.prefill.host is not None and pair.decode.host is not None
         name = transfer_file(pair.decode.host.name)
-        why = skip_reason(pair, raw)
+        why = skip_reason((pair.prefill, pair.decode), raw)
         if why:
             text = header(pair, bounds) + json.dumps({"event": "skipped", "reason": why}) + "\n"
         else:
@@ -736,25 +718,10 @@ def groups(plan: Plan) -> list[tuple[Instance, int]]:
         return []
     out = []
     for leader in plan.instances:
-        port = rendezvous_port(leader)
+        port = g.rendezvous_port(leader)
         if leader.workers and port is not None and leader.host is not None:
             out.append((leader, port))
     return out
-
-
-def _skip(nodes: tuple[Instance, ...], raw: dict[str, dict[str, str]]) -> str:
-    for node in nodes:
-        assert node.host is not None
-        files = raw.get(node.host.name, {})
-        if SSH in files:
-            return f"{node.host.name} unreachable over SSH"
-        if NET_DEVICES in files:
-            present = parse_net_devices(files[NET_DEVICES])
-            absent = missing_interfaces(agent_env(node), node.host.network_interface, present)
-            if absent:
-                return (f"interface: {absent[0]} names no interface on {node.host.name} "
-                        f"(it has {', '.join(present) or 'none'})")
-    return ""
 
 
 def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
@@ -765,9 +732,8 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
     text = json.dumps({
         "event": "group", "group": leader.name, "backend": backend(plan), "address": address,
         "port": port, "nodes": [n.host.name for n in nodes if n.host is not None],
-        "bytes": bounds.bytes, "seconds": bounds.seconds,
-    }, sort_keys=True) + "\n"
-    why = _skip(nodes, raw)
+        "bytes": bounds.bytes, "seconds": bounds.seconds}, sort_keys=True) + "\n"
+    why = skip_reason(nodes, raw)
     if why:
         return text + json.dumps({"event": "skipped", "reason": why}) + "\n"
     life = bounds.seconds + AGENT_GRACE_S + 10
@@ -800,10 +766,8 @@ def run_group(plan: Plan, leader: Instance, port: int, bounds: Bounds,
             h.close()
 
 
-def transfer_groups(
-    plan: Plan, options: Options, bounds: Bounds, raw: dict[str, dict[str, str]],
-    local: Callable[[Host], bool],
-) -> dict[str, dict[str, str]]:
+def transfer_groups(plan: Plan, options: Options, bounds: Bounds, raw: dict[str, dict[str, str]],
+                    local: Callable[[Host], bool]) -> dict[str, dict[str, str]]:
     """leader host name -> {group transfer file: recorded text}."""
     out: dict[str, dict[str, str]] = {}
     for leader, port in groups(plan):
@@ -818,13 +782,10 @@ GATHER = "run `pdctl preflight` against the hosts (without --no-transfer)"
 MEMLOCK_FIX = (
     "raise the locked-memory limit to unlimited for the engines (`* soft memlock unlimited` "
     "and `* hard memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a "
-    "service, `--ulimit memlock=-1` for docker)"
-)
+    "service, `--ulimit memlock=-1` for docker)")
 PEERMEM_LOG = r"GPU ?Direct RDMA Disabled|nvidia[_-]peermem"
-PEERMEM_FIX = (
-    "load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
-    "(kernel >= 5.12 with the open NVIDIA driver)"
-)
+PEERMEM_FIX = ("load the module (`sudo modprobe nvidia_peermem`) on both hosts, or use dmabuf "
+               "(kernel >= 5.12 with the open NVIDIA driver)")
 # (pattern in the agents' messages and logs, cause, fix): the transports' own words.
 CAUSES: tuple[tuple[str, str, str], ...] = (
     (r"GID is NULL|GID index .*(invalid|out of range)|[Ff]ailed to (query|get) GID",
@@ -849,8 +810,7 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "pull the pinned image on the host first (`docker pull IMAGE`), then rerun preflight"),
     (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
      "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
-     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"),
-)
+     "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"))
 
 
 def pair_name(p: Instance, d: Instance) -> str:
@@ -891,9 +851,7 @@ def cause(t: Transfer) -> tuple[str, str]:
         return (f"not installed: {t.message}",
                 "install the connector's package in the engine's environment (`pdctl up` "
                 "does), or check hosts[].venv / condaEnv")
-    if (t.stage == "transfer" and t.errno == "ETIMEDOUT") or (
-        t.stage == "timeout" and t.connected
-    ):
+    if (t.stage == "transfer" and t.errno == "ETIMEDOUT") or (t.stage == "timeout" and t.connected):
         sides = [f"prefill side: {t.phase}" if t.phase else "",
                  f"decode side: {t.listen_phase}" if t.listen_phase else ""]
         doing = f" ({'; '.join(x for x in sides if x)})" if any(sides) else ""
@@ -1057,7 +1015,7 @@ def rdma_limits(plan: Plan, facts: Facts) -> list[Finding]:
         if kib is None:
             status, fix = "WARN", GATHER
         elif kib >= 0:
-            status = "FAIL" if kib < MEMLOCK_FLOOR_KIB else "WARN"
+            status = "FAIL" if kib < g.MEMLOCK_FLOOR_KIB else "WARN"
             fix = MEMLOCK_FIX
         if gpu and hf.peermem is not None:
             parts.append("nvidia_peermem " + ("loaded" if hf.peermem else "not loaded"))
