@@ -21,7 +21,15 @@ from pdctl.autoscale import live
 from pdctl.autoscale.policy import decide
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
+from pdctl.cli.options import (
+    PHASE,
+    SPEC,
+    TARGET,
+    check_output,
+    check_phase_target,
+    output_option,
+    seconds_of,
+)
 from pdctl.cli.progress import ConsoleProgress
 from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
@@ -66,11 +74,13 @@ def autoscale_cmd(
     once: bool = typer.Option(False, "--once", help="Run one round (decide, apply), exit."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Decide and print the decisions; change nothing."),
-    interval: int = typer.Option(
-        30, "--interval", min=1, metavar="SECONDS", help="Seconds between rounds."),
-    window: int = typer.Option(
-        10, "--window", "-w", min=1, max=3600, metavar="SECONDS",
-        help="Seconds each round reads the engines' metrics over (rates need two reads)."),
+    interval: str = typer.Option(
+        "30s", "--interval", metavar="DURATION",
+        help="Time between rounds (30s, 5m; a plain number is seconds; at most 24h)."),
+    window: str = typer.Option(
+        "10s", "--window", "-w", metavar="DURATION",
+        help="Time each round reads the engines' metrics over, as `pdctl top --window` "
+        "(rates need two reads; at most 1h)."),
     state_file: Path | None = typer.Option(
         None, "--state", metavar="FILE",
         help="Where the time of each role's last scale action is kept (the cooldowns); "
@@ -89,6 +99,8 @@ def autoscale_cmd(
     each decision with its evidence and apply it as `pdctl scale` does."""
     check_output(output)
     check_phase_target(phase, target)
+    window_s = seconds_of(window, "--window")
+    interval_s = seconds_of(interval, "--interval", 86400)
     texts = spec_texts(spec)
     load = scaled_loader(texts, phase, target, None, "autoscale")
     plan, deployed = load({})
@@ -114,7 +126,7 @@ def autoscale_cmd(
     max_gpus = plan.spec.autoscaling.max_gpus
     while True:
         try:
-            _round(load, deployed, rules, options, path, float(window), max_gpus, dry_run,
+            _round(load, deployed, rules, options, path, window_s, max_gpus, dry_run,
                    output, ConsoleProgress(console), float(timeout), float(drain_timeout))
         except PdctlError as exc:  # supervised: say why, try again next round
             if once:
@@ -122,7 +134,7 @@ def autoscale_cmd(
             console.print(f"round failed: {exc.line()}", highlight=False, markup=False)
         if once:
             return
-        time.sleep(interval)
+        time.sleep(interval_s)
 
 
 def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,

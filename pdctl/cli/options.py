@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -64,3 +65,18 @@ def with_params(
     run.__annotations__ = {p.name: p.annotation for p in params}
     del run.__wrapped__  # type: ignore[attr-defined]  # typer reads the signature above
     return run
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+
+
+def seconds_of(text: str, option: str, most: float = 3600) -> float:
+    """`60s`, `2m`, `1h` or a plain number of seconds, from 1 s to `most`; a usage error
+    otherwise (`top --window`, `autoscale --window/--interval`)."""
+    m = _DURATION.match(text)
+    value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
+    if not m or not 1 <= value <= most:
+        top = f"{most / 3600:g}h" if most >= 3600 else f"{most:g}s"
+        raise UsageError(
+            f"{option}: expected a duration from 1s to {top} such as 60s or 2m (got {text!r})")
+    return value

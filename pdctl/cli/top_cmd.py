@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import select
 import sys
 import time
@@ -16,7 +15,7 @@ from rich.live import Live
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, output_option
+from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, output_option, seconds_of
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
@@ -28,18 +27,7 @@ from pdctl.top.source import Source, open_source
 from pdctl.top.verdict import Verdict, verdicts
 from pdctl.top.window import Window, as_dict
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 KEYS_HINT = "keys: + / - double or halve the window, q or Ctrl-C quits"
-
-
-def seconds_of(text: str, option: str) -> float:
-    """`60s`, `2m`, `1h` or a plain number of seconds; a usage error otherwise."""
-    m = _DURATION.match(text)
-    value = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"] if m else 0.0
-    if not m or not 1 <= value <= 3600:
-        raise UsageError(
-            f"{option}: expected a duration from 1s to 1h such as 60s or 2m (got {text!r})")
-    return value
 
 
 @with_overlays

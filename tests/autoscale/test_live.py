@@ -114,3 +114,19 @@ def test_unit_prints_the_supervised_command(tmp_path, monkeypatch):
     spec = write(tmp_path, doc())
     out, _ = cli(["autoscale", "spec.yaml", "--interval", "60", "--unit"])
     assert "Restart=always" in out and f"autoscale {spec} --interval 60\n" in out, out
+
+
+def test_window_and_interval_are_durations_as_tops_window(tmp_path: Path):
+    """`--window 20s`, `--interval 5m` as `pdctl top --window` takes them; a plain number is
+    seconds (what the option took before); out of range or not a duration: one line, exit 2,
+    before the spec is read."""
+    from pdctl.cli.options import seconds_of
+    from tests.helpers import cli
+
+    assert (seconds_of("20s", "--window"), seconds_of("10", "--window")) == (20.0, 10.0)
+    assert seconds_of("5m", "--interval", 86400) == 300.0
+    missing = str(tmp_path / "none.yaml")
+    _, err = cli(["autoscale", missing, "--window", "0s"], 2)
+    assert "--window: expected a duration from 1s to 1h such as 60s or 2m (got '0s')" in err
+    _, err = cli(["autoscale", missing, "--interval", "2d"], 2)
+    assert "--interval: expected a duration from 1s to 24h" in err
