@@ -23,9 +23,9 @@ from tests.targets.testbed import (
     free_port,
     host_entry,
     listening,
+    lo1_spec,
     pdctl,
     processes_in,
-    stand_in_spec,
     write_spec,
 )
 
@@ -35,14 +35,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_down_dry_run_on_a_host_lists_and_stops_nothing(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
-    host = ssh_env.host("lo1")
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "dry", [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
+    spec = lo1_spec(ssh_env, tmp_path, "dry", fake_venv)
     folder = tmp_path / "lo1" / "dry"
     before = checked(pdctl("down", str(spec), "--dry-run", *known(ssh_env)))
     assert "nothing runs: nothing to stop" in before.stdout
@@ -139,10 +132,7 @@ exit 1
 
 def deploy(env: SshEnv, venv: Path, data: Path) -> tuple[Path, int]:
     port = free_port()
-    host = host_entry(env, env.host("lo1"), data, venv=str(venv), instances=2)
-    spec = write_spec(
-        data / "spec.yaml", stand_in_spec(NAME, [host], {"replicas": 2, "port": port})
-    )
+    spec = lo1_spec(env, data, NAME, venv, port, host={"instances": 2}, replicas=2)
     checked(pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, "--timeout", "60"))
     return spec, port
 
