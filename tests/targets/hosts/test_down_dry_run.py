@@ -8,16 +8,12 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-from pdctl.plan import make_plan
-from pdctl.render import render
-from pdctl.spec import load_text
-from pdctl.targets.kube.target import KubeTarget
 from tests.helpers import checked, known
 from tests.pty_run import on_a_pty
-from tests.targets.kube.test_target import write_kube_files
+from tests.targets.kube.examples import kube_target
+from tests.targets.kube.test_target import phase1, write_kube_files
 from tests.targets.testbed import (
     SshEnv,
     free_port,
@@ -71,25 +67,9 @@ def test_status_counts_the_router(ssh_env: SshEnv, tmp_path: Path) -> None:
     assert doc["summary"]["units"] == 4 and doc["summary"]["roles"]["router"] == 1
 
 
-def phase1_plan(name: str) -> tuple:
-    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
-    data["name"] = name
-    data["kubernetes"]["createNamespace"] = False  # kmock cannot create cluster-scoped objects
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec)
-    return plan, list(render(plan).objects)
-
-
-@pytest.fixture
-def api(cluster):
-    from kubernetes import client
-
-    return client.ApiClient(client.Configuration(host=cluster.url))
-
-
-def test_down_on_kubernetes_dry_run_then_asks(cluster, api, tmp_path: Path) -> None:
-    plan, objs = phase1_plan("kdry")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+def test_down_on_kubernetes_dry_run_then_asks(cluster, tmp_path: Path) -> None:
+    plan, objs = phase1("kdry")
+    tgt = kube_target(cluster.url, plan)
     tgt.apply_objects(objs)
     owned = sorted(tgt.owned())
     spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kdry")

@@ -27,17 +27,13 @@ DEAD = "http://127.0.0.1:1"  # nothing listens on port 1 of loopback
 
 
 def kubeconfig(path: Path, contexts: list[str], current: str | None, server: str = DEAD) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1", "kind": "Config",
-                **({"current-context": current} if current else {}),
-                "clusters": [{"name": c, "cluster": {"server": server}} for c in contexts],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": c, "context": {"cluster": c, "user": "u"}} for c in contexts],
-            }
-        )
-    )
+    config = {
+        "apiVersion": "v1", "kind": "Config", **({"current-context": current} if current else {}),
+        "clusters": [{"name": c, "cluster": {"server": server}} for c in contexts],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": c, "context": {"cluster": c, "user": "u"}} for c in contexts],
+    }
+    path.write_text(yaml.safe_dump(config))
     return path
 
 
