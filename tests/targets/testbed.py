@@ -162,13 +162,15 @@ def status_row(spec: Path, *flags: str) -> dict:
 
 
 @contextmanager
-def deployed(spec: Path, *flags: str, timeout: str = "60") -> Iterator[None]:
-    """`up` of `spec` (it must succeed); `down` after, whatever happened."""
+def deployed(spec: Path, *flags: str, timeout: str = "60") -> Iterator[dict]:
+    """`up` of `spec` (it must succeed); `down` after, whatever happened: its result under
+    "down" of the dict yielded."""
+    done: dict = {}
     checked(pdctl("up", str(spec), "--yes", *flags, "--timeout", timeout))
     try:
-        yield
+        yield done
     finally:
-        pdctl("down", str(spec), *flags)
+        done["down"] = pdctl("down", str(spec), *flags)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ SSH is checked for the same in test_pd_up.py."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers import checked
-from tests.targets.docker.test_target import IMAGE
+from tests.targets.docker.bed import docker_spec, urls
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, write_spec
 
@@ -47,28 +46,9 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
     docker_client,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    port = free_port()
-    model = tmp_path / "model"
-    model.mkdir()
-    host = {
-        "name": "local",
-        "address": "127.0.0.1",
-        "runtime": "docker",
-        "restart": "always",
-        "logMaxSize": "10m",
-        "logMaxFiles": 2,
-        "hfCache": str(tmp_path / "hf"),
-        "dataDir": str(tmp_path / "data"),
-        "network": "host",  # the test dockerd has no bridge
-    }
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "name": "sdkrestart", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-            "engine": {"device": "cpu", "image": IMAGE}, "hosts": [host], "serve": {"port": port},
-        },
-    )
-    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    host = {"restart": "always", "logMaxSize": "10m", "logMaxFiles": 2}
+    spec = docker_spec(tmp_path, "sdkrestart", host=host)
+    url = urls("local")
     name = "sdkrestart-serve-0"
     try:
         checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url))
@@ -82,19 +62,16 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
         restarted_once(docker_client, name)
         assert rows_state(spec, url, name) == "running (restarted 1 time)"
         # The policy is part of the unit: a changed policy replaces the container.
-        host["restart"] = "on-failure:3"
         doc = yaml.safe_load(spec.read_text())
-        doc["hosts"] = [host]
+        doc["hosts"][0]["restart"] = "on-failure:3"
         write_spec(spec, doc)
         planned = pdctl("up", str(spec), "--dry-run", *url)
         assert "spec changed" in planned.stdout, planned.stdout + planned.stderr
     finally:
         down = pdctl("down", str(spec), *url)
     assert down.returncode == 0, down.stdout + down.stderr
-    left = docker_client.containers.list(
-        all=True, filters={"label": "pdctl.io/deployment=sdkrestart"}
-    )
-    assert left == []
+    labelled = {"label": "pdctl.io/deployment=sdkrestart"}
+    assert docker_client.containers.list(all=True, filters=labelled) == []
 
 
 def rows_state(spec: Path, url: list[str], name: str) -> str:

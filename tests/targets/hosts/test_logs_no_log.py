@@ -94,9 +94,10 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
 
 def test_logs_after_down_say_the_log_is_gone(ssh_env: SshEnv, fake_venv: Path, tmp_path) -> None:
     spec = _spec(ssh_env, fake_venv, tmp_path)
-    with deployed(spec, *known(ssh_env)):
+    with deployed(spec, *known(ssh_env)) as done:
         running = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
         assert running.returncode == 0 and "fake-vllm serving" in running.stdout, running
+    assert done["down"].returncode == 0, done["down"].stderr
     out = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
     assert (out.returncode, out.stdout) == (1, ""), out
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]

@@ -19,7 +19,15 @@ import pytest
 
 from tests.helpers import checked
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import HERE, SshEnv, free_port, host_entry, pdctl, write_spec
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
 
 CONDA = """#!/bin/bash
 root={root}
@@ -84,16 +92,9 @@ def conda_host(
 
 
 def spec_for(env: SshEnv, host: CountingHost, data: Path) -> Path:
-    spec = {
-        "name": "locked",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        # conda pip-installs the CUDA build: GPUs are named (the stand-in engine ignores them)
-        "hosts": [
-            host_entry(env, host.host, data, runtime="conda", condaEnv="pdctl-lock", gpus=[0, 1])
-        ],
-        "serve": {"replicas": 2, "port": free_port()},
-    }
+    # conda pip-installs the CUDA build: GPUs are named (the stand-in engine ignores them)
+    entry = host_entry(env, host.host, data, runtime="conda", condaEnv="pdctl-lock", gpus=[0, 1])
+    spec = stand_in_spec("locked", [entry], {"replicas": 2, "port": free_port()}, engine={})
     return write_spec(data / "spec.yaml", spec)
 
 

@@ -15,7 +15,6 @@ import yaml
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
-from pdctl.render import render
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.spec import load_text
 from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
@@ -23,6 +22,8 @@ from pdctl.targets.kube.target import KubeTarget
 from tests.conftest import EXAMPLES
 from tests.helpers import run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
+from tests.targets.kube.examples import kube_target
+from tests.targets.kube.examples import plan_objects as objects_of
 from tests.targets.kubeconfig import write_kubeconfig
 
 CRDS = Path(__file__).resolve().parents[2] / "data" / "crds"
@@ -59,9 +60,7 @@ def spec_data(example: str, **changes: object) -> dict:
 
 
 def plan_objects(data: dict, **how: object) -> tuple:
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec, target="kubernetes", **how)
-    return plan, list(render(plan).objects)
+    return objects_of(data, target="kubernetes", **how)
 
 
 def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, str]:
@@ -72,10 +71,7 @@ def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, st
 
 
 def target(server: KubeServer, plan) -> KubeTarget:  # type: ignore[no-untyped-def]
-    from kubernetes import client
-
-    api = client.ApiClient(client.Configuration(host=server.url))
-    return KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    return kube_target(server.url, plan)
 
 
 @pytest.mark.parametrize("example", KUBE_EXAMPLES, ids=lambda p: p.stem)
@@ -210,31 +206,14 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "kforeign-epp", "namespace": ns, "labels": labels},
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "kforeign-decode-abc",
-            "namespace": ns,
-            "labels": labels,
-            "annotations": {HASH_ANNOTATION: "x"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "kforeign-decode-1",
-                    "uid": "u",
-                }
-            ],
-        },
-    }
-    other = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {
-            "name": "elsewhere-kforeign-epp-metrics-reader", "labels": labels,
-            "annotations": {HASH_ANNOTATION: "x", NAMESPACE_ANNOTATION: "elsewhere"},
-        },
-        "rules": [],
-    }
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "kforeign-decode-1", "uid": "u"}
+    pod_meta = {"name": "kforeign-decode-abc", "namespace": ns, "labels": labels,
+                "annotations": {HASH_ANNOTATION: "x"}, "ownerReferences": [owner]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta}
+    other_meta = {"name": "elsewhere-kforeign-epp-metrics-reader", "labels": labels,
+                  "annotations": {HASH_ANNOTATION: "x", NAMESPACE_ANNOTATION: "elsewhere"}}
+    other = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "rules": []}
+    other["metadata"] = other_meta
     for obj in (endpoints, pod, other):
         path = tgt._path(obj["kind"], namespace=ns, api_version=obj["apiVersion"])
         tgt._call("POST", path, obj)
@@ -257,13 +236,8 @@ def test_discovery_is_read_once_per_run(cluster: KubeServer) -> None:
     tgt.status()
     tgt.delete_objects(volumes=True)
     gets = [path for verb, path in cluster.log[before:] if verb == "GET"]
-    discovery = [
-        p
-        for p in gets
-        if p in ("/api", "/apis")
-        or p.count("/") == 2
-        or (p.startswith("/apis/") and p.count("/") == 3)
-    ]
+    discovery = [p for p in gets if p in ("/api", "/apis") or p.count("/") == 2
+                 or (p.startswith("/apis/") and p.count("/") == 3)]
     assert "/apis" in discovery and "/api/v1" in discovery
     assert "/apis/inference.networking.k8s.io/v1" in discovery
     assert len(discovery) == len(set(discovery)), sorted(discovery)

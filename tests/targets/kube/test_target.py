@@ -19,7 +19,7 @@ from pdctl.targets.kube.api import HASH_ANNOTATION
 from pdctl.targets.kube.status import rolled_out
 from pdctl.targets.kube.target import KubeTarget
 from tests.helpers import checked
-from tests.targets.kube.examples import example_data, plan_objects
+from tests.targets.kube.examples import example_data, plan_objects, roll_out
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
 
@@ -132,15 +132,7 @@ def test_wait_for_rollout(api):
 
     with pytest.raises(PdctlError, match="not rolled out"):
         tgt.wait(objs, timeout=0.5, poll=0.1)  # no controller: never rolls out
-    # Act as the Deployment controller would.
-    path = tgt._path("Deployment", "kwait-serve")
-    status = {
-        "status": {
-            "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
-            "readyReplicas": 1,
-        }
-    }
-    tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
+    roll_out(tgt, "kwait-serve")  # as the Deployment controller would
     assert rolled_out(tgt.get("Deployment", "kwait-serve"))
     tgt.wait(objs, timeout=5, poll=0.1)
     rows = tgt.status()
