@@ -45,9 +45,8 @@ def test_up_probes_the_engines_of_two_hosts_at_the_same_time(ssh_env: SshEnv, tm
     for host, other in (("lo1", "node1"), ("node1", "lo1")):
         venv = meeting_venv(tmp_path / f"venv-{host}", meet, host, other)
         hosts.append(host_entry(ssh_env, ssh_env.host(host), data, venv=str(venv)))
-    spec = write_spec(
-        tmp_path / "spec.yaml", stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
-    )
+    serve = {"replicas": 2, "port": free_port()}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("meet", hosts, serve))
     try:
         up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
         healthy = [line for line in up.stdout.splitlines() if line.endswith(": healthy")]
