@@ -149,9 +149,11 @@ def connect(env: SshEnv, name: str = "lo1"):  # type: ignore[no-untyped-def]
     return Connection(host, SshOptions(known_hosts=env.known_hosts)).connect()
 
 
-def status_rows(spec: Path, *flags: str, env: dict | None = None) -> dict[str, dict]:
-    """`pdctl status -o json`'s instances by unit."""
-    out = pdctl("status", str(spec), "-o", "json", *flags, env=env)
+def status_rows(spec: Path, *flags: str, code: int | None = None) -> dict[str, dict]:
+    """`pdctl status -o json`'s instances by unit (its exit status `code` unless None)."""
+    out = pdctl("status", str(spec), "-o", "json", *flags)
+    if code is not None:
+        checked(out, code)
     return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
 
 

@@ -6,7 +6,6 @@ SSH is checked for the same in test_pd_up.py."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import yaml
 from tests.helpers import checked
 from tests.targets.docker.bed import docker_spec, urls
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401
-from tests.targets.testbed import free_port, pdctl, write_spec
+from tests.targets.testbed import free_port, pdctl, status_rows, write_spec
 
 
 def kill_main_process(container) -> None:
@@ -37,11 +36,6 @@ def restarted_once(client, name: str) -> None:
         time.sleep(0.2)
 
 
-def status_rows(spec: Path, *args: str) -> dict[str, dict]:
-    status = checked(pdctl("status", str(spec), "-o", "json", *args))
-    return {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
-
-
 def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
     docker_client,  # noqa: F811
     tmp_path: Path,
@@ -55,9 +49,8 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
         c = docker_client.containers.get(name)
         host_config = c.attrs["HostConfig"]
         assert host_config["RestartPolicy"] == {"Name": "always", "MaximumRetryCount": 0}
-        assert host_config["LogConfig"] == {
-            "Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"},
-        }
+        logs = {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}}
+        assert host_config["LogConfig"] == logs
         kill_main_process(c)
         restarted_once(docker_client, name)
         assert rows_state(spec, url, name) == "running (restarted 1 time)"
@@ -75,7 +68,7 @@ def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
 
 
 def rows_state(spec: Path, url: list[str], name: str) -> str:
-    return status_rows(spec, *url)[name]["state"]
+    return status_rows(spec, *url, code=0)[name]["state"]
 
 
 def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811
