@@ -139,14 +139,15 @@ def lo1_spec(
     return write_spec(data / file, stand_in_spec(name, [entry], serve, engine, **sections))
 
 
-def connect(env: SshEnv, name: str = "lo1"):  # type: ignore[no-untyped-def]
-    """A pdctl Connection to the test host `name`, connected."""
+def connect(env: SshEnv, to: str | TestHost = "lo1", known_hosts: str = ""):  # type: ignore[no-untyped-def]
+    """A pdctl Connection to the test host `to` (a name of `env`'s), connected as root with
+    the test key, checked against `known_hosts` (`env`'s by default)."""
     from pdctl.spec.model import Host
     from pdctl.targets.ssh import Connection, SshOptions
 
-    h = env.host(name)
+    h = env.host(to) if isinstance(to, str) else to
     host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=env.key)
-    return Connection(host, SshOptions(known_hosts=env.known_hosts)).connect()
+    return Connection(host, SshOptions(known_hosts=known_hosts or env.known_hosts)).connect()
 
 
 def status_rows(spec: Path, *flags: str, code: int | None = None) -> dict[str, dict]:
