@@ -31,37 +31,9 @@ AUTH_REPO = "pdctl-test/auth-engine"
 
 # Serves /health openly and /v1/models only with `Authorization: Bearer $VLLM_API_KEY` (when
 # the variable is set), one request per connection through busybox nc.
-AUTH_ENGINE = """#!/bin/sh
-port=8000; name=$1
-while [ $# -gt 0 ]; do
-  case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
-  shift
-done
-export NAME=$name
-echo "auth stand-in serving $name on port $port"
-exec nc -ll -p "$port" -e /answer.sh
-"""
-ANSWER = """#!/bin/sh
-read -r method path proto
-auth=
-cr=$(printf '\\r')
-while read -r line; do
-  line=${line%$cr}
-  [ -z "$line" ] && break
-  case $line in [Aa]uthorization:*) auth=${line#*: };; esac
-done
-case ${path%%\\?*} in
-  /health) printf 'HTTP/1.0 200 OK\\r\\n\\r\\n';;
-  /v1/*)
-    if [ -n "$VLLM_API_KEY" ] && [ "$auth" != "Bearer $VLLM_API_KEY" ]; then
-      printf 'HTTP/1.0 401 Unauthorized\\r\\n\\r\\n{"error": "Unauthorized"}'
-    else
-      printf 'HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n'
-      printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$NAME"
-    fi;;
-  *) printf 'HTTP/1.0 404 Not Found\\r\\n\\r\\n';;
-esac
-"""
+DATA = Path(__file__).parents[1] / "data"
+AUTH_ENGINE = (DATA / "auth-engine.sh").read_text()
+ANSWER = (DATA / "auth-answer.sh").read_text()  # answers one request
 AUTH_CHANGES = ["ENV PATH=/bin", 'ENTRYPOINT ["/bin/sh", "/engine.sh"]', "LABEL pdctl.test=auth"]
 
 
