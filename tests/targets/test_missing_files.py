@@ -10,10 +10,10 @@ import socket
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import ROOT, unreached_spec
 from tests.helpers import checked
+from tests.targets.kubeconfig import kubeconfig_file
 from tests.targets.testbed import SshEnv, lo1_spec, pdctl
 
 # Its cluster is the kubeconfig's: the tests reach none.
@@ -86,13 +86,7 @@ def test_no_kubeconfig_at_all_says_how_to_give_one(tmp_path: Path) -> None:
 
 def test_a_kubeconfig_that_exists_still_loads(tmp_path: Path) -> None:
     """The checks above leave a good kubeconfig alone (the cluster it names is not there)."""
-    good = tmp_path / "kubeconfig"
-    cluster = {"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}
-    contexts = [{"name": "c", "context": {"cluster": "c", "user": "u"}}]
-    good.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c", "clusters": [cluster],
-        "users": [{"name": "u", "user": {}}], "contexts": contexts,
-    }))
+    good = kubeconfig_file(tmp_path / "kubeconfig", ["c"], "c", "https://127.0.0.1:9")
     out = checked(pdctl("status", PHASE1, "--kubeconfig", str(good)), 1)
     line = _one_line(out)  # about the cluster, not the file (whose name it does not say)
     assert line.startswith("error: cannot reach the Kubernetes API at https://127.0.0.1:9 ("), line

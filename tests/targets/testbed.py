@@ -166,11 +166,11 @@ def status_row(spec: Path, *flags: str) -> dict:
 
 @contextmanager
 def deployed(spec: Path, *flags: str, timeout: str = "60") -> Iterator[dict]:
-    """`up` of `spec` (it must succeed); `down` after, whatever happened: its result under
-    "down" of the dict yielded."""
+    """`up` of `spec` (it must succeed), its result under "up" of the dict yielded; `down`
+    after, whatever happened (a failed `up` too), its result under "down"."""
     done: dict = {}
-    checked(pdctl("up", str(spec), "--yes", *flags, "--timeout", timeout))
     try:
+        done["up"] = checked(pdctl("up", str(spec), "--yes", *flags, "--timeout", timeout))
         yield done
     finally:
         done["down"] = pdctl("down", str(spec), *flags)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.helpers import checked
 from tests.targets.hosts.test_ssh_up import free_port, known
-from tests.targets.testbed import SshEnv, lo1_spec, pdctl
+from tests.targets.testbed import SshEnv, deployed, lo1_spec, pdctl
 
 
 def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int, max_len: int) -> Path:
@@ -24,8 +24,7 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
     new = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
     assert new.stdout.startswith("start     fdiff-serve-0 on lo1 (new)\n")
     assert new.stdout.endswith("1 start\n")
-    checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
-    try:
+    with deployed(spec, *known(ssh_env)):
         same = checked(pdctl("diff", str(spec), *known(ssh_env)))
         assert same.stdout == "1 keep\nno changes\n"
         one_host_spec(ssh_env, fake_venv, tmp_path, port, 4096)
@@ -48,8 +47,6 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
         assert lines[0] == "start     fdiff-serve-0 on lo1 (spec changed, not running)", lines
         assert lines[1] == f"--- lo1:{folder}/start.sh", lines
         assert [x for x in lines if x.startswith("+") and "4096" in x], stopped.stdout
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
 
 
 def test_diff_of_an_unreachable_host_is_an_error(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):

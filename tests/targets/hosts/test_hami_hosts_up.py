@@ -17,6 +17,7 @@ from tests.helpers import checked, known
 from tests.targets.testbed import (
     HERE,
     SshEnv,
+    deployed,
     free_port,
     host_entry,
     pdctl,
@@ -98,8 +99,7 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
 ) -> None:
     venv, router, lib = environment(tmp_path)
     spec = spec_file(ssh_env, tmp_path, venv, router, lib)
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
+    with deployed(spec, *known(ssh_env)) as done:
         rows = status_rows(spec, *known(ssh_env), code=0)
         assert {"slices-prefill-0", "slices-decode-0", "slices-decode-1"} <= set(rows)
         caches = set()
@@ -119,9 +119,7 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
         prefill = proc_env(rows["slices-prefill-0"]["pid"])
         assert "LD_PRELOAD" not in prefill and "CUDA_DEVICE_MEMORY_LIMIT" not in prefill
         assert prefill["CUDA_VISIBLE_DEVICES"] == "0"
-    finally:
-        down = pdctl("down", str(spec), *known(ssh_env))
-    assert down.returncode == 0, down.stdout + down.stderr
+    assert done["down"].returncode == 0, done["down"].stdout + done["down"].stderr
     assert processes_in(tmp_path) == []
 
 

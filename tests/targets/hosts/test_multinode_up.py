@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import checked, known
 from tests.targets.testbed import (
     SshEnv,
+    deployed,
     free_port,
     host_entry,
     pdctl,
@@ -40,8 +41,8 @@ def test_group_starts_reports_every_node_and_goes_down(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
     spec = group_spec(ssh_env, fake_venv, tmp_path)
-    try:
-        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120") as done:
+        up = done["up"]
         assert "group-serve-0 on lo1: healthy" in up.stdout
         assert "group-serve-0-node1 on lo2: running" in up.stdout
         rows = status_rows(spec, *known(ssh_env), code=0)
@@ -54,9 +55,7 @@ def test_group_starts_reports_every_node_and_goes_down(
         assert "headless node rank 1 joined 127.0.0.1:" in worker_log.stdout, worker_log.stdout
         leader_log = pdctl("logs", str(spec), "group-serve-0", *known(ssh_env))
         assert "rank 1 joined from" in leader_log.stdout, leader_log.stdout
-    finally:
-        down = pdctl("down", str(spec), *known(ssh_env))
-    assert down.returncode == 0, down.stdout + down.stderr
+    assert done["down"].returncode == 0, done["down"].stdout + done["down"].stderr
     assert processes_in(tmp_path) == []
 
 
@@ -83,8 +82,7 @@ def test_a_change_on_one_node_restarts_the_whole_group(
     import yaml
 
     spec = group_spec(ssh_env, fake_venv, tmp_path)
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120"):
 
         def pids() -> dict[str, str]:
             return {unit: r["pid"] for unit, r in status_rows(spec, *known(ssh_env)).items()}
@@ -100,8 +98,6 @@ def test_a_change_on_one_node_restarts_the_whole_group(
         after = pids()
         assert all(after[u] != before[u] for u in before), (before, after)
         assert all(p.isdigit() for p in after.values())
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
     assert processes_in(tmp_path) == []
 
 
@@ -136,8 +132,7 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
     spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_DEAF="1")
     leader_dir = tmp_path / "lo1" / "group" / "group-serve-0"
     worker_dir = tmp_path / "lo2" / "group" / "group-serve-0-node1"
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120"):
         # The guard acts on a node it has heard from (never on one still starting): wait for
         # that first; vLLM's group takes far longer to form than the stand-in's.
         heard = "pdctl-guard: heard from group-serve-0-node1"
@@ -153,6 +148,4 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
         assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:" in log and "has not answered" in log
         again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "group-serve-0 on lo1: healthy" in again.stdout
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
     assert processes_in(tmp_path) == []
