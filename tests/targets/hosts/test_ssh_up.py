@@ -8,6 +8,7 @@ health probes, idempotence, restarts after a spec change, failure reports and cl
 from __future__ import annotations
 
 import json
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 from pdctl.targets.ssh import makedirs
 from pdctl.targets.state import Desired, Observed, diff
 from tests.helpers import checked, known
+from tests.targets.hosts.test_faults import Up, wait_pid_file
 from tests.targets.testbed import (
     SshEnv,
     connect,
@@ -214,39 +216,18 @@ def test_changed_host_key_is_refused_even_with_accept_new(ssh_env, fake_venv, tm
 
 
 def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
-    import signal
-    import subprocess
-    import sys
-
     data = two_host_spec(ssh_env, fake_venv, tmp_path, free_port())
     data["engine"]["env"] = {"FAKE_VLLM_HANG": "1"}  # started, never healthy
     spec = write_spec(tmp_path / "spec.yaml", data)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**__import__("os").environ, "PDCTL_TEST_HF_TOKEN": "x", "COLUMNS": "200"},
-    )
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # wait until both instances were started
-        lines.append(line)
-        if sum("starting fake-serve" in x for x in lines) == 2:
-            break
-    pids = [
-        tmp_path / h / "fake" / f"fake-serve-{i}" / "pid"
-        for i, h in enumerate((data["hosts"][0]["name"], data["hosts"][1]["name"]))
-    ]
-    while not all(p.exists() and p.read_text().strip() for p in pids):
-        # a run that ended will never write them: fail with its output instead of hanging
-        assert proc.poll() is None, "".join(lines) + proc.stdout.read()
-        __import__("time").sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    up = Up(spec, ssh_env.known_hosts)
     try:
-        rest, _ = proc.communicate(timeout=120)
-        out = "".join(lines) + rest
-        assert proc.returncode == 1, out
-        assert "interrupted (Ctrl-C)" in out
-        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
+        for i, host in enumerate(h["name"] for h in data["hosts"]):  # both instances started
+            wait_pid_file(tmp_path / host / "fake" / f"fake-serve-{i}" / "pid", up)
+        up.proc.send_signal(signal.SIGINT)
+        rc, out, err = up.finish()
+        assert rc == 1, out + err
+        assert "interrupted (Ctrl-C)" in out + err
+        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out + err
         assert processes_in(tmp_path) == []
     finally:
         pdctl("down", str(spec), *known(ssh_env))

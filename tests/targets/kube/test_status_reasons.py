@@ -163,18 +163,8 @@ def test_down_waits_until_the_pods_are_gone(cluster):
 
 
 def test_a_leader_worker_set_has_a_rollout_row():
-    from pdctl.targets.kube.status import status_rows
-
-    lws = {
-        "metadata": {
-            "name": "big-serve", "generation": 1,
-            "labels": {"app.kubernetes.io/component": "serve"},
-        },
-        "spec": {"replicas": 2},
-        "status": {
-            "observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
-        },
-    }
+    lws = serving_lws(2, 1)
+    lws["status"]["updatedReplicas"] = 2
     (row,) = status_rows([], [], leader_worker_sets=[lws])
     assert (row.unit, row.kind, row.state, row.why) == (
         "big-serve", "rollout", "1/2 groups ready", "progressing",
@@ -232,9 +222,11 @@ def test_a_deployment_without_pods_counts_its_replicas_as_not_up(cluster, tmp_pa
         tgt.delete_objects(volumes=True)
 
 
-def lws(replicas: int, ready: int) -> dict:
+def serving_lws(replicas: int, ready: int) -> dict:
+    """The serve role's LeaderWorkerSet big-serve as its controller reports it."""
     return {
-        "metadata": {"name": "big-serve", "generation": 1, "labels": {}},
+        "metadata": {"name": "big-serve", "generation": 1,
+                     "labels": {"app.kubernetes.io/component": "serve"}},
         "spec": {"replicas": replicas},
         "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready},
     }
@@ -247,12 +239,9 @@ def pod(name: str, ready: bool) -> dict:
 
 
 def test_a_leader_worker_set_counts_each_group_without_pods():
-    set_ = lws(1, 0)
-    set_["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
-    rows = [r.__dict__ for r in status_rows([], [], leader_worker_sets=[set_])]
+    rows = [r.__dict__ for r in status_rows([], [], leader_worker_sets=[serving_lws(1, 0)])]
     assert status_line(rows) == "0 of 1 unit up (serve 0/1)"
-    two = lws(2, 1)
-    two["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
+    two = serving_lws(2, 1)
     pods = [pod("big-serve-0", True), pod("big-serve-0-1", True)]  # group 0: leader, worker
     rows = [r.__dict__ for r in status_rows([], pods, leader_worker_sets=[two])]
     assert status_counts(rows) == {"units": 3, "up": 2, "roles": {"serve": 3},
