@@ -14,7 +14,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.helpers import checked, known, pdctl
@@ -29,22 +28,28 @@ def piped(*args: str) -> subprocess.CompletedProcess:
     return pdctl(*args, env={"COLUMNS": None, "LINES": None})
 
 
-# A long name: "starting <unit> (serve) on lo1" passes 80 columns; a short one: every line fits.
-@pytest.mark.parametrize("name", [NAME, "once"])
-def test_piped_up_prints_every_line_whole_and_healthy_once(
-    ssh_env: SshEnv, fake_venv: Path, tmp_path: Path, name: str
-) -> None:
-    spec = lo1_spec(ssh_env, tmp_path, name, fake_venv)
-    unit = f"{name}-serve-0"
+def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
+    spec = lo1_spec(ssh_env, tmp_path, NAME, fake_venv)
+    unit = f"{NAME}-serve-0"
     try:
         up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known(ssh_env)))
         lines = up.stdout.splitlines()
         starting = [line for line in lines if f"starting {unit}" in line]
         assert len(starting) == 1, up.stdout
+        assert len(starting[0]) > 80  # the point of the test: a line past 80 columns
         assert starting[0].endswith(f"starting {unit} (serve) on lo1"), up.stdout
-        if name == NAME:
-            assert len(starting[0]) > 80  # the point of the test: a line past 80 columns
-        healthy = [line for line in lines if f"{unit} on lo1: healthy" in line]
+    finally:
+        down = piped("down", str(spec), *known(ssh_env))
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_piped_up_prints_healthy_once(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
+    spec = lo1_spec(ssh_env, tmp_path, "once", fake_venv)  # a short name: every line fits in 80
+    try:
+        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known(ssh_env)))
+        healthy = [
+            line for line in up.stdout.splitlines() if "once-serve-0 on lo1: healthy" in line
+        ]
         assert len(healthy) == 1, up.stdout
     finally:
         down = piped("down", str(spec), *known(ssh_env))
