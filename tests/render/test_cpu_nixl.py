@@ -64,19 +64,14 @@ def executable(path: Path, text: str) -> None:
 
 def cpu_spec(tmp: Path, ports: list[int], router_venv: bool = True) -> str:
     pre, dec, rport, metrics, side = ports
+    host = {"name": "lo1", "address": "127.0.0.1", "runtime": "venv", "venv": str(tmp / "engine")}
+    ucx = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
     spec = {
-        "name": "tiny-pd",
-        "phase": 2,
+        "name": "tiny-pd", "phase": 2,
         "model": {"name": str(tmp / "tiny"), "servedName": "tiny", "maxModelLen": 256},
-        "engine": {
-            "version": "0.33.0", "device": "cpu",
-            "env": {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"},
-        },
+        "engine": {"version": "0.33.0", "device": "cpu", "env": ucx},
         "secrets": {"apiKey": {"env": "VLLM_API_KEY"}},
-        "hosts": [
-            {"name": "lo1", "address": "127.0.0.1", "runtime": "venv", "venv": str(tmp / "engine"),
-             "dataDir": str(tmp / "data")}
-        ],
+        "hosts": [{**host, "dataDir": str(tmp / "data")}],
         "prefill": {"replicas": 1, "port": pre, "enforceEager": True},
         "decode": {"replicas": 1, "port": dec, "enforceEager": True},
         "disaggregation": {"connector": "nixl", "sideChannelPort": side},

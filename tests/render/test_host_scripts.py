@@ -119,24 +119,8 @@ def test_a_stale_pid_of_another_process_group_is_left_alone(unit, tmp_path: Path
     assert other.poll() is None
 
 
-FAKE_CONDA = """#!/bin/bash
 # A stand-in conda: `shell.bash hook` defines the `conda` shell function, as the real one does.
-root=$(cd "$(dirname "$0")/.." && pwd)
-case "$1" in
-  shell.bash) cat <<EOF
-conda() {
-  case "\\$1" in
-    env) echo "# conda environments:"; echo "base  $root"; ls "$root/envs" 2>/dev/null ;;
-    create) mkdir -p "$root/envs/\\$3/bin"; printf '#!/bin/sh\\necho 0.33.0\\n' \\
-              >"$root/envs/\\$3/bin/python"; chmod +x "$root/envs/\\$3/bin/python" ;;
-    activate) [ -d "$root/envs/\\$2" ] || return 1; export CONDA_DEFAULT_ENV="\\$2";
-              export PATH="$root/envs/\\$2/bin:\\$PATH" ;;
-  esac
-}
-EOF
-  ;;
-esac
-"""
+FAKE_CONDA = (Path(__file__).parent / "data" / "fake-conda.sh").read_text()
 
 
 def test_conda_setup_finds_conda_off_path(tmp_path: Path) -> None:
@@ -158,10 +142,8 @@ def test_conda_setup_finds_conda_off_path(tmp_path: Path) -> None:
     assert res.stdout.strip().endswith("env=pdctl-vllm-0.33.0")
     assert (home / "miniforge3" / "envs" / "pdctl-vllm-0.33.0").is_dir()
     # No conda anywhere: one clear line, exit 1.
-    res = subprocess.run(
-        ["bash", str(script)], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True,
-    )
+    nowhere = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    res = subprocess.run(["bash", str(script)], env=nowhere, capture_output=True, text=True)
     assert res.returncode == 1 and "pdctl: conda not found" in res.stderr
 
 
@@ -202,10 +184,8 @@ def dockerd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             link = tarfile.TarInfo(f"bin/{tool}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
-    subprocess.run(
-        ["docker", "import", "--change", ENTRYPOINT, "-", SLEEPER], input=buf.getvalue(), env=env,
-        check=True, capture_output=True,
-    )
+    imported = ["docker", "import", "--change", ENTRYPOINT, "-", SLEEPER]
+    subprocess.run(imported, input=buf.getvalue(), env=env, check=True, capture_output=True)
     return env
 
 
@@ -225,49 +205,36 @@ def test_docker_scripts_touch_only_their_own_container(dockerd, tmp_path: Path) 
     def sh(path: Path) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(path)], env=dockerd, capture_output=True, text=True)
 
-    def names() -> list[str]:
-        out = subprocess.run(
-            ["docker", "ps", "-a", "--format", "{{.Names}}"], env=dockerd, capture_output=True,
-            text=True, check=True,
-        ).stdout
-        return out.split()
+    def docker(*args: str, check: bool = True) -> str:
+        done = subprocess.run(["docker", *args], env=dockerd, capture_output=True, text=True,
+                              check=check)
+        return done.stdout
 
-    subprocess.run(["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, capture_output=True)
+    def names() -> list[str]:
+        return docker("ps", "-a", "--format", "{{.Names}}").split()
+
+    docker("rm", "-f", "scrt-serve-0", check=False)
     try:
         # Someone else's container under the unit's name: neither script removes it.
-        subprocess.run(
-            ["docker", "create", "--name", "scrt-serve-0", SLEEPER], env=dockerd, check=True,
-            capture_output=True,
-        )
+        docker("create", "--name", "scrt-serve-0", SLEEPER)
         res = sh(start)
         assert res.returncode == 1 and "pdctl did not create" in res.stderr
         res = sh(stop)
         assert res.returncode == 1 and "not created by this deployment" in res.stderr
         assert "scrt-serve-0" in names()
-        subprocess.run(
-            ["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, check=True, capture_output=True
-        )
+        docker("rm", "-f", "scrt-serve-0")
         # Its own: started once, found running the second time, removed by stop.sh.
         assert sh(start).returncode == 0
         assert "already running" in sh(start).stdout
-        labels = subprocess.run(
-            [
-                "docker", "inspect", "-f", '{{index .Config.Labels "pdctl.io/deployment"}}',
-                "scrt-serve-0",
-            ],
-            env=dockerd,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        assert labels == "scrt"
+        label = '{{index .Config.Labels "pdctl.io/deployment"}}'
+        assert docker("inspect", "-f", label, "scrt-serve-0").strip() == "scrt"
         res = sh(stop)
         assert res.returncode == 0 and "stopped scrt-serve-0" in res.stdout
         assert "scrt-serve-0" not in names()
         res = sh(stop)
         assert res.returncode == 0 and "is not running" in res.stdout
     finally:
-        subprocess.run(["docker", "rm", "-f", "scrt-serve-0"], env=dockerd, capture_output=True)
+        docker("rm", "-f", "scrt-serve-0", check=False)
 
 
 def shell_check(function: str, pid: int) -> bool:

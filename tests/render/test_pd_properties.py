@@ -48,10 +48,8 @@ def pd_specs(draw) -> dict:
     n_hosts = draw(st.integers(1, 3))
     hosts = []
     for i in range(n_hosts):
-        host = {
-            "name": f"h{i}", "address": f"10.0.0.{i + 1}",
-            "runtime": draw(st.sampled_from(["conda", "venv"])),
-        }
+        runtime = draw(st.sampled_from(["conda", "venv"]))
+        host = {"name": f"h{i}", "address": f"10.0.0.{i + 1}", "runtime": runtime}
         if not cpu:
             host["gpus"] = list(range(2 * draw(st.integers(1, 4))))
         if draw(st.booleans()):
@@ -65,20 +63,15 @@ def pd_specs(draw) -> dict:
         if draw(st.booleans()):
             dis["store"] = {"enabled": True}
     spec: dict = {
-        "name": "gen",
-        "phase": 2,
+        "name": "gen", "phase": 2,
         "model": {"name": "org/model", "maxModelLen": draw(st.sampled_from([2048, 8192]))},
-        "engine": {"version": version, "device": "cpu" if cpu else "cuda"},
-        "hosts": hosts,
-        "prefill": {
-            "replicas": draw(st.integers(1, 3)), "tensorParallel": draw(st.sampled_from([1, 2])),
-        },
-        "decode": {
-            "replicas": draw(st.integers(1, 3)), "tensorParallel": draw(st.sampled_from([1, 2])),
-            "share": draw(shares()),
-        },
+        "engine": {"version": version, "device": "cpu" if cpu else "cuda"}, "hosts": hosts,
         "disaggregation": dis,
     }
+    for role in ("prefill", "decode"):
+        replicas = draw(st.integers(1, 3))
+        spec[role] = {"replicas": replicas, "tensorParallel": draw(st.sampled_from([1, 2]))}
+    spec["decode"]["share"] = draw(shares())
     if draw(st.booleans()):
         spec["secrets"] = {"apiKey": {"env": "VLLM_API_KEY"}, "hfToken": {"env": "HF_TOKEN"}}
     if draw(st.booleans()):

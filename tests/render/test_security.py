@@ -75,12 +75,8 @@ def flags(args: list[str]) -> dict[str, str]:
 
 
 def grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
-    return any(
-        group in r.get("apiGroups", [])
-        and resource in r.get("resources", [])
-        and verb in r["verbs"]
-        for r in rules
-    )
+    return any(group in r.get("apiGroups", []) and resource in r.get("resources", [])
+               and verb in r["verbs"] for r in rules)
 
 
 def rules_bound_to(docs: list[dict], account: str, namespace: str, kind: str) -> list[dict]:
@@ -150,13 +146,8 @@ def test_sidecar_account_may_read_the_pool_and_its_pods_and_nothing_else(example
         for verb in read["verbs"]:
             assert grants(rules, read["apiGroup"], read["resource"], verb), read
     needed = {(r["apiGroup"], r["resource"], v) for r in reads for v in r["verbs"]}
-    granted = {
-        (g, res, v)
-        for r in rules
-        for g in r["apiGroups"]
-        for res in r["resources"]
-        for v in r["verbs"]
-    }
+    granted = {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"]
+               for v in r["verbs"]}
     assert granted == needed
     assert rules_bound_to(docs, account, ns, "ClusterRole") == []
 

@@ -29,85 +29,8 @@ CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
 ALL = "create delete deletecollection get list patch update watch"
 NO_COLLECTION = "create delete get list patch update watch"
 # [group/version], then per resource: plural Kind N(amespaced)|C(luster) verbs shortNames
-# subresources categories
-CLUSTER = """
-[v1]
-bindings Binding N create - - -
-componentstatuses ComponentStatus C get,list cs - -
-configmaps ConfigMap N ALL cm - -
-endpoints Endpoints N ALL ep - -
-events Event N ALL ev - -
-limitranges LimitRange N ALL limits - -
-namespaces Namespace C NO_COLLECTION ns finalize,status -
-nodes Node C ALL no proxy,status -
-persistentvolumeclaims PersistentVolumeClaim N ALL pvc status -
-persistentvolumes PersistentVolume C ALL pv status -
-pods Pod N ALL po attach,binding,ephemeralcontainers,eviction,exec,log,portforward,proxy,status all
-podtemplates PodTemplate N ALL - - -
-replicationcontrollers ReplicationController N ALL rc scale,status all
-resourcequotas ResourceQuota N ALL quota status -
-secrets Secret N ALL - - -
-serviceaccounts ServiceAccount N ALL sa token -
-services Service N ALL svc proxy,status all
-[admissionregistration.k8s.io/v1]
-mutatingwebhookconfigurations MutatingWebhookConfiguration C ALL - - api-extensions
-validatingwebhookconfigurations ValidatingWebhookConfiguration C ALL - - api-extensions
-[apiextensions.k8s.io/v1]
-customresourcedefinitions CustomResourceDefinition C ALL crd,crds status api-extensions
-[apiregistration.k8s.io/v1]
-apiservices APIService C ALL - status api-extensions
-[apps/v1]
-controllerrevisions ControllerRevision N ALL - - -
-daemonsets DaemonSet N ALL ds status all
-deployments Deployment N ALL deploy scale,status all
-replicasets ReplicaSet N ALL rs scale,status all
-statefulsets StatefulSet N ALL sts scale,status all
-[authentication.k8s.io/v1]
-selfsubjectreviews SelfSubjectReview C create - - -
-tokenreviews TokenReview C create - - -
-[authorization.k8s.io/v1]
-localsubjectaccessreviews LocalSubjectAccessReview N create - - -
-selfsubjectaccessreviews SelfSubjectAccessReview C create - - -
-selfsubjectrulesreviews SelfSubjectRulesReview C create - - -
-subjectaccessreviews SubjectAccessReview C create - - -
-[autoscaling/v2]
-horizontalpodautoscalers HorizontalPodAutoscaler N ALL hpa status all
-[batch/v1]
-cronjobs CronJob N ALL cj status all
-jobs Job N ALL - status all
-[certificates.k8s.io/v1]
-certificatesigningrequests CertificateSigningRequest C ALL csr approval,status -
-[coordination.k8s.io/v1]
-leases Lease N ALL - - -
-[discovery.k8s.io/v1]
-endpointslices EndpointSlice N ALL - - -
-[events.k8s.io/v1]
-events Event N ALL ev - -
-[flowcontrol.apiserver.k8s.io/v1]
-flowschemas FlowSchema C ALL - status -
-prioritylevelconfigurations PriorityLevelConfiguration C ALL - status -
-[networking.k8s.io/v1]
-ingressclasses IngressClass C ALL - - -
-ingresses Ingress N ALL ing status -
-networkpolicies NetworkPolicy N ALL netpol - -
-[node.k8s.io/v1]
-runtimeclasses RuntimeClass C ALL - - -
-[policy/v1]
-poddisruptionbudgets PodDisruptionBudget N ALL pdb status -
-[rbac.authorization.k8s.io/v1]
-clusterrolebindings ClusterRoleBinding C ALL - - -
-clusterroles ClusterRole C ALL - - -
-rolebindings RoleBinding N ALL - - -
-roles Role N ALL - - -
-[scheduling.k8s.io/v1]
-priorityclasses PriorityClass C ALL pc - -
-[storage.k8s.io/v1]
-csidrivers CSIDriver C ALL - - -
-csinodes CSINode C ALL - - -
-csistoragecapacities CSIStorageCapacity N ALL - - -
-storageclasses StorageClass C ALL sc - -
-volumeattachments VolumeAttachment C ALL - status -
-"""
+# subresources categories (comment lines start with #)
+CLUSTER = (Path(__file__).parent / "data" / "kube-1.29-resources.txt").read_text()
 VERBS = {"ALL": ALL, "NO_COLLECTION": NO_COLLECTION}
 
 
@@ -116,6 +39,8 @@ def builtin_resources() -> dict[str, dict[str, Any]]:
     out = {}
     gv = ""
     for line in CLUSTER.strip().splitlines():
+        if line.startswith("#"):
+            continue
         if line.startswith("["):
             gv = line.strip("[]")
             continue

@@ -15,19 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import checked
-from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+from tests.helpers import checked, known
+from tests.targets import testbed
+from tests.targets.testbed import SshEnv, pdctl, write_spec
 
 
 def lo1_spec(env: SshEnv, tmp: Path, **host: object) -> Path:
-    return write_spec(
-        tmp / "spec.yaml",
-        {
-            "name": "keys", "phase": 0, "model": {"name": "stand-in"}, "engine": {"device": "cpu"},
-            "hosts": [host_entry(env, env.host("lo1"), tmp, **host)],
-            "serve": {"replicas": 1, "port": 18997},
-        },
-    )
+    return testbed.lo1_spec(env, tmp, "keys", port=18997, host=host)
 
 
 def lo1_line(env: SshEnv) -> list[str]:
@@ -79,13 +73,12 @@ def test_revoked_key_is_not_accepted_as_new(ssh_env, tmp_path):
     known = tmp_path / "known_hosts"
     text = f"@revoked [127.0.0.1]:2222 {ktype} {key}\n"
     known.write_text(text)
-    proc = pdctl(
-        "up", str(spec), "--dry-run", "--known-hosts", str(known), "--accept-new-host-keys"
-    )
+    accept = ["--known-hosts", str(known), "--accept-new-host-keys"]
+    proc = pdctl("up", str(spec), "--dry-run", *accept)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "its host key is revoked" in one_error_line(proc)
     assert known.read_text() == text
-    real = pdctl("up", str(spec), "--yes", "--known-hosts", str(known), "--accept-new-host-keys")
+    real = pdctl("up", str(spec), "--yes", *accept)
     assert real.returncode == 1 and "revoked" in one_error_line(real)
     assert known.read_text() == text
 
@@ -125,10 +118,7 @@ def test_missing_identity_file_is_named(ssh_env, tmp_path):
     data = __import__("yaml").safe_load(spec.read_text())
     del data["hosts"][0]["identityFile"]
     write_spec(spec, data)
-    proc = pdctl(
-        "up", str(spec), "--dry-run", "--known-hosts", ssh_env.known_hosts, "--identity",
-        str(missing),
-    )
+    proc = pdctl("up", str(spec), "--dry-run", *known(ssh_env), "--identity", str(missing))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"--identity {missing}: no such file" in one_error_line(proc)
     # status and down tolerate unreachable hosts, but a bad option is not an unreachable host

@@ -10,11 +10,11 @@ import socket
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import ROOT, unreached_spec
 from tests.helpers import checked
-from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+from tests.targets.kubeconfig import kubeconfig_file
+from tests.targets.testbed import SshEnv, lo1_spec, pdctl
 
 # Its cluster is the kubeconfig's: the tests reach none.
 PHASE1 = str(ROOT / "examples" / "phase1-k8s.yaml")
@@ -54,13 +54,7 @@ def test_a_known_hosts_file_that_does_not_exist_is_a_usage_error(
 
 def test_the_default_known_hosts_may_be_missing(ssh_env: SshEnv, tmp_path: Path) -> None:
     """No ~/.ssh/known_hosts (a new account): connecting refuses the unknown key, as before."""
-    spec = {
-        "name": "files", "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu"},
-        "hosts": [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv="/nonexistent")],
-        "serve": {"replicas": 1, "port": 18998},
-    }
-    path = write_spec(tmp_path / "spec.yaml", spec)
+    path = lo1_spec(ssh_env, tmp_path, "files", Path("/nonexistent"), 18998)
     out = checked(pdctl("logs", str(path), env=_no_kube_env(tmp_path / "home")), 1)
     assert "unknown host key, not in ~/.ssh/known_hosts" in _one_line(out)
 
@@ -92,17 +86,7 @@ def test_no_kubeconfig_at_all_says_how_to_give_one(tmp_path: Path) -> None:
 
 def test_a_kubeconfig_that_exists_still_loads(tmp_path: Path) -> None:
     """The checks above leave a good kubeconfig alone (the cluster it names is not there)."""
-    good = tmp_path / "kubeconfig"
-    cluster = {"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}
-    good.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1", "kind": "Config", "current-context": "c", "clusters": [cluster],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            }
-        )
-    )
+    good = kubeconfig_file(tmp_path / "kubeconfig", ["c"], "c", "https://127.0.0.1:9")
     out = checked(pdctl("status", PHASE1, "--kubeconfig", str(good)), 1)
     line = _one_line(out)  # about the cluster, not the file (whose name it does not say)
     assert line.startswith("error: cannot reach the Kubernetes API at https://127.0.0.1:9 ("), line

@@ -8,10 +8,8 @@ import subprocess
 from pathlib import Path
 
 from pdctl.render.host_scripts import host_scripts
-from pdctl.spec.model import Host
 from pdctl.targets.hosts.remote import HostOps
-from pdctl.targets.ssh import Connection, SshOptions
-from tests.targets.testbed import SshEnv
+from tests.targets.testbed import SshEnv, connect
 
 
 def sleeper(cwd: Path) -> subprocess.Popen:
@@ -20,9 +18,7 @@ def sleeper(cwd: Path) -> subprocess.Popen:
 
 
 def test_stale_pid_of_another_process_group_reads_as_stopped(ssh_env: SshEnv, tmp_path: Path):
-    h = ssh_env.host("lo1")  # sshd on this machine: the same files and processes
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
-    conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    conn = connect(ssh_env)  # lo1: sshd on this machine, the same files and processes
     unit = tmp_path / "dep" / "d-serve-0"
     unit.mkdir(parents=True)
     for script in ("start.sh", "stop.sh"):

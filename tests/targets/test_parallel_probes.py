@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers import checked
 from tests.targets.hosts.test_ssh_up import free_port, known
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
+from tests.targets.testbed import HERE, SshEnv, deployed, host_entry, stand_in_spec, write_spec
 
 
 def meeting_venv(root: Path, meet: Path, me: str, other: str) -> Path:
@@ -45,13 +45,10 @@ def test_up_probes_the_engines_of_two_hosts_at_the_same_time(ssh_env: SshEnv, tm
     for host, other in (("lo1", "node1"), ("node1", "lo1")):
         venv = meeting_venv(tmp_path / f"venv-{host}", meet, host, other)
         hosts.append(host_entry(ssh_env, ssh_env.host(host), data, venv=str(venv)))
-    spec = write_spec(
-        tmp_path / "spec.yaml", stand_in_spec("meet", hosts, {"replicas": 2, "port": free_port()}),
-    )
-    try:
-        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
-        healthy = [line for line in up.stdout.splitlines() if line.endswith(": healthy")]
-        assert len(healthy) == 2, up.stdout
+    serve = {"replicas": 2, "port": free_port()}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("meet", hosts, serve))
+    with deployed(spec, *known(ssh_env)) as done:
+        healthy = [line for line in done["up"].stdout.splitlines() if line.endswith(": healthy")]
+        assert len(healthy) == 2, done["up"].stdout
         assert sorted(p.name for p in meet.iterdir()) == ["lo1", "node1"]
-    finally:
-        checked(pdctl("down", str(spec), "--yes", *known(ssh_env)))
+    checked(done["down"])

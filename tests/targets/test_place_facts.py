@@ -4,13 +4,22 @@ do not depend on them; status compares start scripts, so it takes the same --fac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import yaml
 
 from tests.helpers import checked
 from tests.preflight.conftest import FIX, raw_of
 from tests.targets.hosts.test_ssh_up import free_port, known
-from tests.targets.testbed import SshEnv, host_entry, listening, pdctl, processes_in, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    listening,
+    lo1_spec,
+    pdctl,
+    processes_in,
+    status_rows,
+    write_spec,
+)
 
 # 4 PCIe GPUs with NVLink bridges 0-2 and 1-3: listed order would pair 0,1 (PHB).
 BRIDGED = (
@@ -33,30 +42,25 @@ def _recording(root: Path, host: str) -> Path:
 
 
 def _rows(spec: Path, env: SshEnv, *extra: str) -> dict[str, dict]:
-    out = checked(pdctl("status", str(spec), "-o", "json", *known(env), *extra))
-    return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
+    return status_rows(spec, *known(env), *extra, code=0)
 
 
 def test_up_with_facts_places_by_topology_and_status_down_find_it(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
-    host = ssh_env.host("lo1")
     port = free_port()
-    data = {
-        "name": "topo", "phase": 0, "model": {"name": "stand-in", "servedName": "stand-in"},
-        "hosts": [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv), gpus=[0, 1, 2, 3])],
-        "serve": {"replicas": 2, "tensorParallel": 2, "port": port},
-    }
-    spec = write_spec(tmp_path / "spec.yaml", data)
-    facts = _recording(tmp_path, host.name)
+    spec = lo1_spec(ssh_env, tmp_path, "topo", fake_venv, port, {}, host={"gpus": [0, 1, 2, 3]},
+                    replicas=2)
+    data = yaml.safe_load(spec.read_text())
+    data["serve"]["tensorParallel"] = 2
+    write_spec(spec, data)
+    facts = _recording(tmp_path, "lo1")
     try:
         dry = checked(pdctl("up", str(spec), "--dry-run", "--offline", "--facts", str(facts)))
         assert f"topo-serve-0  on lo1  GPUs 0,2  port {port}" in dry.stdout, dry.stdout
         assert f"topo-serve-1  on lo1  GPUs 1,3  port {port + 1}" in dry.stdout
-        up = pdctl(
-            "up", str(spec), "--yes", "--facts", str(facts), *known(ssh_env), "--timeout", "60"
-        )
-        assert up.returncode == 0, up.stdout + up.stderr
+        up = ["up", str(spec), "--yes", "--facts", str(facts), *known(ssh_env), "--timeout", "60"]
+        checked(pdctl(*up))
         start = (tmp_path / "lo1" / "topo" / "topo-serve-0" / "start.sh").read_text()
         assert "CUDA_VISIBLE_DEVICES=0,2" in start
         same = _rows(spec, ssh_env, "--facts", str(facts))

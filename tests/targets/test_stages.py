@@ -10,11 +10,8 @@ import pytest
 from pdctl.targets.kube.status import pod_reason
 from pdctl.targets.stages import latest_line, pod_stage, stage_of
 
-LOG = (
-    (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "startup-docker.log")
-    .read_bytes()
-    .decode()
-)
+LOG = (Path(__file__).resolve().parents[1] / "fixtures/vllm/startup-docker.log").read_bytes()
+LOG = LOG.decode()
 
 
 def upto(marker: str) -> str:
@@ -68,58 +65,33 @@ def pod(name: str, **status: object) -> dict:
     return {"metadata": {"name": name}, "status": status}
 
 
-UNSCHEDULABLE = pod(
-    "p-0",
-    phase="Pending",
-    conditions=[
-        {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: "
-            "0/4 nodes are available: 4 No preemption victims found for incoming pod.",
-        }
-    ],
-)
+SCHEDULED = {"type": "PodScheduled", "status": "True"}
+NOT_READY = {"type": "Ready", "status": "False"}
+UNSCHEDULABLE = pod("p-0", phase="Pending", conditions=[{
+    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: "
+    "0/4 nodes are available: 4 No preemption victims found for incoming pod.",
+}])
 PULLING = pod(
-    "p-1", phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}],
+    "p-1", phase="Pending", conditions=[SCHEDULED],
     containerStatuses=[{"name": "vllm", "state": {"waiting": {"reason": "ContainerCreating"}}}],
 )
 PULL_EVENT = {
     "involvedObject": {"kind": "Pod", "name": "p-1"}, "reason": "Pulling", "type": "Normal",
     "message": 'Pulling image "vllm/vllm-openai:v0.11.0"', "lastTimestamp": "2026-12-01T09:00:00Z",
 }
-BACKOFF = pod(
-    "p-2",
-    phase="Pending",
-    conditions=[{"type": "PodScheduled", "status": "True"}],
-    containerStatuses=[
-        {
-            "name": "vllm",
-            "state": {
-                "waiting": {
-                    "reason": "ImagePullBackOff",
-                    "message": 'Back-off pulling image "vllm/vllm-openai:v9"',
-                }
-            },
-        }
-    ],
-)
-CRASHING = pod(
-    "p-3",
-    phase="Running",
-    conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
-    containerStatuses=[
-        {
-            "name": "vllm", "restartCount": 4,
-            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1m20s"}},
-            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
-        }
-    ],
-)
+BACKOFF = pod("p-2", phase="Pending", conditions=[SCHEDULED], containerStatuses=[{
+    "name": "vllm", "state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": 'Back-off pulling image "vllm/vllm-openai:v9"',
+    }},
+}])
+CRASHING = pod("p-3", phase="Running", conditions=[SCHEDULED, NOT_READY], containerStatuses=[{
+    "name": "vllm", "restartCount": 4,
+    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1m20s"}},
+    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+}])
 LOADING = pod(
-    "p-4", phase="Running",
-    conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+    "p-4", phase="Running", conditions=[SCHEDULED, NOT_READY],
     containerStatuses=[{"name": "vllm", "state": {"running": {"startedAt": "t"}}}],
 )
 
@@ -131,12 +103,7 @@ def test_pod_stage():
     assert pod_stage(BACKOFF, []) == "failing"
     assert pod_stage(CRASHING, []) == "failing"
     assert pod_stage(LOADING, []) == "starting"
-    ready = pod(
-        "p-5",
-        conditions=[
-            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"},
-        ],
-    )
+    ready = pod("p-5", conditions=[SCHEDULED, {"type": "Ready", "status": "True"}])
     assert pod_stage(ready, []) == "healthy"
 
 

@@ -76,12 +76,9 @@ def group_changes(observed_states: dict[str, tuple[bool, str]]):
     plan, bundle = plan_and_bundle("phase0-multinode.yaml")
     units = desired_units(plan, bundle)
     observed = [
-        Observed(
-            u.host.name, u.name, observed_states[u.name][1] or u.hash, *observed_states[u.name][:1],
-            "7",
-        )
-        for u in units
-        if u.name in observed_states
+        Observed(u.host.name, u.name, observed_states[u.name][1] or u.hash,
+                 observed_states[u.name][0], "7")
+        for u in units if u.name in observed_states
     ]
     leaders = {u.unit.name: u.unit.leader for u in bundle.units}
     return units, {c.unit: c for c in whole_groups(diff(units, observed), leaders)}

@@ -4,18 +4,21 @@ stand-in engine, and helpers. Tests skip (with the reason) when the services are
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import pdctl, worker  # noqa: F401 - the target tests import pdctl from here
+from tests.helpers import checked, pdctl, worker  # noqa: F401 - the target tests import pdctl from here
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,6 +124,56 @@ def stand_in_spec(
 def write_spec(path: Path, spec: dict) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+
+def lo1_spec(
+    env: SshEnv, data: Path, name: str, venv: Path | None = None, port: int | None = None,
+    engine: dict | None = None, file: str = "spec.yaml", host: dict | None = None,
+    replicas: int = 1, **sections: object,
+) -> Path:
+    """data/`file`: stand_in_spec of `replicas` engines `name` on lo1 (`host`: more fields of
+    its entry), from `port` (a free one by default)."""
+    extra = {**({"venv": str(venv)} if venv else {}), **(host or {})}
+    entry = host_entry(env, env.host("lo1"), data, **extra)
+    serve = {"replicas": replicas, "port": port or free_port()}
+    return write_spec(data / file, stand_in_spec(name, [entry], serve, engine, **sections))
+
+
+def connect(env: SshEnv, to: str | TestHost = "lo1", known_hosts: str = ""):  # type: ignore[no-untyped-def]
+    """A pdctl Connection to the test host `to` (a name of `env`'s), connected as root with
+    the test key, checked against `known_hosts` (`env`'s by default)."""
+    from pdctl.spec.model import Host
+    from pdctl.targets.ssh import Connection, SshOptions
+
+    h = env.host(to) if isinstance(to, str) else to
+    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=env.key)
+    return Connection(host, SshOptions(known_hosts=known_hosts or env.known_hosts)).connect()
+
+
+def status_rows(spec: Path, *flags: str, code: int | None = None) -> dict[str, dict]:
+    """`pdctl status -o json`'s instances by unit (its exit status `code` unless None)."""
+    out = pdctl("status", str(spec), "-o", "json", *flags)
+    if code is not None:
+        checked(out, code)
+    return {r["unit"]: r for r in json.loads(out.stdout)["instances"]}
+
+
+def status_row(spec: Path, *flags: str) -> dict:
+    """The one instance of a one-unit deployment, from `pdctl status -o json`."""
+    (row,) = status_rows(spec, *flags).values()
+    return row
+
+
+@contextmanager
+def deployed(spec: Path, *flags: str, timeout: str = "60") -> Iterator[dict]:
+    """`up` of `spec` (it must succeed), its result under "up" of the dict yielded; `down`
+    after, whatever happened (a failed `up` too), its result under "down"."""
+    done: dict = {}
+    try:
+        done["up"] = checked(pdctl("up", str(spec), "--yes", *flags, "--timeout", timeout))
+        yield done
+    finally:
+        done["down"] = pdctl("down", str(spec), *flags)
 
 
 @pytest.fixture(scope="session")

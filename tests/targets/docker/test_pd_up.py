@@ -16,7 +16,6 @@ and reads its configuration back."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import replace
@@ -29,22 +28,14 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.docker.engine import create_kwargs
 from tests.helpers import checked
-from tests.targets.docker.test_restart import kill_main_process, restarted_once, status_rows
+from tests.targets.docker.test_restart import kill_main_process, restarted_once
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.docker.test_target import IMAGE
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
-from tests.targets.hosts.test_hami_hosts_up import ROUTER
-from tests.targets.testbed import free_port, pdctl, write_spec
+from tests.targets.hosts.test_hami_hosts_up import router_venv
+from tests.targets.testbed import free_port, pdctl, status_rows, write_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def router_venv(tmp: Path) -> Path:
-    router = tmp / "router-venv"
-    (router / "bin").mkdir(parents=True)
-    (router / "bin" / "vllm-router").write_text(ROUTER)
-    (router / "bin" / "vllm-router").chmod(0o755)
-    return router
 
 
 def spec_file(sshd: DockerSshd, tmp: Path) -> Path:
@@ -79,8 +70,7 @@ def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
     engines = {"dockpd-prefill-0": doc["prefill"]["port"], "dockpd-decode-0": doc["decode"]["port"]}
     try:
         checked(pdctl("up", str(spec), "--yes", *conn, "--timeout", "90"))
-        status = checked(pdctl("status", str(spec), "-o", "json", *conn))
-        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        rows = status_rows(spec, *conn, code=0)
         for name in (*engines, "dockpd-router"):
             assert rows[name]["health"] == "healthy", rows[name]
         for name, port in engines.items():
@@ -101,13 +91,12 @@ def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
             # the host's restart policy (default unless-stopped) and json-file rotation
             policy = {"Name": "unless-stopped", "MaximumRetryCount": 0}
             assert host_config["RestartPolicy"] == policy
-            assert host_config["LogConfig"] == {
-                "Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"},
-            }
+            logs = {"Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"}}
+            assert host_config["LogConfig"] == logs
         # An engine whose main process dies is brought back by Docker; `status` says how often.
         kill_main_process(docker_client.containers.get("dockpd-prefill-0"))
         restarted_once(docker_client, "dockpd-prefill-0")
-        rows = status_rows(spec, *conn)
+        rows = status_rows(spec, *conn, code=0)
         assert rows["dockpd-prefill-0"]["state"] == "running (restarted 1 time)", rows
         assert rows["dockpd-decode-0"]["state"] == "running", rows
     finally:
@@ -143,11 +132,9 @@ def test_sdk_creates_a_sliced_decode_container_with_the_library_lock_and_rdma(
         assert host_config["IpcMode"] == "host"
         assert host_config["CapAdd"] == ["IPC_LOCK"]
         assert host_config["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+        ib = "/dev/infiniband"
         assert host_config["Devices"] == [
-            {
-                "PathOnHost": "/dev/infiniband", "PathInContainer": "/dev/infiniband",
-                "CgroupPermissions": "rwm",
-            }
+            {"PathOnHost": ib, "PathInContainer": ib, "CgroupPermissions": "rwm"}
         ]
         binds = sorted(host_config["Binds"])
         folder = tmp_path / "data" / "qwen-hami-docker" / unit.name

@@ -14,60 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from tests.helpers import checked
-from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
+from tests.targets.docker.bed import docker_spec, remove_all, urls
+from tests.targets.docker.test_target import docker_client, free_port  # noqa: F401
 from tests.targets.hosts.test_up_progress import LOADING, follow
 from tests.targets.testbed import pdctl
-
-
-def docker_spec(tmp: Path, name: str, hosts: dict[str, str], port: int, image: str = IMAGE) -> Path:
-    """A phase 0 spec of one engine per docker host (name -> address); each host's HF cache
-    is its own folder, tmp/hf-NAME, whose `standin/listen` makes the engine listen on the
-    host's address and `port`."""
-    model = tmp / "model"
-    model.mkdir(exist_ok=True)
-    entries = []
-    for host, address in hosts.items():
-        ctl = tmp / f"hf-{host}" / "standin"
-        ctl.mkdir(parents=True, exist_ok=True)
-        (ctl / "listen").write_text(f"{address}:{port}")
-        entries.append(
-            {
-                "name": host,
-                "address": address,
-                "runtime": "docker",
-                "hfCache": str(tmp / f"hf-{host}"),
-                "dataDir": str(tmp / "data"),
-                "network": "host",  # the test dockerd has no bridge
-            }
-        )
-    spec = tmp / f"{name}.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "name": name, "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": image}, "hosts": entries,
-                "serve": {"port": port, "replicas": len(hosts)},
-            }
-        )
-    )
-    return spec
-
-
-def urls(*hosts: str) -> list[str]:
-    out = []
-    for host in hosts:
-        out += ["--docker-url", f"{host}={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
-    return out
-
-
-def remove_all(client, deployment: str) -> None:
-    for c in client.containers.list(
-        all=True, filters={"label": f"pdctl.io/deployment={deployment}"}
-    ):
-        c.remove(force=True)
 
 
 def stage_lines(out: str, timeout: int) -> list[str]:

@@ -12,7 +12,8 @@ import pytest
 
 from pdctl.targets.docker.pull import PullProgress, present, reference
 from tests.helpers import checked
-from tests.targets.docker.test_progress import docker_spec, remove_all, stage_lines, urls
+from tests.targets.docker.bed import docker_spec, remove_all, urls
+from tests.targets.docker.test_progress import stage_lines
 from tests.targets.docker.test_target import CHANGES, ENTRYPOINT, engine_rootfs, free_port
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.registry import Image, Registry, image_from_rootfs
@@ -136,18 +137,10 @@ def test_pull_progress_line_counts_layers_and_bytes():
     for layer in ("a", "b", "c"):
         p.update({"status": "Pulling fs layer", "progressDetail": {}, "id": layer})
     p.update({"status": "Already exists", "progressDetail": {}, "id": "c"})
-    p.update(
-        {
-            "status": "Downloading",
-            "progressDetail": {"current": 1_100_000_000, "total": 3_000_000_000}, "id": "a",
-        }
-    )
-    p.update(
-        {
-            "status": "Downloading",
-            "progressDetail": {"current": 2_000_000_000, "total": 6_800_000_000}, "id": "b",
-        }
-    )
+    for layer, current, total in (("a", 1_100_000_000, 3_000_000_000),
+                                  ("b", 2_000_000_000, 6_800_000_000)):
+        detail = {"current": current, "total": total}
+        p.update({"status": "Downloading", "progressDetail": detail, "id": layer})
     assert p.line() == "pulling vllm/vllm-openai:v0.x: 1/3 layers, 3.1/9.8 GB"
     p.update({"status": "Download complete", "progressDetail": {}, "id": "a"})
     p.update({"status": "Pull complete", "progressDetail": {}, "id": "a"})

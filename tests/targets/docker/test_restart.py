@@ -6,8 +6,6 @@ SSH is checked for the same in test_pd_up.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 
@@ -15,9 +13,9 @@ import pytest
 import yaml
 
 from tests.helpers import checked
-from tests.targets.docker.test_target import IMAGE
+from tests.targets.docker.bed import docker_spec, urls
 from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401
-from tests.targets.testbed import free_port, pdctl, write_spec
+from tests.targets.testbed import free_port, pdctl, status_rows, write_spec
 
 
 def kill_main_process(container) -> None:
@@ -38,67 +36,39 @@ def restarted_once(client, name: str) -> None:
         time.sleep(0.2)
 
 
-def status_rows(spec: Path, *args: str) -> dict[str, dict]:
-    status = checked(pdctl("status", str(spec), "-o", "json", *args))
-    return {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
-
-
 def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
     docker_client,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    port = free_port()
-    model = tmp_path / "model"
-    model.mkdir()
-    host = {
-        "name": "local",
-        "address": "127.0.0.1",
-        "runtime": "docker",
-        "restart": "always",
-        "logMaxSize": "10m",
-        "logMaxFiles": 2,
-        "hfCache": str(tmp_path / "hf"),
-        "dataDir": str(tmp_path / "data"),
-        "network": "host",  # the test dockerd has no bridge
-    }
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "name": "sdkrestart", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-            "engine": {"device": "cpu", "image": IMAGE}, "hosts": [host], "serve": {"port": port},
-        },
-    )
-    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    host = {"restart": "always", "logMaxSize": "10m", "logMaxFiles": 2}
+    spec = docker_spec(tmp_path, "sdkrestart", host=host)
+    url = urls("local")
     name = "sdkrestart-serve-0"
     try:
         checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url))
         c = docker_client.containers.get(name)
         host_config = c.attrs["HostConfig"]
         assert host_config["RestartPolicy"] == {"Name": "always", "MaximumRetryCount": 0}
-        assert host_config["LogConfig"] == {
-            "Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"},
-        }
+        logs = {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}}
+        assert host_config["LogConfig"] == logs
         kill_main_process(c)
         restarted_once(docker_client, name)
         assert rows_state(spec, url, name) == "running (restarted 1 time)"
         # The policy is part of the unit: a changed policy replaces the container.
-        host["restart"] = "on-failure:3"
         doc = yaml.safe_load(spec.read_text())
-        doc["hosts"] = [host]
+        doc["hosts"][0]["restart"] = "on-failure:3"
         write_spec(spec, doc)
         planned = pdctl("up", str(spec), "--dry-run", *url)
         assert "spec changed" in planned.stdout, planned.stdout + planned.stderr
     finally:
         down = pdctl("down", str(spec), *url)
     assert down.returncode == 0, down.stdout + down.stderr
-    left = docker_client.containers.list(
-        all=True, filters={"label": "pdctl.io/deployment=sdkrestart"}
-    )
-    assert left == []
+    labelled = {"label": "pdctl.io/deployment=sdkrestart"}
+    assert docker_client.containers.list(all=True, filters=labelled) == []
 
 
 def rows_state(spec: Path, url: list[str], name: str) -> str:
-    return status_rows(spec, *url)[name]["state"]
+    return status_rows(spec, *url, code=0)[name]["state"]
 
 
 def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811

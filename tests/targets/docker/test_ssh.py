@@ -22,6 +22,7 @@ from pdctl.targets.docker.transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
 from tests.sshd import need_root, start_sshd
+from tests.targets.docker.bed import docker_spec
 from tests.targets.testbed import ssh_env_or_skip
 
 
@@ -64,20 +65,7 @@ def lo1() -> tuple[str, int, str, str]:
 
 
 def spec_for(tmp_path: Path) -> Path:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    path = tmp_path / "spec.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "viassh", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": "pdctl-test/engine:1"},
-                "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
-                "serve": {"port": 18000},
-            }
-        )
-    )
-    return path
+    return docker_spec(tmp_path, "viassh", port=18000)
 
 
 def test_an_unknown_host_key_is_refused(lo1, tmp_path: Path) -> None:
@@ -92,11 +80,8 @@ def test_an_unknown_host_key_is_refused(lo1, tmp_path: Path) -> None:
 
 def test_a_changed_host_key_is_refused_even_with_accept_new(lo1, tmp_path: Path) -> None:
     address, port, key, known = lo1
-    lo2_key = next(
-        line.split(maxsplit=1)[1]
-        for line in Path(known).read_text().splitlines()
-        if line.startswith("[127.0.0.2]")
-    )
+    lines = Path(known).read_text().splitlines()
+    lo2_key = next(line.split(maxsplit=1)[1] for line in lines if line.startswith("[127.0.0.2]"))
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[{address}]:{port} {lo2_key}\n")
     access = DockerAccess(
@@ -110,13 +95,9 @@ def test_cli_refuses_an_unknown_host_key_in_one_line(lo1, tmp_path, capsys) -> N
     address, port, key, _ = lo1
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    code, out, err = run_cli(
-        [
-            "status", str(spec_for(tmp_path)), "--docker-url", f"local=ssh://root@{address}:{port}",
-            "--known-hosts", str(empty), "-i", key,
-        ],
-        capsys,
-    )
+    url = ["--docker-url", f"local=ssh://root@{address}:{port}"]
+    argv = ["status", str(spec_for(tmp_path)), *url, "--known-hosts", str(empty), "-i", key]
+    code, out, err = run_cli(argv, capsys)
     assert code == 1 and len(err.splitlines()) == 1, err
     assert "unknown host key" in err and "--accept-new-host-keys" in err
     assert empty.read_text() == ""

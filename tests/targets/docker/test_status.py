@@ -11,13 +11,10 @@ uses a second stand-in that enforces the key as vLLM does (401 on /v1/* without
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
 import socket
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -25,95 +22,41 @@ import yaml
 
 from pdctl.targets.health import probe
 from tests.helpers import checked
-from tests.targets.docker.test_progress import remove_all
-from tests.targets.docker.test_target import IMAGE, add, docker_client  # noqa: F401
-from tests.targets.testbed import free_port, pdctl, stand_in_spec, write_spec
+from tests.targets.docker.bed import docker_spec, remove_all, urls
+from tests.targets.docker.test_target import IMAGE, docker_client, engine_rootfs, import_once  # noqa: F401
+from tests.targets.testbed import pdctl
 
 KEY = "sk-pdctl-docker-key-5d2a91"
 AUTH_REPO = "pdctl-test/auth-engine"
 
 # Serves /health openly and /v1/models only with `Authorization: Bearer $VLLM_API_KEY` (when
 # the variable is set), one request per connection through busybox nc.
-AUTH_ENGINE = """#!/bin/sh
-port=8000; name=$1
-while [ $# -gt 0 ]; do
-  case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
-  shift
-done
-export NAME=$name
-echo "auth stand-in serving $name on port $port"
-exec nc -ll -p "$port" -e /answer.sh
-"""
-ANSWER = """#!/bin/sh
-read -r method path proto
-auth=
-cr=$(printf '\\r')
-while read -r line; do
-  line=${line%$cr}
-  [ -z "$line" ] && break
-  case $line in [Aa]uthorization:*) auth=${line#*: };; esac
-done
-case ${path%%\\?*} in
-  /health) printf 'HTTP/1.0 200 OK\\r\\n\\r\\n';;
-  /v1/*)
-    if [ -n "$VLLM_API_KEY" ] && [ "$auth" != "Bearer $VLLM_API_KEY" ]; then
-      printf 'HTTP/1.0 401 Unauthorized\\r\\n\\r\\n{"error": "Unauthorized"}'
-    else
-      printf 'HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n'
-      printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$NAME"
-    fi;;
-  *) printf 'HTTP/1.0 404 Not Found\\r\\n\\r\\n';;
-esac
-"""
+DATA = Path(__file__).parents[1] / "data"
+AUTH_ENGINE = (DATA / "auth-engine.sh").read_text()
+ANSWER = (DATA / "auth-answer.sh").read_text()  # answers one request
 AUTH_CHANGES = ["ENV PATH=/bin", 'ENTRYPOINT ["/bin/sh", "/engine.sh"]', "LABEL pdctl.test=auth"]
 
 
 @pytest.fixture(scope="module")
 def auth_image(docker_client) -> str:  # noqa: F811
     """The key-enforcing stand-in, imported once per content (tagged by its digest)."""
-    import docker
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for d in ("bin", "tmp", "proc", "sys", "dev", "etc"):
-            add(tar, d, kind=tarfile.DIRTYPE)
-        with open(shutil.which("busybox") or "", "rb") as fh:
-            add(tar, "bin/busybox", fh.read())
-        for tool in ("sh", "nc", "printf", "echo"):
-            add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
-        add(tar, "engine.sh", AUTH_ENGINE.encode())
-        add(tar, "answer.sh", ANSWER.encode())
-    rootfs = buf.getvalue()
-    digest = hashlib.sha256(rootfs + json.dumps(AUTH_CHANGES).encode()).hexdigest()[:16]
-    tag = f"{AUTH_REPO}:c-{digest}"
-    try:
-        docker_client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        docker_client.api.import_image_from_data(
-            rootfs, repository=AUTH_REPO, tag=f"c-{digest}", changes=AUTH_CHANGES
-        )
-    return tag
+    scripts = {"engine.sh": AUTH_ENGINE, "answer.sh": ANSWER}
+    busybox = shutil.which("busybox") or ""
+    rootfs = engine_rootfs(busybox, tools=("sh", "nc", "printf", "echo"), scripts=scripts)
+    return import_once(docker_client, rootfs, AUTH_REPO, AUTH_CHANGES)
 
 
-def spec_file(
-    tmp: Path, name: str, replicas: int = 1, image: str = IMAGE, **sections: object
-) -> Path:
-    """A phase 0 spec of `replicas` stand-in engines on the one docker host `local`."""
-    hf = tmp / "hf"
-    hf.mkdir(exist_ok=True)
-    host = {"name": "local", "address": "127.0.0.1", "runtime": "docker", "hfCache": str(hf)}
-    host.update(network="host", dataDir=str(tmp / "data"))  # the test dockerd has no bridge
-    if replicas > 1:
-        host["instances"] = replicas
-    engine = {"device": "cpu", "image": image}
-    serve = {"port": free_port(), "replicas": replicas}
-    return write_spec(
-        tmp / f"{name}.yaml", stand_in_spec(name, [host], serve, engine=engine, **sections)
-    )
+def spec_file(tmp: Path, name: str, replicas: int = 1, image: str = IMAGE, **sections) -> Path:
+    """A phase 0 spec of `replicas` stand-in engines on the one docker host `local`, serving
+    the model `stand-in`."""
+    host = {"instances": replicas} if replicas > 1 else {}
+    model = {"name": "stand-in", "servedName": "stand-in"}
+    return docker_spec(tmp, name, image=image, host=host, listen=False, replicas=replicas,
+                       model=model, **sections)
 
 
 def url() -> list[str]:
-    return ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    return urls("local")
 
 
 def status_json(spec: Path, env: dict[str, str] | None = None) -> dict:
@@ -199,15 +142,10 @@ def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
         assert all(r["endpoint"].startswith("http://127.0.0.1:") for r in doc["instances"])
         table = pdctl("status", str(spec), *url())
         assert "0 of 2 units up (serve 0/2)" in table.stdout, table.stdout
-        old = docker_client.containers.create(
-            IMAGE,
-            ["stand-in"],
-            name="dkns-serve-7",
-            labels={
-                "pdctl.io/deployment": "dkns", "pdctl.io/unit": "dkns-serve-7",
-                "pdctl.io/role": "serve",
-            },
-        )
+        labels = {"pdctl.io/deployment": "dkns", "pdctl.io/unit": "dkns-serve-7"}
+        labels["pdctl.io/role"] = "serve"
+        old = docker_client.containers.create(IMAGE, ["stand-in"], name="dkns-serve-7",
+                                              labels=labels)
         doc = status_json(spec)
         assert rows(doc)[-1] == ("dkns-serve-7", "stopped (not in spec)", "-", "")
         assert doc["instances"][-1]["pid"] == old.short_id
@@ -244,16 +182,10 @@ def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_pa
     """Without UNIT, a unit without a container does not hide the others' logs."""
     spec = spec_file(tmp_path, "dklh", replicas=2)
     try:
-        c = docker_client.containers.run(
-            IMAGE,
-            name="dklh-serve-1",
-            entrypoint=["/bin/sh", "-c", "echo first; echo second"],
-            labels={
-                "pdctl.io/deployment": "dklh", "pdctl.io/unit": "dklh-serve-1",
-                "pdctl.io/role": "serve",
-            },
-            detach=True,
-        )
+        labels = {"pdctl.io/deployment": "dklh", "pdctl.io/unit": "dklh-serve-1"}
+        labels["pdctl.io/role"] = "serve"
+        c = docker_client.containers.run(IMAGE, name="dklh-serve-1", labels=labels, detach=True,
+                                         entrypoint=["/bin/sh", "-c", "echo first; echo second"])
         c.wait(timeout=60)
         out = checked(pdctl("logs", str(spec), *url()))
         assert out.stdout.splitlines() == [

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tarfile
+from pathlib import Path
 from threading import Event
 
 import pytest
@@ -25,37 +26,10 @@ from pdctl.targets.hosts.health_wait import HealthWait
 from pdctl.targets.outcome import Outcome, UpFailed
 from pdctl.targets.state import Change, Desired, diff
 from tests.helpers import checked
+from tests.targets.docker.bed import IMAGE, docker_spec, urls
 from tests.targets.testbed import free_port
 
-IMAGE = "pdctl-test/engine:1"
-ENGINE_SH = """#!/bin/sh
-# Stand-in for `vllm serve` args: MODEL --port P --served-model-name N
-trap 'exit 0' TERM
-model=$1; shift
-port=8000; name=$model
-while [ $# -gt 0 ]; do
-  case $1 in --port) port=$2; shift;; --served-model-name) name=$2; shift;; esac
-  shift
-done
-# A test steers one container through its HF cache folder (a folder per spec host):
-# `listen` overrides the address:port, `log` is printed first, `hold` delays serving while it
-# exists (so a test sees each stage however slow the machine is).
-ctl=/root/.cache/huggingface/standin
-[ -f "$ctl/listen" ] && port=$(cat "$ctl/listen")
-[ -f "$ctl/log" ] && cat "$ctl/log"
-while [ -e "$ctl/hold" ]; do sleep 0.2; done
-case $model in /missing*)
-  echo "OSError: stand-in: model path $model does not exist" >&2; exit 1;;
-esac
-mkdir -p /www/v1
-: > /www/health
-printf '{"object":"list","data":[{"id":"%s","object":"model"}]}' "$name" > /www/v1/models
-echo "stand-in engine serving $name on port $port"
-# httpd in the background: the shell (PID 1) ends on SIGTERM, so a stop takes no grace time
-httpd -f -p "$port" -h /www &
-trap 'kill $!; exit 0' TERM
-wait
-"""
+ENGINE_SH = (Path(__file__).parents[1] / "data" / "standin-engine.sh").read_text()
 
 
 def add(
@@ -71,39 +45,50 @@ ENTRYPOINT = ["/bin/sh", "/engine.sh"]
 CHANGES = ["ENV PATH=/bin", f"ENTRYPOINT {json.dumps(ENTRYPOINT)}", "LABEL pdctl.test=engine"]
 
 
-def engine_rootfs(busybox: str, extra: dict[str, bytes] | None = None) -> bytes:
-    """The stand-in's root filesystem as a tar (with `extra` files); the same bytes every run
-    (fixed mtimes)."""
+def engine_rootfs(
+    busybox: str, extra: dict[str, bytes] | None = None,
+    tools: tuple[str, ...] = ("sh", "httpd", "mkdir", "printf", "echo", "cat", "sleep"),
+    scripts: dict[str, str] | None = None,
+) -> bytes:
+    """A stand-in's root filesystem as a tar: busybox as `tools`, the executable `scripts` (the
+    stand-in's engine.sh unless given) and `extra` files; the same bytes every run (fixed
+    mtimes)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
             add(tar, d, kind=tarfile.DIRTYPE)
         with open(busybox, "rb") as fh:
             add(tar, "bin/busybox", fh.read())
-        for tool in ("sh", "httpd", "mkdir", "printf", "echo", "cat", "sleep"):
+        for tool in tools:
             add(tar, f"bin/{tool}", kind=tarfile.SYMTYPE, link="busybox")
-        add(tar, "engine.sh", ENGINE_SH.encode())
+        for name, text in (scripts or {"engine.sh": ENGINE_SH}).items():
+            add(tar, name, text.encode())
         for name, data in (extra or {}).items():
             add(tar, name, data, mode=0o644)
     return buf.getvalue()
 
 
-def ensure_engine_image(client, rootfs: bytes) -> str:
-    """Import the stand-in once per content: it is tagged by a digest of the rootfs and the
-    image settings, and a run whose image is already there imports nothing. Returns the tag."""
+def import_once(client, rootfs: bytes, repo: str, changes: list[str]) -> str:
+    """`rootfs` imported once per content: tagged repo:c-<digest of the rootfs and the image
+    settings>, and a run whose image is already there imports nothing. Returns that tag."""
     import docker
 
-    digest = hashlib.sha256(rootfs + json.dumps(CHANGES).encode()).hexdigest()[:16]
-    repo, tag = IMAGE.split(":")
-    content_tag = f"{repo}:c-{digest}"
+    digest = hashlib.sha256(rootfs + json.dumps(changes).encode()).hexdigest()[:16]
     try:
-        image = client.images.get(content_tag)
+        client.images.get(f"{repo}:c-{digest}")
     except docker.errors.ImageNotFound:
-        client.api.import_image_from_data(
-            rootfs, repository=repo, tag=f"c-{digest}", changes=CHANGES
-        )
-        image = client.images.get(content_tag)
-    image.tag(repo, tag)  # the name the tests use (moves from an older content's image)
+        client.api.import_image_from_data(rootfs, repository=repo, tag=f"c-{digest}",
+                                          changes=changes)
+    return f"{repo}:c-{digest}"
+
+
+def ensure_engine_image(client, rootfs: bytes) -> str:
+    """The stand-in imported once per content (import_once) and tagged IMAGE. Returns the
+    content's tag."""
+    repo, tag = IMAGE.split(":")
+    content_tag = import_once(client, rootfs, repo, CHANGES)
+    # the name the tests use (moves from an older content's image)
+    client.images.get(content_tag).tag(repo, tag)
     remove_stale_engine_images(client)
     return content_tag
 
@@ -143,11 +128,8 @@ def test_engine_image_is_imported_once_per_content(docker_client):
     content_tag = ensure_engine_image(docker_client, engine_rootfs(shutil.which("busybox")))
     assert {i.id for i in docker_client.images.list(all=True)} <= before
     assert docker_client.images.get(content_tag).id == docker_client.images.get(IMAGE).id
-    stale = [
-        i
-        for i in docker_client.images.list(filters={"dangling": True})
-        if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT
-    ]
+    dangling = docker_client.images.list(filters={"dangling": True})
+    stale = [i for i in dangling if (i.attrs.get("Config") or {}).get("Entrypoint") == ENTRYPOINT]
     assert stale == []
 
 
@@ -298,26 +280,14 @@ def test_foreign_container_is_never_touched(target, docker_client):
 
 def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
     """`pdctl up --docker-url HOST=URL`: the same plan, containers made by the docker SDK."""
-    import yaml
 
     from tests.targets.testbed import pdctl
 
     port = free_port()
     model = tmp_path / "model"  # a model given as a host path is mounted read-only
-    model.mkdir()
-    host = {"name": "local", "address": "127.0.0.1", "runtime": "docker", "network": "host"}
-    host["dataDir"] = str(tmp_path / "data")  # the test dockerd has no bridge: `network: host`
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "name": "sdk", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-                "engine": {"device": "cpu", "image": IMAGE}, "hosts": [host],
-                "serve": {"port": port},
-            }
-        )
-    )
-    url = ["--docker-url", f"local={os.environ['PDCTL_TEST_DOCKER_HOST']}"]
+    # the test dockerd has no bridge: `network: host`; the default HF cache
+    spec = docker_spec(tmp_path, "sdk", port=port, host={"hfCache": None})
+    url = urls("local")
     up = pdctl("up", str(spec), "--yes", "--timeout", "60", *url)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -333,13 +303,11 @@ def test_cli_up_status_down_through_the_sdk(docker_client, tmp_path):
         assert cmd[cmd.index("--port") + 1] == str(port), cmd
         assert c.attrs["HostConfig"]["NetworkMode"] == "host"
         # Switching to the bridge network restarts the engine (its ports change).
-        host["network"] = "bridge"
-        doc = yaml.safe_load(spec.read_text())
-        spec.write_text(yaml.safe_dump({**doc, "hosts": [host]}))
+        host_network = spec.read_text()
+        spec.write_text(host_network.replace("network: host", "network: bridge"))
         planned = pdctl("up", str(spec), "--dry-run", *url)
         assert "spec changed" in planned.stdout, planned.stdout + planned.stderr
-        host["network"] = "host"
-        spec.write_text(yaml.safe_dump({**doc, "hosts": [host]}))
+        spec.write_text(host_network)
         status = pdctl("status", str(spec), "-o", "json", *url)
         assert '"unit": "sdk-serve-0"' in status.stdout and '"state": "running"' in status.stdout
         # logs reads the container's log through the same target as up and status.

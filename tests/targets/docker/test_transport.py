@@ -13,24 +13,14 @@ import yaml
 from pdctl.errors import PdctlError, UsageError
 from pdctl.targets.docker.transport import DockerAccess, check, connect
 from tests.conftest import run_cli
+from tests.targets.docker.bed import docker_spec
 from tests.targets.testbed import closed_port
 from tests.targets.tls_engine import TlsEngine, make_certs
 
 
 def write_spec(tmp_path: Path, secrets: bool = False) -> Path:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    spec = {
-        "name": "tls", "phase": 0, "model": {"name": str(model), "servedName": "tiny"},
-        "engine": {"device": "cpu", "image": "pdctl-test/engine:1"},
-        "hosts": [{"name": "local", "address": "127.0.0.1", "runtime": "docker"}],
-        "serve": {"port": 18000},
-    }
-    if secrets:
-        spec["secrets"] = {"hfToken": {"env": "HF_TOKEN"}}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    token = {"secrets": {"hfToken": {"env": "HF_TOKEN"}}} if secrets else {}
+    return docker_spec(tmp_path, "tls", port=18000, **token)
 
 
 @pytest.fixture

@@ -8,34 +8,26 @@ from pathlib import Path
 
 from tests.helpers import checked
 from tests.targets.hosts.test_ssh_up import free_port, known
-from tests.targets.testbed import SshEnv, host_entry, pdctl, write_spec
+from tests.targets.testbed import SshEnv, deployed, lo1_spec, pdctl
 
 
-def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int, max_len: int) -> dict:
-    return {
-        "name": "fdiff", "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in", "maxModelLen": max_len},
-        "engine": {"device": "cpu"},
-        "hosts": [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-        "serve": {"replicas": 1, "port": port},
-    }
+def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int, max_len: int) -> Path:
+    model = {"name": "stand-in", "servedName": "stand-in", "maxModelLen": max_len}
+    return lo1_spec(env, data, "fdiff", venv, port, model=model)
 
 
 def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ):
     port = free_port()
-    spec = write_spec(
-        tmp_path / "spec.yaml", one_host_spec(ssh_env, fake_venv, tmp_path, port, 2048)
-    )
+    spec = one_host_spec(ssh_env, fake_venv, tmp_path, port, 2048)
     new = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
     assert new.stdout.startswith("start     fdiff-serve-0 on lo1 (new)\n")
     assert new.stdout.endswith("1 start\n")
-    checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
-    try:
+    with deployed(spec, *known(ssh_env)):
         same = checked(pdctl("diff", str(spec), *known(ssh_env)))
         assert same.stdout == "1 keep\nno changes\n"
-        write_spec(spec, one_host_spec(ssh_env, fake_venv, tmp_path, port, 4096))
+        one_host_spec(ssh_env, fake_venv, tmp_path, port, 4096)
         changed = checked(pdctl("diff", str(spec), *known(ssh_env)), 1)
         lines = changed.stdout.splitlines()
         assert lines[0] == "restart   fdiff-serve-0 on lo1 (spec changed)"
@@ -55,13 +47,11 @@ def test_diff_on_a_host_new_then_nothing_then_the_changed_script(
         assert lines[0] == "start     fdiff-serve-0 on lo1 (spec changed, not running)", lines
         assert lines[1] == f"--- lo1:{folder}/start.sh", lines
         assert [x for x in lines if x.startswith("+") and "4096" in x], stopped.stdout
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
 
 
 def test_diff_of_an_unreachable_host_is_an_error(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
-    data = one_host_spec(ssh_env, fake_venv, tmp_path, free_port(), 2048)
-    data["hosts"][0]["port"] = free_port()  # nobody listens there
-    spec = write_spec(tmp_path / "spec.yaml", data)
+    model = {"name": "stand-in", "servedName": "stand-in", "maxModelLen": 2048}
+    nobody = {"port": free_port()}  # nobody listens there
+    spec = lo1_spec(ssh_env, tmp_path, "fdiff", fake_venv, host=nobody, model=model)
     out = checked(pdctl("diff", str(spec), *known(ssh_env), "--connect-timeout", "2"), 2)
     assert len(out.stderr.splitlines()) == 1 and "lo1" in out.stderr

@@ -8,24 +8,20 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-from pdctl.plan import make_plan
-from pdctl.render import render
-from pdctl.spec import load_text
-from pdctl.targets.kube.target import KubeTarget
 from tests.helpers import checked, known
 from tests.pty_run import on_a_pty
-from tests.targets.kube.test_target import write_kube_files
+from tests.targets.kube.examples import kube_target
+from tests.targets.kube.test_target import phase1, write_kube_files
 from tests.targets.testbed import (
     SshEnv,
     free_port,
     host_entry,
     listening,
+    lo1_spec,
     pdctl,
     processes_in,
-    stand_in_spec,
     write_spec,
 )
 
@@ -35,14 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_down_dry_run_on_a_host_lists_and_stops_nothing(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
-    host = ssh_env.host("lo1")
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "dry", [host_entry(ssh_env, host, tmp_path, venv=str(fake_venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
+    spec = lo1_spec(ssh_env, tmp_path, "dry", fake_venv)
     folder = tmp_path / "lo1" / "dry"
     before = checked(pdctl("down", str(spec), "--dry-run", *known(ssh_env)))
     assert "nothing runs: nothing to stop" in before.stdout
@@ -78,25 +67,9 @@ def test_status_counts_the_router(ssh_env: SshEnv, tmp_path: Path) -> None:
     assert doc["summary"]["units"] == 4 and doc["summary"]["roles"]["router"] == 1
 
 
-def phase1_plan(name: str) -> tuple:
-    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
-    data["name"] = name
-    data["kubernetes"]["createNamespace"] = False  # kmock cannot create cluster-scoped objects
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec)
-    return plan, list(render(plan).objects)
-
-
-@pytest.fixture
-def api(cluster):
-    from kubernetes import client
-
-    return client.ApiClient(client.Configuration(host=cluster.url))
-
-
-def test_down_on_kubernetes_dry_run_then_asks(cluster, api, tmp_path: Path) -> None:
-    plan, objs = phase1_plan("kdry")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+def test_down_on_kubernetes_dry_run_then_asks(cluster, tmp_path: Path) -> None:
+    plan, objs = phase1("kdry")
+    tgt = kube_target(cluster.url, plan)
     tgt.apply_objects(objs)
     owned = sorted(tgt.owned())
     spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kdry")
@@ -139,10 +112,7 @@ exit 1
 
 def deploy(env: SshEnv, venv: Path, data: Path) -> tuple[Path, int]:
     port = free_port()
-    host = host_entry(env, env.host("lo1"), data, venv=str(venv), instances=2)
-    spec = write_spec(
-        data / "spec.yaml", stand_in_spec(NAME, [host], {"replicas": 2, "port": port})
-    )
+    spec = lo1_spec(env, data, NAME, venv, port, host={"instances": 2}, replicas=2)
     checked(pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, "--timeout", "60"))
     return spec, port
 

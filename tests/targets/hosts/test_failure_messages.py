@@ -24,18 +24,18 @@ from rich.console import Console
 
 from pdctl.cli.progress import report_failures, report_undo
 from pdctl.render.host_scripts import host_scripts
-from pdctl.spec.model import Host
 from pdctl.targets.health import probe
 from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed, last_line
-from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.stages import latest_line, printable
 from tests.helpers import checked
 from tests.targets.testbed import (
     SshEnv,
     closed_port,
+    connect,
     free_port,
     host_entry,
+    lo1_spec,
     pdctl,
     stand_in_spec,
     write_spec,
@@ -73,20 +73,11 @@ def test_quoted_log_text_has_no_escapes_or_control_characters() -> None:
 
 def test_a_help_hint_is_not_the_quoted_cause() -> None:
     # docker run's own output (docker CLI 26): the cause, then the pointer to its help.
-    assert (
-        last_line(
-            'docker: Error response from daemon: Conflict. The container name "/x" is already '
-            "in use.\nSee 'docker run --help'.\n"
-        )
-        == 'docker: Error response from daemon: Conflict. The container name "/x" is already '
-        "in use."
-    )
-    assert (
-        last_line(
-            "docker: invalid reference format.\nRun 'docker run --help' for more information\n"
-        )
-        == "docker: invalid reference format."
-    )
+    conflict = 'docker: Error response from daemon: Conflict. The container name "/x" is already '
+    conflict += "in use."
+    assert last_line(conflict + "\nSee 'docker run --help'.\n") == conflict
+    invalid = "docker: invalid reference format."
+    assert last_line(invalid + "\nRun 'docker run --help' for more information\n") == invalid
 
 
 def test_a_docker_host_start_failure_quotes_dockers_cause(ssh_env: SshEnv, tmp_path: Path) -> None:
@@ -94,14 +85,8 @@ def test_a_docker_host_start_failure_quotes_dockers_cause(ssh_env: SshEnv, tmp_p
     reached, lack the image): docker run prints the cause, then its help hint."""
     if shutil.which("docker") is None:
         pytest.skip("needs the docker CLI on the test host (this machine)")
-    entry = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, runtime="docker")
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "dkhint", [entry], {"replicas": 1, "port": free_port()},
-            engine={"device": "cpu", "image": "pdctl-test/absent:1", "version": "0.33.0"},
-        ),
-    )
+    engine = {"device": "cpu", "image": "pdctl-test/absent:1", "version": "0.33.0"}
+    spec = lo1_spec(ssh_env, tmp_path, "dkhint", engine=engine, host={"runtime": "docker"})
     up = pdctl("up", str(spec), "--yes", "--timeout", "30", "--known-hosts", ssh_env.known_hosts)
     assert up.returncode == 1, up.stdout + up.stderr
     headline = next(x for x in up.stdout.splitlines() if x.startswith("FAILED dkhint-serve-0"))
@@ -111,15 +96,9 @@ def test_a_docker_host_start_failure_quotes_dockers_cause(ssh_env: SshEnv, tmp_p
     assert "docker" in headline.split("start script failed: ")[1].lower(), up.stdout
 
 
-def lo1_connection(env: SshEnv) -> Connection:
-    h = env.host("lo1")
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=env.key)
-    return Connection(host, SshOptions(known_hosts=env.known_hosts)).connect()
-
-
 def test_a_refused_port_forward_says_nothing_listens(ssh_env: SshEnv, tmp_path: Path) -> None:
     port = free_port(1)  # nothing listens there
-    conn = lo1_connection(ssh_env)
+    conn = connect(ssh_env)
     try:
         opener = lambda: conn.open_channel(port, "127.0.0.1")  # noqa: E731
         named = probe(opener, "m", where=f"127.0.0.1:{port}")
@@ -163,16 +142,10 @@ def full_tmpfs(tmp_path: Path):
 def test_a_full_data_dir_is_named_with_its_cause(
     ssh_env: SshEnv, fake_venv: Path, full_tmpfs: Path, tmp_path: Path
 ) -> None:
+    key = {"apiKey": {"env": "PDCTL_TEST_API_KEY"}}  # `up` writes secrets.env first: it fails
     entry = host_entry(ssh_env, ssh_env.host("lo1"), full_tmpfs, venv=str(fake_venv))
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(  # an API key: `up` writes secrets.env first, and that fails
-            "fulldd",
-            [entry],
-            {"replicas": 1, "port": free_port()},
-            secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
-        ),
-    )
+    serve = {"replicas": 1, "port": free_port()}
+    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("fulldd", [entry], serve, secrets=key))
     known = ["--known-hosts", ssh_env.known_hosts]
     up = checked(pdctl("up", str(spec), "--yes", *known, env={"PDCTL_TEST_API_KEY": "sk-test"}), 1)
     folder = f"{entry['dataDir']}/fulldd"
@@ -184,21 +157,10 @@ def test_a_full_data_dir_is_named_with_its_cause(
 # `pdctl up` when a host cannot be reached: one line naming the host, its address and the
 # cause (exit 1, no traceback); `--dry-run --offline` shows the plan without connecting.
 def spec_for(tmp_path: Path, port: int) -> Path:
-    return write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "name": "u",
-            "phase": 0,
-            "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
-            "hosts": [
-                {
-                    "name": "gpu-a", "address": "127.0.0.1", "port": port, "gpus": [0],
-                    "dataDir": str(tmp_path / "data"),
-                }
-            ],
-            "serve": {"port": 8000},
-        },
-    )
+    host = {"name": "gpu-a", "address": "127.0.0.1", "port": port, "gpus": [0]}
+    host["dataDir"] = str(tmp_path / "data")
+    spec = {"name": "u", "phase": 0, "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}
+    return write_spec(tmp_path / "spec.yaml", {**spec, "hosts": [host], "serve": {"port": 8000}})
 
 
 def test_unreachable_host_is_one_line_naming_host_address_and_cause(tmp_path: Path):

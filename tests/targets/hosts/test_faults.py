@@ -17,13 +17,12 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError
-from pdctl.spec.model import Host
-from pdctl.targets.ssh import Connection, SshOptions
 from tests.helpers import checked, wait_until
 from tests.targets.faulthost import start_fault_host, stop_fault_host
 from tests.targets.testbed import (
     SshEnv,
     TestHost,
+    connect,
     free_port,
     host_entry,
     pdctl,
@@ -31,12 +30,6 @@ from tests.targets.testbed import (
     stand_in_spec,
     write_spec,
 )
-
-
-def connect(env: SshEnv, name: str = "lo1") -> Connection:
-    h = env.host(name)
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=env.key)
-    return Connection(host, SshOptions(known_hosts=env.known_hosts)).connect()
 
 
 def test_run_gives_up_after_its_timeout_naming_host_and_step(ssh_env: SshEnv, tmp_path: Path):
@@ -230,10 +223,16 @@ def test_down_and_status_with_a_host_unreachable(ssh_env, fault_host, fake_venv,
         kill_all_in(tmp_path)
 
 
-def good_deployment(env: SshEnv, venv: Path, data: Path) -> tuple[Path, dict]:
-    spec = spec_with(env, venv, data, lo1_and_node1(env), GOOD="1")
-    checked(pdctl("up", str(spec), "--yes", "--known-hosts", env.known_hosts, env=SECRET))
-    return spec, pids(spec, env)
+@pytest.fixture
+def good(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
+    """A good deployment on lo1 and node1: (spec, pids); afterwards the good spec goes down,
+    and nothing of it runs."""
+    spec = spec_with(ssh_env, fake_venv, tmp_path, lo1_and_node1(ssh_env), GOOD="1")
+    checked(pdctl("up", str(spec), "--yes", "--known-hosts", ssh_env.known_hosts, env=SECRET))
+    yield spec, pids(spec, ssh_env)
+    set_env(spec, GOOD="1")
+    pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
+    assert processes_in(tmp_path) == []
 
 
 def pids(spec: Path, env: SshEnv) -> dict[str, str]:
@@ -251,58 +250,51 @@ def assert_good_version_serves(spec: Path, env: SshEnv, data: Path) -> None:
     assert {k: len(v) for k, v in engines(data).items()} == {"fake-serve-0": 1, "fake-serve-1": 1}
 
 
-def test_bad_update_after_a_good_one_restores_the_previous_version(ssh_env, fake_venv, tmp_path):
-    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
-    good = spec.read_text()
-    try:
-        data = yaml.safe_load(good)
-        data["model"]["name"] = "/nonexistent/model"
-        bad = write_spec(tmp_path / "bad.yaml", data)
-        up = pdctl("up", str(bad), "--yes", "--known-hosts", ssh_env.known_hosts, env=SECRET)
-        assert up.returncode == 1, up.stdout + up.stderr
-        line = one_error_line(up.stderr)
-        assert "fake-serve-0 on host lo1 failed: the process exited" in line, line
-        assert "model path /nonexistent/model does not exist" in line
-        assert "restored the previous version of fake-serve-0 (healthy)" in line, line
-        assert "restored the previous version of fake-serve-0 (healthy)" in up.stdout
-        after = pids(spec, ssh_env)
-        assert after["fake-serve-1"] == before["fake-serve-1"]  # never touched: one at a time
-        assert after["fake-serve-0"] != before["fake-serve-0"]  # the good version, restarted
-        assert_good_version_serves(spec, ssh_env, tmp_path)
-        kept = tmp_path / "lo1" / "fake" / "fake-serve-0" / "previous" / "start.sh"
-        assert (
-            kept.read_text()
-            == (tmp_path / "lo1" / "fake" / "fake-serve-0" / "start.sh").read_text()
-        )
-    finally:
-        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert processes_in(tmp_path) == []
+def up_bad_model(spec: Path, env: SshEnv, *extra: str):  # type: ignore[no-untyped-def]
+    """`up` of `spec` with a model path that does not exist (bad.yaml beside it)."""
+    data = yaml.safe_load(spec.read_text())
+    data["model"]["name"] = "/nonexistent/model"
+    bad = write_spec(spec.parent / "bad.yaml", data)
+    up = pdctl("up", str(bad), "--yes", *extra, "--known-hosts", env.known_hosts, env=SECRET)
+    assert up.returncode == 1, up.stdout + up.stderr
+    return up
 
 
-def test_engine_killed_during_a_replacement_brings_the_previous_back(ssh_env, fake_venv, tmp_path):
-    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
-    try:
-        set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
-        up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
-        up.wait_for("starting fake-serve-0")
-        pid_file = tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid"
-        old = int(before["fake-serve-0"])
-        new = wait_until(lambda: (n := wait_pid_file(pid_file, up)) != old and n, "a new pid")
-        os.killpg(new, signal.SIGKILL)
-        rc, out, err = up.finish()
-        assert rc == 1, out + err
-        line = one_error_line(err)
-        assert (
-            "fake-serve-0 on host lo1 failed: the process exited before it became healthy" in line
-        ), line
-        assert "restored the previous version of fake-serve-0 (healthy)" in line, line
-        set_env(spec, GOOD="1")
-        assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
-        assert_good_version_serves(spec, ssh_env, tmp_path)
-    finally:
-        set_env(spec, GOOD="1")
-        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert processes_in(tmp_path) == []
+def test_bad_update_after_a_good_one_restores_the_previous_version(good, ssh_env, tmp_path):
+    spec, before = good
+    up = up_bad_model(spec, ssh_env)
+    line = one_error_line(up.stderr)
+    assert "fake-serve-0 on host lo1 failed: the process exited" in line, line
+    assert "model path /nonexistent/model does not exist" in line
+    assert "restored the previous version of fake-serve-0 (healthy)" in line, line
+    assert "restored the previous version of fake-serve-0 (healthy)" in up.stdout
+    after = pids(spec, ssh_env)
+    assert after["fake-serve-1"] == before["fake-serve-1"]  # never touched: one at a time
+    assert after["fake-serve-0"] != before["fake-serve-0"]  # the good version, restarted
+    assert_good_version_serves(spec, ssh_env, tmp_path)
+    unit = tmp_path / "lo1" / "fake" / "fake-serve-0"
+    assert (unit / "previous" / "start.sh").read_text() == (unit / "start.sh").read_text()
+
+
+def test_engine_killed_during_a_replacement_brings_the_previous_back(good, ssh_env, tmp_path):
+    spec, before = good
+    set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
+    up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
+    up.wait_for("starting fake-serve-0")
+    pid_file = tmp_path / "lo1" / "fake" / "fake-serve-0" / "pid"
+    old = int(before["fake-serve-0"])
+    new = wait_until(lambda: (n := wait_pid_file(pid_file, up)) != old and n, "a new pid")
+    os.killpg(new, signal.SIGKILL)
+    rc, out, err = up.finish()
+    assert rc == 1, out + err
+    line = one_error_line(err)
+    assert (
+        "fake-serve-0 on host lo1 failed: the process exited before it became healthy" in line
+    ), line
+    assert "restored the previous version of fake-serve-0 (healthy)" in line, line
+    set_env(spec, GOOD="1")
+    assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
+    assert_good_version_serves(spec, ssh_env, tmp_path)
 
 
 def wait_until_serving(spec: Path, env: SshEnv) -> None:
@@ -324,76 +316,54 @@ def wait_until_serving(spec: Path, env: SshEnv) -> None:
     ],
 )
 def test_ctrl_c_during_a_replacement_brings_the_previous_version_back(
-    when: str, ssh_env, fake_venv, tmp_path
+    when: str, good, ssh_env, tmp_path
 ):
-    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
-    try:
-        set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
-        up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
-        up.wait_for("starting fake-serve-0" if when == "twice" else when)
+    spec, before = good
+    set_env(spec, FAKE_VLLM_HANG="1")  # the new version: alive, never healthy
+    up = Up(spec, ssh_env.known_hosts, "--timeout", "300")
+    up.wait_for("starting fake-serve-0" if when == "twice" else when)
+    up.proc.send_signal(signal.SIGINT)
+    if when == "twice":
+        up.wait_for("interrupted (Ctrl-C): undoing this run")
         up.proc.send_signal(signal.SIGINT)
-        if when == "twice":
-            up.wait_for("interrupted (Ctrl-C): undoing this run")
-            up.proc.send_signal(signal.SIGINT)
-        rc, out, err = up.finish()
-        assert rc == 1, out + err
-        line = one_error_line(err)
-        assert line.startswith(
-            "error: up failed: interrupted (Ctrl-C); restored the previous "
-            "version of fake-serve-0 ("
-        ), line
-        state = line.split("restored the previous version of fake-serve-0 (", 1)[1]
-        if when == "twice":  # told not to wait: it says so, unless it was healthy at once
-            assert state.startswith(("healthy)", "not waited for: Ctrl-C)")), line
-        else:
-            assert state.startswith("healthy)"), line
-        set_env(spec, GOOD="1")
-        wait_until_serving(spec, ssh_env)
-        assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
-        assert_good_version_serves(spec, ssh_env, tmp_path)
-    finally:
-        set_env(spec, GOOD="1")
-        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert processes_in(tmp_path) == []
+    rc, out, err = up.finish()
+    assert rc == 1, out + err
+    line = one_error_line(err)
+    restored = "restored the previous version of fake-serve-0 ("
+    assert line.startswith(f"error: up failed: interrupted (Ctrl-C); {restored}"), line
+    state = line.split(restored, 1)[1]
+    if when == "twice":  # told not to wait: it says so, unless it was healthy at once
+        assert state.startswith(("healthy)", "not waited for: Ctrl-C)")), line
+    else:
+        assert state.startswith("healthy)"), line
+    set_env(spec, GOOD="1")
+    wait_until_serving(spec, ssh_env)
+    assert pids(spec, ssh_env)["fake-serve-1"] == before["fake-serve-1"]
+    assert_good_version_serves(spec, ssh_env, tmp_path)
 
 
-def test_ctrl_c_while_reading_the_hosts_changes_nothing(ssh_env, fake_venv, tmp_path):
-    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
-    try:
-        set_env(spec, CHANGED="1")
-        up = Up(spec, ssh_env.known_hosts)
-        up.wait_for("connected to")
-        up.proc.send_signal(signal.SIGINT)
-        rc, out, err = up.finish()
-        assert rc == 130 and "Traceback" not in err, out + err
-        set_env(spec, GOOD="1")
-        assert pids(spec, ssh_env) == before
-        assert_good_version_serves(spec, ssh_env, tmp_path)
-    finally:
-        set_env(spec, GOOD="1")
-        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
+def test_ctrl_c_while_reading_the_hosts_changes_nothing(good, ssh_env, tmp_path):
+    spec, before = good
+    set_env(spec, CHANGED="1")
+    up = Up(spec, ssh_env.known_hosts)
+    up.wait_for("connected to")
+    up.proc.send_signal(signal.SIGINT)
+    rc, out, err = up.finish()
+    assert rc == 130 and "Traceback" not in err, out + err
+    set_env(spec, GOOD="1")
+    assert pids(spec, ssh_env) == before
+    assert_good_version_serves(spec, ssh_env, tmp_path)
 
 
-def test_keep_going_undoes_each_failed_unit_and_goes_on(ssh_env, fake_venv, tmp_path):
-    spec, before = good_deployment(ssh_env, fake_venv, tmp_path)
-    try:
-        data = yaml.safe_load(spec.read_text())
-        data["model"]["name"] = "/nonexistent/model"
-        bad = write_spec(tmp_path / "bad.yaml", data)
-        up = pdctl(
-            "up", str(bad), "--yes", "--keep-going", "--known-hosts", ssh_env.known_hosts,
-            env=SECRET,
-        )
-        assert up.returncode == 1, up.stdout + up.stderr
-        line = one_error_line(up.stderr)
-        assert line.startswith(
-            "error: up failed for fake-serve-0, fake-serve-1 "
-            "(--keep-going went on with the others); restored the previous "
-            "version of fake-serve-0 (healthy), the previous version of "
-            "fake-serve-1 (healthy)"
-        ), line
-        assert up.stdout.count("FAILED") == 2
-        assert_good_version_serves(spec, ssh_env, tmp_path)
-    finally:
-        pdctl("down", str(spec), "--known-hosts", ssh_env.known_hosts)
-    assert processes_in(tmp_path) == []
+def test_keep_going_undoes_each_failed_unit_and_goes_on(good, ssh_env, tmp_path):
+    spec, _ = good
+    up = up_bad_model(spec, ssh_env, "--keep-going")
+    line = one_error_line(up.stderr)
+    assert line.startswith(
+        "error: up failed for fake-serve-0, fake-serve-1 "
+        "(--keep-going went on with the others); restored the previous "
+        "version of fake-serve-0 (healthy), the previous version of "
+        "fake-serve-1 (healthy)"
+    ), line
+    assert up.stdout.count("FAILED") == 2
+    assert_good_version_serves(spec, ssh_env, tmp_path)

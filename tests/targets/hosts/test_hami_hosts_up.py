@@ -6,7 +6,6 @@ A library that is missing on the host stops the decode start with pdctl's one li
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -18,10 +17,12 @@ from tests.helpers import checked, known
 from tests.targets.testbed import (
     HERE,
     SshEnv,
+    deployed,
     free_port,
     host_entry,
     pdctl,
     processes_in,
+    status_rows,
     write_spec,
 )
 
@@ -43,6 +44,15 @@ ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
 
+def router_venv(tmp: Path) -> Path:
+    """tmp/router-venv, whose bin/vllm-router is the stand-in router (ROUTER)."""
+    router = tmp / "router-venv"
+    (router / "bin").mkdir(parents=True)
+    (router / "bin" / "vllm-router").write_text(ROUTER)
+    (router / "bin" / "vllm-router").chmod(0o755)
+    return router
+
+
 def environment(tmp: Path) -> tuple[Path, Path, Path]:
     """An engine venv (the stand-in `vllm`, an importable `nixl`), a router venv (a stand-in
     `vllm-router`), and a do-nothing shared object to preload."""
@@ -54,10 +64,7 @@ def environment(tmp: Path) -> tuple[Path, Path, Path]:
     (venv / "bin" / "vllm").chmod(0o755)
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "nixl.py").write_text(NIXL)
-    router = tmp / "router-venv"
-    (router / "bin").mkdir(parents=True)
-    (router / "bin" / "vllm-router").write_text(ROUTER)
-    (router / "bin" / "vllm-router").chmod(0o755)
+    router = router_venv(tmp)
     src = tmp / "preload.c"
     src.write_text("int pdctl_test_preload(void) { return 0; }\n")
     lib = tmp / "lib-dir" / "libvgpu.so"
@@ -69,20 +76,13 @@ def environment(tmp: Path) -> tuple[Path, Path, Path]:
 def spec_file(env: SshEnv, tmp: Path, venv: Path, router: Path, library: Path) -> Path:
     if not any(h.name == "lo1" for h in env.hosts):
         pytest.skip("needs the loopback test host lo1")
+    share = {"perGpu": 2, "gpuTotalMib": 143771, "gpuCoresPercent": 40, "library": str(library)}
     spec = {
-        "name": "slices",
-        "phase": 3,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
+        "name": "slices", "phase": 3, "model": {"name": "stand-in", "servedName": "stand-in"},
         "engine": {"version": "0.33.0"},
         "hosts": [host_entry(env, env.host("lo1"), tmp, venv=str(venv), gpus=[0, 1])],
         "prefill": {"replicas": 1, "port": free_port()},
-        "decode": {
-            "replicas": 2,
-            "port": free_port(),
-            "share": {
-                "perGpu": 2, "gpuTotalMib": 143771, "gpuCoresPercent": 40, "library": str(library),
-            },
-        },
+        "decode": {"replicas": 2, "port": free_port(), "share": share},
         "disaggregation": {"connector": "nixl", "sideChannelPort": free_port()},
         "router": {"port": free_port(), "metricsPort": free_port(), "venv": str(router)},
     }
@@ -99,10 +99,8 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
 ) -> None:
     venv, router, lib = environment(tmp_path)
     spec = spec_file(ssh_env, tmp_path, venv, router, lib)
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "60"))
-        status = checked(pdctl("status", str(spec), "-o", "json", *known(ssh_env)))
-        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+    with deployed(spec, *known(ssh_env)) as done:
+        rows = status_rows(spec, *known(ssh_env), code=0)
         assert {"slices-prefill-0", "slices-decode-0", "slices-decode-1"} <= set(rows)
         caches = set()
         for name in ("slices-decode-0", "slices-decode-1"):
@@ -121,9 +119,7 @@ def test_up_runs_decode_slices_under_the_preload_and_down_stops_them(
         prefill = proc_env(rows["slices-prefill-0"]["pid"])
         assert "LD_PRELOAD" not in prefill and "CUDA_DEVICE_MEMORY_LIMIT" not in prefill
         assert prefill["CUDA_VISIBLE_DEVICES"] == "0"
-    finally:
-        down = pdctl("down", str(spec), *known(ssh_env))
-    assert down.returncode == 0, down.stdout + down.stderr
+    assert done["down"].returncode == 0, done["down"].stdout + done["down"].stderr
     assert processes_in(tmp_path) == []
 
 

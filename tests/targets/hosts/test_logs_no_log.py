@@ -8,20 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import checked
-from tests.targets.testbed import SshEnv, host_entry, pdctl, stand_in_spec, write_spec
+from tests.helpers import checked, known
+from tests.targets.testbed import (
+    SshEnv,
+    connect,
+    deployed,
+    host_entry,
+    lo1_spec,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
 
 NO_LOG = "rvw-serve-0 on lo1: no log (not started, or removed by down)"
 
 
 def _spec(env: SshEnv, venv: Path, data: Path) -> Path:
-    return write_spec(
-        data / "spec.yaml",
-        stand_in_spec(
-            "rvw", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            {"replicas": 1, "port": 18737},
-        ),
-    )
+    return lo1_spec(env, data, "rvw", venv, 18737)
 
 
 @pytest.mark.parametrize(
@@ -42,14 +45,7 @@ def test_logs_of_every_unit_show_the_ones_with_a_log_and_name_the_others(
 ) -> None:
     """Without UNIT, one unit lacking a log (never started, removed) does not hide the logs of
     the others: each is shown under its header, the missing one says so, exit 0."""
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "rvw",
-            [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv), instances=2)],
-            {"replicas": 2, "port": 18737},
-        ),
-    )
+    spec = lo1_spec(ssh_env, tmp_path, "rvw", fake_venv, 18737, host={"instances": 2}, replicas=2)
     unit = tmp_path / "lo1" / "rvw" / "rvw-serve-1"
     unit.mkdir(parents=True)
     (unit / "log").write_text("first\nsecond\n")
@@ -98,28 +94,13 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
 
 def test_logs_after_down_say_the_log_is_gone(ssh_env: SshEnv, fake_venv: Path, tmp_path) -> None:
     spec = _spec(ssh_env, fake_venv, tmp_path)
-    known = ["--known-hosts", ssh_env.known_hosts]
-    checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *known))
-    try:
-        running = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    with deployed(spec, *known(ssh_env)) as done:
+        running = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
         assert running.returncode == 0 and "fake-vllm serving" in running.stdout, running
-    finally:
-        down = pdctl("down", str(spec), *known)
-    assert down.returncode == 0, down.stderr
-    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    assert done["down"].returncode == 0, done["down"].stderr
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
     assert (out.returncode, out.stdout) == (1, ""), out
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
-
-
-def _docker_spec(env: SshEnv, data: Path) -> Path:
-    host = host_entry(env, env.host("lo1"), data, runtime="docker")
-    return write_spec(
-        data / "spec.yaml",
-        stand_in_spec(
-            "rvw", [host], {"replicas": 1, "port": 18737},
-            engine={"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"},
-        ),
-    )
 
 
 def test_a_docker_host_reads_docker_logs_only_for_a_container_it_started(
@@ -129,16 +110,16 @@ def test_a_docker_host_reads_docker_logs_only_for_a_container_it_started(
     error); one whose folder names a container is read with `docker logs`, and a failure
     of that is one line, exit 1 (here: the host's docker CLI finds no daemon at its default
     socket; the test's dockerd listens elsewhere)."""
-    spec = _docker_spec(ssh_env, tmp_path)
-    known = ["--known-hosts", ssh_env.known_hosts]
-    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    engine = {"device": "cpu", "image": "vllm/vllm-openai-cpu:v0.9.0"}
+    spec = lo1_spec(ssh_env, tmp_path, "rvw", None, 18737, engine, host={"runtime": "docker"})
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
     assert (out.returncode, out.stdout) == (1, ""), out
     assert out.stderr.strip().splitlines() == [f"error: {NO_LOG}"]
     unit = tmp_path / "lo1" / "rvw" / "rvw-serve-0"
     unit.mkdir(parents=True)
     (unit / "stop.sh").write_text("#!/bin/sh\n")
     (unit / "container-id").write_text("0123456789ab\n")
-    out = pdctl("logs", str(spec), "rvw-serve-0", *known)
+    out = pdctl("logs", str(spec), "rvw-serve-0", *known(ssh_env))
     assert (out.returncode, out.stdout) == (1, ""), out
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("error: rvw-serve-0 on lo1: cannot read the log: "), line
@@ -147,12 +128,7 @@ def test_a_docker_host_reads_docker_logs_only_for_a_container_it_started(
 def test_a_streamed_command_reports_its_exit_status(ssh_env: SshEnv) -> None:
     """`logs -f` learns 'no log' from the exit status of the command it streams: the status
     must not be lost when it arrives just after the end of the output (it read 0 at times)."""
-    from pdctl.spec.model import Host
-    from pdctl.targets.ssh import Connection, SshOptions
-
-    h = ssh_env.host("lo1")
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
-    conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    conn = connect(ssh_env)
     try:
         codes = [conn.stream("exit 3", lambda _text: None) for _ in range(40)]
     finally:

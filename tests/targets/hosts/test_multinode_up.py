@@ -8,30 +8,32 @@ hosts of tests/services.sh have no route to each other, and a group's nodes must
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import checked, known
-from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, processes_in, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    deployed,
+    free_port,
+    host_entry,
+    pdctl,
+    processes_in,
+    stand_in_spec,
+    status_rows,
+    write_spec,
+)
 
 
 def group_spec(env: SshEnv, venv: Path, data: Path, **engine_env: str) -> Path:
     names = [h.name for h in env.hosts]
     if not {"lo1", "lo2"} <= set(names):
         pytest.skip("needs the loopback test hosts lo1 and lo2")
-    spec = {
-        "name": "group",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        "engine": {"device": "cpu", "env": engine_env},
-        "hosts": [host_entry(env, env.host(n), data, venv=str(venv)) for n in ("lo1", "lo2")],
-        "serve": {
-            "tensorParallel": 2, "nodes": 2, "port": free_port(), "rendezvousPort": free_port(),
-            "guardPort": free_port(),
-        },
-    }
+    hosts = [host_entry(env, env.host(n), data, venv=str(venv)) for n in ("lo1", "lo2")]
+    serve = {"tensorParallel": 2, "nodes": 2, "port": free_port(), "rendezvousPort": free_port()}
+    serve["guardPort"] = free_port()
+    spec = stand_in_spec("group", hosts, serve, {"device": "cpu", "env": engine_env})
     return write_spec(data / "spec.yaml", spec)
 
 
@@ -39,12 +41,11 @@ def test_group_starts_reports_every_node_and_goes_down(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
     spec = group_spec(ssh_env, fake_venv, tmp_path)
-    try:
-        up = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120") as done:
+        up = done["up"]
         assert "group-serve-0 on lo1: healthy" in up.stdout
         assert "group-serve-0-node1 on lo2: running" in up.stdout
-        status = checked(pdctl("status", str(spec), "-o", "json", *known(ssh_env)))
-        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        rows = status_rows(spec, *known(ssh_env), code=0)
         assert set(rows) == {"group-serve-0", "group-serve-0-node1"}
         assert rows["group-serve-0"]["health"] == "healthy"
         assert rows["group-serve-0"]["host"] == "lo1"
@@ -54,9 +55,7 @@ def test_group_starts_reports_every_node_and_goes_down(
         assert "headless node rank 1 joined 127.0.0.1:" in worker_log.stdout, worker_log.stdout
         leader_log = pdctl("logs", str(spec), "group-serve-0", *known(ssh_env))
         assert "rank 1 joined from" in leader_log.stdout, leader_log.stdout
-    finally:
-        down = pdctl("down", str(spec), *known(ssh_env))
-    assert down.returncode == 0, down.stdout + down.stderr
+    assert done["down"].returncode == 0, done["down"].stdout + done["down"].stderr
     assert processes_in(tmp_path) == []
 
 
@@ -83,12 +82,10 @@ def test_a_change_on_one_node_restarts_the_whole_group(
     import yaml
 
     spec = group_spec(ssh_env, fake_venv, tmp_path)
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120"):
 
         def pids() -> dict[str, str]:
-            out = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-            return {r["unit"]: r["pid"] for r in json.loads(out.stdout)["instances"]}
+            return {unit: r["pid"] for unit, r in status_rows(spec, *known(ssh_env)).items()}
 
         before = pids()
         data = yaml.safe_load(spec.read_text())
@@ -96,14 +93,11 @@ def test_a_change_on_one_node_restarts_the_whole_group(
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
         again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "replacing the group group-serve-0, group-serve-0-node1 together" in again.stdout
-        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        rows = status_rows(spec, *known(ssh_env))
         assert rows["group-serve-0"]["health"] == "healthy", rows
         after = pids()
         assert all(after[u] != before[u] for u in before), (before, after)
         assert all(p.isdigit() for p in after.values())
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
     assert processes_in(tmp_path) == []
 
 
@@ -138,8 +132,7 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
     spec = group_spec(ssh_env, fake_venv, tmp_path, FAKE_VLLM_DEAF="1")
     leader_dir = tmp_path / "lo1" / "group" / "group-serve-0"
     worker_dir = tmp_path / "lo2" / "group" / "group-serve-0-node1"
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
+    with deployed(spec, *known(ssh_env), timeout="120"):
         # The guard acts on a node it has heard from (never on one still starting): wait for
         # that first; vLLM's group takes far longer to form than the stand-in's.
         heard = "pdctl-guard: heard from group-serve-0-node1"
@@ -149,13 +142,10 @@ def test_a_node_that_dies_takes_its_group_down_and_up_starts_it_again(
             lambda: not processes_in(leader_dir), "the guard stops the leader", timeout=60,
             detail=lambda: (leader_dir / "log").read_text() + "\n".join(processes_in(leader_dir)),
         )
-        status = pdctl("status", str(spec), "-o", "json", *known(ssh_env))
-        rows = {r["unit"]: r for r in json.loads(status.stdout)["instances"]}
+        rows = status_rows(spec, *known(ssh_env))
         assert {r["state"] for r in rows.values()} == {"stopped"}, rows
         log = (leader_dir / "log").read_text()
         assert "pdctl-guard: group-serve-0-node1 (127.0.0.2:" in log and "has not answered" in log
         again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "120"))
         assert "group-serve-0 on lo1: healthy" in again.stdout
-    finally:
-        pdctl("down", str(spec), *known(ssh_env))
     assert processes_in(tmp_path) == []

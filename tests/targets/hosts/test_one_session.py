@@ -14,13 +14,20 @@ from pathlib import Path
 import pytest
 
 from pdctl.render.host_scripts import host_scripts
-from pdctl.spec.model import Host
 from pdctl.targets.batch import run_batch
 from pdctl.targets.hosts.remote import HostOps
-from pdctl.targets.ssh import Connection, Result, SshOptions
+from pdctl.targets.ssh import Result
 from tests.helpers import checked
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import SshEnv, free_port, host_entry, pdctl, stand_in_spec, write_spec
+from tests.targets.testbed import (
+    SshEnv,
+    connect,
+    free_port,
+    host_entry,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
 
 KEY = "sk-one-session-test-key"
 
@@ -44,10 +51,8 @@ def test_preflight_runs_one_exec_per_host(ssh_env, counted, fake_venv, tmp_path)
     spec = spec_for(ssh_env, counted, fake_venv, tmp_path)
     counted.reset()
     rec = tmp_path / "rec"
-    proc = pdctl(
-        "preflight", str(spec), "-o", "json", "--known-hosts", counted.known_hosts, "--record",
-        str(rec),
-    )
+    known = ["--known-hosts", counted.known_hosts]
+    proc = pdctl("preflight", str(spec), "-o", "json", *known, "--record", str(rec))
     assert proc.returncode in (0, 1), proc.stderr
     found = json.loads(proc.stdout)["findings"]
     assert not [f for f in found if f["check"] == "host.reach"], found
@@ -80,10 +85,7 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
 
         # up's health wait: one observation answers every unit of the host once
         h = counted.host
-        host = Host(
-            name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key
-        )
-        conn = Connection(host, SshOptions(known_hosts=counted.known_hosts)).connect()
+        conn = connect(ssh_env, h, counted.known_hosts)
         try:
             ops = HostOps(conn, str(tmp_path / h.name / "counted"), host_scripts())
             units = sorted(r["unit"] for r in engines)
@@ -120,8 +122,7 @@ def test_status_up_and_down_pay_the_shell_once_per_host(ssh_env, counted, fake_v
 
 def test_framing_keeps_each_commands_output_exit_and_stderr(ssh_env, counted):
     h = counted.host
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
-    conn = Connection(host, SshOptions(known_hosts=counted.known_hosts)).connect()
+    conn = connect(ssh_env, h, counted.known_hosts)
     cmds = [
         "printf 'no newline'",
         "echo out; echo err >&2; exit 3",
@@ -149,8 +150,7 @@ def test_framing_keeps_each_commands_output_exit_and_stderr(ssh_env, counted):
 
 def test_a_command_past_its_timeout_is_recorded_and_the_rest_still_run(ssh_env, counted):
     h = counted.host
-    host = Host(name=h.name, address=h.address, port=h.port, user="root", identityFile=ssh_env.key)
-    conn = Connection(host, SshOptions(known_hosts=counted.known_hosts)).connect()
+    conn = connect(ssh_env, h, counted.known_hosts)
     try:
         results = run_batch(conn, ["echo a", "sleep 120", "echo c"], timeout=5, step="probing")
         assert isinstance(results[0], Result) and results[0].out == "a\n"

@@ -14,15 +14,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers import checked, pdctl
-from tests.targets.testbed import (
-    SshEnv,
-    TestHost,
-    free_port,
-    host_entry,
-    stand_in_spec,
-    write_spec,
-)
+import yaml
+
+from tests.helpers import checked, known, pdctl
+from tests.targets.testbed import SshEnv, TestHost, free_port, host_entry, lo1_spec
 
 # Long enough that "[hh:mm:ss] starting <name>-serve-0 (serve) on lo1" passes 80 columns.
 NAME = "a-deployment-whose-long-name-passes-eighty-columns"
@@ -34,66 +29,46 @@ def piped(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_piped_up_prints_every_line_whole(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
-    lo1 = ssh_env.host("lo1")
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            NAME, [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
-    known = ["--known-hosts", ssh_env.known_hosts]
+    spec = lo1_spec(ssh_env, tmp_path, NAME, fake_venv)
     unit = f"{NAME}-serve-0"
     try:
-        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known))
+        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known(ssh_env)))
         lines = up.stdout.splitlines()
         starting = [line for line in lines if f"starting {unit}" in line]
         assert len(starting) == 1, up.stdout
         assert len(starting[0]) > 80  # the point of the test: a line past 80 columns
         assert starting[0].endswith(f"starting {unit} (serve) on lo1"), up.stdout
     finally:
-        down = piped("down", str(spec), *known)
+        down = piped("down", str(spec), *known(ssh_env))
     assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_piped_up_prints_healthy_once(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path) -> None:
-    lo1 = ssh_env.host("lo1")
-    spec = write_spec(  # a short name: every line fits in 80 columns
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "once", [host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
-    known = ["--known-hosts", ssh_env.known_hosts]
+    spec = lo1_spec(ssh_env, tmp_path, "once", fake_venv)  # a short name: every line fits in 80
     try:
-        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known))
+        up = checked(piped("up", str(spec), "--yes", "--timeout", "120", *known(ssh_env)))
         healthy = [
             line for line in up.stdout.splitlines() if "once-serve-0 on lo1: healthy" in line
         ]
         assert len(healthy) == 1, up.stdout
     finally:
-        down = piped("down", str(spec), *known)
+        down = piped("down", str(spec), *known(ssh_env))
     assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_down_dry_run_with_a_host_unreachable_lists_the_others(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
-    lo1 = ssh_env.host("lo1")
     port = free_port()
-    on_lo1 = host_entry(ssh_env, lo1, tmp_path, venv=str(fake_venv))
-    one = write_spec(
-        tmp_path / "one.yaml", stand_in_spec("drygone", [on_lo1], {"replicas": 1, "port": port})
-    )
+    one = lo1_spec(ssh_env, tmp_path, "drygone", fake_venv, port, file="one.yaml")
     # The same deployment with a second host where nothing listens for SSH (refused at once).
-    gone = host_entry(ssh_env, TestHost("gone", "127.0.0.1", free_port(1)), tmp_path)
-    two = write_spec(
-        tmp_path / "two.yaml",
-        stand_in_spec("drygone", [on_lo1, gone], {"replicas": 2, "port": port}),
-    )
+    data = yaml.safe_load(one.read_text())
+    data["hosts"].append(host_entry(ssh_env, TestHost("gone", "127.0.0.1", free_port(1)), tmp_path))
+    data["serve"]["replicas"] = 2
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump(data, sort_keys=False))
     known = ["--known-hosts", ssh_env.known_hosts]
-    folder = Path(on_lo1["dataDir"]) / "drygone"
+    folder = tmp_path / "lo1" / "drygone"
     try:
         checked(piped("up", str(one), "--yes", "--timeout", "120", *known))
         dry = checked(piped("down", str(two), "--dry-run", *known), 1)

@@ -19,26 +19,7 @@ import pytest
 
 from tests.helpers import wait_port
 from tests.targets.docker.test_target import IMAGE, docker_client  # noqa: F401 - a fixture
-from tests.targets.testbed import (
-    HERE,
-    SshEnv,
-    free_port,
-    host_entry,
-    pdctl,
-    processes_in,
-    stand_in_spec,
-    write_spec,
-)
-
-
-def spec_for(env: SshEnv, venv: Path, data: Path, port: int) -> Path:
-    return write_spec(
-        data / "spec.yaml",
-        stand_in_spec(
-            "own", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            {"replicas": 1, "port": port},
-        ),
-    )
+from tests.targets.testbed import HERE, free_port, lo1_spec, pdctl, processes_in
 
 
 @pytest.fixture
@@ -63,7 +44,7 @@ def squatter(tmp_path: Path):
 
 def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path, squatter):
     proc, port = squatter
-    spec = spec_for(ssh_env, fake_venv, tmp_path, port)
+    spec = lo1_spec(ssh_env, tmp_path, "own", fake_venv, port)
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
         up = pdctl("up", str(spec), "--yes", *known, "--timeout", "60")

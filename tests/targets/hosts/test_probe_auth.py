@@ -24,32 +24,14 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.render.host_scripts import host_scripts
 from pdctl.spec import load_text
-from pdctl.spec.model import Host
 from pdctl.targets.health import probe
 from pdctl.targets.hosts.remote import HostOps
 from pdctl.targets.hosts.target import endpoints
-from pdctl.targets.ssh import Connection, SshOptions
 from pdctl.targets.state import desired_units
 from tests.helpers import checked, wait_port, wait_until
-from tests.targets.testbed import (
-    HERE,
-    SshEnv,
-    free_port,
-    host_entry,
-    pdctl,
-    processes_with,
-    stand_in_spec,
-    write_spec,
-)
+from tests.targets.testbed import HERE, SshEnv, connect, free_port, lo1_spec, pdctl, processes_with
 
 KEY = "sk-pdctl-test-key-7c1e0b"
-
-
-def one_host_spec(env: SshEnv, venv: Path, data: Path, port: int) -> dict:
-    return stand_in_spec(
-        "auth", [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-        {"replicas": 1, "port": port}, secrets={"apiKey": {"env": "PDCTL_TEST_API_KEY"}},
-    )
 
 
 @pytest.fixture
@@ -89,7 +71,8 @@ def test_up_with_api_key_is_healthy_and_the_key_stays_off_command_lines(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ):
     port = free_port()
-    spec = write_spec(tmp_path / "spec.yaml", one_host_spec(ssh_env, fake_venv, tmp_path, port))
+    key = {"apiKey": {"env": "PDCTL_TEST_API_KEY"}}
+    spec = lo1_spec(ssh_env, tmp_path, "auth", fake_venv, port, secrets=key)
     known = ["--known-hosts", ssh_env.known_hosts]
     try:
         up = pdctl(
@@ -169,9 +152,7 @@ def test_probe_reaches_a_listener_bound_to_the_peer_address(ssh_env, tmp_path: P
     """A server bound only to the host's own address (not loopback) is healthy at that address
     and absent at 127.0.0.1: the probe goes where the unit listens."""
     node = _node(ssh_env)
-    host = Host.model_validate({"name": node.name, "address": node.address, "port": node.port,
-                                "user": "root", "identityFile": ssh_env.key})
-    conn = Connection(host, SshOptions(known_hosts=ssh_env.known_hosts)).connect()
+    conn = connect(ssh_env, node.name)
     port = 18791
     # The stand-in writes its own pid (sh's `$$`, kept by exec) as the leader of a session of
     # its own: `$!` of `setsid CMD &` is setsid's pid when setsid has to fork, and killing that

@@ -17,26 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import checked, known, wait_until
-from tests.targets.testbed import (
-    SshEnv,
-    free_port,
-    host_entry,
-    listening,
-    pdctl,
-    stand_in_spec,
-    write_spec,
-)
+from tests.targets.testbed import SshEnv, deployed, free_port, listening, lo1_spec, pdctl
 
 NAME = "lockt"
 
 
 def spec_file(env: SshEnv, venv: Path, data: Path, port: int, file: str, **engine_env: str):
-    engine: dict = {"device": "cpu"}
-    if engine_env:
-        engine["env"] = engine_env
-    host = host_entry(env, env.host("lo1"), data, venv=str(venv))
-    spec = stand_in_spec(NAME, [host], {"replicas": 1, "port": port}, engine=engine)
-    return write_spec(data / file, spec)
+    engine = {"device": "cpu", "env": engine_env} if engine_env else None
+    return lo1_spec(env, data, NAME, venv, port, engine, file)
 
 
 def lock_path(data: Path) -> Path:
@@ -100,15 +88,9 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
     port = free_port()
     slow = spec_file(ssh_env, fake_venv, tmp_path, port, "slow.yaml", FAKE_VLLM_HANG="1")
     good = spec_file(ssh_env, fake_venv, tmp_path, port, "good.yaml")
-    running = subprocess.Popen(
-        [
-            sys.executable, "-m", "pdctl", "up", str(slow), "--yes", *known(ssh_env), "--timeout",
-            "300",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ, COLUMNS="200"),
-    )
+    up = [sys.executable, "-m", "pdctl", "up", str(slow), "--yes", *known(ssh_env)]
+    running = subprocess.Popen([*up, "--timeout", "300"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=dict(os.environ, COLUMNS="200"))
     try:
         log = tmp_path / "lo1" / NAME / f"{NAME}-serve-0" / "log"
         # until the slow engine runs (pdctl now waits for its health)
@@ -123,11 +105,9 @@ def test_a_second_up_is_refused_while_one_runs_and_a_killed_up_releases_the_lock
         running.wait()
     # sshd ends the killed client's session once it sees the connection closed
     wait_until(lambda: not held(lock_path(tmp_path)), "the killed run's lock")
-    try:
-        checked(pdctl("up", str(good), "--yes", *known(ssh_env), "--timeout", "60"))
-    finally:
-        down = pdctl("down", str(good), *known(ssh_env))
-    assert down.returncode == 0, down.stdout + down.stderr
+    with deployed(good, *known(ssh_env)) as done:
+        pass
+    assert done["down"].returncode == 0, done["down"].stdout + done["down"].stderr
 
 
 def test_up_changes_nothing_when_what_runs_changed_after_its_plan(ssh_env, fake_venv, tmp_path):

@@ -19,40 +19,21 @@ import pytest
 
 from tests.helpers import checked
 from tests.targets.counting_host import CountingHost, start_counting_host
-from tests.targets.testbed import HERE, SshEnv, free_port, host_entry, pdctl, write_spec
+from tests.targets.testbed import (
+    HERE,
+    SshEnv,
+    free_port,
+    host_entry,
+    pdctl,
+    stand_in_spec,
+    write_spec,
+)
 
-CONDA = """#!/bin/bash
-root={root}
-case "$1" in
-  shell.bash)
-    echo "conda() {{ case \\"\\$1\\" in activate) export PATH=\\"$root/envs/\\$2/bin:\\$PATH\\" ;; \
-*) \\"$root/bin/conda\\" \\"\\$@\\" ;; esac; }}" ;;
-  env) for d in "$root"/envs/*/; do [ -d "$d" ] && basename "$d"; done; true ;;
-  create)
-    echo "create-begin $$" >>"$root/markers"
-    sleep 2
-    mkdir -p "$root/envs/$3/bin"
-    cp "$root/python" "$root/envs/$3/bin/python"
-    cp "$root/vllm" "$root/envs/$3/bin/vllm"
-    echo "create-end $$" >>"$root/markers" ;;
-  *) echo "fake conda: $*" >&2; exit 2 ;;
-esac
-"""
+# A conda whose `create` and the environment's `pip install` (python) take a while and write
+# begin/end markers into @ROOT@/markers (@ROOT@: the fake conda's folder).
+CONDA = (HERE / "data" / "setup-lock-conda.sh").read_text()
 
-PYTHON = """#!/bin/bash
-root={root}
-env=$(dirname "$(dirname "$0")")
-case "$1" in
-  -c) cat "$env/installed" 2>/dev/null || true ;;
-  -m)
-    echo "pip-begin $$" >>"$root/markers"
-    sleep 1
-    spec=${{@: -1}}
-    echo "${{spec#*==}}" >"$env/installed"
-    echo "pip-end $$" >>"$root/markers" ;;
-  *) exec python3 "$@" ;;
-esac
-"""
+PYTHON = (HERE / "data" / "setup-lock-python.sh").read_text()
 
 
 def _exe(path: Path, text: str) -> None:
@@ -64,8 +45,8 @@ def _exe(path: Path, text: str) -> None:
 def conda_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fakeconda")
     (root / "bin").mkdir()
-    _exe(root / "bin" / "conda", CONDA.format(root=root))
-    _exe(root / "python", PYTHON.format(root=root))
+    _exe(root / "bin" / "conda", CONDA.replace("@ROOT@", str(root)))
+    _exe(root / "python", PYTHON.replace("@ROOT@", str(root)))
     shutil.copy(HERE / "fake_vllm.py", root / "vllm")
     (root / "vllm").chmod(0o755)
     return root
@@ -84,16 +65,9 @@ def conda_host(
 
 
 def spec_for(env: SshEnv, host: CountingHost, data: Path) -> Path:
-    spec = {
-        "name": "locked",
-        "phase": 0,
-        "model": {"name": "stand-in", "servedName": "stand-in"},
-        # conda pip-installs the CUDA build: GPUs are named (the stand-in engine ignores them)
-        "hosts": [
-            host_entry(env, host.host, data, runtime="conda", condaEnv="pdctl-lock", gpus=[0, 1])
-        ],
-        "serve": {"replicas": 2, "port": free_port()},
-    }
+    # conda pip-installs the CUDA build: GPUs are named (the stand-in engine ignores them)
+    entry = host_entry(env, host.host, data, runtime="conda", condaEnv="pdctl-lock", gpus=[0, 1])
+    spec = stand_in_spec("locked", [entry], {"replicas": 2, "port": free_port()}, engine={})
     return write_spec(data / "spec.yaml", spec)
 
 

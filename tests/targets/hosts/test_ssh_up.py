@@ -8,25 +8,31 @@ health probes, idempotence, restarts after a spec change, failure reports and cl
 from __future__ import annotations
 
 import json
+import signal
 import stat
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from pdctl.targets.ssh import Connection, SshOptions, makedirs
+from pdctl.targets.ssh import makedirs
 from pdctl.targets.state import Desired, Observed, diff
 from tests.helpers import checked, known
+from tests.targets.hosts.test_faults import Up, wait_pid_file
 from tests.targets.testbed import (
     SshEnv,
+    connect,
     free_port,
     host_entry,
     listening,
+    lo1_spec,
     pdctl,
     processes_in,
     processes_with,
     stand_in_spec,
+    status_rows,
     write_spec,
 )
 
@@ -67,6 +73,10 @@ def own_deployment(ssh_env: SshEnv, fake_venv: Path, tmp_path: Path):
     pdctl("down", str(spec), *known(ssh_env))
 
 
+def pids_of(spec: Path, env: SshEnv) -> dict[str, str]:
+    return {unit: r["pid"] for unit, r in status_rows(spec, *known(env)).items()}
+
+
 def test_up_starts_every_instance_and_reports_where(deployed, ssh_env: SshEnv):
     spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
@@ -100,46 +110,23 @@ def test_secrets_file_is_0600_and_nothing_is_wider(deployed):
 def test_second_up_changes_nothing(deployed, ssh_env: SshEnv):
     spec, port, secret, up, _ = deployed
     assert up.returncode == 0, up.stdout + up.stderr
-    pids = {
-        r["unit"]: r["pid"]
-        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
-            "instances"
-        ]
-    }
+    pids = pids_of(spec, ssh_env)
     again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
     assert "nothing to change" in again.stdout
-    after = {
-        r["unit"]: r["pid"]
-        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
-            "instances"
-        ]
-    }
-    assert after == pids
+    assert pids_of(spec, ssh_env) == pids
 
 
 def test_spec_change_restarts_only_the_affected_instance(own_deployment, ssh_env, tmp_path):
     spec, port, secret, up = own_deployment
     assert up.returncode == 0, up.stdout + up.stderr
-    before = {
-        r["unit"]: r["pid"]
-        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
-            "instances"
-        ]
-    }
-    import yaml
-
+    before = pids_of(spec, ssh_env)
     data = yaml.safe_load(spec.read_text())
     data["hosts"][1]["hfCache"] = str(tmp_path / "cache2")  # only host 2's unit changes
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     dry = pdctl("up", str(spec), "--dry-run", *known(ssh_env))
     assert "restart" in dry.stdout and "keep" in dry.stdout, dry.stdout
     checked(pdctl("up", str(spec), "--yes", *known(ssh_env), env=secret))
-    after = {
-        r["unit"]: r
-        for r in json.loads(pdctl("status", str(spec), "-o", "json", *known(ssh_env)).stdout)[
-            "instances"
-        ]
-    }
+    after = status_rows(spec, *known(ssh_env))
     assert after["fake-serve-0"]["pid"] == before["fake-serve-0"]
     assert after["fake-serve-1"]["pid"] != before["fake-serve-1"]
     assert after["fake-serve-1"]["health"] == "healthy"
@@ -229,39 +216,18 @@ def test_changed_host_key_is_refused_even_with_accept_new(ssh_env, fake_venv, tm
 
 
 def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
-    import signal
-    import subprocess
-    import sys
-
     data = two_host_spec(ssh_env, fake_venv, tmp_path, free_port())
     data["engine"]["env"] = {"FAKE_VLLM_HANG": "1"}  # started, never healthy
     spec = write_spec(tmp_path / "spec.yaml", data)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**__import__("os").environ, "PDCTL_TEST_HF_TOKEN": "x", "COLUMNS": "200"},
-    )
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # wait until both instances were started
-        lines.append(line)
-        if sum("starting fake-serve" in x for x in lines) == 2:
-            break
-    pids = [
-        tmp_path / h / "fake" / f"fake-serve-{i}" / "pid"
-        for i, h in enumerate((data["hosts"][0]["name"], data["hosts"][1]["name"]))
-    ]
-    while not all(p.exists() and p.read_text().strip() for p in pids):
-        # a run that ended will never write them: fail with its output instead of hanging
-        assert proc.poll() is None, "".join(lines) + proc.stdout.read()
-        __import__("time").sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    up = Up(spec, ssh_env.known_hosts)
     try:
-        rest, _ = proc.communicate(timeout=120)
-        out = "".join(lines) + rest
-        assert proc.returncode == 1, out
-        assert "interrupted (Ctrl-C)" in out
-        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out
+        for i, host in enumerate(h["name"] for h in data["hosts"]):  # both instances started
+            wait_pid_file(tmp_path / host / "fake" / f"fake-serve-{i}" / "pid", up)
+        up.proc.send_signal(signal.SIGINT)
+        rc, out, err = up.finish()
+        assert rc == 1, out + err
+        assert "interrupted (Ctrl-C)" in out + err
+        assert "stopped what this run started: fake-serve-0, fake-serve-1" in out + err
         assert processes_in(tmp_path) == []
     finally:
         pdctl("down", str(spec), *known(ssh_env))
@@ -272,13 +238,7 @@ def test_ctrl_c_stops_what_this_run_started(ssh_env, fake_venv, tmp_path):
 def test_a_failed_upload_starts_nothing_on_that_host(
     ssh_env: SshEnv, fake_venv: Path, tmp_path: Path
 ) -> None:
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        stand_in_spec(
-            "fup", [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
+    spec = lo1_spec(ssh_env, tmp_path, "fup", fake_venv)
     deploy = tmp_path / "lo1" / "fup"
     deploy.mkdir(parents=True)
     (deploy / "fup-serve-0").write_text("a file where the unit's folder goes\n")
@@ -317,15 +277,7 @@ class OtherWriterFirst:
 
 
 def test_makedirs_accepts_a_folder_made_meanwhile(ssh_env: SshEnv, tmp_path: Path) -> None:
-    host = ssh_env.host("lo1")
-    from pdctl.spec.model import Host
-
-    spec_host = Host(
-        name=host.name, address=host.address, port=host.port, user="root", identityFile=ssh_env.key,
-    )
-    options = SshOptions(known_hosts=ssh_env.known_hosts)
-    first = Connection(spec_host, options).connect()
-    second = Connection(spec_host, options).connect()
+    first, second = connect(ssh_env), connect(ssh_env)
     try:
         shared = str(tmp_path / "shared")
         sftp = OtherWriterFirst(first.client.open_sftp(), second.client.open_sftp(), shared)
@@ -354,22 +306,14 @@ def test_diff_of_a_stopped_unit_whose_scripts_changed_is_a_start():
     assert (change.action, change.why) == ("restart", "spec changed")
 
 
-def spec_file(env: SshEnv, venv: Path, data: Path, port: int, file: str, **engine_env: str):
-    engine: dict = {"device": "cpu"}
-    if engine_env:
-        engine["env"] = engine_env
-    host = host_entry(env, env.host("lo1"), data, venv=str(venv))
-    spec = stand_in_spec(NAME, [host], {"replicas": 1, "port": port}, engine=engine)
-    return write_spec(data / file, spec)
-
-
 def test_undo_of_a_stopped_unit_keeps_it_stopped_with_its_previous_scripts(
     ssh_env, fake_venv, tmp_path
 ):
     port = free_port()
     known = ["--known-hosts", ssh_env.known_hosts]
-    first = spec_file(ssh_env, fake_venv, tmp_path, port, "su1.yaml")
-    hang = spec_file(ssh_env, fake_venv, tmp_path, port, "su2.yaml", FAKE_VLLM_HANG="1")
+    first = lo1_spec(ssh_env, tmp_path, NAME, fake_venv, port, file="su1.yaml")
+    hang_engine = {"device": "cpu", "env": {"FAKE_VLLM_HANG": "1"}}
+    hang = lo1_spec(ssh_env, tmp_path, NAME, fake_venv, port, hang_engine, file="su2.yaml")
     up = pdctl("up", str(first), "--yes", *known, "--timeout", "60")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -377,9 +321,8 @@ def test_undo_of_a_stopped_unit_keeps_it_stopped_with_its_previous_scripts(
         before = (unit / "start.sh").read_text()
         stop = subprocess.run(["bash", str(unit / "stop.sh")], capture_output=True, text=True)
         assert stop.returncode == 0, stop.stdout + stop.stderr
-        status = pdctl("status", str(first), "-o", "json", *known)
-        rows = json.loads(status.stdout)["instances"]
-        assert [r["state"] for r in rows] == ["stopped"], rows
+        rows = status_rows(first, *known)
+        assert [r["state"] for r in rows.values()] == ["stopped"], rows
 
         up = pdctl("up", str(hang), "--yes", *known, "--timeout", "5")
         out = up.stdout + up.stderr
@@ -391,9 +334,8 @@ def test_undo_of_a_stopped_unit_keeps_it_stopped_with_its_previous_scripts(
         # as before up: stopped, with the scripts of su1.yaml
         assert not listening(port)
         assert (unit / "start.sh").read_text() == before
-        status = pdctl("status", str(first), "-o", "json", *known)
-        rows = json.loads(status.stdout)["instances"]
-        assert [r["state"] for r in rows] == ["stopped"], rows
+        rows = status_rows(first, *known)
+        assert [r["state"] for r in rows.values()] == ["stopped"], rows
     finally:
         down = pdctl("down", str(first), *known)
     assert down.returncode == 0, down.stdout + down.stderr

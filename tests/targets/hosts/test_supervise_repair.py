@@ -4,22 +4,13 @@ says `not answering`, `up` plans `restart` with the reason and brings it back he
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from pathlib import Path
 
-from tests.helpers import checked, wait_until
-from tests.targets.testbed import (
-    HERE,
-    SshEnv,
-    free_port,
-    host_entry,
-    pdctl,
-    stand_in_spec,
-    write_spec,
-)
+from tests.helpers import checked, known, wait_until
+from tests.targets.testbed import HERE, SshEnv, deployed, lo1_spec, pdctl, status_row
 
 
 def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path):
@@ -30,27 +21,21 @@ def test_up_restarts_a_unit_whose_server_is_gone(ssh_env: SshEnv, tmp_path: Path
     engine = venv / "bin" / "vllm"
     engine.write_text(f'#!/bin/sh\nsleep 100000 &\nexec python3 {HERE / "fake_vllm.py"} "$@"\n')
     engine.chmod(0o755)
-    port = free_port()
-    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(venv), supervise="none")
-    spec = write_spec(tmp_path / "spec.yaml", stand_in_spec("fix", [host], {"port": port}))
-    known = ["--known-hosts", ssh_env.known_hosts]
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
+    spec = lo1_spec(ssh_env, tmp_path, "fix", venv, host={"supervise": "none"})
+    with deployed(spec, *known(ssh_env), timeout="300"):
         unit_dir = tmp_path / "lo1" / "fix" / "fix-serve-0"
         server = int((unit_dir / "pid").read_text())
         os.kill(server, signal.SIGKILL)  # the API server dies; the helper lives on
 
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert rows[0]["state"].startswith("not answering (its server process is gone"), rows
+        row = status_row(spec, *known(ssh_env))
+        assert row["state"].startswith("not answering (its server process is gone"), row
 
-        again = checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
+        again = checked(pdctl("up", str(spec), "--yes", *known(ssh_env), "--timeout", "300"))
         assert "restart: not answering, its server process" in again.stdout, again.stdout
         assert "nothing to change" not in again.stdout
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
-        assert int(rows[0]["pid"]) != server
-    finally:
-        pdctl("down", str(spec), *known)
+        row = status_row(spec, *known(ssh_env))
+        assert (row["state"], row["health"]) == ("running", "healthy"), row
+        assert int(row["pid"]) != server
 
 
 def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
@@ -60,33 +45,26 @@ def test_up_restarts_a_unit_that_stopped_answering_past_its_timeout(
     is still starting (kept); past it, `up` restarts it with the probe's answer and how long
     it ran. `status` (no --timeout) keeps the 900 s grace."""
     sick = tmp_path / "sick"  # /health answers 503 while this file holds the server's pid
-    port = free_port()
-    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))
     engine = {"device": "cpu", "env": {"FAKE_VLLM_SICK": str(sick)}}
-    spec = write_spec(
-        tmp_path / "spec.yaml", stand_in_spec("slow", [host], {"port": port}, engine=engine)
-    )
-    known = ["--known-hosts", ssh_env.known_hosts]
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
+    spec = lo1_spec(ssh_env, tmp_path, "slow", fake_venv, engine=engine)
+    known_hosts = known(ssh_env)
+    with deployed(spec, *known_hosts, timeout="300"):
         server = (tmp_path / "lo1" / "slow" / "slow-serve-0" / "pid").read_text().strip()
         sick.write_text(server)
 
-        within = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "300")
+        within = pdctl("up", str(spec), "--dry-run", *known_hosts, "--timeout", "300")
         assert "unchanged, running" in within.stdout, within.stdout
         # Past a 20 s --timeout (the restarted server gets those 20 s to answer again).
         wait_until(lambda: age_of(server) > 21, "the server has run 21 s", step=0.5)
-        past = pdctl("up", str(spec), "--dry-run", *known, "--timeout", "20")
+        past = pdctl("up", str(spec), "--dry-run", *known_hosts, "--timeout", "20")
         assert "restart: not answering (/health answered 503) after" in past.stdout, past.stdout
         assert " s running" in past.stdout, past.stdout
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert rows[0]["state"] == "running", rows  # within status's 900 s grace
+        row = status_row(spec, *known_hosts)
+        assert row["state"] == "running", row  # within status's 900 s grace
 
-        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "20"))
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert (rows[0]["health"], rows[0]["pid"] != server) == ("healthy", True), rows
-    finally:
-        pdctl("down", str(spec), *known)
+        checked(pdctl("up", str(spec), "--yes", *known_hosts, "--timeout", "20"))
+        row = status_row(spec, *known_hosts)
+        assert (row["health"], row["pid"] != server) == ("healthy", True), row
 
 
 def age_of(pid: str) -> int:
@@ -101,16 +79,10 @@ def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
     """vLLM's shape (fake_vllm FAKE_VLLM_ENGINE_CORE) under nohup: kill -9 of the EngineCore and
     the API server exits 0; `status` shows the unit stopped (never running or ok), and `up`
     starts it again."""
-    port = free_port()
-    host = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv))
-    host["supervise"] = "none"
     engine = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1"}}
-    spec = write_spec(
-        tmp_path / "spec.yaml", stand_in_spec("zero", [host], {"port": port}, engine=engine)
-    )
-    known = ["--known-hosts", ssh_env.known_hosts]
-    try:
-        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
+    spec = lo1_spec(ssh_env, tmp_path, "zero", fake_venv, engine=engine, host={"supervise": "none"})
+    known_hosts = known(ssh_env)
+    with deployed(spec, *known_hosts, timeout="300"):
         unit_dir = tmp_path / "lo1" / "zero" / "zero-serve-0"
         server = int((unit_dir / "pid").read_text())
         children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
@@ -120,20 +92,18 @@ def test_up_starts_an_engine_that_exited_0_after_its_engine_core_died(
         wait_until(lambda: not Path(f"/proc/{server}").exists(), "the API server exits")
         assert "died unexpectedly" in (unit_dir / "log").read_text()
 
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert (rows[0]["state"], rows[0]["health"]) == ("stopped", "-"), rows
+        row = status_row(spec, *known_hosts)
+        assert (row["state"], row["health"]) == ("stopped", "-"), row
 
-        checked(pdctl("up", str(spec), "--yes", *known, "--timeout", "300"))
-        rows = json.loads(pdctl("status", str(spec), "-o", "json", *known).stdout)["instances"]
-        assert (rows[0]["state"], rows[0]["health"]) == ("running", "healthy"), rows
-        assert int(rows[0]["pid"]) != server
+        checked(pdctl("up", str(spec), "--yes", *known_hosts, "--timeout", "300"))
+        row = status_row(spec, *known_hosts)
+        assert (row["state"], row["health"]) == ("running", "healthy"), row
+        assert int(row["pid"]) != server
         # vLLM's temporary files are in the unit's own TMPDIR, emptied at each start: the 7
         # sockets and the vllm_dist_ file of this start only. (This unit folder is too deep for
         # a Unix socket path: its TMPDIR is the short folder in /tmp named after it.)
-        env = Path(f"/proc/{rows[0]['pid']}/environ").read_bytes().split(b"\0")
+        env = Path(f"/proc/{row['pid']}/environ").read_bytes().split(b"\0")
         tmp = Path(next(e for e in env if e.startswith(b"TMPDIR=")).decode()[7:])
         left = sorted(p.name.startswith("vllm_dist_") for p in tmp.iterdir())
         assert left == [False] * 7 + [True], left
-    finally:
-        pdctl("down", str(spec), *known)
     assert not tmp.exists()

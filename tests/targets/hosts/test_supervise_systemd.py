@@ -107,6 +107,24 @@ def reboot() -> None:
     subprocess.run(["bash", str(SERVICES), "systemd-net"], check=True, env=env)
 
 
+def restarted_once(spec: Path, service: str, user: str = "") -> dict:
+    """Until `service`'s manager restarted it once and its unit is healthy again: its row,
+    which counts the restart."""
+    until("the restart",
+          lambda: (u := show(service, user))["NRestarts"] == "1" and u["ActiveState"] == "active")
+    again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
+    assert again["state"] == "running (restarted 1 time)", again
+    return again
+
+
+def rebooted(spec: Path, service: str, user: str = "") -> None:
+    """A reboot of the host: the enabled unit starts at boot and its engine serves again."""
+    reboot()
+    until("the unit after the reboot", lambda: show(service, user).get("ActiveState") == "active")
+    back = until("health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r)
+    assert back["state"] == "running", back
+
+
 def test_crash_reboot_and_down(host, tmp_path: Path):
     spec = spec_of(tmp_path, "sup", {"port": 18301}, one_host())
     service = "pdctl-sup-sup-serve-0.service"
@@ -121,21 +139,10 @@ def test_crash_reboot_and_down(host, tmp_path: Path):
 
     # A crash: systemd starts it again and status counts one restart.
     sh(f"kill -9 {first['pid']}")
-    until(
-        "the restart",
-        lambda: show(service)["NRestarts"] == "1" and show(service)["ActiveState"] == "active",
-    )
-    again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
-    assert again["state"] == "running (restarted 1 time)", again
-    assert again["pid"] != first["pid"]
+    assert restarted_once(spec, service)["pid"] != first["pid"]
     logs = pdctl("logs", str(spec), "sup-serve-0", *known())
     assert "fake-vllm serving stand-in" in logs.stdout, logs.stdout + logs.stderr
-
-    # A reboot: the enabled unit starts at boot.
-    reboot()
-    until("the unit after the reboot", lambda: show(service).get("ActiveState") == "active")
-    back = until("health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r)
-    assert back["state"] == "running", back
+    rebooted(spec, service)
 
     checked(pdctl("down", str(spec), *known()))
     assert sh(
@@ -190,22 +197,8 @@ def test_user_units_of_a_lingering_user(host, tmp_path: Path):
         assert sh(f"ls /etc/systemd/system/{service} 2>/dev/null") == ""  # not a system unit
 
         sh(f"kill -9 {first['pid']}")
-        until(
-            "the user manager's restart",
-            lambda: (u := show(service, USER))["NRestarts"] == "1" and u["ActiveState"] == "active",
-        )
-        again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
-        assert again["state"] == "running (restarted 1 time)", again
-
-        reboot()
-        until(
-            "the user unit after the reboot",
-            lambda: show(service, USER).get("ActiveState") == "active",
-        )
-        back = until(
-            "health after the reboot", lambda: (r := row(spec))["health"] == "healthy" and r
-        )
-        assert back["state"] == "running", back
+        restarted_once(spec, service, USER)  # by the user's manager
+        rebooted(spec, service, USER)
     finally:
         down = pdctl("down", str(spec), *known())
     assert down.returncode == 0, down.stdout + down.stderr
@@ -231,46 +224,68 @@ def two_managers(host, tmp_path: Path):
     sh(f"ip addr del {SECOND}/24 dev eth0")
 
 
-def test_a_group_restarts_as_one_when_a_node_dies(two_managers, tmp_path: Path):
-    """A multi-node group whose nodes two service managers supervise: the worker's engine
-    crashes, its manager restarts it, and the leader's group guard stops the leader (which its
-    own manager restarts), so the group meets again as one. The stand-in runs with
-    FAKE_VLLM_DEAF: like vLLM, its leader does not notice that a headless node died."""
-    serve = {"tensorParallel": 2, "nodes": 2, "port": 18331, "rendezvousPort": 18332}
-    engine = {"device": "cpu", "env": {"FAKE_VLLM_DEAF": "1"}}
-    spec = spec_of(tmp_path, "grp", serve, two_hosts("grp"), engine)
-    leader, worker = "pdctl-grp-grp-serve-0.service", "pdctl-grp-grp-serve-0-node1.service"
+# A multi-node group whose nodes two service managers supervise: a worker node's engine dies,
+# its manager restarts its unit, and the leader's group guard stops the leader (which its own
+# manager restarts), so the group meets again as one. The stand-in runs with FAKE_VLLM_DEAF:
+# like vLLM, its leader does not notice that a headless node died.
+GROUPS = {
+    # a tensor-parallel node's engine crashes (its guard, the unit's main process, passes that on)
+    "crash": ("grp", {"tensorParallel": 2}, {}),
+    # a headless data-parallel node whose EngineCore dies exits 0 (vLLM's process shape,
+    # FAKE_VLLM_ENGINE_CORE): its guard turns that into a failure
+    "engine-core": ("dpg", {"dataParallel": 2}, {"FAKE_VLLM_ENGINE_CORE": "1"}),
+}
+
+
+@pytest.mark.parametrize("case", GROUPS)
+def test_a_group_restarts_as_one_when_a_node_dies(case: str, two_managers, tmp_path: Path):
+    name, parallel, engine_env = GROUPS[case]
+    base = 18331 if case == "crash" else 18361
+    serve = {**parallel, "nodes": 2, "port": base, "rendezvousPort": base + 1}
+    engine = {"device": "cpu", "env": {**engine_env, "FAKE_VLLM_DEAF": "1"}}
+    spec = spec_of(tmp_path, name, serve, two_hosts(name), engine)
+    lead, node = f"{name}-serve-0", f"{name}-serve-0-node1"
+    leader, worker = f"pdctl-{name}-{lead}.service", f"pdctl-{name}-{node}.service"
 
     up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         first = rows(spec, two_managers)
-        assert first["grp-serve-0"]["health"] == "healthy", first
+        assert first[lead]["health"] == "healthy", first
         assert {r["supervisor"] for r in first.values()} == {"systemd"}, first
 
         # The guard acts on a node it has heard from (never on one still starting).
         until(
             "the leader's guard heard the worker",
-            lambda: "pdctl-guard: heard from grp-serve-0-node1"
-            in pdctl("logs", str(spec), "grp-serve-0", *two_managers).stdout,
+            lambda: f"pdctl-guard: heard from {node}"
+            in pdctl("logs", str(spec), lead, *two_managers).stdout,
         )
-        # The worker's engine crashes (its guard, the unit's main process, passes that on).
-        sh(f"pkill -KILL -P {first['grp-serve-0-node1']['pid']}")
+        if case == "crash":
+            sh(f"pkill -KILL -P {first[node]['pid']}")
+        else:  # the worker's unit: its guard, the headless node under it, the EngineCore
+            under = sh(f"pgrep -P {first[node]['pid']}").split()
+            core = sh(f"pgrep -P {under[0]}").split() if len(under) == 1 else []
+            assert len(core) == 1, (under, core)
+            sh(f"kill -9 {core[0]}")
         until(
             "both units restarted once",
             lambda: show(worker, USER)["NRestarts"] == "1" and show(leader)["NRestarts"] == "1",
         )
         again = until(
             "the group answers again",
-            lambda: (r := rows(spec, two_managers))["grp-serve-0"]["health"] == "healthy" and r,
+            lambda: (r := rows(spec, two_managers))[lead]["health"] == "healthy" and r,
         )
-        assert again["grp-serve-0"]["state"] == "running (restarted 1 time)", again
-        assert again["grp-serve-0-node1"]["state"] == "running (restarted 1 time)", again
-        log = pdctl("logs", str(spec), "grp-serve-0", *two_managers).stdout
-        assert f"pdctl-guard: grp-serve-0-node1 ({SECOND}:29700) has not answered for" in log
-        assert "stopping grp-serve-0 so that its group starts again as one" in log
-        # The restarted leader met the restarted worker.
-        assert "rank 1 joined from" in log.split("so that its group starts again as one")[1]
+        assert again[lead]["state"] == "running (restarted 1 time)", again
+        assert again[node]["state"] == "running (restarted 1 time)", again
+        if case == "crash":
+            log = pdctl("logs", str(spec), lead, *two_managers).stdout
+            assert f"pdctl-guard: {node} ({SECOND}:29700) has not answered for" in log
+            assert f"stopping {lead} so that its group starts again as one" in log
+            # The restarted leader met the restarted worker.
+            assert "rank 1 joined from" in log.split("so that its group starts again as one")[1]
+        else:
+            log = pdctl("logs", str(spec), node, *two_managers).stdout
+            assert "exited with status 0 though nothing asked it to stop" in log, log
     finally:
         down = pdctl("down", str(spec), *two_managers)
     assert down.returncode == 0, down.stdout + down.stderr
@@ -305,13 +320,7 @@ def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
         assert sh(f"systemctl show -p LimitMEMLOCK --value {service}").strip() == "infinity"
 
         sh(f"kill -9 {core[0]}")
-        until(
-            "the restart",
-            lambda: (u := show(service))["NRestarts"] == "1" and u["ActiveState"] == "active",
-        )
-        again = until("health", lambda: (r := row(spec))["health"] == "healthy" and r)
-        assert again["state"] == "running (restarted 1 time)", again
-        assert again["pid"] != first["pid"]
+        assert restarted_once(spec, service)["pid"] != first["pid"]
         log = pdctl("logs", str(spec), "core-serve-0", *known()).stdout
         assert "EngineCore_DP0 died unexpectedly" in log, log
     finally:
@@ -321,48 +330,6 @@ def test_an_engine_whose_engine_core_dies_is_restarted(host, tmp_path: Path):
     assert sh("pgrep -f /opt/fak[e] || true") == ""
     assert sh(f"ls -A {DATA} 2>/dev/null") == ""
     assert temp_files() - before == set()
-
-
-def test_a_group_node_whose_engine_core_dies_is_restarted(two_managers, tmp_path: Path):
-    """A headless data-parallel node whose EngineCore dies exits 0: its guard turns that into
-    a failure, its unit restarts, the leader's guard restarts the leader, and the group meets
-    again as one."""
-    serve = {"dataParallel": 2, "nodes": 2, "port": 18361, "rendezvousPort": 18362}
-    engine = {"device": "cpu", "env": {"FAKE_VLLM_ENGINE_CORE": "1", "FAKE_VLLM_DEAF": "1"}}
-    spec = spec_of(tmp_path, "dpg", serve, two_hosts("dpg"), engine)
-    leader, worker = "pdctl-dpg-dpg-serve-0.service", "pdctl-dpg-dpg-serve-0-node1.service"
-
-    up = pdctl("up", str(spec), "--yes", *two_managers, "--timeout", "60")
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        first = rows(spec, two_managers)
-        assert first["dpg-serve-0"]["health"] == "healthy", first
-        until(
-            "the leader's guard heard the worker",
-            lambda: "pdctl-guard: heard from dpg-serve-0-node1"
-            in pdctl("logs", str(spec), "dpg-serve-0", *two_managers).stdout,
-        )
-        # The worker's unit: its guard, the headless node under it, the EngineCore under that.
-        node = sh(f"pgrep -P {first['dpg-serve-0-node1']['pid']}").split()
-        core = sh(f"pgrep -P {node[0]}").split() if len(node) == 1 else []
-        assert len(core) == 1, (node, core)
-        sh(f"kill -9 {core[0]}")
-        until(
-            "both units restarted once",
-            lambda: show(worker, USER)["NRestarts"] == "1" and show(leader)["NRestarts"] == "1",
-        )
-        again = until(
-            "the group answers again",
-            lambda: (r := rows(spec, two_managers))["dpg-serve-0"]["health"] == "healthy" and r,
-        )
-        assert again["dpg-serve-0"]["state"] == "running (restarted 1 time)", again
-        assert again["dpg-serve-0-node1"]["state"] == "running (restarted 1 time)", again
-        log = pdctl("logs", str(spec), "dpg-serve-0-node1", *two_managers).stdout
-        assert "exited with status 0 though nothing asked it to stop" in log, log
-    finally:
-        down = pdctl("down", str(spec), *two_managers)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert sh("pgrep -f /opt/fak[e] || true") == ""
 
 
 def test_preflight_measures_memlock_where_the_units_run(two_managers, tmp_path: Path):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.targets.hosts.test_ssh_up import free_port, known
-from tests.targets.testbed import HERE, SshEnv, host_entry, pdctl, stand_in_spec, write_spec
+from tests.helpers import known
+from tests.targets.testbed import HERE, SshEnv, lo1_spec, pdctl
 
 LOADING = (
     "(EngineCore_DP0 pid=212) INFO 10-06 12:00:01 [gpu_model_runner.py:2602] "
@@ -57,16 +57,6 @@ def slow_venv(tmp_path: Path) -> Path:
     return root
 
 
-def one_instance(env: SshEnv, venv: Path, data: Path, name: str) -> Path:
-    return write_spec(
-        data / "spec.yaml",
-        stand_in_spec(
-            name, [host_entry(env, env.host("lo1"), data, venv=str(venv))],
-            {"replicas": 1, "port": free_port()},
-        ),
-    )
-
-
 def follow(fd: int, proc: subprocess.Popen, steps: list[tuple[str, Callable[[], None]]]) -> str:
     """Read `fd` until the process ends; when the text read so far (escapes removed)
     matches the next step's pattern, run its action. Returns everything read."""
@@ -91,7 +81,7 @@ def follow(fd: int, proc: subprocess.Popen, steps: list[tuple[str, Callable[[], 
 
 
 def test_up_piped_prints_a_line_per_stage(ssh_env: SshEnv, slow_venv: Path, tmp_path: Path):
-    spec = one_instance(ssh_env, slow_venv, tmp_path, "fprog")
+    spec = lo1_spec(ssh_env, tmp_path, "fprog", slow_venv)
     cmd = [sys.executable, "-m", "pdctl", "up", str(spec), "--yes", *known(ssh_env)]
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.Popen(
@@ -99,14 +89,9 @@ def test_up_piped_prints_a_line_per_stage(ssh_env: SshEnv, slow_venv: Path, tmp_
     )
     assert proc.stdout is not None
     try:
-        out = follow(
-            proc.stdout.fileno(),
-            proc,
-            [
-                ("loading weights", (slow_venv / "go-compile").touch),
-                ("compiling", (slow_venv / "go-serve").touch),
-            ],
-        )
+        steps = [("loading weights", (slow_venv / "go-compile").touch),
+                 ("compiling", (slow_venv / "go-serve").touch)]
+        out = follow(proc.stdout.fileno(), proc, steps)
         assert proc.wait(60) == 0, out
         # `[  14s/200s] fprog-serve-0 on lo1: compiling | torch.compile takes ...`
         lines = [x for x in out.splitlines() if re.match(r"\[ *\d+s/200s\] fprog-", x)]
@@ -123,7 +108,7 @@ def test_up_piped_prints_a_line_per_stage(ssh_env: SshEnv, slow_venv: Path, tmp_
 
 
 def test_up_on_a_terminal_shows_a_live_table(ssh_env: SshEnv, slow_venv: Path, tmp_path: Path):
-    spec = one_instance(ssh_env, slow_venv, tmp_path, "flive")
+    spec = lo1_spec(ssh_env, tmp_path, "flive", slow_venv)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
     env.update(TERM="xterm-256color", LINES="40", COLUMNS="160")
     master, slave = pty.openpty()
@@ -134,14 +119,10 @@ def test_up_on_a_terminal_shows_a_live_table(ssh_env: SshEnv, slow_venv: Path, t
     os.close(slave)
     row = r"flive-serve-0\s+lo1\s+{}\s+\d+s/200s\s+"
     try:
-        raw = follow(
-            master,
-            proc,
-            [
-                (row.format("loading weights") + "Starting", (slow_venv / "go-compile").touch),
-                (row.format("compiling") + "torch.compile", (slow_venv / "go-serve").touch),
-            ],
-        )
+        raw = follow(master, proc, [
+            (row.format("loading weights") + "Starting", (slow_venv / "go-compile").touch),
+            (row.format("compiling") + "torch.compile", (slow_venv / "go-serve").touch),
+        ])
         assert proc.wait(60) == 0, raw
         assert "\x1b[" in raw  # a terminal: the live display redraws
         shown = ANSI.sub("", raw)

@@ -14,7 +14,6 @@ import base64
 import copy
 
 import pytest
-import yaml
 from kubernetes import client
 
 from pdctl.errors import PdctlError
@@ -41,11 +40,7 @@ def target(url: str, name: str) -> KubeTarget:
 
 def kube_files(url: str, tmp_path, name: str) -> tuple:
     """The phase 1 example with one replica (what phase1() renders) and a kubeconfig."""
-    spec, kubeconfig = write_kube_files(url, tmp_path, name)
-    data = yaml.safe_load(spec.read_text())
-    data["serve"]["replicas"] = 1
-    spec.write_text(yaml.safe_dump(data))
-    return spec, kubeconfig
+    return write_kube_files(url, tmp_path, name, replicas=1)
 
 
 def stored(srv) -> list:
@@ -110,15 +105,9 @@ def test_diff_after_apply_shows_only_the_change_and_what_prune_deletes(dry):
 
 
 def test_clean_drops_what_the_server_owns():
-    live = {
-        "kind": "X",
-        "metadata": {
-            "name": "a", "uid": "u", "resourceVersion": "7", "generation": 2,
-            "creationTimestamp": "t", "managedFields": [{}], "labels": {"l": "1"},
-        },
-        "spec": {"s": 1},
-        "status": {"ready": 1},
-    }
+    meta = {"name": "a", "uid": "u", "resourceVersion": "7", "generation": 2}
+    meta.update(creationTimestamp="t", managedFields=[{}], labels={"l": "1"})
+    live = {"kind": "X", "metadata": meta, "spec": {"s": 1}, "status": {"ready": 1}}
     want = {"kind": "X", "metadata": {"name": "a", "labels": {"l": "1"}}, "spec": {"s": 1}}
     assert clean(live) == want
 
@@ -177,18 +166,11 @@ PLAIN = "plain-text-secret-value"
 
 
 def secret(name: str, token: str, same: str) -> dict:
+    instance = name.rsplit("-", 1)[0]
+    labels = {"app.kubernetes.io/instance": instance, "app.kubernetes.io/managed-by": "pdctl"}
     return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "labels": {
-                "app.kubernetes.io/instance": name.rsplit("-", 1)[0],
-                "app.kubernetes.io/managed-by": "pdctl",
-            },
-        },
-        "type": "Opaque",
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
         "data": {"token": base64.b64encode(token.encode()).decode(), "same": same},
         "stringData": {"note": PLAIN + token[:3]},
     }

@@ -5,8 +5,8 @@ change writes nothing to the cluster. Against kmock (conftest.py)."""
 from __future__ import annotations
 
 from tests.helpers import checked, pdctl
+from tests.targets.kube.examples import roll_out
 from tests.targets.kube.test_kinds import plan_objects, spec_data, target, write_files
-from tests.targets.kube.test_prune_order import roll_out
 
 
 def scale(tgt, name: str, replicas: int) -> None:  # type: ignore[no-untyped-def]

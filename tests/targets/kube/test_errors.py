@@ -11,7 +11,6 @@ from pathlib import Path
 
 import kmock
 import pytest
-import yaml
 from kubernetes import client
 
 from pdctl.targets.kube.discovery import ApiError
@@ -19,26 +18,15 @@ from pdctl.targets.kube.errors import Refused, Unreached, naming_applied, unreac
 from pdctl.targets.kube.target import KubeTarget
 from tests.targets.conftest import builtin_resources, kube_server
 from tests.targets.kube.test_target import phase1, write_kube_files
-from tests.targets.kubeconfig import write_kubeconfig
+from tests.targets.kubeconfig import kubeconfig_file, write_kubeconfig
 from tests.targets.testbed import pdctl
 
 NS = "vllm-inference"
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1 of loopback
 
 
-def kubeconfig(path: Path, contexts: list[str], current: str | None, server: str = DEAD) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1", "kind": "Config",
-                **({"current-context": current} if current else {}),
-                "clusters": [{"name": c, "cluster": {"server": server}} for c in contexts],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": c, "context": {"cluster": c, "user": "u"}} for c in contexts],
-            }
-        )
-    )
-    return path
+def kubeconfig(path: Path, contexts: list[str], current: str | None) -> Path:
+    return kubeconfig_file(path, contexts, current, DEAD)
 
 
 def status(tmp_path: Path, *args: str, env: dict[str, str] | None = None):

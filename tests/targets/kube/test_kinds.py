@@ -15,7 +15,6 @@ import yaml
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
-from pdctl.render import render
 from pdctl.render.bundle import apply_rank as rank
 from pdctl.spec import load_text
 from pdctl.targets.kube.api import HASH_ANNOTATION, NAMESPACE_ANNOTATION
@@ -23,6 +22,8 @@ from pdctl.targets.kube.target import KubeTarget
 from tests.conftest import EXAMPLES
 from tests.helpers import run_cli
 from tests.targets.conftest import KubeServer, builtin_resources, crd_resources, kube_server
+from tests.targets.kube.examples import kube_target
+from tests.targets.kube.examples import plan_objects as objects_of
 from tests.targets.kubeconfig import write_kubeconfig
 
 CRDS = Path(__file__).resolve().parents[2] / "data" / "crds"
@@ -59,9 +60,7 @@ def spec_data(example: str, **changes: object) -> dict:
 
 
 def plan_objects(data: dict, **how: object) -> tuple:
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec, target="kubernetes", **how)
-    return plan, list(render(plan).objects)
+    return objects_of(data, target="kubernetes", **how)
 
 
 def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, str]:
@@ -72,10 +71,7 @@ def write_files(server: KubeServer, tmp_path: Path, data: dict) -> tuple[str, st
 
 
 def target(server: KubeServer, plan) -> KubeTarget:  # type: ignore[no-untyped-def]
-    from kubernetes import client
-
-    api = client.ApiClient(client.Configuration(host=server.url))
-    return KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    return kube_target(server.url, plan)
 
 
 @pytest.mark.parametrize("example", KUBE_EXAMPLES, ids=lambda p: p.stem)
@@ -111,15 +107,6 @@ def test_up_applies_every_object_of_the_example_and_down_deletes_them(
     for obj in objs:
         meta = obj["metadata"]
         assert tgt.get(obj["kind"], meta["name"], meta.get("namespace"), obj["apiVersion"]) is None
-
-
-def test_the_llmd_example_needs_the_new_kinds() -> None:
-    """What the test above covers for phase 2: RBAC, accounts, config and custom resources."""
-    _, objs = plan_objects(spec_data("phase2-llmd"))
-    kinds = {o["kind"] for o in objs}
-    assert {
-        "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "InferencePool", "HTTPRoute",
-    } <= kinds
 
 
 def test_apply_order_puts_accounts_config_and_services_before_workloads() -> None:
@@ -161,6 +148,8 @@ def test_server_sees_applies_in_order_and_deletes_in_reverse(cluster: KubeServer
         return out
 
     applied, deleted = kinds("PATCH"), kinds("DELETE")
+    # the llm-d example needs the new kinds (RBAC, accounts, config, custom resources): every
+    # one of `plurals` is applied and deleted
     assert [rank(k) for k in applied] == sorted(rank(k) for k in applied)
     assert [rank(k) for k in deleted] == sorted((rank(k) for k in deleted), reverse=True)
     assert set(applied) == set(deleted) == set(plurals.values())
@@ -210,31 +199,14 @@ def test_prune_and_down_leave_what_pdctl_did_not_apply(cluster: KubeServer) -> N
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "kforeign-epp", "namespace": ns, "labels": labels},
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "kforeign-decode-abc",
-            "namespace": ns,
-            "labels": labels,
-            "annotations": {HASH_ANNOTATION: "x"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "kforeign-decode-1",
-                    "uid": "u",
-                }
-            ],
-        },
-    }
-    other = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {
-            "name": "elsewhere-kforeign-epp-metrics-reader", "labels": labels,
-            "annotations": {HASH_ANNOTATION: "x", NAMESPACE_ANNOTATION: "elsewhere"},
-        },
-        "rules": [],
-    }
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "kforeign-decode-1", "uid": "u"}
+    pod_meta = {"name": "kforeign-decode-abc", "namespace": ns, "labels": labels,
+                "annotations": {HASH_ANNOTATION: "x"}, "ownerReferences": [owner]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta}
+    other_meta = {"name": "elsewhere-kforeign-epp-metrics-reader", "labels": labels,
+                  "annotations": {HASH_ANNOTATION: "x", NAMESPACE_ANNOTATION: "elsewhere"}}
+    other = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "rules": []}
+    other["metadata"] = other_meta
     for obj in (endpoints, pod, other):
         path = tgt._path(obj["kind"], namespace=ns, api_version=obj["apiVersion"])
         tgt._call("POST", path, obj)
@@ -257,13 +229,8 @@ def test_discovery_is_read_once_per_run(cluster: KubeServer) -> None:
     tgt.status()
     tgt.delete_objects(volumes=True)
     gets = [path for verb, path in cluster.log[before:] if verb == "GET"]
-    discovery = [
-        p
-        for p in gets
-        if p in ("/api", "/apis")
-        or p.count("/") == 2
-        or (p.startswith("/apis/") and p.count("/") == 3)
-    ]
+    discovery = [p for p in gets if p in ("/api", "/apis") or p.count("/") == 2
+                 or (p.startswith("/apis/") and p.count("/") == 3)]
     assert "/apis" in discovery and "/api/v1" in discovery
     assert "/apis/inference.networking.k8s.io/v1" in discovery
     assert len(discovery) == len(set(discovery)), sorted(discovery)

@@ -13,7 +13,6 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 
 from pdctl.compat import release
 from pdctl.errors import PdctlError
@@ -21,9 +20,9 @@ from pdctl.plan import make_plan
 from pdctl.plan.group import RESOLVE_TRIES
 from pdctl.render import render
 from pdctl.spec import load_text
-from pdctl.targets.kube.target import KubeTarget
 from tests.conftest import K8S_VERSION
 from tests.render.check import crd_schema
+from tests.targets.kube.examples import example_data, kube_target, plan_objects
 
 PATH = os.environ.get("PATH", "/usr/bin:/bin")  # getent resolves the leader's name
 
@@ -32,11 +31,7 @@ WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 def lws_plan(**serve: object):
-    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
-    data["serve"].update(serve)
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec)
-    return plan, list(render(plan).objects)
+    return plan_objects(example_data("phase1-lws", serve=serve))
 
 
 def the(objs: list[dict], kind: str) -> dict:
@@ -82,11 +77,8 @@ def test_lws_is_schema_valid_and_its_pods_strictly_valid(serve: dict) -> None:
 @pytest.mark.parametrize("dp", [1, 16])
 def test_every_flag_of_leader_and_worker_exists_in_the_pinned_vllm(version: str, dp: int) -> None:
     serve = {"dataParallel": dp, "tensorParallel": 1, "pipelineParallel": 1} if dp > 1 else {}
-    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
-    data["engine"]["version"] = version
-    data["serve"].update(serve)
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    lws = the(list(render(make_plan(spec)).objects), "LeaderWorkerSet")
+    _, objs = plan_objects(example_data("phase1-lws", engine={"version": version}, serve=serve))
+    lws = the(objs, "LeaderWorkerSet")
     rel = release(version)
     for template in templates(lws):
         (container,) = template["spec"]["containers"]
@@ -115,6 +107,13 @@ def test_tp_pp_group_ranks_come_from_lws_and_workers_are_headless() -> None:
     assert svc["spec"]["selector"][WORKER_INDEX] == "0"
 
 
+def launch(script: str, index: str, leader: str, *args: str) -> subprocess.CompletedProcess:
+    """A pod's launch `script` under sh, as LWS's pod `index` with the leader named `leader`."""
+    env = {"LWS_WORKER_INDEX": index, "LWS_LEADER_ADDRESS": leader, "PATH": PATH}
+    return subprocess.run(["sh", "-c", script, "vllm", *args], env=env, capture_output=True,
+                          text=True)
+
+
 def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
     _, objs = lws_plan(tensorParallel=1, pipelineParallel=1, dataParallel=16)
     leader, worker = (t["spec"]["containers"][0] for t in templates(the(objs, "LeaderWorkerSet")))
@@ -123,19 +122,11 @@ def test_dp_worker_start_rank_is_its_index_times_the_local_ranks() -> None:
     script = worker["command"][2]
     assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in script
     # The shell gives vLLM exactly the container's args, then the per-pod flags.
-    out = subprocess.run(
-        ["sh", "-c", script.replace("exec vllm serve", "echo"), "vllm", "a b", "--x"],
-        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-        capture_output=True, text=True, check=True,
-    ).stdout.split()
-    assert out == [
-        "a",
-        "b",
-        "--x",
-        "--data-parallel-address",
-        "127.0.0.1",  # the leader's name, resolved (getent)
-        "--data-parallel-start-rank",
-        "8",
+    out = launch(script.replace("exec vllm serve", "echo"), "1", "localhost", "a b", "--x")
+    assert out.returncode == 0, out.stderr
+    # the leader's name resolved (getent) to 127.0.0.1
+    assert out.stdout.split() == [
+        "a", "b", "--x", "--data-parallel-address", "127.0.0.1", "--data-parallel-start-rank", "8",
     ]
 
 
@@ -152,18 +143,12 @@ def test_the_leader_name_is_resolved_or_the_pod_stops_with_one_line() -> None:
             tries = f'-ge {RESOLVE_TRIES} ]'
             assert tries in run
             run = run.replace(tries, "-ge 3 ]")  # each failed lookup of x.invalid takes time
-            ok = subprocess.run(
-                ["sh", "-c", run, "vllm"],
-                env={"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-                capture_output=True, text=True, check=True,
-            ).stdout.split()
+            done = launch(run, "0", "localhost")
+            assert done.returncode == 0, done.stderr
+            ok = done.stdout.split()
             flag = "--master-addr" if not over else "--data-parallel-address"
             assert ok[ok.index(flag) + 1] == "127.0.0.1"
-            bad = subprocess.run(
-                ["sh", "-c", run, "vllm"],
-                env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "x.invalid", "PATH": PATH},
-                capture_output=True, text=True,
-            )
+            bad = launch(run, "1", "x.invalid")
             assert bad.returncode == 1 and bad.stdout == ""
             assert bad.stderr.count("\n") == 1
             assert "LWS_LEADER_ADDRESS=x.invalid" in bad.stderr
@@ -171,15 +156,8 @@ def test_the_leader_name_is_resolved_or_the_pod_stops_with_one_line() -> None:
 
 
 def test_kube_target_applies_waits_on_and_deletes_the_lws(cluster) -> None:
-    from kubernetes import client
-
-    data = yaml.safe_load((ROOT / "examples" / "phase1-lws.yaml").read_text())
-    data["name"] = "klws"
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec)
-    objs = list(render(plan).objects)
-    api = client.ApiClient(client.Configuration(host=cluster.url))
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    plan, objs = plan_objects(example_data("phase1-lws", name="klws"))
+    tgt = kube_target(cluster.url, plan)
     tgt.apply_objects(objs)
     lws = tgt.get("LeaderWorkerSet", "klws-serve", api_version="leaderworkerset.x-k8s.io/v1")
     assert lws is not None and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
@@ -205,12 +183,7 @@ POOL_LABEL = "pdctl.io/pool"
 
 
 def wide_ep(**changes: object) -> tuple[object, list[dict]]:
-    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
-    for role, fields in changes.items():
-        data[role].update(fields)
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec, target="kubernetes")
-    return plan, list(render(plan).objects)
+    return plan_objects(example_data("phase2-wide-ep", **changes), target="kubernetes")
 
 
 def lws_named(objs: list[dict], suffix: str) -> dict:
@@ -264,11 +237,9 @@ def test_wide_ep_side_channel_ports_are_the_ranks_of_each_pod() -> None:
     _, worker = templates(lws_named(objs, "-prefill"))
     script = worker["spec"]["containers"][0]["command"][2]
     probe = script.replace("exec vllm serve", 'echo "$VLLM_NIXL_SIDE_CHANNEL_PORT"')
-    out = subprocess.run(
-        ["sh", "-c", probe, "vllm"],
-        env={"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "localhost", "PATH": PATH},
-        capture_output=True, text=True, check=True,
-    ).stdout.split()
+    done = launch(probe, "1", "localhost")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split()
     assert out[0] == "5592"  # + ranks 8..15 = 5600..5607
     assert out[1:] == ["--data-parallel-address", "127.0.0.1", "--data-parallel-start-rank", "8"]
 
@@ -293,25 +264,15 @@ def test_one_role_across_nodes_leaves_the_other_a_deployment() -> None:
 
 
 def test_wide_ep_with_hami_slices_is_refused() -> None:
-    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
-    data["phase"] = 3
-    data["decode"]["share"] = {"gpuMemoryPercent": 50}
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
+    data = example_data("phase2-wide-ep", phase=3, decode={"share": {"gpuMemoryPercent": 50}})
     with pytest.raises(PdctlError, match="decode.share slices GPUs") as err:
-        make_plan(spec, target="kubernetes")
+        plan_objects(data, target="kubernetes")
     assert err.value.path == "prefill.nodes"
 
 
 def test_kube_target_applies_waits_on_and_deletes_the_wide_ep_groups(cluster) -> None:
-    from kubernetes import client
-
-    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
-    data["name"] = "kwep"
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec, target="kubernetes")
-    objs = list(render(plan).objects)
-    api = client.ApiClient(client.Configuration(host=cluster.url))
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    plan, objs = plan_objects(example_data("phase2-wide-ep", name="kwep"), target="kubernetes")
+    tgt = kube_target(cluster.url, plan)
     tgt.apply_objects(objs)
     v1 = "leaderworkerset.x-k8s.io/v1"
     names = ["kwep-prefill", "kwep-decode"]
@@ -356,11 +317,9 @@ def _admits(policy: dict, labels: dict) -> bool:
 
 
 def test_network_policies_let_a_groups_pods_reach_each_other() -> None:
-    data = yaml.safe_load((ROOT / "examples" / "phase2-wide-ep.yaml").read_text())
-    data["kubernetes"]["networkPolicy"] = True
+    data = example_data("phase2-wide-ep", kubernetes={"networkPolicy": True})
     data["router"] = {"gateway": "inference-gateway"}
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    objs = list(render(make_plan(spec, target="kubernetes")).objects)
+    _, objs = plan_objects(data, target="kubernetes")
     pods = [
         t["metadata"]["labels"]
         for r in ("-prefill", "-decode")

@@ -9,20 +9,8 @@ from __future__ import annotations
 import pytest
 
 from pdctl.errors import PdctlError
+from tests.targets.kube.examples import roll_out
 from tests.targets.kube.test_kinds import plan_objects, spec_data, target
-
-
-def roll_out(tgt, name: str) -> None:  # type: ignore[no-untyped-def]
-    dep = tgt.get("Deployment", name)
-    replicas = dep["spec"].get("replicas", 1)
-    status = {
-        "status": {
-            "observedGeneration": dep["metadata"].get("generation", 1), "replicas": replicas,
-            "updatedReplicas": replicas, "availableReplicas": replicas, "readyReplicas": replicas,
-        }
-    }
-    path = tgt._path("Deployment", name)
-    tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
 
 
 def test_a_failed_rollout_keeps_what_prune_would_delete(cluster) -> None:

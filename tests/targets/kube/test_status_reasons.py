@@ -8,13 +8,12 @@ import copy
 import json
 
 import pytest
-import yaml
-from kubernetes import client
 
 from pdctl.cli.summary import status_counts, status_line
 from pdctl.targets.kube.status import status_rows
 from pdctl.targets.kube.target import KubeTarget
 from tests.helpers import checked
+from tests.targets.kube.examples import kube_target
 from tests.targets.kube.test_target import phase1, write_kube_files
 from tests.targets.test_stages import BACKOFF, CRASHING, LOADING, UNSCHEDULABLE
 from tests.targets.testbed import pdctl
@@ -22,24 +21,25 @@ from tests.targets.testbed import pdctl
 NS = "vllm-inference"
 
 
+def applied(cluster, name: str, replicas: int = 1, **kw) -> tuple[KubeTarget, list[dict]]:
+    """The target of phase 1 deployment `name` on `cluster`, its objects applied."""
+    plan, objs = phase1(name, replicas)
+    tgt = kube_target(cluster.url, plan, **kw)
+    tgt.apply_objects(objs)
+    return tgt, objs
+
+
 def put_pod(tgt: KubeTarget, template: dict, name: str) -> None:
     pod = copy.deepcopy(template)
     pod.update(apiVersion="v1", kind="Pod")
-    pod["metadata"] = {
-        "name": name,
-        "namespace": NS,
-        "labels": {
-            "app.kubernetes.io/instance": tgt.name, "app.kubernetes.io/managed-by": "pdctl",
-            "app.kubernetes.io/component": "serve",
-        },
-    }
+    labels = {"app.kubernetes.io/instance": tgt.name, "app.kubernetes.io/managed-by": "pdctl"}
+    labels["app.kubernetes.io/component"] = "serve"
+    pod["metadata"] = {"name": name, "namespace": NS, "labels": labels}
     tgt._call("POST", f"/api/v1/namespaces/{NS}/pods", pod)
 
 
 def test_status_names_why_each_pod_is_not_ready(cluster, tmp_path):
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kwhy", NS)
-    _, objs = phase1("kwhy")
-    tgt.apply_objects(objs)
+    tgt, _ = applied(cluster, "kwhy")
     put_pod(tgt, UNSCHEDULABLE, "kwhy-serve-a")
     put_pod(tgt, BACKOFF, "kwhy-serve-b")
     put_pod(tgt, CRASHING, "kwhy-serve-c")
@@ -105,12 +105,8 @@ def test_up_waits_with_each_pods_stage_and_fails_with_the_reason(cluster, tmp_pa
     from pdctl.errors import PdctlError
     from tests.targets.test_stages import LOADING, upto
 
-    seen = []
-    tgt = KubeTarget(
-        client.ApiClient(client.Configuration(host=cluster.url)), "kwait", NS, stage=seen.append
-    )
-    _, objs = phase1("kwait")
-    tgt.apply_objects(objs)
+    seen: list = []
+    tgt, objs = applied(cluster, "kwait", stage=seen.append)
     put_pod(tgt, LOADING, "kwait-serve-l")
     put_pod(tgt, UNSCHEDULABLE, "kwait-serve-u")
     cut = upto("Using cache directory")  # the engine is compiling
@@ -151,11 +147,8 @@ def test_down_waits_until_the_pods_are_gone(cluster):
     from pdctl.errors import PdctlError
     from tests.targets.test_stages import LOADING
 
-    seen = []
-    api = client.ApiClient(client.Configuration(host=cluster.url))
-    tgt = KubeTarget(api, "kgone", NS, stage=seen.append, down_timeout=0.3)
-    _, objs = phase1("kgone")
-    tgt.apply_objects(objs)
+    seen: list = []
+    tgt, _ = applied(cluster, "kgone", stage=seen.append, down_timeout=0.3)
     put_pod(tgt, LOADING, "kgone-serve-a")  # kmock has no garbage collector: it stays
     with pytest.raises(PdctlError, match=r"pods still run after 0 s: kgone-serve-a;"):
         tgt.down(delete_volumes=True)
@@ -170,18 +163,8 @@ def test_down_waits_until_the_pods_are_gone(cluster):
 
 
 def test_a_leader_worker_set_has_a_rollout_row():
-    from pdctl.targets.kube.status import status_rows
-
-    lws = {
-        "metadata": {
-            "name": "big-serve", "generation": 1,
-            "labels": {"app.kubernetes.io/component": "serve"},
-        },
-        "spec": {"replicas": 2},
-        "status": {
-            "observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
-        },
-    }
+    lws = serving_lws(2, 1)
+    lws["status"]["updatedReplicas"] = 2
     (row,) = status_rows([], [], leader_worker_sets=[lws])
     assert (row.unit, row.kind, row.state, row.why) == (
         "big-serve", "rollout", "1/2 groups ready", "progressing",
@@ -195,9 +178,7 @@ def test_a_leader_worker_set_has_a_rollout_row():
 # to be gone after deleting its objects (default 300 s, as before), then names those left,
 # exit 1. On kmock, which has no garbage collector: a pod written there stays.
 def test_down_waits_for_the_pods_as_long_as_timeout_says(cluster, tmp_path):
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kdt", NS)
-    _, objs = phase1("kdt")
-    tgt.apply_objects(objs)
+    tgt, _ = applied(cluster, "kdt")
     put_pod(tgt, LOADING, "kdt-serve-a")  # stays: nothing deletes it
     try:
         spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kdt")
@@ -223,20 +204,10 @@ READY = {
 }
 
 
-def spec_with(tmp_path, url: str, name: str, replicas: int):
-    spec, kubeconfig = write_kube_files(url, tmp_path, name)
-    data = yaml.safe_load(spec.read_text())
-    data["serve"]["replicas"] = replicas
-    spec.write_text(yaml.safe_dump(data))
-    return spec, kubeconfig
-
-
 def test_a_deployment_without_pods_counts_its_replicas_as_not_up(cluster, tmp_path):
-    tgt = KubeTarget(client.ApiClient(client.Configuration(host=cluster.url)), "kquota", NS)
-    _, objs = phase1("kquota", replicas=2)
-    tgt.apply_objects(objs)  # no pod: as if a ResourceQuota refused the ReplicaSet's pods
+    tgt, _ = applied(cluster, "kquota", replicas=2)  # no pod: a ResourceQuota refused them
     try:
-        spec, kubeconfig = spec_with(tmp_path, cluster.url, "kquota", 2)
+        spec, kubeconfig = write_kube_files(cluster.url, tmp_path, "kquota", replicas=2)
         kc = ("--kubeconfig", str(kubeconfig))
         out = checked(pdctl("status", str(spec), "-o", "json", *kc))
         assert json.loads(out.stdout)["summary"] == {
@@ -251,9 +222,11 @@ def test_a_deployment_without_pods_counts_its_replicas_as_not_up(cluster, tmp_pa
         tgt.delete_objects(volumes=True)
 
 
-def lws(replicas: int, ready: int) -> dict:
+def serving_lws(replicas: int, ready: int) -> dict:
+    """The serve role's LeaderWorkerSet big-serve as its controller reports it."""
     return {
-        "metadata": {"name": "big-serve", "generation": 1, "labels": {}},
+        "metadata": {"name": "big-serve", "generation": 1,
+                     "labels": {"app.kubernetes.io/component": "serve"}},
         "spec": {"replicas": replicas},
         "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready},
     }
@@ -266,12 +239,9 @@ def pod(name: str, ready: bool) -> dict:
 
 
 def test_a_leader_worker_set_counts_each_group_without_pods():
-    set_ = lws(1, 0)
-    set_["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
-    rows = [r.__dict__ for r in status_rows([], [], leader_worker_sets=[set_])]
+    rows = [r.__dict__ for r in status_rows([], [], leader_worker_sets=[serving_lws(1, 0)])]
     assert status_line(rows) == "0 of 1 unit up (serve 0/1)"
-    two = lws(2, 1)
-    two["metadata"]["labels"] = {"app.kubernetes.io/component": "serve"}
+    two = serving_lws(2, 1)
     pods = [pod("big-serve-0", True), pod("big-serve-0-1", True)]  # group 0: leader, worker
     rows = [r.__dict__ for r in status_rows([], pods, leader_worker_sets=[two])]
     assert status_counts(rows) == {"units": 3, "up": 2, "roles": {"serve": 3},

@@ -15,17 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdctl.plan import make_plan
-from pdctl.render import render
-from pdctl.spec import load_text
 from pdctl.targets.kube.api import HASH_ANNOTATION
 from pdctl.targets.kube.status import rolled_out
 from pdctl.targets.kube.target import KubeTarget
 from tests.helpers import checked
+from tests.targets.kube.examples import example_data, plan_objects, roll_out
 from tests.targets.kubeconfig import write_kubeconfig
 from tests.targets.testbed import pdctl
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -41,19 +37,30 @@ def api(server):
     return client.ApiClient(client.Configuration(host=server))
 
 
+def phase1_data(name: str, replicas: int | None = None) -> dict:
+    """examples/phase1-k8s.yaml as `name` (kmock cannot create cluster-scoped objects), with
+    `replicas` (else the example's 2)."""
+    data = example_data("phase1-k8s", name=name, kubernetes={"createNamespace": False})
+    if replicas is not None:
+        data["serve"]["replicas"] = replicas
+    return data
+
+
 def phase1(name: str, replicas: int = 1) -> tuple:
-    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
-    data["name"] = name
-    data["kubernetes"]["createNamespace"] = False  # kmock cannot create cluster-scoped objects
-    data["serve"]["replicas"] = replicas
-    spec, _ = load_text(yaml.safe_dump(data), "spec.yaml")
-    plan = make_plan(spec)
-    return plan, list(render(plan).objects)
+    return plan_objects(phase1_data(name, replicas))
+
+
+def target(api, plan, objs: list[dict] | None = None) -> KubeTarget:  # type: ignore[no-untyped-def]
+    """The KubeTarget of `plan`, `objs` applied."""
+    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    if objs is not None:
+        tgt.apply_objects(objs)
+    return tgt
 
 
 def test_apply_creates_then_changes_nothing(api):
     plan, objs = phase1("kapply")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt = target(api, plan)
     assert {a for a, _, _ in tgt.object_changes(objs)} == {"create"}
     tgt.apply_objects(objs)
     assert {a for a, _, _ in tgt.object_changes(objs)} == {"unchanged"}
@@ -65,8 +72,7 @@ def test_apply_creates_then_changes_nothing(api):
 
 def test_spec_change_updates_only_that_object(api):
     plan, objs = phase1("kupdate")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply_objects(objs)
+    tgt = target(api, plan, objs)
     _, changed = phase1("kupdate", replicas=3)
     actions = {(k, a) for a, k, _ in tgt.object_changes(changed)}
     assert ("Deployment", "update") in actions
@@ -79,17 +85,12 @@ def test_spec_change_updates_only_that_object(api):
 
 def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
     plan, objs = phase1("kprune")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
+    tgt = target(api, plan)
     ns = plan.spec.kubernetes.namespace
-    foreign = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": "someone-else", "namespace": ns,
-            "labels": {"app.kubernetes.io/instance": "other"},
-        },
-        "spec": {"ports": [{"port": 80}]},
-    }
+    labels = {"app.kubernetes.io/instance": "other"}
+    meta = {"name": "someone-else", "namespace": ns, "labels": labels}
+    foreign = {"apiVersion": "v1", "kind": "Service", "metadata": meta}
+    foreign["spec"] = {"ports": [{"port": 80}]}
     tgt._call("POST", tgt._path("Service"), foreign)
     tgt.apply_objects(objs)
     without_service = [o for o in objs if o["kind"] != "Service"]
@@ -104,8 +105,7 @@ def test_prune_removes_what_is_no_longer_rendered_and_nothing_else(api):
 
 def test_delete_by_label_twice_is_harmless(api):
     plan, objs = phase1("kdelete")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply_objects(objs)
+    tgt = target(api, plan, objs)
     assert len(tgt.delete_objects(volumes=True)) == 3
     assert tgt.owned() == []
     assert tgt.delete_objects(volumes=True) == []
@@ -114,8 +114,7 @@ def test_delete_by_label_twice_is_harmless(api):
 def test_delete_keeps_the_model_cache_claim_unless_asked(api):
     """The PVC holds the downloaded weights: `down` keeps it; --delete-volumes removes it."""
     plan, objs = phase1("kkeep")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply_objects(objs)
+    tgt = target(api, plan, objs)
     assert sorted(k for k, _ in tgt.delete_objects()) == ["Deployment", "Service"]
     assert tgt.kept == [("PersistentVolumeClaim", "kkeep-model-cache")]
     assert tgt.owned() == [("PersistentVolumeClaim", "kkeep-model-cache")]
@@ -128,21 +127,12 @@ def test_delete_keeps_the_model_cache_claim_unless_asked(api):
 
 def test_wait_for_rollout(api):
     plan, objs = phase1("kwait")
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
-    tgt.apply_objects(objs)
+    tgt = target(api, plan, objs)
     from pdctl.errors import PdctlError
 
     with pytest.raises(PdctlError, match="not rolled out"):
         tgt.wait(objs, timeout=0.5, poll=0.1)  # no controller: never rolls out
-    # Act as the Deployment controller would.
-    path = tgt._path("Deployment", "kwait-serve")
-    status = {
-        "status": {
-            "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
-            "readyReplicas": 1,
-        }
-    }
-    tgt._call("PATCH", path, status, content_type="application/merge-patch+json")
+    roll_out(tgt, "kwait-serve")  # as the Deployment controller would
     assert rolled_out(tgt.get("Deployment", "kwait-serve"))
     tgt.wait(objs, timeout=5, poll=0.1)
     rows = tgt.status()
@@ -150,13 +140,12 @@ def test_wait_for_rollout(api):
     tgt.delete_objects(volumes=True)
 
 
-def write_kube_files(server: str, tmp_path: Path, name: str) -> tuple[Path, Path]:
+def write_kube_files(
+    server: str, tmp_path: Path, name: str, replicas: int | None = None
+) -> tuple[Path, Path]:
     kubeconfig = write_kubeconfig(tmp_path, server)
-    data = yaml.safe_load((ROOT / "examples" / "phase1-k8s.yaml").read_text())
-    data["name"] = name
-    data["kubernetes"]["createNamespace"] = False
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(data))
+    spec.write_text(yaml.safe_dump(phase1_data(name, replicas)))
     return spec, kubeconfig
 
 
@@ -186,14 +175,13 @@ def test_cli_up_applies_then_waits_for_rollout(server, tmp_path, api):
 
 def test_cli_down_and_status_against_the_emulator(server, tmp_path, api):
     plan, objs = phase1("kcli")
-    KubeTarget(api, plan.name, plan.spec.kubernetes.namespace).apply_objects(objs)
+    tgt = target(api, plan, objs)
     spec, kubeconfig = write_kube_files(server, tmp_path, "kcli")
     status = checked(pdctl("status", str(spec), "-o", "json", "--kubeconfig", str(kubeconfig)))
     assert '"unit": "kcli-serve"' in status.stdout
     down = checked(pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig)))
     assert "deleted 2 objects" in down.stdout
     assert "kept PersistentVolumeClaim kcli-model-cache; --delete-volumes removes it" in down.stdout
-    tgt = KubeTarget(api, plan.name, plan.spec.kubernetes.namespace)
     assert tgt.owned() == [("PersistentVolumeClaim", "kcli-model-cache")]
     again = pdctl("down", str(spec), "--yes", "--kubeconfig", str(kubeconfig), "--delete-volumes")
     assert "deleted 1 objects" in again.stdout, again.stdout + again.stderr
