@@ -120,5 +120,5 @@ def sampler_bytes(
         per_logit = V2_WARMUP_BYTES_PER_LOGIT if warmup else TRITON_TOPK_BYTES_PER_LOGIT
         return int(seqs * model.vocab * per_logit) + triton_buffer_bytes(model, seqs, gpu_name)
     flash = flashinfer_only(engine, flashinfer)
-    per_logit = FLASHINFER_BYTES_PER_LOGIT if flash else SAMPLER_BYTES_PER_LOGIT
-    return int(seqs * model.vocab * per_logit)
+    sort_per_logit = FLASHINFER_BYTES_PER_LOGIT if flash else SAMPLER_BYTES_PER_LOGIT
+    return int(seqs * model.vocab * sort_per_logit)
