@@ -96,22 +96,19 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     from pdctl.capacity.fit import Shape
     from pdctl.capacity.profile import PINNED
 
+    # a missing section (None) gives every getattr its default
     section: Any = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}[role]
-    tp = section.tensor_parallel if section is not None else 1
-    pp = getattr(section, "pipeline_parallel", 1) if section is not None else 1
-    seqs = section.max_num_seqs if section is not None else None
-    tokens = section.max_num_batched_tokens if section is not None else None
-    eager = section.enforce_eager if section is not None else False
+    tp, dp = getattr(section, "tensor_parallel", 1), getattr(section, "data_parallel", 1)
     engine = getattr(getattr(spec, "engine", None), "version", None) or PINNED
-    # Expert parallel shards the experts over every TP x DP rank (docs/multinode.md).
-    dp = getattr(section, "data_parallel", 1) if section is not None else 1
-    ep = tp * dp if section is not None and section.expert_parallel else 0
     return Shape(
-        tp=tp, pp=pp, ep=ep, dp=dp, dtype=spec.model.dtype,
+        tp=tp, pp=getattr(section, "pipeline_parallel", 1), dtype=spec.model.dtype,
+        # Expert parallel shards the experts over every TP x DP rank (docs/multinode.md).
+        ep=tp * dp if getattr(section, "expert_parallel", False) else 0, dp=dp,
         kv_cache_dtype=spec.model.kv_cache_dtype, max_model_len=spec.model.max_model_len,
-        max_num_seqs=seqs, max_num_batched_tokens=tokens, enforce_eager=eager, engine=engine,
-        lora=lora_shape(spec.model, None),
-        speculative=getattr(section, "speculative", None) if section is not None else None,
+        max_num_seqs=getattr(section, "max_num_seqs", None),
+        max_num_batched_tokens=getattr(section, "max_num_batched_tokens", None),
+        enforce_eager=getattr(section, "enforce_eager", False), engine=engine,
+        lora=lora_shape(spec.model, None), speculative=getattr(section, "speculative", None),
     )
 
 

@@ -60,21 +60,12 @@ def _instances(role: Any) -> int:
     return max(1, role.replicas) * max(1, role.shape.dp)
 
 
-def _batching(role: Any) -> tuple[int, int]:
-    return role.shape.batching(role.memory.total, role.memory.max_model_len)
-
-
 def _run(plan: Any, role: Any, load: Load, prefilled: bool = False) -> Result:
     per_gpu = role.slice.per_gpu if role.slice is not None else 1
     engine = engine_for(plan.model, plan.gpu, role.shape, per_gpu)
-    tokens, seqs = _batching(role)
+    tokens, seqs = role.shape.batching(role.memory.total, role.memory.max_model_len)
     kv = role.memory.kv_token_slots or role.memory.kv_tokens or None  # tokens stored at once
     return simulate(engine, load, tokens, seqs, kv, prefilled=prefilled)
-
-
-def _requests(concurrency: int) -> int:
-    """Requests a closed loop of `concurrency` runs: enough rounds for a steady middle."""
-    return max(LOAD_REQUESTS // 4, LOAD_MIN_ROUNDS * concurrency)
 
 
 def predict(plan: Any, spec: LoadSpec, slo_ttft_ms: float | None = None,
@@ -143,12 +134,17 @@ def _share(xs: list[float], slo_ms: float | None) -> float:
     return sum(1 for x in xs if x * 1000 <= slo_ms) / len(xs)
 
 
-def _load(spec: LoadSpec, instances: int, prompt: int, output: int) -> Load:
+def _load(
+    spec: LoadSpec, instances: int, prompt: int, output: int, requests: int | None = None
+) -> Load:
+    """One instance's share of the load; `requests`: the whole load's count (bench's step),
+    else enough for a steady middle (a closed loop: enough rounds of its concurrency)."""
+    mine = max(1, math.ceil(requests / instances)) if requests is not None else None
     if spec.concurrency is not None:
         c = max(1, math.ceil(spec.concurrency / instances))
-        return Load(prompt, output, _requests(c), concurrency=c)
-    rate = (spec.rate or 0.0) / instances
-    return Load(prompt, output, LOAD_REQUESTS, rate=rate)
+        rounds = max(LOAD_REQUESTS // 4, LOAD_MIN_ROUNDS * c)
+        return Load(prompt, output, mine or rounds, concurrency=c)
+    return Load(prompt, output, mine or LOAD_REQUESTS, rate=(spec.rate or 0.0) / instances)
 
 
 def _scaled(x: Any, n: int) -> float | None:
@@ -167,18 +163,11 @@ def predict_step(plan: Any, requests: int, concurrency: int | None, rate: float 
     if not plan.disaggregated:
         role = plan.roles[0]
         n = _instances(role)
-        if spec.concurrency is not None:
-            c = max(1, math.ceil(spec.concurrency / n))
-            load = Load(t.prompt_tokens, t.output_tokens, max(1, math.ceil(requests / n)),
-                        concurrency=c)
-        else:
-            load = Load(t.prompt_tokens, t.output_tokens, max(1, math.ceil(requests / n)),
-                        rate=(spec.rate or 0.0) / n)
+        load = _load(spec, n, t.prompt_tokens, t.output_tokens, requests)
         fig = _run(plan, role, load).summary()
         scale = n
     else:
-        full = predict(plan, spec)
-        fig, scale = full, 1
+        fig, scale = predict(plan, spec), 1
     return {
         "ttftMs": fig["ttftMs"]["p50"],  # type: ignore[index]
         "tpotMs": fig["tpotMs"]["p50"],  # type: ignore[index]

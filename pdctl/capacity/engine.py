@@ -10,10 +10,7 @@ V1_FROM = (0, 8)  # the V1 engine is the default from vLLM 0.8
 
 def version(text: str | None) -> tuple[int, int]:
     """(major, minor) of a vLLM version string; the pinned one when unknown."""
-    match = re.match(r"v?(\d+)\.(\d+)", text or PINNED)
-    if match is None:
-        return version(PINNED)
-    return int(match.group(1)), int(match.group(2))
+    return patch_version(text)[:2]
 
 
 def is_v1(engine: str | None) -> bool:

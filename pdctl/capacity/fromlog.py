@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.capacity.fit import instance_memory
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.memory import tokens_in
 from pdctl.capacity.profile import flashinfer_only
 
 if TYPE_CHECKING:
@@ -210,10 +211,7 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
         Term("weights", mem.weights / g, seen.weights_gib),
         Term("activation (profile peak)", mem.overhead.activation / g, seen.activation_gib),
         Term("non-torch (context, NCCL)", mem.overhead.non_torch / g, seen.non_torch_gib),
-        Term(
-            "CUDA graphs", mem.overhead.cuda_graphs / g,
-            seen.graphs_gib if seen.graphs_gib is not None else None,
-        ),
+        Term("CUDA graphs", mem.overhead.cuda_graphs / g, seen.graphs_gib),
         Term("KV cache memory", mem.kv_available / g, seen.kv_available_gib),
         # like with like: vLLM's own count (concurrency at max_model_len x max_model_len),
         # never the tokens the pool stores at once (kvTokenSlots), which vLLM does not print
@@ -232,7 +230,7 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
         held = (
             planned.layout.tokens(kv, planned.max_model_len)
             if planned.layout is not None
-            else kv // (planned.kv_per_token * planned.block_size) * planned.block_size
+            else tokens_in(kv, planned.kv_per_token, planned.block_size)
         )
         pinned = {
             "kvAvailableGib": seen.kv_available_gib, "kvTokens": held,

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from pdctl.capacity import tables
+from pdctl.capacity.engine import _key
 from pdctl.errors import SpecError
 
 MIB = 1024**2
@@ -93,9 +94,9 @@ def load_table(
 GPUS, _ALIASES, _SIZES = load_table()
 
 
-def _key(name: str) -> str:
-    text = name.lower().replace("nvidia", "")
-    return "".join(ch for ch in text if ch.isalnum())
+def a_gpu(name: str) -> str:
+    """The name after its spoken article: 'an H100', 'an L4', 'a B200'."""
+    return ("an " if name[0].upper() in "AEHILR" else "a ") + name
 
 
 def find_gpu(name: str) -> GpuType:

@@ -24,13 +24,6 @@ def dtype_bytes(dtype: str, model: ModelConfig) -> int:
     return 2
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, dtype: str, model: ModelConfig) -> int:
-    """Bytes per KV value: 1 for fp8 KV caches, else the activation dtype's."""
-    if kv_cache_dtype.startswith("fp8"):
-        return 1
-    return dtype_bytes(dtype, model)
-
-
 def stage_partition(layers: int, pp: int) -> tuple[int, ...]:
     """Layers of each pipeline stage as vLLM splits them (`get_pp_indices` in
     vllm/distributed/utils.py): `layers // pp` each, the remainder one a stage from the
@@ -92,27 +85,23 @@ def weights_bytes_per_gpu(
     return int((per_layer * layers + embed + vision) / tp)
 
 
-def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
-    """KV heads on one TP rank: split across ranks, replicated (1 each) when fewer than ranks."""
-    return max(1, model.kv_heads // tp)
-
-
 def kv_bytes_per_token(
     model: ModelConfig, tp: int = 1, pp: int = 1, kv_cache_dtype: str = "auto", dtype: str = "auto"
 ) -> int:
     """KV-cache bytes one token takes on one GPU (the heaviest pipeline stage).
 
-    Standard and GQA attention: 2 (K and V) x layers x kv_heads_per_gpu x head_dim x bytes.
+    Standard and GQA attention: 2 (K and V) x layers x KV heads a rank x head_dim x bytes
+    (the KV heads split across TP ranks, replicated (1 each) when fewer than ranks).
     MLA (DeepSeek): one latent of kv_lora_rank + qk_rope_head_dim per layer, the same on every
     TP rank (not split). fp8 KV caches take 1 byte per value.
     """
     layers = stage_layers(model, pp)
     if model.hybrid is not None:  # only the full-attention layers keep KV (capacity.hybrid)
         layers = math.ceil(model.hybrid.full_layers / pp)
-    width = kv_dtype_bytes(kv_cache_dtype, dtype, model)
+    width = 1 if kv_cache_dtype.startswith("fp8") else dtype_bytes(dtype, model)
     if model.mla_latent is not None:
         return layers * model.mla_latent * width
-    return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * width
+    return 2 * layers * max(1, model.kv_heads // tp) * model.head_dim * width
 
 
 def tokens_in(available_bytes: int, per_token: int, block_size: int = BLOCK_SIZE) -> int:
@@ -143,14 +132,6 @@ class Overhead:
     def total(self) -> int:
         """What comes out of total x util before the KV cache."""
         return self.activation + self.non_torch + (self.cuda_graphs if self.graphs_counted else 0)
-
-
-def default_batching(
-    usable_bytes: int, gpu_name: str = "", engine: str | None = None, model_len: int = 0
-) -> tuple[int, int]:
-    """vLLM's `vllm serve` defaults (max_num_batched_tokens, max_num_seqs); see
-    `pdctl.capacity.profile.default_batching`."""
-    return profile.default_batching(usable_bytes, gpu_name, engine, model_len)
 
 
 def overhead(

@@ -46,12 +46,7 @@ def weight_bits(quant: dict[str, Any] | None) -> tuple[float, float, str | None]
         return 16.0, 4.25, method
     bits = quant.get("bits") or quant.get("w_bit") or quant.get("num_bits")
     if bits is None:
-        groups = quant.get("config_groups") or {}
-        for group in groups.values() if isinstance(groups, dict) else ():
-            weights = group.get("weights") if isinstance(group, dict) else None
-            if isinstance(weights, dict) and weights.get("num_bits"):
-                bits = weights["num_bits"]
-                break
+        bits = _group_weights(quant, "num_bits")
     if bits is None:
         bits = 8 if "fp8" in method or "int8" in method or "w8" in method else 16
     bits = float(bits)
@@ -60,18 +55,22 @@ def weight_bits(quant: dict[str, Any] | None) -> tuple[float, float, str | None]
     return bits, bits, method or None
 
 
+def _group_weights(quant: dict[str, Any], key: str) -> Any:
+    """The first compressed-tensors `config_groups.*.weights.<key>` that is set, else None."""
+    groups = quant.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else ():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(weights, dict) and weights.get(key):
+            return weights[key]
+    return None
+
+
 def weight_block(quant: dict[str, Any] | None) -> tuple[int, int] | None:
     """(block_n, block_k) of block-quantised weights: fp8's `weight_block_size`, or
     compressed-tensors' `config_groups.*.weights.block_structure`; None when not blocked."""
     if not quant:
         return None
-    block = quant.get("weight_block_size")
-    if not block:
-        for group in (quant.get("config_groups") or {}).values():
-            weights = group.get("weights") if isinstance(group, dict) else None
-            if isinstance(weights, dict) and weights.get("block_structure"):
-                block = weights["block_structure"]
-                break
+    block = quant.get("weight_block_size") or _group_weights(quant, "block_structure")
     if not isinstance(block, (list, tuple)) or len(block) != 2:
         return None
     try:
@@ -123,16 +122,19 @@ def vision_tower(raw: dict[str, Any], text_hidden: int) -> tuple[float, int, int
     inter = int(_get(vision, "intermediate_size", default=4 * hidden))
     act = str(_get(vision, "hidden_act", "hidden_activation", default="gelu")).lower()
     gated = "silu" in act or "swiglu" in act
-    patch = int(_get(vision, "patch_size", default=14))
-    merge = int(
-        _get(raw, "spatial_merge_size", default=_get(vision, "spatial_merge_size", default=1))
-    )
+    patch, merge = _patch_merge(raw, vision)
     per_layer = 4 * hidden * hidden + (3 if gated else 2) * hidden * inter + 4 * hidden
     merged = hidden * merge * merge
     projector = (merged * hidden if merge > 1 else 0) + hidden * text_hidden
     projector += text_hidden * text_hidden
     params = layers * per_layer + 3 * patch * patch * hidden + projector
     return float(params), hidden, inter, max(1, merge * merge)
+
+
+def _patch_merge(raw: dict[str, Any], vision: dict[str, Any]) -> tuple[int, int]:
+    """(patch size, spatial merge size) of a vision tower (the merge size may sit outside)."""
+    merge = _get(raw, "spatial_merge_size", default=_get(vision, "spatial_merge_size", default=1))
+    return int(_get(vision, "patch_size", default=14)), int(merge)
 
 
 # Qwen2-VL / Qwen2.5-VL image processors resize an image to at most `max_pixels` (12845056 =
@@ -152,10 +154,7 @@ def vision_item_tokens(raw: dict[str, Any]) -> int:
     vision = raw.get("vision_config")
     if not isinstance(vision, dict):
         return 0
-    patch = int(_get(vision, "patch_size", default=14))
-    merge = int(
-        _get(raw, "spatial_merge_size", default=_get(vision, "spatial_merge_size", default=1))
-    )
+    patch, merge = _patch_merge(raw, vision)
     if "depth" in vision:  # Qwen2-VL / Qwen2.5-VL tower
         pixels = int(_get(raw, "max_pixels", default=QWEN_VL_MAX_PIXELS))
         return pixels // (patch * merge) ** 2

@@ -103,7 +103,7 @@ def encoder_tokens(model: ModelConfig, batched_tokens: int, seqs: int) -> int:
         return 0
     if item <= 0:
         return batched_tokens
-    items = min(ceil_div(max(batched_tokens, item), item), max(1, seqs))
+    items = min(-(-max(batched_tokens, item) // item), max(1, seqs))
     return items * item
 
 
@@ -292,10 +292,6 @@ def mla_block(gpu_name: str) -> int:
     """MLA KV block size vLLM picks: FlashMLA on Hopper/Blackwell uses 64, Triton MLA 16."""
     key = _key(gpu_name)
     return 64 if any(key.startswith(k) for k in ("h100", "h200", "h20", "b200", "gb200")) else 16
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 __all__ = [

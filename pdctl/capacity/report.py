@@ -15,7 +15,7 @@ from pdctl.capacity.fit import (
     instance_memory,
     smallest_fit_at,
 )
-from pdctl.capacity.gpus import MIB, GpuType
+from pdctl.capacity.gpus import MIB, GpuType, a_gpu
 from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
 from pdctl.capacity.memory_features import (
     offload_cache_notes,
@@ -122,13 +122,6 @@ class CapacityPlan:
         return next((r for r in self.roles if r.role == name), None)
 
 
-def _recommended(model: ModelConfig, total: int, shape: Shape, used: int = 0) -> float | None:
-    for util in (DEFAULT_UTIL, MAX_UTIL):
-        if instance_memory(model, total, util, shape, used).fits:
-            return util
-    return None
-
-
 def _slice(
     model: ModelConfig, gpu_mib: int, shape: Shape, share: Any, spec_util: float | None
 ) -> tuple[DecodeSlice, float | None]:
@@ -167,7 +160,9 @@ def role_plan(
         shape = replace(shape, enforce_eager=sl.enforce_eager)
     else:
         total = gpu.usable_bytes
-        recommended = _recommended(model, total, shape, used)
+        safe = (DEFAULT_UTIL, MAX_UTIL)
+        fitting = (u for u in safe if instance_memory(model, total, u, shape, used).fits)
+        recommended = next(fitting, None)
     util = spec_util or recommended or DEFAULT_UTIL
     mem = instance_memory(model, total, util, shape, used if share is None else 0)
     # "Smallest fit on this GPU": whole GPUs, at the role's fraction and then at 0.95 (the
@@ -275,7 +270,7 @@ def _advice(
     batch worth running is the roofline ridge (or what --tpot-ms allows), and --max-num-seqs
     is the role's own."""
     if pd.tpot_ok is False and traffic.tpot_ms is not None:
-        where = f"{_article(gpu.name)} {gpu.name} (TP {dec.shape.tp})"
+        where = f"{a_gpu(gpu.name)} (TP {dec.shape.tp})"
         return unmet_tpot_advice(traffic.tpot_ms, pd.batch1_tpot_ms, where)
     if dec.slice is None:
         total, kv_batch = dec.memory.total, dec.memory.kv_sequences(traffic.context)
@@ -297,7 +292,3 @@ def _advice(
     if pd.decode_concurrency is not None:  # per decode instance on whole GPUs
         demand = pd.decode_concurrency / max(1, math.ceil(dec.replicas / per_gpu))
     return packing_advice(kv_batch, target, demand, per_gpu, seqs, why, dec.slice is not None)
-
-
-def _article(name: str) -> str:
-    return "an" if name[0].upper() in "AEHILR" else "a"

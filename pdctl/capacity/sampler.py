@@ -115,17 +115,10 @@ def sampler_bytes(
     """The profile's sampler run: max_num_seqs rows of vocab logits."""
     if v2_runner(model, engine):
         return int(seqs * model.vocab * V2_BYTES_PER_LOGIT)
-    if version(engine) >= V2_EVERY_MODEL_FROM:
-        return int(seqs * model.vocab * V2_WARMUP_BYTES_PER_LOGIT) + triton_buffer_bytes(
-            model, seqs, gpu_name
-        )
-    if triton_topk(engine, seqs):
-        return int(seqs * model.vocab * TRITON_TOPK_BYTES_PER_LOGIT) + triton_buffer_bytes(
-            model, seqs, gpu_name
-        )
-    per_logit = (
-        FLASHINFER_BYTES_PER_LOGIT
-        if flashinfer_only(engine, flashinfer)
-        else SAMPLER_BYTES_PER_LOGIT
-    )
-    return int(seqs * model.vocab * per_logit)
+    warmup = version(engine) >= V2_EVERY_MODEL_FROM
+    if warmup or triton_topk(engine, seqs):
+        per_logit = V2_WARMUP_BYTES_PER_LOGIT if warmup else TRITON_TOPK_BYTES_PER_LOGIT
+        return int(seqs * model.vocab * per_logit) + triton_buffer_bytes(model, seqs, gpu_name)
+    flash = flashinfer_only(engine, flashinfer)
+    sort_per_logit = FLASHINFER_BYTES_PER_LOGIT if flash else SAMPLER_BYTES_PER_LOGIT
+    return int(seqs * model.vocab * sort_per_logit)

@@ -50,19 +50,12 @@ class Tried:
 def change_of(label: str) -> tuple[str, Any] | None:
     """The spec field (snake_case, "model." for the model section) and value a candidate's
     label sets; None for the spec's own settings."""
-    for name, field, value in CANDIDATES:
-        if name == label:
-            return field, value
-    return None
-
-
-def role_of(spec: Any) -> str:
-    return "decode" if spec.disaggregated else "serve"
+    return next(((field, value) for name, field, value in CANDIDATES if name == label), None)
 
 
 def variants(spec: Any) -> list[tuple[str, Any]]:
     """(label, spec) for the spec's own settings and each single change to its batch role."""
-    role = role_of(spec)
+    role = "decode" if spec.disaggregated else "serve"
     section = getattr(spec, role)
     if section is None:  # a spec without `serve:` runs one engine with its defaults
         from pdctl.spec.model import Serve

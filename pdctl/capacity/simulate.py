@@ -189,6 +189,25 @@ def simulate(
     ctx_sum = 0.0  # context of the decoding sequences, all together
     held = 0  # KV tokens the admitted requests will hold at their end
     cap = kv_tokens if kv_tokens else None
+    budget = 0  # tokens left in this step (set each step)
+
+    def prefill(r: _Req) -> None:  # the next chunk of r's prompt, within the step's budget
+        nonlocal budget
+        n = min(r.prompt - r.done_prompt, budget)
+        chunks.append((n, r.done_prompt))
+        r.done_prompt += n
+        budget -= n
+        if r.done_prompt >= r.prompt:
+            finished_prefill.append(r)
+
+    def end(r: _Req, at: float) -> None:
+        nonlocal held
+        r.end = at
+        held -= r.prompt + out
+        _done(res, r, out)
+        if load.concurrency is not None:
+            send(now)
+
     while pending or waiting or prefilling or decoding:
         while pending and pending[0][0] <= now:
             waiting.append(heapq.heappop(pending)[2])
@@ -201,12 +220,7 @@ def simulate(
         for r in prefilling:
             if budget <= 0:
                 break
-            n = min(r.prompt - r.done_prompt, budget)
-            chunks.append((n, r.done_prompt))
-            r.done_prompt += n
-            budget -= n
-            if r.done_prompt >= r.prompt:
-                finished_prefill.append(r)
+            prefill(r)
         running = len(decoding) + len(prefilling)
         while waiting and running < max_num_seqs and (budget > 0 or prefilled):
             r = waiting[0]
@@ -218,13 +232,8 @@ def simulate(
             if prefilled:
                 finished_prefill.append(r)
                 continue
-            n = min(r.prompt - r.done_prompt, budget)
-            chunks.append((n, r.done_prompt))
-            r.done_prompt += n
-            budget -= n
+            prefill(r)
             prefilling.append(r)
-            if r.done_prompt >= r.prompt:
-                finished_prefill.append(r)
         res.max_running = max(res.max_running, running)
         if not chunks and not decoding and not finished_prefill:
             now = pending[0][0] if pending else now  # nothing fits yet: wait for arrivals
@@ -240,13 +249,8 @@ def simulate(
         # the decoding sequences emitted a token each; those at their last one end
         while finish and finish[0][0] <= step:
             _, rid = heapq.heappop(finish)
-            r = decoding.pop(rid)
-            r.end = now
-            ctx_sum -= r.prompt + out
-            held -= r.prompt + out
-            _done(res, r, out)
-            if load.concurrency is not None:
-                send(now)
+            ctx_sum -= decoding[rid].prompt + out
+            end(decoding.pop(rid), now)
         # the client sees a first token once the API server is done taking in the requests
         # that reached it before: its one event loop streams nothing while it tokenizes a
         # burst (measured on the H100: a closed loop's first round gets its first tokens
@@ -259,11 +263,7 @@ def simulate(
                 prefilling.remove(r)
             r.first = max(now, intake)
             if out <= 1:
-                r.end = r.first
-                held -= r.prompt + out
-                _done(res, r, out)
-                if load.concurrency is not None:
-                    send(now)
+                end(r, r.first)
                 continue
             decoding[r.id] = r
             ctx_sum += r.prompt + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pdctl.capacity import adapt_traffic, spec_model_config, spec_shape, spec_traffic
-from pdctl.capacity.gpus import GIB, GpuType
+from pdctl.capacity.gpus import GIB, GpuType, a_gpu
 from pdctl.capacity.report import plan_capacity
 
 if TYPE_CHECKING:
@@ -22,13 +22,7 @@ def role_problem(role: RolePlan, gpu: GpuType) -> str | None:
     if role.fits:
         return None
     m = role.memory
-    where = (
-        f"a {role.slice.slice_mib:,} MiB HAMi slice"
-        if role.slice is not None
-        else f"an {gpu.name}"
-        if gpu.name[0].upper() in "AEHILR"
-        else f"a {gpu.name}"
-    )
+    where = f"a {role.slice.slice_mib:,} MiB HAMi slice" if role.slice else a_gpu(gpu.name)
     text = (
         f"{role.role}: does not fit on {where} at --gpu-memory-utilization "
         f"{role.util:.2f}: KV cache holds {m.kv_tokens:,} tokens, one "

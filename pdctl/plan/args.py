@@ -101,17 +101,12 @@ def role_speculative(spec: Spec, role_path: str) -> Speculative | None:
 def speculative_config(s: Speculative) -> dict[str, Any]:
     """vLLM's SpeculativeConfig keys (vllm/config/speculative.py; the same names in 0.23.0
     l.80-143 and 0.33.0 l.413-506)."""
-    cfg: dict[str, Any] = {"method": s.method}
-    if s.model is not None:
-        cfg["model"] = s.model
-    cfg["num_speculative_tokens"] = s.num_speculative_tokens
-    if s.draft_tensor_parallel is not None:
-        cfg["draft_tensor_parallel_size"] = s.draft_tensor_parallel
-    if s.prompt_lookup_min is not None:
-        cfg["prompt_lookup_min"] = s.prompt_lookup_min
-    if s.prompt_lookup_max is not None:
-        cfg["prompt_lookup_max"] = s.prompt_lookup_max
-    return cfg
+    cfg = {
+        "method": s.method, "model": s.model, "num_speculative_tokens": s.num_speculative_tokens,
+        "draft_tensor_parallel_size": s.draft_tensor_parallel,
+        "prompt_lookup_min": s.prompt_lookup_min, "prompt_lookup_max": s.prompt_lookup_max,
+    }
+    return {key: value for key, value in cfg.items() if value is not None}  # unset: vLLM's
 
 
 def speculative_args(

@@ -180,12 +180,3 @@ def _check_budget(max_gpus: int | None, roles: list[RoleTarget]) -> None:
             fix=f"raise maxGpus to {high}, or lower maxReplicas so that they fit",
         )
 
-
-def explain_lines(roles: tuple[RoleTarget, ...]) -> list[str]:
-    """One line per derived figure: what `pdctl explain autoscaling` prints for a spec."""
-    lines = []
-    for r in roles:
-        lines.append(f"{r.role}: scales on {r.metric}, target {r.target:g} per instance ({r.how})")
-        for f in r.figures:
-            lines.append(f"  {f.metric} {f.value:g}: {f.how}")
-    return lines

@@ -85,12 +85,6 @@ def check_claim(plan: Plan) -> None:
     )
 
 
-def _gpus_per_pod(plan: Plan, inst: Instance) -> int:
-    if inst.role == "decode" and plan.slice is not None:
-        return max(1, inst.tensor_parallel)  # HAMi: physical GPUs the slices sit on
-    return inst.gpu_count
-
-
 def check_gpus(plan: Plan, cluster: ClusterFacts | None) -> None:
     """A pod asking for more nvidia.com/gpu than the largest node's allocatable stays Pending."""
     if cluster is None or not cluster.nodes:
@@ -98,7 +92,9 @@ def check_gpus(plan: Plan, cluster: ClusterFacts | None) -> None:
     nodes = [n for n in cluster.nodes if not n.unschedulable] or list(cluster.nodes)
     largest = max(sorted(nodes, key=lambda n: n.name), key=lambda n: n.allocatable_gpus)
     for inst in plan.instances:
-        need = _gpus_per_pod(plan, inst)
+        # HAMi decode: the physical GPUs its slices sit on
+        sliced = inst.role == "decode" and plan.slice is not None
+        need = max(1, inst.tensor_parallel) if sliced else inst.gpu_count
         if need > largest.allocatable_gpus:
             raise SpecError(
                 f"a {inst.role} pod asks for {need} {GPU}; the recorded cluster's largest "

@@ -13,8 +13,7 @@ from pdctl.plan.model import Instance
 from pdctl.plan.pd import role_args, role_env
 from pdctl.plan.shape import PdShape
 from pdctl.plan.slice import Slice
-from pdctl.plan.transport import rdma_env
-from pdctl.spec.kube import role_settings
+from pdctl.plan.transport import role_rdma_env
 from pdctl.spec.model import Spec
 from pdctl.spec.pd import Role
 from pdctl.spec.value import label_value
@@ -111,7 +110,9 @@ def _role_instance(
     instance = Instance(
         name=f"{spec.name}-{role}", role=role, index=0, port=port,
         args=role_args(spec, release, section, role, port, kv, **dict(leader_over)),
-        env=role_env(spec, section, role, side, *_rdma_env(spec, role, section), owned=OWNED_ENV),
+        env=role_env(
+            spec, section, role, side, *role_rdma_env(spec, role, section), owned=OWNED_ENV
+        ),
         gpu_count=0 if cpu else (g.per_node if g.multinode else section.tensor_parallel),
         tensor_parallel=section.tensor_parallel, replicas=section.replicas,
         extra_ports=(("nixl", K8S_SIDE_CHANNEL_PORT),),
@@ -122,12 +123,6 @@ def _role_instance(
         worker = role_args(spec, release, section, role, port, kv, **worker_over)
         instance = kube_group(instance, g, worker, K8S_SIDE_CHANNEL_PORT)
     return instance
-
-
-def _rdma_env(spec: Spec, role: str, section: Role) -> list[tuple[str, str]]:
-    """The HCA variables of a role whose pods get RDMA (plan/transport.py rdma_env)."""
-    pod = role_settings(spec.kubernetes, role, section.kubernetes)
-    return rdma_env(pod.rdma, section.expert_parallel)
 
 
 def custom_kinds(spec: Spec) -> tuple[tuple[str, str], ...]:

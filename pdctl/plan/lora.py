@@ -92,18 +92,14 @@ def check_lora(spec: Spec, target: str) -> None:
                 fix="put the adapter in a PersistentVolumeClaim (`claim`), an OCI image "
                 "(`image`) or on the Hub (`hf`)",
             )
-        if target == "hosts" and a.claim is not None:
-            raise SpecError(
-                f"adapter {a.name}: a PersistentVolumeClaim is a Kubernetes volume; hosts "
-                "cannot mount it",
-                path=where,
-                fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
+        if target == "hosts" and (a.claim is not None or a.image is not None):
+            what = (
+                "a PersistentVolumeClaim is a Kubernetes volume" if a.claim is not None else
+                "an OCI image source is a Kubernetes image volume (Kubernetes 1.31+, feature "
+                "ImageVolume)"
             )
-        if target == "hosts" and a.image is not None:
             raise SpecError(
-                f"adapter {a.name}: an OCI image source is a Kubernetes image volume "
-                "(Kubernetes 1.31+, feature ImageVolume); hosts cannot mount it",
-                path=where,
+                f"adapter {a.name}: {what}; hosts cannot mount it", path=where,
                 fix="copy the adapter to the hosts and give its folder as `path`, or use `hf`",
             )
 

@@ -23,8 +23,7 @@ from pdctl.plan.model import Instance, TargetName
 from pdctl.plan.offload import offload_env
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import peer_address
-from pdctl.plan.transport import nvshmem_env, rdma_env
-from pdctl.spec.kube import role_settings
+from pdctl.plan.transport import nvshmem_env, role_rdma_env
 from pdctl.spec.model import Serve, Spec
 
 # Variables a multi-node or data-parallel group's engines get from the hosts (plan.group).
@@ -132,9 +131,7 @@ def serve_instances(
 
 def _with_rdma_env(spec: Spec, env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """engine.env plus the HCA variables of serve pods with RDMA (plan/transport.py)."""
-    serve = spec.serve
-    settings = role_settings(spec.kubernetes, "serve", serve.kubernetes if serve else None)
-    extra = rdma_env(settings.rdma, serve is not None and serve.expert_parallel)
+    extra = role_rdma_env(spec, "serve", spec.serve)
     for key, _ in extra:
         if key in dict(env):
             raise SpecError(

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 
 from pdctl.errors import SpecError
 from pdctl.plan.model import Caution, Instance, Plan
-from pdctl.spec.model import Host
+from pdctl.spec.kube import role_settings
+from pdctl.spec.model import Host, Serve, Spec
+from pdctl.spec.pd import Role
 from pdctl.spec.rdma import Rdma
 
 # UCX transports that need an RDMA device (openucx/ucx docs, UCX_TLS: rc/ud/dc and their
@@ -35,6 +37,12 @@ def rdma_env(rdma: Rdma | None, expert_parallel: bool = False) -> list[tuple[str
     if rdma is None or not rdma.devices:
         return []
     return [("NCCL_IB_HCA", ",".join(rdma.devices)), *nvshmem_env(rdma.devices, expert_parallel)]
+
+
+def role_rdma_env(spec: Spec, role: str, section: Serve | Role | None) -> list[tuple[str, str]]:
+    """`rdma_env` of a role's pods (its section's kubernetes settings over the spec's)."""
+    pod = role_settings(spec.kubernetes, role, section.kubernetes if section else None)
+    return rdma_env(pod.rdma, section is not None and section.expert_parallel)
 
 
 def nvshmem_env(devices: tuple[str, ...], expert_parallel: bool) -> list[tuple[str, str]]:
