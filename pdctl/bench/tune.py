@@ -191,9 +191,9 @@ def step_load(step: dict[str, Any]) -> Any:
     return None
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(w.title() for w in rest)
+def _batch_role(spec: dict[str, Any]) -> str:
+    """The role whose engines hold the batch: decode with P/D (phases 2 and 3), else serve."""
+    return "decode" if spec.get("phase", 0) in (2, 3) else "serve"
 
 
 def settings(spec: dict[str, Any], report: dict[str, Any], rank: Rank) -> Proposal | None:
@@ -201,6 +201,8 @@ def settings(spec: dict[str, Any], report: dict[str, Any], rank: Rank) -> Propos
     TTFT and TPOT are scaled to what this bench measured for the spec's own settings (the
     step's measured / predicted); None where the spec's settings stay first, the gain is
     under MIN_GAIN, or the report has no latency target, no prediction or no such load."""
+    from pydantic.alias_generators import to_camel
+
     from pdctl.capacity.search import AS_SPEC, NUMERICS, change_of
 
     step = heaviest(report)
@@ -223,12 +225,12 @@ def settings(spec: dict[str, Any], report: dict[str, Any], rank: Rank) -> Propos
     if change is None:
         return None
     field, value = change
-    role = "decode" if spec.get("phase", 0) in (2, 3) else "serve"
+    role = _batch_role(spec)
     if field.startswith("model."):
-        path: tuple[str, ...] = ("model", _camel(field.removeprefix("model.")))
+        path: tuple[str, ...] = ("model", to_camel(field.removeprefix("model.")))
         was = (spec.get("model") or {}).get(path[1], "auto")
     else:
-        path = (role, _camel(field))
+        path = (role, to_camel(field))
         was = _section(spec, role).get(path[1])
     evidence = (
         f"at {load.label} the speed model, scaled to this bench (TTFT x{scale[0]:.2f}, TPOT "
@@ -282,7 +284,7 @@ def tune(spec: dict[str, Any], report: dict[str, Any],
     single changes to the spec's own settings)."""
     cpu = (spec.get("engine") or {}).get("device") == "cpu"
     found = propose(spec, report)
-    role = "decode" if spec.get("phase", 0) in (2, 3) else "serve"
+    role = _batch_role(spec)
     engine_fields = ("maxNumSeqs", "maxNumBatchedTokens", "tensorParallel", "share")
     if rank is not None and not cpu and not any(
             p.path[0] == role and p.path[1] in engine_fields for p in found):

@@ -36,14 +36,14 @@ def tune(
     check_output(output)
     report = inputs.read_report(source)
     texts = spec_texts(spec)
-    loaded, _ = inputs.read_spec(texts)
+    loaded, spec_source = inputs.read_spec(texts)
 
     def rendered(overlay: str | None) -> str:  # SPEC's bundle, with the overlay if given
         merged, src = inputs.read_spec(texts + ([(overlay, "the overlay")] if overlay else []))
         return inputs.render_plan(inputs.plan_spec(merged, src), src).stream()
 
     data = loaded.model_dump(mode="json", by_alias=True, exclude_none=True)
-    result, text = review(data, report, rendered, _ranker(loaded, texts, spec, report))
+    result, text = review(data, report, rendered, _ranker(loaded, spec_source, spec, report))
     doc, unplanned = result["overlay"], result["doesNotPlan"]
     if write is not None and doc:
         try:
@@ -82,8 +82,7 @@ def tune(
                           highlight=False, markup=False)
 
 
-def _ranker(spec: Any, texts: list[tuple[str, str]], spec_file: str, report: dict[str, Any]
-            ) -> Any:
+def _ranker(spec: Any, source: Any, spec_file: str, report: dict[str, Any]) -> Any:
     """The speed model's ranking of SPEC's engine settings at a load, for the report's
     workload (pdctl.bench.tune.settings); None for a CPU engine (no GPU plan)."""
     if spec.engine.device == "cpu":
@@ -91,7 +90,6 @@ def _ranker(spec: Any, texts: list[tuple[str, str]], spec_file: str, report: dic
     from pdctl.capacity.search import search
     from pdctl.inputs import capacity_plan
 
-    _, source = inputs.read_spec(texts)
     w = report.get("workload") or {}
     overrides = (None, None, w.get("promptTokens"), w.get("outputTokens"), None,
                  w.get("ttftMs"), w.get("tpotMs"))
