@@ -54,6 +54,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda i: i.get_closest_marker("xdist_group").args[0] not in SHARED)
 
 
+GROUPS_LOST = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """`--dist loadgroup` lost the groups when no id carries its `@group`: with a pytest whose
+    node ids xdist cannot suffix (pytest-xdist issue 1386) a module's tests are spread over both
+    workers, and tests sharing a module's fixtures and ports collide at random. Then every test
+    fails at once saying so, rather than some of them now and then."""
+    if getattr(session.config.option, "loadgroup", False) and session.items:
+        session.config.stash[GROUPS_LOST] = not any("@" in i.nodeid for i in session.items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.config.stash.get(GROUPS_LOST, False):
+        pytest.fail("--dist loadgroup: no test id carries its `@group` (pytest-xdist issue "
+                    "1386): install pytest<9.2 (pyproject.toml's test extra)", pytrace=False)
+
+
 @pytest.hookimpl(optionalhook=True)  # xdist's: a worker starts with COLUMNS=80 and LINES=24,
 def pytest_configure_node(node: Any) -> None:  # so it takes the controller's (wide tables)
     node.workerinput["term"] = {k: os.environ.get(k) for k in ("COLUMNS", "LINES")}
