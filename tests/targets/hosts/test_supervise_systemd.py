@@ -38,9 +38,19 @@ def sh(cmd: str) -> str:
     return out.stdout
 
 
-def until(what: str, check, seconds: int = 120):
+def until(what: str, check, seconds: int = 120, detail=lambda: ""):
     """Poll `check` each second until it returns something true (tests/helpers.wait_until)."""
-    return wait_until(check, what, timeout=seconds, step=1)
+    return wait_until(check, what, timeout=seconds, step=1, detail=detail)
+
+
+def journals(*units: tuple[str, str]) -> str:
+    """The restart counts and the journal ends of (service, user) units: a failure's story."""
+    out = []
+    for service, user in units:
+        flag = f"_SYSTEMD_USER_UNIT={service}" if user else f"-u {service}"
+        out.append(f"\n--- {service}: {show(service, user)}\n"
+                   + sh(f"journalctl {flag} --no-pager -o short-precise | tail -40"))
+    return "".join(out)
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +280,7 @@ def test_a_group_restarts_as_one_when_a_node_dies(case: str, two_managers, tmp_p
         until(
             "both units restarted once",
             lambda: show(worker, USER)["NRestarts"] == "1" and show(leader)["NRestarts"] == "1",
+            detail=lambda: journals((worker, USER), (leader, "")),
         )
         again = until(
             "the group answers again",
