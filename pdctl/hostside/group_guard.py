@@ -9,7 +9,14 @@ bind units on different hosts. See docs/multinode.md.
                      [--restart-delay SECONDS] -- COMMAND...
 
 - It listens on HOST:PORT (the node's address for its peers) and answers each connection with
-  one line, `pdctl-guard NODE TOKEN` (TOKEN: random, new at every start); it reads nothing.
+  one line, `pdctl-guard NODE TOKEN KNOWN` (TOKEN: random, new at every start). An asker first
+  says `pdctl-guard ITS-NAME ITS-TOKEN`; KNOWN is the token this guard holds that asker by as a
+  member of its group (`-`: none yet). An asker that says nothing within HELLO_WAIT gets the
+  first three words only; the guard accepts no command.
+- A peer that holds this node by another token met this node's previous start: it belongs to
+  the group that is breaking up. This node never takes it for a member of its new group, and
+  starts its engine only once no such peer answers (at most STALE_WAIT seconds), so that the
+  engine never joins the old group's leader while that one still stops.
 - It runs COMMAND as its child, in the guard's process group, and exits with its status; but
   an exit with status 0 that nobody asked for (no SIGTERM or SIGINT came) exits GONE: vLLM's
   API server and its headless nodes exit 0 when their EngineCore dies (vllm#48966), and a
@@ -47,6 +54,8 @@ ASK_TIMEOUT = 2.0  # a peer's connect + answer
 LOST = 5.0  # a peer heard from that has not answered for this long is gone
 STOP = 20.0  # SIGTERM, then SIGKILL after this many seconds
 GONE = 75  # exit status when a peer went away (EX_TEMPFAIL)
+HELLO_WAIT = 0.5  # how long an answering guard waits for its asker's own line
+STALE_WAIT = LOST + POLL + ASK_TIMEOUT + STOP + 5  # a peer of the old group noticing, stopping
 
 
 USAGE = (
@@ -118,7 +127,25 @@ def listen(here: tuple[str, int]) -> socket.socket:
     return socket.create_server(here, family=family)
 
 
-def answer(server: socket.socket, line: bytes, closed: threading.Event) -> None:
+def read_line(conn: socket.socket) -> list[str]:
+    """The words of the first line `conn` sends (until its timeout): [] when none came."""
+    data = b""
+    try:
+        while b"\n" not in data and len(data) < 256:
+            chunk = conn.recv(256)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return data.decode(errors="replace").split("\n")[0].split()
+
+
+def answer(
+    server: socket.socket, line: str, known: dict[str, str], closed: threading.Event
+) -> None:
+    """Answer each asker with `line`, and with the token `known` holds it by when it said who it
+    is (`known`: the Watch's tokens of the peers this node took for its group)."""
     while True:
         try:
             conn, _ = server.accept()
@@ -128,7 +155,10 @@ def answer(server: socket.socket, line: bytes, closed: threading.Event) -> None:
             if closed.is_set():
                 return
             try:
-                conn.sendall(line)
+                conn.settimeout(HELLO_WAIT)
+                asker = read_line(conn)
+                held = known.get(asker[1], "-") if len(asker) == 3 else ""
+                conn.sendall(f"{line} {held}".rstrip().encode() + b"\n")
             except OSError:
                 pass
 
@@ -147,39 +177,57 @@ def close(server: socket.socket, closed: threading.Event) -> None:
     server.close()
 
 
-def ask(host: str, port: int, timeout: float = ASK_TIMEOUT) -> tuple[str, str] | None:
-    """(name, token) from the guard at host:port; None when nothing (or no guard) answers."""
-    data = b""
+def ask(
+    host: str, port: int, hello: str = "", timeout: float = ASK_TIMEOUT
+) -> tuple[str, str, str] | None:
+    """(name, token, the token it holds this node by) from the guard at host:port, after saying
+    `hello` (`pdctl-guard NAME TOKEN`; nothing: the third is ""). None when nothing (or no guard)
+    answers."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
             conn.settimeout(timeout)
-            while b"\n" not in data and len(data) < 256:
-                chunk = conn.recv(256)
-                if not chunk:
-                    break
-                data += chunk
+            if hello:
+                conn.sendall(hello.encode() + b"\n")
+            words = read_line(conn)
     except OSError:
         return None
-    words = data.decode(errors="replace").split()
-    if len(words) == 3 and words[0] == "pdctl-guard":
-        return words[1], words[2]
+    if len(words) in (3, 4) and words[0] == "pdctl-guard":
+        return words[1], words[2], (words[3:] or [""])[0]
     return None
 
 
 class Watch:
-    """What this guard heard from each peer: its token and when it last answered."""
+    """What this guard (`hello`: its own `pdctl-guard NAME TOKEN`) heard from each peer: the
+    token it holds the peer by, when the peer last answered, and the peers of the old group."""
 
-    def __init__(self, peers: list[tuple[str, str, int]]) -> None:
-        self.peers = peers
+    def __init__(self, peers: list[tuple[str, str, int]], hello: str) -> None:
+        self.peers, self.hello, self.mine = peers, hello, hello.split()[-1]
         self.token: dict[str, str] = {}
         self.heard: dict[str, float] = {}
+        self.old: set[str] = set()  # peers that hold this node by another token
 
-    def gone(self, now: float, answers: dict[str, tuple[str, str] | None]) -> str:
+    def stale(self, name: str, where: str, got: tuple[str, str, str]) -> bool:
+        """Whether peer `name` (not yet taken for this group) met this node's previous start."""
+        if name in self.token or got[2] in ("", "-", self.mine):
+            return False
+        if name not in self.old:
+            self.old.add(name)
+            print(
+                f"pdctl-guard: {where} still holds this node's previous start: a member of the "
+                "old group, waited for until it stops",
+                file=sys.stderr,
+                flush=True,
+            )
+        return True
+
+    def gone(self, now: float, answers: dict[str, tuple[str, str, str] | None]) -> str:
         """Why the group is broken ("" while it is not), given one round of answers."""
         for name, host, port in self.peers:
             got = answers.get(name)
             where = f"{name} ({host}:{port})"
             if got is not None and got[0] == name:
+                if self.stale(name, where, got):
+                    continue
                 if name not in self.token:
                     self.token[name] = got[1]
                     print(
@@ -194,8 +242,17 @@ class Watch:
                 return f"{where} has not answered for {now - self.heard[name]:.0f} s"
         return ""
 
-    def round(self) -> dict[str, tuple[str, str] | None]:
-        return {name: ask(host, port) for name, host, port in self.peers}
+    def round(self) -> dict[str, tuple[str, str, str] | None]:
+        return {name: ask(host, port, self.hello) for name, host, port in self.peers}
+
+    def old_group(self) -> list[str]:
+        """The peers that answer now holding this node's previous start (asked once)."""
+        answers = self.round()
+        return [
+            name for name, host, port in self.peers
+            if (got := answers[name]) is not None and got[0] == name
+            and self.stale(name, f"{name} ({host}:{port})", got)
+        ]
 
 
 def members() -> list[int]:
@@ -249,9 +306,10 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 1
-    line = f"pdctl-guard {name} {token}\n".encode()
+    line = f"pdctl-guard {name} {token}"
+    watch = Watch(peers, line)
     closed = threading.Event()
-    threading.Thread(target=answer, args=(server, line, closed), daemon=True).start()
+    threading.Thread(target=answer, args=(server, line, watch.token, closed), daemon=True).start()
     # The engine runs in the guard's process group: the stop scripts signal that group, so
     # a signal for the group reaches the engine itself; one for the guard alone is passed on.
     # The handlers are in place before the engine starts: a stop that comes at once still
@@ -267,13 +325,15 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    deadline = time.monotonic() + STALE_WAIT
+    while not stopping and time.monotonic() < deadline and watch.old_group():
+        time.sleep(POLL)  # the old group's peers stop within STALE_WAIT; then start anyway
     if stopping:  # stopped before its engine started: the engine never runs
         return 128 + stopping[0]
     child = subprocess.Popen(command)
     started.append(child)
     if stopping and os.getpgrp() != os.getpid():  # a signal for the guard alone, just now
         child.send_signal(stopping[0])
-    watch = Watch(peers)
     while True:
         try:
             code = child.wait(timeout=POLL)

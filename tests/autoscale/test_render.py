@@ -21,7 +21,7 @@ from tests.helpers import cli, run_cli, written
 
 EXAMPLE = ROOT / "examples" / "phase2-k8s-autoscale.yaml"
 KEDA_CRD = ROOT / "tests" / "fixtures" / "crds" / "keda.sh_scaledobjects.yaml"
-LWS_CRD = Path("/work/shared/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml")
+LWS_CRD = ROOT / "tests" / "data" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 
 
 @cache
@@ -135,10 +135,9 @@ def test_multi_node_groups_scale_their_leaderworkerset() -> None:
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "name": "llama405b-serve",
     }
-    crd = yaml.safe_load(LWS_CRD.read_text()) if LWS_CRD.exists() else None
-    if crd is not None:  # the scale subresource an HPA needs
-        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-        assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    crd = yaml.safe_load(LWS_CRD.read_text())  # the scale subresource an HPA needs
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     with pytest.raises(SpecError, match="maxReplicas need 48 GPUs"):
         data["autoscaling"]["maxGpus"] = 47  # 3 groups x 2 nodes x 8 GPUs
         objects(data)

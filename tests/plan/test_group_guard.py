@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -218,3 +219,58 @@ def test_a_guard_started_again_in_its_container_waits_silent_first(
     wait_until(lambda: "started again: waiting 30 s" in again.said(), "the wait")
     assert group_guard.ask("127.0.0.1", port) is None  # silent: its peers see it gone
     assert not again.engine()
+
+
+class OldLeader:
+    """A leader of the old group still answering (its guard slow to notice, as on a loaded
+    host): it holds the asking worker by the worker's previous token."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.heard: list[str] = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(group_guard.HELLO_WAIT)
+                try:
+                    self.heard.append(conn.recv(256).decode())
+                except OSError:
+                    self.heard.append("")
+                held = b" 0prev0" if self.heard[-1] else b""  # to an asker that said who it is
+                conn.sendall(b"pdctl-guard lead 00old00" + held + b"\n")
+
+    def stop(self) -> None:
+        self.server.close()
+
+
+def test_a_node_back_before_its_old_group_stopped_waits_for_it(nodes) -> None:
+    """A node restarted while a peer of its old group still answers (the peer holds it by its
+    previous token) neither takes that peer for its new group nor starts its engine; once the
+    peer is gone it starts, and meets the peer's next start. (Taking the old leader for its
+    group, it would stop again when that leader stops: a second restart for nothing.)"""
+    old = OldLeader()
+    work = nodes("work", free_port(), {"lead": old.port})
+    said = wait_until(
+        lambda: "still holds" in work.said() or "heard from" in work.said(), "the worker asks",
+        alive=lambda: work.proc.poll() is None, detail=work.said,
+    )
+    assert "still holds this node's previous start" in work.said(), said
+    assert old.heard[0].startswith("pdctl-guard work ")  # the worker says who it is
+    time.sleep(group_guard.POLL * 3)
+    assert not work.engine() and "heard from" not in work.said()
+    old.stop()
+    wait_until(work.engine, "the worker's engine starts once the old leader is gone")
+    lead = nodes("lead", old.port, {"work": work.port})
+    token = wait_until(lambda: group_guard.ask("127.0.0.1", lead.port), "the new leader")[1]
+    wait_until(lambda: "heard from lead" in work.said(), "the worker meets the new leader")
+    assert f"token {token}" in work.said() and "00old00" not in work.said()
+    wait_until(lambda: "heard from work" in lead.said(), "the new leader meets the worker")
+    held = group_guard.ask("127.0.0.1", lead.port, f"pdctl-guard work {'x' * 16}")
+    assert held is not None and held[2] not in ("-", "x" * 16)  # it holds the worker's real token
