@@ -9,6 +9,8 @@ from pathlib import Path
 from pdctl.capacity import model_config
 from pdctl.capacity.fit import Shape, alternatives, smallest_fit
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.models import BUILTIN
+from pdctl.plan.parallel import Dims, valid_tp
 from tests.helpers import cli, run_cli, written
 
 SERVE = """\
@@ -147,9 +149,6 @@ def test_gpu_cores_percent_is_a_warning_from_validate_and_render(capsys) -> None
 def test_suggestions_follow_validates_parallel_rules_for_every_table_model() -> None:
     # The nearest-fit suggestions use the rule `validate` refuses with (plan/parallel.py):
     # TP divides the heads, KV heads split or replicate evenly, PP at most the layers.
-    from pdctl.capacity.models import BUILTIN
-    from pdctl.plan.parallel import Dims, valid_tp
-
     for name in BUILTIN:
         model = model_config(name)
         dims = Dims(name, model.heads, model.kv_heads, model.layers, mla=model.is_mla)

@@ -15,6 +15,7 @@ from pdctl.capacity.fit import valid_tp
 from pdctl.capacity.gpus import GPUS
 from pdctl.capacity.models import BUILTIN
 from pdctl.capacity.params import model_config
+from pdctl.cli.plan_table import union_rows
 from pdctl.plan.parallel import Dims
 from pdctl.plan.parallel import valid_tp as dims_valid_tp
 from tests.helpers import cli, written
@@ -72,8 +73,6 @@ def test_phase3_table_shows_the_decode_slice_rows(tmp_path: Path, capsys) -> Non
 
 
 def test_table_rows_are_the_union_of_the_roles_in_a_stable_order() -> None:
-    from pdctl.cli.plan_table import union_rows
-
     rows = union_rows([[("a", "1", "ha"), ("b", "2", "hb")], [("a", "3", "ha"), ("c", "4", "hc")]])
     assert rows == [("a", ["1", "3"], "ha"), ("b", ["2", "-"], "hb"), ("c", ["-", "4"], "hc")]
 

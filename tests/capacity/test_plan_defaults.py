@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdctl.capacity.gpus import find_gpu
+from pdctl.capacity.gpus import ambiguous, find_gpu
 from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
@@ -55,8 +55,6 @@ def test_a_written_workload_that_is_too_long_is_still_an_error(tmp_path: Path, c
 
 
 def test_a100_without_its_memory_is_the_smaller_and_says_so(tmp_path: Path, capsys) -> None:
-    from pdctl.capacity.gpus import ambiguous
-
     assert find_gpu("A100").name == "A100-40GB"
     assert find_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
     assert find_gpu("NVIDIA A100 80GB PCIe").name == "A100-80GB"

@@ -3,6 +3,7 @@ render --output-dir / init -o that never clobber or trace back."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -206,8 +207,6 @@ def test_one_machine_listed_twice_is_refused() -> None:
 
 
 def test_stdin_that_is_not_utf8_is_one_line(monkeypatch, capsys) -> None:
-    import io
-
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfename: d\n")))
     code, out, err = run(["validate", "-"], capsys)
     assert code == 2 and err == "error: <stdin>: is not UTF-8 text\n" and out == ""
@@ -277,8 +276,6 @@ def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str)
 
 
 def test_render_stdin_with_facts_reads_the_spec_once(tmp_path, monkeypatch, capsys) -> None:
-    import io
-
     facts = tmp_path / "facts"
     facts.mkdir()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(spec_text().encode())))

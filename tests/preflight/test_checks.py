@@ -6,6 +6,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from pdctl.compat import release
 from pdctl.plan import make_plan
 from pdctl.plan.topology import best_group, chooser
 from pdctl.preflight.facts import Facts, Port
@@ -70,8 +71,6 @@ def test_pcie_only_host() -> None:
 
 
 def test_pcie_best_set_is_pass_when_placed_by_topology() -> None:
-    from pdctl.plan.topology import chooser
-
     spec, _ = load_text(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), "s.yaml")
     facts = facts_from({"g": raw_of(FIX / "pcie4")})
     plan = make_plan(spec, choose=chooser(facts))
@@ -101,8 +100,6 @@ def test_old_driver_and_module_mismatch() -> None:
     assert [f.status for f in drv] == ["FAIL", "FAIL"]
     assert "580.65.06" in drv[0].expected
     # an engine built for CUDA 12 needs its own minimum, from the compatibility table
-    from pdctl.compat import release
-
     rel = release("0.15.0")
     assert rel.cuda_major == 12
     old = findings(spec_text(H200).replace("'0.33.0'", "'0.15.0'"), _facts_with(driver="450.1"))

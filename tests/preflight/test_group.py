@@ -24,9 +24,11 @@ from pdctl.preflight.group import (
     parse_memlock,
     parse_memlock_where,
 )
-from pdctl.preflight.registry import facts_from, run_checks
+from pdctl.preflight.registry import facts_from, gather, run_checks
+from pdctl.preflight.run import Options
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
+from pdctl.targets.ssh import SshOptions
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port
@@ -229,10 +231,6 @@ def _venv(root: Path, version: str) -> Path:
 
 
 def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str = "") -> list:
-    from pdctl.preflight.registry import gather
-    from pdctl.preflight.run import Options
-    from pdctl.targets.ssh import SshOptions
-
     hosts, key = sshd_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]
     lines = [
         f"  - {{name: {n}, address: '{hosts[n][0]}', port: {hosts[n][1]}, user: root, "

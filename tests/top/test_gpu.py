@@ -4,6 +4,8 @@ compute-bound load."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -142,12 +144,6 @@ def test_dcgm_exporter_fields_become_percentages():
 def test_a_host_python_without_pynvml_is_named_with_the_package_to_install(tmp_path) -> None:
     """The probe runs with the host's python3: when it lacks pynvml the reason names that
     interpreter and the package (nvidia-ml-py), not Python's 'No module named' text."""
-    import json
-    import os
-    import subprocess
-
-    from pdctl.top.gpu import probe_command
-
     (tmp_path / "pynvml.py").write_text("raise ImportError('not here')\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     cmd = ["bash", "-c", probe_command(0.1)]
