@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.fromlog import parse_log
+from tests.capacity.conftest import serve_spec
 from tests.helpers import cli, run_cli, written
 
 # vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
@@ -41,21 +42,8 @@ Cache is 31.21GiB.
 INFO 03-29 15:53:07 [executor_base.py:111] # cuda blocks: 1395, # CPU blocks: 2340
 """
 
-SPEC = """\
-name: demo
-model:
-  name: Qwen/Qwen2-7B-Instruct
-  maxModelLen: 16384
-hosts:
-  - name: gpu-a
-    address: 10.0.0.10
-    gpus: [0]
-serve:
-  replicas: 1
-  tensorParallel: 1
-  gpuMemoryUtilization: 0.5
-hardware: {gpu: A100-80GB}
-"""
+SPEC = serve_spec("Qwen/Qwen2-7B-Instruct", 16384, tail="hardware: {gpu: A100-80GB}\n",
+                  serve="replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.5")
 
 
 def test_parse_v1_lines() -> None:

@@ -18,6 +18,7 @@ from pdctl.capacity.params import model_config
 from pdctl.cli.plan_table import union_rows
 from pdctl.plan.parallel import Dims
 from pdctl.plan.parallel import valid_tp as dims_valid_tp
+from tests.capacity.conftest import slices_spec
 from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
@@ -44,18 +45,7 @@ def _both(argv: list[str], capsys) -> tuple[str, dict]:
     return _flat(out), json.loads(jout)
 
 
-PHASE3 = """\
-name: slices
-phase: 3
-model: {name: Qwen/Qwen3-8B, maxModelLen: 8192}
-engine: {version: "0.33.0"}
-prefill: {replicas: 1, tensorParallel: 1}
-decode:
-  replicas: 2
-  tensorParallel: 1
-  share: {perGpu: 2, gpuType: H200}
-kubernetes: {namespace: llm}
-"""
+PHASE3 = slices_spec()
 
 
 def test_phase3_table_shows_the_decode_slice_rows(tmp_path: Path, capsys) -> None:

@@ -18,6 +18,7 @@ from pdctl.capacity import alternatives, find_gpu, instance_memory, model_config
 from pdctl.capacity.fit import Shape, stage_memories
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import stage_partition, used_memory_notes, weights_bytes_per_gpu
+from tests.capacity.conftest import serve_spec
 from tests.capacity.vllm_logs import LOGS, shape, total_bytes
 from tests.helpers import cli, run_cli, written
 
@@ -77,23 +78,6 @@ def test_v1_08_counts_other_processes_memory_later_engines_refuse_instead() -> N
     assert not instance_memory(model, gpu.usable_bytes, 0.7, new, used).fits  # free < 56 GiB
 
 
-SPEC = """\
-name: demo
-model:
-  name: Qwen/Qwen3-8B
-  maxModelLen: 40960
-engine:
-  version: "{version}"
-hardware:
-  gpu: A100-80GB
-hosts:
-  - name: gpu-a
-    address: 10.0.0.10
-    gpus: [0]
-serve:
-  replicas: 1
-  gpuMemoryUtilization: 0.4
-"""
 QUERY = (
     "index, uuid, name, memory.total [MiB], memory.used [MiB]\n"
     "0, GPU-0, NVIDIA A100 80GB PCIe, 81920 MiB, {used} MiB\n"
@@ -101,7 +85,9 @@ QUERY = (
 
 
 def _spec(tmp_path: Path, version: str, used_mib: int) -> tuple[Path, Path]:
-    spec = written(tmp_path / "spec.yaml", SPEC.format(version=version))
+    spec = written(tmp_path / "spec.yaml", serve_spec(
+        "Qwen/Qwen3-8B", 40960, serve="replicas: 1, gpuMemoryUtilization: 0.4",
+        head=f'engine: {{version: "{version}"}}\nhardware: {{gpu: A100-80GB}}\n'))
     facts = tmp_path / "facts"
     facts.mkdir()
     (facts / "query-gpu.csv").write_text(QUERY.format(used=used_mib))
