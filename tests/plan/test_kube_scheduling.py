@@ -32,6 +32,7 @@ def on_kubernetes(example: Path) -> bool:
 
 KUBE_EXAMPLES = [e for e in EXAMPLES if on_kubernetes(e)]
 CLUSTER = ROOT / "tests" / "fixtures" / "gpu" / "k8s"
+DATA = Path(__file__).parent / "data"
 
 PHASE1 = """
 name: m
@@ -50,34 +51,7 @@ def phase1(storage: str, replicas: int, tp: int, extra: str = "") -> str:
     return text.replace("TP", str(tp)).replace("serve:", extra + "serve:")
 
 
-PHASE3 = """
-name: p
-phase: 3
-model: {name: Qwen/Qwen3-8B}
-kubernetes:
-  namespace: ns
-  storage: {type: pvc, accessMode: ReadWriteMany}
-  nodeSelector: {pool: gpu, zone: a}
-  tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
-  resources: {cpu: "8", memory: 64Gi}
-  labels: {team: infer}
-  annotations: {example.com/owner: me}
-  imagePullSecrets: [regcred]
-prefill:
-  replicas: 2
-  kubernetes:
-    nodeSelector: {pool: h100}
-    tolerations: [{key: dedicated, operator: Equal, value: prefill, effect: NoSchedule}]
-    resources: {memory: 128Gi, limits: {cpu: "16"}}
-    labels: {tier: prefill}
-decode:
-  replicas: 2
-  share: {perGpu: 2, gpuMemoryPercent: 50}
-  kubernetes: {nodeSelector: {gpu: "on"}}
-disaggregation: {connector: nixl}
-router:
-  kubernetes: {nodeSelector: {pool: cpu}, resources: {cpu: "2"}}
-"""
+PHASE3 = (DATA / "kube-roles.yaml").read_text()
 
 
 def objects(text: str, **kw) -> list[dict]:
@@ -162,50 +136,7 @@ def test_role_settings_override_the_section() -> None:
     assert decode["serviceAccountName"] == "p-routing-proxy"
 
 
-FULL = """
-name: full
-phase: 1
-model: {name: /models/qwen3}
-kubernetes:
-  namespace: ns
-  storage: {storage}
-  priorityClassName: gpu-high
-  runtimeClassName: nvidia
-  serviceAccountName: engine
-  podLabels: {sidecar.istio.io/inject: "false"}
-  podAnnotations: {prometheus.io/scrape: "true"}
-  resources: {cpu: "4", memory: 32Gi, ephemeralStorage: 50Gi, limits: {memory: 40Gi}}
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms:
-          - matchExpressions:
-              - {key: nvidia.com/gpu.memory, operator: Gt, values: ["40000"]}
-      preferredDuringSchedulingIgnoredDuringExecution:
-        - weight: 10
-          preference: {matchExpressions: [{key: zone, operator: In, values: [a, b]}]}
-    podAntiAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        - topologyKey: kubernetes.io/hostname
-          labelSelector: {matchLabels: {app.kubernetes.io/instance: full}}
-  topologySpreadConstraints:
-    - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, minDomains: 2}
-  envFrom:
-    - {configMapRef: {name: vllm-tuning}, prefix: TUNE_}
-    - secretRef: {name: extra-secrets, optional: true}
-  env:
-    - name: S3_KEY
-      valueFrom: {secretKeyRef: {name: s3, key: access-key}}
-    - name: LOG_LEVEL
-      valueFrom: {configMapKeyRef: {name: vllm-tuning, key: log-level}}
-  volumes:
-    - {name: templates, configMap: {name: chat-templates}}
-    - {name: scratch, emptyDir: {}}
-  volumeMounts:
-    - {name: templates, mountPath: /templates, readOnly: true}
-    - {name: scratch, mountPath: /scratch}
-serve: {replicas: 3, tensorParallel: 2}
-"""
+FULL = (DATA / "kube-every-pod-field.yaml").read_text()
 
 
 @pytest.mark.parametrize(
