@@ -18,6 +18,7 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
 from tests.helpers import cli, data, run_cli, written
+from tests.plan.conftest import plan_of
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 
@@ -55,8 +56,7 @@ PHASE3 = (DATA / "kube-roles.yaml").read_text()
 
 
 def objects(text: str, **kw) -> list[dict]:
-    spec, _ = load_text(text, "spec.yaml")
-    return [d for d in yaml.safe_load_all(render(make_plan(spec, **kw)).stream()) if d]
+    return [d for d in yaml.safe_load_all(render(plan_of(text, **kw)).stream()) if d]
 
 
 def deployment(objs: list[dict], component: str) -> dict:
@@ -218,12 +218,11 @@ def test_the_old_flagship_example_is_refused(tmp_path: Path, capsys) -> None:
 )
 def test_read_write_once_with_several_pods(storage: str, replicas: int, refused: bool) -> None:
     text = phase1(storage, replicas, 1)
-    spec, _ = load_text(text, "spec.yaml")
     if refused:
         with pytest.raises(SpecError, match="ReadWriteOnce"):
-            make_plan(spec)
+            plan_of(text)
     else:
-        make_plan(spec)
+        plan_of(text)
 
 
 def test_read_write_once_pinned_to_one_node_renders() -> None:
@@ -236,22 +235,22 @@ def test_read_write_once_pinned_to_one_node_renders() -> None:
         "{nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, "
         "operator: In, values: [%s]}]}]}}}\n"
     )
-    make_plan(load_text(phase1("{type: pvc}", 2, 1, affinity % "gpu-a"), "s")[0])
+    plan_of(phase1("{type: pvc}", 2, 1, affinity % "gpu-a"))
     with pytest.raises(SpecError, match="no node pin holds them"):
-        make_plan(load_text(phase1("{type: pvc}", 2, 1, affinity % "gpu-a, gpu-b"), "s")[0])
+        plan_of(phase1("{type: pvc}", 2, 1, affinity % "gpu-a, gpu-b"))
 
 
 def test_a_default_access_mode_is_named_so() -> None:
     with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce \(the default\), "):
-        make_plan(load_text(phase1("{type: pvc}", 2, 1), "s")[0])
+        plan_of(phase1("{type: pvc}", 2, 1))
     with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce, "):
-        make_plan(load_text(phase1("{type: pvc, accessMode: ReadWriteOnce}", 2, 1), "s")[0])
+        plan_of(phase1("{type: pvc, accessMode: ReadWriteOnce}", 2, 1))
 
 
 def test_prefill_and_decode_count_together_on_one_claim() -> None:
     text = PHASE3.replace("accessMode: ReadWriteMany", "accessMode: ReadWriteOnce")
     with pytest.raises(SpecError, match=r"4 pods \(2 prefill \+ 2 decode\)"):
-        make_plan(load_text(text, "s")[0])
+        plan_of(text)
 
 
 def test_gpus_beyond_the_largest_node_are_refused(tmp_path: Path, capsys) -> None:

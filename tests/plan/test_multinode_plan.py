@@ -19,6 +19,7 @@ from pdctl.plan import make_plan
 from pdctl.plan.group import all_nodes
 from pdctl.render import render
 from pdctl.spec import load_text
+from tests.plan.conftest import plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MULTINODE_EXAMPLES = ("phase0-multinode.yaml", "phase2-wide-ep.yaml")
@@ -26,11 +27,6 @@ MULTINODE_EXAMPLES = ("phase0-multinode.yaml", "phase2-wide-ep.yaml")
 
 def host(name: str, last: int, gpus: int = 8, **extra: object) -> dict:
     return {"name": name, "address": f"192.0.2.{last}", "gpus": list(range(gpus)), **extra}
-
-
-def plan_of(doc: dict):
-    spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
-    return make_plan(spec)
 
 
 def serve_doc(serve: dict, hosts: list[dict] | None = None, **top: object) -> dict:

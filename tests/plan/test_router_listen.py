@@ -15,6 +15,7 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import run_cli, written
+from tests.plan.conftest import plan_of
 
 HOST_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("phase2-*.yaml") if "llmd" not in p.name)
 
@@ -39,11 +40,6 @@ def spec_of(**over) -> dict:
 
 def files(plan) -> dict[str, str]:
     return {a.path: a.text for a in render(plan)}
-
-
-def plan_of(doc: dict):
-    spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
-    return make_plan(spec)
 
 
 def flag(command: tuple[str, ...], name: str) -> str:
