@@ -15,25 +15,8 @@ from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
 # Qwen/Qwen3-30B-A3B-FP8's config.json, the fields that matter (huggingface.co/Qwen)
-QWEN3_30B_FP8 = {
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_hidden_layers": 48,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "decoder_sparse_step": 1,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "quantization_config": {
-        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-        "weight_block_size": [128, 128],
-    },
-}
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "capacity"
+QWEN3_30B_FP8 = json.loads((FIXTURES / "qwen3-30b-a3b-fp8.config.json").read_text())
 
 
 def _spec(tmp_path: Path, name: str, tp: int, extra: str = "") -> str:
