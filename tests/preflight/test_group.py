@@ -211,11 +211,9 @@ def test_guard_ports_unprobed_where_the_rendezvous_was_probed_are_said() -> None
     assert [(f.where, f.status, f.found) for f in found] == [
         ("b", "WARN", "not probed"), ("a", "WARN", "not probed"),
     ]
-    assert by_check(check(h200_pair()), "group.guard") == []  # group.reach says it already
-
-
-def test_not_probed_is_said() -> None:
-    (r,) = by_check(check(h200_pair()), "group.reach")
+    unprobed = check(h200_pair())
+    assert by_check(unprobed, "group.guard") == []  # group.reach says it already:
+    (r,) = by_check(unprobed, "group.reach")
     assert r.status == "WARN" and r.found == "not probed"
 
 
