@@ -15,6 +15,7 @@ from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import written
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 
 H200 = "  - {name: g, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /opt/v}"
@@ -71,9 +72,8 @@ def test_pcie_only_host() -> None:
 
 
 def test_pcie_best_set_is_pass_when_placed_by_topology() -> None:
-    spec, _ = load_text(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), "s.yaml")
     facts = facts_from({"g": raw_of(FIX / "pcie4")})
-    plan = make_plan(spec, choose=chooser(facts))
+    plan = plan_of(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), choose=chooser(facts))
     assert [i.gpus for i in plan.instances] == [(0, 2), (1, 3)]
     tp = by_check(run_checks(plan, facts), "tp.nvlink")
     assert [f.status for f in tp] == ["WARN", "WARN"]  # still PCIe, but no better set exists
@@ -123,8 +123,7 @@ def test_model_too_big_fails_last() -> None:
 
 def test_rdma_protocol_without_devices_warns() -> None:
     text = (FIX.parents[2] / "examples" / "phase2-mooncake-rdma.yaml").read_text()
-    spec, _ = load_text(text, "s.yaml")
-    plan = make_plan(spec)
+    plan = plan_of(text)
     raw = {h.name: raw_of(FIX / "h200x2") for h in plan.hosts_used()}
     rdma = by_check(run_checks(plan, facts_from(raw)), "host.rdma")
     assert rdma and all(f.status == "WARN" and "tcp" in f.fix for f in rdma)
@@ -195,8 +194,7 @@ def test_decode_lands_next_to_prefill_over_nvlink() -> None:
 
 
 def test_p2p_nccl_pairs_are_checked() -> None:
-    spec, _ = load_text((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text(), "s.yaml")
-    plan = make_plan(spec)
+    plan = plan_of((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text())
     found = run_checks(plan, facts_from({"gpu-a": raw_of(FIX / "pcie4")}))
     pairs = [f for f in found if f.check == "p2p" and "+" in f.where]
     assert len(pairs) == 2  # the prefill instance with each decode instance

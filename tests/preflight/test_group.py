@@ -29,6 +29,7 @@ from pdctl.preflight.run import Options
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import SshOptions
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port
@@ -41,8 +42,7 @@ GROUP = "{replicas: 1, tensorParallel: 4, nodes: 2}"
 
 
 def check(facts: Facts, rdma: str = "") -> list:
-    spec, _ = load_text(spec_text(HOSTS % rdma, GROUP), "spec.yaml")
-    return list(run_checks(make_plan(spec), facts))
+    return list(run_checks(plan_of(spec_text(HOSTS % rdma, GROUP)), facts))
 
 
 def h200_pair(**b_changes: object) -> Facts:

@@ -35,6 +35,7 @@ from pdctl.preflight.transfer import (
 )
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import by_check, findings, pdctl
 from tests.targets.testbed import free_port
 
@@ -107,7 +108,7 @@ def test_measured_bandwidth_against_the_plans_need() -> None:
 
 
 def test_not_measured_warns_and_no_transfer_says_nothing() -> None:
-    plan = make_plan(load_text(spec(), "s.yaml")[0])
+    plan = plan_of(spec())
     raw: dict[str, dict[str, str]] = {"gpu-a": {}, "gpu-b": {}}
     [f] = by_check(run_checks(plan, facts_from(raw)), "net.transfer")
     assert (f.status, f.found) == ("WARN", "mooncake: not measured")
@@ -284,13 +285,12 @@ def mooncake_spec(version: str, extra: str = RDMA) -> str:
     return spec("mooncake", extra=extra).replace("'0.23.0'", f"'{version}'")
 
 
-def plan_of(version: str, extra: str = RDMA):
-    s, _ = load_text(mooncake_spec(version, extra), "s.yaml")
-    return make_plan(s)
+def mooncake_plan(version: str, extra: str = RDMA):
+    return plan_of(mooncake_spec(version, extra))
 
 
 def kv_extra(version: str) -> dict:
-    inst = next(i for i in plan_of(version).instances if i.role == "decode")
+    inst = next(i for i in mooncake_plan(version).instances if i.role == "decode")
     args = list(inst.args)
     doc = json.loads(args[args.index("--kv-transfer-config") + 1])
     return doc["kv_connector_extra_config"]
@@ -316,7 +316,7 @@ def test_preflight_says_vllm_0_23_ignores_device_name_and_checks_what_mooncake_p
 
 def test_the_transfer_agent_gets_the_devices_the_engine_passes_and_gpu_memory():
     def args(version: str) -> list[str]:
-        plan = plan_of(version)
+        plan = mooncake_plan(version)
         (pair,) = pairs(plan)
         return agent_args(plan, pair, "send", Bounds(1 << 20, 1.0))
 
@@ -338,7 +338,7 @@ def test_the_transfer_finding_names_the_memory_each_side_registered():
     assert t.memory == "GPU (cuda:0) -> GPU (cuda:0)"
     facts: Facts = facts_from({"gpu-a": {"transfer-to-gpu-b.jsonl": "".join(
         json.dumps(x) + "\n" for x in lines)}, "gpu-b": {}})
-    (f,) = transfers(plan_of("0.33.0"), facts, None)
+    (f,) = transfers(mooncake_plan("0.33.0"), facts, None)
     assert f.found.endswith(", GPU (cuda:0) -> GPU (cuda:0) memory"), f.found
 
 
@@ -355,7 +355,7 @@ def plan_for(tmp: Path, port: int, same_host: bool = False, env: str = "{}"):
         f"prefill: {{replicas: 1, hosts: [a]}}\ndecode: {{replicas: 1, hosts: [{decode_host}]}}\n"
         f"disaggregation: {{connector: nixl, sideChannelPort: {port}}}\n"
     )
-    return make_plan(load_text(text, "s.yaml")[0])
+    return plan_of(text)
 
 
 def agents_left() -> str:
