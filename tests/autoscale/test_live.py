@@ -11,6 +11,7 @@ import yaml
 
 from pdctl.autoscale.live import Seen, evidence, line, observed, rules, steps, unit_text
 from pdctl.autoscale.policy import Decision, RoleRule, decide
+from pdctl.cli.options import seconds_of
 from pdctl.plan import make_plan
 from pdctl.plan.autoscale import targets
 from pdctl.spec import load_text
@@ -120,9 +121,6 @@ def test_window_and_interval_are_durations_as_tops_window(tmp_path: Path):
     """`--window 20s`, `--interval 5m` as `pdctl top --window` takes them; a plain number is
     seconds (what the option took before); out of range or not a duration: one line, exit 2,
     before the spec is read."""
-    from pdctl.cli.options import seconds_of
-    from tests.helpers import cli
-
     assert (seconds_of("20s", "--window"), seconds_of("10", "--window")) == (20.0, 10.0)
     assert seconds_of("5m", "--interval", 86400) == 300.0
     missing = str(tmp_path / "none.yaml")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.cli.bench_show import show
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = [
     ROOT / "tests/fixtures/gpu/vllm023-h200/bench/bench.json",  # phase 0, one H200
@@ -17,8 +19,6 @@ REPORTS = [
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.parent.name)
 def test_bench_tables_fit_80_columns_and_cut_no_figure(path: Path, capsys, monkeypatch) -> None:
-    from pdctl.cli.bench_show import show
-
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("NO_COLOR", "1")
     report = json.loads(path.read_text())

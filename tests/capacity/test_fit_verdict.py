@@ -9,22 +9,10 @@ from pathlib import Path
 from pdctl.capacity import model_config
 from pdctl.capacity.fit import Shape, alternatives, smallest_fit
 from pdctl.capacity.gpus import GIB
+from pdctl.capacity.models import BUILTIN
+from pdctl.plan.parallel import Dims, valid_tp
+from tests.capacity.conftest import serve_spec
 from tests.helpers import cli, run_cli, written
-
-SERVE = """\
-name: demo
-model:
-  name: {model}
-  maxModelLen: {length}
-hosts:
-  - name: gpu-a
-    address: 10.0.0.10
-    gpus: [0, 1]
-serve:
-  replicas: 1
-  tensorParallel: 1
-  gpuMemoryUtilization: 0.9
-{hardware}"""
 
 HAMI = """\
 name: sliced
@@ -44,8 +32,9 @@ disaggregation: {connector: nixl}
 
 
 def _spec(tmp_path: Path, model: str, length: int, hardware: str = "") -> str:
-    path = written(tmp_path / "s.yaml", SERVE.format(model=model, length=length, hardware=hardware))
-    return str(path)
+    serve = "replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.9"
+    return str(written(tmp_path / "s.yaml", serve_spec(model, length, gpus=2, serve=serve,
+                                                       tail=hardware)))
 
 
 def test_plan_exits_1_when_a_role_does_not_fit(capsys, tmp_path: Path) -> None:
@@ -147,9 +136,6 @@ def test_gpu_cores_percent_is_a_warning_from_validate_and_render(capsys) -> None
 def test_suggestions_follow_validates_parallel_rules_for_every_table_model() -> None:
     # The nearest-fit suggestions use the rule `validate` refuses with (plan/parallel.py):
     # TP divides the heads, KV heads split or replicate evenly, PP at most the layers.
-    from pdctl.capacity.models import BUILTIN
-    from pdctl.plan.parallel import Dims, valid_tp
-
     for name in BUILTIN:
         model = model_config(name)
         dims = Dims(name, model.heads, model.kv_heads, model.layers, mla=model.is_mla)

@@ -6,56 +6,20 @@ import json
 from pathlib import Path
 
 from pdctl.capacity.fromlog import parse_log
+from tests.capacity.conftest import serve_spec
 from tests.helpers import cli, run_cli, written
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
 
 # vLLM 0.10.1 (V1) start-up lines, one Qwen2-7B on an A100-80GB at util 0.5 (the shape of
 # dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log), lines trimmed.
-V1_LOG = """\
-(APIServer pid=2739) INFO 09-04 01:28:28 [api_server.py:1805] vLLM API server version 0.10.1.1
-(APIServer pid=2739) INFO 09-04 01:28:28 [utils.py:326] non-default args: {'model_tag': \
-'Qwen2-7B-Instruct', 'port': 8081, 'model': 'Qwen2-7B-Instruct', 'max_model_len': 16384, \
-'gpu_memory_utilization': 0.5}
-(APIServer pid=2739) INFO 09-04 01:28:44 [scheduler.py:222] Chunked prefill is enabled with \
-max_num_batched_tokens=2048.
-(EngineCore_0 pid=2881) INFO 09-04 01:29:05 [gpu_model_runner.py:2007] Model loading took \
-14.2488 GiB and 2.993822 seconds
-(EngineCore_0 pid=2881) INFO 09-04 01:29:25 [gpu_worker.py:276] Available KV cache memory: \
-24.83 GiB
-(EngineCore_0 pid=2881) INFO 09-04 01:29:26 [kv_cache_utils.py:849] GPU KV cache size: \
-464,848 tokens
-(EngineCore_0 pid=2881) INFO 09-04 01:29:29 [gpu_model_runner.py:2708] Graph capturing \
-finished in 3 secs, took 0.50 GiB
-"""
+V1_LOG = (FIXTURES / "from-log-v1.log").read_text()
 
 # V0 (0.7/0.8) prints one summary per worker; vLLM sizes the cache by the smallest.
-V0_LOG = """\
-INFO 03-29 15:52:45 [model_runner.py:1146] Model loading took 3.2637 GB and 18.05 seconds
-(VllmWorkerProcess pid=9) INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can \
-use total_gpu_memory (39.38GiB) x gpu_memory_utilization (0.95) = 37.41GiB
-(VllmWorkerProcess pid=9) INFO 04-15 00:05:58 [worker.py:267] model weights take 3.26GiB; \
-non_torch_memory takes 0.34GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the \
-memory reserved for KV Cache is 31.30GiB.
-INFO 04-15 00:05:58 [worker.py:267] model weights take 3.26GiB; non_torch_memory takes \
-0.43GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved for KV \
-Cache is 31.21GiB.
-INFO 03-29 15:53:07 [executor_base.py:111] # cuda blocks: 1395, # CPU blocks: 2340
-"""
+V0_LOG = (FIXTURES / "from-log-v0.log").read_text()
 
-SPEC = """\
-name: demo
-model:
-  name: Qwen/Qwen2-7B-Instruct
-  maxModelLen: 16384
-hosts:
-  - name: gpu-a
-    address: 10.0.0.10
-    gpus: [0]
-serve:
-  replicas: 1
-  tensorParallel: 1
-  gpuMemoryUtilization: 0.5
-hardware: {gpu: A100-80GB}
-"""
+SPEC = serve_spec("Qwen/Qwen2-7B-Instruct", 16384, tail="hardware: {gpu: A100-80GB}\n",
+                  serve="replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.5")
 
 
 def test_parse_v1_lines() -> None:

@@ -20,10 +20,14 @@ and "715,707 tokens" (2,621 blocks, 10 groups of 4), the figures asserted here.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from pdctl.capacity import Shape, find_gpu, instance_memory, model_config, model_fit
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.hybrid import group_size, hybrid_config, stage_layout
 from pdctl.capacity.models import builtin_config
+from tests.helpers import run_cli
 
 # Granite 4.0-H shaped, for the arithmetic only (not a published checkpoint's numbers):
 # 40 layers, full attention every 10th, Mamba-2 elsewhere
@@ -141,8 +145,6 @@ def test_plan_table_describes_the_hybrid_layout(tmp_path) -> None:
     layers (12 + the MTP layer), the 36 states of 282,624 B (2 speculative tokens) and the
     288-token block; the table used to read the sliding-window fields off any layout and
     crashed (AttributeError: window)."""
-    from tests.helpers import run_cli
-
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: t\nphase: 0\n"
@@ -169,9 +171,6 @@ def test_nemotron_h_layers_are_one_block_each() -> None:
     4,227,858,432; 4 attention layers x 41,943,040 = 167,772,160; the Mamba-2 mixers
     2,631,017,472; norms 52 x 2 x 4,096 + 4,096 = 430,080: 8,100,819,968 (was 17.6e9 when
     every layer counted attention-free gated MLPs)."""
-    import json
-    from pathlib import Path
-
     raw = json.loads((Path(__file__).parents[1] / "gpu/models/nemotron-h-8b/config.json")
                      .read_text())
     m = model_config("nvidia/Nemotron-H-8B-Base-8K", raw)

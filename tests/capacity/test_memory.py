@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pdctl.capacity as capacity
+import pdctl.capacity.models as models
+import pdctl.capacity.tables as tables
 from pdctl.capacity import (
     BUILTIN,
     Shape,
@@ -177,12 +183,6 @@ def test_capacity_models_import_no_other_capacity_module() -> None:
     """The model table is the bottom of capacity: params builds on it, never the reverse
     (models.model_config used to import params inside the function: an import circle). It
     reads its data file through capacity.tables, which imports no capacity module."""
-    import ast
-    from pathlib import Path
-
-    import pdctl.capacity.models as models
-    import pdctl.capacity.tables as tables
-
     def imported(module: object) -> list[str]:
         tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text())
         return [
@@ -200,7 +200,5 @@ def test_capacity_models_import_no_other_capacity_module() -> None:
 
 def test_capacity_gpu_type_is_not_called_gpu() -> None:
     """capacity's GPU model is GpuType: facts.Gpu is one GPU a host reported."""
-    import pdctl.capacity as capacity
-
     assert capacity.GpuType.__name__ == "GpuType"
     assert not hasattr(capacity, "Gpu")

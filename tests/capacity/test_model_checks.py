@@ -10,44 +10,18 @@ import pytest
 
 from pdctl.capacity.params import model_config, parse_config
 from pdctl.plan.parallel import Dims, valid_tp
-from tests.helpers import cli
+from tests.capacity.conftest import serve_spec
+from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
-SPEC = """\
-name: m
-model: {{name: {name}, maxModelLen: 8192}}
-hosts:
-  - {{name: gpu-a, address: 192.0.2.10, gpus: [{gpus}]}}
-serve: {{replicas: 1, tensorParallel: {tp}{extra}}}
-"""
-
 # Qwen/Qwen3-30B-A3B-FP8's config.json, the fields that matter (huggingface.co/Qwen)
-QWEN3_30B_FP8 = {
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_hidden_layers": 48,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "decoder_sparse_step": 1,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "quantization_config": {
-        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-        "weight_block_size": [128, 128],
-    },
-}
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "capacity"
+QWEN3_30B_FP8 = json.loads((FIXTURES / "qwen3-30b-a3b-fp8.config.json").read_text())
 
 
 def _spec(tmp_path: Path, name: str, tp: int, extra: str = "") -> str:
-    path = tmp_path / "s.yaml"
-    gpus = ", ".join(str(i) for i in range(tp))
-    path.write_text(SPEC.format(name=name, tp=tp, gpus=gpus, extra=extra))
-    return str(path)
+    serve = f"replicas: 1, tensorParallel: {tp}{extra}"
+    return str(written(tmp_path / "s.yaml", serve_spec(name, gpus=tp, serve=serve)))
 
 
 @pytest.mark.parametrize(
@@ -90,11 +64,9 @@ def test_plan_never_suggests_a_tp_the_block_refuses(tmp_path: Path, capsys) -> N
     """Qwen3-235B-A22B-FP8 does not fit on TP 4 of L40S: the suggested TP (if any) must
     split 1536 on a 128 boundary, so never 8."""
     model = model_config("Qwen/Qwen3-235B-A22B-FP8")
-    path = tmp_path / "s.yaml"
-    path.write_text(
-        SPEC.format(name="Qwen/Qwen3-235B-A22B-FP8", tp=4, gpus="0, 1, 2, 3, 4, 5, 6, 7", extra="")
-        + "hardware: {gpu: L40S}\n"
-    )
+    path = written(tmp_path / "s.yaml", serve_spec(
+        "Qwen/Qwen3-235B-A22B-FP8", gpus=8, serve="replicas: 1, tensorParallel: 4",
+        tail="hardware: {gpu: L40S}\n"))
     out, err = cli(["plan", str(path), "-o", "json"], 1)
     role = json.loads(out)["roles"][0]
     tps = [a["tensorParallel"] for a in role["alternatives"]]

@@ -15,8 +15,10 @@ from pdctl.capacity.fit import valid_tp
 from pdctl.capacity.gpus import GPUS
 from pdctl.capacity.models import BUILTIN
 from pdctl.capacity.params import model_config
+from pdctl.cli.plan_table import union_rows
 from pdctl.plan.parallel import Dims
 from pdctl.plan.parallel import valid_tp as dims_valid_tp
+from tests.capacity.conftest import slices_spec
 from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
@@ -43,18 +45,7 @@ def _both(argv: list[str], capsys) -> tuple[str, dict]:
     return _flat(out), json.loads(jout)
 
 
-PHASE3 = """\
-name: slices
-phase: 3
-model: {name: Qwen/Qwen3-8B, maxModelLen: 8192}
-engine: {version: "0.33.0"}
-prefill: {replicas: 1, tensorParallel: 1}
-decode:
-  replicas: 2
-  tensorParallel: 1
-  share: {perGpu: 2, gpuType: H200}
-kubernetes: {namespace: llm}
-"""
+PHASE3 = slices_spec()
 
 
 def test_phase3_table_shows_the_decode_slice_rows(tmp_path: Path, capsys) -> None:
@@ -72,8 +63,6 @@ def test_phase3_table_shows_the_decode_slice_rows(tmp_path: Path, capsys) -> Non
 
 
 def test_table_rows_are_the_union_of_the_roles_in_a_stable_order() -> None:
-    from pdctl.cli.plan_table import union_rows
-
     rows = union_rows([[("a", "1", "ha"), ("b", "2", "hb")], [("a", "3", "ha"), ("c", "4", "hc")]])
     assert rows == [("a", ["1", "3"], "ha"), ("b", ["2", "-"], "hb"), ("c", ["-", "4"], "hc")]
 

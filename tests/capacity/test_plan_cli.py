@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from pdctl.capacity import spec_gpu, spec_traffic
+from pdctl.cli.plan_table import _params
+from pdctl.errors import SpecError
+from pdctl.spec.workload import Hardware, Workload
 from tests.helpers import cli, run_cli, written
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,12 +142,6 @@ def test_does_not_fit_names_the_nearest_fit(capsys, tmp_path: Path) -> None:
 
 def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
     # pdctl/spec/workload.py sections; the lead wires them into Spec as `hardware`/`workload`.
-    from types import SimpleNamespace
-
-    from pdctl.capacity import spec_gpu, spec_traffic
-    from pdctl.errors import SpecError
-    from pdctl.spec.workload import Hardware, Workload
-
     work = Workload.model_validate({"promptTokens": 4000, "requestsPerSecond": 3, "tpotMs": 40})
     spec = SimpleNamespace(
         hardware=Hardware.model_validate({"gpu": "L40S"}), workload=work, decode=None
@@ -160,8 +160,6 @@ def test_spec_sections_for_gpu_and_workload_are_honoured() -> None:
 
 
 def test_spec_from_stdin(capsys, monkeypatch, tmp_path: Path) -> None:
-    import io
-
     monkeypatch.setattr(sys, "stdin", io.StringIO(SPEC.format(model="Qwen/Qwen3-8B", extra="")))
     out, err = cli(["plan", "-", "-o", "json"])
     assert json.loads(out)["model"]["name"] == "Qwen/Qwen3-8B"
@@ -217,8 +215,6 @@ def test_plan_on_a_cpu_spec_claims_no_gpu(capsys) -> None:
 
 def test_a_tiny_model_is_not_zero_billion_params() -> None:
     """Before: the CPU e2e's 551,552-parameter Llama was '0.00B params'."""
-    from pdctl.cli.plan_table import _params
-
     assert _params(551_552) == "0.6M params"
     assert _params(8.03e9) == "8.03B params"
     assert _params(0) == "parameter count unknown"

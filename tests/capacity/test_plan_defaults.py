@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdctl.capacity.gpus import find_gpu
+from pdctl.capacity.gpus import ambiguous, find_gpu
+from tests.capacity.conftest import serve_spec
 from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
-SHORT = """\
-name: short
-model: {{name: Qwen/Qwen3-8B, maxModelLen: 1024}}
-hardware: {{gpu: H100}}
-hosts:
-  - {{name: gpu-a, address: 192.0.2.10, gpus: [0]}}
-serve: {{replicas: 1, tensorParallel: 1}}
-{workload}"""
+
+def short(workload: str = "") -> str:
+    return serve_spec("Qwen/Qwen3-8B", 1024, head="hardware: {gpu: H100}\n", tail=workload)
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -26,7 +22,7 @@ def _write(tmp_path: Path, text: str) -> str:
 
 
 def test_the_default_workload_adapts_to_a_short_max_model_len(tmp_path: Path, capsys) -> None:
-    path = _write(tmp_path, SHORT.format(workload=""))
+    path = _write(tmp_path, short())
     code, out, err = run(["plan", path], capsys)
     assert code == 0, err
     assert "the default request (1,024 prompt + 256 output tokens) is longer than" in out
@@ -38,30 +34,28 @@ def test_the_default_workload_adapts_to_a_short_max_model_len(tmp_path: Path, ca
 
 
 def test_a_written_output_keeps_and_the_prompt_adapts(tmp_path: Path, capsys) -> None:
-    path = _write(tmp_path, SHORT.format(workload="workload: {outputTokens: 100}\n"))
+    path = _write(tmp_path, short("workload: {outputTokens: 100}\n"))
     out, err = cli(["plan", path, "-o", "json"])
     traffic = json.loads(out)["traffic"]
     assert (traffic["promptTokens"], traffic["outputTokens"]) == (924, 100)
 
 
 def test_a_written_workload_that_is_too_long_is_still_an_error(tmp_path: Path, capsys) -> None:
-    text = SHORT.format(workload="workload: {promptTokens: 1000, outputTokens: 100}\n")
+    text = short("workload: {promptTokens: 1000, outputTokens: 100}\n")
     code, _, err = run(["plan", _write(tmp_path, text)], capsys)
     assert code == 2 and "workload.promptTokens" in err
     code, _, err = run(
-        ["plan", _write(tmp_path, SHORT.format(workload="")), "--prompt-tokens", "2000"], capsys
+        ["plan", _write(tmp_path, short()), "--prompt-tokens", "2000"], capsys
     )
     assert code == 2 and "--prompt-tokens" in err
 
 
 def test_a100_without_its_memory_is_the_smaller_and_says_so(tmp_path: Path, capsys) -> None:
-    from pdctl.capacity.gpus import ambiguous
-
     assert find_gpu("A100").name == "A100-40GB"
     assert find_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
     assert find_gpu("NVIDIA A100 80GB PCIe").name == "A100-80GB"
     assert not ambiguous("A100-80GB") and ambiguous("a100")
-    path = _write(tmp_path, SHORT.format(workload="").replace("gpu: H100", "gpu: A100"))
+    path = _write(tmp_path, short().replace("gpu: H100", "gpu: A100"))
     out, err = cli(["plan", path, "-o", "json"])
     data = json.loads(out)
     assert data["gpu"]["name"] == "A100-40GB"

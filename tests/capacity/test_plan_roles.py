@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.capacity.conftest import serve_spec
 from tests.helpers import cli, written
 from tests.helpers import run_cli as run
 
-EP = """\
-name: ep
-model: {name: Qwen/Qwen3-30B-A3B, maxModelLen: 8192}
-hardware: {gpu: H100}
-hosts:
-  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1, 2, 3]}
-serve: {replicas: 1, tensorParallel: 1, dataParallel: 4, expertParallel: true}
-"""
+EP = serve_spec("Qwen/Qwen3-30B-A3B", gpus=4, head="hardware: {gpu: H100}\n",
+                serve="replicas: 1, tensorParallel: 1, dataParallel: 4, expertParallel: true")
 
 
 def _flat(text: str) -> str:

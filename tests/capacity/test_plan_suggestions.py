@@ -10,48 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.capacity.conftest import serve_spec, slices_spec
 from tests.helpers import run_cli as run
 from tests.helpers import written
 
-OSS = """\
-name: oss
-model: {name: openai/gpt-oss-120b, maxModelLen: 131072}
-hardware: {gpu: H100}
-hosts:
-  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}
-serve: {replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.9}
-"""
-
-FP8 = """\
-name: fp8
-model: {name: Qwen/Qwen3-30B-A3B-FP8, maxModelLen: 40960}
-hardware: {gpu: L4}
-hosts:
-  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1, 2, 3]}
-serve: {replicas: 1, tensorParallel: 1}
-"""
-
-SLICE = """\
-name: slices
-phase: 3
-model: {name: Qwen/Qwen3-8B, maxModelLen: 32768}
-prefill: {replicas: 1, tensorParallel: 1}
-decode:
-  replicas: 6
-  tensorParallel: 1
-  share: {perGpu: 6, gpuType: H200}
-kubernetes: {namespace: llm, storage: {type: emptyDir}}
-"""
-
-LONG_WORKLOAD = """\
-name: long
-model: {name: meta-llama/Llama-3.1-8B, maxModelLen: 131072}
-hardware: {gpu: L4}
-workload: {promptTokens: 60000, outputTokens: 1000}
-hosts:
-  - {name: gpu-a, address: 192.0.2.10, gpus: [0, 1]}
-serve: {replicas: 1, tensorParallel: 1}
-"""
+OSS = serve_spec("openai/gpt-oss-120b", 131072, gpus=2, head="hardware: {gpu: H100}\n",
+                 serve="replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.9")
+FP8 = serve_spec("Qwen/Qwen3-30B-A3B-FP8", 40960, gpus=4, head="hardware: {gpu: L4}\n")
+SLICE = slices_spec(6, 32768, "{namespace: llm, storage: {type: emptyDir}}", head="")
+LONG_WORKLOAD = serve_spec("meta-llama/Llama-3.1-8B", 131072, gpus=2, head=(
+    "hardware: {gpu: L4}\nworkload: {promptTokens: 60000, outputTokens: 1000}\n"))
 
 
 def _plan(path: Path, capsys) -> tuple[int, dict]:

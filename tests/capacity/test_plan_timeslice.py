@@ -13,24 +13,12 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import find_gpu
 from pdctl.capacity.params import model_config
 from pdctl.capacity.roofline import decode_step
+from tests.capacity.conftest import slices_spec
 from tests.helpers import cli, written
-
-SPEC = """\
-name: slices
-phase: 3
-model: {{name: Qwen/Qwen3-8B, maxModelLen: 8192}}
-engine: {{version: "0.33.0"}}
-prefill: {{replicas: 1, tensorParallel: 1}}
-decode:
-  replicas: {per_gpu}
-  tensorParallel: 1
-  share: {{perGpu: {per_gpu}, gpuType: H200}}
-kubernetes: {{namespace: llm}}
-"""
 
 
 def _plan(tmp_path: Path, capsys, per_gpu: int) -> dict:
-    path = written(tmp_path / f"p{per_gpu}.yaml", SPEC.format(per_gpu=per_gpu))
+    path = written(tmp_path / f"p{per_gpu}.yaml", slices_spec(per_gpu))
     out, err = cli(["plan", str(path), "-o", "json"])
     return json.loads(out)
 
@@ -70,7 +58,7 @@ def test_pd_ratio_counts_the_time_slicing(tmp_path: Path, capsys) -> None:
 
 
 def test_the_table_says_the_slices_time_slice(tmp_path: Path, capsys) -> None:
-    path = written(tmp_path / "p4.yaml", SPEC.format(per_gpu=4))
+    path = written(tmp_path / "p4.yaml", slices_spec(4))
     out, _ = cli(["plan", str(path), "-o", "wide"])
     flat = " ".join(out.split())
     assert "decode tokens/s per GPU" in flat

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdctl.capacity.atload import LoadSpec
-from pdctl.capacity.search import AS_SPEC, NUMERICS, search, variants
+from pdctl.bench.report import KIND, measured_for_ratio, ratios
+from pdctl.bench.tune import propose, settings
+from pdctl.capacity.atload import LoadSpec, predict_step
+from pdctl.capacity.search import AS_SPEC, CANDIDATES, NUMERICS, search, variants
 from pdctl.inputs import capacity_plan, read_spec
 from tests.helpers import cli, written
 
@@ -103,9 +105,6 @@ def test_cli_search_table_json_and_refusals(tmp_path: Path) -> None:
 def _one_bench(workload: str, prompt: int, output: int, concurrency: int) -> dict:
     """The sweep's `base` cell of WORKLOAD as `pdctl bench -o json` reports a step: measured
     p50s, the plan's prediction of that step and their ratio (pdctl.bench.run)."""
-    from pdctl.bench.report import measured_for_ratio, ratios
-    from pdctl.capacity.atload import predict_step
-
     cell = next(c for k, c in _recorded()["base"]["cells"].items() if f"/{workload}/" in k)
     spec, source = read_spec([(_spec_text(prompt, output), "/tmp/sweep.yaml")])
     plan = capacity_plan(spec, source, "/tmp/sweep.yaml")[0]
@@ -136,9 +135,6 @@ def test_tunes_pick_after_one_bench_is_within_ten_percent_of_the_best(
     1.00; prefill: max-num-batched-tokens 2048, 1.00, where `plan --search` from the spec
     alone picks fp8 KV, 0.93: the bench's TTFT x1.43 makes shorter chunks worth it), where
     keeping the spec's settings scores 0.89 and 0.58."""
-    from pdctl.bench.tune import propose, settings
-    from pdctl.capacity.search import CANDIDATES
-
     spec, source = read_spec([(_spec_text(prompt, output), "/tmp/sweep.yaml")])
     report = _one_bench(workload, prompt, output, concurrency)
     data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -164,8 +160,6 @@ def test_cli_tune_proposes_the_settings_with_their_evidence(tmp_path: Path) -> N
     """`pdctl tune SPEC --from BENCH.json` on the decode bench above: the overlay sets the KV
     cache dtype, the evidence names the scaling and says it changes numerics, and the render
     diff shows the flag."""
-    from pdctl.bench.report import KIND
-
     path = written(tmp_path / "s.yaml", _spec_text(256, 1024))
     bench = {"kind": KIND, **_one_bench("decode", 256, 1024, 128)}
     report = written(tmp_path / "bench.json", json.dumps(bench))

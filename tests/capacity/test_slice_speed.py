@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pdctl.capacity import Shape, decode_slice, find_gpu, model_config, slice_util
@@ -9,6 +11,7 @@ from pdctl.capacity.advice import packing_advice
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import decode_step, prefill_tokens_per_s
 from pdctl.capacity.slice import slice_for
+from pdctl.plan import slice as plan_slice
 
 H200 = find_gpu("H200")
 
@@ -16,10 +19,6 @@ H200 = find_gpu("H200")
 def _render_util(mib: int, eager: bool = False) -> float:
     # pdctl.plan.slice: (slice - HAMi-core - CUDA graphs unless eager) / slice, floored to
     # 0.01 and capped (the constants live there; this restates the formula independently)
-    import math
-
-    from pdctl.plan import slice as plan_slice
-
     head = plan_slice.HAMI_CORE_MIB + (0 if eager else plan_slice.CUDA_GRAPH_MIB)
     return min(plan_slice.MAX_UTILIZATION, math.floor((mib - head) / mib * 100) / 100)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pdctl.capacity import Shape, find_gpu, instance_memory, model_config
 from pdctl.capacity.memory import tokens_in, weights_bytes_per_gpu
 from pdctl.capacity.memory_features import speculative_notes
+from pdctl.errors import SpecError
+from pdctl.inputs import read_spec
 from pdctl.spec import load_text
 from pdctl.spec.speculative import Speculative
 
@@ -117,9 +119,6 @@ def test_eagle3_head_from_its_config() -> None:
 def test_draft_config_is_read_and_located(tmp_path) -> None:
     """speculative.config is read when the spec is (relative to it); a missing file is one
     located line; mtp/ngram take none."""
-    from pdctl.errors import SpecError
-    from pdctl.inputs import read_spec
-
     (tmp_path / "head.json").write_text(__import__("json").dumps(EAGLE3))
     text = ("name: e\nphase: 0\nmodel: {name: Qwen/Qwen3-8B}\nhosts:\n"
             "  - {name: a, address: 192.0.2.10, gpus: [0]}\n"

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.capacity import find_gpu, instance_memory, model_config, model_fit
+from pdctl.capacity import alternatives, find_gpu, instance_memory, model_config, model_fit
 from pdctl.capacity.fit import Shape, stage_memories
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import stage_partition, used_memory_notes, weights_bytes_per_gpu
+from tests.capacity.conftest import serve_spec
+from tests.capacity.vllm_logs import LOGS, shape, total_bytes
 from tests.helpers import cli, run_cli, written
 
 
@@ -76,23 +78,6 @@ def test_v1_08_counts_other_processes_memory_later_engines_refuse_instead() -> N
     assert not instance_memory(model, gpu.usable_bytes, 0.7, new, used).fits  # free < 56 GiB
 
 
-SPEC = """\
-name: demo
-model:
-  name: Qwen/Qwen3-8B
-  maxModelLen: 40960
-engine:
-  version: "{version}"
-hardware:
-  gpu: A100-80GB
-hosts:
-  - name: gpu-a
-    address: 10.0.0.10
-    gpus: [0]
-serve:
-  replicas: 1
-  gpuMemoryUtilization: 0.4
-"""
 QUERY = (
     "index, uuid, name, memory.total [MiB], memory.used [MiB]\n"
     "0, GPU-0, NVIDIA A100 80GB PCIe, 81920 MiB, {used} MiB\n"
@@ -100,7 +85,9 @@ QUERY = (
 
 
 def _spec(tmp_path: Path, version: str, used_mib: int) -> tuple[Path, Path]:
-    spec = written(tmp_path / "spec.yaml", SPEC.format(version=version))
+    spec = written(tmp_path / "spec.yaml", serve_spec(
+        "Qwen/Qwen3-8B", 40960, serve="replicas: 1, gpuMemoryUtilization: 0.4",
+        head=f'engine: {{version: "{version}"}}\nhardware: {{gpu: A100-80GB}}\n'))
     facts = tmp_path / "facts"
     facts.mkdir()
     (facts / "query-gpu.csv").write_text(QUERY.format(used=used_mib))
@@ -138,8 +125,6 @@ def test_plan_facts_warns_and_refuses_when_free_memory_is_short(tmp_path: Path, 
 def test_the_known_0_8_misses_refuse_with_enough_memory_held_by_others() -> None:
     # Neither issue says what else was on the card (so the table carries no figure); this only
     # shows the 0.8.x rule turns pdctl's verdict at the threshold docs/capacity.md gives.
-    from tests.capacity.vllm_logs import LOGS, shape, total_bytes
-
     for name, threshold in (("Qwen3-8B, A800", 9.39), ("Qwen2.5-VL-3B", 10.75)):
         log = next(x for x in LOGS if x.name.startswith(name))
         model = model_config(log.model, log.config)
@@ -155,8 +140,6 @@ def test_the_known_0_8_misses_refuse_with_enough_memory_held_by_others() -> None
 def test_suggestions_respect_memory_held_by_others() -> None:
     # 60 GiB held on an 80 GB A100: vLLM 0.10.1 refuses util 0.4 (and 0.95 all the more); what
     # the plan suggests must start with that memory in use
-    from pdctl.capacity import alternatives
-
     model = model_config("Qwen/Qwen3-8B")
     gpu = find_gpu("A100-80GB")
     used = 60 * GIB

@@ -10,7 +10,15 @@ from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import weights_bytes_per_gpu
 from pdctl.capacity.params import parse_config
-from pdctl.capacity.profile import activation_bytes, encoder_bytes, encoder_tokens, sampler_bytes
+from pdctl.capacity.profile import (
+    activation_bytes,
+    encoder_bytes,
+    encoder_tokens,
+    graphs_counted,
+    moe_workspace_bytes,
+    sampler_bytes,
+    v2_runner,
+)
 from tests.capacity.vllm_logs import CONFIGS, LOGS, predict
 
 QWEN2_7B = model_config("Qwen/Qwen2-7B-Instruct")
@@ -150,8 +158,6 @@ def test_sliding_window_layers_hold_one_batch_in_0_23_and_two_in_0_33() -> None:
 def test_moe_workspace_stays_under_the_sampler_from_0_23() -> None:
     """TritonExperts.workspace_shapes (0.23.0): (M, top-k, max(I, K)) and (M, top-k,
     max(2I, K)), kept by the WorkspaceManager after the forward pass."""
-    from pdctl.capacity.profile import moe_workspace_bytes
-
     moe = model_config("Qwen/Qwen3-30B-A3B")  # hidden 2048, 8 of 128 experts of 768
     assert moe_workspace_bytes(moe, 1, 8192, 2, "0.23.0") == 8192 * 8 * (2048 + 2048) * 2
     assert moe_workspace_bytes(moe, 1, 8192, 2, "0.19.0") == 0  # before the manager
@@ -169,8 +175,6 @@ def test_0_23_v2_runner_models_sample_lightly_and_leave_graphs_out() -> None:
     samples without top-k/top-p (bf16 logits + fp32 copy: 6 bytes a logit) and reserves no
     CUDA-graph memory (`profile_cudagraph_memory` returns 0). MoE and quantised models keep
     the V1 runner's 14 bytes and graph estimate; 0.33 counts graphs for every model."""
-    from pdctl.capacity.profile import graphs_counted, v2_runner
-
     dense, moe = model_config("Qwen/Qwen3-8B"), model_config("Qwen/Qwen3-30B-A3B")
     fp8, qwen2 = model_config("Qwen/Qwen3-8B-FP8"), model_config("Qwen/Qwen2.5-7B-Instruct")
     assert v2_runner(dense, "0.23.0") and v2_runner(model_config("llama-3.1-8b"), "0.23.0")

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.main import get_command
 
+from pdctl.cli.app import app, command
 from tests import helpers
 from tests.conftest import EXAMPLES, ROOT
 from tests.helpers import checked, cli, run_cli, written
@@ -119,10 +121,6 @@ def test_up_json_needs_a_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 
 # -- -h, --debug, metavars --------------------------------------------------------------------
 def commands() -> list[str]:
-    from typer.main import get_command
-
-    from pdctl.cli.app import app
-
     return sorted(get_command(app).commands)  # type: ignore[attr-defined]
 
 
@@ -306,8 +304,6 @@ CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
 
 
 def test_connecting_commands_take_the_same_identity_and_variables() -> None:
-    from pdctl.cli.app import command
-
     tree = command().commands
     for name in CONNECTING:
         params = {p.name: p for p in tree[name].params}
@@ -317,8 +313,6 @@ def test_connecting_commands_take_the_same_identity_and_variables() -> None:
 
 
 def test_every_pdctl_variable_is_documented() -> None:
-    from pdctl.cli.app import command
-
     found = set()
     for cmd in command().commands.values():
         found |= {p.envvar for p in cmd.params if isinstance(p.envvar, str)}

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.cli.app import command as click_group
+from pdctl.cli.app import take_debug
 from tests.conftest import ROOT
 from tests.helpers import run_cli, written
 
@@ -175,9 +177,7 @@ def runnable(argv: list[str]) -> bool:
 
 def parse(argv: list[str]) -> None:
     """Parse ARGV with the real click commands; a usage error raises."""
-    from pdctl.cli.app import command, take_debug
-
-    group = command()
+    group = click_group()
     argv, _ = take_debug(argv)
     if argv and argv[0] in EAGER_GLOBAL:
         names = {opt for p in group.params for opt in p.opts}
@@ -330,9 +330,7 @@ def inline_commands(path: Path) -> list[tuple[int, str]]:
 def unknown_options(text: str) -> list[str]:
     """The options in TEXT (a prose mention of a command, perhaps without its arguments) that
     its command does not have."""
-    from pdctl.cli.app import command
-
-    group = command()
+    group = click_group()
     words = text.split("|")[0].split()[1:]
     name = next((w for w in words if not w.startswith("-")), None)
     commands = group.commands  # type: ignore[attr-defined]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pdctl.explain import explain_text
 from pdctl.spec.model import Spec, Storage
+from pdctl.spec.walk import paths
 from tests.helpers import run_cli
 
 
@@ -87,9 +89,6 @@ def test_unknown_field_is_one_line(field: str, suggestion: str, capsys) -> None:
 
 
 def test_every_field_explains_and_its_example_sets_it() -> None:
-    from pdctl.explain import explain_text
-    from pdctl.spec.walk import paths
-
     for path in paths(Spec):
         out = explain_text(path) + "\n"
         assert out.startswith(f"FIELD:    {path}\n")

@@ -3,6 +3,7 @@ render --output-dir / init -o that never clobber or trace back."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.helpers import cli, data, run_cli, written
+from tests.plan.conftest import plan_of
 
 BASE = """\
 name: demo
@@ -58,9 +60,12 @@ def plan_error(text: str) -> SpecError:
     return info.value
 
 
+def start_sh(text: str) -> str:
+    return render(plan_of(text))["hosts/gpu-a/demo-serve-0/start.sh"]
+
+
 def test_the_base_spec_is_good() -> None:
-    spec, _ = load_text(spec_text(), "spec.yaml")
-    assert render(make_plan(spec)).paths()
+    assert render(plan_of(spec_text())).paths()
 
 
 REFUSALS = data("refusals.yaml")
@@ -90,26 +95,21 @@ def test_secret_key_must_be_a_secret_key() -> None:
 
 def test_comment_lines_quote_spec_values(tmp_path: Path) -> None:
     """Values in rendered comments are shell-quoted like everywhere else."""
-    spec, _ = load_text(spec_text(conda="my.env-1"), "spec.yaml")
-    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
-    assert "# Runtime conda: the env my.env-1 with vllm==0.33.0" in script
+    assert "# Runtime conda: the env my.env-1 with vllm==0.33.0" in start_sh(
+        spec_text(conda="my.env-1"))
     venv = (
         spec_text()
         .replace("runtime: conda", "runtime: venv")
         .replace("condaEnv: vllm-env", "venv: /opt/my venv")
     )
-    spec, _ = load_text(venv, "spec.yaml")
-    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
-    assert "# Runtime venv: the Python environment '/opt/my venv'." in script
+    assert "# Runtime venv: the Python environment '/opt/my venv'." in start_sh(venv)
 
 
 def test_docker_mounts_a_model_folder_given_as_a_path() -> None:
-    spec, _ = load_text(spec_text(runtime="docker", model="/models/qwen"), "spec.yaml")
-    script = render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+    script = start_sh(spec_text(runtime="docker", model="/models/qwen"))
     assert "  -v /models/qwen:/models/qwen:ro \\\n" in script
     assert "\n  /models/qwen --host 0.0.0.0 --port 8000" in script
-    spec, _ = load_text(spec_text(runtime="docker"), "spec.yaml")
-    assert ":ro" not in render(make_plan(spec))["hosts/gpu-a/demo-serve-0/start.sh"]
+    assert ":ro" not in start_sh(spec_text(runtime="docker"))
 
 
 # ---- the CLI ---------------------------------------------------------------------------
@@ -188,8 +188,7 @@ def test_kubernetes_values_the_api_server_would_refuse(kube: str, path: str, phr
 
 
 def test_cpu_may_be_a_plain_number() -> None:
-    spec, _ = load_text(K8S % "{resources: {cpu: 0.5, memory: 2Gi}, shmSize: 8Gi}", "s.yaml")
-    text = render(make_plan(spec)).stream()
+    text = render(plan_of(K8S % "{resources: {cpu: 0.5, memory: 2Gi}, shmSize: 8Gi}")).stream()
     assert "cpu: '0.5'" in text and "memory: 2Gi" in text and "sizeLimit: 8Gi" in text
 
 
@@ -206,8 +205,6 @@ def test_one_machine_listed_twice_is_refused() -> None:
 
 
 def test_stdin_that_is_not_utf8_is_one_line(monkeypatch, capsys) -> None:
-    import io
-
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfename: d\n")))
     code, out, err = run(["validate", "-"], capsys)
     assert code == 2 and err == "error: <stdin>: is not UTF-8 text\n" and out == ""
@@ -270,15 +267,12 @@ def test_prefix_caching_off_uses_a_flag_the_version_has(version: str, flag: str)
     text = spec_text(version=f'"{version}"').replace(
         "replicas: 1", "replicas: 1\n  enablePrefixCaching: false"
     )
-    spec, _ = load_text(text, "s.yaml")
-    plan = make_plan(spec)
+    plan = plan_of(text)
     assert flag in plan.instances[0].args
     assert plan.release.has_flag(flag)
 
 
 def test_render_stdin_with_facts_reads_the_spec_once(tmp_path, monkeypatch, capsys) -> None:
-    import io
-
     facts = tmp_path / "facts"
     facts.mkdir()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(spec_text().encode())))

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from typer.core import TyperOption
 
+from pdctl.cli.app import command
+from pdctl.cli.metavars import type_metavar
 from tests.conftest import unreached_spec
 from tests.helpers import checked
 from tests.targets.testbed import pdctl
@@ -19,9 +21,6 @@ CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
 
 def numeric_options() -> list[tuple[str, str]]:
     """(command, --option) for every int or float option of the commands that connect."""
-    from pdctl.cli.app import command
-    from pdctl.cli.metavars import type_metavar
-
     root = command()
     out = []
     for name in CONNECTING:

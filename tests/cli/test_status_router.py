@@ -15,6 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.cli.specfile import load
+from pdctl.cli.top_cmd import _log_events
+from pdctl.targets.base import Connect
+from pdctl.targets.ssh import SshOptions
+from pdctl.top.kv_events import peers_of
+from pdctl.top.source import open_source
+from pdctl.top.verdict import verdicts
+from pdctl.top.window import Window
 from tests.helpers import checked, known, wait_until
 from tests.targets.testbed import (  # noqa: F401
     HERE,
@@ -89,15 +97,6 @@ def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
     KV blocks'), with this deployment's ports in vllm-router's request id, appended to the
     prefill's log between two reads of the logs over SSH (as `top` and `bench` read them): two
     kv-suspect verdicts name the pair; the lines that were there before count no more."""
-    from pdctl.cli.specfile import load
-    from pdctl.cli.top_cmd import _log_events
-    from pdctl.targets.base import Connect
-    from pdctl.targets.ssh import SshOptions
-    from pdctl.top.kv_events import peers_of
-    from pdctl.top.source import open_source
-    from pdctl.top.verdict import verdicts
-    from pdctl.top.window import Window
-
     spec, tmp_path, ports, _ = deployment
     lines = LOG.read_text().replace("127.0.0.1:18810", f"127.0.0.1:{ports['prefill']}")
     lines = lines.replace("127.0.0.1:18820", f"127.0.0.1:{ports['decode']}")

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
@@ -38,23 +39,11 @@ def test_a_nixl_spec_needs_vllm_with_nixl_in_the_engines_env_and_the_router_in_i
         ("qwen-nixl-router", ("vllm-router==0.1.17",)),
     ]
 
+REFUSED = yaml.safe_load((Path(__file__).parent / "data" / "bundle-refusals.yaml").read_text())
+
 
 @pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        (["examples/phase0-docker.yaml", "--python", "3.11"],
-         "its engine image is bundled only with --images"),
-        (["examples/phase0-conda.yaml", "--images"], "--images: the spec runs no containers"),
-        (["examples/phase1-k8s.yaml", "--weights", "w"], "--weights: a Kubernetes spec reads"),
-        (["examples/phase2-nixl-hosts.yaml", "--platform", "manylinux_2_28_x86_64"],
-         "--python: the hosts' Python version is not in the spec"),
-        (["examples/phase2-nixl-hosts.yaml", "--python", "3.11"],
-         "--platform: the hosts' platform is not in the spec"),
-        (["examples/phase2-nixl-hosts.yaml", "--python", "3.x", "--platform", "m"],
-         "--python: expected a version like 3.11 (got '3.x')"),
-        (["examples/phase0-conda.yaml", "--python", "3.12", "--platform", "m"],
-         "--python 3.12: the engines (conda) run Python 3.11"),
-    ],
+    ("args", "says"), [(c["args"], c["says"]) for c in REFUSED]
 )
 def test_what_cannot_be_bundled_is_refused_in_one_line(tmp_path: Path, args, says):
     out = tmp_path / "b"

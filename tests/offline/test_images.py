@@ -40,8 +40,6 @@ def engine():
     url = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
     if not url or shutil.which("docker") is None:
         pytest.skip("needs the test dockerd (tests/services.sh) and the docker CLI")
-    import docker
-
     client = docker.DockerClient(base_url=url)
     tag = f"pdctl-test/offline-tiny:{uuid.uuid4().hex[:8]}"
     context = io.BytesIO()

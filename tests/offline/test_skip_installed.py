@@ -6,6 +6,7 @@ installed, and names it where it is not; a recording without the list is refused
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -97,8 +98,6 @@ def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp
 
 
 def json_of(folder: Path) -> dict:
-    import json
-
     return json.loads((folder / mf.MANIFEST).read_text())
 
 

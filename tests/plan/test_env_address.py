@@ -17,6 +17,7 @@ from pdctl.spec import load_text
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import host_port
 from tests.conftest import ROOT
+from tests.plan.conftest import plan_of
 from tests.plan.test_errors import cli, edited, one_line_error
 
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
@@ -34,8 +35,7 @@ def spec_of(example: Path, change) -> str:
 
 def refused(text: str) -> SpecError:
     with pytest.raises(SpecError) as err:
-        spec, _ = load_text(text)
-        make_plan(spec)
+        plan_of(text)
     return err.value
 
 
@@ -108,8 +108,7 @@ def test_role_env_refuses_non_ascii_names() -> None:
 
 def test_unrelated_role_env_is_kept_next_to_pdctls_values() -> None:
     text = spec_of(NIXL, lambda d: d["decode"].update(env={"VLLM_CPU_KVCACHE_SPACE": "4"}))
-    spec, _ = load_text(text)
-    decode = next(i for i in make_plan(spec).instances if i.role == "decode")
+    decode = next(i for i in plan_of(text).instances if i.role == "decode")
     env = dict(decode.env)
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
     assert env["VLLM_HOST_IP"] == "192.0.2.10"
@@ -146,14 +145,14 @@ def test_router_urls_bracket_ipv6_engine_hosts() -> None:
     def change(d):
         d["hosts"][0]["address"] = V6A
 
-    spec, _ = load_text(spec_of(NIXL, change))
-    svc = router_service(make_plan(spec))
+    plan = plan_of(spec_of(NIXL, change))
+    svc = router_service(plan)
     args = list(svc.command)
     assert args[args.index("--prefill") + 1] == f"http://[{V6A}]:8100"
     assert args[args.index("--decode") + 1] == f"http://[{V6A}]:8200"
     assert f"http://[{V6A}]:8100/health" in svc.wait_urls
     # vLLM brackets the NIXL side-channel host itself (make_zmq_path): the env stays bare.
-    env = dict(make_plan(spec).instances[0].env)
+    env = dict(plan.instances[0].env)
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == V6A
 
 
@@ -216,6 +215,5 @@ def test_hami_prefill_tp_uses_nccl_all_reduce(phase: int, tp: int, expected: boo
     """HAMi-core is preloaded into whole-GPU prefill containers too (device plugin Allocate
     mounts /etc/ld.so.preload for every container it allocates): custom all-reduce is off."""
     text = spec_of(HAMI, lambda d: d["prefill"].update(tensorParallel=tp))
-    spec, _ = load_text(text)
-    prefill = next(i for i in make_plan(spec, phase=phase).instances if i.role == "prefill")
+    prefill = next(i for i in plan_of(text, phase=phase).instances if i.role == "prefill")
     assert ("--disable-custom-all-reduce" in prefill.args) is expected

@@ -10,6 +10,7 @@ import yaml
 
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
+from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import at, written
@@ -61,12 +62,6 @@ def test_tp2_on_a_hami_slice_needs_opt_in(tmp_path: Path) -> None:
     assert "nvidia.com/gpu: '2'" in ok.stdout
 
 
-def test_three_slices_of_half_a_gpu_are_refused(tmp_path: Path) -> None:
-    spec = edited(HAMI, tmp_path, lambda d: d["decode"]["share"].update(perGpu=3))
-    line = one_line_error(cli("render", str(spec)))
-    assert "decode.share.gpuMemoryPercent: 3 slices of 50% need 150%" in line
-
-
 def _spec(tmp_path: Path, example: Path, change) -> object:
     path = edited(example, tmp_path, change)
     return load_text(path.read_text(), "spec.yaml")[0]
@@ -89,13 +84,13 @@ def _spec(tmp_path: Path, example: Path, change) -> object:
             gpuMemoryPercent=None, gpuMemoryMib=2048, enforceEager=False),
          "decode.share", "less than half"),
         (HAMI, lambda d: d["decode"].pop("share"), "decode.share", "needs a `share`"),
+        (HAMI, lambda d: d["decode"]["share"].update(perGpu=3),
+         "decode.share.gpuMemoryPercent", "3 slices of 50% need 150%"),
     ],
 )
 def test_spec_errors_name_the_field(tmp_path, example, change, path, words) -> None:
     spec = _spec(tmp_path, example, change)
     with pytest.raises(SpecError) as err:
-        from pdctl.render import render
-
         render(make_plan(spec))
     assert err.value.path == path, err.value.line()
     assert words in err.value.message
@@ -107,16 +102,6 @@ def test_kubernetes_target_needs_nixl(tmp_path: Path) -> None:
     assert "disaggregation.connector:" in line and "--target hosts" in line
 
 
-def test_store_needs_mooncake() -> None:
-    text = (ROOT / "examples/phase2-nixl-hosts.yaml").read_text()
-    text = text.replace(
-        "disaggregation: {connector: nixl}", "disaggregation: {store: {enabled: true}}"
-    )
-    with pytest.raises(SpecError) as err:
-        load_text(text, "spec.yaml")
-    assert "store.enabled needs connector mooncake" in err.value.line()
-
-
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
 
 
@@ -124,6 +109,8 @@ NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"
     ("example", "change", "where"),
     [
         (NIXL, lambda d: d["disaggregation"].update(store={"enabled": True}),
+         "disaggregation.store.enabled: store.enabled needs connector mooncake"),
+        (NIXL, lambda d: d.update(disaggregation={"store": {"enabled": True}}),  # no connector
          "disaggregation.store.enabled: store.enabled needs connector mooncake"),
         (NIXL, lambda d: d["disaggregation"].update(connector="mooncake", deviceName="mlx5_0"),
          "disaggregation.deviceName: deviceName applies to protocol rdma only"),

@@ -17,11 +17,10 @@ import yaml
 from kubernetes_validate import validate as kube_validate
 
 from pdctl.errors import SpecError
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from tests.conftest import K8S_VERSION
 from tests.helpers import data, run_cli
+from tests.plan.conftest import plan_of
 
 VERSIONS = ("0.23.0", "0.33.0")
 HOSTS = """
@@ -42,11 +41,6 @@ def spec_text(version: str, serve: str, engine: str = "", runtime: str = "venv")
 def arg_after(args: tuple[str, ...], flag: str) -> str:
     assert args.count(flag) == 1, args
     return args[args.index(flag) + 1]
-
-
-def plan_of(text: str, **kw):
-    spec, _ = load_text(text, "s.yaml")
-    return make_plan(spec, **kw)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -7,12 +7,11 @@ import pytest
 import yaml
 
 from pdctl.errors import SpecError
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.state import Desired
 from tests.conftest import ROOT
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import pdctl
 
 HOST = {"name": "a", "address": "192.0.2.30", "gpus": [0, 1], "runtime": "venv", "venv": "/v"}
@@ -24,10 +23,6 @@ def spec(replicas: int = 2, hosts: list | None = None, **router: object) -> dict
         "serve": {"replicas": replicas, "port": 8000}, "router": {"port": 8080, **router},
     }
     return doc
-
-
-def plan_of(doc: dict):
-    return make_plan(load_text(yaml.safe_dump(doc))[0])
 
 
 def router_of(plan):
@@ -50,7 +45,7 @@ def test_replicas_on_one_host_sit_behind_a_loopback_router_last_in_start_order()
 
 
 def test_the_example_listens_on_the_router_hosts_address_and_up_prints_only_it():
-    plan = make_plan(load_text((ROOT / "examples" / "phase0-replicas-router.yaml").read_text())[0])
+    plan = plan_of((ROOT / "examples" / "phase0-replicas-router.yaml").read_text())
     svc = router_of(plan)
     assert svc.address == "192.0.2.20" and svc.host.name == "gpu-a"
     urls = list(svc.command[svc.command.index("--worker-urls") + 1 : svc.command.index("--policy")])

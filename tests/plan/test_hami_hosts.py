@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from pdctl.errors import SpecError
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from tests.helpers import checked, pdctl, written
+from tests.plan.conftest import plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = "/usr/local/vgpu/libvgpu.so"
@@ -26,11 +25,6 @@ def spec(share: str, connector: str = "nixl", decode: int = 3, extra: str = "") 
         f"prefill: {{replicas: 1}}\ndecode: {{replicas: {decode}, share: {share}{extra}}}\n"
         f"disaggregation: {{connector: {connector}}}\n"
     )
-
-
-def plan_of(text: str, target: str | None = None):
-    s, _ = load_text(text, "sl.yaml")
-    return make_plan(s, target=target)
 
 
 def decode_env(plan) -> dict[str, dict[str, str]]:

@@ -18,6 +18,7 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
 from tests.helpers import cli, data, run_cli, written
+from tests.plan.conftest import plan_of
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 
@@ -32,6 +33,7 @@ def on_kubernetes(example: Path) -> bool:
 
 KUBE_EXAMPLES = [e for e in EXAMPLES if on_kubernetes(e)]
 CLUSTER = ROOT / "tests" / "fixtures" / "gpu" / "k8s"
+DATA = Path(__file__).parent / "data"
 
 PHASE1 = """
 name: m
@@ -50,39 +52,11 @@ def phase1(storage: str, replicas: int, tp: int, extra: str = "") -> str:
     return text.replace("TP", str(tp)).replace("serve:", extra + "serve:")
 
 
-PHASE3 = """
-name: p
-phase: 3
-model: {name: Qwen/Qwen3-8B}
-kubernetes:
-  namespace: ns
-  storage: {type: pvc, accessMode: ReadWriteMany}
-  nodeSelector: {pool: gpu, zone: a}
-  tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
-  resources: {cpu: "8", memory: 64Gi}
-  labels: {team: infer}
-  annotations: {example.com/owner: me}
-  imagePullSecrets: [regcred]
-prefill:
-  replicas: 2
-  kubernetes:
-    nodeSelector: {pool: h100}
-    tolerations: [{key: dedicated, operator: Equal, value: prefill, effect: NoSchedule}]
-    resources: {memory: 128Gi, limits: {cpu: "16"}}
-    labels: {tier: prefill}
-decode:
-  replicas: 2
-  share: {perGpu: 2, gpuMemoryPercent: 50}
-  kubernetes: {nodeSelector: {gpu: "on"}}
-disaggregation: {connector: nixl}
-router:
-  kubernetes: {nodeSelector: {pool: cpu}, resources: {cpu: "2"}}
-"""
+PHASE3 = (DATA / "kube-roles.yaml").read_text()
 
 
 def objects(text: str, **kw) -> list[dict]:
-    spec, _ = load_text(text, "spec.yaml")
-    return [d for d in yaml.safe_load_all(render(make_plan(spec, **kw)).stream()) if d]
+    return [d for d in yaml.safe_load_all(render(plan_of(text, **kw)).stream()) if d]
 
 
 def deployment(objs: list[dict], component: str) -> dict:
@@ -162,50 +136,7 @@ def test_role_settings_override_the_section() -> None:
     assert decode["serviceAccountName"] == "p-routing-proxy"
 
 
-FULL = """
-name: full
-phase: 1
-model: {name: /models/qwen3}
-kubernetes:
-  namespace: ns
-  storage: {storage}
-  priorityClassName: gpu-high
-  runtimeClassName: nvidia
-  serviceAccountName: engine
-  podLabels: {sidecar.istio.io/inject: "false"}
-  podAnnotations: {prometheus.io/scrape: "true"}
-  resources: {cpu: "4", memory: 32Gi, ephemeralStorage: 50Gi, limits: {memory: 40Gi}}
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms:
-          - matchExpressions:
-              - {key: nvidia.com/gpu.memory, operator: Gt, values: ["40000"]}
-      preferredDuringSchedulingIgnoredDuringExecution:
-        - weight: 10
-          preference: {matchExpressions: [{key: zone, operator: In, values: [a, b]}]}
-    podAntiAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        - topologyKey: kubernetes.io/hostname
-          labelSelector: {matchLabels: {app.kubernetes.io/instance: full}}
-  topologySpreadConstraints:
-    - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, minDomains: 2}
-  envFrom:
-    - {configMapRef: {name: vllm-tuning}, prefix: TUNE_}
-    - secretRef: {name: extra-secrets, optional: true}
-  env:
-    - name: S3_KEY
-      valueFrom: {secretKeyRef: {name: s3, key: access-key}}
-    - name: LOG_LEVEL
-      valueFrom: {configMapKeyRef: {name: vllm-tuning, key: log-level}}
-  volumes:
-    - {name: templates, configMap: {name: chat-templates}}
-    - {name: scratch, emptyDir: {}}
-  volumeMounts:
-    - {name: templates, mountPath: /templates, readOnly: true}
-    - {name: scratch, mountPath: /scratch}
-serve: {replicas: 3, tensorParallel: 2}
-"""
+FULL = (DATA / "kube-every-pod-field.yaml").read_text()
 
 
 @pytest.mark.parametrize(
@@ -287,12 +218,11 @@ def test_the_old_flagship_example_is_refused(tmp_path: Path, capsys) -> None:
 )
 def test_read_write_once_with_several_pods(storage: str, replicas: int, refused: bool) -> None:
     text = phase1(storage, replicas, 1)
-    spec, _ = load_text(text, "spec.yaml")
     if refused:
         with pytest.raises(SpecError, match="ReadWriteOnce"):
-            make_plan(spec)
+            plan_of(text)
     else:
-        make_plan(spec)
+        plan_of(text)
 
 
 def test_read_write_once_pinned_to_one_node_renders() -> None:
@@ -305,22 +235,22 @@ def test_read_write_once_pinned_to_one_node_renders() -> None:
         "{nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, "
         "operator: In, values: [%s]}]}]}}}\n"
     )
-    make_plan(load_text(phase1("{type: pvc}", 2, 1, affinity % "gpu-a"), "s")[0])
+    plan_of(phase1("{type: pvc}", 2, 1, affinity % "gpu-a"))
     with pytest.raises(SpecError, match="no node pin holds them"):
-        make_plan(load_text(phase1("{type: pvc}", 2, 1, affinity % "gpu-a, gpu-b"), "s")[0])
+        plan_of(phase1("{type: pvc}", 2, 1, affinity % "gpu-a, gpu-b"))
 
 
 def test_a_default_access_mode_is_named_so() -> None:
     with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce \(the default\), "):
-        make_plan(load_text(phase1("{type: pvc}", 2, 1), "s")[0])
+        plan_of(phase1("{type: pvc}", 2, 1))
     with pytest.raises(SpecError, match=r"mount the PVC ReadWriteOnce, "):
-        make_plan(load_text(phase1("{type: pvc, accessMode: ReadWriteOnce}", 2, 1), "s")[0])
+        plan_of(phase1("{type: pvc, accessMode: ReadWriteOnce}", 2, 1))
 
 
 def test_prefill_and_decode_count_together_on_one_claim() -> None:
     text = PHASE3.replace("accessMode: ReadWriteMany", "accessMode: ReadWriteOnce")
     with pytest.raises(SpecError, match=r"4 pods \(2 prefill \+ 2 decode\)"):
-        make_plan(load_text(text, "s")[0])
+        plan_of(text)
 
 
 def test_gpus_beyond_the_largest_node_are_refused(tmp_path: Path, capsys) -> None:

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from pdctl.errors import SpecError
-from pdctl.plan import make_plan
-from pdctl.spec import load_text
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import pdctl
 
 BASE = {
@@ -33,14 +32,10 @@ def _spec(connector: str, a: str, b: str, pins: bool = True) -> dict:
     return spec
 
 
-def _plan(spec: dict):
-    return make_plan(load_text(yaml.safe_dump(spec))[0])
-
-
 @pytest.mark.parametrize("connector", ["p2p-nccl", "nixl", "mooncake"])
 def test_a_remote_host_connecting_to_a_loopback_peer_is_refused(connector: str) -> None:
     with pytest.raises(SpecError) as err:
-        _plan(_spec(connector, "127.0.0.1", "198.51.100.7"))
+        plan_of(_spec(connector, "127.0.0.1", "198.51.100.7"))
     assert err.value.path == "hosts[0].address"
     assert (
         "host a's peer address 127.0.0.1 is loopback: host b (198.51.100.7) would reach "
@@ -51,14 +46,14 @@ def test_a_remote_host_connecting_to_a_loopback_peer_is_refused(connector: str) 
 @pytest.mark.parametrize("connector", ["p2p-nccl", "nixl", "mooncake"])
 def test_one_machine_listed_twice_on_loopback_is_accepted(connector: str) -> None:
     """Test rigs: one machine's sshd on two ports, both at 127.0.0.1."""
-    plan = _plan(_spec(connector, "127.0.0.1", "127.0.0.1"))
+    plan = plan_of(_spec(connector, "127.0.0.1", "127.0.0.1"))
     assert {i.host.name for i in plan.instances if i.host} == {"a", "b"}
 
 
 def test_addressforpeers_fixes_it() -> None:
     spec = _spec("nixl", "127.0.0.1", "198.51.100.7")
     spec["hosts"][0]["addressForPeers"] = "198.51.100.6"
-    assert _plan(spec).instances
+    assert plan_of(spec).instances
 
 
 def test_a_loopback_router_host_sending_to_remote_engines_is_accepted() -> None:
@@ -67,11 +62,11 @@ def test_a_loopback_router_host_sending_to_remote_engines_is_accepted() -> None:
     spec = _spec("nixl", "127.0.0.1", "198.51.100.7")
     spec["hosts"].append({"name": "c", "address": "198.51.100.8", "gpus": [0]})
     spec["prefill"] = {"replicas": 1, "hosts": ["c"]}
-    assert _plan(spec).instances
+    assert plan_of(spec).instances
     spec["disaggregation"] = {"connector": "p2p-nccl"}
     spec["engine"] = {"version": "0.23.0"}
     with pytest.raises(SpecError, match="registers with the router's proxy"):
-        _plan(spec)
+        plan_of(spec)
 
 
 def test_the_cli_names_the_file_line_and_fix(tmp_path: Path) -> None:

@@ -11,11 +11,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdctl.capacity import model_fit, spec_model_config, spec_shape
+from pdctl.capacity.memory import weights_bytes_per_gpu
 from pdctl.compat import release
 from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.plan.group import all_nodes
+from pdctl.render import render
 from pdctl.spec import load_text
+from tests.plan.conftest import plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MULTINODE_EXAMPLES = ("phase0-multinode.yaml", "phase2-wide-ep.yaml")
@@ -23,11 +27,6 @@ MULTINODE_EXAMPLES = ("phase0-multinode.yaml", "phase2-wide-ep.yaml")
 
 def host(name: str, last: int, gpus: int = 8, **extra: object) -> dict:
     return {"name": name, "address": f"192.0.2.{last}", "gpus": list(range(gpus)), **extra}
-
-
-def plan_of(doc: dict):
-    spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
-    return make_plan(spec)
 
 
 def serve_doc(serve: dict, hosts: list[dict] | None = None, **top: object) -> dict:
@@ -186,9 +185,6 @@ def test_phase2_group_on_kubernetes_plans_a_leader_with_headless_workers() -> No
 
 
 def test_memory_per_gpu_shards_experts_by_expert_parallel() -> None:
-    from pdctl.capacity import model_fit, spec_model_config, spec_shape
-    from pdctl.capacity.memory import weights_bytes_per_gpu
-
     spec, _ = load_text((ROOT / "examples" / "phase2-wide-ep.yaml").read_text(), "x.yaml")
     model = spec_model_config(spec.model)
     shape = spec_shape(spec, "decode")
@@ -238,8 +234,6 @@ def test_groups_plan_consistently_or_refuse_with_a_path(gpus, replicas, nodes, t
 
 
 def test_phase0_group_bundle_lists_its_ports() -> None:
-    from pdctl.render import render
-
     plan = plan_of(serve_doc({"tensorParallel": 16, "nodes": 2, "rendezvousPort": 29600}))
     ports = render(plan)["ports.md"]
     assert "| gpu-a | 192.0.2.10 | 29600 | its group's nodes (gpu-b) |" in ports

@@ -13,6 +13,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.plan.place import where
 from pdctl.spec import load_text
+from tests.conftest import ROOT
 from tests.helpers import at, cli, written
 
 # The issue's case: two 8-GPU hosts, Qwen3-32B, prefill TP 4, decode TP 2 x 2.
@@ -235,8 +236,6 @@ def _packs(gpus, caps, p, d, pins) -> bool:
 
 def test_where_lists_every_node_of_a_group() -> None:
     """A multi-node instance's other nodes (plan/group.py) are placed too: each is a line."""
-    from tests.conftest import ROOT
-
     plan = _plan((ROOT / "examples" / "phase0-multinode.yaml").read_text())
     lines = where(plan)
     assert len(lines) == 2 and "-node1" in lines[1] and lines[0].split()[2] != lines[1].split()[2]

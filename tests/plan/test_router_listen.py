@@ -15,6 +15,7 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import run_cli, written
+from tests.plan.conftest import plan_of
 
 HOST_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("phase2-*.yaml") if "llmd" not in p.name)
 
@@ -41,11 +42,6 @@ def files(plan) -> dict[str, str]:
     return {a.path: a.text for a in render(plan)}
 
 
-def plan_of(doc: dict):
-    spec, _ = load_text(yaml.safe_dump(doc, sort_keys=False), "spec.yaml")
-    return make_plan(spec)
-
-
 def flag(command: tuple[str, ...], name: str) -> str:
     return command[command.index(name) + 1]
 
@@ -54,19 +50,18 @@ def by_role(doc: dict) -> dict:
     return {s.role: s for s in plan_of(doc).services}
 
 
-def test_router_on_its_hosts_peer_address_across_hosts() -> None:
-    router = by_role(spec_of())["router"]
-    assert flag(router.command, "--host") == "192.168.0.1"
-    assert flag(router.command, "--prometheus-host") == "192.168.0.1"
-    assert router.health == "http://192.168.0.1:8090/liveness"
-
-
-def test_router_on_loopback_when_everything_is_on_one_host() -> None:
-    doc = spec_of(hosts=[{"name": "a", "address": "10.0.0.1", "gpus": [0, 1]}])
-    router = by_role(doc)["router"]
-    assert flag(router.command, "--host") == "127.0.0.1"
-    assert flag(router.command, "--prometheus-host") == "127.0.0.1"
-    assert router.health == "http://127.0.0.1:8090/liveness"
+@pytest.mark.parametrize(
+    ("over", "address"),
+    [
+        ({}, "192.168.0.1"),  # across hosts: its host's peer address
+        ({"hosts": [{"name": "a", "address": "10.0.0.1", "gpus": [0, 1]}]}, "127.0.0.1"),  # one
+    ],
+)
+def test_router_listens_on_its_hosts_peer_address_or_loopback(over: dict, address: str) -> None:
+    router = by_role(spec_of(**over))["router"]
+    assert flag(router.command, "--host") == address
+    assert flag(router.command, "--prometheus-host") == address
+    assert router.health == f"http://{address}:8090/liveness"
 
 
 def test_explicit_listen_is_used_even_every_address() -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from pdctl.compat import release
 from pdctl.plan import make_plan
 from pdctl.plan.topology import best_group, chooser
 from pdctl.preflight.facts import Facts, Port
@@ -14,6 +15,7 @@ from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
 from tests.helpers import written
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 
 H200 = "  - {name: g, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /opt/v}"
@@ -70,11 +72,8 @@ def test_pcie_only_host() -> None:
 
 
 def test_pcie_best_set_is_pass_when_placed_by_topology() -> None:
-    from pdctl.plan.topology import chooser
-
-    spec, _ = load_text(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), "s.yaml")
     facts = facts_from({"g": raw_of(FIX / "pcie4")})
-    plan = make_plan(spec, choose=chooser(facts))
+    plan = plan_of(spec_text(PCIE, "{replicas: 2, tensorParallel: 2}"), choose=chooser(facts))
     assert [i.gpus for i in plan.instances] == [(0, 2), (1, 3)]
     tp = by_check(run_checks(plan, facts), "tp.nvlink")
     assert [f.status for f in tp] == ["WARN", "WARN"]  # still PCIe, but no better set exists
@@ -101,8 +100,6 @@ def test_old_driver_and_module_mismatch() -> None:
     assert [f.status for f in drv] == ["FAIL", "FAIL"]
     assert "580.65.06" in drv[0].expected
     # an engine built for CUDA 12 needs its own minimum, from the compatibility table
-    from pdctl.compat import release
-
     rel = release("0.15.0")
     assert rel.cuda_major == 12
     old = findings(spec_text(H200).replace("'0.33.0'", "'0.15.0'"), _facts_with(driver="450.1"))
@@ -126,8 +123,7 @@ def test_model_too_big_fails_last() -> None:
 
 def test_rdma_protocol_without_devices_warns() -> None:
     text = (FIX.parents[2] / "examples" / "phase2-mooncake-rdma.yaml").read_text()
-    spec, _ = load_text(text, "s.yaml")
-    plan = make_plan(spec)
+    plan = plan_of(text)
     raw = {h.name: raw_of(FIX / "h200x2") for h in plan.hosts_used()}
     rdma = by_check(run_checks(plan, facts_from(raw)), "host.rdma")
     assert rdma and all(f.status == "WARN" and "tcp" in f.fix for f in rdma)
@@ -198,8 +194,7 @@ def test_decode_lands_next_to_prefill_over_nvlink() -> None:
 
 
 def test_p2p_nccl_pairs_are_checked() -> None:
-    spec, _ = load_text((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text(), "s.yaml")
-    plan = make_plan(spec)
+    plan = plan_of((ROOT / "examples" / "phase2-p2p-nccl.yaml").read_text())
     found = run_checks(plan, facts_from({"gpu-a": raw_of(FIX / "pcie4")}))
     pairs = [f for f in found if f.check == "p2p" and "+" in f.where]
     assert len(pairs) == 2  # the prefill instance with each decode instance

@@ -24,9 +24,12 @@ from pdctl.preflight.group import (
     parse_memlock,
     parse_memlock_where,
 )
-from pdctl.preflight.registry import facts_from, run_checks
+from pdctl.preflight.registry import facts_from, gather, run_checks
+from pdctl.preflight.run import Options
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
+from pdctl.targets.ssh import SshOptions
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port
@@ -39,8 +42,7 @@ GROUP = "{replicas: 1, tensorParallel: 4, nodes: 2}"
 
 
 def check(facts: Facts, rdma: str = "") -> list:
-    spec, _ = load_text(spec_text(HOSTS % rdma, GROUP), "spec.yaml")
-    return list(run_checks(make_plan(spec), facts))
+    return list(run_checks(plan_of(spec_text(HOSTS % rdma, GROUP)), facts))
 
 
 def h200_pair(**b_changes: object) -> Facts:
@@ -209,11 +211,9 @@ def test_guard_ports_unprobed_where_the_rendezvous_was_probed_are_said() -> None
     assert [(f.where, f.status, f.found) for f in found] == [
         ("b", "WARN", "not probed"), ("a", "WARN", "not probed"),
     ]
-    assert by_check(check(h200_pair()), "group.guard") == []  # group.reach says it already
-
-
-def test_not_probed_is_said() -> None:
-    (r,) = by_check(check(h200_pair()), "group.reach")
+    unprobed = check(h200_pair())
+    assert by_check(unprobed, "group.guard") == []  # group.reach says it already:
+    (r,) = by_check(unprobed, "group.reach")
     assert r.status == "WARN" and r.found == "not probed"
 
 
@@ -229,10 +229,6 @@ def _venv(root: Path, version: str) -> Path:
 
 
 def _gather_group(tmp: Path, names: list[str], versions: list[str], extra: str = "") -> list:
-    from pdctl.preflight.registry import gather
-    from pdctl.preflight.run import Options
-    from pdctl.targets.ssh import SshOptions
-
     hosts, key = sshd_hosts(), os.environ["PDCTL_TEST_SSH_KEY"]
     lines = [
         f"  - {{name: {n}, address: '{hosts[n][0]}', port: {hosts[n][1]}, user: root, "

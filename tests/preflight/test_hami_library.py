@@ -4,12 +4,15 @@ the checks, and the recording made on the H200 with the real HAMi-core."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdctl.plan import make_plan
 from pdctl.preflight.facts import HOOKS, HostFacts
@@ -182,11 +185,6 @@ def test_h200_recording_with_the_real_hami_core() -> None:
 
 def test_damaged_recordings_parse_without_crashing(libs: dict[str, Path]) -> None:
     """A recorded hami-library.txt is data: a damaged or hostile one never raises."""
-    import base64
-
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
     data = libs["cuda13"].read_bytes()
 
     @settings(max_examples=300, deadline=None)

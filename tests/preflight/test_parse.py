@@ -14,6 +14,7 @@ from pdctl.preflight.facts import CLUSTER
 from pdctl.preflight.gpu import NvmlDump
 from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
+from tests.helpers import run_cli
 from tests.preflight.conftest import FIX, raw_of
 
 H200 = FIX / "h200x2"
@@ -139,8 +140,6 @@ def test_hostile_cluster_output_gives_facts(payload: str) -> None:
 
 
 def test_hostile_replay_through_the_cli_is_not_a_traceback(tmp_path: Path, capsys) -> None:
-    from tests.helpers import run_cli
-
     root = tmp_path / "rec" / "h200x2"
     root.mkdir(parents=True)
     for name, text in raw_of(LIVE / "h200x2").items():

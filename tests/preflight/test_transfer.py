@@ -5,6 +5,7 @@ words, which cannot run on these CPU-only machines), and the CLI on a replay."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.errors import PdctlError
 from pdctl.plan import make_plan
+from pdctl.preflight.facts import Facts
+from pdctl.preflight.registry import commands, facts_from, run_checks
 from pdctl.preflight.run import Bounds, Options
 from pdctl.preflight.transfer import (
     agent_args,
@@ -27,9 +31,11 @@ from pdctl.preflight.transfer import (
     parse_transfer,
     run_pair,
     transfer_pairs,
+    transfers,
 )
 from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.plan.conftest import plan_of
 from tests.preflight.conftest import by_check, findings, pdctl
 from tests.targets.testbed import free_port
 
@@ -102,11 +108,7 @@ def test_measured_bandwidth_against_the_plans_need() -> None:
 
 
 def test_not_measured_warns_and_no_transfer_says_nothing() -> None:
-    from pdctl.plan import make_plan
-    from pdctl.preflight.registry import facts_from, run_checks
-    from pdctl.spec import load_text
-
-    plan = make_plan(load_text(spec(), "s.yaml")[0])
+    plan = plan_of(spec())
     raw: dict[str, dict[str, str]] = {"gpu-a": {}, "gpu-b": {}}
     [f] = by_check(run_checks(plan, facts_from(raw)), "net.transfer")
     assert (f.status, f.found) == ("WARN", "mooncake: not measured")
@@ -217,9 +219,6 @@ def test_rdma_hosts_show_memlock_and_peermem_before_any_transfer() -> None:
 
 
 def test_rdma_hosts_gather_the_limits() -> None:
-    from pdctl.preflight.registry import commands
-    from pdctl.spec import load_text
-
     s, _ = load_text(spec("mooncake", extra=", protocol: rdma"), "s.yaml")
     assert {"ulimit-l.txt", "nvidia-peermem.txt", "net-devices.txt"} <= set(
         commands(s, s.hosts[0]))
@@ -286,13 +285,12 @@ def mooncake_spec(version: str, extra: str = RDMA) -> str:
     return spec("mooncake", extra=extra).replace("'0.23.0'", f"'{version}'")
 
 
-def plan_of(version: str, extra: str = RDMA):
-    s, _ = load_text(mooncake_spec(version, extra), "s.yaml")
-    return make_plan(s)
+def mooncake_plan(version: str, extra: str = RDMA):
+    return plan_of(mooncake_spec(version, extra))
 
 
 def kv_extra(version: str) -> dict:
-    inst = next(i for i in plan_of(version).instances if i.role == "decode")
+    inst = next(i for i in mooncake_plan(version).instances if i.role == "decode")
     args = list(inst.args)
     doc = json.loads(args[args.index("--kv-transfer-config") + 1])
     return doc["kv_connector_extra_config"]
@@ -318,7 +316,7 @@ def test_preflight_says_vllm_0_23_ignores_device_name_and_checks_what_mooncake_p
 
 def test_the_transfer_agent_gets_the_devices_the_engine_passes_and_gpu_memory():
     def args(version: str) -> list[str]:
-        plan = plan_of(version)
+        plan = mooncake_plan(version)
         (pair,) = pairs(plan)
         return agent_args(plan, pair, "send", Bounds(1 << 20, 1.0))
 
@@ -329,8 +327,6 @@ def test_the_transfer_agent_gets_the_devices_the_engine_passes_and_gpu_memory():
 
 
 def test_the_transfer_finding_names_the_memory_each_side_registered():
-    from pdctl.preflight.transfer import parse_transfer
-
     lines = [
         {"event": "pair", "prefill": "gpu-a", "decode": "gpu-b", "transport": "mooncake",
          "address": "192.0.2.11", "port": 8998, "bytes": 1 << 20, "seconds": 1.0},
@@ -340,13 +336,9 @@ def test_the_transfer_finding_names_the_memory_each_side_registered():
     ]
     t = parse_transfer("gpu-a", "".join(json.dumps(x) + "\n" for x in lines))
     assert t.memory == "GPU (cuda:0) -> GPU (cuda:0)"
-    from pdctl.preflight.facts import Facts
-    from pdctl.preflight.transfer import transfers
-    from tests.preflight.conftest import facts_from
-
     facts: Facts = facts_from({"gpu-a": {"transfer-to-gpu-b.jsonl": "".join(
         json.dumps(x) + "\n" for x in lines)}, "gpu-b": {}})
-    (f,) = transfers(plan_of("0.33.0"), facts, None)
+    (f,) = transfers(mooncake_plan("0.33.0"), facts, None)
     assert f.found.endswith(", GPU (cuda:0) -> GPU (cuda:0) memory"), f.found
 
 
@@ -363,7 +355,7 @@ def plan_for(tmp: Path, port: int, same_host: bool = False, env: str = "{}"):
         f"prefill: {{replicas: 1, hosts: [a]}}\ndecode: {{replicas: 1, hosts: [{decode_host}]}}\n"
         f"disaggregation: {{connector: nixl, sideChannelPort: {port}}}\n"
     )
-    return make_plan(load_text(text, "s.yaml")[0])
+    return plan_of(text)
 
 
 def agents_left() -> str:
@@ -407,9 +399,6 @@ def test_a_missing_interface_starts_no_agent(tmp_path: Path) -> None:
 
 
 def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> None:
-    from pdctl.errors import PdctlError
-    from pdctl.preflight.transfer import cause
-
     plan = plan_for(tmp_path, free_port(1))
     opened = []
 
@@ -430,10 +419,6 @@ def test_a_host_lost_before_the_agents_is_a_recorded_cause(tmp_path: Path) -> No
 
 def engine_plan(tmp: Path):
     """The plan of plan_for with the vLLM CPU environment as both hosts' venv."""
-    import os
-
-    import pytest
-
     d = os.environ.get("PDCTL_TEST_VLLM_DIR")
     py = Path(d or "/nonexistent") / "venv" / "bin" / "python"
     if not d or subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode:
@@ -448,8 +433,6 @@ def engine_plan(tmp: Path):
 def test_the_gpu_and_rdma_agents_say_why_they_cannot_run_here(tmp_path: Path) -> None:
     """On these CPU-only machines, for real: the NCCL agent finds no CUDA device and the
     Mooncake agent no mooncake package, each a cause naming it, and nothing is left."""
-    from pdctl.preflight.transfer import cause
-
     plan = engine_plan(tmp_path)
     (pair,) = pairs(plan)
     opener = lambda h: open_host(h, Options(), True)  # noqa: E731

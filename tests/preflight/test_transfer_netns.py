@@ -16,10 +16,16 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pdctl.plan import make_plan
+from pdctl.preflight.run import Bounds, Options
+from pdctl.preflight.transfer import open_host, pairs, parse_transfer, run_pair
+from pdctl.spec import load_text
+from pdctl.targets.ssh import SshOptions
 from tests.conftest import ROOT
 from tests.helpers import wait_until
 from tests.preflight.conftest import json_findings, pdctl
@@ -245,14 +251,6 @@ def test_the_tcp_agent_runs_with_the_hosts_python3(tmp_path: Path, routed, venv)
     nodes, known, _ = routed
     """The transport of connectors without one of their own: plain sockets, python3 of the
     login shell, over the same upload, start and stop as the others."""
-    from dataclasses import replace
-
-    from pdctl.plan import make_plan
-    from pdctl.preflight.run import Bounds, Options
-    from pdctl.preflight.transfer import open_host, pairs, parse_transfer, run_pair
-    from pdctl.spec import load_text
-    from pdctl.targets.ssh import SshOptions
-
     plan = make_plan(load_text(write_spec(tmp_path, nodes, venv).read_text(), "s.yaml")[0])
     (pair,) = pairs(plan)
     options = Options(ssh=SshOptions(known_hosts=known))

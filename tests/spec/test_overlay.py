@@ -3,6 +3,7 @@ that set the value (the overlay's, not the base's)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -181,8 +182,6 @@ def test_example_pair() -> None:
 
 
 def test_stdin_base_with_overlay(tmp_path: Path, capsys, monkeypatch) -> None:
-    import io
-
     f = write(tmp_path, one="serve:\n  replicas: 0\n")
     monkeypatch.setattr("sys.stdin", io.StringIO(BASE))
     _, err = cli(["validate", "-", "--overlay", f["one"]], 2)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cli.test_cli_errors import GOOD
 from tests.conftest import ROOT
@@ -73,29 +74,11 @@ def _config(tmp_path: Path, **extra: object) -> str:
     (tmp_path / "config.json").write_text(json.dumps(config))
     return "config.json"
 
+LIMITS = yaml.safe_load((Path(__file__).parent / "data" / "config-limits.yaml").read_text())
+
 
 @pytest.mark.parametrize(
-    ("extra", "limit"),
-    [
-        ({"max_position_embeddings": 32768, "n_positions": 4096}, 4096),  # the smallest key
-        ({"seq_length": 16384}, 16384),
-        ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),
-        (
-            {
-                "max_position_embeddings": 131072,
-                "rope_scaling": {
-                    "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
-                },
-            },
-            131072,
-        ),
-        (
-            {"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8}},
-            8192,
-        ),
-        ({"max_position_embeddings": 2048, "model_max_length": 8192}, 8192),
-        ({}, 2048),  # no key: vLLM assumes 2048 only when maxModelLen is unset; it takes ours
-    ],
+    ("extra", "limit"), [(c["extra"], c["limit"]) for c in LIMITS]
 )
 def test_model_config_limit(extra: dict, limit: int, tmp_path, capsys) -> None:
     ref = _config(tmp_path, **extra)

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pdctl.cli.specfile import load
+from pdctl.targets.base import Connect
+from pdctl.top.metrics import parse
 from pdctl.top.source import open_source
 from tests.helpers import checked
 from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
@@ -33,8 +36,6 @@ def serve_metrics(container, name: str) -> None:
 
 
 def counter(name: str, metric: str) -> float:
-    from pdctl.top.metrics import parse
-
     return parse((DATA / name).read_text(), 0).total(metric) or 0.0
 
 
@@ -91,9 +92,6 @@ def test_top_once_json_reads_the_containers_metrics(deployed):
 
 
 def test_a_window_between_two_scrapes_has_the_engines_deltas(deployed):
-    from pdctl.cli.specfile import load
-    from pdctl.targets.base import Connect
-
     spec, url, container = deployed
     plan, bundle = load(str(spec), None, None)
     source = open_source(plan, bundle, Connect(docker_urls={"local": url[1].split("=", 1)[1]}))

@@ -4,6 +4,8 @@ compute-bound load."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -116,23 +118,11 @@ def test_probe_output_that_is_not_json_is_a_named_problem():
 
 
 def test_dcgm_exporter_fields_become_percentages():
-    text = "\n".join(
-        [
-            "# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge",
-            'DCGM_FI_PROF_DRAM_ACTIVE{gpu="0",UUID="GPU-1",modelName="NVIDIA H200",'
-            'Hostname="node-a"} 0.758',
-            "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge",
-            'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu="0",UUID="GPU-1",modelName="NVIDIA H200",'
-            'Hostname="node-a"} 0.233',
-            "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge",
-            'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-1",modelName="NVIDIA H200",'
-            'Hostname="node-a"} 0.808',
-            "# TYPE DCGM_FI_DEV_FB_USED gauge",
-            'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1",modelName="NVIDIA H200",'
-            'Hostname="node-a"} 8707',
-            "",
-        ]
-    )
+    labels = '{gpu="0",UUID="GPU-1",modelName="NVIDIA H200",Hostname="node-a"}'
+    values = {"PROF_DRAM_ACTIVE": 0.758, "PROF_PIPE_TENSOR_ACTIVE": 0.233,
+              "PROF_SM_ACTIVE": 0.808, "DEV_FB_USED": 8707}
+    text = "".join(f"# TYPE DCGM_FI_{k} gauge\nDCGM_FI_{k}{labels} {v}\n"
+                   for k, v in values.items())
     (g,) = parse_dcgm(parse(text, 0.0))
     assert (g.host, g.index, g.source) == ("node-a", 0, "dcgm")
     assert (g.dram_bw_util, g.tensor_util, g.sm_util, g.mem_used_mib) == (75.8, 23.3, 80.8, 8707)
@@ -142,12 +132,6 @@ def test_dcgm_exporter_fields_become_percentages():
 def test_a_host_python_without_pynvml_is_named_with_the_package_to_install(tmp_path) -> None:
     """The probe runs with the host's python3: when it lacks pynvml the reason names that
     interpreter and the package (nvidia-ml-py), not Python's 'No module named' text."""
-    import json
-    import os
-    import subprocess
-
-    from pdctl.top.gpu import probe_command
-
     (tmp_path / "pynvml.py").write_text("raise ImportError('not here')\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     cmd = ["bash", "-c", probe_command(0.1)]

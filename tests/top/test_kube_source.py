@@ -5,10 +5,13 @@ serves the proxy paths from what the test feeds it (it has no kubelet behind it)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import kmock
 import pytest
 import yaml
+from kubernetes import client
 
 from tests.helpers import written
 from tests.targets.conftest import builtin_resources, kube_server
@@ -37,9 +40,6 @@ def pod(name: str, namespace: str, labels: dict[str, str]) -> dict:
 
 
 def setup(srv, tmp_path: Path, dcgm: bool, more: tuple[str, ...] = ()) -> tuple[str, str]:
-    import kmock
-    from kubernetes import client
-
     api = client.CoreV1Api(client.ApiClient(client.Configuration(host=srv.url)))
     labels = {"app.kubernetes.io/instance": "ktop", "app.kubernetes.io/component": "serve"}
     for name in ("ktop-serve-abc", *more):  # more: pods whose proxy answers nothing
@@ -67,8 +67,6 @@ def setup(srv, tmp_path: Path, dcgm: bool, more: tuple[str, ...] = ()) -> tuple[
 
 @pytest.mark.parametrize("dcgm", [False, True])
 def test_top_once_reads_pods_through_the_api_server_proxy(tmp_path, dcgm):
-    import json
-
     with kube_server(builtin_resources()) as srv:
         spec, kubeconfig = setup(srv, tmp_path, dcgm)
         res = pdctl(
@@ -95,8 +93,6 @@ def test_top_once_reads_pods_through_the_api_server_proxy(tmp_path, dcgm):
 
 
 def test_an_unanswered_pod_is_a_row_with_the_reason_and_exit_1(tmp_path):
-    import json
-
     with kube_server(builtin_resources()) as srv:
         spec, kubeconfig = setup(srv, tmp_path, False, ("ktop-serve-def",))
         res = pdctl(

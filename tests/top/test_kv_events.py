@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pdctl.bench.canary import Answer, judge, verdict_line
 from pdctl.bench.report import problems as _problems
+from pdctl.cli.bench_show import show
 from pdctl.top.kv_events import counter_events, new_lines, scan, summary
 from pdctl.top.verdict import verdicts
 from pdctl.top.window import Figures, Window
@@ -99,8 +100,6 @@ def test_top_shows_logged_events_and_a_failed_canary_first():
 
 
 def test_the_bench_table_prints_the_failure_with_the_log_line_as_logged(capsys):
-    from pdctl.cli.bench_show import show
-
     events = scan("pdr-prefill-0", "prefill", LOG, NAMES, PEERS)
     s = step(summary(events))
     s.update(driver="lo1", measured={"failed": 0, "completed": 10, "durationS": 5.0},

@@ -11,8 +11,10 @@ import yaml
 
 from pdctl.capacity import find_gpu, spec_model_config, spec_shape
 from pdctl.capacity.report import Traffic
-from pdctl.cli.specfile import read_spec
+from pdctl.cli.specfile import load, read_spec
+from pdctl.cli.top_cmd import _packed
 from pdctl.inputs import capacity_plan
+from pdctl.top.gpu import GpuLoad
 from pdctl.top.packing import Packing, packings
 from pdctl.top.verdict import verdicts
 from tests.helpers import written
@@ -89,10 +91,6 @@ def test_real_plan_figures_on_the_h200_recording(tmp_path):
 
 
 def test_top_plans_the_packing_on_the_spec_gpu_else_the_one_the_telemetry_names(tmp_path):
-    from pdctl.cli.specfile import load
-    from pdctl.cli.top_cmd import _packed
-    from pdctl.top.gpu import GpuLoad
-
     path = spec_with(tmp_path, 2, total=True)
     plan, _ = load(path, None, None)
     spec, _ = read_spec(path)

@@ -13,7 +13,7 @@ from rich.console import Console
 from pdctl.targets.base import Endpoint
 from pdctl.top import router as rt
 from pdctl.top.dashboard import render
-from pdctl.top.metrics import parse
+from pdctl.top.metrics import Snapshot, parse
 from pdctl.top.router import router_figures
 from pdctl.top.verdict import verdicts
 from pdctl.top.window import Window, as_dict, assemble
@@ -127,8 +127,6 @@ def test_router_row_in_json_and_dashboard():
 
 
 def test_an_unanswered_router_is_said_not_invented():
-    from pdctl.top.metrics import Snapshot
-
     r = router_figures("r", "lo", Snapshot(0, (), "/metrics: no answer"), snap("after", 1), {})
     assert r.error == "/metrics: no answer" and r.requests is None
     assert verdicts(Window("rec", 2, "hosts", 30, (), routers=(r,))) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.top.metrics import CONNECTOR_ERRORS, NAMES, parse, quantile
+from pdctl.top.metrics import CONNECTOR_ERRORS, NAMES, Snapshot, parse, quantile
 from pdctl.top.window import as_dict, assemble, figures, role_totals
 
 DATA = Path(__file__).parent / "data"
@@ -44,8 +44,6 @@ def test_a_counter_that_went_back_reads_as_a_restart():
 
 
 def test_an_unreachable_instance_keeps_its_row_with_the_reason():
-    from pdctl.top.metrics import Snapshot
-
     f = figures("x", "decode", "h", Snapshot(0.0), Snapshot(5.0, (), "/metrics answered 503"))
     assert f.error == "/metrics answered 503" and f.requests is None
 
