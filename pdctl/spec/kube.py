@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Quantity, Section, Size, defaults
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
-from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
+from pdctl.spec.kube_env import AbsPath, EnvFrom, EnvVar, Volume, VolumeMount
 from pdctl.spec.rdma import Rdma
 from pdctl.spec.value import Address, Image, LabelKey, LabelValue, Registry
 
@@ -73,7 +73,9 @@ class Storage(Section):
     claim_name: DnsLabel | None = Field(
         None, description="Existing PVC name (type `existingClaim`)."
     )
-    path: str | None = Field(None, description="Folder on the node (hostPath) or export (nfs).")
+    path: AbsPath | None = Field(
+        None, description="Folder on the node (hostPath) or export (nfs)."
+    )
     server: Address | None = Field(None, description="NFS server address (type `nfs`).")
     reference: Image | None = Field(
         None, description="Image holding the weights (type `image`), e.g. a registry path."
@@ -81,16 +83,11 @@ class Storage(Section):
     pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="Pull policy of the weights image (type `image`)."
     )
-    mount_path: str | None = Field(
+    mount_path: AbsPath | None = Field(
         None,
         description=f"Where the volume is mounted. Default: `{CACHE_MOUNT}` (the Hugging "
         f"Face cache), `{IMAGE_MOUNT}` for type `image`.",
     )
-
-    @field_validator("path", "mount_path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return None if value is None else abs_path(value)
 
     @model_validator(mode="after")
     def _fields_of_type(self) -> "Storage":
