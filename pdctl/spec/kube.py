@@ -2,9 +2,9 @@
 `prefill.kubernetes`, `decode.kubernetes`, `router.kubernetes`): scheduling, pod shape, model
 source. A role's settings override the section's: maps merge, lists replace (`merged`)."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Quantity, Section, Size, defaults
@@ -143,6 +143,9 @@ def _no_reserved(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+OwnLabels = Annotated[dict[LabelKey, LabelValue], AfterValidator(_no_reserved)]
+
+
 class PodSettings(Section):
     """Scheduling and pod shape. In `kubernetes` for every engine pod; in `serve`, `prefill`,
     `decode` or `router` (the EPP) as `kubernetes:` for that role's pods, overriding the
@@ -159,13 +162,13 @@ class PodSettings(Section):
     runtime_class_name: DnsLabel | None = Field(
         None, description="RuntimeClass name, e.g. `nvidia`."
     )
-    labels: dict[LabelKey, LabelValue] = Field(
+    labels: OwnLabels = Field(
         {}, description="Labels on every object (of the role) and its pods."
     )
     annotations: dict[LabelKey, str] = Field(
         {}, description="Annotations on every object (of the role) and its pods."
     )
-    pod_labels: dict[LabelKey, LabelValue] = Field({}, description="Labels on pods only.")
+    pod_labels: OwnLabels = Field({}, description="Labels on pods only.")
     pod_annotations: dict[LabelKey, str] = Field({}, description="Annotations on pods only.")
     service_account_name: DnsLabel | None = Field(
         None,
@@ -193,11 +196,6 @@ class PodSettings(Section):
         "and pdctl refuses transports that need it (an RDMA-only `UCX_TLS`, DeepEP). A role "
         "writes `rdma: null` to go without the section's (docs/phase2-kubernetes.md#rdma).",
     )
-
-    @field_validator("labels", "pod_labels")
-    @classmethod
-    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        return _no_reserved(value)
 
 
 class Kubernetes(PodSettings):
