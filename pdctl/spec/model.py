@@ -439,10 +439,8 @@ class Spec(Section):
             and (self.target == "kubernetes" or (self.target is None and not self.hosts))
         )
         if kube:
-            shapes = (self.serve,) if self.phase == 1 else (self.prefill, self.decode)
-            names = ("serve",) if self.phase == 1 else ("prefill", "decode")
-            roles = [(n, s.kubernetes if s else None) for n, s in zip(names, shapes, strict=True)]
-            section_mounts(self.kubernetes, roles)
+            shapes = [(n, getattr(self, n)) for n in self.roles]  # serve, or prefill and decode
+            section_mounts(self.kubernetes, [(n, s.kubernetes if s else None) for n, s in shapes])
         return self
 
     @field_validator("hosts")
