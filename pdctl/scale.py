@@ -21,8 +21,8 @@ import json
 import re
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import quote
 
 from pdctl import actions
@@ -31,7 +31,7 @@ from pdctl.plan.model import Plan
 from pdctl.plan.router import engine_url
 from pdctl.render.bundle import Bundle
 from pdctl.targets import open_target
-from pdctl.targets.base import Connect, Endpoint, Observer, Stage, Target
+from pdctl.targets.base import Connect, Endpoint, Observer
 from pdctl.targets.state import Change
 
 ROLES = {0: ("serve",), 2: ("prefill", "decode"), 3: ("prefill", "decode")}
@@ -161,15 +161,15 @@ class Scaled:
 
 class Guarded:
     """The CLI's Progress for the apply: refuses (before anything is applied) changes beyond
-    the moves read at first, and confirms without asking."""
+    the moves read at first, and confirms without asking; the rest is the CLI's."""
 
     def __init__(self, inner: actions.Progress, expected: Moves, role_units: set[str], role: str,
                  router: str = ""):
         self.inner, self.expected, self.role_units, self.role = inner, expected, role_units, role
         self.router = router
 
-    def say(self, message: str) -> None:
-        self.inner.say(message)
+    def __getattr__(self, name: str) -> Any:  # say, applying, stage
+        return getattr(self.inner, name)
 
     def planned(self, kind: str, changes: list[Change], compared: bool) -> None:
         if moves(changes, self.role_units, self.role, self.router) != self.expected:
@@ -178,12 +178,6 @@ class Guarded:
 
     def confirm(self) -> bool:
         return True
-
-    def applying(self, target: Target) -> AbstractContextManager[object]:
-        return self.inner.applying(target)
-
-    def stage(self, report: Stage) -> None:
-        self.inner.stage(report)
 
 
 def scale(

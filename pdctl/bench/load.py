@@ -47,8 +47,7 @@ class Step:
 
 
 def steps(rates: tuple[float, ...], concurrency: tuple[int, ...]) -> list[Step]:
-    out = [Step(rate=r) for r in rates] + [Step(concurrency=c) for c in concurrency]
-    return out or [Step()]
+    return [Step(rate=r) for r in rates] + [Step(concurrency=c) for c in concurrency] or [Step()]
 
 
 def workload_of(spec: Any) -> Workload:

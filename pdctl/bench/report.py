@@ -136,11 +136,9 @@ def flag_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                 lines.append(f"{role}: {flag} only in B")
             elif fa[flag] != fb[flag]:
                 lines.append(f"{role}: {flag} {fa[flag]} in A, {fb[flag]} in B")
-    for key in ("version",):
-        va = sorted({e.get(key) or "?" for e in a.get("engines", [])})
-        vb = sorted({e.get(key) or "?" for e in b.get("engines", [])})
-        if va != vb:
-            lines.append(f"engine version {','.join(va)} in A, {','.join(vb)} in B")
+    va, vb = ({e.get("version") or "?" for e in doc.get("engines", [])} for doc in (a, b))
+    if va != vb:
+        lines.append(f"engine version {','.join(sorted(va))} in A, {','.join(sorted(vb))} in B")
     return lines
 
 

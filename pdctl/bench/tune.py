@@ -64,10 +64,6 @@ def role_load(step: dict[str, Any], role: str) -> dict[str, float]:
     return out
 
 
-def _section(spec: dict[str, Any], role: str) -> dict[str, Any]:
-    return spec.get(role) or {}
-
-
 def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
     """The proposals for `spec` (its data, camelCase keys) from a bench `report`."""
     step = heaviest(report)
@@ -95,7 +91,7 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
         return x["waiting"] == 0 and x["busy"] < IDLE and x["kv"] < KV_FULL / 2
 
     def replicas(r: str) -> int:
-        return int(_section(spec, r).get("replicas", 1))
+        return int((spec.get(r) or {}).get("replicas", 1))
 
     if len(roles) == 2:
         # the client's first token comes through decode: a queue there delays TTFT too, so
@@ -129,7 +125,7 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
     engine = spec.get("engine") or {}
     cpu = engine.get("device") == "cpu"
     for r in roles:
-        x, sec = load[r], _section(spec, r)
+        x, sec = load[r], (spec.get(r) or {})
         space = (engine.get("env") or {}).get(CPU_KV_SPACE)
         if cpu and x["preemptions"] > 0 and x["kv"] >= KV_FULL and _positive(space):
             # a CPU engine's KV cache is VLLM_CPU_KVCACHE_SPACE GiB of RAM; no GPU to add
@@ -156,7 +152,7 @@ def propose(spec: dict[str, Any], report: dict[str, Any]) -> list[Proposal]:
                     "maxNumBatchedTokens"), "max-num-batched-tokens",
                     f"ITL p99 {itl['p99']:.1f} ms is over 3x p50 {itl['p50']:.1f} ms with TPOT "
                     "over the SLO: long prefill chunks stall decode steps; halve the chunk"))
-    share = _section(spec, "decode").get("share")
+    share = (spec.get("decode") or {}).get("share")
     if spec.get("phase") == 3 and share is not None and not cpu:
         per = int(share.get("perGpu", 2))
         d = load["decode"]
@@ -231,7 +227,7 @@ def settings(spec: dict[str, Any], report: dict[str, Any], rank: Rank) -> Propos
         was = (spec.get("model") or {}).get(path[1], "auto")
     else:
         path = (role, to_camel(field))
-        was = _section(spec, role).get(path[1])
+        was = (spec.get(role) or {}).get(path[1])
     evidence = (
         f"at {load.label} the speed model, scaled to this bench (TTFT x{scale[0]:.2f}, TPOT "
         f"x{scale[1]:.2f} of its prediction), gives {best.goodput:.3g} requests/s within the "

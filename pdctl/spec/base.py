@@ -127,22 +127,16 @@ def booleans_for_numbers(
             yield loc + (key,), f"{where}must be {what} (got a boolean ({got}))"
 
 
-def _dns_label(value: str) -> str:
-    if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits and "
-            "'-', starting and ending with a letter or digit"
-        )
-    return value
+def matching(regex: re.Pattern[str], what: str, limit: int = 0) -> AfterValidator:
+    """A validator of a text that `regex` matches whole (at most `limit` long, if given);
+    else the error is `'<value>' <what>`."""
 
+    def check(value: str) -> str:
+        if (limit and len(value) > limit) or not regex.fullmatch(value):
+            raise ValueError(f"{value!r} {what}")
+        return value
 
-def _env_name(value: str) -> str:
-    if not ENV_NAME.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not an environment variable name: use letters, digits and '_', "
-            "not starting with a digit"
-        )
-    return value
+    return AfterValidator(check)
 
 
 def _quantity(value: str) -> str:
@@ -153,8 +147,12 @@ def _quantity(value: str) -> str:
     return str(value)
 
 
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+DnsLabel = Annotated[str, matching(
+    DNS1123_LABEL, "is not a DNS-1123 label: use at most 63 lower-case letters, digits and "
+    "'-', starting and ending with a letter or digit", 63)]
+EnvName = Annotated[str, matching(
+    ENV_NAME, "is not an environment variable name: use letters, digits and '_', "
+    "not starting with a digit")]
 
 
 def _number_to_text(value: Any) -> Any:

@@ -2,14 +2,14 @@
 `prefill.kubernetes`, `decode.kubernetes`, `router.kubernetes`): scheduling, pod shape, model
 source. A role's settings override the section's: maps merge, lists replace (`merged`)."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Quantity, Section, Size, defaults
 from pdctl.spec.kube_affinity import Affinity, TopologySpread
-from pdctl.spec.kube_env import EnvFrom, EnvVar, Volume, VolumeMount, abs_path
+from pdctl.spec.kube_env import AbsPath, EnvFrom, EnvVar, Volume, VolumeMount
 from pdctl.spec.rdma import Rdma
 from pdctl.spec.value import Address, Image, LabelKey, LabelValue, Registry
 
@@ -73,7 +73,9 @@ class Storage(Section):
     claim_name: DnsLabel | None = Field(
         None, description="Existing PVC name (type `existingClaim`)."
     )
-    path: str | None = Field(None, description="Folder on the node (hostPath) or export (nfs).")
+    path: AbsPath | None = Field(
+        None, description="Folder on the node (hostPath) or export (nfs)."
+    )
     server: Address | None = Field(None, description="NFS server address (type `nfs`).")
     reference: Image | None = Field(
         None, description="Image holding the weights (type `image`), e.g. a registry path."
@@ -81,16 +83,11 @@ class Storage(Section):
     pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="Pull policy of the weights image (type `image`)."
     )
-    mount_path: str | None = Field(
+    mount_path: AbsPath | None = Field(
         None,
         description=f"Where the volume is mounted. Default: `{CACHE_MOUNT}` (the Hugging "
         f"Face cache), `{IMAGE_MOUNT}` for type `image`.",
     )
-
-    @field_validator("path", "mount_path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return None if value is None else abs_path(value)
 
     @model_validator(mode="after")
     def _fields_of_type(self) -> "Storage":
@@ -146,6 +143,9 @@ def _no_reserved(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+OwnLabels = Annotated[dict[LabelKey, LabelValue], AfterValidator(_no_reserved)]
+
+
 class PodSettings(Section):
     """Scheduling and pod shape. In `kubernetes` for every engine pod; in `serve`, `prefill`,
     `decode` or `router` (the EPP) as `kubernetes:` for that role's pods, overriding the
@@ -162,13 +162,13 @@ class PodSettings(Section):
     runtime_class_name: DnsLabel | None = Field(
         None, description="RuntimeClass name, e.g. `nvidia`."
     )
-    labels: dict[LabelKey, LabelValue] = Field(
+    labels: OwnLabels = Field(
         {}, description="Labels on every object (of the role) and its pods."
     )
     annotations: dict[LabelKey, str] = Field(
         {}, description="Annotations on every object (of the role) and its pods."
     )
-    pod_labels: dict[LabelKey, LabelValue] = Field({}, description="Labels on pods only.")
+    pod_labels: OwnLabels = Field({}, description="Labels on pods only.")
     pod_annotations: dict[LabelKey, str] = Field({}, description="Annotations on pods only.")
     service_account_name: DnsLabel | None = Field(
         None,
@@ -196,11 +196,6 @@ class PodSettings(Section):
         "and pdctl refuses transports that need it (an RDMA-only `UCX_TLS`, DeepEP). A role "
         "writes `rdma: null` to go without the section's (docs/phase2-kubernetes.md#rdma).",
     )
-
-    @field_validator("labels", "pod_labels")
-    @classmethod
-    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        return _no_reserved(value)
 
 
 class Kubernetes(PodSettings):

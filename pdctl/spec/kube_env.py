@@ -2,11 +2,11 @@
 `volumeMounts` in `kubernetes` and the per-role overrides), in the Kubernetes shapes."""
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from pdctl.spec.base import DnsLabel, EnvName, Section
+from pdctl.spec.base import DnsLabel, EnvName, Section, matching
 from pdctl.spec.value import SecretKey
 
 SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -14,18 +14,13 @@ SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z
 RESERVED_VOLUMES = ("model-cache", "shm", "kube-api-access", "config")
 
 
-def subdomain(value: str) -> str:
-    if len(value) > 253 or not SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a Kubernetes object name: lower-case letters, digits, '-' and '.'"
-        )
-    return value
-
-
 def abs_path(value: str) -> str:
     if not value.startswith("/") or "\\" in value:
         raise ValueError(f"{value!r} must be an absolute path (starting with '/')")
     return value
+
+
+AbsPath = Annotated[str, AfterValidator(abs_path)]
 
 
 def one_of(obj: Section, fields: tuple[str, ...], what: str) -> None:
@@ -38,13 +33,10 @@ def one_of(obj: Section, fields: tuple[str, ...], what: str) -> None:
 class NameRef(Section):
     """A ConfigMap or Secret, by name."""
 
-    name: str = Field(..., description="Object name.")
+    name: Annotated[str, matching(
+        SUBDOMAIN, "is not a Kubernetes object name: lower-case letters, digits, '-' and '.'", 253
+    )] = Field(..., description="Object name.")
     optional: bool | None = Field(None, description="Start the pod even if it is missing.")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return subdomain(value)
 
 
 class KeyRef(NameRef):
@@ -117,11 +109,6 @@ class VolumeMount(Section):
     """Where an extra volume is mounted in the engine container."""
 
     name: DnsLabel = Field(..., description="Name of a volume in `volumes`.")
-    mount_path: str = Field(..., description="Absolute path in the container.")
+    mount_path: AbsPath = Field(..., description="Absolute path in the container.")
     read_only: bool = Field(False, description="Mount read-only.")
     sub_path: str | None = Field(None, description="Path inside the volume to mount.")
-
-    @field_validator("mount_path")
-    @classmethod
-    def _mount_path(cls, value: str) -> str:
-        return abs_path(value)

@@ -4,11 +4,12 @@ The checks that need only the model live here; the ones that depend on the targe
 mount) or on the secrets (run-time loading needs the API key) live in plan/lora.py."""
 
 import re
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.errors import SpecError
-from pdctl.spec.base import Section, pattern, refuse
+from pdctl.spec.base import Section, matching, pattern, refuse
 from pdctl.spec.value import Argument, Image, mountable
 
 # The ranks vLLM's LoRAConfig accepts (vllm/config/lora.py: `possible_max_ranks`).
@@ -29,7 +30,9 @@ class Adapter(Section):
         ),
         description="The name clients put in a request's `model` to use the adapter.",
     )
-    hf: Argument | None = Field(
+    hf: Annotated[Argument, matching(
+        HF_ID, "is not a Hugging Face repository id (org/name)"
+    )] | None = Field(
         None, description="Source: a Hugging Face repository id (org/name) holding the adapter."
     )
     revision: Argument | None = Field(
@@ -75,13 +78,6 @@ class Adapter(Section):
         if value is not None and not value.startswith("/"):
             raise ValueError(f"{value!r} must be an absolute path")
         return None if value is None else mountable(value)
-
-    @field_validator("hf")
-    @classmethod
-    def _hf_id(cls, value: str | None) -> str | None:
-        if value is not None and not HF_ID.fullmatch(value):
-            raise ValueError(f"{value!r} is not a Hugging Face repository id (org/name)")
-        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "Adapter":

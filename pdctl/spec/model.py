@@ -1,6 +1,5 @@
 """The pdctl spec: frozen pydantic models. Docs and the JSON Schema are generated from these."""
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -18,19 +17,18 @@ from pdctl.spec.kube import (
     section_mounts,
 )
 from pdctl.spec.lora import Lora, check_names
-from pdctl.spec.pd import Decode, Disaggregation, Multinode, Prefill, Router
+from pdctl.spec.pd import VERSION, Decode, Disaggregation, Multinode, Prefill, Router
 from pdctl.spec.speculative import KvOffload, Speculative
 from pdctl.spec.value import (
     Address,
     Argument,
     CondaEnv,
-    EngineEnvName,
+    EngineEnv,
     HostDir,
     Image,
     MountableDir,
     SecretKey,
     UserName,
-    engine_env,
     mountable,
 )
 from pdctl.spec.workload import Hardware, Workload
@@ -38,7 +36,6 @@ from pdctl.spec.workload import Hardware, Workload
 # Kubernetes and its parts live in spec/kube.py; imported here for older importers.
 __all__ = ["Kubernetes", "Resources", "Spec", "Storage", "Toleration"]
 
-VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 NAME_MAX = 50
 
 
@@ -114,7 +111,7 @@ class Engine(Section):
     extra_args: tuple[str, ...] = Field(
         (), description="Extra `vllm serve` arguments appended to every instance."
     )
-    env: dict[EngineEnvName, str] = Field(
+    env: EngineEnv = Field(
         {},
         description="Extra environment variables for every engine process. Not for secrets: "
         "use `secrets`.",
@@ -134,11 +131,6 @@ class Engine(Section):
         if (major, minor) < (0, 10):
             raise ValueError(f"vLLM {value} is older than 0.10.0, which pdctl does not support")
         return value
-
-    @field_validator("env")
-    @classmethod
-    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        return engine_env(value)
 
 
 class SecretRef(Section):
@@ -447,10 +439,8 @@ class Spec(Section):
             and (self.target == "kubernetes" or (self.target is None and not self.hosts))
         )
         if kube:
-            shapes = (self.serve,) if self.phase == 1 else (self.prefill, self.decode)
-            names = ("serve",) if self.phase == 1 else ("prefill", "decode")
-            roles = [(n, s.kubernetes if s else None) for n, s in zip(names, shapes, strict=True)]
-            section_mounts(self.kubernetes, roles)
+            shapes = [(n, getattr(self, n)) for n in self.roles]  # serve, or prefill and decode
+            section_mounts(self.kubernetes, [(n, s.kubernetes if s else None) for n, s in shapes])
         return self
 
     @field_validator("hosts")

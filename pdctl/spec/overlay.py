@@ -132,17 +132,11 @@ class _Merge:
             assert o is not None
             item = {k: v for k, v in over[o].items() if k != DELETE}
             if b is None:
-                self.mark(spot, self.over, oloc + (o,))
-                merged.append(self.take_entry(item, spot, oloc + (o,)))
+                merged.append(self.take(item, spot, self.over, oloc + (o,)))
             else:
                 self.mark(spot, self.base, bloc + (b,))
                 merged.append(self.value(base[b], bloc + (b,), item, oloc + (o,), spot))
         return merged
-
-    def take_entry(self, item: dict, at: Loc, oloc: Loc) -> dict:
-        for key, value in item.items():
-            self.take(value, at + (key,), self.over, oloc + (key,))
-        return item
 
     def entry(self, item: Any, loc: Loc, key: str) -> tuple[Any, bool]:
         """An overlay entry of a keyed list: its key, and whether it deletes."""

@@ -2,21 +2,23 @@
 
 import ipaddress
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
-from pdctl.spec.base import DnsLabel, Section, defaults
+from pdctl.spec.base import DnsLabel, Section, defaults, matching
 from pdctl.spec.kube import PodSettings
 from pdctl.spec.speculative import Speculative
-from pdctl.spec.value import EngineEnvName, engine_env
+from pdctl.spec.value import EngineEnv, HostDir
 
 # fullmatch with [0-9]: `$` accepts a trailing newline and `\d` any Unicode digit ("0.1.١٧").
 VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 DURATION = re.compile(r"([0-9]{1,5}(h|m|s|ms)){1,4}")  # Gateway API Duration (GEP-2257)
 RDMA_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")  # an HCA name, e.g. mlx5_0
+RouterVersion = Annotated[str, matching(VERSION, "is not a version X.Y.Z (e.g. '0.1.17')")]
+Duration = Annotated[str, matching(DURATION, "is not a Gateway API duration (e.g. '300s', '1h')")]
 
 
 class Multinode(Section):
@@ -96,18 +98,13 @@ class Role(Multinode):
         description="On Kubernetes: settings of this role's pods over the `kubernetes` "
         "section's (maps merge, lists replace; docs/phase2-kubernetes.md).",
     )
-    env: dict[EngineEnvName, str] = Field(
+    env: EngineEnv = Field(
         {},
         description="Extra environment for this role's engines (added to `engine.env`), e.g. "
         "`VLLM_CPU_OMP_THREADS_BIND`. Not for secrets, nor for the variables pdctl sets "
         "(`CUDA_VISIBLE_DEVICES`, `HF_HOME`, `VLLM_HOST_IP`, the NIXL side channel and "
         "Mooncake bootstrap/store variables).",
     )
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return engine_env(value)
 
 
 class Prefill(Role):
@@ -309,8 +306,10 @@ class Router(Section):
         "`secrets.apiKey` and a default that is not loopback, pdctl asks you to set it (PD mode; "
         "phase 0's plain mode forwards each client's key to the engines).",
     )
-    version: str = Field(ROUTER_VERSION, description="Pinned `vllm-router` package version.")
-    venv: str | None = Field(
+    version: RouterVersion = Field(
+        ROUTER_VERSION, description="Pinned `vllm-router` package version."
+    )
+    venv: HostDir | None = Field(
         None,
         description="Python environment holding `bin/vllm-router` (created with the pinned "
         "version if missing). Default: `~/.pdctl/venv/vllm-router-<version>`.",
@@ -350,20 +349,14 @@ class Router(Section):
         "the `kubernetes` section's labels, annotations and imagePullSecrets; its resources "
         "default to 1 CPU / 1Gi requested, 4 / 4Gi limit.",
     )
-    request_timeout: str | None = Field(
+    # Gateway API Duration (GEP-2257), as the HTTPRoute CRD's pattern checks it.
+    request_timeout: Duration | None = Field(
         "300s",
         description="Kubernetes: the HTTPRoute's `timeouts.request` (Gateway API duration, e.g. "
         "`300s`, `1h`), as llm-d's chart sets it; without it some Gateways cut long answers "
         "(Envoy's default route timeout is 15 s). `null` leaves it out (llm-d's chart does on "
         "GKE).",
     )
-
-    @field_validator("venv")
-    @classmethod
-    def _abs_or_home(cls, value: str | None) -> str | None:
-        if value is not None and not (value.startswith("/") or value.startswith("~/")):
-            raise ValueError(f"{value!r} must be an absolute path or start with '~/'")
-        return value
 
     @field_validator("listen")
     @classmethod
@@ -379,17 +372,3 @@ class Router(Section):
                 ) from None
         return value
 
-    @field_validator("request_timeout")
-    @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        # Gateway API Duration (GEP-2257), as the HTTPRoute CRD's pattern checks it.
-        if value is not None and not DURATION.fullmatch(value):
-            raise ValueError(f"{value!r} is not a Gateway API duration (e.g. '300s', '1h')")
-        return value
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, value: str) -> str:
-        if not VERSION.fullmatch(value):
-            raise ValueError(f"{value!r} is not a version X.Y.Z (e.g. '0.1.17')")
-        return value

@@ -281,13 +281,11 @@ class _Builder:
                 merged += self.merge_sources(value_node, loc, seen)
                 continue
             key = self.key(key_node, loc)
-            line = key_node.start_mark.line + 1
             if key in out:
-                raise SpecError(
-                    f"duplicate key {key!r}", path=dotted(loc + (key,)), file=self.file, line=line,
-                    fix="keep one of the two entries",
+                raise self.refuse(
+                    key_node, loc + (key,), f"duplicate key {key!r}", "keep one of the two entries"
                 )
-            self.lines[loc + (key,)] = line
+            self.lines[loc + (key,)] = key_node.start_mark.line + 1
             out[key] = self.build(value_node, loc + (key,))
         for source in merged:
             for key_node, value_node in source.value:

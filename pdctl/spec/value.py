@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from pdctl.spec.base import DNS1123_LABEL, EnvName, refuse
+from pdctl.spec.base import DNS1123_LABEL, EnvName, matching, refuse
 
 # An image reference, as Docker and containerd parse it (distribution's reference grammar):
 # [registry[:port]/]path[:tag][@digest]. The first part is a registry only when it holds a '.'
@@ -98,24 +98,6 @@ def registry(value: str) -> str:
     return value
 
 
-def conda_env(value: str) -> str:
-    if not CONDA_ENV.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a conda environment name: use letters, digits, '.', '_' "
-            "and '-', not starting with '-' or '.'"
-        )
-    return value
-
-
-def user(value: str) -> str:
-    if not USER.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a user name: use letters, digits, '.', '_' and '-', "
-            "not starting with '-'"
-        )
-    return value
-
-
 def address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
@@ -169,12 +151,6 @@ def host_port(host: str, port: int | str) -> str:
     return f"{url_host(host)}:{port}"
 
 
-def secret_key(value: str) -> str:
-    if not SECRET_KEY.fullmatch(value):
-        raise ValueError(f"{value!r} is not a Secret key: use letters, digits, '-', '_' and '.'")
-    return value
-
-
 def label_key(key: str) -> str:
     """A Kubernetes label or taint key: [DNS-subdomain prefix '/'] name."""
     prefix, _, name = key.rpartition("/")
@@ -217,12 +193,18 @@ def mountable(value: str) -> str:
 
 Argument = Annotated[str, AfterValidator(argument)]
 EngineEnvName = Annotated[EnvName, AfterValidator(engine_env_name)]
+# Extra engine environment (`engine.env`, `<role>.env`): no variable pdctl sets, no secrets.
+EngineEnv = Annotated[dict[EngineEnvName, str], AfterValidator(engine_env)]
 Image = Annotated[str, AfterValidator(image)]
 Registry = Annotated[str, AfterValidator(registry)]
-CondaEnv = Annotated[str, AfterValidator(conda_env)]
-UserName = Annotated[str, AfterValidator(user)]
+CondaEnv = Annotated[str, matching(
+    CONDA_ENV, "is not a conda environment name: use letters, digits, '.', '_' and '-', not "
+    "starting with '-' or '.'")]
+UserName = Annotated[str, matching(
+    USER, "is not a user name: use letters, digits, '.', '_' and '-', not starting with '-'")]
 Address = Annotated[str, AfterValidator(address)]
-SecretKey = Annotated[str, AfterValidator(secret_key)]
+SecretKey = Annotated[str, matching(
+    SECRET_KEY, "is not a Secret key: use letters, digits, '-', '_' and '.'")]
 LabelKey = Annotated[str, AfterValidator(label_key)]
 LabelValue = Annotated[str, AfterValidator(label_value)]
 HostDir = Annotated[str, AfterValidator(host_dir)]

@@ -35,14 +35,6 @@ class Health:
     foreign: bool = False  # another process holds the port: waiting will not help
 
 
-def http_get(
-    channel: Any, path: str, host: str = "127.0.0.1", timeout: float = 10.0,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, str]:
-    """One HTTP/1.0 GET over an open socket-like channel; returns (status, body)."""
-    return http_request(channel, "GET", path, host=host, timeout=timeout, headers=headers)
-
-
 def http_request(
     channel: Any, method: str, path: str, body: bytes = b"", host: str = "127.0.0.1",
     timeout: float = 10.0, headers: dict[str, str] | None = None,
@@ -115,7 +107,7 @@ def probe(
     `api_key`: sent as `Authorization: Bearer` to /v1/models. `owner()`, called once the port
     answers, names another process that holds the port (None when the unit holds it)."""
     try:
-        status, _ = http_get(open_channel(), health_path)
+        status, _ = http_request(open_channel(), "GET", health_path)
     except Exception as exc:  # connection refused, reset, timeout: not up yet
         return Health(False, f"no answer ({unanswered(exc, where)})")
     problem = owner() if owner is not None else None
@@ -125,17 +117,13 @@ def probe(
         return Health(False, f"{health_path} answered {status}")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        status, body = http_get(open_channel(), "/v1/models", headers=headers)
+        status, body = http_request(open_channel(), "GET", "/v1/models", headers=headers)
     except Exception as exc:
         return Health(False, f"/v1/models: no answer ({unanswered(exc, where)})")
-    if status == 401 and api_key:
-        return Health(False, "/v1/models answered 401: it refused the API key (secrets.apiKey)")
     if status == 401:
-        return Health(
-            False,
-            "/v1/models answered 401: it requires an API key, and none is "
-            "known (set secrets.apiKey in the spec)",
-        )
+        why = ("it refused the API key (secrets.apiKey)" if api_key else "it requires an API "
+               "key, and none is known (set secrets.apiKey in the spec)")
+        return Health(False, f"/v1/models answered 401: {why}")
     if status != 200:
         return Health(False, f"/v1/models answered {status}")
     models = model_ids(body)

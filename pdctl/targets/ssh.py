@@ -158,9 +158,10 @@ class Connection:
         client = paramiko.SSHClient()
         known = host_keys.load(self.options.known_hosts, client.get_host_keys())
         client.set_missing_host_key_policy(_policy(self.options, known, self.host))
+        user = self.host.user or getpass.getuser()
         try:
             client.connect(
-                self.host.address, port=self.host.port, username=self.host.user or _local_user(),
+                self.host.address, port=self.host.port, username=user,
                 key_filename=key_file, look_for_keys=key_file is None, allow_agent=key_file is None,
                 timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
                 auth_timeout=self.options.connect_timeout,
@@ -175,16 +176,10 @@ class Connection:
                 f"match the one in {self.options.known_hosts}; refusing to connect "
                 "(if the host was reinstalled, remove the old key with `ssh-keygen -R`)"
             ) from None
-        except paramiko.SSHException as exc:
-            where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
-            if isinstance(exc, paramiko.AuthenticationException):
-                raise Unreachable(
-                    f"{where}: cannot log in as {self.host.user or _local_user()}: {_cause(exc)}"
-                ) from None
-            raise Unreachable(f"{where}: cannot connect: {_cause(exc)}") from None
-        except (TimeoutError, OSError) as exc:
-            where = f"host {self.host.name} ({self.host.address}:{self.host.port})"
-            raise Unreachable(f"{where}: cannot connect: {_cause(exc)}") from None
+        except (paramiko.SSHException, TimeoutError, OSError) as exc:
+            login = isinstance(exc, paramiko.AuthenticationException)
+            how = f"cannot log in as {user}" if login else "cannot connect"
+            raise Unreachable(f"{self.where()}: {how}: {_cause(exc)}") from None
         transport = client.get_transport()
         if transport is not None:
             # Keepalives every few seconds, and the kernel gives up on data unacknowledged for
@@ -377,10 +372,6 @@ def pause(chan: Any, exited: float) -> None:
         time.sleep(0.02)
     else:
         chan.status_event.wait(0.05)
-
-
-def _local_user() -> str:
-    return getpass.getuser()
 
 
 def put_file(sftp: Any, path: str, data: bytes, mode: int) -> None:

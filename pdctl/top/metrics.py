@@ -87,6 +87,15 @@ def _has(labels: Labels, match: dict[str, str]) -> bool:
     return all(d.get(k) == v for k, v in match.items())
 
 
+def delta(first: Snapshot, last: Snapshot, name: str | None) -> float | None:
+    """A counter's growth between two scrapes; None where `last` lacks it, its value at `last`
+    where it went back (the engine or router restarted)."""
+    if name is None or (b := last.total(name)) is None:
+        return None
+    a = first.total(name) or 0.0
+    return b - a if b >= a else b
+
+
 def parse(text: str, at: float) -> Snapshot:
     """A Snapshot of Prometheus text; unparsable text gives a Snapshot with `error`."""
     out: list[tuple[str, Labels, float]] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from pdctl.top.metrics import Snapshot, quantile
+from pdctl.top.metrics import Snapshot, delta, quantile
 
 REQUESTS = ("vllm_router_pd_requests_total", "vllm_router_requests_total")
 DURATION = ("vllm_router_pd_request_duration_seconds", "vllm_router_request_duration_seconds")
@@ -67,14 +67,6 @@ class RouterFigures:
     error: str | None = None
 
 
-def _delta(first: Snapshot, last: Snapshot, name: str, **match: str) -> float | None:
-    b = last.total(name, **match)
-    if b is None:
-        return None
-    a = first.total(name, **match) or 0.0
-    return b - a if b >= a else b  # went back: the router restarted
-
-
 def _worker_delta(first: Snapshot, last: Snapshot, name: str) -> dict[str, float]:
     before = first.by_label(name, "worker")
     out = {}
@@ -105,7 +97,7 @@ def router_figures(
     requests = None
     for counter in REQUESTS:
         if counter in have:
-            requests = (requests or 0.0) + (_delta(first, last, counter) or 0.0)
+            requests = (requests or 0.0) + (delta(first, last, counter) or 0.0)
     kinds: dict[str, float] = {}  # router-level errors by type, then per-worker ones
     for counter in ERRORS:
         before = first.by_label(counter, "error_type")
@@ -149,8 +141,8 @@ def router_figures(
     if dur is not None:
         before_b = dict(first.buckets(dur))
         buckets = [(le, c - before_b.get(le, 0.0)) for le, c in last.buckets(dur)]
-    retries = _delta(first, last, RETRIES) if RETRIES in have else None
-    exhausted = _delta(first, last, RETRIES_EXHAUSTED) if RETRIES_EXHAUSTED in have else None
+    retries = delta(first, last, RETRIES) if RETRIES in have else None
+    exhausted = delta(first, last, RETRIES_EXHAUSTED) if RETRIES_EXHAUSTED in have else None
     return RouterFigures(
         name, where, seconds, requests=requests,
         request_rate=None if requests is None else requests / seconds,

@@ -7,7 +7,7 @@ from typing import Any
 
 from pdctl.top.gpu import GpuLoad
 from pdctl.top.lora import lora_adapters
-from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, quantile
+from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, delta, quantile
 from pdctl.top.router import RouterFigures, router_figures
 
 
@@ -44,16 +44,6 @@ class Figures:
     lora: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
-def _delta(first: Snapshot, last: Snapshot, name: str | None) -> float | None:
-    if name is None:
-        return None
-    a, b = first.total(name), last.total(name)
-    if b is None:
-        return None
-    d = b - (a or 0.0)
-    return d if d >= 0 else b  # a counter that went back: the engine restarted
-
-
 def _bucket_delta(first: Snapshot, last: Snapshot, name: str | None) -> list[tuple[float, float]]:
     if name is None:
         return []
@@ -75,7 +65,7 @@ def figures(
     seconds = max(last.at - first.at, 1e-9)
 
     def rate(figure: str) -> float | None:
-        d = _delta(first, last, last.pick(figure))
+        d = delta(first, last, last.pick(figure))
         return None if d is None else d / seconds
 
     def gauge(figure: str) -> float | None:
@@ -85,8 +75,8 @@ def figures(
     def pct(figure: str, q: float) -> float | None:
         return quantile(q, _bucket_delta(first, last, last.pick(figure)))
 
-    hits = _delta(first, last, last.pick("prefix_hits"))
-    queries = _delta(first, last, last.pick("prefix_queries"))
+    hits = delta(first, last, last.pick("prefix_hits"))
+    queries = delta(first, last, last.pick("prefix_queries"))
     by_source: dict[str, float] = {}
     src = last.pick("prompt_by_source")
     if src:
@@ -98,7 +88,7 @@ def figures(
         if metric in CONNECTOR_ERRORS or (
             metric.startswith("vllm:") and "failed" in metric and metric.endswith("_total")
         ):
-            errors[metric] = _delta(first, last, metric) or 0.0
+            errors[metric] = delta(first, last, metric) or 0.0
     totals = {}
     for figure in ("requests", "prompt_tokens", "generation_tokens", "preemptions"):
         counter = last.pick(figure)
@@ -114,8 +104,8 @@ def figures(
         ttft_p95=pct("ttft", 0.95), itl_p50=pct("itl", 0.5), itl_p95=pct("itl", 0.95),
         kv_usage=gauge("kv_usage"),
         prefix_hit_rate=(hits / queries) if hits is not None and queries else None,
-        preemptions=_delta(first, last, last.pick("preemptions")),
-        requests=_delta(first, last, last.pick("requests")), prompt_by_source=by_source,
+        preemptions=delta(first, last, last.pick("preemptions")),
+        requests=delta(first, last, last.pick("requests")), prompt_by_source=by_source,
         kv_tokens_received=by_source.get("external_kv_transfer") if src else None,
         connector_errors=errors, totals=totals, max_num_seqs=max_num_seqs, gpus=gpus,
         lora=lora_adapters(last),

@@ -98,22 +98,17 @@ def create_kwargs(c: Container, secrets: dict[str, str], home: str | None = None
         ),
         "volumes": volumes,
     }
-    if c.entrypoint:
-        opts["entrypoint"] = [c.entrypoint]
-    if c.host_network:
-        opts["network_mode"] = "host"
-    if c.ports:
-        opts["ports"] = {f"{inside}/tcp": host for host, inside in c.ports}
-    if c.gpus:  # --gpus "device=0,1"
-        ids = [str(g) for g in c.gpus]
-        opts["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
-    if c.devices:
-        opts["devices"] = [f"{d}:{d}:rwm" for d in c.devices]
-    if c.cap_add:
-        opts["cap_add"] = list(c.cap_add)
-    if c.ulimits:
-        opts["ulimits"] = [Ulimit(name=n, soft=v, hard=v) for n, v in c.ulimits]
-    return opts
+    gpus = [str(g) for g in c.gpus]  # --gpus "device=0,1"
+    optional = {  # each only where the container has it
+        "entrypoint": [c.entrypoint] if c.entrypoint else None,
+        "network_mode": "host" if c.host_network else None,
+        "ports": {f"{inside}/tcp": host for host, inside in c.ports},
+        "device_requests": [DeviceRequest(device_ids=gpus, capabilities=[["gpu"]])] if gpus else [],
+        "devices": [f"{d}:{d}:rwm" for d in c.devices],
+        "cap_add": list(c.cap_add),
+        "ulimits": [Ulimit(name=n, soft=v, hard=v) for n, v in c.ulimits],
+    }
+    return opts | {key: value for key, value in optional.items() if value}
 
 
 def observed(host: str, c: Any) -> Observed:

@@ -92,6 +92,11 @@ class HealthWait:
         failures: list[UnitFailure] = []
         last: dict[str, str] = {}
         pause = min(FIRST_PAUSE, self.poll)  # doubled after each round, up to self.poll
+
+        def fail(d: Desired, why: str, log: str = "") -> None:
+            pending.remove(d)
+            failures.append(UnitFailure(d.host.name, d.name, why, log))
+
         while pending:
             found = self.look_all(pending, looked, checked)
             for d in list(pending):
@@ -101,18 +106,13 @@ class HealthWait:
                     f.unit for f in failures if f.unit != d.name and self.group_of(f.unit) == d.name
                 ]
                 if lost:  # a multi-node group's leader: a failed node fails the group
-                    pending.remove(d)
-                    why = f"a node of its group failed ({lost[0]})"
-                    failures.append(UnitFailure(d.host.name, d.name, why, ""))
+                    fail(d, f"a node of its group failed ({lost[0]})")
                     continue
                 look = found[(d.host.name, d.name)]
                 if isinstance(look.error, HostLost):
                     self.lost.add(d.host.name)
                     for other in [p for p in pending if p.host.name == d.host.name]:
-                        pending.remove(other)
-                        failures.append(
-                            UnitFailure(other.host.name, other.name, look.error.line(), "")
-                        )
+                        fail(other, look.error.line())
                     continue
                 if look.health is not None:
                     health = look.health
@@ -123,22 +123,14 @@ class HealthWait:
                         continue
                     last[d.name] = health.detail
                     if health.foreign:  # another process holds the port: waiting won't help
-                        pending.remove(d)
-                        failures.append(
-                            UnitFailure(
-                                d.host.name, d.name, health.detail, self.tail(d.host.name, d.name)
-                            )
-                        )
+                        fail(d, health.detail, self.tail(d.host.name, d.name))
                         continue
                 leader = self.group_of(d.name)
                 if leader != d.name and leader in {f.unit for f in failures}:
-                    pending.remove(d)  # the group failed: this node goes with it
-                    why = f"its group's leader {leader} failed"
-                    failures.append(UnitFailure(d.host.name, d.name, why, ""))
+                    fail(d, f"its group's leader {leader} failed")  # this node goes with it
                     continue
                 if look.error is not None:  # the host answers, but not this question
-                    pending.remove(d)
-                    failures.append(UnitFailure(d.host.name, d.name, look.error.line(), ""))
+                    fail(d, look.error.line())
                     continue
                 if look.alive:
                     # A headless node counts as up once its leader is healthy; until
@@ -152,12 +144,9 @@ class HealthWait:
                         elapsed = look.at - begun
                         self.report(d, stage_of(look.log), latest_line(look.log), elapsed)
                     continue
-                pending.remove(d)
                 why = self.fleet.ops[d.host.name].ended(d.name)
                 why += " before it became healthy" if d.port else ""
-                failures.append(
-                    UnitFailure(d.host.name, d.name, why, self.tail(d.host.name, d.name))
-                )
+                fail(d, why, self.tail(d.host.name, d.name))
             if pending and time.monotonic() > deadline:
                 for d in pending:
                     seen = last.get(d.name, "no answer")

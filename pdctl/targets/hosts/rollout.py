@@ -312,14 +312,7 @@ class Rollout(HealthWait):
             if item.kind == "stopped":
                 back.append(item)
                 continue
-            try:
-                self.stop(d)
-            except HostLost as exc:
-                self.lost.add(host)
-                self.out.left.append(f"{d.name} on {host}: {exc.line()}")
-                continue
-            except PdctlError as exc:
-                self.out.left.append(f"{d.name} on {host}: {exc.line()}")
+            if not self.undo_step(d, partial(self.stop, d)):
                 continue
             if item.kind == "started":
                 self.out.stopped.insert(0, d.name)
@@ -343,34 +336,36 @@ class Rollout(HealthWait):
             else:
                 self.out.restored.append(f"{name}, which this run had stopped ({state})")
 
-    def put_back(self, item: Done) -> None:
-        """The previous scripts of a unit that was stopped before this run, back in place and
-        not started (it stays as it was: stopped)."""
-        d, host = item.unit, item.unit.host.name
+    def undo_step(self, d: Desired, fn: Callable[[], object], left: str = "") -> bool:
+        """Run one step of an undo; a failure is said in `out.left` (`left` before the error,
+        unless the host was lost)."""
+        host = d.host.name
         try:
-            self.fleet.ops[host].restore_previous(d.name)
-        except HostLost as exc:
-            self.lost.add(host)
-            self.out.left.append(f"{d.name} on {host}: {exc.line()}")
-            return
-        except PdctlError as exc:
-            self.out.left.append(f"{d.name} on {host}: stopped, {exc.line()}")
-            return
-        self.out.restored.append(
-            f"the previous version of {d.name} (not started: it was stopped before this run)"
-        )
-
-    def bring_back(self, item: Done) -> bool:
-        d, host = item.unit, item.unit.host.name
-        ops = self.fleet.ops[host]
-        try:
-            if item.kind == "replaced":
-                ops.restore_previous(d.name)
-            self.start(d)
+            fn()
             return True
         except HostLost as exc:
             self.lost.add(host)
             self.out.left.append(f"{d.name} on {host}: {exc.line()}")
         except PdctlError as exc:
-            self.out.left.append(f"{d.name} on {host}: not running: {exc.line()}")
+            self.out.left.append(f"{d.name} on {host}: {left}{exc.line()}")
         return False
+
+    def put_back(self, item: Done) -> None:
+        """The previous scripts of a unit that was stopped before this run, back in place and
+        not started (it stays as it was: stopped)."""
+        d = item.unit
+        restore = partial(self.fleet.ops[d.host.name].restore_previous, d.name)
+        if self.undo_step(d, restore, "stopped, "):
+            self.out.restored.append(
+                f"the previous version of {d.name} (not started: it was stopped before this run)"
+            )
+
+    def bring_back(self, item: Done) -> bool:
+        d = item.unit
+
+        def again() -> None:
+            if item.kind == "replaced":
+                self.fleet.ops[d.host.name].restore_previous(d.name)
+            self.start(d)
+
+        return self.undo_step(d, again, "not running: ")

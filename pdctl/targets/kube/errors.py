@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -166,7 +166,7 @@ def _cause(exc: BaseException) -> str:
     return f"{type(last).__name__}: {' '.join(str(last).split())}"
 
 
-def with_applied(text: str, applied: list[str]) -> str:
+def with_applied(text: str, applied: Sequence[str]) -> str:
     """An error line that says which objects this run applied before it failed."""
     if not applied:
         return text
@@ -175,27 +175,22 @@ def with_applied(text: str, applied: list[str]) -> str:
     )
 
 
-class Unreached(PdctlError):
-    """No HTTP answer. `applied`: the objects (`Kind/name`) this run applied before it."""
+class Applied(PdctlError):
+    """A failed call whose line names `applied`: the objects (`Kind/name`) this run had
+    applied before it, which stay applied (set by naming_applied)."""
 
-    def __init__(self, message: str, applied: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.applied = list(applied or [])
-
-    def __str__(self) -> str:
-        return with_applied(super().__str__(), self.applied)
-
-
-class Refused(ApiError):
-    """The API server answered a call with an error status. `applied`: the objects this run
-    had applied before it (`Kind/name`), which stay applied; the line names them."""
-
-    def __init__(self, message: str, status: int, applied: list[str] | None = None) -> None:
-        super().__init__(message, status)
-        self.applied = list(applied or [])
+    applied: Sequence[str] = ()
 
     def __str__(self) -> str:
         return with_applied(super().__str__(), self.applied)
+
+
+class Unreached(Applied):
+    """No HTTP answer."""
+
+
+class Refused(Applied, ApiError):
+    """The API server answered a call with an error status."""
 
 
 @contextmanager

@@ -15,32 +15,20 @@ if TYPE_CHECKING:
     from pdctl.targets.kube.api import KubeApi
 
 
-def rolled_out(dep: dict[str, Any] | None) -> bool:
+def rolled_out(dep: dict[str, Any] | None, ready: str = "availableReplicas") -> bool:
+    """A Deployment (or, with `readyReplicas`, a LeaderWorkerSet: a group is ready when all
+    of its pods are) is rolled out when its controller saw the current generation and every
+    replica is updated and available (ready)."""
     if not dep:
         return False
     meta, spec, st = dep.get("metadata") or {}, dep.get("spec") or {}, dep.get("status") or {}
     want = spec.get("replicas", 1)
-    return (
-        st.get("observedGeneration", 0) >= meta.get("generation", 1)
-        and st.get("updatedReplicas", 0) == want
-        and st.get("availableReplicas", 0) == want
-        and st.get("replicas", 0) == want
+    return st.get("observedGeneration", 0) >= meta.get("generation", 1) and all(
+        st.get(key, 0) == want for key in ("updatedReplicas", ready, "replicas")
     )
 
 
-def groups_ready(lws: dict[str, Any] | None) -> bool:
-    """A LeaderWorkerSet is rolled out when its controller saw the current generation and
-    every group is updated and ready (a group is ready when all of its pods are)."""
-    if not lws:
-        return False
-    meta, spec, st = lws.get("metadata") or {}, lws.get("spec") or {}, lws.get("status") or {}
-    want = spec.get("replicas", 1)
-    return (
-        st.get("observedGeneration", 0) >= meta.get("generation", 1)
-        and st.get("updatedReplicas", 0) == want
-        and st.get("readyReplicas", 0) == want
-        and st.get("replicas", 0) == want
-    )
+groups_ready = partial(rolled_out, ready="readyReplicas")
 
 
 def rollout_state(dep: dict[str, Any]) -> str:
