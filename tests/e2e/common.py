@@ -28,8 +28,10 @@ PROMPT = (
 )
 
 
-# NIXL with kv_buffer_device cpu: the KV blocks go over UCX on loopback.
-UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo"}
+# NIXL with kv_buffer_device cpu: the KV blocks go over UCX on loopback. PYTHONPATH: NIXL's
+# progress thread sleeps between polls instead of spinning a core (nixl_idle/sitecustomize.py).
+NIXL_IDLE = str(Path(__file__).resolve().parent / "nixl_idle")
+UCX = {"UCX_TLS": "sm,self,tcp", "UCX_NET_DEVICES": "lo", "PYTHONPATH": NIXL_IDLE}
 
 
 def model_section(vllm: VllmCpu, name: str | None = None) -> dict:
