@@ -51,6 +51,7 @@ SWEEP_CONFIGS: dict[str, tuple[list[str], float]] = {
     "fp8kv": (["--kv-cache-dtype", "fp8"], 0.9),
     "seqs256": (["--max-num-seqs", "256"], 0.9),
     "mbt16384": (["--max-num-batched-tokens", "16384"], 0.9),
+    "mbt4096": (["--max-num-batched-tokens", "4096"], 0.9),
     "seqs128": (["--max-num-seqs", "128"], 0.9),
     "util095": ([], 0.95),
 }
