@@ -248,6 +248,7 @@ def _overhead(model: ModelConfig, shape: Shape, tokens: int, seqs: int, stage: i
         shape.flashinfer_sampler,
         stage=stage if shape.pp > 1 else None,
         ep=shape.ep,
+        spec_decode=shape.speculative is not None,
     )
 
 

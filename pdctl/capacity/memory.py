@@ -138,7 +138,7 @@ def overhead(
     model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto",
     max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, enforce_eager: bool = False,
     gpu_name: str = "", engine: str | None = None, flashinfer_sampler: bool | None = None,
-    stage: int | None = None, ep: int = 0,
+    stage: int | None = None, ep: int = 0, spec_decode: bool = False,
 ) -> Overhead:
     """Estimate activation, non-torch and CUDA-graph memory per GPU (see `Overhead`).
 
@@ -152,7 +152,7 @@ def overhead(
     layers = stage_layers(model, pp) if stage is None else stage_partition(model.layers, pp)[stage]
     activation = profile.activation_bytes(
         model, tp, max_num_batched_tokens, max_num_seqs, act, engine, flashinfer_sampler,
-        sampler=last, encoder=first, gpu_name=gpu_name, ep=ep,
+        sampler=last, encoder=first, gpu_name=gpu_name, ep=ep, spec_decode=spec_decode,
     )
     return Overhead(
         activation=activation, non_torch=profile.non_torch_bytes(tp, pp, gpu_name, engine),

@@ -149,7 +149,7 @@ def moe_workspace_bytes(
 def activation_bytes(
     model: ModelConfig, tp: int, tokens: int, seqs: int, act: int, engine: str | None,
     flashinfer: bool | None = None, sampler: bool = True, encoder: bool = True, gpu_name: str = "",
-    ep: int = 0,
+    ep: int = 0, spec_decode: bool = False,
 ) -> int:
     """The profile run's transient peak: the encoder, the forward pass or the sampler, the
     largest (they run one after the other). With PP the encoder runs on the first stage
@@ -165,7 +165,8 @@ def activation_bytes(
     held = workspace + tokens * model.hidden * act if version(engine) >= MOE_WORKSPACE_FROM else 0
     return max(
         encoder_bytes(model, tp, encoder_tokens(model, tokens, seqs), act) if encoder else 0,
-        forward, sampler_bytes(model, seqs, engine, flashinfer, gpu_name) + held if sampler else 0,
+        forward, sampler_bytes(model, seqs, engine, flashinfer, gpu_name, spec_decode) + held
+        if sampler else 0,
     )
 
 

@@ -86,6 +86,16 @@ def flashinfer_only(engine: str | None, installed: bool | None = None) -> bool:
 # v1/worker/gpu/sample/penalties.py l.48-50), which 0.23.0's peak-increase sum leaves out:
 # 10 bytes a logit, plus the Triton buffer. From the source only: no 0.33.0 log checks it.
 V2_RUNNER_VERSION = (0, 23)
+# With speculative decoding (any method) the V1 runner's `_dummy_sampler_run` (0.23.0
+# gpu_model_runner.py l.6048-6079) then runs the rejection sampler over one dummy draft token
+# per request: new bf16 logits of 2 x max_num_seqs rows (4 bytes a request's vocab logit),
+# `RejectionSampler.forward` (v1/sample/rejection_sampler.py l.121-181) holding the bonus rows
+# (2), the bonus sampler's raw fp32 logits kept for logprobs (4), the target rows in fp32 (4)
+# and their clone (4), then `rejection_sample`'s softmax (4) and `sample_recovered_tokens`'
+# exponential noise and its reciprocal (4 + 4, l.682-694): 30 bytes at its peak where the
+# plain sampler run peaked at 14, so 16 more. Draft probabilities are only made for
+# draft_sample_method "probabilistic" (the default is "greedy").
+REJECTION_EXTRA_BYTES_PER_LOGIT = 16
 V2_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
 V2_BYTES_PER_LOGIT = 6
 V2_EVERY_MODEL_FROM = (0, 24)  # 0.33.0's rule; the release between that changed it not located
@@ -110,14 +120,17 @@ def triton_topk(engine: str | None, seqs: int) -> bool:
 
 def sampler_bytes(
     model: ModelConfig, seqs: int, engine: str | None, flashinfer: bool | None = None,
-    gpu_name: str = "",
+    gpu_name: str = "", spec_decode: bool = False,
 ) -> int:
-    """The profile's sampler run: max_num_seqs rows of vocab logits."""
+    """The profile's sampler run: max_num_seqs rows of vocab logits (`spec_decode`: with
+    the rejection sampler's run after it, derived for 0.23's V1 runner only)."""
     if v2_runner(model, engine):
         return int(seqs * model.vocab * V2_BYTES_PER_LOGIT)
     warmup = version(engine) >= V2_EVERY_MODEL_FROM
     if warmup or triton_topk(engine, seqs):
         per_logit = V2_WARMUP_BYTES_PER_LOGIT if warmup else TRITON_TOPK_BYTES_PER_LOGIT
+        if spec_decode and version(engine) == V2_RUNNER_VERSION:
+            per_logit += REJECTION_EXTRA_BYTES_PER_LOGIT
         return int(seqs * model.vocab * per_logit) + triton_buffer_bytes(model, seqs, gpu_name)
     flash = flashinfer_only(engine, flashinfer)
     sort_per_logit = FLASHINFER_BYTES_PER_LOGIT if flash else SAMPLER_BYTES_PER_LOGIT

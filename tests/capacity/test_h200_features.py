@@ -5,7 +5,8 @@ an EAGLE-3 head on Qwen3-8B (k=3) and the hybrid Mamba-2 Nemotron-H-8B
 The terms were derived from vLLM's source and committed before these runs; the first
 comparison below changed nothing in pdctl (docs/capacity.md, "Issue 37's features on the
 H200"). Both runs fall in the fit two-thirds of the file-name rule (`held_out`); the held-out
-start-ups of the same table (EAGLE-3 k=5, MiMo-7B without MTP) have not run yet.
+start-ups of the same table (EAGLE-3 k=5, MiMo-7B without MTP) ran on an H100
+(tests/capacity/test_h100_features.py).
 """
 
 from __future__ import annotations

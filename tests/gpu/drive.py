@@ -601,7 +601,7 @@ STARTUPS = {
     "qwen3-8b-u0.9-lora8r64": ("qwen3-8b", ["--gpu-memory-utilization", "0.9", "--enable-lora",
                                             "--max-loras", "8", "--max-lora-rank", "64"]),
     # Issue 37: speculative decoding, a hybrid Mamba-2 model, native KV offloading to CPU. The
-    # held-out third is chosen by tests/capacity/h100_features.py's rule (the log's file name).
+    # held-out third is chosen by tests/capacity/h200_logs.py's `held_out` (the log's file name).
     "qwen3-8b-u0.9-eagle3-k3": ("qwen3-8b", ["--gpu-memory-utilization", "0.9",
                                              "--speculative-config", json.dumps(
                                                  {"method": "eagle3", "num_speculative_tokens": 3,
