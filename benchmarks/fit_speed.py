@@ -158,6 +158,8 @@ def main() -> None:
             },
         }
         out = ROOT / "pdctl/data/speed" / f"{args.gpu.lower()}-vllm{args.engine}.json"
+        if out.exists() and "eager" in (old := json.loads(out.read_text())):
+            doc["eager"] = old["eager"]  # fitted apart, on a sweep's --enforce-eager cells
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out}")
 

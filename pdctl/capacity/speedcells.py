@@ -43,6 +43,7 @@ class Cell:
     # model the speed model describes (dummy weights routing a MoE batch to few experts)
     below_bound: bool = False
     kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
 
 
 def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
@@ -83,7 +84,8 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
         } if not warm else _without_warmup(c["raw"], warm)
         out.append(
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
-                 measured, bool(c.get("held_out")), below, shape.kv_cache_dtype)
+                 measured, bool(c.get("held_out")), below, shape.kv_cache_dtype,
+                 shape.enforce_eager)
         )
     return out
 
@@ -121,7 +123,7 @@ def _below_bound(cell: dict[str, Any], model: ModelConfig, shape: Shape, gpu: st
 def predict(cell: Cell, cal: Calibration) -> dict[str, float]:
     """The simulator's figures for one cell under `cal`."""
     shape = Shape(gpu=cell.gpu, engine=cell.engine, max_model_len=cell.max_model_len,
-                  kv_cache_dtype=cell.kv_cache_dtype)
+                  kv_cache_dtype=cell.kv_cache_dtype, enforce_eager=cell.enforce_eager)
     engine = engine_for(cell.model, GPUS[cell.gpu], shape, cal=cal)
     s = simulate(engine, cell.load, cell.batched_tokens, cell.seqs, cell.kv_tokens).summary()
     return {

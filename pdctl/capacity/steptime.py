@@ -17,7 +17,10 @@ scheduler fitted into its token budget. Its time is the sum of
   compute against it (2 x heads x (latent + latent - rope) per context token; vLLM's absorbed
   MLA decode, vllm/v1/attention/backends/mla/common.py);
 - a cost per token (`token_s`: sampling, detokenising and streaming each new token, the
-  embedding and lm_head rows).
+  embedding and lm_head rows);
+- without CUDA graphs (`--enforce-eager`), a launch cost per layer and step
+  (`eager_layer_s`): every kernel is launched from Python one by one. It is bound by the
+  host's CPU, not the GPU: fitted on one machine's sweep, it is the least portable constant.
 
 Every efficiency is a share of the GPU's datasheet peak (pdctl.capacity.gpus), so a GPU without
 a calibration of its own takes the nearest one's shares against its own peaks (`Calibration
@@ -73,6 +76,7 @@ class Calibration:
     linear_flops: float  # share of the dense BF16 peak the linear layers reach
     attn_flops: float  # share of the peak prefill attention reaches
     overlap_k: float = 4.0
+    eager_layer_s: float = 0.0  # per layer and step without CUDA graphs (not fit_speed's)
     provenance: dict = field(default_factory=dict, compare=False, hash=False)
     extrapolated_from: str | None = None  # "H200": this GPU had no calibration of its own
 
@@ -107,7 +111,7 @@ def calibrations() -> tuple[Calibration, ...]:
         found.append(
             Calibration(
                 gpu=doc["gpu"], engine=doc["engine"], provenance=doc.get("provenance", {}),
-                **values,
+                eager_layer_s=float(doc.get("eager", {}).get("eager_layer_s", 0.0)), **values,
             )
         )
     return tuple(found)
@@ -220,7 +224,8 @@ class Engine:
         for n, before in chunks:  # causal: each chunk token against its context
             pairs = n * (before * self.window_share(before + n) + n / 2)
             attn += pairs * self.attn_pair_flops(False) / (peak * c.attn_flops)
-        t = c.fixed_s + c.layer_s * self.model.layers + linear + kv + attn + c.token_s * tokens
+        layer_s = c.layer_s + (c.eager_layer_s if self.shape.enforce_eager else 0.0)
+        t = c.fixed_s + layer_s * self.model.layers + linear + kv + attn + c.token_s * tokens
         if self.per_gpu > 1:
             t *= self.per_gpu / TIME_SLICE_EFFICIENCY
         return t

@@ -1,7 +1,9 @@
 """`pdctl plan --search` (pdctl.capacity.search): the engine settings it ranks, and whether its
-pick serves the recorded H100 sweep (tests/fixtures/gpu/vllm023-h100/sweep: Qwen3-8B under six
-configurations, each measured on a decode-heavy and a prefill-heavy cell) nearly as well as the
-best configuration measured there (issue 35's config quality)."""
+pick serves the recorded H100 sweeps nearly as well as the best configuration measured there
+(issue 35's config quality): Qwen3-8B, each configuration measured on a decode-heavy and a
+prefill-heavy cell, on two H100 machines on two days (tests/fixtures/gpu/vllm023-h100/sweep:
+six configurations; vllm023-h100-b/sweep: ten, every --search candidate but max-num-seqs 512,
+plus --enforce-eager)."""
 
 from __future__ import annotations
 
@@ -19,17 +21,27 @@ from pdctl.inputs import capacity_plan, read_spec
 from tests.helpers import cli, written
 
 ROOT = Path(__file__).resolve().parents[2]
-SWEEP = ROOT / "tests/fixtures/gpu/vllm023-h100/sweep"
+SWEEPS = {"h100-a": ROOT / "tests/fixtures/gpu/vllm023-h100/sweep",
+          "h100-b": ROOT / "tests/fixtures/gpu/vllm023-h100-b/sweep"}
 CONFIG = ROOT / "tests/gpu/models/qwen3-8b/config.json"
 # the sweep's labels as the flags --search names them
 AS_FLAGS = {"base": AS_SPEC, "fp8kv": NUMERICS, "seqs64": "--max-num-seqs 64",
             "mbt2048": "--max-num-batched-tokens 2048",
-            "mbt16384": "--max-num-batched-tokens 16384", "eager": None}
+            "mbt16384": "--max-num-batched-tokens 16384", "eager": None,
+            "mbt4096": "--max-num-batched-tokens 4096", "seqs128": "--max-num-seqs 128",
+            "seqs256": "--max-num-seqs 256", "util095": "--gpu-memory-utilization 0.95"}
 TTFT_MS, TPOT_MS = 1000, 30
 
 
-def _recorded() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(SWEEP.glob("*.json"))}
+def _recorded(sweep: str = "h100-a") -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(SWEEPS[sweep].glob("*.json"))}
+
+
+def _measured(sweep: str, workload: str) -> dict[str, float]:
+    """Goodput of every recorded configuration on WORKLOAD, by its --search label."""
+    return {AS_FLAGS[label]: _measured_goodput(doc["cells"][key])
+            for label, doc in _recorded(sweep).items() if AS_FLAGS[label]
+            for key in doc["cells"] if f"/{workload}/" in key}
 
 
 def _spec_text(prompt: int, output: int) -> str:
@@ -65,18 +77,24 @@ def test_variants_are_single_changes_the_spec_does_not_already_have() -> None:
     assert fp8.model.kv_cache_dtype == "fp8" and spec.model.kv_cache_dtype == "auto"
 
 
+def test_the_second_sweep_measured_every_candidate_but_one() -> None:
+    measured = _measured("h100-b", "decode")
+    assert len(measured) == 9 and set(measured) == {AS_SPEC} | {
+        label for label, _, _ in CANDIDATES} - {"--max-num-seqs 512"}
+    assert set(_measured("h100-b", "prefill")) == set(measured)
+
+
+@pytest.mark.parametrize("sweep", list(SWEEPS))
 @pytest.mark.parametrize("workload, prompt, output, concurrency",
                          [("decode", 256, 1024, 128), ("prefill", 4096, 128, 16)])
-def test_the_pick_is_within_ten_percent_of_the_best_measured(workload, prompt, output,
+def test_the_pick_is_within_ten_percent_of_the_best_measured(sweep, workload, prompt, output,
                                                              concurrency) -> None:
-    """Of the configurations the sweep measured, the best one by --search's ranking reaches at
-    least 0.9 of the best measured goodput (decode: fp8 KV, 1.00; prefill: fp8 KV, 0.93 where
-    the measured best is max-num-batched-tokens 2048). The worst measured one is ranked below
-    the pick (seqs64 on decode, mbt16384 on prefill)."""
+    """Of the configurations a sweep measured, the best one by --search's ranking reaches at
+    least 0.9 of the best measured goodput: fp8 KV on both cells of both sweeps (decode 1.00
+    and 1.00; prefill 0.93 and 0.93, where the measured best is max-num-batched-tokens 2048).
+    The worst measured one is ranked below the pick (seqs64 on decode, mbt16384 on prefill)."""
     ranked = [t.label for t in _ranked(prompt, output, concurrency)]
-    measured = {AS_FLAGS[label]: _measured_goodput(doc["cells"][key])
-                for label, doc in _recorded().items() if AS_FLAGS[label]
-                for key in doc["cells"] if f"/{workload}/" in key}
+    measured = _measured(sweep, workload)
     pick = next(label for label in ranked if label in measured)
     assert measured[pick] >= 0.9 * max(measured.values()), (pick, measured)
     worst = min(measured, key=measured.__getitem__)
@@ -102,10 +120,11 @@ def test_cli_search_table_json_and_refusals(tmp_path: Path) -> None:
     assert "engine.device is cpu" in err
 
 
-def _one_bench(workload: str, prompt: int, output: int, concurrency: int) -> dict:
+def _one_bench(workload: str, prompt: int, output: int, concurrency: int,
+               sweep: str = "h100-a") -> dict:
     """The sweep's `base` cell of WORKLOAD as `pdctl bench -o json` reports a step: measured
     p50s, the plan's prediction of that step and their ratio (pdctl.bench.run)."""
-    cell = next(c for k, c in _recorded()["base"]["cells"].items() if f"/{workload}/" in k)
+    cell = next(c for k, c in _recorded(sweep)["base"]["cells"].items() if f"/{workload}/" in k)
     spec, source = read_spec([(_spec_text(prompt, output), "/tmp/sweep.yaml")])
     plan = capacity_plan(spec, source, "/tmp/sweep.yaml")[0]
     measured = {"ttftMs": cell["ttft_ms"], "tpotMs": cell["tpot_ms"], "itlMs": cell["itl_ms"],
@@ -121,22 +140,26 @@ def _one_bench(workload: str, prompt: int, output: int, concurrency: int) -> dic
     }
 
 
+@pytest.mark.parametrize("sweep", list(SWEEPS))
 @pytest.mark.parametrize("workload, prompt, output, concurrency, rules, want",
-                         [("decode", 256, 1024, 128, [], NUMERICS),
+                         [("decode", 256, 1024, 128, [], {"h100-a": NUMERICS,
+                                                          "h100-b": NUMERICS}),
                           ("prefill", 4096, 128, 16, [("serve", "replicas")],
-                           "--max-num-batched-tokens 2048")])
+                           {"h100-a": "--max-num-batched-tokens 2048", "h100-b": NUMERICS})])
 def test_tunes_pick_after_one_bench_is_within_ten_percent_of_the_best(
-        workload, prompt, output, concurrency, rules, want) -> None:
+        sweep, workload, prompt, output, concurrency, rules, want) -> None:
     """`pdctl tune` after one bench of the spec's own settings (the sweep's `base` cell): the
     rules change no engine setting (prefill: TTFT p90 1.46 s over the 1 s target asks for a
     second replica), and the speed model, its TTFT and TPOT scaled by what that bench
     measured over what it predicted, proposes one settings change.
-    Its measured goodput is at least 0.9 of the best configuration measured (decode: fp8 KV,
-    1.00; prefill: max-num-batched-tokens 2048, 1.00, where `plan --search` from the spec
-    alone picks fp8 KV, 0.93: the bench's TTFT x1.43 makes shorter chunks worth it), where
-    keeping the spec's settings scores 0.89 and 0.58."""
+    Its measured goodput is at least 0.9 of the best configuration measured. First sweep:
+    decode fp8 KV, 1.00; prefill max-num-batched-tokens 2048, 1.00, where `plan --search`
+    from the spec alone picks fp8 KV, 0.93: the bench's TTFT x1.43 makes shorter chunks worth
+    it; keeping the spec's settings scores 0.89 and 0.58. Second sweep: fp8 KV on both, 1.00
+    and 0.93 (its base bench's TTFT was closer to the model's); the spec's settings 0.88 and
+    0.96."""
     spec, source = read_spec([(_spec_text(prompt, output), "/tmp/sweep.yaml")])
-    report = _one_bench(workload, prompt, output, concurrency)
+    report = _one_bench(workload, prompt, output, concurrency, sweep)
     data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert [p.path for p in propose(data, report)] == rules
 
@@ -148,12 +171,11 @@ def test_tunes_pick_after_one_bench_is_within_ten_percent_of_the_best(
     assert picked is not None and picked.rule == "engine settings"
     by_change = {(f.split(".")[-1].replace("_", ""), v): label for label, f, v in CANDIDATES}
     label = by_change[(picked.path[-1].lower(), picked.value)]
-    assert label == want, picked
-    measured = {AS_FLAGS[name]: _measured_goodput(doc["cells"][key])
-                for name, doc in _recorded().items() if AS_FLAGS[name]
-                for key in doc["cells"] if f"/{workload}/" in key}
+    assert label == want[sweep], picked
+    measured = _measured(sweep, workload)
     assert measured[label] >= 0.9 * max(measured.values()), (label, measured)
-    assert measured[AS_SPEC] < 0.9 * max(measured.values())  # keeping the spec's would fail
+    if sweep == "h100-a":  # keeping the spec's would have failed here (0.89, 0.58)
+        assert measured[AS_SPEC] < 0.9 * max(measured.values())
 
 
 def test_cli_tune_proposes_the_settings_with_their_evidence(tmp_path: Path) -> None:

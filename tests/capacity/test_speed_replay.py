@@ -90,3 +90,40 @@ def test_decode_step_time_of_the_dense_models_is_within_ten_percent(cells, cal):
     dense = [c for c in cells if "decode" in c.key and not c.model.is_moe]
     errs = errors(dense, cal)
     assert dense and all(abs(e["tpot"]) <= 0.10 for e in errs.values()), errs
+
+
+SECOND = ROOT / "tests/fixtures/gpu/vllm023-h100-b"
+# The frozen model on recordings it never saw: Mistral-7B and Qwen3-8B run again on another
+# H100 machine the day after the fit (docs/performance.md), MAPE % plus a point of slack
+SECOND_MACHINE = {"ttft": 16.0, "tpot": 8.6, "throughput": 5.4}
+
+
+def _second(folder: str) -> list:
+    out = []
+    for path in sorted((SECOND / folder).glob("*.json")):
+        doc = json.loads(path.read_text())
+        cfg = json.loads((ROOT / "tests/gpu/models" / doc["model"] / "config.json").read_text())
+        out += cells_of(doc, model_config(doc["model"], cfg))
+    return out
+
+
+def test_the_frozen_model_on_a_second_machine_it_was_not_fitted_on(cal):
+    """Sixteen cells, none seen by the fit (TTFT 15.0%, TPOT 7.6%, throughput 4.4%): TPOT and
+    throughput meet the 10% goal, TTFT does not (the closed loop's bursts: see the docs)."""
+    second = _second("speed")
+    assert len(second) == 16 and not any(c.below_bound for c in second)
+    assert cal.provenance["fitted"] < "2026-12-06"  # fitted before these ran
+    found = mape(errors(second, cal))
+    assert within(found, SECOND_MACHINE) and found["ttft"] > 10, found
+
+
+def test_enforce_eager_pays_a_launch_cost_per_layer_and_step(cal):
+    """The second sweep's --enforce-eager cells, on the machine that measured them: within 3%
+    with the eager term, 21% (TPOT) and 26% (throughput) off without it."""
+    eager = [c for c in _second("sweep") if c.enforce_eager]
+    assert len(eager) == 2 and cal.eager_layer_s == pytest.approx(1e-4)
+    with_term = errors(eager, cal)
+    without = errors(eager, replace(cal, eager_layer_s=0.0))
+    for c in eager:
+        assert abs(with_term[c.key]["tpot"]) < 0.03 and abs(with_term[c.key]["throughput"]) < 0.03
+        assert without[c.key]["tpot"] < -0.12 and without[c.key]["throughput"] > 0.17

@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -657,7 +658,7 @@ def startups(out: Path, args: argparse.Namespace) -> dict:
 
 
 def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float,
-                 cells: list[tuple[str, int, int, int]], args: argparse.Namespace,
+                 cells: list[tuple[Any, ...]], args: argparse.Namespace,
                  deadline: float, gpu: str) -> dict:
     """One engine of model NAME with EXTRA vllm args up with `pdctl up`, the load CELLS
     (workload, prompt tokens, output tokens, concurrency) measured, down. Written to
@@ -691,17 +692,23 @@ def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float
         rng = random.Random(0)
         doc["warmup"] = [sp.stream_one("127.0.0.1", 8000, name, sp.prompt(pin, rng, vocab), 4)
                          .get("error", "ok") for pin in sorted({c[1] for c in cells})]
-        for wname, pin, pout, c in cells:
-            key = sp.cell_key(name, wname, c)
+        for wname, pin, pout, c, *more in cells:  # more: (rate, repeat) of an open-loop cell
+            rate, repeat = more if more else (None, 1)
+            key = sp.rate_key(name, wname, rate, repeat) if rate else sp.cell_key(name, wname, c)
             if args.max_concurrency and c > args.max_concurrency:
                 continue  # a model whose KV holds few sequences would queue for minutes
-            if time.time() + 45 > deadline:
+            if time.time() + (args.submit_s + 20 if rate else 45) > deadline:
                 doc["cells"][key] = {"skipped": "out of this call's time"}
                 continue
             before = sp.scrape(get(metrics))
-            cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c,
-                               seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
-                               submit_s=args.submit_s)
+            # a repeat of a cell sends the same prompts at the same times (its first run's seed)
+            seed = int(hashlib.sha256(key.split("#")[0].encode()).hexdigest()[:8], 16)
+            if rate:
+                cell = sp.run_rate_cell("127.0.0.1", 8000, name, vocab, pin, pout, rate,
+                                        seed=seed, submit_s=args.submit_s)
+            else:
+                cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c, seed=seed,
+                                   submit_s=args.submit_s)
             cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
             cell["workload"], cell["held_out"] = wname, sp.held_out(key)
             doc["cells"][key] = cell
@@ -740,6 +747,24 @@ def speed(out: Path, args: argparse.Namespace) -> dict:
     return res
 
 
+def rates(out: Path, args: argparse.Namespace) -> dict:
+    """Issue 35: each model (--only, default Qwen3-8B and Mistral-7B) up with `pdctl up`, the
+    open-loop cells of tests/gpu/speed.py RATE_WORKLOADS, each run RATE_REPEATS times in a
+    row (run with --submit-s 30), down."""
+    from tests.gpu import speed as sp
+
+    res: dict = {"gpu": sp.gpu_name()}
+    deadline = time.time() + args.budget_s
+    order = [(w, pin, pout, 0, rate, k + 1) for w, pin, pout, rs in sp.RATE_WORKLOADS
+             for rate in rs for k in range(sp.RATE_REPEATS)]
+    for name in args.only or ["qwen3-8b", "mistral-7b"]:
+        if time.time() + 150 > deadline:
+            res[name] = {"skipped": "out of this call's time"}
+            continue
+        res[name] = engine_cells(out, name, name, [], 0.9, order, args, deadline, res["gpu"])
+    return res
+
+
 def sweep(out: Path, args: argparse.Namespace) -> dict:
     """Issue 35, config quality: one model under several engine configurations (SWEEP_CONFIGS,
     or --only names of them), each measured on the same cells (SWEEP_CELLS), for goodput per GPU
@@ -761,7 +786,7 @@ def sweep(out: Path, args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["phase0", "phase2", "phase3", "startups", "bench",
-                                        "speed", "sweep"])
+                                        "speed", "rates", "sweep"])
     p.add_argument("out", type=Path)
     p.add_argument("--batches", type=int, nargs="*", default=[64, 128, 192, 256])
     p.add_argument("--slice-batches", type=int, nargs="*", default=[64])

@@ -42,6 +42,18 @@ MODELS = ("qwen3-8b", "qwen3-30b-a3b", "deepseek-v2-lite", "qwen3-32b", "mistral
 # Config quality (issue 35 item 4): one model, engine configurations a user would try (extra
 # vllm args, --gpu-memory-utilization), in the order a cut-short call should keep; each is
 # measured on a decode-heavy and a prefill-heavy cell near saturation.
+# Open-loop cells (`drive.py rates`): Poisson arrivals at a fixed rate (requests/s) for
+# RATE_SUBMIT_S, each cell run twice on the same engine with the same arrivals and prompts.
+# Added after the closed-loop cells' TTFT p50 proved not reproducible: the same 16 cells on
+# two H100 machines a day apart differed by 12% on average (32% at most), TPOT by 4% and
+# throughput by 3% (docs/performance.md): a closed loop's two synchronised bursts put TTFT at
+# the mercy of how the API server takes a burst in. The repeat measures that noise directly.
+RATE_WORKLOADS = (
+    ("decode", 256, 1024, (4.0, 8.0)),  # Qwen3-8B on an H100 serves ~9.5 of these a second
+    ("prefill", 4096, 128, (2.0, 4.0)),  # ... and ~5.5 of these
+)
+RATE_SUBMIT_S = 30.0
+RATE_REPEATS = 2
 SWEEP_MODEL = "qwen3-8b"
 SWEEP_CONFIGS: dict[str, tuple[list[str], float]] = {
     "base": ([], 0.9),
@@ -79,6 +91,11 @@ COUNTERS = (
 
 def cell_key(model: str, workload: str, concurrency: int) -> str:
     return f"{model}/{workload}/c{concurrency}"
+
+
+def rate_key(model: str, workload: str, rate: float, repeat: int = 1) -> str:
+    """An open-loop cell's key; a repeat of the same cell gets `#2`, `#3`."""
+    return f"{model}/{workload}/r{rate:g}" + (f"#{repeat}" if repeat > 1 else "")
 
 
 def held_out(key: str) -> bool:
@@ -165,6 +182,48 @@ def run_cell(host: str, port: int, model: str, vocab: int, prompt_tokens: int,
         t.join()
     end = time.perf_counter()
     return summarise(results, start, end, concurrency, prompt_tokens, output_tokens, submit_s)
+
+
+def arrivals(rate: float, submit_s: float, seed: int) -> list[float]:
+    """Poisson arrival times (seconds from the cell's start) until submit_s."""
+    rng = random.Random(seed)
+    out: list[float] = []
+    t = rng.expovariate(rate)
+    while t <= submit_s:
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def run_rate_cell(host: str, port: int, model: str, vocab: int, prompt_tokens: int,
+                  output_tokens: int, rate: float, seed: int,
+                  submit_s: float = RATE_SUBMIT_S) -> dict[str, Any]:
+    """An open loop: requests sent at Poisson times of `rate` per second until submit_s,
+    each on its own connection whatever the ones before it are doing (`vllm bench serve
+    --request-rate`)."""
+    times = arrivals(rate, submit_s, seed)
+    rng = random.Random(seed)
+    texts = [prompt(prompt_tokens, rng, vocab) for _ in times]
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    start = time.perf_counter()
+
+    def one(at: float, text: str) -> None:
+        time.sleep(max(0.0, start + at - time.perf_counter()))
+        r = stream_one(host, port, model, text, output_tokens)
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=one, args=(at, text), daemon=True)
+               for at, text in zip(times, texts, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cell = summarise(results, start, time.perf_counter(), 0, prompt_tokens, output_tokens,
+                     submit_s)
+    cell["concurrency"], cell["rate"] = None, rate
+    return cell
 
 
 def pct(values: list[float], p: float) -> float | None:

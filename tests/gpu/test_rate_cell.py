@@ -1,0 +1,77 @@
+"""The open-loop (Poisson) cells of the GPU harness (tests/gpu/speed.py run_rate_cell), against
+a small streaming server on loopback that answers like vLLM's /v1/completions: requests go
+out at their arrival times whatever the earlier ones are doing, and the cell records them as
+the speed model reads them (pdctl.capacity.speedcells.cells_of)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from pdctl.capacity.params import model_config
+from pdctl.capacity.speedcells import cells_of
+from tests.gpu import speed as sp
+
+TOKEN_S = 0.01  # the server streams one token every 10 ms
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(body["max_tokens"]):
+            time.sleep(TOKEN_S)
+            self.wfile.write(b'data: {"choices": [{"text": "t"}]}\n\n')
+            self.wfile.flush()
+        usage = {"completion_tokens": body["max_tokens"]}
+        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
+
+
+def test_arrivals_are_poisson_and_the_same_for_a_seed() -> None:
+    times = sp.arrivals(5.0, 200.0, seed=7)
+    assert times == sp.arrivals(5.0, 200.0, seed=7) != sp.arrivals(5.0, 200.0, seed=8)
+    assert times == sorted(times) and times[-1] <= 200.0
+    assert 900 < len(times) < 1100  # 5/s over 200 s
+
+
+def test_an_open_loop_cell_sends_at_its_times_and_reads_back_as_a_rate_load(server) -> None:
+    # 10 tokens of 10 ms each: a request lasts ~0.1 s; at 20/s several overlap, which a
+    # closed loop of one would never do
+    cell = sp.run_rate_cell("127.0.0.1", server, "m", 1000, 8, 10, rate=20.0, seed=3,
+                            submit_s=1.0)
+    want = sp.arrivals(20.0, 1.0, seed=3)
+    assert cell["rate"] == 20.0 and cell["concurrency"] is None
+    assert cell["requests"] == cell["completed"] == len(want) and not cell["errors"]
+    sent = sorted(r[0] for r in cell["raw"])
+    assert all(abs(s - w) < 0.05 for s, w in zip(sent, want, strict=True)), (sent, want)
+    assert all(n == 10 for *_, n in cell["raw"])
+    assert 8 <= cell["tpot_ms"]["p50"] <= 30
+    spans = sorted((s, s + e2e / 1000) for s, _, e2e, _ in cell["raw"])
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))  # overlapping
+    doc = {"spec": {"hardware": {"gpu": "H100-SXM"}, "engine": {"version": "0.23.0"},
+                    "model": {"maxModelLen": 4096}},
+           "cells": {sp.rate_key("qwen3-8b", "decode", 20.0): cell}}
+    cfg = json.loads((sp.Path(__file__).parent / "models/qwen3-8b/config.json").read_text())
+    (read,) = cells_of(doc, model_config("qwen3-8b", cfg))
+    assert read.load.rate == 20.0 and read.load.concurrency is None
+    assert read.load.requests == len(want) and read.key == "qwen3-8b/decode/r20"
+    assert sp.rate_key("qwen3-8b", "decode", 20.0, 2) == "qwen3-8b/decode/r20#2"
