@@ -45,6 +45,8 @@ class Load:
     submit_s: float | None = None
     seed: int = 0
     cached_tokens: int = 0  # prompt tokens each request finds in the prefix cache
+    # the arrival times (s) a recording sent its requests at, replayed instead of a Poisson draw
+    arrivals: tuple[float, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -149,7 +151,9 @@ def simulate(
     res = Result(load)
     rng = random.Random(load.seed)
     arrivals: list[float] = []  # Poisson or all-at-once arrival times, in order
-    if load.concurrency is None:
+    if load.concurrency is None and load.arrivals is not None:
+        arrivals = sorted(load.arrivals)[: load.requests]
+    elif load.concurrency is None:
         t = 0.0
         for _ in range(load.requests):
             arrivals.append(t)

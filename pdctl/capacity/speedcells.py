@@ -75,6 +75,8 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
             rate=c.get("rate"),
             submit_s=c.get("submit_s", SUBMIT_S),
             cached_tokens=int(c.get("cached_tokens", 0)),
+            # an open-loop cell replays the times its requests were really sent
+            arrivals=tuple(sorted(r[0] for r in c["raw"])[warm:]) if c.get("rate") else None,
         )
         below = _below_bound(c, model, shape, gpu)
         measured = {

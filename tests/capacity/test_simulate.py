@@ -97,6 +97,17 @@ def test_poisson_arrivals_below_capacity_do_not_queue():
     assert r["ttftMs"]["p50"] < 2 * alone["ttftMs"]["p50"]
 
 
+def test_recorded_arrival_times_are_replayed_as_given():
+    """An open-loop recording's send times replace the Poisson draw: the same 40 requests sent
+    all within 10 ms queue behind each other's prefills, spread over 20 s they do not."""
+    e = engine()
+    burst = Load(4096, 16, 40, rate=2.0, arrivals=tuple(i * 0.00025 for i in range(40)))
+    spread = Load(4096, 16, 40, rate=2.0, arrivals=tuple(i * 0.5 for i in range(40)))
+    b, s = (simulate(e, x, 8192, 256) for x in (burst, spread))
+    assert max(b.ttft_s) > 10 * max(s.ttft_s)
+    assert s.wall_s == pytest.approx(19.5 + max(s.e2e_s), rel=0.05)  # the last sent at 19.5 s
+
+
 def test_a_decode_instance_of_pd_gets_its_requests_prefilled():
     e = engine()
     r = simulate(e, Load(4096, 16, 4, concurrency=1), 8192, 256, prefilled=True)

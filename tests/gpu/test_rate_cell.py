@@ -74,4 +74,5 @@ def test_an_open_loop_cell_sends_at_its_times_and_reads_back_as_a_rate_load(serv
     (read,) = cells_of(doc, model_config("qwen3-8b", cfg))
     assert read.load.rate == 20.0 and read.load.concurrency is None
     assert read.load.requests == len(want) and read.key == "qwen3-8b/decode/r20"
+    assert read.load.arrivals == tuple(sent)  # replayed as sent, not drawn again
     assert sp.rate_key("qwen3-8b", "decode", 20.0, 2) == "qwen3-8b/decode/r20#2"
