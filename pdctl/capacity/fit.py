@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pdctl.capacity import quant
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.hybrid import hybrid_block_size, stage_layout
 from pdctl.capacity.lora import LoraShape
@@ -111,7 +112,7 @@ def model_fit(model: ModelConfig, shape: Shape) -> ModelFit:
         fits.append(
             ModelFit(
                 weights=weights_bytes_per_gpu(
-                    model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage
+                    model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage, gpu=shape.gpu
                 )
                 + lora_gpu_bytes(
                     model, shape.lora, shape.tp, layers, dtype_bytes(shape.dtype, model)
@@ -217,7 +218,9 @@ def _stage_memory(
     return InstanceMemory(
         total=total_bytes,
         util=util,
-        weights=weights_bytes_per_gpu(model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage)
+        weights=weights_bytes_per_gpu(
+            model, shape.tp, shape.pp, shape.dtype, shape.ep, stage=stage, gpu=shape.gpu
+        )
         + lora
         + (draft.weights if draft is not None else 0),
         lora=lora,
@@ -230,6 +233,7 @@ def _stage_memory(
         used=used,
         used_counted=counts_other_processes(shape.engine),
         free_checked=checks_free_memory(shape.engine),
+        refused=quant.refusal(model, shape.gpu),
     )
 
 

@@ -23,7 +23,9 @@ class GpuType:
     `memory_mib` is the total nvidia-smi / NVML reports. `usable_mib` is what CUDA reports as
     total (`cudaMemGetInfo`, what vLLM multiplies by `--gpu-memory-utilization`): a few hundred
     MiB less, kept by the driver. `bandwidth_gbs` is HBM/GDDR bandwidth in GB/s (1e9 B/s),
-    `bf16_tflops` dense BF16 tensor throughput (no sparsity) in TFLOP/s.
+    `bf16_tflops` dense BF16 tensor throughput (no sparsity) in TFLOP/s (FP16 where the GPU
+    has no BF16). `compute_capability` picks vLLM's kernels for quantised weights
+    (pdctl.capacity.quant); None when not known.
     """
 
     name: str
@@ -32,6 +34,8 @@ class GpuType:
     bandwidth_gbs: float
     bf16_tflops: float
     source: str = ""
+    compute_capability: int | None = None  # vLLM's to_int(): 80 A100, 89 L40S, 90 H100
+
 
     @property
     def usable_bytes(self) -> int:
@@ -65,6 +69,7 @@ class GpuEntry(BaseModel):
     bandwidth_gbs: Number
     bf16_tflops: Number
     source: str
+    compute_capability: PositiveInt | None = None
 
 
 def load_table(
@@ -76,7 +81,10 @@ def load_table(
     for name, values in tables.section(where, doc, "gpus").items():
         e = tables.check(where, f"gpus.{name}", values, GpuEntry)
         usable = e.usable_mib or _usable(e.memory_mib)
-        gpus[name] = GpuType(name, e.memory_mib, usable, e.bandwidth_gbs, e.bf16_tflops, e.source)
+        gpus[name] = GpuType(
+            name, e.memory_mib, usable, e.bandwidth_gbs, e.bf16_tflops, e.source,
+            e.compute_capability,
+        )
     aliases = tables.section(where, doc, "aliases")
     for alias, name in aliases.items():
         tables.refer(where, f"aliases.{alias}", name, gpus)
@@ -141,6 +149,7 @@ def custom_gpu(memory_gib: float, base: GpuType | None = None) -> GpuType:
         ref.bandwidth_gbs,
         ref.bf16_tflops,
         "given memory",
+        ref.compute_capability if base else None,
     )
 
 

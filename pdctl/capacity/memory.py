@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pdctl.capacity import profile
+from pdctl.capacity import profile, quant
 from pdctl.capacity.hybrid import HybridLayout
 from pdctl.capacity.models import ModelConfig
 
@@ -43,10 +43,11 @@ def stage_layers(model: ModelConfig, pp: int) -> int:
 
 def weights_bytes_per_gpu(
     model: ModelConfig, tp: int = 1, pp: int = 1, dtype: str = "auto", ep: int = 0,
-    stage: int | None = None,
+    stage: int | None = None, gpu: str = "",
 ) -> int:
     """Weight bytes on one GPU of pipeline stage `stage` (None: the heaviest stage), split
-    over its TP ranks.
+    over its TP ranks. `gpu` (its name) sets how vLLM lays quantised weights out on it
+    (`pdctl.capacity.quant`: Marlin off Hopper); '' keeps the Hopper layout.
 
     Linear layers use the checkpoint's quantized width (`weight_bits`, experts
     `expert_weight_bits`); embeddings and lm_head stay at the activation dtype. vLLM shards
@@ -56,19 +57,20 @@ def weights_bytes_per_gpu(
     the vision tower), the last the lm_head (a copy of the embedding when tied).
     """
     if stage is None:
-        return max(weights_bytes_per_gpu(model, tp, pp, dtype, ep, s) for s in range(pp))
+        return max(weights_bytes_per_gpu(model, tp, pp, dtype, ep, s, gpu) for s in range(pp))
     act = dtype_bytes(dtype, model)
     layer_params = model.params - model.embed_params - model.expert_params
     linear_bits = model.weight_bits if model.weight_bits < 16 else act * 8
     expert_bits = model.expert_weight_bits if model.expert_weight_bits < 16 else act * 8
-    expert_params = model.expert_params
-    if model.quantization == "mxfp4" and model.moe_intermediate:
-        # vLLM pads each rank's mxfp4 expert width to a multiple of 256 for its kernels
-        # (gpt-oss 2880 -> 3072); "Model loading took 64.38 GiB" for gpt-oss-120b (vllm#33155)
-        width = model.moe_intermediate / tp
-        expert_params *= math.ceil(width / 256) * 256 / width
+    linear_bits = quant.linear_bits(model, linear_bits, gpu)  # fp8 on Marlin: bf16 scales
+    expert_bits = quant.linear_bits(model, expert_bits, gpu)
+    # mxfp4 experts as vLLM allocates them (quant.expert_scale): on Hopper each rank's width
+    # padded to a multiple of 256 (gpt-oss 2880 -> 3072; "Model loading took 64.38 GiB" for
+    # gpt-oss-120b, vllm#33155); on Marlin (A100, L40S) the width to 128, the hidden to 256
+    expert_params = model.expert_params * quant.expert_scale(model, tp, ep, gpu)
     per_layer = (layer_params * linear_bits + expert_params * expert_bits) / 8 / model.layers
     layers = stage_partition(model.layers, pp)[stage]
+    biases = quant.expert_bias_bytes(model, tp, ep, gpu) * layers  # on one rank already
     embed = model.embed_params * act
     if pp > 1:
         tied = model.embed_params <= model.vocab * model.hidden
@@ -81,8 +83,8 @@ def weights_bytes_per_gpu(
         # 1/ep of the experts whole; the rest stays split over the TP ranks.
         dense = layer_params * linear_bits / 8 / model.layers
         experts = expert_params * expert_bits / 8 / model.layers
-        return int((dense * layers + embed + vision) / tp + experts * layers / ep)
-    return int((per_layer * layers + embed + vision) / tp)
+        return int((dense * layers + embed + vision) / tp + experts * layers / ep) + biases
+    return int((per_layer * layers + embed + vision) / tp) + biases
 
 
 def kv_bytes_per_token(
@@ -264,6 +266,7 @@ class InstanceMemory:
     used_counted: bool = False  # the engine took `used` as its own (V1 0.8.x; profile.py)
     free_checked: bool = False  # the engine refuses when total - used < budget
     lora: int = 0  # of `weights`: the LoRA buffers vLLM reserves (capacity/lora.py)
+    refused: str = ""  # why vLLM refuses the checkpoint on this GPU (capacity/quant.py)
 
     @property
     def budget(self) -> int:
@@ -333,8 +336,9 @@ class InstanceMemory:
     @property
     def fits(self) -> bool:
         """Weights, overheads and one max-length sequence fit: vLLM's start-up check
-        (`_check_enough_kv_cache_memory`: available >= one request's KV bytes)."""
-        if self.free_short:
+        (`_check_enough_kv_cache_memory`: available >= one request's KV bytes). Never where
+        vLLM refuses the quantised weights on this GPU (`refused`)."""
+        if self.free_short or self.refused:
             return False
         return self.kv_available >= self.kv_per_sequence and self.kv_available > 0
 
@@ -344,6 +348,11 @@ class InstanceMemory:
         other = self.used if self.used_counted else 0
         need = self.weights + self.overhead.total + self.kv_per_sequence + other
         return math.ceil(need / self.total * 100) / 100
+
+
+def refusal_notes(role: str, mem: InstanceMemory) -> tuple[str, ...]:
+    """The line that says vLLM refuses this role's quantised weights on its GPU."""
+    return (f"{role}: {mem.refused}",) if mem.refused else ()
 
 
 def used_memory_notes(role: str, mem: InstanceMemory, engine: str) -> tuple[str, ...]:

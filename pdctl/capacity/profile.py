@@ -16,6 +16,7 @@ lines. The sampler's term is in pdctl/capacity/sampler.py, version strings in en
 
 from __future__ import annotations
 
+from pdctl.capacity import quant
 from pdctl.capacity.engine import PINNED, V1_FROM, _key, is_v1, patch_version, version
 from pdctl.capacity.gpus import GIB, MIB
 from pdctl.capacity.models import ModelConfig
@@ -133,12 +134,19 @@ MOE_WORKSPACE_FROM = (0, 23)
 
 
 def moe_workspace_bytes(
-    model: ModelConfig, tp: int, tokens: int, act: int, engine: str | None, ep: int = 0
+    model: ModelConfig, tp: int, tokens: int, act: int, engine: str | None, ep: int = 0,
+    gpu_name: str = "",
 ) -> int:
     """The persistent fused-MoE scratch of a forward pass over `tokens` tokens (0 for dense
-    models, engines before 0.23, and gpt-oss's mxfp4 experts, which use other kernels)."""
-    if not model.is_moe or model.quantization == "mxfp4" or version(engine) < MOE_WORKSPACE_FROM:
+    models and engines before 0.23). gpt-oss's mxfp4 experts: none on Hopper (the OpenAI
+    Triton kernels are not modular), Marlin's off Hopper (`quant.marlin_moe_workspace_bytes`:
+    the same two buffers over the padded width and hidden size)."""
+    if not model.is_moe or version(engine) < MOE_WORKSPACE_FROM:
         return 0
+    if model.quantization == "mxfp4":
+        if not quant.mxfp4_marlin(model, gpu_name):
+            return 0
+        return quant.marlin_moe_workspace_bytes(model, tp, tokens, act, ep, gpu_name)
     width = model.moe_intermediate // (1 if ep else tp)  # expert parallel: whole experts
     k, hidden = model.experts_per_token, model.hidden
     first = max(tokens * k * max(width, hidden), tokens * hidden)
@@ -158,7 +166,7 @@ def activation_bytes(
     From 0.23 the fused-MoE workspace stays allocated (`moe_workspace_bytes`) and the
     forward's output hidden states are held while the sampler runs (`profile_run` keeps
     `hidden_states` until after `_dummy_sampler_run`): both under the sampler's peak."""
-    workspace = moe_workspace_bytes(model, tp, tokens, act, engine, ep)
+    workspace = moe_workspace_bytes(model, tp, tokens, act, engine, ep, gpu_name)
     forward = forward_bytes(model, tp, tokens, act, engine)
     if workspace:
         forward = max(forward, tokens * 2 * model.hidden * act + workspace)

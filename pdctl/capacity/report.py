@@ -16,7 +16,13 @@ from pdctl.capacity.fit import (
     smallest_fit_at,
 )
 from pdctl.capacity.gpus import MIB, GpuType, a_gpu
-from pdctl.capacity.memory import DEFAULT_UTIL, MAX_UTIL, InstanceMemory, used_memory_notes
+from pdctl.capacity.memory import (
+    DEFAULT_UTIL,
+    MAX_UTIL,
+    InstanceMemory,
+    refusal_notes,
+    used_memory_notes,
+)
 from pdctl.capacity.memory_features import (
     offload_cache_notes,
     offload_notes,
@@ -257,7 +263,8 @@ def plan_capacity(
     unfit = tuple(r.role for r in roles if not r.fits)
     if unfit:
         advice = unfit_advice(unfit)
-    notes = tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
+    notes = tuple(n for r in roles for n in refusal_notes(r.role, r.memory))
+    notes += tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
     notes += offload_notes(spec) + offload_cache_notes(spec, roles) + speculative_notes(spec, model)
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
 

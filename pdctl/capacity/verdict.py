@@ -22,6 +22,8 @@ def role_problem(role: RolePlan, gpu: GpuType) -> str | None:
     if role.fits:
         return None
     m = role.memory
+    if m.refused:
+        return f"{role.role}: {m.refused}"
     where = f"a {role.slice.slice_mib:,} MiB HAMi slice" if role.slice else a_gpu(gpu.name)
     text = (
         f"{role.role}: does not fit on {where} at --gpu-memory-utilization "

@@ -25,7 +25,7 @@ def plan(
         None, "--gpu", metavar="GPU",
         # Every name of pdctl.capacity.gpus.GPUS (a test checks; not imported for --help).
         help="GPU type: H100-SXM, H100-PCIe, H200, A100-80GB, A100-40GB, "
-        "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060. Default: the spec's, else H100-SXM."),
+        "L40S, L4, A10G, RTX-4090, RTX-3090, RTX-4060, T4. Default: the spec's, else H100-SXM."),
     gpu_memory_gib: float | None = typer.Option(
         None, "--gpu-memory-gib", help="GPU memory in GiB (a GPU not in the table)."),
     prompt_tokens: int | None = typer.Option(

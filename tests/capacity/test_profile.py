@@ -6,9 +6,11 @@ from pdctl.capacity import instance_memory, model_config
 from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GIB, MIB, find_gpu
 from pdctl.capacity.profile import (
+    PINNED,
     default_batching,
     graphs_counted,
     mla_block,
+    moe_workspace_bytes,
     non_torch_bytes,
     nvlink,
     nvls_bytes,
@@ -35,7 +37,10 @@ def test_gpt_oss_20b_on_an_a100_uses_the_a100_defaults() -> None:
     as_if_h100 = instance_memory(
         model, gpu.usable_bytes, 0.65, Shape(max_model_len=131072, gpu="H100-SXM")
     )
-    assert a100.overhead.activation < as_if_h100.overhead.activation / 3
+    # less the Marlin fused-MoE scratch the A100 adds (mxfp4 off Hopper: test_mxfp4_marlin)
+    marlin = moe_workspace_bytes(model, 1, 2048, 2, PINNED, gpu_name=gpu.name)
+    assert marlin > 0
+    assert a100.overhead.activation - marlin < as_if_h100.overhead.activation / 3
     # 256 sequences instead of 1024: 768 x 201,088 logits x 10 bytes less (0.33's sampler)
     assert a100.kv_available > as_if_h100.kv_available + 1 * GIB
 
