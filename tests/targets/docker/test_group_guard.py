@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import time
 from pathlib import Path
@@ -23,8 +24,12 @@ from tests.helpers import checked
 from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.testbed import HERE, free_port, pdctl, stand_in_spec, write_spec
 
-BASE = "pdctl-test/systemd:2"  # tests/services.sh's systemd host image (Debian 12, python3)
-IMAGE = "pdctl-test/pyengine:1"
+# tests/services.sh's systemd host image (Debian 12, python3), at the revision it builds
+_REV = re.search(r"^SYSTEMD_IMAGE_REV=(\d+)$", (Path(__file__).parents[2] / "services.sh")
+                 .read_text(), re.M)
+assert _REV, "tests/services.sh sets SYSTEMD_IMAGE_REV"
+BASE = f"pdctl-test/systemd:{_REV[1]}"
+IMAGE = f"pdctl-test/pyengine:{_REV[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +41,9 @@ def client():
     try:
         docker.images.get(BASE)
     except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound, without importing docker
+        # where the systemd host runs (CI), its image is there: a miss is a fault, not a skip
+        if os.environ.get("PDCTL_TEST_SYSTEMD_HOST"):
+            raise
         pytest.skip(f"no {BASE} image (tests/services.sh builds it with the systemd host)")
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as t:
