@@ -287,6 +287,10 @@ def check(out: Path, image_file: Path, work: Path) -> bool:
         lines = got.stdout.strip().splitlines() + got.stderr.strip().splitlines()
         print(f"{what}: pip install --no-index {' '.join(pips)}: exit {got.returncode}; "
               f"{lines[-1] if lines else ''}"[:400])
+        would = lines[-1].split()[2:] if lines and lines[-1].startswith("Would install") else []
+        stubs = {w.name.split("-")[0].lower() for w in have.glob("*.whl")}
+        mine = [w for w in would if w.rsplit("-", 1)[0].replace("-", "_").lower() in stubs]
+        print(f"  {len(would)} distributions, the image's (left out) among them: {' '.join(mine)}")
         ok = ok and got.returncode == 0
     return ok
 
