@@ -22,7 +22,7 @@ stash() {
   # pack.sh's folders hold files; bundle.sh's also bundle/ (merged: each call brings some of it)
   cp -r "${1:-.work/gpu}"/. "$STASH"/
   ls -la "$STASH"
-  [ -d "$STASH/bundle" ] && du -sh "$STASH/bundle"
+  if [ -d "$STASH/bundle" ]; then du -sh "$STASH/bundle"; fi
   if [ ! -f "$RES/machine.txt" ]; then
     {
       nvidia-smi
