@@ -225,18 +225,31 @@ def download(need: Need, python: str, platform: str, dest: Path) -> set[str] | N
     return {canon(n) for n in said[-1].split()[2:]} if said else None
 
 
+def satisfies(installed: str | None, version: str) -> bool:
+    """Whether a host's installed VERSION stands for the wheel's: the same text, or the wheel's
+    public version with a local label added (torch `2.11.0+cu130` from the PyTorch index for the
+    wheel `2.11.0`): pip takes it for `==2.11.0`, a specifier without a local label ignoring the
+    candidate's (https://packaging.python.org/en/latest/specifications/version-specifiers/
+    #version-matching), so it installs nothing for it. A wheel with a local label of its own
+    wants that one."""
+    if installed is None:
+        return False
+    return installed == version or ("+" not in version and installed.split("+", 1)[0] == version)
+
+
 def skip_installed(wheels: Path, closures: dict[Need, set[str] | None],
                    have: dict[str, tuple[str, dict[str, str]]]) -> tuple[mf.Skipped, ...]:
     """Remove each wheel whose NAME==VERSION every host of every environment that resolved it
-    has (a service's venv is not recorded: its wheels stay, and so do those of an environment
-    whose closure pip did not name)."""
+    has (`satisfies`: a local label on the host's version allowed; a service's venv is not
+    recorded: its wheels stay, and so do those of an environment whose closure pip did not
+    name)."""
     out = []
     for path in sorted(wheels.glob("*.whl")):
         name, version = path.name.split("-")[:2]
         envs = [n for n, names in closures.items() if names is None or canon(name) in names]
         hosts = sorted({h for n in envs for h in n.hosts})
-        if not envs or not all(n.hosts for n in envs) or any(
-                have[h][1].get(canon(name)) != version for h in hosts):
+        if not envs or not all(n.hosts for n in envs) or not all(
+                satisfies(have[h][1].get(canon(name)), version) for h in hosts):
             continue
         out.append(mf.Skipped(path.name, f"{canon(name)}=={version}", path.stat().st_size,
                               tuple((h, have[h][0]) for h in hosts)))

@@ -2,7 +2,9 @@
 # The GPU machine's side of the GPU harness (see tests/gpu/README.md). Run from the repository
 # root on a Linux host with an NVIDIA GPU and no package index:
 #   bash tests/gpu/h200.sh stash [DIR]           # keep the carried part(s) in DIR (.work/gpu) in ~/stash
-#   bash tests/gpu/h200.sh setup                 # vLLM + deps, sshd, models, HAMi-core (background)
+#   bash tests/gpu/h200.sh setup-bundle          # tests/gpu/bundle.sh's folders: pdctl up --bundle
+#                                                # installs vLLM; sshd, models, HAMi-core as setup
+#   bash tests/gpu/h200.sh setup                 # pack.sh's parts: vLLM + deps unpacked by hand
 #   bash tests/gpu/h200.sh run SCENARIO [ARGS]   # python3 tests/gpu/drive.py SCENARIO ...
 # Results go under $OUT (one .tgz per step, as the device tool brings back at most 8 files).
 set -uo pipefail
@@ -17,8 +19,10 @@ say() { echo "$(date -u +%T) $*"; }
 
 stash() {
   mkdir -p "$STASH"
-  cp "${1:-.work/gpu}"/* "$STASH"/
+  # pack.sh's folders hold files; bundle.sh's also bundle/ (merged: each call brings some of it)
+  cp -r "${1:-.work/gpu}"/. "$STASH"/
   ls -la "$STASH"
+  if [ -d "$STASH/bundle" ]; then du -sh "$STASH/bundle"; fi
   if [ ! -f "$RES/machine.txt" ]; then
     {
       nvidia-smi
@@ -58,19 +62,66 @@ setup() {
     "$venv/bin/python3" >"$venv/bin/vllm-router"
   chmod +x "$venv/bin/vllm-router"
   python3 -c 'import vllm, nixl, paramiko; print("vllm", vllm.__version__)' || say "imports failed"
+  models
+  say "sshd"
+  sshd_start
+  hami
+  say "setup took $((SECONDS - t0)) s"
+}
+
+models() {  # the models' config.json, each with a tokenizer as large as its vocabulary
   say "models"
   mkdir -p /root/models
   cp -r tests/gpu/models/* /root/models/
   for m in /root/models/*/; do python3 tests/gpu/tokenizer.py "$m" & done
   wait
-  say "sshd"
-  sshd_start
+}
+
+hami() {
   if [ -f "$HOME/hami.tar.gz" ]; then  # only runs that carried HAMi-core's source (phase 3)
     say "HAMi-core build (background)"
     mkdir -p .hami && rm -rf .hami/src && tar xzf "$HOME/hami.tar.gz" -C .hami && mv .hami/HAMi-core .hami/src
     setsid bash -c "OUT=$RES bash tests/fixtures/gpu/hami-h200/run.sh build >$RES/hami-build.out 2>&1" &
   fi
-  say "setup took $((SECONDS - t0)) s"
+}
+
+# The image's distributions as preflight lists them (pdctl/preflight/bundle.py LIST).
+LIST='import importlib.metadata as m; [print("dist", d.metadata["Name"], d.version) for d in m.distributions() if d.metadata["Name"]]'
+
+setup_bundle() {  # tests/gpu/bundle.sh's folders, stashed: vLLM comes from pdctl up --bundle
+  local t0=$SECONDS b=$STASH/bundle spec=$RES/bundle-spec.yaml rc
+  local k=(--known-hosts /root/.ssh/pdctl_gpu_known_hosts)
+  cd "$ROOT" || exit 1
+  # What the image has, before anything goes in: pin more in tests/gpu/image-packages.txt next time.
+  python3 -I -c "$LIST" | sort >"$RES/image-dists.txt"
+  say "pdctl's own dependencies ($(find "$STASH/pdctl-wheels" -name "*.whl" | wc -l) wheels, --no-deps)"
+  python3 -m pip install -q --no-index --no-deps "$STASH"/pdctl-wheels/*.whl || { say "pdctl deps failed"; exit 1; }
+  export PYTHONPATH=$ROOT
+  models
+  say "sshd"
+  sshd_start
+  python3 tests/gpu/offline.py spec "$spec"
+  # Joins the --split parts and checks every file's sha256 against the manifest (exit 2 names a
+  # bad or missing one), then the hosts' Python, glibc and disk; records their bundle.txt.
+  say "preflight --bundle"
+  python3 -m pdctl preflight "$spec" --bundle "$b" --no-transfer --record "$RES/bundle-rec"     "${k[@]}" >"$RES/bundle-preflight.txt" 2>&1
+  rc=$?
+  tail -n 25 "$RES/bundle-preflight.txt"
+  if [ "$rc" = 2 ]; then say "the bundle is damaged or incomplete"; exit 1; fi
+  # What pip will do with no index (the start scripts' pip, one environment at a time).
+  for want in "vllm==0.23.0 nixl==1.5.1" "vllm-router==0.1.17"; do
+    # shellcheck disable=SC2086  # two requirements in one word
+    python3 -m pip install --dry-run --no-index --find-links "$b/wheels" $want 2>&1 |
+      grep -v '^Requirement already satisfied' | tee -a "$RES/bundle-dry-run.txt" | tail -n 4
+  done
+  say "up --bundle (installs vLLM, NIXL and vllm-router into $(venv_prefix) with no index)"
+  python3 -m pdctl up "$spec" --bundle "$b" --yes --timeout 900 "${k[@]}" 2>&1 | tee "$RES/bundle-up.txt" | tail -n 30
+  rc=${PIPESTATUS[0]}
+  python3 -c 'import vllm, nixl, vllm_router; print("vllm", vllm.__version__)' || say "imports failed"
+  python3 -m pdctl down "$spec" --yes "${k[@]}" >"$RES/bundle-down.txt" 2>&1 || say "down failed"
+  [ "$rc" = 0 ] || { say "up --bundle failed (exit $rc)"; exit 1; }
+  hami
+  say "setup-bundle took $((SECONDS - t0)) s"
 }
 
 sshd_start() {
@@ -152,6 +203,7 @@ step=$1; shift
 case $step in
   stash) stash "$@" ;;
   setup) setup 2>&1 | tee "$RES/setup.out" ;;
+  setup-bundle) setup_bundle 2>&1 | tee "$RES/setup-bundle.out" ;;
   sshd) sshd_start ;;
   run) run "$@" ;;
   pack) pack "$@" ;;

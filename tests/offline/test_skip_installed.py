@@ -115,3 +115,29 @@ def test_skip_installed_needs_a_recording_with_the_package_lists(tmp_path: Path)
         got = pdctl(*args, *extra)
         assert got.returncode == 2 and got.stderr.strip().splitlines() == [says], got.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_an_installed_local_label_stands_for_the_wheel_without_one(tmp_path: Path):
+    # the GPU image's torch is 2.11.0+cu130 (PyTorch's index); vLLM 0.23.0's closure has PyPI's
+    # torch-2.11.0 wheel: pip takes the installed one for torch==2.11.0 and installs nothing
+    from pdctl.offline.download import satisfies, skip_installed
+
+    assert satisfies("2.11.0+cu130", "2.11.0") and satisfies("2.11.0", "2.11.0")
+    assert not satisfies("2.11.0", "2.11.0+cu130")  # a wheel's own label is wanted
+    assert not satisfies("2.11.0+cu130", "2.11.0+cu128") and not satisfies(None, "2.11.0")
+    assert not satisfies("2.11.1+cu130", "2.11.0") and not satisfies("2.11.0.post1", "2.11.0")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = ("torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+             "torchvision-0.26.0+cu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+             "triton-3.6.0-cp312-cp312-manylinux_2_28_x86_64.whl")
+    for name in names:
+        (wheels / name).write_bytes(b"w")
+    env = Need("engines (venv)", ("vllm==0.23.0",), hosts=("gpu-a", "gpu-b"))
+    have = {"gpu-a": ("/opt/torch/.venv", {"torch": "2.11.0+cu130", "torchvision": "0.26.0",
+                                           "triton": "3.6.0"}),
+            "gpu-b": ("/opt/torch/.venv", {"torch": "2.11.0", "torchvision": "0.26.0+cu130",
+                                           "triton": "3.5.1"})}
+    got = skip_installed(wheels, {env: {"torch", "torchvision", "triton"}}, have)
+    assert [s.dist for s in got] == ["torch==2.11.0"]  # triton: gpu-b has another version
+    assert sorted(p.name for p in wheels.iterdir()) == sorted(names[1:])

@@ -1,0 +1,130 @@
+"""tests/gpu/offline.py, which makes the GPU harness's bundle (tests/gpu/bundle.sh) with pdctl's
+own offline feature: the recording it writes from tests/gpu/image-packages.txt is read by
+`pdctl bundle --facts --skip-installed` as a real one is (torch 2.11.0+cu130 and the CUDA wheels
+its wheel pins are left out; vLLM, NIXL and what the image's list names without a version
+stay), and the layout puts every file in exactly one device call of at most the limit."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pdctl.cli.bundle_cmd import installed, recorded
+from pdctl.offline.download import skip_installed
+from pdctl.offline.need import needs
+from pdctl.plan import make_plan
+from pdctl.spec import load_text
+from tests.gpu import offline
+
+HERE = Path(__file__).parent
+TORCH = "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+TOOLKIT = "cuda_toolkit-13.0.2-py2.py3-none-any.whl"
+CUBLAS = "nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl"
+TRITON = "triton-3.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+KEPT = ("vllm-0.23.0-cp38-abi3-manylinux_2_31_x86_64.whl", "nixl-1.5.1-py3-none-any.whl",
+        "nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "numpy-2.3.5-cp312-cp312-manylinux_2_27_x86_64.whl",  # the image's, version unknown
+        "nvidia_cudnn_frontend-1.16.0-cp312-cp312-manylinux_2_28_x86_64.whl",  # not the image's
+        "nvidia_npp-13.0.1.2-py3-none-manylinux_2_27_x86_64.whl",  # an extra torch does not ask
+        "nvidia_cufft-12.0.0.60-py3-none-manylinux_2_27_x86_64.whl")  # not the version pinned
+
+
+def wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> Path:
+    dist, version = name.split("-")[:2]
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist}-{version}.dist-info/METADATA",
+                   f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    return path
+
+
+@pytest.fixture
+def closure(tmp_path: Path) -> Path:
+    """A bundle's wheels/ as `pdctl bundle` resolves vLLM 0.23.0 (stand-ins: METADATA only)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel(wheels, TORCH, ("cuda-toolkit[cublas,cudart]==13.0.2; platform_system == \"Linux\"",
+                          "triton==3.6.0; platform_system == \"Linux\"", "filelock",
+                          "nvidia-nccl-cu13==2.28.9; extra == \"nccl\"", "sympy>=1.13.3"))
+    # the version through cuda-toolkit's extra (V.*); npp's extra is not asked for
+    wheel(wheels, TOOLKIT, (
+        "nvidia-cublas==13.1.0.3.*; (sys_platform == 'linux') and extra == 'cublas'",
+        "nvidia-npp==13.0.1.2.*; (sys_platform == 'linux') and extra == 'all'",
+        "nvidia-cufft==12.0.0.61.*; (sys_platform == 'linux') and extra == 'cufft'"))
+    for name in (CUBLAS, TRITON, *KEPT):
+        wheel(wheels, name)
+    return wheels
+
+
+def plan_of(tmp_path: Path):
+    path = tmp_path / "spec.yaml"
+    assert offline.main(["spec", str(path)]) == 0
+    return make_plan(load_text(path.read_text(), str(path))[0])
+
+
+def test_the_image_recording_leaves_torch_and_its_cuda_wheels_out(closure, tmp_path):
+    rec = tmp_path / "rec"
+    listed = offline.facts(HERE / "image-packages.txt", closure, rec)
+    # only versions known: the list's pins, and those torch's wheel pins with == for Linux
+    assert sorted(listed) == ["cuda-toolkit", "nvidia-cublas", "torch", "torchvision",
+                              "triton"], listed
+    plan = plan_of(tmp_path)
+    found = needs(plan)
+    assert [(n.what, n.pips, n.hosts) for n in found] == [
+        ("engines (venv)", ("vllm==0.23.0", "nixl==1.5.1"), ("h200a", "h200b")),
+        ("gbundle-router", ("vllm-router==0.1.17",), ())]
+    assert recorded(rec, plan) == ("3.12", "manylinux_2_39_x86_64")
+    have = installed(rec, plan, found)
+    assert have["h200a"][0] == "/opt/torch/.venv"
+    assert have["h200b"][1]["torch"] == "2.11.0+cu130" and "numpy" not in have["h200b"][1]
+
+    names = {n.split("-")[0].replace("_", "-") for n in (TORCH, TOOLKIT, CUBLAS, TRITON, *KEPT)}
+    skipped = skip_installed(closure, {found[0]: names, found[1]: {"idna"}}, have)
+    # torch's wheel (2.11.0) is the image's 2.11.0+cu130: pip takes that for torch==2.11.0
+    assert [s.dist for s in skipped] == ["cuda-toolkit==13.0.2", "nvidia-cublas==13.1.0.3",
+                                         "torch==2.11.0", "triton==3.6.0"]
+    assert dict(skipped[2].hosts) == {"h200a": "/opt/torch/.venv",
+                                          "h200b": "/opt/torch/.venv"}
+    assert sorted(p.name for p in closure.iterdir()) == sorted(KEPT)
+
+
+def test_a_list_without_the_torch_pin_leaves_nothing_out(closure, tmp_path):
+    image = tmp_path / "image.txt"
+    image.write_text((HERE / "image-packages.txt").read_text().replace("torch==2.11.0+cu130",
+                                                                       "torch"))
+    assert "torchvision" in offline.facts(image, closure, tmp_path / "rec")
+    assert "torch" not in offline.facts(image, closure, tmp_path / "rec")
+
+
+def test_the_layout_puts_each_file_in_one_call_of_at_most_the_limit(tmp_path):
+    bundle, extra = tmp_path / "bundle", tmp_path / "extra"
+    sizes = {"wheels/a.whl.000": 40, "wheels/a.whl.001": 40, "wheels/a.whl.002": 7,
+             "wheels/b.whl": 30, "wheels/c.whl": 9, "wheels/d.whl": 1}
+    for rel, size in {**sizes, "manifest.json": 2}.items():
+        (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / rel).write_bytes(b"x" * size)
+    (extra / "pdctl-wheels").mkdir(parents=True)
+    (extra / "debs.tar").write_bytes(b"d" * 20)
+    (extra / "pdctl-wheels/p.whl").write_bytes(b"p" * 5)
+    made = offline.layout(bundle, extra, tmp_path / "out", call=40)
+    assert all(sum(s for _, s in files) <= 40 for files in made), made
+    assert [rel for rel, _ in made[0]][:3] == ["debs.tar", "pdctl-wheels/p.whl",
+                                               "bundle/manifest.json"]
+    every = sorted(rel for files in made for rel, _ in files)
+    assert every == sorted(["debs.tar", "pdctl-wheels/p.whl", "bundle/manifest.json",
+                            *(f"bundle/{r}" for r in sizes)])
+    assert len(made) == 4  # 27 | 40 | 40 | 30+9+1 ... 7 goes to the first
+    for i, files in enumerate(made, 1):
+        for rel, size in files:
+            assert (tmp_path / "out" / str(i) / rel).stat().st_size == size
+    with pytest.raises(SystemExit, match="more than one call"):
+        offline.layout(bundle, extra, tmp_path / "out", call=39)
+
+
+def test_a_wildcard_pin_matches_its_release_and_what_follows_it():
+    assert offline.matches("13.1.0.3", "13.1.0.3.*") and offline.matches("13.1.0.3.1", "13.1.0.3.*")
+    assert not offline.matches("13.1.0.30", "13.1.0.3.*") and offline.matches("2.1", "2.1")
+    assert not offline.matches("2.1.1", "2.1")
