@@ -139,16 +139,19 @@ def moe_workspace_bytes(
 ) -> int:
     """The persistent fused-MoE scratch of a forward pass over `tokens` tokens (0 for dense
     models and engines before 0.23). gpt-oss's mxfp4 experts: none on Hopper (the OpenAI
-    Triton kernels are not modular), Marlin's off Hopper (`quant.marlin_moe_workspace_bytes`:
-    the same two buffers over the padded width and hidden size)."""
+    Triton kernels are not modular); off Hopper Marlin's (`MarlinExperts.workspace_shapes`,
+    fused_moe/experts/marlin_moe.py l.700-730): the same two buffers over the padded width
+    and hidden size (`quant.expert_dims`)."""
     if not model.is_moe or version(engine) < MOE_WORKSPACE_FROM:
         return 0
     if model.quantization == "mxfp4":
         if not quant.mxfp4_marlin(model, gpu_name):
             return 0
-        return quant.marlin_moe_workspace_bytes(model, tp, tokens, act, ep, gpu_name)
-    width = model.moe_intermediate // (1 if ep else tp)  # expert parallel: whole experts
-    k, hidden = model.experts_per_token, model.hidden
+        width, hidden = quant.expert_dims(model, tp, ep, gpu_name)
+    else:
+        width = model.moe_intermediate // (1 if ep else tp)  # expert parallel: whole experts
+        hidden = model.hidden
+    k = model.experts_per_token
     first = max(tokens * k * max(width, hidden), tokens * hidden)
     second = tokens * k * max(2 * width, hidden)
     return (first + second) * act

@@ -138,20 +138,6 @@ def linear_bits(model: ModelConfig, bits: float, gpu_name: str) -> float:
     return bits
 
 
-def marlin_moe_workspace_bytes(
-    model: ModelConfig, tp: int, tokens: int, act: int, ep: int, gpu_name: str
-) -> int:
-    """`MarlinExperts.workspace_shapes` (fused_moe/experts/marlin_moe.py l.700-730), kept by
-    the worker's WorkspaceManager (modular_kernel.py l.1031-1092): (M x top-k, max(N, K))
-    shared with the (M, K) output, and (M x top-k x max(2N, K)), N and K the padded width and
-    hidden size (`expert_dims`), M the batch's tokens, in the activation dtype."""
-    width, hidden = expert_dims(model, tp, ep, gpu_name)
-    k = model.experts_per_token
-    first = max(tokens * k * max(width, hidden), tokens * hidden)
-    second = tokens * k * max(2 * width, hidden)
-    return (first + second) * act
-
-
 def refusal(model: ModelConfig, gpu_name: str) -> str:
     """'' or why vLLM 0.23.0 refuses this checkpoint on this GPU (its own words)."""
     cc = capability(gpu_name)

@@ -104,7 +104,7 @@ setup_bundle() {  # tests/gpu/bundle.sh's folders, stashed: vLLM comes from pdct
   # Joins the --split parts and checks every file's sha256 against the manifest (exit 2 names a
   # bad or missing one), then the hosts' Python, glibc and disk; records their bundle.txt.
   say "preflight --bundle"
-  python3 -m pdctl preflight "$spec" --bundle "$b" --no-transfer --record "$RES/bundle-rec"     "${k[@]}" >"$RES/bundle-preflight.txt" 2>&1
+  python3 -m pdctl preflight "$spec" --bundle "$b" --no-transfer --record "$RES/bundle-rec" "${k[@]}" >"$RES/bundle-preflight.txt" 2>&1
   rc=$?
   tail -n 25 "$RES/bundle-preflight.txt"
   if [ "$rc" = 2 ]; then say "the bundle is damaged or incomplete"; exit 1; fi
