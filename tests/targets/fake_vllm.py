@@ -38,6 +38,10 @@ node, with an EngineCore child process, `vllm engine-core` on its command line):
 - like vLLM's ZMQ IPC sockets (envs.VLLM_RPC_BASE_PATH, i.e. tempfile.gettempdir()) and its
   file store (`vllm_dist_<hex>`), each start leaves 7 Unix sockets and a vllm_dist_ file in the
   temporary folder (TMPDIR), which it never removes.
+
+With FAKE_VLLM_LINGER=S a child leaves the engine's process group (its own session), keeps the
+engine's output open, and outlives the engine by S seconds, then writes a last line (to test
+that `down` waits for what still runs in the unit's folder, as start.sh's log writer does).
 """
 
 import json
@@ -189,6 +193,18 @@ def lead(port: int, expected: int) -> None:
         threading.Thread(target=watch, args=(conn,), daemon=True).start()
 
 
+def linger(seconds: float) -> None:
+    """A child in a session of its own that ends `seconds` after this process does."""
+    if os.fork() == 0:
+        os.setsid()
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.05)
+        time.sleep(seconds)
+        print("fake-vllm: the lingering child ends", flush=True)
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["engine-core"]:
         return engine_core()
@@ -211,6 +227,8 @@ def main(argv: list[str]) -> int:
     if model.startswith("/") and not os.path.exists(model):
         print(f"OSError: fake-vllm: model path {model} does not exist", file=sys.stderr)
         return 1
+    if os.environ.get("FAKE_VLLM_LINGER"):
+        linger(float(os.environ["FAKE_VLLM_LINGER"]))
     if os.environ.get("FAKE_VLLM_HANG"):  # alive but never healthy (for interrupt tests)
         print("fake-vllm: loading forever", flush=True)
         while True:

@@ -160,6 +160,19 @@ def test_down_removes_everything_and_twice_is_harmless(ssh_env, fake_venv, tmp_p
     assert "removed the deployment folder" not in again.stdout, again.stdout
 
 
+def test_down_waits_for_what_outlives_the_engine_in_its_folder(ssh_env, fake_venv, tmp_path):
+    """start.sh's log writer ends only once the engine's last process closed its output: a
+    child outside the engine's group that holds it 2 s longer keeps it (and itself) running.
+    `down` says stopped once nothing runs in the unit's folder, not while they still do."""
+    engine = {"device": "cpu", "env": {"FAKE_VLLM_LINGER": "2"}}
+    spec = lo1_spec(ssh_env, tmp_path, "fake", venv=fake_venv, engine=engine)
+    checked(pdctl("up", str(spec), "--yes", *known(ssh_env)))
+    assert len(processes_in(tmp_path)) >= 3  # the engine, its lingering child, the log writer
+    down = checked(pdctl("down", str(spec), *known(ssh_env)))
+    assert "stopped fake-serve-0" in down.stdout
+    assert processes_in(tmp_path) == []
+
+
 def test_failure_reports_the_engine_error_and_leaves_nothing(ssh_env, fake_venv, tmp_path):
     port = free_port()
     data = two_host_spec(ssh_env, fake_venv, tmp_path, port)
