@@ -54,9 +54,10 @@ def bundle(
         "--bundle` join them again in DIR before checking them (docs/offline.md)."),
     skip: bool = typer.Option(
         False, "--skip-installed",
-        help="Leave out the wheels whose NAME==VERSION every host that installs them has "
-        "in its engines' environment, as the --facts recording lists it (`up --bundle`'s "
-        "pip finds them installed; docs/offline.md)."),
+        help="Leave out the wheels whose distribution every host that installs them has "
+        "in its engines' environment, as the --facts recording lists it, in that version or "
+        "one meeting every requirement of the closure (`up --bundle`'s pip finds them "
+        "installed; docs/offline.md)."),
     phase: int | None = PHASE,
     target: str | None = TARGET,
     facts: Path | None = FACTS,

@@ -183,7 +183,8 @@ def bundle(
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
         closures[need] = download(need, python, platform, folder / mf.WHEELS)
-    skipped = () if have is None else skip_installed(folder / mf.WHEELS, closures, have)
+    skipped = () if have is None else skip_installed(folder / mf.WHEELS, closures, have,
+                                                        python, platform)
     if skipped:
         say(f"left out {len(skipped)} wheels ({sum(k.size for k in skipped) / 1e6:.1f} MB) "
             f"the hosts have (--skip-installed): {' '.join(k.dist for k in skipped)}")
@@ -238,20 +239,28 @@ def satisfies(installed: str | None, version: str) -> bool:
 
 
 def skip_installed(wheels: Path, closures: dict[Need, set[str] | None],
-                   have: dict[str, tuple[str, dict[str, str]]]) -> tuple[mf.Skipped, ...]:
-    """Remove each wheel whose NAME==VERSION every host of every environment that resolved it
-    has (`satisfies`: a local label on the host's version allowed; a service's venv is not
-    recorded: its wheels stay, and so do those of an environment whose closure pip did not
-    name)."""
+                   have: dict[str, tuple[str, dict[str, str]]], python: str = "3.12",
+                   platform: str = "manylinux_2_28_x86_64") -> tuple[mf.Skipped, ...]:
+    """Remove each wheel whose distribution every host of every environment that resolved it
+    has: in the wheel's version (`satisfies`: a local label on the host's version allowed), or
+    in one that meets every requirement the closure puts on it (`requires.meets`), which pip
+    keeps. A service's venv is not recorded: its wheels stay, and so do those of an
+    environment whose closure pip did not name."""
+    from pdctl.offline.requires import meets, requirements
+
+    wanted = requirements(wheels, (p for n in closures for p in n.pips), python, platform)
     out = []
     for path in sorted(wheels.glob("*.whl")):
         name, version = path.name.split("-")[:2]
-        envs = [n for n, names in closures.items() if names is None or canon(name) in names]
+        name = canon(name)
+        envs = [n for n, names in closures.items() if names is None or name in names]
         hosts = sorted({h for n in envs for h in n.hosts})
+        got = [have[h][1].get(name) for h in hosts]
         if not envs or not all(n.hosts for n in envs) or not all(
-                satisfies(have[h][1].get(canon(name)), version) for h in hosts):
+                satisfies(v, version) or (wanted is not None and name in wanted
+                                          and meets(v, wanted[name])) for v in got):
             continue
-        out.append(mf.Skipped(path.name, f"{canon(name)}=={version}", path.stat().st_size,
+        out.append(mf.Skipped(path.name, f"{name}=={version}", path.stat().st_size,
                               tuple((h, have[h][0]) for h in hosts)))
         path.unlink()
     return tuple(out)

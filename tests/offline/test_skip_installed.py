@@ -1,8 +1,8 @@
 """`pdctl bundle --facts DIR --skip-installed`: preflight's bundle.txt lists the distributions of
 each host's engines' environment (real sshd hosts lo1 and lo2 of tests/services.sh, real venvs);
-a wheel every host that installs it has is left out of the bundle and named in the manifest,
-one a host lacks stays; pip installs from the bundle with no index where the left-out one is
-installed, and names it where it is not; a recording without the list is refused."""
+a wheel every host that installs it has (in a version that meets what the closure asks of it)
+is left out of the bundle and named in the manifest, one a host lacks stays; pip installs from
+the bundle with no index where the left-out one is installed, and names it where it is not; a recording without the list is refused."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tests.offline.test_bundle import recording
 from tests.targets.testbed import host_entry, ssh_env, stand_in_spec  # noqa: F401 - fixture
 
 SIX = "six-1.17.0-py2.py3-none-any.whl"
+SIX_OLD = "six-1.16.0-py2.py3-none-any.whl"
 DATEUTIL = "python_dateutil-2.9.0.post0-py2.py3-none-any.whl"
 WANT = ("python-dateutil==2.9.0.post0",)  # depends on six (>=1.5)
 TAG = "manylinux_2_28_x86_64"
@@ -40,12 +41,14 @@ def venv(path: Path, pip: bool) -> Path:
 
 
 def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp_path):  # noqa: F811
-    # lo1's venv has six 1.17.0 (from a wheel pip downloads here), lo2's has nothing
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
-                    str(tmp_path / "w"), "six==1.17.0"], check=True)
+    # lo1's venv has six 1.16.0 (from a wheel pip downloads here), lo2's has nothing; the
+    # bundle's closure takes six 1.17.0, and python-dateutil asks six>=1.5: 1.16.0 meets it
+    for six in ("six==1.16.0", "six==1.17.0"):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                        str(tmp_path / "w"), six], check=True)
     with_six = venv(tmp_path / "venv-a", pip=True)
     subprocess.run([with_six / "bin/python", "-m", "pip", "install", "-q", "--no-index",
-                    str(tmp_path / "w" / SIX)], check=True)
+                    str(tmp_path / "w" / SIX_OLD)], check=True)
     hosts = [host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(with_six), gpus=[0]),
              host_entry(ssh_env, ssh_env.host("lo2"), tmp_path,
                         venv=str(venv(tmp_path / "venv-b", pip=False)), gpus=[0])]
@@ -56,7 +59,7 @@ def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp
     got = pdctl("preflight", str(spec), "--record", str(rec), "--no-transfer", *known(ssh_env))
     assert got.returncode in (0, 1), got.stderr
     lo1, lo2 = (parse((rec / h / "bundle.txt").read_text()) for h in ("lo1", "lo2"))
-    assert lo1.env == str(with_six) and ("six", "1.17.0") in (lo1.dists or ()), lo1
+    assert lo1.env == str(with_six) and ("six", "1.16.0") in (lo1.dists or ()), lo1
     assert lo2.env == str(tmp_path / "venv-b") and lo2.dists == (), lo2
 
     plan = make_plan(load_text(spec.read_text(), "spec.yaml")[0])
@@ -71,7 +74,7 @@ def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp
     data = json_of(tmp_path / "b")
     assert data["facts"] == str(rec) and data["skipped"][0]["installed"] == {"lo1": str(with_six)}
 
-    # pip installs from the bundle alone: six is found installed in lo1's venv
+    # pip installs from the bundle alone: six 1.16.0 is found installed in lo1's venv
     ship(plan, tmp_path / "b", made, SshOptions(known_hosts=ssh_env.known_hosts))
     there = wheels_dir(plan, plan.spec.hosts[0])
     assert sorted(p.name for p in Path(there).iterdir()) == [DATEUTIL]
@@ -141,3 +144,48 @@ def test_an_installed_local_label_stands_for_the_wheel_without_one(tmp_path: Pat
     got = skip_installed(wheels, {env: {"torch", "torchvision", "triton"}}, have)
     assert [s.dist for s in got] == ["torch==2.11.0"]  # triton: gpu-b has another version
     assert sorted(p.name for p in wheels.iterdir()) == sorted(names[1:])
+
+
+def wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
+    """A wheel file with only its METADATA (what `requires.requirements` reads)."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr(f"{name}-{version}.dist-info/METADATA",
+                     f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{meta}\ndescr")
+    return path
+
+
+def test_another_installed_version_stands_for_the_wheel_where_it_meets_every_requirement(
+    tmp_path: Path,
+):
+    from pdctl.offline.download import skip_installed
+
+    def left_out(host_numpy: str, *also: str, damaged: bool = False) -> list[str]:
+        wheels = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+        wheels.mkdir()
+        wheel(wheels, "numpy", "2.3.5")
+        wheel(wheels, "opencv_python_headless", "5.1.0.95", "numpy>=2; python_version>='3.9'",
+              "numpy<1.20; python_version<'3.8'")  # the second one is not for Python 3.12
+        wheel(wheels, "vllm", "0.23.0", "numpy<2.5", "opencv-python-headless>=4.13", *also)
+        if damaged:
+            (wheels / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+        env = Need("engines (venv)", ("vllm==0.23.0",), hosts=("gpu-a",))
+        have = {"gpu-a": ("/opt/venv", {"numpy": host_numpy, "opencv-python-headless": "4.12.0"})}
+        closure = {"numpy", "opencv-python-headless", "vllm"}
+        return [s.dist for s in skip_installed(wheels, {env: closure}, have, "3.12",
+                                               "manylinux_2_39_x86_64")]
+
+    assert left_out("2.2.6") == ["numpy==2.3.5"]  # >=2 and <2.5: pip keeps 2.2.6
+    assert left_out("1.26.4") == []  # opencv asks numpy>=2
+    assert left_out("2.5.0") == []  # vllm asks numpy<2.5
+    assert left_out("2.2.6", "numpy!=2.2.6") == []
+    # a requirement under an extra counts (which extras the closure took is not known here)
+    assert left_out("2.2.6", "numpy<2.1; extra == 'old'") == []
+    assert left_out("not-a-version") == []
+    # opencv 4.12.0 on the host is below vllm's >=4.13: its 5.1.0.95 wheel stays, every time
+    # a wheel that cannot be read: only the wheel's own version stands for it
+    assert left_out("2.2.6", damaged=True) == [] and left_out("2.3.5", damaged=True) == [
+        "numpy==2.3.5"]
