@@ -2,7 +2,8 @@
 each host's engines' environment (real sshd hosts lo1 and lo2 of tests/services.sh, real venvs);
 a wheel every host that installs it has (in a version that meets what the closure asks of it)
 is left out of the bundle and named in the manifest, one a host lacks stays; pip installs from
-the bundle with no index where the left-out one is installed, and names it where it is not; a recording without the list is refused."""
+the bundle with no index where the left-out one is installed, and names it where it is not; a
+recording without the list is refused."""
 
 from __future__ import annotations
 
