@@ -207,5 +207,6 @@ case $step in
   sshd) sshd_start ;;
   run) run "$@" ;;
   pack) pack "$@" ;;
+  dists) python3 -I -c "$LIST" | sort >"$OUT/image-dists.txt"; wc -l "$OUT/image-dists.txt" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
