@@ -7,16 +7,19 @@ The Markdown table writer here (`cell`, `table`, `main`) also writes docs/cli-re
 from __future__ import annotations
 
 import sys
-import types
-import typing
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from pdctl.spec.model import Spec
-from pdctl.spec.walk import models, section
+from pdctl.spec.walk import Wording, models, section, type_words
+
+# Types as the reference's table writes them: Literal values as JSON, sections as links.
+WORDING = Wording(
+    either=" \\| ", optional=" (optional)", mapping="map",
+    literal=lambda args: " \\| ".join(f"`{a!r}`".replace("'", '"') for a in args),
+    section=lambda name: f"[{name}](#{name.lower()})")
 
 
 def cell(text: str) -> str:
@@ -28,25 +31,6 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table (cells as given: escape them with `cell`)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
-def _type_name(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return _type_name(args[0])
-    if origin is typing.Literal:
-        return " \\| ".join(f"`{a!r}`".replace("'", '"') for a in args)
-    if origin in (typing.Union, types.UnionType):
-        names = [_type_name(a) for a in args if a is not type(None)]
-        return " \\| ".join(names) + (" (optional)" if type(None) in args else "")
-    if origin in (tuple, list):
-        return f"list of {_type_name(args[0])}" if args else "list"
-    if origin is dict:
-        return f"map of {_type_name(args[0])} to {_type_name(args[1])}"
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
-    return getattr(annotation, "__name__", str(annotation))
 
 
 def _default(field: FieldInfo) -> str:
@@ -82,7 +66,7 @@ def reference() -> str:
                 for m in filter(None, [section(field.annotation)])
             )
             desc = desc.replace("|", "\\|").replace("\n", " ")
-            rows.append([f"`{key}`", _type_name(field.annotation), _default(field), desc])
+            rows.append([f"`{key}`", type_words(field.annotation, WORDING), _default(field), desc])
         lines += [f"## {model.__name__}", "", doc, ""]
         lines += table(["key", "type", "default", "meaning"], rows)
         lines.append("")

@@ -16,7 +16,6 @@ import typing
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from pdctl.errors import UsageError
@@ -28,7 +27,14 @@ from pdctl.spec.source import parse
 WIDTH = 76
 # One part of a field path: a name, a list entry written [0] or [] after it.
 PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]*\])?")
-NONE = type(None)
+# Types in words: a Literal by its values' types (the values are listed as ALLOWED).
+LITERAL_WORDS = {str: "string", int: "integer", bool: "boolean"}
+WORDING = walk.Wording(
+    either=" or ", optional=", optional", mapping="mapping",
+    literal=lambda args: " or ".join(
+        dict.fromkeys(LITERAL_WORDS.get(type(a), "value") for a in args)),
+    section=lambda name: f"section ({name})",
+    names={bool: "boolean", int: "integer", float: "number", str: "string"})
 
 
 def explain_text(path: str) -> str:
@@ -86,27 +92,17 @@ def _wrap(text: str) -> str:
 
 def _type(annotation: Any) -> tuple[str, list[str]]:
     """A type in words, and the allowed values of a Literal."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return _type(args[0])
-    if origin in (typing.Union, types.UnionType):
-        kinds = [_type(a) for a in args if a is not NONE]
-        allowed = [v for _, values in kinds for v in values]
-        text = " or ".join(dict.fromkeys(k for k, _ in kinds))
-        return (text + (", optional" if NONE in args else "")), allowed
+    return walk.type_words(annotation, WORDING), [_scalar(a) for a in _literals(annotation)]
+
+
+def _literals(annotation: Any) -> list[Any]:
+    """A Literal's values, through Annotated and unions (not inside a list or mapping)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
-        words = {str: "string", int: "integer", bool: "boolean"}
-        kind = " or ".join(dict.fromkeys(words.get(type(a), "value") for a in args))
-        return kind, [_scalar(a) for a in args]
-    if origin in (tuple, list):
-        return f"list of {_type(args[0])[0]}" if args else "list", []
-    if origin is dict:
-        return f"mapping of {_type(args[0])[0]} to {_type(args[1])[0]}", []
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return f"section ({annotation.__name__})", []
-    words = {bool: "boolean", int: "integer", float: "number", str: "string"}
-    return words.get(annotation, getattr(annotation, "__name__", str(annotation))), []
+        return list(args)
+    if origin in (typing.Annotated, typing.Union, types.UnionType):
+        return [v for a in args for v in _literals(a)]
+    return []
 
 
 def _scalar(value: Any) -> str:
@@ -211,19 +207,13 @@ def _made_up(field: Any) -> Any:
         return field.default
     if allowed:
         literal = typing.get_args(field.annotation)
-        return next((a for a in _flat_literals(field.annotation) if a is not None), literal[0])
+        return next((a for a in _literals(field.annotation) if a is not None), literal[0])
     for m in field.metadata:
         for attr in ("ge", "gt"):
             bound = getattr(m, attr, None)
             if bound is not None:
                 return bound if attr == "ge" else (bound + 1 if isinstance(bound, int) else 0.5)
     return {"integer": 1, "number": 0.5, "boolean": True}.get(kind.split(",")[0], None)
-
-
-def _flat_literals(annotation: Any) -> list[Any]:
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    return [v for a in typing.get_args(annotation) for v in _flat_literals(a)]
 
 
 def _nest(names: list[str], value: Any) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import json
 from typing import Any
 
+from pdctl.capacity.simulate import sig
 from pdctl.errors import UsageError
 from pdctl.plan.args import flag_values
 
@@ -37,7 +38,7 @@ def capacity(plan_json: dict[str, Any]) -> dict[str, float | None]:
             batch = dec.get("batch")
             engines += r.get("replicas", 1)
         if r.get("role") in ("serve", "prefill") and r.get("prefillTokensPerSecond") and prompt:
-            ttft = _sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
+            ttft = sig(prompt / r["prefillTokensPerSecond"] * 1000)  # one prompt, no queue
     return {
         "ttftMs": ttft, "tpotMsBatch1": pd.get("batch1TpotMs") if pd else None,
         "tpotMsBatch": step_ms, "decodeBatch": batch, "decodeEngines": engines or None,
@@ -54,11 +55,6 @@ def tpot_at(cap: dict[str, float | None], batch: float) -> float | None:
         return full if batch > 1 or one is None else one
     b = min(max(batch, 1.0), float(top))
     return one + (full - one) * (b - 1) / (top - 1)
-
-
-def _sig(x: float) -> float:
-    """`x` to 4 significant digits (ratios and predictions span many orders of magnitude)."""
-    return float(f"{x:.4g}")
 
 
 def predicted(
@@ -83,7 +79,7 @@ def predicted(
         req = min(req, offered_rate)
     out = None if req is None else req * output_tokens
     total = None if req is None else req * (prompt_tokens + output_tokens)
-    return {"ttftMs": cap["ttftMs"]} | {k: None if v is None else _sig(v) for k, v in (
+    return {"ttftMs": cap["ttftMs"]} | {k: None if v is None else sig(v) for k, v in (
         ("tpotMs", tpot), ("requestThroughput", req), ("outputThroughput", out),
         ("totalTokenThroughput", total))}
 
@@ -102,7 +98,7 @@ def ratios(meas: dict[str, float | None], pred: dict[str, float | None]) -> dict
     out: dict[str, float | None] = {}
     for k, want in pred.items():
         got = meas.get(k)
-        out[k] = _sig(got / want) if got is not None and want else None
+        out[k] = sig(got / want) if got is not None and want else None
     return out
 
 
@@ -204,7 +200,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow_flag_diff: bool) -> dict
                 va = (va or {}).get(pct)
                 vb = (vb or {}).get(pct)
             rows.append({"load": sa["load"], "figure": label, "a": va, "b": vb,
-                         "bOverA": _sig(vb / va) if va and vb is not None else None})
+                         "bOverA": sig(vb / va) if va and vb is not None else None})
     return {
         "a": {"specHash": a.get("specHash"), "createdAt": a.get("createdAt")},
         "b": {"specHash": b.get("specHash"), "createdAt": b.get("createdAt")},

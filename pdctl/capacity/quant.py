@@ -36,7 +36,6 @@ MARLIN_HIDDEN_ALIGN = 256
 # The Hopper (Triton) figure pdctl has used since its H100 logs: the width to 256.
 HOPPER_WIDTH_ALIGN = 256
 
-MXFP4_BITS = 4.25  # 4-bit values and one 8-bit (e8m0) scale per 32 (mxfp4.py l.175-267)
 MARLIN_FP8_SCALE_BITS = 16  # Marlin's fp8 group scales: one bf16 per block_k inputs
 
 

@@ -87,9 +87,9 @@ class Result:
             "tpotMs": _pcts(self.tpot_s),
             "itlMs": _weighted(self.steps),
             "e2elMs": _pcts(self.e2e_s),
-            "requestThroughput": _sig(done / self.wall_s) if self.wall_s else None,
-            "outputThroughput": _sig(self.output_tokens / self.wall_s) if self.wall_s else None,
-            "totalTokenThroughput": _sig(
+            "requestThroughput": sig(done / self.wall_s) if self.wall_s else None,
+            "outputThroughput": sig(self.output_tokens / self.wall_s) if self.wall_s else None,
+            "totalTokenThroughput": sig(
                 (self.output_tokens + done * self.load.prompt_tokens) / self.wall_s
             )
             if self.wall_s
@@ -98,7 +98,8 @@ class Result:
         }
 
 
-def _sig(x: float) -> float:
+def sig(x: float) -> float:
+    """`x` to 4 significant digits (ratios and predictions span many orders of magnitude)."""
     return float(f"{x:.4g}")
 
 
@@ -113,8 +114,8 @@ def _pcts(xs: list[float]) -> dict[str, float | None]:
     if not xs:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     s = sorted(xs)
-    out: dict[str, float | None] = {"mean": _sig(sum(s) / len(s) * 1000)}
-    out.update({f"p{p}": _sig(_pct(s, p) * 1000) for p in PERCENTILES})
+    out: dict[str, float | None] = {"mean": sig(sum(s) / len(s) * 1000)}
+    out.update({f"p{p}": sig(_pct(s, p) * 1000) for p in PERCENTILES})
     return out
 
 
@@ -125,13 +126,13 @@ def _weighted(steps: list[tuple[float, int]]) -> dict[str, float | None]:
     total = sum(n for _, n in pairs)
     if not total:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
-    out: dict[str, float | None] = {"mean": _sig(sum(d * n for d, n in pairs) / total * 1000)}
+    out: dict[str, float | None] = {"mean": sig(sum(d * n for d, n in pairs) / total * 1000)}
     for p in PERCENTILES:
         want, seen = total * p / 100, 0
         for d, n in pairs:
             seen += n
             if seen >= want:
-                out[f"p{p}"] = _sig(d * 1000)
+                out[f"p{p}"] = sig(d * 1000)
                 break
     return out
 

@@ -10,7 +10,7 @@ from typing import Any
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.lora import lora_args
-from pdctl.plan.offload import check_offload_env, check_offload_flags, offload_args
+from pdctl.plan.offload import check_offload_env, check_offload_flags, number_text, offload_args
 from pdctl.spec.model import Spec
 from pdctl.spec.speculative import Speculative
 
@@ -45,7 +45,7 @@ def engine_args(
     if pipeline_parallel > 1:
         args += ["--pipeline-parallel-size", str(pipeline_parallel)]
     if gpu_memory_utilization is not None:
-        args += ["--gpu-memory-utilization", _fraction(gpu_memory_utilization)]
+        args += ["--gpu-memory-utilization", number_text(gpu_memory_utilization)]
     if m.max_model_len is not None:
         args += ["--max-model-len", str(m.max_model_len)]
     if m.dtype != "auto":
@@ -168,10 +168,6 @@ def batch_limit(
         if flag == "--max-num-seqs" and value.isdigit():
             return int(value)
     return None
-
-
-def _fraction(value: float) -> str:
-    return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
 # Flags pdctl sets itself (a second copy would win silently and break ports, placement or the

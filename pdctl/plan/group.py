@@ -13,13 +13,15 @@ Two shapes, both vLLM's own launch (no Ray):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from pdctl.errors import SpecError
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.place import Slot
+from pdctl.plan.shape import peer_address
+from pdctl.plan.transport import nvshmem_env
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Multinode
 
@@ -280,10 +282,6 @@ def group_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
 GROUP_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NVSHMEM_HCA_LIST")
 
 
-def worker_name(leader: str, rank: int) -> str:
-    return f"{leader}-node{rank}"
-
-
 def join(nodes: Sequence[Instance]) -> Instance:
     """The leader instance holding its workers (each naming the leader)."""
     leader, rest = nodes[0], nodes[1:]
@@ -313,3 +311,51 @@ class Rendezvous:
                 path=f"{shape.path}.rendezvousPort", fix="lower rendezvousPort",
             )
         return port
+
+
+@dataclass(frozen=True)
+class GroupNode:
+    """One node of a placed instance: its slot, its process name, its multi-node flags
+    (group_flags) and, on a multi-node group's leader, the rendezvous port it listens on."""
+
+    index: int  # the instance's
+    rank: int
+    slot: Slot
+    name: str  # `<name>-<index>`, a worker's with `-node<rank>` after it
+    flags: list[tuple[str, str]]
+    extra_ports: tuple[tuple[str, int], ...]
+
+    @property
+    def gpu_env(self) -> list[tuple[str, str]]:
+        """CUDA_VISIBLE_DEVICES of the node's GPUs (none without GPUs: CPU engines)."""
+        gpus = self.slot.gpus
+        return [("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus)))] if gpus else []
+
+
+def placed_groups(
+    slots: Sequence[Slot], shape: GroupShape, replicas: int, hosts: Sequence[Host], name: str,
+    meet: Rendezvous,
+) -> Iterator[list[GroupNode]]:
+    """Each instance's nodes (group_hosts), named `<name>-<index>`; a multi-node group meets
+    on the port `meet` gives its leader (one Rendezvous per plan: ports are per host)."""
+    for index, nodes in enumerate(group_hosts(slots, shape, replicas, hosts)):
+        leader = nodes[0].host
+        port = meet.port(leader, shape) if shape.multinode else 0
+        first = f"{name}-{index}"
+        yield [
+            GroupNode(
+                index, rank, slot, f"{first}-node{rank}" if rank else first,
+                group_flags(shape, rank, peer_address(leader), port),
+                (("rendezvous", port),) if rank == 0 and shape.multinode else (),
+            )
+            for rank, slot in enumerate(nodes)
+        ]
+
+
+def node_env(host: Host, shape: GroupShape, interfaces: bool) -> list[tuple[str, str]]:
+    """VLLM_HOST_IP of a group's node, with `interfaces` its NCCL and Gloo interfaces
+    (group_env), and on a multi-node group NVSHMEM's HCAs (expert parallel)."""
+    env = [("VLLM_HOST_IP", peer_address(host)), *(group_env(host) if interfaces else [])]
+    if shape.multinode:
+        env += nvshmem_env(host.rdma_devices, shape.expert_parallel)
+    return env

@@ -51,7 +51,8 @@ CPU_REFUSAL = {
 CPU_FIX = "remove engine.kvOffload, or use engine.device cuda"
 
 
-def gib_text(value: float) -> str:
+def number_text(value: float) -> str:
+    """A number as a flag or variable takes it: at most 4 decimals, no trailing zeros (0.9, 40)."""
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
@@ -113,7 +114,7 @@ def offload_args(
                 fix="pin an engine.version that has native KV offloading (0.23.0 or later)",
             )
     return [
-        *pairs, ("--kv-offloading-size", gib_text(off.size_gib)),
+        *pairs, ("--kv-offloading-size", number_text(off.size_gib)),
         ("--kv-offloading-backend", "native"),
     ]
 
@@ -138,7 +139,7 @@ def offload_env(spec: Spec, workers: int) -> dict[str, str]:
         return {}
     return {
         "LMCACHE_LOCAL_CPU": "True",
-        "LMCACHE_MAX_LOCAL_CPU_SIZE": gib_text(off.size_gib / max(1, workers)),
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": number_text(off.size_gib / max(1, workers)),
     }
 
 

@@ -9,15 +9,7 @@ import math
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import batch_limit, engine_args
-from pdctl.plan.group import (
-    Rendezvous,
-    group_env,
-    group_flags,
-    group_hosts,
-    group_shape,
-    join,
-    worker_name,
-)
+from pdctl.plan.group import Rendezvous, group_shape, join, node_env, placed_groups
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import (
     P2P_ENV,
@@ -33,7 +25,6 @@ from pdctl.plan.offload import offload_env
 from pdctl.plan.place import Chooser, Group, place
 from pdctl.plan.shape import PdShape, check_shape, master_host, peer_address, router_host
 from pdctl.plan.slice import Slice
-from pdctl.plan.transport import nvshmem_env
 from pdctl.spec.model import Host, Spec
 from pdctl.spec.pd import Role
 from pdctl.spec.value import host_port
@@ -179,28 +170,18 @@ def host_instances(
     for role_name, role in roles:
         gs = shapes[role_name]
         mine = [s for s in slots if s.role == role_name]
-        for index, nodes in enumerate(group_hosts(mine, gs, role.replicas, spec.hosts)):
-            leader = nodes[0].host
-            port = meet.port(leader, gs) if gs.multinode else 0
+        prefix = f"{spec.name}-{role_name}"
+        for nodes in placed_groups(mine, gs, role.replicas, spec.hosts, prefix, meet):
             members = []
-            for rank, slot in enumerate(nodes):
+            for node in nodes:
+                slot, name = node.slot, node.name
                 host = next(h for h in spec.hosts if h.name == slot.host.name)
                 offset = blocks.get(host.name, 0)
                 blocks[host.name] = offset + role.tensor_parallel
-                name = f"{spec.name}-{slot.role}-{index}"
-                if rank:
-                    name = worker_name(name, rank)
-                pairs: list[tuple[str, str]] = [("VLLM_HOST_IP", peer_address(host))]
-                if gs.multinode:
-                    pairs += group_env(host)
-                    pairs += nvshmem_env(host.rdma_devices, gs.expert_parallel)
-                if slot.gpus:
-                    pairs.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
+                pairs = node_env(host, gs, interfaces=gs.multinode) + node.gpu_env
                 hami, over = slice_engine(spec, host, name, slot.role, role.tensor_parallel, sl)
                 pairs += hami
-                extra_ports: list[tuple[str, int]] = []
-                if rank == 0 and gs.multinode:
-                    extra_ports.append(("rendezvous", port))
+                extra_ports = list(node.extra_ports)
                 files: tuple[tuple[str, str], ...] = ()
                 if dis.connector == "p2p-nccl":
                     kv_port = dis.kv_port + offset
@@ -227,7 +208,7 @@ def host_instances(
                     # (NixlConnectorScheduler: VLLM_NIXL_SIDE_CHANNEL_PORT + DP index), so a
                     # node of a DP group whose ranks start at R*L listens on base+R*L.. .
                     local = max(1, gs.local_dp if gs.kind == "dp" else 1)
-                    first_rank = rank * local if gs.kind == "dp" else 0
+                    first_rank = node.rank * local if gs.kind == "dp" else 0
                     k = singles.get(host.name, 0)
                     singles[host.name] = k + local
                     side = dis.side_channel_port + k
@@ -246,14 +227,13 @@ def host_instances(
                         "kv_producer" if slot.role == "prefill" else "kv_consumer", device,
                         nixl_lease_s(spec.workload),
                     )
-                flags = group_flags(gs, rank, peer_address(leader), port)
                 members.append(
                     Instance(
                         name=name,
                         role=slot.role,  # type: ignore[arg-type]
-                        index=index, port=slot.port,
+                        index=node.index, port=slot.port,
                         args=role_args(
-                            spec, release, role, slot.role, slot.port, kv, flags=flags, **over
+                            spec, release, role, slot.role, slot.port, kv, flags=node.flags, **over
                         ),
                         env=role_env(spec, role, slot.role, *pairs), host=host, gpus=slot.gpus,
                         gpu_count=len(slot.gpus), tensor_parallel=role.tensor_parallel,

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from pdctl.compat import Release
 from pdctl.errors import SpecError
 from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import (
+    GroupNode,
+    GroupShape,
     Rendezvous,
-    group_env,
     group_flags,
-    group_hosts,
     group_shape,
     join,
     lws_flags,
     lws_launch,
-    worker_name,
+    node_env,
+    placed_groups,
 )
 from pdctl.plan.lora import lora_env
 from pdctl.plan.model import Instance, TargetName
 from pdctl.plan.offload import offload_env
 from pdctl.plan.place import Chooser, Group, place
-from pdctl.plan.shape import peer_address
-from pdctl.plan.transport import nvshmem_env, role_rdma_env
+from pdctl.plan.transport import role_rdma_env
 from pdctl.spec.model import Serve, Spec
 
 # Variables a multi-node or data-parallel group's engines get from the hosts (plan.group).
@@ -116,17 +117,12 @@ def serve_instances(
         )
     group = Group("serve", shape.replicas * gshape.nodes, width, shape.port, "serve.replicas")
     slots = place(spec, [group], choose)
-    meet = Rendezvous()
-    out = []
-    for index, nodes in enumerate(group_hosts(slots, gshape, shape.replicas, spec.hosts)):
-        leader = nodes[0].host
-        port = meet.port(leader, gshape) if gshape.multinode else 0
-        members = []
-        for rank, slot in enumerate(nodes):
-            node = _node(spec, gshape, index, rank, slot, leader, port, env, args)
-            members.append(replace(node, max_num_seqs=seqs))
-        out.append(join(members))
-    return tuple(out)
+    groups = placed_groups(
+        slots, gshape, shape.replicas, spec.hosts, f"{spec.name}-serve", Rendezvous())
+    return tuple(
+        join([replace(_node(gshape, node, env, args), max_num_seqs=seqs) for node in nodes])
+        for nodes in groups
+    )
 
 
 def _with_rdma_env(spec: Spec, env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -141,12 +137,13 @@ def _with_rdma_env(spec: Spec, env: tuple[tuple[str, str], ...]) -> tuple[tuple[
     return tuple(sorted({**dict(env), **dict(extra)}.items()))
 
 
-def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:  # type: ignore[no-untyped-def]
-    inst_env = env
+def _node(
+    gshape: GroupShape, node: GroupNode, env: tuple[tuple[str, str], ...],
+    args: Callable[[int, list[tuple[str, str]]], tuple[str, ...]],
+) -> Instance:
+    slot, inst_env = node.slot, env
     if gshape.multinode or gshape.kind == "dp":
-        extra = [("VLLM_HOST_IP", peer_address(slot.host)), *group_env(slot.host)]
-        if gshape.multinode:
-            extra += nvshmem_env(slot.host.rdma_devices, gshape.expert_parallel)
+        extra = node_env(slot.host, gshape, interfaces=True)
         for key, _ in extra:
             if key in dict(env):
                 raise SpecError(
@@ -155,20 +152,17 @@ def _node(spec, gshape, index, rank, slot, leader, port, env, args) -> Instance:
                     path="engine.env", fix=f"remove {key} from engine.env and set {GROUP_ENV[key]}",
                 )
         inst_env = tuple(sorted({**dict(env), **dict(extra)}.items()))
-    if slot.gpus:
-        inst_env = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))),) + inst_env
-    flags = group_flags(gshape, rank, peer_address(leader), port)
+    inst_env = (*node.gpu_env, *inst_env)
     # Containers listen on 8000 inside; the host port maps onto it (`-p PORT:8000`). A
     # multi-node group's nodes run on the host's network instead (NCCL and the rendezvous need
     # the host's ports and addresses: render.container), on the spec's port.
     # `network: host` runs a single-node engine there too.
     docker = slot.host.runtime == "docker" and slot.host.network == "bridge"
     docker = docker and not gshape.multinode
-    name = f"{spec.name}-serve-{index}"
     return Instance(
-        name=name if rank == 0 else worker_name(name, rank), role="serve", index=index,
+        name=node.name, role="serve", index=node.index,
         port=slot.port, container_port=8000 if docker else None,
-        args=args(8000 if docker else slot.port, flags), env=inst_env, host=slot.host,
+        args=args(8000 if docker else slot.port, node.flags), env=inst_env, host=slot.host,
         gpus=slot.gpus, gpu_count=len(slot.gpus), tensor_parallel=gshape.tensor_parallel,
-        extra_ports=(("rendezvous", port),) if rank == 0 and gshape.multinode else (),
+        extra_ports=node.extra_ports,
     )

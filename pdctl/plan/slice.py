@@ -9,15 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.errors import SpecError
-from pdctl.hami import (  # noqa: F401 (the formula's constants, re-exported for readers)
-    CUDA_GRAPH_MIB,
-    HAMI_CORE_MIB,
-    MAX_UTILIZATION,
-    MIN_UTILIZATION,
-    NCCL_MIB_PER_RANK,
-    SMALL_SLICE_MIB,
-    slice_utilization,
-)
+from pdctl.hami import SMALL_SLICE_MIB, slice_utilization
 from pdctl.spec.pd import Decode, Share
 
 

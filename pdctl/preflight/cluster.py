@@ -298,10 +298,6 @@ HINTS = {
     "leaderworkerset.x-k8s.io": "LeaderWorkerSet (its release manifests)"}
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
 def required_kinds(plan: Plan) -> tuple[tuple[str, str], ...]:
     """(group, kind) of the custom resources the plan's bundle holds (the plan decides them)."""
     return tuple(k for k in plan.kinds if k[0] not in BUILTIN_GROUPS)
@@ -436,7 +432,7 @@ def _versions(c: ClusterFacts, registered: list[Node]) -> list[Finding]:
         return []
     text = f"hami-scheduler {sched or '?'}, hami-device-plugin {plugin or '?'}"
     json_nodes = [n.name for n in registered if n.hami_format == "json"]
-    if sched and _version(sched) < (2, 8) and json_nodes:
+    if sched and facts.version_tuple(sched) < (2, 8) and json_nodes:
         return [Finding("FAIL", "hami.version", "cluster",
                         f"{text}; JSON device registration on {', '.join(json_nodes)}",
                         "a scheduler that reads the nodes' registration (>= 2.8 for JSON)",
@@ -501,7 +497,7 @@ def crds(plan: Plan, c: ClusterFacts) -> list[Finding]:
 def drivers(plan: Plan, c: ClusterFacts) -> list[Finding]:
     rel = plan.release
     old = [f"{n.name} ({n.driver})" for n in c.nodes
-           if n.driver and _version(n.driver) < _version(rel.min_driver)]
+           if n.driver and facts.version_tuple(n.driver) < facts.version_tuple(rel.min_driver)]
     if old:
         return [Finding("WARN", "cluster.driver", "cluster", "old drivers: " + ", ".join(old),
                         f">= {rel.min_driver} (CUDA {rel.cuda_major})",

@@ -30,6 +30,11 @@ def is_nvlink(level: str) -> bool:
     return bool(NVLINK.match(level))
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """A dotted version's numeric parts, for comparing ("550.54.15" -> (550, 54, 15))."""
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
 @dataclass(frozen=True)
 class Reach:
     """One node's TCP connect to its group leader's rendezvous port."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.topology import best_group, describe, group_score
-from pdctl.preflight.facts import Gpu, HostFacts, Missing, is_nvlink
+from pdctl.preflight.facts import Gpu, HostFacts, Missing, is_nvlink, version_tuple
 from pdctl.preflight.finding import Finding, HostCheck, gpu_list
 from pdctl.preflight.host import GATHER, command_failure, failure
 from pdctl.spec.model import Host, Spec
@@ -542,10 +542,6 @@ def fields(raw: dict[str, str]) -> tuple[dict[str, Any], list[Missing]]:
     }, missing
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
 def needed_gpus(instances: list[Instance]) -> tuple[int, ...]:
     return tuple(sorted({g for i in instances for g in i.gpus}))
 
@@ -596,7 +592,7 @@ def driver(host: Host, hf: HostFacts, plan: Plan) -> list[Finding]:
         return [Finding("WARN", "gpu.driver", host.name, "driver version not gathered", want,
                         GATHER)]
     out = []
-    if _version(hf.driver) < _version(rel.min_driver):
+    if version_tuple(hf.driver) < version_tuple(rel.min_driver):
         out.append(Finding("FAIL", "gpu.driver", host.name, f"driver {hf.driver}", want,
                            "upgrade the NVIDIA driver, or pin an older engine.version"))
     else:

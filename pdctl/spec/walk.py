@@ -1,16 +1,54 @@
 """One walker of the spec models, for everything that reads them by path: docgen
 (docs/spec-reference.md), `pdctl explain`, and spec/load.py locating a validation error and
 the keys allowed where it is. A field's section model is the model inside its annotation
-(itself, optional, a list or tuple of it)."""
+(itself, optional, a list or tuple of it). `type_words` writes a field's type, in the wording
+docgen or explain gives it."""
 
 from __future__ import annotations
 
+import dataclasses
+import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+NONE = type(None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Wording:
+    """How one document writes types: a union's joiner and its optional mark, a Literal's
+    values, a section model (from its name), a mapping, and the names of plain types."""
+
+    either: str
+    optional: str
+    literal: Callable[[tuple[Any, ...]], str]
+    section: Callable[[str], str]
+    mapping: str
+    names: dict[Any, str] = dataclasses.field(default_factory=dict)
+
+
+def type_words(annotation: Any, wording: Wording) -> str:
+    """A field's type in words (through Annotated, unions, Literal, list, tuple and dict)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return type_words(args[0], wording)
+    if origin is typing.Literal:
+        return wording.literal(args)
+    if origin in (typing.Union, types.UnionType):
+        kinds = dict.fromkeys(type_words(a, wording) for a in args if a is not NONE)
+        return wording.either.join(kinds) + (wording.optional if NONE in args else "")
+    if origin in (tuple, list):
+        return f"list of {type_words(args[0], wording)}" if args else "list"
+    if origin is dict:
+        key, value = (type_words(a, wording) for a in args)
+        return f"{wording.mapping} of {key} to {value}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return wording.section(annotation.__name__)
+    return wording.names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def section(annotation: Any) -> type[BaseModel] | None:

@@ -11,16 +11,16 @@ from pdctl.capacity.advice import packing_advice
 from pdctl.capacity.models import ModelConfig
 from pdctl.capacity.roofline import decode_step, prefill_tokens_per_s
 from pdctl.capacity.slice import slice_for
-from pdctl.plan import slice as plan_slice
+from pdctl.hami import CUDA_GRAPH_MIB, HAMI_CORE_MIB, MAX_UTILIZATION
 
 H200 = find_gpu("H200")
 
 
 def _render_util(mib: int, eager: bool = False) -> float:
-    # pdctl.plan.slice: (slice - HAMi-core - CUDA graphs unless eager) / slice, floored to
+    # pdctl.hami: (slice - HAMi-core - CUDA graphs unless eager) / slice, floored to
     # 0.01 and capped (the constants live there; this restates the formula independently)
-    head = plan_slice.HAMI_CORE_MIB + (0 if eager else plan_slice.CUDA_GRAPH_MIB)
-    return min(plan_slice.MAX_UTILIZATION, math.floor((mib - head) / mib * 100) / 100)
+    head = HAMI_CORE_MIB + (0 if eager else CUDA_GRAPH_MIB)
+    return min(MAX_UTILIZATION, math.floor((mib - head) / mib * 100) / 100)
 
 
 def test_slice_util_is_renders_formula() -> None:

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pdctl.errors import SpecError
-from pdctl.plan.slice import MAX_UTILIZATION, MIN_UTILIZATION, plan_slice, slice_utilization
+from pdctl.hami import MAX_UTILIZATION, MIN_UTILIZATION, slice_utilization
+from pdctl.plan.slice import plan_slice
 from pdctl.spec.pd import Decode, Share
 
 
