@@ -278,7 +278,7 @@ def plan_of(spec: str | Path | dict[str, Any], name: str | None = None, **kw: An
     from pdctl.spec import load_text
 
     if isinstance(spec, Path):
-        spec, name = spec.read_text(), name or spec.name
+        name, spec = name or spec.name, spec.read_text()
     elif isinstance(spec, dict):
         spec = yaml.safe_dump(spec, sort_keys=False)
     return make_plan(load_text(spec, name or "spec.yaml")[0], **kw)
