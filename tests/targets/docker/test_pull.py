@@ -16,14 +16,13 @@ from tests.registry import Image, Registry, image_from_rootfs
 from tests.targets.docker.bed import docker_spec, remove_all, urls
 from tests.targets.docker.test_progress import stage_lines
 from tests.targets.docker.test_target import CHANGES, ENTRYPOINT, engine_rootfs, free_port
-from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.testbed import pdctl
 
 REPO = "pdctl-test/pulled"
 
 
 @pytest.fixture(scope="module")
-def image(docker_client) -> Image:  # noqa: F811
+def image(docker_client) -> Image:
     import shutil
 
     env = dict(c.split(" ", 1)[1].split("=", 1) for c in CHANGES if c.startswith("ENV "))
@@ -57,7 +56,7 @@ def forget(client, ref: str) -> None:
 
 
 def test_up_pulls_a_missing_image_with_progress(
-    docker_client, registry, image: Image, tmp_path: Path,  # noqa: F811
+    docker_client, registry, image: Image, tmp_path: Path,
 ):
     ref = f"127.0.0.1:{registry.port}/{REPO}:1"
     by_digest = f"127.0.0.1:{registry.port}/{REPO}@{image.digest}"
@@ -106,7 +105,7 @@ def test_up_pulls_a_missing_image_with_progress(
 
 
 def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
-    docker_client,  # noqa: F811
+    docker_client,
     registry,
     tmp_path: Path,
 ):
