@@ -14,16 +14,7 @@ import json
 
 import pytest
 
-from tests.e2e.common import (
-    down,
-    get,
-    host,
-    known,
-    model_section,
-    pd_spec,
-    phase0_spec,
-    up,
-)
+from tests.e2e.common import down, get, host, known, model_section, pd_spec, phase0_spec, up
 from tests.e2e.test_top import counter
 from tests.targets.testbed import pdctl, write_spec
 

@@ -27,16 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import (
-    PROMPT,
-    complete,
-    down,
-    get,
-    host,
-    known,
-    phase0_spec,
-    up,
-)
+from tests.e2e.common import PROMPT, complete, down, get, host, known, phase0_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e

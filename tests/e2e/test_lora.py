@@ -13,16 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import (
-    PROMPT,
-    down,
-    host,
-    known,
-    model_section,
-    pd_spec,
-    phase0_spec,
-    up,
-)
+from tests.e2e.common import PROMPT, down, host, known, model_section, pd_spec, phase0_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e

@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.offline import manifest as mf
-from tests.e2e.common import (
-    PROMPT,
-    complete,
-    down,
-    host,
-    model_section,
-    phase0_spec,
-    printed_urls,
-)
+from tests.e2e.common import PROMPT, complete, down, host, model_section, phase0_spec, printed_urls
 from tests.e2e.test_lora import make_adapters
 from tests.helpers import known
 from tests.targets.testbed import pdctl, write_spec
