@@ -17,6 +17,10 @@ from hypothesis import settings
 
 from tests.helpers import run_cli  # noqa: F401 - the Docker SDK tests import it from here
 
+# Fixtures that tests in several folders use: the SSH test bed's (ssh_env, fake_venv), the test
+# dockerd's client and the sshd that reaches it (pytest reads pytest_plugins only here).
+pytest_plugins = ["tests.targets.testbed", "tests.targets.docker.bed"]
+
 # No per-example deadline for any hypothesis test (it is a timed assertion: speed belongs in
 # benchmarks/). The default 200 ms fails a fast example that a loaded 2-core CI machine stalled
 # once (DeadlineExceeded, or Flaky when the replay is fast); tests that need no deadline but

@@ -24,7 +24,11 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from subprocess import DEVNULL, CompletedProcess, TimeoutExpired, run
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pdctl.plan import Plan
+    from pdctl.render import Bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -263,6 +267,29 @@ def data(name: str) -> Any:
     import yaml
 
     return yaml.safe_load((ROOT / "tests" / "data" / name).read_text())
+
+
+def plan_of(spec: str | Path | dict[str, Any], name: str | None = None, **kw: Any) -> Plan:
+    """make_plan (with KW) of a spec: its text, a file, or a document dumped as YAML in its key
+    order. `name` is the file its errors name: the file's own name, else spec.yaml."""
+    import yaml
+
+    from pdctl.plan import make_plan
+    from pdctl.spec import load_text
+
+    if isinstance(spec, Path):
+        name, spec = name or spec.name, spec.read_text()
+    elif isinstance(spec, dict):
+        spec = yaml.safe_dump(spec, sort_keys=False)
+    return make_plan(load_text(spec, name or "spec.yaml")[0], **kw)
+
+
+def bundle_of(spec: str | Path | dict[str, Any], **kw: Any) -> tuple[Plan, Bundle]:
+    """plan_of(SPEC, **KW) and its rendered bundle."""
+    from pdctl.render import render
+
+    plan = plan_of(spec, **kw)
+    return plan, render(plan)
 
 
 def at(error: Any) -> tuple[str, int | None, str]:

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from pdctl.errors import PdctlError, SpecError, UsageError
-from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.scale import (
     Moves,
@@ -21,10 +20,9 @@ from pdctl.scale import (
     parse_request,
     worker_urls,
 )
-from pdctl.spec import load_text
 from pdctl.targets.state import Observed, desired_units, diff
 from tests.conftest import ROOT
-from tests.helpers import cli
+from tests.helpers import bundle_of, cli, plan_of
 
 HOST = {"name": "a", "address": "192.0.2.30", "gpus": [0, 1, 2], "runtime": "venv", "venv": "/v"}
 
@@ -37,8 +35,7 @@ def doc(replicas: int) -> dict:
 
 
 def planned(replicas: int, scaled: bool = True):
-    plan = make_plan(load_text(yaml.safe_dump(doc(replicas)))[0], scaled=scaled)
-    return plan, render(plan)
+    return bundle_of(doc(replicas), scaled=scaled)
 
 
 def running(replicas: int) -> list[Observed]:
@@ -147,10 +144,10 @@ def test_a_pd_scale_up_restarts_the_router_with_the_new_members(monkeypatch):
     monkeypatch.chdir(ROOT)
     data = yaml.safe_load((ROOT / "examples/phase2-nixl-hosts.yaml").read_text())
     data["hosts"][0]["gpus"] = [0, 1, 2]
-    plan = make_plan(load_text(yaml.safe_dump(data))[0])
+    plan = plan_of(data)
     bundle = render(plan)
     data["decode"]["replicas"] = 2
-    up_plan = make_plan(load_text(yaml.safe_dump(data))[0], scaled=True)
+    up_plan = plan_of(data, scaled=True)
     up_bundle = render(up_plan)
     router = next(s.name for s in up_plan.services if s.role == "router")
     assert mixed(bundle, up_bundle, "decode", pd=True) is up_bundle

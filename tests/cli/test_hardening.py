@@ -14,8 +14,7 @@ from pdctl.errors import SpecError
 from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.helpers import cli, data, run_cli, written
-from tests.plan.conftest import plan_of
+from tests.helpers import cli, data, plan_of, run_cli, written
 
 BASE = """\
 name: demo

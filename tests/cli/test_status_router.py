@@ -24,15 +24,7 @@ from pdctl.top.source import open_source
 from pdctl.top.verdict import verdicts
 from pdctl.top.window import Window
 from tests.helpers import checked, known, wait_until
-from tests.targets.testbed import (  # noqa: F401
-    HERE,
-    SshEnv,
-    free_port,
-    host_entry,
-    pdctl,
-    ssh_env,
-    write_spec,
-)
+from tests.targets.testbed import HERE, SshEnv, free_port, host_entry, pdctl, write_spec
 
 
 def router_venv() -> Path:
@@ -61,7 +53,7 @@ LOG = Path(__file__).resolve().parents[1] / "top" / "data" / "nixl-prefill-lease
 
 
 @pytest.fixture(scope="module")
-def deployment(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def deployment(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory):
     """One P/D deployment for the module: stand-in engines, the real vllm-router."""
     if not any(h.name == "lo1" for h in ssh_env.hosts):
         pytest.skip("needs the loopback test host lo1")
@@ -91,7 +83,7 @@ def deployment(ssh_env: SshEnv, tmp_path_factory: pytest.TempPathFactory):  # no
 
 
 def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
-    deployment, ssh_env: SshEnv  # noqa: F811
+    deployment, ssh_env: SshEnv
 ) -> None:
     """The recorded lines of a real NIXL prefill (an expired lease, then 'Potentially invalid
     KV blocks'), with this deployment's ports in vllm-router's request id, appended to the
@@ -122,7 +114,7 @@ def test_top_reads_the_suspect_kv_lines_a_prefill_logged_with_the_pair(
 
 
 def test_a_router_with_no_healthy_decode_is_degraded(
-    deployment, ssh_env: SshEnv  # noqa: F811
+    deployment, ssh_env: SshEnv
 ) -> None:
     spec, tmp_path, _, sick = deployment
     table = pdctl("status", str(spec), *known(ssh_env))

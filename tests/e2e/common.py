@@ -47,6 +47,24 @@ def host(env: SshEnv, vllm: VllmCpu, data: Path, name: str = "lo1") -> dict:
     return host_entry(env, env.host(name), data, venv=str(vllm.venv))
 
 
+def phase0_spec(vllm: VllmCpu, name: str, port: int, hosts: list[dict],
+                serve: dict | None = None, replicas: int | None = None,
+                secrets: dict | None = None, **sections: object) -> dict:
+    """Phase 0 of CPU engines (one core each, eager) on `hosts` at `port`; `serve` adds to the
+    serve section, `sections` replace the spec's own (model, engine) or follow them."""
+    serve = {"replicas": replicas, "port": port, "enforceEager": True, **(serve or {})}
+    spec = {
+        "name": name,
+        "phase": 0,
+        "model": model_section(vllm),
+        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
+        "secrets": secrets,
+        "hosts": hosts,
+        "serve": {k: v for k, v in serve.items() if v is not None},
+    }
+    return {k: v for k, v in spec.items() if v is not None} | sections
+
+
 def pd_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str, ports: tuple[int, ...]) -> dict:
     """Phase 2 on lo1: one prefill and one decode (a core each, NIXL over UCX) behind
     vllm-router; `ports`: prefill, decode, router, router metrics. The engines require
@@ -89,16 +107,11 @@ def routed_spec(vllm: VllmCpu, env: SshEnv, data: Path, name: str,
     """Phase 0: two CPU replicas on lo1 behind vllm-router (round robin); ports: the first
     replica's (the second takes the next), the router's and its metrics'."""
     serve, router, metrics = ports
-    return {
-        "name": name,
-        "phase": 0,
-        "model": model_section(vllm),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [{**host(env, vllm, data), "instances": 2}],
-        "serve": {"replicas": 2, "port": serve, "enforceEager": True},
-        "router": {"port": router, "metricsPort": metrics, "venv": str(vllm.router),
-                   "policy": "round_robin", "healthCheckIntervalSecs": 2},
-    }
+    return phase0_spec(
+        vllm, name, serve, [{**host(env, vllm, data), "instances": 2}], replicas=2,
+        router={"port": router, "metricsPort": metrics, "venv": str(vllm.router),
+                "policy": "round_robin", "healthCheckIntervalSecs": 2},
+    )
 
 
 def up(spec: Path, env: SshEnv, extra_env: dict[str, str] | None = None):

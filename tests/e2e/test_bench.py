@@ -14,16 +14,7 @@ import json
 
 import pytest
 
-from tests.e2e.common import (
-    ENGINE_ENV,
-    down,
-    get,
-    host,
-    known,
-    model_section,
-    pd_spec,
-    up,
-)
+from tests.e2e.common import down, get, host, known, model_section, pd_spec, phase0_spec, up
 from tests.e2e.test_top import counter
 from tests.targets.testbed import pdctl, write_spec
 
@@ -41,16 +32,10 @@ def tiny(vllm_cpu) -> dict:
 @pytest.fixture(scope="module")
 def served(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("bench0")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2eb0",
-        "phase": 0,
-        "model": tiny(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        "serve": {"port": SERVE, "enforceEager": True},
-        "workload": WORKLOAD,
-        "bench": {"requests": 12, "concurrency": [4]},
-    })
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2eb0", SERVE, [host(ssh_env, vllm_cpu, data)], model=tiny(vllm_cpu),
+        workload=WORKLOAD, bench={"requests": 12, "concurrency": [4]},
+    ))
     result = up(spec, ssh_env)
     yield spec, data, result
     down(spec, *known(ssh_env))

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, assert_nothing_left, host, known, model_section, up
+from tests.e2e.common import (
+    ENGINE_ENV,
+    assert_nothing_left,
+    host,
+    known,
+    model_section,
+    phase0_spec,
+    up,
+)
 from tests.targets.testbed import pdctl, processes_in, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -14,14 +22,10 @@ PORT = 18745  # no other e2e file uses it (test_top: 18740)
 
 def test_engine_that_cannot_start_fails_up_with_its_own_error(vllm_cpu, ssh_env, tmp_path):
     missing = "/nonexistent/pdctl-e2e-model"
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "name": "e2efail",
-        "phase": 0,
-        "model": model_section(vllm_cpu, missing),
-        "engine": {"device": "cpu", "env": ENGINE_ENV},
-        "hosts": [host(ssh_env, vllm_cpu, tmp_path)],
-        "serve": {"port": PORT, "enforceEager": True},
-    })
+    spec = write_spec(tmp_path / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2efail", PORT, [host(ssh_env, vllm_cpu, tmp_path)],
+        model=model_section(vllm_cpu, missing), engine={"device": "cpu", "env": ENGINE_ENV},
+    ))
     result = up(spec, ssh_env)
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout

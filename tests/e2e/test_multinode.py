@@ -18,13 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.common import (
-    ENGINE_ENV,
     assert_nothing_left,
     complete,
     down,
     host,
     known,
-    model_section,
+    phase0_spec,
     printed_urls,
     up,
 )
@@ -66,23 +65,10 @@ def routed_pair(ssh_env: SshEnv, tmp_path_factory):
 
 
 def group_spec(vllm_cpu, env: SshEnv, data: Path, names: tuple[str, str]) -> Path:
-    return write_spec(
-        data / "spec.yaml",
-        {
-            "name": "e2emn",
-            "phase": 0,
-            "model": model_section(vllm_cpu),
-            "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-            "hosts": [host(env, vllm_cpu, data, n) for n in names],
-            "serve": {
-                "port": PORT,
-                "enforceEager": True,
-                "dataParallel": 2,
-                "nodes": 2,
-                "rendezvousPort": RPC_PORT,
-            },
-        },
-    )
+    return write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2emn", PORT, [host(env, vllm_cpu, data, n) for n in names],
+        {"dataParallel": 2, "nodes": 2, "rendezvousPort": RPC_PORT},
+    ))
 
 
 @pytest.fixture(scope="module", params=["loopback", "netns"])

@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.offline import manifest as mf
-from tests.e2e.common import (
-    ENGINE_ENV,
-    PROMPT,
-    complete,
-    down,
-    host,
-    model_section,
-    printed_urls,
-)
+from tests.e2e.common import PROMPT, complete, down, host, model_section, phase0_spec, printed_urls
 from tests.e2e.test_lora import make_adapters
 from tests.helpers import known
 from tests.targets.testbed import pdctl, write_spec
@@ -59,17 +51,13 @@ def offline(vllm_cpu, ssh_env, tmp_path_factory):
                                             "rank": 8}]}
     probe = offline_pip("download", "--no-deps", "-d", str(data / "probe"), ROUTER_PIP)
     assert probe.returncode != 0, "node1 reaches a package index: not an offline host"
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2eoffl",
-        "phase": 0,
-        "model": {**model_section(vllm_cpu, name=HUB_ID), "lora": lora},
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [{**host(ssh_env, vllm_cpu, data, "node1"), "instances": 2}],
-        # a router needs two replicas or more (the plan refuses one)
-        "serve": {"replicas": 2, "port": SERVE, "enforceEager": True},
-        "router": {"port": ROUTER, "metricsPort": METRICS, "venv": str(data / "router-venv"),
-                   "listen": "10.77.1.2"},  # reached from this namespace over node1's veth
-    })
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2eoffl", SERVE, [{**host(ssh_env, vllm_cpu, data, "node1"), "instances": 2}],
+        replicas=2,  # a router needs two replicas or more (the plan refuses one)
+        model={**model_section(vllm_cpu, name=HUB_ID), "lora": lora},
+        router={"port": ROUTER, "metricsPort": METRICS, "venv": str(data / "router-venv"),
+                "listen": "10.77.1.2"},  # reached from this namespace over node1's veth
+    ))
     folder = data / "bundle"
     made = pdctl("bundle", str(spec), "-o", str(folder), "--python", "3.11",
                  "--platform", "manylinux_2_28_x86_64", "--weights", str(vllm_cpu.model),

@@ -10,13 +10,12 @@ import stat
 import pytest
 
 from tests.e2e.common import (
-    ENGINE_ENV,
     assert_nothing_left,
     complete,
     down,
     host,
     known,
-    model_section,
+    phase0_spec,
     printed_urls,
     up,
 )
@@ -30,15 +29,10 @@ PORT = 18700
 @pytest.fixture(scope="module")
 def served(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("phase0")
-    spec = write_spec(data / "spec.yaml", {
-        "name": "e2e0",
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "secrets": {"hfToken": {"env": "HF_TOKEN"}},
-        "hosts": [host(ssh_env, vllm_cpu, data)],
-        "serve": {"port": PORT, "enforceEager": True},
-    })
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2e0", PORT, [host(ssh_env, vllm_cpu, data)],
+        secrets={"hfToken": {"env": "HF_TOKEN"}},
+    ))
     result = up(spec, ssh_env, {"HF_TOKEN": TOKEN})
     yield spec, data, result
     down(spec, *known(ssh_env))

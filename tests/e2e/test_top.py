@@ -20,15 +20,14 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.common import (
-    ENGINE_ENV,
     PROMPT,
     complete,
     down,
     get,
     host,
     known,
-    model_section,
     pd_spec,
+    phase0_spec,
     printed_urls,
     up,
 )
@@ -128,17 +127,9 @@ def keep(name: str, text: str) -> None:
 @pytest.fixture(scope="module")
 def serve(vllm_cpu, ssh_env, tmp_path_factory):
     data = tmp_path_factory.mktemp("top0")
-    spec = write_spec(
-        data / "spec.yaml",
-        {
-            "name": "e2etop",
-            "phase": 0,
-            "model": model_section(vllm_cpu),
-            "engine": {"device": "cpu", "env": {**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"}},
-            "hosts": [host(ssh_env, vllm_cpu, data)],
-            "serve": {"port": SERVE, "enforceEager": True},
-        },
-    )
+    spec = write_spec(data / "spec.yaml", phase0_spec(
+        vllm_cpu, "e2etop", SERVE, [host(ssh_env, vllm_cpu, data)],
+    ))
     result = up(spec, ssh_env)
     yield spec, data, result
     down(spec, *known(ssh_env))

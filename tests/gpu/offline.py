@@ -102,11 +102,6 @@ def image_list(path: Path) -> dict[str, str]:
     return out
 
 
-def wheel_versions(wheels: Path) -> dict[str, str]:
-    """canonical name -> version of each wheel in a folder (a wheel's name is NAME-VERSION-...)."""
-    return {canon(w.name.split("-")[0]): w.name.split("-")[1] for w in wheels.glob("*.whl")}
-
-
 def requires(wheel: Path) -> list[str]:
     """A wheel's Requires-Dist lines."""
     with zipfile.ZipFile(wheel) as z:

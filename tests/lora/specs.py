@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from pdctl.plan import make_plan
-from pdctl.render import render
 from pdctl.spec import load_text
+from tests.helpers import bundle_of
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 HOSTS = [{"name": "a", "address": "192.0.2.1", "gpus": [0, 1]}]
@@ -37,5 +36,4 @@ def load(base: str, lora: dict, **top: object):
 
 
 def bundle(base: str, lora: dict, **top: object):
-    plan = make_plan(load(base, lora, **top))
-    return plan, render(plan)
+    return bundle_of(spec_text(base, lora, **top))

@@ -26,7 +26,6 @@ from pdctl.targets.ssh import SshOptions
 from tests.helpers import pdctl
 from tests.offline.test_ship import spec_file
 from tests.offline.test_weights import snapshot
-from tests.targets.testbed import ssh_env  # noqa: F401 - the fixture
 
 ADAPTER = {"adapter_config.json": b'{"peft_type": "LORA", "r": 8}',
            "adapter_model.safetensors": bytes(range(256)) * 4}
@@ -95,7 +94,7 @@ def test_what_cannot_be_bundled_is_said_in_one_line(tmp_path: Path):
         assert not (tmp_path / "b").exists()
 
 
-def test_up_puts_the_adapters_where_the_start_script_finds_them(ssh_env, tmp_path):  # noqa: F811
+def test_up_puts_the_adapters_where_the_start_script_finds_them(ssh_env, tmp_path):
     revision = uuid.uuid4().hex + "0" * 8  # a folder of its own in this user's home
     spec = yaml.safe_load(spec_file(ssh_env, tmp_path).read_text())
     spec["model"].update(lora({"name": "sql", "hf": "org/sql", "revision": revision})["model"])

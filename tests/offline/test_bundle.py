@@ -17,22 +17,15 @@ from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
 from pdctl.offline.download import bundle, keep_good, pip_command
 from pdctl.offline.need import Need, needs
-from pdctl.plan import make_plan
 from pdctl.plan.model import Plan
 from pdctl.render import render
-from pdctl.spec import load_text
-from tests.helpers import ROOT, pdctl
+from tests.helpers import ROOT, pdctl, plan_of
 
 EXAMPLES = ROOT / "examples"
 
 
-def plan_of(example: str) -> Plan:
-    spec, _ = load_text((EXAMPLES / example).read_text(), example)
-    return make_plan(spec)
-
-
 def test_a_nixl_spec_needs_vllm_with_nixl_in_the_engines_env_and_the_router_in_its_own():
-    plan = plan_of("phase2-nixl-hosts.yaml")
+    plan = plan_of(EXAMPLES / "phase2-nixl-hosts.yaml")
     found = needs(plan)
     assert [(n.what, n.pips) for n in found] == [
         ("engines (venv)", (plan.release.pip, "nixl==1.5.1")),
@@ -62,7 +55,7 @@ def pip_lines(plan: Plan) -> list[str]:
     "example", ["phase0-conda.yaml", "phase2-nixl-hosts.yaml", "phase2-mooncake-tcp.yaml"]
 )
 def test_scripts_rendered_for_a_bundle_install_from_its_wheels_only(example: str):
-    plan = plan_of(example)
+    plan = plan_of(EXAMPLES / example)
     networked = pip_lines(plan)
     assert networked and not any("--no-index" in ln for ln in networked)  # the test can fail
     lines = pip_lines(replace(plan, bundled=True))
@@ -137,7 +130,7 @@ def test_pip_downloads_for_the_hosts_python_and_the_manifest_comes_last(tmp_path
     """A real `pip download` (from the package index this machine has) of a small package:
     the wheel lands in wheels/, the manifest names it; a second run keeps it; a damaged copy
     is downloaded again; a failed resolution leaves no manifest."""
-    plan = plan_of("phase0-conda.yaml")
+    plan = plan_of(EXAMPLES / "phase0-conda.yaml")
     found = (Need("test", ("six==1.17.0",)),)
     said: list[str] = []
     made = bundle(plan, found, "3.11", "manylinux_2_28_x86_64", tmp_path, said.append)

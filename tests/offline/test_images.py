@@ -29,7 +29,7 @@ from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import K8S_VERSION, check_scripts
 from tests.helpers import pdctl
-from tests.offline.registry import Registry
+from tests.registry import Registry
 from tests.sshd import need_root, start_sshd
 from tests.targets.testbed import TestHost, host_entry, ssh_env_or_skip, stand_in_spec, write_spec
 

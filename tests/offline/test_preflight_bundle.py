@@ -18,7 +18,6 @@ from pdctl.preflight import bundle
 from pdctl.spec import load_text
 from tests.helpers import known, pdctl
 from tests.offline.test_ship import spec_file
-from tests.targets.testbed import ssh_env  # noqa: F401 - fixture
 
 LINES = "from python3\npython 3.12\nglibc glibc 2.36\nmachine x86_64\nfree {free}\nmount /\n"
 
@@ -30,7 +29,7 @@ def made(folder: Path, python: str, platform: str, pips: tuple[str, ...]) -> Non
                                  mf.entries(folder)))
 
 
-def preflight(ssh_env, spec: Path, folder: Path):  # noqa: F811 - the fixture
+def preflight(ssh_env, spec: Path, folder: Path):
     result = pdctl("preflight", str(spec), "--bundle", str(folder), "-o", "json",
                    "--no-transfer", *known(ssh_env))
     assert result.returncode in (0, 1), result.stderr
@@ -38,7 +37,7 @@ def preflight(ssh_env, spec: Path, folder: Path):  # noqa: F811 - the fixture
             if f["check"].startswith("bundle.")}
 
 
-def test_the_hosts_python_platform_and_disk_against_the_bundle(ssh_env, tmp_path):  # noqa: F811
+def test_the_hosts_python_platform_and_disk_against_the_bundle(ssh_env, tmp_path):
     spec = spec_file(ssh_env, tmp_path)
     plan = make_plan(load_text(spec.read_text(), "spec.yaml")[0])
     folder = tmp_path / "bundle"
@@ -59,7 +58,7 @@ def test_the_hosts_python_platform_and_disk_against_the_bundle(ssh_env, tmp_path
     assert plat["status"] == "FAIL" and plat["found"].endswith(", x86_64"), plat
 
 
-def test_a_damaged_bundle_is_refused_before_preflight_connects(ssh_env, tmp_path):  # noqa: F811
+def test_a_damaged_bundle_is_refused_before_preflight_connects(ssh_env, tmp_path):
     spec = spec_file(ssh_env, tmp_path)
     folder = tmp_path / "bundle"
     made(folder, "3.11", "manylinux_2_28_x86_64", ("vllm==0.33.0",))

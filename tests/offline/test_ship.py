@@ -16,10 +16,10 @@ from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
 from tests.helpers import known, pdctl
 from tests.offline.test_bundle import WHEELS, make_bundle
-from tests.targets.testbed import host_entry, ssh_env, stand_in_spec  # noqa: F401 - fixture
+from tests.targets.testbed import host_entry, stand_in_spec
 
 
-def spec_file(ssh_env, data: Path) -> Path:  # noqa: F811 - the fixture
+def spec_file(ssh_env, data: Path) -> Path:
     entry = host_entry(ssh_env, ssh_env.host("lo1"), data, venv=str(data / "venv"), gpus=[0])
     spec = stand_in_spec("offl", [entry], {"replicas": 1, "port": 18999},
                          engine={"device": "cuda"})
@@ -28,7 +28,7 @@ def spec_file(ssh_env, data: Path) -> Path:  # noqa: F811 - the fixture
     return path
 
 
-def test_the_wheels_go_to_the_host_once_and_stay_exactly_the_manifest(ssh_env, tmp_path):  # noqa: F811
+def test_the_wheels_go_to_the_host_once_and_stay_exactly_the_manifest(ssh_env, tmp_path):
     spec, _ = load_text(spec_file(ssh_env, tmp_path).read_text(), "spec.yaml")
     plan = make_plan(spec)
     folder = tmp_path / "bundle"
@@ -46,7 +46,7 @@ def test_the_wheels_go_to_the_host_once_and_stay_exactly_the_manifest(ssh_env, t
     assert {p.name: p.read_bytes() for p in there.iterdir()} == WHEELS
 
 
-def test_up_refuses_a_damaged_bundle_before_it_connects(ssh_env, tmp_path):  # noqa: F811
+def test_up_refuses_a_damaged_bundle_before_it_connects(ssh_env, tmp_path):
     spec = spec_file(ssh_env, tmp_path)
     folder = tmp_path / "bundle"
     make_bundle(folder, WHEELS, ("vllm==0.33.0",))

@@ -26,7 +26,7 @@ from pdctl.spec import load_text
 from pdctl.targets.ssh import Connection, SshOptions
 from tests.helpers import known, pdctl
 from tests.offline.test_bundle import recording
-from tests.targets.testbed import host_entry, ssh_env, stand_in_spec  # noqa: F401 - fixture
+from tests.targets.testbed import host_entry, stand_in_spec
 
 SIX = "six-1.17.0-py2.py3-none-any.whl"
 SIX_OLD = "six-1.16.0-py2.py3-none-any.whl"
@@ -41,7 +41,7 @@ def venv(path: Path, pip: bool) -> Path:
     return path
 
 
-def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp_path):  # noqa: F811
+def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp_path):
     # lo1's venv has six 1.16.0 (from a wheel pip downloads here), lo2's has nothing; the
     # bundle's closure takes six 1.17.0, and python-dateutil asks six>=1.5: 1.16.0 meets it
     for six in ("six==1.16.0", "six==1.17.0"):

@@ -15,10 +15,10 @@ from pdctl.offline.ship import FROM_UNIT, bundled, point, ship, weights_dir
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
-from tests.helpers import pdctl
-from tests.offline.test_bundle import WHEELS, plan_of
+from tests.helpers import pdctl, plan_of
+from tests.offline.test_bundle import EXAMPLES, WHEELS
 from tests.offline.test_ship import spec_file
-from tests.targets.testbed import host_entry, ssh_env, stand_in_spec, write_spec  # noqa: F401
+from tests.targets.testbed import host_entry, stand_in_spec, write_spec
 
 SNAPSHOT = {
     "config.json": b'{"model_type": "llama", "hidden_size": 8}',
@@ -46,7 +46,7 @@ def weights_of(folder: Path) -> dict[str, bytes]:
 def test_the_snapshot_goes_into_the_bundle_pinned_and_a_second_run_copies_what_changed(tmp_path):
     source = snapshot(tmp_path / "snap")
     out, said = tmp_path / "bundle", []
-    plan = plan_of("phase0-conda.yaml")
+    plan = plan_of(EXAMPLES / "phase0-conda.yaml")
     made = bundle(plan, (), "", "", out, said.append, source)
     assert made.weights == str(source) and made.needs == ()
     assert {e.path: e.size for e in made.files} == {
@@ -90,7 +90,7 @@ def test_an_engine_without_a_served_name_keeps_the_models_name():
 
 
 def test_a_manifest_path_out_of_the_bundle_is_refused(tmp_path):
-    bundle(plan_of("phase0-conda.yaml"), (), "", "", tmp_path, lambda _: None,
+    bundle(plan_of(EXAMPLES / "phase0-conda.yaml"), (), "", "", tmp_path, lambda _: None,
            snapshot(tmp_path / "snap"))
     text = (tmp_path / mf.MANIFEST).read_text()
     (tmp_path / mf.MANIFEST).write_text(text.replace("weights/original/", "weights/../../"))
@@ -102,7 +102,7 @@ def test_a_manifest_path_out_of_the_bundle_is_refused(tmp_path):
         raise AssertionError("a path out of the bundle was read")
 
 
-def test_the_weights_go_to_the_host_once_and_the_engine_starts_from_them(ssh_env, tmp_path):  # noqa: F811
+def test_the_weights_go_to_the_host_once_and_the_engine_starts_from_them(ssh_env, tmp_path):
     spec, _ = load_text(spec_file(ssh_env, tmp_path).read_text(), "spec.yaml")
     plan = make_plan(spec)
     folder = tmp_path / "bundle"
@@ -134,7 +134,7 @@ def test_the_weights_go_to_the_host_once_and_the_engine_starts_from_them(ssh_env
     assert weights_of(there) == SNAPSHOT
 
 
-def test_a_spec_that_installs_nothing_bundles_its_weights_alone(ssh_env, tmp_path):  # noqa: F811
+def test_a_spec_that_installs_nothing_bundles_its_weights_alone(ssh_env, tmp_path):
     """A CPU engine on a venv host installs nothing with pip: `--weights` makes a bundle of the
     model alone, no --python or --platform asked; `up --bundle --dry-run` takes it."""
     entry = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(tmp_path / "venv"))

@@ -17,7 +17,7 @@ from pdctl.spec import load_text
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import host_port
 from tests.conftest import ROOT
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 from tests.plan.test_errors import cli, edited, one_line_error
 
 NIXL = ROOT / "examples/phase2-nixl-hosts.yaml"

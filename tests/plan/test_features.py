@@ -19,8 +19,7 @@ from kubernetes_validate import validate as kube_validate
 from pdctl.errors import SpecError
 from pdctl.render import render
 from tests.conftest import K8S_VERSION
-from tests.helpers import data, run_cli
-from tests.plan.conftest import plan_of
+from tests.helpers import data, plan_of, run_cli
 
 VERSIONS = ("0.23.0", "0.33.0")
 HOSTS = """

@@ -11,7 +11,7 @@ from pdctl.render import render
 from pdctl.targets.hosts.target import endpoints
 from pdctl.targets.state import Desired
 from tests.conftest import ROOT
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 from tests.preflight.conftest import pdctl
 
 HOST = {"name": "a", "address": "192.0.2.30", "gpus": [0, 1], "runtime": "venv", "venv": "/v"}

@@ -19,17 +19,12 @@ import pytest
 from pdctl.hostside import group_guard
 from pdctl.render.supervise import RESTART_SEC
 from tests.helpers import wait_until
+from tests.targets.testbed import free_port
 
 GUARD = Path(group_guard.__file__)
 # How long a guard may take to act: LOST, a round of questions, the engine's stop.
 ACTS_WITHIN = group_guard.LOST + group_guard.POLL + group_guard.ASK_TIMEOUT + 10
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:

@@ -9,7 +9,8 @@ from pdctl.errors import SpecError
 from pdctl.plan.group import all_nodes
 from pdctl.plan.guard import guard_source
 from pdctl.render import render
-from tests.plan.test_multinode_plan import host, plan_of, serve_doc
+from tests.helpers import plan_of
+from tests.plan.test_multinode_plan import host, serve_doc
 
 TP_PP = {"tensorParallel": 8, "pipelineParallel": 2, "nodes": 2}
 

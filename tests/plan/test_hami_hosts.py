@@ -10,8 +10,7 @@ import pytest
 
 from pdctl.errors import SpecError
 from pdctl.render import render
-from tests.helpers import checked, pdctl, written
-from tests.plan.conftest import plan_of
+from tests.helpers import checked, pdctl, plan_of, written
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = "/usr/local/vgpu/libvgpu.so"

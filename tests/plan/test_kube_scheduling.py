@@ -17,8 +17,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, ROOT
-from tests.helpers import cli, data, run_cli, written
-from tests.plan.conftest import plan_of
+from tests.helpers import cli, data, plan_of, run_cli, written
 
 RECOMMENDED = ("name", "instance", "component", "part-of", "version", "managed-by")
 

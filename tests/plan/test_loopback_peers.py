@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pdctl.errors import SpecError
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 from tests.preflight.conftest import pdctl
 
 BASE = {

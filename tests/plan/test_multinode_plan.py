@@ -19,7 +19,7 @@ from pdctl.plan import make_plan
 from pdctl.plan.group import all_nodes
 from pdctl.render import render
 from pdctl.spec import load_text
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MULTINODE_EXAMPLES = ("phase0-multinode.yaml", "phase2-wide-ep.yaml")

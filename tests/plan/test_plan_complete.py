@@ -9,20 +9,14 @@ from pathlib import Path
 import pytest
 
 import pdctl.plan
-from pdctl.plan import make_plan
 from pdctl.plan.group import all_nodes
 from pdctl.preflight.cluster import BUILTIN_GROUPS, required_kinds
 from pdctl.render import render
-from pdctl.spec import load_text
+from tests.helpers import plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 PLAN_DIR = str(Path(pdctl.plan.__file__).parent)
-
-
-def plan_of(name: str):
-    spec, _ = load_text((ROOT / "examples" / name).read_text(), name)
-    return make_plan(spec)
 
 
 def _autoscale_targets(frame) -> bool:
@@ -37,7 +31,7 @@ def _autoscale_targets(frame) -> bool:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_render_calls_no_planning_function(name):
-    plan = plan_of(name)
+    plan = plan_of(ROOT / "examples" / name)
     called: set[str] = set()
 
     def watch(frame, event, _arg):
@@ -59,7 +53,7 @@ def test_render_calls_no_planning_function(name):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_plan_kinds_are_the_bundles_custom_resources(name):
-    plan = plan_of(name)
+    plan = plan_of(ROOT / "examples" / name)
     found = {
         (o["apiVersion"].split("/")[0], o["kind"])
         for o in render(plan).objects
@@ -70,7 +64,7 @@ def test_plan_kinds_are_the_bundles_custom_resources(name):
 
 
 def test_hosts_plan_carries_services_ports_and_libraries():
-    plan = plan_of("phase2-mooncake-store.yaml")
+    plan = plan_of(ROOT / "examples/phase2-mooncake-store.yaml")
     assert [s.role for s in plan.services] == ["master", "router"]
     assert plan.ports and {r.host for r in plan.ports} >= {s.host.name for s in plan.services}
     engine_hosts = {i.host.name for i in plan.instances if i.host is not None}
@@ -79,7 +73,7 @@ def test_hosts_plan_carries_services_ports_and_libraries():
 
 
 def test_phase3_plan_carries_the_slice_once():
-    plan = plan_of("phase3-hami.yaml")
+    plan = plan_of(ROOT / "examples/phase3-hami.yaml")
     assert plan.slice is not None
     decode = next(i for i in plan.instances if i.role == "decode")
     assert f"--gpu-memory-utilization={plan.slice.gpu_memory_utilization}" in decode.args or (
@@ -91,7 +85,7 @@ def test_phase3_plan_carries_the_slice_once():
 def test_units_are_made_once_in_the_plan(name):
     """Every process or container of a hosts plan is a plan Unit; the bundle's units are those
     units (render adds only the setup shell, and a service's run.sh wrapper)."""
-    plan = plan_of(name)
+    plan = plan_of(ROOT / "examples" / name)
     bundle = render(plan)
     if plan.target != "hosts":
         assert plan.units == () and bundle.units == ()

@@ -14,8 +14,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import run_cli, written
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of, run_cli, written
 
 HOST_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("phase2-*.yaml") if "llmd" not in p.name)
 

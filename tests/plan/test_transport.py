@@ -11,20 +11,13 @@ import pytest
 import yaml
 
 from pdctl.errors import SpecError
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import run_cli, written
+from tests.helpers import plan_of, run_cli, written
 from tests.render.check import check_transports, engine_pods, rdma_resources, ucx_over_tcp
 
 EXAMPLES = ROOT / "examples"
 RDMA_ONLY = "rc,ud,sm,self,cuda_copy,cuda_ipc"
-
-
-def spec_of(text: str, name: str = "spec.yaml"):
-    spec, _ = load_text(text, name)
-    return spec
 
 
 def example(name: str) -> dict:
@@ -32,13 +25,13 @@ def example(name: str) -> dict:
 
 
 def docs(d: dict, **kw) -> list[dict]:
-    bundle = render(make_plan(spec_of(yaml.safe_dump(d)), **kw))
+    bundle = render(plan_of(d, **kw))
     return [o for o in yaml.safe_load_all(bundle.stream()) if o]
 
 
 def refusal(d: dict, **kw) -> SpecError:
     with pytest.raises(SpecError) as err:
-        make_plan(spec_of(yaml.safe_dump(d)), **kw)
+        plan_of(d, **kw)
     return err.value
 
 
@@ -55,7 +48,7 @@ def p2p_specs() -> list[dict]:
 
 @pytest.mark.parametrize("d", p2p_specs(), ids=["conda", "docker", "two-hosts"])
 def test_every_p2p_nccl_engine_keeps_the_routers_request_id(d: dict) -> None:
-    plan = make_plan(spec_of(yaml.safe_dump(d)))
+    plan = plan_of(d)
     engines = [i for i in plan.instances if i.role in ("prefill", "decode")]
     assert engines
     for inst in engines:
@@ -76,7 +69,7 @@ def test_every_p2p_nccl_engine_keeps_the_routers_request_id(d: dict) -> None:
 
 def test_other_connectors_leave_request_ids_alone() -> None:
     for name in ("phase2-nixl-hosts", "phase2-mooncake-tcp"):
-        plan = make_plan(spec_of((EXAMPLES / f"{name}.yaml").read_text()))
+        plan = plan_of(EXAMPLES / f"{name}.yaml")
         for inst in plan.instances:
             assert "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION" not in dict(inst.env)
 
@@ -198,7 +191,7 @@ def test_bad_rdma_sections_are_one_located_error(rdma: dict, where: str, what: s
     d = example("phase2-llmd")
     d["kubernetes"]["rdma"] = rdma
     with pytest.raises(SpecError) as err:
-        spec_of(yaml.safe_dump(d))
+        plan_of(d)
     assert err.value.path.startswith(where) and what in str(err.value)
     assert err.value.line_no is not None
 
@@ -258,27 +251,27 @@ def test_rdma_only_ucx_between_hosts_without_rdma_devices_is_a_located_warning(
 
 
 def test_rdma_devices_or_one_host_need_no_warning() -> None:
-    assert make_plan(spec_of(yaml.safe_dump(two_hosts(rdma=True)))).cautions == ()
+    assert plan_of(two_hosts(rdma=True)).cautions == ()
     one = two_hosts()
     one["hosts"][0]["gpus"] = [0, 1]
     one["hosts"] = one["hosts"][:1]
     one["decode"]["hosts"] = ["gpu-a"]
-    assert make_plan(spec_of(yaml.safe_dump(one))).cautions == ()  # KV stays on the host
+    assert plan_of(one).cautions == ()  # KV stays on the host
 
 
 def test_rdma_only_ucx_in_containers_without_rdma_devices_is_refused() -> None:
     err = refusal(two_hosts("docker"))
     assert err.path == "engine.env.UCX_TLS"
     assert "runtime docker hosts gpu-a, gpu-b list no rdmaDevices" in err.message
-    assert make_plan(spec_of(yaml.safe_dump(two_hosts("docker", rdma=True)))).cautions == ()
+    assert plan_of(two_hosts("docker", rdma=True)).cautions == ()
 
 
 def test_mooncake_over_rdma_on_a_host_without_rdma_devices_is_warned() -> None:
     d = example("phase2-mooncake-rdma")
-    assert make_plan(spec_of(yaml.safe_dump(d))).cautions == ()
+    assert plan_of(d).cautions == ()
     for h in d["hosts"]:
         del h["rdmaDevices"]
-    (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
+    (caution,) = plan_of(d).cautions
     assert caution.path == "disaggregation.protocol" and "Mooncake over RDMA" in caution.message
 
 
@@ -288,13 +281,13 @@ def test_init_phase2_spec_moves_kv_without_rdma() -> None:
     assert "(not docker)" not in text
     d = yaml.safe_load(text)
     assert ucx_over_tcp(d["engine"].get("env", {}))
-    assert make_plan(spec_of(text)).cautions == ()
+    assert plan_of(text).cautions == ()
     for phase in (2, 3):
         check_transports(docs(d, phase=phase, target="kubernetes"))
     docker = copy.deepcopy(d)
     for h in docker["hosts"]:
         h["runtime"] = "docker"
-    assert make_plan(spec_of(yaml.safe_dump(docker))).cautions == ()
+    assert plan_of(docker).cautions == ()
 
 
 # 6. The engine-type label llm-d-router reads --------------------------------------------------
@@ -307,7 +300,7 @@ def test_engine_pods_carry_llm_d_engine_type_label() -> None:
 
 def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> None:
     d = example("phase2-wide-ep")
-    plan = make_plan(spec_of(yaml.safe_dump(d)))
+    plan = plan_of(d)
     nodes = [n for inst in plan.instances for n in (inst, *inst.workers)]
     assert len(nodes) == 4
     for node in nodes:  # expert parallel across hosts with rdmaDevices
@@ -315,11 +308,11 @@ def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> No
         assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1,mlx5_2,mlx5_3"
         assert env["NVSHMEM_HCA_LIST"] == "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
     d["decode"]["extraArgs"] = ["--all2all-backend=deepep_low_latency"]
-    assert make_plan(spec_of(yaml.safe_dump(d))).cautions == ()
+    assert plan_of(d).cautions == ()
     for h in d["hosts"][2:]:
         del h["rdmaDevices"]
     d["engine"]["env"] = {}
-    (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
+    (caution,) = plan_of(d).cautions
     assert caution.path == "decode.extraArgs[0]" and "gpu-c, gpu-d" in caution.message
     for h in d["hosts"][2:]:
         h["runtime"] = "docker"
@@ -332,22 +325,22 @@ def test_wide_ep_on_hosts_gives_nvshmem_the_hosts_hcas_and_checks_deepep() -> No
 def test_a_group_led_from_a_host_name_is_warned_at_the_address() -> None:
     for name, i in (("phase0-multinode", 0), ("phase2-wide-ep", 2)):  # 2: decode's leader
         d = example(name)
-        assert make_plan(spec_of(yaml.safe_dump(d))).cautions == ()
+        assert plan_of(d).cautions == ()
         d["hosts"][i].pop("addressForPeers", None)
         d["hosts"][i]["address"] = "gpu-leader.example"
-        (caution,) = make_plan(spec_of(yaml.safe_dump(d))).cautions
+        (caution,) = plan_of(d).cautions
         assert caution.path == f"hosts[{i}].address", name
         assert "addressForPeers" in caution.fix and "resolve names" in caution.message
 
 
 def test_phase0_expert_parallel_groups_give_nvshmem_the_hosts_hcas() -> None:
     d = example("phase0-multinode")
-    plan = make_plan(spec_of(yaml.safe_dump(d)))  # TP x PP: no NVSHMEM
+    plan = plan_of(d)  # TP x PP: no NVSHMEM
     assert all(
         "NVSHMEM_HCA_LIST" not in dict(n.env) for i in plan.instances for n in (i, *i.workers)
     )
     d["serve"] = {"nodes": 2, "dataParallel": 16, "expertParallel": True}
-    plan = make_plan(spec_of(yaml.safe_dump(d)))
+    plan = plan_of(d)
     nodes = [n for i in plan.instances for n in (i, *i.workers)]
     assert len(nodes) == 2
     assert all(dict(n.env)["NVSHMEM_HCA_LIST"] == "mlx5_0:1,mlx5_1:1" for n in nodes)

@@ -14,8 +14,7 @@ from pdctl.preflight.finding import worst
 from pdctl.preflight.registry import facts_from, host_facts, run_checks
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.helpers import written
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of, written
 from tests.preflight.conftest import FIX, by_check, findings, raw_of, spec_text
 
 H200 = "  - {name: g, address: 10.0.0.1, gpus: [0, 1], runtime: venv, venv: /opt/v}"

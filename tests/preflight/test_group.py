@@ -29,7 +29,7 @@ from pdctl.preflight.run import Options
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import SshOptions
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 from tests.preflight.conftest import FIX, by_check, raw_of, spec_text
 from tests.preflight.sshd_hosts import sshd_hosts
 from tests.targets.testbed import free_port

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.plan import make_plan
 from pdctl.preflight.facts import CLUSTER
 from pdctl.preflight.registry import facts_from, run_checks
-from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import plan_of
 from tests.preflight.conftest import FIX, json_findings, pdctl, raw_of
 
 K8S = FIX / "k8s"
@@ -26,8 +25,7 @@ def _plan(name: str, **edits: str):
     text = (ROOT / "examples" / name).read_text()
     for old, new in edits.items():
         text = text.replace(old, new)
-    spec, _ = load_text(text, name)
-    return make_plan(spec)
+    return plan_of(text, name)
 
 
 def _facts():

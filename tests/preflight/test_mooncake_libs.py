@@ -9,11 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from pdctl.plan import make_plan
 from pdctl.preflight.host import LIBS, libraries_command
 from pdctl.preflight.registry import commands, facts_from, host_facts, run_checks
-from pdctl.spec import load_text
 from tests.conftest import ROOT
+from tests.helpers import plan_of
 from tests.preflight.conftest import FIX, by_check, raw_of
 
 ALL = ("libibverbs.so.1", "libnuma.so.1", "libcurl.so.4", "libmlx5.so.1")
@@ -23,13 +22,8 @@ def libs_text(found: tuple[str, ...]) -> str:
     return "".join(f"{lib} {'yes' if lib in found else 'no'}\n" for lib in ALL)
 
 
-def plan_of(text: str):
-    spec, _ = load_text(text, "spec.yaml")
-    return make_plan(spec)
-
-
 def example(name: str):
-    return plan_of((ROOT / "examples" / f"{name}.yaml").read_text())
+    return plan_of(ROOT / "examples" / f"{name}.yaml")
 
 
 def test_parse_the_probe_output() -> None:
@@ -73,7 +67,7 @@ def test_a_master_only_host_needs_no_libmlx5() -> None:
     # A third host after the two that hold all four engines: only mooncake_master runs there.
     doc["hosts"].append({"name": "kv", "address": "192.0.2.12", "gpus": [0]})
     doc["disaggregation"]["store"]["host"] = "kv"
-    plan = plan_of(yaml.safe_dump(doc))
+    plan = plan_of(doc)
     raw = {h: {**raw_of(FIX / "h200x2"), LIBS: libs_text(ALL)} for h in ("gpu-a", "gpu-b")}
     raw["kv"] = {LIBS: libs_text(("libibverbs.so.1", "libnuma.so.1", "libcurl.so.4"))}
     libs = {f.where: f for f in by_check(run_checks(plan, facts_from(raw)), "host.libs")}

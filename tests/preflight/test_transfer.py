@@ -35,7 +35,7 @@ from pdctl.preflight.transfer import (
 )
 from pdctl.spec import load_text
 from tests.conftest import ROOT
-from tests.plan.conftest import plan_of
+from tests.helpers import plan_of
 from tests.preflight.conftest import by_check, findings, pdctl
 from tests.targets.testbed import free_port
 

@@ -9,25 +9,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdctl.plan import make_plan
 from pdctl.render import Bundle, render
 from pdctl.render.bundle import Artifact, apply_rank, script_digest
-from pdctl.spec import load_text
 from pdctl.targets.state import desired_units
+from tests.helpers import bundle_of, plan_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 
 
-def bundle_of(name: str):
-    spec, _ = load_text((ROOT / "examples" / name).read_text(), name)
-    plan = make_plan(spec)
-    return plan, render(plan)
-
-
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_objects_are_the_rendered_documents_in_apply_order(name):
-    plan, bundle = bundle_of(name)
+    plan, bundle = bundle_of(ROOT / "examples" / name)
     yamls = [a for a in bundle if a.path.endswith(".yaml")]
     docs = [d for a in yamls for d in yaml.safe_load_all(a.text) if d]
     if plan.target != "kubernetes":
@@ -39,7 +32,7 @@ def test_objects_are_the_rendered_documents_in_apply_order(name):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_units_carry_their_files_and_digests(name):
-    plan, bundle = bundle_of(name)
+    plan, bundle = bundle_of(ROOT / "examples" / name)
     if plan.target == "kubernetes":
         return
     unit_paths = [a.path for u in bundle.units for a in u.files]
@@ -58,7 +51,7 @@ def test_units_carry_their_files_and_digests(name):
 def test_desired_units_read_data_not_script_headers():
     """A start script whose header names nothing (or lies) changes no unit's role or port:
     the role, port and address come from the plan's units."""
-    plan, bundle = bundle_of("phase2-mooncake-store.yaml")
+    plan, bundle = bundle_of(ROOT / "examples/phase2-mooncake-store.yaml")
     units = []
     for u in bundle.units:
         start = Artifact(u.start.path, "#!/bin/bash\n# edited\n", u.start.executable)
@@ -93,8 +86,7 @@ def test_kubernetes_yaml_is_dumped_only_when_read(monkeypatch) -> None:
         return real(obj)
 
     monkeypatch.setattr(kube, "dump", counting)
-    spec, _ = load_text((ROOT / "examples" / "phase1-k8s.yaml").read_text(), "phase1-k8s.yaml")
-    bundle = render(make_plan(spec))
+    _, bundle = bundle_of(ROOT / "examples" / "phase1-k8s.yaml")
     assert calls == [] and bundle.objects
     first = bundle.stream()
     assert len(calls) == len(bundle.objects)
@@ -107,7 +99,7 @@ def test_a_changed_replica_count_changes_the_routers_hash():
     text = (ROOT / "examples/phase0-replicas-router.yaml").read_text()
     hashes = []
     for n in (3, 4):
-        spec, _ = load_text(text.replace("replicas: 4", f"replicas: {n}"), "r.yaml")
-        hashes.append(next(u.hash for u in render(make_plan(spec)).units
+        plan = plan_of(text.replace("replicas: 4", f"replicas: {n}"), "r.yaml")
+        hashes.append(next(u.hash for u in render(plan).units
                            if u.unit.role == "router"))
     assert hashes[0] != hashes[1]

@@ -13,6 +13,7 @@ from pdctl.plan import make_plan
 from pdctl.render import render
 from pdctl.spec import load_text
 from tests.conftest import ROOT, check_scripts
+from tests.helpers import plan_of
 from tests.render.check import check_engine_flags, check_kube_docs, check_router_flags
 
 PD_EXAMPLES = sorted((ROOT / "examples").glob("phase[23]-*.yaml"))
@@ -20,11 +21,6 @@ SHAPES = {
     "phase2-p2p-nccl", "phase2-mooncake-tcp", "phase2-mooncake-rdma", "phase2-mooncake-store",
     "phase2-nixl-hosts", "phase2-llmd", "phase3-hami",
 }
-
-
-def plan_of(example: Path, **kw):
-    spec, _ = load_text(example.read_text(), example.name)
-    return make_plan(spec, **kw)
 
 
 def variants(example: Path) -> list[dict]:
@@ -106,7 +102,7 @@ def test_p2p_nccl_tp2_takes_a_block_of_kv_ports() -> None:
     text = (ROOT / "examples/phase2-p2p-nccl.yaml").read_text()
     text = text.replace("gpus: [0, 1, 3, 2]", "gpus: [0, 1, 2, 3, 4, 5]")
     text = text.replace("tensorParallel: 1", "tensorParallel: 2")
-    plan = make_plan(load_text(text, "spec.yaml")[0])
+    plan = plan_of(text)
     ports = {
         i.name: json.loads(i.args[i.args.index("--kv-transfer-config") + 1])["kv_port"]
         for i in plan.instances
@@ -121,7 +117,7 @@ def test_p2p_nccl_needs_equal_tensor_parallel() -> None:
     text = text.replace("prefill: {replicas: 1, tensorParallel: 1", "prefill: {replicas: 1, "
                         "tensorParallel: 2")
     with pytest.raises(SpecError) as err:
-        make_plan(load_text(text, "spec.yaml")[0])
+        plan_of(text)
     assert err.value.path == "decode.tensorParallel"
     assert "same tensorParallel on prefill (2) and decode (1)" in err.value.message
     assert "decode.tensorParallel: 2" in err.value.fix
@@ -225,7 +221,7 @@ def test_http_route_timeout_can_be_left_out() -> None:
     text = (ROOT / "examples/phase2-llmd.yaml").read_text()
     text = text.replace("router: {gateway: llm-d-inference-gateway}",
                         "router: {gateway: llm-d-inference-gateway, requestTimeout: null}")
-    docs = [d for d in yaml.safe_load_all(render(make_plan(load_text(text, "s.yaml")[0])).stream())
+    docs = [d for d in yaml.safe_load_all(render(plan_of(text, "s.yaml")).stream())
             if d]
     (route,) = [d for d in docs if d["kind"] == "HTTPRoute"]
     assert "timeouts" not in route["spec"]["rules"][0]

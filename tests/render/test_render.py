@@ -8,16 +8,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from tests.conftest import EXAMPLES, K8S_VERSION, check_scripts
-
-
-def bundle_of(example: Path, **kw):
-    spec, _ = load_text(example.read_text(), example.name)
-    return render(make_plan(spec, **kw))
-
+from tests.helpers import plan_of
 
 # Phase 2/3 examples: tests/render/test_examples.py renders each twice (deterministic) and
 # checks its scripts and objects (a stricter Kubernetes check) at every target it supports.
@@ -27,8 +20,8 @@ CORE = ("v1", "apps/", "batch/", "policy/", "networking.k8s.io")
 
 @pytest.mark.parametrize("example", BASIC, ids=lambda p: p.stem)
 def test_artifacts_are_deterministic_and_pass_their_checks(example: Path, tmp_path: Path) -> None:
-    bundle = bundle_of(example)
-    assert bundle.stream() == bundle_of(example).stream()
+    bundle = render(plan_of(example))
+    assert bundle.stream() == render(plan_of(example)).stream()
     if bundle.kind == "kubernetes":
         docs = [d for d in yaml.safe_load_all(bundle.stream()) if d is not None]
         assert docs
@@ -43,14 +36,14 @@ def test_artifacts_are_deterministic_and_pass_their_checks(example: Path, tmp_pa
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_artifacts_start_with_a_header(example: Path) -> None:
-    for artifact in bundle_of(example):
+    for artifact in render(plan_of(example)):
         if artifact.path.endswith((".sh", ".yaml")):
             assert "Rendered by pdctl" in artifact.text.split("\n", 4)[1] + artifact.text[:200]
             assert "from spec" in artifact.text[:300]
 
 
 def test_phase1_objects_and_order() -> None:
-    bundle = bundle_of(Path("examples/phase1-k8s.yaml"))
+    bundle = render(plan_of(Path("examples/phase1-k8s.yaml")))
     docs = list(yaml.safe_load_all(bundle.stream()))
     kinds = [d["kind"] for d in docs]
     assert kinds == ["Namespace", "PersistentVolumeClaim", "Service", "Deployment"]
@@ -73,7 +66,7 @@ def test_phase1_objects_and_order() -> None:
 
 
 def test_phase0_conda_script_content() -> None:
-    bundle = bundle_of(Path("examples/phase0-conda.yaml"))
+    bundle = render(plan_of(Path("examples/phase0-conda.yaml")))
     per_unit = ["start.sh", "stop.sh", "{s}", "backoff.conf", "serve.sh", "halt.sh"]
     unit = "llama3-8b-serve-{i}"
     assert bundle.paths() == [
@@ -95,7 +88,7 @@ def test_phase0_conda_script_content() -> None:
 
 
 def test_phase0_docker_script_content() -> None:
-    bundle = bundle_of(Path("examples/phase0-docker.yaml"))
+    bundle = render(plan_of(Path("examples/phase0-docker.yaml")))
     start = bundle["hosts/gpu-a/qwen-docker-serve-1/start.sh"]
     assert "--gpus '\"device=1\"'" in start
     assert "-p 8001:8000" in start
@@ -109,8 +102,7 @@ def test_phase0_docker_script_content() -> None:
 def test_render_at_another_phase() -> None:
     # Its replicas need a cache each pod can mount (a ReadWriteOnce PVC is refused).
     text = Path("examples/phase0-conda.yaml").read_text()
-    spec, _ = load_text(text + "kubernetes: {storage: {type: emptyDir}}\n", "x")
-    bundle = render(make_plan(spec, phase=1))
+    bundle = render(plan_of(text + "kubernetes: {storage: {type: emptyDir}}\n", "x", phase=1))
     assert bundle.kind == "kubernetes"
     kinds = [d["kind"] for d in yaml.safe_load_all(bundle.stream())]
     assert "Deployment" in kinds
@@ -124,8 +116,7 @@ engine: {env: {WEIRD: "$(reboot) 'x' \\"y\\""}, extraArgs: [--max-num-seqs, "1; 
 hosts: [{name: h, address: 10.0.0.1, gpus: [0], dataDir: "/data/x y", runtime: conda}]
 serve: {}
 """
-    spec, _ = load_text(text, "evil.yaml")
-    bundle = render(make_plan(spec))
+    bundle = render(plan_of(text, "evil.yaml"))
     scripts = {a.path: a.text for a in bundle}
     check_scripts(scripts, tmp_path)
     start = bundle["hosts/h/evil-serve-0/start.sh"]

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from pdctl.render.supervise import unit_path
-from tests.helpers import written
-from tests.render.test_render import bundle_of
+from tests.helpers import bundle_of, written
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -29,7 +28,7 @@ def spec_with(tmp_path: Path, example: str, **host: object) -> Path:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing")
 @pytest.mark.parametrize("example", ["phase0-conda.yaml", "phase2-mooncake-tcp.yaml"])
 def test_unit_files_verify(example: str, tmp_path: Path) -> None:
-    bundle = bundle_of(EXAMPLES / example)
+    _, bundle = bundle_of(EXAMPLES / example)
     units = [a for a in bundle if a.path.endswith(".service")]
     assert units
     for artifact in units:
@@ -55,7 +54,7 @@ def test_unit_files_verify(example: str, tmp_path: Path) -> None:
 
 
 def test_stores_start_before_engines_and_engines_before_the_router() -> None:
-    bundle = bundle_of(EXAMPLES / "phase2-mooncake-tcp.yaml")
+    _, bundle = bundle_of(EXAMPLES / "phase2-mooncake-tcp.yaml")
     units = {a.path.rsplit("/", 1)[1]: a.text for a in bundle if a.path.endswith(".service")}
     router = next(t for n, t in units.items() if "router" in n)
     engine = next(t for n, t in units.items() if "prefill" in n)
@@ -66,7 +65,7 @@ def test_stores_start_before_engines_and_engines_before_the_router() -> None:
 
 
 def test_supervise_none_has_no_unit(tmp_path: Path) -> None:
-    bundle = bundle_of(spec_with(tmp_path, "phase0-conda.yaml", supervise="none"))
+    _, bundle = bundle_of(spec_with(tmp_path, "phase0-conda.yaml", supervise="none"))
     assert not [a for a in bundle if a.path.endswith((".service", "serve.sh", "halt.sh"))]
     start = next(a.text for a in bundle if a.path.endswith("start.sh"))
     assert "systemctl" not in start
@@ -95,7 +94,7 @@ def test_nohup_log_rotates_at_the_spec_limits(tmp_path: Path) -> None:
     data = yaml.safe_load(spec.read_text())
     data["hosts"][0].pop("condaEnv", None)
     spec.write_text(yaml.safe_dump(data))
-    bundle = bundle_of(spec)
+    _, bundle = bundle_of(spec)
     start = next(a for a in bundle if a.path.endswith("serve-0/start.sh"))
     script = written(tmp_path / "start.sh", start.text)
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)

@@ -22,8 +22,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.targets.testbed import fake_venv, ssh_env  # noqa: F401
-
 CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
 
 ALL = "create delete deletecollection get list patch update watch"

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdctl.plan import make_plan
-from pdctl.render import render
-from pdctl.spec import load_text
 from pdctl.targets.state import (
     Observed,
     desired_units,
@@ -15,18 +12,17 @@ from pdctl.targets.state import (
     script_digest,
     whole_groups,
 )
+from tests.helpers import bundle_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def plan_and_bundle(name: str = "phase0-multihost.yaml"):
-    spec, _ = load_text((ROOT / "examples" / name).read_text(), name)
-    plan = make_plan(spec)
-    return plan, render(plan)
+MULTIHOST = ROOT / "examples" / "phase0-multihost.yaml"
+MULTINODE = ROOT / "examples" / "phase0-multinode.yaml"
 
 
 def test_desired_units_come_from_the_bundle_with_plan_ports():
-    plan, bundle = plan_and_bundle()
+    plan, bundle = bundle_of(MULTIHOST)
     units = desired_units(plan, bundle)
     assert {u.name for u in units} == {i.name for i in plan.instances}
     ports = {i.name: i.port for i in plan.instances}
@@ -38,7 +34,7 @@ def test_desired_units_come_from_the_bundle_with_plan_ports():
 
 
 def test_diff_start_keep_restart_stop():
-    plan, bundle = plan_and_bundle()
+    plan, bundle = bundle_of(MULTIHOST)
     units = desired_units(plan, bundle)
     a, b = units[0], units[1]
     observed = [
@@ -55,7 +51,7 @@ def test_diff_start_keep_restart_stop():
 
 
 def test_stopped_unit_with_same_script_is_started_again():
-    plan, bundle = plan_and_bundle()
+    plan, bundle = bundle_of(MULTIHOST)
     u = desired_units(plan, bundle)[0]
     (change,) = [c for c in diff([u], [Observed(u.host.name, u.name, u.hash, False)])]
     assert (change.action, change.why) == ("start", "not running")
@@ -73,7 +69,7 @@ def test_parse_observed_ignores_noise():
 def group_changes(observed_states: dict[str, tuple[bool, str]]):
     """The whole-group change plan of the multi-node example; observed_states: unit ->
     (running, hash or '' for the desired one)."""
-    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    plan, bundle = bundle_of(MULTINODE)
     units = desired_units(plan, bundle)
     observed = [
         Observed(u.host.name, u.name, observed_states[u.name][1] or u.hash,
@@ -87,7 +83,7 @@ def group_changes(observed_states: dict[str, tuple[bool, str]]):
 def test_a_stopped_worker_restarts_its_whole_group():
     """A headless node that died cannot rejoin its running leader: up restarts the group as
     one (the kept leader too), never starts the worker alone."""
-    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    plan, bundle = bundle_of(MULTINODE)
     names = [u.unit.name for u in bundle.units]
     leader = next(u.unit.name for u in bundle.units if not u.unit.leader)
     worker = next(u.unit.name for u in bundle.units if u.unit.leader)
@@ -102,7 +98,7 @@ def test_a_stopped_worker_restarts_its_whole_group():
 
 
 def test_a_group_that_runs_or_is_all_new_is_left_as_diff_says():
-    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    plan, bundle = bundle_of(MULTINODE)
     names = [u.unit.name for u in bundle.units]
     _, running = group_changes({n: (True, "") for n in names})
     assert {c.action for c in running.values()} == {"keep"}
@@ -114,7 +110,7 @@ def test_a_group_that_runs_or_is_all_new_is_left_as_diff_says():
 
 
 def test_one_changed_node_restarts_the_others_of_its_group():
-    plan, bundle = plan_and_bundle("phase0-multinode.yaml")
+    plan, bundle = bundle_of(MULTINODE)
     names = [u.unit.name for u in bundle.units]
     leader = next(u.unit.name for u in bundle.units if not u.unit.leader)
     states = {n: (True, "") for n in names}

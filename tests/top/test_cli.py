@@ -142,7 +142,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
 NAME = "top-deployment-with-a-long-name"
 
 
-def test_once_table_keeps_names_and_headers(ssh_env, engine, tmp_path):  # noqa: F811
+def test_once_table_keeps_names_and_headers(ssh_env, engine, tmp_path):
     spec = spec_on(ssh_env, tmp_path, engine, NAME)
     piped = top(spec, ssh_env, columns=None)
     assert piped.returncode == 0, piped.stderr

@@ -19,7 +19,7 @@ from pdctl.targets.base import Connect
 from pdctl.top.metrics import parse
 from pdctl.top.source import open_source
 from tests.helpers import checked
-from tests.targets.docker.test_target import IMAGE, docker_client, free_port  # noqa: F401
+from tests.targets.docker.test_target import IMAGE, free_port
 from tests.targets.testbed import pdctl
 
 DATA = Path(__file__).parent / "data"
@@ -40,7 +40,7 @@ def counter(name: str, metric: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def deployed(docker_client, tmp_path_factory):  # noqa: F811
+def deployed(docker_client, tmp_path_factory):
     port = free_port()
     data = tmp_path_factory.mktemp("topdocker")
     model = data / "model"

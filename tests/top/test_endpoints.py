@@ -9,18 +9,16 @@ from typing import Any
 
 import yaml
 
-from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.spec import load_text
 from pdctl.targets.hosts.observe import host_endpoints
 from tests.conftest import ROOT
+from tests.helpers import plan_of
 
 
 def _plan(example: str, edit: Callable[[dict[str, Any]], None]) -> Any:
     data = yaml.safe_load((ROOT / "examples" / example).read_text())
     edit(data)
-    spec, _ = load_text(yaml.safe_dump(data))
-    return make_plan(spec)
+    return plan_of(data)
 
 
 def _limits(plan: Any) -> dict[str, int | None]:

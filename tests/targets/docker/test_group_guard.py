@@ -21,7 +21,7 @@ import pytest
 
 from pdctl.targets.docker.engine import client_for
 from tests.helpers import checked
-from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
+from tests.targets.docker.bed import DockerSshd
 from tests.targets.testbed import HERE, free_port, pdctl, stand_in_spec, write_spec
 
 # tests/services.sh's systemd host image (Debian 12, python3), at the revision it builds
@@ -68,7 +68,7 @@ def restarts(docker, name: str) -> int:
 
 def test_a_group_in_containers_restarts_as_one_when_a_node_dies(
     client,
-    docker_sshd: DockerSshd,  # noqa: F811
+    docker_sshd: DockerSshd,
     tmp_path: Path,
 ) -> None:
     hosts = []

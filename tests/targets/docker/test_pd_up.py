@@ -28,10 +28,9 @@ from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.targets.docker.engine import create_kwargs
 from tests.helpers import checked
+from tests.targets.docker.bed import DockerSshd
 from tests.targets.docker.test_restart import kill_main_process, restarted_once
-from tests.targets.docker.test_ssh import DockerSshd, docker_sshd  # noqa: F401 (a fixture)
 from tests.targets.docker.test_target import IMAGE
-from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.hosts.test_hami_hosts_up import router_venv
 from tests.targets.testbed import free_port, pdctl, status_rows, write_spec
 
@@ -59,7 +58,7 @@ def spec_file(sshd: DockerSshd, tmp: Path) -> Path:
 
 def test_phase2_engines_in_containers_up_healthy_on_the_host_network_and_down(
     docker_client,
-    docker_sshd: DockerSshd,  # noqa: F811 (the fixture imported above)
+    docker_sshd: DockerSshd,
     tmp_path: Path,
 ) -> None:
     spec = spec_file(docker_sshd, tmp_path)

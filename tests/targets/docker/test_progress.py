@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.helpers import checked
 from tests.targets.docker.bed import docker_spec, remove_all, urls
-from tests.targets.docker.test_target import docker_client, free_port  # noqa: F401
+from tests.targets.docker.test_target import free_port
 from tests.targets.hosts.test_up_progress import LOADING, follow
 from tests.targets.testbed import pdctl
 
@@ -28,7 +28,7 @@ def stage_lines(out: str, timeout: int) -> list[str]:
     ]
 
 
-def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path):  # noqa: F811
+def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path):
     spec = docker_spec(tmp_path, "dprog", {"local": "127.0.0.1"}, free_port())
     ctl = tmp_path / "hf-local" / "standin"
     (ctl / "log").write_text(LOADING + "\n")
@@ -56,7 +56,7 @@ def test_up_piped_shows_each_docker_engines_stage(docker_client, tmp_path: Path)
         remove_all(docker_client, "dprog")
 
 
-def test_one_deadline_for_the_engines_of_all_hosts(docker_client, tmp_path: Path):  # noqa: F811
+def test_one_deadline_for_the_engines_of_all_hosts(docker_client, tmp_path: Path):
     """Two docker hosts (two spec hosts on the one test engine, at 127.0.0.1 and 127.0.0.2):
     the first never serves. The second is watched (and found healthy) while the first is
     still waited for, and the run fails once, naming the first and the timeout."""

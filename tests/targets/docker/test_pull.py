@@ -1,5 +1,5 @@
 """`up --docker-url` pulls an image the engine lacks, as `docker run` over SSH does, from a
-tiny registry on 127.0.0.1 (tests/targets/registry.py) holding the stand-in engine
+tiny registry on 127.0.0.1 (tests/registry.py) holding the stand-in engine
 (test_docker.py); the real test dockerd pulls it over plain HTTP (loopback registries are
 insecure by default)."""
 
@@ -12,18 +12,17 @@ import pytest
 
 from pdctl.targets.docker.pull import PullProgress, present, reference
 from tests.helpers import checked
+from tests.registry import Image, Registry, image_from_rootfs
 from tests.targets.docker.bed import docker_spec, remove_all, urls
 from tests.targets.docker.test_progress import stage_lines
 from tests.targets.docker.test_target import CHANGES, ENTRYPOINT, engine_rootfs, free_port
-from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
-from tests.targets.registry import Image, Registry, image_from_rootfs
 from tests.targets.testbed import pdctl
 
 REPO = "pdctl-test/pulled"
 
 
 @pytest.fixture(scope="module")
-def registry(docker_client):  # noqa: F811
+def image(docker_client) -> Image:
     import shutil
 
     env = dict(c.split(" ", 1)[1].split("=", 1) for c in CHANGES if c.startswith("ENV "))
@@ -34,11 +33,16 @@ def registry(docker_client):  # noqa: F811
     busybox = shutil.which("busybox")
     assert busybox is not None
     # A layer of its own (not the local stand-in's): the engine has to download it.
-    rootfs = engine_rootfs(busybox, {"pulled": b"served by tests/targets/registry.py\n"})
-    image = image_from_rootfs(rootfs, config, docker_client.version()["Arch"])
-    reg = Registry({REPO: {"1": image}}).start()
+    rootfs = engine_rootfs(busybox, {"pulled": b"served by tests/registry.py\n"})
+    return image_from_rootfs(rootfs, config, docker_client.version()["Arch"])
+
+
+@pytest.fixture(scope="module")
+def registry(image: Image):
+    reg = Registry()
+    reg.add(REPO, "1", image.manifest, image.blobs)
     yield reg
-    reg.close()
+    reg.stop()
 
 
 def forget(client, ref: str) -> None:
@@ -51,8 +55,9 @@ def forget(client, ref: str) -> None:
         pass
 
 
-def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_path: Path):  # noqa: F811
-    image: Image = registry.images[REPO]["1"]
+def test_up_pulls_a_missing_image_with_progress(
+    docker_client, registry, image: Image, tmp_path: Path,
+):
     ref = f"127.0.0.1:{registry.port}/{REPO}:1"
     by_digest = f"127.0.0.1:{registry.port}/{REPO}@{image.digest}"
     for r in (ref, by_digest):
@@ -100,7 +105,7 @@ def test_up_pulls_a_missing_image_with_progress(docker_client, registry, tmp_pat
 
 
 def test_an_image_the_registry_lacks_fails_before_anything_is_replaced(
-    docker_client,  # noqa: F811
+    docker_client,
     registry,
     tmp_path: Path,
 ):

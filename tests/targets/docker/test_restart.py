@@ -14,7 +14,6 @@ import yaml
 
 from tests.helpers import checked
 from tests.targets.docker.bed import docker_spec, urls
-from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401
 from tests.targets.testbed import free_port, pdctl, status_rows, write_spec
 
 
@@ -37,7 +36,7 @@ def restarted_once(client, name: str) -> None:
 
 
 def test_sdk_containers_take_the_hosts_policy_and_come_back_after_a_crash(
-    docker_client,  # noqa: F811
+    docker_client,
     tmp_path: Path,
 ) -> None:
     host = {"restart": "always", "logMaxSize": "10m", "logMaxFiles": 2}
@@ -71,7 +70,7 @@ def rows_state(spec: Path, url: list[str], name: str) -> str:
     return status_rows(spec, *url, code=0)[name]["state"]
 
 
-def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:  # noqa: F811
+def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> None:
     """Under unless-stopped an engine that exits is started again and again: `up` reports the
     first restart with the engine's own error, not a timeout after a crash loop."""
     from pdctl.errors import PdctlError

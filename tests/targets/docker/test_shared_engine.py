@@ -7,7 +7,6 @@ from pathlib import Path
 
 from tests.helpers import checked
 from tests.targets.docker.bed import docker_spec, remove_all, urls
-from tests.targets.docker.test_target import docker_client as docker_client  # noqa: F401 (fixture)
 from tests.targets.testbed import free_port, pdctl
 
 
@@ -16,7 +15,7 @@ def ids(client) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {c.name: c.id for c in client.containers.list(filters=labelled)}
 
 
-def test_a_second_up_leaves_the_other_hosts_container_alone(docker_client, tmp_path: Path):  # noqa: F811
+def test_a_second_up_leaves_the_other_hosts_container_alone(docker_client, tmp_path: Path):
     spec = docker_spec(tmp_path, "dshare", {"a": "127.0.0.1", "b": "127.0.0.2"}, free_port())
     try:
         checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *urls("a", "b")))

@@ -9,8 +9,6 @@ and stops it afterwards."""
 from __future__ import annotations
 
 import os
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,31 +19,7 @@ from pdctl.targets.docker.engine import docker_home
 from pdctl.targets.docker.transport import DockerAccess, connect
 from pdctl.targets.ssh import SshOptions
 from tests.conftest import run_cli
-from tests.sshd import need_root, start_sshd
-from tests.targets.docker.bed import docker_spec
-from tests.targets.testbed import ssh_env_or_skip
-
-
-@dataclass(frozen=True)
-class DockerSshd:
-    port: int
-    key: str
-    known_line: str  # this sshd's entry for a known_hosts file
-
-
-@pytest.fixture(scope="module")
-def docker_sshd(tmp_path_factory: pytest.TempPathFactory):
-    docker_host = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
-    if not docker_host or shutil.which("docker") is None:
-        pytest.skip("needs the test dockerd (tests/services.sh) and the docker CLI")
-    need_root()
-    env = ssh_env_or_skip()
-    folder = tmp_path_factory.mktemp("docker-sshd")
-    server = start_sshd(env, folder, "docker", extra=f"SetEnv DOCKER_HOST={docker_host}\n")
-    try:
-        yield DockerSshd(server.host.port, env.key, server.host_line)
-    finally:
-        server.stop()
+from tests.targets.docker.bed import DockerSshd, docker_spec
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import yaml
 from pdctl.targets.health import probe
 from tests.helpers import checked
 from tests.targets.docker.bed import docker_spec, remove_all, urls
-from tests.targets.docker.test_target import IMAGE, docker_client, engine_rootfs, import_once  # noqa: F401
+from tests.targets.docker.test_target import IMAGE, engine_rootfs, import_once
 from tests.targets.testbed import pdctl
 
 KEY = "sk-pdctl-docker-key-5d2a91"
@@ -38,7 +38,7 @@ AUTH_CHANGES = ["ENV PATH=/bin", 'ENTRYPOINT ["/bin/sh", "/engine.sh"]', "LABEL 
 
 
 @pytest.fixture(scope="module")
-def auth_image(docker_client) -> str:  # noqa: F811
+def auth_image(docker_client) -> str:
     """The key-enforcing stand-in, imported once per content (tagged by its digest)."""
     scripts = {"engine.sh": AUTH_ENGINE, "answer.sh": ANSWER}
     busybox = shutil.which("busybox") or ""
@@ -68,7 +68,7 @@ def rows(doc: dict) -> list[tuple[str, str, str, str]]:
     return [(r["unit"], r["state"], r["health"], r["model"]) for r in doc["instances"]]
 
 
-def test_status_probes_each_engines_health_and_model(docker_client, tmp_path):  # noqa: F811
+def test_status_probes_each_engines_health_and_model(docker_client, tmp_path):
     """A running engine is up only when it answers as `up` requires: healthy with its model;
     one whose model is no longer listed reads why, and is not counted up."""
     spec = spec_file(tmp_path, "dkst")
@@ -96,7 +96,7 @@ def test_status_probes_each_engines_health_and_model(docker_client, tmp_path):  
 
 
 def test_status_sends_the_api_key_of_the_running_engine(
-    docker_client,  # noqa: F811
+    docker_client,
     auth_image,
     tmp_path,
 ):
@@ -127,7 +127,7 @@ def test_status_sends_the_api_key_of_the_running_engine(
 
 
 def test_status_lists_planned_units_not_started_and_containers_not_in_spec(
-    docker_client,  # noqa: F811
+    docker_client,
     tmp_path,
 ):
     """Before `up` (or after `down`) every unit the spec plans is listed `not started`; a
@@ -158,7 +158,7 @@ NO_CONTAINER = "dklg-serve-0, dklg-serve-1 on local: no log (not started, or rem
 
 
 @pytest.mark.parametrize("follow", [[], ["-f"]], ids=["tail", "follow"])
-def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, follow):  # noqa: F811
+def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, follow):
     """Nothing of the deployment has a container: `logs` says so (exit 1; -f of every unit is
     the SSH target's usage error, exit 2); a unit the spec plans has no log (exit 1, the SSH
     target's words); only a name the spec does not plan is a usage error (exit 2) that lists
@@ -178,7 +178,7 @@ def test_logs_without_containers_say_so_in_one_line(docker_client, tmp_path, fol
     ]
 
 
-def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_path):  # noqa: F811
+def test_logs_of_every_unit_show_the_ones_with_a_container(docker_client, tmp_path):
     """Without UNIT, a unit without a container does not hide the others' logs."""
     spec = spec_file(tmp_path, "dklh", replicas=2)
     try:

@@ -19,7 +19,7 @@ from pdctl.plan.model import Unit
 from pdctl.render.container import Container, container
 from pdctl.render.host import unit_hash
 from pdctl.spec.model import Host
-from pdctl.targets.docker.engine import Engine, client_for, docker_home, host_path
+from pdctl.targets.docker.engine import Engine, docker_home, host_path
 from pdctl.targets.docker.target import Engines
 from pdctl.targets.docker.transport import DockerAccess
 from pdctl.targets.hosts.health_wait import HealthWait
@@ -106,20 +106,6 @@ def remove_stale_engine_images(client) -> None:
             client.images.remove(image.id)
         except docker.errors.APIError:
             pass  # a container still uses it
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    url = os.environ.get("PDCTL_TEST_DOCKER_HOST")
-    if not url:
-        pytest.skip("no test dockerd: run `RUN=... tests/services.sh start` and source $RUN/env")
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        pytest.skip("busybox-static is not installed (apt-get install busybox-static)")
-    client = client_for(url)
-    ensure_engine_image(client, engine_rootfs(busybox))
-    yield client
-    client.close()
 
 
 def test_engine_image_is_imported_once_per_content(docker_client):

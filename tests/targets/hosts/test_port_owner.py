@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_port
-from tests.targets.docker.test_target import IMAGE, docker_client  # noqa: F401 - a fixture
+from tests.targets.docker.test_target import IMAGE
 from tests.targets.testbed import HERE, free_port, lo1_spec, pdctl, processes_in
 
 
@@ -67,7 +67,7 @@ def test_up_refuses_a_port_held_by_another_process(ssh_env, fake_venv, tmp_path,
 
 
 @pytest.fixture
-def host_network_container(docker_client, tmp_path: Path):  # noqa: F811 - the fixture
+def host_network_container(docker_client, tmp_path: Path):
     """A container of the stand-in engine image in the host's network, listening on a free
     port, and a unit folder whose `container-id` names it (as docker-start.sh writes it)."""
     client = docker_client
