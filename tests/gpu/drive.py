@@ -710,7 +710,8 @@ def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float
                 cell = sp.run_cell("127.0.0.1", 8000, name, vocab, pin, pout, c, seed=seed,
                                    submit_s=args.submit_s)
             cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
-            cell["workload"], cell["held_out"] = wname, sp.held_out(key)
+            # a repeat shares its first run's side of the split (the same arrivals and prompts)
+            cell["workload"], cell["held_out"] = wname, sp.held_out(key.split("#")[0])
             doc["cells"][key] = cell
             log(f"{label} {key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
                 f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "

@@ -76,3 +76,29 @@ def test_an_open_loop_cell_sends_at_its_times_and_reads_back_as_a_rate_load(serv
     assert read.load.requests == len(want) and read.key == "qwen3-8b/decode/r20"
     assert read.load.arrivals == tuple(sent)  # replayed as sent, not drawn again
     assert sp.rate_key("qwen3-8b", "decode", 20.0, 2) == "qwen3-8b/decode/r20#2"
+
+
+def test_the_committed_predictions_are_for_the_cells_the_harness_will_send():
+    """benchmarks/predict_rates.py wrote the frozen model's figures for the open-loop cells
+    before any ran (tests/fixtures/gpu/rate-predictions-h100.json): they hold only while the
+    harness sends those cells (keys, seeds, Poisson times) as it did when they were written."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("predict_rates",
+                                                  root / "benchmarks/predict_rates.py")
+    assert spec and spec.loader
+    pr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pr)
+    committed = json.loads((root / "tests/fixtures/gpu/rate-predictions-h100.json").read_text())
+    sent = {}
+    for model in pr.MODELS:
+        for key, cell in pr.rate_doc(model)["cells"].items():
+            sent[key] = (len(cell["raw"]), sp.held_out(key))
+            # drive.py gives a repeat its first run's seed, so `#2` sends the same times
+            again = sp.rate_key(model, key.split("/")[1], cell["rate"], 2)
+            assert pr.seed_of(again) == pr.seed_of(key)
+    assert sent == {k: (c["requests"], c["held_out"]) for k, c in committed["cells"].items()}
+    assert len(sent) == 2 * sum(len(w[3]) for w in sp.RATE_WORKLOADS)
+    assert all(c["ttft"] > 0 and c["tpot"] > 0 for c in committed["cells"].values())

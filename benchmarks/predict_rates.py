@@ -1,0 +1,119 @@
+"""Issue 35: what the frozen speed model predicts for the open-loop cells, written before they
+are measured (the GPU harness's `drive.py rates`, tests/gpu/speed.py RATE_WORKLOADS).
+
+A rate cell sends at Poisson times drawn from a seed its key fixes (drive.py: sha256 of the key),
+so its arrivals are known here, before the GPU runs; the engine's own facts (KV tokens, batch
+limits) are those of the same model's closed-loop recording on the same GPU. The output is
+committed; `--check FILE` later compares a measured recording's cells against it, the figures
+predicted then, not what a calibration fitted afterwards would say.
+
+    python benchmarks/predict_rates.py > tests/fixtures/gpu/rate-predictions-h100.json
+    python benchmarks/predict_rates.py --check tests/fixtures/gpu/.../rates/qwen3-8b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pdctl.capacity.gpus import GPUS  # noqa: E402
+from pdctl.capacity.params import model_config  # noqa: E402
+from pdctl.capacity.speedcells import FIGURES, cells_of, predict  # noqa: E402
+from pdctl.capacity.steptime import calibration_for  # noqa: E402
+from tests.gpu import speed as sp  # noqa: E402
+
+RECORDINGS = ROOT / "tests/fixtures/gpu/vllm023-h100/speed"
+GPU, ENGINE = "H100-SXM", "0.23.0"
+MODELS = ("qwen3-8b", "mistral-7b")  # drive.py rates' default
+
+
+def seed_of(key: str) -> int:
+    """drive.py engine_cells: a cell's seed (a repeat `#2` shares its first run's)."""
+    return int(hashlib.sha256(key.split("#")[0].encode()).hexdigest()[:8], 16)
+
+
+def rate_doc(model: str) -> dict:
+    """The model's closed-loop recording with its cells replaced by the open-loop cells to come
+    (their send times, nothing measured)."""
+    doc = json.loads((RECORDINGS / f"{model}.json").read_text())
+    cells = {}
+    for workload, pin, pout, rates in sp.RATE_WORKLOADS:
+        for rate in rates:
+            key = sp.rate_key(model, workload, rate)
+            times = sp.arrivals(rate, sp.RATE_SUBMIT_S, seed_of(key))
+            cells[key] = {"completed": len(times), "requests": len(times), "rate": rate,
+                          "prompt_tokens": pin, "output_tokens": pout,
+                          "submit_s": sp.RATE_SUBMIT_S, "output_tok_s": 0.0,
+                          "raw": [[t, 0.0, 0.0, pout] for t in times]}
+    return {**doc, "cells": cells}
+
+
+def config(model: str):  # type: ignore[no-untyped-def]
+    cfg = json.loads((ROOT / "tests/gpu/models" / model / "config.json").read_text())
+    return model_config(model, cfg)
+
+
+def predictions() -> dict:
+    cal = calibration_for(GPUS[GPU], ENGINE)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    out: dict = {"gpu": GPU, "engine": ENGINE, "calibration": cal.provenance.get("fitted"),
+                 "commit": commit, "held_out_rule": "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
+                 "cells": {}}
+    for model in MODELS:
+        for cell in cells_of(rate_doc(model), config(model)):
+            p = predict(cell, cal)
+            out["cells"][cell.key] = {
+                "requests": cell.load.requests, "held_out": sp.held_out(cell.key),
+                **{f: round(p[f], 3) for f, _ in FIGURES}}
+    return out
+
+
+def check(path: Path, committed: dict) -> int:
+    """Measured (a repeat `#2` against the same prediction) vs committed, per cell and MAPE."""
+    doc = json.loads(path.read_text())
+    errs: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
+    held: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
+    print("| cell | " + " | ".join(f"{f} meas / pred" for f, _ in FIGURES) + " |")
+    print("|---|" + "---|" * len(FIGURES))
+    for cell in cells_of(doc, config(doc["model"])):
+        pred = committed["cells"].get(cell.key.split("#")[0])
+        if pred is None:
+            continue
+        row = []
+        for f, _ in FIGURES:
+            m = cell.measured.get(f)
+            e = pred[f] / m - 1 if m else float("nan")
+            if m:
+                errs[f].append(abs(e))
+                if pred["held_out"]:
+                    held[f].append(abs(e))
+            row.append(f"{m:.4g} / {pred[f]:.4g} ({100 * e:+.1f}%)" if m else "-")
+        print(f"| {cell.key} | " + " | ".join(row) + " |")
+    for name, got in (("every cell", errs), ("held out", held)):
+        print(f"MAPE, {name}: " + ", ".join(
+            f"{f} {100 * sum(v) / len(v):.1f}% ({len(v)})" for f, v in got.items() if v))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", type=Path, help="a measured rates recording (drive.py rates)")
+    ap.add_argument("--predictions", type=Path,
+                    default=ROOT / "tests/fixtures/gpu/rate-predictions-h100.json")
+    args = ap.parse_args()
+    if args.check:
+        return check(args.check, json.loads(args.predictions.read_text()))
+    print(json.dumps(predictions(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
