@@ -185,9 +185,9 @@ def bundle(
         closures[need] = download(need, python, platform, folder / mf.WHEELS)
     skipped = () if have is None else skip_installed(folder / mf.WHEELS, closures, have,
                                                         python, platform)
-    if skipped:
+    if skipped and have is not None:
         say(f"left out {len(skipped)} wheels ({sum(k.size for k in skipped) / 1e6:.1f} MB) "
-            f"the hosts have (--skip-installed): {' '.join(k.dist for k in skipped)}")
+            f"the hosts have (--skip-installed): {' '.join(left_out(k, have) for k in skipped)}")
     manifest = mf.Manifest(
         pdctl=__version__,
         spec=spec_hash(plan),
@@ -236,6 +236,13 @@ def satisfies(installed: str | None, version: str) -> bool:
     if installed is None:
         return False
     return installed == version or ("+" not in version and installed.split("+", 1)[0] == version)
+
+
+def left_out(k: mf.Skipped, have: dict[str, tuple[str, dict[str, str]]]) -> str:
+    """NAME==VERSION of a left-out wheel, with the hosts' own versions where they differ."""
+    name, version = k.dist.split("==", 1)
+    other = sorted({v for h, _ in k.hosts if (v := have[h][1].get(name, version)) != version})
+    return k.dist + (f" (hosts have {', '.join(other)})" if other else "")
 
 
 def skip_installed(wheels: Path, closures: dict[Need, set[str] | None],

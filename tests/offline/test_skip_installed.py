@@ -69,6 +69,7 @@ def test_what_every_host_has_is_left_out_and_pip_finds_it_installed(ssh_env, tmp
     made = bundle(plan, one, "3.11", TAG, tmp_path / "b", said.append,
                   have=installed(rec, plan, one), facts=str(rec))
     assert [e.path for e in made.files] == [f"wheels/{DATEUTIL}"]
+    assert any(line.endswith(": six==1.17.0 (hosts have 1.16.0)") for line in said), said
     assert made.skipped == (mf.Skipped(SIX, "six==1.17.0", (tmp_path / "w" / SIX).stat().st_size,
                                        (("lo1", str(with_six)),)),)
     assert mf.verify(tmp_path / "b") == made and not (tmp_path / "b/wheels" / SIX).exists()
