@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.fit_speed import model_of  # noqa: E402
 from pdctl.capacity.gpus import GPUS  # noqa: E402
-from pdctl.capacity.params import model_config  # noqa: E402
 from pdctl.capacity.speedcells import FIGURES, cells_of, predict  # noqa: E402
 from pdctl.capacity.steptime import calibration_for  # noqa: E402
 from tests.gpu import speed as sp  # noqa: E402
@@ -55,11 +55,6 @@ def rate_doc(model: str) -> dict:
     return {**doc, "cells": cells}
 
 
-def config(model: str):  # type: ignore[no-untyped-def]
-    cfg = json.loads((ROOT / "tests/gpu/models" / model / "config.json").read_text())
-    return model_config(model, cfg)
-
-
 def predictions() -> dict:
     cal = calibration_for(GPUS[GPU], ENGINE)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
@@ -68,7 +63,7 @@ def predictions() -> dict:
                  "commit": commit, "held_out_rule": "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
                  "cells": {}}
     for model in MODELS:
-        for cell in cells_of(rate_doc(model), config(model)):
+        for cell in cells_of(rate_doc(model), model_of(model)):
             p = predict(cell, cal)
             out["cells"][cell.key] = {
                 "requests": cell.load.requests, "held_out": sp.held_out(cell.key),
@@ -83,7 +78,7 @@ def check(path: Path, committed: dict) -> int:
     held: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
     print("| cell | " + " | ".join(f"{f} meas / pred" for f, _ in FIGURES) + " |")
     print("|---|" + "---|" * len(FIGURES))
-    for cell in cells_of(doc, config(doc["model"])):
+    for cell in cells_of(doc, model_of(doc["model"])):
         pred = committed["cells"].get(cell.key.split("#")[0])
         if pred is None:
             continue

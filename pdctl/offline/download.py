@@ -15,10 +15,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from pdctl import __version__
 from pdctl.errors import PdctlError, UsageError
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import Need, canon
+from pdctl.offline.requires import meets, requirements
 from pdctl.plan.model import Plan
 
 
@@ -183,11 +186,13 @@ def bundle(
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
         closures[need] = download(need, python, platform, folder / mf.WHEELS)
-    skipped = () if have is None else skip_installed(folder / mf.WHEELS, closures, have,
-                                                        python, platform)
-    if skipped and have is not None:
-        say(f"left out {len(skipped)} wheels ({sum(k.size for k in skipped) / 1e6:.1f} MB) "
-            f"the hosts have (--skip-installed): {' '.join(left_out(k, have) for k in skipped)}")
+    skipped: tuple[mf.Skipped, ...] = ()
+    if have is not None:
+        skipped = skip_installed(folder / mf.WHEELS, closures, have, python, platform)
+        if skipped:
+            mb = sum(k.size for k in skipped) / 1e6
+            say(f"left out {len(skipped)} wheels ({mb:.1f} MB) the hosts have "
+                f"(--skip-installed): {' '.join(left_out(k, have) for k in skipped)}")
     manifest = mf.Manifest(
         pdctl=__version__,
         spec=spec_hash(plan),
@@ -233,9 +238,10 @@ def satisfies(installed: str | None, version: str) -> bool:
     candidate's (https://packaging.python.org/en/latest/specifications/version-specifiers/
     #version-matching), so it installs nothing for it. A wheel with a local label of its own
     wants that one."""
-    if installed is None:
-        return False
-    return installed == version or ("+" not in version and installed.split("+", 1)[0] == version)
+    try:
+        return meets(installed, [SpecifierSet(f"=={version}")])
+    except InvalidSpecifier:  # not a PEP 440 version: only the same text
+        return installed == version
 
 
 def left_out(k: mf.Skipped, have: dict[str, tuple[str, dict[str, str]]]) -> str:
@@ -246,15 +252,13 @@ def left_out(k: mf.Skipped, have: dict[str, tuple[str, dict[str, str]]]) -> str:
 
 
 def skip_installed(wheels: Path, closures: dict[Need, set[str] | None],
-                   have: dict[str, tuple[str, dict[str, str]]], python: str = "3.12",
-                   platform: str = "manylinux_2_28_x86_64") -> tuple[mf.Skipped, ...]:
+                   have: dict[str, tuple[str, dict[str, str]]], python: str,
+                   platform: str) -> tuple[mf.Skipped, ...]:
     """Remove each wheel whose distribution every host of every environment that resolved it
     has: in the wheel's version (`satisfies`: a local label on the host's version allowed), or
     in one that meets every requirement the closure puts on it (`requires.meets`), which pip
     keeps. A service's venv is not recorded: its wheels stay, and so do those of an
     environment whose closure pip did not name."""
-    from pdctl.offline.requires import meets, requirements
-
     wanted = requirements(wheels, (p for n in closures for p in n.pips), python, platform)
     out = []
     for path in sorted(wheels.glob("*.whl")):

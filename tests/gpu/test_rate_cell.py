@@ -82,15 +82,11 @@ def test_the_committed_predictions_are_for_the_cells_the_harness_will_send():
     """benchmarks/predict_rates.py wrote the frozen model's figures for the open-loop cells
     before any ran (tests/fixtures/gpu/rate-predictions-h100.json): they hold only while the
     harness sends those cells (keys, seeds, Poisson times) as it did when they were written."""
-    import importlib.util
     from pathlib import Path
 
+    from benchmarks import predict_rates as pr
+
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("predict_rates",
-                                                  root / "benchmarks/predict_rates.py")
-    assert spec and spec.loader
-    pr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pr)
     committed = json.loads((root / "tests/fixtures/gpu/rate-predictions-h100.json").read_text())
     sent = {}
     for model in pr.MODELS:

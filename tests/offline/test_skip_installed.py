@@ -143,7 +143,8 @@ def test_an_installed_local_label_stands_for_the_wheel_without_one(tmp_path: Pat
                                            "triton": "3.6.0"}),
             "gpu-b": ("/opt/torch/.venv", {"torch": "2.11.0", "torchvision": "0.26.0+cu130",
                                            "triton": "3.5.1"})}
-    got = skip_installed(wheels, {env: {"torch", "torchvision", "triton"}}, have)
+    got = skip_installed(wheels, {env: {"torch", "torchvision", "triton"}}, have, "3.12",
+                         "manylinux_2_28_x86_64")
     assert [s.dist for s in got] == ["torch==2.11.0"]  # triton: gpu-b has another version
     assert sorted(p.name for p in wheels.iterdir()) == sorted(names[1:])
 
