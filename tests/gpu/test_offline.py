@@ -82,7 +82,8 @@ def test_the_image_recording_leaves_torch_and_its_cuda_wheels_out(closure, tmp_p
     assert have["h200b"][1]["torch"] == "2.11.0+cu130" and "numpy" not in have["h200b"][1]
 
     names = {n.split("-")[0].replace("_", "-") for n in (TORCH, TOOLKIT, CUBLAS, TRITON, *KEPT)}
-    skipped = skip_installed(closure, {found[0]: names, found[1]: {"idna"}}, have)
+    skipped = skip_installed(closure, {found[0]: names, found[1]: {"idna"}}, have,
+                             *recorded(rec, plan))
     # torch's wheel (2.11.0) is the image's 2.11.0+cu130: pip takes that for torch==2.11.0
     assert [s.dist for s in skipped] == ["cuda-toolkit==13.0.2", "nvidia-cublas==13.1.0.3",
                                          "torch==2.11.0", "triton==3.6.0"]
