@@ -9,6 +9,10 @@ predicted then, not what a calibration fitted afterwards would say.
 
     python benchmarks/predict_rates.py > tests/fixtures/gpu/rate-predictions-h100.json
     python benchmarks/predict_rates.py --check tests/fixtures/gpu/.../rates/qwen3-8b.json
+
+`--gpu H200` predicts the same cells on a GPU the model has no calibration of and no recording
+from: the H100 calibration is carried over by `calibration_for` (nearest GPU, marked
+extrapolated) and the KV cache is pdctl's memory model's for that GPU, not a measured one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.fit_speed import model_of  # noqa: E402
+from pdctl.capacity.fit import Shape, instance_memory  # noqa: E402
 from pdctl.capacity.gpus import GPUS  # noqa: E402
 from pdctl.capacity.speedcells import FIGURES, cells_of, predict  # noqa: E402
 from pdctl.capacity.steptime import calibration_for  # noqa: E402
@@ -39,10 +44,19 @@ def seed_of(key: str) -> int:
     return int(hashlib.sha256(key.split("#")[0].encode()).hexdigest()[:8], 16)
 
 
-def rate_doc(model: str) -> dict:
+def rate_doc(model: str, gpu: str = GPU) -> dict:
     """The model's closed-loop recording with its cells replaced by the open-loop cells to come
-    (their send times, nothing measured)."""
+    (their send times, nothing measured). On another GPU than the recording's, its KV tokens
+    are the memory model's for that GPU."""
     doc = json.loads((RECORDINGS / f"{model}.json").read_text())
+    if gpu != doc["spec"]["hardware"]["gpu"]:
+        spec = doc["spec"]
+        shape = Shape(gpu=gpu, engine=ENGINE, max_model_len=spec["model"]["maxModelLen"])
+        util = spec["serve"]["gpuMemoryUtilization"]
+        kv = instance_memory(model_of(model), GPUS[gpu].usable_bytes, util, shape).kv_tokens
+        doc["spec"] = {**spec, "hardware": {**spec["hardware"], "gpu": gpu}}
+        doc["units"] = {u: {**v, "kv_tokens": kv, "kv_from": "pdctl's memory model"}
+                        for u, v in doc["units"].items()}
     cells = {}
     for workload, pin, pout, rates in sp.RATE_WORKLOADS:
         for rate in rates:
@@ -55,15 +69,18 @@ def rate_doc(model: str) -> dict:
     return {**doc, "cells": cells}
 
 
-def predictions() -> dict:
-    cal = calibration_for(GPUS[GPU], ENGINE)
+def predictions(gpu: str = GPU) -> dict:
+    cal = calibration_for(GPUS[gpu], ENGINE)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    out: dict = {"gpu": GPU, "engine": ENGINE, "calibration": cal.provenance.get("fitted"),
+    out: dict = {"gpu": gpu, "engine": ENGINE, "calibration": cal.provenance.get("fitted"),
+                 "calibration_gpu": cal.extrapolated_from or cal.gpu,
                  "commit": commit, "held_out_rule": "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
                  "cells": {}}
     for model in MODELS:
-        for cell in cells_of(rate_doc(model), model_of(model)):
+        doc = rate_doc(model, gpu)
+        out.setdefault("kv_tokens", {})[model] = next(iter(doc["units"].values()))["kv_tokens"]
+        for cell in cells_of(doc, model_of(model)):
             p = predict(cell, cal)
             out["cells"][cell.key] = {
                 "requests": cell.load.requests, "held_out": sp.held_out(cell.key),
@@ -98,15 +115,24 @@ def check(path: Path, committed: dict) -> int:
     return 0
 
 
+def default_predictions(recording: dict) -> Path:
+    """The committed predictions for the recording's GPU."""
+    gpu = recording["spec"]["hardware"]["gpu"]
+    return ROOT / f"tests/fixtures/gpu/rate-predictions-{gpu.split('-')[0].lower()}.json"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", type=Path, help="a measured rates recording (drive.py rates)")
+    ap.add_argument("--gpu", default=GPU, choices=sorted(GPUS),
+                    help="the GPU to predict for (default: the recordings' own)")
     ap.add_argument("--predictions", type=Path,
-                    default=ROOT / "tests/fixtures/gpu/rate-predictions-h100.json")
+                    help="default: tests/fixtures/gpu/rate-predictions-<gpu>.json")
     args = ap.parse_args()
     if args.check:
-        return check(args.check, json.loads(args.predictions.read_text()))
-    print(json.dumps(predictions(), indent=1))
+        path = args.predictions or default_predictions(json.loads(args.check.read_text()))
+        return check(args.check, json.loads(path.read_text()))
+    print(json.dumps(predictions(args.gpu), indent=1))
     return 0
 
 

@@ -78,19 +78,20 @@ def test_an_open_loop_cell_sends_at_its_times_and_reads_back_as_a_rate_load(serv
     assert sp.rate_key("qwen3-8b", "decode", 20.0, 2) == "qwen3-8b/decode/r20#2"
 
 
-def test_the_committed_predictions_are_for_the_cells_the_harness_will_send():
+@pytest.mark.parametrize("gpu", ["H100-SXM", "H200"])
+def test_the_committed_predictions_are_for_the_cells_the_harness_will_send(gpu):
     """benchmarks/predict_rates.py wrote the frozen model's figures for the open-loop cells
-    before any ran (tests/fixtures/gpu/rate-predictions-h100.json): they hold only while the
-    harness sends those cells (keys, seeds, Poisson times) as it did when they were written."""
-    from pathlib import Path
-
+    before any ran (tests/fixtures/gpu/rate-predictions-{h100,h200}.json): they hold only while
+    the harness sends those cells (keys, seeds, Poisson times) as it did when they were written,
+    and the script still predicts what was committed."""
     from benchmarks import predict_rates as pr
 
-    root = Path(__file__).resolve().parents[2]
-    committed = json.loads((root / "tests/fixtures/gpu/rate-predictions-h100.json").read_text())
+    path = pr.default_predictions({"spec": {"hardware": {"gpu": gpu}}})
+    committed = json.loads(path.read_text())
+    assert committed["gpu"] == gpu and committed.get("calibration_gpu", gpu) in (gpu, "H100-SXM")
     sent = {}
     for model in pr.MODELS:
-        for key, cell in pr.rate_doc(model)["cells"].items():
+        for key, cell in pr.rate_doc(model, gpu)["cells"].items():
             sent[key] = (len(cell["raw"]), sp.held_out(key))
             # drive.py gives a repeat its first run's seed, so `#2` sends the same times
             again = sp.rate_key(model, key.split("/")[1], cell["rate"], 2)
@@ -98,3 +99,4 @@ def test_the_committed_predictions_are_for_the_cells_the_harness_will_send():
     assert sent == {k: (c["requests"], c["held_out"]) for k, c in committed["cells"].items()}
     assert len(sent) == 2 * sum(len(w[3]) for w in sp.RATE_WORKLOADS)
     assert all(c["ttft"] > 0 and c["tpot"] > 0 for c in committed["cells"].values())
+    assert pr.predictions(gpu)["cells"] == committed["cells"]
