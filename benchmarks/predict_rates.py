@@ -8,7 +8,7 @@ committed; `--check FILE` later compares a measured recording's cells against it
 predicted then, not what a calibration fitted afterwards would say.
 
     python benchmarks/predict_rates.py > tests/fixtures/gpu/rate-predictions-h100.json
-    python benchmarks/predict_rates.py --check tests/fixtures/gpu/.../rates/qwen3-8b.json
+    python benchmarks/predict_rates.py --check tests/fixtures/gpu/vllm023-h100-c/rates/*.json
 
 `--gpu H200` predicts the same cells on a GPU the model has no calibration of and no recording
 from: the H100 calibration is carried over by `calibration_for` (nearest GPU, marked
@@ -88,13 +88,26 @@ def predictions(gpu: str = GPU) -> dict:
     return out
 
 
-def check(path: Path, committed: dict) -> int:
-    """Measured (a repeat `#2` against the same prediction) vs committed, per cell and MAPE."""
-    doc = json.loads(path.read_text())
+def check(paths: list[Path], predictions: Path | None) -> int:
+    """Measured (a repeat `#2` against the same prediction) vs committed, per cell, and the
+    MAPE over every recording given."""
     errs: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
     held: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
     print("| cell | " + " | ".join(f"{f} meas / pred" for f, _ in FIGURES) + " |")
     print("|---|" + "---|" * len(FIGURES))
+    for path in paths:
+        doc = json.loads(path.read_text())
+        committed = json.loads((predictions or default_predictions(doc)).read_text())
+        compare(doc, committed, errs, held)
+    for name, got in (("every cell", errs), ("held out", held)):
+        print(f"MAPE, {name}: " + ", ".join(
+            f"{f} {100 * sum(v) / len(v):.1f}% ({len(v)})" for f, v in got.items() if v))
+    return 0
+
+
+def compare(doc: dict, committed: dict, errs: dict[str, list[float]],
+            held: dict[str, list[float]]) -> None:
+    """Print one recording's rows; add its absolute errors to `errs` (and `held`)."""
     for cell in cells_of(doc, model_of(doc["model"])):
         pred = committed["cells"].get(cell.key.split("#")[0])
         if pred is None:
@@ -109,10 +122,6 @@ def check(path: Path, committed: dict) -> int:
                     held[f].append(abs(e))
             row.append(f"{m:.4g} / {pred[f]:.4g} ({100 * e:+.1f}%)" if m else "-")
         print(f"| {cell.key} | " + " | ".join(row) + " |")
-    for name, got in (("every cell", errs), ("held out", held)):
-        print(f"MAPE, {name}: " + ", ".join(
-            f"{f} {100 * sum(v) / len(v):.1f}% ({len(v)})" for f, v in got.items() if v))
-    return 0
 
 
 def default_predictions(recording: dict) -> Path:
@@ -123,15 +132,15 @@ def default_predictions(recording: dict) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", type=Path, help="a measured rates recording (drive.py rates)")
+    ap.add_argument("--check", type=Path, nargs="+",
+                    help="measured rates recordings (drive.py rates); MAPE over all of them")
     ap.add_argument("--gpu", default=GPU, choices=sorted(GPUS),
                     help="the GPU to predict for (default: the recordings' own)")
     ap.add_argument("--predictions", type=Path,
                     help="default: tests/fixtures/gpu/rate-predictions-<gpu>.json")
     args = ap.parse_args()
     if args.check:
-        path = args.predictions or default_predictions(json.loads(args.check.read_text()))
-        return check(args.check, json.loads(path.read_text()))
+        return check(args.check, args.predictions)
     print(json.dumps(predictions(args.gpu), indent=1))
     return 0
 

@@ -100,3 +100,29 @@ def test_the_committed_predictions_are_for_the_cells_the_harness_will_send(gpu):
     assert len(sent) == 2 * sum(len(w[3]) for w in sp.RATE_WORKLOADS)
     assert all(c["ttft"] > 0 and c["tpot"] > 0 for c in committed["cells"].values())
     assert pr.predictions(gpu)["cells"] == committed["cells"]
+
+
+def test_the_rate_recordings_give_the_figures_docs_quote(capsys):
+    """tests/fixtures/gpu/vllm023-h100-c/rates against the predictions committed before they
+    ran: the held-out and all-cell errors docs/performance.md quotes, and a repeat `#2` close
+    to its first run (the open loop's noise floor)."""
+    from pathlib import Path
+
+    from benchmarks import predict_rates as pr
+
+    root = Path(__file__).resolve().parents[2]
+    recs = sorted((root / "tests/fixtures/gpu/vllm023-h100-c/rates").glob("*.json"))
+    assert [r.stem for r in recs] == ["mistral-7b", "qwen3-8b"]
+    pr.check(recs, None)
+    out = capsys.readouterr().out
+    assert "MAPE, every cell: ttft 24.2% (16), tpot 11.9% (16), throughput 0.7% (16)" in out
+    assert "MAPE, held out: ttft 27.3% (10), tpot 9.3% (10), throughput 0.8% (10)" in out
+    doc = (root / "docs/performance.md").read_text()
+    assert "**TTFT 27.3%, TPOT 9.3%, throughput 0.8%**" in doc
+    for rec in recs:
+        cells = json.loads(rec.read_text())["cells"]
+        for key, cell in cells.items():
+            if "#" in key:
+                first = cells[key.split("#")[0]]
+                assert abs(cell["ttft_ms"]["p50"] / first["ttft_ms"]["p50"] - 1) < 0.021
+                assert abs(cell["tpot_ms"]["p50"] / first["tpot_ms"]["p50"] - 1) < 0.015
