@@ -54,7 +54,16 @@ SHELL_ENV = {
     "ENV": "sh would run the file it names in every interactive shell: prepare the "
     "environment with hosts[].venv or engine.image",
 }
-SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
+# A name that holds a secret: one of its '_'-separated words (camelCase words count too) is one
+# of these, or two adjacent words are API_KEY, ACCESS_KEY or PRIVATE_KEY. Whole words, so
+# TOKENIZERS_PARALLELISM and VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE are no secrets.
+SECRET_LIKE = re.compile(
+    r"(?:^|_)(TOKEN|SECRETS?|PASSWORD|PASSWD|CREDENTIALS?|APIKEY|(?:API|ACCESS|PRIVATE)_KEY)"
+    r"(?:_|$)",
+    re.I,
+)
+# Values no secret takes: a switch (HF_HUB_DISABLE_TOKEN=1 names a token but holds none).
+NOT_SECRET_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
 # Length bounds by kind of value (every other string: source.MAX_SCALAR). A Hugging Face id is at
 # most 96 + 1 + 96 characters; a local model folder is a path, so it gets room.
 MAX_ARGUMENT = 1024  # model names, served names, revisions
@@ -124,11 +133,18 @@ def engine_env_name(key: str) -> str:
     return key
 
 
+def secret_like(name: str) -> bool:
+    """Whether a variable or field name names a secret (SECRET_LIKE, over its words: `HF_TOKEN`,
+    `apiKey`, `secretKey`; not `TOKENIZERS_PARALLELISM`)."""
+    return bool(SECRET_LIKE.search(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)))
+
+
 def engine_env(value: dict[str, str]) -> dict[str, str]:
     """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no secrets (the
-    keys are EngineEnvName)."""
-    for key in value:
-        if SECRET_LIKE.search(key):
+    keys are EngineEnvName). A switch's value (0/1, true/false, ...) is no secret whatever the
+    name says."""
+    for key, text in value.items():
+        if secret_like(key) and text.strip().lower() not in NOT_SECRET_VALUES:
             raise ValueError(
                 f"{key} looks like a secret; secrets never go in the spec: use "
                 "`secrets.hfToken` / `secrets.apiKey` (a reference to an env var or Secret)"
