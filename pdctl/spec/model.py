@@ -6,7 +6,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.autoscaling import Autoscaling
-from pdctl.spec.base import DnsLabel, EnvName, Section, defaults, pattern, refuse
+from pdctl.spec.base import DnsLabel, Section, defaults, pattern, refuse
 from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
@@ -27,6 +27,7 @@ from pdctl.spec.value import (
     HostDir,
     Image,
     MountableDir,
+    SecretEnvName,
     SecretKey,
     UserName,
     mountable,
@@ -136,7 +137,7 @@ class Engine(Section):
 class SecretRef(Section):
     """A secret, by reference only: its value never appears in the spec or rendered files."""
 
-    env: EnvName = Field(
+    env: SecretEnvName = Field(
         ...,
         description="On hosts: the local environment variable `pdctl up` reads the value from; "
         "it is written to a 0600 file on the host, never on a command line.",

@@ -8,7 +8,7 @@ import ipaddress
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from pdctl.spec.base import DNS1123_LABEL, EnvName, matching, refuse
 
@@ -139,6 +139,33 @@ def secret_like(name: str) -> bool:
     return bool(SECRET_LIKE.search(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)))
 
 
+# Prefixes of issued tokens and keys (Hugging Face, OpenAI, GitHub, GitLab, Slack, AWS).
+TOKEN_PREFIXES = ("hf_", "sk-", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat-", "xox",
+                  "AKIA")
+
+
+def token_like(text: str) -> bool:
+    """Whether a text reads as a token's value, not a variable's name: 20 or more characters
+    mixing lower-case, upper-case and digits, or 16 or more after an issued token's prefix
+    with digits, mixed case or a '-' (`hf_token_file` is a name)."""
+    lower, upper, digit = (any(test(c) for c in text) for test in
+                           (str.islower, str.isupper, str.isdigit))
+    if text.startswith(TOKEN_PREFIXES) and len(text) >= 16:
+        return digit or (lower and upper) or "-" in text
+    return len(text) >= 20 and lower and upper and digit
+
+
+def secret_env_name(value: object) -> object:
+    """`secrets.*.env` names a variable: a token pasted there is refused without showing it."""
+    if isinstance(value, str) and token_like(value):
+        raise refuse(
+            "looks like the token itself, not the name of a variable holding it (not shown)",
+            "write the variable's name, e.g. {env: HF_TOKEN}, export the token in that "
+            "variable, and rotate the token if this file was shared",
+        )
+    return value
+
+
 def engine_env(value: dict[str, str]) -> dict[str, str]:
     """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no secrets (the
     keys are EngineEnvName). A switch's value (0/1, true/false, ...) is no secret whatever the
@@ -209,6 +236,8 @@ def mountable(value: str) -> str:
 
 Argument = Annotated[str, AfterValidator(argument)]
 EngineEnvName = Annotated[EnvName, AfterValidator(engine_env_name)]
+# `secrets.*.env`: the name of the variable holding a secret, never the secret.
+SecretEnvName = Annotated[EnvName, BeforeValidator(secret_env_name)]
 # Extra engine environment (`engine.env`, `<role>.env`): no variable pdctl sets, no secrets.
 EngineEnv = Annotated[dict[EngineEnvName, str], AfterValidator(engine_env)]
 Image = Annotated[str, AfterValidator(image)]
