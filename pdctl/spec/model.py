@@ -7,6 +7,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pdctl.errors import SpecError
 from pdctl.spec.autoscaling import Autoscaling
 from pdctl.spec.base import DnsLabel, Section, defaults, pattern, refuse
+from pdctl.spec.batching import BATCHED_TOKENS, check_batching
 from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
@@ -338,7 +339,7 @@ class Serve(Multinode):
     )
     max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="`--max-num-batched-tokens`."
+        None, ge=1, description=BATCHED_TOKENS,
     )
     port: int = Field(
         8000, ge=1024, le=65535,
@@ -430,6 +431,14 @@ class Spec(Section):
                 "characters, since it names Kubernetes Services with suffixes (e.g. <name>-epp)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _batching(self) -> "Spec":
+        for role in self.roles:
+            shape = getattr(self, role)
+            if shape is not None:
+                check_batching(role, shape, self.model.max_model_len, self.engine.extra_args)
+        return self
 
     @model_validator(mode="after")
     def _section_mounts(self) -> "Spec":

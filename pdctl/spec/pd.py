@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Section, defaults, matching
+from pdctl.spec.batching import BATCHED_TOKENS
 from pdctl.spec.kube import PodSettings
 from pdctl.spec.speculative import Speculative
 from pdctl.spec.value import EngineEnv, HostDir
@@ -77,7 +78,7 @@ class Role(Multinode):
     )
     max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="`--max-num-batched-tokens`."
+        None, ge=1, description=BATCHED_TOKENS,
     )
     port: int | None = Field(
         None, ge=1024, le=65535,
