@@ -73,7 +73,7 @@ class Model(Section):
         "planning). Relative paths are relative to the spec file.",
     )
     params_billion: float | None = Field(
-        None, gt=0,
+        None, gt=0, examples=[8],
         description="Parameter count in billions, for capacity planning when the model is "
         "not in pdctl's table and `config` gives no count.",
     )
@@ -337,9 +337,11 @@ class Serve(Multinode):
         description="Fraction of each GPU's memory vLLM may use. Default: vLLM's own (0.92 since "
         "0.2x; 0.9 before).",
     )
-    max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=65536, examples=[256], description="`--max-num-seqs`."
+    )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description=BATCHED_TOKENS,
+        None, ge=1, examples=[8192], description=BATCHED_TOKENS,
     )
     port: int = Field(
         8000, ge=1024, le=65535,
