@@ -1,8 +1,8 @@
 """What `pdctl explain FIELD` prints: one spec field as `kubectl explain` shows one: type,
 default, allowed values, description, an example and, for a section, its fields. All of it
 from the spec's pydantic models (through pdctl/spec/walk.py, the walker docgen and the spec's
-error locations use too); the example is the value a `pdctl init` spec gives the field, if one
-does."""
+error locations use too); the example is the value a `pdctl init` spec gives the field, else its
+default, an example it documents, or a value inside its bounds."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import re
 import textwrap
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
 from pdctl.errors import UsageError
@@ -157,16 +158,20 @@ def _children(model: Any) -> list[str]:
     return out
 
 
+# A sentence ends at '.' and a space before a capital or code; not the '.' of an abbreviation
+# ("GPU type, e.g. `H100`", "i.e.", "etc.", "vs.").
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)\.\s+(?=[A-Z`])")
+
+
 def _first_sentence(text: str | None) -> str:
     text = " ".join((text or "").split())
-    end = re.search(r"\.\s+(?=[A-Z`])", text)
+    end = SENTENCE_END.search(text)
     text = text if end is None else text[: end.start() + 1]
     return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
 
 
 def _example(names: list[str], field: Any, model: Any) -> str:
-    """YAML setting the field: the value a `pdctl init` spec gives it, else one made from the
-    default or the first allowed value."""
+    """YAML setting the field: the value a `pdctl init` spec gives it, else `_made_up`'s."""
     if not names:
         return ""
     value = _from_init(names)
@@ -202,18 +207,72 @@ def _init_specs() -> list[Any]:
 
 
 def _made_up(field: Any) -> Any:
+    """A realistic value for the field: its default, else its first allowed value, else an
+    example it documents (`examples=` or an "e.g." in its description), else a value inside
+    its bounds (0.9 for a fraction, not the bound itself)."""
     kind, allowed = _type(field.annotation)
     if field.default not in (None, PydanticUndefined, (), {}):
         return field.default
     if allowed:
         literal = typing.get_args(field.annotation)
         return next((a for a in _literals(field.annotation) if a is not None), literal[0])
+    for example in [*(field.examples or []), *_described(field.description)]:
+        if _fits(field, example):
+            return example
+    return _inside(field, kind.split(",")[0])
+
+
+# "e.g. 143771" in a description: the value after it, without quotes or backticks.
+EXAMPLE = re.compile(r"\be\.g\.,?\s+([^\s,;()]+)")
+
+
+def _described(text: str | None) -> list[Any]:
+    out = []
+    for match in EXAMPLE.finditer(text or ""):
+        word = match.group(1).strip("`'\"").rstrip(".:")
+        try:
+            out.append(yaml.safe_load(word))
+        except yaml.YAMLError:
+            continue
+    return out
+
+
+def _fits(field: Any, value: Any) -> bool:
+    """Whether the field takes the value (its type, bounds and checks)."""
+    if value is None or (isinstance(value, str) and value == ""):
+        return False
+    try:
+        checked = field.annotation
+        if field.metadata:
+            parts = (checked, *field.metadata)
+            checked = Annotated[parts]  # type: ignore[valid-type]
+        TypeAdapter(checked).validate_python(value)
+    except (ValidationError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _inside(field: Any, kind: str) -> Any:
+    """A value inside the field's bounds, not on one: a fraction's 0.9, else the first of a
+    few round values that fits (the lower bound only when none does)."""
+    if kind == "boolean":
+        return True
+    if kind not in ("integer", "number"):
+        return None
+    bounds = [getattr(m, a) for m in field.metadata for a in ("ge", "gt", "le", "lt")
+              if getattr(m, a, None) is not None]
+    candidates: list[Any] = [2, 4, 8, 16, 64, 256, 1024, 8192]
+    if kind == "number":
+        candidates = [0.9, 1.0, 10.0, 100.0] if max(bounds, default=2) <= 1 else [1.0, 10.0]
+    for value in candidates:
+        if value not in bounds and _fits(field, value):
+            return value
     for m in field.metadata:
         for attr in ("ge", "gt"):
             bound = getattr(m, attr, None)
             if bound is not None:
-                return bound if attr == "ge" else (bound + 1 if isinstance(bound, int) else 0.5)
-    return {"integer": 1, "number": 0.5, "boolean": True}.get(kind.split(",")[0], None)
+                return bound if attr == "ge" else bound + 1
+    return candidates[0]
 
 
 def _nest(names: list[str], value: Any) -> str:

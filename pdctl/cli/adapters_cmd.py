@@ -11,7 +11,14 @@ from rich.table import Table
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
+from pdctl.cli.options import (
+    DEPLOYED_PHASE,
+    SPEC,
+    TARGET,
+    check_output,
+    check_phase_target,
+    output_option,
+)
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
 from pdctl.plan.lora import check_adapters_call
@@ -36,7 +43,7 @@ def adapters(
     path: str | None = typer.Argument(
         None, metavar="PATH",
         help="load: the adapter's folder on the engines' hosts, or a Hugging Face id."),
-    phase: int | None = PHASE, target: str | None = TARGET,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET,
     output: str = output_option(),
 ) -> None:
     """List, load or unload LoRA adapters on every engine of SPEC (prefill and decode

@@ -22,7 +22,7 @@ from pdctl.autoscale.policy import decide
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import (
-    PHASE,
+    DEPLOYED_PHASE,
     SPEC,
     TARGET,
     check_output,
@@ -92,7 +92,7 @@ def autoscale_cmd(
         "run nothing."),
     output: str = output_option(
         "table (one line a decision), or json (one JSON object a line)."),
-    phase: int | None = PHASE, target: str | None = TARGET,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET,
 ) -> None:
     """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every
     interval read the engines' metrics, decide (hysteresis, cooldowns, GPU budget), log

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pdctl import __version__
+from pdctl.cli.report_file import cannot_write
 from pdctl.errors import PdctlError, UsageError
 from pdctl.render.bundle import (
     MANIFEST,
@@ -76,7 +77,7 @@ def write(bundle: Bundle, name: str, out: Path, say: Callable[[str], None]) -> W
             os.mkdir(out, 0o755)
         root = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise PdctlError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise cannot_write("--output-dir", out, exc) from None
     stage = None
     try:
         if _lock(root, out):

@@ -8,7 +8,7 @@ from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.down_preview import confirm_down
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import DEPLOYED_PHASE, SPEC, TARGET
 from pdctl.cli.progress import ConsoleProgress
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError
@@ -17,7 +17,7 @@ from pdctl.errors import PdctlError
 @with_overlays
 @connection()
 def down(
-    conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
+    conn: ConnectFlags, spec: str = SPEC, phase: int | None = DEPLOYED_PHASE,
     target: str | None = TARGET,
     delete_volumes: bool = typer.Option(
         False, "--delete-volumes",

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from pdctl.errors import PdctlError, UsageError
+from pdctl.cli.report_file import cannot_write, check_output_path
+from pdctl.errors import UsageError
 from pdctl.render.template import templates_dir
 
 PHASES = {
@@ -48,12 +49,11 @@ def init(
     if output is None:
         typer.echo(text, nl=False)
         return
-    if output.is_dir():
-        raise UsageError(f"--output {output} is a folder", fix="give a file name")
+    check_output_path("--output", output, "spec.yaml")
     if output.exists() and not force:
         raise UsageError(f"{output} exists", fix="use --force to overwrite it")
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise PdctlError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise cannot_write("--output", output, exc) from None
     typer.echo(f"wrote {output}", err=True)

@@ -8,7 +8,7 @@ import typer
 
 from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import DEPLOYED_PHASE, SPEC, TARGET
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError
 
@@ -41,7 +41,7 @@ def logs(
         None, help="Instance (unit, or the start of a pod's name).", autocompletion=unit_names),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     lines: int = typer.Option(100, "--lines", "-n", min=0, help="How many lines from the end."),
-    phase: int | None = PHASE, target: str | None = TARGET,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET,
 ) -> None:
     """Print the log of UNIT (every unit's last lines when UNIT is left out)."""
     plan, bundle = load(spec, phase, target)

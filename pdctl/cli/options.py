@@ -13,7 +13,17 @@ import typer
 from pdctl.errors import UsageError
 
 SPEC = typer.Argument(..., help="Spec file, or - for stdin.")
-PHASE = typer.Option(None, "--phase", "-p", help="Render at this phase instead of the spec's.")
+
+
+def phase_option(help: str) -> Any:
+    """`-p/--phase N`, with help that says what the command does at that phase."""
+    return typer.Option(None, "--phase", "-p", help=help)
+
+
+PHASE = phase_option("Render at this phase instead of the spec's.")
+# Commands that act on what `up` started: the phase it started, when not the spec's.
+DEPLOYED_PHASE = phase_option(
+    "The phase the deployment was brought up at (`up -p`), if not the spec's.")
 TARGET = typer.Option(None, "--target", metavar="TARGET",
                       help="hosts or kubernetes (phases 2 and 3; default from the spec).")
 

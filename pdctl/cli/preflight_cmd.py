@@ -15,7 +15,14 @@ from rich.table import Table
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection, must_exist
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, check_phase_target, output_option
+from pdctl.cli.options import (
+    SPEC,
+    TARGET,
+    check_output,
+    check_phase_target,
+    output_option,
+    phase_option,
+)
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
@@ -33,6 +40,8 @@ from pdctl.render.bundle import Bundle
 from pdctl.spec.source import Source
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+PREFLIGHT_PHASE = phase_option("Check the hosts for this phase instead of the spec's.")
 
 
 def _hf_config(plan: Plan, spec_path: str, source: Source) -> dict[str, Any] | None:
@@ -164,7 +173,7 @@ def preflight(
         help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
         "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
         "(docs/offline.md)."),
-    phase: int | None = PHASE, target: str | None = TARGET,
+    phase: int | None = PREFLIGHT_PHASE, target: str | None = TARGET,
 ) -> None:
     """Check hosts or the cluster against SPEC before deploying: GPUs, topology, driver,
     MIG, RDMA, /dev/shm, runtime, disk, ports, model fit; in phase 2 on hosts, a short KV

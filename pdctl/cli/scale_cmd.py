@@ -13,8 +13,8 @@ from pdctl import actions, inputs
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import (
+    DEPLOYED_PHASE,
     FACTS,
-    PHASE,
     SPEC,
     TARGET,
     check_output,
@@ -39,7 +39,7 @@ def scale_cmd(
         False, "--dry-run", help="Connect, show what would start and stop, change nothing."),
     timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
     output: str = output_option("table, or json (what was done)."),
-    phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
 ) -> None:
     """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
     router, or take instances out of the router, drain and stop them."""

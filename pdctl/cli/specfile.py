@@ -59,7 +59,12 @@ def spec_texts(path: str) -> list[tuple[str, str]]:
     overlays = OVERLAYS.get()
     if path == "-" and "-" in overlays:
         raise UsageError("SPEC and an --overlay cannot both be - (stdin)", fix="give a file")
-    return [(_read_text(p), "<stdin>" if p == "-" else p) for p in (path, *overlays)]
+    return [(_read_text(p), shown(p)) for p in (path, *overlays)]
+
+
+def shown(path: str) -> str:
+    """SPEC as messages name it: `<stdin>` for -, as the spec's error lines do."""
+    return "<stdin>" if path == "-" else path
 
 
 def _read_text(path: str) -> str:
@@ -119,12 +124,18 @@ def caution_lines(plan: Plan, source: Source) -> list[str]:
     return out
 
 
+def note_lines(spec_file: str, plan: Plan) -> list[str]:
+    """The plan's notes as warning lines, `file: warning: what` (as capacity warnings)."""
+    return [f"{shown(spec_file)}: warning: {note}" for note in plan.notes]
+
+
 def warn(spec_file: str, plan: Plan, strict: bool, source: Source) -> tuple[list[str], list[str]]:
     """The plan's notes, located cautions and capacity warnings on stderr (render, validate);
     `--strict` refuses (exit 1) a role that does not fit, or a caution, before anything is
     written. Returns (cautions, capacity warnings) as printed."""
-    for note in plan.notes:
-        typer.echo(f"{spec_file}: warning: {note}", err=True)
+    spec_file = shown(spec_file)
+    for line in note_lines(spec_file, plan):
+        typer.echo(line, err=True)
     cautions = caution_lines(plan, source)
     warnings = capacity_warnings(plan.spec, spec_file)
     for line in cautions + warnings:

@@ -13,7 +13,7 @@ from rich.table import Table
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_output, output_option
+from pdctl.cli.options import DEPLOYED_PHASE, FACTS, SPEC, TARGET, check_output, output_option
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import degrade, status_counts, status_line
 from pdctl.errors import PdctlError
@@ -25,7 +25,7 @@ from pdctl.top.source import open_source
 def status(
     conn: ConnectFlags, spec: str = SPEC,
     output: str = output_option(),
-    phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
     verify: bool = typer.Option(
         False, "--verify",
         help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "

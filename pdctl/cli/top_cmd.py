@@ -15,7 +15,7 @@ from rich.live import Live
 
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET, check_output, output_option, seconds_of
+from pdctl.cli.options import DEPLOYED_PHASE, SPEC, TARGET, check_output, output_option, seconds_of
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
@@ -44,7 +44,7 @@ def top(
         False, "--canary",
         help="First run the quick P/D canary (phases 2 and 3 on SSH hosts) and show its "
         "verdict; with --once, exit 1 when it fails."),
-    phase: int | None = PHASE, target: str | None = TARGET,
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET,
 ) -> None:
     """Show how the running deployment of SPEC uses its GPUs: per instance requests,
     tokens/s, TTFT/ITL, KV cache, KV transfer; per GPU SM, DRAM bandwidth and tensor

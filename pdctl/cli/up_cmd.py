@@ -11,9 +11,10 @@ import typer
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import FACTS, PHASE, SPEC, TARGET, check_output, output_option
+from pdctl.cli.options import FACTS, SPEC, TARGET, check_output, output_option, phase_option
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
 from pdctl.cli.specfile import load, with_overlays
+from pdctl.cli.specfile import shown as spec_name
 from pdctl.cli.summary import endpoints_hint
 from pdctl.errors import PdctlError, UsageError
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
     from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
+
+UP_PHASE = phase_option("Bring the deployment up at this phase instead of the spec's.")
 
 
 def read_secrets(plan: Plan) -> dict[str, str]:
@@ -64,7 +67,7 @@ def up(
         False, "--verify",
         help="Once healthy, run the quick P/D canary (phases 2 and 3 on hosts): greedy "
         "prompts through the router and the prefill engine alone must agree; exit 1 if not."),
-    phase: int | None = PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    phase: int | None = UP_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
     wheels: Path | None = typer.Option(
         None, "--bundle", metavar="DIR",
         help="Hosts with no package index: install from the wheels of `pdctl bundle` in DIR "
@@ -82,7 +85,7 @@ def up(
     plan, bundle = load(spec, phase, target, facts)
 
     if (hint := endpoints_hint(plan)) is not None:  # N replicas, no router
-        typer.echo(f"{spec}: warning: {hint}", err=True)
+        typer.echo(f"{spec_name(spec)}: warning: {hint}", err=True)
     if wheels is not None:  # checked before anything connects; scripts install from it
         from pdctl.offline.ship import bundled
 

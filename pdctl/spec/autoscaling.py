@@ -15,7 +15,9 @@ class RoleScaling(Section):
     """How one role (serve, prefill or decode) scales."""
 
     min_replicas: int = Field(1, ge=1, le=10_000, description="Fewest instances of the role.")
-    max_replicas: int = Field(..., ge=1, le=10_000, description="Most instances of the role.")
+    max_replicas: int = Field(
+        ..., ge=1, le=10_000, examples=[4], description="Most instances of the role."
+    )
     metric: Metric = Field(
         "waiting",
         description="What the role scales on, per instance: `waiting` (vllm:num_requests_waiting"
@@ -25,7 +27,7 @@ class RoleScaling(Section):
         "(rate of vllm:request_success_total, the requests/s one instance carries at the SLOs).",
     )
     target: float | None = Field(
-        None, gt=0, le=1_000_000,
+        None, gt=0, le=1_000_000, examples=[4],
         description="The per-instance target, written instead of derived. Derived from the "
         "capacity plan at workload's SLOs (`pdctl render` writes each derivation in the "
         "annotation pdctl.io/autoscale-target): waiting = 0.5 x (workload.ttftMs, else 1 s, - "
@@ -75,7 +77,7 @@ class Autoscaling(Section):
         "http://prometheus-operated.monitoring:9090.",
     )
     max_gpus: int | None = Field(
-        None, ge=1, le=1_000_000,
+        None, ge=1, le=1_000_000, examples=[16],
         description="GPU budget: the roles' maxReplicas x GPUs per instance must fit it; the "
         "policy never scales past it.",
     )

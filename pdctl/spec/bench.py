@@ -15,7 +15,7 @@ class Bench(Section):
         32, ge=1, le=1_000_000, description="Requests per step (`--num-prompts`)."
     )
     duration_s: float | None = Field(
-        None, gt=0, le=86_400,
+        None, gt=0, le=86_400, examples=[60],
         description="With `requestRate`: the step lasts about this long (requests = rate x "
         "duration, at least 1); `requests` is then ignored.",
     )

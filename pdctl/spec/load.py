@@ -18,6 +18,7 @@ from pdctl.errors import SpecError
 from pdctl.spec.base import PATTERNS, booleans_for_numbers
 from pdctl.spec.model import Spec
 from pdctl.spec.source import Loc, Source, dotted, parse
+from pdctl.spec.value import secret_like
 from pdctl.spec.walk import model_at, section
 
 NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
@@ -118,6 +119,9 @@ def load_data(data: Any, source: Source) -> Spec:
 
 
 def _kind(value: Any) -> str:
+    if isinstance(value, _Hidden):
+        kind = _kind(value.value).split(" (", 1)[0]
+        return kind if kind in ("a mapping", "a list", "nothing (null)") else f"{kind}, not shown"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
@@ -200,7 +204,53 @@ def _clean(loc: tuple, data: Any) -> Loc:
     return tuple(out)
 
 
+class _Hidden:
+    """A value an error line must not show: what was written under `secrets` or a field whose
+    name says secret (a pasted token)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "(not shown)"
+
+
+def _secret_place(loc: Loc) -> bool:
+    return bool(loc) and (loc[0] == "secrets" or any(
+        isinstance(part, str) and secret_like(part) for part in loc
+    ))
+
+
+# What a reference under `secrets` reads like, by the variable each one is exported as.
+_REFERENCE = {"hfToken": "HF_TOKEN", "apiKey": "VLLM_API_KEY"}
+
+
 def _explain(err: Any, loc: Loc) -> tuple[str, str]:
+    """_explain_value's message and fix, never showing a value written in a secret's place."""
+    if not _secret_place(loc) or isinstance(err.get("input"), (dict, list, _Hidden)):
+        return _explain_value(err, loc)
+    got = err.get("input")
+    if err["type"] in ("model_type", "model_attributes_type", "dict_type") and len(loc) == 2:
+        env = _REFERENCE.get(str(loc[1]), "VARIABLE")
+        return (
+            f"must be a reference, not the value itself (got {_kind(_Hidden(got))})",
+            f"write {{env: {env}}} and export the value in {env} (on Kubernetes add "
+            "secretName: NAME, secretKey: KEY of an existing Secret); rotate it if this file "
+            "was shared",
+        )
+    if loc == ("secrets",):
+        return (
+            f"must be a mapping of references, not a value (got {_kind(_Hidden(got))})",
+            "write secrets: {hfToken: {env: HF_TOKEN}, apiKey: {env: VLLM_API_KEY}}",
+        )
+    message, fix = _explain_value({**err, "input": _Hidden(got)}, loc)
+    # A validator's own message quotes the value: take it out (a short one could be any word).
+    for shown in [repr(got), str(got)] if len(str(got)) >= 6 else []:
+        message, fix = message.replace(shown, "(not shown)"), fix.replace(shown, "(not shown)")
+    return message, fix
+
+
+def _explain_value(err: Any, loc: Loc) -> tuple[str, str]:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     got = err.get("input")

@@ -57,7 +57,7 @@ class Adapter(Section):
         "holding the adapter's files, mounted read-only as an image volume.",
     )
     rank: int | None = Field(
-        None, ge=1, le=512,
+        None, ge=1, le=512, examples=[16],
         description="The adapter's rank `r` (its adapter_config.json), for the check against "
         "`maxLoraRank` and for `pdctl plan`.",
     )

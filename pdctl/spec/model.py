@@ -6,7 +6,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pdctl.errors import SpecError
 from pdctl.spec.autoscaling import Autoscaling
-from pdctl.spec.base import DnsLabel, EnvName, Section, defaults, pattern, refuse
+from pdctl.spec.base import DnsLabel, Section, defaults, pattern, refuse
+from pdctl.spec.batching import BATCHED_TOKENS, check_batching
 from pdctl.spec.bench import Bench
 from pdctl.spec.kube import (
     Kubernetes,
@@ -27,6 +28,7 @@ from pdctl.spec.value import (
     HostDir,
     Image,
     MountableDir,
+    SecretEnvName,
     SecretKey,
     UserName,
     mountable,
@@ -71,7 +73,7 @@ class Model(Section):
         "planning). Relative paths are relative to the spec file.",
     )
     params_billion: float | None = Field(
-        None, gt=0,
+        None, gt=0, examples=[8],
         description="Parameter count in billions, for capacity planning when the model is "
         "not in pdctl's table and `config` gives no count.",
     )
@@ -136,7 +138,7 @@ class Engine(Section):
 class SecretRef(Section):
     """A secret, by reference only: its value never appears in the spec or rendered files."""
 
-    env: EnvName = Field(
+    env: SecretEnvName = Field(
         ...,
         description="On hosts: the local environment variable `pdctl up` reads the value from; "
         "it is written to a 0600 file on the host, never on a command line.",
@@ -335,9 +337,11 @@ class Serve(Multinode):
         description="Fraction of each GPU's memory vLLM may use. Default: vLLM's own (0.92 since "
         "0.2x; 0.9 before).",
     )
-    max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=65536, examples=[256], description="`--max-num-seqs`."
+    )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="`--max-num-batched-tokens`."
+        None, ge=1, examples=[8192], description=BATCHED_TOKENS,
     )
     port: int = Field(
         8000, ge=1024, le=65535,
@@ -429,6 +433,14 @@ class Spec(Section):
                 "characters, since it names Kubernetes Services with suffixes (e.g. <name>-epp)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _batching(self) -> "Spec":
+        for role in self.roles:
+            shape = getattr(self, role)
+            if shape is not None:
+                check_batching(role, shape, self.model.max_model_len, self.engine.extra_args)
+        return self
 
     @model_validator(mode="after")
     def _section_mounts(self) -> "Spec":

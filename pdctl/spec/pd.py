@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pdctl.compat import ROUTER_VERSION
 from pdctl.errors import SpecError
 from pdctl.spec.base import DnsLabel, Section, defaults, matching
+from pdctl.spec.batching import BATCHED_TOKENS
 from pdctl.spec.kube import PodSettings
 from pdctl.spec.speculative import Speculative
 from pdctl.spec.value import EngineEnv, HostDir
@@ -44,14 +45,14 @@ class Multinode(Section):
         "(`--enable-expert-parallel`) instead of tensor-slicing each expert.",
     )
     rendezvous_port: int | None = Field(
-        None, ge=1024, le=65535,
+        None, ge=1024, le=65535, examples=[29501],
         description="Port on the leader node the group's nodes meet on: `--master-port` "
         "(TP/PP across nodes; default 29501, vLLM's) or `--data-parallel-rpc-port` (data "
         "parallel; default 29550, vLLM's). Further groups led from the same host take the "
         "next ports.",
     )
     guard_port: int | None = Field(
-        None, ge=1024, le=65535,
+        None, ge=1024, le=65535, examples=[29700],
         description="Multi-node groups on hosts: the port of the first group guard on each "
         "node's address (default 29700); further nodes on the same "
         "address take the next ports. A group's guards ask each other whether every node is "
@@ -75,9 +76,11 @@ class Role(Multinode):
         description="Fraction of GPU (or, in phase 3, of the slice's) memory vLLM may use. "
         "Default: vLLM's own; for HAMi slices pdctl computes it from the slice size.",
     )
-    max_num_seqs: int | None = Field(None, ge=1, le=65536, description="`--max-num-seqs`.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=65536, examples=[256], description="`--max-num-seqs`."
+    )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="`--max-num-batched-tokens`."
+        None, ge=1, examples=[8192], description=BATCHED_TOKENS,
     )
     port: int | None = Field(
         None, ge=1024, le=65535,
@@ -229,7 +232,7 @@ class Disaggregation(Section):
         "tensorParallel ports (`kv_port + tp_rank`).",
     )
     gpu_memory_gib: float | None = Field(
-        None, gt=0,
+        None, gt=0, examples=[80],
         description="p2p-nccl: memory of one GPU in GiB, to size the decode `kv_buffer_size` "
         "(10% of it in bytes, the upstream rule of thumb). Default: 8e9 bytes, the upstream "
         "example.",

@@ -34,7 +34,8 @@ class Speculative(Section):
         "the target model itself.",
     )
     num_speculative_tokens: int = Field(
-        ..., ge=1, le=64, description="Tokens proposed per step (`num_speculative_tokens`).",
+        ..., ge=1, le=64, examples=[3],
+        description="Tokens proposed per step (`num_speculative_tokens`).",
     )
     config: str | None = Field(
         None, min_length=1, max_length=4096,
@@ -107,7 +108,7 @@ class KvOffload(Section):
     """KV-cache offloading to host memory: a second KV tier in each engine's host RAM."""
 
     size_gib: float = Field(
-        ..., gt=0, le=65536,
+        ..., gt=0, le=65536, examples=[64],
         description="Host memory per engine instance for offloaded KV blocks, in GiB (all "
         "its tensor-parallel ranks together; vLLM's `kv_offloading_size`). `pdctl plan` "
         "shows what each host holds.",

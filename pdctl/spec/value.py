@@ -8,7 +8,7 @@ import ipaddress
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from pdctl.spec.base import DNS1123_LABEL, EnvName, matching, refuse
 
@@ -54,7 +54,16 @@ SHELL_ENV = {
     "ENV": "sh would run the file it names in every interactive shell: prepare the "
     "environment with hosts[].venv or engine.image",
 }
-SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.I)
+# A name that holds a secret: one of its '_'-separated words (camelCase words count too) is one
+# of these, or two adjacent words are API_KEY, ACCESS_KEY or PRIVATE_KEY. Whole words, so
+# TOKENIZERS_PARALLELISM and VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE are no secrets.
+SECRET_LIKE = re.compile(
+    r"(?:^|_)(TOKEN|SECRETS?|PASSWORD|PASSWD|CREDENTIALS?|APIKEY|(?:API|ACCESS|PRIVATE)_KEY)"
+    r"(?:_|$)",
+    re.I,
+)
+# Values no secret takes: a switch (HF_HUB_DISABLE_TOKEN=1 names a token but holds none).
+NOT_SECRET_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
 # Length bounds by kind of value (every other string: source.MAX_SCALAR). A Hugging Face id is at
 # most 96 + 1 + 96 characters; a local model folder is a path, so it gets room.
 MAX_ARGUMENT = 1024  # model names, served names, revisions
@@ -124,11 +133,45 @@ def engine_env_name(key: str) -> str:
     return key
 
 
+def secret_like(name: str) -> bool:
+    """Whether a variable or field name names a secret (SECRET_LIKE, over its words: `HF_TOKEN`,
+    `apiKey`, `secretKey`; not `TOKENIZERS_PARALLELISM`)."""
+    return bool(SECRET_LIKE.search(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)))
+
+
+# Prefixes of issued tokens and keys (Hugging Face, OpenAI, GitHub, GitLab, Slack, AWS).
+TOKEN_PREFIXES = ("hf_", "sk-", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat-", "xox",
+                  "AKIA")
+
+
+def token_like(text: str) -> bool:
+    """Whether a text reads as a token's value, not a variable's name: 20 or more characters
+    mixing lower-case, upper-case and digits, or 16 or more after an issued token's prefix
+    with digits, mixed case or a '-' (`hf_token_file` is a name)."""
+    lower, upper, digit = (any(test(c) for c in text) for test in
+                           (str.islower, str.isupper, str.isdigit))
+    if text.startswith(TOKEN_PREFIXES) and len(text) >= 16:
+        return digit or (lower and upper) or "-" in text
+    return len(text) >= 20 and lower and upper and digit
+
+
+def secret_env_name(value: object) -> object:
+    """`secrets.*.env` names a variable: a token pasted there is refused without showing it."""
+    if isinstance(value, str) and token_like(value):
+        raise refuse(
+            "looks like the token itself, not the name of a variable holding it (not shown)",
+            "write the variable's name, e.g. {env: HF_TOKEN}, export the token in that "
+            "variable, and rotate the token if this file was shared",
+        )
+    return value
+
+
 def engine_env(value: dict[str, str]) -> dict[str, str]:
     """Extra engine environment (`engine.env`, `prefill.env`, `decode.env`): no secrets (the
-    keys are EngineEnvName)."""
-    for key in value:
-        if SECRET_LIKE.search(key):
+    keys are EngineEnvName). A switch's value (0/1, true/false, ...) is no secret whatever the
+    name says."""
+    for key, text in value.items():
+        if secret_like(key) and text.strip().lower() not in NOT_SECRET_VALUES:
             raise ValueError(
                 f"{key} looks like a secret; secrets never go in the spec: use "
                 "`secrets.hfToken` / `secrets.apiKey` (a reference to an env var or Secret)"
@@ -193,6 +236,8 @@ def mountable(value: str) -> str:
 
 Argument = Annotated[str, AfterValidator(argument)]
 EngineEnvName = Annotated[EnvName, AfterValidator(engine_env_name)]
+# `secrets.*.env`: the name of the variable holding a secret, never the secret.
+SecretEnvName = Annotated[EnvName, BeforeValidator(secret_env_name)]
 # Extra engine environment (`engine.env`, `<role>.env`): no variable pdctl sets, no secrets.
 EngineEnv = Annotated[dict[EngineEnvName, str], AfterValidator(engine_env)]
 Image = Annotated[str, AfterValidator(image)]

@@ -17,7 +17,8 @@ class Hardware(Section):
         "`RTX-4090` (`pdctl plan --help` lists them).",
     )
     gpu_memory_gib: float | None = Field(
-        None, gt=0, le=4096, description="GPU memory in GiB, for a GPU not in pdctl's table."
+        None, gt=0, le=4096, examples=[80],
+        description="GPU memory in GiB, for a GPU not in pdctl's table."
     )
 
 
@@ -27,11 +28,13 @@ class Workload(Section):
     prompt_tokens: int = Field(1024, ge=1, le=10_000_000, description="Mean prompt length.")
     output_tokens: int = Field(256, ge=1, le=10_000_000, description="Mean output length.")
     requests_per_second: float | None = Field(
-        None, gt=0, description="Mean request rate over the whole deployment."
+        None, gt=0, examples=[10], description="Mean request rate over the whole deployment."
     )
     ttft_ms: float | None = Field(
-        None, gt=0, description="Target time to first token (ms), for the prefill side."
+        None, gt=0, examples=[500],
+        description="Target time to first token (ms), for the prefill side."
     )
     tpot_ms: float | None = Field(
-        None, gt=0, description="Target time per output token (ms): caps the decode batch."
+        None, gt=0, examples=[50],
+        description="Target time per output token (ms): caps the decode batch."
     )

@@ -99,3 +99,57 @@ def test_every_field_explains_and_its_example_sets_it() -> None:
             node = node[0] if isinstance(node, list) else node
             assert name in node, (path, out)
             node = node[name]
+
+
+def _example_value(path: str) -> object:
+    node = yaml.safe_load(section(explain_text(path) + "\n", "EXAMPLE"))
+    for name in path.split("."):
+        node = node[0] if isinstance(node, list) else node
+        node = node[name]
+    return node
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("decode.maxNumBatchedTokens", 8192), ("serve.maxNumSeqs", 256),
+        ("decode.maxNumSeqs", 256), ("decode.gpuMemoryUtilization", 0.9),
+        ("bench.durationS", 60), ("decode.share.gpuTotalMib", 143771),  # its "e.g."
+        ("serve.rendezvousPort", 29501), ("workload.tpotMs", 50),
+    ],
+)
+def test_examples_are_realistic(path: str, value: object) -> None:
+    """A default, a documented example or a value inside the bounds: not the minimum."""
+    assert _example_value(path) == value
+
+
+def test_no_example_sits_on_an_exclusive_bound_or_a_fraction_s_end() -> None:
+    for path in paths(Spec):
+        out = explain_text(path)
+        if "\nEXAMPLE:\n" not in out or "RANGE:    > 0, <= 1\n" not in out:
+            continue
+        assert 0 < _example_value(path) < 1, (path, out)
+
+
+@pytest.mark.parametrize(("section_path", "field"), [("hardware", "gpu")])
+def test_a_summary_does_not_end_at_an_abbreviation(section_path: str, field: str) -> None:
+    fields = section(explain_text(section_path) + "\n", "FIELDS")
+    line = fields.splitlines()[fields.splitlines().index(
+        next(r for r in fields.splitlines() if r.split() and r.split()[0] == field)) + 1]
+    assert "e.g. `H100`" in line, line
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("GPU type, e.g. `H100`. More here.", "GPU type, e.g. `H100`."),
+        ("One, i.e. Two. Three.", "One, i.e. Two."),
+        ("Ports, etc. Are fine. Next.", "Ports, etc. Are fine."),
+        ("A vs. B. Then C.", "A vs. B."),
+        ("Plain. Second.", "Plain."),
+    ],
+)
+def test_first_sentence_skips_abbreviations(text: str, first: str) -> None:
+    from pdctl.explain import _first_sentence
+
+    assert _first_sentence(text) == first

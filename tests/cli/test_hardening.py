@@ -160,15 +160,27 @@ def test_render_output_unwritable_is_one_line(tmp_path, capsys) -> None:
     spec = written(tmp_path / "spec.yaml", spec_text())
     blocker = written(tmp_path / "file", "x")
     code, out, err = run(["render", str(spec), "--output-dir", str(blocker / "out")], capsys)
-    assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: --output-dir {blocker / 'out'}: cannot write it ("), err
+    assert "; give a path in a folder you can write to" in err, err
     assert out == "" and blocker.read_text() == "x"
+    code, out, err = run(["render", str(spec), "--output-dir", "/proc/pdctl-x"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --output-dir /proc/pdctl-x: cannot write it ("), err
 
 
 def test_init_output_errors_are_one_line(tmp_path, capsys) -> None:
-    code, _, err = run(["init", "-o", str(tmp_path / "missing" / "spec.yaml")], capsys)
-    assert code == 1 and err.startswith("error: cannot write ") and len(err.splitlines()) == 1
+    missing = tmp_path / "missing" / "spec.yaml"
+    code, _, err = run(["init", "-o", str(missing)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: --output {missing}: no directory {missing.parent}; "), err
+    assert "create the directory first" in err, err
+    code, _, err = run(["init", "-o", "/proc/pdctl-x.yaml"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --output /proc/pdctl-x.yaml: cannot write it ("), err
+    assert "; give a path" in err, err
     code, _, err = run(["init", "-o", str(tmp_path), "--force"], capsys)
-    assert code == 2 and "is a folder" in err
+    assert code == 2 and "is a directory; give a file name" in err
     target = written(tmp_path / "spec.yaml", "mine\n")
     code, _, err = run(["init", "-o", str(target)], capsys)
     assert code == 2 and "--force" in err and target.read_text() == "mine\n"

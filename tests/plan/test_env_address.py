@@ -96,7 +96,7 @@ def test_kube_pod_ip_side_channel_host_cannot_be_overridden() -> None:
 def test_role_env_refuses_reserved_and_secret_names(
     tmp_path: Path, section: str, name: str, why: str
 ) -> None:
-    spec = edited(NIXL, tmp_path, lambda d: d[section].update(env={name: "1"}))
+    spec = edited(NIXL, tmp_path, lambda d: d[section].update(env={name: "abc"}))
     line = one_line_error(cli("validate", str(spec)))
     assert f"{section}.env" in line and name in line and why in line
 
