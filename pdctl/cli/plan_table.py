@@ -294,7 +294,10 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
     for text in plan.warnings:
         console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:
-        if not r.fits:
+        if not r.fits and r.memory.beside_short and r.memory.fits_budget:
+            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: its "
+                          "budget and the P2pNccl buffer exceed the GPU (exit code 1).")
+        elif not r.fits:
             console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
                           "would refuse to start it (exit code 1).")
             for alt in r.alternatives:
