@@ -147,7 +147,7 @@ def spec_gpu(
     --gpu-memory-gib) win, else the spec (hardware.gpu, hardware.gpuMemoryGib,
     decode.share.gpuType), else an H100-SXM with origin ASSUMED. An unknown name is a
     UsageError for --gpu, a SpecError at the spec's field otherwise."""
-    from pdctl.capacity.gpus import custom_gpu, find_gpu
+    from pdctl.capacity.gpus import GPUS, custom_gpu, find_gpu
     from pdctl.errors import SpecError, UsageError
 
     hardware = getattr(spec, "hardware", None)
@@ -163,12 +163,21 @@ def spec_gpu(
         try:
             gpu = find_gpu(name)  # an ambiguous name ('A100'): the smaller (gpus.ambiguous)
         except SpecError as exc:
+            if memory_gib:  # a GPU pdctl does not know, of the memory given: speed borrowed
+                return custom_gpu(memory_gib, name=name), origin
+            known = ", ".join(GPUS)
             if origin == "--gpu":
-                raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
-            raise SpecError(exc.message, path=_GPU_PATHS[origin], fix=exc.fix) from None
+                fix = f"use one of {known}, or give its memory (--gpu-memory-gib)"
+                raise UsageError(f"--gpu: {exc.message}", fix=fix) from None
+            fix = (
+                f"use one of {known}, or give its memory in hardware.gpuMemoryGib "
+                "(or --gpu-memory-gib)"
+            )
+            raise SpecError(exc.message, path=_GPU_PATHS[origin], fix=fix) from None
         return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
     if memory_gib:
-        return custom_gpu(memory_gib), "--gpu-memory-gib"
+        flag = hardware is None or hardware.gpu_memory_gib != memory_gib
+        return custom_gpu(memory_gib), "--gpu-memory-gib" if flag else "hardware.gpuMemoryGib"
     return find_gpu("H100-SXM"), ASSUMED
 
 

@@ -271,8 +271,10 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
                     if model.shapes_from
                     else "model.config"))
     active = f", {model.active_params / 1e9:.1f}B active" if model.is_moe else ""
+    # a GPU of given memory only is named '180 GiB GPU' (gpus.custom_gpu): no second "GPU"
+    named = f"[bold]{gpu.name}[/]" if gpu.name.endswith(" GPU") else f"GPU [bold]{gpu.name}[/]"
     console.print(f"[bold]{model.name}[/]: {_params(model.params)}{active} "
-                  f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
+                  f"({source}); {named} ({gpu.memory_mib:,} MiB, "
                   f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
                   f"phase {plan.phase}")
     for title, rows_of in (
