@@ -336,6 +336,10 @@ def _pd_line(console: Any, plan: Any) -> None:
 def show_comparison(data: dict[str, Any]) -> None:
     """Print `--from-log`: predicted vs observed per memory term."""
     console = make_console(piped_width=132)
+    if data.get("otherModel"):
+        console.print(f"note: the log is of another model ({data['model']}) than the plan's "
+                      f"({data['planModel']}): its figures are shown beside the prediction, "
+                      "not as errors of it")
     title = f"predicted vs the log ({data['role']}"
     title += f", vLLM {data['version']})" if data["version"] else ")"
     table = Table(title=title, title_justify="left")
@@ -349,6 +353,8 @@ def show_comparison(data: dict[str, Any]) -> None:
         }.get(t["unit"], lambda v: f"{v:,}")
         seen = "-" if t["observed"] is None else fmt(t["observed"])
         err = "-" if t["errorPct"] is None else f"{t['errorPct']:+.1f}%"
+        if data.get("otherModel") and t["observed"] is not None:
+            err = "n/a"  # another model: no error of this prediction
         table.add_row(t["term"], fmt(t["predicted"]), seen, err)
     console.print(table)
     if data["conditions"]:
@@ -357,7 +363,7 @@ def show_comparison(data: dict[str, Any]) -> None:
         console.print(f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
                       "GiB (taken from what util leaves over)")
     pinned = data["observedUnderPlan"]
-    if pinned is not None:
+    if pinned is not None and not data.get("otherModel"):  # another model's KV: no measure
         slots = pinned.get("kvTokenSlots", pinned["kvTokens"])
         stored = f"; {slots:,} stored at once" if slots != pinned["kvTokens"] else ""
         console.print(f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
