@@ -293,6 +293,9 @@ def gpu_name_note(spec: Any, option: str | None) -> tuple[str, ...]:
     name = name or (share.gpu_type if share is not None else None)
     if hardware is not None and hardware.gpu_memory_gib and not option:
         return ()  # the memory is given
+    from_share = not option and not (hardware is not None and hardware.gpu)
+    if from_share and share is not None and share.gpu_total_mib is not None:
+        return ()  # gpuTotalMib picked the size (capacity.spec_gpu checks it is one of them)
     note = ambiguous(name) if name else ""
     return (note,) if note else ()
 

@@ -138,6 +138,18 @@ def ambiguous(name: str) -> str:
     )
 
 
+def candidates(name: str) -> tuple[GpuType, ...]:
+    """The GPUs `name` may be: both sizes of an ambiguous name ('A100'), else the one
+    find_gpu gives; () when pdctl does not know it."""
+    sizes = _SIZES.get(_key(name))
+    if sizes:
+        return tuple(GPUS[n] for n in sizes)
+    try:
+        return (find_gpu(name),)
+    except SpecError:
+        return ()
+
+
 def custom_gpu(
     memory_gib: float, base: GpuType | None = None, name: str | None = None
 ) -> GpuType:
