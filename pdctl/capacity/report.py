@@ -177,6 +177,9 @@ def role_plan(
     util = spec_util or recommended or DEFAULT_UTIL
     mem = instance_memory(model, total, util, shape, used if share is None else 0)
     mem = replace(mem, beside=beside)
+    scheduler = scheduler_refusal(role, shape, *shape.batching(total, mem.max_model_len))
+    if scheduler and not mem.refused:
+        mem = replace(mem, refused=scheduler)
     # "Smallest fit on this GPU": whole GPUs, at the role's fraction and then at 0.95 (the
     # same search as the TP suggestion of `alternatives`); a slice's own fraction says nothing
     # of a whole GPU, so there vLLM's default first.
@@ -204,7 +207,7 @@ def role_plan(
         smallest=smallest[0] if smallest else None, smallest_util=smallest[1] if smallest else None,
         alternatives=(
             ()
-            if mem.fits or mem.fits_budget  # beside_notes says what fixes the buffer
+            if mem.fits or mem.fits_budget or scheduler  # beside_notes says what fixes the buffer
             else alternatives(
                 model, total, shape, util, gpus_per_node=gpus_per_node, max_tp=max_tp,
                 max_pp=max_pp, used=mem.used, min_len=traffic.context,
@@ -214,6 +217,24 @@ def role_plan(
         batch=batch, decode=decode_step(model, gpu, shape, batch, traffic.mean_context, per_gpu),
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
+    )
+
+
+def scheduler_refusal(role: str, shape: Shape, tokens: int, seqs: int) -> str:
+    """'' or why vLLM refuses the role's batching as planned, defaults filled in: fewer
+    --max-num-batched-tokens than --max-num-seqs (vLLM 0.23.0 vllm/config/scheduler.py,
+    `SchedulerConfig.verify_max_model_len`: "max_num_batched_tokens (...) must be greater
+    than or equal to max_num_seqs (...)", a ValueError at start-up)."""
+    if tokens >= seqs:
+        return ""
+    said = {True: "", False: " (vLLM's default here)"}
+    return (
+        f"vLLM would refuse to start it: max_num_batched_tokens ({tokens:,})"
+        f"{said[shape.max_num_batched_tokens is not None]} must be greater than or equal to "
+        f"max_num_seqs ({seqs:,}){said[shape.max_num_seqs is not None]} "
+        "(SchedulerConfig, vllm/config/scheduler.py); "
+        f"set {role}.maxNumBatchedTokens to {seqs} or more, or {role}.maxNumSeqs to "
+        f"{tokens} or less"
     )
 
 

@@ -299,6 +299,9 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
         if not r.fits and r.memory.beside_short and r.memory.fits_budget:
             console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: its "
                           "budget and the P2pNccl buffer exceed the GPU (exit code 1).")
+        elif not r.fits and r.memory.refused:
+            console.print(f"[bold red]{r.role} does not start[/]: {r.memory.refused} "
+                          "(exit code 1).")
         elif not r.fits:
             console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
                           "would refuse to start it (exit code 1).")
