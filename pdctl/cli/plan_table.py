@@ -375,6 +375,24 @@ def show_comparison(data: dict[str, Any]) -> None:
                       "sequence)")
 
 
+def _decimals(value: float) -> int:
+    """Decimals a table figure gets: whole from 1,000, then 1, 2 and 3 as it shrinks."""
+    size = abs(value)
+    return 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 1 else 3
+
+
+def figure(value: float, decimals: int | None = None) -> str:
+    """A table figure: thousands separated, never in exponent form, a fixed number of
+    decimals (trailing zeros kept, so the cells of a column line up: 11.00, not 11)."""
+    return f"{value:,.{_decimals(value) if decimals is None else decimals}f}"
+
+
+def figure_pair(first: float, second: float) -> str:
+    """'p50 (p90)' with the decimals of the smaller, so both read alike: 10.98 (11.00)."""
+    places = _decimals(min(abs(first), abs(second)))
+    return f"{figure(first, places)} ({figure(second, places)})"
+
+
 def show_loads(loads: list[dict[str, Any]]) -> None:
     """Print `--load`: one column per load, p50 (p90) of each latency, throughput, goodput."""
     console = make_console(piped_width=132)
@@ -390,22 +408,22 @@ def show_loads(loads: list[dict[str, Any]]) -> None:
         out = []
         for x in loads:
             p = x[key]
-            out.append("-" if p.get("p50") is None else f"{p['p50']:,.4g} ({p['p90']:,.4g})")
+            out.append("-" if p.get("p50") is None else figure_pair(p["p50"], p["p90"]))
         return out
 
-    def num(key: str, fmt: str) -> list[str]:
-        return ["-" if x[key] is None else format(x[key], fmt) for x in loads]
+    def num(key: str) -> list[str]:
+        return ["-" if x[key] is None else figure(x[key]) for x in loads]
 
     table.add_row("TTFT ms p50 (p90)", *lat("ttftMs"))
     table.add_row("TPOT ms p50 (p90)", *lat("tpotMs"))
     table.add_row("ITL ms p50 (p90)", *lat("itlMs"))
     table.add_row("E2E ms p50 (p90)", *lat("e2elMs"))
-    table.add_row("requests/s", *num("requestThroughput", ",.4g"))
-    table.add_row("output tokens/s", *num("outputThroughput", ",.0f"))
+    table.add_row("requests/s", *num("requestThroughput"))
+    table.add_row("output tokens/s", *num("outputThroughput"))
     if any(x["goodput"] for x in loads):
         table.add_row("goodput req/s (share in SLO)",
                       *["-" if not x["goodput"] else
-                        f"{x['goodput']['requestsPerSecond']:,.4g} "
+                        f"{figure(x['goodput']['requestsPerSecond'])} "
                         f"({100 * x['goodput']['shareMeetingSlo']:.0f}%)"
                         for x in loads])
     console.print(table)
@@ -430,7 +448,7 @@ def show_search(tried: list[Any], load: str) -> None:
         f = t.figures or {}
         out = f.get("outputThroughput")
         table.add_row(t.label + (" *" if t.note else ""),
-                      "-" if t.goodput is None else f"{t.goodput:,.3g}", p90(f, "ttftMs"),
+                      "-" if t.goodput is None else figure(t.goodput), p90(f, "ttftMs"),
                       p90(f, "tpotMs"), "-" if out is None else f"{out:,.0f}")
     console.print(table)
     for note in sorted({t.note for t in tried if t.note}):
@@ -441,7 +459,7 @@ def show_search(tried: list[Any], load: str) -> None:
         console.print("recommended: the spec's own settings")
         return
     gain = best.goodput / own.goodput - 1
-    console.print(f"recommended: {best.label} ({best.goodput:,.3g} requests/s in SLO, "
+    console.print(f"recommended: {best.label} ({figure(best.goodput)} requests/s in SLO, "
                   f"{gain:+.0%} over the spec's settings{'; ' + best.note if best.note else ''})")
 
 
