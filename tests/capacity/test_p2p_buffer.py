@@ -58,6 +58,7 @@ def test_a_budget_and_buffer_above_the_gpu_does_not_fit(tmp_path: Path) -> None:
     assert "lower decode.gpuMemoryUtilization to 0.89 or less" in flat
     assert "set disaggregation.gpuMemoryGib to" in flat
     assert "--max-num-seqs" not in flat  # no KV-side "nearest fit" for a buffer problem
+    assert "first apply a fix listed above (a nearest fit, or a warning's fix)" in flat
 
 
 def test_validate_strict_refuses_it_on_a_named_gpu(tmp_path: Path) -> None:
