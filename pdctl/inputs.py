@@ -263,12 +263,15 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     named = hardware is not None and (hardware.gpu or hardware.gpu_memory_gib)
     if not (named or (share is not None and share.gpu_type)):
         return []  # no GPU named: nothing to check against (and nothing to import)
-    try:
-        from pdctl.capacity import ASSUMED, spec_gpu
+    from pdctl.capacity import ASSUMED, spec_gpu
 
+    try:
         device, origin = spec_gpu(spec)
-        if origin == ASSUMED:
-            return []
+    except SpecError as exc:  # a GPU pdctl does not know, and no memory: no fit was checked
+        return [f"{spec_file}: warning: {SpecError(exc.message, path=exc.path, fix=exc.fix)}"]
+    if origin == ASSUMED:
+        return []
+    try:
         from pdctl.capacity.verdict import does_not_fit
 
         config = read_model_config(spec.model.config, spec_file) if spec.model.config else None
@@ -290,6 +293,9 @@ def gpu_name_note(spec: Any, option: str | None) -> tuple[str, ...]:
     name = name or (share.gpu_type if share is not None else None)
     if hardware is not None and hardware.gpu_memory_gib and not option:
         return ()  # the memory is given
+    from_share = not option and not (hardware is not None and hardware.gpu)
+    if from_share and share is not None and share.gpu_total_mib is not None:
+        return ()  # gpuTotalMib picked the size (capacity.spec_gpu checks it is one of them)
     note = ambiguous(name) if name else ""
     return (note,) if note else ()
 

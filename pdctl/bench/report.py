@@ -146,10 +146,44 @@ FIGURES = (
 )
 
 
-def spec_hash(spec: Any) -> str:
-    """A digest of the merged spec (overlays applied), as pdctl validated it."""
-    data = spec.model_dump(mode="json", by_alias=True)
+# What `specHash` digests, written beside it (`specHashOf`) from this version on. Reports
+# without it carry the older digest of the whole model, defaults included, which changes
+# whenever pdctl adds a field with a default (an unchanged YAML then reads as another spec).
+SPEC_HASH_OF = "fields-set"
+
+
+def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def spec_hash(spec: Any) -> str:
+    """A digest of the merged spec (overlays applied) as the user wrote it: only the fields
+    set (exclude_unset), so a field pdctl adds later, with its default, leaves it unchanged."""
+    return _digest(spec.model_dump(mode="json", by_alias=True, exclude_unset=True))
+
+
+def legacy_spec_hash(spec: Any) -> str:
+    """The digest reports before `specHashOf` carry: the whole model, defaults included (equal
+    only while pdctl's spec fields are those of the version that wrote the report)."""
+    return _digest(spec.model_dump(mode="json", by_alias=True))
+
+
+def spec_match(report: dict[str, Any], spec: Any) -> tuple[bool, str]:
+    """Whether `report` was measured on `spec`, and '' or the note saying why not (or why it
+    cannot tell). A report before `specHashOf` matches when its digest of the whole model can
+    be recomputed; otherwise it predates the digest and nothing is known."""
+    got = report.get("specHash")
+    if report.get("specHashOf") == SPEC_HASH_OF:
+        if got == spec_hash(spec):
+            return True, ""
+        return False, f"the report was measured on another spec (hash {got})"
+    if got == legacy_spec_hash(spec):
+        return True, ""
+    return False, (
+        f"the report (hash {got}) predates pdctl's spec hash of the fields set, and its "
+        "digest of the whole spec changes with each pdctl that adds a field: whether it was "
+        "measured on SPEC cannot be told"
+    )
 
 
 def problems(report: dict[str, Any]) -> list[str]:

@@ -65,6 +65,7 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
         doc: dict[str, Any] = {
             "kind": report.KIND, "version": report.VERSION, "pdctl": __version__,
             "name": plan.name, "phase": plan.phase, "specHash": report.spec_hash(spec),
+            "specHashOf": report.SPEC_HASH_OF,
             "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "endpoint": session.base_url(session.driver()),
             "hosts": [{"name": h.name, "address": h.address} for h in plan.hosts_used()],

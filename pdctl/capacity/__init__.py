@@ -147,7 +147,7 @@ def spec_gpu(
     --gpu-memory-gib) win, else the spec (hardware.gpu, hardware.gpuMemoryGib,
     decode.share.gpuType), else an H100-SXM with origin ASSUMED. An unknown name is a
     UsageError for --gpu, a SpecError at the spec's field otherwise."""
-    from pdctl.capacity.gpus import custom_gpu, find_gpu
+    from pdctl.capacity.gpus import GPUS, custom_gpu, find_gpu
     from pdctl.errors import SpecError, UsageError
 
     hardware = getattr(spec, "hardware", None)
@@ -157,19 +157,75 @@ def spec_gpu(
         name, origin = hardware.gpu, "hardware.gpu"
     if memory_gib is None and hardware is not None:
         memory_gib = hardware.gpu_memory_gib
-    if name is None and share is not None and share.gpu_type:
-        name, origin = share.gpu_type, "decode.share.gpuType"
+    if share is not None and share.gpu_type:
+        sized = _share_gpu(share)
+        if name is None:
+            name, origin = share.gpu_type, "decode.share.gpuType"
+            if sized is not None and memory_gib is None:
+                return sized, origin  # the size of an ambiguous type that gpuTotalMib names
     if name is not None:
         try:
             gpu = find_gpu(name)  # an ambiguous name ('A100'): the smaller (gpus.ambiguous)
         except SpecError as exc:
+            if memory_gib:  # a GPU pdctl does not know, of the memory given: speed borrowed
+                return custom_gpu(memory_gib, name=name), origin
+            known = ", ".join(GPUS)
             if origin == "--gpu":
-                raise UsageError(f"--gpu: {exc.message}", fix=exc.fix) from None
-            raise SpecError(exc.message, path=_GPU_PATHS[origin], fix=exc.fix) from None
+                fix = f"use one of {known}, or give its memory (--gpu-memory-gib)"
+                raise UsageError(f"--gpu: {exc.message}", fix=fix) from None
+            fix = (
+                f"use one of {known}, or give its memory in hardware.gpuMemoryGib "
+                "(or --gpu-memory-gib)"
+            )
+            raise SpecError(exc.message, path=_GPU_PATHS[origin], fix=fix) from None
         return (custom_gpu(memory_gib, gpu) if memory_gib else gpu), origin
     if memory_gib:
-        return custom_gpu(memory_gib), "--gpu-memory-gib"
+        flag = hardware is None or hardware.gpu_memory_gib != memory_gib
+        return custom_gpu(memory_gib), "--gpu-memory-gib" if flag else "hardware.gpuMemoryGib"
     return find_gpu("H100-SXM"), ASSUMED
+
+
+# HAMi's gpuTotalMib may differ from the table's memory by what a driver reports (a few
+# hundred MiB); further than this, it is another GPU.
+TOTAL_TOLERANCE = 0.03
+
+
+def _share_gpu(share: Any) -> GpuType | None:
+    """Check decode.share against its gpuType: gpuTotalMib must be that GPU's memory (within
+    3%) and a gpuMemoryMib slice no larger than it. Returns the GPU of an ambiguous type
+    ('A100': 40 or 80 GB) that gpuTotalMib picks, else None. SpecError at the field."""
+    from pdctl.capacity.gpus import candidates
+    from pdctl.errors import SpecError
+
+    known = candidates(share.gpu_type)
+    if not known:
+        return None  # a type filter pdctl does not know (spec_gpu says so where it matters)
+    sizes = " or ".join(f"{g.name} {g.memory_mib:,} MiB" for g in known)
+    total = share.gpu_total_mib
+    match = None
+    if total is not None:
+        match = next(
+            (g for g in known if abs(total - g.memory_mib) <= TOTAL_TOLERANCE * g.memory_mib),
+            None,
+        )
+        if match is None:
+            raise SpecError(
+                f"gpuTotalMib {total:,} MiB is not the memory of gpuType {share.gpu_type!r} "
+                f"({sizes})",
+                path="decode.share.gpuTotalMib",
+                fix=f"set gpuTotalMib to {known[-1].memory_mib} (nvidia-smi's memory.total), "
+                "or gpuType to the GPU you have",
+            )
+    most = match.memory_mib if match is not None else max(g.memory_mib for g in known)
+    if share.gpu_memory_mib is not None and share.gpu_memory_mib > most:
+        raise SpecError(
+            f"a {share.gpu_memory_mib:,} MiB slice is larger than gpuType "
+            f"{share.gpu_type!r} ({sizes})",
+            path="decode.share.gpuMemoryMib",
+            fix=f"use at most {most // share.per_gpu} MiB per slice ({share.per_gpu} per GPU), "
+            "or gpuType to the GPU you have",
+        )
+    return match if match is not None and len(known) > 1 else None
 
 
 def spec_traffic(

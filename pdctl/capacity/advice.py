@@ -144,6 +144,7 @@ def unfit_advice(roles: tuple[str, ...]) -> Advice:
         "does-not-fit", False,
         (
             f"{names} does not fit, so vLLM would not start it: no speed, P:D or packing "
-            "advice until it does; first apply a nearest fit listed above",
+            "advice until it does; first apply a fix listed above (a nearest fit, or a "
+            "warning's fix)",
         ),
     )

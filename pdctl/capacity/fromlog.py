@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.capacity.fit import instance_memory
 from pdctl.capacity.gpus import GIB
 from pdctl.capacity.memory import tokens_in
+from pdctl.capacity.models import builtin_config, normalize
 from pdctl.capacity.profile import flashinfer_only
 
 if TYPE_CHECKING:
@@ -159,6 +160,21 @@ def _rounded(value: float, unit: str) -> float | int:
     return round(value, 2) if unit in ("GiB", "x") else int(value)
 
 
+def other_model(planned: str, logged: str | None) -> bool | None:
+    """Whether the log's model (`with config: model=...`, or 'model' of its non-default args:
+    a name or a local path) is another model than the plan's: True when both normalise to
+    different names and one is in pdctl's table (a known model, or a different size of
+    one), or neither name contains the other; None when the log names none."""
+    if not logged:
+        return None
+    ours, theirs = normalize(planned), normalize(logged)
+    if ours == theirs:
+        return False
+    if builtin_config(logged) is not None or builtin_config(planned) is not None:
+        return True  # a known model's name differs: another model (or another size)
+    return ours not in theirs and theirs not in ours
+
+
 def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict[str, Any]:
     """Predicted vs observed per term, predicted under the LOG's conditions (TP, PP,
     max-model-len, util, KV dtype, eager, batched tokens and CUDA's total when printed), so
@@ -237,13 +253,18 @@ def compare(plan: CapacityPlan, seen: Observed, role: str | None = None) -> dict
             "kvTokenSlots": planned.layout.slots(kv) if planned.layout is not None else held,
             "fits": kv >= planned.kv_per_sequence,
         }
+    # another model's figures are no measure of this prediction: no error per term
+    other = other_model(plan.model.name, seen.model)
+    if other:
+        changes.insert(0, f"model: plan {plan.model.name}, log {seen.model}")
     return {
-        "role": chosen.role, "version": seen.version, "model": seen.model, "conditions": changes,
+        "role": chosen.role, "version": seen.version, "model": seen.model,
+        "planModel": plan.model.name, "otherModel": other, "conditions": changes,
         "terms": [
             {
                 "term": t.name, "unit": t.unit, "predicted": _rounded(t.predicted, t.unit),
                 "observed": None if t.observed is None else _rounded(t.observed, t.unit),
-                "errorPct": None if t.error_pct is None else round(t.error_pct, 1),
+                "errorPct": None if t.error_pct is None or other else round(t.error_pct, 1),
             }
             for t in terms
         ],

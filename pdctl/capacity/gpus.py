@@ -138,12 +138,28 @@ def ambiguous(name: str) -> str:
     )
 
 
-def custom_gpu(memory_gib: float, base: GpuType | None = None) -> GpuType:
-    """A GPU with the given memory; speed figures from `base` (default H100-SXM)."""
+def candidates(name: str) -> tuple[GpuType, ...]:
+    """The GPUs `name` may be: both sizes of an ambiguous name ('A100'), else the one
+    find_gpu gives; () when pdctl does not know it."""
+    sizes = _SIZES.get(_key(name))
+    if sizes:
+        return tuple(GPUS[n] for n in sizes)
+    try:
+        return (find_gpu(name),)
+    except SpecError:
+        return ()
+
+
+def custom_gpu(
+    memory_gib: float, base: GpuType | None = None, name: str | None = None
+) -> GpuType:
+    """A GPU with the given memory; speed figures from `base` (default H100-SXM). `name`: what
+    the spec calls a GPU pdctl does not know ('B300'), shown with the memory."""
     ref = base or GPUS["H100-SXM"]
     mib = int(memory_gib * 1024)
+    label = name or (ref.name if base else None)
     return GpuType(
-        f"{ref.name} ({memory_gib:g} GiB)" if base else f"{memory_gib:g} GiB GPU",
+        f"{label} ({memory_gib:g} GiB)" if label else f"{memory_gib:g} GiB GPU",
         mib,
         _usable(mib),
         ref.bandwidth_gbs,
@@ -161,11 +177,12 @@ def gpu_notes(gpu: GpuType, assumed: bool = False) -> tuple[str, ...]:
             "pass --gpu or set hardware.gpu",
         )
     if gpu.source == "given memory":
+        base = gpu.name.split(" (")[0]
         return (
             f"GPU not in pdctl's table: CUDA total assumed {gpu.usable_mib:,} MiB "
             f"({RESERVED_MIB} MiB below the {gpu.memory_mib:,} MiB given) and speed "
             "figures borrowed from "
-            + (gpu.name.split(" (")[0] if "(" in gpu.name else "H100-SXM")
-            + "; name a known GPU (hardware.gpu) for exact figures",
+            + (base if base in GPUS else "H100-SXM")
+            + " (extrapolated); name a known GPU (hardware.gpu) for exact figures",
         )
     return ()

@@ -267,6 +267,15 @@ class InstanceMemory:
     free_checked: bool = False  # the engine refuses when total - used < budget
     lora: int = 0  # of `weights`: the LoRA buffers vLLM reserves (capacity/lora.py)
     refused: str = ""  # why vLLM refuses the checkpoint on this GPU (capacity/quant.py)
+    # bytes a KV connector holds on the GPU outside the budget: P2pNcclConnector's
+    # kv_buffer_size (pdctl.plan.kv.p2p_buffer_bytes), allocated after vLLM sized its KV cache
+    beside: int = 0
+
+    @property
+    def beside_short(self) -> bool:
+        """The budget and the connector's buffer together exceed the GPU (or slice): the
+        engine starts, then runs out of memory once the buffer fills."""
+        return self.beside > 0 and self.budget + self.beside > self.total
 
     @property
     def budget(self) -> int:
@@ -338,6 +347,11 @@ class InstanceMemory:
         """Weights, overheads and one max-length sequence fit: vLLM's start-up check
         (`_check_enough_kv_cache_memory`: available >= one request's KV bytes). Never where
         vLLM refuses the quantised weights on this GPU (`refused`)."""
+        return self.fits_budget and not self.beside_short
+
+    @property
+    def fits_budget(self) -> bool:
+        """`fits` but for a connector buffer beside the budget (`beside_short`)."""
         if self.free_short or self.refused:
             return False
         return self.kv_available >= self.kv_per_sequence and self.kv_available > 0
@@ -348,6 +362,34 @@ class InstanceMemory:
         other = self.used if self.used_counted else 0
         need = self.weights + self.overhead.total + self.kv_per_sequence + other
         return math.ceil(need / self.total * 100) / 100
+
+
+def beside_util(total: int, beside: int, util: float) -> float:
+    """`util` lowered by the share of the GPU a connector buffer takes beside the budget,
+    rounded down to a hundredth (0.92 on an 80 GB H100 with an 8e9-byte buffer: 0.82)."""
+    return math.floor(round((util - beside / total) * 100, 6)) / 100
+
+
+def beside_notes(role: str, mem: InstanceMemory, path: str) -> tuple[str, ...]:
+    """Why a role whose budget and P2pNccl buffer exceed the GPU does not fit, and the fix.
+    `path`: the spec field of the role's --gpu-memory-utilization."""
+    if not mem.beside_short:
+        return ()
+    gib = 1024**3
+    top = beside_util(mem.total, mem.beside, 1.0)
+    lower = f"lower {path} to {top:.2f} or less" if top > 0 else "use a larger GPU"
+    room = (mem.total - mem.budget) / gib  # what the buffer may take at this util
+    fix = f"{lower}, or set disaggregation.gpuMemoryGib"
+    if room * 10 >= 1:
+        fix += f" to {math.floor(room * 10):g} or less (kv_buffer_size is 10% of it)"
+    else:
+        fix += " (kv_buffer_size is 10% of it)"
+    return (
+        f"{role}: P2pNcclConnector's kv_buffer_size ({mem.beside / gib:.2f} GiB) is GPU "
+        f"memory outside --gpu-memory-utilization: {mem.util:.2f} x {mem.total / gib:.2f} GiB "
+        f"+ {mem.beside / gib:.2f} GiB > {mem.total / gib:.2f} GiB, so the engine runs out of "
+        f"memory once received KV fills the buffer; {fix}",
+    )
 
 
 def refusal_notes(role: str, mem: InstanceMemory) -> tuple[str, ...]:

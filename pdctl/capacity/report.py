@@ -20,6 +20,8 @@ from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     MAX_UTIL,
     InstanceMemory,
+    beside_notes,
+    beside_util,
     refusal_notes,
     used_memory_notes,
 )
@@ -37,6 +39,7 @@ from pdctl.capacity.roofline import (
     ridge_batch,
 )
 from pdctl.capacity.slice import DecodeSlice, decode_slice, slice_alternatives
+from pdctl.plan.kv import p2p_buffer_bytes
 from pdctl.plan.parallel import gpus_per_host
 
 if TYPE_CHECKING:
@@ -147,10 +150,12 @@ def _slice(
 
 def role_plan(
     model: ModelConfig, gpu: GpuType, role: str, section: Any, shape: Shape, traffic: Traffic,
-    used: int = 0, gpus_per_node: int = 8,
+    used: int = 0, gpus_per_node: int = 8, beside: int = 0,
 ) -> RolePlan:
     """One role's plan. `gpus_per_node`: the most GPUs a host of the spec lists (validate
-    refuses a larger TP), which bounds every TP suggestion."""
+    refuses a larger TP), which bounds every TP suggestion. `beside`: bytes a KV connector
+    holds on each GPU outside the --gpu-memory-utilization budget (P2pNccl's buffer): the
+    recommended fraction leaves room for it and a budget + buffer above the GPU does not fit."""
     shape = replace(shape, gpu=shape.gpu or gpu.name)
     share = getattr(section, "share", None) if role == "decode" else None
     spec_util = getattr(section, "gpu_memory_utilization", None) if section else None
@@ -166,17 +171,24 @@ def role_plan(
         shape = replace(shape, enforce_eager=sl.enforce_eager)
     else:
         total = gpu.usable_bytes
-        safe = (DEFAULT_UTIL, MAX_UTIL)
+        safe = tuple(beside_util(total, beside, u) for u in (DEFAULT_UTIL, MAX_UTIL))
         fitting = (u for u in safe if instance_memory(model, total, u, shape, used).fits)
         recommended = next(fitting, None)
     util = spec_util or recommended or DEFAULT_UTIL
     mem = instance_memory(model, total, util, shape, used if share is None else 0)
+    mem = replace(mem, beside=beside)
+    scheduler = scheduler_refusal(role, shape, *shape.batching(total, mem.max_model_len))
+    if scheduler and not mem.refused:
+        mem = replace(mem, refused=scheduler)
     # "Smallest fit on this GPU": whole GPUs, at the role's fraction and then at 0.95 (the
     # same search as the TP suggestion of `alternatives`); a slice's own fraction says nothing
     # of a whole GPU, so there vLLM's default first.
     first = util if share is None else DEFAULT_UTIL
+    top = beside_util(gpu.usable_bytes, beside, MAX_UTIL)
+    if beside and mem.beside_short:
+        first = min(first, top)
     smallest = smallest_fit_at(
-        model, gpu.usable_bytes, shape, (first, MAX_UTIL) if first < MAX_UTIL else (first,),
+        model, gpu.usable_bytes, shape, (first, top) if first < top else (first,),
         gpus_per_node=gpus_per_node, max_tp=max_tp, max_pp=max_pp, used=mem.used,
     )
     seqs = shape.batching(total)[1]
@@ -195,7 +207,7 @@ def role_plan(
         smallest=smallest[0] if smallest else None, smallest_util=smallest[1] if smallest else None,
         alternatives=(
             ()
-            if mem.fits
+            if mem.fits or mem.fits_budget or scheduler  # beside_notes says what fixes the buffer
             else alternatives(
                 model, total, shape, util, gpus_per_node=gpus_per_node, max_tp=max_tp,
                 max_pp=max_pp, used=mem.used, min_len=traffic.context,
@@ -206,6 +218,37 @@ def role_plan(
         prefill_tokens_per_s=prefill_tokens_per_s(model, gpu, shape, traffic.prompt_tokens),
         slice=sl,
     )
+
+
+def scheduler_refusal(role: str, shape: Shape, tokens: int, seqs: int) -> str:
+    """'' or why vLLM refuses the role's batching as planned, defaults filled in: fewer
+    --max-num-batched-tokens than --max-num-seqs (vLLM 0.23.0 vllm/config/scheduler.py,
+    `SchedulerConfig.verify_max_model_len`: "max_num_batched_tokens (...) must be greater
+    than or equal to max_num_seqs (...)", a ValueError at start-up)."""
+    if tokens >= seqs:
+        return ""
+    said = {True: "", False: " (vLLM's default here)"}
+    return (
+        f"vLLM would refuse to start it: max_num_batched_tokens ({tokens:,})"
+        f"{said[shape.max_num_batched_tokens is not None]} must be greater than or equal to "
+        f"max_num_seqs ({seqs:,}){said[shape.max_num_seqs is not None]} "
+        "(SchedulerConfig, vllm/config/scheduler.py); "
+        f"set {role}.maxNumBatchedTokens to {seqs} or more, or {role}.maxNumSeqs to "
+        f"{tokens} or less"
+    )
+
+
+def connector_buffer(spec: Spec, role: str) -> int:
+    """Bytes the KV connector holds on each GPU of `role` outside vLLM's budget: P2pNccl's
+    kv_buffer_size (the decode's; a prefill's is P2P_PRODUCER_BUFFER, 10 bytes, counted too
+    though it changes nothing), from the one function p2p_config emits it with. Mooncake and
+    NIXL register vLLM's own KV cache for transfer and keep no GPU buffer of their own."""
+    dis = getattr(spec, "disaggregation", None)
+    if not spec.disaggregated or dis is None or dis.connector != "p2p-nccl":
+        return 0
+    if getattr(spec, "engine", None) is not None and spec.engine.device == "cpu":
+        return 0
+    return p2p_buffer_bytes(dis, role)
 
 
 def _pd(
@@ -249,7 +292,10 @@ def plan_capacity(
 
     def one(role: str, section: Any) -> RolePlan:
         nodes = getattr(section, "nodes", 1) or 1
-        return role_plan(model, gpu, role, section, shapes[role], traffic, used, per_node * nodes)
+        return role_plan(
+            model, gpu, role, section, shapes[role], traffic, used, per_node * nodes,
+            connector_buffer(spec, role),
+        )
 
     if not spec.disaggregated:
         roles = (one("serve", spec.serve),)
@@ -264,6 +310,9 @@ def plan_capacity(
     if unfit:
         advice = unfit_advice(unfit)
     notes = tuple(n for r in roles for n in refusal_notes(r.role, r.memory))
+    notes += tuple(
+        n for r in roles for n in beside_notes(r.role, r.memory, f"{r.role}.gpuMemoryUtilization")
+    )
     notes += tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
     notes += offload_notes(spec) + offload_cache_notes(spec, roles) + speculative_notes(spec, model)
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pdctl.capacity import adapt_traffic, spec_model_config, spec_shape, spec_traffic
 from pdctl.capacity.gpus import GIB, GpuType, a_gpu
+from pdctl.capacity.memory import beside_notes
 from pdctl.capacity.report import plan_capacity
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ def role_problem(role: RolePlan, gpu: GpuType) -> str | None:
     m = role.memory
     if m.refused:
         return f"{role.role}: {m.refused}"
+    if m.fits_budget:  # beside_short: the engine starts; its P2pNccl buffer then overflows the GPU
+        return beside_notes(role.role, m, f"{role.role}.gpuMemoryUtilization")[0]
     where = f"a {role.slice.slice_mib:,} MiB HAMi slice" if role.slice else a_gpu(gpu.name)
     text = (
         f"{role.role}: does not fit on {where} at --gpu-memory-utilization "

@@ -73,6 +73,7 @@ def plan(
             ("--tpot-ms", tpot_ms))
 
     spec_model, source = read_spec(spec)
+    observed = _read_log(from_log) if from_log is not None else None  # before any output
     result, origin = capacity_plan(
         spec_model, source, spec, gpu, gpu_memory_gib, prompt_tokens, output_tokens, rate,
         ttft_ms, tpot_ms, facts)
@@ -88,8 +89,8 @@ def plan(
         data["gpu"]["from"] = origin
         if spec_model.engine.device == "cpu":
             data["gpuCapacityPlanning"] = "does not apply: engine.device is cpu"
-        if from_log is not None:
-            data["fromLog"] = _compare(result, from_log)
+        if observed is not None:
+            data["fromLog"] = compare(result, observed)
         if loads:
             data["loads"] = at_loads
         if tried is not None:
@@ -105,8 +106,8 @@ def plan(
         from pdctl.cli.plan_table import show, show_comparison, show_loads
 
         show(result, origin, wide=output == "wide")
-        if from_log is not None:
-            show_comparison(_compare(result, from_log))
+        if observed is not None:
+            show_comparison(compare(result, observed))
         if loads:
             show_loads(at_loads)
         if tried is not None:
@@ -170,8 +171,9 @@ def _finite(*options: tuple[str, float | None]) -> None:
 MAX_LOG_BYTES = 64 * 1024 * 1024  # a start-up log is KiBs; a whole day's log may be MiBs
 
 
-def _compare(result: Any, log_file: str) -> dict[str, Any]:
-    """Read a vLLM log (the only I/O) and compare it with the plan's first role."""
+def _read_log(log_file: str) -> Any:
+    """Read a vLLM log (the only I/O) into its start-up figures; refused before anything is
+    printed when it cannot be read or has none."""
     try:
         with Path(log_file).expanduser().open("rb") as stream:
             data = stream.read(MAX_LOG_BYTES + 1)
@@ -185,4 +187,4 @@ def _compare(result: Any, log_file: str) -> dict[str, Any]:
     if observed.empty:
         raise UsageError(f"--from-log: {log_file} has none of vLLM's start-up memory lines",
                          fix="pass the log of `vllm serve` from its start to 'GPU KV cache size'")
-    return compare(result, observed)
+    return observed

@@ -271,8 +271,10 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
                     if model.shapes_from
                     else "model.config"))
     active = f", {model.active_params / 1e9:.1f}B active" if model.is_moe else ""
+    # a GPU of given memory only is named '180 GiB GPU' (gpus.custom_gpu): no second "GPU"
+    named = f"[bold]{gpu.name}[/]" if gpu.name.endswith(" GPU") else f"GPU [bold]{gpu.name}[/]"
     console.print(f"[bold]{model.name}[/]: {_params(model.params)}{active} "
-                  f"({source}); GPU [bold]{gpu.name}[/] ({gpu.memory_mib:,} MiB, "
+                  f"({source}); {named} ({gpu.memory_mib:,} MiB, "
                   f"{gpu.bandwidth_gbs:,.0f} GB/s, {gpu.bf16_tflops:,.0f} TFLOP/s; {origin}); "
                   f"phase {plan.phase}")
     for title, rows_of in (
@@ -294,7 +296,13 @@ def show(plan: Any, origin: str, wide: bool = False) -> None:
     for text in plan.warnings:
         console.print(f"[bold yellow]warning:[/] {text}")
     for r in plan.roles:
-        if not r.fits:
+        if not r.fits and r.memory.beside_short and r.memory.fits_budget:
+            console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: its "
+                          "budget and the P2pNccl buffer exceed the GPU (exit code 1).")
+        elif not r.fits and r.memory.refused:
+            console.print(f"[bold red]{r.role} does not start[/]: {r.memory.refused} "
+                          "(exit code 1).")
+        elif not r.fits:
             console.print(f"[bold red]{r.role} does not fit[/] at util {r.util:.2f}: vLLM "
                           "would refuse to start it (exit code 1).")
             for alt in r.alternatives:
@@ -331,6 +339,10 @@ def _pd_line(console: Any, plan: Any) -> None:
 def show_comparison(data: dict[str, Any]) -> None:
     """Print `--from-log`: predicted vs observed per memory term."""
     console = make_console(piped_width=132)
+    if data.get("otherModel"):
+        console.print(f"note: the log is of another model ({data['model']}) than the plan's "
+                      f"({data['planModel']}): its figures are shown beside the prediction, "
+                      "not as errors of it")
     title = f"predicted vs the log ({data['role']}"
     title += f", vLLM {data['version']})" if data["version"] else ")"
     table = Table(title=title, title_justify="left")
@@ -344,6 +356,8 @@ def show_comparison(data: dict[str, Any]) -> None:
         }.get(t["unit"], lambda v: f"{v:,}")
         seen = "-" if t["observed"] is None else fmt(t["observed"])
         err = "-" if t["errorPct"] is None else f"{t['errorPct']:+.1f}%"
+        if data.get("otherModel") and t["observed"] is not None:
+            err = "n/a"  # another model: no error of this prediction
         table.add_row(t["term"], fmt(t["predicted"]), seen, err)
     console.print(table)
     if data["conditions"]:
@@ -352,13 +366,31 @@ def show_comparison(data: dict[str, Any]) -> None:
         console.print(f"CUDA graphs captured after the KV cache: {data['graphsCapturedGib']:.2f} "
                       "GiB (taken from what util leaves over)")
     pinned = data["observedUnderPlan"]
-    if pinned is not None:
+    if pinned is not None and not data.get("otherModel"):  # another model's KV: no measure
         slots = pinned.get("kvTokenSlots", pinned["kvTokens"])
         stored = f"; {slots:,} stored at once" if slots != pinned["kvTokens"] else ""
         console.print(f"with the observed {pinned['kvAvailableGib']:.2f} GiB of KV memory the "
                       f"plan's shape holds {pinned['kvTokens']:,} tokens (vLLM's count{stored})"
                       f" ({'fits' if pinned['fits'] else 'does NOT fit'} one max-length "
                       "sequence)")
+
+
+def _decimals(value: float) -> int:
+    """Decimals a table figure gets: whole from 1,000, then 1, 2 and 3 as it shrinks."""
+    size = abs(value)
+    return 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 1 else 3
+
+
+def figure(value: float, decimals: int | None = None) -> str:
+    """A table figure: thousands separated, never in exponent form, a fixed number of
+    decimals (trailing zeros kept, so the cells of a column line up: 11.00, not 11)."""
+    return f"{value:,.{_decimals(value) if decimals is None else decimals}f}"
+
+
+def figure_pair(first: float, second: float) -> str:
+    """'p50 (p90)' with the decimals of the smaller, so both read alike: 10.98 (11.00)."""
+    places = _decimals(min(abs(first), abs(second)))
+    return f"{figure(first, places)} ({figure(second, places)})"
 
 
 def show_loads(loads: list[dict[str, Any]]) -> None:
@@ -376,22 +408,22 @@ def show_loads(loads: list[dict[str, Any]]) -> None:
         out = []
         for x in loads:
             p = x[key]
-            out.append("-" if p.get("p50") is None else f"{p['p50']:,.4g} ({p['p90']:,.4g})")
+            out.append("-" if p.get("p50") is None else figure_pair(p["p50"], p["p90"]))
         return out
 
-    def num(key: str, fmt: str) -> list[str]:
-        return ["-" if x[key] is None else format(x[key], fmt) for x in loads]
+    def num(key: str) -> list[str]:
+        return ["-" if x[key] is None else figure(x[key]) for x in loads]
 
     table.add_row("TTFT ms p50 (p90)", *lat("ttftMs"))
     table.add_row("TPOT ms p50 (p90)", *lat("tpotMs"))
     table.add_row("ITL ms p50 (p90)", *lat("itlMs"))
     table.add_row("E2E ms p50 (p90)", *lat("e2elMs"))
-    table.add_row("requests/s", *num("requestThroughput", ",.4g"))
-    table.add_row("output tokens/s", *num("outputThroughput", ",.0f"))
+    table.add_row("requests/s", *num("requestThroughput"))
+    table.add_row("output tokens/s", *num("outputThroughput"))
     if any(x["goodput"] for x in loads):
         table.add_row("goodput req/s (share in SLO)",
                       *["-" if not x["goodput"] else
-                        f"{x['goodput']['requestsPerSecond']:,.4g} "
+                        f"{figure(x['goodput']['requestsPerSecond'])} "
                         f"({100 * x['goodput']['shareMeetingSlo']:.0f}%)"
                         for x in loads])
     console.print(table)
@@ -416,7 +448,7 @@ def show_search(tried: list[Any], load: str) -> None:
         f = t.figures or {}
         out = f.get("outputThroughput")
         table.add_row(t.label + (" *" if t.note else ""),
-                      "-" if t.goodput is None else f"{t.goodput:,.3g}", p90(f, "ttftMs"),
+                      "-" if t.goodput is None else figure(t.goodput), p90(f, "ttftMs"),
                       p90(f, "tpotMs"), "-" if out is None else f"{out:,.0f}")
     console.print(table)
     for note in sorted({t.note for t in tried if t.note}):
@@ -427,7 +459,7 @@ def show_search(tried: list[Any], load: str) -> None:
         console.print("recommended: the spec's own settings")
         return
     gain = best.goodput / own.goodput - 1
-    console.print(f"recommended: {best.label} ({best.goodput:,.3g} requests/s in SLO, "
+    console.print(f"recommended: {best.label} ({figure(best.goodput)} requests/s in SLO, "
                   f"{gain:+.0%} over the spec's settings{'; ' + best.note if best.note else ''})")
 
 

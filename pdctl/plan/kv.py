@@ -66,15 +66,28 @@ def require_connectors(dis: Disaggregation, release: Release) -> None:
         release.require_connector(name, path="disaggregation.connector")
 
 
+def p2p_buffer_bytes(dis: Disaggregation, role: str) -> int:
+    """P2pNcclConnector's `kv_buffer_size` for `role` (bytes): what p2p_config emits and what
+    the capacity plan counts beside the engine's --gpu-memory-utilization budget. A decode's
+    listener keeps each received KV tensor on the GPU (`torch.empty(..., device=self.device)`)
+    while `buffer_size + tensor_size <= buffer_size_threshold` (= kv_buffer_size), and only
+    past it moves tensors to the host's TensorMemoryPool (vLLM 0.23.0
+    vllm/distributed/kv_transfer/kv_connector/v1/p2p/p2p_nccl_engine.py, `listen_for_requests`,
+    the "PUT" branch). That memory is allocated after vLLM sized its KV cache from the budget,
+    so it comes on top of it; upstream's 1P3D example therefore runs its decodes at
+    --gpu-memory-utilization 0.7 with kv_buffer_size 8e9 on an 80 GB GPU and its prefills at
+    0.9 with 1e1 (docs/design/p2p_nccl_connector.md, "Run 1P3D")."""
+    if role == "prefill":
+        return P2P_PRODUCER_BUFFER
+    if dis.gpu_memory_gib is not None:
+        return int(dis.gpu_memory_gib * GIB * 0.1)
+    return P2P_DEFAULT_BUFFER
+
+
 def p2p_config(
     dis: Disaggregation, role: str, *, kv_port: int, http_port: int, proxy: tuple[str, int]
 ) -> dict[str, Any]:
-    if role == "prefill":
-        buffer: float = P2P_PRODUCER_BUFFER
-    elif dis.gpu_memory_gib is not None:
-        buffer = int(dis.gpu_memory_gib * GIB * 0.1)
-    else:
-        buffer = P2P_DEFAULT_BUFFER
+    buffer = p2p_buffer_bytes(dis, role)
     return {
         "kv_connector": "P2pNcclConnector", "kv_role": ROLES[role], "kv_buffer_size": buffer,
         "kv_port": kv_port,

@@ -125,3 +125,37 @@ def test_from_log_reads_which_sampler_the_engine_profiled(capsys, tmp_path: Path
         else:  # the log matches what pdctl assumes for 0.10 (the vllm-openai image)
             assert abs(terms["KV cache memory"]["errorPct"]) < 1, terms
     assert activation["native"] > 2 * activation["fi"]
+
+
+def test_an_unreadable_log_is_refused_before_the_plan_is_printed(tmp_path: Path) -> None:
+    spec = written(tmp_path / "s.yaml", SPEC)
+    code, out, err = run_cli(["plan", str(spec), "--from-log", str(tmp_path / "nope.log")])
+    assert code == 2 and out == "" and "--from-log: cannot read" in err
+
+
+MISTRAL_LOG = Path(__file__).resolve().parents[1] / "fixtures/vllm/h200-0.23/mistral-7b-u0.6.log"
+QWEN3 = serve_spec("Qwen/Qwen3-8B", 4096, tail="hardware: {gpu: H200}\n",
+                   serve="replicas: 1, tensorParallel: 1, gpuMemoryUtilization: 0.6")
+
+
+def test_a_log_of_another_model_is_named_and_not_scored(tmp_path: Path) -> None:
+    spec = written(tmp_path / "s.yaml", QWEN3)
+    out, _ = cli(["plan", str(spec), "--from-log", str(MISTRAL_LOG)])
+    flat = " ".join(out.split("predicted vs the log")[0].split()[-40:])
+    assert "note: the log is of another model (/root/models/mistral-7b) than the plan's " \
+           "(Qwen/Qwen3-8B)" in flat
+    assert "%" not in out.split("predicted vs the log")[1].split("predicted under")[0]
+    data = json.loads(cli(["plan", str(spec), "-o", "json", "--from-log", str(MISTRAL_LOG)])[0])
+    log = data["fromLog"]
+    assert log["otherModel"] is True
+    assert log["conditions"][0] == "model: plan Qwen/Qwen3-8B, log /root/models/mistral-7b"
+    assert all(t["errorPct"] is None for t in log["terms"])
+
+
+def test_a_local_path_of_the_same_model_is_the_same_model() -> None:
+    from pdctl.capacity.fromlog import other_model
+
+    assert other_model("Qwen/Qwen3-8B", "/models/Qwen3-8B") is False
+    assert other_model("mistralai/Mistral-7B-Instruct-v0.3", "/root/models/mistral-7b") is False
+    assert other_model("Qwen/Qwen3-8B", "/root/models/mistral-7b") is True
+    assert other_model("Qwen/Qwen3-8B", None) is None

@@ -102,6 +102,7 @@ def test_top_plans_the_packing_on_the_spec_gpu_else_the_one_the_telemetry_names(
     assert _packed(path, plan, []) == {}  # no GPU known: no invented prediction
     doc = yaml.safe_load(Path(path).read_text())
     doc["decode"]["share"]["gpuType"] = "H100-SXM"
+    doc["decode"]["share"]["gpuTotalMib"] = 81559  # an H100's (an H200's total contradicts it)
     Path(path).write_text(yaml.safe_dump(doc))
     plan, _ = load(path, None, None)
     h100 = _packed(path, plan, [GpuLoad("gpu-a", 0, "NVIDIA H200")])
