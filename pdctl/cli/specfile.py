@@ -143,7 +143,7 @@ def warn(spec_file: str, plan: Plan, strict: bool, source: Source) -> tuple[list
     if strict and (cautions or warnings):
         what = []
         if warnings:
-            what.append("a role does not fit on its GPU or a model pdctl could not check")
+            what.append("a role does not fit on its GPU, or pdctl could not check the model or GPU")
         if cautions:
             what.append("a network setting may not work where it runs")
         typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)

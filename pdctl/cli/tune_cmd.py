@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from pdctl import inputs
-from pdctl.bench.report import spec_hash
+from pdctl.bench.report import spec_match
 from pdctl.bench.tune import tune as review
 from pdctl.cli import term
 from pdctl.cli.options import check_output, output_option
@@ -50,16 +50,15 @@ def tune(
             write.write_text(text)
         except OSError as exc:
             raise UsageError(f"--write {write}: {exc.strerror}") from None
-    stale = report.get("specHash") != spec_hash(loaded)
-    result["specMatchesReport"] = not stale
+    matches, why = spec_match(report, loaded)
+    result["specMatchesReport"] = matches
     if output == "json":
         typer.echo(json.dumps(result, indent=2))
         return
 
     console = term.console()
-    if stale:
-        console.print("[yellow]note[/]: the report was measured on another spec "
-                      f"(hash {report.get('specHash')}); proposals start from SPEC as it is",
+    if not matches:
+        console.print(f"[yellow]note[/]: {why}; proposals start from SPEC as it is",
                       highlight=False)
     if result["cpu"]:
         console.print(result["cpu"], highlight=False, markup=False)

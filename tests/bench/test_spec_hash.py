@@ -31,3 +31,20 @@ def test_reports_match_by_their_own_kind_of_hash() -> None:
     assert spec_match({"specHash": legacy_spec_hash(spec)}, spec) == (True, "")
     ok, note = spec_match({"specHash": "a28da9f6c0a6c458"}, spec)  # the saved H200 report
     assert not ok and "predates" in note and "another spec" not in note
+
+
+def test_tune_says_an_older_report_predates_the_hash_not_that_its_spec_differs() -> None:
+    """`pdctl tune` on the committed H200 report and the spec it was measured on."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pdctl.cli.app import app
+
+    report = SPEC.parent / "bench.json"
+    ran = CliRunner().invoke(app, ["tune", str(SPEC), "--from", str(report)])
+    assert ran.exit_code == 0, ran.output
+    text = " ".join(ran.output.split())
+    assert "predates pdctl's spec hash" in text and "another spec" not in text
+    ran = CliRunner().invoke(app, ["tune", str(SPEC), "--from", str(report), "-o", "json"])
+    assert json.loads(ran.stdout)["specMatchesReport"] is False
