@@ -268,7 +268,7 @@ def capacity_warnings(spec: Any, spec_file: str) -> list[str]:
     try:
         device, origin = spec_gpu(spec)
     except SpecError as exc:  # a GPU pdctl does not know, and no memory: no fit was checked
-        return [f"{spec_file}: warning: {SpecError(exc.message, path=exc.path, fix=exc.fix)}"]
+        return [f"{spec_file}: warning: {exc}"]  # spec_gpu names the field, not the file
     if origin == ASSUMED:
         return []
     try:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from pdctl.capacity import profile, quant
+from pdctl.capacity.gpus import GIB
 from pdctl.capacity.hybrid import HybridLayout
 from pdctl.capacity.models import ModelConfig
 
@@ -266,7 +267,9 @@ class InstanceMemory:
     used_counted: bool = False  # the engine took `used` as its own (V1 0.8.x; profile.py)
     free_checked: bool = False  # the engine refuses when total - used < budget
     lora: int = 0  # of `weights`: the LoRA buffers vLLM reserves (capacity/lora.py)
-    refused: str = ""  # why vLLM refuses the checkpoint on this GPU (capacity/quant.py)
+    # why vLLM refuses to start the role: its checkpoint on this GPU (capacity/quant.py), or
+    # its batch limits (report.scheduler_refusal)
+    refused: str = ""
     # bytes a KV connector holds on the GPU outside the budget: P2pNcclConnector's
     # kv_buffer_size (pdctl.plan.kv.p2p_buffer_bytes), allocated after vLLM sized its KV cache
     beside: int = 0
@@ -375,19 +378,18 @@ def beside_notes(role: str, mem: InstanceMemory, path: str) -> tuple[str, ...]:
     `path`: the spec field of the role's --gpu-memory-utilization."""
     if not mem.beside_short:
         return ()
-    gib = 1024**3
     top = beside_util(mem.total, mem.beside, 1.0)
     lower = f"lower {path} to {top:.2f} or less" if top > 0 else "use a larger GPU"
-    room = (mem.total - mem.budget) / gib  # what the buffer may take at this util
+    room = (mem.total - mem.budget) / GIB  # what the buffer may take at this util
     fix = f"{lower}, or set disaggregation.gpuMemoryGib"
     if room * 10 >= 1:
         fix += f" to {math.floor(room * 10):g} or less (kv_buffer_size is 10% of it)"
     else:
         fix += " (kv_buffer_size is 10% of it)"
     return (
-        f"{role}: P2pNcclConnector's kv_buffer_size ({mem.beside / gib:.2f} GiB) is GPU "
-        f"memory outside --gpu-memory-utilization: {mem.util:.2f} x {mem.total / gib:.2f} GiB "
-        f"+ {mem.beside / gib:.2f} GiB > {mem.total / gib:.2f} GiB, so the engine runs out of "
+        f"{role}: P2pNcclConnector's kv_buffer_size ({mem.beside / GIB:.2f} GiB) is GPU "
+        f"memory outside --gpu-memory-utilization: {mem.util:.2f} x {mem.total / GIB:.2f} GiB "
+        f"+ {mem.beside / GIB:.2f} GiB > {mem.total / GIB:.2f} GiB, so the engine runs out of "
         f"memory once received KV fills the buffer; {fix}",
     )
 
@@ -401,7 +403,7 @@ def used_memory_notes(role: str, mem: InstanceMemory, engine: str) -> tuple[str,
     """What other processes' memory on the GPU does to this role under its engine version."""
     if mem.used <= 0:
         return ()
-    used = f"{mem.used / 1024**3:.2f} GiB"
+    used = f"{mem.used / GIB:.2f} GiB"
     if mem.used_counted:
         return (
             f"{role}: the GPU already has {used} in use by other processes; vLLM {engine} "

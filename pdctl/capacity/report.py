@@ -185,7 +185,7 @@ def role_plan(
     # of a whole GPU, so there vLLM's default first.
     first = util if share is None else DEFAULT_UTIL
     top = beside_util(gpu.usable_bytes, beside, MAX_UTIL)
-    if beside and mem.beside_short:
+    if mem.beside_short:
         first = min(first, top)
     smallest = smallest_fit_at(
         model, gpu.usable_bytes, shape, (first, top) if first < top else (first,),
@@ -207,7 +207,7 @@ def role_plan(
         smallest=smallest[0] if smallest else None, smallest_util=smallest[1] if smallest else None,
         alternatives=(
             ()
-            if mem.fits or mem.fits_budget or scheduler  # beside_notes says what fixes the buffer
+            if mem.fits_budget or scheduler  # beside_notes says what fixes the buffer
             else alternatives(
                 model, total, shape, util, gpus_per_node=gpus_per_node, max_tp=max_tp,
                 max_pp=max_pp, used=mem.used, min_len=traffic.context,
