@@ -409,6 +409,14 @@ def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts
     return res
 
 
+# Prefill and decode share GPU 0 here, and start together: vLLM 0.23 sizes its KV cache from the
+# device's free memory (torch.cuda.mem_get_info) across its profiling window, so each engine counts
+# the other's weights as its own and, on an 80 GiB H100 at util 0.42, both fail with "No available
+# memory for the cache blocks". A fixed KV size (--kv-cache-memory-bytes, 8 GiB) takes the
+# profile's guess out; on separate GPUs, as in a real deployment, the race cannot happen.
+SHARED_GPU_ARGS = ["--load-format", "dummy", "--kv-cache-memory-bytes", str(8 << 30)]
+
+
 def phase2(out: Path, args: argparse.Namespace) -> dict:
     """P/D on one GPU (NIXL, or Mooncake over TCP with --connector mooncake): prefill on 'host'
     a, decode on 'host' b, both GPU 0 of this machine (two loopback addresses of one sshd),
@@ -422,9 +430,9 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
         **header("g2" if args.connector == "nixl" else f"g2{args.connector}", 2),
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
         "prefill": {"replicas": 1, "hosts": ["h200a"], "gpuMemoryUtilization": 0.42,
-                    "extraArgs": ["--load-format", "dummy"]},
+                    "extraArgs": SHARED_GPU_ARGS},
         "decode": {"replicas": 1, "hosts": ["h200b"], "gpuMemoryUtilization": 0.42,
-                   "extraArgs": ["--load-format", "dummy"]},
+                   "extraArgs": SHARED_GPU_ARGS},
         "disaggregation": connector,
         "router": {"venv": VENV, "port": 8300, "metricsPort": 8301},
     }
