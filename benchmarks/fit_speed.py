@@ -2,9 +2,12 @@
 recordings, freeze them into pdctl/data/speed/<gpu>-vllm<version>.json, and evaluate once on
 the held-out cells (issue 35).
 
-usage: python benchmarks/fit_speed.py RECORDINGS_DIR [--gpu H200 --engine 0.23.0] [--write]
+usage: python benchmarks/fit_speed.py RECORDINGS_DIR... [--gpu H200 --engine 0.23.0]
+       [--fix CONSTANT=VALUE ...] [--write]
 
-RECORDINGS_DIR holds one <model>.json per model (tests/gpu/speed.py, drive.py speed). Cells
+Each RECORDINGS_DIR holds one <model>.json per model (tests/gpu/speed.py: drive.py speed's
+closed-loop cells, drive.py rates' open-loop ones). `--fix` holds a constant at a value set
+from other evidence instead of fitting it (see docs/performance.md for the one that is). Cells
 marked held_out (sha256 of the cell key % 3 == 0, the rule committed before the data) are not
 seen by the fit. The fit minimises the squared log ratio predicted / measured of TTFT p50,
 TPOT p50 and output throughput over the other cells (scipy.optimize.least_squares, a dev
@@ -115,13 +118,16 @@ def table(cells, cal) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("recordings", type=Path)
+    ap.add_argument("recordings", type=Path, nargs="+")
+    ap.add_argument("--fix", nargs="*", default=[], metavar="CONSTANT=VALUE")
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--engine", default="0.23.0")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--free", nargs="*", default=list(CONSTANTS))
     args = ap.parse_args()
-    cells = [c for c in load(args.recordings) if c.gpu == args.gpu and c.engine == args.engine]
+    fixed = {k: float(v) for k, v in (a.split("=", 1) for a in args.fix)}
+    cells = [c for folder in args.recordings for c in load(folder)
+             if c.gpu == args.gpu and c.engine == args.engine]
     below = [c for c in cells if c.below_bound]
     train = [c for c in cells if not c.held_out and not c.below_bound]
     test = [c for c in cells if c.held_out and not c.below_bound]
@@ -130,10 +136,10 @@ def main() -> None:
               ", ".join(c.key for c in below))
     from pdctl.capacity.gpus import GPUS
 
-    start = calibration_for(GPUS[args.gpu], args.engine)  # extrapolated where none is its own
+    start = replace(calibration_for(GPUS[args.gpu], args.engine), **fixed)  # nearest GPU's
     print(f"{len(cells)} cells: {len(train)} fitted, {len(test)} held out")
     print("start, fitted cells:", {k: round(v, 1) for k, v in mape(errors(train, start)).items()})
-    cal = fit(train, start, args.free)
+    cal = fit(train, start, [k for k in args.free if k not in fixed])
     fitted = mape(errors(train, cal))
     held = mape(errors(test, cal)) if test else {}
     print("constants:", {k: float(f"{getattr(cal, k):.4g}") for k in CONSTANTS})
@@ -148,7 +154,9 @@ def main() -> None:
             "provenance": {
                 "fitted": datetime.date.today().isoformat(),
                 "script": "benchmarks/fit_speed.py",
-                "recordings": sorted(p.name for p in args.recordings.glob("*.json")),
+                "recordings": sorted(str(p.relative_to(ROOT)) for folder in args.recordings
+                                     for p in folder.resolve().glob("*.json")),
+                "fixed": fixed,
                 "cells_fitted": [c.key for c in train],
                 "cells_held_out": [c.key for c in test],
                 "cells_below_bound": [c.key for c in below],

@@ -9,6 +9,8 @@ predicted then, not what a calibration fitted afterwards would say.
 
     python benchmarks/predict_rates.py > tests/fixtures/gpu/rate-predictions-h100.json
     python benchmarks/predict_rates.py --check tests/fixtures/gpu/vllm023-h100-c/rates/*.json
+    python benchmarks/predict_rates.py --set fresh \
+        > tests/fixtures/gpu/rate-predictions/2026-12-06/h100-fresh.json
 
 `--gpu H200` predicts the same cells on a GPU the model has no calibration of and no recording
 from: the H100 calibration is carried over by `calibration_for` (nearest GPU, marked
@@ -44,7 +46,7 @@ def seed_of(key: str) -> int:
     return int(hashlib.sha256(key.split("#")[0].encode()).hexdigest()[:8], 16)
 
 
-def rate_doc(model: str, gpu: str = GPU) -> dict:
+def rate_doc(model: str, gpu: str = GPU, cell_set: str = "main") -> dict:
     """The model's closed-loop recording with its cells replaced by the open-loop cells to come
     (their send times, nothing measured). On another GPU than the recording's, its KV tokens
     are the memory model's for that GPU."""
@@ -58,7 +60,7 @@ def rate_doc(model: str, gpu: str = GPU) -> dict:
         doc["units"] = {u: {**v, "kv_tokens": kv, "kv_from": "pdctl's memory model"}
                         for u, v in doc["units"].items()}
     cells = {}
-    for workload, pin, pout, rates in sp.RATE_WORKLOADS:
+    for workload, pin, pout, rates in sp.RATE_SETS[cell_set][0]:
         for rate in rates:
             key = sp.rate_key(model, workload, rate)
             times = sp.arrivals(rate, sp.RATE_SUBMIT_S, seed_of(key))
@@ -69,26 +71,29 @@ def rate_doc(model: str, gpu: str = GPU) -> dict:
     return {**doc, "cells": cells}
 
 
-def predictions(gpu: str = GPU) -> dict:
+def predictions(gpu: str = GPU, cell_set: str = "main") -> dict:
     cal = calibration_for(GPUS[gpu], ENGINE)
+    fresh = cell_set == "fresh"
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     out: dict = {"gpu": gpu, "engine": ENGINE, "calibration": cal.provenance.get("fitted"),
                  "calibration_gpu": cal.extrapolated_from or cal.gpu,
-                 "commit": commit, "held_out_rule": "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
+                 "commit": commit, "set": cell_set,
+                 "held_out_rule": "every cell: none is fitted on" if fresh
+                 else "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
                  "cells": {}}
     for model in MODELS:
-        doc = rate_doc(model, gpu)
+        doc = rate_doc(model, gpu, cell_set)
         out.setdefault("kv_tokens", {})[model] = next(iter(doc["units"].values()))["kv_tokens"]
         for cell in cells_of(doc, model_of(model)):
             p = predict(cell, cal)
             out["cells"][cell.key] = {
-                "requests": cell.load.requests, "held_out": sp.held_out(cell.key),
+                "requests": cell.load.requests, "held_out": fresh or sp.held_out(cell.key),
                 **{f: round(p[f], 3) for f, _ in FIGURES}}
     return out
 
 
-def check(paths: list[Path], predictions: Path | None) -> int:
+def check(paths: list[Path], predictions: Path | None, cell_set: str = "main") -> int:
     """Measured (a repeat `#2` against the same prediction) vs committed, per cell, and the
     MAPE over every recording given."""
     errs: dict[str, list[float]] = {f: [] for f, _ in FIGURES}
@@ -97,7 +102,7 @@ def check(paths: list[Path], predictions: Path | None) -> int:
     print("|---|" + "---|" * len(FIGURES))
     for path in paths:
         doc = json.loads(path.read_text())
-        committed = json.loads((predictions or default_predictions(doc)).read_text())
+        committed = json.loads((predictions or default_predictions(doc, cell_set)).read_text())
         compare(doc, committed, errs, held)
     for name, got in (("every cell", errs), ("held out", held)):
         print(f"MAPE, {name}: " + ", ".join(
@@ -124,10 +129,23 @@ def compare(doc: dict, committed: dict, errs: dict[str, list[float]],
         print(f"| {cell.key} | " + " | ".join(row) + " |")
 
 
-def default_predictions(recording: dict) -> Path:
-    """The committed predictions for the recording's GPU."""
-    gpu = recording["spec"]["hardware"]["gpu"]
-    return ROOT / f"tests/fixtures/gpu/rate-predictions-{gpu.split('-')[0].lower()}.json"
+FIXTURES = ROOT / "tests/fixtures/gpu"
+# one folder per calibration: <date fitted>/<gpu>-<set>.json, written before the cells ran
+BY_CALIBRATION = FIXTURES / "rate-predictions"
+
+
+def committed_files() -> list[Path]:
+    """Every committed predictions file: the first model's (rate-predictions-<gpu>.json, the
+    main cells) and each later calibration's, oldest first."""
+    return (sorted(FIXTURES.glob("rate-predictions-*.json"))
+            + sorted(BY_CALIBRATION.glob("*/*.json")))
+
+
+def default_predictions(recording: dict, cell_set: str = "main") -> Path:
+    """The newest committed predictions for the recording's GPU and cell set."""
+    gpu = recording["spec"]["hardware"]["gpu"].split("-")[0].lower()
+    newest = sorted(BY_CALIBRATION.glob(f"*/{gpu}-{cell_set}.json"))
+    return newest[-1] if newest else FIXTURES / f"rate-predictions-{gpu}.json"
 
 
 def main() -> int:
@@ -137,11 +155,14 @@ def main() -> int:
     ap.add_argument("--gpu", default=GPU, choices=sorted(GPUS),
                     help="the GPU to predict for (default: the recordings' own)")
     ap.add_argument("--predictions", type=Path,
-                    help="default: tests/fixtures/gpu/rate-predictions-<gpu>.json")
+                    help="default: the newest tests/fixtures/gpu/rate-predictions/*/<gpu>-<set>"
+                         ".json, else rate-predictions-<gpu>.json")
+    ap.add_argument("--set", default="main", choices=sorted(sp.RATE_SETS),
+                    help="the cells: main (RATE_WORKLOADS) or fresh (never fitted on)")
     args = ap.parse_args()
     if args.check:
-        return check(args.check, args.predictions)
-    print(json.dumps(predictions(args.gpu), indent=1))
+        return check(args.check, args.predictions, args.set)
+    print(json.dumps(predictions(args.gpu, args.set), indent=1))
     return 0
 
 

@@ -7,7 +7,12 @@ sequence, the rest of its prompt for a partly prefilled one, within the step's t
 `--max-num-batched-tokens`), then admits waiting requests in arrival order while the budget
 lasts and fewer than `--max-num-seqs` run, a prompt longer than what is left of the budget
 being prefilled in chunks over several steps (chunked prefill). A request emits its first token
-at the end of the step that computes the last of its prompt, then one token a step. Each step
+at the end of the step that computes the last of its prompt, then one token a step. With
+asynchronous scheduling (0.23's default: vllm/v1/engine/core.py, `step_with_batch_queue`) the
+scheduler plans the next step as soon as it launches one, so a busy engine admits a request
+only into the step planned after it arrived: the one after the step running when it came (at
+4 req/s of Qwen3-8B on an H100 the engine's own metrics put 11 ms between arrival and
+scheduling, with 8.7 ms steps). Each step
 takes pdctl.capacity.steptime's time for what it ran. The KV cache bounds admission: a request
 is admitted only while the running requests' whole lengths fit the engine's KV tokens (vLLM
 would preempt later; a plan that needs preemption is past its capacity anyway).
@@ -161,14 +166,17 @@ def simulate(
             if load.rate:
                 t += rng.expovariate(load.rate)
     sent = 0
-    waiting: list[_Req] = []  # arrived (after request_s), in order
-    pending: list[tuple[float, int, _Req]] = []  # (ready time, id, request) not yet arrived
+    waiting: list[_Req] = []  # taken in by the API server, in order
+    pending: list[tuple[float, int, _Req]] = []  # (ready time, id, request) not yet taken in
+    sending: list[tuple[float, int, _Req]] = []  # (sent time, id, request) not yet looked at
 
-    front_free = 0.0  # when the API server is done with the requests sent so far
+    # The API server is one event loop: it takes requests in (tokenizes them) and streams each
+    # step's tokens back, one piece of work after another in the order they reach it.
+    front_free = 0.0  # when it is done with the work that reached it so far
     front_s = cal.request_s + cal.prompt_token_s * load.prompt_tokens
 
     def send(at: float) -> None:
-        nonlocal sent, front_free
+        nonlocal sent
         if sent >= load.requests:
             return
         if load.submit_s is not None and sent >= (load.concurrency or 0) and at > load.submit_s:
@@ -177,8 +185,14 @@ def simulate(
         r = _Req(sent, at, load.prompt_tokens,
                  done_prompt=load.prompt_tokens if prefilled else max(0, cached))
         sent += 1
-        front_free = max(front_free, at) + front_s  # one request after another
-        heapq.heappush(pending, (front_free, r.id, r))
+        heapq.heappush(sending, (at, r.id, r))
+
+    def take_in(t: float) -> None:  # the API server takes in every request sent by `t`
+        nonlocal front_free
+        while sending and sending[0][0] <= t:
+            at, rid, r = heapq.heappop(sending)
+            front_free = max(front_free, at) + front_s
+            heapq.heappush(pending, (front_free, rid, r))
 
     if load.concurrency is not None:
         for _ in range(min(load.concurrency, load.requests)):
@@ -211,13 +225,20 @@ def simulate(
         held -= r.prompt + out
         _done(res, r, out)
         if load.concurrency is not None:
-            send(now)
+            send(at)
 
-    while pending or waiting or prefilling or decoding:
-        while pending and pending[0][0] <= now:
+    lag = engine.shape.async_scheduling
+    planned = 0.0  # when the step about to run was planned: the last step's start, if busy
+    while sending or pending or waiting or prefilling or decoding:
+        take_in(now)
+        while pending and pending[0][0] <= (planned if lag else now):
             waiting.append(heapq.heappop(pending)[2])
         if not (waiting or prefilling or decoding):
-            now = pending[0][0]
+            if not pending:
+                take_in(sending[0][0])
+            # idle: the scheduler wakes for the next request that reaches it
+            now = max(now, pending[0][0]) if lag and planned < now else pending[0][0]
+            planned = now
             continue
         budget = max_num_batched_tokens - len(decoding)
         chunks: list[tuple[int, int]] = []
@@ -241,32 +262,34 @@ def simulate(
             prefilling.append(r)
         res.max_running = max(res.max_running, running)
         if not chunks and not decoding and not finished_prefill:
-            now = pending[0][0] if pending else now  # nothing fits yet: wait for arrivals
+            if not pending and sending:
+                take_in(sending[0][0])
+            now = max(now, pending[0][0]) if pending else now  # nothing fits: wait for arrivals
+            planned = now
             continue
         dt = engine.step_s(len(decoding), ctx_sum, tuple(chunks)) if (chunks or decoding) else 0.0
+        planned = now
         now += dt
         if dt:
             res.steps.append((dt, len(decoding)))
-        # the API server streams this step's tokens back between the requests it takes in
+        # the API server streams this step's tokens back after the requests that reached it
+        # during the step: a client sees its tokens when that is done (the first round of a
+        # closed loop, measured on the H100, gets its first tokens together, after the whole
+        # round went in)
+        take_in(now)
         emitted = len(decoding) + len(finished_prefill)
         front_free = max(front_free, now) + emitted * cal.output_token_s
+        seen = front_free
         ctx_sum += len(decoding)
         # the decoding sequences emitted a token each; those at their last one end
         while finish and finish[0][0] <= step:
             _, rid = heapq.heappop(finish)
             ctx_sum -= decoding[rid].prompt + out
-            end(decoding.pop(rid), now)
-        # the client sees a first token once the API server is done taking in the requests
-        # that reached it before: its one event loop streams nothing while it tokenizes a
-        # burst (measured on the H100: a closed loop's first round gets its first tokens
-        # together, after the whole round went in)
-        intake = now
-        if finished_prefill:
-            intake = max((ready for ready, _, q in pending if q.arrival <= now), default=now)
+            end(decoding.pop(rid), seen)
         for r in finished_prefill:
             if r in prefilling:
                 prefilling.remove(r)
-            r.first = max(now, intake)
+            r.first = seen
             if out <= 1:
                 end(r, r.first)
                 continue
@@ -274,7 +297,7 @@ def simulate(
             ctx_sum += r.prompt + 1
             heapq.heappush(finish, (step + out - 1, r.id))
         step += 1
-    res.wall_s = now
+    res.wall_s = max(now, front_free)
     return res
 
 

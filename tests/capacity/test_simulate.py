@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def test_one_request_alone_waits_its_prefill_then_one_step_a_token():
     e = engine()
     r = simulate(e, Load(1000, 11, 1, concurrency=1), 8192, 256)
     prefill = e.step_s(0, 0, ((1000, 0),))
-    assert r.ttft_s[0] == pytest.approx(e.cal.request_s + 1000 * e.cal.prompt_token_s + prefill)
+    # the API server takes it in, the step runs, the API server streams its one token back
+    front = e.cal.request_s + 1000 * e.cal.prompt_token_s
+    assert r.ttft_s[0] == pytest.approx(front + prefill + e.cal.output_token_s)
     # ten decode steps after the first token, context 1001 .. 1010
     steps = sum(e.step_s(1, 1000 + i) for i in range(1, 11))
     assert r.e2e_s[0] - r.ttft_s[0] == pytest.approx(steps)
@@ -106,6 +109,49 @@ def test_recorded_arrival_times_are_replayed_as_given():
     b, s = (simulate(e, x, 8192, 256) for x in (burst, spread))
     assert max(b.ttft_s) > 10 * max(s.ttft_s)
     assert s.wall_s == pytest.approx(19.5 + max(s.e2e_s), rel=0.05)  # the last sent at 19.5 s
+
+
+def test_a_request_reaching_a_busy_engine_waits_for_the_step_after_next():
+    """Asynchronous scheduling (0.23's default) plans step N+1 when step N starts: a request
+    arriving mid-step misses the step already planned. Without it, it joins the next step."""
+    cal = dict(request_s=0.0, prompt_token_s=0.0, output_token_s=0.0)
+    e = engine(**cal)
+    step = e.step_s(1, 2000)
+    # one request decoding 512 tokens from t=0; the second arrives a third into a decode step
+    first_token = e.step_s(0, 0, ((2000, 0),))
+    at = first_token + 10 * step + step / 3
+    load = Load(2000, 512, 2, rate=1.0, arrivals=(0.0, at))
+    lagged = simulate(e, load, 8192, 256)
+    eager = simulate(
+        engine_for(e.model, H200, replace(e.shape, async_scheduling=False), cal=e.cal),
+        load, 8192, 256)
+    own = e.step_s(1, 2011, ((2000, 0),))  # its prefill beside the other's decode
+    assert eager.ttft_s[1] == pytest.approx(2 / 3 * step + own, rel=0.02)
+    assert lagged.ttft_s[1] == pytest.approx(2 / 3 * step + step + own, rel=0.02)
+    # an idle engine takes it at once either way
+    alone = Load(2000, 8, 1, concurrency=1)
+    assert simulate(e, alone, 8192, 256).ttft_s == simulate(
+        engine_for(e.model, H200, replace(e.shape, async_scheduling=False), cal=e.cal),
+        alone, 8192, 256).ttft_s
+
+
+def test_the_api_server_streams_tokens_and_takes_requests_in_one_after_another():
+    """One event loop: each step's tokens cost it output_token_s apiece, and a request's first
+    token reaches its client only after the whole step's are out. Past what it can stream,
+    it and not the GPU sets the pace of every token."""
+    quick = engine(output_token_s=1e-6)
+    slow = engine(output_token_s=2e-4)
+    load = Load(256, 128, 64, concurrency=64)
+    fast_r, slow_r = (simulate(x, load, 8192, 256) for x in (quick, slow))
+    step = quick.step_s(64, 64 * 320)
+    assert 64 * 2e-4 > step  # 12.8 ms of streaming per step: more than the step itself
+    assert statistics.median(fast_r.tpot_s) < 0.7 * 64 * 2e-4  # the GPU's pace
+    assert statistics.median(slow_r.tpot_s) == pytest.approx(64 * 2e-4, rel=0.1)
+    # open loop, below its limit: a lone prefill's first token waits for the step's others
+    busy = Load(256, 512, 40, rate=8.0, seed=1)
+    t_quick, t_slow = (statistics.median(simulate(x, busy, 8192, 256).ttft_s)
+                       for x in (quick, slow))
+    assert t_slow - t_quick > 5 * 2e-4
 
 
 def test_a_decode_instance_of_pd_gets_its_requests_prefilled():

@@ -719,7 +719,10 @@ def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float
                                    submit_s=args.submit_s)
             cell["engine_metrics"] = sp.delta(before, sp.scrape(get(metrics)))
             # a repeat shares its first run's side of the split (the same arrivals and prompts)
-            cell["workload"], cell["held_out"] = wname, sp.held_out(key.split("#")[0])
+            # (the fresh cells are all held out: no fit ever sees them)
+            cell["workload"] = wname
+            cell["held_out"] = getattr(args, "set", "main") == "fresh" or sp.held_out(
+                key.split("#")[0])
             doc["cells"][key] = cell
             log(f"{label} {key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
                 f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
@@ -758,14 +761,16 @@ def speed(out: Path, args: argparse.Namespace) -> dict:
 
 def rates(out: Path, args: argparse.Namespace) -> dict:
     """Issue 35: each model (--only, default Qwen3-8B and Mistral-7B) up with `pdctl up`, the
-    open-loop cells of tests/gpu/speed.py RATE_WORKLOADS, each run RATE_REPEATS times in a
-    row (run with --submit-s 30), down."""
+    open-loop cells of tests/gpu/speed.py RATE_SETS[--set] (RATE_WORKLOADS, each run
+    RATE_REPEATS times in a row, or the never-fitted FRESH_RATE_WORKLOADS once), run with
+    --submit-s 30, down."""
     from tests.gpu import speed as sp
 
-    res: dict = {"gpu": sp.gpu_name()}
+    res: dict = {"gpu": sp.gpu_name(), "set": args.set}
     deadline = time.time() + args.budget_s
-    order = [(w, pin, pout, 0, rate, k + 1) for w, pin, pout, rs in sp.RATE_WORKLOADS
-             for rate in rs for k in range(sp.RATE_REPEATS)]
+    workloads, repeats = sp.RATE_SETS[args.set]
+    order = [(w, pin, pout, 0, rate, k + 1) for w, pin, pout, rs in workloads
+             for rate in rs for k in range(repeats)]
     for name in args.only or ["qwen3-8b", "mistral-7b"]:
         if time.time() + 150 > deadline:
             res[name] = {"skipped": "out of this call's time"}
@@ -807,6 +812,7 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=500)
     p.add_argument("--submit-s", type=float, default=25.0)  # speed: a cell's sending time
     p.add_argument("--only", nargs="*")
+    p.add_argument("--set", choices=["main", "fresh"], default="main")  # rates: which cells
     p.add_argument("--max-concurrency", type=int, default=0)  # speed: skip larger cells
     p.add_argument("--connector", choices=["nixl", "mooncake"], default="nixl")  # phase2
     p.add_argument("--restarts", action="store_true")  # phase2: kill -9 EngineCore, repair

@@ -54,6 +54,16 @@ RATE_WORKLOADS = (
 )
 RATE_SUBMIT_S = 30.0
 RATE_REPEATS = 2
+# Cells the speed model has never seen, added on 2026-12-06 after its asynchronous-scheduling
+# and API-server terms went in: their predictions (benchmarks/predict_rates.py --set fresh) are
+# committed before the GPU runs them, and none of them is ever fitted on. One run each (the
+# repeats above agree within 2%).
+FRESH_RATE_WORKLOADS = (
+    ("decode", 256, 1024, (6.0,)),
+    ("prefill", 4096, 128, (3.0,)),
+    ("mixed", 1024, 256, (6.0, 12.0)),
+)
+RATE_SETS = {"main": (RATE_WORKLOADS, RATE_REPEATS), "fresh": (FRESH_RATE_WORKLOADS, 1)}
 SWEEP_MODEL = "qwen3-8b"
 SWEEP_CONFIGS: dict[str, tuple[list[str], float]] = {
     "base": ([], 0.9),
