@@ -1,8 +1,9 @@
 """The speed model replayed against real vLLM 0.23.0 runs on an H100 (issue 35): the GPU
 harness's speed recordings (tests/fixtures/gpu/vllm023-h100/speed, five models x two workloads x
-up to four closed-loop concurrencies, dummy weights, prefix cache off) against the calibration
-pdctl ships (pdctl/data/speed/h100-sxm-vllm0.23.0.json, fitted by benchmarks/fit_speed.py on the
-cells the committed rule did not hold out)."""
+up to four closed-loop concurrencies; tests/fixtures/gpu/vllm023-h100-c/rates, two models x two
+workloads x two Poisson rates, each run twice; dummy weights, prefix cache off) against the
+calibration pdctl ships (pdctl/data/speed/h100-sxm-vllm0.23.0.json, fitted by
+benchmarks/fit_speed.py on the cells the committed rule did not hold out)."""
 
 from __future__ import annotations
 
@@ -19,23 +20,29 @@ from pdctl.capacity.steptime import calibration_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "tests/fixtures/gpu/vllm023-h100/speed"
-# MAPE % bounds: the frozen fit (docs/performance.md) plus a point of slack
-FITTED = {"ttft": 14.0, "tpot": 8.0, "throughput": 9.5}
-HELD_OUT = {"ttft": 15.0, "tpot": 14.0, "throughput": 13.0}
+RATES = ROOT / "tests/fixtures/gpu/vllm023-h100-c/rates"
+# MAPE % bounds: the frozen fit (docs/performance.md: 11.7 / 6.6 / 6.6 fitted, 7.7 / 6.8 / 4.2
+# held out) plus a point of slack
+FITTED = {"ttft": 12.7, "tpot": 7.6, "throughput": 7.6}
+HELD_OUT = {"ttft": 8.7, "tpot": 7.8, "throughput": 5.2}
 # the constants pdctl shipped before any measurement (an initial guess for the H200)
 GUESS = {"fixed_s": 0.0015, "layer_s": 2e-05, "token_s": 1e-06, "request_s": 0.005,
          "prompt_token_s": 1e-06, "output_token_s": 1e-05, "weights_bw": 0.77, "kv_bw": 0.6,
          "linear_flops": 0.6, "attn_flops": 0.4, "overlap_k": 4.0}
 
 
-@pytest.fixture(scope="module")
-def cells():
+def _cells(folder: Path) -> list:
     out = []
-    for path in sorted(RECORDINGS.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         doc = json.loads(path.read_text())
         cfg = json.loads((ROOT / "tests/gpu/models" / doc["model"] / "config.json").read_text())
         out += cells_of(doc, model_config(doc["model"], cfg))
     return out
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return _cells(RECORDINGS) + _cells(RATES)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +61,7 @@ def within(found: dict[str, float], bound: dict[str, float]) -> bool:
 
 def test_the_recordings_are_what_the_calibration_says_it_was_fitted_on(cells, cal):
     fit, held = split(cells)
-    assert len(cells) == 38 and len({c.model.name for c in cells}) == 5
+    assert len(cells) == 38 + 16 and len({c.model.name for c in cells}) == 5
     assert cal.provenance["cells_fitted"] == [c.key for c in fit]
     assert cal.provenance["cells_held_out"] == [c.key for c in held]
     assert all(c.gpu == "H100-SXM" and c.engine == "0.23.0" for c in cells)
@@ -95,35 +102,31 @@ def test_decode_step_time_of_the_dense_models_is_within_ten_percent(cells, cal):
 SECOND = ROOT / "tests/fixtures/gpu/vllm023-h100-b"
 # The frozen model on recordings it never saw: Mistral-7B and Qwen3-8B run again on another
 # H100 machine the day after the fit (docs/performance.md), MAPE % plus a point of slack
-SECOND_MACHINE = {"ttft": 16.0, "tpot": 8.6, "throughput": 5.4}
+SECOND_MACHINE = {"ttft": 14.0, "tpot": 4.2, "throughput": 3.0}
 
 
 def _second(folder: str) -> list:
-    out = []
-    for path in sorted((SECOND / folder).glob("*.json")):
-        doc = json.loads(path.read_text())
-        cfg = json.loads((ROOT / "tests/gpu/models" / doc["model"] / "config.json").read_text())
-        out += cells_of(doc, model_config(doc["model"], cfg))
-    return out
+    return _cells(SECOND / folder)
 
 
 def test_the_frozen_model_on_a_second_machine_it_was_not_fitted_on(cal):
-    """Sixteen cells, none seen by the fit (TTFT 15.0%, TPOT 7.6%, throughput 4.4%): TPOT and
+    """Sixteen closed-loop cells no fit used (TTFT 13.0%, TPOT 3.2%, throughput 2.0%): TPOT and
     throughput meet the 10% goal, TTFT does not (the closed loop's bursts: see the docs)."""
     second = _second("speed")
     assert len(second) == 16 and not any(c.below_bound for c in second)
-    assert cal.provenance["fitted"] < "2026-12-06"  # fitted before these ran
+    assert not any(p.startswith("tests/fixtures/gpu/vllm023-h100-b")
+                   for p in cal.provenance["recordings"])
     found = mape(errors(second, cal))
     assert within(found, SECOND_MACHINE) and found["ttft"] > 10, found
 
 
 def test_enforce_eager_pays_a_launch_cost_per_layer_and_step(cal):
-    """The second sweep's --enforce-eager cells, on the machine that measured them: within 3%
-    with the eager term, 21% (TPOT) and 26% (throughput) off without it."""
+    """The second sweep's --enforce-eager cells, on the machine that measured them: within 7%
+    with the eager term, 22-26% (TPOT) and 24-28% (throughput) off without it."""
     eager = [c for c in _second("sweep") if c.enforce_eager]
-    assert len(eager) == 2 and cal.eager_layer_s == pytest.approx(1e-4)
+    assert len(eager) == 2 and cal.eager_layer_s == pytest.approx(1.1e-4)
     with_term = errors(eager, cal)
     without = errors(eager, replace(cal, eager_layer_s=0.0))
     for c in eager:
-        assert abs(with_term[c.key]["tpot"]) < 0.03 and abs(with_term[c.key]["throughput"]) < 0.03
-        assert without[c.key]["tpot"] < -0.12 and without[c.key]["throughput"] > 0.17
+        assert abs(with_term[c.key]["tpot"]) < 0.07 and abs(with_term[c.key]["throughput"]) < 0.06
+        assert without[c.key]["tpot"] < -0.2 and without[c.key]["throughput"] > 0.2

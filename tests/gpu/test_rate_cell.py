@@ -78,28 +78,58 @@ def test_an_open_loop_cell_sends_at_its_times_and_reads_back_as_a_rate_load(serv
     assert sp.rate_key("qwen3-8b", "decode", 20.0, 2) == "qwen3-8b/decode/r20#2"
 
 
-@pytest.mark.parametrize("gpu", ["H100-SXM", "H200"])
-def test_the_committed_predictions_are_for_the_cells_the_harness_will_send(gpu):
-    """benchmarks/predict_rates.py wrote the frozen model's figures for the open-loop cells
-    before any ran (tests/fixtures/gpu/rate-predictions-{h100,h200}.json): they hold only while
-    the harness sends those cells (keys, seeds, Poisson times) as it did when they were written,
-    and the script still predicts what was committed."""
+def _committed() -> list:
     from benchmarks import predict_rates as pr
 
-    path = pr.default_predictions({"spec": {"hardware": {"gpu": gpu}}})
+    return pr.committed_files()
+
+
+@pytest.mark.parametrize("path", _committed(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_committed_predictions_are_for_the_cells_the_harness_will_send(path):
+    """benchmarks/predict_rates.py wrote each model's figures for the open-loop cells before
+    they ran (tests/fixtures/gpu/rate-predictions-{h100,h200}.json, the first model's;
+    rate-predictions/<date>/<gpu>-<set>.json, each later calibration's): they hold only while
+    the harness sends those cells (keys, seeds, Poisson times, the held-out side) as it did
+    when they were written. The current calibration's files are still what the script
+    predicts; an older model's stay as they were committed, the record of what it said."""
+    from benchmarks import predict_rates as pr
+    from pdctl.capacity.gpus import GPUS
+    from pdctl.capacity.steptime import calibration_for
+
     committed = json.loads(path.read_text())
-    assert committed["gpu"] == gpu and committed.get("calibration_gpu", gpu) in (gpu, "H100-SXM")
+    gpu, cell_set = committed["gpu"], committed.get("set", "main")
+    assert committed.get("calibration_gpu", gpu) in (gpu, "H100-SXM")
+    assert path.parent.name in (committed["calibration"], "gpu")  # filed under its calibration
+    workloads = sp.RATE_SETS[cell_set][0]
     sent = {}
     for model in pr.MODELS:
-        for key, cell in pr.rate_doc(model, gpu)["cells"].items():
-            sent[key] = (len(cell["raw"]), sp.held_out(key))
+        for key, cell in pr.rate_doc(model, gpu, cell_set)["cells"].items():
+            sent[key] = (len(cell["raw"]), cell_set == "fresh" or sp.held_out(key))
             # drive.py gives a repeat its first run's seed, so `#2` sends the same times
             again = sp.rate_key(model, key.split("/")[1], cell["rate"], 2)
             assert pr.seed_of(again) == pr.seed_of(key)
     assert sent == {k: (c["requests"], c["held_out"]) for k, c in committed["cells"].items()}
-    assert len(sent) == 2 * sum(len(w[3]) for w in sp.RATE_WORKLOADS)
+    assert len(sent) == 2 * sum(len(w[3]) for w in workloads)
     assert all(c["ttft"] > 0 and c["tpot"] > 0 for c in committed["cells"].values())
-    assert pr.predictions(gpu)["cells"] == committed["cells"]
+    current = calibration_for(GPUS[gpu], pr.ENGINE).provenance["fitted"]
+    if committed["calibration"] == current:
+        assert pr.predictions(gpu, cell_set)["cells"] == committed["cells"]
+    else:
+        assert committed["calibration"] < current
+
+
+def test_fresh_cells_were_never_fitted_on():
+    """The fresh cells' keys appear in no calibration's fitted cells: they judge the model."""
+    from pdctl.capacity.steptime import calibrations
+
+    fresh = {sp.rate_key(m, w, r) for m in ("qwen3-8b", "mistral-7b")
+             for w, _, _, rates in sp.FRESH_RATE_WORKLOADS for r in rates}
+    main = {sp.rate_key(m, w, r) for m in ("qwen3-8b", "mistral-7b")
+            for w, _, _, rates in sp.RATE_WORKLOADS for r in rates}
+    assert len(fresh) == 8 and not fresh & main
+    for cal in calibrations():
+        fitted = {k.split("#")[0] for k in cal.provenance.get("cells_fitted", [])}
+        assert not fresh & fitted, cal.gpu
 
 
 def test_the_rate_recordings_give_the_figures_docs_quote(capsys):
