@@ -41,6 +41,7 @@ BOUNDS = {
     "request_s": (1e-4, 0.2, True),
     "prompt_token_s": (1e-8, 1e-4, True),
     "output_token_s": (1e-7, 1e-3, True),
+    "output_step_s": (1e-6, 0.02, True),
     "weights_bw": (0.3, 1.0, False),
     "kv_bw": (0.2, 1.0, False),
     "linear_flops": (0.2, 1.0, False),
@@ -66,7 +67,8 @@ def model_of(name: str):
 
 
 def to_x(cal: Calibration, free: list[str]) -> list[float]:
-    return [math.log(getattr(cal, k)) if BOUNDS[k][2] else getattr(cal, k) for k in free]
+    return [math.log(max(getattr(cal, k), BOUNDS[k][0])) if BOUNDS[k][2] else getattr(cal, k)
+            for k in free]
 
 
 def from_x(cal: Calibration, free: list[str], x) -> Calibration:

@@ -278,7 +278,8 @@ def simulate(
         # round went in)
         take_in(now)
         emitted = len(decoding) + len(finished_prefill)
-        front_free = max(front_free, now) + emitted * cal.output_token_s
+        if emitted:
+            front_free = max(front_free, now) + cal.output_step_s + emitted * cal.output_token_s
         seen = front_free
         ctx_sum += len(decoding)
         # the decoding sequences emitted a token each; those at their last one end

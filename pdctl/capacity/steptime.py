@@ -51,6 +51,7 @@ CONSTANTS = (
     "request_s",
     "prompt_token_s",
     "output_token_s",
+    "output_step_s",
     "weights_bw",
     "kv_bw",
     "linear_flops",
@@ -76,6 +77,9 @@ class Calibration:
     linear_flops: float  # share of the dense BF16 peak the linear layers reach
     attn_flops: float  # share of the peak prefill attention reaches
     overlap_k: float = 4.0
+    # the API server's time for each step's outputs, whatever their number (one message from
+    # the engine core, one pass of its output handler); 0 in calibrations made before it
+    output_step_s: float = 0.0
     eager_layer_s: float = 0.0  # per layer and step without CUDA graphs (not fit_speed's)
     provenance: dict = field(default_factory=dict, compare=False, hash=False)
     extrapolated_from: str | None = None  # "H200": this GPU had no calibration of its own
@@ -107,7 +111,8 @@ def calibrations() -> tuple[Calibration, ...]:
         if not entry.name.endswith(".json"):
             continue
         doc = json.loads(entry.read_text())
-        values: dict[str, Any] = {k: float(doc["constants"][k]) for k in CONSTANTS}
+        values: dict[str, Any] = {
+            k: float(doc["constants"][k]) for k in CONSTANTS if k in doc["constants"]}
         found.append(
             Calibration(
                 gpu=doc["gpu"], engine=doc["engine"], provenance=doc.get("provenance", {}),
