@@ -44,6 +44,7 @@ class Cell:
     below_bound: bool = False
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
+    async_scheduling: bool = True  # vLLM 0.23's default; --no-async-scheduling turns it off
 
 
 def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
@@ -87,7 +88,7 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
         out.append(
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
                  measured, bool(c.get("held_out")), below, shape.kv_cache_dtype,
-                 shape.enforce_eager)
+                 shape.enforce_eager, "--no-async-scheduling" not in args)
         )
     return out
 
@@ -125,7 +126,8 @@ def _below_bound(cell: dict[str, Any], model: ModelConfig, shape: Shape, gpu: st
 def predict(cell: Cell, cal: Calibration) -> dict[str, float]:
     """The simulator's figures for one cell under `cal`."""
     shape = Shape(gpu=cell.gpu, engine=cell.engine, max_model_len=cell.max_model_len,
-                  kv_cache_dtype=cell.kv_cache_dtype, enforce_eager=cell.enforce_eager)
+                  kv_cache_dtype=cell.kv_cache_dtype, enforce_eager=cell.enforce_eager,
+                  async_scheduling=cell.async_scheduling)
     engine = engine_for(cell.model, GPUS[cell.gpu], shape, cal=cal)
     s = simulate(engine, cell.load, cell.batched_tokens, cell.seqs, cell.kv_tokens).summary()
     return {
