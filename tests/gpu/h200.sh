@@ -5,6 +5,7 @@
 #   bash tests/gpu/h200.sh setup-bundle          # tests/gpu/bundle.sh's folders: pdctl up --bundle
 #                                                # installs vLLM; sshd, models, HAMi-core as setup
 #   bash tests/gpu/h200.sh setup                 # pack.sh's parts: vLLM + deps unpacked by hand
+#   bash tests/gpu/h200.sh wheels                # pack_wheels.sh's pieces: pip install --no-deps
 #   bash tests/gpu/h200.sh run SCENARIO [ARGS]   # python3 tests/gpu/drive.py SCENARIO ...
 # Results go under $OUT (one .tgz per step, as the device tool brings back at most 8 files).
 set -uo pipefail
@@ -67,6 +68,17 @@ setup() {
   sshd_start
   hami
   say "setup took $((SECONDS - t0)) s"
+}
+
+wheels() {  # pack_wheels.sh's pieces (Mooncake, vllm-router), joined, checked, installed
+  say "wheels"
+  cd "$HOME" || exit 1
+  cat "$STASH"/wheels.tar.* >wheels.tar
+  if ! sha256sum -c "$STASH/WHEELS.SHA256SUM"; then say "bad wheels"; exit 1; fi
+  tar xf wheels.tar && rm -f wheels.tar
+  python3 -m pip install -q --no-index --no-deps "$HOME"/wheels/*.whl || { say "wheels failed"; exit 1; }
+  python3 -m pip list 2>/dev/null | grep -i -E "mooncake|router"
+  cd "$ROOT" || exit 1
 }
 
 models() {  # the models' config.json, each with a tokenizer as large as its vocabulary
@@ -205,6 +217,7 @@ case $step in
   setup) setup 2>&1 | tee "$RES/setup.out" ;;
   setup-bundle) setup_bundle 2>&1 | tee "$RES/setup-bundle.out" ;;
   sshd) sshd_start ;;
+  wheels) wheels ;;
   run) run "$@" ;;
   pack) pack "$@" ;;
   dists) python3 -I -c "$LIST" | sort >"$OUT/image-dists.txt"; wc -l "$OUT/image-dists.txt" ;;
