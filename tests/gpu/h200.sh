@@ -104,7 +104,7 @@ setup_bundle() {  # tests/gpu/bundle.sh's folders, stashed: vLLM comes from pdct
   local t0=$SECONDS b=$STASH/bundle spec=$RES/bundle-spec.yaml rc
   local k=(--known-hosts /root/.ssh/pdctl_gpu_known_hosts)
   cd "$ROOT" || exit 1
-  # What the image has, before anything goes in: pin more in tests/gpu/image-packages.txt next time.
+  # What the image has, before anything goes in (tests/gpu/image-packages.txt pins this list).
   python3 -I -c "$LIST" | sort >"$RES/image-dists.txt"
   say "pdctl's own dependencies ($(find "$STASH/pdctl-wheels" -name "*.whl" | wc -l) wheels, --no-deps)"
   python3 -m pip install -q --no-index --no-deps "$STASH"/pdctl-wheels/*.whl || { say "pdctl deps failed"; exit 1; }

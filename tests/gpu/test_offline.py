@@ -1,7 +1,7 @@
 """tests/gpu/offline.py, which makes the GPU harness's bundle (tests/gpu/bundle.sh) with pdctl's
 own offline feature: the recording it writes from tests/gpu/image-packages.txt is read by
-`pdctl bundle --facts --skip-installed` as a real one is (torch 2.11.0+cu130 and the CUDA wheels
-its wheel pins are left out; vLLM, NIXL and what the image's list names without a version
+`pdctl bundle --facts --skip-installed` as a real one is (torch 2.11.0 and the CUDA wheels at
+the image's versions are left out; vLLM, NIXL and what the image has at another version
 stay), and the layout puts every file in exactly one device call of at most the limit."""
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ CUBLAS = "nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl"
 TRITON = "triton-3.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
 KEPT = ("vllm-0.23.0-cp38-abi3-manylinux_2_31_x86_64.whl", "nixl-1.5.1-py3-none-any.whl",
         "nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl",
-        "numpy-2.3.5-cp312-cp312-manylinux_2_27_x86_64.whl",  # the image's, version unknown
+        "numpy-2.3.5-cp312-cp312-manylinux_2_27_x86_64.whl",  # the image has 2.5.2
         "nvidia_cudnn_frontend-1.16.0-cp312-cp312-manylinux_2_28_x86_64.whl",  # not the image's
         "nvidia_npp-13.0.1.2-py3-none-manylinux_2_27_x86_64.whl",  # an extra torch does not ask
         "nvidia_cufft-12.0.0.60-py3-none-manylinux_2_27_x86_64.whl")  # not the version pinned
+# (the image has cuFFT 12.0.0.61, which meets the pin: with the image's versions it goes)
 
 
 def wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> Path:
@@ -68,9 +69,9 @@ def plan_of(tmp_path: Path):
 def test_the_image_recording_leaves_torch_and_its_cuda_wheels_out(closure, tmp_path):
     rec = tmp_path / "rec"
     listed = offline.facts(HERE / "image-packages.txt", closure, rec)
-    # only versions known: the list's pins, and those torch's wheel pins with == for Linux
-    assert sorted(listed) == ["cuda-toolkit", "nvidia-cublas", "torch", "torchvision",
-                              "triton"], listed
+    # every package of the image, pinned from its own list (h200.sh dists, 2026-12-06)
+    assert len(listed) == 197 and {"torch", "numpy", "cuda-toolkit", "nvidia-cublas",
+                                   "triton", "torchvision"} <= set(listed)
     plan = plan_of(tmp_path)
     found = needs(plan)
     assert [(n.what, n.pips, n.hosts) for n in found] == [
@@ -79,25 +80,52 @@ def test_the_image_recording_leaves_torch_and_its_cuda_wheels_out(closure, tmp_p
     assert recorded(rec, plan) == ("3.12", "manylinux_2_39_x86_64")
     have = installed(rec, plan, found)
     assert have["h200a"][0] == "/opt/torch/.venv"
-    assert have["h200b"][1]["torch"] == "2.11.0+cu130" and "numpy" not in have["h200b"][1]
+    assert have["h200b"][1]["torch"] == "2.11.0" and have["h200b"][1]["numpy"] == "2.5.2"
 
+    names = {n.split("-")[0].replace("_", "-") for n in (TORCH, TOOLKIT, CUBLAS, TRITON, *KEPT)}
+    skipped = skip_installed(closure, {found[0]: names, found[1]: {"idna"}}, have,
+                             *recorded(rec, plan))
+    # cuFFT: the image's 12.0.0.61 meets the closure's pin on it (12.0.0.61.*), so pip keeps it
+    # and the 12.0.0.60 wheel goes; numpy stays: the image's 2.5.2 is not the closure's 2.3.5,
+    # and no requirement in the closure says 2.5.2 will do
+    assert [s.dist for s in skipped] == ["cuda-toolkit==13.0.2", "nvidia-cublas==13.1.0.3",
+                                         "nvidia-cufft==12.0.0.60", "torch==2.11.0",
+                                         "triton==3.6.0"]
+    assert dict(skipped[3].hosts) == {"h200a": "/opt/torch/.venv",
+                                          "h200b": "/opt/torch/.venv"}
+    assert sorted(p.name for p in closure.iterdir()) == sorted(
+        k for k in KEPT if not k.startswith("nvidia_cufft"))
+
+
+def _names_only(tmp_path: Path, torch: str) -> Path:
+    """image-packages.txt with every version dropped but torch's `torch` line."""
+    lines = [ln.split("==")[0] for ln in (HERE / "image-packages.txt").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    image = tmp_path / "image.txt"
+    image.write_text("\n".join(torch if ln == "torch" else ln for ln in lines) + "\n")
+    return image
+
+
+def test_a_names_only_list_learns_versions_from_torchs_wheel_pins(closure, tmp_path):
+    """Where only torch's version is known (its local build tag included), the versions its
+    wheel pins with == for Linux, through the extras it asks for, are the image's too."""
+    rec = tmp_path / "rec"
+    listed = offline.facts(_names_only(tmp_path, "torch==2.11.0+cu130"), closure, rec)
+    assert sorted(listed) == ["cuda-toolkit", "nvidia-cublas", "torch", "triton"], listed
+    plan = plan_of(tmp_path)
+    found = needs(plan)
+    have = installed(rec, plan, found)
+    assert have["h200b"][1]["torch"] == "2.11.0+cu130" and "numpy" not in have["h200b"][1]
     names = {n.split("-")[0].replace("_", "-") for n in (TORCH, TOOLKIT, CUBLAS, TRITON, *KEPT)}
     skipped = skip_installed(closure, {found[0]: names, found[1]: {"idna"}}, have,
                              *recorded(rec, plan))
     # torch's wheel (2.11.0) is the image's 2.11.0+cu130: pip takes that for torch==2.11.0
     assert [s.dist for s in skipped] == ["cuda-toolkit==13.0.2", "nvidia-cublas==13.1.0.3",
                                          "torch==2.11.0", "triton==3.6.0"]
-    assert dict(skipped[2].hosts) == {"h200a": "/opt/torch/.venv",
-                                          "h200b": "/opt/torch/.venv"}
-    assert sorted(p.name for p in closure.iterdir()) == sorted(KEPT)
 
 
-def test_a_list_without_the_torch_pin_leaves_nothing_out(closure, tmp_path):
-    image = tmp_path / "image.txt"
-    image.write_text((HERE / "image-packages.txt").read_text().replace("torch==2.11.0+cu130",
-                                                                       "torch"))
-    assert "torchvision" in offline.facts(image, closure, tmp_path / "rec")
-    assert "torch" not in offline.facts(image, closure, tmp_path / "rec")
+def test_a_names_only_list_without_the_torch_pin_leaves_nothing_out(closure, tmp_path):
+    assert offline.facts(_names_only(tmp_path, "torch"), closure, tmp_path / "rec") == []
 
 
 def test_the_layout_puts_each_file_in_one_call_of_at_most_the_limit(tmp_path):
@@ -129,3 +157,13 @@ def test_a_wildcard_pin_matches_its_release_and_what_follows_it():
     assert offline.matches("13.1.0.3", "13.1.0.3.*") and offline.matches("13.1.0.3.1", "13.1.0.3.*")
     assert not offline.matches("13.1.0.30", "13.1.0.3.*") and offline.matches("2.1", "2.1")
     assert not offline.matches("2.1.1", "2.1")
+
+
+def test_the_image_list_is_the_recorded_image():
+    """image-packages.txt pins what `h200.sh dists` recorded on the GPU machine, name for name
+    and version for version."""
+    root = HERE.parents[1]
+    dists = (root / "tests/fixtures/gpu/vllm023-h100-c/image-dists.txt").read_text()
+    recorded_image = {offline.canon(n): v for _, n, v in (ln.split() for ln in dists.splitlines()
+                                                          if ln.startswith("dist "))}
+    assert offline.image_list(HERE / "image-packages.txt") == recorded_image
