@@ -109,6 +109,10 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
         max_num_batched_tokens=getattr(section, "max_num_batched_tokens", None),
         enforce_eager=getattr(section, "enforce_eager", False), engine=engine,
         lora=lora_shape(spec.model, None), speculative=getattr(section, "speculative", None),
+        # vLLM 0.23's default; the role's or the engine's extra args may turn it off
+        async_scheduling="--no-async-scheduling" not in (
+            *(getattr(section, "extra_args", ()) or ()),
+            *(getattr(getattr(spec, "engine", None), "extra_args", ()) or ())),
     )
 
 

@@ -171,3 +171,19 @@ def test_moe_reads_more_experts_as_the_batch_grows_and_mla_reads_its_latent():
     assert dense_growth < moe.step_s(64, 64 * 300) / moe.step_s(1, 300)
     mla = engine("deepseek-v2-lite")
     assert mla.kv_bytes < dense.kv_bytes
+
+
+def test_a_spec_that_turns_async_scheduling_off_is_modelled_without_the_wait():
+    from pdctl.capacity import spec_shape
+    from pdctl.spec import load_text
+
+    base = (Path(__file__).resolve().parents[1] / "fixtures/speed/search-qwen3-8b.yaml")
+    text = base.read_text()
+    spec = load_text(text, "spec.yaml")[0]
+    assert spec_shape(spec, "serve").async_scheduling
+    role = text + "serve: {extraArgs: [--no-async-scheduling]}\n"
+    engine = text.replace('engine: {version: "0.23.0"}',
+                          'engine: {version: "0.23.0", extraArgs: [--no-async-scheduling]}')
+    assert engine != text
+    for off in (role, engine):
+        assert not spec_shape(load_text(off, "spec.yaml")[0], "serve").async_scheduling
