@@ -32,6 +32,7 @@ def main() -> None:
             "prompt_tokens": prompt, "output_tokens": b["completion_tokens"] // b["ok"],
             "requests": b["ok"], "completed": b["ok"], "wall_s": b["wall_s"],
             "output_tok_s": b["tok_s"], "ttft_ms": None, "tpot_ms": None,
+            "stream": False,  # tests/gpu/drive.py batch(): plain /v1/completions, one answer
             "held_out": held_out(key),
         }
     bench = json.loads((FIX / "bench/bench.json").read_text())

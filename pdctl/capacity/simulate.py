@@ -52,6 +52,9 @@ class Load:
     cached_tokens: int = 0  # prompt tokens each request finds in the prefix cache
     # the arrival times (s) a recording sent its requests at, replayed instead of a Poisson draw
     arrivals: tuple[float, ...] | None = None
+    # streamed responses (`"stream": true`, as `vllm bench serve` sends): the API server writes
+    # every token as it comes; without, it answers once at the end and streams nothing
+    stream: bool = True
 
     @property
     def label(self) -> str:
@@ -278,9 +281,9 @@ def simulate(
         # round went in)
         take_in(now)
         emitted = len(decoding) + len(finished_prefill)
-        if emitted:
+        if emitted and load.stream:
             front_free = max(front_free, now) + cal.output_step_s + emitted * cal.output_token_s
-        seen = front_free
+        seen = max(front_free, now)
         ctx_sum += len(decoding)
         # the decoding sequences emitted a token each; those at their last one end
         while finish and finish[0][0] <= step:

@@ -78,6 +78,7 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
             cached_tokens=int(c.get("cached_tokens", 0)),
             # an open-loop cell replays the times its requests were really sent
             arrivals=tuple(sorted(r[0] for r in c["raw"])[warm:]) if c.get("rate") else None,
+            stream=bool(c.get("stream", True)),
         )
         below = _below_bound(c, model, shape, gpu)
         measured = {

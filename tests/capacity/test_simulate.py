@@ -187,3 +187,15 @@ def test_a_spec_that_turns_async_scheduling_off_is_modelled_without_the_wait():
     assert engine != text
     for off in (role, engine):
         assert not spec_shape(load_text(off, "spec.yaml")[0], "serve").async_scheduling
+
+
+def test_unstreamed_requests_cost_the_api_server_no_streaming():
+    """A plain /v1/completions request is answered once at the end: the per-token streaming
+    cost that slows a streamed batch past what the API server can write does not apply."""
+    e = engine(output_token_s=2e-4)
+    streamed = simulate(e, Load(256, 128, 128, concurrency=128), 8192, 256).summary()
+    plain = simulate(e, Load(256, 128, 128, concurrency=128, stream=False), 8192, 256).summary()
+    assert plain["outputThroughput"] > 1.5 * streamed["outputThroughput"]
+    assert plain["outputThroughput"] == pytest.approx(
+        simulate(engine(output_token_s=0.0), Load(256, 128, 128, concurrency=128), 8192,
+                 256).summary()["outputThroughput"], rel=0.01)
