@@ -122,6 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("recordings", type=Path, nargs="+")
     ap.add_argument("--fix", nargs="*", default=[], metavar="CONSTANT=VALUE")
+    ap.add_argument("--note", help="how the fixed constants were set, kept in the provenance")
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--engine", default="0.23.0")
     ap.add_argument("--write", action="store_true")
@@ -154,11 +155,13 @@ def main() -> None:
             "engine": args.engine,
             "constants": {k: float(f"{getattr(cal, k):.5g}") for k in CONSTANTS},
             "provenance": {
-                "fitted": datetime.date.today().isoformat(),
+                # to the minute: two fits of one day file their predictions apart
+                "fitted": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M"),
                 "script": "benchmarks/fit_speed.py",
                 "recordings": sorted(str(p.relative_to(ROOT)) for folder in args.recordings
                                      for p in folder.resolve().glob("*.json")),
                 "fixed": fixed,
+                **({"note": args.note} if args.note else {}),
                 "cells_fitted": [c.key for c in train],
                 "cells_held_out": [c.key for c in test],
                 "cells_below_bound": [c.key for c in below],

@@ -9,8 +9,9 @@ predicted then, not what a calibration fitted afterwards would say.
 
     python benchmarks/predict_rates.py > tests/fixtures/gpu/rate-predictions-h100.json
     python benchmarks/predict_rates.py --check tests/fixtures/gpu/vllm023-h100-c/rates/*.json
-    python benchmarks/predict_rates.py --set fresh \
-        > tests/fixtures/gpu/rate-predictions/2026-12-06/h100-fresh.json
+    python benchmarks/predict_rates.py --set fresh --write   # rate-predictions/<calibration>/
+    python benchmarks/predict_rates.py --set fresh --check REC/*.json \
+        --predictions tests/fixtures/gpu/rate-predictions/2026-12-06/h100-fresh.json
 
 `--gpu H200` predicts the same cells on a GPU the model has no calibration of and no recording
 from: the H100 calibration is carried over by `calibration_for` (nearest GPU, marked
@@ -76,9 +77,13 @@ def predictions(gpu: str = GPU, cell_set: str = "main") -> dict:
     fresh = cell_set == "fresh"
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    # the model's code or constants changed since that commit: its hash would not say which
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "pdctl",
+                            "benchmarks", "tests/gpu"], capture_output=True,
+                           text=True).stdout.strip()
     out: dict = {"gpu": gpu, "engine": ENGINE, "calibration": cal.provenance.get("fitted"),
                  "calibration_gpu": cal.extrapolated_from or cal.gpu,
-                 "commit": commit, "set": cell_set,
+                 "commit": commit + ("+changes" if dirty else ""), "set": cell_set,
                  "held_out_rule": "every cell: none is fitted on" if fresh
                  else "sha256(key) % 3 == 0 (tests/gpu/speed.py)",
                  "cells": {}}
@@ -93,6 +98,21 @@ def predictions(gpu: str = GPU, cell_set: str = "main") -> dict:
     return out
 
 
+def write(doc: dict) -> Path:
+    """The predictions into rate-predictions/<calibration>/<gpu>-<set>.json, never over a
+    committed file (SHA256SUMS beside them pins each one)."""
+    gpu = doc["gpu"].split("-")[0].lower()
+    path = BY_CALIBRATION / doc["calibration"].replace(":", "") / f"{gpu}-{doc['set']}.json"
+    if path.exists():
+        raise SystemExit(f"{path} exists: predictions are written once, before the cells run "
+                         "(refit first: a new calibration gets a new folder)")
+    if doc["commit"].endswith("+changes"):
+        raise SystemExit("commit the model first: the predictions name the commit that made them")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
 def check(paths: list[Path], predictions: Path | None, cell_set: str = "main") -> int:
     """Measured (a repeat `#2` against the same prediction) vs committed, per cell, and the
     MAPE over every recording given."""
@@ -102,8 +122,9 @@ def check(paths: list[Path], predictions: Path | None, cell_set: str = "main") -
     print("|---|" + "---|" * len(FIGURES))
     for path in paths:
         doc = json.loads(path.read_text())
-        committed = json.loads((predictions or default_predictions(doc, cell_set)).read_text())
-        compare(doc, committed, errs, held)
+        source = predictions or default_predictions(doc, cell_set)
+        print(f"<!-- {path.name} against {source.relative_to(ROOT)} -->")
+        compare(doc, json.loads(source.read_text()), errs, held)
     for name, got in (("every cell", errs), ("held out", held)):
         print(f"MAPE, {name}: " + ", ".join(
             f"{f} {100 * sum(v) / len(v):.1f}% ({len(v)})" for f, v in got.items() if v))
@@ -159,10 +180,16 @@ def main() -> int:
                          ".json, else rate-predictions-<gpu>.json")
     ap.add_argument("--set", default="main", choices=sorted(sp.RATE_SETS),
                     help="the cells: main (RATE_WORKLOADS) or fresh (never fitted on)")
+    ap.add_argument("--write", action="store_true",
+                    help="write rate-predictions/<calibration>/<gpu>-<set>.json (never over one)")
     args = ap.parse_args()
     if args.check:
         return check(args.check, args.predictions, args.set)
-    print(json.dumps(predictions(args.gpu, args.set), indent=1))
+    doc = predictions(args.gpu, args.set)
+    if args.write:
+        print(f"wrote {write(doc).relative_to(ROOT)}")
+    else:
+        print(json.dumps(doc, indent=1))
     return 0
 
 

@@ -94,7 +94,7 @@ def spec_model_config(model: Model, hf_config: dict[str, Any] | None = None) -> 
 def spec_shape(spec: Spec, role: str = "serve") -> Shape:
     """The Shape of one role of the spec: `serve` (phases 0/1), `prefill` or `decode`."""
     from pdctl.capacity.fit import Shape
-    from pdctl.capacity.profile import PINNED
+    from pdctl.capacity.profile import PINNED, async_scheduling
 
     # a missing section (None) gives every getattr its default
     section: Any = {"serve": spec.serve, "prefill": spec.prefill, "decode": spec.decode}[role]
@@ -109,10 +109,9 @@ def spec_shape(spec: Spec, role: str = "serve") -> Shape:
         max_num_batched_tokens=getattr(section, "max_num_batched_tokens", None),
         enforce_eager=getattr(section, "enforce_eager", False), engine=engine,
         lora=lora_shape(spec.model, None), speculative=getattr(section, "speculative", None),
-        # vLLM 0.23's default; the role's or the engine's extra args may turn it off
-        async_scheduling="--no-async-scheduling" not in (
+        async_scheduling=async_scheduling(engine, getattr(section, "pipeline_parallel", 1), (
             *(getattr(section, "extra_args", ()) or ()),
-            *(getattr(getattr(spec, "engine", None), "extra_args", ()) or ())),
+            *(getattr(getattr(spec, "engine", None), "extra_args", ()) or ()))),
     )
 
 

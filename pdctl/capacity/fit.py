@@ -53,8 +53,8 @@ class Shape:
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU's memory size
     max_num_batched_tokens: int | None = None  # None: the same
     enforce_eager: bool = False
-    # the scheduler plans step N+1 while step N runs (vLLM 0.23's default; --no-async-scheduling
-    # turns it off): a request that arrives mid-step waits for the step after next
+    # the scheduler plans step N+1 while step N runs (profile.async_scheduling: vLLM 0.23's
+    # default at PP 1): a request that arrives mid-step waits for the step after next
     async_scheduling: bool = True
     gpu: str = ""  # the GPU model's name: vLLM's defaults and the interconnect depend on it
     engine: str = PINNED  # the vLLM version: the profiler's behaviour changed across versions

@@ -293,6 +293,20 @@ def graphs_counted(engine: str | None, model: ModelConfig | None = None) -> bool
 IN_FLIGHT_BATCHES_FROM = (0, 24)
 
 
+# vLLM 0.23.0 schedules asynchronously unless told not to ("Asynchronous scheduling is enabled"
+# in every H100 engine log of tests/fixtures/gpu/vllm023-h100*); the release that made it the
+# default was not located, so earlier versions are taken as off unless `--async-scheduling`
+# asks. With pipeline parallelism the batch queue holds PP batches instead (modelled as off).
+ASYNC_SCHEDULING_FROM = (0, 23)
+
+
+def async_scheduling(engine: str | None, pp: int, args: tuple[str, ...] | list[str]) -> bool:
+    """Whether an engine plans its next step while one runs (pdctl.capacity.simulate)."""
+    if "--no-async-scheduling" in args or pp > 1:
+        return False
+    return "--async-scheduling" in args or version(engine) >= ASYNC_SCHEDULING_FROM
+
+
 def in_flight_batches(engine: str | None, pp: int) -> int:
     """Batches of max_num_batched_tokens a sliding-window layer keeps beyond its window."""
     if version(engine) < IN_FLIGHT_BATCHES_FROM:

@@ -10,9 +10,10 @@ being prefilled in chunks over several steps (chunked prefill). A request emits 
 at the end of the step that computes the last of its prompt, then one token a step. With
 asynchronous scheduling (0.23's default: vllm/v1/engine/core.py, `step_with_batch_queue`) the
 scheduler plans the next step as soon as it launches one, so a busy engine admits a request
-only into the step planned after it arrived: the one after the step running when it came (at
-4 req/s of Qwen3-8B on an H100 the engine's own metrics put 11 ms between arrival and
-scheduling, with 8.7 ms steps). Each step
+only into the step planned after it arrived: one that comes during step N joins step N+2, N+1
+having been planned when N started; an idle engine takes it at once (at 4 req/s of Qwen3-8B
+on an H100 the engine's own metrics put 11 ms between arrival and scheduling, with 8.7 ms
+steps). Each step
 takes pdctl.capacity.steptime's time for what it ran. The KV cache bounds admission: a request
 is admitted only while the running requests' whole lengths fit the engine's KV tokens (vLLM
 would preempt later; a plan that needs preemption is past its capacity anyway).
@@ -82,6 +83,8 @@ class Result:
     tpot_s: list[float] = field(default_factory=list)
     e2e_s: list[float] = field(default_factory=list)
     steps: list[tuple[float, int]] = field(default_factory=list)  # (duration, decodes)
+    # (gap since the last tokens reached their clients, sequences whose token it was): ITL
+    gaps: list[tuple[float, int]] = field(default_factory=list)
     wall_s: float = 0.0
     output_tokens: int = 0
     max_running: int = 0
@@ -93,7 +96,7 @@ class Result:
             "requests": done,
             "ttftMs": _pcts(self.ttft_s),
             "tpotMs": _pcts(self.tpot_s),
-            "itlMs": _weighted(self.steps),
+            "itlMs": _weighted(self.gaps),
             "e2elMs": _pcts(self.e2e_s),
             "requestThroughput": sig(done / self.wall_s) if self.wall_s else None,
             "outputThroughput": sig(self.output_tokens / self.wall_s) if self.wall_s else None,
@@ -128,8 +131,8 @@ def _pcts(xs: list[float]) -> dict[str, float | None]:
 
 
 def _weighted(steps: list[tuple[float, int]]) -> dict[str, float | None]:
-    """Percentiles of the gaps between tokens: each step's time, once per sequence it
-    decoded."""
+    """Percentiles of the gaps between tokens: each gap between two deliveries of a step's
+    tokens, once per sequence that got a token in both."""
     pairs = sorted((d, n) for d, n in steps if n > 0)
     total = sum(n for _, n in pairs)
     if not total:
@@ -154,7 +157,10 @@ def simulate(
     prefilled: bool = False,
 ) -> Result:
     """Run `load` on `engine`. `prefilled`: requests arrive with their KV already there (a P/D
-    decode instance): no prefill steps, the first token counts from their arrival."""
+    decode instance): no prefill steps; the first token still waits for the API server's
+    intake, a step and its streaming."""
+    if max_num_batched_tokens < 1 or max_num_seqs < 1:
+        raise ValueError("max_num_batched_tokens and max_num_seqs must be at least 1")
     cal = engine.cal
     out = load.output_tokens
     res = Result(load)
@@ -231,6 +237,7 @@ def simulate(
             send(at)
 
     lag = engine.shape.async_scheduling
+    last_seen = 0.0  # when the last step's tokens reached their clients
     planned = 0.0  # when the step about to run was planned: the last step's start, if busy
     while sending or pending or waiting or prefilling or decoding:
         take_in(now)
@@ -240,7 +247,7 @@ def simulate(
             if not pending:
                 take_in(sending[0][0])
             # idle: the scheduler wakes for the next request that reaches it
-            now = max(now, pending[0][0]) if lag and planned < now else pending[0][0]
+            now = max(now, pending[0][0])
             planned = now
             continue
         budget = max_num_batched_tokens - len(decoding)
@@ -284,6 +291,10 @@ def simulate(
         if emitted and load.stream:
             front_free = max(front_free, now) + cal.output_step_s + emitted * cal.output_token_s
         seen = max(front_free, now)
+        if decoding:
+            res.gaps.append((seen - last_seen, len(decoding)))
+        if emitted:
+            last_seen = seen
         ctx_sum += len(decoding)
         # the decoding sequences emitted a token each; those at their last one end
         while finish and finish[0][0] <= step:

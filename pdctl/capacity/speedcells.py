@@ -15,6 +15,7 @@ from typing import Any
 from pdctl.capacity.fit import Shape
 from pdctl.capacity.gpus import GPUS
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.profile import async_scheduling
 from pdctl.capacity.roofline import weights_read_per_step
 from pdctl.capacity.simulate import Load, simulate
 from pdctl.capacity.steptime import Calibration, engine_for
@@ -54,7 +55,9 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
     engine = spec.get("engine", {}).get("version", "0.23.0")
     kv = next((u.get("kv_tokens") for u in (doc.get("units") or {}).values()), None)
     eng = doc.get("engine") or {}
-    args = flag_values(spec.get("serve", {}).get("extraArgs") or [])
+    extra = [*(spec.get("serve", {}).get("extraArgs") or []),
+             *(spec.get("engine", {}).get("extraArgs") or [])]
+    args = flag_values(extra)
     shape = Shape(gpu=gpu, engine=engine, max_model_len=spec["model"].get("maxModelLen"),
                   kv_cache_dtype=args.get("--kv-cache-dtype", "auto"),
                   enforce_eager="--enforce-eager" in args)
@@ -89,7 +92,7 @@ def cells_of(doc: dict[str, Any], model: ModelConfig) -> list[Cell]:
         out.append(
             Cell(key, model, gpu, engine, shape.max_model_len or 0, kv, tokens, seqs, load,
                  measured, bool(c.get("held_out")), below, shape.kv_cache_dtype,
-                 shape.enforce_eager, "--no-async-scheduling" not in args)
+                 shape.enforce_eager, async_scheduling(engine, 1, extra))
         )
     return out
 

@@ -21,10 +21,10 @@ from pdctl.capacity.steptime import calibration_for
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "tests/fixtures/gpu/vllm023-h100/speed"
 RATES = ROOT / "tests/fixtures/gpu/vllm023-h100-c/rates"
-# MAPE % bounds: the frozen fit (docs/performance.md: 11.7 / 6.6 / 6.6 fitted, 7.7 / 6.8 / 4.2
+# MAPE % bounds: the frozen fit (docs/performance.md: 12.2 / 6.6 / 6.6 fitted, 7.3 / 6.6 / 4.0
 # held out) plus a point of slack
-FITTED = {"ttft": 12.7, "tpot": 7.6, "throughput": 7.6}
-HELD_OUT = {"ttft": 8.7, "tpot": 7.8, "throughput": 5.2}
+FITTED = {"ttft": 13.2, "tpot": 7.6, "throughput": 7.6}
+HELD_OUT = {"ttft": 8.3, "tpot": 7.6, "throughput": 5.0}
 # the constants pdctl shipped before any measurement (an initial guess for the H200)
 GUESS = {"fixed_s": 0.0015, "layer_s": 2e-05, "token_s": 1e-06, "request_s": 0.005,
          "prompt_token_s": 1e-06, "output_token_s": 1e-05, "weights_bw": 0.77, "kv_bw": 0.6,
@@ -102,7 +102,7 @@ def test_decode_step_time_of_the_dense_models_is_within_ten_percent(cells, cal):
 SECOND = ROOT / "tests/fixtures/gpu/vllm023-h100-b"
 # The frozen model on recordings it never saw: Mistral-7B and Qwen3-8B run again on another
 # H100 machine the day after the fit (docs/performance.md), MAPE % plus a point of slack
-SECOND_MACHINE = {"ttft": 14.0, "tpot": 4.2, "throughput": 3.0}
+SECOND_MACHINE = {"ttft": 14.3, "tpot": 3.8, "throughput": 2.7}
 
 
 def _second(folder: str) -> list:
@@ -110,7 +110,7 @@ def _second(folder: str) -> list:
 
 
 def test_the_frozen_model_on_a_second_machine_it_was_not_fitted_on(cal):
-    """Sixteen closed-loop cells no fit used (TTFT 13.0%, TPOT 3.2%, throughput 2.0%): TPOT and
+    """Sixteen closed-loop cells no fit used (TTFT 13.3%, TPOT 2.8%, throughput 1.7%): TPOT and
     throughput meet the 10% goal, TTFT does not (the closed loop's bursts: see the docs)."""
     second = _second("speed")
     assert len(second) == 16 and not any(c.below_bound for c in second)
@@ -133,9 +133,10 @@ def test_enforce_eager_pays_a_launch_cost_per_layer_and_step(cal):
 
 
 FRESH = ROOT / "tests/fixtures/gpu/vllm023-h100-d/rates"
-# MAPE % bounds on the fresh cells: what the model said before they ran (3.8 / 1.6 / 0.1) plus
-# a point of slack; the goal is 10
-FRESH_BOUND = {"ttft": 4.8, "tpot": 2.6, "throughput": 1.1}
+# MAPE % bounds on the fresh cells: the model replayed at the times the requests were really
+# sent (4.0 / 1.6 / 0.1; at the committed Poisson times 3.8 / 1.6 / 0.1) plus a point of slack;
+# the goal is 10
+FRESH_BOUND = {"ttft": 5.0, "tpot": 2.6, "throughput": 1.1}
 
 
 def test_cells_no_fit_ever_saw_are_within_ten_percent(cal):
@@ -158,5 +159,5 @@ def test_without_the_in_flight_step_and_the_api_servers_queue_they_are_not(cal):
     quiet = replace(cal, output_token_s=1e-6)
     both = mape(errors(fresh, cal))["ttft"]
     assert mape(errors(no_lag, cal))["ttft"] > 10
-    assert mape(errors(fresh, quiet))["ttft"] > both + 1.5
+    assert mape(errors(fresh, quiet))["ttft"] > both + 1.0
     assert mape(errors(no_lag, quiet))["ttft"] > 20

@@ -99,7 +99,8 @@ def test_the_committed_predictions_are_for_the_cells_the_harness_will_send(path)
     committed = json.loads(path.read_text())
     gpu, cell_set = committed["gpu"], committed.get("set", "main")
     assert committed.get("calibration_gpu", gpu) in (gpu, "H100-SXM")
-    assert path.parent.name in (committed["calibration"], "gpu")  # filed under its calibration
+    # filed under its calibration
+    assert path.parent.name in (committed["calibration"].replace(":", ""), "gpu")
     workloads = sp.RATE_SETS[cell_set][0]
     sent = {}
     for model in pr.MODELS:
@@ -156,3 +157,36 @@ def test_the_rate_recordings_give_the_figures_docs_quote(capsys):
                 first = cells[key.split("#")[0]]
                 assert abs(cell["ttft_ms"]["p50"] / first["ttft_ms"]["p50"] - 1) < 0.021
                 assert abs(cell["tpot_ms"]["p50"] / first["tpot_ms"]["p50"] - 1) < 0.015
+
+
+def test_committed_predictions_never_change():
+    """Each predictions file is written once, before its cells run: rate-predictions/SHA256SUMS
+    pins every one, so a later refit cannot rewrite what a model said (a new calibration files
+    its own under rate-predictions/<fitted>/, and predict_rates.py --write never overwrites)."""
+    import hashlib
+
+    from benchmarks import predict_rates as pr
+
+    sums = pr.BY_CALIBRATION / "SHA256SUMS"
+    pinned = {}
+    for line in sums.read_text().splitlines():
+        digest, name = line.split()
+        pinned[name] = digest
+    files = {p.relative_to(pr.FIXTURES).as_posix(): p for p in pr.committed_files()}
+    assert set(files) == set(pinned), "add the new file's sha256 to rate-predictions/SHA256SUMS"
+    for name, path in files.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == pinned[name], name
+
+
+def test_predictions_are_written_once(tmp_path, monkeypatch):
+    from benchmarks import predict_rates as pr
+
+    monkeypatch.setattr(pr, "BY_CALIBRATION", tmp_path)
+    doc = {"gpu": "H100-SXM", "set": "fresh", "calibration": "2026-12-07T10:15",
+           "commit": "abc", "cells": {}}
+    path = pr.write(doc)
+    assert path == tmp_path / "2026-12-07T1015" / "h100-fresh.json"
+    with pytest.raises(SystemExit, match="written once"):
+        pr.write(doc)
+    with pytest.raises(SystemExit, match="commit the model first"):
+        pr.write({**doc, "set": "main", "commit": "abc+changes"})
