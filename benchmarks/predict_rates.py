@@ -101,8 +101,8 @@ def predictions(gpu: str = GPU, cell_set: str = "main") -> dict:
 def write(doc: dict) -> Path:
     """The predictions into rate-predictions/<calibration>/<gpu>-<set>.json, never over a
     committed file (SHA256SUMS beside them pins each one)."""
-    gpu = doc["gpu"].split("-")[0].lower()
-    path = BY_CALIBRATION / doc["calibration"].replace(":", "") / f"{gpu}-{doc['set']}.json"
+    name = f"{gpu_key(doc['gpu'])}-{doc['set']}.json"
+    path = BY_CALIBRATION / doc["calibration"].replace(":", "") / name
     if path.exists():
         raise SystemExit(f"{path} exists: predictions are written once, before the cells run "
                          "(refit first: a new calibration gets a new folder)")
@@ -155,6 +155,11 @@ FIXTURES = ROOT / "tests/fixtures/gpu"
 BY_CALIBRATION = FIXTURES / "rate-predictions"
 
 
+def gpu_key(gpu: str) -> str:
+    """How a predictions file names its GPU: 'H100-SXM' -> 'h100'."""
+    return gpu.split("-")[0].lower()
+
+
 def committed_files() -> list[Path]:
     """Every committed predictions file: the first model's (rate-predictions-<gpu>.json, the
     main cells) and each later calibration's, oldest first."""
@@ -164,7 +169,7 @@ def committed_files() -> list[Path]:
 
 def default_predictions(recording: dict, cell_set: str = "main") -> Path:
     """The newest committed predictions for the recording's GPU and cell set."""
-    gpu = recording["spec"]["hardware"]["gpu"].split("-")[0].lower()
+    gpu = gpu_key(recording["spec"]["hardware"]["gpu"])
     newest = sorted(BY_CALIBRATION.glob(f"*/{gpu}-{cell_set}.json"))
     return newest[-1] if newest else FIXTURES / f"rate-predictions-{gpu}.json"
 

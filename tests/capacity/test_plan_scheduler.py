@@ -21,10 +21,15 @@ disaggregation: {{connector: nixl}}
 """
 
 
-def test_more_seqs_than_the_default_batched_tokens_does_not_start(tmp_path: Path) -> None:
-    spec = str(written(tmp_path / "s.yaml", SPEC.format(decode="maxNumSeqs: 9000")))
+def _refused(tmp_path: Path, decode: str) -> tuple[str, str]:
+    """(the spec's path, `plan`'s output flattened) for a decode section that plan refuses."""
+    spec = str(written(tmp_path / "s.yaml", SPEC.format(decode=decode)))
     out, _ = cli(["plan", spec], code=1)
-    flat = " ".join(out.split())
+    return spec, " ".join(out.split())
+
+
+def test_more_seqs_than_the_default_batched_tokens_does_not_start(tmp_path: Path) -> None:
+    spec, flat = _refused(tmp_path, "maxNumSeqs: 9000")
     assert "decode: vLLM would refuse to start it: max_num_batched_tokens (8,192) (vLLM's " \
            "default here) must be greater than or equal to max_num_seqs (9,000)" in flat
     assert "set decode.maxNumBatchedTokens to 9000 or more, or decode.maxNumSeqs to 8192" in flat
@@ -34,9 +39,7 @@ def test_more_seqs_than_the_default_batched_tokens_does_not_start(tmp_path: Path
 
 
 def test_fewer_batched_tokens_than_the_default_seqs_does_not_start(tmp_path: Path) -> None:
-    spec = str(written(tmp_path / "s.yaml", SPEC.format(decode="maxNumBatchedTokens: 512")))
-    out, _ = cli(["plan", spec], code=1)
-    flat = " ".join(out.split())
+    _, flat = _refused(tmp_path, "maxNumBatchedTokens: 512")
     assert "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs " \
            "(1,024) (vLLM's default here)" in flat
 

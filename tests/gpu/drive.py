@@ -721,8 +721,7 @@ def engine_cells(out: Path, name: str, label: str, extra: list[str], util: float
             # a repeat shares its first run's side of the split (the same arrivals and prompts)
             # (the fresh cells are all held out: no fit ever sees them)
             cell["workload"] = wname
-            cell["held_out"] = getattr(args, "set", "main") == "fresh" or sp.held_out(
-                key.split("#")[0])
+            cell["held_out"] = args.set == "fresh" or sp.held_out(key.split("#")[0])
             doc["cells"][key] = cell
             log(f"{label} {key}: ttft p50 {cell['ttft_ms']['p50']} tpot p50 "
                 f"{cell['tpot_ms']['p50']} out tok/s {cell['output_tok_s']} "
