@@ -447,44 +447,58 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
     t0 = time.time()
     up = pdctl(out, "up", "up", str(path), "--yes", "--timeout", "600", *k)
     res["up_exit"], res["up_s"] = up.returncode, round(time.time() - t0, 1)
-    if up.returncode == 0:
-        urls = re.findall(r"(http://\S+/v1)\s", up.stdout)
-        base = urls[0] if urls else "http://127.0.0.1:8300/v1"
-        res["endpoint"] = base
-        decode_port = 8200
-        before = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
-        prompts = [prompt_of(200, 10 + i) for i in range(4)]
-        answers = [complete(base, "qwen3-8b", p, 32) for p in prompts]
-        after = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
-        (out / "completions.json").write_text(json.dumps(answers, indent=1))
-        res["external_kv_tokens"] = [before, after]
-        res["request_ids"] = [a["id"] for a in answers]
-        res["pd_batch"] = batch(base, "qwen3-8b", 32, 64, 256)
-        log(f"phase 2: external tokens {before} -> {after}; batch {res['pd_batch']['tok_s']}")
-        for port, role in ((8100, "prefill"), (decode_port, "decode")):
-            (out / f"metrics-{role}.txt").write_text(get(f"http://127.0.0.1:{port}/metrics"))
-        load = threading.Thread(target=batch, args=(base, "qwen3-8b", 16, 64, 256))
-        load.start()
-        pdctl(out, "top", "top", str(path), "--once", "-o", "json", "--window", "8s", *k)
-        load.join()
-        pdctl(out, "status", "status", str(path), "-o", "json", *k)
-        smi(out, "nvidia-smi")
-        if args.restarts:
-            res["restarts"] = {
-                role: restart_case(out, path, role, port, base, prompts, answers, k)
-                for role, port in (("decode", decode_port), ("prefill", 8100))}
-        if args.bench_s:
-            t1 = time.time()
-            ran = pdctl(out, "bench", "bench", str(path), "--save", str(out / "bench.json"), *k,
-                        timeout=int(args.bench_s))
-            res["bench_exit"], res["bench_s"] = ran.returncode, round(time.time() - t1, 1)
-            for port, role in ((8100, "prefill"), (decode_port, "decode")):
-                (out / f"metrics-{role}-after-bench.txt").write_text(
-                    get(f"http://127.0.0.1:{port}/metrics"))
+    try:  # whatever breaks, the record so far, the engines' logs and `down` still happen
+        if up.returncode == 0:
+            phase2_steps(out, path, args, res, k, up.stdout)
+    except Exception as exc:  # noqa: BLE001 - a failed step is recorded, not lost
+        import traceback
+
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["traceback"] = traceback.format_exc()
+        log(res["error"])
     for name in ("h200a", "h200b"):
         res.setdefault("units", {}).update(save_unit_logs(out, DATA / name))
     pdctl(out, "down", "down", str(path), *k)
     return res
+
+
+def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: list[str],
+                 up_out: str) -> None:
+    """phase2 once `up` is healthy: completions through the router, a batch, top, status, the
+    restart cases, the bench; each writes its part of RES as it goes."""
+    urls = re.findall(r"(http://\S+/v1)\s", up_out)
+    base = urls[0] if urls else "http://127.0.0.1:8300/v1"
+    res["endpoint"] = base
+    decode_port = 8200
+    before = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
+    prompts = [prompt_of(200, 10 + i) for i in range(4)]
+    answers = [complete(base, "qwen3-8b", p, 32) for p in prompts]
+    after = external_tokens(get(f"http://127.0.0.1:{decode_port}/metrics"))
+    (out / "completions.json").write_text(json.dumps(answers, indent=1))
+    res["external_kv_tokens"] = [before, after]
+    res["request_ids"] = [a["id"] for a in answers]
+    res["pd_batch"] = batch(base, "qwen3-8b", 32, 64, 256)
+    log(f"phase 2: external tokens {before} -> {after}; batch {res['pd_batch']['tok_s']}")
+    for port, role in ((8100, "prefill"), (decode_port, "decode")):
+        (out / f"metrics-{role}.txt").write_text(get(f"http://127.0.0.1:{port}/metrics"))
+    load = threading.Thread(target=batch, args=(base, "qwen3-8b", 16, 64, 256))
+    load.start()
+    pdctl(out, "top", "top", str(path), "--once", "-o", "json", "--window", "8s", *k)
+    load.join()
+    pdctl(out, "status", "status", str(path), "-o", "json", *k)
+    smi(out, "nvidia-smi")
+    if args.restarts:
+        res["restarts"] = {
+            role: restart_case(out, path, role, port, base, prompts, answers, k)
+            for role, port in (("decode", decode_port), ("prefill", 8100))}
+    if args.bench_s:
+        t1 = time.time()
+        ran = pdctl(out, "bench", "bench", str(path), "--save", str(out / "bench.json"), *k,
+                    timeout=int(args.bench_s))
+        res["bench_exit"], res["bench_s"] = ran.returncode, round(time.time() - t1, 1)
+        for port, role in ((8100, "prefill"), (decode_port, "decode")):
+            (out / f"metrics-{role}-after-bench.txt").write_text(
+                get(f"http://127.0.0.1:{port}/metrics"))
 
 
 def phase3_spec(n: int, lib: str, total_mib: int) -> dict:

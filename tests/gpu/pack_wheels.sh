@@ -10,7 +10,10 @@ set -euo pipefail
 OUT=${1:-.work/gpu-wheels}
 shift || true
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(mooncake-transfer-engine-cuda13==0.3.13.post1 vllm-router==0.1.17)
+# orjson: vllm-router's launch_router imports mini_lb, which imports orjson at module level, and
+# neither the image nor pack.sh's parts have it (its other needs are in both).
+[ ${#want[@]} -gt 0 ] || want=(mooncake-transfer-engine-cuda13==0.3.13.post1 vllm-router==0.1.17
+  orjson==3.13.0)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
