@@ -373,11 +373,12 @@ def beside_util(total: int, beside: int, util: float) -> float:
     return math.floor(round((util - beside / total) * 100, 6)) / 100
 
 
-def beside_notes(role: str, mem: InstanceMemory, path: str) -> tuple[str, ...]:
-    """Why a role whose budget and P2pNccl buffer exceed the GPU does not fit, and the fix.
-    `path`: the spec field of the role's --gpu-memory-utilization."""
+def beside_notes(role: str, mem: InstanceMemory) -> tuple[str, ...]:
+    """Why a role whose budget and P2pNccl buffer exceed the GPU does not fit, and the fix (the
+    spec field to lower is the role's `gpuMemoryUtilization`)."""
     if not mem.beside_short:
         return ()
+    path = f"{role}.gpuMemoryUtilization"
     top = beside_util(mem.total, mem.beside, 1.0)
     lower = f"lower {path} to {top:.2f} or less" if top > 0 else "use a larger GPU"
     room = (mem.total - mem.budget) / GIB  # what the buffer may take at this util

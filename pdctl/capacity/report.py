@@ -310,9 +310,7 @@ def plan_capacity(
     if unfit:
         advice = unfit_advice(unfit)
     notes = tuple(n for r in roles for n in refusal_notes(r.role, r.memory))
-    notes += tuple(
-        n for r in roles for n in beside_notes(r.role, r.memory, f"{r.role}.gpuMemoryUtilization")
-    )
+    notes += tuple(n for r in roles for n in beside_notes(r.role, r.memory))
     notes += tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
     notes += offload_notes(spec) + offload_cache_notes(spec, roles) + speculative_notes(spec, model)
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)

@@ -26,7 +26,7 @@ def role_problem(role: RolePlan, gpu: GpuType) -> str | None:
     if m.refused:
         return f"{role.role}: {m.refused}"
     if m.fits_budget:  # beside_short: the engine starts; its P2pNccl buffer then overflows the GPU
-        return beside_notes(role.role, m, f"{role.role}.gpuMemoryUtilization")[0]
+        return beside_notes(role.role, m)[0]
     where = f"a {role.slice.slice_mib:,} MiB HAMi slice" if role.slice else a_gpu(gpu.name)
     text = (
         f"{role.role}: does not fit on {where} at --gpu-memory-utilization "
