@@ -5,7 +5,7 @@
 #   bash tests/gpu/h200.sh setup-bundle          # tests/gpu/bundle.sh's folders: pdctl up --bundle
 #                                                # installs vLLM; sshd, models, HAMi-core as setup
 #   bash tests/gpu/h200.sh setup                 # pack.sh's parts: vLLM + deps unpacked by hand
-#   bash tests/gpu/h200.sh wheels                # pack_wheels.sh's pieces: pip install --no-deps
+#   bash tests/gpu/h200.sh wheels                # pack_wheels.sh's pieces, after setup
 #   bash tests/gpu/h200.sh run SCENARIO [ARGS]   # python3 tests/gpu/drive.py SCENARIO ...
 # Results go under $OUT (one .tgz per step, as the device tool brings back at most 8 files).
 set -uo pipefail
@@ -70,15 +70,16 @@ setup() {
   say "setup took $((SECONDS - t0)) s"
 }
 
-wheels() {  # pack_wheels.sh's pieces (Mooncake, vllm-router), joined, checked, installed
+wheels() {  # pack_wheels.sh's pieces (Mooncake, vllm-router, orjson), joined, checked, unpacked
   say "wheels"
   cd "$HOME" || exit 1
-  cat "$STASH"/wheels.tar.* >wheels.tar
+  cat "$STASH"/wheels.tar.xz.* >wheels.tar.xz
   if ! sha256sum -c "$STASH/WHEELS.SHA256SUM"; then say "bad wheels"; exit 1; fi
-  tar xf wheels.tar && rm -f wheels.tar
-  python3 -m pip install -q --no-index --no-deps "$HOME"/wheels/*.whl || { say "wheels failed"; exit 1; }
-  python3 -m pip list 2>/dev/null | grep -i -E "mooncake|router"
+  # Into the folder setup put on the venv's path (pdctl-gpu-vllm.pth), beside vLLM.
+  tar xJf wheels.tar.xz -C "$HOME/site" && rm -f wheels.tar.xz
   cd "$ROOT" || exit 1
+  python3 -c 'import torch, mooncake.engine, orjson, vllm_router.launch_router; print("mooncake, vllm-router: ok")' ||
+    { say "wheels failed"; exit 1; }
 }
 
 models() {  # the models' config.json, each with a tokenizer as large as its vocabulary
