@@ -45,8 +45,18 @@ NIXL_HANDSHAKE_S = 60
 SLOW_TPOT_S = 0.1  # no workload.tpotMs: a slow decode step
 
 
-def nixl_lease_s(workload: Workload | None) -> int:
-    """kv_lease_duration for a deployment with this workload (seconds, a multiple of 10)."""
+# MooncakeConnector's counterpart (vLLM 0.23.0 envs.py, default 480 s): prefill frees a
+# finished request's unsent KV blocks after it, waits that long for a request decode asks for
+# to finish prefill ("Timeout waiting for P side ready"), and decode waits it + 60 s for
+# prefill's answer (mooncake_connector.py: SendBlockMeta.expire_time, send_kv_to_decode,
+# zmq.RCVTIMEO). pdctl sets it to the same expected hold on both sides; an engine.env or role
+# env value of the user's wins.
+MOONCAKE_TIMEOUT_ENV = "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"
+
+
+def kv_lease_s(workload: Workload | None) -> int:
+    """The KV hold a deployment with this workload expects (seconds, a multiple of 10):
+    NIXL's kv_lease_duration and Mooncake's VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT."""
     out = workload.output_tokens if workload else Workload().output_tokens
     tpot = workload.tpot_ms / 1000 if workload and workload.tpot_ms else SLOW_TPOT_S
     hold = NIXL_HANDSHAKE_S + 2 * out * tpot

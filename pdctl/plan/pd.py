@@ -12,11 +12,12 @@ from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import Rendezvous, group_shape, join, node_env, placed_groups
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import (
+    MOONCAKE_TIMEOUT_ENV,
     P2P_ENV,
     kv_args,
+    kv_lease_s,
     mooncake_config,
     nixl_config,
-    nixl_lease_s,
     p2p_config,
 )
 from pdctl.plan.lora import lora_env
@@ -192,6 +193,8 @@ def host_instances(
                     )
                 elif dis.connector == "mooncake":
                     kv = mooncake_config(dis, slot.role, release.version)
+                    if not any(MOONCAKE_TIMEOUT_ENV in e for e in (spec.engine.env, role.env)):
+                        pairs.append((MOONCAKE_TIMEOUT_ENV, str(kv_lease_s(spec.workload))))
                     if slot.role == "prefill":
                         k = singles.get(host.name, 0)
                         singles[host.name] = k + 1
@@ -225,7 +228,7 @@ def host_instances(
                     device = dis.kv_buffer_device or ("cpu" if cpu else None)
                     kv = nixl_config(
                         "kv_producer" if slot.role == "prefill" else "kv_consumer", device,
-                        nixl_lease_s(spec.workload),
+                        kv_lease_s(spec.workload),
                     )
                 members.append(
                     Instance(

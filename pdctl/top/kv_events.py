@@ -26,8 +26,10 @@ The messages are vLLM's own, in 0.23.0 and 0.33.0 (the files of each release's w
   l.1479-1481, 0.33.0 l.2340-2342), "Sending to %s failed (ret=%s) ..." (0.23.0 l.1378-1379,
   0.33.0 l.2051-2052), "pulling kv_caches for %s failed: %s" (0.23.0 l.1609-1610, 0.33.0
   l.2534), "Timeout waiting for P side ready: %s" (0.23.0 l.1076-1077, 0.33.0 l.1680-1681),
-  and in 0.23.0 "Error happens during transferring kvcache for %s: %s" (l.1574-1575) and
-  "MooncakeXferMetadata transfer failed for %s: %s" (l.1587).
+  and in 0.23.0 "Error happens during transferring kvcache for %s: %s" (l.1574-1575),
+  "MooncakeXferMetadata transfer failed for %s: %s" (l.1587), and prefill's sender failing:
+  "Error in Mooncake sender thread: %s. Exiting thread." (l.973: no KV is sent after it),
+  "Error processing Mooncake xfer request: %s" (l.989), "Error in _sender_worker: %s" (l.1001).
 Upstream links: https://github.com/vllm-project/vllm/blob/v0.23.0/vllm/distributed/kv_transfer/
 kv_connector/v1/nixl/worker.py and .../v0.33.0/.../nixl/pull_worker.py (docs/bench.md)."""
 
@@ -65,7 +67,8 @@ PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "transfer-failed", "a Mooncake KV transfer failed",
         re.compile(r"Sending to \S+ failed \(ret=|pulling kv_caches for (?P<req>.+?) failed|"
                    r"Error happens during transferring kvcache for|MooncakeXferMetadata "
-                   r"transfer failed for|Timeout waiting for P side ready"),
+                   r"transfer failed for|Timeout waiting for P side ready|Error in Mooncake "
+                   r"sender thread|Error processing Mooncake xfer request|Error in _sender_worker"),
     ),
 )
 # vllm-router's P/D request id (as bench.canary.PAIR): the pair it chose, as host:port

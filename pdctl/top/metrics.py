@@ -25,6 +25,10 @@ NAMES: dict[str, tuple[str, ...]] = {
     "preemptions": ("vllm:num_preemptions_total",), "ttft": ("vllm:time_to_first_token_seconds",),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
 }
+# requests waiting, by reason (vLLM 0.23.0 and later, `vllm/v1/metrics/loggers.py`): `deferred`
+# counts those waiting for KV from a remote prefill (WAITING_FOR_REMOTE_KVS), `capacity` those
+# waiting for room in the batch or the KV cache
+DEFERRED = "vllm:num_requests_waiting_by_reason"
 # the KV connectors' own error counters (0.33.0 `vllm/distributed/kv_transfer/kv_connector/v1/`
 # nixl and mooncake; the CPU build 0.32.0 has the NIXL ones); any other `vllm:*failed*_total`
 # counter is reported too. Each one that grows is a failure of a bench step, the canary and a

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pdctl.capacity.roofline import TIME_SLICE_EFFICIENCY
 from pdctl.top.gpu import GpuLoad, kind
-from pdctl.top.kv_events import KvEvent, counter_events, summary
+from pdctl.top.kv_events import KvEvent, counter_events, pair_of, summary
 from pdctl.top.packing import Packing
 from pdctl.top.router_verdict import router_verdicts
 from pdctl.top.window import Figures, Window, role_totals
@@ -41,6 +41,10 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
         0.9, "one worker's share of its role's routed requests at or above (2+ workers): skew",
     ),
     "route_min_requests": (10.0, "requests routed to a role before its skew is judged"),
+    "kv_stall_min_s": (
+        5.0, "seconds a decode's requests wait for KV from prefill, none arriving over the "
+        "connector, before the transfer counts as stalled (the window must be this long)",
+    ),
 }
 
 
@@ -82,6 +86,7 @@ def verdicts(
     if canary is not None:
         out.append(Verdict("pd-canary" if canary[0] else "pd-canary-failed", canary[1]))
     out += kv_suspect(w, live, events or [], peers or {})
+    out += kv_stalled(w, live, t, peers or {})
     if not cpu:
         out += _idle(w, t)
         out += _decode_bound(w, live, t, packed or {})
@@ -271,3 +276,32 @@ def kv_suspect(w: Window, live: list[Figures], events: list[KvEvent],
                 "wrong; count them as failures (docs/top.md)")
         for line in summary(found, shown=1)
     ]
+
+
+def kv_stalled(w: Window, live: list[Figures], t: dict[str, float],
+               peers: dict[str, list[str]]) -> list[Verdict]:
+    """A decode whose requests waited for KV from prefill through the whole window while no
+    prompt token came over the connector: the transfer has stalled, and those requests hang
+    until the connector gives up. Seen with Mooncake on vLLM 0.23.0 under a burst of 32
+    (tests/fixtures/gpu/vllm023-h100-e): no error counter grew and no line was logged for
+    minutes, so neither kv_suspect nor the KV-transfer fallback verdict sees it. vLLM's
+    `deferred` also counts requests held back by the LoRA budget: with LoRA on, only a decode
+    that generated nothing in the window counts."""
+    if w.phase < 2 or w.seconds < t["kv_stall_min_s"]:
+        return []
+    out = []
+    for f in live:
+        if f.role != "decode" or not f.kv_waiting or f.kv_tokens_received is None:
+            continue
+        if f.kv_tokens_received > 0 or (f.lora is not None and (f.generation_tps or 0) > 0):
+            continue
+        msg = (
+            f"{pair_of('', f.name, f.role, {}, peers)}: {f.kv_waiting:.0f} requests on "
+            f"{f.name} waited for KV from prefill through the whole {w.seconds:.0f}s window "
+            "(vLLM's waiting reason `deferred`) and no prompt token came over the KV connector: "
+            "the transfer has stalled, and they hang until the connector gives up (Mooncake on "
+            "vLLM 0.23: VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s; vLLM #50719): count them "
+            "as failures, see `pdctl logs SPEC` for the connector's errors (docs/top.md)"
+        )
+        out.append(Verdict("kv-transfer-stalled", msg))
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from pdctl.top.gpu import GpuLoad
 from pdctl.top.lora import lora_adapters
-from pdctl.top.metrics import CONNECTOR_ERRORS, Snapshot, delta, quantile
+from pdctl.top.metrics import CONNECTOR_ERRORS, DEFERRED, Snapshot, delta, quantile
 from pdctl.top.router import RouterFigures, router_figures
 
 
@@ -38,6 +38,10 @@ class Figures:
     connector_errors: dict[str, float] = field(default_factory=dict)
     totals: dict[str, float] = field(default_factory=dict)
     max_num_seqs: int | None = None
+    # requests waiting for KV from a remote prefill at the window's start and at its end (the
+    # fewer of the two; vLLM's `num_requests_waiting_by_reason{reason="deferred"}`): None where
+    # the engine has no such gauge
+    kv_waiting: float | None = None
     gpus: tuple[tuple[str, int], ...] = ()  # (host, index) of its GPUs where known
     error: str | None = None
     # LoRA: (adapters with running requests, with waiting ones); None without LoRA (top/lora.py)
@@ -97,6 +101,7 @@ def figures(
     if src:
         for key, value in last.by_label(src, "source").items():
             totals[f"prompt_tokens_{key}"] = value
+    waits = [x.total(DEFERRED, reason="deferred") for x in (first, last)]
     return Figures(
         name, role, where, seconds, running=gauge("running"), waiting=gauge("waiting"),
         request_rate=rate("requests"), prompt_tps=rate("prompt_tokens"),
@@ -109,6 +114,7 @@ def figures(
         kv_tokens_received=by_source.get("external_kv_transfer") if src else None,
         connector_errors=errors, totals=totals, max_num_seqs=max_num_seqs, gpus=gpus,
         lora=lora_adapters(last),
+        kv_waiting=None if None in waits else min(w for w in waits if w is not None),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from pdctl.plan import make_plan
-from pdctl.plan.kv import NIXL_KV_LEASE_S, nixl_config, nixl_lease_s
+from pdctl.plan.kv import MOONCAKE_TIMEOUT_ENV, NIXL_KV_LEASE_S, kv_lease_s, nixl_config
 from pdctl.spec import load_text
 from pdctl.spec.workload import Workload
 from tests.conftest import ROOT
@@ -55,6 +55,38 @@ def test_lease_follows_the_plans_expected_hold() -> None:
     for cfg in cfgs.values():  # 60 + 2 x 4096 x 0.05 = 469.6 s
         assert cfg["kv_connector_extra_config"] == {"kv_lease_duration": 470}
     # short answers keep the floor; no TPOT target means a slow 100 ms step
-    assert nixl_lease_s(Workload(output_tokens=256, tpot_ms=20)) == NIXL_KV_LEASE_S
-    assert nixl_lease_s(Workload(output_tokens=2000)) == 460
-    assert nixl_lease_s(None) == NIXL_KV_LEASE_S
+    assert kv_lease_s(Workload(output_tokens=256, tpot_ms=20)) == NIXL_KV_LEASE_S
+    assert kv_lease_s(Workload(output_tokens=2000)) == 460
+    assert kv_lease_s(None) == NIXL_KV_LEASE_S
+
+
+MOONCAKE = ROOT / "examples/phase2-mooncake-tcp.yaml"
+
+
+def mooncake_timeouts(extra: str = "") -> dict[str, str | None]:
+    spec, _ = load_text(MOONCAKE.read_text() + extra)
+    out: dict[str, str | None] = {}
+    for i in make_plan(spec).instances:
+        if i.role in ("prefill", "decode"):
+            value = dict(i.env).get(MOONCAKE_TIMEOUT_ENV)
+            assert out.setdefault(i.role, value) == value  # the same on every instance
+    return out
+
+
+def test_mooncake_engines_hold_kv_as_long_as_the_plan_expects_not_vllms_480_s() -> None:
+    """VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT is Mooncake's lease (vLLM 0.23.0 envs.py, 480 s):
+    prefill's expiry of unsent KV and decode's wait for prefill (tests/fixtures/gpu/
+    vllm023-h100-e: a stalled burst held decode's requests and KV for the whole of it)."""
+    assert "workload:" not in MOONCAKE.read_text()
+    assert mooncake_timeouts() == {"prefill": "240", "decode": "240"}  # every instance
+    long = mooncake_timeouts("workload:\n  outputTokens: 4096\n  tpotMs: 50\n")
+    assert long == {"prefill": "470", "decode": "470"}
+
+
+def test_a_users_mooncake_timeout_wins() -> None:
+    text = MOONCAKE.read_text()
+    assert "\nengine:\n" in text
+    spec, _ = load_text(text.replace(
+        "\nengine:\n", f"\nengine:\n  env:\n    {MOONCAKE_TIMEOUT_ENV}: '900'\n", 1))
+    envs = [dict(i.env) for i in make_plan(spec).instances if i.role in ("prefill", "decode")]
+    assert envs and all(e[MOONCAKE_TIMEOUT_ENV] == "900" for e in envs)

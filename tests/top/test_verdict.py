@@ -130,3 +130,44 @@ def test_docs_print_the_threshold_table_as_the_code_has_it():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "top.md").read_text()
     for key, (value, meaning) in THRESHOLDS.items():
         assert f"| `{key}` | {value:g} | {meaning} |" in doc, key
+
+
+MOONCAKE = Path(__file__).resolve().parents[1] / "fixtures/gpu/vllm023-h100-e/phase2-mooncake"
+
+
+def mooncake_decode(seconds: float, later: str | None = None) -> Figures:
+    """The real decode of Mooncake P/D on an H100 after a burst of 32 stalled: 29 requests
+    waiting for KV (`deferred`), none running. `later`: the text of the window's end."""
+    text = (MOONCAKE / "metrics-decode.txt").read_text()
+    return figures("g2mooncake-decode-0", "decode", "h200b", parse(text, 0.0),
+                   parse(later or text, seconds))
+
+
+def stalled(w: Window) -> list[str]:
+    peers = {"prefill": ["g2mooncake-prefill-0"], "decode": ["g2mooncake-decode-0"]}
+    return [v.line for v in verdicts(w, peers=peers) if v.key == "kv-transfer-stalled"]
+
+
+def test_decode_waiting_for_kv_that_never_comes_is_a_stalled_transfer():
+    f = mooncake_decode(8.0)
+    assert f.kv_waiting == 29 and f.kv_tokens_received == 0 and f.running == 0
+    (line,) = stalled(Window("g2mooncake", 2, "hosts", 8.0, (f,)))
+    assert line.startswith("g2mooncake-prefill-0 -> g2mooncake-decode-0: 29 requests on "
+                           "g2mooncake-decode-0 waited for KV from prefill through the whole 8s")
+    assert "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s" in line
+
+
+def test_kv_arriving_a_short_window_or_phase_0_is_no_stall():
+    text = (MOONCAKE / "metrics-decode.txt").read_text()
+    src = 'source="external_kv_transfer"} 1056.0'
+    assert src in text
+    arrived = mooncake_decode(8.0, text.replace(src, 'source="external_kv_transfer"} 1312.0'))
+    assert arrived.kv_tokens_received == 256
+    assert stalled(Window("g2mooncake", 2, "hosts", 8.0, (arrived,))) == []
+    assert stalled(Window("g2mooncake", 2, "hosts", 4.0, (mooncake_decode(4.0),))) == []
+    assert stalled(Window("g2mooncake", 0, "hosts", 8.0, (mooncake_decode(8.0),))) == []
+    # requests that were waiting at the start are gone at the end: nothing waited throughout
+    gone = 'vllm:num_requests_waiting_by_reason{engine="0",model_name="qwen3-8b",reason="deferred"}'
+    empty = mooncake_decode(8.0, text.replace(f"{gone} 29.0", f"{gone} 0.0"))
+    assert empty.kv_waiting == 0
+    assert stalled(Window("g2mooncake", 2, "hosts", 8.0, (empty,))) == []
