@@ -160,14 +160,15 @@ def wait_healthy(port: int, deadline_s: float, pid_file: Path | None = None) -> 
 
 
 def batch(base: str, name: str, size: int, out_tokens: int, prompt_words: int,
-          barrier: threading.Barrier | None = None, seed: int = 0) -> dict:
+          barrier: threading.Barrier | None = None, seed: int = 0, timeout: float = 300) -> dict:
     """`size` requests at once (ignore_eos, greedy): decode tokens/s of the whole batch."""
     results: list[dict | str] = []
     lock = threading.Lock()
 
     def one(i: int) -> None:
         try:
-            r = complete(base, name, prompt_of(prompt_words, seed * 100000 + i), out_tokens)
+            r = complete(base, name, prompt_of(prompt_words, seed * 100000 + i), out_tokens,
+                         timeout=timeout)
             with lock:
                 results.append(r["usage"])
         except Exception as exc:  # noqa: BLE001 - recorded, the figure says how many failed
@@ -367,6 +368,32 @@ def engine_core_pids(port: int) -> list[int]:
     return []
 
 
+def keep_logs(out: Path) -> None:
+    """The phase 2 engines' logs so far, into OUT (a machine taken back mid-run keeps them)."""
+    for name in ("h200a", "h200b"):
+        save_unit_logs(out, DATA / name)
+
+
+def burst(out: Path, path: Path, base: str, size: int, args: argparse.Namespace,
+          k: list[str]) -> dict:
+    """`size` requests at once through the router (256-word prompts, 64 tokens), each given
+    up after --burst-timeout s. Still running 12 s in: `pdctl top` looks at it as a user would
+    (a stalled KV transfer is its kv-transfer-stalled verdict) and decode's metrics are kept."""
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(
+        batch(base, "qwen3-8b", size, 64, 256, timeout=args.burst_timeout, seed=size)))
+    t.start()
+    t.join(12)
+    if t.is_alive():
+        pdctl(out, f"top-burst-{size}", "top", str(path), "--once", "-o", "json", "--window",
+              "8s", *k)
+        (out / f"metrics-decode-burst-{size}.txt").write_text(
+            get("http://127.0.0.1:8200/metrics"))
+    t.join()
+    keep_logs(out)
+    return got
+
+
 def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts: list[str],
                  before: list[dict], k: list[str]) -> dict:
     """kill -9 of ROLE's EngineCore under the router, as a GPU fault would end it: how the API
@@ -405,6 +432,7 @@ def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts
     (out / f"completions-after-{role}.json").write_text(json.dumps(after, indent=1))
     verify = pdctl(out, f"status-{role}-verify", "status", str(path), "--verify", *k)
     res["verify_exit"] = verify.returncode
+    keep_logs(out)
     log(f"restart {role}: repair {res['repair_exit']} same {res['same_answers']}")
     return res
 
@@ -477,8 +505,14 @@ def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: 
     (out / "completions.json").write_text(json.dumps(answers, indent=1))
     res["external_kv_tokens"] = [before, after]
     res["request_ids"] = [a["id"] for a in answers]
-    res["pd_batch"] = batch(base, "qwen3-8b", 32, 64, 256)
-    log(f"phase 2: external tokens {before} -> {after}; batch {res['pd_batch']['tok_s']}")
+    log(f"phase 2: external tokens {before} -> {after}")
+    res["pd_batches"] = {}
+    for size in args.pd_batches:  # the last one's figures stay `pd_batch`, as before
+        res["pd_batch"] = res["pd_batches"][str(size)] = burst(out, path, base, size, args, k)
+        done = res["pd_batch"]
+        log(f"phase 2: burst of {size}: {done['ok']} ok, {done['tok_s']} tok/s")
+        if res["pd_batch"]["ok"] < size:
+            break  # a stalled burst: the restart cases below start from here
     for port, role in ((8100, "prefill"), (decode_port, "decode")):
         (out / f"metrics-{role}.txt").write_text(get(f"http://127.0.0.1:{port}/metrics"))
     load = threading.Thread(target=batch, args=(base, "qwen3-8b", 16, 64, 256))
@@ -487,6 +521,7 @@ def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: 
     load.join()
     pdctl(out, "status", "status", str(path), "-o", "json", *k)
     smi(out, "nvidia-smi")
+    keep_logs(out)
     if args.restarts:
         res["restarts"] = {
             role: restart_case(out, path, role, port, base, prompts, answers, k)
@@ -830,6 +865,9 @@ def main() -> None:
     p.add_argument("--connector", choices=["nixl", "mooncake"], default="nixl")  # phase2
     p.add_argument("--restarts", action="store_true")  # phase2: kill -9 EngineCore, repair
     p.add_argument("--bench-s", type=float, default=0)  # phase2: pdctl bench, bounded
+    # phase2: bursts through the router, smallest first, stopping at the first that stalls
+    p.add_argument("--pd-batches", type=int, nargs="*", default=[32])
+    p.add_argument("--burst-timeout", type=float, default=300)  # phase2: a burst request's
     args = p.parse_args()
     out = args.out / args.scenario
     out.mkdir(parents=True, exist_ok=True)
