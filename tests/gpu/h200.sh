@@ -5,7 +5,7 @@
 #   bash tests/gpu/h200.sh setup-bundle          # tests/gpu/bundle.sh's folders: pdctl up --bundle
 #                                                # installs vLLM; sshd, models, HAMi-core as setup
 #   bash tests/gpu/h200.sh setup                 # pack.sh's parts: vLLM + deps unpacked by hand
-#   bash tests/gpu/h200.sh wheels                # pack_wheels.sh's pieces, after setup
+#   bash tests/gpu/h200.sh wheels                # pack_wheels.sh's pieces (after setup or setup-bundle)
 #   bash tests/gpu/h200.sh run SCENARIO [ARGS]   # python3 tests/gpu/drive.py SCENARIO ...
 # Results go under $OUT (one .tgz per step, as the device tool brings back at most 8 files).
 set -uo pipefail
@@ -75,9 +75,14 @@ wheels() {  # pack_wheels.sh's pieces (Mooncake, vllm-router, orjson), joined, c
   cd "$HOME" || exit 1
   cat "$STASH"/wheels.tar.xz.* >wheels.tar.xz
   if ! sha256sum -c "$STASH/WHEELS.SHA256SUM"; then say "bad wheels"; exit 1; fi
-  # Into the folder setup put on the venv's path (pdctl-gpu-vllm.pth), beside vLLM.
+  # Into the folder setup put on the venv's path (pdctl-gpu-vllm.pth), beside vLLM; after
+  # setup-bundle (vLLM installed by pdctl up --bundle) the folder and its .pth are made here.
+  mkdir -p "$HOME/site"
   tar xJf wheels.tar.xz -C "$HOME/site" && rm -f wheels.tar.xz
   cd "$ROOT" || exit 1
+  local site
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -f "$site/pdctl-gpu-vllm.pth" ] || echo "import sys; sys.path.insert(0, '$HOME/site')" >"$site/pdctl-gpu-vllm.pth"
   python3 -c 'import torch, mooncake.engine, orjson, vllm_router.launch_router; print("mooncake, vllm-router: ok")' ||
     { say "wheels failed"; exit 1; }
 }
