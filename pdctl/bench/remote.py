@@ -18,6 +18,7 @@ from typing import Any
 from pdctl.bench import canary as check
 from pdctl.bench import load
 from pdctl.bench.report import engine_flags
+from pdctl.bench.stall import keep, stall_note
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
 from pdctl.render.host import start_env, with_setup
@@ -147,6 +148,7 @@ class Bench:
         logs = self.source.logs()
         first = self.source.scrape()
         peaks: dict[str, dict[str, float]] = {}
+        recent: dict[str, list[Any]] = {}  # each engine's last samples, for stall_note
         lines = Timelines(first, {e.name: e for e in self.source.endpoints})
         gpu_box: list[Any] = []
         done = threading.Event()
@@ -155,7 +157,9 @@ class Bench:
             # every ~2 s while the step runs: the engines' peaks and timelines, and the busiest
             # GPU sample (one taken once at the start saw the GPU before the load reached it)
             while not done.wait(1.0):
-                for name, snap in self.source.scrape().items():
+                scrape = self.source.scrape()
+                keep(recent, scrape)
+                for name, snap in scrape.items():
                     row = peaks.setdefault(name, {})
                     for fig, v in lines.add(name, snap).items():
                         if v is not None and fig in ("kv_usage", "running", "waiting"):
@@ -166,8 +170,15 @@ class Bench:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        spec = self.plan.spec
         try:
             res = self.source.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
+        except PdctlError as exc:  # its timeout: say why the requests never ended, where known
+            done.set()
+            sampler.join(timeout=30)
+            why = stall_note(recent, self.source.endpoints, spec.name, spec.phase,
+                             peers_of(self.plan))
+            raise PdctlError(f"{exc}{why}") from None
         finally:
             done.set()
             sampler.join(timeout=30)
@@ -176,6 +187,8 @@ class Bench:
             raise PdctlError(
                 f"{drv.host.name}: vllm bench serve ({step.label}) exited {res.rc}: "
                 + " ".join(res.err.strip().splitlines()[-3:])[-400:]
+                + stall_note(recent, self.source.endpoints, spec.name, spec.phase,
+                             peers_of(self.plan))
             )
         result = json.loads(res.out.split(load.MARK, 1)[1])
         if not gpu_box:  # a step shorter than one sample: the GPUs as the step ended
