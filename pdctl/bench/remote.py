@@ -18,7 +18,7 @@ from typing import Any
 from pdctl.bench import canary as check
 from pdctl.bench import load
 from pdctl.bench.report import engine_flags
-from pdctl.bench.stall import keep, stall_note
+from pdctl.bench.stall import StallWatch, keep, stall_note, stop_command
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import ENGINE_ROLES
 from pdctl.render.host import start_env, with_setup
@@ -149,6 +149,10 @@ class Bench:
         first = self.source.scrape()
         peaks: dict[str, dict[str, float]] = {}
         recent: dict[str, list[Any]] = {}  # each engine's last samples, for stall_note
+        spec, peers, watch = self.plan.spec, peers_of(self.plan), StallWatch()
+
+        def stalled() -> str:
+            return stall_note(recent, self.source.endpoints, spec.name, spec.phase, peers)
         lines = Timelines(first, {e.name: e for e in self.source.endpoints})
         gpu_box: list[Any] = []
         done = threading.Event()
@@ -159,6 +163,12 @@ class Bench:
             while not done.wait(1.0):
                 scrape = self.source.scrape()
                 keep(recent, scrape)
+                if watch.see(stalled(), time.monotonic()):  # no KV for STALL_STOP_S: stop it
+                    try:
+                        self.source.run(drv.host.name, stop_command(work), 30,
+                                        "stopping a step whose KV transfer stalled")
+                    except PdctlError:  # the step's own timeout still ends it
+                        pass
                 for name, snap in scrape.items():
                     row = peaks.setdefault(name, {})
                     for fig, v in lines.add(name, snap).items():
@@ -170,25 +180,26 @@ class Bench:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        spec = self.plan.spec
         try:
             res = self.source.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
         except PdctlError as exc:  # its timeout: say why the requests never ended, where known
             done.set()
             sampler.join(timeout=30)
-            why = stall_note(recent, self.source.endpoints, spec.name, spec.phase,
-                             peers_of(self.plan))
-            raise PdctlError(f"{exc}{why}") from None
+            raise PdctlError(f"{exc}{stalled()}") from None
         finally:
             done.set()
             sampler.join(timeout=30)
         last = self.source.scrape()
+        if watch.stopped:
+            raise PdctlError(
+                f"{drv.host.name}: vllm bench serve ({step.label}) stopped after "
+                f"{watch.stop_s:.0f} s in which requests waited for KV and none arrived"
+                + stalled()
+            )
         if res.rc != 0 or load.MARK not in res.out:
             raise PdctlError(
                 f"{drv.host.name}: vllm bench serve ({step.label}) exited {res.rc}: "
-                + " ".join(res.err.strip().splitlines()[-3:])[-400:]
-                + stall_note(recent, self.source.endpoints, spec.name, spec.phase,
-                             peers_of(self.plan))
+                + " ".join(res.err.strip().splitlines()[-3:])[-400:] + stalled()
             )
         result = json.loads(res.out.split(load.MARK, 1)[1])
         if not gpu_box:  # a step shorter than one sample: the GPUs as the step ended
