@@ -153,6 +153,7 @@ class Bench:
 
         def stalled() -> str:
             return stall_note(recent, self.source.endpoints, spec.name, spec.phase, peers)
+
         lines = Timelines(first, {e.name: e for e in self.source.endpoints})
         gpu_box: list[Any] = []
         done = threading.Event()
@@ -190,17 +191,13 @@ class Bench:
             done.set()
             sampler.join(timeout=30)
         last = self.source.scrape()
-        if watch.stopped:
-            raise PdctlError(
-                f"{drv.host.name}: vllm bench serve ({step.label}) stopped after "
-                f"{watch.stop_s:.0f} s in which requests waited for KV and none arrived"
-                + stalled()
-            )
         if res.rc != 0 or load.MARK not in res.out:
-            raise PdctlError(
-                f"{drv.host.name}: vllm bench serve ({step.label}) exited {res.rc}: "
-                + " ".join(res.err.strip().splitlines()[-3:])[-400:] + stalled()
+            what = (
+                f"stopped after {watch.stop_s:.0f} s in which requests waited for KV and none "
+                "arrived" if watch.stopped
+                else f"exited {res.rc}: " + " ".join(res.err.strip().splitlines()[-3:])[-400:]
             )
+            raise PdctlError(f"{drv.host.name}: vllm bench serve ({step.label}) {what}{stalled()}")
         result = json.loads(res.out.split(load.MARK, 1)[1])
         if not gpu_box:  # a step shorter than one sample: the GPUs as the step ended
             gpu_box.append(self.source.gpus(1.0))
