@@ -181,15 +181,16 @@ class Bench:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        failed: PdctlError | None = None
         try:
             res = self.source.run(drv.host.name, text, timeout, f"vllm bench serve ({step.label})")
-        except PdctlError as exc:  # its timeout: say why the requests never ended, where known
-            done.set()
-            sampler.join(timeout=30)
-            raise PdctlError(f"{exc}{stalled()}") from None
+        except PdctlError as exc:
+            failed = exc
         finally:
             done.set()
             sampler.join(timeout=30)
+        if failed is not None:  # its timeout: say why the requests never ended, where known
+            raise PdctlError(f"{failed}{stalled()}") from None
         last = self.source.scrape()
         if res.rc != 0 or load.MARK not in res.out:
             what = (

@@ -101,7 +101,7 @@ def figures(
     if src:
         for key, value in last.by_label(src, "source").items():
             totals[f"prompt_tokens_{key}"] = value
-    waits = [x.total(DEFERRED, reason="deferred") for x in (first, last)]
+    start, end = (x.total(DEFERRED, reason="deferred") for x in (first, last))
     return Figures(
         name, role, where, seconds, running=gauge("running"), waiting=gauge("waiting"),
         request_rate=rate("requests"), prompt_tps=rate("prompt_tokens"),
@@ -114,7 +114,7 @@ def figures(
         kv_tokens_received=by_source.get("external_kv_transfer") if src else None,
         connector_errors=errors, totals=totals, max_num_seqs=max_num_seqs, gpus=gpus,
         lora=lora_adapters(last),
-        kv_waiting=None if None in waits else min(w for w in waits if w is not None),
+        kv_waiting=None if start is None or end is None else min(start, end),
     )
 
 

@@ -508,10 +508,10 @@ def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: 
     log(f"phase 2: external tokens {before} -> {after}")
     res["pd_batches"] = {}
     for size in args.pd_batches:  # the last one's figures stay `pd_batch`, as before
-        res["pd_batch"] = res["pd_batches"][str(size)] = burst(out, path, base, size, args, k)
-        done = res["pd_batch"]
+        done = res["pd_batch"] = res["pd_batches"][str(size)] = burst(out, path, base, size,
+                                                                      args, k)
         log(f"phase 2: burst of {size}: {done['ok']} ok, {done['tok_s']} tok/s")
-        if res["pd_batch"]["ok"] < size:
+        if done["ok"] < size:
             break  # a stalled burst: the restart cases below start from here
     for port, role in ((8100, "prefill"), (decode_port, "decode")):
         (out / f"metrics-{role}.txt").write_text(get(f"http://127.0.0.1:{port}/metrics"))

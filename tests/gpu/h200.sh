@@ -39,6 +39,12 @@ stash() {
 
 venv_prefix() { python3 -c 'import sys; print(sys.prefix)'; }
 
+site_on_path() {  # ~/site first on the venv's path (a .pth file), for setup's vLLM and wheels'
+  local site
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import sys; sys.path.insert(0, '$HOME/site')" >"$site/pdctl-gpu-vllm.pth"
+}
+
 setup() {
   local t0=$SECONDS
   say "assemble"
@@ -52,10 +58,9 @@ setup() {
   rm -f vllm.tar.xz deps.tar.xz extra.tar.xz
   cd "$ROOT" || exit 1
   # The image's Python is a venv (/opt/torch/.venv): make vLLM part of it, as a pip install would.
-  local venv site
+  local venv
   venv=$(venv_prefix)
-  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "import sys; sys.path.insert(0, '$HOME/site')" >"$site/pdctl-gpu-vllm.pth"
+  site_on_path
   printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
     "$venv/bin/python3" >"$venv/bin/vllm"
   chmod +x "$venv/bin/vllm"
@@ -80,9 +85,7 @@ wheels() {  # pack_wheels.sh's pieces (Mooncake, vllm-router, orjson), joined, c
   mkdir -p "$HOME/site"
   tar xJf wheels.tar.xz -C "$HOME/site" && rm -f wheels.tar.xz
   cd "$ROOT" || exit 1
-  local site
-  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  [ -f "$site/pdctl-gpu-vllm.pth" ] || echo "import sys; sys.path.insert(0, '$HOME/site')" >"$site/pdctl-gpu-vllm.pth"
+  site_on_path
   python3 -c 'import torch, mooncake.engine, orjson, vllm_router.launch_router; print("mooncake, vllm-router: ok")' ||
     { say "wheels failed"; exit 1; }
 }
