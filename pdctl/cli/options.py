@@ -38,9 +38,9 @@ FACTS = typer.Option(
 STRICT = typer.Option(
     False, "--strict",
     help="Refuse (exit 1) a spec with a role that does not fit on "
-    "its GPU (hardware.gpu), or a network setting that may not work where it runs "
+    "its GPU (hardware.gpu), or a setting that may not work where it runs "
     "(RDMA-only transports on hosts without rdmaDevices, a group led from a host "
-    "name), instead of warning.")
+    "name, Mooncake on a vLLM before 0.30.0), instead of warning.")
 
 
 def output_option(help: str = "table or json.", default: str = "table") -> Any:

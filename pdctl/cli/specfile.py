@@ -145,7 +145,7 @@ def warn(spec_file: str, plan: Plan, strict: bool, source: Source) -> tuple[list
         if warnings:
             what.append("a role does not fit on its GPU, or pdctl could not check the model or GPU")
         if cautions:
-            what.append("a network setting may not work where it runs")
+            what.append("a setting may not work where it runs")
         typer.echo(f"{spec_file}: refused (--strict): {' and '.join(what)}", err=True)
         raise typer.Exit(1)
     return cautions, warnings

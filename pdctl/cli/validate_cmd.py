@@ -25,8 +25,9 @@ def validate(
     """Check SPEC: one line per problem (file:line: field: what; fix), exit 2 when bad.
 
     A role that does not fit on the spec's GPU is a warning on stderr (exit 1 with
-    --strict): vLLM would refuse to start it. So is a network setting that may not work
-    where it runs (an RDMA-only transport on a host without rdmaDevices)."""
+    --strict): vLLM would refuse to start it. So is a setting that may not work where it
+    runs (an RDMA-only transport on a host without rdmaDevices, Mooncake on a vLLM that
+    strands requests whose KV pull failed)."""
     check_phase_target(phase, target)
     options.check_output(output, "text", "json")
     plan, source = plan_from(spec, phase, target)

@@ -109,7 +109,10 @@ def make_plan(
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     else:
         check_loopback_peers(plan)
-        plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan))
+        from pdctl.plan.kv import mooncake_cautions
+
+        plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan) + mooncake_cautions(
+            spec.disaggregation if phase >= 2 else None, rel.version, "engine.version"))
     return replace(plan, units=host_units(plan))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pdctl.compat import Release, parse_version
 from pdctl.errors import SpecError
+from pdctl.plan.model import Caution
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import url_host
 from pdctl.spec.workload import Workload
@@ -121,6 +122,32 @@ MOONCAKE_DEVICE_NAME_FROM = (0, 25, 0)
 def honours_device_name(version: str) -> bool:
     """Whether vLLM `version`'s MooncakeConnector passes device_name to Mooncake."""
     return parse_version(version) >= MOONCAKE_DEVICE_NAME_FROM
+
+
+# Up to 0.29.0 the decode side of vLLM's MooncakeConnector only logs a failed KV pull (an
+# ERROR answer, "Timeout waiting for P side ready", a transfer or bootstrap failure): the
+# request leaves WAITING_FOR_REMOTE_KVS only through finished_recving, so it waits there for
+# good, holding its KV blocks, and `kv_load_failure_policy` does nothing because the connector
+# has no get_block_ids_with_load_errors (vllm#35943, vllm#50719). vLLM PR #50984 reports such
+# failures to the scheduler; its first release is 0.30.0 (read in the wheels: 0.29.0's
+# mooncake_connector.py has no get_block_ids_with_load_errors, 0.30.0's has it and
+# _handle_failed_recv). From then the default policy `fail` ends the request with an error.
+MOONCAKE_REPORTS_FAILED_LOADS_FROM = (0, 30, 0)
+
+
+def mooncake_cautions(dis: Disaggregation | None, version: str, path: str) -> tuple[Caution, ...]:
+    """A Mooncake deployment on a vLLM whose decode strands the requests whose KV pull failed."""
+    if dis is None or dis.connector != "mooncake":
+        return ()
+    if parse_version(version) >= MOONCAKE_REPORTS_FAILED_LOADS_FROM:
+        return ()
+    return (Caution(
+        path,
+        f"vLLM {version}'s MooncakeConnector leaves a decode request whose KV pull failed "
+        "waiting for good, holding its KV blocks, until the decode restarts (vllm#50719; "
+        "fixed in 0.30.0 by vllm PR #50984)",
+        "pin engine.version 0.30.0 or later, or use disaggregation.connector nixl",
+    ),)
 
 
 def mooncake_config(dis: Disaggregation, role: str, version: str) -> dict[str, Any]:

@@ -155,7 +155,7 @@ class Plan:
     secrets: tuple[SecretEnv, ...] = ()
     served_name: str = ""
     notes: tuple[str, ...] = field(default=())  # warnings: planned, but not what it says
-    cautions: tuple[Caution, ...] = ()  # located warnings: a network setting may not work
+    cautions: tuple[Caution, ...] = ()  # located warnings: a setting may not work where it runs
     # Phases 2 and 3, each decided once by its planning step (make_plan runs them in order):
     shape: PdShape | None = None  # prefill, decode, KV transfer
     services: tuple[Service, ...] = ()  # hosts: mooncake_master, then the router (start order)

@@ -299,9 +299,10 @@ def kv_stalled(w: Window, live: list[Figures], t: dict[str, float],
             f"{pair_of('', f.name, f.role, {}, peers)}: {f.kv_waiting:.0f} requests on "
             f"{f.name} waited for KV from prefill through the whole {w.seconds:.0f}s window "
             "(vLLM's waiting reason `deferred`) and no prompt token came over the KV connector: "
-            "the transfer has stalled, and they hang until the connector gives up (Mooncake on "
-            "vLLM 0.23: VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s; vLLM #50719): count them "
-            "as failures, see `pdctl logs SPEC` for the connector's errors (docs/top.md)"
+            "the transfer has stalled, and they hang until the connector gives up (Mooncake: "
+            "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s; before vLLM 0.30.0 even then, until "
+            "decode restarts: vLLM #50719): count them as failures, see `pdctl logs SPEC` for "
+            "the connector's errors (docs/top.md)"
         )
         out.append(Verdict("kv-transfer-stalled", msg))
     return out

@@ -247,7 +247,7 @@ def test_rdma_only_ucx_between_hosts_without_rdma_devices_is_a_located_warning(
     for cmd in ("validate", "render"):
         code, out, err = run_cli([cmd, str(spec), "--strict"], capsys)
         assert code == 1 and out == ""
-        assert "refused (--strict): a network setting may not work where it runs" in err
+        assert "refused (--strict): a setting may not work where it runs" in err
 
 
 def test_rdma_devices_or_one_host_need_no_warning() -> None:
