@@ -50,6 +50,32 @@ ENGINE_ENV = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+# The Mooncake scenario logs vLLM's MooncakeConnector at DEBUG and the rest of vLLM at INFO
+# (VLLM_LOGGING_CONFIG_PATH replaces vLLM's logging config: vllm/logger.py, 0.23.0): the
+# connector's debug lines (each request's update_state_after_alloc and request_finished, each
+# pull sent and finished, the bootstrap query) say where a stalled burst's transfers stopped,
+# which its INFO lines do not until the 480 s timeout (tests/fixtures/gpu/vllm023-h100-e).
+CONNECTOR_LOGGER = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake"
+
+
+def connector_debug_logging() -> dict:
+    """A dictConfig document: one stdout handler for the `vllm` logger at INFO, and the Mooncake
+    connector's loggers at DEBUG through it."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {
+            "format": "%(levelname)s %(asctime)s.%(msecs)03d %(process)d "
+                      "[%(filename)s:%(lineno)d] %(message)s",
+            "datefmt": "%m-%d %H:%M:%S",
+        }},
+        "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "plain",
+                                "level": "DEBUG", "stream": "ext://sys.stdout"}},
+        "loggers": {"vllm": {"handlers": ["stdout"], "level": "INFO", "propagate": False},
+                    CONNECTOR_LOGGER: {"level": "DEBUG"}},
+    }
+
+
 KV_LINES = (
     r"Available KV cache memory: .*",
     r"GPU KV cache size: .*",
@@ -445,17 +471,20 @@ def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts
 SHARED_GPU_ARGS = ["--load-format", "dummy", "--kv-cache-memory-bytes", str(8 << 30)]
 
 
-def phase2(out: Path, args: argparse.Namespace) -> dict:
-    """P/D on one GPU (NIXL, or Mooncake over TCP with --connector mooncake): prefill on 'host'
-    a, decode on 'host' b, both GPU 0 of this machine (two loopback addresses of one sshd),
-    each with its own util, behind vllm-router. With --restarts: kill -9 of decode's, then
-    prefill's EngineCore and `up` repairing it; with --bench-s: `pdctl bench` with no bench
-    section, bounded to that many seconds, its output kept."""
-    connector = {"connector": args.connector}
-    if args.connector == "mooncake":
+def phase2_spec(connector_name: str) -> dict:
+    """phase2's spec: prefill on 'host' a, decode on 'host' b, both GPU 0, behind vllm-router;
+    Mooncake over TCP with its connector logged at DEBUG (connector_debug_logging)."""
+    connector = {"connector": connector_name}
+    head = header("g2" if connector_name == "nixl" else f"g2{connector_name}", 2)
+    if connector_name == "mooncake":
         connector["protocol"] = "tcp"
-    spec = {
-        **header("g2" if args.connector == "nixl" else f"g2{args.connector}", 2),
+        DATA.mkdir(parents=True, exist_ok=True)
+        logging_json = DATA / "vllm-logging.json"
+        logging_json.write_text(json.dumps(connector_debug_logging(), indent=1))
+        head["engine"] = {**head["engine"], "env": {
+            **ENGINE_ENV, "VLLM_LOGGING_CONFIG_PATH": str(logging_json)}}
+    return {
+        **head,
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
         "prefill": {"replicas": 1, "hosts": ["h200a"], "gpuMemoryUtilization": 0.42,
                     "extraArgs": SHARED_GPU_ARGS},
@@ -464,6 +493,15 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
         "disaggregation": connector,
         "router": {"venv": VENV, "port": 8300, "metricsPort": 8301},
     }
+
+
+def phase2(out: Path, args: argparse.Namespace) -> dict:
+    """P/D on one GPU (NIXL, or Mooncake over TCP with --connector mooncake): prefill on 'host'
+    a, decode on 'host' b, both GPU 0 of this machine (two loopback addresses of one sshd),
+    each with its own util, behind vllm-router. With --restarts: kill -9 of decode's, then
+    prefill's EngineCore and `up` repairing it; with --bench-s: `pdctl bench` with no bench
+    section, bounded to that many seconds, its output kept."""
+    spec = phase2_spec(args.connector)
     path = out / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     res: dict = {"spec": spec}

@@ -1,0 +1,63 @@
+"""The GPU harness's Mooncake scenario logs the connector at DEBUG (drive.py): the document it
+hands vLLM as VLLM_LOGGING_CONFIG_PATH must be one `logging.config.dictConfig` takes, put the
+connector's module loggers at DEBUG and leave the rest of vLLM at INFO, all on stdout (the
+unit's log that `pdctl logs` and the harness keep)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import logging.config
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.gpu import drive
+from tests.helpers import cli, written
+
+MODULE = drive.CONNECTOR_LOGGER + ".mooncake_connector"  # vLLM's init_logger(__name__)
+
+
+@pytest.fixture
+def configured():
+    saved = {n: (lg.level, list(lg.handlers), lg.propagate)
+             for n in ("vllm", drive.CONNECTOR_LOGGER)
+             for lg in [logging.getLogger(n)]}
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        logging.config.dictConfig(drive.connector_debug_logging())  # ext://sys.stdout: buf
+        yield buf
+    for name, (level, handlers, propagate) in saved.items():
+        lg = logging.getLogger(name)
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+        lg.propagate = propagate
+
+
+def test_connector_debug_reaches_stdout_and_the_scheduler_debug_does_not(configured) -> None:
+    logging.getLogger(MODULE).debug("Sending kv transfer request for %s", {"r1"})
+    logging.getLogger("vllm.v1.core.sched.scheduler").debug("still in WAITING_FOR_REMOTE_KVS")
+    logging.getLogger("vllm.v1.core.sched.scheduler").info("scheduler line")
+    lines = configured.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("DEBUG ") and "[test_connector_logging.py:" in lines[0]
+    assert lines[0].endswith("Sending kv transfer request for {'r1'}")
+    assert lines[1].startswith("INFO ") and lines[1].endswith("scheduler line")
+
+
+def test_the_mooncake_spec_hands_it_to_both_engines_and_validates(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(drive, "DATA", tmp_path / "data")
+    monkeypatch.setattr(drive, "MODELS", Path(drive.__file__).parent / "models")
+    spec = drive.phase2_spec("mooncake")
+    config = tmp_path / "data" / "vllm-logging.json"
+    assert spec["engine"]["env"]["VLLM_LOGGING_CONFIG_PATH"] == str(config)
+    assert json.loads(config.read_text()) == drive.connector_debug_logging()
+    path = written(tmp_path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
+    _, err = cli(["render", str(path), "--output-dir", str(tmp_path / "r")])
+    assert "vLLM 0.23.0's MooncakeConnector" in err  # the caution (validate/render warn)
+    scripts = "".join(p.read_text() for p in (tmp_path / "r").rglob("*") if p.is_file())
+    assert scripts.count(f"VLLM_LOGGING_CONFIG_PATH={config}") >= 2  # prefill and decode
+    assert "VLLM_LOGGING_CONFIG_PATH" not in drive.phase2_spec("nixl")["engine"]["env"]
