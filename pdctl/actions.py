@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
-from pdctl.errors import PdctlError
+from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
 from pdctl.targets import capabilities, open_target
@@ -130,6 +130,48 @@ def up(
     return result
 
 
+def restart(
+    plan: Plan, bundle: Bundle, options: Connect, progress: Progress, units: list[str],
+    secrets: Callable[[], dict[str, str]], yes: bool = False, timeout: float = 900.0,
+) -> Up:
+    """Restart `units` of a deployment that runs as the bundle says, each with the scripts it
+    runs, one at a time (a multi-node group as one), each waited on until healthy; a failure
+    undoes the run as `up`'s does. Refused (nothing changed) when a unit is not the
+    bundle's, or when what runs differs from the bundle: `up` is what brings it in line."""
+    caps = capabilities_of(plan, options)
+    if not caps.restarts:
+        raise UsageError(
+            f"pdctl restart restarts units on SSH hosts and Docker engines, not on {caps.named}",
+            fix=f"kubectl -n {plan.spec.kubernetes.namespace} rollout restart deployment/NAME "
+            "(or leaderworkerset/NAME)")
+    known = [u.unit.name for u in bundle.units]
+    unknown = [u for u in units if u not in known]
+    if unknown:
+        raise UsageError(
+            f"{plan.name} has no unit {', '.join(unknown)}",
+            fix=f"name units of `pdctl status`: {', '.join(known)}")
+    values = secrets() if caps.sends_secrets else {}
+    with open_target(plan, bundle, options, progress.say, progress.stage) as target:
+        try:
+            off = [c for c in target.changes(grace=timeout) if c.action != "keep"]
+        except Unreachable as exc:
+            raise PdctlError(f"{exc.line()}; check the address") from None
+        if off:
+            listed = "; ".join(f"{c.unit} on {c.host}: {c.action} ({c.why})" for c in off[:4])
+            raise PdctlError(
+                f"what runs of {plan.name!r} is not what the spec says ({listed}); nothing was "
+                "restarted: `pdctl up` brings it in line (and restarts what changed)")
+        result = Up(caps.kind, target.changes(grace=timeout, restart=frozenset(units)))
+        progress.planned(caps.kind, result.changes, compared=True)
+        if not yes and not progress.confirm():
+            return result
+        with progress.applying(target):
+            result.outcome = target.apply(result.changes, values, timeout)
+        result.applied = True
+        result.endpoints = target.endpoints()
+    return result
+
+
 @dataclass
 class Diff:
     """What `diff` found: one Change per unit or object, and per changed one its unified
@@ -195,5 +237,5 @@ def logs(
 
 __all__ = [
     "Diff", "DryRun", "Progress", "Up", "UpFailed", "capabilities_of", "diff", "down", "down_plan",
-    "logs", "status", "up",
+    "logs", "restart", "status", "up",
 ]

@@ -30,7 +30,8 @@ COMMANDS = {
     "explain": "pdctl.cli.explain_cmd", "plan": "pdctl.cli.plan_cmd",
     "preflight": "pdctl.cli.preflight_cmd", "bundle": "pdctl.cli.bundle_cmd",
     "up": "pdctl.cli.up_cmd", "diff": "pdctl.cli.diff_cmd", "down": "pdctl.cli.down_cmd",
-    "status": "pdctl.cli.status_cmd", "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
+    "restart": "pdctl.cli.restart_cmd", "status": "pdctl.cli.status_cmd",
+    "logs": "pdctl.cli.logs_cmd", "top": "pdctl.cli.top_cmd",
     "adapters": "pdctl.cli.adapters_cmd", "bench": "pdctl.cli.bench_cmd",
     "tune": "pdctl.cli.tune_cmd", "scale": "pdctl.cli.scale_cmd",
     "autoscale": "pdctl.cli.autoscale_cmd"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, SPEC, TARGET, check_output, output_option, phase_option
 from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.specfile import shown as spec_name
 from pdctl.cli.summary import endpoints_hint
@@ -25,19 +25,6 @@ if TYPE_CHECKING:
     from pdctl.render.bundle import Bundle
 
 UP_PHASE = phase_option("Bring the deployment up at this phase instead of the spec's.")
-
-
-def read_secrets(plan: Plan) -> dict[str, str]:
-    """Secret values from the local environment (the only place they come from)."""
-    values = {}
-    for secret in plan.secrets:
-        value = os.environ.get(secret.source)
-        if value is None:
-            raise PdctlError(
-                f"secret {secret.name}: environment variable {secret.source} is not set; "
-                f"export it before `pdctl up`")
-        values[secret.name] = value
-    return values
 
 
 @with_overlays

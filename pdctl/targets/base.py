@@ -79,6 +79,8 @@ class Capabilities:
     partial: bool = False
     # Runs commands on the deployment's hosts (pdctl bench's load generator, the P/D canary).
     commands: bool = False
+    # `pdctl restart UNIT`: restarts units that run as the bundle says (`changes(restart=)`).
+    restarts: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,11 +240,14 @@ class Target(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    def changes(self, grace: float = START_GRACE) -> list[Change]:
+    def changes(
+        self, grace: float = START_GRACE, restart: frozenset[str] = frozenset()
+    ) -> list[Change]:
         """Connect and compare the bundle with what runs: one Change per unit or object.
         `grace`: how long a process unit's server may run without answering its health
         probe before it is planned as a restart (`up --timeout`; hosts only: containers and
-        pods restart by their own policy and probes)."""
+        pods restart by their own policy and probes). `restart`: units to restart though
+        they run as the bundle says (`pdctl restart`; targets whose Capabilities.restarts)."""
         ...
 
     def diff(self) -> tuple[list[Change], dict[str, str]]:

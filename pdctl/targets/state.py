@@ -174,6 +174,19 @@ def not_answering(c: Change, detail: str, o: Observed) -> Change:
     return Change(c.host, c.unit, c.role, "restart", why)
 
 
+ASKED = "restart: asked (pdctl restart)"
+
+
+def asked_restarts(changes: list[Change], asked: frozenset[str]) -> list[Change]:
+    """`pdctl restart`: the kept units it names restart with the scripts they run (then
+    whole_groups takes the rest of a group with them)."""
+    return [
+        Change(c.host, c.unit, c.role, "restart", ASKED)
+        if c.unit in asked and c.action == "keep" else c
+        for c in changes
+    ]
+
+
 def supervision(o: Observed) -> str:
     """What `status` adds to a systemd unit's state that is not running: between restarts, or
     stopped at its start limit."""

@@ -301,8 +301,8 @@ def kv_stalled(w: Window, live: list[Figures], t: dict[str, float],
             "(vLLM's waiting reason `deferred`) and no prompt token came over the KV connector: "
             "the transfer has stalled, and they hang until the connector gives up (Mooncake: "
             "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s; before vLLM 0.30.0 even then, until "
-            "decode restarts: vLLM #50719): count them as failures, see `pdctl logs SPEC` for "
-            "the connector's errors (docs/top.md)"
+            f"decode restarts, e.g. `pdctl restart SPEC {f.name}`: vLLM #50719): count them as "
+            "failures, see `pdctl logs SPEC` for the connector's errors (docs/top.md)"
         )
         out.append(Verdict("kv-transfer-stalled", msg))
     return out

@@ -300,7 +300,7 @@ def test_a_narrow_table_cuts_other_columns_not_units_or_urls(tmp_path: Path) -> 
 
 
 # -- options and environment variables agree ------------------------------------------------
-CONNECTING = ("up", "down", "status", "logs", "top", "preflight")
+CONNECTING = ("up", "down", "status", "logs", "top", "preflight", "restart")
 
 
 def test_connecting_commands_take_the_same_identity_and_variables() -> None:

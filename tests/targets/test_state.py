@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdctl.targets.state import (
+    ASKED,
     Observed,
+    asked_restarts,
     desired_units,
     diff,
     parse_observed,
@@ -122,3 +124,25 @@ def test_one_changed_node_restarts_the_others_of_its_group():
     assert all(
         c.why == f"restart: {leader} of its multi-node group restarts (one group)" for c in others
     )
+
+
+def test_a_restart_asked_for_a_worker_takes_its_group_and_leaves_the_rest() -> None:
+    """`pdctl restart WORKER`: the worker restarts as asked, its leader with it (one group);
+    a unit asked for that is not running stays what diff says (the command refuses it)."""
+    plan, bundle = bundle_of(MULTINODE)
+    names = [u.unit.name for u in bundle.units]
+    leader = next(u.unit.name for u in bundle.units if not u.unit.leader)
+    worker = next(u.unit.name for u in bundle.units if u.unit.leader)
+    units = desired_units(plan, bundle)
+    observed = [Observed(u.host.name, u.name, u.hash, True, "7") for u in units]
+    leaders = {u.unit.name: u.unit.leader for u in bundle.units}
+    asked = whole_groups(asked_restarts(diff(units, observed), frozenset({worker})), leaders)
+    by_unit = {c.unit: c for c in asked}
+    assert (by_unit[worker].action, by_unit[worker].why) == ("restart", ASKED)
+    assert by_unit[leader].action == "restart"
+    assert by_unit[leader].why == f"restart: {worker} of its multi-node group restarts (one group)"
+    assert {c.action for n, c in by_unit.items() if n not in (leader, worker)} <= {"keep"}
+    assert len(names) >= 2
+    down = [Observed(u.host.name, u.name, u.hash, u.name != worker, "7") for u in units]
+    stopped = {c.unit: c for c in asked_restarts(diff(units, down), frozenset({worker}))}
+    assert (stopped[worker].action, stopped[worker].why) == ("start", "not running")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 CAPABILITIES = Capabilities(
     kind="docker", named="--docker-url", undo="undone as a whole (its containers are removed)",
-    sends_secrets=True,
+    sends_secrets=True, restarts=True,
 )
 
 

@@ -25,6 +25,7 @@ from pdctl.targets.state import (
     Change,
     Desired,
     Observed,
+    asked_restarts,
     desired_units,
     diff,
     not_answering,
@@ -91,6 +92,7 @@ class PerHost:
     plan: Plan
     bundle: Bundle
     fleet: UnitFleet
+    asked: frozenset[str] = frozenset()  # units `pdctl restart` names (set by `changes`)
 
     @property
     def unreachable(self) -> dict[str, str]:
@@ -111,14 +113,19 @@ class PerHost:
                 ports.setdefault(d.host.name, []).append((d.name, d.port))
         return ports
 
-    def changes(self, grace: float = START_GRACE) -> list[Change]:
+    def changes(
+        self, grace: float = START_GRACE, restart: frozenset[str] = frozenset()
+    ) -> list[Change]:
+        self.asked = restart  # apply plans again under the run lock: the same units
         self.fleet.connect()
         return self.planned(self.fleet.observed(), grace)
 
     def planned(self, seen: list[Observed], grace: float) -> list[Change]:
-        """The changes from what runs (`seen`): the diff, the repairs, whole groups."""
+        """The changes from what runs (`seen`): the diff, the repairs, the restarts asked
+        for (`pdctl restart`), whole groups."""
         leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
-        return whole_groups(self.repairs(diff(self.desired(), seen), seen, grace), leaders)
+        changes = self.repairs(diff(self.desired(), seen), seen, grace)
+        return whole_groups(asked_restarts(changes, self.asked), leaders)
 
     def repairs(self, changes: list[Change], seen: list[Observed], grace: float) -> list[Change]:
         """A kept unit whose server has run past `grace` seconds and does not answer its

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from pdctl.errors import PdctlError
 from pdctl.targets.base import Closing, Observer, StatusRow, Stopped, Write
 from pdctl.targets.kube.api import KEPT_KINDS, KubeApi
 from pdctl.targets.kube.diff import ObjectDiff
@@ -58,8 +59,13 @@ class KubeTarget(KubeApi, Closing):
     def interrupts(self) -> None:
         return None
 
-    def changes(self, grace: float = START_GRACE) -> list[Change]:
-        """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...)."""
+    def changes(
+        self, grace: float = START_GRACE, restart: frozenset[str] = frozenset()
+    ) -> list[Change]:
+        """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...).
+        No `restart` here (CAPABILITIES: `kubectl rollout restart` does it)."""
+        if restart:
+            raise PdctlError("pdctl restart does not restart Kubernetes workloads")
         return [
             Change(self.namespace, f"{kind}/{name}", kind, ACTIONS[word], word)  # type: ignore[arg-type]
             for word, kind, name in self.object_changes(self.objects)

@@ -90,3 +90,23 @@ def test_up_fails_at_once_when_docker_restarts_a_dying_engine(docker_client) -> 
     finally:
         tgt.down()
     assert tgt.containers() == []
+
+
+def test_pdctl_restart_recreates_the_named_container_only(docker_client, tmp_path: Path) -> None:
+    """`pdctl restart` through the docker SDK: the named unit gets a new container (a new id),
+    healthy again; the other keeps its container."""
+    spec = docker_spec(tmp_path, "sdkrst", {"a": "127.0.0.1", "b": "127.0.0.2"}, free_port())
+    url = urls("a", "b")
+    try:
+        checked(pdctl("up", str(spec), "--yes", "--timeout", "60", *url))
+        names = ("sdkrst-serve-0", "sdkrst-serve-1")
+        before = {n: docker_client.containers.get(n).id for n in names}
+        done = checked(pdctl("restart", str(spec), "sdkrst-serve-1", "--yes", "--timeout", "60",
+                             *url))
+        assert "restarted sdkrst-serve-1: healthy." in done.stdout, done.stdout
+        assert docker_client.containers.get("sdkrst-serve-0").id == before["sdkrst-serve-0"]
+        assert docker_client.containers.get("sdkrst-serve-1").id != before["sdkrst-serve-1"]
+        rows = status_rows(spec, *url, code=0)
+        assert {r["health"] for r in rows.values()} == {"healthy"}, rows
+    finally:
+        checked(pdctl("down", str(spec), *url))

@@ -1,0 +1,50 @@
+"""`pdctl restart`: restart named units of a running deployment, each waited on until healthy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pdctl import actions
+from pdctl.cli import term
+from pdctl.cli.connect import ConnectFlags, connection
+from pdctl.cli.options import DEPLOYED_PHASE, FACTS, SPEC, TARGET
+from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.secret_values import read_secrets
+from pdctl.cli.specfile import load, with_overlays
+from pdctl.errors import PdctlError
+
+
+@with_overlays
+@connection()
+def restart(
+    conn: ConnectFlags, spec: str = SPEC,
+    units: list[str] = typer.Argument(
+        ..., metavar="UNIT", help="Units to restart, as `pdctl status` names them."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    timeout: int = typer.Option(
+        900, "--timeout", min=1, help="Seconds each restarted unit may take to become healthy."),
+    phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+) -> None:
+    """Restart UNITs of SPEC's running deployment (SSH hosts, Docker engines).
+
+    On SSH hosts each unit restarts with the scripts it runs, one at a time, and pdctl waits
+    until it is healthy before the next; one that does not come back fails the run, which is
+    undone as `up`'s is. On Docker engines their containers are recreated and waited on
+    together. A node of a multi-node group restarts its whole group. Refused, with nothing
+    restarted, when what runs is not what SPEC says (`pdctl up` brings it in line). For an
+    engine that answers its health check but serves nothing, e.g. a decode whose requests
+    wait for KV that never comes (`pdctl top`: kv-transfer-stalled)."""
+    console = term.console(log_path=False)
+    plan, bundle = load(spec, phase, target, facts)
+    try:
+        done = actions.restart(plan, bundle, conn.target(), ConsoleProgress(console), units,
+                               lambda: read_secrets(plan), yes, timeout)
+    except actions.UpFailed as exc:
+        report_failures(console, exc.failures)
+        report_undo(console, exc.outcome)
+        raise PdctlError(f"restart failed: {exc.line()}") from None
+    if done.applied:
+        restarted = [c.unit for c in done.changes if c.action == "restart"]
+        console.print(f"[bold]restarted[/] {', '.join(restarted)}: healthy.")
