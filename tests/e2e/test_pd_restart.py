@@ -213,3 +213,26 @@ def test_prefill_restart_answers_agree_held_kv_survives_and_canary_passes(pd, ss
     assert verdict["ok"] and {p["via"] for p in verdict["pairs"]} == {
         f"{NAME}-prefill-0 -> {NAME}-decode-0"}, verdict
     assert log_lines(data, "prefill-0", "Releasing expired KV blocks") == []
+
+
+def test_pdctl_restart_of_a_running_decode_gives_a_new_engine_and_the_same_answers(pd, ssh_env):
+    """`pdctl restart SPEC DECODE` on the real engines: decode's API server and EngineCore are
+    new processes, prefill and the router keep theirs, the router's answers are those of
+    before, and `status --verify`'s P/D canary passes."""
+    spec, data, before = pd
+    server, core = engine_core(data, "decode-0")
+    kept = engine_core(data, "prefill-0")
+    started = time.monotonic()
+    done = pdctl("restart", str(spec), f"{NAME}-decode-0", "--yes", "--timeout", "600",
+                 *known(ssh_env), env=ENV, timeout=900)
+    print(f"pdctl restart took {time.monotonic() - started:.0f} s\n{done.stdout}{done.stderr}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"restarted {NAME}-decode-0: healthy." in done.stdout
+    assert gone(server) and gone(core)
+    assert engine_core(data, "prefill-0") == kept
+    wait_until(lambda: post(f"http://127.0.0.1:{ROUTER}/v1/completions",
+                            greedy(prompt("router probe r")))[0] == 200,
+               "the router sending to the restarted decode", timeout=60, step=1)
+    assert {t: via_router(t) for t in before} == before
+    verified = pdctl("status", str(spec), "--verify", *known(ssh_env), env=ENV, timeout=600)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
