@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests import helpers
 from tests.conftest import EXAMPLES, ROOT
 from tests.helpers import checked, cli, run_cli, written
 from tests.pty_run import on_a_pty
+from tests.targets.testbed import closed_port
 
 ESC = "\x1b"
 LIVE = ROOT / "tests" / "fixtures" / "gpu" / "h200x2-live"
@@ -251,9 +251,7 @@ def test_piped_tables_honour_columns(argv: list[str]) -> None:
 def _long_names(tmp_path: Path) -> tuple[Path, list[str]]:
     """A spec whose hosts refuse connections (status lists them unreachable, exit 1) and
     whose units, hosts and URLs are long: (the spec, the unit names and URLs)."""
-    with socket.socket() as sock:  # a loopback port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = closed_port()  # a loopback port nobody listens on
     hosts = [
         {"name": f"host-with-a-long-name-{i}", "address": f"127.0.0.{i}", "port": port}
         | {"runtime": "venv", "venv": "/nonexistent", "dataDir": str(tmp_path / f"d{i}")}

@@ -152,9 +152,12 @@ def test_preflight_over_ssh(libs: dict[str, Path], tmp_path: Path) -> None:
             )
         )
         rec = tmp_path / f"rec-{name}"
+        # --no-transfer: this spec's lo1 -> lo1 KV pair would run a transfer agent and make a
+        # /tmp/pdctl-xfer.* folder, which the transfer modules on the other xdist worker
+        # assert are absent (tests/conftest.py SHARED "xfer"); only hami.* is checked here.
         proc = pdctl(
-            "preflight", str(spec), "-o", "json", "--record", str(rec), "--known-hosts",
-            os.environ["PDCTL_TEST_KNOWN_HOSTS"],
+            "preflight", str(spec), "-o", "json", "--no-transfer", "--record", str(rec),
+            "--known-hosts", os.environ["PDCTL_TEST_KNOWN_HOSTS"],
         )
         results[name] = {
             f["check"]: f for f in json_findings(proc) if f["check"].startswith("hami.")

@@ -3,7 +3,6 @@ real SSH: one line naming the unit and host, exit 1; never `docker logs` on a ve
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from tests.helpers import checked, known
 from tests.targets.testbed import (
     SshEnv,
+    closed_port,
     connect,
     deployed,
     host_entry,
@@ -64,9 +64,7 @@ def test_an_unreachable_host_does_not_hide_the_logs_of_the_others(
 ) -> None:
     """One host down: `logs` still prints what the others hold (its units read `(host
     unreachable)`), then its error line, exit 1; a unit on a reachable host reads as usual."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    closed = closed_port()  # nothing listens there
     lo1 = host_entry(ssh_env, ssh_env.host("lo1"), tmp_path, venv=str(fake_venv), instances=1)
     gone = dict(lo1, name="gone", port=closed, dataDir=str(tmp_path / "gone"))
     spec = write_spec(
