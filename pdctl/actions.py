@@ -143,7 +143,8 @@ def restart(
         raise UsageError(
             f"pdctl restart restarts units on SSH hosts and Docker engines, not on {caps.named}",
             fix=f"kubectl -n {plan.spec.kubernetes.namespace} rollout restart deployment/NAME "
-            "(or leaderworkerset/NAME)")
+            "(a LeaderWorkerSet restarts when its template changes: an annotation set with "
+            "kubectl patch)")
     known = [u.unit.name for u in bundle.units]
     unknown = [u for u in units if u not in known]
     if unknown:

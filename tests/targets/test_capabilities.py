@@ -36,6 +36,8 @@ def test_a_plans_capabilities_are_its_targets(example, urls, kind, cls) -> None:
     assert caps.keep_going == (kind == "hosts") == caps.partial
     assert caps.server_dry_run == caps.down_timeout == caps.volumes == (kind == "kubernetes")
     assert caps.sends_secrets == (kind != "kubernetes")
+    # `pdctl restart` restarts units on hosts and Docker; Kubernetes has kubectl rollout restart
+    assert caps.restarts == (kind != "kubernetes")
 
 
 def test_keep_going_is_refused_with_what_a_failed_run_leaves(capsys) -> None:
