@@ -22,7 +22,7 @@ from pdctl.targets import capabilities, open_target
 from pdctl.targets.base import Capabilities, Connect, Stage, StatusRow, Stopped, Target, Write
 from pdctl.targets.outcome import Outcome, UpFailed
 from pdctl.targets.ssh import Unreachable
-from pdctl.targets.state import Change
+from pdctl.targets.state import ASKED, Change, group_cause
 
 DryRun = Literal["none", "client", "server"]
 OFFLINE_HINT = "show the plan without connecting: --dry-run --offline"
@@ -152,17 +152,23 @@ def restart(
             f"{plan.name} has no unit {', '.join(unknown)}",
             fix=f"name units of `pdctl status`: {', '.join(known)}")
     values = secrets() if caps.sends_secrets else {}
+    asked = frozenset(units)
+    # What `restart` may change: the units asked for, and the other nodes of their groups.
+    expected = {ASKED} | {group_cause(u) for u in asked}
     with open_target(plan, bundle, options, progress.say, progress.stage) as target:
         try:
-            off = [c for c in target.changes(grace=timeout) if c.action != "keep"]
+            changes = target.changes(grace=timeout, restart=asked)
         except Unreachable as exc:
             raise PdctlError(f"{exc.line()}; check the address") from None
+        off = [c for c in changes if c.action != "keep" and c.why not in expected]
         if off:
             listed = "; ".join(f"{c.unit} on {c.host}: {c.action} ({c.why})" for c in off[:4])
+            more = f"; and {len(off) - 4} more" if len(off) > 4 else ""
             raise PdctlError(
-                f"what runs of {plan.name!r} is not what the spec says ({listed}); nothing was "
-                "restarted: `pdctl up` brings it in line (and restarts what changed)")
-        result = Up(caps.kind, target.changes(grace=timeout, restart=frozenset(units)))
+                f"what runs of {plan.name!r} is not what the spec says ({listed}{more}); "
+                "nothing was restarted: `pdctl up` brings it in line (and restarts what "
+                "changed)")
+        result = Up(caps.kind, changes)
         progress.planned(caps.kind, result.changes, compared=True)
         if not yes and not progress.confirm():
             return result

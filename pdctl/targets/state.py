@@ -107,6 +107,12 @@ def diff(desired: list[Desired], observed: list[Observed]) -> list[Change]:
     return changes
 
 
+def group_cause(unit: str, stopped: bool = False) -> str:
+    """Why the other nodes of `unit`'s multi-node group restart with it."""
+    state = "is not running" if stopped else "restarts"
+    return f"restart: {unit} of its multi-node group {state} (one group)"
+
+
 def whole_groups(changes: list[Change], leaders: Mapping[str, str | None]) -> list[Change]:
     """A multi-node group restarts as one: when a node of a group is not running (or is
     restarted), every other node that would be kept is restarted with it, and a stopped node
@@ -124,8 +130,7 @@ def whole_groups(changes: list[Change], leaders: Mapping[str, str | None]) -> li
         moved = [c for c in nodes if c.action in ("start", "restart") and c.why != "new"]
         if len(nodes) > 1 and moved and any(c.action != "start" for c in nodes):
             first = moved[0]
-            state = "is not running" if first.action == "start" else "restarts"
-            cause[name] = f"restart: {first.unit} of its multi-node group {state} (one group)"
+            cause[name] = group_cause(first.unit, first.action == "start")
     out = []
     for c in changes:
         why = cause.get(group[c.unit]) if c.action != "stop" else None

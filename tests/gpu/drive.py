@@ -65,8 +65,10 @@ def connector_debug_logging() -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {
-            "format": "%(levelname)s %(asctime)s.%(msecs)03d %(process)d "
-                      "[%(filename)s:%(lineno)d] %(message)s",
+            # vLLM's own shape (its lines carry `(EngineCore_DP0 pid=N)` before it), which
+            # pdctl's log readers match (targets/crashline.py VLLM_ERROR, stages.py PREFIX)
+            "format": "%(levelname)s %(asctime)s.%(msecs)03d [%(filename)s:%(lineno)d] "
+                      "%(message)s",
             "datefmt": "%m-%d %H:%M:%S",
         }},
         "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "plain",

@@ -5,47 +5,44 @@ unit's log that `pdctl logs` and the harness keep)."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-import logging.config
-from contextlib import redirect_stdout
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
+from pdctl.targets.crashline import VLLM_ERROR
+from pdctl.targets.stages import PREFIX
 from tests.gpu import drive
 from tests.helpers import cli, written
 
 MODULE = drive.CONNECTOR_LOGGER + ".mooncake_connector"  # vLLM's init_logger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+# In a child: dictConfig closes every handler of the process that runs it (pytest's too).
+EMIT = f"""
+import logging, logging.config
+from tests.gpu import drive
+logging.config.dictConfig(drive.connector_debug_logging())
+logging.getLogger({MODULE!r}).debug("Sending kv transfer request for %s", {{"r1"}})
+logging.getLogger("vllm.v1.core.sched.scheduler").debug("still in WAITING_FOR_REMOTE_KVS")
+logging.getLogger("vllm.v1.core.sched.scheduler").info("scheduler line")
+logging.getLogger("vllm.v1.engine.core").error("EngineCore failed")
+"""
 
 
-@pytest.fixture
-def configured():
-    saved = {n: (lg.level, list(lg.handlers), lg.propagate)
-             for n in ("vllm", drive.CONNECTOR_LOGGER)
-             for lg in [logging.getLogger(n)]}
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        logging.config.dictConfig(drive.connector_debug_logging())  # ext://sys.stdout: buf
-        yield buf
-    for name, (level, handlers, propagate) in saved.items():
-        lg = logging.getLogger(name)
-        lg.setLevel(level)
-        lg.handlers[:] = handlers
-        lg.propagate = propagate
-
-
-def test_connector_debug_reaches_stdout_and_the_scheduler_debug_does_not(configured) -> None:
-    logging.getLogger(MODULE).debug("Sending kv transfer request for %s", {"r1"})
-    logging.getLogger("vllm.v1.core.sched.scheduler").debug("still in WAITING_FOR_REMOTE_KVS")
-    logging.getLogger("vllm.v1.core.sched.scheduler").info("scheduler line")
-    lines = configured.getvalue().splitlines()
-    assert len(lines) == 2, lines
-    assert lines[0].startswith("DEBUG ") and "[test_connector_logging.py:" in lines[0]
+def test_connector_debug_reaches_stdout_and_the_scheduler_debug_does_not() -> None:
+    run = subprocess.run([sys.executable, "-c", EMIT], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True)
+    lines = run.stdout.splitlines()
+    assert len(lines) == 3 and run.stderr == "", (lines, run.stderr)
+    assert lines[0].startswith("DEBUG ") and "[<string>:5]" in lines[0]
     assert lines[0].endswith("Sending kv transfer request for {'r1'}")
     assert lines[1].startswith("INFO ") and lines[1].endswith("scheduler line")
+    # the shape pdctl's log readers take: stages.PREFIX (INFO) and crashline.VLLM_ERROR
+    assert PREFIX.match(lines[1]), lines[1]
+    found = VLLM_ERROR.search("(EngineCore_DP0 pid=7) " + lines[2])
+    assert found and found.group(1) == "EngineCore failed", lines[2]
 
 
 def test_the_mooncake_spec_hands_it_to_both_engines_and_validates(tmp_path, monkeypatch) -> None:

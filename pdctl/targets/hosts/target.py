@@ -79,7 +79,7 @@ class HostsTarget(PerHost, Closing):
         if acts(self.planned(locked, timeout)) != acts(changes):
             raise PdctlError(
                 f"what runs of {self.plan.name!r} changed since pdctl read it (another pdctl "
-                "up or down?); nothing was changed: run `pdctl up` again"
+                "up, down or restart?); nothing was changed: run the command again"
             )
         rollout = Rollout(
             self.fleet, self.bundle, self.desired(), self.plan.served_name, self.stage, timeout,

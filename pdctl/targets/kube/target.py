@@ -65,7 +65,8 @@ class KubeTarget(KubeApi, Closing):
         """One Change per object: unit `Kind/name`, action in `WORDS` (create -> start ...).
         No `restart` here (CAPABILITIES: `kubectl rollout restart` does it)."""
         if restart:
-            raise PdctlError("pdctl restart does not restart Kubernetes workloads")
+            raise PdctlError("pdctl restart does not restart Kubernetes workloads; use kubectl "
+                             "rollout restart")
         return [
             Change(self.namespace, f"{kind}/{name}", kind, ACTIONS[word], word)  # type: ignore[arg-type]
             for word, kind, name in self.object_changes(self.objects)
