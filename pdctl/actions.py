@@ -130,14 +130,34 @@ def up(
     return result
 
 
+def units_to_restart(plan: Plan, bundle: Bundle, units: list[str], role: str | None) -> list[str]:
+    """The units `pdctl restart` names, and with `role` every unit of that role (its order:
+    the bundle's); a unit or role the bundle does not have is a UsageError naming those it has."""
+    known = [u.unit.name for u in bundle.units]
+    unknown = [u for u in units if u not in known]
+    if unknown:
+        raise UsageError(
+            f"{plan.name} has no unit {', '.join(unknown)}",
+            fix=f"name units of `pdctl status`: {', '.join(known)}")
+    if role is None:
+        return list(dict.fromkeys(units))
+    roles = list(dict.fromkeys(u.unit.role for u in bundle.units))
+    if role not in roles:
+        raise UsageError(f"{plan.name} has no unit of role {role!r}",
+                         fix=f"choose one of {', '.join(roles)}")
+    return list(dict.fromkeys([*units, *(u.unit.name for u in bundle.units
+                                         if u.unit.role == role)]))
+
+
 def restart(
     plan: Plan, bundle: Bundle, options: Connect, progress: Progress, units: list[str],
     secrets: Callable[[], dict[str, str]], yes: bool = False, timeout: float = 900.0,
+    role: str | None = None,
 ) -> Up:
     """Restart `units` of a deployment that runs as the bundle says, each with the scripts it
     runs, one at a time (a multi-node group as one), each waited on until healthy; a failure
-    undoes the run as `up`'s does. Refused (nothing changed) when a unit is not the
-    bundle's, or when what runs differs from the bundle: `up` is what brings it in line."""
+    undoes the run as `up`'s does. Refused (nothing changed) when what runs differs from the
+    bundle: `up` is what brings it in line. `units` and `role`: see `units_to_restart`."""
     caps = capabilities_of(plan, options)
     if not caps.restarts:
         raise UsageError(
@@ -145,12 +165,7 @@ def restart(
             fix=f"kubectl -n {plan.spec.kubernetes.namespace} rollout restart deployment/NAME "
             "(a LeaderWorkerSet restarts when its template changes: an annotation set with "
             "kubectl patch)")
-    known = [u.unit.name for u in bundle.units]
-    unknown = [u for u in units if u not in known]
-    if unknown:
-        raise UsageError(
-            f"{plan.name} has no unit {', '.join(unknown)}",
-            fix=f"name units of `pdctl status`: {', '.join(known)}")
+    units = units_to_restart(plan, bundle, units, role)
     values = secrets() if caps.sends_secrets else {}
     asked = frozenset(units)
     # What `restart` may change: the units asked for, and the other nodes of their groups.

@@ -31,7 +31,7 @@ ROOT_HELP = (
     "  up         Start SPEC's deployment (or bring it in line with SPEC) and...\n"
     "  diff       Show what `up` would change: on Kubernetes a server-side dry...\n"
     "  down       Stop SPEC's processes, containers or Kubernetes objects and...\n"
-    "  restart    Restart UNITs of SPEC's running deployment (SSH hosts,...\n"
+    "  restart    Restart UNITs (or every unit of --role) of SPEC's running...\n"
     "  status     Show every instance of SPEC and whether it is healthy.\n"
     "  logs       Print the log of UNIT (every unit's last lines when UNIT is...\n"
     "  top        Show how the running deployment of SPEC uses its GPUs: per...\n"

@@ -71,3 +71,22 @@ def test_kubernetes_is_refused_with_the_kubectl_command(tmp_path) -> None:
     out = pdctl("restart", str(ROOT / "examples/phase1-k8s.yaml"), "x", "--yes")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "not on Kubernetes" in out.stderr and "rollout restart" in out.stderr, out.stderr
+
+
+def test_role_restarts_every_unit_of_it_and_a_bad_role_or_nothing_named_is_exit_2(
+    running, ssh_env
+) -> None:
+    spec, secret = running
+    before = pids_of(spec, ssh_env)
+    for argv, words in (([], "name the units to restart"),
+                        (["--role", "decode"], "fake has no unit of role 'decode'")):
+        out = pdctl("restart", str(spec), *argv, "--yes", *known(ssh_env), env=secret)
+        assert out.returncode == 2, out.stdout + out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert words in line, line
+    assert pids_of(spec, ssh_env) == before
+    done = checked(pdctl("restart", str(spec), "--role", "serve", "--yes", *known(ssh_env),
+                         env=secret))
+    assert "restarted fake-serve-0, fake-serve-1: healthy." in done.stdout, done.stdout
+    after = pids_of(spec, ssh_env)
+    assert all(after[u] != before[u] for u in before), (before, after)
