@@ -30,6 +30,12 @@ The messages are vLLM's own, in 0.23.0 and 0.33.0 (the files of each release's w
   "MooncakeXferMetadata transfer failed for %s: %s" (l.1587), and prefill's sender failing:
   "Error in Mooncake sender thread: %s. Exiting thread." (l.973: no KV is sent after it),
   "Error processing Mooncake xfer request: %s" (l.989), "Error in _sender_worker: %s" (l.1001).
+- Mooncake's transfer engine itself (its glog lines on the engine's stderr; the strings of
+  mooncake-transfer-engine-cuda13 0.3.13.post1's `mooncake/engine.so`): "TCP lane queue-full
+  rejection count: N" (a transfer's slices refused by a peer's lane queue; with vLLM's
+  MooncakeConnector the batch then fails, Mooncake#4209), "Failed to admit TCP work for ...",
+  "TcpTransport::getConnection failed to create connection to ...", "Sync batch data transfer
+  timeout after ...". They name no request: the pair comes from who logged them.
 Upstream links: https://github.com/vllm-project/vllm/blob/v0.23.0/vllm/distributed/kv_transfer/
 kv_connector/v1/nixl/worker.py and .../v0.33.0/.../nixl/pull_worker.py (docs/bench.md)."""
 
@@ -69,6 +75,12 @@ PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                    r"Error happens during transferring kvcache for|MooncakeXferMetadata "
                    r"transfer failed for|Timeout waiting for P side ready|Error in Mooncake "
                    r"sender thread|Error processing Mooncake xfer request|Error in _sender_worker"),
+    ),
+    (
+        "transfer-failed", "Mooncake's transfer engine refused or dropped a KV transfer",
+        re.compile(r"TCP lane queue-full rejection count: \d+|Failed to admit TCP work for|"
+                   r"TcpTransport::getConnection failed to create connection to|"
+                   r"Sync batch data transfer timeout after"),
     ),
 )
 # vllm-router's P/D request id (as bench.canary.PAIR): the pair it chose, as host:port

@@ -283,8 +283,9 @@ def kv_stalled(w: Window, live: list[Figures], t: dict[str, float],
     """A decode whose requests waited for KV from prefill through the whole window while no
     prompt token came over the connector: the transfer has stalled, and those requests hang
     until the connector gives up. Seen with Mooncake on vLLM 0.23.0 under a burst of 32
-    (tests/fixtures/gpu/vllm023-h100-e): no error counter grew, and 0.23.0's timeout messages
-    come only after 480 s, so neither kv_suspect nor the KV-transfer fallback verdict sees it.
+    (tests/fixtures/gpu/vllm023-h100-e): vLLM's Mooncake connector exports no counter before
+    0.33.0, and 0.23.0's timeout messages come only after 480 s, so neither kv_suspect nor the
+    KV-transfer fallback verdict sees it.
     vLLM's `deferred` also counts requests held back by the LoRA budget: with LoRA on, only a
     decode that generated nothing in the window counts."""
     if w.phase < 2 or w.seconds < t["kv_stall_min_s"]:

@@ -417,6 +417,12 @@ def burst(out: Path, path: Path, base: str, size: int, args: argparse.Namespace,
               "8s", *k)
         (out / f"metrics-decode-burst-{size}.txt").write_text(
             get("http://127.0.0.1:8200/metrics"))
+        (out / f"metrics-prefill-burst-{size}.txt").write_text(
+            get("http://127.0.0.1:8100/metrics"))
+        # Mooncake's TCP transport opens connections per transfer: their states, mid-burst
+        if shutil.which("ss"):
+            sockets = subprocess.run(["ss", "-tan"], capture_output=True, text=True)
+            (out / f"ss-burst-{size}.txt").write_text(sockets.stdout + sockets.stderr)
     t.join()
     keep_logs(out)
     return got
@@ -473,9 +479,11 @@ def restart_case(out: Path, path: Path, role: str, port: int, base: str, prompts
 SHARED_GPU_ARGS = ["--load-format", "dummy", "--kv-cache-memory-bytes", str(8 << 30)]
 
 
-def phase2_spec(connector_name: str) -> dict:
+def phase2_spec(connector_name: str, extra_env: list[str] | None = None) -> dict:
     """phase2's spec: prefill on 'host' a, decode on 'host' b, both GPU 0, behind vllm-router;
-    Mooncake over TCP with its connector logged at DEBUG (connector_debug_logging)."""
+    Mooncake over TCP with its connector logged at DEBUG (connector_debug_logging).
+    `extra_env`: KEY=VALUE for both engines (--engine-env), e.g. Mooncake's
+    MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER to test whether its TCP lane queue stalls a burst."""
     connector = {"connector": connector_name}
     head = header("g2" if connector_name == "nixl" else f"g2{connector_name}", 2)
     if connector_name == "mooncake":
@@ -485,6 +493,9 @@ def phase2_spec(connector_name: str) -> dict:
         logging_json.write_text(json.dumps(connector_debug_logging(), indent=1))
         head["engine"] = {**head["engine"], "env": {
             **ENGINE_ENV, "VLLM_LOGGING_CONFIG_PATH": str(logging_json)}}
+    if extra_env:
+        pairs = dict(e.split("=", 1) for e in extra_env)
+        head["engine"] = {**head["engine"], "env": {**head["engine"]["env"], **pairs}}
     return {
         **head,
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
@@ -503,7 +514,7 @@ def phase2(out: Path, args: argparse.Namespace) -> dict:
     each with its own util, behind vllm-router. With --restarts: kill -9 of decode's, then
     prefill's EngineCore and `up` repairing it; with --bench-s: `pdctl bench` with no bench
     section, bounded to that many seconds, its output kept."""
-    spec = phase2_spec(args.connector)
+    spec = phase2_spec(args.connector, args.engine_env)
     path = out / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     res: dict = {"spec": spec}
@@ -907,6 +918,7 @@ def main() -> None:
     p.add_argument("--bench-s", type=float, default=0)  # phase2: pdctl bench, bounded
     # phase2: bursts through the router, smallest first, stopping at the first that stalls
     p.add_argument("--pd-batches", type=int, nargs="*", default=[32])
+    p.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE")  # phase2
     p.add_argument("--burst-timeout", type=float, default=300)  # phase2: a burst request's
     args = p.parse_args()
     out = args.out / args.scenario

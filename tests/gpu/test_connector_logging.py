@@ -58,3 +58,12 @@ def test_the_mooncake_spec_hands_it_to_both_engines_and_validates(tmp_path, monk
     scripts = "".join(p.read_text() for p in (tmp_path / "r").rglob("*") if p.is_file())
     assert scripts.count(f"VLLM_LOGGING_CONFIG_PATH={config}") >= 2  # prefill and decode
     assert "VLLM_LOGGING_CONFIG_PATH" not in drive.phase2_spec("nixl")["engine"]["env"]
+
+
+def test_engine_env_reaches_both_engines_beside_the_logging_path(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(drive, "DATA", tmp_path / "data")
+    spec = drive.phase2_spec("mooncake", ["MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER=65536"])
+    env = spec["engine"]["env"]
+    assert env["MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"] == "65536"
+    assert "VLLM_LOGGING_CONFIG_PATH" in env and env["HF_HUB_OFFLINE"] == "1"
+    assert "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER" not in drive.ENGINE_ENV

@@ -110,3 +110,24 @@ def test_the_bench_table_prints_the_failure_with_the_log_line_as_logged(capsys):
     assert "0 failed, 2 suspect KV events" in out
     assert "FAILED suspect KV: pdr-prefill-0 -> pdr-decode-0" in out
     assert "[base_worker.py:3032] Releasing expired KV blocks" in out
+
+
+def test_mooncake_transfer_engine_failures_count_as_failed_transfers():
+    """The transfer engine's own glog lines (0.3.13.post1 engine.so's strings; Mooncake#4209
+    quotes the first): a failure even where vLLM logs nothing for minutes."""
+    peers = {"prefill": ["p-0"], "decode": ["d-0"]}
+    lines = [
+        "W1206 12:00:01.000001  4242 tcp_transport.cpp:300] TCP lane queue-full rejection "
+        "count: 512",
+        "E1206 12:00:01.000002  4242 tcp_transport.cpp:310] Failed to admit TCP work for "
+        "127.0.0.2:15001",
+        "E1206 12:00:01.000003  4242 tcp_transport.cpp:320] TcpTransport::getConnection failed "
+        "to create connection to 127.0.0.2:15001",
+        "I1206 12:00:31.000004  4243 transfer_engine_py.cpp:454] Sync batch data transfer "
+        "timeout after 33061142969ns",
+    ]
+    events = scan("p-0", "prefill", "\n".join(lines), {}, peers)
+    assert [e.kind for e in events] == ["transfer-failed"] * 4
+    assert {e.pair for e in events} == {"p-0 -> d-0"}
+    quiet = "I1206 12:00:00.000001  4242 tcp_transport.cpp:100] TcpTransport: listen on port 15001"
+    assert scan("p-0", "prefill", quiet, {}, peers) == []
