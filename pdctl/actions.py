@@ -118,21 +118,32 @@ def up(
         progress.planned(kind, changes, compared=True)
         if dry_run == "server":
             return result
-        # Nothing to change asks nothing and still calls apply, which writes only what changed
-        # (nothing here) and waits until what runs is healthy. A drifted Kubernetes object is
-        # an update (pdctl.targets.kube.apply), so it is confirmed like any other change.
-        if result.todo and not yes and not progress.confirm():
-            return result
-        with progress.applying(target):
-            result.outcome = target.apply(changes, values, timeout, keep_going)
-        result.applied = True
-        result.endpoints = target.endpoints()
+        return confirm_and_apply(target, result, progress, values, yes, timeout, keep_going)
+
+
+def confirm_and_apply(
+    target: Target, result: Up, progress: Progress, values: dict[str, str], yes: bool,
+    timeout: float, keep_going: bool = False,
+) -> Up:
+    """`up`'s and `restart`'s last step: the planned changes confirmed (unless `yes`), applied,
+    waited on. Nothing to change asks nothing and still calls apply, which writes only what
+    changed (nothing here) and waits until what runs is healthy. A drifted Kubernetes object
+    is an update (pdctl.targets.kube.apply), so it is confirmed like any other change."""
+    if result.todo and not yes and not progress.confirm():
+        return result
+    with progress.applying(target):
+        result.outcome = target.apply(result.changes, values, timeout, keep_going)
+    result.applied = True
+    result.endpoints = target.endpoints()
     return result
 
 
-def units_to_restart(plan: Plan, bundle: Bundle, units: list[str], role: str | None) -> list[str]:
-    """The units `pdctl restart` names, and with `role` every unit of that role (its order:
-    the bundle's); a unit or role the bundle does not have is a UsageError naming those it has."""
+def units_to_restart(
+    plan: Plan, bundle: Bundle, units: list[str], role: str | None
+) -> frozenset[str]:
+    """The units `pdctl restart` names, and with `role` every unit of that role (the order is
+    the rollout's); a unit or role the bundle does not have is a UsageError naming those it
+    has."""
     known = [u.unit.name for u in bundle.units]
     unknown = [u for u in units if u not in known]
     if unknown:
@@ -140,13 +151,12 @@ def units_to_restart(plan: Plan, bundle: Bundle, units: list[str], role: str | N
             f"{plan.name} has no unit {', '.join(unknown)}",
             fix=f"name units of `pdctl status`: {', '.join(known)}")
     if role is None:
-        return list(dict.fromkeys(units))
+        return frozenset(units)
     roles = list(dict.fromkeys(u.unit.role for u in bundle.units))
     if role not in roles:
         raise UsageError(f"{plan.name} has no unit of role {role!r}",
                          fix=f"choose one of {', '.join(roles)}")
-    return list(dict.fromkeys([*units, *(u.unit.name for u in bundle.units
-                                         if u.unit.role == role)]))
+    return frozenset(units) | {u.unit.name for u in bundle.units if u.unit.role == role}
 
 
 def restart(
@@ -165,9 +175,8 @@ def restart(
             fix=f"kubectl -n {plan.spec.kubernetes.namespace} rollout restart deployment/NAME "
             "(a LeaderWorkerSet restarts when its template changes: an annotation set with "
             "kubectl patch)")
-    units = units_to_restart(plan, bundle, units, role)
+    asked = units_to_restart(plan, bundle, units, role)
     values = secrets() if caps.sends_secrets else {}
-    asked = frozenset(units)
     # What `restart` may change: the units asked for, and the other nodes of their groups.
     expected = {ASKED} | {group_cause(u) for u in asked}
     with open_target(plan, bundle, options, progress.say, progress.stage) as target:
@@ -183,15 +192,8 @@ def restart(
                 f"what runs of {plan.name!r} is not what the spec says ({listed}{more}); "
                 "nothing was restarted: `pdctl up` brings it in line (and restarts what "
                 "changed)")
-        result = Up(caps.kind, changes)
-        progress.planned(caps.kind, result.changes, compared=True)
-        if not yes and not progress.confirm():
-            return result
-        with progress.applying(target):
-            result.outcome = target.apply(result.changes, values, timeout)
-        result.applied = True
-        result.endpoints = target.endpoints()
-    return result
+        progress.planned(caps.kind, changes, compared=True)
+        return confirm_and_apply(target, Up(caps.kind, changes), progress, values, yes, timeout)
 
 
 @dataclass

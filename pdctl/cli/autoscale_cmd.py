@@ -31,7 +31,8 @@ from pdctl.cli.options import (
     seconds_of,
 )
 from pdctl.cli.progress import ConsoleProgress
-from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
+from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
 
@@ -168,7 +169,7 @@ def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: C
         return
     for d in live.steps(decisions):
         done = scale(load, deployed, d.role, d.replicas, options, progress,
-                     lambda: secrets(plan), False, timeout, drain_timeout, others=counts)
+                     lambda: read_secrets(plan), False, timeout, drain_timeout, others=counts)
         counts[d.role] = d.replicas
         last[d.role] = time.time()
         _write_state(path, last)

@@ -17,13 +17,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from pdctl.errors import PdctlError
 from pdctl.targets.stages import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from pdctl.targets.base import Stage, Target
-    from pdctl.targets.outcome import Outcome, UnitFailure
+    from pdctl.targets.outcome import Outcome, UnitFailure, UpFailed
     from pdctl.targets.state import Change
 
 STYLES = {"start": "green", "restart": "yellow", "stop": "red", "keep": "dim"}
@@ -179,6 +180,14 @@ def report_undo(console: Console, outcome: Outcome) -> None:
         console.print(f"restored {what}")
     for what in outcome.left:
         console.print(f"[red]NOT undone[/] {what}")
+
+
+def failed_run(console: Console, exc: UpFailed, verb: str) -> PdctlError:
+    """A run that failed and was undone (`up`, `scale`, `restart`): what failed and how it was
+    undone, printed; the one error line to raise."""
+    report_failures(console, exc.failures)
+    report_undo(console, exc.outcome)
+    return PdctlError(f"{verb} failed: {exc.line()}")
 
 
 def report_failures(console: Console, failures: list[UnitFailure]) -> None:

@@ -10,10 +10,10 @@ from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import DEPLOYED_PHASE, FACTS, SPEC, TARGET
-from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.progress import ConsoleProgress, failed_run
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import load, with_overlays
-from pdctl.errors import PdctlError, UsageError
+from pdctl.errors import UsageError
 
 
 @with_overlays
@@ -49,9 +49,7 @@ def restart(
         done = actions.restart(plan, bundle, conn.target(), ConsoleProgress(console), units or [],
                                lambda: read_secrets(plan), yes, timeout, role)
     except actions.UpFailed as exc:
-        report_failures(console, exc.failures)
-        report_undo(console, exc.outcome)
-        raise PdctlError(f"restart failed: {exc.line()}") from None
+        raise failed_run(console, exc, "restart") from None
     if done.applied:
         restarted = [c.unit for c in done.changes if c.action == "restart"]
         console.print(f"[bold]restarted[/] {', '.join(restarted)}: healthy.")

@@ -21,10 +21,10 @@ from pdctl.cli.options import (
     check_phase_target,
     output_option,
 )
-from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
-from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader, secrets
+from pdctl.cli.progress import ConsoleProgress, failed_run
+from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
-from pdctl.errors import PdctlError
 from pdctl.scale import Scaled, check_request, parse_request, scale
 
 
@@ -58,12 +58,11 @@ def scale_cmd(
     console = term.console(stderr=output == "json", log_path=False)
     progress = ConsoleProgress(console)
     try:
-        done = scale(load, deployed, role, n, options, progress, lambda: secrets(deployed_plan),
-                     dry_run, float(timeout), float(drain_timeout))
+        done = scale(load, deployed, role, n, options, progress,
+                     lambda: read_secrets(deployed_plan), dry_run, float(timeout),
+                     float(drain_timeout))
     except actions.UpFailed as exc:
-        report_failures(console, exc.failures)
-        report_undo(console, exc.outcome)
-        raise PdctlError(f"scale failed: {exc.line()}") from None
+        raise failed_run(console, exc, "scale") from None
     if output == "json":
         sys.stdout.write(json.dumps(_document(deployed_plan.name, done), indent=2) + "\n")
         return

@@ -1,15 +1,13 @@
 """What `pdctl scale` and `pdctl autoscale` share: the spec planned at given role counts, and
-the secrets a started engine needs."""
+their options (the secrets a started engine needs: pdctl.cli.secret_values)."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import typer
 
 from pdctl import inputs
-from pdctl.errors import PdctlError
 
 if TYPE_CHECKING:
     from pdctl.plan.model import Plan
@@ -22,14 +20,6 @@ NEW_TIMEOUT = typer.Option(
 DRAIN_TIMEOUT = typer.Option(
     120, "--drain-timeout", min=0,
     help="Seconds to wait for an instance's requests in flight before stopping it.")
-
-
-def secrets(plan: Plan) -> dict[str, str]:
-    """The secret values a started engine needs, from the environment (as `up` reads them)."""
-    missing = [s.source for s in plan.secrets if s.source not in os.environ]
-    if missing:
-        raise PdctlError(f"environment variable {missing[0]} is not set; export it first")
-    return {s.name: os.environ[s.source] for s in plan.secrets}
 
 
 def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str | None,

@@ -1,5 +1,6 @@
-"""Secret values for `up` and `restart`: read from the local environment, the only place
-they come from (the spec names the variables), and sent to the hosts' secrets files."""
+"""Secret values for `up`, `restart`, `scale` and `autoscale`: read from the local
+environment, the only place they come from (the spec names the variables), and sent to the
+hosts' secrets files."""
 
 from __future__ import annotations
 

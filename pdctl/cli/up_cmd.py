@@ -11,7 +11,7 @@ from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
 from pdctl.cli.options import FACTS, SPEC, TARGET, check_output, output_option, phase_option
-from pdctl.cli.progress import ConsoleProgress, report_failures, report_undo
+from pdctl.cli.progress import ConsoleProgress, failed_run, report_failures, report_undo
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.specfile import shown as spec_name
@@ -109,9 +109,7 @@ def up(
         done = actions.up(plan, bundle, options, ConsoleProgress(console),
                           lambda: read_secrets(plan), mode, yes, timeout, keep_going)
     except actions.UpFailed as exc:
-        report_failures(console, exc.failures)
-        report_undo(console, exc.outcome)
-        raise PdctlError(f"up failed: {exc.line()}") from None
+        raise failed_run(console, exc, "up") from None
     if not done.applied:
         if verify and mode == "none":  # nothing to change: verify what runs
             _verify(plan, bundle, conn, console)

@@ -112,7 +112,7 @@ def make_plan(
         from pdctl.plan.kv import mooncake_cautions
 
         plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan) + mooncake_cautions(
-            spec.disaggregation if phase >= 2 else None, rel.version, "engine.version"))
+            spec.disaggregation if phase >= 2 else None, rel.version))
     return replace(plan, units=host_units(plan))
 
 

@@ -135,14 +135,15 @@ def honours_device_name(version: str) -> bool:
 MOONCAKE_REPORTS_FAILED_LOADS_FROM = (0, 30, 0)
 
 
-def mooncake_cautions(dis: Disaggregation | None, version: str, path: str) -> tuple[Caution, ...]:
-    """A Mooncake deployment on a vLLM whose decode strands the requests whose KV pull failed."""
+def mooncake_cautions(dis: Disaggregation | None, version: str) -> tuple[Caution, ...]:
+    """A Mooncake deployment on a vLLM whose decode strands the requests whose KV pull failed,
+    located at engine.version."""
     if dis is None or dis.connector != "mooncake":
         return ()
     if parse_version(version) >= MOONCAKE_REPORTS_FAILED_LOADS_FROM:
         return ()
     return (Caution(
-        path,
+        "engine.version",
         f"vLLM {version}'s MooncakeConnector leaves a decode request whose KV pull failed "
         "waiting for good, holding its KV blocks, until the decode restarts (vllm#50719; "
         "fixed in 0.30.0 by vllm PR #50984)",

@@ -415,10 +415,9 @@ def burst(out: Path, path: Path, base: str, size: int, args: argparse.Namespace,
     if t.is_alive():
         pdctl(out, f"top-burst-{size}", "top", str(path), "--once", "-o", "json", "--window",
               "8s", *k)
-        (out / f"metrics-decode-burst-{size}.txt").write_text(
-            get("http://127.0.0.1:8200/metrics"))
-        (out / f"metrics-prefill-burst-{size}.txt").write_text(
-            get("http://127.0.0.1:8100/metrics"))
+        for port, role in ((8100, "prefill"), (8200, "decode")):
+            (out / f"metrics-{role}-burst-{size}.txt").write_text(
+                get(f"http://127.0.0.1:{port}/metrics"))
         # Mooncake's TCP transport opens connections per transfer: their states, mid-burst
         if shutil.which("ss"):
             sockets = subprocess.run(["ss", "-tan"], capture_output=True, text=True)
@@ -486,16 +485,15 @@ def phase2_spec(connector_name: str, extra_env: list[str] | None = None) -> dict
     MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER to test whether its TCP lane queue stalls a burst."""
     connector = {"connector": connector_name}
     head = header("g2" if connector_name == "nixl" else f"g2{connector_name}", 2)
+    env = dict(ENGINE_ENV)
     if connector_name == "mooncake":
         connector["protocol"] = "tcp"
         DATA.mkdir(parents=True, exist_ok=True)
         logging_json = DATA / "vllm-logging.json"
         logging_json.write_text(json.dumps(connector_debug_logging(), indent=1))
-        head["engine"] = {**head["engine"], "env": {
-            **ENGINE_ENV, "VLLM_LOGGING_CONFIG_PATH": str(logging_json)}}
-    if extra_env:
-        pairs = dict(e.split("=", 1) for e in extra_env)
-        head["engine"] = {**head["engine"], "env": {**head["engine"]["env"], **pairs}}
+        env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_json)
+    env.update(e.split("=", 1) for e in extra_env or [])
+    head["engine"] = {**head["engine"], "env": env}
     return {
         **head,
         "hosts": [host(0, "h200a", [0]), host(1, "h200b", [0])],
