@@ -14,7 +14,7 @@ install() {
   apt-get update -q
   apt-get install -y -q --no-install-recommends openssh-server openssh-client docker.io \
     iproute2 iptables shellcheck hyperfine procps curl busybox-static gcc binutils util-linux \
-    debootstrap systemd chromium
+    debootstrap systemd chromium libibverbs1 libnuma1
 }
 
 bg() { # bg NAME CMD... : run in the background, log to $RUN/NAME.log, record the PID

@@ -12,11 +12,11 @@ from pdctl.plan.args import batch_limit, engine_args
 from pdctl.plan.group import Rendezvous, group_shape, join, node_env, placed_groups
 from pdctl.plan.hami_host import SLICE_ENV, check_host_slice, pack, slice_engine, slice_groups
 from pdctl.plan.kv import (
-    MOONCAKE_TIMEOUT_ENV,
     P2P_ENV,
     kv_args,
     kv_lease_s,
     mooncake_config,
+    mooncake_env,
     nixl_config,
     p2p_config,
 )
@@ -193,8 +193,7 @@ def host_instances(
                     )
                 elif dis.connector == "mooncake":
                     kv = mooncake_config(dis, slot.role, release.version)
-                    if not any(MOONCAKE_TIMEOUT_ENV in e for e in (spec.engine.env, role.env)):
-                        pairs.append((MOONCAKE_TIMEOUT_ENV, str(kv_lease_s(spec.workload))))
+                    pairs += mooncake_env(dis, spec.workload, spec.engine.env, role.env)
                     if slot.role == "prefill":
                         k = singles.get(host.name, 0)
                         singles[host.name] = k + 1
