@@ -574,7 +574,8 @@ def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: 
     if args.restarts:
         res["restarts"] = {
             role: restart_case(out, path, role, port, base, prompts, answers, k)
-            for role, port in (("decode", decode_port), ("prefill", 8100))}
+            for role, port in (("decode", decode_port), ("prefill", 8100))
+            if role in args.restart_roles}
     if args.bench_s:
         t1 = time.time()
         ran = pdctl(out, "bench", "bench", str(path), "--save", str(out / "bench.json"), *k,
@@ -913,6 +914,7 @@ def main() -> None:
     p.add_argument("--max-concurrency", type=int, default=0)  # speed: skip larger cells
     p.add_argument("--connector", choices=["nixl", "mooncake"], default="nixl")  # phase2
     p.add_argument("--restarts", action="store_true")  # phase2: kill -9 EngineCore, repair
+    p.add_argument("--restart-roles", nargs="*", default=["decode", "prefill"])  # which ones
     p.add_argument("--bench-s", type=float, default=0)  # phase2: pdctl bench, bounded
     # phase2: bursts through the router, smallest first, stopping at the first that stalls
     p.add_argument("--pd-batches", type=int, nargs="*", default=[32])
