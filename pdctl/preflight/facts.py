@@ -107,6 +107,7 @@ class Transfer:
     latency_us: float | None = None
     verified: bool = False  # the listener saw the sender's bytes in its buffer
     memory: str = ""  # Mooncake: which memory each side registered, "GPU (cuda:0) -> host"
+    batch: int = 0  # Mooncake: descriptors of the one batch that went through (a step's pull)
     side: str = ""  # which agent failed first: listen or send ("" when none)
     stage: str = ""  # where: import, bind, connect, accept, register, metadata, transfer, ...
     errno: str = ""

@@ -51,8 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from pdctl.capacity import kv_bytes_per_token
+from pdctl.capacity.models import builtin_config
 from pdctl.errors import PdctlError, UsageError
-from pdctl.plan.kv import honours_device_name
+from pdctl.plan.args import batch_limit
+from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX, honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
 from pdctl.preflight import group as g
@@ -211,7 +213,8 @@ def parse_transfer(decode: str, text: str) -> Transfer:
         fields.update(
             bytes=int(result.get("bytes") or 0), seconds=float(result.get("seconds") or 0),
             gbps=float(result.get("gbps") or 0), latency_us=_number(result.get("latency_us")),
-            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200])
+            verified=bool(result.get("verified")), memory=str(result.get("memory") or "")[:200],
+            batch=int(result.get("batch") or 0))
     if failure is not None:
         fields.update(
             side=str(failure.get("side", "")), stage=str(failure.get("stage", "")),
@@ -592,7 +595,30 @@ def agent_args(plan: Plan, pair: Pair, side: str, bounds: Bounds) -> list[str]:
         # NICs itself, narrowed by MC_TE_FILTERS, which the agent's environment carries)
         devices = dis.device_name if honours_device_name(plan.spec.engine.version) else None
         args += ["--protocol", dis.protocol, "--rdma-devices", devices or ""]
+        if side == "send":  # a decode step's pull, as one batch (a burst's, refused by a
+            # TCP queue too small: docs/phase2-bare-metal.md)
+            args += ["--batch", str(pull_descriptors(plan.spec))]
     return args
+
+
+# vLLM's max_num_seqs where a decode sets none (its smallest default; larger GPUs get more)
+DEFAULT_DECODE_BATCH = 256
+DEFAULT_KV_REGIONS = 72  # a model pdctl does not know: 36 layers x K and V, as Qwen3-8B
+
+
+def pull_descriptors(spec: Spec) -> int:
+    """Descriptors of the largest KV pull one decode step asks of a prefill, as vLLM's
+    MooncakeConnector writes it in one batch_transfer_sync_write: at least one per KV region
+    (2 per layer, 1 with MLA) per request, for decode's whole batch (maxNumSeqs, else 256);
+    at most what Mooncake's TCP queue can ever admit (MOONCAKE_TCP_QUEUE_MAX)."""
+    config = builtin_config(spec.model.name) or {}
+    layers = config.get("num_hidden_layers")
+    regions = DEFAULT_KV_REGIONS if not layers else (
+        layers if "kv_lora_rank" in config else 2 * layers)
+    d = spec.decode
+    seqs = (batch_limit(d.max_num_seqs, spec, d.extra_args) if d is not None
+            else None) or DEFAULT_DECODE_BATCH
+    return min(MOONCAKE_TCP_QUEUE_MAX, seqs * regions)
 
 
 def header(pair: Pair, bounds: Bounds) -> str:
@@ -808,6 +834,12 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
     (r"No such image|image .* not found|[Uu]nable to find image",
      "image: the engine image is not on the host (preflight does not pull it)",
      "pull the pinned image on the host first (`docker pull IMAGE`), then rerun preflight"),
+    (r"TCP lane queue-full|Failed to admit TCP work",
+     "Mooncake's TCP queue: one decode step's KV pull, as one batch to that peer, was refused, "
+     "and later batches to it too",
+     f"leave {MOONCAKE_TCP_QUEUE_ENV} to pdctl ({MOONCAKE_TCP_QUEUE_MAX}, Mooncake's maximum) "
+     "or set it above the batch; a larger step needs protocol rdma or a smaller "
+     "decode.maxNumSeqs"),
     (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
      "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
      "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"))
@@ -936,6 +968,8 @@ def transfers(plan: Plan, facts: Facts, model: Any, run: bool = True) -> list[Fi
                  if t.latency_us is not None else f"{t.transport}: {t.gbps:.3g} GB/s")
         if t.memory:  # sender -> listener: GPU memory where the engines register theirs
             found += f", {t.memory} memory"
+        if t.batch:
+            found += f", a decode step's pull of {t.batch:,} descriptors in one batch"
         slow = _quote("\n".join(t.logs), PEERMEM_LOG)
         if not t.verified:
             out.append(Finding("FAIL", CHECK, where, found + "; the bytes did not arrive intact",

@@ -172,6 +172,7 @@ def main() -> int:
     p.add_argument("--device", default="cpu")  # cpu, or cuda: GPU memory (nixl, nccl, mooncake)
     p.add_argument("--protocol", default="tcp")  # mooncake: tcp or rdma
     p.add_argument("--rdma-devices", default="")  # mooncake: device_name
+    p.add_argument("--batch", type=int, default=0)  # mooncake: one batch of N descriptors
     p.add_argument("--rank", type=int, default=0)  # group: this node's rank, 0 the leader
     p.add_argument("--world", type=int, default=2)  # group: its number of nodes
     p.add_argument("--backend", default="gloo")  # group: gloo (CPU) or nccl

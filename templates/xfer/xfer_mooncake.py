@@ -12,6 +12,8 @@ Mooncake logs its failures (e.g. "No available RNIC") on stderr, which pdctl rec
 
 from __future__ import annotations
 
+import ctypes
+
 from agent import Failed, connect, listen, measure, phase
 
 PATTERN = 0xA5
@@ -49,10 +51,9 @@ def _buffer(engine, size: int, fill: int, device: str = "cpu"):
         torch.cuda.synchronize(t.device)
         buf, addr, memory = t, t.data_ptr(), f"GPU ({t.device})"
     else:
-        import numpy as np
-
-        buf = np.full(size, fill, dtype=np.uint8)
-        addr = buf.ctypes.data
+        buf = (ctypes.c_ubyte * size)()  # the standard library's: no numpy needed
+        ctypes.memset(buf, fill, size)
+        addr = ctypes.addressof(buf)
         memory = "host" if not device.startswith("cuda") else "host (no CUDA device here)"
     ret = engine.register_memory(addr, size)
     if ret != 0:
@@ -62,8 +63,27 @@ def _buffer(engine, size: int, fill: int, device: str = "cpu"):
 
 
 def _ends(buf) -> tuple[int, int]:
-    """The first and last byte of a buffer (a numpy array or a torch tensor)."""
+    """The first and last byte of a buffer (a ctypes array or a torch tensor)."""
     return int(buf[0]), int(buf[-1])
+
+
+def batch(engine, remote: dict, addr: int, size: int, n: int) -> int:
+    """What prefill's MooncakeConnector does for a decode step's pull: one
+    batch_transfer_sync_write of `n` descriptors (small, side by side in the buffer), then one
+    of a single descriptor, since a refused batch can leave the peer refused (Mooncake's TCP
+    queue per peer, MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER)."""
+    step = max(1, size // n)
+    length = min(step, 64)
+    for count in (n, 1):
+        phase(f"one batch of {count} descriptors, as a decode step's pull")
+        src = [addr + i * step for i in range(count)]
+        dst = [remote["addr"] + i * step for i in range(count)]
+        ret = engine.batch_transfer_sync_write(remote["session"], src, dst, [length] * count)
+        if ret != 0:
+            after = f" after one of {n} passed" if count != n else ""
+            raise Failed("batch", f"batch_transfer_sync_write of {count} descriptors to "
+                         f"{remote['session']} returned {ret}{after}")
+    return n
 
 
 def run(a) -> dict:
@@ -95,5 +115,11 @@ def run(a) -> dict:
     post(a.buffer)
     result["backend"] = f"mooncake-{a.protocol}"
     result["memory"] = memory
+    if a.batch:
+        try:
+            result["batch"] = batch(engine, remote, addr, a.buffer, a.batch)
+        except Failed:
+            ch.send(**result)  # the listener ends with what was measured; the failure is ours
+            raise
     ch.send(**result)
     return result

@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from pdctl.preflight.transfer import (
     pairs,
     parse_net_devices,
     parse_transfer,
+    pull_descriptors,
     run_pair,
     transfer_pairs,
     transfers,
@@ -445,4 +447,52 @@ def test_the_gpu_and_rdma_agents_say_why_they_cannot_run_here(tmp_path: Path) ->
                                         Bounds(1 << 20, 2.0), opener))
     assert (moon.side, moon.stage) == ("listen", "import")
     assert cause(moon)[0].startswith("not installed: No module named 'mooncake'")
+    assert agents_left() == ""
+
+
+# Mooncake for real (the test extra's mooncake-transfer-engine, pdctl's pinned release, in this
+# interpreter's environment as both loopback hosts' venv): the sender writes the plan's largest
+# decode-step pull as one batch, as prefill's MooncakeConnector does.
+def mooncake_here(tmp: Path, port: int, env: str = "{}"):
+    text = (
+        "name: t\nphase: 2\nmodel: {name: /models/tiny, maxModelLen: 256}\n"
+        f"engine: {{version: '0.33.0', env: {env}}}\n"
+        "hosts:\n"
+        f"  - {{name: a, address: 127.0.0.1, runtime: venv, venv: '{sys.prefix}', gpus: [0]}}\n"
+        f"  - {{name: b, address: 127.0.0.2, runtime: venv, venv: '{sys.prefix}', gpus: [0]}}\n"
+        "prefill: {replicas: 1, hosts: [a]}\ndecode: {replicas: 1, hosts: [b]}\n"
+        f"disaggregation: {{connector: mooncake, protocol: tcp, bootstrapPort: {port}}}\n"
+    )
+    return plan_of(text)
+
+
+def mooncake_run(plan) -> str:
+    (pair,) = pairs(plan)
+    return run_pair(plan, pair, Bounds(4 << 20, 3.0), lambda h: open_host(h, Options(), True))
+
+
+def test_a_real_mooncake_transfer_carries_a_decode_steps_pull_in_one_batch(
+        tmp_path: Path) -> None:
+    plan = mooncake_here(tmp_path, free_port(1))
+    assert pull_descriptors(plan.spec) == 256 * 72  # vLLM's batch x an unknown model's regions
+    text = mooncake_run(plan)
+    t = parse_transfer("b", text)
+    assert t.reached and t.verified and t.batch == 18432, text
+    (f,) = transfers(plan, facts_from({"a": {"transfer-to-b.jsonl": text}, "b": {}}), None)
+    assert f.status == "PASS" and "a decode step's pull of 18,432 descriptors" in f.found, f
+    assert agents_left() == ""
+
+
+def test_mooncakes_default_tcp_queue_is_named_when_it_refuses_the_pull(tmp_path: Path) -> None:
+    """With the queue a spec sets back to Mooncake's default (1024), the batch is refused and
+    so is the one-descriptor batch after it: the finding names the queue and the setting."""
+    plan = mooncake_here(tmp_path, free_port(1),
+                         env="{MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER: '1024'}")
+    text = mooncake_run(plan)
+    t = parse_transfer("b", text)
+    assert not t.reached and t.stage == "batch", text
+    why, fix = cause(t)
+    assert why.startswith("Mooncake's TCP queue: one decode step's KV pull"), why
+    assert "TCP lane queue-full rejection count" in why
+    assert fix.startswith("leave MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER to pdctl (65535")
     assert agents_left() == ""
