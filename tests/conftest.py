@@ -44,10 +44,12 @@ LEFT = pytest.StashKey["object"]()  # the leftovers.snapshot() taken when the se
 # (module fixtures start once; its tests share names and fixed ports), and the modules of a
 # SHARED group on one, handed out first: "dockerd" share dockerd's images (imported, pulled,
 # counted); "xfer" both assert that no transfer agent and no /tmp/pdctl-xfer.* folder is left,
-# which one module's running transfer would break for the other (CI, stop 53).
+# which one module's running transfer would break for the other (CI, stop 53), and the real
+# Mooncake transfer engines, which pick their ports in one range (15000-17000) at random.
 SHARED = {"dockerd": "targets/docker/ top/test_docker.py offline/test_images.py "
           "render/test_host_scripts.py targets/hosts/test_port_owner.py",
-          "xfer": "preflight/test_transfer.py preflight/test_transfer_netns.py"}
+          "xfer": "preflight/test_transfer.py preflight/test_transfer_netns.py "
+                  "plan/test_mooncake_tcp_batch.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
