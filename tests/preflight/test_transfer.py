@@ -496,3 +496,18 @@ def test_mooncakes_default_tcp_queue_is_named_when_it_refuses_the_pull(tmp_path:
     assert "TCP lane queue-full rejection count" in why
     assert fix.startswith("leave MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER to pdctl (65535")
     assert agents_left() == ""
+
+
+@pytest.mark.parametrize(("model", "decode", "want"), [
+    ("Qwen/Qwen3-8B", ", maxNumSeqs: 64", 64 * 2 * 36),  # 36 layers, K and V
+    ("deepseek-ai/DeepSeek-V3", "", 256 * 61),  # MLA: one latent per layer; vLLM's 256
+    ("meta-llama/Llama-3.1-70B-Instruct", ", maxNumSeqs: 1024", 65535),  # Mooncake's most
+])
+def test_the_batch_is_decodes_whole_step_of_the_models_kv_regions(
+        model: str, decode: str, want: int) -> None:
+    spec, _ = load_text(
+        f"name: t\nphase: 2\nmodel: {{name: {model}}}\n"
+        "hosts:\n  - {name: a, address: 192.0.2.10, gpus: [0, 1]}\n"
+        f"prefill: {{replicas: 1}}\ndecode: {{replicas: 1{decode}}}\n"
+        "disaggregation: {connector: mooncake, protocol: tcp}\n", "spec.yaml")
+    assert pull_descriptors(spec) == want
