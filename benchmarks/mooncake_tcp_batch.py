@@ -5,15 +5,16 @@ pull, with the real mooncake-transfer-engine and no GPU.
     python benchmarks/mooncake_tcp_batch.py [SPEC]
 
 Two transfer engines on 127.0.0.1 (P2P handshake, protocol tcp, host memory), each in its own
-process: a receiver registers a buffer, a sender writes N slices of 8 KiB into it with one
-`batch_transfer_sync_write`, as the connector does, then more batches after it. Run twice:
+process: a receiver registers a buffer, a sender writes N descriptors of 8 KiB into it with one
+`batch_transfer_sync_write`, as the connector does, then more batches after it (Mooncake's
+queue counts descriptors, whatever their size). Run twice:
 with Mooncake's defaults, and with the environment pdctl's plan gives SPEC's prefill
 (default examples/phase2-mooncake-tcp.yaml). Needs a Python where `mooncake.engine` imports
 (mooncake-transfer-engine-non-cuda, pdctl's test extra, on Linux with libibverbs1 and
 libnuma1); connects to nothing but loopback.
 
 Measured with 0.3.13.post1 (the version pdctl installs): with the defaults a batch of 3,000
-slices is refused at once ("TCP lane queue-full rejection count") and every later batch to
+descriptors is refused at once ("TCP lane queue-full rejection count") and every later batch to
 that peer fails too, even one of one slice; with pdctl's environment every batch passes."""
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def receive(seconds: float) -> None:
 
 
 def send(session: str, addr: int, steps: list[str]) -> None:
-    """The prefill side: each step one batch of N slices (or `sleep:S`); a JSON line each."""
+    """The prefill side: each step one batch of N descriptors (or `sleep:S`); a JSON line each."""
     engine = _engine()
     buf = _buffer(engine, MOST * SLICE, 0xA5)
     for step in steps:
@@ -72,7 +73,7 @@ def send(session: str, addr: int, steps: list[str]) -> None:
         ret = engine.batch_transfer_sync_write(
             session, [buf.ctypes.data + i * SLICE for i in range(n)],
             [addr + i * SLICE for i in range(n)], [SLICE] * n)
-        print(json.dumps({"slices": n, "ret": ret, "s": round(time.monotonic() - t0, 3)}),
+        print(json.dumps({"descriptors": n, "ret": ret, "s": round(time.monotonic() - t0, 3)}),
               flush=True)
 
 
@@ -112,7 +113,8 @@ def main(argv: list[str]) -> int:
         results, log = run(env)
         print(f"{label}: {' '.join(f'{k}={v}' for k, v in env.items()) or '(no MC_TCP_ variable)'}")
         for r in results:
-            print(f"  batch of {r['slices']:>6} slices: {'ok' if r['ret'] == 0 else 'FAILED'}"
+            print(f"  batch of {r['descriptors']:>6} descriptors: "
+                  f"{'ok' if r['ret'] == 0 else 'FAILED'}"
                   f" (ret {r['ret']}, {r['s']} s)")
         refused = [ln for ln in log.splitlines() if "queue-full" in ln]
         print(f"  Mooncake's log: {len(refused)} 'TCP lane queue-full' lines")

@@ -56,16 +56,16 @@ SLOW_TPOT_S = 0.1  # no workload.tpotMs: a slow decode step
 MOONCAKE_TIMEOUT_ENV = "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"
 
 # Mooncake's TCP transport (mooncake-transfer-engine 0.3.13.post1, the version pdctl installs)
-# holds at most MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER slices queued for one peer: 1024 by
+# admits at most MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER transfers queued for one peer: 1024 by
 # default, 65535 at most; a larger value is ignored for the default (Mooncake
 # mooncake-transfer-engine/src/transport/tcp_transport/tcp_transport.cpp,
 # kDefaultQueuedTransfersPerPeer, kMaxQueuedTransfersPerPeer). Prefill's MooncakeConnector
-# writes a decode step's whole pull as one batch_transfer_sync_write of at least one slice per
-# KV region (2 x layers) per request, so a burst of ~30 requests to a 36-layer model is over
-# the ~2,048 the default lets through. Measured with that wheel on loopback
-# (benchmarks/mooncake_tcp_batch.py): the batch is refused at once ("TCP lane queue-full
-# rejection count"), and every later batch to that peer fails too, even one of one slice,
-# until prefill or decode restarts; with 65535, batches of 25,000 slices pass. Upstream:
+# writes a decode step's whole pull as one batch_transfer_sync_write of at least one
+# descriptor per KV region (2 x layers) per request, so a burst of ~30 requests to a 36-layer
+# model is over the ~2,048 descriptors the default lets through. Measured with that wheel on
+# loopback (benchmarks/mooncake_tcp_batch.py): the batch is refused at once ("TCP lane
+# queue-full rejection count"), and every later batch to that peer fails too, even one of one
+# descriptor, until prefill or decode restarts; with 65535, batches of 25,000 pass. Upstream:
 # Mooncake#4209, and Mooncake PR #3710 raised the default after 0.3.13.post1. pdctl sets the
 # maximum for protocol tcp; an engine.env or role env value of the user's wins.
 MOONCAKE_TCP_QUEUE_ENV = "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"

@@ -71,7 +71,9 @@ def batch(engine, remote: dict, addr: int, size: int, n: int) -> int:
     """What prefill's MooncakeConnector does for a decode step's pull: one
     batch_transfer_sync_write of `n` descriptors (small, side by side in the buffer), then one
     of a single descriptor, since a refused batch can leave the peer refused (Mooncake's TCP
-    queue per peer, MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER)."""
+    queue per peer, MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER). At most one descriptor per byte of
+    the buffer."""
+    n = min(n, size)
     step = max(1, size // n)
     length = min(step, 64)
     for count in (n, 1):
