@@ -109,10 +109,14 @@ def make_plan(
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     else:
         check_loopback_peers(plan)
-        from pdctl.plan.kv import mooncake_cautions
+        from pdctl.plan.kv import mooncake_cautions, mooncake_queue_cautions
 
+        dis = spec.disaggregation if phase >= 2 else None
+        envs = (("engine.env", spec.engine.env),) + tuple(
+            (f"{name}.env", role.env) for name, role in (("prefill", spec.prefill),
+                                                         ("decode", spec.decode)) if role)
         plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan) + mooncake_cautions(
-            spec.disaggregation if phase >= 2 else None, rel.version))
+            dis, rel.version) + mooncake_queue_cautions(dis, envs))
     return replace(plan, units=host_units(plan))
 
 

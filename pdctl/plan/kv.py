@@ -72,6 +72,30 @@ MOONCAKE_TCP_QUEUE_ENV = "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"
 MOONCAKE_TCP_QUEUE_MAX = 65535
 
 
+def mooncake_queue_cautions(
+    dis: Disaggregation | None, envs: tuple[tuple[str, Mapping[str, str]], ...]
+) -> tuple[Caution, ...]:
+    """A user's MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER that Mooncake ignores (anything but
+    digits from 1 to 65535: it logs "Invalid ... value", measured with 0.3.13.post1, and keeps
+    its default), located at the env that sets it; `envs` is (path, env) of engine and roles."""
+    if dis is None or dis.connector != "mooncake" or dis.protocol != "tcp":
+        return ()
+    out = []
+    for path, env in envs:
+        value = env.get(MOONCAKE_TCP_QUEUE_ENV)
+        if value is None or (value.isdigit() and 1 <= int(value) <= MOONCAKE_TCP_QUEUE_MAX):
+            continue
+        out.append(Caution(
+            f"{path}.{MOONCAKE_TCP_QUEUE_ENV}",
+            f"Mooncake ignores {value!r} (it takes digits from 1 to {MOONCAKE_TCP_QUEUE_MAX}) "
+            "and keeps its default, 1024, which refuses a decode step's KV pull of more than "
+            "about 2,048 descriptors and then every pull to that decode",
+            f"remove it (pdctl sets {MOONCAKE_TCP_QUEUE_MAX}) or give a number from 1 to "
+            f"{MOONCAKE_TCP_QUEUE_MAX}",
+        ))
+    return tuple(out)
+
+
 def mooncake_env(
     dis: Disaggregation, workload: Workload | None, *user: Mapping[str, str]
 ) -> list[tuple[str, str]]:

@@ -11,10 +11,13 @@ import importlib.util
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 from pdctl.compat import MOONCAKE_VERSION
 from pdctl.plan import make_plan
 from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX
 from pdctl.spec import load_text
+from tests.helpers import cli, plan_of, run_cli, written
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/phase2-mooncake-tcp.yaml"
@@ -56,3 +59,44 @@ def test_the_queue_is_set_for_tcp_only_and_a_users_value_wins() -> None:
     spec, _ = load_text(own, "spec.yaml")
     envs = [dict(i.env) for i in make_plan(spec).instances if i.role in ("prefill", "decode")]
     assert envs and all(e[MOONCAKE_TCP_QUEUE_ENV] == "8192" for e in envs)
+
+
+def queue_in(where: str, value: str, protocol: str = "tcp") -> str:
+    """examples/phase2-mooncake-tcp.yaml with the queue set in `where`'s env."""
+    text = EXAMPLE.read_text().replace("protocol: tcp", f"protocol: {protocol}", 1)
+    env = f"{MOONCAKE_TCP_QUEUE_ENV}: '{value}'"
+    old, new = ((f"\n{where}:\n", f"\n{where}:\n  env:\n    {env}\n") if where == "engine"
+                else (f"\n{where}: {{", f"\n{where}: {{env: {{{env}}}, "))
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("value", ["65536", "0", "abc", " 4096", "4096x"])
+def test_a_queue_mooncake_ignores_is_a_caution_where_it_is_set(value: str) -> None:
+    """Mooncake 0.3.13.post1 logs "Invalid ... value" for each of these and keeps 1024."""
+    (caution,) = plan_of(queue_in("engine", value)).cautions
+    assert caution.path == f"engine.env.{MOONCAKE_TCP_QUEUE_ENV}"
+    assert caution.message.startswith(f"Mooncake ignores {value!r} (it takes digits from 1 to "
+                                      "65535) and keeps its default, 1024")
+    assert caution.fix.startswith("remove it (pdctl sets 65535)")
+    (caution,) = plan_of(queue_in("decode", value)).cautions
+    assert caution.path == f"decode.env.{MOONCAKE_TCP_QUEUE_ENV}"
+
+
+@pytest.mark.parametrize("value", ["1", "4096", "65535"])
+def test_a_queue_mooncake_takes_or_rdma_has_no_caution(value: str) -> None:
+    assert plan_of(queue_in("prefill", value)).cautions == ()
+    rdma = plan_of(queue_in("engine", "65536", protocol="rdma")).cautions
+    assert [c.path for c in rdma] == ["disaggregation.protocol"]  # the hosts list no HCAs
+
+
+def test_validate_names_the_line_and_strict_refuses(tmp_path: Path) -> None:
+    text = queue_in("engine", "65536")
+    spec = written(tmp_path / "spec.yaml", text)
+    line_no = text.splitlines().index(f"    {MOONCAKE_TCP_QUEUE_ENV}: '65536'") + 1
+    _, err = cli(["validate", str(spec)])
+    (warning,) = [w for w in err.splitlines() if "warning" in w]
+    assert warning.startswith(f"{spec}:{line_no}: warning: engine.env.{MOONCAKE_TCP_QUEUE_ENV}: "
+                              "Mooncake ignores '65536'")
+    code, out, _ = run_cli(["validate", str(spec), "--strict"])
+    assert code == 1 and out == ""
