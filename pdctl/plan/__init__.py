@@ -112,11 +112,8 @@ def make_plan(
         from pdctl.plan.kv import mooncake_cautions, mooncake_queue_cautions
 
         dis = spec.disaggregation if phase >= 2 else None
-        envs = (("engine.env", spec.engine.env),) + tuple(
-            (f"{name}.env", role.env) for name, role in (("prefill", spec.prefill),
-                                                         ("decode", spec.decode)) if role)
         plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan) + mooncake_cautions(
-            dis, rel.version) + mooncake_queue_cautions(dis, envs))
+            dis, rel.version) + mooncake_queue_cautions(dis, spec))
     return replace(plan, units=host_units(plan))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from pdctl.compat import Release, parse_version
 from pdctl.errors import SpecError
 from pdctl.plan.model import Caution
+from pdctl.spec.model import Spec
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import url_host
 from pdctl.spec.workload import Workload
@@ -72,14 +73,15 @@ MOONCAKE_TCP_QUEUE_ENV = "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"
 MOONCAKE_TCP_QUEUE_MAX = 65535
 
 
-def mooncake_queue_cautions(
-    dis: Disaggregation | None, envs: tuple[tuple[str, Mapping[str, str]], ...]
-) -> tuple[Caution, ...]:
+def mooncake_queue_cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Caution, ...]:
     """A user's MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER that Mooncake ignores (anything but
     digits from 1 to 65535: it logs "Invalid ... value", measured with 0.3.13.post1, and keeps
-    its default), located at the env that sets it; `envs` is (path, env) of engine and roles."""
+    its default), located at the engine's or a role's env that sets it."""
     if dis is None or dis.connector != "mooncake" or dis.protocol != "tcp":
         return ()
+    envs = [("engine.env", spec.engine.env)] + [
+        (f"{name}.env", role.env) for name, role in (("prefill", spec.prefill),
+                                                     ("decode", spec.decode)) if role]
     out = []
     for path, env in envs:
         value = env.get(MOONCAKE_TCP_QUEUE_ENV)

@@ -50,9 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdctl.capacity import kv_bytes_per_token
-from pdctl.capacity.models import builtin_config
-from pdctl.errors import PdctlError, UsageError
+from pdctl.capacity import kv_bytes_per_token, spec_model_config
+from pdctl.errors import PdctlError, SpecError, UsageError
 from pdctl.plan.args import batch_limit
 from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX, honours_device_name
 from pdctl.plan.model import Instance, Plan
@@ -611,10 +610,11 @@ def pull_descriptors(spec: Spec) -> int:
     MooncakeConnector writes it in one batch_transfer_sync_write: at least one per KV region
     (2 per layer, 1 with MLA) per request, for decode's whole batch (maxNumSeqs, else 256);
     at most what Mooncake's TCP queue can ever admit (MOONCAKE_TCP_QUEUE_MAX)."""
-    config = builtin_config(spec.model.name) or {}
-    layers = config.get("num_hidden_layers")
-    regions = DEFAULT_KV_REGIONS if not layers else (
-        layers if "kv_lora_rank" in config else 2 * layers)
+    try:
+        model = spec_model_config(spec.model)  # the model.config file is not read here
+        regions = model.layers if model.is_mla else 2 * model.layers
+    except SpecError:
+        regions = DEFAULT_KV_REGIONS
     d = spec.decode
     seqs = (batch_limit(d.max_num_seqs, spec, d.extra_args) if d is not None
             else None) or DEFAULT_DECODE_BATCH
