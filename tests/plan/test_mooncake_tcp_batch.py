@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 
 from pdctl.compat import MOONCAKE_VERSION
-from pdctl.plan import make_plan
 from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX
-from pdctl.spec import load_text
+from tests.conftest import ROOT
 from tests.helpers import cli, plan_of, run_cli, written
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/phase2-mooncake-tcp.yaml"
 BURST = ("100", "3000", "1", "100")  # a burst's step, then the small pulls after it
 
@@ -56,8 +54,7 @@ def test_the_queue_is_set_for_tcp_only_and_a_users_value_wins() -> None:
     own = text.replace("\nengine:\n",
                        f"\nengine:\n  env:\n    {MOONCAKE_TCP_QUEUE_ENV}: '8192'\n", 1)
     assert own != text
-    spec, _ = load_text(own, "spec.yaml")
-    envs = [dict(i.env) for i in make_plan(spec).instances if i.role in ("prefill", "decode")]
+    envs = [dict(i.env) for i in plan_of(own).instances if i.role in ("prefill", "decode")]
     assert envs and all(e[MOONCAKE_TCP_QUEUE_ENV] == "8192" for e in envs)
 
 
