@@ -65,8 +65,9 @@ MOONCAKE_TIMEOUT_ENV = "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"
 # descriptor per KV region (2 x layers) per request, so a burst of ~30 requests to a 36-layer
 # model is over the ~2,048 descriptors the default lets through. Measured with that wheel on
 # loopback (benchmarks/mooncake_tcp_batch.py): the batch is refused at once ("TCP lane
-# queue-full rejection count"), and every later batch to that peer fails too, even one of one
-# descriptor, until prefill or decode restarts; with 65535, batches of 25,000 pass. Upstream:
+# queue-full rejection count"), and later batches to that peer usually fail too, even one of
+# one descriptor, until prefill or decode restarts (14 of 15 runs; in the others the queue
+# drained within 2 s: a race in the engine); with 65535, batches of 25,000 pass. Upstream:
 # Mooncake#4209, and Mooncake PR #3710 raised the default after 0.3.13.post1. pdctl sets the
 # maximum for protocol tcp; an engine.env or role env value of the user's wins.
 MOONCAKE_TCP_QUEUE_ENV = "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"
@@ -91,7 +92,7 @@ def mooncake_queue_cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Cau
             f"{path}.{MOONCAKE_TCP_QUEUE_ENV}",
             f"Mooncake ignores {value!r} (it takes digits from 1 to {MOONCAKE_TCP_QUEUE_MAX}) "
             "and keeps its default, 1024, which refuses a decode step's KV pull of more than "
-            "about 2,048 descriptors and then every pull to that decode",
+            "about 2,048 descriptors, and often every pull to that decode after it",
             f"remove it (pdctl sets {MOONCAKE_TCP_QUEUE_MAX}) or give a number from 1 to "
             f"{MOONCAKE_TCP_QUEUE_MAX}",
         ))

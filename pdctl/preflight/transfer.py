@@ -836,7 +836,7 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
      "pull the pinned image on the host first (`docker pull IMAGE`), then rerun preflight"),
     (r"TCP lane queue-full|Failed to admit TCP work",
      "Mooncake's TCP queue: one decode step's KV pull, as one batch to that peer, was refused, "
-     "and later batches to it too",
+     "and often later batches to it too",
      f"leave {MOONCAKE_TCP_QUEUE_ENV} to pdctl ({MOONCAKE_TCP_QUEUE_MAX}, Mooncake's maximum) "
      "or set it above the batch; a larger step needs protocol rdma or a smaller "
      "decode.maxNumSeqs"),

@@ -1,8 +1,10 @@
 """The environment pdctl gives a Mooncake-over-TCP engine lets the transfer engine pdctl installs
 (mooncake-transfer-engine 0.3.13.post1; the test extra's non-CUDA build of it) carry the batch a
-burst's decode step asks for. With Mooncake's defaults the same batch is refused and every later
-one to that peer fails too (what stalled a burst of 32 on the GPU harness): that control run
-fails the day a release changes it, and pdctl's setting is then to be read again.
+burst's decode step asks for. With Mooncake's defaults the same batch is refused (what stalled a
+burst of 32 on the GPU harness): that control run fails the day a release changes it, and
+pdctl's setting is then to be read again. Whether the small batches after the refusal are
+refused too is a race in the engine (usually they are; in one CI run the queue drained in 0.08
+s), so the control does not count on them; with pdctl's environment every one must pass.
 Real engines, two processes on loopback (benchmarks/mooncake_tcp_batch.py)."""
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def test_pdctls_mooncake_tcp_engines_carry_a_bursts_batch_that_the_defaults_refu
     assert env == {MOONCAKE_TCP_QUEUE_ENV: str(MOONCAKE_TCP_QUEUE_MAX)}
 
     defaults, log = m.run({}, BURST)
-    assert [r["ret"] for r in defaults] == [0, -1, -1, -1], defaults
+    assert [r["ret"] for r in defaults][:2] == [0, -1], defaults
+    assert len(defaults) == len(BURST), defaults  # the sender went on past the refusal
     assert "TCP lane queue-full rejection count" in log
 
     planned, log = m.run(env, (*BURST, "25000"))
