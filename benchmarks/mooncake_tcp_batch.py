@@ -1,13 +1,13 @@
 """Mooncake's TCP transport and one large batch to one peer (docs/phase2-bare-metal.md,
-"Mooncake over TCP and bursts"): what prefill's MooncakeConnector does for a decode step's
-pull, with the real mooncake-transfer-engine and no GPU.
+"Why the burst stalled: Mooncake's TCP queue per peer"): what prefill's MooncakeConnector
+does for a decode step's pull, with the real mooncake-transfer-engine and no GPU.
 
     python benchmarks/mooncake_tcp_batch.py [SPEC]
 
 Two transfer engines on 127.0.0.1 (P2P handshake, protocol tcp, host memory), each in its own
-process: a receiver registers a buffer, a sender writes N descriptors of 8 KiB into it with one
-`batch_transfer_sync_write`, as the connector does, then more batches after it (Mooncake's
-queue counts descriptors, whatever their size). Run twice:
+process: a receiver registers a buffer, a sender writes N descriptors of 8 KiB (smaller past
+25,000) into it with one `batch_transfer_sync_write`, as the connector does, then more batches
+after it (Mooncake's queue counts descriptors, whatever their size). Run twice:
 with Mooncake's defaults, and with the environment pdctl's plan gives SPEC's prefill
 (default examples/phase2-mooncake-tcp.yaml). Needs a Python where `mooncake.engine` imports
 (mooncake-transfer-engine-non-cuda, pdctl's test extra, on Linux with libibverbs1 and
@@ -16,7 +16,9 @@ libnuma1); connects to nothing but loopback.
 Measured with 0.3.13.post1 (the version pdctl installs): with the defaults a batch of 3,000
 descriptors is refused at once ("TCP lane queue-full rejection count"), and later batches to
 that peer usually fail too, even one of one slice (14 of 15 runs on a 2-core machine; in the
-others the queue drained within 2 s); with pdctl's environment every batch passes."""
+others the queue drained within 2 s); with pdctl's environment (queue and pending admissions
+at 65535, the admission timeout at the KV hold) every batch passes, 131,070 descriptors too
+(pdctl/plan/mooncake_tcp.py has the figures of each setting alone)."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from pathlib import Path
 
 SLICE = 8192  # bytes per descriptor: one KV block's region of a small model
 # The sequence: small, at the default's edge, over it, then small ones (does a refusal stay?),
-# a pause, and one far over the default.
-STEPS = ("100", "2048", "3000", "1", "100", "sleep:5", "1", "25000")
+# a pause, one far over the default, and one as large as pdctl's settings hold.
+STEPS = ("100", "2048", "3000", "1", "100", "sleep:5", "1", "25000", "131070")
 MOST = 25000
 
 
@@ -70,10 +72,11 @@ def send(session: str, addr: int, steps: list[str]) -> None:
             time.sleep(float(step[6:]))
             continue
         n = int(step)
+        size = min(SLICE, MOST * SLICE // n)  # past MOST descriptors, smaller ones
         t0 = time.monotonic()
         ret = engine.batch_transfer_sync_write(
-            session, [buf.ctypes.data + i * SLICE for i in range(n)],
-            [addr + i * SLICE for i in range(n)], [SLICE] * n)
+            session, [buf.ctypes.data + i * size for i in range(n)],
+            [addr + i * size for i in range(n)], [size] * n)
         print(json.dumps({"descriptors": n, "ret": ret, "s": round(time.monotonic() - t0, 3)}),
               flush=True)
 

@@ -16,6 +16,7 @@ from pdctl.capacity.fit import (
     smallest_fit_at,
 )
 from pdctl.capacity.gpus import MIB, GpuType, a_gpu
+from pdctl.capacity.kv_pull import pull_notes
 from pdctl.capacity.memory import (
     DEFAULT_UTIL,
     MAX_UTIL,
@@ -313,6 +314,7 @@ def plan_capacity(
     notes += tuple(n for r in roles for n in beside_notes(r.role, r.memory))
     notes += tuple(n for r in roles for n in used_memory_notes(r.role, r.memory, r.shape.engine))
     notes += offload_notes(spec) + offload_cache_notes(spec, roles) + speculative_notes(spec, model)
+    notes += pull_notes(spec, model)
     return CapacityPlan(model, gpu, spec.phase, traffic, roles, pd, advice, warnings=notes)
 
 

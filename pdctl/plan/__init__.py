@@ -109,11 +109,12 @@ def make_plan(
         plan = replace(plan, notes=plan.notes + pin_notes(spec, phase))
     else:
         check_loopback_peers(plan)
-        from pdctl.plan.kv import mooncake_cautions, mooncake_queue_cautions
+        from pdctl.plan import mooncake_tcp
+        from pdctl.plan.kv import mooncake_cautions
 
         dis = spec.disaggregation if phase >= 2 else None
         plan = replace(plan, cautions=check_hosts(plan) + check_leaders(plan) + mooncake_cautions(
-            dis, rel.version) + mooncake_queue_cautions(dis, spec))
+            dis, rel.version) + mooncake_tcp.cautions(dis, spec))
     return replace(plan, units=host_units(plan))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pdctl.compat import Release, parse_version
 from pdctl.errors import SpecError
 from pdctl.plan.model import Caution
-from pdctl.spec.model import Spec
+from pdctl.plan.mooncake_tcp import tcp_env
 from pdctl.spec.pd import Disaggregation
 from pdctl.spec.value import url_host
 from pdctl.spec.workload import Workload
@@ -56,57 +56,16 @@ SLOW_TPOT_S = 0.1  # no workload.tpotMs: a slow decode step
 # env value of the user's wins.
 MOONCAKE_TIMEOUT_ENV = "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"
 
-# Mooncake's TCP transport (mooncake-transfer-engine 0.3.13.post1, the version pdctl installs)
-# admits at most MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER transfers queued for one peer: 1024 by
-# default, 65535 at most; a larger value is ignored for the default (Mooncake
-# mooncake-transfer-engine/src/transport/tcp_transport/tcp_transport.cpp,
-# kDefaultQueuedTransfersPerPeer, kMaxQueuedTransfersPerPeer). Prefill's MooncakeConnector
-# writes a decode step's whole pull as one batch_transfer_sync_write of at least one
-# descriptor per KV region (2 x layers) per request, so a burst of ~30 requests to a 36-layer
-# model is over the ~2,048 descriptors the default lets through. Measured with that wheel on
-# loopback (benchmarks/mooncake_tcp_batch.py): the batch is refused at once ("TCP lane
-# queue-full rejection count"), and later batches to that peer usually fail too, even one of
-# one descriptor, until prefill or decode restarts (14 of 15 runs; in the others the queue
-# drained within 2 s: a race in the engine); with 65535, batches of 25,000 pass. Upstream:
-# Mooncake#4209, and Mooncake PR #3710 raised the default after 0.3.13.post1. pdctl sets the
-# maximum for protocol tcp; an engine.env or role env value of the user's wins.
-MOONCAKE_TCP_QUEUE_ENV = "MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER"
-MOONCAKE_TCP_QUEUE_MAX = 65535
-
-
-def mooncake_queue_cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Caution, ...]:
-    """A user's MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER that Mooncake ignores (anything but
-    digits from 1 to 65535: it logs "Invalid ... value", measured with 0.3.13.post1, and keeps
-    its default), located at the engine's or a role's env that sets it."""
-    if dis is None or dis.connector != "mooncake" or dis.protocol != "tcp":
-        return ()
-    envs = [("engine.env", spec.engine.env)] + [
-        (f"{name}.env", role.env) for name, role in (("prefill", spec.prefill),
-                                                     ("decode", spec.decode)) if role]
-    out = []
-    for path, env in envs:
-        value = env.get(MOONCAKE_TCP_QUEUE_ENV)
-        if value is None or (value.isdigit() and 1 <= int(value) <= MOONCAKE_TCP_QUEUE_MAX):
-            continue
-        out.append(Caution(
-            f"{path}.{MOONCAKE_TCP_QUEUE_ENV}",
-            f"Mooncake ignores {value!r} (it takes digits from 1 to {MOONCAKE_TCP_QUEUE_MAX}) "
-            "and keeps its default, 1024, which refuses a decode step's KV pull of more than "
-            "about 2,048 descriptors, and often every pull to that decode after it",
-            f"remove it (pdctl sets {MOONCAKE_TCP_QUEUE_MAX}) or give a number from 1 to "
-            f"{MOONCAKE_TCP_QUEUE_MAX}",
-        ))
-    return tuple(out)
-
-
 def mooncake_env(
     dis: Disaggregation, workload: Workload | None, *user: Mapping[str, str]
 ) -> list[tuple[str, str]]:
     """The environment pdctl gives every Mooncake engine, less what the user's env sets: the
-    plan's KV hold as the connector's timeout, and over TCP the largest per-peer queue."""
-    out = [(MOONCAKE_TIMEOUT_ENV, str(kv_lease_s(workload)))]
+    plan's KV hold as the connector's timeout, and over TCP the room for the largest KV pull
+    Mooncake's transport can take (pdctl/plan/mooncake_tcp.py)."""
+    hold = kv_lease_s(workload)
+    out = [(MOONCAKE_TIMEOUT_ENV, str(hold))]
     if dis.protocol == "tcp":
-        out.append((MOONCAKE_TCP_QUEUE_ENV, str(MOONCAKE_TCP_QUEUE_MAX)))
+        out += tcp_env(hold)
     return [(k, v) for k, v in out if not any(k in env for env in user)]
 
 

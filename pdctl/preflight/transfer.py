@@ -51,9 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from pdctl.capacity import kv_bytes_per_token, spec_model_config
+from pdctl.capacity.kv_pull import kv_pull
 from pdctl.errors import PdctlError, SpecError, UsageError
-from pdctl.plan.args import batch_limit
-from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX, honours_device_name
+from pdctl.plan import mooncake_tcp
+from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
 from pdctl.plan.shape import peer_address
 from pdctl.preflight import group as g
@@ -600,25 +601,16 @@ def agent_args(plan: Plan, pair: Pair, side: str, bounds: Bounds) -> list[str]:
     return args
 
 
-# vLLM's max_num_seqs where a decode sets none (its smallest default; larger GPUs get more)
-DEFAULT_DECODE_BATCH = 256
-DEFAULT_KV_REGIONS = 72  # a model pdctl does not know: 36 layers x K and V, as Qwen3-8B
-
-
 def pull_descriptors(spec: Spec) -> int:
     """Descriptors of the largest KV pull one decode step asks of a prefill, as vLLM's
-    MooncakeConnector writes it in one batch_transfer_sync_write: at least one per KV region
-    (2 per layer, 1 with MLA) per request, for decode's whole batch (maxNumSeqs, else 256);
-    at most what Mooncake's TCP queue can ever admit (MOONCAKE_TCP_QUEUE_MAX)."""
+    MooncakeConnector writes it in one batch_transfer_sync_write once the KV cache is
+    fragmented: decode's whole batch of the workload's mean prompt (capacity.kv_pull), at most
+    what Mooncake's TCP transport can hold with pdctl's settings (mooncake_tcp.CAPACITY)."""
     try:
         model = spec_model_config(spec.model)  # the model.config file is not read here
-        regions = model.layers if model.is_mla else 2 * model.layers
     except SpecError:
-        regions = DEFAULT_KV_REGIONS
-    d = spec.decode
-    seqs = (batch_limit(d.max_num_seqs, spec, d.extra_args) if d is not None
-            else None) or DEFAULT_DECODE_BATCH
-    return min(MOONCAKE_TCP_QUEUE_MAX, seqs * regions)
+        model = None
+    return min(mooncake_tcp.CAPACITY, kv_pull(spec, model).step)
 
 
 def header(pair: Pair, bounds: Bounds) -> str:
@@ -837,9 +829,9 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
     (r"TCP lane queue-full|Failed to admit TCP work",
      "Mooncake's TCP queue: one decode step's KV pull, as one batch to that peer, was refused, "
      "and often later batches to it too",
-     f"leave {MOONCAKE_TCP_QUEUE_ENV} to pdctl ({MOONCAKE_TCP_QUEUE_MAX}, Mooncake's maximum) "
-     "or set it above the batch; a larger step needs protocol rdma or a smaller "
-     "decode.maxNumSeqs"),
+     f"leave {', '.join(s.env for s in mooncake_tcp.SETTINGS)} to pdctl (room for "
+     f"{mooncake_tcp.CAPACITY:,} descriptors, Mooncake's most) or set them to hold the batch; "
+     "a larger pull needs protocol rdma, a larger --block-size or a smaller decode.maxNumSeqs"),
     (r"No available RNIC|Found 0 HCAs", "RDMA device: Mooncake found no usable RNIC",
      "name RDMA devices with an ACTIVE port (disaggregation.deviceName; `ibv_devices`, "
      "`ibv_devinfo`), check the container sees /dev/infiniband, or use protocol tcp"))

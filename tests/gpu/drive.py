@@ -403,25 +403,30 @@ def keep_logs(out: Path) -> None:
 
 
 def burst(out: Path, path: Path, base: str, size: int, args: argparse.Namespace,
-          k: list[str]) -> dict:
-    """`size` requests at once through the router (256-word prompts, 64 tokens), each given
-    up after --burst-timeout s. Still running 12 s in: `pdctl top` looks at it as a user would
-    (a stalled KV transfer is its kv-transfer-stalled verdict) and decode's metrics are kept."""
+          k: list[str], nth: int = 0) -> dict:
+    """`size` requests at once through the router (--pd-prompt-words prompts, 64 tokens), each
+    given up after --burst-timeout s; the `nth` burst of a size gets prompts of its own (no
+    prefix-cache hit on an earlier one). Still running 12 s in: `pdctl top` looks at it as a
+    user would (a stalled KV transfer is its kv-transfer-stalled verdict) and decode's metrics
+    are kept. Bursts after the engines' KV pools have been used through pull fragmented KV:
+    a descriptor per block per KV region (docs/phase2-bare-metal.md, "Why the burst stalled")."""
     got: dict = {}
+    seed, tag = size + 1000 * nth, str(size) if not nth else f"{size}-{nth + 1}"
     t = threading.Thread(target=lambda: got.update(
-        batch(base, "qwen3-8b", size, 64, 256, timeout=args.burst_timeout, seed=size)))
+        batch(base, "qwen3-8b", size, 64, args.pd_prompt_words, timeout=args.burst_timeout,
+              seed=seed)))
     t.start()
     t.join(12)
     if t.is_alive():
-        pdctl(out, f"top-burst-{size}", "top", str(path), "--once", "-o", "json", "--window",
+        pdctl(out, f"top-burst-{tag}", "top", str(path), "--once", "-o", "json", "--window",
               "8s", *k)
         for port, role in ((8100, "prefill"), (8200, "decode")):
-            (out / f"metrics-{role}-burst-{size}.txt").write_text(
+            (out / f"metrics-{role}-burst-{tag}.txt").write_text(
                 get(f"http://127.0.0.1:{port}/metrics"))
         # Mooncake's TCP transport opens connections per transfer: their states, mid-burst
         if shutil.which("ss"):
             sockets = subprocess.run(["ss", "-tan"], capture_output=True, text=True)
-            (out / f"ss-burst-{size}.txt").write_text(sockets.stdout + sockets.stderr)
+            (out / f"ss-burst-{tag}.txt").write_text(sockets.stdout + sockets.stderr)
     t.join()
     keep_logs(out)
     return got
@@ -556,9 +561,11 @@ def phase2_steps(out: Path, path: Path, args: argparse.Namespace, res: dict, k: 
     res["request_ids"] = [a["id"] for a in answers]
     log(f"phase 2: external tokens {before} -> {after}")
     res["pd_batches"] = {}
-    for size in args.pd_batches:  # the last one's figures stay `pd_batch`, as before
-        done = res["pd_batch"] = res["pd_batches"][str(size)] = burst(out, path, base, size,
-                                                                      args, k)
+    for i, size in enumerate(args.pd_batches):  # the last one's figures stay `pd_batch`
+        nth = args.pd_batches[:i].count(size)
+        key = str(size) if not nth else f"{size}#{nth + 1}"
+        done = res["pd_batch"] = res["pd_batches"][key] = burst(out, path, base, size, args, k,
+                                                                nth)
         log(f"phase 2: burst of {size}: {done['ok']} ok, {done['tok_s']} tok/s")
         if done["ok"] < size:
             break  # a stalled burst: the restart cases below start from here
@@ -918,6 +925,7 @@ def main() -> None:
     p.add_argument("--bench-s", type=float, default=0)  # phase2: pdctl bench, bounded
     # phase2: bursts through the router, smallest first, stopping at the first that stalls
     p.add_argument("--pd-batches", type=int, nargs="*", default=[32])
+    p.add_argument("--pd-prompt-words", type=int, default=256)  # phase2: a burst's prompts
     p.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE")  # phase2
     p.add_argument("--burst-timeout", type=float, default=300)  # phase2: a burst request's
     args = p.parse_args()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.compat import MOONCAKE_VERSION
-from pdctl.plan.kv import MOONCAKE_TCP_QUEUE_ENV, MOONCAKE_TCP_QUEUE_MAX
+from pdctl.plan.mooncake_tcp import ADMISSION, CAPACITY, PENDING, QUEUE, SETTINGS, Setting
 from tests.conftest import ROOT
 from tests.helpers import cli, plan_of, run_cli, written
 
@@ -37,66 +37,97 @@ def test_pdctls_mooncake_tcp_engines_carry_a_bursts_batch_that_the_defaults_refu
     assert version("mooncake-transfer-engine-non-cuda") == MOONCAKE_VERSION  # what pdctl installs
     m = batch_script()
     env = m.pdctl_env(EXAMPLE)
-    assert env == {MOONCAKE_TCP_QUEUE_ENV: str(MOONCAKE_TCP_QUEUE_MAX)}
+    assert env == {QUEUE.env: "65535", PENDING.env: "65535", ADMISSION.env: "240000"}
 
     defaults, log = m.run({}, BURST)
     assert [r["ret"] for r in defaults][:2] == [0, -1], defaults
     assert len(defaults) == len(BURST), defaults  # the sender went on past the refusal
     assert "TCP lane queue-full rejection count" in log
 
-    planned, log = m.run(env, (*BURST, "25000"))
-    assert [r["ret"] for r in planned] == [0] * 5, (planned, log[-2000:])
+    planned, log = m.run(env, (*BURST, "25000", str(CAPACITY)))
+    assert [r["ret"] for r in planned] == [0] * 6, (planned, log[-2000:])
     assert "queue-full" not in log
+
+
+def test_the_pending_admissions_hold_a_batch_only_while_the_admission_timeout_lasts() -> None:
+    """Past the queue, descriptors wait as pending admissions for at most the admission
+    timeout, then fail the batch: with 1 ms, a batch of 100,000 past a queue of 65,535 fails
+    (Mooncake's own 1 s fails it too on a 2-core machine, where the queue drains ~25,000 a
+    second: a race the test does not lean on); with pdctl's timeout it passes."""
+    m = batch_script()
+    most = {QUEUE.env: "65535", PENDING.env: "65535"}
+    short, _ = m.run({**most, ADMISSION.env: "1"}, ("100000",))
+    assert [r["ret"] for r in short] == [-1], short
+    waited, log = m.run({**most, ADMISSION.env: "240000"}, ("100000", "1"))
+    assert [r["ret"] for r in waited] == [0, 0], (waited, log[-2000:])
 
 
 def test_the_queue_is_set_for_tcp_only_and_a_users_value_wins() -> None:
     m = batch_script()
     text = EXAMPLE.read_text()
     rdma = ROOT / "examples/phase2-mooncake-rdma.yaml"
-    assert MOONCAKE_TCP_QUEUE_ENV not in m.pdctl_env(rdma)
-    own = text.replace("\nengine:\n",
-                       f"\nengine:\n  env:\n    {MOONCAKE_TCP_QUEUE_ENV}: '8192'\n", 1)
+    assert m.pdctl_env(rdma) == {}
+    own = text.replace("\nengine:\n", f"\nengine:\n  env:\n    {QUEUE.env}: '8192'\n"
+                       f"    {ADMISSION.env}: '5000'\n", 1)
     assert own != text
     envs = [dict(i.env) for i in plan_of(own).instances if i.role in ("prefill", "decode")]
-    assert envs and all(e[MOONCAKE_TCP_QUEUE_ENV] == "8192" for e in envs)
+    assert envs and all(e[QUEUE.env] == "8192" and e[ADMISSION.env] == "5000"
+                        and e[PENDING.env] == "65535" for e in envs)
 
 
-def queue_in(where: str, value: str, protocol: str = "tcp") -> str:
-    """examples/phase2-mooncake-tcp.yaml with the queue set in `where`'s env."""
+def setting_in(where: str, value: str, protocol: str = "tcp", setting: Setting = QUEUE) -> str:
+    """examples/phase2-mooncake-tcp.yaml with `setting` set in `where`'s env."""
     text = EXAMPLE.read_text().replace("protocol: tcp", f"protocol: {protocol}", 1)
-    env = f"{MOONCAKE_TCP_QUEUE_ENV}: '{value}'"
+    env = f"{setting.env}: '{value}'"
     old, new = ((f"\n{where}:\n", f"\n{where}:\n  env:\n    {env}\n") if where == "engine"
                 else (f"\n{where}: {{", f"\n{where}: {{env: {{{env}}}, "))
     assert old in text
     return text.replace(old, new, 1)
 
 
-@pytest.mark.parametrize("value", ["65536", "0", "abc", " 4096", "4096x"])
-def test_a_queue_mooncake_ignores_is_a_caution_where_it_is_set(value: str) -> None:
-    """Mooncake 0.3.13.post1 logs "Invalid ... value" for each of these and keeps 1024."""
-    (caution,) = plan_of(queue_in("engine", value)).cautions
-    assert caution.path == f"engine.env.{MOONCAKE_TCP_QUEUE_ENV}"
-    assert caution.message.startswith(f"Mooncake ignores {value!r} (it takes digits from 1 to "
-                                      "65535) and keeps its default, 1024")
-    assert caution.fix.startswith("remove it (pdctl sets 65535)")
-    (caution,) = plan_of(queue_in("decode", value)).cautions
-    assert caution.path == f"decode.env.{MOONCAKE_TCP_QUEUE_ENV}"
+IGNORED = [(QUEUE, v) for v in ("65536", "0", "abc", " 4096", "4096x")] + [
+    (PENDING, "65536"), (PENDING, "-1"), (ADMISSION, "600001"), (ADMISSION, "1e3")]
 
 
-@pytest.mark.parametrize("value", ["1", "4096", "65535"])
-def test_a_queue_mooncake_takes_or_rdma_has_no_caution(value: str) -> None:
-    assert plan_of(queue_in("prefill", value)).cautions == ()
-    rdma = plan_of(queue_in("engine", "65536", protocol="rdma")).cautions
+@pytest.mark.parametrize(("setting", "value"), IGNORED, ids=lambda x: getattr(x, "env", x))
+def test_a_setting_mooncake_ignores_is_a_caution_where_it_is_set(setting: Setting,
+                                                                 value: str) -> None:
+    """Mooncake 0.3.13.post1 logs "Invalid ... value" for each of these and keeps its
+    default (the next test runs the engine on some of them)."""
+    (caution,) = plan_of(setting_in("engine", value, setting=setting)).cautions
+    assert caution.path == f"engine.env.{setting.env}"
+    assert caution.message.startswith(
+        f"Mooncake ignores {value!r} (it takes digits from 1 to {setting.most}) and keeps its "
+        f"default, {setting.default}{setting.unit}: ")
+    assert caution.fix.startswith("remove it (pdctl sets " + (
+        "the KV hold, in ms)" if setting is ADMISSION else "65535)"))
+    (caution,) = plan_of(setting_in("decode", value, setting=setting)).cautions
+    assert caution.path == f"decode.env.{setting.env}"
+
+
+def test_the_engine_ignores_what_the_caution_says_it_ignores() -> None:
+    env = {QUEUE.env: " 4096", PENDING.env: "65536", ADMISSION.env: "600001"}
+    results, log = batch_script().run(env, ("1",))
+    assert [r["ret"] for r in results] == [0], results
+    for s in SETTINGS:
+        assert f"Invalid {s.env} value: {env[s.env]}, using default {s.default}" in log, s
+
+
+@pytest.mark.parametrize(("setting", "value"), [(QUEUE, "1"), (QUEUE, "4096"), (QUEUE, "65535"),
+                                                (PENDING, "1"), (ADMISSION, "600000")])
+def test_a_setting_mooncake_takes_or_rdma_has_no_caution(setting: Setting, value: str) -> None:
+    assert plan_of(setting_in("prefill", value, setting=setting)).cautions == ()
+    rdma = plan_of(setting_in("engine", "65536", protocol="rdma", setting=setting)).cautions
     assert [c.path for c in rdma] == ["disaggregation.protocol"]  # the hosts list no HCAs
 
 
 def test_validate_names_the_line_and_strict_refuses(tmp_path: Path) -> None:
-    text = queue_in("engine", "65536")
+    text = setting_in("engine", "65536")
     spec = written(tmp_path / "spec.yaml", text)
-    line_no = text.splitlines().index(f"    {MOONCAKE_TCP_QUEUE_ENV}: '65536'") + 1
+    line_no = text.splitlines().index(f"    {QUEUE.env}: '65536'") + 1
     _, err = cli(["validate", str(spec)])
     (warning,) = [w for w in err.splitlines() if "warning" in w]
-    assert warning.startswith(f"{spec}:{line_no}: warning: engine.env.{MOONCAKE_TCP_QUEUE_ENV}: "
+    assert warning.startswith(f"{spec}:{line_no}: warning: engine.env.{QUEUE.env}: "
                               "Mooncake ignores '65536'")
     code, out, _ = run_cli(["validate", str(spec), "--strict"])
     assert code == 1 and out == ""

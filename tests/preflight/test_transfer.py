@@ -17,6 +17,7 @@ import pytest
 
 from pdctl.errors import PdctlError
 from pdctl.plan import make_plan
+from pdctl.plan.mooncake_tcp import CAPACITY
 from pdctl.preflight.facts import Facts
 from pdctl.preflight.registry import commands, facts_from, run_checks
 from pdctl.preflight.run import Bounds, Options
@@ -474,18 +475,21 @@ def mooncake_run(plan) -> str:
 def test_a_real_mooncake_transfer_carries_a_decode_steps_pull_in_one_batch(
         tmp_path: Path) -> None:
     plan = mooncake_here(tmp_path, free_port(1))
-    assert pull_descriptors(plan.spec) == 256 * 72  # vLLM's batch x an unknown model's regions
+    # vLLM's batch x an unknown model's regions x 16 blocks of a 256-token prompt, over what
+    # Mooncake can hold: as much as pdctl's settings hold
+    assert pull_descriptors(plan.spec) == CAPACITY == 131070
     text = mooncake_run(plan)
     t = parse_transfer("b", text)
-    assert t.reached and t.verified and t.batch == 18432, text
+    assert t.reached and t.verified and t.batch == CAPACITY, text
     (f,) = transfers(plan, facts_from({"a": {"transfer-to-b.jsonl": text}, "b": {}}), None)
-    assert f.status == "PASS" and "a decode step's pull of 18,432 descriptors" in f.found, f
+    assert f.status == "PASS" and "a decode step's pull of 131,070 descriptors" in f.found, f
     assert agents_left() == ""
 
 
 def test_mooncakes_default_tcp_queue_is_named_when_it_refuses_the_pull(tmp_path: Path) -> None:
-    """With the queue a spec sets back to Mooncake's default (1024), the batch is refused and
-    so is the one-descriptor batch after it: the finding names the queue and the setting."""
+    """With the queue a spec sets back to Mooncake's default (1024), the batch (more than the
+    queue and pdctl's 65,535 pending admissions hold) is refused: the finding names the queue
+    and the settings."""
     plan = mooncake_here(tmp_path, free_port(1),
                          env="{MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER: '1024'}")
     text = mooncake_run(plan)
@@ -494,19 +498,26 @@ def test_mooncakes_default_tcp_queue_is_named_when_it_refuses_the_pull(tmp_path:
     why, fix = cause(t)
     assert why.startswith("Mooncake's TCP queue: one decode step's KV pull"), why
     assert "TCP lane queue-full rejection count" in why
-    assert fix.startswith("leave MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER to pdctl (65535")
+    assert fix.startswith("leave MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER, "
+                          "MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER, MC_TCP_ADMISSION_TIMEOUT_MS to "
+                          "pdctl (room for 131,070 descriptors"), fix
     assert agents_left() == ""
 
 
-@pytest.mark.parametrize(("model", "decode", "want"), [
-    ("Qwen/Qwen3-8B", ", maxNumSeqs: 64", 64 * 2 * 36),  # 36 layers, K and V
-    ("deepseek-ai/DeepSeek-V3", "", 256 * 61),  # MLA: one latent per layer; vLLM's 256
-    ("meta-llama/Llama-3.1-70B-Instruct", ", maxNumSeqs: 1024", 65535),  # Mooncake's most
+@pytest.mark.parametrize(("model", "decode", "workload", "want"), [
+    # 36 layers, K and V, 16 blocks of a 256-token prompt, 4 requests
+    ("Qwen/Qwen3-8B", ", maxNumSeqs: 4", "{promptTokens: 256}", 4 * 2 * 36 * 16),
+    # MLA: one latent per layer; blocks of 64 tokens: 2 of a 100-token prompt
+    ("deepseek-ai/DeepSeek-V3", ", maxNumSeqs: 3, extraArgs: [--block-size, '64']",
+     "{promptTokens: 100}", 3 * 61 * 2),
+    # the workload's default prompt (1,024 tokens: 64 blocks) x vLLM's 256: over what Mooncake
+    # can hold
+    ("meta-llama/Llama-3.1-70B-Instruct", "", "null", 131070),
 ])
-def test_the_batch_is_decodes_whole_step_of_the_models_kv_regions(
-        model: str, decode: str, want: int) -> None:
+def test_the_batch_is_decodes_whole_step_of_fragmented_kv(
+        model: str, decode: str, workload: str, want: int) -> None:
     spec, _ = load_text(
-        f"name: t\nphase: 2\nmodel: {{name: {model}}}\n"
+        f"name: t\nphase: 2\nmodel: {{name: {model}}}\nworkload: {workload}\n"
         "hosts:\n  - {name: a, address: 192.0.2.10, gpus: [0, 1]}\n"
         f"prefill: {{replicas: 1}}\ndecode: {{replicas: 1{decode}}}\n"
         "disaggregation: {connector: mooncake, protocol: tcp}\n", "spec.yaml")

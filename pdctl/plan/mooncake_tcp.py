@@ -1,0 +1,105 @@
+"""Mooncake's TCP transport and one KV pull: how many descriptors one batch to one peer may
+hold, the environment pdctl sets so it holds the most, and the values Mooncake would ignore.
+
+mooncake-transfer-engine 0.3.13.post1 (the version pdctl installs) admits work for one peer in
+two stages (mooncake-transfer-engine/src/transport/tcp_transport/tcp_transport.cpp and
+tcp_transport_lane_impl.h, enqueuePooledTransfer): a queue the four lanes drain
+(MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER), then pending admissions that wait for room in it
+(MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER), each for at most MC_TCP_ADMISSION_TIMEOUT_MS. A
+descriptor past both is refused at once ("TCP lane queue-full rejection count"); one that waits
+longer than the timeout fails. Either fails the whole batch_transfer_sync_write, which is how
+prefill's MooncakeConnector writes the KV pull a decode step asks for. Measured with that wheel
+on loopback (benchmarks/mooncake_tcp_batch.py): with the defaults (1024, 1024, 1000 ms) a
+batch of more than about 2,048 descriptors is refused, and later batches to that peer usually
+fail too, even one of one descriptor, until prefill or decode restarts (14 of 15 runs; in the
+others the queue drained within 2 s: a race in the engine). With 65535 and 65535 and a
+timeout the queue can drain within, batches of 131,000 pass and 140,000 are refused; with
+65535 pending but the 1 s timeout, 100,000 fail (the pending ones time out). Upstream:
+Mooncake#4209; Mooncake PR #3710 raised the defaults after 0.3.13.post1.
+
+Each value is taken only as digits from 1 to its maximum; anything else is ignored for the
+default, with "Invalid ... value" in the engine's log (parseBoundedTcpSetting)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pdctl.plan.model import Caution
+from pdctl.spec.model import Spec
+from pdctl.spec.pd import Disaggregation
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    default: int  # Mooncake's, and what it keeps for a value it ignores
+    most: int  # the largest value it takes
+    unit: str = ""
+
+
+QUEUE = Setting("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", 1024, 65535)
+PENDING = Setting("MC_TCP_MAX_PENDING_ADMISSIONS_PER_PEER", 1024, 65535)
+ADMISSION = Setting("MC_TCP_ADMISSION_TIMEOUT_MS", 1000, 600_000, " ms")
+SETTINGS = (QUEUE, PENDING, ADMISSION)
+# The descriptors one batch to one peer can hold with pdctl's settings: the queue and the
+# pending admissions, both at Mooncake's maximum.
+CAPACITY = QUEUE.most + PENDING.most
+
+
+def valid(setting: Setting, value: str) -> bool:
+    """Whether Mooncake takes `value` (digits from 1 to the setting's maximum)."""
+    return value.isascii() and value.isdigit() and 1 <= int(value) <= setting.most
+
+
+def tcp_env(hold_s: int) -> list[tuple[str, str]]:
+    """What pdctl gives a Mooncake engine over TCP: the largest queue and pending admissions,
+    and an admission timeout as long as the connector's own KV hold (`hold_s`), within
+    Mooncake's maximum, so a descriptor waiting for the queue never gives up first."""
+    return [(QUEUE.env, str(QUEUE.most)), (PENDING.env, str(PENDING.most)),
+            (ADMISSION.env, str(min(ADMISSION.most, hold_s * 1000)))]
+
+
+def room(*envs: Mapping[str, str]) -> int:
+    """The descriptors one batch to a peer can hold with `envs` (the user's, then pdctl's:
+    the first that sets a variable wins), Mooncake's defaults where none does."""
+    def value(s: Setting) -> int:
+        found = next((e[s.env] for e in envs if s.env in e), None)
+        return int(found) if found is not None and valid(s, found) else s.default
+    return value(QUEUE) + value(PENDING)
+
+
+PDCTL_SETS = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
+              ADMISSION.env: "the KV hold, in ms"}
+CONSEQUENCE = {
+    QUEUE.env: "the queue then holds 1,024 descriptors",
+    PENDING.env: "only 1,024 more wait for room in the queue",
+    ADMISSION.env: "a descriptor waiting for room in the queue fails after 1 s, so a batch "
+                   "larger than the queue is refused when the queue takes longer to drain",
+}
+
+
+def cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Caution, ...]:
+    """A user's value of one of these that Mooncake ignores, located at the engine's or a
+    role's env that sets it."""
+    if dis is None or dis.connector != "mooncake" or dis.protocol != "tcp":
+        return ()
+    envs = [("engine.env", spec.engine.env)] + [
+        (f"{name}.env", role.env) for name, role in (("prefill", spec.prefill),
+                                                     ("decode", spec.decode)) if role]
+    out = []
+    for path, env in envs:
+        for s in SETTINGS:
+            value = env.get(s.env)
+            if value is None or valid(s, value):
+                continue
+            out.append(Caution(
+                f"{path}.{s.env}",
+                f"Mooncake ignores {value!r} (it takes digits from 1 to {s.most}) and keeps "
+                f"its default, {s.default}{s.unit}: {CONSEQUENCE[s.env]}, and a decode step's "
+                "KV pull that does not fit is refused, and often every pull to that decode "
+                "after it",
+                f"remove it (pdctl sets {PDCTL_SETS[s.env]}) or give a number from 1 to "
+                f"{s.most}",
+            ))
+    return tuple(out)
