@@ -74,8 +74,7 @@ PDCTL_SETS = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
 CONSEQUENCE = {
     QUEUE.env: "the queue then holds 1,024 descriptors",
     PENDING.env: "only 1,024 more wait for room in the queue",
-    ADMISSION.env: "a descriptor waiting for room in the queue fails after 1 s, so a batch "
-                   "larger than the queue is refused when the queue takes longer to drain",
+    ADMISSION.env: "a descriptor waiting for room in the queue gives up after 1 s",
 }
 
 
