@@ -69,7 +69,7 @@ def room(*envs: Mapping[str, str]) -> int:
     return value(QUEUE) + value(PENDING)
 
 
-PDCTL_SETS = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
+SET_BY_PDCTL = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
               ADMISSION.env: "the KV hold, in ms"}
 CONSEQUENCE = {
     QUEUE.env: "the queue then holds 1,024 descriptors",
@@ -98,7 +98,7 @@ def cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Caution, ...]:
                 f"its default, {s.default}{s.unit}: {CONSEQUENCE[s.env]}, and a decode step's "
                 "KV pull that does not fit is refused, and often every pull to that decode "
                 "after it",
-                f"remove it (pdctl sets {PDCTL_SETS[s.env]}) or give a number from 1 to "
+                f"remove it (pdctl sets {SET_BY_PDCTL[s.env]}) or give a number from 1 to "
                 f"{s.most}",
             ))
     return tuple(out)
