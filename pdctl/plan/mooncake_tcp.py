@@ -70,7 +70,7 @@ def room(*envs: Mapping[str, str]) -> int:
 
 
 SET_BY_PDCTL = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
-              ADMISSION.env: "the KV hold, in ms"}
+                ADMISSION.env: "the KV hold, in ms"}
 CONSEQUENCE = {
     QUEUE.env: "the queue then holds 1,024 descriptors",
     PENDING.env: "only 1,024 more wait for room in the queue",
