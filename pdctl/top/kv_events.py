@@ -77,9 +77,14 @@ PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                    r"sender thread|Error processing Mooncake xfer request|Error in _sender_worker"),
     ),
     (
-        "transfer-failed", "Mooncake's transfer engine refused or dropped a KV transfer",
-        re.compile(r"TCP lane queue-full rejection count: \d+|Failed to admit TCP work for|"
-                   r"TcpTransport::getConnection failed to create connection to|"
+        "transfer-failed", "Mooncake's TCP queue to that decode was full: the KV pull was "
+        "refused, and often the pulls after it (its MC_TCP_ settings, or a pull larger than "
+        "they hold: docs/troubleshooting.md)",
+        re.compile(r"TCP lane queue-full rejection count: \d+|Failed to admit TCP work for"),
+    ),
+    (
+        "transfer-failed", "Mooncake's transfer engine dropped a KV transfer",
+        re.compile(r"TcpTransport::getConnection failed to create connection to|"
                    r"Sync batch data transfer timeout after"),
     ),
 )

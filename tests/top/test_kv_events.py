@@ -129,5 +129,10 @@ def test_mooncake_transfer_engine_failures_count_as_failed_transfers():
     events = scan("p-0", "prefill", "\n".join(lines), {}, peers)
     assert [e.kind for e in events] == ["transfer-failed"] * 4
     assert {e.pair for e in events} == {"p-0 -> d-0"}
+    queue, admit, connect, timeout = (e.meaning for e in events)
+    assert queue == admit and queue.startswith("Mooncake's TCP queue to that decode was full: "
+                                               "the KV pull was refused"), queue
+    assert "MC_TCP_ settings" in queue and "docs/troubleshooting.md" in queue
+    assert connect == timeout == "Mooncake's transfer engine dropped a KV transfer"
     quiet = "I1206 12:00:00.000001  4242 tcp_transport.cpp:100] TcpTransport: listen on port 15001"
     assert scan("p-0", "prefill", quiet, {}, peers) == []
