@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pdctl.capacity.models import ModelConfig
 from pdctl.plan import mooncake_tcp
 from pdctl.plan.args import batch_limit, flag_values
-from pdctl.plan.kv import kv_lease_s
 from pdctl.spec.model import Spec
 from pdctl.spec.workload import Workload
 
@@ -75,9 +74,8 @@ def kv_pull(spec: Spec, model: ModelConfig | None) -> Pull:
 def room(spec: Spec) -> int:
     """Descriptors one batch from a prefill to a decode can hold: the prefill's environment
     (its role's, then the engine's) over what pdctl sets."""
-    pdctl = dict(mooncake_tcp.tcp_env(kv_lease_s(spec.workload)))
     role = spec.prefill.env if spec.prefill is not None else {}
-    return mooncake_tcp.room(role, spec.engine.env, pdctl)
+    return mooncake_tcp.room(role, spec.engine.env)
 
 
 def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:

@@ -60,12 +60,15 @@ def tcp_env(hold_s: int) -> list[tuple[str, str]]:
             (ADMISSION.env, str(min(ADMISSION.most, hold_s * 1000)))]
 
 
-def room(*envs: Mapping[str, str]) -> int:
-    """The descriptors one batch to a peer can hold with `envs` (the user's, then pdctl's:
-    the first that sets a variable wins), Mooncake's defaults where none does."""
+def room(*user: Mapping[str, str]) -> int:
+    """The descriptors one batch to a peer can hold under the user's `user` envs (the first
+    that sets a variable wins; Mooncake's default for a value it ignores) over what pdctl sets
+    (tcp_env: the most, CAPACITY in all)."""
     def value(s: Setting) -> int:
-        found = next((e[s.env] for e in envs if s.env in e), None)
-        return int(found) if found is not None and valid(s, found) else s.default
+        found = next((e[s.env] for e in user if s.env in e), None)
+        if found is None:
+            return s.most
+        return int(found) if valid(s, found) else s.default
     return value(QUEUE) + value(PENDING)
 
 
