@@ -21,7 +21,7 @@ from pdctl import __version__
 from pdctl.errors import PdctlError, UsageError
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import Need, canon
-from pdctl.offline.requires import meets, requirements
+from pdctl.offline.requires import meets, requirements, unmet
 from pdctl.plan.model import Plan
 
 
@@ -185,7 +185,7 @@ def bundle(
     closures: dict[Need, set[str] | None] = {}
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
-        closures[need] = download(need, python, platform, folder / mf.WHEELS)
+        closures[need] = resolve(need, python, platform, folder / mf.WHEELS, say)
     skipped: tuple[mf.Skipped, ...] = ()
     if have is not None:
         skipped = skip_installed(folder / mf.WHEELS, closures, have, python, platform)
@@ -211,10 +211,40 @@ def bundle(
     return manifest
 
 
-def download(need: Need, python: str, platform: str, dest: Path) -> set[str] | None:
-    """`pip download` of one environment (its output shown on stderr as it comes); the names
+# How often `resolve` asks pip again with the requirements its markers hid (one is usual).
+ROUNDS = 3
+
+
+def resolve(need: Need, python: str, platform: str, dest: Path,
+            say: Callable[[str], None]) -> set[str] | None:
+    """`download` one environment, then check its closure as the hosts' pip will read it
+    (`requires.unmet`): a requirement pip skipped because its marker is false on the Python
+    pdctl runs on, or one whose wheel it chose for that Python, is added to the environment's
+    requirements, without its marker, and pip resolves again. The host installs the
+    environment's own requirements: its pip, on the hosts' Python, asks what was added."""
+    added: tuple[str, ...] = ()
+    for _ in range(ROUNDS):
+        names, files = download(Need(need.what, need.pips + added, need.conda, need.hosts),
+                                python, platform, dest)
+        missed = [r for r in unmet(dest, files, python, platform) if r not in added]
+        if not missed:
+            return names
+        running = f"{sys.version_info.major}.{sys.version_info.minor}"
+        say(f"pip ran on Python {running}, and on the hosts' Python {python} the closure also "
+            f"asks {', '.join(missed)} (environment markers): resolving again with "
+            f"{'it' if len(missed) == 1 else 'them'}")
+        added += tuple(missed)
+    raise PdctlError(f"the closure of {' '.join(need.pips)} for Python {python} still lacks "
+                     f"{', '.join(missed)} after {ROUNDS} resolutions; run pdctl bundle with "
+                     f"Python {python}, whose pip reads the markers as the hosts' will")
+
+
+def download(need: Need, python: str, platform: str, dest: Path
+             ) -> tuple[set[str] | None, set[str]]:
+    """`pip download` of one environment (its output shown on stderr as it comes): the names
     of its closure (pip's `Successfully downloaded NAME ...`: every distribution it resolved,
-    those already in dest too), None when pip did not say."""
+    those already in dest too; None when pip did not say) and its wheels' file names (pip's
+    `Saved PATH` and `File was already downloaded PATH` lines)."""
     cmd = pip_command(need, python, platform, dest)
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -228,7 +258,9 @@ def download(need: Need, python: str, platform: str, dest: Path) -> set[str] | N
         raise PdctlError(f"pip download of {' '.join(need.pips)} for Python {python} on "
                          f"{platform} failed: {last[0]}")
     said = [ln for ln in lines if ln.startswith("Successfully downloaded ")]
-    return {canon(n) for n in said[-1].split()[2:]} if said else None
+    files = {Path(m.group(1)).name for ln in lines
+             if (m := re.match(r"(?:Saved|File was already downloaded) (.+\.whl)$", ln))}
+    return ({canon(n) for n in said[-1].split()[2:]} if said else None), files
 
 
 def satisfies(installed: str | None, version: str) -> bool:

@@ -42,16 +42,10 @@ def requirements(wheels: Path, roots: Iterable[str], python: str,
     env = environment(python, platform)
     lines = list(roots)
     for path in sorted(wheels.glob("*.whl")):
-        try:
-            with zipfile.ZipFile(path) as whl:
-                meta = next(n for n in whl.namelist()
-                            if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
-                text = whl.read(meta).decode("utf-8", "replace")
-        except (zipfile.BadZipFile, StopIteration, OSError):
+        asked = requires_dist(path)
+        if asked is None:
             return None
-        head = text.split("\n\n", 1)[0]
-        lines += [ln[len("Requires-Dist:"):].strip() for ln in head.splitlines()
-                  if ln.startswith("Requires-Dist:")]
+        lines += asked
     out: dict[str, list[SpecifierSet]] = {}
     for line in lines:
         try:
@@ -61,6 +55,50 @@ def requirements(wheels: Path, roots: Iterable[str], python: str,
         if applies(req.marker, env):
             out.setdefault(canon(req.name), []).append(req.specifier)
     return out
+
+
+def requires_dist(path: Path) -> list[str] | None:
+    """A wheel's `Requires-Dist` lines (its METADATA's header); None when it cannot be read."""
+    try:
+        with zipfile.ZipFile(path) as whl:
+            meta = next(n for n in whl.namelist()
+                        if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+            text = whl.read(meta).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, StopIteration, OSError):
+        return None
+    head = text.split("\n\n", 1)[0]
+    return [ln[len("Requires-Dist:"):].strip() for ln in head.splitlines()
+            if ln.startswith("Requires-Dist:")]
+
+
+def unmet(wheels: Path, files: Iterable[str], python: str, platform: str) -> list[str]:
+    """What the hosts' pip will ask of one closure (FILES, wheel names in WHEELS) that no wheel
+    of it meets: each requirement whose marker holds on the hosts' Python, without its marker
+    (`setuptools<81.0.0,>=77.0.3`). pip evaluates markers with the Python it runs on, not
+    --python-version (https://github.com/pypa/pip/issues/11010, /6117): a closure resolved on
+    Python 3.11 for hosts on 3.12 misses vLLM's `setuptools<81; python_version > "3.11"`.
+    Requirements under an extra are left out (which extras pip took is not known here)."""
+    env = environment(python, platform)
+    paths = [wheels / f for f in sorted(set(files))]
+    have: dict[str, list[str]] = {}
+    for path in paths:
+        name, version = path.name.split("-")[:2]
+        have.setdefault(canon(name), []).append(version)
+    out: set[str] = set()
+    for path in paths:
+        for line in requires_dist(path) or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and ("extra" in str(req.marker)
+                                           or not req.marker.evaluate(env)):
+                continue
+            versions = have.get(canon(req.name), [])
+            if not any(meets(v, [req.specifier]) for v in versions):
+                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                out.add(f"{canon(req.name)}{extras}{req.specifier}")
+    return sorted(out)
 
 
 def meets(installed: str | None, wanted: list[SpecifierSet]) -> bool:

@@ -191,3 +191,58 @@ def test_a_manylinux_tag_takes_the_wheels_of_older_glibcs_too():
     assert "manylinux_2_29_x86_64" not in tags
     legacy = pip_command(Need("e", ("a==1",)), "3.11", "manylinux2014_aarch64", Path("w"))
     assert legacy.count("--platform") == 1 and "manylinux2014_aarch64" in legacy
+
+
+def index_wheel(folder: Path, name: str, version: str, *requires: str) -> None:
+    """A pure wheel pip can download from a --find-links folder (METADATA, WHEEL, RECORD)."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{info}/METADATA",
+                     f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{meta}")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                     "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+
+
+def test_requirements_behind_markers_true_on_the_hosts_python_are_resolved_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    """pip evaluates environment markers with the Python it runs on, not --python-version: a
+    bundle made on Python 3.11 for hosts on 3.12 lacked vLLM 0.23.0's `setuptools<81;
+    python_version > "3.11"` (it held setuptools 81.0.0, which torch's <82 allows) and the
+    hosts' pip stopped at 'No matching distribution found for setuptools<81.0.0,>=77.0.3'.
+    pdctl reads the closure as the hosts' pip will and resolves again with what it asks."""
+    import sys
+
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    hosts = "3.13" if running == "3.12" else "3.12"
+    index = tmp_path / "index"
+    index.mkdir()
+    only_there = f'python_version == "{hosts}"'
+    index_wheel(index, "app", "1.0", "lib", f"pin<2; {only_there}", f"late; {only_there}")
+    index_wheel(index, "lib", "1.0", "pin")
+    for version in ("1.0", "2.0"):
+        index_wheel(index, "pin", version)
+    index_wheel(index, "late", "1.0")
+    for key, value in {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index),
+                       "PIP_CONSTRAINT": "", "PIP_INDEX_URL": ""}.items():
+        monkeypatch.setenv(key, value)
+    plan = plan_of(EXAMPLES / "phase0-conda.yaml")
+    said: list[str] = []
+    made = bundle(plan, (Need("engines (venv)", ("app==1.0",)),), hosts,
+                  "manylinux_2_28_x86_64", tmp_path / "b", said.append)
+    wheels = sorted(Path(e.path).name.split("-py3")[0] for e in made.files)
+    assert "pin-1.0" in wheels and "late-1.0" in wheels, (wheels, said)
+    assert any(f"pip ran on Python {running}, and on the hosts' Python {hosts} the closure "
+               "also asks late, pin<2" in s for s in said), said
+    assert made.needs == (("engines (venv)", ("app==1.0",)),)  # what the hosts install
+    # on the Python pdctl runs on, nothing is added: the same closure as pip's own
+    said.clear()
+    again = bundle(plan, (Need("engines (venv)", ("app==1.0",)),), running,
+                   "manylinux_2_28_x86_64", tmp_path / "c", said.append)
+    assert sorted(Path(e.path).name.split("-py3")[0] for e in again.files) == [
+        "app-1.0", "lib-1.0", "pin-2.0"], said
+    assert not any("resolving again" in s for s in said), said
