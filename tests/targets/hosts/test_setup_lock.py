@@ -1,5 +1,6 @@
-"""Environment setup is serialised per deployment on a host: two instances started together on
-their first deploy must not both `conda create` / `pip install` into one environment.
+"""Environment setup is serialised per login on a host (~/.pdctl/setup.lock): two instances, or
+two deployments, started together on their first deploy must not both `conda create` / `pip
+install` into one environment.
 
 The host is a real sshd (counting_host.py) whose ~/.bashrc puts a fake `conda` on PATH, as
 `conda init` would: `conda create` and the environment's `pip install` take a while and write
@@ -86,14 +87,18 @@ def test_two_instances_on_one_host_set_up_the_environment_one_at_a_time(
         assert "starting locked-serve-0" in up.stdout and "starting locked-serve-1" in up.stdout
         # one setup created and installed; the other waited, then found the environment ready
         assert markers(conda_root) == ["create-begin", "create-end", "pip-begin", "pip-end"]
-        lock = tmp_path / conda_host.host.name / "locked" / "setup.lock"
-        assert lock.read_text() == ""  # released: no holder named
+        # released: it names no unit of this deployment (the tests beside it share the lock)
+        lock = Path.home() / ".pdctl" / "setup.lock"
+        assert "locked-serve" not in lock.read_text()
     finally:
         pdctl("down", str(spec), *known)
 
 
-def _run_start(unit: Path, path: str) -> subprocess.CompletedProcess:
-    env = {"PATH": path, "HOME": os.environ.get("HOME", "/root"), "PDCTL_SETUP_WAIT": "1"}
+def _run_start(unit: Path, path: str, home: Path | None = None) -> subprocess.CompletedProcess:
+    """start.sh as `up` runs it; HOME: the unit's deployment folder (its lock is then
+    ~/.pdctl/setup.lock there) unless `home` is given."""
+    home = home or unit.parent
+    env = {"PATH": path, "HOME": str(home), "PDCTL_SETUP_WAIT": "1"}
     return subprocess.run(
         ["bash", str(unit / "start.sh")], capture_output=True, text=True, env=env, timeout=60
     )
@@ -115,7 +120,8 @@ def rendered(tmp_path: Path, ssh_env: SshEnv, conda_host: CountingHost) -> Path:
 
 
 def test_a_held_lock_times_out_naming_the_lock_file_and_its_holder(rendered: Path):
-    lock = rendered.parent / "setup.lock"
+    (rendered.parent / ".pdctl").mkdir()
+    lock = rendered.parent / ".pdctl" / "setup.lock"
     lock.write_text("locked-serve-1 (pid 4242, since 2026-12-01T10:00:00Z)\n")
     # The holder says when it holds the lock (a fixed number of polls could end before a slow
     # machine ran flock, and start.sh would then take the lock itself).
@@ -153,7 +159,8 @@ def test_without_flock_a_lock_folder_serialises_and_a_dead_holders_is_taken_over
     rendered: Path, tmp_path: Path
 ):
     path = _path_without_flock(tmp_path)
-    folder = rendered.parent / "setup.lock.d"
+    (rendered.parent / ".pdctl").mkdir()
+    folder = rendered.parent / ".pdctl" / "setup.lock.d"
     folder.mkdir()
     sleeper = subprocess.Popen(["sleep", "30"])
     (folder / "pid").write_text(f"{sleeper.pid}\n")
@@ -173,3 +180,33 @@ def test_without_flock_a_lock_folder_serialises_and_a_dead_holders_is_taken_over
     assert proc.returncode == 1
     assert "conda not found" in proc.stderr, proc.stderr
     assert not folder.exists()  # released on exit
+
+
+def test_two_deployments_sharing_one_environment_take_one_lock(rendered: Path, tmp_path: Path):
+    """Another deployment of the same login (another deploy folder) waits for the lock a unit
+    of this one holds: both would install into one environment. Without a HOME the lock is
+    the deployment's own."""
+    home = tmp_path / "home"
+    (home / ".pdctl").mkdir(parents=True)
+    lock = home / ".pdctl" / "setup.lock"
+    other = tmp_path / "other-deployment" / "locked-serve-0"
+    shutil.copytree(rendered, other)
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", "echo held; exec sleep 300"], stdout=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        procs = [_run_start(unit, os.environ["PATH"], home) for unit in (rendered, other)]
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    for proc in procs:
+        assert proc.returncode == 1 and f"setup lock {lock} is still held" in proc.stderr, (
+            proc.stderr)
+    # no HOME: the deployment's own lock
+    assert not (rendered.parent / "setup.lock").exists()
+    proc = subprocess.run(["bash", str(rendered / "start.sh")], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "PDCTL_SETUP_WAIT": "1"}, timeout=60)
+    assert (rendered.parent / "setup.lock").exists(), proc.stderr
