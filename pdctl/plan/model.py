@@ -120,6 +120,7 @@ class Service:
     wait_urls: tuple[str, ...] = ()  # health URLs that must answer before it starts
     api_key: bool = False  # export OPENAI_API_KEY from the engines' VLLM_API_KEY
     local: str = "127.0.0.1"  # where a process on its own host reaches it (router: router.listen)
+    files: tuple[tuple[str, str], ...] = ()  # (name, text) written into its unit folder
 
 
 @dataclass(frozen=True)

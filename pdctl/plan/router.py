@@ -174,15 +174,47 @@ def router_service(plan: Plan) -> Service:
         # Metrics name every engine URL: they listen where clients reach the router.
         "--prometheus-host", listen, "--prometheus-port", str(router.metrics_port),
     ]
+    command, files = watched(plan, tuple(args))
     return Service(
-        name=f"{spec.name}-router", role="router", host=host, port=router.port, command=tuple(args),
+        name=f"{spec.name}-router", role="router", host=host, port=router.port, command=command,
         venv=router.venv or f"~/.pdctl/venv/vllm-router-{router.version}",
         pip=f"vllm-router=={router.version}", executable="vllm-router",
         health=f"http://{host_port(local_address(listen), router.port)}/liveness", address=listen,
         wait_urls=tuple(engine_url(i) + "/health" for i in engines),
         api_key=plan.shape is not None and spec.secrets.api_key is not None,
-        local=local_address(listen),
+        local=local_address(listen), files=files,
     )
+
+
+WATCH_FILE = "router_watch.py"
+
+
+def bootstrap_urls(plan: Plan) -> tuple[str, ...]:
+    """Each Mooncake prefill's bootstrap server, as vllm-router asks it (its --prefill URL's
+    host, the bootstrap port)."""
+    out = []
+    for inst in plan.instances:
+        boot = dict(inst.extra_ports).get("bootstrap")
+        if inst.role == "prefill" and boot is not None and inst.host is not None:
+            out.append(f"http://{host_port(peer_address(inst.host), boot)}")
+    return tuple(out)
+
+
+def watched(
+    plan: Plan, args: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The router's command and unit files: with Mooncake, vllm-router runs under pdctl's
+    router watch (pdctl/hostside/router_watch.py), which starts it again when a prefill comes
+    back with a new engine id: vllm-router reads them once, at its start, and a restarted
+    prefill's old id sends decode after KV of an engine that is gone."""
+    urls = bootstrap_urls(plan)
+    if plan.shape is None or plan.shape.dis.connector != "mooncake" or not urls:
+        return args, ()
+    from importlib import resources
+
+    source = resources.files("pdctl.hostside").joinpath(WATCH_FILE).read_text()
+    opts = tuple(o for u in urls for o in ("--bootstrap", u))
+    return ("python3", WATCH_FILE, *opts, "--", *args), ((WATCH_FILE, source),)
 
 
 def _pd_args(plan: Plan) -> list[str]:

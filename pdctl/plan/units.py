@@ -49,7 +49,7 @@ def service_unit(svc: Service) -> Unit:
     """The router or mooncake_master; its `command` is what its run.sh wrapper runs."""
     return Unit(
         name=svc.name, role=svc.role, host=svc.host, port=svc.port, command=svc.command, env=(),
-        setup="", address=svc.local,
+        setup="", address=svc.local, files=svc.files,
     )
 
 

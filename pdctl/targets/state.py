@@ -192,6 +192,22 @@ def asked_restarts(changes: list[Change], asked: frozenset[str]) -> list[Change]
     ]
 
 
+def fresh_router(changes: list[Change], mooncake: bool) -> list[Change]:
+    """With Mooncake, a router that would be kept restarts after a prefill that starts or
+    restarts (its stage comes after the engines'): vllm-router reads each prefill's Mooncake
+    engine id once, at its own start, and vLLM takes a new one at every start, so the kept
+    router would send decode after the KV of an engine that is gone (plan/router.watched)."""
+    moved = [c for c in changes if c.role == "prefill" and c.action in ("start", "restart")]
+    if not mooncake or not moved:
+        return changes
+    first = moved[0]
+    how = "starts" if first.action == "start" else "restarts"
+    why = (f"restart: {first.unit} {how}, and vllm-router reads a prefill's Mooncake engine "
+           "id only at its own start")
+    return [Change(c.host, c.unit, c.role, "restart", why)
+            if c.role == "router" and c.action == "keep" else c for c in changes]
+
+
 def supervision(o: Observed) -> str:
     """What `status` adds to a systemd unit's state that is not running: between restarts, or
     stopped at its start limit."""

@@ -120,6 +120,8 @@ setup_bundle() {  # tests/gpu/bundle.sh's folders, stashed: vLLM comes from pdct
   export PYTHONPATH=$ROOT
   models
   say "sshd"
+  # sshd's .debs come in the stash (offline.py layout); sshd_start unpacks them from $HOME
+  if [ -f "$STASH/debs.tar" ]; then cp "$STASH/debs.tar" "$HOME/debs.tar"; fi
   sshd_start
   python3 tests/gpu/offline.py spec "$spec"
   # Joins the --split parts and checks every file's sha256 against the manifest (exit 2 names a

@@ -82,10 +82,13 @@ def spec() -> dict:
     return {
         **drive.header(NAME, 2),
         "hosts": [drive.host(0, "h200a", [0]), drive.host(1, "h200b", [0])],
+        # both on GPU 0: a fixed KV size (drive.SHARED_GPU_ARGS), or each engine's profile
+        # counts the other's weights and both fail with "No available memory for the cache
+        # blocks" (the first H100 run of setup-bundle, 2026-12-07)
         "prefill": {"replicas": 1, "hosts": ["h200a"], "port": 8100,
-                    "gpuMemoryUtilization": 0.42, "extraArgs": ["--load-format", "dummy"]},
+                    "gpuMemoryUtilization": 0.42, "extraArgs": drive.SHARED_GPU_ARGS},
         "decode": {"replicas": 1, "hosts": ["h200b"], "port": 8200,
-                   "gpuMemoryUtilization": 0.42, "extraArgs": ["--load-format", "dummy"]},
+                   "gpuMemoryUtilization": 0.42, "extraArgs": drive.SHARED_GPU_ARGS},
         "disaggregation": {"connector": "nixl"},
         "router": {"venv": drive.VENV, "port": 8400, "metricsPort": 8401},
     }

@@ -108,8 +108,13 @@ def check_router_flags(plan: Plan) -> None:
     for svc in plan.services:
         if svc.role != "router":
             continue
-        assert svc.command[0] == "vllm-router"
-        for arg in svc.command:
+        command = svc.command
+        if command[:2] == ("python3", "router_watch.py"):  # Mooncake: under the router watch
+            watch = command[2:command.index("--")]
+            assert watch[::2] == ("--bootstrap",) * (len(watch) // 2) and len(watch) % 2 == 0
+            command = command[command.index("--") + 1:]
+        assert command[0] == "vllm-router"
+        for arg in command:
             if arg.startswith("--"):
                 assert arg in known, f"{arg} is not a vllm-router 0.1.17 flag"
 

@@ -160,7 +160,11 @@ def test_store_wires_master_multiconnector_and_config() -> None:
     inner = [c["kv_connector"] for c in cfg["kv_connector_extra_config"]["connectors"]]
     assert inner == ["MooncakeConnector", "MooncakeStoreConnector"]
     assert bundle.paths().index("hosts/gpu-a/qwen-store-mooncake-master/start.sh") == 0
-    assert bundle.paths()[-2].endswith("qwen-store-router/run.sh")
+    assert bundle.paths()[-3].endswith("qwen-store-router/run.sh")
+    # the router runs under pdctl's router watch, which run.sh starts from the unit folder
+    assert bundle.paths()[-2].endswith("qwen-store-router/router_watch.py")
+    assert "exec python3 router_watch.py --bootstrap http://192.0.2.10:8998 --bootstrap " in (
+        bundle["hosts/gpu-a/qwen-store-router/run.sh"])
 
 
 def test_mooncake_bootstrap_ports_distinct_per_host() -> None:

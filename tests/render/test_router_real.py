@@ -65,6 +65,9 @@ def test_router_starts_with_rendered_flags(connector: str, tmp_path: Path) -> No
     }
     spec, _ = load_text(yaml.safe_dump(doc), "spec.yaml")
     command = list(router_service(make_plan(spec)).command)
+    if "--" in command:  # Mooncake: under pdctl's router watch (tests/render/test_router_watch.py)
+        command = command[command.index("--") + 1:]
+    assert command[0] == "vllm-router", command
     command[0] = str(binary)
     engine = written(tmp_path / "engine.py", ENGINE)
     fakes = [subprocess.Popen([sys.executable, str(engine), str(p)]) for p in (pre, dec, boot)]

@@ -10,6 +10,7 @@ from pdctl.targets.state import (
     asked_restarts,
     desired_units,
     diff,
+    fresh_router,
     parse_observed,
     script_digest,
     whole_groups,
@@ -146,3 +147,34 @@ def test_a_restart_asked_for_a_worker_takes_its_group_and_leaves_the_rest() -> N
     down = [Observed(u.host.name, u.name, u.hash, u.name != worker, "7") for u in units]
     stopped = {c.unit: c for c in asked_restarts(diff(units, down), frozenset({worker}))}
     assert (stopped[worker].action, stopped[worker].why) == ("start", "not running")
+
+
+def test_a_prefill_that_starts_again_restarts_a_kept_mooncake_router_after_it() -> None:
+    """vllm-router reads a prefill's Mooncake engine id once, at its own start, and vLLM takes a
+    new one at every start: `up` repairing a prefill restarts the router too (its stage comes
+    after the engines'). NIXL's router takes the ids from each prefill answer: kept."""
+    plan, bundle = bundle_of(ROOT / "examples" / "phase2-mooncake-tcp.yaml")
+    units = desired_units(plan, bundle)
+    prefill = next(u.name for u in units if u.role == "prefill")
+    router = next(u.name for u in units if u.role == "router")
+    assert [u.name for u in units][-1] == router  # started, and restarted, after the engines
+    observed = [Observed(u.host.name, u.name, u.hash, u.name != prefill, "7") for u in units]
+    changes = {c.unit: c for c in fresh_router(diff(units, observed), mooncake=True)}
+    assert (changes[prefill].action, changes[prefill].why) == ("start", "not running")
+    assert changes[router].action == "restart" and changes[router].why == (
+        f"restart: {prefill} starts, and vllm-router reads a prefill's Mooncake engine id "
+        "only at its own start")
+    assert {c.action for n, c in changes.items() if n not in (prefill, router)} == {"keep"}
+    asked = asked_restarts(diff(units, [replace_running(o) for o in observed]),
+                           frozenset({prefill}))
+    assert {c.unit: c.action for c in fresh_router(asked, True)}[router] == "restart"
+    assert {c.unit: c.action for c in fresh_router(diff(units, observed), False)}[router] == (
+        "keep")
+    running = [replace_running(o) for o in observed]
+    assert {c.action for c in fresh_router(diff(units, running), True)} == {"keep"}
+
+
+def replace_running(o: Observed) -> Observed:
+    from dataclasses import replace
+
+    return replace(o, running=True)

@@ -28,6 +28,7 @@ from pdctl.targets.state import (
     asked_restarts,
     desired_units,
     diff,
+    fresh_router,
     not_answering,
     overdue,
     restarted,
@@ -125,7 +126,9 @@ class PerHost:
         for (`pdctl restart`), whole groups."""
         leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
         changes = self.repairs(diff(self.desired(), seen), seen, grace)
-        return whole_groups(asked_restarts(changes, self.asked), leaders)
+        shape = self.plan.shape
+        mooncake = shape is not None and shape.dis.connector == "mooncake"
+        return fresh_router(whole_groups(asked_restarts(changes, self.asked), leaders), mooncake)
 
     def repairs(self, changes: list[Change], seen: list[Observed], grace: float) -> list[Change]:
         """A kept unit whose server has run past `grace` seconds and does not answer its
