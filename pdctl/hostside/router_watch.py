@@ -14,12 +14,13 @@ the client gives up: seen on an H100 with vLLM 0.23.0, every request after a pre
 
 - Before it starts COMMAND it reads every bootstrap server's `/query` (vLLM's
   MooncakeBootstrapServer: {dp_rank: {"engine_id": ..., "worker_addr": ...}}) and keeps the
-  engine ids it answered; a server that did not answer then is taken as it first answers.
+  engine ids each names.
 - It runs COMMAND as its child, in the watch's own process group.
-- Every POLL seconds it reads them again. When a server answers with other engine ids, it says
-  so on stderr, stops COMMAND (SIGTERM, SIGKILL after STOP seconds) and starts it again, which
-  reads them anew. A server that does not answer (its prefill is restarting) is waited for,
-  never acted on.
+- Every POLL seconds it reads them again. When a server names other engine ids, or names some
+  where it named none before COMMAND's start, it says so on stderr, stops COMMAND (SIGTERM,
+  SIGKILL after STOP seconds) and starts it again, which reads them anew. A server that does
+  not answer, or names no engine yet (its prefill is restarting), is waited for, never acted
+  on.
 - COMMAND ending on its own ends the watch with its status; an exit with status 0 that nobody
   asked for exits GONE (75), so that a Restart=on-failure supervisor restarts it too.
 - SIGTERM and SIGINT: the stop scripts signal the whole process group, COMMAND included; the
@@ -50,25 +51,27 @@ def say(text: str) -> None:
 
 
 def engine_ids(url: str) -> Ids | None:
-    """What one bootstrap server answers (dp rank -> engine id); None when it does not."""
+    """What one bootstrap server answers (dp rank -> engine id); None when it does not answer,
+    or names no engine yet (its workers register as they start)."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/query", timeout=ASK_TIMEOUT) as resp:
             doc = json.loads(resp.read())
-        return {str(rank): str(entry["engine_id"]) for rank, entry in doc.items()}
+        return {str(rank): str(entry["engine_id"]) for rank, entry in doc.items()} or None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def changed(urls: list[str], known: dict[str, Ids]) -> list[str]:
-    """The servers that answer with other engine ids than `known` holds (a server known for
-    the first time is recorded, not reported)."""
+    """The servers that answer with engine ids the router did not read at its start: other
+    ones than `known` holds, or any, where it had none (vllm-router keeps no engine id of a
+    prefill whose bootstrap server named none when it asked)."""
     out = []
     for url in urls:
         now = engine_ids(url)
         if now is None:
             continue
         if url not in known:
-            known[url] = now
+            out.append(f"{url} now answers {describe(now)} (it named none at the router's start)")
         elif now != known[url]:
             out.append(f"{url} now answers {describe(now)} (was {describe(known[url])})")
     return out
@@ -78,18 +81,23 @@ def describe(ids: Ids) -> str:
     return ", ".join(f"dp {rank}: {engine}" for rank, engine in sorted(ids.items())) or "nothing"
 
 
+def status_of(code: int) -> int:
+    """A child's return code as a shell says it: 128 + N for one ended by signal N."""
+    return 128 - code if code < 0 else code
+
+
 def stop(child: subprocess.Popen) -> int:
-    """SIGTERM to COMMAND's process group, SIGKILL after STOP seconds; its status."""
+    """SIGTERM to COMMAND, SIGKILL after STOP seconds; its status."""
     for sig, wait in ((signal.SIGTERM, STOP), (signal.SIGKILL, None)):
         try:
             child.send_signal(sig)
         except ProcessLookupError:
             pass
         try:
-            return child.wait(wait)
+            return status_of(child.wait(wait))
         except subprocess.TimeoutExpired:
             continue
-    return child.wait()
+    return status_of(child.wait())
 
 
 def main(argv: list[str]) -> int:
@@ -120,7 +128,7 @@ def main(argv: list[str]) -> int:
                 if why:
                     break
                 continue
-            return GONE if status == 0 else status
+            return GONE if status == 0 else status_of(status)
         if asked:
             return stop(child)  # it has the signal too, when the whole group got it
         say("a prefill came back as another Mooncake engine: " + "; ".join(why)
