@@ -44,6 +44,8 @@ STOP = 20.0  # SIGTERM, then SIGKILL after this many seconds
 GONE = 75  # an unrequested exit with status 0 (EX_TEMPFAIL)
 
 Ids = dict[str, str]  # dp rank -> engine id, as one bootstrap server answers
+# The bootstrap servers are the deployment's own: never through an http_proxy of the environment.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def say(text: str) -> None:
@@ -54,7 +56,7 @@ def engine_ids(url: str) -> Ids | None:
     """What one bootstrap server answers (dp rank -> engine id); None when it does not answer,
     or names no engine yet (its workers register as they start)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/query", timeout=ASK_TIMEOUT) as resp:
+        with DIRECT.open(url.rstrip("/") + "/query", timeout=ASK_TIMEOUT) as resp:
             doc = json.loads(resp.read())
         return {str(rank): str(entry["engine_id"]) for rank, entry in doc.items()} or None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
