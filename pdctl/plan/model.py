@@ -18,6 +18,7 @@ ENGINE_ROLES: tuple[str, ...] = ("serve", "prefill", "decode")
 STAGES = {"master": 0, "mooncake-master": 0, "serve": 1, "prefill": 1, "decode": 1, "router": 2}
 # vllm-router's own /health reflects cached worker state; /liveness is its own.
 ROUTER_HEALTH = "/liveness"
+ROUTER_READY = "/readiness"  # P/D mode: 200 while each role has a healthy worker
 STORE_ROLES = ("master", "mooncake-master")
 ENGINE_HEALTH = "/health"
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pdctl.plan.model import ENGINE_HEALTH, ROUTER_HEALTH, STAGES, Plan
+from pdctl.plan.model import ENGINE_HEALTH, ROUTER_HEALTH, ROUTER_READY, STAGES, Plan
 from pdctl.render.bundle import Artifact, Bundle
 from pdctl.render.bundle import script_digest as script_digest  # re-exported
 from pdctl.spec.model import Host
@@ -27,6 +27,9 @@ class Desired:
     files: tuple[Artifact, ...] = field(default=(), repr=False)
     # Where a process on the unit's own host reaches its port (the router binds router.listen).
     address: str = "127.0.0.1"
+    # A router whose /readiness says whether it routes: P/D mode with its workers on its command
+    # line (in p2p-nccl's ZMQ discovery mode vllm-router 0.1.17 answers 503 there always).
+    readiness: bool = False
 
     @property
     def stage(self) -> int:
@@ -37,6 +40,15 @@ class Desired:
         if self.port is None:
             return None
         return ROUTER_HEALTH if self.role == "router" else ENGINE_HEALTH
+
+    @property
+    def ready_path(self) -> str | None:
+        """What `up` waits on: a P/D router's `/readiness`, which vllm-router 0.1.17 answers
+        200 only while it has a healthy worker of each role, so that `up` says ready when
+        requests are routed: a kept router marks a restarted engine healthy again only at its
+        next check (router.healthCheckIntervalSecs), and answered 503 until then (H100 run,
+        2026-12-07). `status` and the repairs keep `health_path` (the router's own liveness)."""
+        return ROUTER_READY if self.readiness and self.role == "router" else self.health_path
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
         Desired(
             host=u.unit.host, name=u.unit.name, role=u.unit.role, hash=u.digest,
             port=u.unit.port if u.unit.health_path else None, files=u.files, address=u.unit.address,
+            readiness=plan.shape is not None and plan.shape.dis.connector != "p2p-nccl",
         )
         for u in bundle.units
     ]

@@ -178,3 +178,20 @@ def replace_running(o: Observed) -> Observed:
     from dataclasses import replace
 
     return replace(o, running=True)
+
+
+def test_up_waits_on_a_pd_routers_readiness_except_in_zmq_discovery_mode() -> None:
+    """A P/D router routes once it has a healthy worker of each role (its /readiness); in
+    p2p-nccl's ZMQ discovery mode vllm-router 0.1.17 answers 503 there always, and a plain
+    router's /liveness is what `up` asks, as `status` does."""
+    paths = {}
+    for example in ("phase2-nixl-hosts", "phase2-mooncake-tcp", "phase2-p2p-nccl",
+                    "phase0-replicas-router"):
+        plan, bundle = bundle_of(ROOT / "examples" / f"{example}.yaml")
+        units = desired_units(plan, bundle)
+        router = next(u for u in units if u.role == "router")
+        assert router.health_path == "/liveness"  # status and the repairs ask this
+        assert {u.ready_path for u in units if u.role != "router"} == {"/health"}
+        paths[example] = router.ready_path
+    assert paths == {"phase2-nixl-hosts": "/readiness", "phase2-mooncake-tcp": "/readiness",
+                     "phase2-p2p-nccl": "/liveness", "phase0-replicas-router": "/liveness"}

@@ -179,7 +179,7 @@ class HealthWait:
             look = Look()
             if d.port is not None:
                 look.health = ops.probe(
-                    d.port, served, d.health_path or "/health", unit=d.name, address=d.address
+                    d.port, served, d.ready_path or "/health", unit=d.name, address=d.address
                 )
                 if look.health.ok or look.health.foreign:
                     return look
