@@ -103,10 +103,7 @@ def stop(child: subprocess.Popen) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if "--" not in argv:
-        print("usage: router_watch.py --bootstrap URL [...] -- COMMAND...", file=sys.stderr)
-        return 2
-    cut = argv.index("--")
+    cut = argv.index("--") if "--" in argv else len(argv)
     opts, command = argv[:cut], argv[cut + 1:]
     urls = [opts[i + 1] for i, a in enumerate(opts[:-1]) if a == "--bootstrap"]
     if not urls or not command:

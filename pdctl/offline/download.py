@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -224,8 +225,7 @@ def resolve(need: Need, python: str, platform: str, dest: Path,
     environment's own requirements: its pip, on the hosts' Python, asks what was added."""
     added: tuple[str, ...] = ()
     for _ in range(ROUNDS):
-        names, files = download(Need(need.what, need.pips + added, need.conda, need.hosts),
-                                python, platform, dest)
+        names, files = download(replace(need, pips=need.pips + added), python, platform, dest)
         missed = [r for r in unmet(dest, files, python, platform) if r not in added]
         if not missed:
             return names

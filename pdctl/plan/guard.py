@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from functools import cache
-from importlib import resources
 
 from pdctl.errors import SpecError
+from pdctl.hostside import source
 from pdctl.plan.model import Instance
 from pdctl.plan.shape import peer_address
 from pdctl.spec.model import Spec
@@ -89,6 +88,5 @@ def container_launch(
     return "python3", (*guard, "--", "vllm", "serve", *args)
 
 
-@cache
 def guard_source() -> str:
-    return resources.files("pdctl.hostside").joinpath("group_guard.py").read_text()
+    return source("group_guard.py")

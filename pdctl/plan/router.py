@@ -8,6 +8,7 @@ import ipaddress
 
 from pdctl.compat import MOONCAKE_PACKAGE, MOONCAKE_VERSION
 from pdctl.errors import SpecError
+from pdctl.hostside import source
 from pdctl.plan.model import Instance, Plan, Service
 from pdctl.plan.shape import master_host, peer_address, router_host
 from pdctl.spec.model import Host, Spec
@@ -189,12 +190,31 @@ def router_service(plan: Plan) -> Service:
 WATCH_FILE = "router_watch.py"
 
 
+def bootstrap_port(inst: Instance) -> int | None:
+    """A Mooncake prefill's bootstrap port (None: no bootstrap server)."""
+    return dict(inst.extra_ports).get("bootstrap")
+
+
+def caches_engine_ids(plan: Plan) -> bool:
+    """Whether vllm-router reads each prefill's engine ids once, at its own start (Mooncake):
+    then a restarted prefill needs the router started again (`watched`; `up`:
+    targets.state.fresh_router)."""
+    return plan.shape is not None and plan.shape.dis.connector == "mooncake"
+
+
+def routes_when_ready(plan: Plan) -> bool:
+    """Whether the router's /readiness says it routes (what `up` waits on): P/D mode with its
+    workers on its command line; in p2p-nccl's ZMQ discovery mode vllm-router 0.1.17 answers
+    503 there always, and in plain mode `up` asks /liveness as `status` does."""
+    return plan.shape is not None and plan.shape.dis.connector != "p2p-nccl"
+
+
 def bootstrap_urls(plan: Plan) -> tuple[str, ...]:
     """Each Mooncake prefill's bootstrap server, as vllm-router asks it (its --prefill URL's
     host, the bootstrap port)."""
     out = []
     for inst in plan.instances:
-        boot = dict(inst.extra_ports).get("bootstrap")
+        boot = bootstrap_port(inst)
         if inst.role == "prefill" and boot is not None and inst.host is not None:
             out.append(f"http://{host_port(peer_address(inst.host), boot)}")
     return tuple(out)
@@ -208,13 +228,10 @@ def watched(
     back with a new engine id: vllm-router reads them once, at its start, and a restarted
     prefill's old id sends decode after KV of an engine that is gone."""
     urls = bootstrap_urls(plan)
-    if plan.shape is None or plan.shape.dis.connector != "mooncake" or not urls:
+    if not caches_engine_ids(plan) or not urls:
         return args, ()
-    from importlib import resources
-
-    source = resources.files("pdctl.hostside").joinpath(WATCH_FILE).read_text()
     opts = tuple(o for u in urls for o in ("--bootstrap", u))
-    return ("python3", WATCH_FILE, *opts, "--", *args), ((WATCH_FILE, source),)
+    return ("python3", WATCH_FILE, *opts, "--", *args), ((WATCH_FILE, source(WATCH_FILE)),)
 
 
 def _pd_args(plan: Plan) -> list[str]:
@@ -235,7 +252,7 @@ def _pd_args(plan: Plan) -> list[str]:
     else:
         for inst in prefills:
             args += ["--prefill", engine_url(inst)]
-            boot = dict(inst.extra_ports).get("bootstrap")
+            boot = bootstrap_port(inst)
             if boot is not None:
                 args.append(str(boot))
         for inst in decodes:

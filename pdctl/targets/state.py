@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pdctl.plan.model import ENGINE_HEALTH, ROUTER_HEALTH, ROUTER_READY, STAGES, Plan
+from pdctl.plan.router import routes_when_ready
 from pdctl.render.bundle import Artifact, Bundle
 from pdctl.render.bundle import script_digest as script_digest  # re-exported
 from pdctl.spec.model import Host
@@ -27,9 +28,7 @@ class Desired:
     files: tuple[Artifact, ...] = field(default=(), repr=False)
     # Where a process on the unit's own host reaches its port (the router binds router.listen).
     address: str = "127.0.0.1"
-    # A router whose /readiness says whether it routes: P/D mode with its workers on its command
-    # line (in p2p-nccl's ZMQ discovery mode vllm-router 0.1.17 answers 503 there always).
-    readiness: bool = False
+    readiness: bool = False  # a router's /readiness says whether it routes (routes_when_ready)
 
     @property
     def stage(self) -> int:
@@ -81,7 +80,7 @@ def desired_units(plan: Plan, bundle: Bundle) -> list[Desired]:
         Desired(
             host=u.unit.host, name=u.unit.name, role=u.unit.role, hash=u.digest,
             port=u.unit.port if u.unit.health_path else None, files=u.files, address=u.unit.address,
-            readiness=plan.shape is not None and plan.shape.dis.connector != "p2p-nccl",
+            readiness=routes_when_ready(plan),
         )
         for u in bundle.units
     ]

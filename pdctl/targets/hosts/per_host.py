@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from pdctl.errors import PdctlError, UsageError
 from pdctl.plan.model import Plan
-from pdctl.plan.router import router_listen
+from pdctl.plan.router import caches_engine_ids, router_listen
 from pdctl.render.bundle import Bundle
 from pdctl.spec.value import url_host
 from pdctl.targets.base import StatusRow, Write
@@ -126,9 +126,8 @@ class PerHost:
         for (`pdctl restart`), whole groups."""
         leaders = {u.unit.name: u.unit.leader for u in self.bundle.units}
         changes = self.repairs(diff(self.desired(), seen), seen, grace)
-        shape = self.plan.shape
-        mooncake = shape is not None and shape.dis.connector == "mooncake"
-        return fresh_router(whole_groups(asked_restarts(changes, self.asked), leaders), mooncake)
+        planned = whole_groups(asked_restarts(changes, self.asked), leaders)
+        return fresh_router(planned, caches_engine_ids(self.plan))
 
     def repairs(self, changes: list[Change], seen: list[Observed], grace: float) -> list[Change]:
         """A kept unit whose server has run past `grace` seconds and does not answer its
