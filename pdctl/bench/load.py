@@ -41,6 +41,8 @@ class Step:
 
     @property
     def label(self) -> str:
+        if self.rate is not None and self.concurrency is not None:
+            return f"rate {self.rate:g}/s, concurrency {self.concurrency}"
         if self.concurrency is not None:
             return f"concurrency {self.concurrency}"
         return f"rate {self.rate:g}/s" if self.rate is not None else "all at once"
@@ -48,6 +50,15 @@ class Step:
 
 def steps(rates: tuple[float, ...], concurrency: tuple[int, ...]) -> list[Step]:
     return [Step(rate=r) for r in rates] + [Step(concurrency=c) for c in concurrency] or [Step()]
+
+
+def capped(step: Step, requests: int, most: int | None) -> Step:
+    """`step` with at most `most` requests in flight (None: no bound). A step that sends all
+    at once or at a rate may have every one of its `requests` in flight at one time."""
+    if most is None:
+        return step
+    in_flight = step.concurrency if step.concurrency is not None else requests
+    return step if in_flight <= most else Step(step.rate, most)
 
 
 def workload_of(spec: Any) -> Workload:
@@ -63,6 +74,12 @@ def workload_of(spec: Any) -> Workload:
             duration_s=b.duration_s,
         )
     return out
+
+
+def longest_prompt(w: Workload) -> int:
+    """The longest prompt a step sends: `--random-range-ratio` draws lengths up to
+    prompt x (1 + r)."""
+    return math.ceil(w.prompt_tokens * (1 + w.range_ratio))
 
 
 def requests_of(w: Workload, step: Step) -> int:

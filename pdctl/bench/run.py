@@ -12,6 +12,7 @@ from pdctl import __version__
 from pdctl.bench import canary, load, report
 from pdctl.bench.remote import Bench
 from pdctl.bench.report import capacity
+from pdctl.capacity import kv_pull
 from pdctl.capacity.report_json import plan_dict
 from pdctl.capacity.steptime import calibration_for
 from pdctl.compat import ROUTER_VERSION
@@ -85,8 +86,12 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
             doc["canary"] = canary.as_dict(verdict)
         if canary_only:
             return doc
-        for step in load.steps(b.request_rate if b else (), b.concurrency if b else ()):
+        most = kv_pull.carried(spec, load.longest_prompt(w))
+        for asked in load.steps(b.request_rate if b else (), b.concurrency if b else ()):
+            step = load.capped(asked, load.requests_of(w, asked), most)
             row = session.step(w, step, timeout)
+            if step != asked:
+                row["capped"] = capped_note(asked, step, w)
             if planned is not None:  # `pdctl plan --load` of this very step's load
                 from pdctl.capacity.atload import predict_step
 
@@ -98,6 +103,17 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
         return doc
     finally:
         session.close()
+
+
+def capped_note(asked: load.Step, step: load.Step, w: Workload) -> dict[str, Any]:
+    """Why a step was sent with fewer requests in flight than it asked (report and CLI)."""
+    return {
+        "asked": asked.label, "concurrency": step.concurrency,
+        "why": f"Mooncake over TCP: at most {step.concurrency:,} requests of "
+               f"{load.longest_prompt(w):,} prompt tokens in flight keep every KV pull to a "
+               "decode within what the transport holds once the KV cache is fragmented; more "
+               "are refused and wait on decode (docs/phase2-bare-metal.md)",
+    }
 
 
 def check_verify(plan: Plan, option: str = "--verify") -> None:

@@ -100,3 +100,24 @@ def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
         "decode: protocol rdma has no such queue, a larger --block-size makes fewer "
         "descriptors (docs/phase2-bare-metal.md)",
     )
+
+
+def carried(spec: Spec, prompt_tokens: int) -> int | None:
+    """For Mooncake over TCP: how many requests of `prompt_tokens` may be in flight to one
+    decode at once so that every KV pull to it fits what the transport holds, once the KV
+    cache is fragmented. The pulls of one decode's scheduler steps share the queue to that
+    prefill, so the bound is on the requests in flight, not on one step's. At least 1 (a longer
+    prompt alone is refused: `pdctl plan` says so); None where there is no such queue."""
+    dis = spec.disaggregation
+    if not spec.disaggregated or dis is None or dis.connector != "mooncake" or (
+            dis.protocol != "tcp"):
+        return None
+    from pdctl.capacity import spec_model_config
+    from pdctl.errors import SpecError
+
+    try:
+        model = spec_model_config(spec.model)  # the model.config file is not read here
+    except SpecError:
+        model = None
+    p = kv_pull(spec, model)
+    return max(1, room(spec) // (p.regions * p.blocks(prompt_tokens, p.block)))

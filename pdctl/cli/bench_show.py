@@ -49,6 +49,11 @@ def show(report: dict[str, Any]) -> None:
         for label, key in RATES:
             t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
         console.print(t)
+        if s.get("capped"):  # sent with fewer requests in flight than the step asked
+            cap = s["capped"]
+            console.print(f"  [yellow]note[/]: asked {cap['asked']}, sent with at most "
+                          f"{cap['concurrency']} in flight: {escape(cap['why'])}",
+                          highlight=False)
         rows = []
         for row in s["metrics"]["instances"]:
             peak = row.get("peak") or {}

@@ -28,6 +28,14 @@ def main(folder: Path) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>", pad_token="<pad>")
     fast.save_pretrained(folder)
+    # transformers 5 names its own class (TokenizersBackend), which transformers 4 cannot load:
+    # the image has 5.17 while a bundle built with vLLM 0.23.0's closure can bring 4.57, and the
+    # engine must read what this wrote before or after either is installed. Both load this one.
+    config = folder / "tokenizer_config.json"
+    saved = json.loads(config.read_text())
+    saved["tokenizer_class"] = "PreTrainedTokenizerFast"
+    saved.pop("backend", None)
+    config.write_text(json.dumps(saved, indent=2) + "\n")
     print(f"{folder}: word-level tokenizer of {size} tokens")
 
 

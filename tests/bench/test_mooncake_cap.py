@@ -1,0 +1,104 @@
+"""`pdctl bench` on Mooncake over TCP keeps a step's requests in flight within what one KV
+pull carries once the KV cache is fragmented (pdctl/capacity/kv_pull.py `carried`).
+
+On the H100 (tests/fixtures/gpu/vllm023-h100-g/), the default step (32 requests of 1,024
+prompt tokens at once, Qwen3-8B: 72 KV regions x 64 blocks = 4,608 descriptors each) had 31
+requests' pulls to one decode in flight together, 142,848 descriptors: past the 131,070 the
+transport holds with pdctl's settings, so prefill's batches were refused (`ret=-1`) and vLLM
+0.23.0's decode kept the 31 requests waiting for KV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdctl.bench.load import Step, Workload, bench_args, capped, longest_prompt, requests_of
+from pdctl.bench.run import capped_note
+from pdctl.capacity.kv_pull import carried
+from pdctl.cli.bench_show import show
+from pdctl.plan.mooncake_tcp import CAPACITY
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "examples/phase2-mooncake-tcp.yaml"  # Qwen2.5-7B: 28 layers, 56 KV regions
+
+
+def spec_of(text: str):
+    from pdctl.spec import load_text
+
+    return load_text(text, "spec.yaml")[0]
+
+
+def qwen3_8b(text: str) -> str:
+    return text.replace("name: Qwen/Qwen2.5-7B-Instruct", "name: Qwen/Qwen3-8B")
+
+
+def test_the_h100_run_s_step_of_32_was_past_what_the_transport_holds() -> None:
+    spec = spec_of(qwen3_8b(EXAMPLE.read_text()))
+    assert carried(spec, 1024) == CAPACITY // (72 * 64) == 28
+    assert 31 * 72 * 64 == 142_848 > CAPACITY  # the 31 requests decode kept waiting
+
+
+def test_the_example_s_model_carries_36_and_longer_prompts_fewer() -> None:
+    spec = spec_of(EXAMPLE.read_text())
+    assert carried(spec, 1024) == 36
+    assert carried(spec, 4096) == CAPACITY // (56 * 256) == 9
+    assert carried(spec, 1_000_000) == 1  # alone past the queue: `pdctl plan` warns of it
+
+
+def test_a_larger_block_size_and_a_smaller_queue_in_the_spec_count() -> None:
+    text = qwen3_8b(EXAMPLE.read_text())
+    bigger = text.replace("decode: {replicas: 2,", "decode: {extraArgs: [--block-size, '64'], "
+                          "replicas: 2,", 1)
+    assert bigger != text
+    assert carried(spec_of(bigger), 1024) == CAPACITY // (72 * 16) == 113
+    smaller = text.replace("\nprefill: {", "\nprefill: {env: {MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER:"
+                           " '1024'}, ", 1)
+    assert carried(spec_of(smaller), 1024) == (1024 + 65535) // 4608 == 14
+
+
+@pytest.mark.parametrize("example", ["phase2-mooncake-rdma.yaml", "phase2-nixl-hosts.yaml",
+                                     "phase0-conda.yaml"])
+def test_no_bound_without_mooncake_over_tcp(example: str) -> None:
+    assert carried(spec_of((ROOT / "examples" / example).read_text()), 1024) is None
+
+
+def test_a_step_keeps_at_most_that_many_in_flight_and_its_requests() -> None:
+    w = Workload(requests=32)
+    assert capped(Step(), 32, 28) == Step(concurrency=28)
+    assert capped(Step(), 16, 28) == Step()  # 16 at once fit
+    assert capped(Step(concurrency=64), 32, 28) == Step(concurrency=28)
+    assert capped(Step(concurrency=8), 32, 28) == Step(concurrency=8)
+    assert capped(Step(rate=4.0), 32, 28) == Step(rate=4.0, concurrency=28)
+    assert capped(Step(), 32, None) == Step()
+    rated = capped(Step(rate=4.0), 32, 28)
+    assert rated.label == "rate 4/s, concurrency 28"
+    assert requests_of(w, rated) == 32  # the same requests, fewer at once
+    args = bench_args(w, rated, "http://r:8300", "m", "m", "/tmp/x")
+    assert args[args.index("--request-rate") + 1] == "4"
+    assert args[args.index("--max-concurrency") + 1] == "28"
+
+
+def test_the_range_ratio_s_longest_prompt_is_what_is_bounded() -> None:
+    assert longest_prompt(Workload(prompt_tokens=1024)) == 1024
+    assert longest_prompt(Workload(prompt_tokens=1000, range_ratio=0.25)) == 1250
+
+
+def test_the_report_and_the_table_say_why(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    note = capped_note(Step(), Step(concurrency=28), Workload())
+    assert note["asked"] == "all at once" and note["concurrency"] == 28
+    assert note["why"].startswith("Mooncake over TCP: at most 28 requests of 1,024 prompt tokens")
+    path = ROOT / "tests/bench/data/unbalanced-pd.json"
+    report = json.loads(path.read_text())
+    report["steps"][0]["capped"] = note
+    show(report)
+    out = capsys.readouterr().out
+    assert "note: asked all at once, sent with at most 28 in flight: Mooncake over TCP" in out
+
+
+def test_bench_md_tells_it() -> None:
+    text = Path(ROOT / "docs/bench.md").read_text()
+    assert "sent with at most" in text and "Mooncake over TCP" in text
