@@ -86,7 +86,8 @@ def run(plan: Plan, bundle: Bundle, ssh: Callable[[], SshOptions],
             doc["canary"] = canary.as_dict(verdict)
         if canary_only:
             return doc
-        most = kv_pull.carried(spec, load.longest_prompt(w))
+        model = planned.model if planned is not None else kv_pull.known_model(spec)
+        most = kv_pull.carried(spec, load.longest_prompt(w), model)
         for asked in load.steps(b.request_rate if b else (), b.concurrency if b else ()):
             step = load.capped(asked, load.requests_of(w, asked), most)
             row = session.step(w, step, timeout)

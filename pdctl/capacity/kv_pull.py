@@ -102,7 +102,20 @@ def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
     )
 
 
-def carried(spec: Spec, prompt_tokens: int) -> int | None:
+
+def known_model(spec: Spec) -> ModelConfig | None:
+    """The spec's model from pdctl's table (`model.name`); None where pdctl does not know it
+    (the caller that read `model.config` passes its own)."""
+    from pdctl.capacity import spec_model_config
+    from pdctl.errors import SpecError
+
+    try:
+        return spec_model_config(spec.model)
+    except SpecError:
+        return None
+
+
+def carried(spec: Spec, prompt_tokens: int, model: ModelConfig | None) -> int | None:
     """For Mooncake over TCP: how many requests of `prompt_tokens` may be in flight to one
     decode at once so that every KV pull to it fits what the transport holds, once the KV
     cache is fragmented. The pulls of one decode's scheduler steps share the queue to that
@@ -112,12 +125,5 @@ def carried(spec: Spec, prompt_tokens: int) -> int | None:
     if not spec.disaggregated or dis is None or dis.connector != "mooncake" or (
             dis.protocol != "tcp"):
         return None
-    from pdctl.capacity import spec_model_config
-    from pdctl.errors import SpecError
-
-    try:
-        model = spec_model_config(spec.model)  # the model.config file is not read here
-    except SpecError:
-        model = None
     p = kv_pull(spec, model)
     return max(1, room(spec) // (p.regions * p.blocks(prompt_tokens, p.block)))

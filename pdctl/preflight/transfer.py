@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdctl.capacity import kv_bytes_per_token, spec_model_config
-from pdctl.capacity.kv_pull import kv_pull
-from pdctl.errors import PdctlError, SpecError, UsageError
+from pdctl.capacity import kv_bytes_per_token
+from pdctl.capacity.kv_pull import known_model, kv_pull
+from pdctl.errors import PdctlError, UsageError
 from pdctl.plan import mooncake_tcp
 from pdctl.plan.kv import honours_device_name
 from pdctl.plan.model import Instance, Plan
@@ -606,11 +606,8 @@ def pull_descriptors(spec: Spec) -> int:
     MooncakeConnector writes it in one batch_transfer_sync_write once the KV cache is
     fragmented: decode's whole batch of the workload's mean prompt (capacity.kv_pull), at most
     what Mooncake's TCP transport can hold with pdctl's settings (mooncake_tcp.CAPACITY)."""
-    try:
-        model = spec_model_config(spec.model)  # the model.config file is not read here
-    except SpecError:
-        model = None
-    return min(mooncake_tcp.CAPACITY, kv_pull(spec, model).step)
+    # the model.config file is not read here
+    return min(mooncake_tcp.CAPACITY, kv_pull(spec, known_model(spec)).step)
 
 
 def header(pair: Pair, bounds: Bounds) -> str:

@@ -16,12 +16,15 @@ import pytest
 
 from pdctl.bench.load import Step, Workload, bench_args, capped, longest_prompt, requests_of
 from pdctl.bench.run import capped_note
-from pdctl.capacity.kv_pull import carried
+from pdctl.capacity import model_config, spec_model_config
+from pdctl.capacity.kv_pull import carried, known_model
 from pdctl.cli.bench_show import show
 from pdctl.plan.mooncake_tcp import CAPACITY
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples/phase2-mooncake-tcp.yaml"  # Qwen2.5-7B: 28 layers, 56 KV regions
+H100 = ROOT / "tests/fixtures/gpu/vllm023-h100-g/phase2-mooncake"
+QWEN3_8B = model_config("Qwen/Qwen3-8B")  # 36 layers: 72 KV regions
 
 
 def spec_of(text: str):
@@ -35,16 +38,32 @@ def qwen3_8b(text: str) -> str:
 
 
 def test_the_h100_run_s_step_of_32_was_past_what_the_transport_holds() -> None:
-    spec = spec_of(qwen3_8b(EXAMPLE.read_text()))
-    assert carried(spec, 1024) == CAPACITY // (72 * 64) == 28
-    assert 31 * 72 * 64 == 142_848 > CAPACITY  # the 31 requests decode kept waiting
+    spec = spec_of((H100 / "spec.yaml").read_text())
+    # the harness's model.config: Qwen3-8B's own config.json
+    model = spec_model_config(spec.model, json.loads(
+        (ROOT / "tests/gpu/models/qwen3-8b/config.json").read_text()))
+    assert carried(spec, 1024, model) == CAPACITY // (72 * 64) == 28
+    waiting = [line for line in (H100 / "metrics-decode-after-bench.txt").read_text().splitlines()
+               if line.startswith("vllm:num_requests_waiting_by_reason") and "deferred" in line]
+    assert waiting and waiting[0].endswith(" 31.0")  # decode kept 31 waiting for KV
+    assert 31 * 72 * 64 == 142_848 > CAPACITY
+    refused = (H100 / "prefill-log-excerpt.txt").read_text()
+    assert "failed (ret=-1) after 0.1" in refused and "(41472 descriptors" in refused
+    # pdctl's table knows it by name too (the path's last part); a model it does not know is
+    # counted as 72 KV regions
+    known = known_model(spec)
+    assert known is not None and known.layers == 36 and carried(spec, 1024, known) == 28
+    assert carried(spec_of(qwen3_8b(EXAMPLE.read_text())), 1024, QWEN3_8B) == 28
+    assert carried(spec, 1024, None) == 28
 
 
 def test_the_example_s_model_carries_36_and_longer_prompts_fewer() -> None:
     spec = spec_of(EXAMPLE.read_text())
-    assert carried(spec, 1024) == 36
-    assert carried(spec, 4096) == CAPACITY // (56 * 256) == 9
-    assert carried(spec, 1_000_000) == 1  # alone past the queue: `pdctl plan` warns of it
+    model = known_model(spec)
+    assert model is not None and model.layers == 28
+    assert carried(spec, 1024, model) == 36
+    assert carried(spec, 4096, model) == CAPACITY // (56 * 256) == 9
+    assert carried(spec, 1_000_000, model) == 1  # alone past the queue: `pdctl plan` warns
 
 
 def test_a_larger_block_size_and_a_smaller_queue_in_the_spec_count() -> None:
@@ -52,16 +71,16 @@ def test_a_larger_block_size_and_a_smaller_queue_in_the_spec_count() -> None:
     bigger = text.replace("decode: {replicas: 2,", "decode: {extraArgs: [--block-size, '64'], "
                           "replicas: 2,", 1)
     assert bigger != text
-    assert carried(spec_of(bigger), 1024) == CAPACITY // (72 * 16) == 113
+    assert carried(spec_of(bigger), 1024, QWEN3_8B) == CAPACITY // (72 * 16) == 113
     smaller = text.replace("\nprefill: {", "\nprefill: {env: {MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER:"
                            " '1024'}, ", 1)
-    assert carried(spec_of(smaller), 1024) == (1024 + 65535) // 4608 == 14
+    assert carried(spec_of(smaller), 1024, QWEN3_8B) == (1024 + 65535) // 4608 == 14
 
 
 @pytest.mark.parametrize("example", ["phase2-mooncake-rdma.yaml", "phase2-nixl-hosts.yaml",
                                      "phase0-conda.yaml"])
 def test_no_bound_without_mooncake_over_tcp(example: str) -> None:
-    assert carried(spec_of((ROOT / "examples" / example).read_text()), 1024) is None
+    assert carried(spec_of((ROOT / "examples" / example).read_text()), 1024, QWEN3_8B) is None
 
 
 def test_a_step_keeps_at_most_that_many_in_flight_and_its_requests() -> None:
