@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.capacity.models import ModelConfig
+from pdctl.capacity.params import model_config
+from pdctl.errors import SpecError
 from pdctl.plan import mooncake_tcp
 from pdctl.plan.args import batch_limit, flag_values
 from pdctl.spec.model import Spec
@@ -106,11 +108,8 @@ def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
 def known_model(spec: Spec) -> ModelConfig | None:
     """The spec's model from pdctl's table (`model.name`); None where pdctl does not know it
     (the caller that read `model.config` passes its own)."""
-    from pdctl.capacity import spec_model_config
-    from pdctl.errors import SpecError
-
     try:
-        return spec_model_config(spec.model)
+        return model_config(spec.model.name, None, spec.model.params_billion)
     except SpecError:
         return None
 
