@@ -104,7 +104,6 @@ def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
     )
 
 
-
 def known_model(spec: Spec) -> ModelConfig | None:
     """The spec's model from pdctl's table (`model.name`); None where pdctl does not know it
     (the caller that read `model.config` passes its own)."""
