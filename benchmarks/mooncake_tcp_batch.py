@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SLICE = 8192  # bytes per descriptor: one KV block's region of a small model
@@ -63,22 +64,33 @@ def receive(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def write(engine, session: str, src: int, dst: int, n: int, size: int) -> dict:
+    """One batch_transfer_sync_write of `n` descriptors of `size` bytes, as the connector's."""
+    t0 = time.monotonic()
+    ret = engine.batch_transfer_sync_write(
+        session, [src + i * size for i in range(n)], [dst + i * size for i in range(n)],
+        [size] * n)
+    return {"descriptors": n, "ret": ret, "s": round(time.monotonic() - t0, 3)}
+
+
 def send(session: str, addr: int, steps: list[str]) -> None:
-    """The prefill side: each step one batch of N descriptors (or `sleep:S`); a JSON line each."""
+    """The prefill side: each step one batch of N descriptors, `sleep:S`, or `par:N1,N2,...`:
+    batches written at once from threads of their own, as the connector's sender threads
+    (`num_workers`, 10 by default) write the pulls of several decode steps; a JSON line each."""
     engine = _engine()
     buf = _buffer(engine, MOST * SLICE, 0xA5)
     for step in steps:
         if step.startswith("sleep:"):
             time.sleep(float(step[6:]))
             continue
-        n = int(step)
-        size = min(SLICE, MOST * SLICE // n)  # past MOST descriptors, smaller ones
-        t0 = time.monotonic()
-        ret = engine.batch_transfer_sync_write(
-            session, [buf.ctypes.data + i * size for i in range(n)],
-            [addr + i * size for i in range(n)], [size] * n)
-        print(json.dumps({"descriptors": n, "ret": ret, "s": round(time.monotonic() - t0, 3)}),
-              flush=True)
+        sizes = [int(n) for n in step.removeprefix("par:").split(",")]
+        size = min(SLICE, MOST * SLICE // sum(sizes))  # past MOST descriptors, smaller ones
+        offsets = [sum(sizes[:k]) * size for k in range(len(sizes))]
+        with ThreadPoolExecutor(len(sizes)) as pool:
+            rows = list(pool.map(lambda o, n, s=size: write(
+                engine, session, buf.ctypes.data + o, addr + o, n, s), offsets, sizes))
+        for row in rows:
+            print(json.dumps(row), flush=True)
 
 
 def run(env: dict[str, str], steps: tuple[str, ...] = STEPS,

@@ -17,8 +17,10 @@ timeout the queue can drain within, batches of 131,000 pass and 140,000 are refu
 65535 pending but the 1 s timeout, 100,000 fail (the pending ones time out). Upstream:
 Mooncake#4209; Mooncake PR #3710 raised the defaults after 0.3.13.post1.
 
-Each value is taken only as digits from 1 to its maximum; anything else is ignored for the
-default, with "Invalid ... value" in the engine's log (parseBoundedTcpSetting)."""
+Each MC_TCP_ value is taken only as digits from 1 to its maximum; anything else is ignored for
+the default, with "Invalid ... value" in the engine's log (parseBoundedTcpSetting). The batch
+itself must be done within MC_TRANSFER_TIMEOUT (seconds, read with atoi, at least 5, 30 unset),
+which pdctl sets to the KV hold too (TRANSFER below)."""
 
 from __future__ import annotations
 
@@ -52,12 +54,34 @@ def valid(setting: Setting, value: str) -> bool:
     return value.isascii() and value.isdigit() and 1 <= int(value) <= setting.most
 
 
+# The Python binding vLLM's connector writes through (mooncake.engine.TransferEngine) fails a
+# batch_transfer_sync_write that is not done after MC_TRANSFER_TIMEOUT seconds: read with atoi,
+# at least 5, 30 when unset (mooncake-integration/transfer_engine/transfer_engine_py.cpp,
+# TransferEnginePy()). A batch waiting behind the others in a peer's queue can take longer:
+# on a 2-core machine busy with a test suite, 28 batches of 4,608 descriptors written at once
+# (129,024, within the queue; benchmarks/mooncake_tcp_batch.py `par:`) took 40-60 s, and at
+# Mooncake's 30 s 17 of the 28 failed; with 240 s none did.
+TRANSFER = Setting("MC_TRANSFER_TIMEOUT", 30, 2**31 - 1, " s")
+LEAST_TRANSFER_S = 5
+
+
 def tcp_env(hold_s: int) -> list[tuple[str, str]]:
     """What pdctl gives a Mooncake engine over TCP: the largest queue and pending admissions,
-    and an admission timeout as long as the connector's own KV hold (`hold_s`), within
-    Mooncake's maximum, so a descriptor waiting for the queue never gives up first."""
+    and an admission timeout and a batch timeout as long as the connector's own KV hold
+    (`hold_s`), within Mooncake's maximum, so neither a descriptor waiting for the queue nor a
+    batch waiting behind others gives up before the connector would."""
     return [(QUEUE.env, str(QUEUE.most)), (PENDING.env, str(PENDING.most)),
-            (ADMISSION.env, str(min(ADMISSION.most, hold_s * 1000)))]
+            (ADMISSION.env, str(min(ADMISSION.most, hold_s * 1000))),
+            (TRANSFER.env, str(max(LEAST_TRANSFER_S, hold_s)))]
+
+
+def transfer_s(value: str) -> int:
+    """The batch timeout Mooncake takes from MC_TRANSFER_TIMEOUT=`value` (atoi, at least 5)."""
+    digits = value.strip()
+    sign = -1 if digits[:1] == "-" else 1
+    digits = digits.lstrip("+-")
+    lead = len(digits) - len(digits.lstrip("0123456789"))
+    return max(LEAST_TRANSFER_S, sign * int(digits[:lead] or 0))
 
 
 def room(*user: Mapping[str, str]) -> int:
@@ -73,7 +97,7 @@ def room(*user: Mapping[str, str]) -> int:
 
 
 SET_BY_PDCTL = {QUEUE.env: str(QUEUE.most), PENDING.env: str(PENDING.most),
-                ADMISSION.env: "the KV hold, in ms"}
+                ADMISSION.env: "the KV hold, in ms", TRANSFER.env: "the KV hold, in s"}
 CONSEQUENCE = {
     QUEUE.env: "the queue then holds 1,024 descriptors",
     PENDING.env: "only 1,024 more wait for room in the queue",
@@ -103,5 +127,16 @@ def cautions(dis: Disaggregation | None, spec: Spec) -> tuple[Caution, ...]:
                 "after it",
                 f"remove it (pdctl sets {SET_BY_PDCTL[s.env]}) or give a number from 1 to "
                 f"{s.most}",
+            ))
+        value = env.get(TRANSFER.env)
+        if value is not None and not (value.isascii() and value.isdigit()
+                                      and int(value) >= LEAST_TRANSFER_S):
+            out.append(Caution(
+                f"{path}.{TRANSFER.env}",
+                f"Mooncake reads {value!r} as {transfer_s(value)} s (atoi, at least "
+                f"{LEAST_TRANSFER_S}): a KV pull's batch not done by then fails, even one "
+                "waiting its turn behind other pulls to that decode",
+                f"remove it (pdctl sets {SET_BY_PDCTL[TRANSFER.env]}) or give whole seconds, "
+                f"at least {LEAST_TRANSFER_S}",
             ))
     return tuple(out)

@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from pdctl.compat import MOONCAKE_VERSION
-from pdctl.plan.mooncake_tcp import ADMISSION, CAPACITY, PENDING, QUEUE, SETTINGS, Setting
+from pdctl.plan.mooncake_tcp import (
+    ADMISSION,
+    CAPACITY,
+    PENDING,
+    QUEUE,
+    SETTINGS,
+    TRANSFER,
+    Setting,
+    transfer_s,
+)
 from tests.conftest import ROOT
 from tests.helpers import cli, plan_of, run_cli, written
 
@@ -37,7 +46,8 @@ def test_pdctls_mooncake_tcp_engines_carry_a_bursts_batch_that_the_defaults_refu
     assert version("mooncake-transfer-engine-non-cuda") == MOONCAKE_VERSION  # what pdctl installs
     m = batch_script()
     env = m.pdctl_env(EXAMPLE)
-    assert env == {QUEUE.env: "65535", PENDING.env: "65535", ADMISSION.env: "240000"}
+    assert env == {QUEUE.env: "65535", PENDING.env: "65535", ADMISSION.env: "240000",
+                   TRANSFER.env: "240"}
 
     defaults, log = m.run({}, BURST)
     assert [r["ret"] for r in defaults][:2] == [0, -1], defaults
@@ -60,6 +70,34 @@ def test_the_pending_admissions_hold_a_batch_only_while_the_admission_timeout_la
     assert [r["ret"] for r in short] == [-1], short
     waited, log = m.run({**most, ADMISSION.env: "240000"}, ("100000", "1"))
     assert [r["ret"] for r in waited] == [0, 0], (waited, log[-2000:])
+
+
+# The H100 run's pulls to one decode (tests/fixtures/gpu/vllm023-h100-g, prefill's log): the
+# 31 requests of `pdctl bench`'s step (1,024 prompt tokens: 4,608 descriptors each, fragmented)
+# in 8 batches written at once by the connector's sender threads, 142,848 descriptors.
+H100_PULLS = (4608, 9216, 4608, 4608, 32256, 23040, 23040, 41472)
+
+
+def test_pulls_written_at_once_share_the_queue_the_h100_s_overflowed_and_28_requests_fit() -> None:
+    """What `pdctl bench` bounds a step's requests in flight by (capacity.kv_pull.carried): the
+    batches of every pull to a decode share that peer's queue. The H100's eight batches,
+    written at once with pdctl's environment: the one past the queue is refused at once, as
+    its 41,472-descriptor batch was there (`failed (ret=-1) after 0.10 s`). The same batches
+    with 28 requests in them (the last one 6 requests, not 9): every one passes. After a
+    refusal the queue often stops draining (the module's docstring), and the batches still in
+    it then fail only at the batch timeout: 5 s in the first run instead of pdctl's 240 (on the
+    H100, before pdctl set it, at Mooncake's 30)."""
+    m = batch_script()
+    env = m.pdctl_env(EXAMPLE)
+    assert sum(H100_PULLS) == 142_848 > CAPACITY
+    over, log = m.run({**env, TRANSFER.env: "5"}, ("par:" + ",".join(map(str, H100_PULLS)),))
+    assert len(over) == len(H100_PULLS) and any(r["ret"] != 0 for r in over), over
+    assert "TCP lane queue-full rejection count" in log
+    fit = (*H100_PULLS[:-1], 6 * 4608)
+    assert sum(fit) == 28 * 4608 == 129_024 <= CAPACITY
+    within, log = m.run(env, ("par:" + ",".join(map(str, fit)),))
+    assert [r["ret"] for r in within] == [0] * len(fit), (within, log[-2000:])
+    assert "queue-full" not in log
 
 
 def test_the_queue_is_set_for_tcp_only_and_a_users_value_wins() -> None:
@@ -103,6 +141,18 @@ def test_a_setting_mooncake_ignores_is_a_caution_where_it_is_set(setting: Settin
         "the KV hold, in ms)" if setting is ADMISSION else "65535)"))
     (caution,) = plan_of(setting_in("decode", value, setting=setting)).cautions
     assert caution.path == f"decode.env.{setting.env}"
+
+
+@pytest.mark.parametrize(("value", "taken"), [("abc", 5), ("3", 5), ("-30", 5), ("30s", 30),
+                                              ("", 5)])
+def test_a_batch_timeout_mooncake_reads_otherwise_is_a_caution(value: str, taken: int) -> None:
+    """MC_TRANSFER_TIMEOUT is read with atoi, at least 5 s (transfer_engine_py.cpp)."""
+    assert transfer_s(value) == taken
+    (caution,) = plan_of(setting_in("prefill", value, setting=TRANSFER)).cautions
+    assert caution.path == f"prefill.env.{TRANSFER.env}"
+    assert caution.message.startswith(f"Mooncake reads {value!r} as {taken} s (atoi, at least 5)")
+    assert caution.fix.startswith("remove it (pdctl sets the KV hold, in s)")
+    assert plan_of(setting_in("engine", "600", setting=TRANSFER)).cautions == ()
 
 
 def test_the_engine_ignores_what_the_caution_says_it_ignores() -> None:
