@@ -96,8 +96,9 @@ def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
         f"Mooncake over TCP: one KV pull to a decode holds {most:,} descriptors ({who}'s "
         f"MC_TCP_ settings); once the KV cache is fragmented a request of "
         f"{p.prompt_tokens:,} prompt tokens takes {p.per_request:,} ({p.regions} KV regions x "
-        f"{p.blocks(p.prompt_tokens, p.block)} blocks of {p.block} tokens), so a pull carries "
-        f"{most // p.per_request:,} such requests finishing prefill together, and prompts up "
+        f"{p.blocks(p.prompt_tokens, p.block)} blocks of {p.block} tokens), so at most "
+        f"{most // p.per_request:,} such requests in flight to one decode fit (the pulls of "
+        "its steps share that room), and prompts up "
         f"to {tokens:,} tokens{longer}; a larger pull is refused and its requests wait on "
         "decode: protocol rdma has no such queue, a larger --block-size makes fewer "
         "descriptors (docs/phase2-bare-metal.md)",

@@ -35,8 +35,9 @@ def test_the_example_carries_36_mean_prompts_and_prompts_up_to_37440_tokens() ->
     assert note.startswith(
         "Mooncake over TCP: one KV pull to a decode holds 131,070 descriptors (pdctl's MC_TCP_ "
         "settings); once the KV cache is fragmented a request of 1,024 prompt tokens takes "
-        "3,584 (56 KV regions x 64 blocks of 16 tokens), so a pull carries 36 such requests "
-        "finishing prefill together, and prompts up to 37,440 tokens; a larger pull is "
+        "3,584 (56 KV regions x 64 blocks of 16 tokens), so at most 36 such requests in flight "
+        "to one decode fit (the pulls of its steps share that room), and prompts up to 37,440 "
+        "tokens; a larger pull is "
         "refused"), note
     assert CAPACITY // 3584 == 36 and CAPACITY // 56 * 16 == 37440
 
