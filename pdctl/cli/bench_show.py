@@ -55,16 +55,23 @@ def show(report: dict[str, Any]) -> None:
                           f"{cap['concurrency']} in flight: {escape(cap['why'])}",
                           highlight=False)
         rows = []
-        for row in s["metrics"]["instances"]:
+        # every unit is named <deployment>-<role>-<i>: the table names them without the
+        # deployment's part (in its title), so that it keeps to 80 columns
+        prefix = f"{report['name']}-"
+        instances = s["metrics"]["instances"]
+        short = bool(instances) and all(r["name"].startswith(prefix) for r in instances)
+        for row in instances:
             peak = row.get("peak") or {}
             errs = sum((row.get("connector_errors") or {}).values())
             kv = peak.get("kv_usage")
-            rows.append((row["name"], row["role"], num(row.get("requests")),
+            name = row["name"][len(prefix):] if short else row["name"]
+            rows.append((name, row["role"], num(row.get("requests")),
                          num(row.get("generation_tps")), num(peak.get("running")),
                          num(peak.get("waiting")), "-" if kv is None else f"{kv:.0%}",
                          num(row.get("preemptions")), num(row.get("kv_tokens_received")),
                          num(errs)))
-        r = Table(title="per role over the step (peaks from /metrics every second)",
+        units = f"{prefix}* units, " if short else ""
+        r = Table(title=f"per role over the step ({units}peaks from /metrics every second)",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
         # Readable at 80 columns: short two-line headers, no vertical rules, and every
         # column at least as wide as its longest word or figure, so nothing is cut.

@@ -66,6 +66,25 @@ def test_the_example_s_model_carries_36_and_longer_prompts_fewer() -> None:
     assert carried(spec, 1_000_000, model) == 1  # alone past the queue: `pdctl plan` warns
 
 
+def test_on_the_h100_the_bounded_step_passed_where_the_unbounded_one_stalled() -> None:
+    """The same deployment a few minutes later (a fresh machine, pdctl with this bound and
+    MC_TRANSFER_TIMEOUT): `pdctl bench` sent its step with at most 28 in flight, every request
+    was answered, 32,768 prompt tokens came over the connector, none failed, exit 0."""
+    run = H100.parent / "phase2-mooncake-bench"
+    report = json.loads((run / "bench.json").read_text())
+    (step,) = report["steps"]
+    assert step["load"] == "concurrency 28" and step["capped"]["asked"] == "all at once"
+    spec = spec_of((run / "spec.yaml").read_text())
+    assert step["capped"]["concurrency"] == carried(spec, 1024, known_model(spec)) == 28
+    assert (step["measured"]["completed"], step["measured"]["failed"]) == (32, 0)
+    assert not step["failures"] and not step["kvEvents"] and report["canary"]["ok"]
+    decode = next(r for r in step["metrics"]["instances"] if r["role"] == "decode")
+    assert decode["kv_tokens_received"] >= 32 * 1024
+    assert json.loads((run / "results.json").read_text())["bench_exit"] == 0
+    metrics = (run / "prefill-log-excerpt.txt").read_text()
+    assert "Num failed transfers=0" in metrics and "failed transfers=1" not in metrics
+
+
 def test_a_larger_block_size_and_a_smaller_queue_in_the_spec_count() -> None:
     text = qwen3_8b(EXAMPLE.read_text())
     bigger = text.replace("decode: {replicas: 2,", "decode: {extraArgs: [--block-size, '64'], "

@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = [
     ROOT / "tests/fixtures/gpu/vllm023-h200/bench/bench.json",  # phase 0, one H200
     ROOT / "tests/bench/data/unbalanced-pd.json",  # P/D: prefill and decode instances
+    # Mooncake P/D on an H100, its step sent with at most 28 in flight (the note under it)
+    ROOT / "tests/fixtures/gpu/vllm023-h100-g/phase2-mooncake-bench/bench.json",
 ]
 
 
@@ -27,5 +29,7 @@ def test_bench_tables_fit_80_columns_and_cut_no_figure(path: Path, capsys, monke
     tables = [line for line in out.splitlines() if not line.startswith("  GPU ")]
     assert all(len(line) <= 80 for line in tables), out
     assert "…" not in out, out  # no header, instance name or number cut
+    prefix = f"{report['name']}-"  # the units' shared part is said once, in the title
+    assert f"({prefix}* units, peaks from /metrics" in " ".join(out.split())
     for row in report["steps"][0]["metrics"]["instances"]:
-        assert row["name"] in out
+        assert row["name"].removeprefix(prefix) in out
