@@ -6,17 +6,29 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 from tests import leftovers
 
 
+def started(proc: subprocess.Popen) -> subprocess.Popen:
+    """`proc` once it runs its own program: Popen returns after the fork, and until the exec
+    its /proc entry still shows this Python (seen once in a loaded unit run: found nothing)."""
+    deadline = time.monotonic() + 10
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    while not cmdline.read_bytes().startswith(b"sleep") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
 def test_a_process_left_running_is_found_then_stopped(tmp_path) -> None:
-    older = subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True)
+    older = started(subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True))
     before = leftovers.snapshot()
-    left = subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True)
-    elsewhere = subprocess.Popen(["sleep", "300"], cwd="/", start_new_session=True)
+    left = started(subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True))
+    elsewhere = started(subprocess.Popen(["sleep", "300"], cwd="/", start_new_session=True))
     try:
         found = leftovers.processes(before, [str(tmp_path)])
         # started before the snapshot, or naming none of the marks: not the session's
