@@ -223,8 +223,12 @@ def _steps_table(rep: dict[str, Any]) -> str:
                      _pct(m, "tpotMs", "p50"), pr.get("tpotMs"), ra.get("tpotMs"),
                      m.get("outputThroughput"), pr.get("outputThroughput"),
                      ra.get("outputThroughput"), m.get("requestGoodput")))
-    return p.table(("load", "done", "failed", "TTFT p50", "plan", "ratio", "TPOT p50", "plan",
-                    "ratio", "output tok/s", "plan", "ratio", "goodput req/s"), rows)
+    notes = [p.para(f"{s['load']}: asked {c['asked']}, sent with at most {c['concurrency']} in "
+                    f"flight: {c['why']}", "note")
+             for s in rep.get("steps", []) if (c := s.get("capped"))]
+    table = p.table(("load", "done", "failed", "TTFT p50", "plan", "ratio", "TPOT p50", "plan",
+                     "ratio", "output tok/s", "plan", "ratio", "goodput req/s"), rows)
+    return table + "".join(notes)
 
 
 TIMELINE_NOTE = ("The per-role charts show each step's figures (peaks of the /metrics samples "

@@ -140,3 +140,14 @@ def test_the_report_and_the_table_say_why(capsys, monkeypatch) -> None:
 def test_bench_md_tells_it() -> None:
     text = Path(ROOT / "docs/bench.md").read_text()
     assert "sent with at most" in text and "Mooncake over TCP" in text
+
+
+def test_the_html_report_says_it_under_the_steps_table() -> None:
+    from pdctl.report.bench import bench_html
+
+    report = json.loads((H100.parent / "phase2-mooncake-bench/bench.json").read_text())
+    page = bench_html(report)
+    assert ('<p class="note">concurrency 28: asked all at once, sent with at most 28 in flight: '
+            "Mooncake over TCP: at most 28 requests of 1,024 prompt tokens") in page
+    del report["steps"][0]["capped"]
+    assert "sent with at most" not in bench_html(report)
