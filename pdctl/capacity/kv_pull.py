@@ -42,10 +42,14 @@ class Pull:
     def blocks(tokens: int, block: int) -> int:
         return -(-tokens // block)
 
+    def descriptors(self, tokens: int) -> int:
+        """Descriptors of one prompt of `tokens` tokens' KV, fragmented."""
+        return self.regions * self.blocks(tokens, self.block)
+
     @property
     def per_request(self) -> int:
         """Descriptors of one mean prompt's KV, fragmented."""
-        return self.regions * self.blocks(self.prompt_tokens, self.block)
+        return self.descriptors(self.prompt_tokens)
 
     @property
     def step(self) -> int:
@@ -55,7 +59,7 @@ class Pull:
     @property
     def longest(self) -> int:
         """Descriptors of one prompt of max_model_len tokens."""
-        return self.regions * self.blocks(self.model_len, self.block)
+        return self.descriptors(self.model_len)
 
 
 def kv_pull(spec: Spec, model: ModelConfig | None) -> Pull:
@@ -73,6 +77,14 @@ def kv_pull(spec: Spec, model: ModelConfig | None) -> Pull:
     return Pull(regions, block, min(prompt, model_len), model_len, seqs)
 
 
+def over_tcp(spec: Spec) -> bool:
+    """Whether `spec` is P/D over Mooncake's TCP transport, whose queue to a peer bounds a
+    pull."""
+    dis = spec.disaggregation
+    return spec.disaggregated and dis is not None and dis.connector == "mooncake" and (
+        dis.protocol == "tcp")
+
+
 def room(spec: Spec) -> int:
     """Descriptors one batch from a prefill to a decode can hold: the prefill's environment
     (its role's, then the engine's) over what pdctl sets."""
@@ -83,9 +95,7 @@ def room(spec: Spec) -> int:
 def pull_notes(spec: Spec, model: ModelConfig) -> tuple[str, ...]:
     """One line for `pdctl plan` on Mooncake over TCP: how many mean prompts, and how long a
     prompt, one KV pull to a decode can carry."""
-    dis = spec.disaggregation
-    if not spec.disaggregated or dis is None or dis.connector != "mooncake" or (
-            dis.protocol != "tcp"):
+    if not over_tcp(spec):
         return ()
     p = kv_pull(spec, model)
     most = room(spec)
@@ -120,9 +130,6 @@ def carried(spec: Spec, prompt_tokens: int, model: ModelConfig | None) -> int | 
     cache is fragmented. The pulls of one decode's scheduler steps share the queue to that
     prefill, so the bound is on the requests in flight, not on one step's. At least 1 (a longer
     prompt alone is refused: `pdctl plan` says so); None where there is no such queue."""
-    dis = spec.disaggregation
-    if not spec.disaggregated or dis is None or dis.connector != "mooncake" or (
-            dis.protocol != "tcp"):
+    if not over_tcp(spec):
         return None
-    p = kv_pull(spec, model)
-    return max(1, room(spec) // (p.regions * p.blocks(prompt_tokens, p.block)))
+    return max(1, room(spec) // kv_pull(spec, model).descriptors(prompt_tokens))

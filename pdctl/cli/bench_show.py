@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pdctl.cli import term
+from pdctl.report.bench import capped_text
 
 ROWS = (
     ("TTFT ms", "ttftMs"), ("TPOT ms", "tpotMs"), ("ITL ms", "itlMs"), ("E2E latency ms", "e2elMs"))
@@ -50,9 +51,7 @@ def show(report: dict[str, Any]) -> None:
             t.add_row(label, num(m.get(key)), "", "", num(pred.get(key)), num(ratio.get(key)))
         console.print(t)
         if s.get("capped"):  # sent with fewer requests in flight than the step asked
-            cap = s["capped"]
-            console.print(f"  [yellow]note[/]: asked {cap['asked']}, sent with at most "
-                          f"{cap['concurrency']} in flight: {escape(cap['why'])}",
+            console.print(f"  [yellow]note[/]: {escape(capped_text(s['capped']))}",
                           highlight=False)
         rows = []
         # every unit is named <deployment>-<role>-<i>: the table names them without the

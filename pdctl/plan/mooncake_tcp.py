@@ -24,6 +24,7 @@ which pdctl sets to the KV hold too (TRANSFER below)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -77,11 +78,8 @@ def tcp_env(hold_s: int) -> list[tuple[str, str]]:
 
 def transfer_s(value: str) -> int:
     """The batch timeout Mooncake takes from MC_TRANSFER_TIMEOUT=`value` (atoi, at least 5)."""
-    digits = value.strip()
-    sign = -1 if digits[:1] == "-" else 1
-    digits = digits.lstrip("+-")
-    lead = len(digits) - len(digits.lstrip("0123456789"))
-    return max(LEAST_TRANSFER_S, sign * int(digits[:lead] or 0))
+    lead = re.match(r"\s*([+-]?[0-9]+)", value)
+    return max(LEAST_TRANSFER_S, int(lead[1]) if lead else 0)
 
 
 def room(*user: Mapping[str, str]) -> int:

@@ -214,6 +214,11 @@ def _engines(rep: dict[str, Any]) -> str:
     return p.table(("engine", "role", "host", "vLLM", "flags"), rows)
 
 
+def capped_text(cap: dict[str, Any]) -> str:
+    """A step's `capped` record as one sentence (the CLI's table and the HTML report)."""
+    return f"asked {cap['asked']}, sent with at most {cap['concurrency']} in flight: {cap['why']}"
+
+
 def _steps_table(rep: dict[str, Any]) -> str:
     rows = []
     for s in rep.get("steps", []):
@@ -223,9 +228,8 @@ def _steps_table(rep: dict[str, Any]) -> str:
                      _pct(m, "tpotMs", "p50"), pr.get("tpotMs"), ra.get("tpotMs"),
                      m.get("outputThroughput"), pr.get("outputThroughput"),
                      ra.get("outputThroughput"), m.get("requestGoodput")))
-    notes = [p.para(f"{s['load']}: asked {c['asked']}, sent with at most {c['concurrency']} in "
-                    f"flight: {c['why']}", "note")
-             for s in rep.get("steps", []) if (c := s.get("capped"))]
+    notes = [p.para(f"{s['load']}: {capped_text(s['capped'])}", "note")
+             for s in rep.get("steps", []) if s.get("capped")]
     table = p.table(("load", "done", "failed", "TTFT p50", "plan", "ratio", "TPOT p50", "plan",
                      "ratio", "output tok/s", "plan", "ratio", "goodput req/s"), rows)
     return table + "".join(notes)
