@@ -191,7 +191,8 @@ def restart(
             raise PdctlError(
                 f"what runs of {plan.name!r} is not what the spec says ({listed}{more}); "
                 "nothing was restarted: `pdctl up` brings it in line (and restarts what "
-                "changed)")
+                "changed)" + ("" if plan.bundled or plan.on_kubernetes else
+                             "; one started with `up --bundle DIR` takes --bundle DIR here too"))
         progress.planned(caps.kind, changes, compared=True)
         return confirm_and_apply(target, Up(caps.kind, changes), progress, values, yes, timeout)
 

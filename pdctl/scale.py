@@ -184,10 +184,11 @@ def scale(
     load: Load, deployed: Bundle, role: str, n: int, options: Connect,
     progress: actions.Progress, secrets: Callable[[], dict[str, str]], dry_run: bool = False,
     timeout: float = 900.0, drain_timeout: float = 120.0, poll: float = 1.0,
-    others: dict[str, int] | None = None,
+    others: dict[str, int] | None = None, prepare: Callable[[Plan], None] | None = None,
 ) -> Scaled:
     """Bring ROLE to `n` instances, the other roles at `others` (absent: the spec's counts);
-    see the module docstring."""
+    see the module docstring. `prepare` gets the scaled plan before anything starts (the
+    bundle's files copied to the hosts that lack them: `--bundle`)."""
     counts = {**(others or {}), role: n}
     plan, scaled = load(counts)
     pd = plan.shape is not None
@@ -214,6 +215,8 @@ def scale(
                 if unit.name in gone:
                     end = Endpoint(unit.name, role, unit.host.name, unit.port or 0, unit.address)
                     out.drained[unit.name] = _drain(obs, end, drain_timeout, poll, progress.say)
+    if prepare is not None and out.moves.start:
+        prepare(plan)
     guard = Guarded(progress, out.moves, role_units, role, restarting)
     actions.up(plan, bundle, options, guard, secrets, "none", True, timeout)
     started = [engine_url(i) for i in plan.instances if i.name in out.moves.start]

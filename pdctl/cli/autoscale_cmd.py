@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,13 +32,14 @@ from pdctl.cli.options import (
     seconds_of,
 )
 from pdctl.cli.progress import ConsoleProgress
-from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, from_bundle, scaled_loader
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
 
 if TYPE_CHECKING:
     from pdctl.autoscale.policy import RoleRule
+    from pdctl.plan.model import Plan
     from pdctl.render.bundle import Bundle
     from pdctl.scale import Load
     from pdctl.targets.base import Connect
@@ -94,6 +96,7 @@ def autoscale_cmd(
     output: str = output_option(
         "table (one line a decision), or json (one JSON object a line)."),
     phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET,
+    wheels: Path | None = BUNDLE,
 ) -> None:
     """Scale SPEC's roles on its SSH hosts with the spec's `autoscaling` policy: every
     interval read the engines' metrics, decide (hysteresis, cooldowns, GPU budget), log
@@ -104,6 +107,12 @@ def autoscale_cmd(
     interval_s = seconds_of(interval, "--interval", 86400)
     texts = spec_texts(spec)
     load = scaled_loader(texts, phase, target, None, "autoscale")
+    options = conn.target()
+    console = term.console(stderr=True, log_path=False)
+    prepare = None
+    if wheels is not None:  # checked before anything connects
+        load, prepare = from_bundle(load, wheels, options, lambda line: console.print(
+            line, highlight=False, markup=False))
     plan, deployed = load({})
     if plan.spec.autoscaling is None:
         raise SpecError("the spec has no autoscaling section", path="autoscaling",
@@ -113,7 +122,6 @@ def autoscale_cmd(
     from pdctl.scale import check_request
 
     rules = live.rules(targets(plan, capacity(plan)))
-    options = conn.target()
     for rule in rules:
         check_request(plan, actions.kind_of(plan, options), rule.role, rule.min_replicas)
     if unit:
@@ -123,12 +131,12 @@ def autoscale_cmd(
                                               *argv], str(Path.cwd())), nl=False)
         return
     path = _state_path(plan.name, state_file)
-    console = term.console(stderr=True, log_path=False)
     max_gpus = plan.spec.autoscaling.max_gpus
     while True:
         try:
             _round(load, deployed, rules, options, path, window_s, max_gpus, dry_run,
-                   output, ConsoleProgress(console), float(timeout), float(drain_timeout))
+                   output, ConsoleProgress(console), float(timeout), float(drain_timeout),
+                   prepare)
         except PdctlError as exc:  # supervised: say why, try again next round
             if once:
                 raise
@@ -140,7 +148,8 @@ def autoscale_cmd(
 
 def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
            path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
-           progress: ConsoleProgress, timeout: float, drain_timeout: float) -> None:
+           progress: ConsoleProgress, timeout: float, drain_timeout: float,
+           prepare: Callable[[Plan], None] | None = None) -> None:
     """One round: what runs, one window of its metrics, the decisions (each printed with its
     evidence), then each change applied."""
     from pdctl.scale import running_counts, scale
@@ -169,7 +178,8 @@ def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: C
         return
     for d in live.steps(decisions):
         done = scale(load, deployed, d.role, d.replicas, options, progress,
-                     lambda: read_secrets(plan), False, timeout, drain_timeout, others=counts)
+                     lambda: read_secrets(plan), False, timeout, drain_timeout, others=counts,
+                     prepare=prepare)
         counts[d.role] = d.replicas
         last[d.role] = time.time()
         _write_state(path, last)

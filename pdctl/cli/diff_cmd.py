@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from pdctl import actions
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import PHASE, SPEC, TARGET
+from pdctl.cli.options import DEPLOYED_BUNDLE, FACTS, PHASE, SPEC, TARGET
 from pdctl.cli.progress import KUBE_WORDS, ConsoleProgress
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.term import console
@@ -24,13 +25,14 @@ KUBE_ORDER = ("create", "update", "prune", "unchanged")
 @with_overlays
 @connection()
 def diff(conn: ConnectFlags, spec: str = SPEC, phase: int | None = PHASE,
-         target: str | None = TARGET) -> None:
+         target: str | None = TARGET, facts: Path | None = FACTS,
+         wheels: Path | None = DEPLOYED_BUNDLE) -> None:
     """Show what `up` would change: on Kubernetes a server-side dry run of every object
     diffed against the live one (and what prune would delete); on hosts each instance to
     start, replace or stop, with the files that differ. Exit 0: none, 1: changes, 2: error."""
     err = console(stderr=True, log_path=False)  # NO_COLOR / TERM=dumb: no escapes
     try:
-        plan, bundle = load(spec, phase, target)
+        plan, bundle = load(spec, phase, target, facts, wheels)
         found = actions.diff(plan, bundle, conn.target(dry_run=True), ConsoleProgress(err))
     except PdctlError as exc:
         exc.exit_code = 2  # 1 means "there are changes"

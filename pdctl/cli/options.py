@@ -32,8 +32,13 @@ TARGET = typer.Option(None, "--target", metavar="TARGET",
 FACTS = typer.Option(
     None, "--facts", metavar="DIR",
     help="A preflight recording of the spec's hosts (pdctl preflight --record DIR): render, "
-    "up and status pick each instance's GPUs by its topology (give status the DIR up had); "
+    "up, status and diff pick each instance's GPUs by its topology (give status the DIR up had); "
     "plan counts the memory other processes already hold on the GPUs.")
+
+DEPLOYED_BUNDLE = typer.Option(
+    None, "--bundle", metavar="DIR",
+    help="The deployment was started with `up --bundle DIR`: hold the hosts against the "
+    "scripts rendered to install from DIR (its manifest is read; no file is hashed).")
 
 STRICT = typer.Option(
     False, "--strict",

@@ -9,7 +9,7 @@ import typer
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import DEPLOYED_PHASE, FACTS, SPEC, TARGET
+from pdctl.cli.options import DEPLOYED_BUNDLE, DEPLOYED_PHASE, FACTS, SPEC, TARGET
 from pdctl.cli.progress import ConsoleProgress, failed_run
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import load, with_overlays
@@ -30,6 +30,7 @@ def restart(
     timeout: int = typer.Option(
         900, "--timeout", min=1, help="Seconds each restarted unit may take to become healthy."),
     phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    wheels: Path | None = DEPLOYED_BUNDLE,
 ) -> None:
     """Restart UNITs (or every unit of --role) of SPEC's running deployment (SSH hosts, Docker
     engines).
@@ -44,7 +45,7 @@ def restart(
     if not units and role is None:
         raise UsageError("name the units to restart", fix="give UNIT... or --role ROLE")
     console = term.console(log_path=False)
-    plan, bundle = load(spec, phase, target, facts)
+    plan, bundle = load(spec, phase, target, facts, wheels)
     try:
         done = actions.restart(plan, bundle, conn.target(), ConsoleProgress(console), units or [],
                                lambda: read_secrets(plan), yes, timeout, role)

@@ -22,7 +22,7 @@ from pdctl.cli.options import (
     output_option,
 )
 from pdctl.cli.progress import ConsoleProgress, failed_run
-from pdctl.cli.scaling import DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, from_bundle, scaled_loader
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.scale import Scaled, check_request, parse_request, scale
@@ -40,6 +40,7 @@ def scale_cmd(
     timeout: int = NEW_TIMEOUT, drain_timeout: int = DRAIN_TIMEOUT,
     output: str = output_option("table, or json (what was done)."),
     phase: int | None = DEPLOYED_PHASE, target: str | None = TARGET, facts: Path | None = FACTS,
+    wheels: Path | None = BUNDLE,
 ) -> None:
     """Set ROLE's instance count on SPEC's hosts: start new instances and add them to the
     router, or take instances out of the router, drain and stop them."""
@@ -52,15 +53,19 @@ def scale_cmd(
         found = inputs.read_facts(facts, inputs.read_spec(texts)[0])
 
     load = scaled_loader(texts, phase, target, found, count)
-    deployed_plan, deployed = load({})
     options = conn.target(dry_run=dry_run)
-    check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
     console = term.console(stderr=output == "json", log_path=False)
+    prepare = None
+    if wheels is not None:  # checked before anything connects
+        load, prepare = from_bundle(load, wheels, options, lambda line: console.print(
+            line, highlight=False, markup=False))
+    deployed_plan, deployed = load({})
+    check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
     progress = ConsoleProgress(console)
     try:
         done = scale(load, deployed, role, n, options, progress,
                      lambda: read_secrets(deployed_plan), dry_run, float(timeout),
-                     float(drain_timeout))
+                     float(drain_timeout), prepare=prepare)
     except actions.UpFailed as exc:
         raise failed_run(console, exc, "scale") from None
     if output == "json":

@@ -3,6 +3,8 @@ their options (the secrets a started engine needs: pdctl.cli.secret_values)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -14,12 +16,18 @@ if TYPE_CHECKING:
     from pdctl.preflight.facts import Facts
     from pdctl.render.bundle import Bundle
     from pdctl.scale import Load
+    from pdctl.targets.base import Connect
 
 NEW_TIMEOUT = typer.Option(
     900, "--timeout", min=1, help="Seconds a new instance may take to become healthy.")
 DRAIN_TIMEOUT = typer.Option(
     120, "--drain-timeout", min=0,
     help="Seconds to wait for an instance's requests in flight before stopping it.")
+BUNDLE = typer.Option(
+    None, "--bundle", metavar="DIR",
+    help="The deployment was started with `up --bundle DIR`: new instances install from DIR "
+    "too (checked first, as `up --bundle` checks it; a host that lacks its files gets them "
+    "over SSH before they start).")
 
 
 def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str | None,
@@ -34,3 +42,20 @@ def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str |
         return plan, inputs.render_plan(plan, source)
 
     return load
+
+
+def from_bundle(load: Load, folder: Path, options: Connect, say: Callable[[str], None]
+                ) -> tuple[Load, Callable[[Plan], None]]:
+    """`load` rendered to install from the bundle in `folder` (verified once, as `up --bundle`
+    does, against the spec as deployed), and what copies its files to a scaled plan's hosts."""
+    from pdctl.offline.ship import as_bundled, bundled, ship
+
+    _, _, manifest = bundled(load({})[0], folder)
+
+    def load_bundled(counts: dict[str, int]) -> tuple[Plan, Bundle]:
+        return as_bundled(load(counts)[0], manifest)
+
+    def prepare(plan: Plan) -> None:
+        ship(plan, folder, manifest, options.ssh, options.parallel, say)
+
+    return load_bundled, prepare

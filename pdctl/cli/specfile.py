@@ -103,12 +103,19 @@ def plan_from(
 
 
 def load(
-    spec: str, phase: int | None, target: str | None, facts: Path | None = None
+    spec: str, phase: int | None, target: str | None, facts: Path | None = None,
+    wheels: Path | None = None,
 ) -> tuple[Plan, Bundle]:
-    """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs)."""
+    """Plan and render SPEC exactly as `pdctl render` does (up, down, status, logs); with
+    `wheels`, as `up --bundle` rendered it (status, diff, restart)."""
     check_phase_target(phase, target)
     plan, source = plan_from(spec, phase, target, facts)
-    return plan, inputs.render_plan(plan, source)
+    bundle = inputs.render_plan(plan, source)  # a render error located in the spec
+    if wheels is not None:
+        from pdctl.offline.ship import installed_from
+
+        return installed_from(plan, wheels)
+    return plan, bundle
 
 
 def caution_lines(plan: Plan, source: Source) -> list[str]:

@@ -13,7 +13,15 @@ from rich.table import Table
 from pdctl import actions
 from pdctl.cli import term
 from pdctl.cli.connect import ConnectFlags, connection
-from pdctl.cli.options import DEPLOYED_PHASE, FACTS, SPEC, TARGET, check_output, output_option
+from pdctl.cli.options import (
+    DEPLOYED_BUNDLE,
+    DEPLOYED_PHASE,
+    FACTS,
+    SPEC,
+    TARGET,
+    check_output,
+    output_option,
+)
 from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import degrade, status_counts, status_line
 from pdctl.errors import PdctlError
@@ -30,12 +38,13 @@ def status(
         False, "--verify",
         help="Also run the quick P/D canary (phases 2 and 3 on SSH hosts) and print its "
         "verdict, naming the prefill -> decode pair when it fails (exit 1)."),
+    wheels: Path | None = DEPLOYED_BUNDLE,
 ) -> None:
     """Show every instance of SPEC and whether it is healthy.
 
     A router with no healthy engine of a role behind it is `degraded`."""
     check_output(output)
-    plan, bundle = load(spec, phase, target, facts)  # the GPUs `up --facts` chose
+    plan, bundle = load(spec, phase, target, facts, wheels)  # as `up --facts --bundle` had
     if verify:
         from pdctl.bench.run import check_verify
 

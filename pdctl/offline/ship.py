@@ -67,20 +67,37 @@ def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
     and that it carries what this spec installs), and the plan rendered to install from it."""
     from pdctl.offline.images import refs
 
-    if plan.on_kubernetes:
-        raise mf.BundleError(
-            "--bundle: a Kubernetes cluster pulls its images; nothing is copied to it",
-            fix=f"push them to your mirror with `sh {folder}/images/mirror.sh HOST[:PORT]` and "
-            "set kubernetes.imageMirror (docs/offline.md)")
+    refuse_kubernetes(plan, folder)
     manifest = mf.verify(folder)
     found = needs(plan, weights=bool(manifest.weights), images=bool(manifest.images),
                   adapters=bool(manifest.part(mf.ADAPTERS)))
     mf.covers(manifest, {p for n in found for p in n.pips}, folder, refs(plan))
     adapters.covers(plan, manifest, folder)
+    return (*as_bundled(plan, manifest), manifest)
+
+
+def installed_from(plan: Plan, folder: Path) -> tuple[Plan, Bundle]:
+    """The plan as `up --bundle DIR` rendered it, from DIR's manifest alone (no file hashed):
+    what `status`, `diff` and `restart --bundle DIR` hold the hosts against."""
+    refuse_kubernetes(plan, folder)
+    return as_bundled(plan, mf.read(folder))
+
+
+def as_bundled(plan: Plan, manifest: mf.Manifest) -> tuple[Plan, Bundle]:
+    """The plan rendered to install from the bundle (and, when it carries weights, its engines
+    started from them): the start scripts depend on the manifest only through these two."""
     plan = replace(plan, bundled=True)
     if manifest.weights:
         plan = from_weights(plan)
-    return plan, render(plan), manifest
+    return plan, render(plan)
+
+
+def refuse_kubernetes(plan: Plan, folder: Path) -> None:
+    if plan.on_kubernetes:
+        raise mf.BundleError(
+            "--bundle: a Kubernetes cluster pulls its images; nothing is copied to it",
+            fix=f"push them to your mirror with `sh {folder}/images/mirror.sh HOST[:PORT]` and "
+            "set kubernetes.imageMirror (docs/offline.md)")
 
 
 def hosts_of(plan: Plan) -> tuple[Host, ...]:

@@ -107,3 +107,15 @@ def test_the_offline_host_installs_from_the_bundle_and_answers(offline):
     with urllib.request.urlopen(ask, timeout=120) as resp:
         answer = json.loads(resp.read())
     assert (answer["model"], answer["usage"]["completion_tokens"]) == ("sql", 8), answer
+
+
+def test_status_and_diff_given_the_bundle_see_what_up_started(ssh_env, offline):
+    _, spec, folder, _ = offline
+    status = pdctl("status", str(spec), "--bundle", str(folder), "-o", "json", *known(ssh_env))
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = json.loads(status.stdout)["instances"]
+    assert sorted((r["unit"], r["state"]) for r in rows) == [
+        ("e2eoffl-router", "running"), ("e2eoffl-serve-0", "running"),
+        ("e2eoffl-serve-1", "running")], rows
+    same = pdctl("diff", str(spec), "--bundle", str(folder), *known(ssh_env))
+    assert same.returncode == 0 and same.stdout.endswith("no changes\n"), same.stdout
