@@ -21,6 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pdctl import __version__
 from pdctl.errors import PdctlError, UsageError
 from pdctl.offline import manifest as mf
+from pdctl.offline.hashes import Hashes
 from pdctl.offline.need import Need, canon
 from pdctl.offline.requires import meets, requirements, unmet
 from pdctl.plan.model import Plan
@@ -58,7 +59,7 @@ def platforms(tag: str) -> list[str]:
         f"manylinux_2_{y}_{machine}", *([f"{legacy[y]}_{machine}"] if y in legacy else []))]
 
 
-def keep_good(folder: Path) -> int:
+def keep_good(folder: Path, hashes: Hashes) -> int:
     """Before downloading again: drop the old manifest (a run that stops half-way leaves none)
     and every file in wheels/ it does not vouch for, so pip never reuses a damaged file.
     Returns how many files were kept."""
@@ -80,7 +81,8 @@ def keep_good(folder: Path) -> int:
     paths += sorted(adapters.rglob("*")) if adapters.is_dir() else []
     for path in paths:
         entry = good.get(path.relative_to(folder).as_posix())
-        if path.is_file() and entry is not None and mf.check_file(folder, entry) is None:
+        if path.is_file() and entry is not None and mf.check_file(folder, entry,
+                                                                   hashes.of) is None:
             kept += 1
         elif path.is_file() or path.is_symlink():
             path.unlink()
@@ -110,7 +112,7 @@ def snapshot_files(source: Path, what: str = "--weights", kind: str = "model"
     return out
 
 
-def copy_tree(files: dict[str, Path], dest: Path) -> tuple[int, int]:
+def copy_tree(files: dict[str, Path], dest: Path, hashes: Hashes) -> tuple[int, int]:
     """`files` (path below dest -> source) into dest: a file already there with the same
     sha256 stays; files there that are not in `files` are removed. Returns (copied, kept)."""
     for path in sorted(dest.rglob("*"), reverse=True) if dest.is_dir() else []:
@@ -121,13 +123,11 @@ def copy_tree(files: dict[str, Path], dest: Path) -> tuple[int, int]:
     for rel, src in files.items():
         there = dest / rel
         if (there.is_file() and there.stat().st_size == src.stat().st_size
-                and mf.sha256_of(there) == mf.sha256_of(src)):
+                and hashes.of(there) == hashes.of(src)):
             kept += 1
             continue
         there.parent.mkdir(parents=True, exist_ok=True)
-        tmp = there.with_name(f".{there.name}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, there)
+        hashes.copy(src, there)
         copied += 1
     return copied, kept
 
@@ -160,16 +160,17 @@ def bundle(
         before = {r: (r, i, f) for r, i, f in mf.read(folder).images}
     except mf.BundleError:
         before = {}
-    kept = keep_good(folder)
+    hashes = Hashes(folder)  # what an earlier run read, while unchanged (offline/hashes.py)
+    kept = keep_good(folder, hashes)
     if kept:
         say(f"{kept} files already present with the right sha256: kept")
     if weights is not None:
-        copied, had = copy_tree(snapshot_files(weights), folder / mf.WEIGHTS)
+        copied, had = copy_tree(snapshot_files(weights), folder / mf.WEIGHTS, hashes)
         say(f"weights from {weights}: {copied} files copied, {had} already there")
     else:
         shutil.rmtree(folder / mf.WEIGHTS, ignore_errors=True)
     if adapters:
-        copied, had = copy_tree(adapters, folder / mf.ADAPTERS)
+        copied, had = copy_tree(adapters, folder / mf.ADAPTERS, hashes)
         say(f"LoRA adapters: {copied} files copied, {had} already there")
     else:
         shutil.rmtree(folder / mf.ADAPTERS, ignore_errors=True)
@@ -200,12 +201,13 @@ def bundle(
         python=python,
         platform=platform,
         needs=tuple((n.what, n.pips) for n in found),
-        files=mf.entries(folder),
+        files=mf.entries(folder, hashes.of),
         weights="" if weights is None else str(weights),
         images=tuple((i.ref, i.id, i.file) for i in tars),
         skipped=skipped,
         facts=facts if have is not None else "",
     )
+    hashes.save()
     if split:
         manifest = mf.split(folder, manifest, split)
     mf.write(folder, manifest)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -96,20 +97,20 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def entries(folder: Path) -> tuple[Entry, ...]:
-    """The files under folder/wheels, folder/images and the TREES (every level), hashed, in
-    name order."""
+def entries(folder: Path, sha: Callable[[Path], str] = sha256_of) -> tuple[Entry, ...]:
+    """The files under folder/wheels, folder/images and the TREES (every level), hashed (by
+    `sha`), in name order."""
     out = []
     for top in (IMAGES, WHEELS):
         flat = folder / top
         for path in sorted(flat.iterdir()) if flat.is_dir() else []:
             if path.is_file() and not path.name.startswith("."):
-                out.append(Entry(f"{top}/{path.name}", sha256_of(path), path.stat().st_size))
+                out.append(Entry(f"{top}/{path.name}", sha(path), path.stat().st_size))
     for tree in (folder / t for t in TREES):
         for path in sorted(tree.rglob("*")) if tree.is_dir() else []:
             rel = path.relative_to(folder).as_posix()
             if path.is_file() and not any(p.startswith(".") for p in path.relative_to(tree).parts):
-                out.append(Entry(rel, sha256_of(path), path.stat().st_size))
+                out.append(Entry(rel, sha(path), path.stat().st_size))
     return tuple(out)
 
 
@@ -173,7 +174,7 @@ def read(folder: Path) -> Manifest:
                           fix="run `pdctl bundle SPEC -o DIR` again") from None
 
 
-def check_file(folder: Path, entry: Entry) -> str | None:
+def check_file(folder: Path, entry: Entry, sha: Callable[[Path], str] = sha256_of) -> str | None:
     """Why the file does not match its entry, or None."""
     path = folder / entry.path
     try:
@@ -182,7 +183,7 @@ def check_file(folder: Path, entry: Entry) -> str | None:
         return "missing"
     if size != entry.size:
         return f"size {size}, the manifest says {entry.size}"
-    if sha256_of(path) != entry.sha256:
+    if sha(path) != entry.sha256:
         return "sha256 differs from the manifest"
     return None
 

@@ -16,6 +16,7 @@ import yaml
 from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
 from pdctl.offline.download import bundle, keep_good, pip_command
+from pdctl.offline.hashes import Hashes
 from pdctl.offline.need import Need, needs
 from pdctl.plan.model import Plan
 from pdctl.render import render
@@ -121,7 +122,7 @@ def test_before_a_second_run_only_files_the_manifest_vouches_for_stay(tmp_path: 
     make_bundle(tmp_path, WHEELS, ("a==1.0",))
     (tmp_path / mf.WHEELS / "b-2.0-py3-none-any.whl").write_bytes(b"B" * 50)  # damaged
     (tmp_path / mf.WHEELS / "c-1.0-py3-none-any.whl").write_bytes(b"c")  # not vouched for
-    assert keep_good(tmp_path) == 1
+    assert keep_good(tmp_path, Hashes(tmp_path)) == 1
     assert sorted(p.name for p in (tmp_path / mf.WHEELS).iterdir()) == ["a-1.0-py3-none-any.whl"]
     assert not (tmp_path / mf.MANIFEST).exists()  # until the run completes
 

@@ -1,0 +1,78 @@
+"""The sha256 of the files `pdctl bundle` read before, kept between runs in DIR/.pdctl-hashes.json
+and trusted while a file's size, modification time (ns), inode and device are unchanged (the
+quick check of rsync, and of git's index): a second `pdctl bundle` of an unchanged model reads
+none of its gigabytes again. A file changed less than 2 s before it was hashed is not recorded,
+so one written again within the same timestamp tick is hashed next time. `up --bundle` and
+`preflight --bundle` never use it: they hash every file (manifest.verify)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from pdctl.offline.manifest import CHUNK, sha256_of
+
+FILE = ".pdctl-hashes.json"
+FRESH_NS = 2_000_000_000
+Stamp = tuple[int, int, int, int]
+
+
+def stamp(st: os.stat_result) -> Stamp:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+class Hashes:
+    """What the folder's record says, and what this run hashed (`save` keeps only those)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / FILE
+        self.known: dict[str, tuple[Stamp, str]] = {}
+        self.used: dict[str, tuple[Stamp, str]] = {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            for key, (st, digest) in data.items():
+                size, mtime, ino, dev = (int(v) for v in st)
+                self.known[str(key)] = ((size, mtime, ino, dev), str(digest))
+        except (OSError, ValueError, TypeError, AttributeError):
+            self.known = {}  # none yet, or unreadable: every file is hashed
+
+    def of(self, path: Path) -> str:
+        """The file's sha256: from the record while its stamp holds, else read."""
+        key, st = os.path.abspath(path), path.stat()
+        got = self.known.get(key)
+        if got is not None and got[0] == stamp(st):
+            self.used[key] = got
+            return got[1]
+        digest = sha256_of(path)
+        self.note(path, st, digest)
+        return digest
+
+    def note(self, path: Path, st: os.stat_result, digest: str) -> None:
+        if time.time_ns() - st.st_mtime_ns >= FRESH_NS:
+            self.used[os.path.abspath(path)] = (stamp(st), digest)
+
+    def copy(self, src: Path, dest: Path) -> None:
+        """src to dest (through a temporary name), hashed as it is read, dest given src's
+        modification time, so that neither is read again for its record."""
+        before = src.stat()
+        digest = hashlib.sha256()
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        with src.open("rb") as fh, tmp.open("wb") as out:
+            while block := fh.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+        shutil.copystat(src, tmp)
+        os.replace(tmp, dest)
+        if stamp(src.stat()) == stamp(before):  # not changed while it was read
+            self.note(src, before, digest.hexdigest())
+            self.note(dest, dest.stat(), digest.hexdigest())
+
+    def save(self) -> None:
+        tmp = self.path.with_name(f"{FILE}.tmp")
+        tmp.write_text(json.dumps({k: [list(st), d] for k, (st, d) in sorted(self.used.items())}),
+                       encoding="utf-8")
+        os.replace(tmp, self.path)
