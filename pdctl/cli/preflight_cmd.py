@@ -118,17 +118,27 @@ def _bundle_of(plan: Plan, folder: Path) -> tuple[Wanted, Bundle]:
     _, rendered, manifest = bundled(plan, folder)
     wheels, weights = (sum(e.size for e in manifest.part(top).values())
                        for top in ("wheels", "weights"))
-    return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights), rendered
+    sizes = {e.path: e.size for e in manifest.files}
+    images = tuple((ref, image_id, sizes[file]) for ref, image_id, file in manifest.images)
+    return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights,
+                  images), rendered
 
 
 def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
                      rendered: Bundle) -> tuple[Finding, ...]:
-    """bundle.* findings: each reached host that installs from the bundle, then the scripts."""
+    """bundle.* findings: each reached host that installs from the bundle, each reached docker
+    host that loads its images, then the scripts."""
+    from pdctl.offline.images import hosts_refs
+
     out = []
-    for h in hosts_of(plan):
-        if SSH not in raw.get(h.name, {SSH: ""}):
-            index = next(i for i, x in enumerate(plan.spec.hosts) if x.name == h.name)
-            out += bundle.host_findings(h, index, raw[h.name], want)
+    refs = hosts_refs(plan)
+    for i, h in enumerate(plan.spec.hosts):
+        if SSH in raw.get(h.name, {SSH: ""}):
+            continue  # unreachable: the ssh finding says so
+        if h.name in {x.name for x in hosts_of(plan)}:
+            out += bundle.host_findings(h, i, raw[h.name], want)
+        if h.runtime == "docker" and h.name in refs and want.images:
+            out += bundle.docker_findings(h, i, raw[h.name], refs[h.name], want)
     pips = [ln for a in rendered.artifacts for ln in a.text.splitlines()
             if re.search(r"\bpip install\b", ln)]
     out.append(bundle.no_index(plan.name, pips))
@@ -171,7 +181,8 @@ def preflight(
     wheels: Path | None = typer.Option(
         None, "--bundle", metavar="DIR",
         help="Check the hosts against a `pdctl bundle` folder too: its files (sha256), "
-        "the hosts' Python, glibc and machine against its wheels, free disk in dataDir "
+        "the hosts' Python, glibc and machine against its wheels, free disk in dataDir; "
+        "on docker hosts the engine, the images there and room to load the rest "
         "(docs/offline.md)."),
     phase: int | None = PREFLIGHT_PHASE, target: str | None = TARGET,
 ) -> None:

@@ -6,7 +6,13 @@ dataDir for the wheels and the environments they unpack into (docs/offline.md).
 The commands run on every venv and conda host (one short file, bundle.txt); the findings come
 only with --bundle, from the manifest's Python, platform and size (`Wanted`). bundle.txt also
 lists the distributions installed in the engines' environment, for `pdctl bundle --facts DIR
---skip-installed`."""
+--skip-installed`.
+
+On docker hosts (bundle-docker.txt): whether the SSH user reaches the Docker engine (`docker
+load` runs as that user), the images it already has (by id), and free space for the image tars
+`up --bundle` copies into dataDir (one at a time, removed once loaded) and for the images loaded
+into the engine's root folder (`docker info`'s DockerRootDir): about each tar's size, since
+`docker save` writes the layers uncompressed."""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
 FILE = "bundle.txt"
+DOCKER_FILE = "bundle-docker.txt"
+IMAGES = 5000  # at most this many `image ID` lines
 # The wheels are unpacked into the environments: an installed closure takes about twice its
 # wheels, and the wheels themselves stay in <dataDir>/<name>/wheels.
 ROOM = 3
@@ -41,6 +49,7 @@ class Wanted:
     size: int  # bytes of the wheels that go to each host
     folder: str  # the bundle folder, for the fix lines
     weights: int = 0  # bytes of the model's files (`pdctl bundle --weights`), copied as they are
+    images: tuple[tuple[str, str, int], ...] = ()  # (ref, image id, bytes of its tar)
 
 
 @dataclass(frozen=True)
@@ -57,13 +66,61 @@ class Seen:
     dists: tuple[tuple[str, str], ...] | None = None  # (name, version); None: not recorded
 
 
+@dataclass(frozen=True)
+class DockerSeen:
+    """What bundle-docker.txt tells of one docker host."""
+
+    free_kib: int | None  # where dataDir is or will be
+    mount: str
+    engine: str  # the Docker root folder; "" when the engine did not answer
+    why: str  # the engine's last error line, when it did not answer
+    root_free_kib: int | None
+    root_mount: str
+    images: frozenset[str]  # the ids of the images it has
+
+
+def free_lines(path: str, prefix: str = "") -> str:
+    """`<prefix>free KIB` and `<prefix>mount DIR` of the filesystem that holds `path` (its
+    nearest existing parent: a folder the start script makes later)."""
+    return (f'p={path}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p" | '
+            f'awk \'NR==2 {{print "{prefix}free " $4; print "{prefix}mount " $6}}\'; ')
+
+
+def docker_commands(host: Host) -> dict[str, str]:
+    return {DOCKER_FILE: (
+        free_lines(quote_path(host.data_dir))
+        + "r=$(docker info --format '{{.DockerRootDir}}' 2>&1) && echo \"root $r\" || "
+        'echo "noengine $(printf %s "$r" | tail -n 1)"; '
+        'if [ -d "$r" ]; then ' + free_lines('"$r"', "root").rstrip("; ") + "; fi; "
+        f"docker images -q --no-trunc 2>/dev/null | sort -u | head -n {IMAGES} | "
+        "sed 's/^/image /'")}
+
+
+def parse_docker(text: str) -> DockerSeen:
+    """bundle-docker.txt's lines; ValueError for a text that is not one."""
+    got = dict(ln.partition(" ")[::2] for ln in text.splitlines() if ln.strip())
+    if "root" not in got and "noengine" not in got:
+        raise ValueError("no root or noengine line")
+
+    def kib(key: str) -> int | None:
+        v = got.get(key, "").strip()
+        return int(v) if v.isdigit() else None
+
+    return DockerSeen(
+        free_kib=kib("free"), mount=got.get("mount", "").strip(),
+        engine=got.get("root", "").strip(), why=got.get("noengine", "").strip(),
+        root_free_kib=kib("rootfree"), root_mount=got.get("rootmount", "").strip(),
+        images=frozenset(ln.split()[1] for ln in text.splitlines()
+                         if ln.startswith("image ") and len(ln.split()) == 2))
+
+
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """One file of `key value` lines: the Python of the host's venv (python3 where the venv
     does not exist yet: the start script makes it from python3), glibc, machine, free space
     where dataDir is or will be; then the distributions of the engines' environment (`dist`
     lines, none where it does not exist yet) and `dists listed`."""
     if host.runtime == "docker":
-        return {}
+        return docker_commands(host)
     venv = "''"
     if host.runtime == "venv":  # render/host.engine_setup's venv
         venv = quote_path(host.venv or f"~/.pdctl/venv/vllm-{spec.engine.version}")
@@ -81,9 +138,7 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         'echo "python $("$py" -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
         '2>/dev/null)"; '
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
-        f'p={data}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
-        'df -Pk "$p" | awk \'NR==2 {print "free " $4; print "mount " $6}\'; '
-        + dists + 'echo "dists listed"')}
+        + free_lines(data) + dists + 'echo "dists listed"')}
 
 
 def parse(text: str) -> Seen:
@@ -102,7 +157,7 @@ def parse(text: str) -> Seen:
         env=got.get("env", "").strip(), dists=dists if "dists" in got else None)
 
 
-PARSERS = {FILE: parse}
+PARSERS = {FILE: parse, DOCKER_FILE: parse_docker}
 
 
 def tag_needs(tag: str) -> tuple[tuple[int, int] | None, str] | None:
@@ -189,6 +244,56 @@ def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
         return Finding("FAIL", "bundle.disk", host.name, found, expected,
                        f"free space there, or point hosts[{index}].dataDir at a larger disk")
     return Finding("PASS", "bundle.disk", host.name, found, expected)
+
+
+def docker_findings(host: Host, index: int, raw: dict[str, str], refs: tuple[str, ...],
+                    want: Wanted) -> list[Finding]:
+    """bundle.docker and bundle.disk for one reached docker host that runs `refs`."""
+    where = host.name
+    try:
+        seen = parse_docker(raw[DOCKER_FILE])
+    except (KeyError, ValueError):
+        why = raw.get(DOCKER_FILE + ".err", "not gathered").strip().splitlines()
+        return [Finding("WARN", "bundle.host", where,
+                        f"{DOCKER_FILE}: {why[-1] if why else 'unreadable'}",
+                        "the host's Docker engine, its images and free space",
+                        "check the host (sh, docker, df) and run preflight again")]
+    mine = [(r, i, n) for r, i, n in want.images if r in refs]
+    missing = [(r, n) for r, i, n in mine if i not in seen.images]
+    expected = "the SSH user reaches the Docker engine (`up --bundle` runs docker load)"
+    if not seen.engine:
+        return [Finding("FAIL", "bundle.docker", where, f"no engine: {seen.why or '?'}",
+                        expected, f"let hosts[{index}].user run docker (the docker group), "
+                        "or start the Docker engine there")]
+    had = len(mine) - len(missing)
+    out = [Finding("PASS", "bundle.docker", where,
+                   f"engine root {seen.engine}; {had} of {len(mine)} bundled images already "
+                   "there", expected)]
+    return out + [_docker_disk(index, where, seen, [n for _, n in missing])]
+
+
+def _docker_disk(index: int, where: str, seen: DockerSeen, sizes: list[int]) -> Finding:
+    tar, loaded = max(sizes, default=0), sum(sizes)
+    expected = (f">= {gib(tar, 'B')} free in dataDir (the largest tar, copied one at a time) "
+                f"and >= {gib(loaded, 'B')} where the engine keeps its images "
+                f"({len(sizes)} to load)")
+    if not sizes:
+        return Finding("PASS", "bundle.disk", where, "every bundled image already there",
+                       expected)
+    if seen.free_kib is None or seen.root_free_kib is None:
+        return Finding("WARN", "bundle.disk", where, "free space unknown (df)", expected,
+                       f"check df on hosts[{index}].dataDir and on the Docker root folder")
+    found = (f"{gib(seen.free_kib * 1024, 'B')} free on {seen.mount}, "
+             f"{gib(seen.root_free_kib * 1024, 'B')} on {seen.root_mount}")
+    if seen.mount == seen.root_mount:  # one filesystem holds the tar and what it unpacks to
+        short = seen.free_kib * 1024 < tar + loaded
+        expected += f", together {gib(tar + loaded, 'B')} on {seen.mount}"
+    else:
+        short = seen.free_kib * 1024 < tar or seen.root_free_kib * 1024 < loaded
+    if short:
+        return Finding("FAIL", "bundle.disk", where, found, expected,
+                       f"free space there, or point hosts[{index}].dataDir at a larger disk")
+    return Finding("PASS", "bundle.disk", where, found, expected)
 
 
 def no_index(where: str, pip_lines: list[str]) -> Finding:

@@ -34,7 +34,7 @@ from tests.sshd import need_root, start_sshd
 from tests.targets.testbed import TestHost, host_entry, ssh_env_or_skip, stand_in_spec, write_spec
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine():
     """The docker library on the test dockerd, and a tiny image of our own tag."""
     url = os.environ.get("PDCTL_TEST_DOCKER_HOST", "")
@@ -152,3 +152,61 @@ def test_kubernetes_images_are_listed_by_digest_and_pushed_to_a_mirror_from_the_
         mirror.stop()
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.remove(ref, force=True)
+
+
+def test_preflight_bundle_on_docker_hosts_checks_the_engine_the_images_there_and_room(
+    engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two docker hosts over real SSH: `dock` reaches the test dockerd, `bare` reaches no engine
+    (its sessions' DOCKER_HOST is a socket nobody serves)."""
+    client, url, tag, image_id = engine
+    need_root()
+    env = ssh_env_or_skip()
+    dock = start_sshd(env, tmp_path, "dock", extra=f"SetEnv DOCKER_HOST={url}\n")
+    bare = start_sshd(env, tmp_path, "bare",
+                      extra=f"SetEnv DOCKER_HOST=unix://{tmp_path}/nobody.sock\n")
+    try:
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text("".join(Path(s.known_hosts).read_text() for s in (dock, bare)))
+        entries = [host_entry(env, TestHost(n, "127.0.0.1", s.host.port), tmp_path,
+                              runtime="docker", instances=1)
+                   for n, s in (("dock", dock), ("bare", bare))]
+        spec_path = write_spec(tmp_path / "spec.yaml", stand_in_spec(
+            "offpre", entries, {"replicas": 2, "port": 18996},
+            engine={"device": "cpu", "image": tag, "version": "0.33.0"}))
+        plan = make_plan(load_text(spec_path.read_text(), "spec.yaml")[0])
+        monkeypatch.setenv("DOCKER_HOST", url)
+        folder = tmp_path / "bundle"
+        made = bundle(plan, (), "", "", folder, lambda _: None, None, (tag,))
+        size = made.files[0].size
+
+        def checks() -> dict[tuple[str, str], dict]:
+            done = pdctl("preflight", str(spec_path), "--bundle", str(folder), "-o", "json",
+                         "--known-hosts", str(known_hosts))
+            assert done.returncode in (0, 1), done.stderr
+            return {(f["check"], f["where"]): f for f in json.loads(done.stdout)["findings"]
+                    if f["check"].startswith("bundle.")}
+
+        found = checks()
+        assert sorted(found) == [("bundle.disk", "dock"), ("bundle.docker", "bare"),
+                                 ("bundle.docker", "dock"), ("bundle.index", "offpre")], found
+        ok = found[("bundle.docker", "dock")]
+        assert ok["status"] == "PASS", ok
+        assert ok["found"].endswith("; 1 of 1 bundled images already there"), ok
+        assert found[("bundle.disk", "dock")]["found"] == "every bundled image already there"
+        no = found[("bundle.docker", "bare")]
+        assert no["status"] == "FAIL" and no["found"].startswith("no engine: "), no
+        assert "nobody.sock" in no["found"] and "docker group" in no["fix"], no
+
+        client.images.remove(tag, force=True)  # now the bundle's tar has to be loaded
+        again = checks()
+        assert again[("bundle.docker", "dock")]["found"].endswith(
+            "; 0 of 1 bundled images already there")
+        room = again[("bundle.disk", "dock")]
+        assert room["status"] == "PASS" and " free on " in room["found"], room
+        assert room["expected"].startswith(
+            f">= {size / 2**30:.1f} GiB free in dataDir (the largest tar, copied one at a time) "
+            f"and >= {size / 2**30:.1f} GiB where the engine keeps its images (1 to load)"), room
+    finally:
+        dock.stop()
+        bare.stop()

@@ -16,6 +16,7 @@ from pdctl.offline import manifest as mf
 from pdctl.plan import make_plan
 from pdctl.preflight import bundle
 from pdctl.spec import load_text
+from pdctl.spec.model import Host
 from tests.helpers import known, pdctl
 from tests.offline.test_ship import spec_file
 
@@ -104,3 +105,45 @@ def test_a_host_without_the_file_warns_and_a_damaged_one_is_no_crash():
     assert [f.status for f in bundle.host_findings(HOST, 0, {}, want)] == ["WARN"]
     with pytest.raises(ValueError):
         bundle.parse("garbage")
+
+
+DOCKER = ("free {free}\nmount /\nroot /var/lib/docker\nrootfree {root}\nrootmount {mount}\n"
+          "image sha256:aaa\n")
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("free", "root", "mount", "status"), [
+    (2 * 2**20, 2 * 2**20, "/", "PASS"),  # 2 GiB on one filesystem: 0.6 + 1.2 fit
+    (1 * 2**20, 1 * 2**20, "/", "FAIL"),  # 1 GiB there: the tar and what it unpacks to do not
+    (1 * 2**20, 2 * 2**20, "/var", "PASS"),  # apart: 0.6 in dataDir, 1.2 by the engine
+    (1 * 2**20, 1 * 2**20, "/var", "FAIL"),  # the engine's 1 GiB is short of 1.2
+])
+def test_the_docker_hosts_room_on_recorded_lines(free, root, mount, status):
+    host = Host(name="d", address="192.0.2.20", runtime="docker")
+    want = bundle.Wanted("", "", 0, "b", images=(
+        ("x:1", "sha256:aaa", 5 * GIB), ("y:1", "sha256:bbb", 6 * GIB // 10),
+        ("z:1", "sha256:ccc", 6 * GIB // 10)))
+    raw = {bundle.DOCKER_FILE: DOCKER.format(free=free, root=root, mount=mount)}
+    docker, disk = bundle.docker_findings(host, 0, raw, ("x:1", "y:1", "z:1"), want)
+    assert (docker.status, docker.found) == (
+        "PASS", "engine root /var/lib/docker; 1 of 3 bundled images already there")
+    assert disk.status == status, disk
+    assert disk.expected.startswith(">= 0.6 GiB free in dataDir (the largest tar, copied one at "
+                                    "a time) and >= 1.2 GiB where the engine keeps its images "
+                                    "(2 to load)"), disk.expected
+
+
+def test_a_docker_host_without_the_file_warns_and_one_without_an_engine_fails():
+    host = Host(name="d", address="192.0.2.20", runtime="docker")
+    want = bundle.Wanted("", "", 0, "b", images=(("x:1", "sha256:aaa", GIB),))
+    [warn] = bundle.docker_findings(host, 3, {"bundle-docker.txt.err": "exit 127\nsh: df"},
+                                    ("x:1",), want)
+    assert (warn.status, warn.check, warn.found) == ("WARN", "bundle.host",
+                                                     "bundle-docker.txt: sh: df")
+    raw = {bundle.DOCKER_FILE: "free 10\nmount /\nnoengine permission denied while trying "
+           "to connect to the Docker daemon socket\n"}
+    [fail] = bundle.docker_findings(host, 3, raw, ("x:1",), want)
+    assert (fail.status, fail.check) == ("FAIL", "bundle.docker")
+    assert fail.found == ("no engine: permission denied while trying to connect to the Docker "
+                          "daemon socket")
+    assert fail.fix.startswith("let hosts[3].user run docker (the docker group)"), fail.fix
