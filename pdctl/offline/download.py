@@ -185,9 +185,13 @@ def bundle(
         im.write_mirror(folder, im.pinned(im.refs(plan), say), tars,
                         plan.spec.kubernetes.image_mirror)
     closures: dict[Need, set[str] | None] = {}
+    files: list[tuple[set[str] | None, set[str]]] = []
     for need in found:
         say(f"resolving {' '.join(need.pips)} for {need.what} (Python {python}, {platform})")
-        closures[need] = resolve(need, python, platform, folder / mf.WHEELS, say)
+        names, got = resolve(need, python, platform, folder / mf.WHEELS, say)
+        closures[need] = names
+        files.append((names, got))
+    prune(folder / mf.WHEELS, files, say)
     skipped: tuple[mf.Skipped, ...] = ()
     if have is not None:
         skipped = skip_installed(folder / mf.WHEELS, closures, have, python, platform)
@@ -219,18 +223,19 @@ ROUNDS = 3
 
 
 def resolve(need: Need, python: str, platform: str, dest: Path,
-            say: Callable[[str], None]) -> set[str] | None:
+            say: Callable[[str], None]) -> tuple[set[str] | None, set[str]]:
     """`download` one environment, then check its closure as the hosts' pip will read it
     (`requires.unmet`): a requirement pip skipped because its marker is false on the Python
     pdctl runs on, or one whose wheel it chose for that Python, is added to the environment's
     requirements, without its marker, and pip resolves again. The host installs the
-    environment's own requirements: its pip, on the hosts' Python, asks what was added."""
+    environment's own requirements: its pip, on the hosts' Python, asks what was added.
+    Returns the last resolution's names and wheel files (`download`)."""
     added: tuple[str, ...] = ()
     for _ in range(ROUNDS):
         names, files = download(replace(need, pips=need.pips + added), python, platform, dest)
         missed = [r for r in unmet(dest, files, python, platform) if r not in added]
         if not missed:
-            return names
+            return names, files
         running = f"{sys.version_info.major}.{sys.version_info.minor}"
         say(f"pip ran on Python {running}, and on the hosts' Python {python} the closure also "
             f"asks {', '.join(missed)} (environment markers): resolving again with "
@@ -239,6 +244,25 @@ def resolve(need: Need, python: str, platform: str, dest: Path,
     raise PdctlError(f"the closure of {' '.join(need.pips)} for Python {python} still lacks "
                      f"{', '.join(missed)} after {ROUNDS} resolutions; run pdctl bundle with "
                      f"Python {python}, whose pip reads the markers as the hosts' will")
+
+
+def prune(wheels: Path, closures: list[tuple[set[str] | None, set[str]]],
+          say: Callable[[str], None]) -> None:
+    """Remove the wheels no closure of this run holds (an earlier bundle's: another spec, a
+    version since changed, a resolution made again), where every closure's files are known:
+    pip named each resolved distribution and a wheel was seen for each. Otherwise keep all."""
+    wanted: set[str] = set()
+    for names, got in closures:
+        if names is None or names - {canon(f.split("-")[0]) for f in got}:
+            return  # what pip resolved is not fully known: nothing is removed
+        wanted |= got
+    extra = sorted(p for p in wheels.iterdir() if p.is_file() and p.name not in wanted
+                   and not p.name.startswith("."))
+    for path in extra:
+        path.unlink()
+    if extra:
+        say(f"removed {len(extra)} wheels that no environment of this spec needs (an earlier "
+            f"bundle's): {' '.join(p.name for p in extra)}")
 
 
 def download(need: Need, python: str, platform: str, dest: Path

@@ -236,7 +236,10 @@ def test_requirements_behind_markers_true_on_the_hosts_python_are_resolved_too(
     made = bundle(plan, (Need("engines (venv)", ("app==1.0",)),), hosts,
                   "manylinux_2_28_x86_64", tmp_path / "b", said.append)
     wheels = sorted(Path(e.path).name.split("-py3")[0] for e in made.files)
-    assert "pin-1.0" in wheels and "late-1.0" in wheels, (wheels, said)
+    # the first resolution's pin 2.0 is no wheel of the closure the hosts install: removed
+    assert wheels == ["app-1.0", "late-1.0", "lib-1.0", "pin-1.0"], (wheels, said)
+    assert "removed 1 wheels that no environment of this spec needs (an earlier bundle's): " \
+        "pin-2.0-py3-none-any.whl" in said, said
     assert any(f"pip ran on Python {running}, and on the hosts' Python {hosts} the closure "
                "also asks late, pin<2" in s for s in said), said
     assert made.needs == (("engines (venv)", ("app==1.0",)),)  # what the hosts install
@@ -247,3 +250,8 @@ def test_requirements_behind_markers_true_on_the_hosts_python_are_resolved_too(
     assert sorted(Path(e.path).name.split("-py3")[0] for e in again.files) == [
         "app-1.0", "lib-1.0", "pin-2.0"], said
     assert not any("resolving again" in s for s in said), said
+    # the same folder bundled for another environment keeps only that one's wheels
+    other = bundle(plan, (Need("engines (venv)", ("late==1.0",)),), running,
+                   "manylinux_2_28_x86_64", tmp_path / "c", said.append)
+    assert [Path(e.path).name for e in other.files] == ["late-1.0-py3-none-any.whl"], said
+    assert said[-1].startswith("removed 3 wheels that no environment of this spec needs"), said
