@@ -141,6 +141,8 @@ setup_bundle() {  # tests/gpu/bundle.sh's folders, stashed: vLLM comes from pdct
   python3 -m pdctl up "$spec" --bundle "$b" --yes --timeout 900 "${k[@]}" 2>&1 | tee "$RES/bundle-up.txt" | tail -n 30
   rc=${PIPESTATUS[0]}
   python3 -c 'import vllm, nixl, vllm_router; print("vllm", vllm.__version__)' || say "imports failed"
+  # held against the scripts rendered for the bundle: running and healthy, none outdated
+  python3 -m pdctl status "$spec" --bundle "$b" "${k[@]}" >"$RES/bundle-status.txt" 2>&1 || say "status failed"
   python3 -m pdctl down "$spec" --yes "${k[@]}" >"$RES/bundle-down.txt" 2>&1 || say "down failed"
   [ "$rc" = 0 ] || { say "up --bundle failed (exit $rc)"; exit 1; }
   hami
