@@ -7,14 +7,13 @@ so one written again within the same timestamp tick is hashed next time. `up --b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
 
-from pdctl.offline.manifest import CHUNK, sha256_of
+from pdctl.offline.manifest import sha256_of
 
 FILE = ".pdctl-hashes.json"
 FRESH_NS = 2_000_000_000
@@ -41,9 +40,10 @@ class Hashes:
             self.known = {}  # none yet, or unreadable: every file is hashed
 
     def of(self, path: Path) -> str:
-        """The file's sha256: from the record while its stamp holds, else read."""
+        """The file's sha256: from the record (this run's, or an earlier run's) while its stamp
+        holds, else read."""
         key, st = os.path.abspath(path), path.stat()
-        got = self.known.get(key)
+        got = self.used.get(key) or self.known.get(key)
         if got is not None and got[0] == stamp(st):
             self.used[key] = got
             return got[1]
@@ -56,20 +56,21 @@ class Hashes:
             self.used[os.path.abspath(path)] = (stamp(st), digest)
 
     def copy(self, src: Path, dest: Path) -> None:
-        """src to dest (through a temporary name), hashed as it is read, dest given src's
-        modification time, so that neither is read again for its record."""
-        before = src.stat()
-        digest = hashlib.sha256()
+        """src to dest (through a temporary name, with the kernel's copy), dest given src's
+        modification time and recorded with src's sha256 (read from the record while src's
+        stamp holds), so that the copy is not read for its record."""
+        digest = self.of(src)
         tmp = dest.with_name(f".{dest.name}.tmp")
-        with src.open("rb") as fh, tmp.open("wb") as out:
-            while block := fh.read(CHUNK):
-                digest.update(block)
-                out.write(block)
+        shutil.copyfile(src, tmp)
         shutil.copystat(src, tmp)
         os.replace(tmp, dest)
-        if stamp(src.stat()) == stamp(before):  # not changed while it was read
-            self.note(src, before, digest.hexdigest())
-            self.note(dest, dest.stat(), digest.hexdigest())
+        if self.of_record(src) == digest:  # src unchanged since it was hashed
+            self.note(dest, dest.stat(), digest)
+
+    def of_record(self, path: Path) -> str | None:
+        """The sha256 recorded for the file as it is now, or None."""
+        got = self.used.get(os.path.abspath(path))
+        return got[1] if got is not None and got[0] == stamp(path.stat()) else None
 
     def save(self) -> None:
         tmp = self.path.with_name(f"{FILE}.tmp")
