@@ -7,7 +7,10 @@ deleted (every file of the source and the bundle read again, as before the recor
 The snapshot is MiB of random bytes in two safetensors files plus a config.json, in a
 temporary folder on the same disk as the bundle. Reads may come from the page cache (the
 machine's memory permitting), which is the case the record helps least: from disk the
-difference is larger. Prints the median seconds of each kind of run and what each read.
+difference is larger. Prints the median seconds of each kind of run and what each said.
+It runs `python -m pdctl` with the Python it runs on: run it with another installation's Python,
+from outside the repository, to measure that version (one from before the record existed has
+no record to delete).
 """
 
 from __future__ import annotations
