@@ -32,7 +32,7 @@ from pdctl.cli.options import (
     seconds_of,
 )
 from pdctl.cli.progress import ConsoleProgress
-from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, from_bundle, scaled_loader
+from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
@@ -111,8 +111,11 @@ def autoscale_cmd(
     console = term.console(stderr=True, log_path=False)
     prepare = None
     if wheels is not None:  # checked before anything connects
-        load, prepare = from_bundle(load, wheels, options, lambda line: console.print(
-            line, highlight=False, markup=False))
+        from pdctl.offline.ship import scaled_from
+
+        load, prepare = scaled_from(load, wheels, options.ssh, options.parallel,
+                                    lambda line: console.print(line, highlight=False,
+                                                               markup=False))
     plan, deployed = load({})
     if plan.spec.autoscaling is None:
         raise SpecError("the spec has no autoscaling section", path="autoscaling",

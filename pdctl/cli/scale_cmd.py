@@ -22,7 +22,7 @@ from pdctl.cli.options import (
     output_option,
 )
 from pdctl.cli.progress import ConsoleProgress, failed_run
-from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, from_bundle, scaled_loader
+from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.scale import Scaled, check_request, parse_request, scale
@@ -57,8 +57,11 @@ def scale_cmd(
     console = term.console(stderr=output == "json", log_path=False)
     prepare = None
     if wheels is not None:  # checked before anything connects
-        load, prepare = from_bundle(load, wheels, options, lambda line: console.print(
-            line, highlight=False, markup=False))
+        from pdctl.offline.ship import scaled_from
+
+        load, prepare = scaled_from(load, wheels, options.ssh, options.parallel,
+                                    lambda line: console.print(line, highlight=False,
+                                                               markup=False))
     deployed_plan, deployed = load({})
     check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
     progress = ConsoleProgress(console)

@@ -3,8 +3,6 @@ their options (the secrets a started engine needs: pdctl.cli.secret_values)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -16,7 +14,6 @@ if TYPE_CHECKING:
     from pdctl.preflight.facts import Facts
     from pdctl.render.bundle import Bundle
     from pdctl.scale import Load
-    from pdctl.targets.base import Connect
 
 NEW_TIMEOUT = typer.Option(
     900, "--timeout", min=1, help="Seconds a new instance may take to become healthy.")
@@ -43,19 +40,3 @@ def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str |
 
     return load
 
-
-def from_bundle(load: Load, folder: Path, options: Connect, say: Callable[[str], None]
-                ) -> tuple[Load, Callable[[Plan], None]]:
-    """`load` rendered to install from the bundle in `folder` (verified once, as `up --bundle`
-    does, against the spec as deployed), and what copies its files to a scaled plan's hosts."""
-    from pdctl.offline.ship import as_bundled, bundled, ship
-
-    _, _, manifest = bundled(load({})[0], folder)
-
-    def load_bundled(counts: dict[str, int]) -> tuple[Plan, Bundle]:
-        return as_bundled(load(counts)[0], manifest)
-
-    def prepare(plan: Plan) -> None:
-        ship(plan, folder, manifest, options.ssh, options.parallel, say)
-
-    return load_bundled, prepare

@@ -281,3 +281,22 @@ def ship(
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
         futures = [pool.submit(one, h) for h in hosts]
     return [f.result() for f in futures]
+
+
+Loader = Callable[[dict[str, int]], tuple[Plan, Bundle]]  # role -> count (pdctl.scale.Load)
+
+
+def scaled_from(load: Loader, folder: Path, options: SshOptions, parallel: int,
+                say: Callable[[str], None]) -> tuple[Loader, Callable[[Plan], None]]:
+    """`scale` and `autoscale --bundle DIR`: `load` rendered to install from the bundle (checked
+    once, as `up --bundle` checks it, against the spec as deployed), and what copies its files
+    to a scaled plan's hosts before a new instance starts (only what a host lacks)."""
+    _, _, manifest = bundled(load({})[0], folder)
+
+    def load_bundled(counts: dict[str, int]) -> tuple[Plan, Bundle]:
+        return as_bundled(load(counts)[0], manifest)
+
+    def prepare(plan: Plan) -> None:
+        ship(plan, folder, manifest, options, parallel, say)
+
+    return load_bundled, prepare
