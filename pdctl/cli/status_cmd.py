@@ -96,6 +96,13 @@ def status(
         console.print(
             f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
             "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)")
+    if any("(outdated)" in str(r["state"]) for r in rows):
+        console.print(
+            "note: outdated units run other scripts than the spec renders: `pdctl diff` shows "
+            "how, `pdctl up` replaces them" + ("" if plan.bundled else
+                                              "; one started with `up --bundle DIR` takes "
+                                              "--bundle DIR here too"),
+            markup=False, highlight=False)
     if failed:
         raise failed
 

@@ -58,7 +58,12 @@ def test_status_diff_and_restart_take_the_bundle_up_was_given(ssh_env, fake_venv
                       *flags))
         bare = status_rows(spec, *flags, code=0)  # the scripts rendered for a package index
         assert [r["state"] for r in bare.values()] == ["running (outdated)"], bare
+        table = checked(pdctl("status", str(spec), *flags))
+        assert table.stdout.rstrip().endswith(
+            "one started with `up --bundle DIR` takes --bundle DIR here too"), table.stdout
         rows = status_rows(spec, "--bundle", str(folder), *flags, code=0)
+        again = checked(pdctl("status", str(spec), "--bundle", str(folder), *flags))
+        assert "outdated" not in again.stdout, again.stdout
         assert [(r["state"], r["health"]) for r in rows.values()] == [("running", "healthy")]
         [unit] = rows
         same = pdctl("diff", str(spec), "--bundle", str(folder), *flags)
