@@ -184,11 +184,12 @@ def scale(
     load: Load, deployed: Bundle, role: str, n: int, options: Connect,
     progress: actions.Progress, secrets: Callable[[], dict[str, str]], dry_run: bool = False,
     timeout: float = 900.0, drain_timeout: float = 120.0, poll: float = 1.0,
-    others: dict[str, int] | None = None, prepare: Callable[[Plan], None] | None = None,
+    others: dict[str, int] | None = None,
+    prepare: Callable[[Plan, set[str]], None] | None = None,
 ) -> Scaled:
     """Bring ROLE to `n` instances, the other roles at `others` (absent: the spec's counts);
-    see the module docstring. `prepare` gets the scaled plan before anything starts (the
-    bundle's files copied to the hosts that lack them: `--bundle`)."""
+    see the module docstring. `prepare` gets the scaled plan and the hosts where instances
+    start, before they start (the bundle's files copied there: `--bundle`)."""
     counts = {**(others or {}), role: n}
     plan, scaled = load(counts)
     pd = plan.shape is not None
@@ -216,7 +217,7 @@ def scale(
                     end = Endpoint(unit.name, role, unit.host.name, unit.port or 0, unit.address)
                     out.drained[unit.name] = _drain(obs, end, drain_timeout, poll, progress.say)
     if prepare is not None and out.moves.start:
-        prepare(plan)
+        prepare(plan, {u.host.name for u in plan.units if u.name in out.moves.start})
     guard = Guarded(progress, out.moves, role_units, role, restarting)
     actions.up(plan, bundle, options, guard, secrets, "none", True, timeout)
     started = [engine_url(i) for i in plan.instances if i.name in out.moves.start]

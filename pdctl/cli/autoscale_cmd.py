@@ -32,7 +32,13 @@ from pdctl.cli.options import (
     seconds_of,
 )
 from pdctl.cli.progress import ConsoleProgress
-from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.scaling import (
+    BUNDLE,
+    DRAIN_TIMEOUT,
+    NEW_TIMEOUT,
+    scaled_loader,
+    with_bundle,
+)
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.errors import PdctlError, SpecError, UsageError
@@ -108,14 +114,6 @@ def autoscale_cmd(
     texts = spec_texts(spec)
     load = scaled_loader(texts, phase, target, None, "autoscale")
     options = conn.target()
-    console = term.console(stderr=True, log_path=False)
-    prepare = None
-    if wheels is not None:  # checked before anything connects
-        from pdctl.offline.ship import scaled_from
-
-        load, prepare = scaled_from(load, wheels, options.ssh, options.parallel,
-                                    lambda line: console.print(line, highlight=False,
-                                                               markup=False))
     plan, deployed = load({})
     if plan.spec.autoscaling is None:
         raise SpecError("the spec has no autoscaling section", path="autoscaling",
@@ -133,8 +131,11 @@ def autoscale_cmd(
         typer.echo(live.unit_text(plan.name, [sys.executable, "-m", "pdctl", "autoscale",
                                               *argv], str(Path.cwd())), nl=False)
         return
-    path = _state_path(plan.name, state_file)
     max_gpus = plan.spec.autoscaling.max_gpus
+    console = term.console(stderr=True, log_path=False)
+    load, prepare = with_bundle(load, wheels, options, console)
+    plan, deployed = load({})
+    path = _state_path(plan.name, state_file)
     while True:
         try:
             _round(load, deployed, rules, options, path, window_s, max_gpus, dry_run,
@@ -152,7 +153,7 @@ def autoscale_cmd(
 def _round(load: Load, deployed: Bundle, rules: tuple[RoleRule, ...], options: Connect,
            path: Path, window_s: float, max_gpus: int | None, dry_run: bool, output: str,
            progress: ConsoleProgress, timeout: float, drain_timeout: float,
-           prepare: Callable[[Plan], None] | None = None) -> None:
+           prepare: Callable[[Plan, set[str]], None] | None = None) -> None:
     """One round: what runs, one window of its metrics, the decisions (each printed with its
     evidence), then each change applied."""
     from pdctl.scale import running_counts, scale

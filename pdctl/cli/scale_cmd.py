@@ -22,7 +22,13 @@ from pdctl.cli.options import (
     output_option,
 )
 from pdctl.cli.progress import ConsoleProgress, failed_run
-from pdctl.cli.scaling import BUNDLE, DRAIN_TIMEOUT, NEW_TIMEOUT, scaled_loader
+from pdctl.cli.scaling import (
+    BUNDLE,
+    DRAIN_TIMEOUT,
+    NEW_TIMEOUT,
+    scaled_loader,
+    with_bundle,
+)
 from pdctl.cli.secret_values import read_secrets
 from pdctl.cli.specfile import spec_texts, with_overlays
 from pdctl.scale import Scaled, check_request, parse_request, scale
@@ -54,16 +60,11 @@ def scale_cmd(
 
     load = scaled_loader(texts, phase, target, found, count)
     options = conn.target(dry_run=dry_run)
-    console = term.console(stderr=output == "json", log_path=False)
-    prepare = None
-    if wheels is not None:  # checked before anything connects
-        from pdctl.offline.ship import scaled_from
-
-        load, prepare = scaled_from(load, wheels, options.ssh, options.parallel,
-                                    lambda line: console.print(line, highlight=False,
-                                                               markup=False))
-    deployed_plan, deployed = load({})
+    deployed_plan, _ = load({})
     check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
+    console = term.console(stderr=output == "json", log_path=False)
+    load, prepare = with_bundle(load, wheels, options, console)
+    deployed_plan, deployed = load({})
     progress = ConsoleProgress(console)
     try:
         done = scale(load, deployed, role, n, options, progress,

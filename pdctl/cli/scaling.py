@@ -3,6 +3,8 @@ their options (the secrets a started engine needs: pdctl.cli.secret_values)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -10,10 +12,13 @@ import typer
 from pdctl import inputs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from pdctl.plan.model import Plan
     from pdctl.preflight.facts import Facts
     from pdctl.render.bundle import Bundle
     from pdctl.scale import Load
+    from pdctl.targets.base import Connect
 
 NEW_TIMEOUT = typer.Option(
     900, "--timeout", min=1, help="Seconds a new instance may take to become healthy.")
@@ -40,3 +45,16 @@ def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str |
 
     return load
 
+
+
+def with_bundle(load: Load, wheels: Path | None, options: Connect, console: Console
+                ) -> tuple[Load, Callable[[Plan, set[str]], None] | None]:
+    """`--bundle DIR`: `load` rendered to install from DIR (checked once, before anything
+    connects) and what copies DIR's files to the hosts where instances start; none given:
+    `load` as it is, nothing to copy."""
+    if wheels is None:
+        return load, None
+    from pdctl.offline.ship import scaled_from
+
+    return scaled_from(load, wheels, options.ssh, options.parallel,
+                       lambda line: console.print(line, highlight=False, markup=False))

@@ -97,14 +97,20 @@ def status(
             f"warning: units on {', '.join(bare)} run under nohup: nothing restarts one "
             "that dies (no systemd there, or supervise: none; see docs/phase0-hosts.md)")
     if any("(outdated)" in str(r["state"]) for r in rows):
-        console.print(
-            "note: outdated units run other scripts than the spec renders: `pdctl diff` shows "
-            "how, `pdctl up` replaces them" + ("" if plan.bundled else
-                                              "; one started with `up --bundle DIR` takes "
-                                              "--bundle DIR here too"),
-            markup=False, highlight=False)
+        console.print(outdated_note(plan), markup=False, highlight=False)
     if failed:
         raise failed
+
+
+def outdated_note(plan: Any) -> str:
+    """Said under a table with outdated units: what shows the difference, what replaces them,
+    and (on hosts) the `--bundle DIR` a deployment started from a bundle needs here too."""
+    flag = " --bundle DIR" if plan.bundled else ""
+    note = (f"note: outdated units run other scripts than the spec renders: `pdctl diff{flag}` "
+            f"shows how, `pdctl up{flag}` replaces them")
+    if plan.bundled or plan.on_kubernetes:
+        return note
+    return note + "; one started with `up --bundle DIR` takes --bundle DIR here too"
 
 
 def router_views(plan: Any, bundle: Any, conn: ConnectFlags, rows: list) -> dict:

@@ -257,8 +257,10 @@ def ship(
     options: SshOptions,
     parallel: int = 8,
     say: Callable[[str], None] = lambda _: None,
+    only: set[str] | None = None,
 ) -> list[Shipped]:
-    """Every host's wheels, hosts in parallel; the first failure raised after all finish."""
+    """Every host's wheels (of the hosts named in `only`, where given), hosts in parallel; the
+    first failure raised after all finish."""
 
     def one(host: Host) -> Shipped:
         conn = Connection(host, options).connect()
@@ -277,7 +279,8 @@ def ship(
     from pdctl.offline.images import hosts_refs
 
     docker = [u.host for u in plan.units if u.host.name in hosts_refs(plan)]
-    hosts = tuple({h.name: h for h in (*hosts_of(plan), *docker)}.values())
+    hosts = tuple(h for h in {h.name: h for h in (*hosts_of(plan), *docker)}.values()
+                  if only is None or h.name in only)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
         futures = [pool.submit(one, h) for h in hosts]
     return [f.result() for f in futures]
@@ -287,16 +290,18 @@ Loader = Callable[[dict[str, int]], tuple[Plan, Bundle]]  # role -> count (pdctl
 
 
 def scaled_from(load: Loader, folder: Path, options: SshOptions, parallel: int,
-                say: Callable[[str], None]) -> tuple[Loader, Callable[[Plan], None]]:
+                say: Callable[[str], None]
+                ) -> tuple[Loader, Callable[[Plan, set[str]], None]]:
     """`scale` and `autoscale --bundle DIR`: `load` rendered to install from the bundle (checked
     once, as `up --bundle` checks it, against the spec as deployed), and what copies its files
-    to a scaled plan's hosts before a new instance starts (only what a host lacks)."""
+    to the hosts where a scaled plan starts new instances, before they start (only what a host
+    lacks or holds with another sha256)."""
     _, _, manifest = bundled(load({})[0], folder)
 
     def load_bundled(counts: dict[str, int]) -> tuple[Plan, Bundle]:
         return as_bundled(load(counts)[0], manifest)
 
-    def prepare(plan: Plan) -> None:
-        ship(plan, folder, manifest, options, parallel, say)
+    def prepare(plan: Plan, hosts: set[str]) -> None:
+        ship(plan, folder, manifest, options, parallel, say, only=hosts)
 
     return load_bundled, prepare

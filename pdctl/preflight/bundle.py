@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pdctl.preflight.finding import Finding, gib
 from pdctl.preflight.group import FIND_CONDA, conda_env
+from pdctl.preflight.host import nearest
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -77,21 +78,28 @@ class DockerSeen:
     root_free_kib: int | None
     root_mount: str
     images: frozenset[str]  # the ids of the images it has
+    remote: bool = False  # DOCKER_HOST names another machine: its root folder is not here
 
 
 def free_lines(path: str, prefix: str = "") -> str:
     """`<prefix>free KIB` and `<prefix>mount DIR` of the filesystem that holds `path` (its
     nearest existing parent: a folder the start script makes later)."""
-    return (f'p={path}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p" | '
+    return (nearest(path) + 'df -Pk "$p" | '
             f'awk \'NR==2 {{print "{prefix}free " $4; print "{prefix}mount " $6}}\'; ')
 
 
 def docker_commands(host: Host) -> dict[str, str]:
+    """Free space in dataDir; the engine's root folder (`root DIR`), or Docker's last error line
+    (`noengine ...`: warnings on stderr are not mixed in); its free space where the engine is
+    this machine's (a unix socket), else `remote`; the ids of its images."""
+    info = "docker info --format '{{.DockerRootDir}}'"
     return {DOCKER_FILE: (
         free_lines(quote_path(host.data_dir))
-        + "r=$(docker info --format '{{.DockerRootDir}}' 2>&1) && echo \"root $r\" || "
-        'echo "noengine $(printf %s "$r" | tail -n 1)"; '
-        'if [ -d "$r" ]; then ' + free_lines('"$r"', "root").rstrip("; ") + "; fi; "
+        + f'if r=$({info} 2>/dev/null); then echo "root $r"; '
+        f'else echo "noengine $({info} 2>&1 >/dev/null | tail -n 1)"; r=; fi; '
+        'case "${DOCKER_HOST:-unix://}" in unix://*) '
+        'case "$r" in /*) if [ -d "$r" ]; then ' + free_lines('"$r"', "root").rstrip("; ")
+        + "; fi;; esac;; *) echo remote;; esac; "
         f"docker images -q --no-trunc 2>/dev/null | sort -u | head -n {IMAGES} | "
         "sed 's/^/image /'")}
 
@@ -111,7 +119,8 @@ def parse_docker(text: str) -> DockerSeen:
         engine=got.get("root", "").strip(), why=got.get("noengine", "").strip(),
         root_free_kib=kib("rootfree"), root_mount=got.get("rootmount", "").strip(),
         images=frozenset(ln.split()[1] for ln in text.splitlines()
-                         if ln.startswith("image ") and len(ln.split()) == 2))
+                         if ln.startswith("image ") and len(ln.split()) == 2),
+        remote="remote" in (ln.strip() for ln in text.splitlines()))
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:
@@ -280,6 +289,10 @@ def _docker_disk(index: int, where: str, seen: DockerSeen, sizes: list[int]) -> 
     if not sizes:
         return Finding("PASS", "bundle.disk", where, "every bundled image already there",
                        expected)
+    if seen.remote:
+        return Finding("WARN", "bundle.disk", where,
+                       "the engine is another machine's (DOCKER_HOST): its room is not measured "
+                       "here", expected, "check df on the engine's Docker root folder there")
     if seen.free_kib is None or seen.root_free_kib is None:
         return Finding("WARN", "bundle.disk", where, "free space unknown (df)", expected,
                        f"check df on hosts[{index}].dataDir and on the Docker root folder")

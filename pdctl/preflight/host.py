@@ -70,12 +70,19 @@ def model_dir(spec: Spec, host: Host) -> str:
     return quote_path(host.hf_cache.rstrip("/") + "/hub/models--" + name.replace("/", "--"))
 
 
+def nearest(path: str) -> str:
+    """Shell: `p` set to `path` (quoted), or its nearest parent that exists (a folder made
+    later); no external command, so it ends where dirname is missing too."""
+    return (f'p={path}; while [ ! -e "$p" ]; do case "$p" in */*) p=${{p%/*}}; p=${{p:-/}};; '
+            '*) p=.;; esac; done; ')
+
+
 def commands(spec: Spec, host: Host) -> dict[str, str]:
     """file name -> shell command, in the order they run."""
     cache = quote_path(host.hf_cache)
     out = {HOSTNAME: "hostname", IB: "ls -la /sys/class/infiniband", IB_PORTS: IB_PORTS_COMMAND,
            SHM: "df -Pk /dev/shm",
-           CACHE: f'p={cache}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"',
+           CACHE: nearest(cache) + 'df -Pk "$p"',
            MODEL: f"du -sk {model_dir(spec, host)} 2>/dev/null || true",
            PORTS: "ss -Htln 2>/dev/null || cat /proc/net/tcp /proc/net/tcp6"}
     if spec.engine.kv_offload is not None:  # the host memory the offload tier takes

@@ -15,7 +15,7 @@ import yaml
 
 from pdctl.errors import PdctlError
 from pdctl.offline import manifest as mf
-from pdctl.offline.download import bundle, keep_good, pip_command
+from pdctl.offline.download import bundle, keep_good, pip_command, prune
 from pdctl.offline.hashes import Hashes
 from pdctl.offline.need import Need, needs
 from pdctl.plan.model import Plan
@@ -255,3 +255,21 @@ def test_requirements_behind_markers_true_on_the_hosts_python_are_resolved_too(
                    "manylinux_2_28_x86_64", tmp_path / "c", said.append)
     assert [Path(e.path).name for e in other.files] == ["late-1.0-py3-none-any.whl"], said
     assert said[-1].startswith("removed 3 wheels that no environment of this spec needs"), said
+
+
+@pytest.mark.parametrize(("closures", "left"), [
+    ([({"app"}, {"app-1.0-py3-none-any.whl"})], ["app-1.0-py3-none-any.whl"]),  # old removed
+    ([(None, {"app-1.0-py3-none-any.whl"})],  # pip named nothing
+     ["app-1.0-py3-none-any.whl", "old-0.1-py3-none-any.whl"]),
+    ([({"app", "lib"}, {"app-1.0-py3-none-any.whl"})],  # pip named lib, no wheel seen for it
+     ["app-1.0-py3-none-any.whl", "old-0.1-py3-none-any.whl"]),
+    ([({"app"}, {"app-1.0-py3-none-any.whl"}), (None, set())],  # one closure unknown: keep all
+     ["app-1.0-py3-none-any.whl", "old-0.1-py3-none-any.whl"]),
+])
+def test_prune_removes_wheels_only_where_every_closure_is_known(tmp_path, closures, left):
+    for name in ("app-1.0-py3-none-any.whl", "old-0.1-py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"w")
+    said: list[str] = []
+    prune(tmp_path, closures, said.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == left, said
+    assert bool(said) == (len(left) == 1)

@@ -113,6 +113,9 @@ def test_scale_starts_new_instances_from_the_bundle_and_copies_it_where_missing(
         checked(pdctl("up", str(spec), "--bundle", str(folder), "--yes", "--timeout", "60",
                       *flags))
         shutil.rmtree(there)  # as on a host that never had the bundle
+        dry = checked(pdctl("scale", str(spec), "serve=2", "--bundle", str(folder), "--dry-run",
+                            *flags))
+        assert "would start offsc-serve-1" in dry.stdout and not there.exists(), dry.stdout
         done = checked(pdctl("scale", str(spec), "serve=2", "--bundle", str(folder),
                              "--timeout", "60", *flags))
         assert "lo1: 2 wheels and 0 weights files copied (0.0 MB), 0 already there" in \

@@ -117,6 +117,8 @@ GIB = 2**30
     (1 * 2**20, 1 * 2**20, "/", "FAIL"),  # 1 GiB there: the tar and what it unpacks to do not
     (1 * 2**20, 2 * 2**20, "/var", "PASS"),  # apart: 0.6 in dataDir, 1.2 by the engine
     (1 * 2**20, 1 * 2**20, "/var", "FAIL"),  # the engine's 1 GiB is short of 1.2
+    (3 * 2**19, 3 * 2**19, "/", "FAIL"),  # 1.5 GiB each way, but one filesystem: 1.8 is short
+    (3 * 2**19, 3 * 2**19, "/var", "PASS"),  # the same room apart: 0.6 and 1.2 fit
 ])
 def test_the_docker_hosts_room_on_recorded_lines(free, root, mount, status):
     host = Host(name="d", address="192.0.2.20", runtime="docker")
@@ -147,3 +149,30 @@ def test_a_docker_host_without_the_file_warns_and_one_without_an_engine_fails():
     assert fail.found == ("no engine: permission denied while trying to connect to the Docker "
                           "daemon socket")
     assert fail.fix.startswith("let hosts[3].user run docker (the docker group)"), fail.fix
+
+
+def test_a_remote_engine_s_room_is_not_measured_here_and_docker_s_warnings_stay_out():
+    host = Host(name="d", address="192.0.2.20", runtime="docker")
+    want = bundle.Wanted("", "", 0, "b", images=(("x:1", "sha256:aaa", GIB),))
+    raw = {bundle.DOCKER_FILE: "free 10\nmount /\nroot /var/lib/docker\nremote\n"}
+    _, disk = bundle.docker_findings(host, 0, raw, ("x:1",), want)
+    assert (disk.status, disk.found) == (
+        "WARN", "the engine is another machine's (DOCKER_HOST): its room is not measured here")
+    cmd = bundle.docker_commands(host)[bundle.DOCKER_FILE]
+    assert "docker info --format '{{.DockerRootDir}}' 2>/dev/null" in cmd  # stdout alone
+
+
+def test_the_nearest_existing_folder_is_found_with_no_external_command(tmp_path):
+    """dirname missing (an empty PATH): the loop still ends (it used `$(dirname "$p")`, which
+    then never changed `p`)."""
+    import subprocess
+
+    from pdctl.preflight.host import nearest
+    from pdctl.render.template import quote_path
+
+    for path, found in ((f"{tmp_path}/a/b/c", str(tmp_path)), ("/nonexistent-pdctl/x", "/"),
+                        ("no-such-relative", ".")):
+        done = subprocess.run(["/bin/sh", "-c", nearest(quote_path(path)) + 'echo "$p"'],
+                              env={"PATH": ""}, capture_output=True, text=True, timeout=10,
+                              cwd=tmp_path)
+        assert done.stdout.strip() == found, (path, done.stdout, done.stderr)
