@@ -133,8 +133,9 @@ def autoscale_cmd(
         return
     max_gpus = plan.spec.autoscaling.max_gpus
     console = term.console(stderr=True, log_path=False)
-    load, prepare = with_bundle(load, wheels, options, console)
-    plan, deployed = load({})
+    load, prepare = with_bundle(load, plan, wheels, options, console)
+    if prepare is not None:  # what runs was rendered from the bundle
+        plan, deployed = load({})
     path = _state_path(plan.name, state_file)
     while True:
         try:

@@ -132,10 +132,11 @@ def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
 
     out = []
     refs = hosts_refs(plan)
+    installing = {x.name for x in hosts_of(plan)}
     for i, h in enumerate(plan.spec.hosts):
         if SSH in raw.get(h.name, {SSH: ""}):
             continue  # unreachable: the ssh finding says so
-        if h.name in {x.name for x in hosts_of(plan)}:
+        if h.name in installing:
             out += bundle.host_findings(h, i, raw[h.name], want)
         if h.runtime == "docker" and h.name in refs and want.images:
             out += bundle.docker_findings(h, i, raw[h.name], refs[h.name], want)

@@ -60,11 +60,12 @@ def scale_cmd(
 
     load = scaled_loader(texts, phase, target, found, count)
     options = conn.target(dry_run=dry_run)
-    deployed_plan, _ = load({})
+    deployed_plan, deployed = load({})
     check_request(deployed_plan, actions.kind_of(deployed_plan, options), role, n)
     console = term.console(stderr=output == "json", log_path=False)
-    load, prepare = with_bundle(load, wheels, options, console)
-    deployed_plan, deployed = load({})
+    load, prepare = with_bundle(load, deployed_plan, wheels, options, console)
+    if prepare is not None:  # what runs was rendered from the bundle
+        deployed_plan, deployed = load({})
     progress = ConsoleProgress(console)
     try:
         done = scale(load, deployed, role, n, options, progress,

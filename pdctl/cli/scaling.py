@@ -46,15 +46,14 @@ def scaled_loader(texts: list[tuple[str, str]], phase: int | None, target: str |
     return load
 
 
-
-def with_bundle(load: Load, wheels: Path | None, options: Connect, console: Console
-                ) -> tuple[Load, Callable[[Plan, set[str]], None] | None]:
-    """`--bundle DIR`: `load` rendered to install from DIR (checked once, before anything
-    connects) and what copies DIR's files to the hosts where instances start; none given:
-    `load` as it is, nothing to copy."""
+def with_bundle(load: Load, deployed: Plan, wheels: Path | None, options: Connect,
+                console: Console) -> tuple[Load, Callable[[Plan, set[str]], None] | None]:
+    """`--bundle DIR`: `load` rendered to install from DIR (checked once against `deployed`,
+    before anything connects) and what copies DIR's files to the hosts where instances start;
+    none given: `load` as it is, nothing to copy."""
     if wheels is None:
         return load, None
     from pdctl.offline.ship import scaled_from
 
-    return scaled_from(load, wheels, options.ssh, options.parallel,
+    return scaled_from(load, deployed, wheels, options.ssh, options.parallel,
                        lambda line: console.print(line, highlight=False, markup=False))

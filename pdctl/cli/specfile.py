@@ -110,12 +110,11 @@ def load(
     `wheels`, as `up --bundle` rendered it (status, diff, restart)."""
     check_phase_target(phase, target)
     plan, source = plan_from(spec, phase, target, facts)
-    bundle = inputs.render_plan(plan, source)  # a render error located in the spec
     if wheels is not None:
         from pdctl.offline.ship import installed_from
 
-        return installed_from(plan, wheels)
-    return plan, bundle
+        plan = installed_from(plan, wheels)
+    return plan, inputs.render_plan(plan, source)
 
 
 def caution_lines(plan: Plan, source: Source) -> list[str]:

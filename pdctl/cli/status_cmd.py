@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -26,6 +26,9 @@ from pdctl.cli.specfile import load, with_overlays
 from pdctl.cli.summary import degrade, status_counts, status_line
 from pdctl.errors import PdctlError
 from pdctl.top.source import open_source
+
+if TYPE_CHECKING:
+    from pdctl.plan.model import Plan
 
 
 @with_overlays
@@ -102,7 +105,7 @@ def status(
         raise failed
 
 
-def outdated_note(plan: Any) -> str:
+def outdated_note(plan: Plan) -> str:
     """Said under a table with outdated units: what shows the difference, what replaces them,
     and (on hosts) the `--bundle DIR` a deployment started from a bundle needs here too."""
     flag = " --bundle DIR" if plan.bundled else ""

@@ -73,23 +73,22 @@ def bundled(plan: Plan, folder: Path) -> tuple[Plan, Bundle, mf.Manifest]:
                   adapters=bool(manifest.part(mf.ADAPTERS)))
     mf.covers(manifest, {p for n in found for p in n.pips}, folder, refs(plan))
     adapters.covers(plan, manifest, folder)
-    return (*as_bundled(plan, manifest), manifest)
+    plan = bundled_plan(plan, manifest)
+    return plan, render(plan), manifest
 
 
-def installed_from(plan: Plan, folder: Path) -> tuple[Plan, Bundle]:
-    """The plan as `up --bundle DIR` rendered it, from DIR's manifest alone (no file hashed):
+def installed_from(plan: Plan, folder: Path) -> Plan:
+    """The plan as `up --bundle DIR` made it, from DIR's manifest alone (no file hashed):
     what `status`, `diff` and `restart --bundle DIR` hold the hosts against."""
     refuse_kubernetes(plan, folder)
-    return as_bundled(plan, mf.read(folder))
+    return bundled_plan(plan, mf.read(folder))
 
 
-def as_bundled(plan: Plan, manifest: mf.Manifest) -> tuple[Plan, Bundle]:
-    """The plan rendered to install from the bundle (and, when it carries weights, its engines
-    started from them): the start scripts depend on the manifest only through these two."""
+def bundled_plan(plan: Plan, manifest: mf.Manifest) -> Plan:
+    """The plan that installs from the bundle (and, when it carries weights, starts its engines
+    from them): the start scripts depend on the manifest only through these two."""
     plan = replace(plan, bundled=True)
-    if manifest.weights:
-        plan = from_weights(plan)
-    return plan, render(plan)
+    return from_weights(plan) if manifest.weights else plan
 
 
 def refuse_kubernetes(plan: Plan, folder: Path) -> None:
@@ -289,17 +288,18 @@ def ship(
 Loader = Callable[[dict[str, int]], tuple[Plan, Bundle]]  # role -> count (pdctl.scale.Load)
 
 
-def scaled_from(load: Loader, folder: Path, options: SshOptions, parallel: int,
-                say: Callable[[str], None]
+def scaled_from(load: Loader, deployed: Plan, folder: Path, options: SshOptions,
+                parallel: int, say: Callable[[str], None]
                 ) -> tuple[Loader, Callable[[Plan, set[str]], None]]:
     """`scale` and `autoscale --bundle DIR`: `load` rendered to install from the bundle (checked
-    once, as `up --bundle` checks it, against the spec as deployed), and what copies its files
+    once, as `up --bundle` checks it, against the spec as `deployed`), and what copies its files
     to the hosts where a scaled plan starts new instances, before they start (only what a host
     lacks or holds with another sha256)."""
-    _, _, manifest = bundled(load({})[0], folder)
+    _, _, manifest = bundled(deployed, folder)
 
     def load_bundled(counts: dict[str, int]) -> tuple[Plan, Bundle]:
-        return as_bundled(load(counts)[0], manifest)
+        plan = bundled_plan(load(counts)[0], manifest)
+        return plan, render(plan)
 
     def prepare(plan: Plan, hosts: set[str]) -> None:
         ship(plan, folder, manifest, options, parallel, say, only=hosts)

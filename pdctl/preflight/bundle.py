@@ -120,7 +120,7 @@ def parse_docker(text: str) -> DockerSeen:
         root_free_kib=kib("rootfree"), root_mount=got.get("rootmount", "").strip(),
         images=frozenset(ln.split()[1] for ln in text.splitlines()
                          if ln.startswith("image ") and len(ln.split()) == 2),
-        remote="remote" in (ln.strip() for ln in text.splitlines()))
+        remote="remote" in got)
 
 
 def commands(spec: Spec, host: Host) -> dict[str, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from pdctl.offline import manifest as mf
 from pdctl.offline.ship import bundled, installed_from
 from pdctl.plan import make_plan
+from pdctl.render import render
 from pdctl.render.host import wheels_dir
 from pdctl.spec import load_text
 from tests.helpers import known
@@ -40,7 +41,8 @@ def test_installed_from_renders_what_up_bundle_renders_without_hashing(ssh_env, 
     plan = make_plan(load_text(spec.read_text(), str(spec))[0])
     _, checked_render, _ = bundled(plan, folder)
     (folder / mf.WHEELS / "a-1.0-py3-none-any.whl").write_bytes(b"x" * 100)  # damaged now
-    ready, read_render = installed_from(plan, folder)  # the manifest alone: still the same
+    ready = installed_from(plan, folder)  # the manifest alone: still the same
+    read_render = render(ready)
     assert ready.bundled
     assert [(a.path, a.text) for a in read_render.artifacts] == [
         (a.path, a.text) for a in checked_render.artifacts]
