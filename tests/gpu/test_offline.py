@@ -6,10 +6,12 @@ stay), and the layout puts every file in exactly one device call of at most the 
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pdctl.cli.bundle_cmd import installed, recorded
 from pdctl.offline.download import skip_installed
@@ -17,8 +19,10 @@ from pdctl.offline.need import needs
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from tests.gpu import offline
+from tests.targets.testbed import pdctl
 
 HERE = Path(__file__).parent
+H100 = HERE.parents[1] / "tests/fixtures/gpu/vllm023-h100-h"
 TORCH = "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl"
 TOOLKIT = "cuda_toolkit-13.0.2-py2.py3-none-any.whl"
 CUBLAS = "nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl"
@@ -167,3 +171,66 @@ def test_the_image_list_is_the_recorded_image():
     recorded_image = {offline.canon(n): v for _, n, v in (ln.split() for ln in dists.splitlines()
                                                           if ln.startswith("dist "))}
     assert offline.image_list(HERE / "image-packages.txt") == recorded_image
+
+
+def _pdctl_closure() -> set[str]:
+    """The names of pdctl's installed dependency closure (markers of this Python, no extras)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = ["pdctl"]
+    while todo:
+        for line in metadata.requires(todo.pop()) or []:
+            req = Requirement(line)
+            name = offline.canon(req.name)
+            if (req.marker is None or req.marker.evaluate({"extra": ""})) and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def test_the_stand_in_recording_is_what_preflight_recorded_on_the_gpu_machine(tmp_path):
+    """`pdctl bundle --skip-installed` for the harness reads a recording that offline.py writes
+    from image-packages.txt (no GPU machine at hand when bundling). The real one, which
+    `preflight --bundle --record` wrote on the H100 before `up --bundle` (vllm023-h100-h), says
+    the same through pdctl's own readers: Python, platform, environment, and every package of
+    the image at its version. It lists more only where setup-bundle had installed pdctl's own
+    dependencies first."""
+    real = H100 / "bundle-rec"
+    plan = plan_of(tmp_path)
+    found = needs(plan)
+    stand_in = tmp_path / "rec"
+    offline.facts(HERE / "image-packages.txt", tmp_path, stand_in)
+    assert recorded(real, plan) == recorded(stand_in, plan) == ("3.12", "manylinux_2_39_x86_64")
+    have, pinned = installed(real, plan, found), installed(stand_in, plan, found)
+    image = offline.image_list(HERE / "image-packages.txt")
+    assert len(image) == 197
+    for host in ("h200a", "h200b"):
+        env, dists = have[host]
+        assert env == pinned[host][0] == "/opt/torch/.venv"
+        assert {n: v for n, v in dists.items() if n in image} == pinned[host][1] == image
+        extra = set(dists) - set(image)
+        assert len(extra) == 19 and extra <= _pdctl_closure(), sorted(extra - _pdctl_closure())
+
+
+def test_the_gpu_machines_recording_replays_to_the_findings_it_gave_there(tmp_path):
+    """What `preflight --bundle --record` printed on the H100 (bundle-preflight.txt), less the
+    bundle.* rows (those need the 1.5 GB bundle itself), is what today's pdctl finds in the
+    recording it made there: each row's status, check, host and what was found."""
+    spec = yaml.safe_load((H100 / "bundle-spec.yaml").read_text())
+    spec["model"]["config"] = str(HERE / "models/qwen3-8b/config.json")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    res = pdctl("preflight", str(path), "--replay", str(H100 / "bundle-rec"), "--no-transfer",
+                "-o", "json")
+    assert res.returncode == 0, res.stderr
+    now = [(f["status"], f["check"], f["where"], f["found"])
+           for f in json.loads(res.stdout)["findings"]]
+    rows = [[c.strip() for c in line.split("\u2502")[1:5]]
+            for line in (H100 / "bundle-preflight.txt").read_text().splitlines()
+            if line.startswith("\u2502")]
+    there = [tuple(r) for r in rows if r[0] and not r[1].startswith("bundle.")]
+    assert len(there) == 18 and now == there
+    assert sum(r[1].startswith("bundle.") and r[0] == "PASS" for r in rows) == 7
