@@ -20,9 +20,12 @@ def down(
     conn: ConnectFlags, spec: str = SPEC, phase: int | None = DEPLOYED_PHASE,
     target: str | None = TARGET,
     delete_volumes: bool = typer.Option(
-        False, "--delete-volumes",
-        help="Kubernetes: delete the deployment's PersistentVolumeClaims too (the model "
-        "cache: weights are downloaded again on the next `up`). Kept by default."),
+        False, "--delete-volumes", "--delete-bundle",
+        help="Delete the model's files too, which `down` keeps by default: on Kubernetes the "
+        "deployment's PersistentVolumeClaims (the model cache: weights are downloaded again "
+        "on the next `up`); on SSH hosts the files `up --bundle` copied "
+        "(<dataDir>/.bundle/<name>: wheels and weights, copied again by the next "
+        "`up --bundle`)."),
     dry_run: bool = typer.Option(
         False, "--dry-run",
         help="Connect and list what would be stopped or deleted; touch nothing."),
@@ -69,6 +72,11 @@ def down(
         console.print(f"removed the deployment folder of {plan.name!r} on every host")
     elif removed:
         console.print(f"removed the deployment folder of {plan.name!r} on {', '.join(removed)}")
+    for host, (folder, kib) in done.bundles.items():
+        console.print(f"removed the bundle's files {folder} on {host}" if kib < 0 else
+                      f"kept the files `up --bundle` copied, {folder} on {host} "
+                      f"({kib * 1024 / 1e6:.1f} MB); --delete-bundle removes them",
+                      soft_wrap=True)
     if not done.unreachable:
         return
     left = []

@@ -35,6 +35,8 @@ class Preview:
     folders: list[tuple[str, str]] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
     left: dict[str, list[str]] = field(default_factory=dict)
+    bundles: dict[str, tuple[str, int]] = field(default_factory=dict)  # host -> (folder, KiB)
+    delete: bool = False  # --delete-volumes / --delete-bundle
 
     def lines(self) -> Iterator[str]:
         """The preview, a line at a time; after the last one, when a host could not be
@@ -44,6 +46,10 @@ class Preview:
         for where, what in self.kept:
             yield f"would keep {what} ({where}); --delete-volumes removes it"
         yield from (f"would remove the folder {folder} on {host}" for host, folder in self.folders)
+        for host, (folder, kib) in self.bundles.items():
+            size = f"{kib * 1024 / 1e6:.1f} MB, the files `up --bundle` copied"
+            yield (f"would remove the folder {folder} on {host} ({size})" if self.delete else
+                   f"would keep {folder} on {host} ({size}); --delete-bundle removes it")
         if not self.removed:
             if self.unreachable:
                 yield "nothing runs on the hosts reached: nothing to stop there"
@@ -67,7 +73,8 @@ def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool =
     plan_ = down_plan(plan, bundle, options, delete_volumes)
     return Preview(
         kind_of(plan, options), removed=plan_.removed, kept=plan_.kept,
-        folders=list(plan_.folders.items()), unreachable=plan_.unreachable, left=plan_.left)
+        folders=list(plan_.folders.items()), unreachable=plan_.unreachable, left=plan_.left,
+        bundles=plan_.bundles, delete=delete_volumes)
 
 
 def confirm_down(plan: Plan, caps: Capabilities, yes: bool) -> None:

@@ -17,16 +17,23 @@ from pdctl.offline.need import needs
 from pdctl.plan.model import ENGINE_ROLES, Plan
 from pdctl.render import render
 from pdctl.render.bundle import Bundle
-from pdctl.render.host import deploy_dir, wheels_dir
+from pdctl.render.host import BUNDLE_ROOT, bundle_dir, deploy_dir, wheels_dir
 from pdctl.spec.lora import FETCHED
 from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions, makedirs
 
 TMP = ".pdctl-tmp"
 # An engine starts in its unit's folder (<dataDir>/<name>/<unit>: templates/process-start.sh.j2
-# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/<name>/weights are this
-# path from there on every host, whatever its dataDir (a `~/` one included).
-FROM_UNIT = "../weights"
+# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/.bundle/<name>/weights
+# (render.host.bundle_dir) are this path from there on every host, whatever its dataDir (a `~/`
+# one included).
+
+
+def from_unit(name: str) -> str:
+    """The bundle's weights of deployment `name`, as its engines' working folder reaches them."""
+    return f"../../{BUNDLE_ROOT}/{name}/{mf.WEIGHTS}"
+
+
 # The engines never ask the Hub (https://huggingface.co/docs/huggingface_hub/package_reference/
 # environment_variables#hfhuboffline).
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "1")
@@ -34,16 +41,16 @@ OFFLINE_ENV = ("HF_HUB_OFFLINE", "1")
 
 def weights_dir(plan: Plan, host: Host) -> str:
     """Where `up --bundle` puts the bundle's weights on a host."""
-    return f"{deploy_dir(plan, host)}/{mf.WEIGHTS}"
+    return f"{bundle_dir(plan.name, host)}/{mf.WEIGHTS}"
 
 
-def point(command: tuple[str, ...], model: str, served: str) -> tuple[str, ...]:
-    """`vllm serve MODEL ...` made `vllm serve ../weights --served-model-name SERVED ...`
+def point(command: tuple[str, ...], model: str, served: str, weights: str) -> tuple[str, ...]:
+    """`vllm serve MODEL ...` made `vllm serve WEIGHTS --served-model-name SERVED ...`
     (the group guard's wrapper kept)."""
     cmd = list(command)
     for i in range(len(cmd) - 2):
         if cmd[i:i + 2] == ["vllm", "serve"] and cmd[i + 2] == model:
-            cmd[i + 2] = FROM_UNIT
+            cmd[i + 2] = weights
             if "--served-model-name" not in cmd[i + 3:]:
                 cmd[i + 3:i + 3] = ["--served-model-name", served]
             return tuple(cmd)
@@ -56,8 +63,8 @@ def from_weights(plan: Plan) -> Plan:
     for u in plan.units:
         if u.role in ENGINE_ROLES and u.image is None:
             env = u.env if OFFLINE_ENV[0] in dict(u.env) else (*u.env, OFFLINE_ENV)
-            u = replace(u, command=point(u.command, plan.spec.model.name, plan.served_name),
-                        env=env)
+            u = replace(u, command=point(u.command, plan.spec.model.name, plan.served_name,
+                                         from_unit(plan.name)), env=env)
         units.append(u)
     return replace(plan, units=tuple(units))
 

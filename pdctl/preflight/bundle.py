@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pdctl.preflight.finding import Finding, gib
 from pdctl.preflight.group import FIND_CONDA, conda_env
 from pdctl.preflight.host import nearest
+from pdctl.render.host import bundle_dir
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
 
@@ -29,7 +30,7 @@ FILE = "bundle.txt"
 DOCKER_FILE = "bundle-docker.txt"
 IMAGES = 5000  # at most this many `image ID` lines
 # The wheels are unpacked into the environments: an installed closure takes about twice its
-# wheels, and the wheels themselves stay in <dataDir>/<name>/wheels.
+# wheels, and the wheels themselves stay in <dataDir>/.bundle/<name>/wheels.
 ROOM = 3
 # Legacy manylinux tags and the glibc they mean (PEP 600:
 # https://peps.python.org/pep-0600/#legacy-manylinux-tags).
@@ -65,6 +66,7 @@ class Seen:
     mount: str
     env: str = ""  # the environment the distributions were listed in ("": none there yet)
     dists: tuple[tuple[str, str], ...] | None = None  # (name, version); None: not recorded
+    held_kib: int = 0  # what an earlier `up --bundle` left in the bundle folder (down keeps it)
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,15 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         'echo "python $("$py" -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
         '2>/dev/null)"; '
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
-        + free_lines(data) + dists + 'echo "dists listed"')}
+        + free_lines(data) + held_line(spec.name, host) + dists + 'echo "dists listed"')}
+
+
+def held_line(name: str, host: Host) -> str:
+    """`held KIB`: what the bundle folder of deployment `name` holds (an earlier `up --bundle`
+    copied it there and `down` keeps it), when it is there."""
+    there = quote_path(bundle_dir(name, host))
+    return f'if [ -d {there} ]; then echo "held $(du -sk {there} | cut -f1)"; fi; '
+
 
 
 def parse(text: str) -> Seen:
@@ -159,11 +169,13 @@ def parse(text: str) -> Seen:
         raise ValueError("no python or machine line")
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
     free = got.get("free", "").strip()
+    held = got.get("held", "").strip()
     return Seen(
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
-        env=got.get("env", "").strip(), dists=dists if "dists" in got else None)
+        env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
+        held_kib=int(held) if held.isdigit() else 0)
 
 
 PARSERS = {FILE: parse, DOCKER_FILE: parse_docker}
@@ -241,10 +253,13 @@ def _platform(where: str, seen: Seen, want: Wanted) -> Finding:
 
 
 def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
-    need = want.size * ROOM + want.weights
+    # What an earlier `up --bundle` left there is replaced in place or kept: it needs no room.
+    there = seen.held_kib * 1024
+    need = max(0, want.size * ROOM + want.weights - there)
     expected = (f">= {gib(need, 'B')} free ({gib(want.size, 'B')} of wheels, unpacked into "
                 f"the environments" + (f"; {gib(want.weights, 'B')} of weights" if want.weights
-                                       else "") + ")")
+                                       else "")
+                + (f"; less {gib(there, 'B')} already there" if there else "") + ")")
     if seen.free_kib is None:
         return Finding("WARN", "bundle.disk", host.name, "free space unknown (df)", expected,
                        f"check df on hosts[{index}].dataDir")

@@ -18,6 +18,8 @@ from pdctl.spec.lora import FETCH_CODE, FETCHED, FETCHED_IN_ROOT, fetched, folde
 from pdctl.spec.model import Host
 
 GRACE_SECONDS = 30
+# In dataDir, the folder of every deployment's bundle files (bundle_dir).
+BUNDLE_ROOT = ".bundle"
 
 
 def deploy_dir(plan: Plan, host: Host) -> str:
@@ -25,9 +27,17 @@ def deploy_dir(plan: Plan, host: Host) -> str:
     return f"{base}/{plan.name}"
 
 
+def bundle_dir(name: str, host: Host) -> str:
+    """Where `up --bundle` puts deployment `name`'s bundle files (wheels, weights) on a host:
+    beside the deployment folder, not in it, so that `down` keeps them (as Kubernetes keeps
+    the model's volume) and the next `up` copies nothing again; `down --delete-bundle` removes
+    them (docs/offline.md)."""
+    return f"{host.data_dir.rstrip('/')}/{BUNDLE_ROOT}/{name}"
+
+
 def wheels_dir(plan: Plan, host: Host) -> str:
     """Where `up --bundle` puts the bundle's wheels on a host (docs/offline.md)."""
-    return f"{deploy_dir(plan, host)}/wheels"
+    return f"{bundle_dir(plan.name, host)}/wheels"
 
 
 def find_links(plan: Plan, host: Host) -> str:

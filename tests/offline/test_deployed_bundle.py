@@ -13,7 +13,7 @@ from pdctl.offline import manifest as mf
 from pdctl.offline.ship import bundled, installed_from
 from pdctl.plan import make_plan
 from pdctl.render import render
-from pdctl.render.host import wheels_dir
+from pdctl.render.host import bundle_dir, wheels_dir
 from pdctl.spec import load_text
 from tests.helpers import known
 from tests.offline.test_bundle import WHEELS, make_bundle
@@ -132,3 +132,45 @@ def test_scale_starts_new_instances_from_the_bundle_and_copies_it_where_missing(
         assert "--no-index --find-links" in start, start
     finally:
         checked(pdctl("down", str(spec), *flags))
+
+
+def test_down_keeps_the_bundles_files_so_the_next_up_copies_nothing(ssh_env, fake_venv,
+                                                                    tmp_path):
+    """The files `up --bundle` copied live beside the deployment folder: `down` keeps them and
+    says where and how much (as Kubernetes keeps the model's volume), the next `up --bundle`
+    finds them there; `down --delete-bundle` removes them."""
+    spec = spec_of(ssh_env, tmp_path, fake_venv)
+    folder = tmp_path / "bundle"
+    bundle_for(spec, folder)
+    flags = known(ssh_env)
+    plan = make_plan(load_text(spec.read_text(), str(spec))[0])
+    host = plan.units[0].host
+    there = Path(bundle_dir(plan.name, host))  # lo1 shares this filesystem
+    up = ("up", str(spec), "--bundle", str(folder), "--yes", "--timeout", "60", *flags)
+    try:
+        first = checked(pdctl(*up))
+        assert "lo1: 2 wheels and 0 weights files copied (0.0 MB), 0 already there" in \
+            first.stdout, first.stdout
+        dry = checked(pdctl("down", str(spec), "--dry-run", *flags))
+        assert f"would keep {there} on lo1 (0.0 MB, the files `up --bundle` copied); " \
+            "--delete-bundle removes it" in dry.stdout, dry.stdout
+        down = checked(pdctl("down", str(spec), *flags))
+        assert f"kept the files `up --bundle` copied, {there} on lo1 (0.0 MB); " \
+            "--delete-bundle removes them" in down.stdout, down.stdout
+        assert not (tmp_path / "lo1" / plan.name).exists()
+        assert sorted(p.name for p in Path(wheels_dir(plan, host)).iterdir()) == sorted(WHEELS)
+        again = checked(pdctl(*up))
+        assert "lo1: 0 wheels and 0 weights files copied (0.0 MB), 2 already there" in \
+            again.stdout, again.stdout
+        assert status_rows(spec, "--bundle", str(folder), *flags)[f"{plan.name}-serve-0"][
+            "state"] == "running"
+        dry = checked(pdctl("down", str(spec), "--delete-bundle", "--dry-run", *flags))
+        assert f"would remove the folder {there} on lo1 (0.0 MB, the files `up --bundle` " \
+            "copied)" in dry.stdout, dry.stdout
+        gone = checked(pdctl("down", str(spec), "--delete-bundle", *flags))
+        assert f"removed the bundle's files {there} on lo1" in gone.stdout, gone.stdout
+        assert not there.exists() and not there.parent.exists()  # .bundle too, emptied
+        quiet = checked(pdctl("down", str(spec), *flags))
+        assert "bundle" not in quiet.stdout, quiet.stdout
+    finally:
+        checked(pdctl("down", str(spec), "--delete-bundle", *flags))

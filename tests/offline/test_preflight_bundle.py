@@ -94,6 +94,24 @@ def test_the_checks_on_recorded_lines(platform, size, weights, check, status, sa
     assert got.status == status and says in f"{got.expected} {got.fix}", got
 
 
+def test_what_an_earlier_up_left_in_the_bundle_folder_needs_no_room():
+    """`down` keeps the bundle's files: a host holding them from the last `up --bundle` needs
+    room only for what is not there yet (a 2 GiB model kept, 3 GiB free: no FAIL)."""
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 2 << 30)
+    lines = LINES.format(free=3 << 20)
+    bare = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: lines}, want)}
+    assert bare["bundle.disk"].status == "PASS"  # 2.0 GiB of weights + 3 MiB: it fits
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 4 << 30)
+    short = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: lines}, want)}
+    assert short["bundle.disk"].status == "FAIL", short["bundle.disk"]
+    kept = lines + f"held {(4 << 20) + 1024}\n"  # the weights and the wheels, in KiB
+    got = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: kept}, want)}
+    assert got["bundle.disk"].status == "PASS", got["bundle.disk"]
+    assert got["bundle.disk"].expected == (
+        ">= 0.0 GiB free (0.0 GiB of wheels, unpacked into the environments; 4.0 GiB of "
+        "weights; less 4.0 GiB already there)")
+
+
 def test_a_script_that_reaches_an_index_fails():
     assert bundle.no_index("x", ["pip install --no-index --find-links /w vllm==1"]).status == "PASS"
     bad = bundle.no_index("x", ["pip install --no-index --find-links /w a", "pip install b"])

@@ -6,12 +6,13 @@ starts the engines from that copy under the same served name, with HF_HUB_OFFLIN
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
 from pdctl.offline import manifest as mf
 from pdctl.offline.download import bundle
-from pdctl.offline.ship import FROM_UNIT, bundled, point, ship, weights_dir
+from pdctl.offline.ship import bundled, from_unit, point, ship, weights_dir
 from pdctl.plan import make_plan
 from pdctl.spec import load_text
 from pdctl.targets.ssh import SshOptions
@@ -84,8 +85,8 @@ def test_a_folder_that_is_no_model_is_refused_before_anything_is_written(tmp_pat
 
 def test_an_engine_without_a_served_name_keeps_the_models_name():
     cmd = ("python3", "guard.py", "--", "vllm", "serve", "org/m", "--port", "1")
-    assert point(cmd, "org/m", "org/m") == (
-        "python3", "guard.py", "--", "vllm", "serve", FROM_UNIT, "--served-model-name", "org/m",
+    assert point(cmd, "org/m", "org/m", "W") == (
+        "python3", "guard.py", "--", "vllm", "serve", "W", "--served-model-name", "org/m",
         "--port", "1")
 
 
@@ -116,13 +117,18 @@ def test_the_weights_go_to_the_host_once_and_the_engine_starts_from_them(ssh_env
     ready, rendered, made = bundled(plan, folder)
     [start] = [a.text for a in rendered.artifacts if a.path.endswith("/start.sh")]
     [line] = [ln for ln in start.splitlines() if ln.startswith("setsid vllm serve ")]
-    assert line.startswith(f"setsid vllm serve {FROM_UNIT} --host "), line
+    assert line.startswith(f"setsid vllm serve {from_unit(plan.name)} --host "), line
     assert f" --served-model-name {shlex.quote(plan.served_name)} " in line, line
     assert "export HF_HUB_OFFLINE=1" in start and 'cd "$unit_dir"' in start
     options = SshOptions(known_hosts=ssh_env.known_hosts)
     there = Path(weights_dir(ready, ready.units[0].host))  # lo1 shares this filesystem
-    # the engine's folder is <dataDir>/<name>/<unit>: ../weights from there is the copy
     assert there == Path(weights_dir(plan, plan.units[0].host))
+    # the engine's folder is <dataDir>/<name>/<unit>: from_unit from there is the copy, beside
+    # the deployment folder (which `down` removes) and not in it
+    unit = ready.units[0]
+    engine_dir = Path(unit.host.data_dir) / plan.name / unit.name
+    assert os.path.normpath(engine_dir / from_unit(plan.name)) == str(there)
+    assert not there.is_relative_to(engine_dir.parent)
     first = ship(ready, folder, made, options)
     assert [(s.sent, s.weights_sent, s.kept) for s in first] == [(7, 5, 0)]
     assert weights_of(there) == SNAPSHOT

@@ -2,7 +2,9 @@
 stop.sh (router first, then engines, then stores) and removes the folder of each unit it
 stopped; the deployment folder (with the lock file, and the data folder when that leaves it
 empty) goes only when no unit is left. A unit whose stop.sh fails is NOT stopped: its folder
-stays, with the deployment folder, so that a later `down` retries it."""
+stays, with the deployment folder, so that a later `down` retries it. The files `up --bundle`
+copied (render.host.bundle_dir) stay unless asked (`--delete-bundle`), and then go only with
+the deployment folder."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pdctl.errors import PdctlError
+from pdctl.render.host import bundle_dir
 from pdctl.targets.base import Stopped
 from pdctl.targets.batch import run_batch
 from pdctl.targets.hosts.run_lock import lock_path
@@ -25,28 +28,54 @@ if TYPE_CHECKING:
 
 @dataclass
 class Removal:
-    """What `down` did on one host: units whose stop.sh failed (unit -> its last line), and the
-    deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed)."""
+    """What `down` did on one host: units whose stop.sh failed (unit -> its last line), the
+    deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed); the
+    bundle folder: KiB it holds when kept, -1 when removed, None when there is none."""
 
     failed: dict[str, str] = field(default_factory=dict)
     folder: str = "kept"
+    bundle_kib: int | None = None
 
 
-def remove_folder_command(ops: HostOps, data_dir: str) -> str:
+def remove_folder_command(ops: HostOps, data_dir: str, bundle: str, delete: bool) -> str:
     """Unless a unit folder is left: remove the deployment folder, then (down holds it) the
-    run lock's file, and the data folder when that leaves it empty. Prints `absent` when
-    there was no folder."""
+    run lock's file; the bundle folder `bundle` with `delete` (prints `bundle removed`), else
+    its size (`bundle KIB`); the data folder when that leaves it empty. Prints `absent` when
+    there was no deployment folder."""
     base = ops.conn.expand(data_dir).rstrip("/")
     folder = shlex.quote(ops.dir)
+    there = shlex.quote(ops.conn.expand(bundle))
+    root = shlex.quote(ops.conn.expand(bundle).rsplit("/", 1)[0])
+    keep = (f"rm -rf -- {there} && echo 'bundle removed'; rmdir -- {root} 2>/dev/null; " if delete
+            else f"echo \"bundle $(du -sk -- {there} | cut -f1)\"; ")
     return (
         f'for u in {folder}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
         f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
         f"rm -f -- {shlex.quote(lock_path(ops.dir))}; "
+        f"if [ -d {there} ]; then {keep}fi; "
         f"rmdir -- {shlex.quote(base)} 2>/dev/null || true"
     )
 
 
-def stop_and_remove(ops: HostOps, units: list[str], data_dir: str) -> Removal:
+def held(text: str) -> int | None:
+    """The bundle folder from remove_folder_command's or kept_command's output."""
+    for line in text.splitlines():
+        if line == "bundle removed":
+            return -1
+        key, _, kib = line.partition(" ")
+        if key == "bundle" and kib.strip().isdigit():
+            return int(kib)
+    return None
+
+
+def kept_command(ops: HostOps, bundle: str) -> str:
+    """`bundle KIB` when the bundle folder is there (down --dry-run reads only)."""
+    there = shlex.quote(ops.conn.expand(bundle))
+    return f'if [ -d {there} ]; then echo "bundle $(du -sk -- {there} | cut -f1)"; fi'
+
+
+def stop_and_remove(ops: HostOps, units: list[str], data_dir: str, bundle: str,
+                    delete: bool) -> Removal:
     """`down` on one host in ONE exec (see the module docstring); HostLost when the
     connection dies, before or meanwhile."""
     ops.forget()
@@ -55,7 +84,7 @@ def stop_and_remove(ops: HostOps, units: list[str], data_dir: str) -> Removal:
         script = shlex.quote(ops.unit_dir(unit) + "/stop.sh")
         folder = shlex.quote(ops.unit_dir(unit))
         cmds.append(f"if [ -f {script} ]; then bash {script} || exit; fi; rm -rf -- {folder}")
-    cmds.append(remove_folder_command(ops, data_dir))
+    cmds.append(remove_folder_command(ops, data_dir, bundle, delete))
     step = ("stopping " + ", ".join(units)) if units else "removing the deployment folder"
     results = run_batch(ops.conn, cmds, timeout=600, step=step)
     out = Removal()
@@ -71,17 +100,20 @@ def stop_and_remove(ops: HostOps, units: list[str], data_dir: str) -> Removal:
     if isinstance(last, PdctlError):
         raise last
     if not out.failed:
-        out.folder = "absent" if last.out.strip() == "absent" else "removed"
+        out.folder = "absent" if "absent" in last.out.split() else "removed"
+        out.bundle_kib = held(last.out)
     return out
 
 
-def down(fleet: Fleet, desired: list[Desired], name: str) -> Stopped:
+def down(fleet: Fleet, desired: list[Desired], name: str, delete_bundle: bool = False
+         ) -> Stopped:
     """Stop every unit in the deployment folder of every reachable host, under the run lock.
     Each unit is `stopped`, `was not running`, or `NOT stopped` (its stop.sh failed: then a
     PdctlError line, after the others are done). Hosts that cannot be reached (or are lost
     meanwhile) are in the answer's `unreachable`, with the spec's units (`desired`) on each in
     `left`; `folders`: what became of each host's deployment folder (`removed`, `absent`:
-    there was none, `kept`: a unit is left). `name`: the deployment's."""
+    there was none, `kept`: a unit is left); `bundles`: each host's bundle folder kept (its
+    KiB) or removed (`delete_bundle`: -1). `name`: the deployment's."""
     fleet.connect(tolerate=True)
     stage = {(d.host.name, d.name): d.stage for d in desired}
     seen: dict[str, list[Observed]] = {}
@@ -94,7 +126,9 @@ def down(fleet: Fleet, desired: list[Desired], name: str) -> Stopped:
             seen.get(ops.name, []), key=lambda o: (-stage.get((o.host, o.name), 1), o.name)
         )
         try:
-            return found, stop_and_remove(ops, [o.name for o in found], ops.conn.host.data_dir)
+            host = ops.conn.host
+            return found, stop_and_remove(ops, [o.name for o in found], host.data_dir,
+                                          bundle_dir(name, host), delete_bundle)
         except HostLost as exc:
             fleet.unreachable[ops.name] = exc.line()
             return None
@@ -118,6 +152,8 @@ def down(fleet: Fleet, desired: list[Desired], name: str) -> Stopped:
             else:
                 lines.append((False, f"{obs.name} on {ops.name} was not running"))
         out.folders[ops.name] = removal.folder
+        if removal.bundle_kib is not None:
+            out.bundles[ops.name] = (bundle_dir(name, ops.conn.host), removal.bundle_kib)
         if removal.folder == "absent":
             lines.append((False, f"no deployment folder of {name!r} on {ops.name}"))
         elif removal.folder == "kept":

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 from pdctl.errors import PdctlError
 from pdctl.plan.model import Plan
 from pdctl.render.bundle import Bundle
-from pdctl.render.host import deploy_dir
+from pdctl.render.host import bundle_dir, deploy_dir
 from pdctl.targets.base import Closing, Observer, Stage, StatusRow, Stopped
 from pdctl.targets.hosts.fleet import Fleet, fleet_of
 from pdctl.targets.hosts.per_host import PerHost, endpoints
@@ -93,16 +93,19 @@ class HostsTarget(PerHost, Closing):
     # -- down / status / logs ------------------------------------------------------------
     def down(self, delete_volumes: bool = False, timeout: float | None = None) -> Stopped:
         """Stop every unit in the deployment folder of every reachable host under the run
-        lock, then remove the folder (hosts keep no volumes; each stop.sh has its own
-        timeout); see hosts/down.py."""
+        lock, then remove the folder (each stop.sh has its own timeout); the files `up
+        --bundle` copied stay unless `delete_volumes` (`--delete-bundle`); see hosts/down.py."""
         from pdctl.targets.hosts.down import down
 
-        return down(self.fleet, self.desired(), self.plan.name)
+        return down(self.fleet, self.desired(), self.plan.name, delete_volumes)
 
     def down_plan(self, delete_volumes: bool = False) -> Stopped:
         """What `down` would stop (every unit that runs), reading only; the hosts it could not
         reach are recorded, with the spec's units on each, as `down` records them; `folders`:
-        the deployment folder `down` would remove on each host reached."""
+        the deployment folder `down` would remove on each host reached; `bundles`: the
+        bundle folder there (KiB), which `down` keeps unless `delete_volumes`."""
+        from pdctl.targets.hosts.down import held, kept_command
+
         self.fleet.connect(tolerate=True)
         changes = diff(self.desired(), self.fleet.observed(tolerate=True))
         out = Stopped(unreachable=dict(sorted(self.unreachable.items())))
@@ -118,6 +121,13 @@ class HostsTarget(PerHost, Closing):
             for h in self.plan.spec.hosts
             if h.name not in out.unreachable
         }
+        reached = self.fleet.reachable()
+        bundles = [bundle_dir(self.plan.name, ops.conn.host) for ops in reached]
+        found = self.fleet.map(lambda pair: held(pair[0].conn.run(kept_command(*pair)).out),
+                               list(zip(reached, bundles, strict=True)))
+        for ops, folder, kib in zip(reached, bundles, found, strict=True):
+            if kib is not None:
+                out.bundles[ops.name] = (folder, kib)
         return out
 
     def left_on(self, host: str) -> list[str]:
