@@ -35,8 +35,9 @@ class Preview:
     folders: list[tuple[str, str]] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
     left: dict[str, list[str]] = field(default_factory=dict)
-    bundles: dict[str, tuple[str, int]] = field(default_factory=dict)  # host -> (folder, KiB)
-    delete: bool = False  # --delete-volumes / --delete-bundle
+    # host -> (folder, KiB held or ""): the files `up --bundle` copied (Stopped.bundles)
+    bundles: dict[str, tuple[str, str]] = field(default_factory=dict)
+    delete: bool = False  # --delete-volumes (Kubernetes) / --delete-bundle (hosts)
 
     def lines(self) -> Iterator[str]:
         """The preview, a line at a time; after the last one, when a host could not be
@@ -47,7 +48,7 @@ class Preview:
             yield f"would keep {what} ({where}); --delete-volumes removes it"
         yield from (f"would remove the folder {folder} on {host}" for host, folder in self.folders)
         for host, (folder, kib) in self.bundles.items():
-            size = f"{kib * 1024 / 1e6:.1f} MB, the files `up --bundle` copied"
+            size = f"{held_size(kib)}, the files `up --bundle` copied"
             yield (f"would remove the folder {folder} on {host} ({size})" if self.delete else
                    f"would keep {folder} on {host} ({size}); --delete-bundle removes it")
         if not self.removed:
@@ -64,6 +65,11 @@ class Preview:
             raise PdctlError(
                 f"down --dry-run could not reach {'; '.join(left)}: `down` would stop what "
                 "runs on the other hosts and leave these; run it again when the host answers")
+
+
+def held_size(kib: str) -> str:
+    """A bundle folder's size as `down` reports it (Stopped.bundles: KiB, "" when unknown)."""
+    return f"{int(kib) * 1024 / 1e6:.1f} MB" if kib.isdigit() else "size unknown"
 
 
 def preview(plan: Plan, bundle: Bundle, options: Connect, delete_volumes: bool = False) -> Preview:

@@ -120,8 +120,10 @@ def _bundle_of(plan: Plan, folder: Path) -> tuple[Wanted, Bundle]:
                        for top in ("wheels", "weights"))
     sizes = {e.path: e.size for e in manifest.files}
     images = tuple((ref, image_id, sizes[file]) for ref, image_id, file in manifest.images)
+    placed = tuple((e.path, e.size) for top in ("wheels", "weights")
+                   for e in manifest.part(top).values())
     return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights,
-                  images), rendered
+                  images, placed), rendered
 
 
 def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,

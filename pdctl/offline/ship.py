@@ -24,7 +24,7 @@ from pdctl.targets.ssh import Connection, SshOptions, makedirs
 
 TMP = ".pdctl-tmp"
 # An engine starts in its unit's folder (<dataDir>/<name>/<unit>: templates/process-start.sh.j2
-# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/.bundle/<name>/weights
+# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/.pdctl-bundles/<name>/weights
 # (render.host.bundle_dir) are this path from there on every host, whatever its dataDir (a `~/`
 # one included).
 

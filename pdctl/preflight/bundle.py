@@ -30,7 +30,7 @@ FILE = "bundle.txt"
 DOCKER_FILE = "bundle-docker.txt"
 IMAGES = 5000  # at most this many `image ID` lines
 # The wheels are unpacked into the environments: an installed closure takes about twice its
-# wheels, and the wheels themselves stay in <dataDir>/.bundle/<name>/wheels.
+# wheels, and the wheels themselves stay in <dataDir>/.pdctl-bundles/<name>/wheels.
 ROOM = 3
 # Legacy manylinux tags and the glibc they mean (PEP 600:
 # https://peps.python.org/pep-0600/#legacy-manylinux-tags).
@@ -40,6 +40,7 @@ LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 1
 LIST = ('import importlib.metadata as m; [print("dist", d.metadata["Name"], d.version) '
         'for d in m.distributions() if d.metadata["Name"]]')
 DISTS = 5000
+HELD = 50000  # at most this many `held` lines (a model of many small files counts in part)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Wanted:
     folder: str  # the bundle folder, for the fix lines
     weights: int = 0  # bytes of the model's files (`pdctl bundle --weights`), copied as they are
     images: tuple[tuple[str, str, int], ...] = ()  # (ref, image id, bytes of its tar)
+    files: tuple[tuple[str, int], ...] = ()  # (manifest path, bytes): the wheels and weights
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class Seen:
     mount: str
     env: str = ""  # the environment the distributions were listed in ("": none there yet)
     dists: tuple[tuple[str, str], ...] | None = None  # (name, version); None: not recorded
-    held_kib: int = 0  # what an earlier `up --bundle` left in the bundle folder (down keeps it)
+    # what an earlier `up --bundle` left in the bundle folder (down keeps it): path -> bytes
+    held: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,12 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
 
 
 def held_line(name: str, host: Host) -> str:
-    """`held KIB`: what the bundle folder of deployment `name` holds (an earlier `up --bundle`
-    copied it there and `down` keeps it), when it is there."""
+    """`held BYTES PATH` per file the bundle folder of deployment `name` holds (an earlier `up
+    --bundle` copied it there and `down` keeps it; PATH as the manifest names it), at most
+    HELD lines; none where find has no -printf (then nothing counts as there)."""
     there = quote_path(bundle_dir(name, host))
-    return f'if [ -d {there} ]; then echo "held $(du -sk {there} | cut -f1)"; fi; '
+    return (f"if [ -d {there} ]; then find {there} -type f -printf 'held %s %P\\n' "
+            f"2>/dev/null | head -n {HELD}; fi; ")
 
 
 
@@ -169,13 +174,14 @@ def parse(text: str) -> Seen:
         raise ValueError("no python or machine line")
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
     free = got.get("free", "").strip()
-    held = got.get("held", "").strip()
+    held = tuple((f[2], int(f[1])) for f in (ln.split(" ", 2) for ln in text.splitlines())
+                 if len(f) == 3 and f[0] == "held" and f[1].isdigit())
     return Seen(
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
         env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
-        held_kib=int(held) if held.isdigit() else 0)
+        held=held)
 
 
 PARSERS = {FILE: parse, DOCKER_FILE: parse_docker}
@@ -253,8 +259,10 @@ def _platform(where: str, seen: Seen, want: Wanted) -> Finding:
 
 
 def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
-    # What an earlier `up --bundle` left there is replaced in place or kept: it needs no room.
-    there = seen.held_kib * 1024
+    # A file an earlier `up --bundle` left there with the manifest's path and size is kept (up
+    # checks its sha256): it needs no room. One that differs is sent beside the old one first.
+    held = dict(seen.held)
+    there = sum(size for path, size in want.files if held.get(path) == size)
     need = max(0, want.size * ROOM + want.weights - there)
     expected = (f">= {gib(need, 'B')} free ({gib(want.size, 'B')} of wheels, unpacked into "
                 f"the environments" + (f"; {gib(want.weights, 'B')} of weights" if want.weights

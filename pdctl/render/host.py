@@ -19,7 +19,7 @@ from pdctl.spec.model import Host
 
 GRACE_SECONDS = 30
 # In dataDir, the folder of every deployment's bundle files (bundle_dir).
-BUNDLE_ROOT = ".bundle"
+BUNDLE_ROOT = ".pdctl-bundles"
 
 
 def deploy_dir(plan: Plan, host: Host) -> str:

@@ -71,8 +71,7 @@ class Capabilities:
     sends_secrets: bool = False
     # `down` waits, up to its --timeout, until the instances are gone (Kubernetes: the pods).
     down_timeout: bool = False
-    # `down --delete-volumes` removes what `down` keeps by default (Kubernetes: the PVCs; SSH
-    # hosts: the files `up --bundle` copied, as `--delete-bundle`).
+    # `down --delete-volumes` removes what `down` keeps by default (Kubernetes: the PVCs).
     volumes: bool = False
     # `down` deletes what a team may share, so it asks first (--yes) and says `delete`.
     confirm_down: bool = False
@@ -119,8 +118,9 @@ class Stopped:
     # none, `kept`: a unit is left); after `down_plan`, the folder `down` would remove.
     folders: dict[str, str] = field(default_factory=dict)
     # SSH hosts: the folder of the files `up --bundle` copied (render.host.bundle_dir), where
-    # there is one: host -> (folder, KiB it holds, kept; -1: `down --delete-bundle` removed it)
-    bundles: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # there is one: host -> (folder, state): the KiB it holds when kept ("" when du could not
+    # say), `removed` (`down --delete-bundle`), or `failed <why>` when that failed
+    bundles: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

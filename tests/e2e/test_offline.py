@@ -93,10 +93,11 @@ def test_the_offline_host_installs_from_the_bundle_and_answers(offline):
     show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vllm-router"],
                           capture_output=True, text=True)
     assert "Version: 0.1.17" in show.stdout, show.stdout + show.stderr
-    weights = data / "node1" / ".bundle" / "e2eoffl" / "weights"  # beside the deployment
+    weights = data / "node1" / ".pdctl-bundles" / "e2eoffl" / "weights"  # beside the deployment
     assert (weights / "config.json").is_file(), result.stdout  # the engines' model folder
     engine = (data / "node1" / "e2eoffl" / "e2eoffl-serve-0" / "start.sh").read_text()
-    assert "vllm serve ../../.bundle/e2eoffl/weights " in engine and HUB_ID not in engine, engine
+    assert "vllm serve ../../.pdctl-bundles/e2eoffl/weights " in engine, engine
+    assert HUB_ID not in engine, engine
     urls = printed_urls(result.stdout)
     assert urls == [f"http://10.77.1.2:{ROUTER}/v1"], result.stdout
     assert complete(urls[0])["usage"]["completion_tokens"] == 8

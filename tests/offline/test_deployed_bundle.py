@@ -6,6 +6,7 @@ the install line and `restart` is refused with the way out named."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -159,6 +160,10 @@ def test_down_keeps_the_bundles_files_so_the_next_up_copies_nothing(ssh_env, fak
             "--delete-bundle removes them" in down.stdout, down.stdout
         assert not (tmp_path / "lo1" / plan.name).exists()
         assert sorted(p.name for p in Path(wheels_dir(plan, host)).iterdir()) == sorted(WHEELS)
+        checks = pdctl("preflight", str(spec), "--bundle", str(folder), "-o", "json",
+                       "--no-transfer", *flags)
+        [disk] = [f for f in json.loads(checks.stdout)["findings"] if f["check"] == "bundle.disk"]
+        assert disk["expected"].endswith(" already there)"), disk  # both wheels, kept
         again = checked(pdctl(*up))
         assert "lo1: 0 wheels and 0 weights files copied (0.0 MB), 2 already there" in \
             again.stdout, again.stdout
@@ -167,10 +172,28 @@ def test_down_keeps_the_bundles_files_so_the_next_up_copies_nothing(ssh_env, fak
         dry = checked(pdctl("down", str(spec), "--delete-bundle", "--dry-run", *flags))
         assert f"would remove the folder {there} on lo1 (0.0 MB, the files `up --bundle` " \
             "copied)" in dry.stdout, dry.stdout
+        refused = pdctl("down", str(spec), "--delete-volumes", *flags)
+        assert (refused.returncode, refused.stderr.strip()) == (2, (
+            "error: --delete-volumes: SSH hosts have no volumes; --delete-bundle removes the "
+            "files `up --bundle` copied there")), refused.stderr
         gone = checked(pdctl("down", str(spec), "--delete-bundle", *flags))
         assert f"removed the bundle's files {there} on lo1" in gone.stdout, gone.stdout
-        assert not there.exists() and not there.parent.exists()  # .bundle too, emptied
+        assert not there.exists() and not there.parent.exists()  # .pdctl-bundles too, emptied
         quiet = checked(pdctl("down", str(spec), *flags))
         assert "bundle" not in quiet.stdout, quiet.stdout
     finally:
         checked(pdctl("down", str(spec), "--delete-bundle", *flags))
+
+
+def test_each_target_takes_only_its_own_delete_switch(tmp_path):
+    """--delete-bundle is for SSH hosts, --delete-volumes for Kubernetes: the other is one
+    line, exit 2, before anything connects (a kubeconfig that does not exist shows that)."""
+    examples = Path(__file__).parents[2] / "examples"
+    out = pdctl("down", str(examples / "phase1-k8s.yaml"), "--delete-bundle", "--yes",
+                "--kubeconfig", str(tmp_path / "none"))
+    assert (out.returncode, out.stderr.strip()) == (2, (
+        "error: --delete-bundle: only SSH hosts keep the files `up --bundle` copied; leave it "
+        "out; --delete-volumes deletes the model cache")), out.stderr
+    out = pdctl("down", str(examples / "phase0-multihost.yaml"), "--delete-volumes",
+                "--dry-run")
+    assert out.returncode == 2 and "SSH hosts have no volumes" in out.stderr, out.stderr

@@ -96,20 +96,27 @@ def test_the_checks_on_recorded_lines(platform, size, weights, check, status, sa
 
 def test_what_an_earlier_up_left_in_the_bundle_folder_needs_no_room():
     """`down` keeps the bundle's files: a host holding them from the last `up --bundle` needs
-    room only for what is not there yet (a 2 GiB model kept, 3 GiB free: no FAIL)."""
-    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 2 << 30)
-    lines = LINES.format(free=3 << 20)
-    bare = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: lines}, want)}
-    assert bare["bundle.disk"].status == "PASS"  # 2.0 GiB of weights + 3 MiB: it fits
-    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 4 << 30)
-    short = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: lines}, want)}
-    assert short["bundle.disk"].status == "FAIL", short["bundle.disk"]
-    kept = lines + f"held {(4 << 20) + 1024}\n"  # the weights and the wheels, in KiB
-    got = {f.check: f for f in bundle.host_findings(HOST, 0, {bundle.FILE: kept}, want)}
-    assert got["bundle.disk"].status == "PASS", got["bundle.disk"]
-    assert got["bundle.disk"].expected == (
+    room only for what is not there yet. A file counts as there with the manifest's path and
+    size; one of another size (a new revision's shard under the same name) is sent beside the
+    old one, so it needs its room."""
+    shard, wheel = ("weights/model-00001-of-00001.safetensors", 4 << 30), ("wheels/a.whl", 1 << 20)
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 4 << 30,
+                         files=(wheel, shard))
+    lines = LINES.format(free=3 << 20)  # 3 GiB free
+
+    def disk(extra: str):
+        raw = {bundle.FILE: lines + extra}
+        return {f.check: f for f in bundle.host_findings(HOST, 0, raw, want)}["bundle.disk"]
+
+    assert disk("").status == "FAIL"
+    kept = disk(f"held {shard[1]} {shard[0]}\nheld {wheel[1]} {wheel[0]}\n")
+    assert kept.status == "PASS", kept
+    assert kept.expected == (
         ">= 0.0 GiB free (0.0 GiB of wheels, unpacked into the environments; 4.0 GiB of "
         "weights; less 4.0 GiB already there)")
+    other = disk(f"held {shard[1] - 8} {shard[0]}\nheld 5 weights/stale.bin\n")
+    assert other.status == "FAIL" and "already there" not in other.expected, other
+    assert bundle.parse(lines + "held 12 weights/a b.bin\n").held == (("weights/a b.bin", 12),)
 
 
 def test_a_script_that_reaches_an_index_fails():

@@ -30,13 +30,11 @@ def test_a_plans_capabilities_are_its_targets(example, urls, kind, cls) -> None:
     assert caps.kind == kind
     target = getattr(importlib.import_module(f"{package(plan, options).__name__}.target"), cls)
     assert target.kind == caps.kind
-    # Only SSH hosts go on past a failed unit; only Kubernetes asks the server for a dry run
-    # and waits for its pods on down; Kubernetes (its volumes) and SSH hosts (the files `up
-    # --bundle` copied) keep data on down unless told; secrets are sent where the target
-    # writes them (Kubernetes references Secrets by name).
+    # Only SSH hosts go on past a failed unit; only Kubernetes asks the server for a dry run,
+    # waits for its pods on down and keeps volumes unless told; secrets are sent where the
+    # target writes them (Kubernetes references Secrets by name).
     assert caps.keep_going == (kind == "hosts") == caps.partial
-    assert caps.server_dry_run == caps.down_timeout == (kind == "kubernetes")
-    assert caps.volumes == (kind in ("kubernetes", "hosts"))
+    assert caps.server_dry_run == caps.down_timeout == caps.volumes == (kind == "kubernetes")
     assert caps.sends_secrets == (kind != "kubernetes")
     # `pdctl restart` restarts units on hosts and Docker; Kubernetes has kubectl rollout restart
     assert caps.restarts == (kind != "kubernetes")

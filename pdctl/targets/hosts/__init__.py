@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 CAPABILITIES = Capabilities(
     kind="hosts", named="SSH hosts", keep_going=True,
     undo="undone unit by unit (--keep-going: the others go on)", sends_secrets=True, partial=True,
-    commands=True, restarts=True, volumes=True,
+    commands=True, restarts=True,
 )
 
 

@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 class Removal:
     """What `down` did on one host: units whose stop.sh failed (unit -> its last line), the
     deployment folder: `removed`, `absent` (there was none) or `kept` (a unit failed); the
-    bundle folder: KiB it holds when kept, -1 when removed, None when there is none."""
+    bundle folder (held()): None when there is none."""
 
     failed: dict[str, str] = field(default_factory=dict)
     folder: str = "kept"
-    bundle_kib: int | None = None
+    bundle: str | None = None
 
 
 def remove_folder_command(ops: HostOps, data_dir: str, bundle: str, delete: bool) -> str:
@@ -46,8 +46,10 @@ def remove_folder_command(ops: HostOps, data_dir: str, bundle: str, delete: bool
     folder = shlex.quote(ops.dir)
     there = shlex.quote(ops.conn.expand(bundle))
     root = shlex.quote(ops.conn.expand(bundle).rsplit("/", 1)[0])
-    keep = (f"rm -rf -- {there} && echo 'bundle removed'; rmdir -- {root} 2>/dev/null; " if delete
-            else f"echo \"bundle $(du -sk -- {there} | cut -f1)\"; ")
+    keep = (f"if e=$(rm -rf -- {there} 2>&1); then echo 'bundle removed'; "
+            'else echo "bundle failed $(printf \'%s\\n\' "$e" | tail -n 1)"; fi; '
+            f"rmdir -- {root} 2>/dev/null; " if delete
+            else f"echo \"bundle $(du -sk -- {there} 2>/dev/null | cut -f1)\"; ")
     return (
         f'for u in {folder}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
         f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
@@ -57,21 +59,21 @@ def remove_folder_command(ops: HostOps, data_dir: str, bundle: str, delete: bool
     )
 
 
-def held(text: str) -> int | None:
-    """The bundle folder from remove_folder_command's or kept_command's output."""
+def held(text: str) -> str | None:
+    """The bundle folder from remove_folder_command's or kept_command's output: the KiB it
+    holds ("" when du could not say), `removed`, `failed <why>`; None when there is none."""
     for line in text.splitlines():
-        if line == "bundle removed":
-            return -1
-        key, _, kib = line.partition(" ")
-        if key == "bundle" and kib.strip().isdigit():
-            return int(kib)
+        key, _, rest = line.partition(" ")
+        if key == "bundle":
+            rest = rest.strip()
+            return rest if rest.isdigit() or rest == "removed" or rest.startswith("failed") else ""
     return None
 
 
 def kept_command(ops: HostOps, bundle: str) -> str:
     """`bundle KIB` when the bundle folder is there (down --dry-run reads only)."""
     there = shlex.quote(ops.conn.expand(bundle))
-    return f'if [ -d {there} ]; then echo "bundle $(du -sk -- {there} | cut -f1)"; fi'
+    return f'if [ -d {there} ]; then echo "bundle $(du -sk -- {there} 2>/dev/null | cut -f1)"; fi'
 
 
 def stop_and_remove(ops: HostOps, units: list[str], data_dir: str, bundle: str,
@@ -101,7 +103,7 @@ def stop_and_remove(ops: HostOps, units: list[str], data_dir: str, bundle: str,
         raise last
     if not out.failed:
         out.folder = "absent" if "absent" in last.out.split() else "removed"
-        out.bundle_kib = held(last.out)
+        out.bundle = held(last.out)
     return out
 
 
@@ -112,8 +114,8 @@ def down(fleet: Fleet, desired: list[Desired], name: str, delete_bundle: bool = 
     PdctlError line, after the others are done). Hosts that cannot be reached (or are lost
     meanwhile) are in the answer's `unreachable`, with the spec's units (`desired`) on each in
     `left`; `folders`: what became of each host's deployment folder (`removed`, `absent`:
-    there was none, `kept`: a unit is left); `bundles`: each host's bundle folder kept (its
-    KiB) or removed (`delete_bundle`: -1). `name`: the deployment's."""
+    there was none, `kept`: a unit is left); `bundles`: each host's bundle folder, kept or
+    (`delete_bundle`) removed, Stopped.bundles. `name`: the deployment's."""
     fleet.connect(tolerate=True)
     stage = {(d.host.name, d.name): d.stage for d in desired}
     seen: dict[str, list[Observed]] = {}
@@ -152,8 +154,8 @@ def down(fleet: Fleet, desired: list[Desired], name: str, delete_bundle: bool = 
             else:
                 lines.append((False, f"{obs.name} on {ops.name} was not running"))
         out.folders[ops.name] = removal.folder
-        if removal.bundle_kib is not None:
-            out.bundles[ops.name] = (bundle_dir(name, ops.conn.host), removal.bundle_kib)
+        if removal.bundle is not None:
+            out.bundles[ops.name] = (bundle_dir(name, ops.conn.host), removal.bundle)
         if removal.folder == "absent":
             lines.append((False, f"no deployment folder of {name!r} on {ops.name}"))
         elif removal.folder == "kept":

@@ -105,6 +105,7 @@ class HostsTarget(PerHost, Closing):
         the deployment folder `down` would remove on each host reached; `bundles`: the
         bundle folder there (KiB), which `down` keeps unless `delete_volumes`."""
         from pdctl.targets.hosts.down import held, kept_command
+        from pdctl.targets.hosts.remote import HostOps
 
         self.fleet.connect(tolerate=True)
         changes = diff(self.desired(), self.fleet.observed(tolerate=True))
@@ -121,13 +122,23 @@ class HostsTarget(PerHost, Closing):
             for h in self.plan.spec.hosts
             if h.name not in out.unreachable
         }
-        reached = self.fleet.reachable()
-        bundles = [bundle_dir(self.plan.name, ops.conn.host) for ops in reached]
-        found = self.fleet.map(lambda pair: held(pair[0].conn.run(kept_command(*pair)).out),
-                               list(zip(reached, bundles, strict=True)))
-        for ops, folder, kib in zip(reached, bundles, found, strict=True):
-            if kib is not None:
-                out.bundles[ops.name] = (folder, kib)
+
+        def kept(ops: HostOps) -> tuple[str, str | None] | PdctlError:
+            folder = bundle_dir(self.plan.name, ops.conn.host)
+            try:
+                return folder, held(ops.conn.run(kept_command(ops, folder)).out)
+            except PdctlError as exc:  # HostLost included: lost since it was read
+                return exc
+
+        reached = [ops for ops in self.fleet.reachable() if ops.name not in out.unreachable]
+        for ops, got in zip(reached, self.fleet.map(kept, reached), strict=True):
+            if isinstance(got, PdctlError):
+                out.unreachable[ops.name] = got.line()
+                out.left[ops.name] = self.left_on(ops.name)
+                out.removed = [(h, u) for h, u in out.removed if h != ops.name]
+                out.folders.pop(ops.name, None)
+            elif got[1] is not None:
+                out.bundles[ops.name] = (got[0], got[1])
         return out
 
     def left_on(self, host: str) -> list[str]:
