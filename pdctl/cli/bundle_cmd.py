@@ -157,12 +157,12 @@ def recorded(facts: Path, plan: Any) -> tuple[str, str] | None:
     preflight recording (`pdctl preflight SPEC --record DIR`): the one Python of the venv hosts
     ('' when every one is conda), the tag for the oldest glibc; None when the recording has no
     bundle.txt for them. UsageError when the hosts differ (one bundle is for one Python)."""
-    from pdctl.offline.ship import hosts_of
+    from pdctl.plan.units import process_hosts
     from pdctl.preflight.bundle import FILE, parse
     from pdctl.preflight.record import read
 
     raw = read(facts, tuple(h.name for h in plan.spec.hosts))
-    hosts = [h for h in hosts_of(plan) if FILE in raw.get(h.name, {})]
+    hosts = [h for h in process_hosts(plan) if FILE in raw.get(h.name, {})]
     if not hosts:
         return None
     try:

@@ -26,13 +26,13 @@ from pdctl.cli.options import (
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
-from pdctl.offline.ship import bundled, hosts_of
+from pdctl.offline.ship import bundled
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
 from pdctl.preflight import bundle
 from pdctl.preflight import record as rec
 from pdctl.preflight.bundle import Wanted
-from pdctl.preflight.facts import CLUSTER, SSH
+from pdctl.preflight.facts import CLUSTER
 from pdctl.preflight.finding import Finding, worst
 from pdctl.preflight.registry import facts_from, gather, run_checks, steps
 from pdctl.preflight.run import Bounds, Options
@@ -126,28 +126,6 @@ def _bundle_of(plan: Plan, folder: Path) -> tuple[Wanted, Bundle]:
                   images, placed), rendered
 
 
-def _bundle_findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
-                     rendered: Bundle) -> tuple[Finding, ...]:
-    """bundle.* findings: each reached host that installs from the bundle, each reached docker
-    host that loads its images, then the scripts."""
-    from pdctl.offline.images import hosts_refs
-
-    out = []
-    refs = hosts_refs(plan)
-    installing = {x.name for x in hosts_of(plan)}
-    for i, h in enumerate(plan.spec.hosts):
-        if SSH in raw.get(h.name, {SSH: ""}):
-            continue  # unreachable: the ssh finding says so
-        if h.name in installing:
-            out += bundle.host_findings(h, i, raw[h.name], want)
-        if h.runtime == "docker" and h.name in refs and want.images:
-            out += bundle.docker_findings(h, i, raw[h.name], refs[h.name], want)
-    pips = [ln for a in rendered.artifacts for ln in a.text.splitlines()
-            if re.search(r"\bpip install\b", ln)]
-    out.append(bundle.no_index(plan.name, pips))
-    return tuple(out)
-
-
 @with_overlays
 @connection(docker=False)
 def preflight(
@@ -222,7 +200,7 @@ def preflight(
     facts = facts_from(raw)
     findings = run_checks(plan, facts, hf_config, transfer=not no_transfer)
     if checked is not None:
-        findings += _bundle_findings(plan, raw, *checked)
+        findings += bundle.findings(plan, raw, *checked)
     status = worst(findings)
     counts = {s: sum(1 for f in findings if f.status == s) for s in ("PASS", "WARN", "FAIL")}
     if output == "json":

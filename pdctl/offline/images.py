@@ -41,15 +41,6 @@ def refs(plan: Plan) -> tuple[str, ...]:
     return tuple(sorted({u.image for u in plan.units if u.image is not None}))
 
 
-def hosts_refs(plan: Plan) -> dict[str, tuple[str, ...]]:
-    """host name -> the images its containers run."""
-    out: dict[str, set[str]] = {}
-    for u in plan.units:
-        if u.image is not None:
-            out.setdefault(u.host.name, set()).add(u.image)
-    return {h: tuple(sorted(r)) for h, r in out.items()}
-
-
 def tar_name(ref: str) -> str:
     return f"{IMAGES}/{re.sub(r'[^A-Za-z0-9_.-]', '_', ref)}.tar"
 

@@ -15,6 +15,7 @@ from pdctl.offline import adapters
 from pdctl.offline import manifest as mf
 from pdctl.offline.need import needs
 from pdctl.plan.model import ENGINE_ROLES, Plan
+from pdctl.plan.units import container_images, engine_hosts, process_hosts
 from pdctl.render import render
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import BUNDLE_ROOT, bundle_dir, deploy_dir, wheels_dir
@@ -106,20 +107,6 @@ def refuse_kubernetes(plan: Plan, folder: Path) -> None:
             "set kubernetes.imageMirror (docs/offline.md)")
 
 
-def hosts_of(plan: Plan) -> tuple[Host, ...]:
-    """The hosts whose start scripts install from the bundle (engines and services)."""
-    seen: dict[str, Host] = {}
-    for unit in plan.units:
-        if unit.image is None:
-            seen.setdefault(unit.host.name, unit.host)
-    return tuple(seen.values())
-
-
-def engine_hosts(plan: Plan) -> set[str]:
-    """The hosts that get the weights: those with an engine process."""
-    return {u.host.name for u in plan.units if u.role in ENGINE_ROLES and u.image is None}
-
-
 def remote_sums(conn: Connection, folder: str, depth: str = "-maxdepth 1 ") -> dict[str, str]:
     """path -> sha256 of the files in a host's wheels (weights: depth "") folder (none when it
     is absent)."""
@@ -190,7 +177,7 @@ def ship_host(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifest)
     remove the files the manifest does not list (pip --find-links would see them)."""
     send: list[mf.Entry] = []
     kept = 0
-    if conn.host.name in {h.name for h in hosts_of(plan)}:
+    if conn.host.name in {h.name for h in process_hosts(plan)}:
         where = conn.expand(wheels_dir(plan, conn.host))
         send, kept = sync(conn, where, manifest.part(mf.WHEELS), folder, mf.WHEELS)
     heavy: list[mf.Entry] = []
@@ -231,14 +218,14 @@ def load_images(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifes
                 ) -> tuple[list[mf.Entry], tuple[str, ...], tuple[str, ...]]:
     """The images this host's containers run: asked for their id first; only where it differs
     the tar is copied (checked by sha256 there) and `docker load`ed, then removed."""
-    from pdctl.offline.images import hosts_refs, inspect_command, load_command
+    from pdctl.offline.images import inspect_command, load_command
 
     files = {e.path: e for e in manifest.files}
     sent: list[mf.Entry] = []
     loaded: list[str] = []
     had: list[str] = []
     for ref, image_id, file in manifest.images:
-        if ref not in hosts_refs(plan).get(conn.host.name, ()):
+        if ref not in container_images(plan).get(conn.host.name, ()):
             continue
         res = conn.run(inspect_command(ref), step=f"asking for image {ref}")
         if res.out.strip() == image_id:
@@ -282,10 +269,9 @@ def ship(
             + (f"; images already there: {', '.join(done.had)}" if done.had else ""))
         return done
 
-    from pdctl.offline.images import hosts_refs
 
-    docker = [u.host for u in plan.units if u.host.name in hosts_refs(plan)]
-    hosts = tuple(h for h in {h.name: h for h in (*hosts_of(plan), *docker)}.values()
+    docker = [u.host for u in plan.units if u.host.name in container_images(plan)]
+    hosts = tuple(h for h in {h.name: h for h in (*process_hosts(plan), *docker)}.values()
                   if only is None or h.name in only)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
         futures = [pool.submit(one, h) for h in hosts]

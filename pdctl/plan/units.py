@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdctl.plan.model import Instance, Plan, Service, Unit
+from pdctl.plan.model import ENGINE_ROLES, Instance, Plan, Service, Unit
+from pdctl.spec.model import Host
 
 
 def engine_unit(plan: Plan, inst: Instance, group: Sequence[Instance]) -> Unit:
@@ -66,3 +67,27 @@ def host_units(plan: Plan) -> tuple[Unit, ...]:
         for n in group
     )
     return (*masters, *engines, *routers)
+
+
+def process_hosts(plan: Plan) -> tuple[Host, ...]:
+    """The hosts that run a unit as a process (engines and services): where start scripts
+    install Python packages (`up --bundle` copies the wheels there)."""
+    seen: dict[str, Host] = {}
+    for unit in plan.units:
+        if unit.image is None:
+            seen.setdefault(unit.host.name, unit.host)
+    return tuple(seen.values())
+
+
+def engine_hosts(plan: Plan) -> set[str]:
+    """The hosts with an engine process (`up --bundle` copies the weights there)."""
+    return {u.host.name for u in plan.units if u.role in ENGINE_ROLES and u.image is None}
+
+
+def container_images(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """host name -> the images its containers run."""
+    out: dict[str, set[str]] = {}
+    for u in plan.units:
+        if u.image is not None:
+            out.setdefault(u.host.name, set()).add(u.image)
+    return {h: tuple(sorted(r)) for h, r in out.items()}

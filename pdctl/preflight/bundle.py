@@ -19,9 +19,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pdctl.plan.model import Plan
+from pdctl.plan.units import container_images, process_hosts
+from pdctl.preflight.facts import SSH
 from pdctl.preflight.finding import Finding, gib
 from pdctl.preflight.group import FIND_CONDA, conda_env
 from pdctl.preflight.host import nearest
+from pdctl.render.bundle import Bundle
 from pdctl.render.host import bundle_dir
 from pdctl.render.template import quote, quote_path
 from pdctl.spec.model import Host, Spec
@@ -341,3 +345,23 @@ def no_index(where: str, pip_lines: list[str]) -> Finding:
                        expected, "report this: a script rendered for a bundle reaches an index")
     return Finding("PASS", "bundle.index", where,
                    f"{len(pip_lines)} pip installs, all from the bundle", expected)
+
+
+def findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
+             rendered: Bundle) -> tuple[Finding, ...]:
+    """bundle.* findings: each reached host that installs from the bundle, each reached docker
+    host that loads its images, then the scripts rendered from the bundle."""
+    out = []
+    refs = container_images(plan)
+    installing = {x.name for x in process_hosts(plan)}
+    for i, h in enumerate(plan.spec.hosts):
+        if SSH in raw.get(h.name, {SSH: ""}):
+            continue  # unreachable: the ssh finding says so
+        if h.name in installing:
+            out += host_findings(h, i, raw[h.name], want)
+        if h.runtime == "docker" and h.name in refs and want.images:
+            out += docker_findings(h, i, raw[h.name], refs[h.name], want)
+    pips = [ln for a in rendered.artifacts for ln in a.text.splitlines()
+            if re.search(r"\bpip install\b", ln)]
+    out.append(no_index(plan.name, pips))
+    return tuple(out)

@@ -15,6 +15,8 @@ import pytest
 from pdctl.offline import manifest as mf
 from pdctl.plan import make_plan
 from pdctl.preflight import bundle
+from pdctl.preflight.facts import SSH
+from pdctl.render import render
 from pdctl.spec import load_text
 from pdctl.spec.model import Host
 from tests.helpers import known, pdctl
@@ -201,3 +203,23 @@ def test_the_nearest_existing_folder_is_found_with_no_external_command(tmp_path)
                               env={"PATH": ""}, capture_output=True, text=True, timeout=10,
                               cwd=tmp_path)
         assert done.stdout.strip() == found, (path, done.stdout, done.stderr)
+
+
+def test_the_findings_go_to_the_hosts_each_part_of_the_bundle_serves():
+    """conda gpu-a and venv gpu-c install from the bundle, docker gpu-b loads its images: with
+    gpu-c unreachable, gpu-a gets the install checks, gpu-b the engine and room checks, gpu-c
+    nothing (its ssh finding says why), and bundle.index closes the list."""
+    spec = Path(__file__).parents[2] / "examples" / "phase0-multihost.yaml"
+    plan = make_plan(load_text(spec.read_text(), str(spec))[0])
+    ref = plan.image
+    want = bundle.Wanted("3.11", "manylinux_2_28_x86_64", 1, "b/",
+                         images=((ref, "sha256:aaa", 1 << 30),))
+    raw = {"gpu-a": {bundle.FILE: LINES.format(free=10 << 20)},
+           "gpu-b": {bundle.DOCKER_FILE: "free 10485760\nmount /\nroot /var/lib/docker\n"
+                                         "rootfree 10485760\nrootmount /\n"},
+           "gpu-c": {SSH: "cannot connect: timed out"}}
+    found = bundle.findings(plan, raw, want, render(plan))
+    assert [(f.check, f.where) for f in found] == [
+        ("bundle.python", "gpu-a"), ("bundle.platform", "gpu-a"), ("bundle.disk", "gpu-a"),
+        ("bundle.docker", "gpu-b"), ("bundle.disk", "gpu-b"), ("bundle.index", plan.name)]
+    assert found[-1].status == "FAIL"  # rendered for an index, not from the bundle
