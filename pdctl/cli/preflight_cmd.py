@@ -26,6 +26,7 @@ from pdctl.cli.options import (
 from pdctl.cli.specfile import plan_from, with_overlays
 from pdctl.errors import UsageError
 from pdctl.inputs import read_model_config
+from pdctl.offline import manifest as mf
 from pdctl.offline.ship import bundled
 from pdctl.plan.model import Plan
 from pdctl.plan.topology import plan_hosts
@@ -122,8 +123,9 @@ def _bundle_of(plan: Plan, folder: Path) -> tuple[Wanted, Bundle]:
     images = tuple((ref, image_id, sizes[file]) for ref, image_id, file in manifest.images)
     placed = tuple((e.path, e.size) for top in ("wheels", "weights")
                    for e in manifest.part(top).values())
+    adapters = sum(e.size for e in manifest.part(mf.ADAPTERS).values())
     return Wanted(manifest.python, manifest.platform, wheels, str(folder), weights,
-                  images, placed), rendered
+                  images, placed, adapters), rendered
 
 
 @with_overlays

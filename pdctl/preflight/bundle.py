@@ -17,10 +17,10 @@ into the engine's root folder (`docker info`'s DockerRootDir): about each tar's 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdctl.plan.model import Plan
-from pdctl.plan.units import container_images, process_hosts
+from pdctl.plan.units import container_images, engine_hosts, process_hosts
 from pdctl.preflight.facts import SSH
 from pdctl.preflight.finding import Finding, gib
 from pdctl.preflight.group import FIND_CONDA, conda_env
@@ -28,6 +28,7 @@ from pdctl.preflight.host import nearest
 from pdctl.render.bundle import Bundle
 from pdctl.render.host import bundle_dir
 from pdctl.render.template import quote, quote_path
+from pdctl.spec.lora import FETCHED
 from pdctl.spec.model import Host, Spec
 
 FILE = "bundle.txt"
@@ -58,6 +59,7 @@ class Wanted:
     weights: int = 0  # bytes of the model's files (`pdctl bundle --weights`), copied as they are
     images: tuple[tuple[str, str, int], ...] = ()  # (ref, image id, bytes of its tar)
     files: tuple[tuple[str, int], ...] = ()  # (manifest path, bytes): the wheels and weights
+    adapters: int = 0  # bytes of the LoRA adapters' files (to ~/.cache/pdctl-adapters)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class Seen:
     dists: tuple[tuple[str, str], ...] | None = None  # (name, version); None: not recorded
     # what an earlier `up --bundle` left in the bundle folder (down keeps it): path -> bytes
     held: tuple[tuple[str, int], ...] = ()
+    adapters_free_kib: int | None = None  # where ~/.cache/pdctl-adapters is or will be
+    adapters_mount: str = ""
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,8 @@ def commands(spec: Spec, host: Host) -> dict[str, str]:
         'echo "python $("$py" -c \'import sys; print("%d.%d" % sys.version_info[:2])\' '
         '2>/dev/null)"; '
         'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null)"; echo "machine $(uname -m)"; '
-        + free_lines(data) + held_line(spec.name, host) + dists + 'echo "dists listed"')}
+        + free_lines(data) + free_lines(quote_path(FETCHED), "ad") + held_line(spec.name, host)
+        + dists + 'echo "dists listed"')}
 
 
 def held_line(name: str, host: Host) -> str:
@@ -178,6 +183,9 @@ def parse(text: str) -> Seen:
         raise ValueError("no python or machine line")
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
     free = got.get("free", "").strip()
+    def kib(text: str) -> int | None:
+        return int(text.strip()) if text.strip().isdigit() else None
+
     held = tuple((f[2], int(f[1])) for f in (ln.split(" ", 2) for ln in text.splitlines())
                  if len(f) == 3 and f[0] == "held" and f[1].isdigit())
     return Seen(
@@ -185,7 +193,8 @@ def parse(text: str) -> Seen:
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
         free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
         env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
-        held=held)
+        held=held, adapters_free_kib=kib(got.get("adfree", "")),
+        adapters_mount=got.get("admount", "").strip())
 
 
 PARSERS = {FILE: parse, DOCKER_FILE: parse_docker}
@@ -268,15 +277,30 @@ def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
     held = dict(seen.held)
     there = sum(size for path, size in want.files if held.get(path) == size)
     need = max(0, want.size * ROOM + want.weights - there)
+    # The LoRA adapters go to the home folder (~/.cache/pdctl-adapters): on dataDir's
+    # filesystem they add to its need, elsewhere they need their own room.
+    apart = bool(want.adapters) and seen.adapters_mount not in ("", seen.mount)
+    if want.adapters and not apart:
+        need += want.adapters
     expected = (f">= {gib(need, 'B')} free ({gib(want.size, 'B')} of wheels, unpacked into "
                 f"the environments" + (f"; {gib(want.weights, 'B')} of weights" if want.weights
                                        else "")
-                + (f"; less {gib(there, 'B')} already there" if there else "") + ")")
-    if seen.free_kib is None:
+                + (f"; {gib(want.adapters, 'B')} of LoRA adapters" if want.adapters and not apart
+                   else "")
+                + (f"; less {gib(there, 'B')} already there" if there else "") + ")"
+                + (f", and >= {gib(want.adapters, 'B')} on {seen.adapters_mount} for the LoRA "
+                   "adapters (~/.cache/pdctl-adapters)" if apart else ""))
+    if seen.free_kib is None or (want.adapters and seen.adapters_free_kib is None):
         return Finding("WARN", "bundle.disk", host.name, "free space unknown (df)", expected,
-                       f"check df on hosts[{index}].dataDir")
+                       f"check df on hosts[{index}].dataDir and in the home folder")
     found = f"{gib(seen.free_kib * 1024, 'B')} free on {seen.mount}"
-    if seen.free_kib * 1024 < need:
+    short = seen.free_kib * 1024 < need
+    if apart and seen.adapters_free_kib is not None:
+        found += f", {gib(seen.adapters_free_kib * 1024, 'B')} on {seen.adapters_mount}"
+        if seen.adapters_free_kib * 1024 < want.adapters:
+            return Finding("FAIL", "bundle.disk", host.name, found, expected,
+                           f"free space on {seen.adapters_mount} (the SSH user's home)")
+    if short:
         return Finding("FAIL", "bundle.disk", host.name, found, expected,
                        f"free space there, or point hosts[{index}].dataDir at a larger disk")
     return Finding("PASS", "bundle.disk", host.name, found, expected)
@@ -354,11 +378,15 @@ def findings(plan: Plan, raw: dict[str, dict[str, str]], want: Wanted,
     out = []
     refs = container_images(plan)
     installing = {x.name for x in process_hosts(plan)}
+    engines = engine_hosts(plan)
+    # a host without an engine process gets the wheels only (ship.ship_host)
+    wheels_only = replace(want, weights=0, adapters=0,
+                          files=tuple(f for f in want.files if f[0].startswith("wheels/")))
     for i, h in enumerate(plan.spec.hosts):
         if SSH in raw.get(h.name, {SSH: ""}):
             continue  # unreachable: the ssh finding says so
         if h.name in installing:
-            out += host_findings(h, i, raw[h.name], want)
+            out += host_findings(h, i, raw[h.name], want if h.name in engines else wheels_only)
         if h.runtime == "docker" and h.name in refs and want.images:
             out += docker_findings(h, i, raw[h.name], refs[h.name], want)
     pips = [ln for a in rendered.artifacts for ln in a.text.splitlines()

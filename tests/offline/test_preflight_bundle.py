@@ -223,3 +223,45 @@ def test_the_findings_go_to_the_hosts_each_part_of_the_bundle_serves():
         ("bundle.python", "gpu-a"), ("bundle.platform", "gpu-a"), ("bundle.disk", "gpu-a"),
         ("bundle.docker", "gpu-b"), ("bundle.disk", "gpu-b"), ("bundle.index", plan.name)]
     assert found[-1].status == "FAIL"  # rendered for an index, not from the bundle
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "says"),
+    [
+        # the home on dataDir's filesystem: 3 GiB of adapters on top of 8 GiB of weights
+        ("adfree 10485760\nadmount /\n", "FAIL", "3.0 GiB of LoRA adapters"),
+        # on a disk of its own, with room: PASS, and both are named
+        ("adfree 4194304\nadmount /home\n", "PASS", "and >= 3.0 GiB on /home for the LoRA"),
+        ("adfree 1048576\nadmount /home\n", "FAIL", "free space on /home (the SSH user's home)"),
+        ("", "WARN", "check df on hosts[0].dataDir and in the home folder"),
+    ],
+)
+def test_the_lora_adapters_need_room_in_the_home_folder(extra, status, says):
+    """`up --bundle` copies the adapters to ~/.cache/pdctl-adapters, not into dataDir."""
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 8 << 30,
+                         adapters=3 << 30)
+    raw = {bundle.FILE: LINES.format(free=10 << 20) + extra}  # 10 GiB free on /
+    got = {f.check: f for f in bundle.host_findings(HOST, 0, raw, want)}["bundle.disk"]
+    assert got.status == status and says in f"{got.found} {got.expected} {got.fix}", got
+
+
+def test_a_host_without_an_engine_needs_room_for_the_wheels_only():
+    """The router's own host gets the wheels, not the weights or the adapters (ship_host)."""
+    spec = Path(__file__).parents[2] / "examples" / "phase2-nixl-hosts.yaml"
+    text = spec.read_text().replace(
+        "router: {venv: /opt/vllm-router}", "router: {venv: /opt/vllm-router, host: gw}"
+    ).replace("hosts:\n", "hosts:\n  - {name: gw, address: 192.0.2.20, gpus: [0]}\n", 1
+              ).replace("prefill: {replicas: 1}", "prefill: {replicas: 1, hosts: [gpu-a]}"
+                        ).replace("decode: {replicas: 1}", "decode: {replicas: 1, hosts: [gpu-a]}")
+    plan = make_plan(load_text(text, "spec.yaml")[0])
+    want = bundle.Wanted("3.12", "manylinux_2_28_x86_64", 1 << 20, "b/", 8 << 30,
+                         files=(("wheels/a.whl", 1 << 20), ("weights/m.safetensors", 8 << 30)),
+                         adapters=1 << 30)
+    lines = LINES.format(free=4 << 20)  # 4 GiB free: room for the wheels, not the weights
+    home = lines + "adfree 4194304\nadmount /\n"  # gw's has no adapters line: none go there
+    found = bundle.findings(plan, {"gw": {bundle.FILE: lines}, "gpu-a": {bundle.FILE: home}},
+                            want, render(plan))
+    disk = {f.where: f for f in found if f.check == "bundle.disk"}
+    assert disk["gw"].status == "PASS" and "weights" not in disk["gw"].expected, disk["gw"]
+    assert disk["gpu-a"].status == "FAIL", disk["gpu-a"]
+    assert "8.0 GiB of weights; 1.0 GiB of LoRA adapters" in disk["gpu-a"].expected
