@@ -41,13 +41,14 @@ def down(
     """Stop SPEC's processes, containers or Kubernetes objects and remove their files."""
     console = term.console(log_path=False)
     plan, bundle = load(spec, phase, target)
-    kind = actions.kind_of(plan, conn.target(dry_run=True))
+    reading = conn.target(dry_run=True)
+    kind = actions.kind_of(plan, reading)
     # what `down` keeps unless told: Kubernetes' volumes, the hosts' bundle files
     delete = kept_by_default(kind, delete_volumes, delete_bundle)
     if dry_run:
         from pdctl.cli.down_preview import preview
 
-        for line in preview(plan, bundle, conn.target(dry_run=True), delete).lines():
+        for line in preview(plan, bundle, reading, delete).lines():
             console.print(line, soft_wrap=True)
         return
 

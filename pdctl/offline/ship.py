@@ -24,20 +24,17 @@ from pdctl.spec.model import Host
 from pdctl.targets.ssh import Connection, SshOptions, makedirs
 
 TMP = ".pdctl-tmp"
-# An engine starts in its unit's folder (<dataDir>/<name>/<unit>: templates/process-start.sh.j2
-# `cd "$unit_dir"`), so the weights `up --bundle` copies to <dataDir>/.pdctl-bundles/<name>/weights
-# (render.host.bundle_dir) are this path from there on every host, whatever its dataDir (a `~/`
-# one included).
-
-
-def from_unit(name: str) -> str:
-    """The bundle's weights of deployment `name`, as its engines' working folder reaches them."""
-    return f"../../{BUNDLE_ROOT}/{name}/{mf.WEIGHTS}"
-
-
 # The engines never ask the Hub (https://huggingface.co/docs/huggingface_hub/package_reference/
 # environment_variables#hfhuboffline).
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "1")
+
+
+def from_unit(name: str) -> str:
+    """The bundle's weights of deployment `name` (weights_dir) as its engines reach them: an
+    engine starts in its unit's folder (<dataDir>/<name>/<unit>: templates/process-start.sh.j2
+    `cd "$unit_dir"`), so this path is right on every host, whatever its dataDir (a `~/` one
+    included)."""
+    return f"../../{BUNDLE_ROOT}/{name}/{mf.WEIGHTS}"
 
 
 def weights_dir(plan: Plan, host: Host) -> str:
@@ -224,8 +221,9 @@ def load_images(conn: Connection, plan: Plan, folder: Path, manifest: mf.Manifes
     sent: list[mf.Entry] = []
     loaded: list[str] = []
     had: list[str] = []
+    mine = container_images(plan).get(conn.host.name, ())
     for ref, image_id, file in manifest.images:
-        if ref not in container_images(plan).get(conn.host.name, ()):
+        if ref not in mine:
             continue
         res = conn.run(inspect_command(ref), step=f"asking for image {ref}")
         if res.out.strip() == image_id:
@@ -269,8 +267,8 @@ def ship(
             + (f"; images already there: {', '.join(done.had)}" if done.had else ""))
         return done
 
-
-    docker = [u.host for u in plan.units if u.host.name in container_images(plan)]
+    images = container_images(plan)
+    docker = [u.host for u in plan.units if u.host.name in images]
     hosts = tuple(h for h in {h.name: h for h in (*process_hosts(plan), *docker)}.values()
                   if only is None or h.name in only)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:

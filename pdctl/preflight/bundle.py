@@ -117,20 +117,20 @@ def docker_commands(host: Host) -> dict[str, str]:
         "sed 's/^/image /'")}
 
 
+def kib(value: str) -> int | None:
+    """A `free`-style line's number of KiB, None when it is not one (df failed)."""
+    return int(value.strip()) if value.strip().isdigit() else None
+
+
 def parse_docker(text: str) -> DockerSeen:
     """bundle-docker.txt's lines; ValueError for a text that is not one."""
     got = dict(ln.partition(" ")[::2] for ln in text.splitlines() if ln.strip())
     if "root" not in got and "noengine" not in got:
         raise ValueError("no root or noengine line")
-
-    def kib(key: str) -> int | None:
-        v = got.get(key, "").strip()
-        return int(v) if v.isdigit() else None
-
     return DockerSeen(
-        free_kib=kib("free"), mount=got.get("mount", "").strip(),
+        free_kib=kib(got.get("free", "")), mount=got.get("mount", "").strip(),
         engine=got.get("root", "").strip(), why=got.get("noengine", "").strip(),
-        root_free_kib=kib("rootfree"), root_mount=got.get("rootmount", "").strip(),
+        root_free_kib=kib(got.get("rootfree", "")), root_mount=got.get("rootmount", "").strip(),
         images=frozenset(ln.split()[1] for ln in text.splitlines()
                          if ln.startswith("image ") and len(ln.split()) == 2),
         remote="remote" in got)
@@ -173,7 +173,6 @@ def held_line(name: str, host: Host) -> str:
             f"2>/dev/null | head -n {HELD}; fi; ")
 
 
-
 def parse(text: str) -> Seen:
     """bundle.txt's lines; ValueError for a text that is not one."""
     got = dict(ln.partition(" ")[::2] for ln in text.splitlines() if ln.strip())
@@ -182,16 +181,12 @@ def parse(text: str) -> Seen:
     if "machine" not in got or "python" not in got:
         raise ValueError("no python or machine line")
     m = re.search(r"glibc\s+(\d+)\.(\d+)", got.get("glibc", ""))
-    free = got.get("free", "").strip()
-    def kib(text: str) -> int | None:
-        return int(text.strip()) if text.strip().isdigit() else None
-
     held = tuple((f[2], int(f[1])) for f in (ln.split(" ", 2) for ln in text.splitlines())
                  if len(f) == 3 and f[0] == "held" and f[1].isdigit())
     return Seen(
         python=got["python"].strip(), python_from=got.get("from", "python3").strip(),
         glibc=(int(m.group(1)), int(m.group(2))) if m else None, machine=got["machine"].strip(),
-        free_kib=int(free) if free.isdigit() else None, mount=got.get("mount", "").strip(),
+        free_kib=kib(got.get("free", "")), mount=got.get("mount", "").strip(),
         env=got.get("env", "").strip(), dists=dists if "dists" in got else None,
         held=held, adapters_free_kib=kib(got.get("adfree", "")),
         adapters_mount=got.get("admount", "").strip())
@@ -294,13 +289,12 @@ def _disk(host: Host, index: int, seen: Seen, want: Wanted) -> Finding:
         return Finding("WARN", "bundle.disk", host.name, "free space unknown (df)", expected,
                        f"check df on hosts[{index}].dataDir and in the home folder")
     found = f"{gib(seen.free_kib * 1024, 'B')} free on {seen.mount}"
-    short = seen.free_kib * 1024 < need
     if apart and seen.adapters_free_kib is not None:
         found += f", {gib(seen.adapters_free_kib * 1024, 'B')} on {seen.adapters_mount}"
         if seen.adapters_free_kib * 1024 < want.adapters:
             return Finding("FAIL", "bundle.disk", host.name, found, expected,
                            f"free space on {seen.adapters_mount} (the SSH user's home)")
-    if short:
+    if seen.free_kib * 1024 < need:
         return Finding("FAIL", "bundle.disk", host.name, found, expected,
                        f"free space there, or point hosts[{index}].dataDir at a larger disk")
     return Finding("PASS", "bundle.disk", host.name, found, expected)

@@ -44,12 +44,11 @@ def remove_folder_command(ops: HostOps, data_dir: str, bundle: str, delete: bool
     there was no deployment folder."""
     base = ops.conn.expand(data_dir).rstrip("/")
     folder = shlex.quote(ops.dir)
-    there = shlex.quote(ops.conn.expand(bundle))
-    root = shlex.quote(ops.conn.expand(bundle).rsplit("/", 1)[0])
+    expanded = ops.conn.expand(bundle)
+    there, root = shlex.quote(expanded), shlex.quote(expanded.rsplit("/", 1)[0])
     keep = (f"if e=$(rm -rf -- {there} 2>&1); then echo 'bundle removed'; "
             'else echo "bundle failed $(printf \'%s\\n\' "$e" | tail -n 1)"; fi; '
-            f"rmdir -- {root} 2>/dev/null; " if delete
-            else f"echo \"bundle $(du -sk -- {there} 2>/dev/null | cut -f1)\"; ")
+            f"rmdir -- {root} 2>/dev/null; " if delete else size_line(there) + "; ")
     return (
         f'for u in {folder}/*/; do [ -f "$u/stop.sh" ] && exit 0; done; '
         f"[ -d {folder} ] || echo absent; rm -rf -- {folder}; "
@@ -70,10 +69,15 @@ def held(text: str) -> str | None:
     return None
 
 
+def size_line(there: str) -> str:
+    """Shell: `bundle KIB` of the (quoted) folder `there`; `bundle ` when du cannot say."""
+    return f'echo "bundle $(du -sk -- {there} 2>/dev/null | cut -f1)"'
+
+
 def kept_command(ops: HostOps, bundle: str) -> str:
     """`bundle KIB` when the bundle folder is there (down --dry-run reads only)."""
     there = shlex.quote(ops.conn.expand(bundle))
-    return f'if [ -d {there} ]; then echo "bundle $(du -sk -- {there} 2>/dev/null | cut -f1)"; fi'
+    return f"if [ -d {there} ]; then {size_line(there)}; fi"
 
 
 def stop_and_remove(ops: HostOps, units: list[str], data_dir: str, bundle: str,
